@@ -1,0 +1,334 @@
+//! The in-memory configuration snapshot: keys, providers, connections and combos.
+//!
+//! The gateway builds one `Catalog` from the store at start and after every change, and
+//! swaps it in atomically; the request path only ever reads an immutable catalog, so it
+//! needs no database round trip and no lock. Validation happens when the catalog is
+//! built: a catalog that exists is internally consistent (every combo target names a
+//! known provider, every connection belongs to one).
+
+use crate::apikey::KeyHash;
+use crate::domain::{is_valid_id, AuthClass, ModelRef, Strategy, UpstreamFormat};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A provider: a family of interchangeable upstream accounts (`openai`, `glm`, `codex`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provider {
+    pub id: String,
+    pub format: UpstreamFormat,
+    pub base_url: String,
+    /// Models the provider offers. Empty = any model name is passed through.
+    pub models: Vec<String>,
+}
+
+/// One upstream account of a provider. The credential is not part of the catalog: the
+/// shell keeps credentials apart so that no decision code can leak them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    pub id: String,
+    pub provider: String,
+    pub auth_class: AuthClass,
+    pub format: UpstreamFormat,
+    pub base_url: String,
+    pub enabled: bool,
+    pub max_concurrent: Option<u32>,
+    /// Position in `Catalog::connections`; lets the shell keep per-connection runtime
+    /// data in a plain vector parallel to the catalog.
+    pub index: usize,
+}
+
+/// One target of a combo.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ComboTarget {
+    pub model: ModelRef,
+    /// Pin the target to one connection of the provider.
+    pub connection: Option<String>,
+    pub weight: u32,
+    pub cost: Option<f64>,
+}
+
+/// A named routing group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Combo {
+    pub name: String,
+    pub strategy: Strategy,
+    pub targets: Vec<ComboTarget>,
+}
+
+/// A client API key as the request path sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    pub id: String,
+    pub name: String,
+    pub scopes: Vec<String>,
+    /// Connection ids this key may use; `None` = all.
+    pub allowed_connections: Option<Vec<String>>,
+    /// Model names (`provider/model`, `provider/*` or a combo name) this key may use;
+    /// `None` = all.
+    pub allowed_models: Option<Vec<String>>,
+    pub revoked: bool,
+}
+
+/// Scope that lets a client key call the management API.
+pub const SCOPE_ADMIN: &str = "admin";
+
+impl ApiKey {
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope)
+    }
+
+    pub fn may_use_connection(&self, connection_id: &str) -> bool {
+        self.allowed_connections
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|c| c == connection_id))
+    }
+
+    /// Whether the key may address `requested` (a combo name or `provider/model`).
+    pub fn may_use_model(&self, requested: &str) -> bool {
+        let Some(list) = &self.allowed_models else {
+            return true;
+        };
+        list.iter().any(|pattern| match pattern.strip_suffix("/*") {
+            Some(provider) => requested
+                .split_once('/')
+                .is_some_and(|(p, _)| p == provider),
+            None => pattern == requested,
+        })
+    }
+}
+
+/// Why a set of definitions cannot form a catalog. Each variant names the offending item.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    #[error("{kind} id `{id}` is invalid: use 1-64 letters, digits, '-', '_' or '.'")]
+    InvalidId { kind: &'static str, id: String },
+    #[error("duplicate {kind} id `{id}`")]
+    Duplicate { kind: &'static str, id: String },
+    #[error("connection `{connection}` names unknown provider `{provider}`")]
+    UnknownProvider {
+        connection: String,
+        provider: String,
+    },
+    #[error("combo `{combo}` target `{target}` names unknown provider `{provider}`")]
+    ComboUnknownProvider {
+        combo: String,
+        target: String,
+        provider: String,
+    },
+    #[error("combo `{combo}` target `{target}` pins connection `{connection}`, which does not belong to provider `{provider}`")]
+    ComboUnknownConnection {
+        combo: String,
+        target: String,
+        connection: String,
+        provider: String,
+    },
+    #[error("combo `{combo}` has no targets")]
+    EmptyCombo { combo: String },
+    #[error("combo name `{combo}` must not contain '/': it would be read as provider/model")]
+    ComboNameWithSlash { combo: String },
+    #[error("base URL `{url}` of {kind} `{id}` must start with http:// or https://")]
+    InvalidBaseUrl {
+        kind: &'static str,
+        id: String,
+        url: String,
+    },
+}
+
+/// The validated, immutable configuration snapshot.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    providers: HashMap<String, Provider>,
+    provider_order: Vec<String>,
+    connections: Vec<Arc<Connection>>,
+    by_provider: HashMap<String, Vec<usize>>,
+    combos: HashMap<String, Combo>,
+    combo_order: Vec<String>,
+    keys: HashMap<KeyHash, ApiKey>,
+}
+
+/// Raw connection definition from which the catalog derives a [`Connection`].
+#[derive(Debug, Clone)]
+pub struct ConnectionDef {
+    pub id: String,
+    pub provider: String,
+    pub auth_class: AuthClass,
+    /// Falls back to the provider's format.
+    pub format: Option<UpstreamFormat>,
+    /// Falls back to the provider's base URL.
+    pub base_url: Option<String>,
+    pub enabled: bool,
+    pub max_concurrent: Option<u32>,
+}
+
+fn check_url(kind: &'static str, id: &str, url: &str) -> Result<(), CatalogError> {
+    if url.starts_with("http://") || url.starts_with("https://") {
+        Ok(())
+    } else {
+        Err(CatalogError::InvalidBaseUrl {
+            kind,
+            id: id.to_owned(),
+            url: url.to_owned(),
+        })
+    }
+}
+
+fn check_id(kind: &'static str, id: &str) -> Result<(), CatalogError> {
+    if is_valid_id(id) {
+        Ok(())
+    } else {
+        Err(CatalogError::InvalidId {
+            kind,
+            id: id.to_owned(),
+        })
+    }
+}
+
+impl Catalog {
+    /// Builds and validates a catalog.
+    pub fn build(
+        providers: Vec<Provider>,
+        connections: Vec<ConnectionDef>,
+        combos: Vec<Combo>,
+        keys: Vec<(KeyHash, ApiKey)>,
+    ) -> Result<Self, CatalogError> {
+        let mut cat = Catalog::default();
+        for p in providers {
+            check_id("provider", &p.id)?;
+            check_url("provider", &p.id, &p.base_url)?;
+            if cat.providers.contains_key(&p.id) {
+                return Err(CatalogError::Duplicate {
+                    kind: "provider",
+                    id: p.id,
+                });
+            }
+            cat.provider_order.push(p.id.clone());
+            cat.providers.insert(p.id.clone(), p);
+        }
+        for def in connections {
+            check_id("connection", &def.id)?;
+            let Some(provider) = cat.providers.get(&def.provider) else {
+                return Err(CatalogError::UnknownProvider {
+                    connection: def.id,
+                    provider: def.provider,
+                });
+            };
+            if cat.connections.iter().any(|c| c.id == def.id) {
+                return Err(CatalogError::Duplicate {
+                    kind: "connection",
+                    id: def.id,
+                });
+            }
+            let base_url = def.base_url.unwrap_or_else(|| provider.base_url.clone());
+            check_url("connection", &def.id, &base_url)?;
+            let index = cat.connections.len();
+            cat.by_provider
+                .entry(def.provider.clone())
+                .or_default()
+                .push(index);
+            cat.connections.push(Arc::new(Connection {
+                format: def.format.unwrap_or(provider.format),
+                id: def.id,
+                provider: def.provider,
+                auth_class: def.auth_class,
+                base_url,
+                enabled: def.enabled,
+                max_concurrent: def.max_concurrent,
+                index,
+            }));
+        }
+        for combo in combos {
+            cat.add_combo(combo)?;
+        }
+        for (hash, key) in keys {
+            cat.keys.insert(hash, key);
+        }
+        Ok(cat)
+    }
+
+    fn add_combo(&mut self, combo: Combo) -> Result<(), CatalogError> {
+        if combo.name.contains('/') {
+            return Err(CatalogError::ComboNameWithSlash { combo: combo.name });
+        }
+        check_id("combo", &combo.name)?;
+        if self.combos.contains_key(&combo.name) {
+            return Err(CatalogError::Duplicate {
+                kind: "combo",
+                id: combo.name,
+            });
+        }
+        if combo.targets.is_empty() {
+            return Err(CatalogError::EmptyCombo { combo: combo.name });
+        }
+        for t in &combo.targets {
+            if !self.providers.contains_key(&t.model.provider) {
+                return Err(CatalogError::ComboUnknownProvider {
+                    combo: combo.name.clone(),
+                    target: t.model.to_string(),
+                    provider: t.model.provider.clone(),
+                });
+            }
+            if let Some(conn) = &t.connection {
+                let belongs = self
+                    .connection(conn)
+                    .is_some_and(|c| c.provider == t.model.provider);
+                if !belongs {
+                    return Err(CatalogError::ComboUnknownConnection {
+                        combo: combo.name.clone(),
+                        target: t.model.to_string(),
+                        connection: conn.clone(),
+                        provider: t.model.provider.clone(),
+                    });
+                }
+            }
+        }
+        self.combo_order.push(combo.name.clone());
+        self.combos.insert(combo.name.clone(), combo);
+        Ok(())
+    }
+
+    pub fn provider(&self, id: &str) -> Option<&Provider> {
+        self.providers.get(id)
+    }
+
+    /// Providers in the order they were defined.
+    pub fn providers(&self) -> impl Iterator<Item = &Provider> {
+        self.provider_order
+            .iter()
+            .filter_map(|id| self.providers.get(id))
+    }
+
+    pub fn connections(&self) -> &[Arc<Connection>] {
+        &self.connections
+    }
+
+    pub fn connection(&self, id: &str) -> Option<&Arc<Connection>> {
+        self.connections.iter().find(|c| c.id == id)
+    }
+
+    /// Connections of a provider, in definition order.
+    pub fn provider_connections(&self, provider: &str) -> impl Iterator<Item = &Arc<Connection>> {
+        self.by_provider
+            .get(provider)
+            .into_iter()
+            .flatten()
+            .filter_map(|&i| self.connections.get(i))
+    }
+
+    pub fn combo(&self, name: &str) -> Option<&Combo> {
+        self.combos.get(name)
+    }
+
+    /// Combos in the order they were defined.
+    pub fn combos(&self) -> impl Iterator<Item = &Combo> {
+        self.combo_order.iter().filter_map(|n| self.combos.get(n))
+    }
+
+    /// Finds the key whose hash is `hash`. The map lookup narrows the search; the final
+    /// comparison is constant-time.
+    pub fn key_by_hash(&self, hash: &KeyHash) -> Option<&ApiKey> {
+        self.keys
+            .get_key_value(hash)
+            .filter(|(stored, _)| stored.ct_eq(hash))
+            .map(|(_, key)| key)
+    }
+}

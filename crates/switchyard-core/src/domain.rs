@@ -1,0 +1,132 @@
+//! Domain vocabulary shared by every layer: auth classes, upstream formats, routing
+//! strategies and `provider/model` references. Parsing happens once at the edge; the
+//! rest of the code works with these validated types.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How a connection authenticates upstream. It selects breaker and cooldown profiles
+/// (SPEC G4, R1, R3): subscription accounts behave differently from metered API keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthClass {
+    Oauth,
+    Apikey,
+    Local,
+}
+
+impl AuthClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Oauth => "oauth",
+            Self::Apikey => "apikey",
+            Self::Local => "local",
+        }
+    }
+}
+
+/// The wire format an upstream speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamFormat {
+    Openai,
+    Anthropic,
+}
+
+impl UpstreamFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// User-selectable combo strategies (SPEC R19). Only the strategies implemented so far
+/// are listed; an unknown strategy name is rejected when the combo is validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// Targets are tried strictly in the order given.
+    Priority,
+}
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Priority => "priority",
+        }
+    }
+}
+
+/// A `provider/model` reference. The model part may itself contain slashes
+/// (`openrouter/meta/llama-3`): only the first slash separates the provider.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ModelRef {
+    pub provider: String,
+    pub model: String,
+}
+
+/// Why a `provider/model` string could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("model `{0}` must have the form provider/model")]
+pub struct ModelRefError(pub String);
+
+impl ModelRef {
+    pub fn parse(s: &str) -> Result<Self, ModelRefError> {
+        match s.split_once('/') {
+            Some((p, m)) if !p.is_empty() && !m.is_empty() => Ok(Self {
+                provider: p.to_owned(),
+                model: m.to_owned(),
+            }),
+            _ => Err(ModelRefError(s.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for ModelRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.provider, self.model)
+    }
+}
+
+/// Returns true when `id` is usable as a provider, connection, key or combo identifier:
+/// 1–64 characters of ASCII letters, digits, `-`, `_` and `.`. Identifiers appear in URLs,
+/// metric labels and `provider/model` strings, so they must not contain `/` or spaces.
+pub fn is_valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_ref_splits_on_first_slash_only() {
+        let r = ModelRef::parse("openrouter/meta/llama-3").unwrap();
+        assert_eq!(r.provider, "openrouter");
+        assert_eq!(r.model, "meta/llama-3");
+        assert_eq!(r.to_string(), "openrouter/meta/llama-3");
+    }
+
+    #[test]
+    fn model_ref_rejects_missing_parts() {
+        for bad in ["", "gpt-4o", "/gpt-4o", "openai/"] {
+            assert_eq!(ModelRef::parse(bad), Err(ModelRefError(bad.to_owned())));
+        }
+    }
+
+    #[test]
+    fn ids_are_restricted_to_url_and_label_safe_characters() {
+        assert!(is_valid_id("openai-main_2.b"));
+        assert!(!is_valid_id(""));
+        assert!(!is_valid_id("a/b"));
+        assert!(!is_valid_id("a b"));
+        assert!(!is_valid_id(&"x".repeat(65)));
+        assert!(is_valid_id(&"x".repeat(64)));
+    }
+}

@@ -1,0 +1,19 @@
+//! Switchyard's decisions.
+//!
+//! Everything here is a plain function or a state machine over plain data: no I/O, no
+//! async runtime, no clock reads, no environment reads. Anything that depends on time
+//! takes `now` (milliseconds since the Unix epoch) as an argument, so every decision can
+//! be tested exhaustively without sleeping. The gateway crate is the imperative shell
+//! that feeds these functions with requests, configuration and the clock.
+
+pub mod apikey;
+pub mod catalog;
+pub mod chat;
+pub mod domain;
+pub mod outcome;
+pub mod routing;
+pub mod sse;
+pub mod usage;
+
+/// Milliseconds since the Unix epoch: the one time unit decisions use.
+pub type UnixMillis = u64;
