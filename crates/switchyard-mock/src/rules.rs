@@ -1,0 +1,150 @@
+//! Scripted behaviour: rules, their matching, and request quotas.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use tokio::time::Instant;
+
+/// Which requests a rule applies to. Absent fields match anything.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Match {
+    /// The credential the caller presented (`Authorization: Bearer` or `x-api-key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
+    /// The `model` field of the request body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The request path, e.g. `/v1/messages`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// Where a scripted connection reset happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResetPoint {
+    /// The TCP connection is reset before any response byte.
+    BeforeHeaders,
+}
+
+/// A request quota: the first `limit` matching requests in each window pass, the rest
+/// get 429 with `Retry-After` and OpenAI-style `x-ratelimit-*` headers until the window
+/// (which starts at the first request) ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaSpec {
+    pub limit: u64,
+    pub window_ms: u64,
+}
+
+/// One scripted behaviour.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    #[serde(default, rename = "match")]
+    pub matches: Match,
+    /// Apply to this many matching requests, then expire. Absent = forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<u64>,
+    /// Delay before the response headers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+    /// Answer with this status instead of a completion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Body for `status`: a JSON value, or a string sent as is. Default: an
+    /// OpenAI-style error object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Value>,
+    /// Extra response headers, on errors and successes alike (rate-limit signals).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset: Option<ResetPoint>,
+    /// Number of content chunks (also the completion token count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<u32>,
+    /// Delay between stream chunks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_interval_ms: Option<u64>,
+    /// Stop sending after this many content chunks and hold the connection open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_after_chunks: Option<u32>,
+    /// Reset the connection after this many content chunks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_after_chunks: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaSpec>,
+}
+
+impl Match {
+    fn accepts(&self, credential: &str, model: &str, path: &str) -> bool {
+        self.credential.as_deref().is_none_or(|c| c == credential)
+            && self.model.as_deref().is_none_or(|m| m == model)
+            && self.path.as_deref().is_none_or(|p| p == path)
+    }
+}
+
+/// A rule with its runtime counters.
+#[derive(Debug)]
+pub(crate) struct StoredRule {
+    pub id: u64,
+    pub rule: Rule,
+    pub window_start: Option<Instant>,
+    pub window_count: u64,
+}
+
+/// The quota verdict for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QuotaState {
+    pub limit: u64,
+    pub remaining: u64,
+    pub reset_ms: u64,
+    pub exceeded: bool,
+}
+
+/// Finds the rule for a request and updates its counters. Returns the rule and the quota
+/// verdict when the rule has a quota.
+pub(crate) fn select(
+    rules: &mut Vec<StoredRule>,
+    credential: &str,
+    model: &str,
+    path: &str,
+    now: Instant,
+) -> Option<(Rule, Option<QuotaState>)> {
+    let idx = rules.iter().position(|r| {
+        r.rule.times.is_none_or(|t| t > 0) && r.rule.matches.accepts(credential, model, path)
+    })?;
+    let stored = &mut rules[idx];
+    if let Some(t) = stored.rule.times.as_mut() {
+        *t -= 1;
+    }
+    let quota = stored.rule.quota.map(|q| {
+        let start = match stored.window_start {
+            Some(s) if now.duration_since(s).as_millis() < u128::from(q.window_ms) => s,
+            _ => {
+                stored.window_count = 0;
+                stored.window_start = Some(now);
+                now
+            }
+        };
+        let elapsed = u64::try_from(now.duration_since(start).as_millis()).unwrap_or(u64::MAX);
+        let reset_ms = q.window_ms.saturating_sub(elapsed);
+        let exceeded = stored.window_count >= q.limit;
+        if !exceeded {
+            stored.window_count += 1;
+        }
+        QuotaState {
+            limit: q.limit,
+            remaining: q.limit.saturating_sub(stored.window_count),
+            reset_ms,
+            exceeded,
+        }
+    });
+    let rule = stored.rule.clone();
+    if rule.times == Some(0) {
+        rules.remove(idx);
+    }
+    Some((rule, quota))
+}

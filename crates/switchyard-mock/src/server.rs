@@ -1,0 +1,467 @@
+//! The mock's HTTP server: accept loop (with scripted connection resets), handlers and
+//! counters.
+
+use crate::rules::{self, QuotaState, ResetPoint, Rule, StoredRule};
+use crate::{anthropic, openai};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use bytes::Bytes;
+use futures_util::stream::{self, StreamExt};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+/// Content chunks per answer when no rule says otherwise.
+const DEFAULT_CHUNKS: u32 = 5;
+
+/// How many recent requests `/_mock/stats` keeps, so the stats stay bounded under load.
+const RECENT_REQUESTS: usize = 64;
+
+/// Largest request body the mock accepts (matches common provider limits).
+const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// A request as the stats report it.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Seen {
+    path: String,
+    model: String,
+    credential: String,
+    stream: bool,
+    headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    by_credential: BTreeMap<String, u64>,
+    by_model: BTreeMap<String, u64>,
+    recent: VecDeque<Seen>,
+}
+
+/// Shared mock state.
+#[derive(Debug, Default)]
+pub struct MockState {
+    rules: Mutex<Vec<StoredRule>>,
+    next_rule_id: AtomicU64,
+    stats: Mutex<Stats>,
+    total: AtomicU64,
+    in_flight: AtomicU64,
+    peak: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Counts a request as in flight until dropped.
+struct InFlight(Arc<MockState>);
+
+impl InFlight {
+    fn new(state: &Arc<MockState>) -> Self {
+        let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        state.peak.fetch_max(now, Ordering::SeqCst);
+        Self(Arc::clone(state))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Closes the underlying TCP connection with a reset when notified.
+#[derive(Clone)]
+struct ConnKill(Arc<Notify>);
+
+/// The mock's routes.
+pub fn router(state: Arc<MockState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/messages", post(messages))
+        .route("/v1/models", get(|| async { Json(openai::models()) }))
+        .route("/_mock/rules", post(add_rule).get(list_rules).delete(clear_rules))
+        .route("/_mock/stats", get(stats))
+        .route("/_mock/reset", post(reset))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// A running mock provider.
+#[derive(Debug)]
+pub struct MockServer {
+    pub addr: SocketAddr,
+    pub state: Arc<MockState>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl MockServer {
+    /// Serves the mock on `listener` in a background task.
+    pub fn start(listener: TcpListener) -> std::io::Result<Self> {
+        let addr = listener.local_addr()?;
+        let state = Arc::new(MockState::default());
+        let (tx, rx) = watch::channel(false);
+        tokio::spawn(accept_loop(listener, router(Arc::clone(&state)), rx));
+        Ok(Self {
+            addr,
+            state,
+            shutdown: tx,
+        })
+    }
+
+    /// Binds 127.0.0.1 on a free port and serves the mock.
+    pub async fn start_local() -> std::io::Result<Self> {
+        Self::start(TcpListener::bind("127.0.0.1:0").await?)
+    }
+
+    /// `http://addr` — the base URL to give a connection.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting connections.
+    pub fn stop(&self) {
+        self.shutdown.send_replace(true);
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs the mock until `shutdown` resolves. Used by `switchyard mock`.
+pub async fn serve_until(
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let server = MockServer::start(listener)?;
+    shutdown.await;
+    server.stop();
+    Ok(())
+}
+
+async fn accept_loop(listener: TcpListener, app: Router, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Mock provider failed to accept a connection.");
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        tokio::spawn(async move {
+            let kill = ConnKill(Arc::new(Notify::new()));
+            let notified = Arc::clone(&kill.0);
+            let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(kill.clone());
+                app.clone().oneshot(req.map(Body::new))
+            });
+            let std_stream = stream;
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let io = TokioIo::new(std_stream);
+            let conn = builder.serve_connection(io, service);
+            tokio::select! {
+                _ = conn => {}
+                () = notified.notified() => {}
+            }
+        });
+    }
+}
+
+/// Everything a handler needs from a request.
+struct Incoming {
+    path: &'static str,
+    credential: String,
+    model: String,
+    stream: bool,
+    include_usage: bool,
+    prompt: u64,
+}
+
+fn credential(headers: &HeaderMap) -> String {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+        .unwrap_or("")
+        .to_owned()
+}
+
+fn record(state: &Arc<MockState>, inc: &Incoming, headers: &HeaderMap) {
+    state.total.fetch_add(1, Ordering::SeqCst);
+    let mut stats = lock(&state.stats);
+    *stats.by_credential.entry(inc.credential.clone()).or_default() += 1;
+    *stats.by_model.entry(inc.model.clone()).or_default() += 1;
+    if stats.recent.len() == RECENT_REQUESTS {
+        stats.recent.pop_front();
+    }
+    let headers = headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    stats.recent.push_back(Seen {
+        path: inc.path.to_owned(),
+        model: inc.model.clone(),
+        credential: inc.credential.clone(),
+        stream: inc.stream,
+        headers,
+    });
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Api {
+    OpenAi,
+    Anthropic,
+}
+
+async fn chat(
+    State(state): State<Arc<MockState>>,
+    Extension(kill): Extension<ConnKill>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(state, kill, headers, body, Api::OpenAi).await
+}
+
+async fn messages(
+    State(state): State<Arc<MockState>>,
+    Extension(kill): Extension<ConnKill>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(state, kill, headers, body, Api::Anthropic).await
+}
+
+fn error_response(api: Api, status: StatusCode, message: &str) -> Response {
+    let body = match api {
+        Api::OpenAi => openai::error_body(status.as_u16(), message),
+        Api::Anthropic => anthropic::error_body(status.as_u16(), message),
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn handle(
+    state: Arc<MockState>,
+    kill: ConnKill,
+    headers: HeaderMap,
+    body: Bytes,
+    api: Api,
+) -> Response {
+    let guard = InFlight::new(&state);
+    let Ok(parsed) = serde_json::from_slice::<Value>(&body) else {
+        return error_response(api, StatusCode::BAD_REQUEST, "request body is not valid JSON");
+    };
+    let inc = Incoming {
+        path: match api {
+            Api::OpenAi => "/v1/chat/completions",
+            Api::Anthropic => "/v1/messages",
+        },
+        credential: credential(&headers),
+        model: parsed
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        stream: parsed.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        include_usage: parsed
+            .pointer("/stream_options/include_usage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        prompt: openai::prompt_tokens(&parsed),
+    };
+    record(&state, &inc, &headers);
+    if inc.credential.is_empty() {
+        return error_response(api, StatusCode::UNAUTHORIZED, "missing API key");
+    }
+    let selected = {
+        let mut rules = lock(&state.rules);
+        if rules.is_empty() {
+            None
+        } else {
+            rules::select(&mut rules, &inc.credential, &inc.model, inc.path, Instant::now())
+        }
+    };
+    let (rule, quota) = selected.unwrap_or_default();
+    if let Some(ms) = rule.latency_ms {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if rule.reset == Some(ResetPoint::BeforeHeaders) {
+        kill.0.notify_one();
+        std::future::pending::<()>().await;
+    }
+    let mut extra = HeaderMap::new();
+    for (k, v) in &rule.headers {
+        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k.as_str()), HeaderValue::try_from(v.as_str())) {
+            extra.insert(k, v);
+        }
+    }
+    let mut response = if let Some(q) = quota.filter(|q| q.exceeded) {
+        quota_exceeded(api, q)
+    } else if let Some(status) = rule.status {
+        scripted_status(api, status, rule.body.as_ref())
+    } else {
+        success(api, &inc, &rule, guard)
+    };
+    if let Some(q) = quota {
+        add_quota_headers(response.headers_mut(), q);
+    }
+    response.headers_mut().extend(extra);
+    response
+}
+
+fn scripted_status(api: Api, status: u16, body: Option<&Value>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    match body {
+        Some(Value::String(s)) => (status, s.clone()).into_response(),
+        Some(v) => (status, Json(v.clone())).into_response(),
+        None => error_response(api, status, &format!("mock injected status {}", status.as_u16())),
+    }
+}
+
+fn quota_exceeded(api: Api, q: QuotaState) -> Response {
+    let mut r = error_response(api, StatusCode::TOO_MANY_REQUESTS, "mock request quota exhausted for this window");
+    let secs = q.reset_ms.div_ceil(1000).max(1);
+    if let Ok(v) = HeaderValue::try_from(secs.to_string()) {
+        r.headers_mut().insert("retry-after", v);
+    }
+    r
+}
+
+fn add_quota_headers(h: &mut HeaderMap, q: QuotaState) {
+    let pairs = [
+        ("x-ratelimit-limit-requests", q.limit.to_string()),
+        ("x-ratelimit-remaining-requests", q.remaining.to_string()),
+        ("x-ratelimit-reset-requests", format!("{}ms", q.reset_ms)),
+    ];
+    for (k, v) in pairs {
+        if let Ok(v) = HeaderValue::try_from(v) {
+            h.insert(k, v);
+        }
+    }
+}
+
+fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
+    let chunks = rule.chunks.unwrap_or(DEFAULT_CHUNKS);
+    if !inc.stream {
+        let body = match api {
+            Api::OpenAi => openai::completion(&inc.model, chunks, inc.prompt),
+            Api::Anthropic => anthropic::message(&inc.model, chunks, inc.prompt),
+        };
+        drop(guard);
+        return Json(body).into_response();
+    }
+    let (head, tail) = match api {
+        Api::OpenAi => (
+            openai::stream_head(&inc.model),
+            openai::stream_tail(&inc.model, chunks, inc.prompt, inc.include_usage),
+        ),
+        Api::Anthropic => (
+            anthropic::stream_head(&inc.model, inc.prompt),
+            anthropic::stream_tail(chunks),
+        ),
+    };
+    let model = inc.model.clone();
+    let interval = rule.chunk_interval_ms.map(Duration::from_millis);
+    let stall_after = rule.stall_after_chunks;
+    let reset_after = rule.reset_after_chunks;
+    let content = stream::iter(0..chunks).then(move |i| {
+        let model = model.clone();
+        async move {
+            if stall_after == Some(i) {
+                std::future::pending::<()>().await;
+            }
+            if reset_after == Some(i) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "mock scripted reset",
+                ));
+            }
+            if let Some(d) = interval {
+                tokio::time::sleep(d).await;
+            }
+            Ok(Bytes::from(match api {
+                Api::OpenAi => openai::stream_content(&model, i),
+                Api::Anthropic => anthropic::stream_content(i),
+            }))
+        }
+    });
+    let body = stream::once(async move { Ok(Bytes::from(head)) })
+        .chain(content)
+        .chain(stream::once(async move {
+            drop(guard);
+            Ok(Bytes::from(tail))
+        }));
+    let mut r = Response::new(Body::from_stream(body));
+    r.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut()
+        .insert("cache-control", HeaderValue::from_static("no-cache"));
+    r
+}
+
+async fn add_rule(State(state): State<Arc<MockState>>, Json(rule): Json<Rule>) -> Json<Value> {
+    let id = state.next_rule_id.fetch_add(1, Ordering::SeqCst) + 1;
+    lock(&state.rules).push(StoredRule {
+        id,
+        rule,
+        window_start: None,
+        window_count: 0,
+    });
+    Json(json!({ "id": id }))
+}
+
+async fn list_rules(State(state): State<Arc<MockState>>) -> Json<Value> {
+    let rules = lock(&state.rules);
+    let list: Vec<Value> = rules
+        .iter()
+        .map(|r| json!({"id": r.id, "rule": r.rule, "window_count": r.window_count}))
+        .collect();
+    Json(json!({ "rules": list }))
+}
+
+async fn clear_rules(State(state): State<Arc<MockState>>) -> StatusCode {
+    lock(&state.rules).clear();
+    StatusCode::NO_CONTENT
+}
+
+async fn stats(State(state): State<Arc<MockState>>) -> Json<Value> {
+    let stats = lock(&state.stats);
+    Json(json!({
+        "requests_total": state.total.load(Ordering::SeqCst),
+        "in_flight": state.in_flight.load(Ordering::SeqCst),
+        "peak_in_flight": state.peak.load(Ordering::SeqCst),
+        "by_credential": stats.by_credential,
+        "by_model": stats.by_model,
+        "recent": stats.recent,
+    }))
+}
+
+async fn reset(State(state): State<Arc<MockState>>) -> StatusCode {
+    lock(&state.rules).clear();
+    *lock(&state.stats) = Stats::default();
+    state.total.store(0, Ordering::SeqCst);
+    state.peak.store(state.in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
+    StatusCode::NO_CONTENT
+}

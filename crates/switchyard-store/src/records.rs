@@ -1,0 +1,134 @@
+//! Rows as the rest of Switchyard sees them. These are also the management API's
+//! response shapes, so none of them carries a credential or a key secret.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use switchyard_core::domain::{AuthClass, Strategy, UpstreamFormat};
+use utoipa::ToSchema;
+
+/// A provider: a family of interchangeable upstream accounts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderRecord {
+    /// Identifier used in `provider/model` names.
+    pub id: String,
+    /// Wire format of the upstream: `openai` or `anthropic`.
+    #[schema(value_type = String, example = "openai")]
+    pub format: UpstreamFormat,
+    /// Base URL, e.g. `https://api.openai.com` (the gateway appends `/v1/...`).
+    pub base_url: String,
+    /// Models offered; empty = any model name is passed through.
+    #[serde(default)]
+    pub models: Vec<String>,
+}
+
+/// An upstream account. The credential is write-only and never part of this record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ConnectionRecord {
+    pub id: String,
+    pub provider: String,
+    /// `oauth`, `apikey` or `local`.
+    #[schema(value_type = String, example = "apikey")]
+    pub auth_class: AuthClass,
+    /// Overrides the provider's format.
+    #[schema(value_type = Option<String>)]
+    pub format: Option<UpstreamFormat>,
+    /// Overrides the provider's base URL.
+    pub base_url: Option<String>,
+    pub enabled: bool,
+    pub max_concurrent: Option<u32>,
+    pub rate_limit_overrides: Option<Value>,
+    pub provider_specific_data: Option<Value>,
+    pub disable_cooling: bool,
+    /// Whether a credential is stored (its value is never returned).
+    pub has_credential: bool,
+}
+
+/// One target of a combo.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TargetRecord {
+    /// `provider/model`.
+    pub model: String,
+    /// Pin this target to one connection.
+    #[serde(default)]
+    pub connection: Option<String>,
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    #[serde(default)]
+    pub cost: Option<f64>,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+/// A named routing group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ComboRecord {
+    pub name: String,
+    #[schema(value_type = String, example = "priority")]
+    pub strategy: Strategy,
+    pub targets: Vec<TargetRecord>,
+}
+
+/// A client API key, without its secret.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct KeyRecord {
+    pub id: String,
+    pub name: String,
+    /// The first characters of the key, for recognising it in lists.
+    pub prefix: String,
+    pub scopes: Vec<String>,
+    pub allowed_connections: Option<Vec<String>>,
+    pub allowed_models: Option<Vec<String>>,
+    /// Unix milliseconds.
+    pub created_at: u64,
+    /// Unix milliseconds; set once the key is revoked.
+    pub revoked_at: Option<u64>,
+    /// Hex SHA-256 of the secret; internal, never serialised.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub key_hash: String,
+}
+
+/// One stored setting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SettingRecord {
+    pub key: String,
+    pub value: Value,
+}
+
+/// One row of the request log (SPEC G9). Never bodies, never credentials.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LogRow {
+    pub ts: u64,
+    pub request_id: String,
+    pub key_id: Option<String>,
+    pub requested_model: String,
+    pub provider: Option<String>,
+    pub connection_id: Option<String>,
+    pub model: Option<String>,
+    pub status: u16,
+    pub error_code: Option<String>,
+    pub stream: bool,
+    pub attempts: u32,
+    pub latency_ms: u64,
+    pub ttfb_ms: Option<u64>,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub egress_ip: Option<String>,
+}
+
+/// Everything the gateway's in-memory snapshot is built from.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigRows {
+    pub version: i64,
+    pub providers: Vec<ProviderRecord>,
+    /// Connections with their credentials, for the gateway's credential table only.
+    pub connections: Vec<(ConnectionRecord, String)>,
+    pub combos: Vec<ComboRecord>,
+    pub keys: Vec<KeyRecord>,
+    pub settings: Vec<SettingRecord>,
+}
