@@ -37,8 +37,8 @@ pub enum ChatParseError {
 
 impl ChatRequest {
     pub fn parse(bytes: &[u8]) -> Result<Self, ChatParseError> {
-        let value: Value =
-            serde_json::from_slice(bytes).map_err(|e| ChatParseError::InvalidJson(e.to_string()))?;
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| ChatParseError::InvalidJson(e.to_string()))?;
         let Value::Object(body) = value else {
             return Err(ChatParseError::NotAnObject);
         };
@@ -123,9 +123,15 @@ mod tests {
         let cases: [(&[u8], ChatParseError); 7] = [
             (b"[1]", ChatParseError::NotAnObject),
             (br#"{"messages":[{}]}"#, ChatParseError::MissingModel),
-            (br#"{"model":"","messages":[{}]}"#, ChatParseError::MissingModel),
+            (
+                br#"{"model":"","messages":[{}]}"#,
+                ChatParseError::MissingModel,
+            ),
             (br#"{"model":"a/b"}"#, ChatParseError::MissingMessages),
-            (br#"{"model":"a/b","messages":[]}"#, ChatParseError::MissingMessages),
+            (
+                br#"{"model":"a/b","messages":[]}"#,
+                ChatParseError::MissingMessages,
+            ),
             (
                 br#"{"model":"a/b","messages":[{}],"stream":"yes"}"#,
                 ChatParseError::InvalidStream,

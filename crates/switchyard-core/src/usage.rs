@@ -72,7 +72,8 @@ mod tests {
                 completion_tokens: 5
             })
         );
-        let a = br#"{"type":"message_start","message":{"usage":{"input_tokens":9,"output_tokens":1}}}"#;
+        let a =
+            br#"{"type":"message_start","message":{"usage":{"input_tokens":9,"output_tokens":1}}}"#;
         assert_eq!(
             Usage::from_json_bytes(a),
             Some(Usage {

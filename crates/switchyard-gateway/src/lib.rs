@@ -1,1 +1,18 @@
-//! placeholder
+//! Switchyard's imperative shell: the HTTP server, the request pipeline, the upstream
+//! client, the management API, configuration loading, metrics and the clock. Decisions
+//! are delegated to `switchyard-core`; persistence to `switchyard-store`.
+
+pub mod admin;
+pub mod bootstrap;
+pub mod clock;
+pub mod config;
+pub mod error;
+pub mod keys;
+pub mod metrics;
+pub mod pipeline;
+pub mod reqlog;
+pub mod server;
+pub mod snapshot;
+pub mod state;
+
+pub use server::{app, run};

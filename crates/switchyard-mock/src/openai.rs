@@ -4,7 +4,14 @@ use serde_json::{json, Value};
 
 /// The words the mock's answers are made of; chunk `i` is `WORDS[i % WORDS.len()]`.
 pub const WORDS: [&str; 8] = [
-    "Hello", " from", " the", " Switchyard", " mock", " provider", ".", " ",
+    "Hello",
+    " from",
+    " the",
+    " Switchyard",
+    " mock",
+    " provider",
+    ".",
+    " ",
 ];
 
 /// The fixed `created` timestamp of every response, so output is byte-for-byte stable.

@@ -92,7 +92,10 @@ pub fn router(state: Arc<MockState>) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/messages", post(messages))
         .route("/v1/models", get(|| async { Json(openai::models()) }))
-        .route("/_mock/rules", post(add_rule).get(list_rules).delete(clear_rules))
+        .route(
+            "/_mock/rules",
+            post(add_rule).get(list_rules).delete(clear_rules),
+        )
         .route("/_mock/stats", get(stats))
         .route("/_mock/reset", post(reset))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -171,10 +174,11 @@ async fn accept_loop(listener: TcpListener, app: Router, mut shutdown: watch::Re
         tokio::spawn(async move {
             let kill = ConnKill(Arc::new(Notify::new()));
             let notified = Arc::clone(&kill.0);
-            let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(kill.clone());
-                app.clone().oneshot(req.map(Body::new))
-            });
+            let service =
+                hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(kill.clone());
+                    app.clone().oneshot(req.map(Body::new))
+                });
             let std_stream = stream;
             let builder = auto::Builder::new(TokioExecutor::new());
             let io = TokioIo::new(std_stream);
@@ -210,14 +214,22 @@ fn credential(headers: &HeaderMap) -> String {
 fn record(state: &Arc<MockState>, inc: &Incoming, headers: &HeaderMap) {
     state.total.fetch_add(1, Ordering::SeqCst);
     let mut stats = lock(&state.stats);
-    *stats.by_credential.entry(inc.credential.clone()).or_default() += 1;
+    *stats
+        .by_credential
+        .entry(inc.credential.clone())
+        .or_default() += 1;
     *stats.by_model.entry(inc.model.clone()).or_default() += 1;
     if stats.recent.len() == RECENT_REQUESTS {
         stats.recent.pop_front();
     }
     let headers = headers
         .iter()
-        .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
         .collect();
     stats.recent.push_back(Seen {
         path: inc.path.to_owned(),
@@ -269,7 +281,11 @@ async fn handle(
 ) -> Response {
     let guard = InFlight::new(&state);
     let Ok(parsed) = serde_json::from_slice::<Value>(&body) else {
-        return error_response(api, StatusCode::BAD_REQUEST, "request body is not valid JSON");
+        return error_response(
+            api,
+            StatusCode::BAD_REQUEST,
+            "request body is not valid JSON",
+        );
     };
     let inc = Incoming {
         path: match api {
@@ -282,7 +298,10 @@ async fn handle(
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned(),
-        stream: parsed.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        stream: parsed
+            .get("stream")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         include_usage: parsed
             .pointer("/stream_options/include_usage")
             .and_then(Value::as_bool)
@@ -298,7 +317,13 @@ async fn handle(
         if rules.is_empty() {
             None
         } else {
-            rules::select(&mut rules, &inc.credential, &inc.model, inc.path, Instant::now())
+            rules::select(
+                &mut rules,
+                &inc.credential,
+                &inc.model,
+                inc.path,
+                Instant::now(),
+            )
         }
     };
     let (rule, quota) = selected.unwrap_or_default();
@@ -311,7 +336,10 @@ async fn handle(
     }
     let mut extra = HeaderMap::new();
     for (k, v) in &rule.headers {
-        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k.as_str()), HeaderValue::try_from(v.as_str())) {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::try_from(k.as_str()),
+            HeaderValue::try_from(v.as_str()),
+        ) {
             extra.insert(k, v);
         }
     }
@@ -334,12 +362,20 @@ fn scripted_status(api: Api, status: u16, body: Option<&Value>) -> Response {
     match body {
         Some(Value::String(s)) => (status, s.clone()).into_response(),
         Some(v) => (status, Json(v.clone())).into_response(),
-        None => error_response(api, status, &format!("mock injected status {}", status.as_u16())),
+        None => error_response(
+            api,
+            status,
+            &format!("mock injected status {}", status.as_u16()),
+        ),
     }
 }
 
 fn quota_exceeded(api: Api, q: QuotaState) -> Response {
-    let mut r = error_response(api, StatusCode::TOO_MANY_REQUESTS, "mock request quota exhausted for this window");
+    let mut r = error_response(
+        api,
+        StatusCode::TOO_MANY_REQUESTS,
+        "mock request quota exhausted for this window",
+    );
     let secs = q.reset_ms.div_ceil(1000).max(1);
     if let Ok(v) = HeaderValue::try_from(secs.to_string()) {
         r.headers_mut().insert("retry-after", v);
@@ -421,15 +457,22 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
     r
 }
 
+impl MockState {
+    /// Adds a rule (the programmatic twin of `POST /_mock/rules`); returns its id.
+    pub fn add_rule(&self, rule: Rule) -> u64 {
+        let id = self.next_rule_id.fetch_add(1, Ordering::SeqCst) + 1;
+        lock(&self.rules).push(StoredRule {
+            id,
+            rule,
+            window_start: None,
+            window_count: 0,
+        });
+        id
+    }
+}
+
 async fn add_rule(State(state): State<Arc<MockState>>, Json(rule): Json<Rule>) -> Json<Value> {
-    let id = state.next_rule_id.fetch_add(1, Ordering::SeqCst) + 1;
-    lock(&state.rules).push(StoredRule {
-        id,
-        rule,
-        window_start: None,
-        window_count: 0,
-    });
-    Json(json!({ "id": id }))
+    Json(json!({ "id": state.add_rule(rule) }))
 }
 
 async fn list_rules(State(state): State<Arc<MockState>>) -> Json<Value> {
@@ -462,6 +505,8 @@ async fn reset(State(state): State<Arc<MockState>>) -> StatusCode {
     lock(&state.rules).clear();
     *lock(&state.stats) = Stats::default();
     state.total.store(0, Ordering::SeqCst);
-    state.peak.store(state.in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
+    state
+        .peak
+        .store(state.in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
     StatusCode::NO_CONTENT
 }

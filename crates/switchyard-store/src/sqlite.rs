@@ -52,7 +52,9 @@ fn enum_to_str<T: Serialize>(v: &T) -> Result<String> {
 }
 
 fn enum_from_str<T: DeserializeOwned>(s: &str) -> Result<T> {
-    Ok(serde_json::from_value(serde_json::Value::String(s.to_owned()))?)
+    Ok(serde_json::from_value(serde_json::Value::String(
+        s.to_owned(),
+    ))?)
 }
 
 fn u64_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
@@ -176,7 +178,13 @@ impl Store {
                  ON CONFLICT(id) DO UPDATE SET format = excluded.format,
                    base_url = excluded.base_url, models = excluded.models,
                    updated_at = excluded.updated_at",
-                params![p.id, enum_to_str(&p.format)?, p.base_url, to_json(&p.models)?, i64_of(now)],
+                params![
+                    p.id,
+                    enum_to_str(&p.format)?,
+                    p.base_url,
+                    to_json(&p.models)?,
+                    i64_of(now)
+                ],
             )?;
             Ok(())
         })
@@ -197,7 +205,11 @@ impl Store {
             }
             let combos: Vec<String> = query_combos(tx, None)?
                 .into_iter()
-                .filter(|c| c.targets.iter().any(|t| t.model.split('/').next() == Some(id)))
+                .filter(|c| {
+                    c.targets
+                        .iter()
+                        .any(|t| t.model.split('/').next() == Some(id))
+                })
                 .map(|c| c.name)
                 .collect();
             if !combos.is_empty() {
@@ -283,7 +295,11 @@ impl Store {
         self.config_write(|tx| {
             let combos: Vec<String> = query_combos(tx, None)?
                 .into_iter()
-                .filter(|c| c.targets.iter().any(|t| t.connection.as_deref() == Some(id)))
+                .filter(|c| {
+                    c.targets
+                        .iter()
+                        .any(|t| t.connection.as_deref() == Some(id))
+                })
                 .map(|c| c.name)
                 .collect();
             if !combos.is_empty() {
@@ -315,7 +331,12 @@ impl Store {
                  VALUES (?1, ?2, ?3, ?4, ?4)
                  ON CONFLICT(name) DO UPDATE SET strategy = excluded.strategy,
                    targets = excluded.targets, updated_at = excluded.updated_at",
-                params![c.name, enum_to_str(&c.strategy)?, to_json(&c.targets)?, i64_of(now)],
+                params![
+                    c.name,
+                    enum_to_str(&c.strategy)?,
+                    to_json(&c.targets)?,
+                    i64_of(now)
+                ],
             )?;
             Ok(())
         })
@@ -458,7 +479,8 @@ impl Store {
         let rows = stmt
             .query_map(params![limit, key_id], |r| {
                 let opt_u64 = |i: usize| -> rusqlite::Result<Option<u64>> {
-                    Ok(r.get::<_, Option<i64>>(i)?.map(|v| u64::try_from(v).unwrap_or(0)))
+                    Ok(r.get::<_, Option<i64>>(i)?
+                        .map(|v| u64::try_from(v).unwrap_or(0)))
                 };
                 Ok(LogRow {
                     ts: u64_col(r, 0)?,
@@ -493,10 +515,18 @@ fn migrate(conn: &mut Connection) -> Result<()> {
             supported,
         });
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(current).unwrap_or(0)) {
+    for (i, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(current).unwrap_or(0))
+    {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", i64::try_from(i + 1).unwrap_or(i64::MAX))?;
+        tx.pragma_update(
+            None,
+            "user_version",
+            i64::try_from(i + 1).unwrap_or(i64::MAX),
+        )?;
         tx.commit()?;
         tracing::info!(version = i + 1, "Applied database migration.");
     }
@@ -621,24 +651,26 @@ fn query_connections(
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     raw.into_iter()
-        .map(|(id, provider, auth, format, base_url, cred, enabled, max, rlo, psd, dc)| {
-            Ok((
-                ConnectionRecord {
-                    id,
-                    provider,
-                    auth_class: enum_from_str(&auth)?,
-                    format: format.as_deref().map(enum_from_str).transpose()?,
-                    base_url,
-                    enabled,
-                    max_concurrent: max,
-                    rate_limit_overrides: opt_from_json(rlo)?,
-                    provider_specific_data: opt_from_json(psd)?,
-                    disable_cooling: dc,
-                    has_credential: !cred.is_empty(),
-                },
-                cred,
-            ))
-        })
+        .map(
+            |(id, provider, auth, format, base_url, cred, enabled, max, rlo, psd, dc)| {
+                Ok((
+                    ConnectionRecord {
+                        id,
+                        provider,
+                        auth_class: enum_from_str(&auth)?,
+                        format: format.as_deref().map(enum_from_str).transpose()?,
+                        base_url,
+                        enabled,
+                        max_concurrent: max,
+                        rate_limit_overrides: opt_from_json(rlo)?,
+                        provider_specific_data: opt_from_json(psd)?,
+                        disable_cooling: dc,
+                        has_credential: !cred.is_empty(),
+                    },
+                    cred,
+                ))
+            },
+        )
         .collect()
 }
 
@@ -701,19 +733,21 @@ fn query_keys(conn: &Connection, id: Option<&str>) -> Result<Vec<KeyRecord>> {
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     raw.into_iter()
-        .map(|(id, name, key_hash, prefix, scopes, ac, am, created, revoked)| {
-            Ok(KeyRecord {
-                id,
-                name,
-                prefix,
-                scopes: from_json(&scopes)?,
-                allowed_connections: opt_from_json(ac)?,
-                allowed_models: opt_from_json(am)?,
-                created_at: u64::try_from(created).unwrap_or(0),
-                revoked_at: revoked.map(|v| u64::try_from(v).unwrap_or(0)),
-                key_hash,
-            })
-        })
+        .map(
+            |(id, name, key_hash, prefix, scopes, ac, am, created, revoked)| {
+                Ok(KeyRecord {
+                    id,
+                    name,
+                    prefix,
+                    scopes: from_json(&scopes)?,
+                    allowed_connections: opt_from_json(ac)?,
+                    allowed_models: opt_from_json(am)?,
+                    created_at: u64::try_from(created).unwrap_or(0),
+                    revoked_at: revoked.map(|v| u64::try_from(v).unwrap_or(0)),
+                    key_hash,
+                })
+            },
+        )
         .collect()
 }
 
@@ -767,7 +801,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db.sqlite");
         let s = Store::open(&path).unwrap();
-        s.save_provider(&provider("p"), SaveMode::Create, 1).unwrap();
+        s.save_provider(&provider("p"), SaveMode::Create, 1)
+            .unwrap();
         drop(s);
         let s = Store::open(&path).unwrap();
         assert_eq!(s.list_providers().unwrap(), vec![provider("p")]);
@@ -777,23 +812,32 @@ mod tests {
     #[test]
     fn save_modes_report_conflict_and_not_found() {
         let s = Store::open_in_memory().unwrap();
-        s.save_provider(&provider("p"), SaveMode::Create, 1).unwrap();
+        s.save_provider(&provider("p"), SaveMode::Create, 1)
+            .unwrap();
         assert!(matches!(
             s.save_provider(&provider("p"), SaveMode::Create, 2),
-            Err(StoreError::Conflict { kind: "provider", .. })
+            Err(StoreError::Conflict {
+                kind: "provider",
+                ..
+            })
         ));
         assert!(matches!(
             s.save_provider(&provider("q"), SaveMode::Update, 2),
-            Err(StoreError::NotFound { kind: "provider", .. })
+            Err(StoreError::NotFound {
+                kind: "provider",
+                ..
+            })
         ));
-        s.save_provider(&provider("q"), SaveMode::Upsert, 2).unwrap();
+        s.save_provider(&provider("q"), SaveMode::Upsert, 2)
+            .unwrap();
         assert_eq!(s.list_providers().unwrap().len(), 2);
     }
 
     #[test]
     fn credential_is_kept_on_update_without_one_and_never_in_records() {
         let s = Store::open_in_memory().unwrap();
-        s.save_provider(&provider("p"), SaveMode::Create, 1).unwrap();
+        s.save_provider(&provider("p"), SaveMode::Create, 1)
+            .unwrap();
         s.save_connection(&connection("c", "p"), Some("secret-1"), SaveMode::Create, 1)
             .unwrap();
         let mut c = connection("c", "p");
@@ -810,7 +854,8 @@ mod tests {
     #[test]
     fn provider_in_use_cannot_be_deleted() {
         let s = Store::open_in_memory().unwrap();
-        s.save_provider(&provider("p"), SaveMode::Create, 1).unwrap();
+        s.save_provider(&provider("p"), SaveMode::Create, 1)
+            .unwrap();
         s.save_connection(&connection("c", "p"), Some("k"), SaveMode::Create, 1)
             .unwrap();
         assert!(matches!(
@@ -845,7 +890,10 @@ mod tests {
         let v0 = s.config_version().unwrap();
         assert!(matches!(
             s.save_connection(&connection("c", "nope"), None, SaveMode::Create, 1),
-            Err(StoreError::NotFound { kind: "provider", .. })
+            Err(StoreError::NotFound {
+                kind: "provider",
+                ..
+            })
         ));
         assert_eq!(s.config_version().unwrap(), v0);
         assert!(s.list_connections().unwrap().is_empty());

@@ -1,0 +1,325 @@
+//! `/api/providers`, `/api/connections`, `/api/combos`.
+//!
+//! Connection credentials are write-only: they are accepted on create and update and
+//! never returned (`has_credential` says whether one is stored).
+
+use super::{apply_change, now, upsert_by};
+use crate::error::ApiError;
+use crate::state::{blocking, AppState};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::Value;
+use std::sync::Arc;
+use switchyard_core::domain::{AuthClass, UpstreamFormat};
+use switchyard_store::{ComboRecord, ConnectionRecord, ProviderRecord, SaveMode};
+use utoipa::ToSchema;
+
+fn id_matches(path: &str, body: &str, field: &str) -> Result<(), ApiError> {
+    if path == body {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "invalid_config",
+            format!("{field}: `{body}` does not match the path `{path}`"),
+        ))
+    }
+}
+
+// ---- providers ----
+
+#[utoipa::path(get, path = "/api/providers", tag = "providers",
+    responses((status = 200, body = Vec<ProviderRecord>)), security(("bearer" = [])))]
+pub async fn list_providers(
+    State(state): State<Arc<AppState>>,
+) -> Result<Json<Vec<ProviderRecord>>, ApiError> {
+    Ok(Json(blocking(&state.store, |s| s.list_providers()).await?))
+}
+
+#[utoipa::path(get, path = "/api/providers/{id}", tag = "providers", params(("id" = String, Path)),
+    responses((status = 200, body = ProviderRecord), (status = 404)), security(("bearer" = [])))]
+pub async fn get_provider(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<ProviderRecord>, ApiError> {
+    Ok(Json(
+        blocking(&state.store, move |s| s.get_provider(&id)).await?,
+    ))
+}
+
+async fn save_provider(
+    state: &Arc<AppState>,
+    p: ProviderRecord,
+    mode: SaveMode,
+) -> Result<ProviderRecord, ApiError> {
+    let (rec, t) = (p.clone(), now(state));
+    apply_change(
+        state,
+        |rows| {
+            upsert_by(&mut rows.providers, p.clone(), |x| &x.id, &p.id);
+            Ok(())
+        },
+        move |s| s.save_provider(&rec, mode, t),
+    )
+    .await?;
+    Ok(p)
+}
+
+#[utoipa::path(post, path = "/api/providers", tag = "providers", request_body = ProviderRecord,
+    responses((status = 201, body = ProviderRecord), (status = 400), (status = 409)),
+    security(("bearer" = [])))]
+pub async fn create_provider(
+    State(state): State<Arc<AppState>>,
+    Json(p): Json<ProviderRecord>,
+) -> Result<(StatusCode, Json<ProviderRecord>), ApiError> {
+    let p = save_provider(&state, p, SaveMode::Create).await?;
+    Ok((StatusCode::CREATED, Json(p)))
+}
+
+#[utoipa::path(put, path = "/api/providers/{id}", tag = "providers", params(("id" = String, Path)),
+    request_body = ProviderRecord,
+    responses((status = 200, body = ProviderRecord), (status = 400), (status = 404)),
+    security(("bearer" = [])))]
+pub async fn update_provider(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Json(p): Json<ProviderRecord>,
+) -> Result<Json<ProviderRecord>, ApiError> {
+    id_matches(&id, &p.id, "id")?;
+    Ok(Json(save_provider(&state, p, SaveMode::Update).await?))
+}
+
+#[utoipa::path(delete, path = "/api/providers/{id}", tag = "providers", params(("id" = String, Path)),
+    responses((status = 204), (status = 404), (status = 409)), security(("bearer" = [])))]
+pub async fn delete_provider(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    apply_change(&state, |_| Ok(()), move |s| s.delete_provider(&id)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- connections ----
+
+/// Body of connection create/update. `credential` is write-only; omit it on update to
+/// keep the stored one.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionInput {
+    pub id: String,
+    pub provider: String,
+    #[schema(value_type = String, example = "apikey")]
+    pub auth_class: AuthClass,
+    #[schema(value_type = Option<String>)]
+    pub format: Option<UpstreamFormat>,
+    pub base_url: Option<String>,
+    /// Write-only upstream credential (API key or token).
+    pub credential: Option<String>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    pub max_concurrent: Option<u32>,
+    pub rate_limit_overrides: Option<Value>,
+    pub provider_specific_data: Option<Value>,
+    #[serde(default)]
+    pub disable_cooling: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl ConnectionInput {
+    /// Splits the input into the stored record and the credential.
+    pub fn into_parts(self) -> Result<(ConnectionRecord, Option<String>), ApiError> {
+        if self.max_concurrent == Some(0) {
+            return Err(ApiError::bad_request(
+                "invalid_config",
+                "max_concurrent: must be at least 1 (omit it for no limit)",
+            ));
+        }
+        let record = ConnectionRecord {
+            id: self.id,
+            provider: self.provider,
+            auth_class: self.auth_class,
+            format: self.format,
+            base_url: self.base_url,
+            enabled: self.enabled,
+            max_concurrent: self.max_concurrent,
+            rate_limit_overrides: self.rate_limit_overrides,
+            provider_specific_data: self.provider_specific_data,
+            disable_cooling: self.disable_cooling,
+            has_credential: self.credential.as_deref().is_some_and(|c| !c.is_empty()),
+        };
+        Ok((record, self.credential))
+    }
+}
+
+#[utoipa::path(get, path = "/api/connections", tag = "connections",
+    responses((status = 200, body = Vec<ConnectionRecord>)), security(("bearer" = [])))]
+pub async fn list_connections(
+    State(state): State<Arc<AppState>>,
+) -> Result<Json<Vec<ConnectionRecord>>, ApiError> {
+    Ok(Json(
+        blocking(&state.store, |s| s.list_connections()).await?,
+    ))
+}
+
+#[utoipa::path(get, path = "/api/connections/{id}", tag = "connections", params(("id" = String, Path)),
+    responses((status = 200, body = ConnectionRecord), (status = 404)), security(("bearer" = [])))]
+pub async fn get_connection(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<ConnectionRecord>, ApiError> {
+    Ok(Json(
+        blocking(&state.store, move |s| s.get_connection(&id)).await?,
+    ))
+}
+
+async fn save_connection(
+    state: &Arc<AppState>,
+    input: ConnectionInput,
+    mode: SaveMode,
+) -> Result<ConnectionRecord, ApiError> {
+    let (record, credential) = input.into_parts()?;
+    let (rec, t) = (record.clone(), now(state));
+    let cred = credential.clone();
+    apply_change(
+        state,
+        |rows| {
+            if !rows.providers.iter().any(|p| p.id == record.provider) {
+                return Err(ApiError::bad_request(
+                    "invalid_config",
+                    format!("provider: unknown provider `{}`", record.provider),
+                ));
+            }
+            let kept = rows
+                .connections
+                .iter()
+                .find(|(c, _)| c.id == record.id)
+                .map(|(_, cred)| cred.clone());
+            let cred = credential.or(kept).unwrap_or_default();
+            upsert_by(
+                &mut rows.connections,
+                (record.clone(), cred),
+                |x| &x.0.id,
+                &record.id,
+            );
+            Ok(())
+        },
+        move |s| s.save_connection(&rec, cred.as_deref(), mode, t),
+    )
+    .await?;
+    let id = record.id.clone();
+    Ok(blocking(&state.store, move |s| s.get_connection(&id)).await?)
+}
+
+#[utoipa::path(post, path = "/api/connections", tag = "connections", request_body = ConnectionInput,
+    responses((status = 201, body = ConnectionRecord), (status = 400), (status = 409)),
+    security(("bearer" = [])))]
+pub async fn create_connection(
+    State(state): State<Arc<AppState>>,
+    Json(input): Json<ConnectionInput>,
+) -> Result<(StatusCode, Json<ConnectionRecord>), ApiError> {
+    let c = save_connection(&state, input, SaveMode::Create).await?;
+    tracing::info!(connection_id = %c.id, provider = %c.provider, "Created connection.");
+    Ok((StatusCode::CREATED, Json(c)))
+}
+
+#[utoipa::path(put, path = "/api/connections/{id}", tag = "connections", params(("id" = String, Path)),
+    request_body = ConnectionInput,
+    responses((status = 200, body = ConnectionRecord), (status = 400), (status = 404)),
+    security(("bearer" = [])))]
+pub async fn update_connection(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Json(input): Json<ConnectionInput>,
+) -> Result<Json<ConnectionRecord>, ApiError> {
+    id_matches(&id, &input.id, "id")?;
+    Ok(Json(
+        save_connection(&state, input, SaveMode::Update).await?,
+    ))
+}
+
+#[utoipa::path(delete, path = "/api/connections/{id}", tag = "connections", params(("id" = String, Path)),
+    responses((status = 204), (status = 404), (status = 409)), security(("bearer" = [])))]
+pub async fn delete_connection(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    apply_change(&state, |_| Ok(()), move |s| s.delete_connection(&id)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- combos ----
+
+#[utoipa::path(get, path = "/api/combos", tag = "combos",
+    responses((status = 200, body = Vec<ComboRecord>)), security(("bearer" = [])))]
+pub async fn list_combos(
+    State(state): State<Arc<AppState>>,
+) -> Result<Json<Vec<ComboRecord>>, ApiError> {
+    Ok(Json(blocking(&state.store, |s| s.list_combos()).await?))
+}
+
+#[utoipa::path(get, path = "/api/combos/{name}", tag = "combos", params(("name" = String, Path)),
+    responses((status = 200, body = ComboRecord), (status = 404)), security(("bearer" = [])))]
+pub async fn get_combo(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<ComboRecord>, ApiError> {
+    Ok(Json(
+        blocking(&state.store, move |s| s.get_combo(&name)).await?,
+    ))
+}
+
+async fn save_combo(
+    state: &Arc<AppState>,
+    c: ComboRecord,
+    mode: SaveMode,
+) -> Result<ComboRecord, ApiError> {
+    let (rec, t) = (c.clone(), now(state));
+    apply_change(
+        state,
+        |rows| {
+            upsert_by(&mut rows.combos, c.clone(), |x| &x.name, &c.name);
+            Ok(())
+        },
+        move |s| s.save_combo(&rec, mode, t),
+    )
+    .await?;
+    Ok(c)
+}
+
+#[utoipa::path(post, path = "/api/combos", tag = "combos", request_body = ComboRecord,
+    responses((status = 201, body = ComboRecord), (status = 400), (status = 409)),
+    security(("bearer" = [])))]
+pub async fn create_combo(
+    State(state): State<Arc<AppState>>,
+    Json(c): Json<ComboRecord>,
+) -> Result<(StatusCode, Json<ComboRecord>), ApiError> {
+    let c = save_combo(&state, c, SaveMode::Create).await?;
+    Ok((StatusCode::CREATED, Json(c)))
+}
+
+#[utoipa::path(put, path = "/api/combos/{name}", tag = "combos", params(("name" = String, Path)),
+    request_body = ComboRecord,
+    responses((status = 200, body = ComboRecord), (status = 400), (status = 404)),
+    security(("bearer" = [])))]
+pub async fn update_combo(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    Json(c): Json<ComboRecord>,
+) -> Result<Json<ComboRecord>, ApiError> {
+    id_matches(&name, &c.name, "name")?;
+    Ok(Json(save_combo(&state, c, SaveMode::Update).await?))
+}
+
+#[utoipa::path(delete, path = "/api/combos/{name}", tag = "combos", params(("name" = String, Path)),
+    responses((status = 204), (status = 404)), security(("bearer" = [])))]
+pub async fn delete_combo(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    apply_change(&state, |_| Ok(()), move |s| s.delete_combo(&name)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,94 @@
+//! `/api/settings`: runtime settings with their effective value and its source.
+
+use super::{apply_change, now};
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::Arc;
+use switchyard_core::settings::{self, Source};
+use utoipa::ToSchema;
+
+/// One setting as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SettingView {
+    pub key: String,
+    pub value: u64,
+    /// `default`, `file`, `env` or `database`.
+    pub source: String,
+    pub env: String,
+    pub default: u64,
+    pub min: u64,
+    pub max: u64,
+    pub doc: String,
+}
+
+/// Body of `PUT /api/settings/{key}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SettingValue {
+    pub value: Value,
+}
+
+fn views(state: &AppState) -> Vec<SettingView> {
+    state
+        .snapshot()
+        .resolved
+        .iter()
+        .map(|r| SettingView {
+            key: r.key.to_owned(),
+            value: r.value,
+            source: match r.source {
+                Source::Default => "default",
+                Source::File => "file",
+                Source::Env => "env",
+                Source::Database => "database",
+            }
+            .to_owned(),
+            env: r.env.to_owned(),
+            default: r.default,
+            min: r.min,
+            max: r.max,
+            doc: r.doc.to_owned(),
+        })
+        .collect()
+}
+
+#[utoipa::path(get, path = "/api/settings", tag = "settings",
+    responses((status = 200, body = Vec<SettingView>)), security(("bearer" = [])))]
+pub async fn list(State(state): State<Arc<AppState>>) -> Json<Vec<SettingView>> {
+    Json(views(&state))
+}
+
+#[utoipa::path(put, path = "/api/settings/{key}", tag = "settings", params(("key" = String, Path)),
+    request_body = SettingValue,
+    responses((status = 200, body = Vec<SettingView>), (status = 400)), security(("bearer" = [])))]
+pub async fn put(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+    Json(body): Json<SettingValue>,
+) -> Result<Json<Vec<SettingView>>, ApiError> {
+    let value = settings::validate(&key, &body.value, Source::Database)
+        .map_err(|e| ApiError::bad_request("invalid_setting", e.to_string()))?;
+    let t = now(&state);
+    apply_change(
+        &state,
+        |_| Ok(()),
+        move |s| s.put_setting(&key, &Value::from(value), t),
+    )
+    .await?;
+    Ok(Json(views(&state)))
+}
+
+#[utoipa::path(delete, path = "/api/settings/{key}", tag = "settings", params(("key" = String, Path)),
+    responses((status = 204), (status = 404)), security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Path(key): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    apply_change(&state, |_| Ok(()), move |s| s.delete_setting(&key)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,66 @@
+//! `/api/logs` (admin) and `/api/monitoring/health` (public).
+
+use crate::error::ApiError;
+use crate::state::{blocking, AppState};
+use axum::extract::{Query, State};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use switchyard_store::LogRow;
+use utoipa::{IntoParams, ToSchema};
+
+/// Most rows one log query returns.
+const MAX_LOG_ROWS: u32 = 1000;
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct LogQuery {
+    /// Rows to return, newest first (default 100, at most 1000).
+    pub limit: Option<u32>,
+    /// Only rows of this key.
+    pub key_id: Option<String>,
+}
+
+#[utoipa::path(get, path = "/api/logs", tag = "logs", params(LogQuery),
+    responses((status = 200, body = Vec<LogRow>)), security(("bearer" = [])))]
+pub async fn logs(
+    State(state): State<Arc<AppState>>,
+    Query(q): Query<LogQuery>,
+) -> Result<Json<Vec<LogRow>>, ApiError> {
+    let limit = q.limit.unwrap_or(100).clamp(1, MAX_LOG_ROWS);
+    Ok(Json(
+        blocking(&state.store, move |s| {
+            s.recent_logs(limit, q.key_id.as_deref())
+        })
+        .await?,
+    ))
+}
+
+/// Health summary.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    pub status: &'static str,
+    pub version: &'static str,
+    pub uptime_ms: u64,
+    pub config_version: i64,
+    pub providers: usize,
+    pub connections: usize,
+    pub connections_enabled: usize,
+    pub combos: usize,
+}
+
+#[utoipa::path(get, path = "/api/monitoring/health", tag = "monitoring",
+    responses((status = 200, body = Health)))]
+pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
+    let snap = state.snapshot();
+    let conns = snap.catalog.connections();
+    Json(Health {
+        status: "ok",
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_ms: state.clock.now_ms().saturating_sub(state.started_at_ms),
+        config_version: snap.version,
+        providers: snap.catalog.providers().count(),
+        connections: conns.len(),
+        connections_enabled: conns.iter().filter(|c| c.enabled).count(),
+        combos: snap.catalog.combos().count(),
+    })
+}

@@ -1,0 +1,386 @@
+//! Startup configuration: the optional TOML file (`--config`), environment overrides and
+//! validation. Errors name the offending field, and nothing is written to the database
+//! until the whole file has been validated.
+//!
+//! Precedence for server options: environment variable → config file → default.
+//! Runtime settings follow `switchyard_core::settings` (database → env → file → default).
+
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use switchyard_core::domain::AuthClass;
+use switchyard_core::domain::UpstreamFormat;
+use switchyard_core::settings::{self, Layers};
+use switchyard_store::{ComboRecord, ProviderRecord};
+
+/// Default listen address: loopback, so a zero-config start exposes nothing to the
+/// network until the operator opts in.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Default data directory, relative to the working directory.
+pub const DEFAULT_DATA_DIR: &str = "./data";
+
+/// Reads environment variables; tests pass a map instead of mutating the process env.
+pub trait Env {
+    fn var(&self, key: &str) -> Option<String>;
+}
+
+/// The process environment.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemEnv;
+
+impl Env for SystemEnv {
+    fn var(&self, key: &str) -> Option<String> {
+        std::env::var(key).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Env for BTreeMap<String, String> {
+    fn var(&self, key: &str) -> Option<String> {
+        self.get(key).cloned()
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// `[server]` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub admin_token: Option<String>,
+    pub log_format: Option<LogFormat>,
+}
+
+/// A connection declared in the file. The credential may be inline or read from an
+/// environment variable (preferred: keeps secrets out of the file).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionDecl {
+    pub id: String,
+    pub provider: String,
+    pub auth_class: AuthClass,
+    pub format: Option<UpstreamFormat>,
+    pub base_url: Option<String>,
+    pub credential: Option<String>,
+    pub credential_env: Option<String>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    pub max_concurrent: Option<u32>,
+    pub rate_limit_overrides: Option<Value>,
+    pub provider_specific_data: Option<Value>,
+    #[serde(default)]
+    pub disable_cooling: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A client key declared in the file, with its secret inline or from the environment.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyDecl {
+    pub id: String,
+    pub name: String,
+    pub secret: Option<String>,
+    pub secret_env: Option<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    pub allowed_connections: Option<Vec<String>>,
+    pub allowed_models: Option<Vec<String>>,
+}
+
+/// The whole config file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    pub settings: BTreeMap<String, Value>,
+    #[serde(default)]
+    pub providers: Vec<ProviderRecord>,
+    #[serde(default)]
+    pub connections: Vec<ConnectionDecl>,
+    #[serde(default)]
+    pub combos: Vec<ComboRecord>,
+    #[serde(default)]
+    pub keys: Vec<KeyDecl>,
+}
+
+/// A configuration problem, naming the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    #[error("{0}")]
+    Setting(#[from] settings::SettingError),
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Validated startup configuration.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Admin token fixed by the operator; when absent one is generated on first start.
+    pub admin_token: Option<String>,
+    pub log_format: LogFormat,
+    /// Settings layers below the database (file and environment).
+    pub layers: Layers,
+    /// Declarations to apply to the database at start.
+    pub declared: Declared,
+}
+
+/// What the file declares, with secrets resolved.
+#[derive(Debug, Clone, Default)]
+pub struct Declared {
+    pub providers: Vec<ProviderRecord>,
+    /// Connections with their credential (None = keep what the database has).
+    pub connections: Vec<(ConnectionDecl, Option<String>)>,
+    pub combos: Vec<ComboRecord>,
+    /// Keys with their secret.
+    pub keys: Vec<(KeyDecl, String)>,
+}
+
+impl FileConfig {
+    /// Parses a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+/// Builds the validated configuration from the file (if any) and the environment.
+pub fn resolve(file: FileConfig, env: &dyn Env) -> Result<GatewayConfig, ConfigError> {
+    let listen_raw = env
+        .var("SWITCHYARD_LISTEN")
+        .or(file.server.listen.clone())
+        .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
+    let listen: SocketAddr = listen_raw.parse().map_err(|_| {
+        invalid(
+            "server.listen",
+            format!("`{listen_raw}` is not an address like 127.0.0.1:8080"),
+        )
+    })?;
+    let data_dir = env
+        .var("SWITCHYARD_DATA_DIR")
+        .map(PathBuf::from)
+        .or(file.server.data_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+    let admin_token = env
+        .var("SWITCHYARD_ADMIN_TOKEN")
+        .or(file.server.admin_token.clone());
+    if let Some(t) = &admin_token {
+        if t.len() < 16 {
+            return Err(invalid(
+                "server.admin_token",
+                "must be at least 16 characters",
+            ));
+        }
+    }
+    let log_format = match env.var("SWITCHYARD_LOG_FORMAT").as_deref() {
+        Some("json") => LogFormat::Json,
+        Some("text") => LogFormat::Text,
+        Some(other) => {
+            return Err(invalid(
+                "SWITCHYARD_LOG_FORMAT",
+                format!("`{other}` is not `text` or `json`"),
+            ))
+        }
+        None => file.server.log_format.unwrap_or_default(),
+    };
+    let mut layers = Layers {
+        file: file.settings.clone(),
+        ..Layers::default()
+    };
+    for d in settings::DEFS {
+        if let Some(v) = env.var(d.env) {
+            layers.env.insert(d.env.to_owned(), v);
+        }
+    }
+    settings::resolve(&layers)?;
+    let declared = declared(file, env)?;
+    Ok(GatewayConfig {
+        listen,
+        data_dir,
+        admin_token,
+        log_format,
+        layers,
+        declared,
+    })
+}
+
+fn secret_from(
+    field: String,
+    inline: Option<&String>,
+    env_name: Option<&String>,
+    env: &dyn Env,
+) -> Result<Option<String>, ConfigError> {
+    match (inline, env_name) {
+        (Some(_), Some(_)) => Err(invalid(
+            field,
+            "set the secret inline or by *_env, not both",
+        )),
+        (Some(s), None) => Ok(Some(s.clone())),
+        (None, Some(var)) => env
+            .var(var)
+            .map(Some)
+            .ok_or_else(|| invalid(field, format!("environment variable `{var}` is not set"))),
+        (None, None) => Ok(None),
+    }
+}
+
+fn declared(file: FileConfig, env: &dyn Env) -> Result<Declared, ConfigError> {
+    let mut out = Declared {
+        providers: file.providers,
+        combos: file.combos,
+        ..Declared::default()
+    };
+    for (i, c) in file.connections.into_iter().enumerate() {
+        let cred = secret_from(
+            format!("connections[{i}] ({}).credential", c.id),
+            c.credential.as_ref(),
+            c.credential_env.as_ref(),
+            env,
+        )?;
+        if c.max_concurrent == Some(0) {
+            return Err(invalid(
+                format!("connections[{i}] ({}).max_concurrent", c.id),
+                "must be at least 1 (omit it for no limit)",
+            ));
+        }
+        out.connections.push((c, cred));
+    }
+    for (i, k) in file.keys.into_iter().enumerate() {
+        let field = format!("keys[{i}] ({}).secret", k.id);
+        let secret = secret_from(field.clone(), k.secret.as_ref(), k.secret_env.as_ref(), env)?
+            .ok_or_else(|| {
+                invalid(
+                    field.clone(),
+                    "a declared key needs `secret` or `secret_env`",
+                )
+            })?;
+        if secret.len() < 20 {
+            return Err(invalid(field, "must be at least 20 characters"));
+        }
+        out.keys.push((k, secret));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn zero_config_uses_defaults() {
+        let c = resolve(FileConfig::default(), &env(&[])).unwrap();
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.data_dir, PathBuf::from("./data"));
+        assert_eq!(c.admin_token, None);
+        assert_eq!(c.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn env_overrides_file() {
+        let file =
+            FileConfig::parse("[server]\nlisten = \"127.0.0.1:9000\"\ndata_dir = \"/tmp/a\"\n")
+                .unwrap();
+        let c = resolve(
+            file,
+            &env(&[
+                ("SWITCHYARD_LISTEN", "0.0.0.0:7000"),
+                ("SWITCHYARD_LOG_FORMAT", "json"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.listen.to_string(), "0.0.0.0:7000");
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/a"));
+        assert_eq!(c.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_with_their_name() {
+        let err = FileConfig::parse("[server]\nlisten_addr = \"x\"\n").unwrap_err();
+        assert!(err.contains("unknown field `listen_addr`"), "{err}");
+        let err = FileConfig::parse(
+            "[[connections]]\nid = \"c\"\nprovider = \"p\"\nauth_class = \"magic\"\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("unknown variant `magic`"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_name_the_field() {
+        let bad_listen = FileConfig::parse("[server]\nlisten = \"nope\"\n").unwrap();
+        assert_eq!(
+            resolve(bad_listen, &env(&[])).unwrap_err().to_string(),
+            "server.listen: `nope` is not an address like 127.0.0.1:8080"
+        );
+        let missing_env = FileConfig::parse(
+            "[[connections]]\nid = \"c\"\nprovider = \"p\"\nauth_class = \"apikey\"\ncredential_env = \"NOPE\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            resolve(missing_env, &env(&[])).unwrap_err().to_string(),
+            "connections[0] (c).credential: environment variable `NOPE` is not set"
+        );
+        let bad_setting =
+            FileConfig::parse("[settings]\n\"upstream.connect_timeout_ms\" = 1\n").unwrap();
+        assert_eq!(
+            resolve(bad_setting, &env(&[])).unwrap_err().to_string(),
+            "setting `upstream.connect_timeout_ms` (from config file) must be an integer between 100 and 300000, got 1"
+        );
+    }
+
+    #[test]
+    fn secrets_resolve_from_env() {
+        let file =
+            FileConfig::parse("[[keys]]\nid = \"ci\"\nname = \"CI\"\nsecret_env = \"CI_KEY\"\n")
+                .unwrap();
+        let c = resolve(file, &env(&[("CI_KEY", "sy-0123456789abcdefghij")])).unwrap();
+        assert_eq!(c.declared.keys[0].1, "sy-0123456789abcdefghij");
+    }
+}

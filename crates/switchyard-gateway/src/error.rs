@@ -1,0 +1,207 @@
+//! Every error a client or operator can receive, and the one place that turns them into
+//! HTTP responses: an OpenAI-style body `{"error":{"message","type","code","param"}}`,
+//! the right status, and `Retry-After` where waiting helps (SPEC G5). Mapping has no side
+//! effects; the response carries the error code in its extensions for the request log.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::routing::{Excluded, RouteError};
+use switchyard_store::StoreError;
+
+/// The typed error code of a response, for logs and the request log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorCode(pub &'static str);
+
+/// Errors returned to API clients.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("missing API key: send `Authorization: Bearer <key>`")]
+    MissingKey,
+    #[error("invalid API key")]
+    InvalidKey,
+    #[error("this API key has been revoked")]
+    RevokedKey,
+    #[error("management API requires the admin token or a key with the `admin` scope")]
+    AdminRequired,
+    #[error("request body exceeds the limit of {limit} bytes")]
+    BodyTooLarge { limit: u64 },
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    #[error("{0}")]
+    Route(#[from] RouteError),
+    #[error("no executable target for model `{model}`: every candidate was excluded")]
+    NoExecutableTargets {
+        model: String,
+        excluded: Vec<Excluded>,
+    },
+    #[error("{message}")]
+    Upstream {
+        failure: AttemptFailure,
+        message: String,
+        retry_after: Option<HeaderValue>,
+    },
+    #[error("{kind} `{id}` not found")]
+    NotFound { kind: &'static str, id: String },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Status, OpenAI error type and typed code.
+    pub fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        use StatusCode as S;
+        match self {
+            Self::MissingKey | Self::InvalidKey => {
+                (S::UNAUTHORIZED, "invalid_request_error", "invalid_api_key")
+            }
+            Self::RevokedKey => (S::UNAUTHORIZED, "invalid_request_error", "revoked_api_key"),
+            Self::AdminRequired => (S::UNAUTHORIZED, "invalid_request_error", "admin_required"),
+            Self::BodyTooLarge { .. } => (
+                S::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "request_too_large",
+            ),
+            Self::BadRequest { code, .. } => (S::BAD_REQUEST, "invalid_request_error", code),
+            Self::Route(RouteError::UnknownModel(_)) => {
+                (S::NOT_FOUND, "invalid_request_error", "model_not_found")
+            }
+            Self::Route(RouteError::ModelNotAllowed(_)) => {
+                (S::FORBIDDEN, "permission_error", "model_not_allowed")
+            }
+            Self::NoExecutableTargets { .. } => (
+                S::NOT_FOUND,
+                "invalid_request_error",
+                "no_executable_targets",
+            ),
+            Self::Upstream { failure, .. } => match failure {
+                AttemptFailure::Connect => {
+                    (S::BAD_GATEWAY, "upstream_error", "upstream_unavailable")
+                }
+                AttemptFailure::FirstByteTimeout => {
+                    (S::GATEWAY_TIMEOUT, "upstream_error", "upstream_timeout")
+                }
+                AttemptFailure::Reset => (
+                    S::BAD_GATEWAY,
+                    "upstream_error",
+                    "upstream_connection_reset",
+                ),
+                AttemptFailure::Status(429) => (
+                    S::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    "upstream_rate_limited",
+                ),
+                AttemptFailure::Status(_) => (S::BAD_GATEWAY, "upstream_error", "upstream_error"),
+            },
+            Self::NotFound { .. } => (S::NOT_FOUND, "invalid_request_error", "not_found"),
+            Self::Conflict(_) => (S::CONFLICT, "invalid_request_error", "conflict"),
+            Self::ShuttingDown => (S::SERVICE_UNAVAILABLE, "server_error", "shutting_down"),
+            Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", "internal_error"),
+        }
+    }
+
+    /// The OpenAI-style JSON body.
+    pub fn body(&self) -> Value {
+        let (_, kind, code) = self.parts();
+        let mut err = json!({
+            "message": self.to_string(),
+            "type": kind,
+            "code": code,
+            "param": null,
+        });
+        if let Self::NoExecutableTargets { excluded, .. } = self {
+            let list: Vec<Value> = excluded
+                .iter()
+                .map(|e| {
+                    json!({
+                        "target": e.target,
+                        "connection": e.connection,
+                        "reason": e.reason.as_str(),
+                    })
+                })
+                .collect();
+            err["diagnostics"] = json!({ "excluded": list });
+        }
+        if let Self::Upstream {
+            failure: AttemptFailure::Status(s),
+            ..
+        } = self
+        {
+            err["upstream_status"] = json!(s);
+        }
+        json!({ "error": err })
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound { kind, id } => Self::NotFound { kind, id },
+            StoreError::Conflict { .. } | StoreError::InUse { .. } => Self::Conflict(e.to_string()),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, _, code) = self.parts();
+        let mut resp = (status, Json(self.body())).into_response();
+        if let Self::Upstream {
+            retry_after: Some(v),
+            ..
+        } = &self
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v.clone());
+        }
+        resp.extensions_mut().insert(ErrorCode(code));
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_failures_map_to_typed_codes() {
+        let up = |f| ApiError::Upstream {
+            failure: f,
+            message: "x".into(),
+            retry_after: None,
+        };
+        let cases = [
+            (AttemptFailure::Connect, 502, "upstream_unavailable"),
+            (AttemptFailure::FirstByteTimeout, 504, "upstream_timeout"),
+            (AttemptFailure::Reset, 502, "upstream_connection_reset"),
+            (AttemptFailure::Status(429), 429, "upstream_rate_limited"),
+            (AttemptFailure::Status(503), 502, "upstream_error"),
+        ];
+        for (f, status, code) in cases {
+            let (s, _, c) = up(f).parts();
+            assert_eq!((s.as_u16(), c), (status, code));
+        }
+    }
+
+    #[test]
+    fn body_is_openai_shaped() {
+        let b = ApiError::InvalidKey.body();
+        assert_eq!(
+            b,
+            json!({"error": {"message": "invalid API key", "type": "invalid_request_error", "code": "invalid_api_key", "param": null}})
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! Prometheus metrics (SPEC O3), served at `GET /metrics`.
+//!
+//! Label sets are bounded: `provider` and `model` come from the configuration (requests
+//! for unknown models are counted under `model="unknown"`), `status` is an HTTP status.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Metric names, without the `_total` suffix the exposition adds to counters.
+pub mod names {
+    pub const REQUESTS: &str = "switchyard_requests";
+    pub const IN_FLIGHT: &str = "switchyard_requests_in_flight";
+    pub const UPSTREAM_LATENCY: &str = "switchyard_upstream_latency_seconds";
+    pub const UPSTREAM_ATTEMPTS: &str = "switchyard_upstream_attempts";
+    pub const LOG_DROPPED: &str = "switchyard_request_log_dropped";
+}
+
+/// Label placeholder for requests that never resolved to a provider or model.
+pub const NONE_LABEL: &str = "none";
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub status: u16,
+    pub provider: String,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    pub provider: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptLabels {
+    pub provider: String,
+    pub outcome: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Upstream latency buckets: 1 ms to ~65 s, doubling. LLM calls span milliseconds (mock,
+/// cached) to a minute (long completions); doubling keeps the bucket count small.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// All metrics, registered once at start.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub in_flight: Gauge,
+    pub upstream_latency: HistogramFamily<ProviderLabels>,
+    pub upstream_attempts: Family<AttemptLabels, Counter>,
+    pub log_dropped: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let in_flight = Gauge::default();
+        let upstream_latency: HistogramFamily<ProviderLabels> =
+            Family::new_with_constructor(latency_histogram);
+        let upstream_attempts = Family::<AttemptLabels, Counter>::default();
+        let log_dropped = Counter::default();
+        registry.register(
+            names::REQUESTS,
+            "Client requests finished, by HTTP status, provider and model",
+            requests.clone(),
+        );
+        registry.register(
+            names::IN_FLIGHT,
+            "Client requests currently being served (streams count until they end)",
+            in_flight.clone(),
+        );
+        registry.register(
+            names::UPSTREAM_LATENCY,
+            "Time from sending an upstream request to its response headers",
+            upstream_latency.clone(),
+        );
+        registry.register(
+            names::UPSTREAM_ATTEMPTS,
+            "Upstream attempts by provider and outcome",
+            upstream_attempts.clone(),
+        );
+        registry.register(
+            names::LOG_DROPPED,
+            "Request-log rows dropped because the write buffer was full",
+            log_dropped.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            in_flight,
+            upstream_latency,
+            upstream_attempts,
+            log_dropped,
+        }
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

@@ -1,0 +1,160 @@
+//! Finishing a request exactly once: the request-log row, the request metrics and the
+//! in-flight gauge. A `Finisher` travels with the request — into the response body for
+//! streams — and finishes when told to or, failing that, when dropped (the client went
+//! away), so no path can skip or double the bookkeeping.
+
+use crate::clock::Stopwatch;
+use crate::error::ErrorCode;
+use crate::metrics::{RequestLabels, NONE_LABEL};
+use crate::state::AppState;
+use axum::response::Response;
+use std::sync::Arc;
+use switchyard_core::routing::Candidate;
+use switchyard_core::usage::Usage;
+use switchyard_store::LogRow;
+
+/// Status recorded when the client disconnected before the response ended (nginx's
+/// convention; no HTTP response carries it).
+pub const CLIENT_CLOSED: u16 = 499;
+
+#[derive(Debug)]
+struct Inner {
+    state: Arc<AppState>,
+    row: LogRow,
+    watch: Stopwatch,
+}
+
+/// The per-request bookkeeping; see the module docs.
+#[derive(Debug)]
+pub struct Finisher(Option<Inner>);
+
+impl Finisher {
+    pub fn start(state: &Arc<AppState>, request_id: String, now_ms: u64) -> Self {
+        state.metrics.in_flight.inc();
+        Self(Some(Inner {
+            state: Arc::clone(state),
+            watch: Stopwatch::start(),
+            row: LogRow {
+                ts: now_ms,
+                request_id,
+                key_id: None,
+                requested_model: String::new(),
+                provider: None,
+                connection_id: None,
+                model: None,
+                status: 0,
+                error_code: None,
+                stream: false,
+                attempts: 0,
+                latency_ms: 0,
+                ttfb_ms: None,
+                prompt_tokens: None,
+                completion_tokens: None,
+                egress_ip: None,
+            },
+        }))
+    }
+
+    pub fn request_id(&self) -> &str {
+        self.0.as_ref().map_or("", |i| i.row.request_id.as_str())
+    }
+
+    pub fn set_key(&mut self, key_id: &str) {
+        if let Some(i) = &mut self.0 {
+            i.row.key_id = Some(key_id.to_owned());
+        }
+    }
+
+    pub fn set_request(&mut self, model: &str, stream: bool) {
+        if let Some(i) = &mut self.0 {
+            i.row.requested_model = model.to_owned();
+            i.row.stream = stream;
+        }
+    }
+
+    /// Notes the start of an attempt on `candidate`.
+    pub fn attempt(&mut self, candidate: &Candidate) {
+        if let Some(i) = &mut self.0 {
+            i.row.attempts += 1;
+            i.row.provider = Some(candidate.connection.provider.clone());
+            i.row.connection_id = Some(candidate.connection.id.clone());
+            i.row.model = Some(candidate.upstream_model.clone());
+        }
+    }
+
+    /// Records the time to the first response byte.
+    pub fn first_byte(&mut self) {
+        if let Some(i) = &mut self.0 {
+            if i.row.ttfb_ms.is_none() {
+                i.row.ttfb_ms = Some(i.watch.elapsed_ms());
+            }
+        }
+    }
+
+    /// Moves the bookkeeping out (into a response body); `self` becomes inert.
+    pub fn detach(&mut self) -> Finisher {
+        Finisher(self.0.take())
+    }
+
+    /// Finishes with the given status, error code and usage.
+    pub fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>) {
+        let Some(mut i) = self.0.take() else {
+            return;
+        };
+        i.row.status = status;
+        i.row.error_code = error_code.map(str::to_owned);
+        i.row.latency_ms = i.watch.elapsed_ms();
+        if let Some(u) = usage {
+            i.row.prompt_tokens = Some(u.prompt_tokens);
+            i.row.completion_tokens = Some(u.completion_tokens);
+        }
+        let m = &i.state.metrics;
+        m.in_flight.dec();
+        m.requests
+            .get_or_create(&RequestLabels {
+                status,
+                provider: i
+                    .row
+                    .provider
+                    .clone()
+                    .unwrap_or_else(|| NONE_LABEL.to_owned()),
+                model: i.row.model.clone().unwrap_or_else(|| NONE_LABEL.to_owned()),
+            })
+            .inc();
+        if let Some(code) = error_code {
+            tracing::info!(
+                request_id = %i.row.request_id,
+                key_id = i.row.key_id.as_deref().unwrap_or(""),
+                model = %i.row.requested_model,
+                connection_id = i.row.connection_id.as_deref().unwrap_or(""),
+                status,
+                code,
+                latency_ms = i.row.latency_ms,
+                "Request failed."
+            );
+        } else {
+            tracing::debug!(
+                request_id = %i.row.request_id,
+                connection_id = i.row.connection_id.as_deref().unwrap_or(""),
+                status,
+                latency_ms = i.row.latency_ms,
+                "Request finished."
+            );
+        }
+        i.state.log.record(i.row);
+    }
+
+    /// Finishes from a response about to be sent (status and typed code from it).
+    pub fn finish_response(&mut self, response: &Response) {
+        let code = response.extensions().get::<ErrorCode>().map(|c| c.0);
+        self.finish(response.status().as_u16(), code, None);
+    }
+}
+
+impl Drop for Finisher {
+    fn drop(&mut self) {
+        if self.0.is_some() {
+            self.finish(CLIENT_CLOSED, Some("client_closed_request"), None);
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! The client request pipeline for `POST /v1/chat/completions`.
+//!
+//! Stages, in order (each a module or a function with a narrow interface, so a new
+//! capability is a new stage rather than edits everywhere):
+//!
+//! 1. edge — request id, `now` read once, in-flight accounting ([`finish::Finisher`])
+//! 2. auth — client key from the in-memory snapshot ([`auth`])
+//! 3. parse — body size limit, JSON shape ([`switchyard_core::chat`])
+//! 4. resolve + exclude + order — the routing plan ([`switchyard_core::routing`])
+//! 5. attempts — per candidate: send upstream ([`upstream`]), classify the outcome, fail
+//!    over on retryable failures while nothing has reached the client
+//! 6. respond — a buffered JSON body, or a streaming body that owns the finisher
+//!    ([`stream`])
+//! 7. finish — exactly once: request log row, metrics ([`finish`])
+
+pub mod auth;
+pub mod finish;
+mod stream;
+mod upstream;
+
+use crate::clock::Stopwatch;
+use crate::error::ApiError;
+use crate::metrics::{AttemptLabels, ProviderLabels};
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use finish::Finisher;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_core::chat::ChatRequest;
+use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::routing;
+use switchyard_core::usage::Usage;
+
+/// Largest upstream error body relayed to the client; error bodies are short, and a
+/// misbehaving upstream must not make the gateway buffer without bound.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// Header carrying the request id on every response.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// `POST /v1/chat/completions`.
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "client",
+    request_body(content = serde_json::Value, description = "OpenAI chat-completions request; `model` is `provider/model` or a combo name"),
+    responses(
+        (status = 200, description = "Completion (JSON) or stream (text/event-stream)"),
+        (status = 400, description = "Malformed request"),
+        (status = 401, description = "Missing, unknown or revoked API key"),
+        (status = 404, description = "Unknown model or nothing executable"),
+        (status = 413, description = "Body too large"),
+        (status = 429, description = "Upstream rate limited"),
+        (status = 502, description = "Upstream failed"),
+        (status = 504, description = "Upstream timed out"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let now = state.clock.now_ms();
+    let mut finisher = Finisher::start(&state, state.next_request_id(), now);
+    let request_id = HeaderValue::try_from(finisher.request_id()).ok();
+    let mut response = match run(&state, &headers, body, &mut finisher).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    finisher.finish_response(&response);
+    if let Some(id) = request_id {
+        response.headers_mut().insert(REQUEST_ID_HEADER, id);
+    }
+    response
+}
+
+async fn read_body(body: Body, limit: u64) -> Result<Bytes, ApiError> {
+    let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(body, limit_usize).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(ApiError::BodyTooLarge { limit }),
+        Err(e) => Err(ApiError::bad_request(
+            "invalid_body",
+            format!("could not read the request body: {e}"),
+        )),
+    }
+}
+
+async fn run(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    body: Body,
+    finisher: &mut Finisher,
+) -> Result<Response, ApiError> {
+    let snap = state.snapshot();
+    let key = auth::client_key(&snap.catalog, headers)?;
+    finisher.set_key(&key.id);
+    let bytes = read_body(body, snap.settings.max_body_bytes).await?;
+    let mut request = ChatRequest::parse(&bytes)
+        .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
+    finisher.set_request(&request.model, request.stream);
+    let plan = routing::plan(&snap.catalog, key, &request.model, state.next_rotation())?;
+    if plan.candidates.is_empty() {
+        return Err(ApiError::NoExecutableTargets {
+            model: request.model.clone(),
+            excluded: plan.excluded,
+        });
+    }
+    let first_byte = Duration::from_millis(snap.settings.first_byte_timeout_ms);
+    let mut last: Option<(Failed, String)> = None;
+    for candidate in &plan.candidates {
+        finisher.attempt(candidate);
+        let conn = &candidate.connection;
+        let Some(target) = snap.upstreams.get(conn.index) else {
+            continue;
+        };
+        let body = request.upstream_body(&candidate.upstream_model);
+        let watch = Stopwatch::start();
+        let result = upstream::send(&snap.client, target, body, request.stream, first_byte).await;
+        let outcome = match result {
+            Ok(response) => {
+                state
+                    .metrics
+                    .upstream_latency
+                    .get_or_create(&ProviderLabels {
+                        provider: conn.provider.clone(),
+                    })
+                    .observe(watch.elapsed().as_secs_f64());
+                handle_response(response, request.stream, first_byte, finisher).await
+            }
+            Err(failure) => Err(Failed::from(failure)),
+        };
+        let mut failed = match outcome {
+            Ok(response) => {
+                count_attempt(state, &conn.provider, "success");
+                return Ok(response);
+            }
+            Err(failed) => failed,
+        };
+        count_attempt(state, &conn.provider, failed.failure.label());
+        if let Some(response) = failed.passthrough.take() {
+            return Ok(response);
+        }
+        tracing::warn!(
+            request_id = finisher.request_id(),
+            provider = %conn.provider,
+            connection_id = %conn.id,
+            failure = failed.failure.label(),
+            "Upstream attempt failed; trying the next candidate."
+        );
+        let message = match failed.failure {
+            AttemptFailure::Status(s) => format!(
+                "upstream `{}` (connection `{}`) answered HTTP {s}",
+                conn.provider, conn.id
+            ),
+            other => format!(
+                "upstream `{}` (connection `{}`) failed: {}",
+                conn.provider,
+                conn.id,
+                other.label()
+            ),
+        };
+        last = Some((failed, message));
+    }
+    let Some((failed, message)) = last else {
+        return Err(ApiError::Internal(
+            "routing produced candidates without upstreams".to_owned(),
+        ));
+    };
+    Err(ApiError::Upstream {
+        failure: failed.failure,
+        message,
+        retry_after: failed.retry_after,
+    })
+}
+
+/// A failed attempt.
+struct Failed {
+    failure: AttemptFailure,
+    /// The upstream's `Retry-After`, relayed if this is the last failure.
+    retry_after: Option<HeaderValue>,
+    /// A non-retryable upstream answer, returned to the client as it is.
+    passthrough: Option<Response>,
+}
+
+impl From<AttemptFailure> for Failed {
+    fn from(failure: AttemptFailure) -> Self {
+        Self {
+            failure,
+            retry_after: None,
+            passthrough: None,
+        }
+    }
+}
+
+/// Turns an upstream response into the client response, or a failure.
+async fn handle_response(
+    response: reqwest::Response,
+    stream: bool,
+    budget: Duration,
+    finisher: &mut Finisher,
+) -> Result<Response, Failed> {
+    let status = response.status();
+    let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    if status.is_success() {
+        if stream {
+            let body = Body::from_stream(stream::ObservedStream::new(response, finisher.detach()));
+            let mut out = Response::new(body);
+            let h = out.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                content_type.unwrap_or(HeaderValue::from_static("text/event-stream")),
+            );
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+            return Ok(out);
+        }
+        let bytes = match tokio::time::timeout(budget, response.bytes()).await {
+            Err(_) => return Err(AttemptFailure::FirstByteTimeout.into()),
+            Ok(Err(e)) => return Err(upstream::classify(&e).into()),
+            Ok(Ok(b)) => b,
+        };
+        finisher.first_byte();
+        let usage = Usage::from_json_bytes(&bytes);
+        finisher.finish(StatusCode::OK.as_u16(), None, usage);
+        let mut out = Response::new(Body::from(bytes));
+        out.headers_mut().insert(
+            header::CONTENT_TYPE,
+            content_type.unwrap_or(HeaderValue::from_static("application/json")),
+        );
+        return Ok(out);
+    }
+    let failure = AttemptFailure::Status(status.as_u16());
+    if failure.is_retryable() {
+        return Err(Failed {
+            failure,
+            retry_after: response.headers().get(header::RETRY_AFTER).cloned(),
+            passthrough: None,
+        });
+    }
+    let body = read_limited(response, MAX_ERROR_BODY_BYTES, budget).await;
+    let mut out = Response::new(Body::from(body));
+    *out.status_mut() = status;
+    if let Some(ct) = content_type {
+        out.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    out.extensions_mut()
+        .insert(crate::error::ErrorCode("upstream_client_error"));
+    Err(Failed {
+        failure,
+        retry_after: None,
+        passthrough: Some(out),
+    })
+}
+
+/// Reads at most `limit` bytes of a response body within `budget`.
+async fn read_limited(mut response: reqwest::Response, limit: usize, budget: Duration) -> Bytes {
+    let mut buf = Vec::new();
+    let read = async {
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let room = limit.saturating_sub(buf.len());
+            buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if buf.len() >= limit {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(budget, read).await;
+    Bytes::from(buf)
+}
+
+fn count_attempt(state: &AppState, provider: &str, outcome: &'static str) {
+    state
+        .metrics
+        .upstream_attempts
+        .get_or_create(&AttemptLabels {
+            provider: provider.to_owned(),
+            outcome,
+        })
+        .inc();
+}

@@ -1,0 +1,107 @@
+//! The request log (SPEC G9), written off the request path.
+//!
+//! Requests hand their row to a bounded channel and never wait: when the buffer is full
+//! the row is dropped and counted (`switchyard_request_log_dropped_total`), because
+//! slowing client traffic down to protect a log would invert priorities. A background
+//! writer drains the channel in batches, one SQLite transaction per batch; under load the
+//! batches grow by themselves. On shutdown the writer drains what is buffered and exits.
+
+use prometheus_client::metrics::counter::Counter;
+use std::sync::Arc;
+use switchyard_store::{LogRow, Store};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+/// Rows buffered between requests and the writer. At 10 000 requests/s this is one
+/// second of traffic: enough to ride out a slow disk, small enough (a few MiB) to bound.
+pub const BUFFER_ROWS: usize = 10_000;
+
+/// Largest batch per transaction; keeps each write short so management writes that
+/// share the database are not starved.
+const MAX_BATCH: usize = 512;
+
+/// The request side of the log.
+#[derive(Debug, Clone)]
+pub struct RequestLog {
+    tx: mpsc::Sender<LogRow>,
+    dropped: Counter,
+}
+
+/// The writer side; `finish` flushes and stops it.
+#[derive(Debug)]
+pub struct LogWriter {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl RequestLog {
+    /// Creates the log and starts its writer.
+    pub fn start(store: Arc<Store>, dropped: Counter) -> (Self, LogWriter) {
+        let (tx, rx) = mpsc::channel(BUFFER_ROWS);
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(write_loop(store, rx, stop_rx));
+        (Self { tx, dropped }, LogWriter { stop, task })
+    }
+
+    /// Records a row without waiting.
+    pub fn record(&self, row: LogRow) {
+        if self.tx.try_send(row).is_err() {
+            let before = self.dropped.inc();
+            if before % 1000 == 0 {
+                tracing::warn!(
+                    dropped_total = before + 1,
+                    "Request-log buffer is full or closed; dropping rows."
+                );
+            }
+        }
+    }
+}
+
+impl LogWriter {
+    /// Flushes every buffered row and stops the writer.
+    pub async fn finish(self) {
+        self.stop.send_replace(true);
+        if let Err(e) = self.task.await {
+            tracing::error!(error = %e, "Request-log writer task failed.");
+        }
+    }
+}
+
+async fn write_loop(
+    store: Arc<Store>,
+    mut rx: mpsc::Receiver<LogRow>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    loop {
+        tokio::select! {
+            n = rx.recv_many(&mut batch, MAX_BATCH) => {
+                if n == 0 {
+                    return;
+                }
+                flush(&store, &mut batch).await;
+            }
+            _ = stop.changed() => {
+                rx.close();
+                while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+                    flush(&store, &mut batch).await;
+                }
+                return;
+            }
+        }
+    }
+}
+
+async fn flush(store: &Arc<Store>, batch: &mut Vec<LogRow>) {
+    let rows = std::mem::take(batch);
+    let count = rows.len();
+    let store = Arc::clone(store);
+    match tokio::task::spawn_blocking(move || store.insert_log_batch(&rows)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, rows = count, "Failed to write request-log rows.")
+        }
+        Err(e) => tracing::error!(error = %e, rows = count, "Request-log write task failed."),
+    }
+    batch.reserve(MAX_BATCH);
+}

@@ -1,0 +1,267 @@
+//! The immutable configuration snapshot the request path reads.
+//!
+//! Built from the database rows at start and after every configuration change, then
+//! swapped in atomically (`arc-swap`): a request loads the current snapshot once and uses
+//! it to the end, so a change never tears a request in half, and reading it takes no lock
+//! and no database round trip. Building is also how changes are validated: the management
+//! API builds a catalog from the rows as they would be after the change, and writes only
+//! if that succeeds.
+
+use axum::http::HeaderValue;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use switchyard_core::apikey::KeyHash;
+use switchyard_core::catalog::{
+    ApiKey, Catalog, CatalogError, Combo, ComboTarget, ConnectionDef, Provider,
+};
+use switchyard_core::domain::{ModelRef, UpstreamFormat};
+use switchyard_core::settings::{self, Layers, Resolved, Settings};
+use switchyard_store::ConfigRows;
+
+/// Anthropic API version header value sent to Anthropic-format upstreams.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// How long an idle pooled upstream connection is kept. Shorter than the 120 s most
+/// providers' load balancers use, so the gateway closes first and never writes into a
+/// connection the other side is tearing down.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Why rows do not form a valid snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error("combo `{combo}` target `{target}`: {message}")]
+    Target {
+        combo: String,
+        target: String,
+        message: String,
+    },
+    #[error("connection `{0}` has a credential that is not a valid HTTP header value")]
+    Credential(String),
+    #[error(transparent)]
+    Setting(#[from] settings::SettingError),
+    #[error("cannot build the upstream HTTP client: {0}")]
+    Client(String),
+}
+
+/// What the shell needs to call one connection's upstream.
+#[derive(Clone)]
+pub struct Upstream {
+    /// Full chat-completions URL.
+    pub chat_url: String,
+    /// Authentication headers, marked sensitive so they are never logged.
+    pub auth: Vec<(&'static str, HeaderValue)>,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("chat_url", &self.chat_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One configuration snapshot.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub version: i64,
+    pub catalog: Catalog,
+    /// Parallel to `catalog.connections()`.
+    pub upstreams: Vec<Upstream>,
+    pub settings: Settings,
+    pub resolved: Vec<Resolved>,
+    pub client: reqwest::Client,
+}
+
+/// Joins a base URL and an API path. A base that already ends in `/v1` (the usual way
+/// OpenAI-compatible endpoints are given) is not doubled.
+pub fn endpoint(base_url: &str, path_after_v1: &str) -> String {
+    let base = base_url.trim_end_matches('/');
+    if base.ends_with("/v1") {
+        format!("{base}{path_after_v1}")
+    } else {
+        format!("{base}/v1{path_after_v1}")
+    }
+}
+
+/// Builds the catalog from rows; the validation every configuration change passes.
+pub fn build_catalog(rows: &ConfigRows) -> Result<Catalog, SnapshotError> {
+    let providers = rows
+        .providers
+        .iter()
+        .map(|p| Provider {
+            id: p.id.clone(),
+            format: p.format,
+            base_url: p.base_url.clone(),
+            models: p.models.clone(),
+        })
+        .collect();
+    let connections = rows
+        .connections
+        .iter()
+        .map(|(c, _)| ConnectionDef {
+            id: c.id.clone(),
+            provider: c.provider.clone(),
+            auth_class: c.auth_class,
+            format: c.format,
+            base_url: c.base_url.clone(),
+            enabled: c.enabled,
+            max_concurrent: c.max_concurrent,
+        })
+        .collect();
+    let mut combos = Vec::with_capacity(rows.combos.len());
+    for c in &rows.combos {
+        let mut targets = Vec::with_capacity(c.targets.len());
+        for t in &c.targets {
+            let model = ModelRef::parse(&t.model).map_err(|e| SnapshotError::Target {
+                combo: c.name.clone(),
+                target: t.model.clone(),
+                message: e.to_string(),
+            })?;
+            targets.push(ComboTarget {
+                model,
+                connection: t.connection.clone(),
+                weight: t.weight,
+                cost: t.cost,
+            });
+        }
+        combos.push(Combo {
+            name: c.name.clone(),
+            strategy: c.strategy,
+            targets,
+        });
+    }
+    let keys = rows
+        .keys
+        .iter()
+        .filter_map(|k| {
+            let Some(hash) = KeyHash::from_hex(&k.key_hash) else {
+                tracing::warn!(key_id = %k.id, "Skipping API key with a malformed stored hash.");
+                return None;
+            };
+            Some((
+                hash,
+                ApiKey {
+                    id: k.id.clone(),
+                    name: k.name.clone(),
+                    scopes: k.scopes.clone(),
+                    allowed_connections: k.allowed_connections.clone(),
+                    allowed_models: k.allowed_models.clone(),
+                    revoked: k.revoked_at.is_some(),
+                },
+            ))
+        })
+        .collect();
+    Ok(Catalog::build(providers, connections, combos, keys)?)
+}
+
+/// Builds the upstream HTTP client: pooled, HTTP/1.1 and HTTP/2 (negotiated by ALPN),
+/// no redirects, no default headers — every upstream request is built from scratch.
+pub fn build_client(connect_timeout_ms: u64) -> Result<reqwest::Client, SnapshotError> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_millis(connect_timeout_ms))
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .tcp_nodelay(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("switchyard/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| SnapshotError::Client(e.to_string()))
+}
+
+fn settings_layers(rows: &ConfigRows, base: &Layers) -> Layers {
+    let mut layers = base.clone();
+    layers.database = rows
+        .settings
+        .iter()
+        .map(|s| (s.key.clone(), s.value.clone()))
+        .collect::<BTreeMap<_, _>>();
+    layers
+}
+
+impl Snapshot {
+    /// Builds a snapshot. The previous snapshot's HTTP client (and its pooled connections)
+    /// is kept unless the connect timeout changed.
+    pub fn build(
+        rows: &ConfigRows,
+        base: &Layers,
+        previous: Option<&Snapshot>,
+    ) -> Result<Self, SnapshotError> {
+        let catalog = build_catalog(rows)?;
+        let resolution = settings::resolve(&settings_layers(rows, base))?;
+        for e in &resolution.ignored {
+            tracing::warn!(error = %e, "Ignoring an invalid stored setting.");
+        }
+        let mut upstreams = Vec::with_capacity(catalog.connections().len());
+        for conn in catalog.connections() {
+            let cred = rows
+                .connections
+                .iter()
+                .find(|(c, _)| c.id == conn.id)
+                .map(|(_, cred)| cred.as_str())
+                .unwrap_or("");
+            let mut auth = Vec::new();
+            if !cred.is_empty() {
+                let header = |v: String| {
+                    HeaderValue::try_from(v)
+                        .map(|mut h| {
+                            h.set_sensitive(true);
+                            h
+                        })
+                        .map_err(|_| SnapshotError::Credential(conn.id.clone()))
+                };
+                match conn.format {
+                    UpstreamFormat::Openai => {
+                        auth.push(("authorization", header(format!("Bearer {cred}"))?));
+                    }
+                    UpstreamFormat::Anthropic => {
+                        auth.push(("x-api-key", header(cred.to_owned())?));
+                        auth.push((
+                            "anthropic-version",
+                            HeaderValue::from_static(ANTHROPIC_VERSION),
+                        ));
+                    }
+                }
+            }
+            upstreams.push(Upstream {
+                chat_url: endpoint(&conn.base_url, "/chat/completions"),
+                auth,
+            });
+        }
+        let client = match previous {
+            Some(p) if p.settings.connect_timeout_ms == resolution.settings.connect_timeout_ms => {
+                p.client.clone()
+            }
+            _ => build_client(resolution.settings.connect_timeout_ms)?,
+        };
+        Ok(Self {
+            version: rows.version,
+            catalog,
+            upstreams,
+            settings: resolution.settings,
+            resolved: resolution.resolved,
+            client,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_does_not_double_v1() {
+        assert_eq!(
+            endpoint("https://api.openai.com", "/chat/completions"),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert_eq!(
+            endpoint("https://api.x.ai/v1/", "/chat/completions"),
+            "https://api.x.ai/v1/chat/completions"
+        );
+        assert_eq!(
+            endpoint("http://127.0.0.1:9/openai/v1", "/messages"),
+            "http://127.0.0.1:9/openai/v1/messages"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! Shared gateway state: the current snapshot, the store, metrics, the request log, and
+//! the admin credential.
+
+use crate::clock::Clock;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::reqlog::{LogWriter, RequestLog};
+use crate::snapshot::{Snapshot, SnapshotError};
+use arc_swap::ArcSwap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use switchyard_core::apikey::KeyHash;
+use switchyard_core::settings::Layers;
+use switchyard_store::{ConfigRows, Store};
+
+/// Everything handlers share.
+#[derive(Debug)]
+pub struct AppState {
+    snapshot: ArcSwap<Snapshot>,
+    pub store: Arc<Store>,
+    pub clock: Arc<dyn Clock>,
+    pub metrics: Metrics,
+    pub log: RequestLog,
+    /// SHA-256 of the admin token.
+    pub admin_hash: KeyHash,
+    /// Settings layers below the database (file, environment).
+    pub layers: Layers,
+    rotation: AtomicUsize,
+    request_seq: AtomicU64,
+    request_prefix: u32,
+    /// Serialises management writes in this process so validate-then-write is atomic.
+    pub admin_lock: tokio::sync::Mutex<()>,
+    pub started_at_ms: u64,
+}
+
+impl AppState {
+    /// Loads the configuration and builds the first snapshot. Returns the state and the
+    /// request-log writer (to be finished on shutdown).
+    pub async fn new(
+        store: Arc<Store>,
+        clock: Arc<dyn Clock>,
+        layers: Layers,
+        admin_hash: KeyHash,
+    ) -> Result<(Arc<Self>, LogWriter), ApiError> {
+        let rows = load_rows(&store).await?;
+        let snapshot = Snapshot::build(&rows, &layers, None).map_err(internal)?;
+        let metrics = Metrics::new();
+        let (log, writer) = RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone());
+        let state = Arc::new(Self {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            store,
+            started_at_ms: clock.now_ms(),
+            clock,
+            metrics,
+            log,
+            admin_hash,
+            layers,
+            rotation: AtomicUsize::new(0),
+            request_seq: AtomicU64::new(0),
+            request_prefix: rand::random(),
+            admin_lock: tokio::sync::Mutex::new(()),
+        });
+        Ok((state, writer))
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// Rebuilds the snapshot from the database and swaps it in.
+    pub async fn reload(&self) -> Result<(), ApiError> {
+        let rows = load_rows(&self.store).await?;
+        self.install(&rows).map_err(internal)
+    }
+
+    /// Builds a snapshot from `rows` and swaps it in.
+    pub fn install(&self, rows: &ConfigRows) -> Result<(), SnapshotError> {
+        let current = self.snapshot.load();
+        let next = Snapshot::build(rows, &self.layers, Some(&current))?;
+        self.snapshot.store(Arc::new(next));
+        Ok(())
+    }
+
+    /// A counter that spreads requests over a provider's connections.
+    pub fn next_rotation(&self) -> usize {
+        self.rotation.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A process-unique request id: a random per-process prefix and a sequence number.
+    pub fn next_request_id(&self) -> String {
+        let n = self.request_seq.fetch_add(1, Ordering::Relaxed);
+        format!("req_{:08x}{n:012x}", self.request_prefix)
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::Internal(e.to_string())
+}
+
+/// Reads all configuration rows on the blocking pool.
+pub async fn load_rows(store: &Arc<Store>) -> Result<ConfigRows, ApiError> {
+    let store = Arc::clone(store);
+    tokio::task::spawn_blocking(move || store.load_config())
+        .await
+        .map_err(internal)?
+        .map_err(ApiError::from)
+}
+
+/// Runs a store call on the blocking pool.
+pub async fn blocking<T: Send + 'static>(
+    store: &Arc<Store>,
+    f: impl FnOnce(&Store) -> switchyard_store::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let store = Arc::clone(store);
+    tokio::task::spawn_blocking(move || f(&store))
+        .await
+        .map_err(internal)?
+        .map_err(ApiError::from)
+}

@@ -1,0 +1,295 @@
+//! Subcommands: `serve`, `demo`, `mock`, `keys`, `admin-token`.
+
+use anyhow::Context;
+use clap::{Args as ClapArgs, Parser, Subcommand};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use switchyard_gateway::bootstrap::{self, AdminToken};
+use switchyard_gateway::clock::{Clock, SystemClock};
+use switchyard_gateway::config::{self, FileConfig, GatewayConfig, LogFormat, SystemEnv};
+use switchyard_gateway::keys::{new_key, NewKey};
+use switchyard_store::SaveMode;
+use tokio::net::TcpListener;
+
+/// Switchyard: an LLM API gateway that shares provider accounts fairly and keeps serving
+/// when providers, accounts, models or streams fail.
+#[derive(Debug, Parser)]
+#[command(name = "switchyard", version)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve(ServeArgs),
+    /// Run the gateway with a built-in mock provider, two simulated providers, a combo
+    /// and a demo key, and print a ready-to-paste curl command.
+    Demo(DemoArgs),
+    /// Run the mock provider alone (for tests and benchmarks).
+    Mock(MockArgs),
+    /// Manage client API keys in the database.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Manage the generated admin token.
+    #[command(subcommand, name = "admin-token")]
+    AdminToken(AdminTokenCommand),
+}
+
+#[derive(Debug, ClapArgs)]
+struct Common {
+    /// TOML config file.
+    #[arg(long, short = 'c', env = "SWITCHYARD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Log as JSON lines (same as SWITCHYARD_LOG_FORMAT=json).
+    #[arg(long)]
+    log_json: bool,
+}
+
+#[derive(Debug, ClapArgs)]
+struct ServeArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, ClapArgs)]
+pub struct DemoArgs {
+    /// Where the gateway listens.
+    #[arg(long, default_value = config::DEFAULT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Data directory of the demo (kept apart from a real gateway's data).
+    #[arg(long, default_value = "./data/demo")]
+    pub data_dir: PathBuf,
+    /// Log as JSON lines.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+#[derive(Debug, ClapArgs)]
+struct MockArgs {
+    /// Where the mock listens.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    listen: SocketAddr,
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Create a key and print its secret (shown this once).
+    Create {
+        #[command(flatten)]
+        common: Common,
+        /// Human-readable name.
+        #[arg(long)]
+        name: String,
+        /// Scope to grant (repeatable): admin, lease:exclusive.
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// Restrict to these models (repeatable): provider/model, provider/* or a combo.
+        #[arg(long = "allow-model")]
+        allowed_models: Vec<String>,
+        /// Restrict to these connection ids (repeatable).
+        #[arg(long = "allow-connection")]
+        allowed_connections: Vec<String>,
+    },
+    /// List keys (never their secrets).
+    List {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Revoke a key.
+    Revoke {
+        #[command(flatten)]
+        common: Common,
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminTokenCommand {
+    /// Generate a new admin token into <data_dir>/admin-token; the old one stops working
+    /// within a second of a running gateway noticing (on its next start at the latest).
+    Rotate {
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// Writes a line to standard output (the CLI's product, not a log).
+pub fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+}
+
+pub fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn load_config(common: &Common) -> anyhow::Result<GatewayConfig> {
+    let file = match &common.config {
+        Some(path) => FileConfig::load(path)?,
+        None => FileConfig::default(),
+    };
+    let mut cfg = config::resolve(file, &SystemEnv)?;
+    if common.log_json {
+        cfg.log_format = LogFormat::Json;
+    }
+    Ok(cfg)
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+pub async fn dispatch(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        Command::Serve(a) => serve(a).await,
+        Command::Demo(a) => crate::demo::run(a).await,
+        Command::Mock(a) => mock(a).await,
+        Command::Keys(k) => keys(k),
+        Command::AdminToken(AdminTokenCommand::Rotate { common }) => {
+            let cfg = load_config(&common)?;
+            let store = bootstrap::open_store(&cfg.data_dir)?;
+            let path = bootstrap::rotate_admin_token(&store, &cfg.data_dir)?;
+            say(&format!("New admin token written to {}", path.display()));
+            Ok(())
+        }
+    }
+}
+
+async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let cfg = load_config(&a.common)?;
+    init_tracing(cfg.log_format);
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let prepared = bootstrap::prepare(&cfg, Arc::new(SystemClock)).await?;
+    let addr = listener.local_addr()?;
+    say(&format!("Switchyard listening on http://{addr}"));
+    say(&format!("Data directory: {}", cfg.data_dir.display()));
+    say(&admin_note(&prepared.admin));
+    switchyard_gateway::run(listener, prepared.state, prepared.writer, shutdown_signal()).await?;
+    Ok(())
+}
+
+pub fn admin_note(admin: &AdminToken) -> String {
+    match admin {
+        AdminToken::Configured => {
+            "Admin API: use the configured admin token (SWITCHYARD_ADMIN_TOKEN or [server].admin_token).".to_owned()
+        }
+        AdminToken::File(p) => format!(
+            "Admin API: the admin token is in {} (cat it; rotate with `switchyard admin-token rotate`).",
+            p.display()
+        ),
+    }
+}
+
+async fn mock(a: MockArgs) -> anyhow::Result<()> {
+    init_tracing(LogFormat::Text);
+    let listener = TcpListener::bind(a.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", a.listen))?;
+    say(&format!(
+        "Mock provider listening on http://{}",
+        listener.local_addr()?
+    ));
+    switchyard_mock::serve_until(listener, shutdown_signal()).await?;
+    Ok(())
+}
+
+fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
+    match cmd {
+        KeysCommand::Create {
+            common,
+            name,
+            scopes,
+            allowed_models,
+            allowed_connections,
+        } => {
+            let cfg = load_config(&common)?;
+            let store = bootstrap::open_store(&cfg.data_dir)?;
+            let connections = store.list_connections()?;
+            if let Some(bad) = allowed_connections
+                .iter()
+                .find(|c| !connections.iter().any(|r| &&r.id == c))
+            {
+                anyhow::bail!("--allow-connection: unknown connection `{bad}`");
+            }
+            let (record, secret) = new_key(
+                NewKey {
+                    id: None,
+                    name,
+                    scopes,
+                    allowed_connections: (!allowed_connections.is_empty())
+                        .then_some(allowed_connections),
+                    allowed_models: (!allowed_models.is_empty()).then_some(allowed_models),
+                    secret: None,
+                },
+                SystemClock.now_ms(),
+            )
+            .map_err(anyhow::Error::msg)?;
+            store.save_key(&record, SaveMode::Create)?;
+            say(&format!("Created key {} ({}).", record.id, record.name));
+            say("Secret (shown only now; store it safely):");
+            say(&secret);
+            Ok(())
+        }
+        KeysCommand::List { common } => {
+            let cfg = load_config(&common)?;
+            let store = bootstrap::open_store(&cfg.data_dir)?;
+            for k in store.list_keys()? {
+                let state = if k.revoked_at.is_some() {
+                    "revoked"
+                } else {
+                    "active"
+                };
+                say(&format!(
+                    "{}\t{}\t{}…\t{}\t{}",
+                    k.id,
+                    k.name,
+                    k.prefix,
+                    state,
+                    k.scopes.join(",")
+                ));
+            }
+            Ok(())
+        }
+        KeysCommand::Revoke { common, id } => {
+            let cfg = load_config(&common)?;
+            let store = bootstrap::open_store(&cfg.data_dir)?;
+            store.revoke_key(&id, SystemClock.now_ms())?;
+            say(&format!("Revoked key {id}."));
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! `switchyard demo`: the gateway plus a built-in mock provider, preconfigured so a
+//! newcomer sees a streamed answer within a minute of cloning.
+
+use crate::cli::{admin_note, init_tracing, say, shutdown_signal, DemoArgs};
+use anyhow::Context;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use switchyard_core::domain::{AuthClass, Strategy, UpstreamFormat};
+use switchyard_gateway::bootstrap;
+use switchyard_gateway::clock::{Clock, SystemClock};
+use switchyard_gateway::config::{self, FileConfig, LogFormat};
+use switchyard_gateway::keys::{new_key, NewKey};
+use switchyard_mock::{MockServer, Rule};
+use switchyard_store::{ComboRecord, ConnectionRecord, ProviderRecord, SaveMode, TargetRecord};
+use tokio::net::TcpListener;
+
+/// Simulated providers: (provider id, connection id, credential the mock sees).
+const PROVIDERS: [(&str, &str, &str); 2] = [
+    ("alpha", "alpha-main", "demo-alpha-credential"),
+    ("beta", "beta-main", "demo-beta-credential"),
+];
+
+/// Chunks per demo answer and the pause between them: slow enough to watch it stream.
+const DEMO_CHUNKS: u32 = 16;
+const DEMO_CHUNK_INTERVAL_MS: u64 = 120;
+
+pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
+    init_tracing(if a.log_json {
+        LogFormat::Json
+    } else {
+        LogFormat::Text
+    });
+    let mock = MockServer::start_local().await?;
+    mock.state.add_rule(Rule {
+        chunks: Some(DEMO_CHUNKS),
+        chunk_interval_ms: Some(DEMO_CHUNK_INTERVAL_MS),
+        ..Rule::default()
+    });
+    let env: BTreeMap<String, String> = BTreeMap::from([(
+        "SWITCHYARD_DATA_DIR".to_owned(),
+        a.data_dir.display().to_string(),
+    )]);
+    let cfg = config::resolve(FileConfig::default(), &env)?;
+    let store = bootstrap::open_store(&cfg.data_dir)?;
+    let now = SystemClock.now_ms();
+    for (provider, connection, credential) in PROVIDERS {
+        store.save_provider(
+            &ProviderRecord {
+                id: provider.to_owned(),
+                format: UpstreamFormat::Openai,
+                base_url: mock.base_url(),
+                models: vec!["mock-small".to_owned(), "mock-large".to_owned()],
+            },
+            SaveMode::Upsert,
+            now,
+        )?;
+        store.save_connection(
+            &ConnectionRecord {
+                id: connection.to_owned(),
+                provider: provider.to_owned(),
+                auth_class: AuthClass::Apikey,
+                format: None,
+                base_url: None,
+                enabled: true,
+                max_concurrent: None,
+                rate_limit_overrides: None,
+                provider_specific_data: None,
+                disable_cooling: false,
+                has_credential: true,
+            },
+            Some(credential),
+            SaveMode::Upsert,
+            now,
+        )?;
+    }
+    store.save_combo(
+        &ComboRecord {
+            name: "demo".to_owned(),
+            strategy: Strategy::Priority,
+            targets: PROVIDERS
+                .iter()
+                .map(|(p, _, _)| TargetRecord {
+                    model: format!("{p}/mock-small"),
+                    connection: None,
+                    weight: 1,
+                    cost: None,
+                })
+                .collect(),
+        },
+        SaveMode::Upsert,
+        now,
+    )?;
+    let (key, secret) = new_key(
+        NewKey {
+            id: Some("demo".to_owned()),
+            name: "demo".to_owned(),
+            ..NewKey::default()
+        },
+        now,
+    )
+    .map_err(anyhow::Error::msg)?;
+    store.save_key(&key, SaveMode::Upsert)?;
+    drop(store);
+
+    let listener = TcpListener::bind(a.listen).await.with_context(|| {
+        format!(
+            "cannot listen on {} (pass --listen to pick another)",
+            a.listen
+        )
+    })?;
+    let prepared = bootstrap::prepare(&cfg, Arc::new(SystemClock)).await?;
+    let addr = listener.local_addr()?;
+    say(&format!("Switchyard demo listening on http://{addr}"));
+    say(&format!(
+        "Mock provider on {} serves the simulated providers `alpha` and `beta`;",
+        mock.base_url()
+    ));
+    say("the combo `demo` tries alpha/mock-small first, then beta/mock-small.");
+    say(&format!("Demo API key: {secret}"));
+    say(&admin_note(&prepared.admin));
+    say("");
+    say("Stream an answer:");
+    say(&format!(
+        "  curl -N http://{addr}/v1/chat/completions -H 'Authorization: Bearer {secret}' -H 'Content-Type: application/json' -d '{{\"model\":\"demo\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}]}}'"
+    ));
+    say("Press Ctrl-C to stop.");
+    switchyard_gateway::run(listener, prepared.state, prepared.writer, shutdown_signal()).await?;
+    mock.stop();
+    Ok(())
+}
