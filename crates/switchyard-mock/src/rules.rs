@@ -71,7 +71,9 @@ pub struct Rule {
     /// Stop sending after this many content chunks and hold the connection open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_after_chunks: Option<u32>,
-    /// Reset the connection after this many content chunks.
+    /// Reset the connection after this many content chunks. Combine with
+    /// `chunk_interval_ms` so the chunks before the reset are flushed to the client
+    /// (the reset happens after the interval).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_after_chunks: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -426,14 +426,14 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
             if stall_after == Some(i) {
                 std::future::pending::<()>().await;
             }
+            if let Some(d) = interval {
+                tokio::time::sleep(d).await;
+            }
             if reset_after == Some(i) {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::ConnectionReset,
                     "mock scripted reset",
                 ));
-            }
-            if let Some(d) = interval {
-                tokio::time::sleep(d).await;
             }
             Ok(Bytes::from(match api {
                 Api::OpenAi => openai::stream_content(&model, i),

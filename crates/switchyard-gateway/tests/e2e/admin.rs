@@ -1,0 +1,505 @@
+//! Management API: auth, CRUD, validation, secrecy, OpenAPI.
+
+use crate::common::*;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn management_api_requires_the_admin_token_or_an_admin_scoped_key() {
+    let h = Harness::start().await;
+    let none = h.http.get(h.url("/api/keys")).send().await.unwrap();
+    assert_eq!(none.status(), 401);
+    assert_eq!(
+        none.json::<Value>().await.unwrap()["error"]["code"],
+        "admin_required"
+    );
+    let client = h
+        .http
+        .get(h.url("/api/keys"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(client.status(), 401);
+    let ops = h
+        .http
+        .get(h.url("/api/keys"))
+        .bearer_auth(OPS_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ops.status(), 200);
+    assert_eq!(h.admin_get("/api/keys").await.status(), 200);
+    // Public endpoints need no credential.
+    assert_eq!(
+        h.http
+            .get(h.url("/api/monitoring/health"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        h.http
+            .get(h.url("/api/openapi.json"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn keys_are_created_shown_once_usable_at_once_and_revocable() {
+    let h = Harness::start().await;
+    let r = h
+        .admin_send(
+            Method::POST,
+            "/api/keys",
+            json!({"name": "agent-7", "allowed_models": ["fast"]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let created: Value = r.json().await.unwrap();
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    let id = created["key"]["id"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("sy-"));
+    assert_eq!(created["key"]["prefix"], &secret[..8]);
+    assert_eq!(created["key"]["name"], "agent-7");
+
+    let use_key = |model: &'static str| {
+        h.http
+            .post(h.url("/v1/chat/completions"))
+            .bearer_auth(&secret)
+            .json(&chat_body(model, false))
+            .send()
+    };
+    assert_eq!(use_key("fast").await.unwrap().status(), 200);
+    assert_eq!(use_key("alpha/mock-small").await.unwrap().status(), 403);
+
+    let listed = h.admin_get("/api/keys").await.text().await.unwrap();
+    assert!(!listed.contains(&secret));
+    assert!(!listed.contains("key_hash"));
+
+    let r = h
+        .admin_send(Method::POST, &format!("/api/keys/{id}/revoke"), json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(r.json::<Value>().await.unwrap()["revoked_at"].is_u64());
+    assert_eq!(use_key("fast").await.unwrap().status(), 401);
+
+    let r = h
+        .admin_send(Method::DELETE, &format!("/api/keys/{id}"), json!({}))
+        .await;
+    assert_eq!(r.status(), 204);
+    assert_eq!(h.admin_get(&format!("/api/keys/{id}")).await.status(), 404);
+}
+
+#[tokio::test]
+async fn providers_connections_and_combos_round_trip_through_the_api() {
+    let h = Harness::start().await;
+    let mock = h.mock.base_url();
+    let r = h
+        .admin_send(
+            Method::POST,
+            "/api/providers",
+            json!({"id": "gamma", "format": "openai", "base_url": mock}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let r = h
+        .admin_send(
+            Method::POST,
+            "/api/connections",
+            json!({"id": "gamma-1", "provider": "gamma", "auth_class": "oauth", "credential": "cred-gamma", "max_concurrent": 2}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"id": "gamma-1", "provider": "gamma", "auth_class": "oauth", "format": null,
+               "base_url": null, "enabled": true, "max_concurrent": 2, "rate_limit_overrides": null,
+               "provider_specific_data": null, "disable_cooling": false, "has_credential": true})
+    );
+    let r = h
+        .admin_send(
+            Method::POST,
+            "/api/combos",
+            json!({"name": "g", "strategy": "priority", "targets": [{"model": "gamma/any"}, {"model": "beta/mock-small", "connection": "beta-1"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    assert_eq!(h.chat(chat_body("g", false)).await.status(), 200);
+    assert_eq!(h.mock_stats().await["by_credential"]["cred-gamma"], 1);
+
+    // Update without a credential keeps the stored one.
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/connections/gamma-1",
+            json!({"id": "gamma-1", "provider": "gamma", "auth_class": "oauth", "max_concurrent": 3}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(h.chat(chat_body("gamma/any", false)).await.status(), 200);
+    assert_eq!(h.mock_stats().await["by_credential"]["cred-gamma"], 2);
+
+    // In-use objects cannot be deleted; once free they can.
+    let r = h
+        .admin_send(Method::DELETE, "/api/providers/gamma", json!({}))
+        .await;
+    assert_eq!(r.status(), 409);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["message"],
+        "provider `gamma` is still used by connections gamma-1"
+    );
+    assert_eq!(
+        h.admin_send(Method::DELETE, "/api/combos/g", json!({}))
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(
+        h.admin_send(Method::DELETE, "/api/connections/gamma-1", json!({}))
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(
+        h.admin_send(Method::DELETE, "/api/providers/gamma", json!({}))
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(h.chat(chat_body("gamma/any", false)).await.status(), 404);
+}
+
+#[tokio::test]
+async fn invalid_changes_are_rejected_naming_the_problem_and_change_nothing() {
+    let h = Harness::start().await;
+    let before_combos = h.admin_get("/api/combos").await.text().await.unwrap();
+    let before_settings = h.admin_get("/api/settings").await.text().await.unwrap();
+    let cases = [
+        (
+            "/api/combos",
+            json!({"name": "bad", "strategy": "priority", "targets": [{"model": "nope/x"}]}),
+            400,
+            "combo `bad` target `nope/x` names unknown provider `nope`",
+        ),
+        (
+            "/api/combos",
+            json!({"name": "bad", "strategy": "priority", "targets": [{"model": "no-slash"}]}),
+            400,
+            "combo `bad` target `no-slash`: model `no-slash` must have the form provider/model",
+        ),
+        (
+            "/api/combos",
+            json!({"name": "bad", "strategy": "priority", "targets": []}),
+            400,
+            "combo `bad` has no targets",
+        ),
+        (
+            "/api/connections",
+            json!({"id": "c", "provider": "nope", "auth_class": "apikey"}),
+            400,
+            "provider: unknown provider `nope`",
+        ),
+        (
+            "/api/connections",
+            json!({"id": "c", "provider": "alpha", "auth_class": "apikey", "max_concurrent": 0}),
+            400,
+            "max_concurrent: must be at least 1 (omit it for no limit)",
+        ),
+        (
+            "/api/providers",
+            json!({"id": "bad id", "format": "openai", "base_url": "http://x"}),
+            400,
+            "provider id `bad id` is invalid: use 1-64 letters, digits, '-', '_' or '.'",
+        ),
+        (
+            "/api/providers",
+            json!({"id": "p2", "format": "openai", "base_url": "ftp://x"}),
+            400,
+            "base URL `ftp://x` of provider `p2` must start with http:// or https://",
+        ),
+        (
+            "/api/providers",
+            json!({"id": "alpha", "format": "openai", "base_url": "http://x"}),
+            409,
+            "provider `alpha` already exists",
+        ),
+        (
+            "/api/keys",
+            json!({"name": "x", "allowed_connections": ["ghost"]}),
+            400,
+            "allowed_connections: unknown connection `ghost`",
+        ),
+        (
+            "/api/keys",
+            json!({"name": "x", "scopes": ["root"]}),
+            400,
+            "scopes: unknown scope `root` (known: admin, lease:exclusive)",
+        ),
+    ];
+    for (path, body, status, message) in cases {
+        let r = h.admin_send(Method::POST, path, body.clone()).await;
+        assert_eq!(r.status(), status, "{path} {body}");
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"]["message"],
+            message,
+            "{path} {body}"
+        );
+    }
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/settings/upstream.connect_timeout_ms",
+            json!({"value": 5}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["message"],
+        "setting `upstream.connect_timeout_ms` (from database) must be an integer between 100 and 300000, got 5"
+    );
+    let r = h
+        .admin_send(Method::PUT, "/api/settings/no.such", json!({"value": 5}))
+        .await;
+    assert_eq!(r.status(), 400);
+    let r = h
+        .http
+        .post(h.url("/api/providers"))
+        .bearer_auth(ADMIN)
+        .header("content-type", "application/json")
+        .body("{broken")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(
+        h.admin_get("/api/combos").await.text().await.unwrap(),
+        before_combos
+    );
+    assert_eq!(
+        h.admin_get("/api/settings").await.text().await.unwrap(),
+        before_settings
+    );
+    assert_eq!(
+        h.admin_get("/api/keys")
+            .await
+            .json::<Value>()
+            .await
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        h.admin_get("/api/providers")
+            .await
+            .json::<Value>()
+            .await
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn settings_show_value_and_source_and_take_effect_at_once() {
+    let h = Harness::start_with(
+        standard_config,
+        &[("SWITCHYARD_UPSTREAM_CONNECT_TIMEOUT_MS", "2000")],
+    )
+    .await;
+    let list: Value = h.admin_get("/api/settings").await.json().await.unwrap();
+    let find = |list: &Value, key: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["key"] == key)
+            .unwrap()
+            .clone()
+    };
+    let s = find(&list, "upstream.connect_timeout_ms");
+    assert_eq!(
+        (s["value"].as_u64(), s["source"].as_str()),
+        (Some(2000), Some("env"))
+    );
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/settings/upstream.first_byte_timeout_ms",
+            json!({"value": 250}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let s = find(&r.json().await.unwrap(), "upstream.first_byte_timeout_ms");
+    assert_eq!(
+        (s["value"].as_u64(), s["source"].as_str()),
+        (Some(250), Some("database"))
+    );
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "latency_ms": 2000}))
+        .await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 504);
+    let r = h
+        .admin_send(
+            Method::DELETE,
+            "/api/settings/upstream.first_byte_timeout_ms",
+            json!({}),
+        )
+        .await;
+    assert_eq!(r.status(), 204);
+    let list: Value = h.admin_get("/api/settings").await.json().await.unwrap();
+    let s = find(&list, "upstream.first_byte_timeout_ms");
+    assert_eq!(
+        (s["value"].as_u64(), s["source"].as_str()),
+        (Some(600_000), Some("default"))
+    );
+}
+
+#[tokio::test]
+async fn credentials_never_appear_in_any_management_response() {
+    let h = Harness::start().await;
+    let secret_cred = "sk-very-secret-credential-987654321";
+    let r = h
+        .admin_send(
+            Method::POST,
+            "/api/connections",
+            json!({"id": "s-1", "provider": "alpha", "auth_class": "apikey", "credential": secret_cred}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let created = r.text().await.unwrap();
+    let r = h
+        .admin_send(Method::POST, "/api/keys", json!({"name": "n"}))
+        .await;
+    let key_secret = r.json::<Value>().await.unwrap()["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        h.chat(chat_body("alpha/mock-small", false)).await.status(),
+        200
+    );
+    let mut bodies = vec![created];
+    for path in [
+        "/api/connections",
+        "/api/connections/s-1",
+        "/api/connections/alpha-1",
+        "/api/providers",
+        "/api/combos",
+        "/api/keys",
+        "/api/keys/k1",
+        "/api/settings",
+        "/api/logs",
+        "/api/monitoring/health",
+        "/api/openapi.json",
+        "/metrics",
+    ] {
+        let r = h.admin_get(path).await;
+        assert_eq!(r.status(), 200, "{path}");
+        bodies.push(r.text().await.unwrap());
+    }
+    for body in &bodies {
+        for secret in [
+            secret_cred,
+            CRED_ALPHA,
+            CRED_BETA,
+            KEY,
+            OPS_KEY,
+            ADMIN,
+            key_secret.as_str(),
+        ] {
+            assert!(
+                !body.contains(secret),
+                "a response leaked `{secret}`: {body}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn openapi_document_matches_the_routes() {
+    let h = Harness::start().await;
+    let doc: Value = h
+        .http
+        .get(h.url("/api/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    let mut documented = Vec::new();
+    for (path, item) in paths {
+        for method in item.as_object().unwrap().keys() {
+            documented.push(format!("{} {path}", method.to_uppercase()));
+        }
+    }
+    documented.sort();
+    let expected = [
+        "DELETE /api/combos/{name}",
+        "DELETE /api/connections/{id}",
+        "DELETE /api/keys/{id}",
+        "DELETE /api/providers/{id}",
+        "DELETE /api/settings/{key}",
+        "GET /api/combos",
+        "GET /api/combos/{name}",
+        "GET /api/connections",
+        "GET /api/connections/{id}",
+        "GET /api/keys",
+        "GET /api/keys/{id}",
+        "GET /api/logs",
+        "GET /api/monitoring/health",
+        "GET /api/providers",
+        "GET /api/providers/{id}",
+        "GET /api/settings",
+        "GET /metrics",
+        "GET /v1/models",
+        "PATCH /api/keys/{id}",
+        "POST /api/combos",
+        "POST /api/connections",
+        "POST /api/keys",
+        "POST /api/keys/{id}/revoke",
+        "POST /api/providers",
+        "POST /v1/chat/completions",
+        "PUT /api/combos/{name}",
+        "PUT /api/connections/{id}",
+        "PUT /api/providers/{id}",
+        "PUT /api/settings/{key}",
+    ];
+    assert_eq!(documented, expected);
+    // Every documented operation is served: the router answers neither 405 nor an
+    // empty-bodied 404 (a handler's 404 carries a JSON error).
+    for entry in &documented {
+        let (method, path) = entry.split_once(' ').unwrap();
+        let concrete = path
+            .replace("{id}", "zz-missing")
+            .replace("{name}", "zz-missing")
+            .replace("{key}", "zz.missing");
+        let r = h
+            .http
+            .request(
+                Method::from_bytes(method.as_bytes()).unwrap(),
+                h.url(&concrete),
+            )
+            .bearer_auth(ADMIN)
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let body = r.text().await.unwrap();
+        assert_ne!(status, 405, "{entry}");
+        assert!(!(status == 404 && body.is_empty()), "{entry} is not routed");
+    }
+}

@@ -1,0 +1,249 @@
+//! Test harness: starts a mock provider and a gateway wired to it.
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_gateway::bootstrap;
+use switchyard_gateway::clock::SystemClock;
+use switchyard_gateway::config::{self, FileConfig};
+use switchyard_mock::MockServer;
+use switchyard_store::Store;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const KEY: &str = "sy-test-client-key-0000000001";
+pub const OPS_KEY: &str = "sy-test-ops-key-000000000001";
+pub const ADMIN: &str = "test-admin-token-0123456789";
+pub const CRED_ALPHA: &str = "cred-alpha-1-secret-value";
+pub const CRED_BETA: &str = "cred-beta-1-secret-value";
+
+/// The standard configuration: two providers on the mock, one connection each, a priority
+/// combo across them, a client key and an admin-scoped key.
+pub fn standard_config(mock_url: &str) -> String {
+    format!(
+        r#"
+[[providers]]
+id = "alpha"
+format = "openai"
+base_url = "{mock_url}"
+models = ["mock-small", "mock-large"]
+
+[[providers]]
+id = "beta"
+format = "openai"
+base_url = "{mock_url}/v1"
+models = ["mock-small"]
+
+[[connections]]
+id = "alpha-1"
+provider = "alpha"
+auth_class = "apikey"
+credential = "{CRED_ALPHA}"
+
+[[connections]]
+id = "beta-1"
+provider = "beta"
+auth_class = "apikey"
+credential = "{CRED_BETA}"
+
+[[combos]]
+name = "fast"
+strategy = "priority"
+targets = [{{ model = "alpha/mock-small" }}, {{ model = "beta/mock-small" }}]
+
+[[keys]]
+id = "k1"
+name = "tester"
+secret = "{KEY}"
+
+[[keys]]
+id = "ops"
+name = "ops"
+secret = "{OPS_KEY}"
+scopes = ["admin"]
+"#
+    )
+}
+
+pub struct Harness {
+    pub mock: MockServer,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub data_dir: PathBuf,
+    _dir: tempfile::TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Harness {
+    pub async fn start() -> Self {
+        Self::start_with(standard_config, &[]).await
+    }
+
+    /// Starts with a config built from the mock URL and extra environment variables.
+    pub async fn start_with(config_for: fn(&str) -> String, env: &[(&str, &str)]) -> Self {
+        let mock = MockServer::start_local().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let harness = Self::boot(mock, dir, &config_for, env).await;
+        harness
+    }
+
+    async fn boot(
+        mock: MockServer,
+        dir: tempfile::TempDir,
+        config_for: &dyn Fn(&str) -> String,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut vars: BTreeMap<String, String> = BTreeMap::from([
+            (
+                "SWITCHYARD_DATA_DIR".into(),
+                dir.path().display().to_string(),
+            ),
+            ("SWITCHYARD_ADMIN_TOKEN".into(), ADMIN.into()),
+        ]);
+        for (k, v) in env {
+            vars.insert((*k).into(), (*v).into());
+        }
+        let file = FileConfig::parse(&config_for(&mock.base_url())).unwrap();
+        let cfg = config::resolve(file, &vars).unwrap();
+        let prepared = bootstrap::prepare(&cfg, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(switchyard_gateway::run(
+            listener,
+            prepared.state,
+            prepared.writer,
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        Self {
+            mock,
+            base,
+            http: reqwest::Client::new(),
+            data_dir: dir.path().to_owned(),
+            _dir: dir,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends a chat request with the standard client key.
+    pub async fn chat(&self, body: Value) -> reqwest::Response {
+        self.http
+            .post(self.url("/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn admin_get(&self, path: &str) -> reqwest::Response {
+        self.http
+            .get(self.url(path))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn admin_send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> reqwest::Response {
+        self.http
+            .request(method, self.url(path))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Adds a mock rule through the mock's HTTP control API.
+    pub async fn rule(&self, rule: Value) {
+        let r = self
+            .http
+            .post(format!("{}/_mock/rules", self.mock.base_url()))
+            .json(&rule)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            200,
+            "mock rule rejected: {}",
+            r.text().await.unwrap()
+        );
+    }
+
+    pub async fn mock_stats(&self) -> Value {
+        self.http
+            .get(format!("{}/_mock/stats", self.mock.base_url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Stops the gateway gracefully and waits for it (flushing the request log).
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(30), task)
+                .await
+                .expect("gateway did not stop within 30 s")
+                .unwrap()
+                .unwrap();
+        }
+    }
+
+    /// Opens the gateway's database (a second connection, as the CLI would).
+    pub fn store(&self) -> Store {
+        Store::open(&self.data_dir.join(bootstrap::DB_FILE)).unwrap()
+    }
+}
+
+/// A one-message chat body.
+pub fn chat_body(model: &str, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "Hello there, mock!"}]
+    })
+}
+
+/// Prompt tokens the mock computes for `chat_body` ("Hello there, mock!" = 18 chars).
+pub const PROMPT_TOKENS: u64 = 5;
+
+/// Polls `check` every 20 ms until it returns true or 10 s pass.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..500 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}

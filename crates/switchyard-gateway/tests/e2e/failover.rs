@@ -1,0 +1,254 @@
+//! Upstream failures: typed errors and priority-combo failover.
+
+use crate::common::*;
+use serde_json::{json, Value};
+
+fn single_provider(mock_url: &str) -> String {
+    format!(
+        r#"
+[settings]
+"upstream.first_byte_timeout_ms" = 400
+
+[[providers]]
+id = "solo"
+format = "openai"
+base_url = "{mock_url}"
+
+[[providers]]
+id = "dead"
+format = "openai"
+base_url = "http://127.0.0.1:9"
+
+[[connections]]
+id = "solo-1"
+provider = "solo"
+auth_class = "apikey"
+credential = "{CRED_ALPHA}"
+
+[[connections]]
+id = "dead-1"
+provider = "dead"
+auth_class = "apikey"
+credential = "x"
+
+[[keys]]
+id = "k1"
+name = "tester"
+secret = "{KEY}"
+"#
+    )
+}
+
+async fn error_of(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn upstream_5xx_timeout_reset_and_connect_errors_map_to_typed_errors() {
+    let h = Harness::start_with(single_provider, &[]).await;
+    h.rule(json!({"times": 1, "status": 503})).await;
+    let (s, e) = error_of(h.chat(chat_body("solo/m", false)).await).await;
+    assert_eq!(s, 502);
+    assert_eq!(e["error"]["code"], "upstream_error");
+    assert_eq!(e["error"]["type"], "upstream_error");
+    assert_eq!(e["error"]["upstream_status"], 503);
+    assert_eq!(
+        e["error"]["message"],
+        "upstream `solo` (connection `solo-1`) answered HTTP 503"
+    );
+
+    h.rule(json!({"times": 1, "latency_ms": 3000})).await;
+    let (s, e) = error_of(h.chat(chat_body("solo/m", false)).await).await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str().unwrap()),
+        (504, "upstream_timeout")
+    );
+
+    h.rule(json!({"times": 1, "reset": "before_headers"})).await;
+    let (s, e) = error_of(h.chat(chat_body("solo/m", false)).await).await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str().unwrap()),
+        (502, "upstream_connection_reset")
+    );
+
+    let (s, e) = error_of(h.chat(chat_body("dead/m", false)).await).await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str().unwrap()),
+        (502, "upstream_unavailable")
+    );
+
+    h.rule(json!({"times": 1, "status": 429, "headers": {"retry-after": "17"}}))
+        .await;
+    let r = h.chat(chat_body("solo/m", false)).await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "17");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "upstream_rate_limited");
+    assert_eq!(e["error"]["type"], "rate_limit_error");
+
+    // After the scripted faults are used up the same route works again.
+    assert_eq!(h.chat(chat_body("solo/m", false)).await.status(), 200);
+}
+
+#[tokio::test]
+async fn mid_stream_reset_ends_the_client_stream_with_a_typed_error_frame() {
+    let h = Harness::start_with(single_provider, &[]).await;
+    h.rule(json!({"times": 1, "reset_after_chunks": 2, "chunk_interval_ms": 30}))
+        .await;
+    let r = h.chat(chat_body("solo/m", true)).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let expected_prefix = format!(
+        "{}{}{}",
+        switchyard_mock::openai::stream_head("m"),
+        switchyard_mock::openai::stream_content("m", 0),
+        switchyard_mock::openai::stream_content("m", 1)
+    );
+    assert!(text.starts_with(&expected_prefix), "{text}");
+    let rest = &text[expected_prefix.len()..];
+    assert_eq!(
+        rest,
+        "data: {\"error\":{\"message\":\"upstream connection broke during the stream\",\"type\":\"upstream_error\",\"code\":\"upstream_connection_reset\",\"param\":null}}\n\n"
+    );
+}
+
+#[tokio::test]
+async fn priority_combo_fails_over_on_retryable_errors() {
+    let h = Harness::start().await;
+    for status in [500, 502, 503, 504, 429] {
+        h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": status}))
+            .await;
+        let r = h.chat(chat_body("fast", false)).await;
+        assert_eq!(r.status(), 200, "after alpha answered {status}");
+    }
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "reset": "before_headers"}))
+        .await;
+    assert_eq!(h.chat(chat_body("fast", true)).await.status(), 200);
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "latency_ms": 3000}))
+        .await;
+    let h_settings = h
+        .admin_send(
+            reqwest::Method::PUT,
+            "/api/settings/upstream.first_byte_timeout_ms",
+            json!({"value": 300}),
+        )
+        .await;
+    assert_eq!(h_settings.status(), 200);
+    assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
+    let stats = h.mock_stats().await;
+    assert_eq!(stats["by_credential"][CRED_ALPHA], 7);
+    assert_eq!(stats["by_credential"][CRED_BETA], 7);
+}
+
+#[tokio::test]
+async fn priority_combo_returns_non_retryable_errors_as_they_are() {
+    let h = Harness::start().await;
+    let body = json!({"error": {"message": "bad tool schema", "type": "invalid_request_error", "code": "bad_schema"}});
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 400, "body": body.clone()}))
+        .await;
+    let r = h.chat(chat_body("fast", false)).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap(), body);
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 401}))
+        .await;
+    let r = h.chat(chat_body("fast", false)).await;
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["message"],
+        "mock injected status 401"
+    );
+    let stats = h.mock_stats().await;
+    assert_eq!(stats["by_credential"][CRED_ALPHA], 2);
+    assert!(stats["by_credential"].get(CRED_BETA).is_none());
+}
+
+#[tokio::test]
+async fn when_every_target_fails_the_last_failure_is_reported() {
+    let h = Harness::start().await;
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 503}))
+        .await;
+    h.rule(json!({"times": 1, "match": {"credential": CRED_BETA}, "status": 500}))
+        .await;
+    let r = h.chat(chat_body("fast", false)).await;
+    assert_eq!(r.status(), 502);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(
+        e["error"]["message"],
+        "upstream `beta` (connection `beta-1`) answered HTTP 500"
+    );
+    assert_eq!(e["error"]["upstream_status"], 500);
+}
+
+#[tokio::test]
+async fn disabled_connections_are_excluded_with_diagnostics() {
+    let h = Harness::start().await;
+    let r = h
+        .admin_send(
+            reqwest::Method::PUT,
+            "/api/connections/alpha-1",
+            json!({"id": "alpha-1", "provider": "alpha", "auth_class": "apikey", "enabled": false}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        json!({
+            "message": "no executable target for model `alpha/mock-small`: every candidate was excluded",
+            "type": "invalid_request_error",
+            "code": "no_executable_targets",
+            "param": null,
+            "diagnostics": {"excluded": [{"target": "alpha/mock-small", "connection": "alpha-1", "reason": "disabled"}]}
+        })
+    );
+    // The combo skips the disabled connection and serves from beta.
+    assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
+    assert_eq!(h.mock_stats().await["by_credential"][CRED_BETA], 1);
+}
+
+#[tokio::test]
+async fn a_provider_with_several_connections_fails_over_between_them() {
+    fn two_conns(mock_url: &str) -> String {
+        format!(
+            r#"
+[[providers]]
+id = "multi"
+format = "openai"
+base_url = "{mock_url}"
+
+[[connections]]
+id = "m-1"
+provider = "multi"
+auth_class = "oauth"
+credential = "cred-m-1"
+
+[[connections]]
+id = "m-2"
+provider = "multi"
+auth_class = "oauth"
+credential = "cred-m-2"
+
+[[keys]]
+id = "k1"
+name = "tester"
+secret = "{KEY}"
+"#
+        )
+    }
+    let h = Harness::start_with(two_conns, &[]).await;
+    for _ in 0..4 {
+        assert_eq!(h.chat(chat_body("multi/x", false)).await.status(), 200);
+    }
+    let stats = h.mock_stats().await;
+    assert_eq!(stats["by_credential"]["cred-m-1"], 2);
+    assert_eq!(stats["by_credential"]["cred-m-2"], 2);
+    h.rule(json!({"match": {"credential": "cred-m-1"}, "status": 503}))
+        .await;
+    for _ in 0..4 {
+        assert_eq!(h.chat(chat_body("multi/x", false)).await.status(), 200);
+    }
+    let stats = h.mock_stats().await;
+    assert_eq!(stats["by_credential"]["cred-m-2"], 6);
+}

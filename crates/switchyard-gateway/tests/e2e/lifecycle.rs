@@ -1,0 +1,259 @@
+//! Start-up, configuration changes from other processes, graceful shutdown, request log.
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use switchyard_gateway::bootstrap::{self, AdminToken};
+use switchyard_gateway::clock::SystemClock;
+use switchyard_gateway::config::{self, FileConfig};
+use switchyard_gateway::keys::{new_key, NewKey};
+use switchyard_store::{LogRow, SaveMode};
+
+#[tokio::test]
+async fn request_log_rows_are_written_without_bodies_or_credentials() {
+    let mut h = Harness::start().await;
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 503}))
+        .await;
+    let mut streamed = chat_body("fast", true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    assert_eq!(h.chat(streamed).await.text().await.unwrap().len() > 0, true);
+    assert_eq!(
+        h.chat(chat_body("alpha/mock-small", false)).await.status(),
+        200
+    );
+    assert_eq!(
+        h.chat(chat_body("alpha/unknown", false)).await.status(),
+        404
+    );
+    h.stop().await;
+    let rows = h.store().recent_logs(10, None).unwrap();
+    let strip = |r: &LogRow| LogRow {
+        ts: 0,
+        request_id: String::new(),
+        latency_ms: 0,
+        ttfb_ms: r.ttfb_ms.map(|_| 0),
+        ..r.clone()
+    };
+    let rows: Vec<LogRow> = rows.iter().map(strip).collect();
+    let base = LogRow {
+        ts: 0,
+        request_id: String::new(),
+        key_id: Some("k1".into()),
+        requested_model: String::new(),
+        provider: None,
+        connection_id: None,
+        model: None,
+        status: 0,
+        error_code: None,
+        stream: false,
+        attempts: 0,
+        latency_ms: 0,
+        ttfb_ms: None,
+        prompt_tokens: None,
+        completion_tokens: None,
+        egress_ip: None,
+    };
+    assert_eq!(
+        rows,
+        vec![
+            LogRow {
+                requested_model: "alpha/unknown".into(),
+                status: 404,
+                error_code: Some("model_not_found".into()),
+                ..base.clone()
+            },
+            LogRow {
+                requested_model: "alpha/mock-small".into(),
+                provider: Some("alpha".into()),
+                connection_id: Some("alpha-1".into()),
+                model: Some("mock-small".into()),
+                status: 200,
+                attempts: 1,
+                ttfb_ms: Some(0),
+                prompt_tokens: Some(PROMPT_TOKENS),
+                completion_tokens: Some(5),
+                ..base.clone()
+            },
+            LogRow {
+                requested_model: "fast".into(),
+                provider: Some("beta".into()),
+                connection_id: Some("beta-1".into()),
+                model: Some("mock-small".into()),
+                status: 200,
+                stream: true,
+                attempts: 2,
+                ttfb_ms: Some(0),
+                prompt_tokens: Some(PROMPT_TOKENS),
+                completion_tokens: Some(5),
+                ..base.clone()
+            },
+        ]
+    );
+    let db = std::fs::read(h.data_dir.join(bootstrap::DB_FILE)).unwrap();
+    let text = String::from_utf8_lossy(&db);
+    assert!(
+        !text.contains("Hello there, mock!"),
+        "a request body reached the database"
+    );
+}
+
+#[tokio::test]
+async fn graceful_shutdown_lets_in_flight_streams_finish_and_flushes_the_log() {
+    let mut h = Harness::start().await;
+    h.rule(json!({"chunks": 10, "chunk_interval_ms": 100}))
+        .await;
+    let r = h.chat(chat_body("alpha/mock-small", true)).await;
+    assert_eq!(r.status(), 200);
+    let reader = tokio::spawn(async move { r.text().await.unwrap() });
+    h.stop().await;
+    let text = reader.await.unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert_eq!(text.matches("data: ").count(), 13);
+    let rows = h.store().recent_logs(10, None).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].status, rows[0].stream), (200, true));
+    // The listener is closed: new connections are refused.
+    assert!(h
+        .http
+        .get(h.url("/api/monitoring/health"))
+        .send()
+        .await
+        .is_err());
+}
+
+#[tokio::test]
+async fn a_key_created_by_another_process_is_accepted_within_seconds() {
+    let h = Harness::start().await;
+    let (record, secret) = new_key(
+        NewKey {
+            name: "from-cli".into(),
+            ..NewKey::default()
+        },
+        1,
+    )
+    .unwrap();
+    h.store().save_key(&record, SaveMode::Create).unwrap();
+    let http = h.http.clone();
+    let url = h.url("/v1/chat/completions");
+    eventually("the gateway reloads and accepts the new key", || {
+        let http = http.clone();
+        let url = url.clone();
+        let secret = secret.clone();
+        async move {
+            http.post(url)
+                .bearer_auth(secret)
+                .json(&chat_body("alpha/mock-small", false))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                == 200
+        }
+    })
+    .await;
+    h.store().revoke_key(&record.id, 2).unwrap();
+    eventually("the gateway reloads and refuses the revoked key", || {
+        let http = http.clone();
+        let url = url.clone();
+        let secret = secret.clone();
+        async move {
+            http.post(url)
+                .bearer_auth(secret)
+                .json(&chat_body("alpha/mock-small", false))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                == 401
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn zero_config_start_creates_the_database_and_an_admin_token_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("nested/data");
+    let env = BTreeMap::from([("SWITCHYARD_DATA_DIR".to_owned(), data.display().to_string())]);
+    let cfg = config::resolve(FileConfig::default(), &env).unwrap();
+    let prepared = bootstrap::prepare(&cfg, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let token_file = data.join(bootstrap::ADMIN_TOKEN_FILE);
+    assert_eq!(prepared.admin, AdminToken::File(token_file.clone()));
+    assert!(data.join(bootstrap::DB_FILE).exists());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(switchyard_gateway::run(
+        listener,
+        prepared.state,
+        prepared.writer,
+        async move {
+            let _ = rx.await;
+        },
+    ));
+    let http = reqwest::Client::new();
+    let r = http
+        .get(format!("{base}/api/keys"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap(), json!([]));
+    tx.send(()).unwrap();
+    task.await.unwrap().unwrap();
+
+    // A second start reuses the same token and database (migrations are idempotent).
+    let again = bootstrap::prepare(&cfg, Arc::new(SystemClock))
+        .await
+        .unwrap();
+    assert_eq!(again.admin, AdminToken::File(token_file.clone()));
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap().trim(), token);
+    again.writer.finish().await;
+}
+
+#[tokio::test]
+async fn an_invalid_declared_configuration_fails_start_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = BTreeMap::from([(
+        "SWITCHYARD_DATA_DIR".to_owned(),
+        dir.path().display().to_string(),
+    )]);
+    let file = FileConfig::parse(
+        r#"
+[[providers]]
+id = "p"
+format = "openai"
+base_url = "http://127.0.0.1:1"
+
+[[combos]]
+name = "c"
+strategy = "priority"
+targets = [{ model = "q/m" }]
+"#,
+    )
+    .unwrap();
+    let cfg = config::resolve(file, &env).unwrap();
+    let err = bootstrap::prepare(&cfg, Arc::new(SystemClock))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "config: combo `c` target `q/m` names unknown provider `q`"
+    );
+    let store = bootstrap::open_store(dir.path()).unwrap();
+    assert!(store.list_providers().unwrap().is_empty());
+}

@@ -1,0 +1,9 @@
+//! Black-box tests: the gateway on 127.0.0.1:0 against the mock provider on
+//! 127.0.0.1:0, over real sockets, with a real SQLite database in a temporary directory.
+
+mod admin;
+mod chat;
+mod common;
+mod failover;
+mod lifecycle;
+mod python;

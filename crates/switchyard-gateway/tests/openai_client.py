@@ -1,0 +1,23 @@
+"""Drives the gateway with the official openai package; prints what it parsed."""
+import sys
+
+from openai import OpenAI
+
+base_url, api_key = sys.argv[1], sys.argv[2]
+client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+messages = [{"role": "user", "content": "Hello there, mock!"}]
+
+completion = client.chat.completions.create(model="fast", messages=messages)
+usage = completion.usage
+print(
+    f"non-streaming: {completion.choices[0].message.content} "
+    f"| tokens {usage.prompt_tokens}+{usage.completion_tokens}"
+)
+
+text = []
+chunks = 0
+for chunk in client.chat.completions.create(model="fast", messages=messages, stream=True):
+    chunks += 1
+    if chunk.choices and chunk.choices[0].delta.content:
+        text.append(chunk.choices[0].delta.content)
+print(f"streaming: {''.join(text)} | chunks {chunks}")
