@@ -35,7 +35,7 @@ impl AttemptFailure {
             Self::Connect => "connect_error",
             Self::FirstByteTimeout => "timeout",
             Self::Reset => "connection_reset",
-            Self::Status(s) if s == 429 => "rate_limited",
+            Self::Status(429) => "rate_limited",
             Self::Status(s) if s >= 500 => "server_error",
             Self::Status(_) => "client_error",
         }

@@ -1,7 +1,8 @@
 //! Prometheus metrics (SPEC O3), served at `GET /metrics`.
 //!
-//! Label sets are bounded: `provider` and `model` come from the configuration (requests
-//! for unknown models are counted under `model="unknown"`), `status` is an HTTP status.
+//! Label sets are bounded: `provider` and `model` come from the configuration (models a
+//! provider does not declare count as `model="other"`, requests that never reached a
+//! provider as `"none"`), `status` is an HTTP status.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -9,6 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use switchyard_core::catalog::Catalog;
 
 /// Metric names, without the `_total` suffix the exposition adds to counters.
 pub mod names {
@@ -21,6 +23,23 @@ pub mod names {
 
 /// Label placeholder for requests that never resolved to a provider or model.
 pub const NONE_LABEL: &str = "none";
+
+/// Label for models a provider does not declare (it passes any name through); keeps the
+/// label set bounded whatever names clients send.
+pub const OTHER_MODEL_LABEL: &str = "other";
+
+/// The `model` label of an upstream model: its name when the provider declares it,
+/// otherwise [`OTHER_MODEL_LABEL`].
+pub fn model_label<'a>(catalog: &Catalog, provider: &str, model: &'a str) -> &'a str {
+    let declared = catalog
+        .provider(provider)
+        .is_some_and(|p| p.models.iter().any(|m| m == model));
+    if declared {
+        model
+    } else {
+        OTHER_MODEL_LABEL
+    }
+}
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {

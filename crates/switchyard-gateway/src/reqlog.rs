@@ -47,7 +47,7 @@ impl RequestLog {
     pub fn record(&self, row: LogRow) {
         if self.tx.try_send(row).is_err() {
             let before = self.dropped.inc();
-            if before % 1000 == 0 {
+            if before.is_multiple_of(1000) {
                 tracing::warn!(
                     dropped_total = before + 1,
                     "Request-log buffer is full or closed; dropping rows."

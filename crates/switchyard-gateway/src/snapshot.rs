@@ -45,11 +45,18 @@ pub enum SnapshotError {
     Client(String),
 }
 
+/// `provider_specific_data` flag that makes the gateway speak HTTP/2 without TLS
+/// ("h2c", prior knowledge) to a connection — for local servers and proxies that offer
+/// it. Over https, HTTP/2 is negotiated by ALPN without any flag.
+pub const H2C_FLAG: &str = "http2_prior_knowledge";
+
 /// What the shell needs to call one connection's upstream.
 #[derive(Clone)]
 pub struct Upstream {
     /// Full chat-completions URL.
     pub chat_url: String,
+    /// Speak cleartext HTTP/2 with prior knowledge (see [`H2C_FLAG`]).
+    pub h2c: bool,
     /// Authentication headers, marked sensitive so they are never logged.
     pub auth: Vec<(&'static str, HeaderValue)>,
 }
@@ -58,6 +65,7 @@ impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Upstream")
             .field("chat_url", &self.chat_url)
+            .field("h2c", &self.h2c)
             .finish_non_exhaustive()
     }
 }
@@ -71,7 +79,36 @@ pub struct Snapshot {
     pub upstreams: Vec<Upstream>,
     pub settings: Settings,
     pub resolved: Vec<Resolved>,
-    pub client: reqwest::Client,
+    pub clients: Clients,
+}
+
+/// The pooled upstream HTTP clients.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    /// HTTP/1.1, or HTTP/2 when TLS negotiates it.
+    pub negotiated: reqwest::Client,
+    /// HTTP/2 with prior knowledge, for `h2c` connections.
+    pub h2c: reqwest::Client,
+}
+
+impl Clients {
+    fn build(connect_timeout_ms: u64) -> Result<Self, SnapshotError> {
+        Ok(Self {
+            negotiated: build_client(connect_timeout_ms, false)?,
+            h2c: build_client(connect_timeout_ms, true)?,
+        })
+    }
+}
+
+impl Snapshot {
+    /// The client to use for `upstream`.
+    pub fn client_for(&self, upstream: &Upstream) -> &reqwest::Client {
+        if upstream.h2c {
+            &self.clients.h2c
+        } else {
+            &self.clients.negotiated
+        }
+    }
 }
 
 /// Joins a base URL and an API path. A base that already ends in `/v1` (the usual way
@@ -156,10 +193,17 @@ pub fn build_catalog(rows: &ConfigRows) -> Result<Catalog, SnapshotError> {
     Ok(Catalog::build(providers, connections, combos, keys)?)
 }
 
-/// Builds the upstream HTTP client: pooled, HTTP/1.1 and HTTP/2 (negotiated by ALPN),
-/// no redirects, no default headers — every upstream request is built from scratch.
-pub fn build_client(connect_timeout_ms: u64) -> Result<reqwest::Client, SnapshotError> {
-    reqwest::Client::builder()
+/// Builds an upstream HTTP client: pooled, HTTP/1.1 and HTTP/2 (negotiated by ALPN, or
+/// by prior knowledge when `h2c`), no redirects, no default headers — every upstream
+/// request is built from scratch.
+pub fn build_client(connect_timeout_ms: u64, h2c: bool) -> Result<reqwest::Client, SnapshotError> {
+    let builder = reqwest::Client::builder();
+    let builder = if h2c {
+        builder.http2_prior_knowledge()
+    } else {
+        builder
+    };
+    builder
         .connect_timeout(Duration::from_millis(connect_timeout_ms))
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .tcp_nodelay(true)
@@ -180,7 +224,7 @@ fn settings_layers(rows: &ConfigRows, base: &Layers) -> Layers {
 }
 
 impl Snapshot {
-    /// Builds a snapshot. The previous snapshot's HTTP client (and its pooled connections)
+    /// Builds a snapshot. The previous snapshot's HTTP clients (and their pooled connections)
     /// is kept unless the connect timeout changed.
     pub fn build(
         rows: &ConfigRows,
@@ -194,12 +238,13 @@ impl Snapshot {
         }
         let mut upstreams = Vec::with_capacity(catalog.connections().len());
         for conn in catalog.connections() {
-            let cred = rows
-                .connections
-                .iter()
-                .find(|(c, _)| c.id == conn.id)
-                .map(|(_, cred)| cred.as_str())
-                .unwrap_or("");
+            let row = rows.connections.iter().find(|(c, _)| c.id == conn.id);
+            let cred = row.map_or("", |(_, cred)| cred.as_str());
+            let h2c = row
+                .and_then(|(c, _)| c.provider_specific_data.as_ref())
+                .and_then(|d| d.get(H2C_FLAG))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false);
             let mut auth = Vec::new();
             if !cred.is_empty() {
                 let header = |v: String| {
@@ -225,14 +270,15 @@ impl Snapshot {
             }
             upstreams.push(Upstream {
                 chat_url: endpoint(&conn.base_url, "/chat/completions"),
+                h2c,
                 auth,
             });
         }
-        let client = match previous {
+        let clients = match previous {
             Some(p) if p.settings.connect_timeout_ms == resolution.settings.connect_timeout_ms => {
-                p.client.clone()
+                p.clients.clone()
             }
-            _ => build_client(resolution.settings.connect_timeout_ms)?,
+            _ => Clients::build(resolution.settings.connect_timeout_ms)?,
         };
         Ok(Self {
             version: rows.version,
@@ -240,7 +286,7 @@ impl Snapshot {
             upstreams,
             settings: resolution.settings,
             resolved: resolution.resolved,
-            client,
+            clients,
         })
     }
 }

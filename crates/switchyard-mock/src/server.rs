@@ -37,6 +37,8 @@ const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 #[derive(Debug, Clone, serde::Serialize)]
 struct Seen {
     path: String,
+    /// HTTP version of the request, e.g. `HTTP/1.1` or `HTTP/2.0`.
+    version: String,
     model: String,
     credential: String,
     stream: bool,
@@ -211,7 +213,12 @@ fn credential(headers: &HeaderMap) -> String {
         .to_owned()
 }
 
-fn record(state: &Arc<MockState>, inc: &Incoming, headers: &HeaderMap) {
+fn record(
+    state: &Arc<MockState>,
+    inc: &Incoming,
+    version: axum::http::Version,
+    headers: &HeaderMap,
+) {
     state.total.fetch_add(1, Ordering::SeqCst);
     let mut stats = lock(&state.stats);
     *stats
@@ -233,6 +240,7 @@ fn record(state: &Arc<MockState>, inc: &Incoming, headers: &HeaderMap) {
         .collect();
     stats.recent.push_back(Seen {
         path: inc.path.to_owned(),
+        version: format!("{version:?}"),
         model: inc.model.clone(),
         credential: inc.credential.clone(),
         stream: inc.stream,
@@ -249,19 +257,21 @@ enum Api {
 async fn chat(
     State(state): State<Arc<MockState>>,
     Extension(kill): Extension<ConnKill>,
+    version: axum::http::Version,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(state, kill, headers, body, Api::OpenAi).await
+    handle(state, kill, version, headers, body, Api::OpenAi).await
 }
 
 async fn messages(
     State(state): State<Arc<MockState>>,
     Extension(kill): Extension<ConnKill>,
+    version: axum::http::Version,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(state, kill, headers, body, Api::Anthropic).await
+    handle(state, kill, version, headers, body, Api::Anthropic).await
 }
 
 fn error_response(api: Api, status: StatusCode, message: &str) -> Response {
@@ -275,6 +285,7 @@ fn error_response(api: Api, status: StatusCode, message: &str) -> Response {
 async fn handle(
     state: Arc<MockState>,
     kill: ConnKill,
+    version: axum::http::Version,
     headers: HeaderMap,
     body: Bytes,
     api: Api,
@@ -308,7 +319,7 @@ async fn handle(
             .unwrap_or(false),
         prompt: openai::prompt_tokens(&parsed),
     };
-    record(&state, &inc, &headers);
+    record(&state, &inc, version, &headers);
     if inc.credential.is_empty() {
         return error_response(api, StatusCode::UNAUTHORIZED, "missing API key");
     }

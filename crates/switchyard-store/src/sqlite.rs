@@ -912,7 +912,7 @@ mod tests {
             model: Some("m".into()),
             status: 200,
             error_code: None,
-            stream: i % 2 == 0,
+            stream: i.is_multiple_of(2),
             attempts: 1,
             latency_ms: 3,
             ttfb_ms: Some(2),

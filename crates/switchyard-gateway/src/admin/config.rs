@@ -211,7 +211,7 @@ async fn save_connection(
     )
     .await?;
     let id = record.id.clone();
-    Ok(blocking(&state.store, move |s| s.get_connection(&id)).await?)
+    blocking(&state.store, move |s| s.get_connection(&id)).await
 }
 
 #[utoipa::path(post, path = "/api/connections", tag = "connections", request_body = ConnectionInput,

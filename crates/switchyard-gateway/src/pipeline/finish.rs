@@ -17,10 +17,15 @@ use switchyard_store::LogRow;
 /// convention; no HTTP response carries it).
 pub const CLIENT_CLOSED: u16 = 499;
 
+/// Longest requested-model name kept in the request log; the field is client-supplied.
+const MAX_LOGGED_MODEL_CHARS: usize = 200;
+
 #[derive(Debug)]
 struct Inner {
     state: Arc<AppState>,
     row: LogRow,
+    /// The `model` metric label: bounded by the configuration (see `metrics::model_label`).
+    model_label: Option<String>,
     watch: Stopwatch,
 }
 
@@ -33,6 +38,7 @@ impl Finisher {
         state.metrics.in_flight.inc();
         Self(Some(Inner {
             state: Arc::clone(state),
+            model_label: None,
             watch: Stopwatch::start(),
             row: LogRow {
                 ts: now_ms,
@@ -67,15 +73,16 @@ impl Finisher {
 
     pub fn set_request(&mut self, model: &str, stream: bool) {
         if let Some(i) = &mut self.0 {
-            i.row.requested_model = model.to_owned();
+            i.row.requested_model = model.chars().take(MAX_LOGGED_MODEL_CHARS).collect();
             i.row.stream = stream;
         }
     }
 
-    /// Notes the start of an attempt on `candidate`.
-    pub fn attempt(&mut self, candidate: &Candidate) {
+    /// Notes the start of an attempt on `candidate`; `model_label` is its metric label.
+    pub fn attempt(&mut self, candidate: &Candidate, model_label: &str) {
         if let Some(i) = &mut self.0 {
             i.row.attempts += 1;
+            i.model_label = Some(model_label.to_owned());
             i.row.provider = Some(candidate.connection.provider.clone());
             i.row.connection_id = Some(candidate.connection.id.clone());
             i.row.model = Some(candidate.upstream_model.clone());
@@ -118,7 +125,10 @@ impl Finisher {
                     .provider
                     .clone()
                     .unwrap_or_else(|| NONE_LABEL.to_owned()),
-                model: i.row.model.clone().unwrap_or_else(|| NONE_LABEL.to_owned()),
+                model: i
+                    .model_label
+                    .take()
+                    .unwrap_or_else(|| NONE_LABEL.to_owned()),
             })
             .inc();
         if let Some(code) = error_code {

@@ -20,7 +20,7 @@ mod upstream;
 
 use crate::clock::Stopwatch;
 use crate::error::ApiError;
-use crate::metrics::{AttemptLabels, ProviderLabels};
+use crate::metrics::{model_label, AttemptLabels, ProviderLabels};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::State;
@@ -115,14 +115,24 @@ async fn run(
     let first_byte = Duration::from_millis(snap.settings.first_byte_timeout_ms);
     let mut last: Option<(Failed, String)> = None;
     for candidate in &plan.candidates {
-        finisher.attempt(candidate);
         let conn = &candidate.connection;
+        finisher.attempt(
+            candidate,
+            model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),
+        );
         let Some(target) = snap.upstreams.get(conn.index) else {
             continue;
         };
         let body = request.upstream_body(&candidate.upstream_model);
         let watch = Stopwatch::start();
-        let result = upstream::send(&snap.client, target, body, request.stream, first_byte).await;
+        let result = upstream::send(
+            snap.client_for(target),
+            target,
+            body,
+            request.stream,
+            first_byte,
+        )
+        .await;
         let outcome = match result {
             Ok(response) => {
                 state

@@ -341,3 +341,40 @@ async fn metrics_count_requests_by_status_provider_and_model() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn http2_is_spoken_to_clients_and_to_h2c_upstreams() {
+    let h = Harness::start().await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let r = h2
+        .post(h.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .json(&chat_body("alpha/mock-small", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+    assert_eq!(
+        r.text().await.unwrap(),
+        openai::full_stream("mock-small", 5, PROMPT_TOKENS, false)
+    );
+    assert_eq!(h.mock_stats().await["recent"][0]["version"], "HTTP/1.1");
+
+    let r = h
+        .admin_send(
+            reqwest::Method::PUT,
+            "/api/connections/alpha-1",
+            json!({"id": "alpha-1", "provider": "alpha", "auth_class": "apikey",
+                   "provider_specific_data": {"http2_prior_knowledge": true}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 200);
+    let stats = h.mock_stats().await;
+    assert_eq!(stats["recent"][1]["version"], "HTTP/2.0");
+    assert_eq!(stats["recent"][1]["credential"], CRED_ALPHA);
+}

@@ -252,3 +252,30 @@ secret = "{KEY}"
     let stats = h.mock_stats().await;
     assert_eq!(stats["by_credential"]["cred-m-2"], 6);
 }
+
+#[tokio::test]
+async fn models_a_provider_does_not_declare_share_one_metric_label() {
+    let h = Harness::start_with(single_provider, &[]).await;
+    for model in ["free-form-1", "free-form-2"] {
+        assert_eq!(
+            h.chat(chat_body(&format!("solo/{model}"), false))
+                .await
+                .status(),
+            200
+        );
+    }
+    let text = h
+        .http
+        .get(h.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains(r#"switchyard_requests_total{status="200",provider="solo",model="other"} 2"#),
+        "{text}"
+    );
+    assert!(!text.contains("free-form"), "{text}");
+}

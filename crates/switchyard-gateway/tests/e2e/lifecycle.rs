@@ -17,7 +17,13 @@ async fn request_log_rows_are_written_without_bodies_or_credentials() {
         .await;
     let mut streamed = chat_body("fast", true);
     streamed["stream_options"] = json!({"include_usage": true});
-    assert_eq!(h.chat(streamed).await.text().await.unwrap().len() > 0, true);
+    assert!(h
+        .chat(streamed)
+        .await
+        .text()
+        .await
+        .unwrap()
+        .ends_with("data: [DONE]\n\n"));
     assert_eq!(
         h.chat(chat_body("alpha/mock-small", false)).await.status(),
         200

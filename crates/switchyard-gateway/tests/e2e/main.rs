@@ -1,6 +1,12 @@
 //! Black-box tests: the gateway on 127.0.0.1:0 against the mock provider on
 //! 127.0.0.1:0, over real sockets, with a real SQLite database in a temporary directory.
 
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test harness code outside #[test] functions fails loudly on purpose"
+)]
 mod admin;
 mod chat;
 mod common;

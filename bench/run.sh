@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Load benchmark: the mock provider directly, nginx as a plain proxy_pass in front of the
+# mock, and Switchyard in front of the mock, driven with the same load by oha on
+# loopback, in one run. Prints requests/s and latency percentiles, and the ratios the
+# foundation issue targets. Not part of CI: timings belong here, not in tests.
+#
+#   bench/run.sh            # full run (about 2 minutes after the build)
+#   DURATION=5s bench/run.sh
+#
+# Installs nginx (Debian package) and oha (crates.io, into bench/.tools) when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-32}
+RATE=${RATE:-200}
+TTFB_COUNT=${TTFB_COUNT:-500}
+MOCK_PORT=19090 NGINX_PORT=19091 GW_PORT=19092
+KEY=sy-bench-key-000000000000000000000001
+
+command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx; }
+OHA=$root/bench/.tools/bin/oha
+[ -x "$OHA" ] || cargo install oha --locked --root "$root/bench/.tools"
+cargo build --release -q -p switchyard
+BIN=$root/target/release/switchyard
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+wait_port() {
+  for _ in $(seq 1 100); do
+    (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "port $1 did not open" >&2; exit 1
+}
+
+"$BIN" mock --listen 127.0.0.1:$MOCK_PORT > "$work/mock.log" 2>&1 & pids+=($!)
+
+cat > "$work/nginx.conf" <<NGINX
+worker_processes auto;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream mock { server 127.0.0.1:$MOCK_PORT; keepalive 128; }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    location / {
+      proxy_pass http://mock;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+NGINX
+nginx -c "$work/nginx.conf" -p "$work"
+
+cat > "$work/switchyard.toml" <<TOML
+[server]
+listen = "127.0.0.1:$GW_PORT"
+data_dir = "$work/data"
+admin_token = "bench-admin-token-0123456789"
+
+[[providers]]
+id = "bench"
+format = "openai"
+base_url = "http://127.0.0.1:$MOCK_PORT"
+
+[[connections]]
+id = "bench-1"
+provider = "bench"
+auth_class = "apikey"
+credential = "bench-upstream-credential"
+
+[[keys]]
+id = "bench"
+name = "bench"
+secret = "$KEY"
+TOML
+SWITCHYARD_LOG=warn "$BIN" serve --config "$work/switchyard.toml" > "$work/gw.log" 2>&1 & pids+=($!)
+wait_port $MOCK_PORT; wait_port $NGINX_PORT; wait_port $GW_PORT
+
+body() { printf '{"model":"%s","stream":%s,"messages":[{"role":"user","content":"benchmark"}]}' "$1" "$2"; }
+
+# oha JSON → "rps p50_ms p99_ms success_ratio"
+summarize() {
+  python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+s, p = d["summary"], d["latencyPercentiles"]
+print(f"{s[\"requestsPerSec\"]:.0f} {p[\"p50\"]*1000:.3f} {p[\"p99\"]*1000:.3f} {s[\"successRate\"]:.4f}")'
+}
+
+load() { # port model extra-oha-args...
+  local port=$1 model=$2; shift 2
+  "$OHA" --no-tui --output-format json -m POST \
+    -H "content-type: application/json" -H "authorization: Bearer $KEY" \
+    -d "$(body "$model" false)" "$@" "http://127.0.0.1:$port/v1/chat/completions" | summarize
+}
+
+declare -A RPS P50 P99 OK RATEP50 TTFB
+for target in mock nginx gateway; do
+  case $target in
+    mock) port=$MOCK_PORT model=mock-small ;;
+    nginx) port=$NGINX_PORT model=mock-small ;;
+    gateway) port=$GW_PORT model=bench/mock-small ;;
+  esac
+  load $port $model -z 2s -c $CONNS > /dev/null   # warm-up
+  read -r rps p50 p99 ok < <(load $port $model -z "$DURATION" -c $CONNS)
+  RPS[$target]=$rps P50[$target]=$p50 P99[$target]=$p99 OK[$target]=$ok
+  read -r rp50 _ _ _ < <(load $port $model -z "$DURATION" -c 4 -q $RATE)
+  RATEP50[$target]=$rp50
+  read -r ttfb _ < <(python3 bench/ttfb.py 127.0.0.1 $port /v1/chat/completions "$KEY" $model $TTFB_COUNT)
+  TTFB[$target]=$ttfb
+done
+
+echo
+echo "Switchyard load benchmark — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, oha $("$OHA" --version | awk '{print $2}'), nginx $(nginx -v 2>&1 | sed 's/.*\///')"
+echo "non-streaming: $CONNS connections for $DURATION; fixed rate: $RATE req/s on 4 connections; streaming TTFB: $TTFB_COUNT sequential requests"
+printf '%-8s %10s %9s %9s %8s %14s %12s\n' target "req/s" "p50 ms" "p99 ms" "success" "p50@${RATE}/s ms" "TTFB p50 ms"
+for t in mock nginx gateway; do
+  printf '%-8s %10s %9s %9s %8s %14s %12s\n' $t "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${OK[$t]}" "${RATEP50[$t]}" "${TTFB[$t]}"
+done
+python3 - "${RPS[gateway]}" "${RPS[nginx]}" "${RPS[mock]}" "${RATEP50[mock]}" "${RATEP50[nginx]}" "${RATEP50[gateway]}" "${TTFB[nginx]}" "${TTFB[gateway]}" <<'PY'
+import sys
+gw, ngx, mock, rm, rn, rg, tn, tg = map(float, sys.argv[1:])
+print(f"gateway/nginx req/s: {gw/ngx:.2f}  (target >= 0.80); nginx/mock: {ngx/mock:.2f}, gateway/mock: {gw/mock:.2f}")
+print(f"added p50 at fixed rate: nginx {rn-rm:+.3f} ms, gateway {rg-rm:+.3f} ms  (target: gateway <= nginx)")
+print(f"streaming TTFB p50: gateway - nginx = {tg-tn:+.3f} ms  (target <= 0.2 ms)")
+PY
