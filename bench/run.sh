@@ -98,7 +98,8 @@ summarize() {
 import json, sys
 d = json.load(sys.stdin)
 s, p = d["summary"], d["latencyPercentiles"]
-print(f"{s[\"requestsPerSec\"]:.0f} {p[\"p50\"]*1000:.3f} {p[\"p99\"]*1000:.3f} {s[\"successRate\"]:.4f}")'
+rps, p50, p99, ok = s["requestsPerSec"], p["p50"] * 1000, p["p99"] * 1000, s["successRate"]
+print(f"{rps:.0f} {p50:.3f} {p99:.3f} {ok:.4f}")'
 }
 
 load() { # port model extra-oha-args...
@@ -118,7 +119,7 @@ for target in mock nginx gateway; do
   load $port $model -z 2s -c $CONNS > /dev/null   # warm-up
   read -r rps p50 p99 ok < <(load $port $model -z "$DURATION" -c $CONNS)
   RPS[$target]=$rps P50[$target]=$p50 P99[$target]=$p99 OK[$target]=$ok
-  read -r rp50 _ _ _ < <(load $port $model -z "$DURATION" -c 4 -q $RATE)
+  read -r _ rp50 _ _ < <(load $port $model -z "$DURATION" -c 4 -q $RATE)
   RATEP50[$target]=$rp50
   read -r ttfb _ < <(python3 bench/ttfb.py 127.0.0.1 $port /v1/chat/completions "$KEY" $model $TTFB_COUNT)
   TTFB[$target]=$ttfb

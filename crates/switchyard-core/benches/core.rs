@@ -77,7 +77,7 @@ fn benches(c: &mut Criterion) {
     c.bench_function("parse chat request", |b| {
         b.iter(|| ChatRequest::parse(black_box(BODY)).map(|r| r.stream))
     });
-    let mut req = ChatRequest::parse(BODY).unwrap_or_else(|_| unreachable!());
+    let req = ChatRequest::parse(BODY).unwrap_or_else(|_| unreachable!());
     c.bench_function("serialize upstream body", |b| {
         b.iter(|| req.upstream_body(black_box("mock-small")).len())
     });

@@ -5,17 +5,38 @@
 //! 400 before any upstream is charged), and rewrites `model` to the upstream's name.
 //! Every other field is passed through unchanged and in its original order.
 
-use serde_json::{Map, Value};
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::fmt;
 
 /// A validated chat request.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// The body is kept as its top-level members with their raw JSON text, in the client's
+/// order: validation reads only the few members it checks, and the upstream body is the
+/// same text with `model` replaced — no value tree is ever built for `messages`.
+#[derive(Debug, Clone)]
 pub struct ChatRequest {
-    body: Map<String, Value>,
+    members: Vec<(String, Box<RawValue>)>,
     /// The model the client asked for (`provider/model` or a combo name).
     pub model: String,
     pub stream: bool,
     /// `max_tokens` / `max_completion_tokens` when the client set one.
     pub max_tokens: Option<u64>,
+}
+
+impl PartialEq for ChatRequest {
+    fn eq(&self, other: &Self) -> bool {
+        self.model == other.model
+            && self.stream == other.stream
+            && self.max_tokens == other.max_tokens
+            && self.members.len() == other.members.len()
+            && self
+                .members
+                .iter()
+                .zip(&other.members)
+                .all(|((ka, va), (kb, vb))| ka == kb && va.get() == vb.get())
+    }
 }
 
 /// Why a request body is not a usable chat request. The message names the field.
@@ -35,55 +56,108 @@ pub enum ChatParseError {
     InvalidMaxTokens(&'static str),
 }
 
+/// Top-level object members in order, values as raw JSON text.
+struct Members(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Members {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Members;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
+                    out.push(entry);
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
 impl ChatRequest {
     pub fn parse(bytes: &[u8]) -> Result<Self, ChatParseError> {
-        let value: Value = serde_json::from_slice(bytes)
-            .map_err(|e| ChatParseError::InvalidJson(e.to_string()))?;
-        let Value::Object(body) = value else {
-            return Err(ChatParseError::NotAnObject);
+        let members = match serde_json::from_slice::<Members>(bytes) {
+            Ok(m) => m.0,
+            Err(e) if e.is_data() => return Err(ChatParseError::NotAnObject),
+            Err(e) => return Err(ChatParseError::InvalidJson(e.to_string())),
         };
-        let model = match body.get("model") {
-            Some(Value::String(m)) if !m.is_empty() => m.clone(),
-            _ => return Err(ChatParseError::MissingModel),
+        // The last occurrence of a member wins, as in every JSON object reader.
+        let member = |name: &str| {
+            members
+                .iter()
+                .rev()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.get())
         };
-        match body.get("messages") {
-            Some(Value::Array(a)) if !a.is_empty() => {}
-            _ => return Err(ChatParseError::MissingMessages),
+        let model = member("model")
+            .and_then(|raw| serde_json::from_str::<String>(raw).ok())
+            .filter(|m| !m.is_empty())
+            .ok_or(ChatParseError::MissingModel)?;
+        let messages = member("messages")
+            .and_then(|raw| serde_json::from_str::<Vec<&RawValue>>(raw).ok())
+            .map_or(0, |m| m.len());
+        if messages == 0 {
+            return Err(ChatParseError::MissingMessages);
         }
-        let stream = match body.get("stream") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(ChatParseError::InvalidStream),
+        let stream = match member("stream") {
+            None => false,
+            Some(raw) => serde_json::from_str::<Option<bool>>(raw)
+                .map_err(|_| ChatParseError::InvalidStream)?
+                .unwrap_or(false),
         };
         let mut max_tokens = None;
         for field in ["max_tokens", "max_completion_tokens"] {
-            match body.get(field) {
-                None | Some(Value::Null) => {}
-                Some(v) => match v.as_u64() {
-                    Some(n) if n > 0 => max_tokens = Some(n),
+            if let Some(raw) = member(field) {
+                match serde_json::from_str::<Option<u64>>(raw) {
+                    Ok(None) => {}
+                    Ok(Some(n)) if n > 0 => max_tokens = Some(n),
                     _ => return Err(ChatParseError::InvalidMaxTokens(field)),
-                },
+                }
             }
         }
         Ok(Self {
-            body,
+            members,
             model,
             stream,
             max_tokens,
         })
     }
 
-    /// The body to send upstream, with `model` replaced by the upstream's model name.
-    pub fn upstream_body(&mut self, upstream_model: &str) -> Vec<u8> {
-        if let Some(m) = self.body.get_mut("model") {
-            *m = Value::String(upstream_model.to_owned());
+    /// The body to send upstream: the client's members in their order and text, with
+    /// `model` replaced by the upstream's model name.
+    pub fn upstream_body(&self, upstream_model: &str) -> Vec<u8> {
+        let len: usize = self
+            .members
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum();
+        let mut out = Vec::with_capacity(len + upstream_model.len() + 2);
+        out.push(b'{');
+        for (i, (key, value)) in self.members.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_json_string(&mut out, key);
+            out.push(b':');
+            if key == "model" {
+                write_json_string(&mut out, upstream_model);
+            } else {
+                out.extend_from_slice(value.get().as_bytes());
+            }
         }
-        let out = serde_json::to_vec(&self.body).unwrap_or_default();
-        if let Some(m) = self.body.get_mut("model") {
-            *m = Value::String(self.model.clone());
-        }
+        out.push(b'}');
         out
     }
+}
+
+fn write_json_string(out: &mut Vec<u8>, s: &str) {
+    // Serialising a &str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 #[cfg(test)]
@@ -103,7 +177,7 @@ mod tests {
 
     #[test]
     fn upstream_body_rewrites_only_model_and_keeps_field_order() {
-        let mut r = ChatRequest::parse(
+        let r = ChatRequest::parse(
             br#"{"temperature":0.5,"model":"a/b","messages":[{"role":"user","content":"hi"}],"x":{"y":1}}"#,
         )
         .unwrap();
@@ -119,9 +193,27 @@ mod tests {
     }
 
     #[test]
+    fn raw_member_text_is_kept_exactly_and_duplicate_members_resolve_to_the_last() {
+        let r = ChatRequest::parse(
+            br#"{ "model" : "x/old", "messages" : [ {"role": "user",  "content": "a\u00e9"} ], "model": "a/b" }"#,
+        )
+        .unwrap();
+        assert_eq!(r.model, "a/b");
+        assert_eq!(
+            String::from_utf8(r.upstream_body("up")).unwrap(),
+            r#"{"model":"up","messages":[ {"role": "user",  "content": "a\u00e9"} ],"model":"up"}"#
+        );
+    }
+
+    #[test]
     fn rejects_bad_shapes_naming_the_field() {
-        let cases: [(&[u8], ChatParseError); 7] = [
+        let cases: [(&[u8], ChatParseError); 9] = [
             (b"[1]", ChatParseError::NotAnObject),
+            (br#""text""#, ChatParseError::NotAnObject),
+            (
+                br#"{"model":"a/b","messages":{"role":"user"}}"#,
+                ChatParseError::MissingMessages,
+            ),
             (br#"{"messages":[{}]}"#, ChatParseError::MissingModel),
             (
                 br#"{"model":"","messages":[{}]}"#,

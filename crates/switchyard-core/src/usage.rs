@@ -1,7 +1,7 @@
 //! Token usage as reported by upstreams, in OpenAI (`prompt_tokens`,
 //! `completion_tokens`) or Anthropic (`input_tokens`, `output_tokens`) shape.
 
-use serde_json::Value;
+use serde::Deserialize;
 
 /// Tokens of one request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -10,40 +10,61 @@ pub struct Usage {
     pub completion_tokens: u64,
 }
 
+/// The members of a response or stream chunk that carry usage; everything else in the
+/// document is skipped without being built into a value tree.
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(default)]
+    usage: Option<RawUsage>,
+    /// Anthropic's `message_start` carries usage under `message.usage`.
+    #[serde(default)]
+    message: Option<MessageEnvelope>,
+}
+
+#[derive(Deserialize)]
+struct MessageEnvelope {
+    #[serde(default)]
+    usage: Option<RawUsage>,
+}
+
+#[derive(Deserialize)]
+struct RawUsage {
+    prompt_tokens: Option<u64>,
+    input_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+impl RawUsage {
+    fn into_usage(self) -> Option<Usage> {
+        let prompt = self.prompt_tokens.or(self.input_tokens);
+        let completion = self.completion_tokens.or(self.output_tokens);
+        if prompt.is_none() && completion.is_none() {
+            return None;
+        }
+        Some(Usage {
+            prompt_tokens: prompt.unwrap_or(0),
+            completion_tokens: completion.unwrap_or(0),
+        })
+    }
+}
+
 impl Usage {
     pub fn total(self) -> u64 {
         self.prompt_tokens.saturating_add(self.completion_tokens)
     }
 
-    /// Reads a `usage` object of either shape.
-    pub fn from_usage_object(v: &Value) -> Option<Self> {
-        let field = |names: [&str; 2]| names.iter().find_map(|n| v.get(*n)?.as_u64());
-        let prompt = field(["prompt_tokens", "input_tokens"]);
-        let completion = field(["completion_tokens", "output_tokens"]);
-        if prompt.is_none() && completion.is_none() {
-            return None;
-        }
-        Some(Self {
-            prompt_tokens: prompt.unwrap_or(0),
-            completion_tokens: completion.unwrap_or(0),
-        })
-    }
-
-    /// Reads the `usage` member of a response or stream chunk. Anthropic's
-    /// `message_start` carries it under `message.usage`.
-    pub fn from_response(v: &Value) -> Option<Self> {
-        v.get("usage")
-            .or_else(|| v.get("message")?.get("usage"))
-            .and_then(Self::from_usage_object)
-    }
-
-    /// Reads usage from raw JSON bytes; cheap when there is none.
+    /// Reads the usage of a response or stream chunk (OpenAI `usage`, Anthropic `usage`
+    /// or `message.usage`) from raw JSON; cheap when there is none.
     pub fn from_json_bytes(bytes: &[u8]) -> Option<Self> {
-        if !contains(bytes, b"\"usage\"") {
+        if !std::str::from_utf8(bytes).ok()?.contains("\"usage\"") {
             return None;
         }
-        let v: Value = serde_json::from_slice(bytes).ok()?;
-        Self::from_response(&v)
+        let envelope: Envelope = serde_json::from_slice(bytes).ok()?;
+        envelope
+            .usage
+            .or_else(|| envelope.message?.usage)?
+            .into_usage()
     }
 
     /// Folds a later report into this one. Streams may report usage in pieces (Anthropic
@@ -52,10 +73,6 @@ impl Usage {
         self.prompt_tokens = self.prompt_tokens.max(other.prompt_tokens);
         self.completion_tokens = self.completion_tokens.max(other.completion_tokens);
     }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod bootstrap;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod error;

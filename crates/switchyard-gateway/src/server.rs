@@ -11,6 +11,7 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use serde::Serialize;
 use std::future::Future;
@@ -150,6 +151,12 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let watcher = tokio::spawn(watch_config(Arc::clone(&state)));
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    // No Nagle delay: stream frames are small writes that must leave at once.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "Could not set TCP_NODELAY on a client connection.");
+        }
+    });
     let server =
         axum::serve(listener, app(Arc::clone(&state))).with_graceful_shutdown(async move {
             shutdown.await;

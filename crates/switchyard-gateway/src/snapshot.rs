@@ -7,9 +7,9 @@
 //! API builds a catalog from the rows as they would be after the change, and writes only
 //! if that succeeds.
 
-use axum::http::HeaderValue;
+use crate::client::{self, ClientError, HttpClient};
+use axum::http::{HeaderValue, Uri};
 use std::collections::BTreeMap;
-use std::time::Duration;
 use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{
     ApiKey, Catalog, CatalogError, Combo, ComboTarget, ConnectionDef, Provider,
@@ -20,11 +20,6 @@ use switchyard_store::ConfigRows;
 
 /// Anthropic API version header value sent to Anthropic-format upstreams.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
-
-/// How long an idle pooled upstream connection is kept. Shorter than the 120 s most
-/// providers' load balancers use, so the gateway closes first and never writes into a
-/// connection the other side is tearing down.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Why rows do not form a valid snapshot.
 #[derive(Debug, thiserror::Error)]
@@ -39,10 +34,12 @@ pub enum SnapshotError {
     },
     #[error("connection `{0}` has a credential that is not a valid HTTP header value")]
     Credential(String),
+    #[error("connection `{connection}` has an invalid URL `{url}`")]
+    Url { connection: String, url: String },
     #[error(transparent)]
     Setting(#[from] settings::SettingError),
-    #[error("cannot build the upstream HTTP client: {0}")]
-    Client(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
 }
 
 /// `provider_specific_data` flag that makes the gateway speak HTTP/2 without TLS
@@ -53,8 +50,8 @@ pub const H2C_FLAG: &str = "http2_prior_knowledge";
 /// What the shell needs to call one connection's upstream.
 #[derive(Clone)]
 pub struct Upstream {
-    /// Full chat-completions URL.
-    pub chat_url: String,
+    /// Full chat-completions URL, parsed once here rather than on every request.
+    pub chat_url: Uri,
     /// Speak cleartext HTTP/2 with prior knowledge (see [`H2C_FLAG`]).
     pub h2c: bool,
     /// Authentication headers, marked sensitive so they are never logged.
@@ -86,23 +83,23 @@ pub struct Snapshot {
 #[derive(Debug, Clone)]
 pub struct Clients {
     /// HTTP/1.1, or HTTP/2 when TLS negotiates it.
-    pub negotiated: reqwest::Client,
+    pub negotiated: HttpClient,
     /// HTTP/2 with prior knowledge, for `h2c` connections.
-    pub h2c: reqwest::Client,
+    pub h2c: HttpClient,
 }
 
 impl Clients {
     fn build(connect_timeout_ms: u64) -> Result<Self, SnapshotError> {
         Ok(Self {
-            negotiated: build_client(connect_timeout_ms, false)?,
-            h2c: build_client(connect_timeout_ms, true)?,
+            negotiated: client::build(connect_timeout_ms, false)?,
+            h2c: client::build(connect_timeout_ms, true)?,
         })
     }
 }
 
 impl Snapshot {
     /// The client to use for `upstream`.
-    pub fn client_for(&self, upstream: &Upstream) -> &reqwest::Client {
+    pub fn client_for(&self, upstream: &Upstream) -> &HttpClient {
         if upstream.h2c {
             &self.clients.h2c
         } else {
@@ -193,26 +190,6 @@ pub fn build_catalog(rows: &ConfigRows) -> Result<Catalog, SnapshotError> {
     Ok(Catalog::build(providers, connections, combos, keys)?)
 }
 
-/// Builds an upstream HTTP client: pooled, HTTP/1.1 and HTTP/2 (negotiated by ALPN, or
-/// by prior knowledge when `h2c`), no redirects, no default headers — every upstream
-/// request is built from scratch.
-pub fn build_client(connect_timeout_ms: u64, h2c: bool) -> Result<reqwest::Client, SnapshotError> {
-    let builder = reqwest::Client::builder();
-    let builder = if h2c {
-        builder.http2_prior_knowledge()
-    } else {
-        builder
-    };
-    builder
-        .connect_timeout(Duration::from_millis(connect_timeout_ms))
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .tcp_nodelay(true)
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("switchyard/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| SnapshotError::Client(e.to_string()))
-}
-
 fn settings_layers(rows: &ConfigRows, base: &Layers) -> Layers {
     let mut layers = base.clone();
     layers.database = rows
@@ -268,8 +245,13 @@ impl Snapshot {
                     }
                 }
             }
+            let url = endpoint(&conn.base_url, "/chat/completions");
+            let chat_url = Uri::try_from(url.as_str()).map_err(|_| SnapshotError::Url {
+                connection: conn.id.clone(),
+                url: url.clone(),
+            })?;
             upstreams.push(Upstream {
-                chat_url: endpoint(&conn.base_url, "/chat/completions"),
+                chat_url,
                 h2c,
                 auth,
             });

@@ -29,6 +29,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use finish::Finisher;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Incoming;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::chat::ChatRequest;
@@ -102,7 +103,7 @@ async fn run(
     let key = auth::client_key(&snap.catalog, headers)?;
     finisher.set_key(&key.id);
     let bytes = read_body(body, snap.settings.max_body_bytes).await?;
-    let mut request = ChatRequest::parse(&bytes)
+    let request = ChatRequest::parse(&bytes)
         .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
     finisher.set_request(&request.model, request.stream);
     let plan = routing::plan(&snap.catalog, key, &request.model, state.next_rotation())?;
@@ -211,17 +212,20 @@ impl From<AttemptFailure> for Failed {
 
 /// Turns an upstream response into the client response, or a failure.
 async fn handle_response(
-    response: reqwest::Response,
+    response: axum::http::Response<Incoming>,
     stream: bool,
     budget: Duration,
     finisher: &mut Finisher,
 ) -> Result<Response, Failed> {
-    let status = response.status();
-    let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    let (parts, body) = response.into_parts();
+    let status = parts.status;
+    let content_type = parts.headers.get(header::CONTENT_TYPE).cloned();
     if status.is_success() {
         if stream {
-            let body = Body::from_stream(stream::ObservedStream::new(response, finisher.detach()));
-            let mut out = Response::new(body);
+            let mut out = Response::new(Body::new(stream::ObservedStream::new(
+                body,
+                finisher.detach(),
+            )));
             let h = out.headers_mut();
             h.insert(
                 header::CONTENT_TYPE,
@@ -231,10 +235,10 @@ async fn handle_response(
             h.insert("x-accel-buffering", HeaderValue::from_static("no"));
             return Ok(out);
         }
-        let bytes = match tokio::time::timeout(budget, response.bytes()).await {
+        let bytes = match tokio::time::timeout(budget, body.collect()).await {
             Err(_) => return Err(AttemptFailure::FirstByteTimeout.into()),
-            Ok(Err(e)) => return Err(upstream::classify(&e).into()),
-            Ok(Ok(b)) => b,
+            Ok(Err(_)) => return Err(AttemptFailure::Reset.into()),
+            Ok(Ok(collected)) => collected.to_bytes(),
         };
         finisher.first_byte();
         let usage = Usage::from_json_bytes(&bytes);
@@ -250,11 +254,11 @@ async fn handle_response(
     if failure.is_retryable() {
         return Err(Failed {
             failure,
-            retry_after: response.headers().get(header::RETRY_AFTER).cloned(),
+            retry_after: parts.headers.get(header::RETRY_AFTER).cloned(),
             passthrough: None,
         });
     }
-    let body = read_limited(response, MAX_ERROR_BODY_BYTES, budget).await;
+    let body = read_limited(body, MAX_ERROR_BODY_BYTES, budget).await;
     let mut out = Response::new(Body::from(body));
     *out.status_mut() = status;
     if let Some(ct) = content_type {
@@ -269,15 +273,17 @@ async fn handle_response(
     })
 }
 
-/// Reads at most `limit` bytes of a response body within `budget`.
-async fn read_limited(mut response: reqwest::Response, limit: usize, budget: Duration) -> Bytes {
+/// Reads at most `limit` bytes of a body within `budget`; what does not fit is dropped.
+async fn read_limited(mut body: Incoming, limit: usize, budget: Duration) -> Bytes {
     let mut buf = Vec::new();
     let read = async {
-        while let Ok(Some(chunk)) = response.chunk().await {
-            let room = limit.saturating_sub(buf.len());
-            buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            if buf.len() >= limit {
-                break;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(chunk) = frame.into_data() {
+                let room = limit.saturating_sub(buf.len());
+                buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if buf.len() >= limit {
+                    break;
+                }
             }
         }
     };

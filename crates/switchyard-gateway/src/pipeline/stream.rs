@@ -9,13 +9,13 @@
 
 use crate::pipeline::finish::Finisher;
 use bytes::Bytes;
-use futures_util::Stream;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use switchyard_core::sse::SseParser;
 use switchyard_core::usage::Usage;
-
-type Upstream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
 /// Frame sent to the client when the upstream breaks mid-stream, so the client sees a
 /// typed error rather than a silently truncated answer.
@@ -23,7 +23,7 @@ const STREAM_ERROR_FRAME: &str = "data: {\"error\":{\"message\":\"upstream conne
 
 /// See the module docs.
 pub struct ObservedStream {
-    upstream: Upstream,
+    upstream: Incoming,
     parser: SseParser,
     usage: Option<Usage>,
     finisher: Finisher,
@@ -31,9 +31,9 @@ pub struct ObservedStream {
 }
 
 impl ObservedStream {
-    pub fn new(response: reqwest::Response, finisher: Finisher) -> Self {
+    pub fn new(upstream: Incoming, finisher: Finisher) -> Self {
         Self {
-            upstream: Box::pin(response.bytes_stream()),
+            upstream,
             parser: SseParser::new(),
             usage: None,
             finisher,
@@ -44,46 +44,64 @@ impl ObservedStream {
     fn observe(&mut self, chunk: &[u8]) {
         let usage = &mut self.usage;
         self.parser.feed(chunk, |event| {
-            if event.data.contains("\"usage\"") {
-                if let Some(u) = Usage::from_json_bytes(event.data.as_bytes()) {
-                    usage.get_or_insert_with(Usage::default).merge(u);
-                }
+            if let Some(u) = Usage::from_json_bytes(event.data.as_bytes()) {
+                usage.get_or_insert_with(Usage::default).merge(u);
             }
         });
     }
 }
 
-impl Stream for ObservedStream {
-    type Item = Result<Bytes, std::io::Error>;
+impl Body for ObservedStream {
+    type Data = Bytes;
+    type Error = Infallible;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(None);
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match Pin::new(&mut this.upstream).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(frame))) => {
+                    // Trailers carry nothing a chat client needs; skip them.
+                    let Ok(chunk) = frame.into_data() else {
+                        continue;
+                    };
+                    this.finisher.first_byte();
+                    this.observe(&chunk);
+                    return Poll::Ready(Some(Ok(Frame::data(chunk))));
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    tracing::warn!(
+                        request_id = this.finisher.request_id(),
+                        error = %e,
+                        "Upstream stream broke after the response started; ending the client stream with an error frame."
+                    );
+                    this.done = true;
+                    this.finisher
+                        .finish(200, Some("upstream_connection_reset"), this.usage);
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
+                        STREAM_ERROR_FRAME.as_bytes(),
+                    )))));
+                }
+                Poll::Ready(None) => {
+                    this.done = true;
+                    this.finisher.finish(200, None, this.usage);
+                    return Poll::Ready(None);
+                }
+            }
         }
-        match this.upstream.as_mut().poll_next(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(Ok(chunk))) => {
-                this.finisher.first_byte();
-                this.observe(&chunk);
-                Poll::Ready(Some(Ok(chunk)))
-            }
-            Poll::Ready(Some(Err(e))) => {
-                tracing::warn!(
-                    request_id = this.finisher.request_id(),
-                    error = %e,
-                    "Upstream stream broke after the response started; ending the client stream with an error frame."
-                );
-                this.done = true;
-                this.finisher
-                    .finish(200, Some("upstream_connection_reset"), this.usage);
-                Poll::Ready(Some(Ok(Bytes::from_static(STREAM_ERROR_FRAME.as_bytes()))))
-            }
-            Poll::Ready(None) => {
-                this.done = true;
-                this.finisher.finish(200, None, this.usage);
-                Poll::Ready(None)
-            }
-        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
     }
 }

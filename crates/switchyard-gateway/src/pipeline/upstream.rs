@@ -2,51 +2,49 @@
 //! forwarded; credentials come from the connection), send it, and classify transport
 //! failures.
 
+use crate::client::HttpClient;
 use crate::snapshot::Upstream;
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderValue, Method, Request, Response};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
 use std::time::Duration;
 use switchyard_core::outcome::AttemptFailure;
 
 /// Sends `body` to the connection's chat endpoint and waits for the response headers,
 /// at most `first_byte`.
 pub async fn send(
-    client: &reqwest::Client,
+    client: &HttpClient,
     upstream: &Upstream,
     body: Vec<u8>,
     stream: bool,
     first_byte: Duration,
-) -> Result<reqwest::Response, AttemptFailure> {
-    let mut request = client
-        .post(&upstream.chat_url)
-        .header(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )
-        .header(
-            header::ACCEPT,
-            HeaderValue::from_static(if stream {
-                "text/event-stream"
-            } else {
-                "application/json"
-            }),
-        );
+) -> Result<Response<Incoming>, AttemptFailure> {
+    let accept = if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    let mut request = Request::new(Full::new(Bytes::from(body)));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = upstream.chat_url.clone();
+    let headers = request.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::ACCEPT, HeaderValue::from_static(accept));
+    headers.insert(header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
     for (name, value) in &upstream.auth {
-        request = request.header(*name, value.clone());
+        headers.insert(*name, value.clone());
     }
-    match tokio::time::timeout(first_byte, request.body(body).send()).await {
+    match tokio::time::timeout(first_byte, client.request(request)).await {
         Err(_) => Err(AttemptFailure::FirstByteTimeout),
         Ok(Ok(response)) => Ok(response),
-        Ok(Err(e)) => Err(classify(&e)),
+        Ok(Err(e)) if e.is_connect() => Err(AttemptFailure::Connect),
+        Ok(Err(_)) => Err(AttemptFailure::Reset),
     }
 }
 
-/// Maps a transport error to a failure kind.
-pub fn classify(e: &reqwest::Error) -> AttemptFailure {
-    if e.is_connect() {
-        AttemptFailure::Connect
-    } else if e.is_timeout() {
-        AttemptFailure::FirstByteTimeout
-    } else {
-        AttemptFailure::Reset
-    }
-}
+/// The `User-Agent` of upstream requests.
+const USER_AGENT: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
