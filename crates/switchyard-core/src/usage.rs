@@ -49,6 +49,13 @@ impl RawUsage {
     }
 }
 
+/// Reads `: {usage object}` at the start of `rest`.
+fn usage_at(rest: &str) -> Option<Usage> {
+    let rest = rest.trim_start().strip_prefix(':')?;
+    let mut de = serde_json::Deserializer::from_str(rest);
+    RawUsage::deserialize(&mut de).ok()?.into_usage()
+}
+
 impl Usage {
     pub fn total(self) -> u64 {
         self.prompt_tokens.saturating_add(self.completion_tokens)
@@ -57,10 +64,14 @@ impl Usage {
     /// Reads the usage of a response or stream chunk (OpenAI `usage`, Anthropic `usage`
     /// or `message.usage`) from raw JSON; cheap when there is none.
     pub fn from_json_bytes(bytes: &[u8]) -> Option<Self> {
-        if !std::str::from_utf8(bytes).ok()?.contains("\"usage\"") {
-            return None;
+        let text = std::str::from_utf8(bytes).ok()?;
+        let at = text.rfind("\"usage\"")?;
+        // Fast path: OpenAI and Anthropic put the top-level `usage` object last, so the
+        // last `"usage":` is read on its own, without parsing the whole document.
+        if let Some(u) = usage_at(&text[at + "\"usage\"".len()..]) {
+            return Some(u);
         }
-        let envelope: Envelope = serde_json::from_slice(bytes).ok()?;
+        let envelope: Envelope = serde_json::from_str(text).ok()?;
         envelope
             .usage
             .or_else(|| envelope.message?.usage)?
@@ -99,6 +110,23 @@ mod tests {
             })
         );
         assert_eq!(Usage::from_json_bytes(br#"{"choices":[]}"#), None);
+        // A later nested "usage" that is not a usage object falls back to a full parse.
+        assert_eq!(
+            Usage::from_json_bytes(br#"{"usage":{"prompt_tokens":3},"x":{"usage":"n/a"}}"#),
+            Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 0
+            })
+        );
+        // A "usage" inside content does not hide the real one.
+        let tricky = br#"{"usage":{"prompt_tokens":1,"completion_tokens":2},"choices":[{"message":{"content":"the \"usage\" field"}}]}"#;
+        assert_eq!(
+            Usage::from_json_bytes(tricky),
+            Some(Usage {
+                prompt_tokens: 1,
+                completion_tokens: 2
+            })
+        );
         assert_eq!(Usage::from_json_bytes(br#"{"usage":null}"#), None);
     }
 

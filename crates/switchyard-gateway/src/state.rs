@@ -87,10 +87,23 @@ impl AppState {
         self.rotation.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A process-unique request id: a random per-process prefix and a sequence number.
+    /// A process-unique request id: `req_`, a random per-process prefix and a sequence
+    /// number, 8 + 12 hex digits.
     pub fn next_request_id(&self) -> String {
         let n = self.request_seq.fetch_add(1, Ordering::Relaxed);
-        format!("req_{:08x}{n:012x}", self.request_prefix)
+        let mut id = String::with_capacity(24);
+        id.push_str("req_");
+        push_hex(&mut id, u64::from(self.request_prefix), 8);
+        push_hex(&mut id, n, 12);
+        id
+    }
+}
+
+/// Appends the low `digits` hex digits of `v`.
+fn push_hex(out: &mut String, v: u64, digits: u32) {
+    for i in (0..digits).rev() {
+        let nibble = (v >> (i * 4)) & 0xf;
+        out.push(char::from_digit(u32::try_from(nibble).unwrap_or(0), 16).unwrap_or('0'));
     }
 }
 

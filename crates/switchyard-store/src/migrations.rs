@@ -82,6 +82,7 @@ CREATE TABLE request_log (
     completion_tokens INTEGER,
     egress_ip         TEXT
 );
-CREATE INDEX request_log_ts ON request_log(ts);
-CREATE INDEX request_log_key ON request_log(key_id, ts);
+-- No secondary indexes: rows arrive in time order, so the rowid already orders them by
+-- time (recent-first reads and retention walk it), and every extra index would be paid on
+-- each of the thousands of inserts per second that the request path produces.
 "#];
