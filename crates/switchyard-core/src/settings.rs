@@ -47,6 +47,16 @@ pub const DEFS: &[SettingDef] = &[
         doc: "Largest accepted client request body, in bytes; larger bodies get 413.",
     },
     SettingDef {
+        key: "server.io_threads",
+        env: "SWITCHYARD_IO_THREADS",
+        // 0 = one per CPU core: each I/O thread runs its own single-threaded runtime, so
+        // a request's tasks never hop between threads.
+        default: 0,
+        min: 0,
+        max: 256,
+        doc: "I/O threads serving requests (0 = one per core). Read at start.",
+    },
+    SettingDef {
         key: "server.shutdown_grace_ms",
         env: "SWITCHYARD_SHUTDOWN_GRACE_MS",
         // Long enough for typical completions to finish, short enough for orchestrators
@@ -81,6 +91,7 @@ pub const DEFS: &[SettingDef] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub max_body_bytes: u64,
+    pub io_threads: u64,
     pub shutdown_grace_ms: u64,
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
@@ -221,6 +232,7 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
     };
     let settings = Settings {
         max_body_bytes: get("request.max_body_bytes"),
+        io_threads: get("server.io_threads"),
         shutdown_grace_ms: get("server.shutdown_grace_ms"),
         connect_timeout_ms: get("upstream.connect_timeout_ms"),
         first_byte_timeout_ms: get("upstream.first_byte_timeout_ms"),

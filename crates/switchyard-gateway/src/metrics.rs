@@ -61,6 +61,13 @@ pub struct AttemptLabels {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// Pre-resolved metric handles of one provider (see [`Metrics::for_provider`]).
+#[derive(Debug, Clone)]
+pub struct ProviderMetrics {
+    pub latency: Histogram,
+    pub success: Counter,
+}
+
 /// Upstream latency buckets: 1 ms to ~65 s, doubling. LLM calls span milliseconds (mock,
 /// cached) to a minute (long completions); doubling keeps the bucket count small.
 fn latency_histogram() -> Histogram {
@@ -125,6 +132,24 @@ impl Metrics {
             upstream_latency,
             upstream_attempts,
             log_dropped,
+        }
+    }
+
+    /// Handles for one provider's per-attempt metrics, resolved once per configuration
+    /// snapshot so the request path does not look labels up.
+    pub fn for_provider(&self, provider: &str) -> ProviderMetrics {
+        let provider_label = ProviderLabels {
+            provider: provider.to_owned(),
+        };
+        ProviderMetrics {
+            latency: self.upstream_latency.get_or_create(&provider_label).clone(),
+            success: self
+                .upstream_attempts
+                .get_or_create(&AttemptLabels {
+                    provider: provider.to_owned(),
+                    outcome: "success",
+                })
+                .clone(),
         }
     }
 

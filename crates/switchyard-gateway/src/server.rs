@@ -18,6 +18,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -143,6 +144,12 @@ pub fn app(state: Arc<AppState>) -> Router {
 
 /// Serves until `shutdown` resolves; then stops accepting, lets in-flight requests run
 /// for at most `server.shutdown_grace_ms`, and flushes the request log.
+///
+/// Requests are served by `server.io_threads` threads (one per core by default), each
+/// with its own single-threaded runtime accepting from the shared listener: a request's
+/// tasks — client connection, handler, upstream connection — then stay on one thread,
+/// with no cross-thread wake-ups on the request path. Background work (request-log
+/// writer, configuration watcher) stays on the caller's runtime.
 pub async fn run(
     listener: TcpListener,
     state: Arc<AppState>,
@@ -150,44 +157,85 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let watcher = tokio::spawn(watch_config(Arc::clone(&state)));
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    // No Nagle delay: stream frames are small writes that must leave at once.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "Could not set TCP_NODELAY on a client connection.");
-        }
-    });
-    let server =
-        axum::serve(listener, app(Arc::clone(&state))).with_graceful_shutdown(async move {
-            shutdown.await;
-            stop_tx.send_replace(true);
-        });
-    let grace_state = Arc::clone(&state);
-    let grace = async move {
-        if stop_rx.wait_for(|v| *v).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-        let grace_ms = grace_state.snapshot().settings.shutdown_grace_ms;
-        tracing::info!(
-            grace_ms,
-            "Shutting down: no new connections; waiting for in-flight requests."
-        );
-        tokio::time::sleep(Duration::from_millis(grace_ms)).await;
+    let threads = match state.snapshot().settings.io_threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => usize::try_from(n).unwrap_or(1),
     };
+    let listener = listener.into_std()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (abort_tx, abort_rx) = watch::channel(false);
+    let mut workers = Vec::with_capacity(threads);
+    for i in 0..threads {
+        let listener = listener.try_clone()?;
+        let app = app(Arc::clone(&state));
+        let (stop, abort) = (stop_rx.clone(), abort_rx.clone());
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("switchyard-io-{i}"))
+                .spawn(move || -> std::io::Result<()> {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?
+                        .block_on(serve_io_thread(listener, app, stop, abort))
+                })?,
+        );
+    }
+    drop(listener);
+    shutdown.await;
+    stop_tx.send_replace(true);
+    let grace_ms = state.snapshot().settings.shutdown_grace_ms;
+    tracing::info!(
+        grace_ms,
+        "Shutting down: no new connections; waiting for in-flight requests."
+    );
+    let mut joined = tokio::task::spawn_blocking(move || {
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("I/O thread panicked")))
+            })
+            .collect::<std::io::Result<Vec<()>>>()
+    });
     let result = tokio::select! {
-        r = server => r,
-        () = grace => {
+        r = &mut joined => r,
+        () = tokio::time::sleep(Duration::from_millis(grace_ms)) => {
             tracing::warn!(
                 in_flight = state.metrics.in_flight.get(),
                 "Shutdown grace period expired; cutting the remaining requests."
             );
-            Ok(())
+            state.cutting.store(true, std::sync::atomic::Ordering::SeqCst);
+            abort_tx.send_replace(true);
+            joined.await
         }
     };
     watcher.abort();
     writer.finish().await;
     tracing::info!("Request log flushed; bye.");
-    result
+    result.map_err(std::io::Error::other)?.map(|_| ())
+}
+
+/// One I/O thread: accepts from the shared listener and serves until stopped (graceful)
+/// or aborted (grace period over).
+async fn serve_io_thread(
+    listener: std::net::TcpListener,
+    app: Router,
+    mut stop: watch::Receiver<bool>,
+    mut abort: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    // No Nagle delay: stream frames are small writes that must leave at once.
+    let listener = TcpListener::from_std(listener)?.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "Could not set TCP_NODELAY on a client connection.");
+        }
+    });
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = stop.wait_for(|v| *v).await;
+    });
+    tokio::select! {
+        r = server => r,
+        _ = abort.wait_for(|v| *v) => Ok(()),
+    }
 }
 
 /// Reloads the snapshot when another process changed the configuration.

@@ -7,7 +7,7 @@
 //! API builds a catalog from the rows as they would be after the change, and writes only
 //! if that succeeds.
 
-use crate::client::{self, ClientError, HttpClient};
+use crate::metrics::{Metrics, ProviderMetrics};
 use axum::http::{HeaderValue, Uri};
 use std::collections::BTreeMap;
 use switchyard_core::apikey::KeyHash;
@@ -38,8 +38,6 @@ pub enum SnapshotError {
     Url { connection: String, url: String },
     #[error(transparent)]
     Setting(#[from] settings::SettingError),
-    #[error(transparent)]
-    Client(#[from] ClientError),
 }
 
 /// `provider_specific_data` flag that makes the gateway speak HTTP/2 without TLS
@@ -56,6 +54,8 @@ pub struct Upstream {
     pub h2c: bool,
     /// Authentication headers, marked sensitive so they are never logged.
     pub auth: Vec<(&'static str, HeaderValue)>,
+    /// This connection's provider's metric handles.
+    pub metrics: ProviderMetrics,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -76,36 +76,6 @@ pub struct Snapshot {
     pub upstreams: Vec<Upstream>,
     pub settings: Settings,
     pub resolved: Vec<Resolved>,
-    pub clients: Clients,
-}
-
-/// The pooled upstream HTTP clients.
-#[derive(Debug, Clone)]
-pub struct Clients {
-    /// HTTP/1.1, or HTTP/2 when TLS negotiates it.
-    pub negotiated: HttpClient,
-    /// HTTP/2 with prior knowledge, for `h2c` connections.
-    pub h2c: HttpClient,
-}
-
-impl Clients {
-    fn build(connect_timeout_ms: u64) -> Result<Self, SnapshotError> {
-        Ok(Self {
-            negotiated: client::build(connect_timeout_ms, false)?,
-            h2c: client::build(connect_timeout_ms, true)?,
-        })
-    }
-}
-
-impl Snapshot {
-    /// The client to use for `upstream`.
-    pub fn client_for(&self, upstream: &Upstream) -> &HttpClient {
-        if upstream.h2c {
-            &self.clients.h2c
-        } else {
-            &self.clients.negotiated
-        }
-    }
 }
 
 /// Joins a base URL and an API path. A base that already ends in `/v1` (the usual way
@@ -201,12 +171,11 @@ fn settings_layers(rows: &ConfigRows, base: &Layers) -> Layers {
 }
 
 impl Snapshot {
-    /// Builds a snapshot. The previous snapshot's HTTP clients (and their pooled connections)
-    /// is kept unless the connect timeout changed.
+    /// Builds a snapshot.
     pub fn build(
         rows: &ConfigRows,
         base: &Layers,
-        previous: Option<&Snapshot>,
+        metrics: &Metrics,
     ) -> Result<Self, SnapshotError> {
         let catalog = build_catalog(rows)?;
         let resolution = settings::resolve(&settings_layers(rows, base))?;
@@ -254,21 +223,15 @@ impl Snapshot {
                 chat_url,
                 h2c,
                 auth,
+                metrics: metrics.for_provider(&conn.provider),
             });
         }
-        let clients = match previous {
-            Some(p) if p.settings.connect_timeout_ms == resolution.settings.connect_timeout_ms => {
-                p.clients.clone()
-            }
-            _ => Clients::build(resolution.settings.connect_timeout_ms)?,
-        };
         Ok(Self {
             version: rows.version,
             catalog,
             upstreams,
             settings: resolution.settings,
             resolved: resolution.resolved,
-            clients,
         })
     }
 }

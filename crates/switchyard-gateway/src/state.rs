@@ -28,6 +28,8 @@ pub struct AppState {
     rotation: AtomicUsize,
     request_seq: AtomicU64,
     request_prefix: u32,
+    /// Set when the shutdown grace period expired and remaining requests are being cut.
+    pub cutting: std::sync::atomic::AtomicBool,
     /// Serialises management writes in this process so validate-then-write is atomic.
     pub admin_lock: tokio::sync::Mutex<()>,
     pub started_at_ms: u64,
@@ -43,8 +45,8 @@ impl AppState {
         admin_hash: KeyHash,
     ) -> Result<(Arc<Self>, LogWriter), ApiError> {
         let rows = load_rows(&store).await?;
-        let snapshot = Snapshot::build(&rows, &layers, None).map_err(internal)?;
         let metrics = Metrics::new();
+        let snapshot = Snapshot::build(&rows, &layers, &metrics).map_err(internal)?;
         let (log, writer) = RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone());
         let state = Arc::new(Self {
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -58,6 +60,7 @@ impl AppState {
             rotation: AtomicUsize::new(0),
             request_seq: AtomicU64::new(0),
             request_prefix: rand::random(),
+            cutting: std::sync::atomic::AtomicBool::new(false),
             admin_lock: tokio::sync::Mutex::new(()),
         });
         Ok((state, writer))
@@ -76,8 +79,7 @@ impl AppState {
 
     /// Builds a snapshot from `rows` and swaps it in.
     pub fn install(&self, rows: &ConfigRows) -> Result<(), SnapshotError> {
-        let current = self.snapshot.load();
-        let next = Snapshot::build(rows, &self.layers, Some(&current))?;
+        let next = Snapshot::build(rows, &self.layers, &self.metrics)?;
         self.snapshot.store(Arc::new(next));
         Ok(())
     }

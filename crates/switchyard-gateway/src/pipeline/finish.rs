@@ -13,8 +13,9 @@ use switchyard_core::routing::Candidate;
 use switchyard_core::usage::Usage;
 use switchyard_store::LogRow;
 
-/// Status recorded when the client disconnected before the response ended (nginx's
-/// convention; no HTTP response carries it).
+/// Status recorded when the response was cut before it ended — the client disconnected
+/// (`client_closed_request`) or the shutdown grace period expired (`gateway_shutdown`).
+/// nginx's convention; no HTTP response carries it.
 pub const CLIENT_CLOSED: u16 = 499;
 
 /// Longest requested-model name kept in the request log; the field is client-supplied.
@@ -163,8 +164,14 @@ impl Finisher {
 
 impl Drop for Finisher {
     fn drop(&mut self) {
-        if self.0.is_some() {
-            self.finish(CLIENT_CLOSED, Some("client_closed_request"), None);
+        let cut = self
+            .0
+            .as_ref()
+            .map(|i| i.state.cutting.load(std::sync::atomic::Ordering::Relaxed));
+        match cut {
+            None => {}
+            Some(true) => self.finish(CLIENT_CLOSED, Some("gateway_shutdown"), None),
+            Some(false) => self.finish(CLIENT_CLOSED, Some("client_closed_request"), None),
         }
     }
 }

@@ -20,10 +20,10 @@ mod upstream;
 
 use crate::clock::Stopwatch;
 use crate::error::ApiError;
-use crate::metrics::{model_label, AttemptLabels, ProviderLabels};
+use crate::metrics::{model_label, AttemptLabels};
 use crate::state::AppState;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -62,15 +62,12 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
     ),
     security(("bearer" = []))
 )]
-pub async fn chat_completions(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
+pub async fn chat_completions(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
     let now = state.clock.now_ms();
     let mut finisher = Finisher::start(&state, state.next_request_id(), now);
     let request_id = HeaderValue::try_from(finisher.request_id()).ok();
-    let mut response = match run(&state, &headers, body, &mut finisher).await {
+    let mut response = match run(&state, &parts.headers, body, &mut finisher).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
@@ -127,7 +124,7 @@ async fn run(
         let body = request.upstream_body(&candidate.upstream_model);
         let watch = Stopwatch::start();
         let result = upstream::send(
-            snap.client_for(target),
+            snap.settings.connect_timeout_ms,
             target,
             body,
             request.stream,
@@ -136,12 +133,9 @@ async fn run(
         .await;
         let outcome = match result {
             Ok(response) => {
-                state
+                target
                     .metrics
-                    .upstream_latency
-                    .get_or_create(&ProviderLabels {
-                        provider: conn.provider.clone(),
-                    })
+                    .latency
                     .observe(watch.elapsed().as_secs_f64());
                 handle_response(response, request.stream, first_byte, finisher).await
             }
@@ -149,7 +143,7 @@ async fn run(
         };
         let mut failed = match outcome {
             Ok(response) => {
-                count_attempt(state, &conn.provider, "success");
+                target.metrics.success.inc();
                 return Ok(response);
             }
             Err(failed) => failed,

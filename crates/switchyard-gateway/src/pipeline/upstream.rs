@@ -2,7 +2,7 @@
 //! forwarded; credentials come from the connection), send it, and classify transport
 //! failures.
 
-use crate::client::HttpClient;
+use crate::client;
 use crate::snapshot::Upstream;
 use axum::http::{header, HeaderValue, Method, Request, Response};
 use bytes::Bytes;
@@ -14,7 +14,7 @@ use switchyard_core::outcome::AttemptFailure;
 /// Sends `body` to the connection's chat endpoint and waits for the response headers,
 /// at most `first_byte`.
 pub async fn send(
-    client: &HttpClient,
+    connect_timeout_ms: u64,
     upstream: &Upstream,
     body: Vec<u8>,
     stream: bool,
@@ -38,7 +38,14 @@ pub async fn send(
     for (name, value) in &upstream.auth {
         headers.insert(*name, value.clone());
     }
-    match tokio::time::timeout(first_byte, client.request(request)).await {
+    let pending = match client::request(connect_timeout_ms, upstream.h2c, request) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "Cannot build the upstream client.");
+            return Err(AttemptFailure::Connect);
+        }
+    };
+    match tokio::time::timeout(first_byte, pending).await {
         Err(_) => Err(AttemptFailure::FirstByteTimeout),
         Ok(Ok(response)) => Ok(response),
         Ok(Err(e)) if e.is_connect() => Err(AttemptFailure::Connect),

@@ -263,3 +263,26 @@ targets = [{ model = "q/m" }]
     let store = bootstrap::open_store(dir.path()).unwrap();
     assert!(store.list_providers().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn shutdown_cuts_requests_still_running_after_the_grace_period() {
+    let mut h =
+        Harness::start_with(standard_config, &[("SWITCHYARD_SHUTDOWN_GRACE_MS", "300")]).await;
+    h.rule(json!({"stall_after_chunks": 1})).await;
+    let r = h.chat(chat_body("alpha/mock-small", true)).await;
+    assert_eq!(r.status(), 200);
+    let reader = tokio::spawn(async move { r.text().await });
+    h.stop().await;
+    // The client sees its stream end (cut), not a hang.
+    let _ = reader.await.unwrap();
+    let rows = h.store().recent_logs(10, None).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].status, rows[0].error_code.as_deref()),
+        (499, Some("gateway_shutdown"))
+    );
+    eventually("the upstream request is cancelled too", || async {
+        h.mock_stats().await["in_flight"] == 0
+    })
+    .await;
+}
