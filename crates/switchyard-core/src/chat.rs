@@ -98,10 +98,13 @@ impl ChatRequest {
             .and_then(|raw| serde_json::from_str::<String>(raw).ok())
             .filter(|m| !m.is_empty())
             .ok_or(ChatParseError::MissingModel)?;
-        let messages = member("messages")
-            .and_then(|raw| serde_json::from_str::<Vec<&RawValue>>(raw).ok())
-            .map_or(0, |m| m.len());
-        if messages == 0 {
+        // The raw text is already known to be valid JSON, so an array is non-empty
+        // exactly when something other than whitespace sits between its brackets.
+        let has_messages = member("messages")
+            .and_then(|raw| raw.strip_prefix('['))
+            .and_then(|rest| rest.strip_suffix(']'))
+            .is_some_and(|inner| !inner.trim().is_empty());
+        if !has_messages {
             return Err(ChatParseError::MissingMessages);
         }
         let stream = match member("stream") {
@@ -207,7 +210,11 @@ mod tests {
 
     #[test]
     fn rejects_bad_shapes_naming_the_field() {
-        let cases: [(&[u8], ChatParseError); 9] = [
+        let cases: [(&[u8], ChatParseError); 10] = [
+            (
+                br#"{"model":"a/b","messages":[ ]}"#,
+                ChatParseError::MissingMessages,
+            ),
             (b"[1]", ChatParseError::NotAnObject),
             (br#""text""#, ChatParseError::NotAnObject),
             (

@@ -11,14 +11,15 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
+use axum::serve::Listener;
 use axum::{Json, Router};
 use serde::Serialize;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -142,13 +143,19 @@ pub fn app(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// Connections waiting to be picked up by one I/O thread. Each thread takes its
+/// connections within microseconds; the bound only matters if a thread is wedged, and
+/// then it makes the acceptor wait instead of queueing without limit.
+const HANDOFF_QUEUE: usize = 1024;
+
 /// Serves until `shutdown` resolves; then stops accepting, lets in-flight requests run
 /// for at most `server.shutdown_grace_ms`, and flushes the request log.
 ///
 /// Requests are served by `server.io_threads` threads (one per core by default), each
-/// with its own single-threaded runtime accepting from the shared listener: a request's
-/// tasks — client connection, handler, upstream connection — then stay on one thread,
-/// with no cross-thread wake-ups on the request path. Background work (request-log
+/// with its own single-threaded runtime: a request's tasks — client connection, handler,
+/// upstream connection — stay on one thread, with no cross-thread wake-ups on the request
+/// path. One acceptor deals new connections to the threads in turn, so load spreads
+/// evenly however few connections there are. Background work (acceptor, request-log
 /// writer, configuration watcher) stays on the caller's runtime.
 pub async fn run(
     listener: TcpListener,
@@ -161,12 +168,15 @@ pub async fn run(
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => usize::try_from(n).unwrap_or(1),
     };
-    let listener = listener.into_std()?;
+    let local_addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
     let mut workers = Vec::with_capacity(threads);
+    let mut handoffs = Vec::with_capacity(threads);
     for i in 0..threads {
-        let listener = listener.try_clone()?;
+        let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
+        handoffs.push(tx);
+        let incoming = Handoff { rx, local_addr };
         let app = app(Arc::clone(&state));
         let (stop, abort) = (stop_rx.clone(), abort_rx.clone());
         workers.push(
@@ -176,13 +186,14 @@ pub async fn run(
                     tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?
-                        .block_on(serve_io_thread(listener, app, stop, abort))
+                        .block_on(serve_io_thread(incoming, app, stop, abort))
                 })?,
         );
     }
-    drop(listener);
+    let acceptor = tokio::spawn(accept_loop(listener, handoffs, stop_rx.clone()));
     shutdown.await;
     stop_tx.send_replace(true);
+    let _ = acceptor.await;
     let grace_ms = state.snapshot().settings.shutdown_grace_ms;
     tracing::info!(
         grace_ms,
@@ -215,27 +226,101 @@ pub async fn run(
     result.map_err(std::io::Error::other)?.map(|_| ())
 }
 
-/// One I/O thread: accepts from the shared listener and serves until stopped (graceful)
-/// or aborted (grace period over).
+/// Accepts connections and deals them to the I/O threads in turn until stopped; then
+/// closes the listening socket.
+async fn accept_loop(
+    listener: TcpListener,
+    handoffs: Vec<mpsc::Sender<std::net::TcpStream>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut next = 0usize;
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "Failed to accept a connection.");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = stopped(&mut stop) => return,
+        };
+        let std_stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "Failed to hand a connection to an I/O thread.");
+                continue;
+            }
+        };
+        if let Some(tx) = handoffs.get(next % handoffs.len()) {
+            let _ = tx.send(std_stream).await;
+        }
+        next = next.wrapping_add(1);
+    }
+}
+
+/// The connections dealt to one I/O thread, as an axum listener.
+struct Handoff {
+    rx: mpsc::Receiver<std::net::TcpStream>,
+    local_addr: SocketAddr,
+}
+
+impl Listener for Handoff {
+    type Io = tokio::net::TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Some(std_stream) = self.rx.recv().await else {
+                // The acceptor is gone (shutting down): no more connections will come.
+                std::future::pending::<()>().await;
+                continue;
+            };
+            let stream = match tokio::net::TcpStream::from_std(std_stream) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Failed to adopt a handed-off connection.");
+                    continue;
+                }
+            };
+            // No Nagle delay: stream frames are small writes that must leave at once.
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(error = %e, "Could not set TCP_NODELAY on a client connection.");
+            }
+            match stream.peer_addr() {
+                Ok(addr) => return (stream, addr),
+                Err(e) => tracing::debug!(error = %e, "A connection closed before it was served."),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local_addr)
+    }
+}
+
+/// One I/O thread: serves the connections dealt to it until stopped (graceful) or
+/// aborted (grace period over).
 async fn serve_io_thread(
-    listener: std::net::TcpListener,
+    incoming: Handoff,
     app: Router,
     mut stop: watch::Receiver<bool>,
     mut abort: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    // No Nagle delay: stream frames are small writes that must leave at once.
-    let listener = TcpListener::from_std(listener)?.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "Could not set TCP_NODELAY on a client connection.");
-        }
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        let _ = stop.wait_for(|v| *v).await;
+    let server = axum::serve(incoming, app).with_graceful_shutdown(async move {
+        stopped(&mut stop).await;
     });
     tokio::select! {
         r = server => r,
-        _ = abort.wait_for(|v| *v) => Ok(()),
+        () = stopped(&mut abort) => Ok(()),
     }
+}
+
+/// Resolves once the flag is set (or its sender is gone).
+async fn stopped(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|v| *v).await;
 }
 
 /// Reloads the snapshot when another process changed the configuration.

@@ -50,6 +50,8 @@ pub const H2C_FLAG: &str = "http2_prior_knowledge";
 pub struct Upstream {
     /// Full chat-completions URL, parsed once here rather than on every request.
     pub chat_url: Uri,
+    /// The `Host` header for it, also built once (the client would format it per request).
+    pub host: HeaderValue,
     /// Speak cleartext HTTP/2 with prior knowledge (see [`H2C_FLAG`]).
     pub h2c: bool,
     /// Authentication headers, marked sensitive so they are never logged.
@@ -219,8 +221,16 @@ impl Snapshot {
                 connection: conn.id.clone(),
                 url: url.clone(),
             })?;
+            let host = chat_url
+                .authority()
+                .and_then(|a| HeaderValue::try_from(a.as_str()).ok())
+                .ok_or_else(|| SnapshotError::Url {
+                    connection: conn.id.clone(),
+                    url: url.clone(),
+                })?;
             upstreams.push(Upstream {
                 chat_url,
+                host,
                 h2c,
                 auth,
                 metrics: metrics.for_provider(&conn.provider),
