@@ -98,7 +98,9 @@ summarize() {
 import json, sys
 d = json.load(sys.stdin)
 s, p = d["summary"], d["latencyPercentiles"]
-rps, p50, p99, ok = s["requestsPerSec"], p["p50"] * 1000, p["p99"] * 1000, s["successRate"]
+codes = d.get("statusCodeDistribution", {})
+ok = codes.get("200", 0) / max(1, sum(codes.values()))  # HTTP 200s, not merely answers
+rps, p50, p99 = s["requestsPerSec"], p["p50"] * 1000, p["p99"] * 1000
 print(f"{rps:.0f} {p50:.3f} {p99:.3f} {ok:.4f}")'
 }
 

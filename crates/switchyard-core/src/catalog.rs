@@ -122,10 +122,14 @@ pub enum CatalogError {
         connection: String,
         provider: String,
     },
+    #[error("keys `{first}` and `{second}` have the same secret; every key needs its own")]
+    SharedSecret { first: String, second: String },
     #[error("combo `{combo}` has no targets")]
     EmptyCombo { combo: String },
     #[error("combo name `{combo}` must not contain '/': it would be read as provider/model")]
     ComboNameWithSlash { combo: String },
+    #[error("connection `{connection}` uses format `anthropic`, which this version cannot call yet: use an OpenAI-compatible endpoint")]
+    UnsupportedFormat { connection: String },
     #[error("base URL `{url}` of {kind} `{id}` must start with http:// or https://")]
     InvalidBaseUrl {
         kind: &'static str,
@@ -218,6 +222,10 @@ impl Catalog {
                     id: def.id,
                 });
             }
+            let format = def.format.unwrap_or(provider.format);
+            if format == UpstreamFormat::Anthropic {
+                return Err(CatalogError::UnsupportedFormat { connection: def.id });
+            }
             let base_url = def.base_url.unwrap_or_else(|| provider.base_url.clone());
             check_url("connection", &def.id, &base_url)?;
             let index = cat.connections.len();
@@ -226,7 +234,7 @@ impl Catalog {
                 .or_default()
                 .push(index);
             cat.connections.push(Arc::new(Connection {
-                format: def.format.unwrap_or(provider.format),
+                format,
                 id: def.id,
                 provider: def.provider,
                 auth_class: def.auth_class,
@@ -240,6 +248,12 @@ impl Catalog {
             cat.add_combo(combo)?;
         }
         for (hash, key) in keys {
+            if let Some(other) = cat.keys.get(&hash) {
+                return Err(CatalogError::SharedSecret {
+                    first: other.id.clone(),
+                    second: key.id,
+                });
+            }
             cat.keys.insert(hash, key);
         }
         Ok(cat)

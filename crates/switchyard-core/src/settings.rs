@@ -85,6 +85,17 @@ pub const DEFS: &[SettingDef] = &[
         max: DAY_MS,
         doc: "Deadline for the upstream's response headers after the request was sent.",
     },
+    SettingDef {
+        key: "upstream.stream_idle_timeout_ms",
+        env: "SWITCHYARD_UPSTREAM_STREAM_IDLE_TIMEOUT_MS",
+        // A backstop against streams that stall forever, not a quality monitor (that is
+        // R11's content-stall budget): five minutes outlasts any real pause between
+        // frames, including long reasoning phases and keep-alive gaps.
+        default: 300_000,
+        min: 100,
+        max: DAY_MS,
+        doc: "Longest silence between two frames of an upstream stream before it is cut.",
+    },
 ];
 
 /// Resolved settings, typed.
@@ -95,6 +106,7 @@ pub struct Settings {
     pub shutdown_grace_ms: u64,
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
+    pub stream_idle_timeout_ms: u64,
 }
 
 /// A resolved value with its origin, for the settings API.
@@ -236,6 +248,7 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         shutdown_grace_ms: get("server.shutdown_grace_ms"),
         connect_timeout_ms: get("upstream.connect_timeout_ms"),
         first_byte_timeout_ms: get("upstream.first_byte_timeout_ms"),
+        stream_idle_timeout_ms: get("upstream.stream_idle_timeout_ms"),
     };
     Ok(Resolution {
         settings,

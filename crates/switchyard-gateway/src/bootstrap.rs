@@ -3,8 +3,9 @@
 use crate::clock::Clock;
 use crate::config::GatewayConfig;
 use crate::keys::{new_key, random_secret, NewKey};
+use crate::metrics::Metrics;
 use crate::reqlog::LogWriter;
-use crate::snapshot::build_catalog;
+use crate::snapshot::Snapshot;
 use crate::state::AppState;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -58,7 +59,7 @@ pub fn open_store(data_dir: &Path) -> Result<Store, BootError> {
 }
 
 /// Writes the declared configuration: validated together with what the database already
-/// holds, written only if the whole is valid.
+/// holds, written only if the whole is valid, in one transaction.
 pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result<(), BootError> {
     let d = &config.declared;
     if d.providers.is_empty()
@@ -125,19 +126,23 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
         crate::admin::upsert_by(&mut rows.keys, record.clone(), |x| &x.id, &k.id);
         keys.push(record);
     }
-    build_catalog(&rows).map_err(|e| BootError::Invalid(e.to_string()))?;
-    for p in &d.providers {
-        store.save_provider(p, SaveMode::Upsert, now)?;
-    }
-    for (c, cred) in &conns {
-        store.save_connection(c, cred.as_deref(), SaveMode::Upsert, now)?;
-    }
-    for c in &d.combos {
-        store.save_combo(c, SaveMode::Upsert, now)?;
-    }
-    for k in &keys {
-        store.save_key(k, SaveMode::Upsert)?;
-    }
+    Snapshot::build(&rows, &config.layers, &Metrics::new())
+        .map_err(|e| BootError::Invalid(e.to_string()))?;
+    store.batch(|b| {
+        for p in &d.providers {
+            b.save_provider(p, SaveMode::Upsert, now)?;
+        }
+        for (c, cred) in &conns {
+            b.save_connection(c, cred.as_deref(), SaveMode::Upsert, now)?;
+        }
+        for c in &d.combos {
+            b.save_combo(c, SaveMode::Upsert, now)?;
+        }
+        for k in &keys {
+            b.save_key(k, SaveMode::Upsert)?;
+        }
+        Ok(())
+    })?;
     Ok(())
 }
 

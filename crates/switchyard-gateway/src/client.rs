@@ -22,10 +22,11 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long an idle pooled upstream connection is kept. Shorter than the 120 s most
-/// providers' load balancers use, so the gateway closes first and never writes into a
-/// connection the other side is tearing down.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long an idle pooled upstream connection is kept. Shorter than the idle timeouts
+/// of the load balancers in front of most providers (AWS ALB 60 s, nginx 75 s), so the
+/// gateway closes first and never writes into a connection the other side is tearing
+/// down.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 
 /// The client type: HTTP/1.1 and HTTP/2, plain or TLS.
 pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;

@@ -19,6 +19,14 @@ use switchyard_store::{ComboRecord, ProviderRecord};
 /// network until the operator opts in.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
+/// Shortest admin token accepted from the operator: 16 characters of a random token are
+/// far beyond online guessing, while shorter ones are likely words or placeholders.
+const MIN_ADMIN_TOKEN_LEN: usize = 16;
+
+/// Shortest declared client-key secret; generated keys are 46 characters, and 20 keeps a
+/// hand-picked secret out of reach of online guessing.
+const MIN_KEY_SECRET_LEN: usize = 20;
+
 /// Default data directory, relative to the working directory.
 pub const DEFAULT_DATA_DIR: &str = "./data";
 
@@ -206,10 +214,10 @@ pub fn resolve(file: FileConfig, env: &dyn Env) -> Result<GatewayConfig, ConfigE
         .var("SWITCHYARD_ADMIN_TOKEN")
         .or(file.server.admin_token.clone());
     if let Some(t) = &admin_token {
-        if t.len() < 16 {
+        if t.len() < MIN_ADMIN_TOKEN_LEN {
             return Err(invalid(
                 "server.admin_token",
-                "must be at least 16 characters",
+                format!("must be at least {MIN_ADMIN_TOKEN_LEN} characters"),
             ));
         }
     }
@@ -295,8 +303,11 @@ fn declared(file: FileConfig, env: &dyn Env) -> Result<Declared, ConfigError> {
                     "a declared key needs `secret` or `secret_env`",
                 )
             })?;
-        if secret.len() < 20 {
-            return Err(invalid(field, "must be at least 20 characters"));
+        if secret.len() < MIN_KEY_SECRET_LEN {
+            return Err(invalid(
+                field,
+                format!("must be at least {MIN_KEY_SECRET_LEN} characters"),
+            ));
         }
         out.keys.push((k, secret));
     }

@@ -47,8 +47,6 @@ pub enum ApiError {
     NotFound { kind: &'static str, id: String },
     #[error("{0}")]
     Conflict(String),
-    #[error("the gateway is shutting down")]
-    ShuttingDown,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -108,7 +106,6 @@ impl ApiError {
             },
             Self::NotFound { .. } => (S::NOT_FOUND, "invalid_request_error", "not_found"),
             Self::Conflict(_) => (S::CONFLICT, "invalid_request_error", "conflict"),
-            Self::ShuttingDown => (S::SERVICE_UNAVAILABLE, "server_error", "shutting_down"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", "internal_error"),
         }
     }

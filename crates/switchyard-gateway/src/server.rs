@@ -143,6 +143,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// Pause after a failed accept (out of file descriptors and the like): long enough not to
+/// spin on a persistent error, short enough to resume at once when it clears.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
 /// Connections waiting to be picked up by one I/O thread. Each thread takes its
 /// connections within microseconds; the bound only matters if a thread is wedged, and
 /// then it makes the acceptor wait instead of queueing without limit.
@@ -239,9 +243,8 @@ async fn accept_loop(
             r = listener.accept() => match r {
                 Ok((stream, _)) => stream,
                 Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(error = %e, "Failed to accept a connection.");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },

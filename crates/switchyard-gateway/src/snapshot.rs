@@ -14,12 +14,9 @@ use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{
     ApiKey, Catalog, CatalogError, Combo, ComboTarget, ConnectionDef, Provider,
 };
-use switchyard_core::domain::{ModelRef, UpstreamFormat};
+use switchyard_core::domain::ModelRef;
 use switchyard_core::settings::{self, Layers, Resolved, Settings};
 use switchyard_store::ConfigRows;
-
-/// Anthropic API version header value sent to Anthropic-format upstreams.
-const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// Why rows do not form a valid snapshot.
 #[derive(Debug, thiserror::Error)]
@@ -193,28 +190,14 @@ impl Snapshot {
                 .and_then(|d| d.get(H2C_FLAG))
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false);
+            // The catalog admits OpenAI-format connections only, so the credential is
+            // always a bearer token.
             let mut auth = Vec::new();
             if !cred.is_empty() {
-                let header = |v: String| {
-                    HeaderValue::try_from(v)
-                        .map(|mut h| {
-                            h.set_sensitive(true);
-                            h
-                        })
-                        .map_err(|_| SnapshotError::Credential(conn.id.clone()))
-                };
-                match conn.format {
-                    UpstreamFormat::Openai => {
-                        auth.push(("authorization", header(format!("Bearer {cred}"))?));
-                    }
-                    UpstreamFormat::Anthropic => {
-                        auth.push(("x-api-key", header(cred.to_owned())?));
-                        auth.push((
-                            "anthropic-version",
-                            HeaderValue::from_static(ANTHROPIC_VERSION),
-                        ));
-                    }
-                }
+                let mut value = HeaderValue::try_from(format!("Bearer {cred}"))
+                    .map_err(|_| SnapshotError::Credential(conn.id.clone()))?;
+                value.set_sensitive(true);
+                auth.push(("authorization", value));
             }
             let url = endpoint(&conn.base_url, "/chat/completions");
             let chat_url = Uri::try_from(url.as_str()).map_err(|_| SnapshotError::Url {

@@ -77,10 +77,17 @@ impl AppState {
         self.install(&rows).map_err(internal)
     }
 
-    /// Builds a snapshot from `rows` and swaps it in.
+    /// Builds a snapshot from `rows` and swaps it in — unless a snapshot of a newer
+    /// configuration version got there first (two reloads racing), which is kept.
     pub fn install(&self, rows: &ConfigRows) -> Result<(), SnapshotError> {
-        let next = Snapshot::build(rows, &self.layers, &self.metrics)?;
-        self.snapshot.store(Arc::new(next));
+        let next = Arc::new(Snapshot::build(rows, &self.layers, &self.metrics)?);
+        self.snapshot.rcu(|current| {
+            if current.version > next.version {
+                Arc::clone(current)
+            } else {
+                Arc::clone(&next)
+            }
+        });
         Ok(())
     }
 

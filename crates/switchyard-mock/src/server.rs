@@ -165,7 +165,9 @@ async fn accept_loop(listener: TcpListener, app: Router, mut shutdown: watch::Re
             r = listener.accept() => match r {
                 Ok(s) => s,
                 Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(error = %e, "Mock provider failed to accept a connection.");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },

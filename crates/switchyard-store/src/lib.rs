@@ -14,7 +14,7 @@ pub mod records;
 mod sqlite;
 
 pub use records::*;
-pub use sqlite::{SaveMode, Store};
+pub use sqlite::{Batch, SaveMode, Store};
 
 /// Everything that can go wrong in the store.
 #[derive(Debug, thiserror::Error)]

@@ -107,6 +107,11 @@ impl Store {
         Ok(out)
     }
 
+    /// Runs several configuration writes in one transaction: all of them land, or none.
+    pub fn batch<T>(&self, f: impl FnOnce(&Batch<'_>) -> Result<T>) -> Result<T> {
+        self.config_write(|tx| f(&Batch { tx }))
+    }
+
     /// The configuration version; it changes with every configuration write by any process.
     pub fn config_version(&self) -> Result<i64> {
         let conn = self.lock();
@@ -170,24 +175,7 @@ impl Store {
     }
 
     pub fn save_provider(&self, p: &ProviderRecord, mode: SaveMode, now: u64) -> Result<()> {
-        self.config_write(|tx| {
-            check_mode(tx, "providers", "id", &p.id, "provider", mode)?;
-            tx.execute(
-                "INSERT INTO providers (id, format, base_url, models, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?5)
-                 ON CONFLICT(id) DO UPDATE SET format = excluded.format,
-                   base_url = excluded.base_url, models = excluded.models,
-                   updated_at = excluded.updated_at",
-                params![
-                    p.id,
-                    enum_to_str(&p.format)?,
-                    p.base_url,
-                    to_json(&p.models)?,
-                    i64_of(now)
-                ],
-            )?;
-            Ok(())
-        })
+        self.batch(|b| b.save_provider(p, mode, now))
     }
 
     pub fn delete_provider(&self, id: &str) -> Result<()> {
@@ -245,50 +233,7 @@ impl Store {
         mode: SaveMode,
         now: u64,
     ) -> Result<()> {
-        self.config_write(|tx| {
-            check_mode(tx, "connections", "id", &c.id, "connection", mode)?;
-            let provider_exists: bool = tx.query_row(
-                "SELECT EXISTS(SELECT 1 FROM providers WHERE id = ?1)",
-                [&c.provider],
-                |r| r.get(0),
-            )?;
-            if !provider_exists {
-                return Err(StoreError::NotFound {
-                    kind: "provider",
-                    id: c.provider.clone(),
-                });
-            }
-            tx.execute(
-                "INSERT INTO connections (id, provider_id, auth_class, format, base_url,
-                   credential, enabled, max_concurrent, rate_limit_overrides,
-                   provider_specific_data, disable_cooling, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, COALESCE(?6, ''), ?7, ?8, ?9, ?10, ?11, ?12, ?12)
-                 ON CONFLICT(id) DO UPDATE SET provider_id = excluded.provider_id,
-                   auth_class = excluded.auth_class, format = excluded.format,
-                   base_url = excluded.base_url,
-                   credential = COALESCE(?6, connections.credential),
-                   enabled = excluded.enabled, max_concurrent = excluded.max_concurrent,
-                   rate_limit_overrides = excluded.rate_limit_overrides,
-                   provider_specific_data = excluded.provider_specific_data,
-                   disable_cooling = excluded.disable_cooling,
-                   updated_at = excluded.updated_at",
-                params![
-                    c.id,
-                    c.provider,
-                    enum_to_str(&c.auth_class)?,
-                    c.format.as_ref().map(enum_to_str).transpose()?,
-                    c.base_url,
-                    credential,
-                    c.enabled,
-                    c.max_concurrent,
-                    c.rate_limit_overrides.as_ref().map(to_json).transpose()?,
-                    c.provider_specific_data.as_ref().map(to_json).transpose()?,
-                    c.disable_cooling,
-                    i64_of(now),
-                ],
-            )?;
-            Ok(())
-        })
+        self.batch(|b| b.save_connection(c, credential, mode, now))
     }
 
     pub fn delete_connection(&self, id: &str) -> Result<()> {
@@ -324,22 +269,7 @@ impl Store {
     }
 
     pub fn save_combo(&self, c: &ComboRecord, mode: SaveMode, now: u64) -> Result<()> {
-        self.config_write(|tx| {
-            check_mode(tx, "combos", "name", &c.name, "combo", mode)?;
-            tx.execute(
-                "INSERT INTO combos (name, strategy, targets, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?4)
-                 ON CONFLICT(name) DO UPDATE SET strategy = excluded.strategy,
-                   targets = excluded.targets, updated_at = excluded.updated_at",
-                params![
-                    c.name,
-                    enum_to_str(&c.strategy)?,
-                    to_json(&c.targets)?,
-                    i64_of(now)
-                ],
-            )?;
-            Ok(())
-        })
+        self.batch(|b| b.save_combo(c, mode, now))
     }
 
     pub fn delete_combo(&self, name: &str) -> Result<()> {
@@ -357,32 +287,7 @@ impl Store {
     }
 
     pub fn save_key(&self, k: &KeyRecord, mode: SaveMode) -> Result<()> {
-        self.config_write(|tx| {
-            check_mode(tx, "api_keys", "id", &k.id, "key", mode)?;
-            tx.execute(
-                "INSERT INTO api_keys (id, name, key_hash, prefix, scopes, allowed_connections,
-                   allowed_models, created_at, revoked_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                 ON CONFLICT(id) DO UPDATE SET name = excluded.name,
-                   key_hash = excluded.key_hash, prefix = excluded.prefix,
-                   scopes = excluded.scopes,
-                   allowed_connections = excluded.allowed_connections,
-                   allowed_models = excluded.allowed_models,
-                   revoked_at = excluded.revoked_at",
-                params![
-                    k.id,
-                    k.name,
-                    k.key_hash,
-                    k.prefix,
-                    to_json(&k.scopes)?,
-                    k.allowed_connections.as_ref().map(to_json).transpose()?,
-                    k.allowed_models.as_ref().map(to_json).transpose()?,
-                    i64_of(k.created_at),
-                    k.revoked_at.map(i64_of),
-                ],
-            )?;
-            Ok(())
-        })
+        self.batch(|b| b.save_key(k, mode))
     }
 
     /// Marks a key revoked. Revoking twice keeps the first revocation time.
@@ -503,6 +408,133 @@ impl Store {
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
+    }
+}
+
+/// Configuration writes committed together or not at all (see [`Store::batch`]).
+#[derive(Debug)]
+pub struct Batch<'a> {
+    tx: &'a Transaction<'a>,
+}
+
+impl Batch<'_> {
+    pub fn save_provider(&self, p: &ProviderRecord, mode: SaveMode, now: u64) -> Result<()> {
+        let tx = self.tx;
+        check_mode(tx, "providers", "id", &p.id, "provider", mode)?;
+        tx.execute(
+            "INSERT INTO providers (id, format, base_url, models, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5)
+             ON CONFLICT(id) DO UPDATE SET format = excluded.format,
+               base_url = excluded.base_url, models = excluded.models,
+               updated_at = excluded.updated_at",
+            params![
+                p.id,
+                enum_to_str(&p.format)?,
+                p.base_url,
+                to_json(&p.models)?,
+                i64_of(now)
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Saves a connection. `credential = None` keeps the stored credential on update.
+    pub fn save_connection(
+        &self,
+        c: &ConnectionRecord,
+        credential: Option<&str>,
+        mode: SaveMode,
+        now: u64,
+    ) -> Result<()> {
+        let tx = self.tx;
+        check_mode(tx, "connections", "id", &c.id, "connection", mode)?;
+        let provider_exists: bool = tx.query_row(
+            "SELECT EXISTS(SELECT 1 FROM providers WHERE id = ?1)",
+            [&c.provider],
+            |r| r.get(0),
+        )?;
+        if !provider_exists {
+            return Err(StoreError::NotFound {
+                kind: "provider",
+                id: c.provider.clone(),
+            });
+        }
+        tx.execute(
+            "INSERT INTO connections (id, provider_id, auth_class, format, base_url,
+               credential, enabled, max_concurrent, rate_limit_overrides,
+               provider_specific_data, disable_cooling, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, COALESCE(?6, ''), ?7, ?8, ?9, ?10, ?11, ?12, ?12)
+             ON CONFLICT(id) DO UPDATE SET provider_id = excluded.provider_id,
+               auth_class = excluded.auth_class, format = excluded.format,
+               base_url = excluded.base_url,
+               credential = COALESCE(?6, connections.credential),
+               enabled = excluded.enabled, max_concurrent = excluded.max_concurrent,
+               rate_limit_overrides = excluded.rate_limit_overrides,
+               provider_specific_data = excluded.provider_specific_data,
+               disable_cooling = excluded.disable_cooling,
+               updated_at = excluded.updated_at",
+            params![
+                c.id,
+                c.provider,
+                enum_to_str(&c.auth_class)?,
+                c.format.as_ref().map(enum_to_str).transpose()?,
+                c.base_url,
+                credential,
+                c.enabled,
+                c.max_concurrent,
+                c.rate_limit_overrides.as_ref().map(to_json).transpose()?,
+                c.provider_specific_data.as_ref().map(to_json).transpose()?,
+                c.disable_cooling,
+                i64_of(now),
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn save_combo(&self, c: &ComboRecord, mode: SaveMode, now: u64) -> Result<()> {
+        let tx = self.tx;
+        check_mode(tx, "combos", "name", &c.name, "combo", mode)?;
+        tx.execute(
+            "INSERT INTO combos (name, strategy, targets, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?4)
+             ON CONFLICT(name) DO UPDATE SET strategy = excluded.strategy,
+               targets = excluded.targets, updated_at = excluded.updated_at",
+            params![
+                c.name,
+                enum_to_str(&c.strategy)?,
+                to_json(&c.targets)?,
+                i64_of(now)
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn save_key(&self, k: &KeyRecord, mode: SaveMode) -> Result<()> {
+        let tx = self.tx;
+        check_mode(tx, "api_keys", "id", &k.id, "key", mode)?;
+        tx.execute(
+            "INSERT INTO api_keys (id, name, key_hash, prefix, scopes, allowed_connections,
+               allowed_models, created_at, revoked_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT(id) DO UPDATE SET name = excluded.name,
+               key_hash = excluded.key_hash, prefix = excluded.prefix,
+               scopes = excluded.scopes,
+               allowed_connections = excluded.allowed_connections,
+               allowed_models = excluded.allowed_models,
+               revoked_at = COALESCE(api_keys.revoked_at, excluded.revoked_at)",
+            params![
+                k.id,
+                k.name,
+                k.key_hash,
+                k.prefix,
+                to_json(&k.scopes)?,
+                k.allowed_connections.as_ref().map(to_json).transpose()?,
+                k.allowed_models.as_ref().map(to_json).transpose()?,
+                i64_of(k.created_at),
+                k.revoked_at.map(i64_of),
+            ],
+        )?;
+        Ok(())
     }
 }
 

@@ -109,8 +109,8 @@ enum KeysCommand {
 
 #[derive(Debug, Subcommand)]
 enum AdminTokenCommand {
-    /// Generate a new admin token into <data_dir>/admin-token; the old one stops working
-    /// within a second of a running gateway noticing (on its next start at the latest).
+    /// Generate a new admin token into <data_dir>/admin-token. A running gateway keeps
+    /// accepting the old token until it restarts.
     Rotate {
         #[command(flatten)]
         common: Common,

@@ -2,7 +2,7 @@
 //!
 //! Handlers are thin: extract, call, map. Every configuration change goes through
 //! [`apply_change`]: the change is applied to the current rows in memory, the resulting
-//! configuration is validated by building a catalog from it, and only then written and
+//! configuration is validated by building a snapshot from it, and only then written and
 //! swapped into the live snapshot. An invalid change therefore answers 400 naming the
 //! problem and writes nothing.
 
@@ -12,7 +12,7 @@ mod settings;
 pub mod system;
 
 use crate::error::ApiError;
-use crate::snapshot::build_catalog;
+use crate::snapshot::Snapshot;
 use crate::state::{blocking, load_rows, AppState};
 use std::sync::Arc;
 use switchyard_store::{ConfigRows, Store};
@@ -57,7 +57,8 @@ pub(crate) async fn apply_change<T: Send + 'static>(
     let _guard = state.admin_lock.lock().await;
     let mut rows = load_rows(&state.store).await?;
     preview(&mut rows)?;
-    build_catalog(&rows).map_err(|e| ApiError::bad_request("invalid_config", e.to_string()))?;
+    Snapshot::build(&rows, &state.layers, &state.metrics)
+        .map_err(|e| ApiError::bad_request("invalid_config", e.to_string()))?;
     let out = blocking(&state.store, write).await?;
     state.reload().await?;
     Ok(out)

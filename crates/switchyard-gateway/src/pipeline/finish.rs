@@ -18,7 +18,7 @@ use switchyard_store::LogRow;
 /// nginx's convention; no HTTP response carries it.
 pub const CLIENT_CLOSED: u16 = 499;
 
-/// Longest requested-model name kept in the request log; the field is client-supplied.
+/// Longest model name kept in the request log; model names are client-supplied.
 const MAX_LOGGED_MODEL_CHARS: usize = 200;
 
 #[derive(Debug)]
@@ -86,7 +86,13 @@ impl Finisher {
             i.model_label = Some(model_label.to_owned());
             i.row.provider = Some(candidate.connection.provider.clone());
             i.row.connection_id = Some(candidate.connection.id.clone());
-            i.row.model = Some(candidate.upstream_model.clone());
+            i.row.model = Some(
+                candidate
+                    .upstream_model
+                    .chars()
+                    .take(MAX_LOGGED_MODEL_CHARS)
+                    .collect(),
+            );
         }
     }
 

@@ -41,6 +41,11 @@ use switchyard_core::usage::Usage;
 /// misbehaving upstream must not make the gateway buffer without bound.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
+/// Largest non-streaming upstream answer the gateway buffers. Chat completions are a few
+/// KiB, long ones a few hundred; 64 MiB bounds memory per request against a misbehaving
+/// upstream while leaving room for large tool-call payloads.
+const MAX_UPSTREAM_BODY_BYTES: usize = 64 * 1024 * 1024;
+
 /// Header carrying the request id on every response.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
@@ -111,6 +116,7 @@ async fn run(
         });
     }
     let first_byte = Duration::from_millis(snap.settings.first_byte_timeout_ms);
+    let idle_timeout = Duration::from_millis(snap.settings.stream_idle_timeout_ms);
     let mut last: Option<(Failed, String)> = None;
     for candidate in &plan.candidates {
         let conn = &candidate.connection;
@@ -123,12 +129,14 @@ async fn run(
         };
         let body = request.upstream_body(&candidate.upstream_model);
         let watch = Stopwatch::start();
+        // One budget per attempt for the headers and, when not streaming, the whole body.
+        let deadline = tokio::time::Instant::now() + first_byte;
         let result = upstream::send(
             snap.settings.connect_timeout_ms,
             target,
             body,
             request.stream,
-            first_byte,
+            deadline,
         )
         .await;
         let outcome = match result {
@@ -137,7 +145,7 @@ async fn run(
                     .metrics
                     .latency
                     .observe(watch.elapsed().as_secs_f64());
-                handle_response(response, request.stream, first_byte, finisher).await
+                handle_response(response, request.stream, deadline, idle_timeout, finisher).await
             }
             Err(failure) => Err(Failed::from(failure)),
         };
@@ -208,7 +216,8 @@ impl From<AttemptFailure> for Failed {
 async fn handle_response(
     response: axum::http::Response<Incoming>,
     stream: bool,
-    budget: Duration,
+    deadline: tokio::time::Instant,
+    idle_timeout: Duration,
     finisher: &mut Finisher,
 ) -> Result<Response, Failed> {
     let (parts, body) = response.into_parts();
@@ -219,6 +228,7 @@ async fn handle_response(
             let mut out = Response::new(Body::new(stream::ObservedStream::new(
                 body,
                 finisher.detach(),
+                idle_timeout,
             )));
             let h = out.headers_mut();
             h.insert(
@@ -229,7 +239,8 @@ async fn handle_response(
             h.insert("x-accel-buffering", HeaderValue::from_static("no"));
             return Ok(out);
         }
-        let bytes = match tokio::time::timeout(budget, body.collect()).await {
+        let limited = Limited::new(body, MAX_UPSTREAM_BODY_BYTES);
+        let bytes = match tokio::time::timeout_at(deadline, limited.collect()).await {
             Err(_) => return Err(AttemptFailure::FirstByteTimeout.into()),
             Ok(Err(_)) => return Err(AttemptFailure::Reset.into()),
             Ok(Ok(collected)) => collected.to_bytes(),
@@ -252,7 +263,7 @@ async fn handle_response(
             passthrough: None,
         });
     }
-    let body = read_limited(body, MAX_ERROR_BODY_BYTES, budget).await;
+    let body = read_limited(body, MAX_ERROR_BODY_BYTES, deadline).await;
     let mut out = Response::new(Body::from(body));
     *out.status_mut() = status;
     if let Some(ct) = content_type {
@@ -267,8 +278,8 @@ async fn handle_response(
     })
 }
 
-/// Reads at most `limit` bytes of a body within `budget`; what does not fit is dropped.
-async fn read_limited(mut body: Incoming, limit: usize, budget: Duration) -> Bytes {
+/// Reads at most `limit` bytes of a body until `deadline`; what does not fit is dropped.
+async fn read_limited(mut body: Incoming, limit: usize, deadline: tokio::time::Instant) -> Bytes {
     let mut buf = Vec::new();
     let read = async {
         while let Some(Ok(frame)) = body.frame().await {
@@ -281,7 +292,7 @@ async fn read_limited(mut body: Incoming, limit: usize, budget: Duration) -> Byt
             }
         }
     };
-    let _ = tokio::time::timeout(budget, read).await;
+    let _ = tokio::time::timeout_at(deadline, read).await;
     Bytes::from(buf)
 }
 

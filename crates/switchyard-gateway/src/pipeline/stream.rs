@@ -2,6 +2,9 @@
 //! order, chunk by chunk as they arrive — nothing is buffered beyond the chunk in hand.
 //! Beside the passthrough, an incremental SSE parser watches the events for usage.
 //!
+//! A stream that falls silent for longer than `upstream.stream_idle_timeout_ms` is cut
+//! with a typed error frame, so no client ever waits on a dead upstream forever.
+//!
 //! The body owns the request's `Finisher`, so the request is finished when the stream
 //! ends, fails, or is dropped because the client disconnected. Dropping the body also
 //! drops the upstream response, which closes the upstream connection and so cancels the
@@ -12,18 +15,27 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use switchyard_core::sse::SseParser;
 use switchyard_core::usage::Usage;
+use tokio::time::Sleep;
 
 /// Frame sent to the client when the upstream breaks mid-stream, so the client sees a
 /// typed error rather than a silently truncated answer.
-const STREAM_ERROR_FRAME: &str = "data: {\"error\":{\"message\":\"upstream connection broke during the stream\",\"type\":\"upstream_error\",\"code\":\"upstream_connection_reset\",\"param\":null}}\n\n";
+const RESET_FRAME: &str = "data: {\"error\":{\"message\":\"upstream connection broke during the stream\",\"type\":\"upstream_error\",\"code\":\"upstream_connection_reset\",\"param\":null}}\n\n";
+
+/// Frame sent when the upstream stream fell silent for longer than
+/// `upstream.stream_idle_timeout_ms`.
+const IDLE_FRAME: &str = "data: {\"error\":{\"message\":\"upstream stream stalled\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_idle_timeout\",\"param\":null}}\n\n";
 
 /// See the module docs.
 pub struct ObservedStream {
     upstream: Incoming,
+    idle: Pin<Box<Sleep>>,
+    idle_timeout: Duration,
     parser: SseParser,
     usage: Option<Usage>,
     finisher: Finisher,
@@ -31,9 +43,11 @@ pub struct ObservedStream {
 }
 
 impl ObservedStream {
-    pub fn new(upstream: Incoming, finisher: Finisher) -> Self {
+    pub fn new(upstream: Incoming, finisher: Finisher, idle_timeout: Duration) -> Self {
         Self {
             upstream,
+            idle: Box::pin(tokio::time::sleep(idle_timeout)),
+            idle_timeout,
             parser: SseParser::new(),
             usage: None,
             finisher,
@@ -65,13 +79,31 @@ impl Body for ObservedStream {
                 return Poll::Ready(None);
             }
             match Pin::new(&mut this.upstream).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    if this.idle.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    tracing::warn!(
+                        request_id = this.finisher.request_id(),
+                        idle_timeout_ms = u64::try_from(this.idle_timeout.as_millis()).unwrap_or(u64::MAX),
+                        "Upstream stream fell silent; ending the client stream with an error frame."
+                    );
+                    this.done = true;
+                    this.finisher
+                        .finish(200, Some("upstream_stream_idle_timeout"), this.usage);
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
+                        IDLE_FRAME.as_bytes(),
+                    )))));
+                }
                 Poll::Ready(Some(Ok(frame))) => {
                     // Trailers carry nothing a chat client needs; skip them.
                     let Ok(chunk) = frame.into_data() else {
                         continue;
                     };
                     this.finisher.first_byte();
+                    this.idle
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + this.idle_timeout);
                     this.observe(&chunk);
                     return Poll::Ready(Some(Ok(Frame::data(chunk))));
                 }
@@ -85,7 +117,7 @@ impl Body for ObservedStream {
                     this.finisher
                         .finish(200, Some("upstream_connection_reset"), this.usage);
                     return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
-                        STREAM_ERROR_FRAME.as_bytes(),
+                        RESET_FRAME.as_bytes(),
                     )))));
                 }
                 Poll::Ready(None) => {

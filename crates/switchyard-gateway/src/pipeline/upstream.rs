@@ -8,17 +8,17 @@ use axum::http::{header, HeaderValue, Method, Request, Response};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use std::time::Duration;
 use switchyard_core::outcome::AttemptFailure;
+use tokio::time::Instant;
 
 /// Sends `body` to the connection's chat endpoint and waits for the response headers,
-/// at most `first_byte`.
+/// at most until `deadline`.
 pub async fn send(
     connect_timeout_ms: u64,
     upstream: &Upstream,
     body: Vec<u8>,
     stream: bool,
-    first_byte: Duration,
+    deadline: Instant,
 ) -> Result<Response<Incoming>, AttemptFailure> {
     let accept = if stream {
         "text/event-stream"
@@ -29,6 +29,7 @@ pub async fn send(
     *request.method_mut() = Method::POST;
     *request.uri_mut() = upstream.chat_url.clone();
     let headers = request.headers_mut();
+    headers.insert(header::HOST, upstream.host.clone());
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -45,7 +46,7 @@ pub async fn send(
             return Err(AttemptFailure::Connect);
         }
     };
-    match tokio::time::timeout(first_byte, pending).await {
+    match tokio::time::timeout_at(deadline, pending).await {
         Err(_) => Err(AttemptFailure::FirstByteTimeout),
         Ok(Ok(response)) => Ok(response),
         Ok(Err(e)) if e.is_connect() => Err(AttemptFailure::Connect),

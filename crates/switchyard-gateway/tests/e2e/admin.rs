@@ -89,6 +89,17 @@ async fn keys_are_created_shown_once_usable_at_once_and_revocable() {
     assert_eq!(r.status(), 200);
     assert!(r.json::<Value>().await.unwrap()["revoked_at"].is_u64());
     assert_eq!(use_key("fast").await.unwrap().status(), 401);
+    // Editing a revoked key never revives it.
+    let r = h
+        .admin_send(
+            Method::PATCH,
+            &format!("/api/keys/{id}"),
+            json!({"name": "renamed"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(r.json::<Value>().await.unwrap()["revoked_at"].is_u64());
+    assert_eq!(use_key("fast").await.unwrap().status(), 401);
 
     let r = h
         .admin_send(Method::DELETE, &format!("/api/keys/{id}"), json!({}))
@@ -205,6 +216,18 @@ async fn invalid_changes_are_rejected_naming_the_problem_and_change_nothing() {
             json!({"id": "c", "provider": "nope", "auth_class": "apikey"}),
             400,
             "provider: unknown provider `nope`",
+        ),
+        (
+            "/api/connections",
+            json!({"id": "c", "provider": "alpha", "auth_class": "apikey", "credential": "bad\nvalue"}),
+            400,
+            "connection `c` has a credential that is not a valid HTTP header value",
+        ),
+        (
+            "/api/connections",
+            json!({"id": "c", "provider": "alpha", "auth_class": "apikey", "format": "anthropic"}),
+            400,
+            "connection `c` uses format `anthropic`, which this version cannot call yet: use an OpenAI-compatible endpoint",
         ),
         (
             "/api/connections",

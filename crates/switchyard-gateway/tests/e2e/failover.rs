@@ -279,3 +279,28 @@ async fn models_a_provider_does_not_declare_share_one_metric_label() {
     );
     assert!(!text.contains("free-form"), "{text}");
 }
+
+#[tokio::test]
+async fn a_stream_that_falls_silent_is_cut_with_a_typed_error_frame() {
+    let h = Harness::start_with(
+        single_provider,
+        &[("SWITCHYARD_UPSTREAM_STREAM_IDLE_TIMEOUT_MS", "300")],
+    )
+    .await;
+    h.rule(json!({"times": 1, "stall_after_chunks": 2})).await;
+    let r = h.chat(chat_body("solo/m", true)).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let expected = format!(
+        "{}{}{}{}",
+        switchyard_mock::openai::stream_head("m"),
+        switchyard_mock::openai::stream_content("m", 0),
+        switchyard_mock::openai::stream_content("m", 1),
+        "data: {\"error\":{\"message\":\"upstream stream stalled\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_idle_timeout\",\"param\":null}}\n\n"
+    );
+    assert_eq!(text, expected);
+    eventually("the stalled upstream request is closed", || async {
+        h.mock_stats().await["in_flight"] == 0
+    })
+    .await;
+}

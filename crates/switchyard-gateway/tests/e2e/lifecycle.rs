@@ -286,3 +286,42 @@ async fn shutdown_cuts_requests_still_running_after_the_grace_period() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn two_declared_keys_with_one_secret_fail_start_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = BTreeMap::from([(
+        "SWITCHYARD_DATA_DIR".to_owned(),
+        dir.path().display().to_string(),
+    )]);
+    let file = FileConfig::parse(
+        r#"
+[[providers]]
+id = "p"
+format = "openai"
+base_url = "http://127.0.0.1:1"
+
+[[keys]]
+id = "a"
+name = "a"
+secret = "sy-the-same-secret-for-both-keys"
+
+[[keys]]
+id = "b"
+name = "b"
+secret = "sy-the-same-secret-for-both-keys"
+"#,
+    )
+    .unwrap();
+    let cfg = config::resolve(file, &env).unwrap();
+    let err = bootstrap::prepare(&cfg, Arc::new(SystemClock))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "config: keys `a` and `b` have the same secret; every key needs its own"
+    );
+    let store = bootstrap::open_store(dir.path()).unwrap();
+    assert!(store.list_providers().unwrap().is_empty());
+    assert!(store.list_keys().unwrap().is_empty());
+}
