@@ -31,6 +31,9 @@ impl SseEvent {
 #[derive(Debug, Default)]
 pub struct SseParser {
     buf: Vec<u8>,
+    /// How far `buf` has been searched for an event boundary, so a large event arriving
+    /// in many small chunks is scanned once, not once per chunk.
+    scanned: usize,
     /// Set while skipping the rest of an oversized event.
     skipping: bool,
     /// Count of oversized events skipped.
@@ -46,17 +49,22 @@ impl SseParser {
     pub fn feed(&mut self, chunk: &[u8], mut on_event: impl FnMut(SseEvent)) {
         self.buf.extend_from_slice(chunk);
         let mut start = 0;
-        while let Some((end, next)) = find_event_end(&self.buf[start..]) {
+        // A boundary may straddle the previous chunk's end: back up by its length - 1.
+        let mut from = self.scanned.saturating_sub(2);
+        while let Some((end, next)) = find_event_end(&self.buf[start..], from) {
             if self.skipping {
                 self.skipping = false;
             } else if let Some(ev) = parse_event(&self.buf[start..start + end]) {
                 on_event(ev);
             }
             start += next;
+            from = 0;
         }
         self.buf.drain(..start);
+        self.scanned = self.buf.len();
         if self.buf.len() > MAX_EVENT_BYTES {
             self.buf.clear();
+            self.scanned = 0;
             if !self.skipping {
                 self.skipped += 1;
             }
@@ -65,9 +73,10 @@ impl SseParser {
     }
 }
 
-/// Finds the first blank line. Returns (end of the event's text, start of what follows).
-fn find_event_end(b: &[u8]) -> Option<(usize, usize)> {
-    let mut i = 0;
+/// Finds the first blank line at or after `from`. Returns (end of the event's text,
+/// start of what follows).
+fn find_event_end(b: &[u8], from: usize) -> Option<(usize, usize)> {
+    let mut i = from;
     while i < b.len() {
         if b[i] == b'\n' {
             if b.get(i + 1) == Some(&b'\n') {

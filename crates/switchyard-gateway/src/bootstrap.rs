@@ -10,7 +10,7 @@ use crate::state::AppState;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use switchyard_core::apikey::KeyHash;
-use switchyard_store::{ConnectionRecord, SaveMode, Store};
+use switchyard_store::{SaveMode, Store};
 
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "switchyard.db";
@@ -80,19 +80,7 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
             .iter()
             .find(|(r, _)| r.id == c.id)
             .map(|(_, k)| k.clone());
-        let record = ConnectionRecord {
-            id: c.id.clone(),
-            provider: c.provider.clone(),
-            auth_class: c.auth_class,
-            format: c.format,
-            base_url: c.base_url.clone(),
-            enabled: c.enabled,
-            max_concurrent: c.max_concurrent,
-            rate_limit_overrides: c.rate_limit_overrides.clone(),
-            provider_specific_data: c.provider_specific_data.clone(),
-            disable_cooling: c.disable_cooling,
-            has_credential: false,
-        };
+        let record = c.clone();
         let effective = cred.clone().or(kept).unwrap_or_default();
         crate::admin::upsert_by(
             &mut rows.connections,

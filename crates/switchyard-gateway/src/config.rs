@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use switchyard_core::domain::AuthClass;
 use switchyard_core::domain::UpstreamFormat;
 use switchyard_core::settings::{self, Layers};
-use switchyard_store::{ComboRecord, ProviderRecord};
+use switchyard_store::{ComboRecord, ConnectionRecord, ProviderRecord};
+use utoipa::ToSchema;
 
 /// Default listen address: loopback, so a zero-config start exposes nothing to the
 /// network until the operator opts in.
@@ -70,17 +71,23 @@ pub struct ServerSection {
     pub log_format: Option<LogFormat>,
 }
 
-/// A connection declared in the file. The credential may be inline or read from an
-/// environment variable (preferred: keeps secrets out of the file).
-#[derive(Debug, Clone, Deserialize)]
+/// A connection as the config file and the management API describe it. The credential
+/// is write-only; in the config file it may instead come from an environment variable
+/// (`credential_env`, preferred: keeps secrets out of the file). The API refuses
+/// `credential_env`: it would let an API caller read the gateway's environment.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ConnectionDecl {
+pub struct ConnectionSpec {
     pub id: String,
     pub provider: String,
+    #[schema(value_type = String, example = "apikey")]
     pub auth_class: AuthClass,
+    #[schema(value_type = Option<String>)]
     pub format: Option<UpstreamFormat>,
     pub base_url: Option<String>,
+    /// Write-only upstream credential (API key or token). Omit on update to keep it.
     pub credential: Option<String>,
+    /// Config file only: read the credential from this environment variable.
     pub credential_env: Option<String>,
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -93,6 +100,28 @@ pub struct ConnectionDecl {
 
 fn yes() -> bool {
     true
+}
+
+impl ConnectionSpec {
+    /// The stored record (without the credential); the error names the bad field.
+    pub fn record(&self) -> Result<ConnectionRecord, String> {
+        if self.max_concurrent == Some(0) {
+            return Err("max_concurrent: must be at least 1 (omit it for no limit)".to_owned());
+        }
+        Ok(ConnectionRecord {
+            id: self.id.clone(),
+            provider: self.provider.clone(),
+            auth_class: self.auth_class,
+            format: self.format,
+            base_url: self.base_url.clone(),
+            enabled: self.enabled,
+            max_concurrent: self.max_concurrent,
+            rate_limit_overrides: self.rate_limit_overrides.clone(),
+            provider_specific_data: self.provider_specific_data.clone(),
+            disable_cooling: self.disable_cooling,
+            has_credential: self.credential.as_deref().is_some_and(|c| !c.is_empty()),
+        })
+    }
 }
 
 /// A client key declared in the file, with its secret inline or from the environment.
@@ -120,7 +149,7 @@ pub struct FileConfig {
     #[serde(default)]
     pub providers: Vec<ProviderRecord>,
     #[serde(default)]
-    pub connections: Vec<ConnectionDecl>,
+    pub connections: Vec<ConnectionSpec>,
     #[serde(default)]
     pub combos: Vec<ComboRecord>,
     #[serde(default)]
@@ -169,7 +198,7 @@ pub struct GatewayConfig {
 pub struct Declared {
     pub providers: Vec<ProviderRecord>,
     /// Connections with their credential (None = keep what the database has).
-    pub connections: Vec<(ConnectionDecl, Option<String>)>,
+    pub connections: Vec<(ConnectionRecord, Option<String>)>,
     pub combos: Vec<ComboRecord>,
     /// Keys with their secret.
     pub keys: Vec<(KeyDecl, String)>,
@@ -286,13 +315,10 @@ fn declared(file: FileConfig, env: &dyn Env) -> Result<Declared, ConfigError> {
             c.credential_env.as_ref(),
             env,
         )?;
-        if c.max_concurrent == Some(0) {
-            return Err(invalid(
-                format!("connections[{i}] ({}).max_concurrent", c.id),
-                "must be at least 1 (omit it for no limit)",
-            ));
-        }
-        out.connections.push((c, cred));
+        let record = c
+            .record()
+            .map_err(|m| invalid(format!("connections[{i}] ({})", c.id), m))?;
+        out.connections.push((record, cred));
     }
     for (i, k) in file.keys.into_iter().enumerate() {
         let field = format!("keys[{i}] ({}).secret", k.id);

@@ -4,17 +4,14 @@
 //! never returned (`has_credential` says whether one is stored).
 
 use super::{apply_change, now, upsert_by};
+use crate::config::ConnectionSpec;
 use crate::error::ApiError;
 use crate::state::{blocking, AppState};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Deserialize;
-use serde_json::Value;
 use std::sync::Arc;
-use switchyard_core::domain::{AuthClass, UpstreamFormat};
 use switchyard_store::{ComboRecord, ConnectionRecord, ProviderRecord, SaveMode};
-use utoipa::ToSchema;
 
 fn id_matches(path: &str, body: &str, field: &str) -> Result<(), ApiError> {
     if path == body {
@@ -102,59 +99,6 @@ pub async fn delete_provider(
 
 // ---- connections ----
 
-/// Body of connection create/update. `credential` is write-only; omit it on update to
-/// keep the stored one.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ConnectionInput {
-    pub id: String,
-    pub provider: String,
-    #[schema(value_type = String, example = "apikey")]
-    pub auth_class: AuthClass,
-    #[schema(value_type = Option<String>)]
-    pub format: Option<UpstreamFormat>,
-    pub base_url: Option<String>,
-    /// Write-only upstream credential (API key or token).
-    pub credential: Option<String>,
-    #[serde(default = "yes")]
-    pub enabled: bool,
-    pub max_concurrent: Option<u32>,
-    pub rate_limit_overrides: Option<Value>,
-    pub provider_specific_data: Option<Value>,
-    #[serde(default)]
-    pub disable_cooling: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl ConnectionInput {
-    /// Splits the input into the stored record and the credential.
-    pub fn into_parts(self) -> Result<(ConnectionRecord, Option<String>), ApiError> {
-        if self.max_concurrent == Some(0) {
-            return Err(ApiError::bad_request(
-                "invalid_config",
-                "max_concurrent: must be at least 1 (omit it for no limit)",
-            ));
-        }
-        let record = ConnectionRecord {
-            id: self.id,
-            provider: self.provider,
-            auth_class: self.auth_class,
-            format: self.format,
-            base_url: self.base_url,
-            enabled: self.enabled,
-            max_concurrent: self.max_concurrent,
-            rate_limit_overrides: self.rate_limit_overrides,
-            provider_specific_data: self.provider_specific_data,
-            disable_cooling: self.disable_cooling,
-            has_credential: self.credential.as_deref().is_some_and(|c| !c.is_empty()),
-        };
-        Ok((record, self.credential))
-    }
-}
-
 #[utoipa::path(get, path = "/api/connections", tag = "connections",
     responses((status = 200, body = Vec<ConnectionRecord>)), security(("bearer" = [])))]
 pub async fn list_connections(
@@ -178,10 +122,19 @@ pub async fn get_connection(
 
 async fn save_connection(
     state: &Arc<AppState>,
-    input: ConnectionInput,
+    input: ConnectionSpec,
     mode: SaveMode,
 ) -> Result<ConnectionRecord, ApiError> {
-    let (record, credential) = input.into_parts()?;
+    if input.credential_env.is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_config",
+            "credential_env: accepted only in the config file; send `credential`",
+        ));
+    }
+    let record = input
+        .record()
+        .map_err(|m| ApiError::bad_request("invalid_config", m))?;
+    let credential = input.credential;
     let (rec, t) = (record.clone(), now(state));
     let cred = credential.clone();
     apply_change(
@@ -214,12 +167,12 @@ async fn save_connection(
     blocking(&state.store, move |s| s.get_connection(&id)).await
 }
 
-#[utoipa::path(post, path = "/api/connections", tag = "connections", request_body = ConnectionInput,
+#[utoipa::path(post, path = "/api/connections", tag = "connections", request_body = ConnectionSpec,
     responses((status = 201, body = ConnectionRecord), (status = 400), (status = 409)),
     security(("bearer" = [])))]
 pub async fn create_connection(
     State(state): State<Arc<AppState>>,
-    Json(input): Json<ConnectionInput>,
+    Json(input): Json<ConnectionSpec>,
 ) -> Result<(StatusCode, Json<ConnectionRecord>), ApiError> {
     let c = save_connection(&state, input, SaveMode::Create).await?;
     tracing::info!(connection_id = %c.id, provider = %c.provider, "Created connection.");
@@ -227,13 +180,13 @@ pub async fn create_connection(
 }
 
 #[utoipa::path(put, path = "/api/connections/{id}", tag = "connections", params(("id" = String, Path)),
-    request_body = ConnectionInput,
+    request_body = ConnectionSpec,
     responses((status = 200, body = ConnectionRecord), (status = 400), (status = 404)),
     security(("bearer" = [])))]
 pub async fn update_connection(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-    Json(input): Json<ConnectionInput>,
+    Json(input): Json<ConnectionSpec>,
 ) -> Result<Json<ConnectionRecord>, ApiError> {
     id_matches(&id, &input.id, "id")?;
     Ok(Json(

@@ -225,6 +225,12 @@ async fn invalid_changes_are_rejected_naming_the_problem_and_change_nothing() {
         ),
         (
             "/api/connections",
+            json!({"id": "c", "provider": "alpha", "auth_class": "apikey", "credential_env": "HOME"}),
+            400,
+            "credential_env: accepted only in the config file; send `credential`",
+        ),
+        (
+            "/api/connections",
             json!({"id": "c", "provider": "alpha", "auth_class": "apikey", "format": "anthropic"}),
             400,
             "connection `c` uses format `anthropic`, which this version cannot call yet: use an OpenAI-compatible endpoint",
