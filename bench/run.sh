@@ -4,14 +4,15 @@
 # loopback, in one run. Prints requests/s and latency percentiles, and the ratios the
 # foundation issue targets. Not part of CI: timings belong here, not in tests.
 #
-#   bench/run.sh            # full run (about 2 minutes after the build)
-#   DURATION=5s bench/run.sh
+#   bench/run.sh                     # 3 interleaved rounds (about 3 minutes after the build)
+#   DURATION=10s ROUNDS=5 bench/run.sh
 #
 # Installs nginx (Debian package) and oha (crates.io, into bench/.tools) when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-DURATION=${DURATION:-10s}
+DURATION=${DURATION:-6s}
+ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-32}
 RATE=${RATE:-200}
 TTFB_COUNT=${TTFB_COUNT:-500}
@@ -111,25 +112,34 @@ load() { # port model extra-oha-args...
     -d "$(body "$model" false)" "$@" "http://127.0.0.1:$port/v1/chat/completions" | summarize
 }
 
+# Targets are measured in interleaved rounds (mock, nginx, gateway, mock, …) and each
+# figure is the median over the rounds, so background noise on this shared machine
+# falls on all three alike instead of on whichever target ran during a busy spell.
 declare -A RPS P50 P99 OK RATEP50 TTFB
-for target in mock nginx gateway; do
-  case $target in
-    mock) port=$MOCK_PORT model=mock-small ;;
-    nginx) port=$NGINX_PORT model=mock-small ;;
-    gateway) port=$GW_PORT model=bench/mock-small ;;
-  esac
-  load $port $model -z 2s -c $CONNS > /dev/null   # warm-up
-  read -r rps p50 p99 ok < <(load $port $model -z "$DURATION" -c $CONNS)
-  RPS[$target]=$rps P50[$target]=$p50 P99[$target]=$p99 OK[$target]=$ok
-  read -r _ rp50 _ _ < <(load $port $model -z "$DURATION" -c 4 -q $RATE)
-  RATEP50[$target]=$rp50
-  read -r ttfb _ < <(python3 bench/ttfb.py 127.0.0.1 $port /v1/chat/completions "$KEY" $model $TTFB_COUNT)
-  TTFB[$target]=$ttfb
+port_of() { case $1 in mock) echo $MOCK_PORT ;; nginx) echo $NGINX_PORT ;; gateway) echo $GW_PORT ;; esac; }
+model_of() { case $1 in gateway) echo bench/mock-small ;; *) echo mock-small ;; esac; }
+for t in mock nginx gateway; do load "$(port_of $t)" "$(model_of $t)" -z 2s -c $CONNS > /dev/null; done  # warm-up
+for round in $(seq 1 "$ROUNDS"); do
+  for t in mock nginx gateway; do
+    port=$(port_of $t) model=$(model_of $t)
+    read -r rps p50 p99 ok < <(load $port $model -z "$DURATION" -c $CONNS)
+    RPS[$t]+="$rps " P50[$t]+="$p50 " P99[$t]+="$p99 " OK[$t]+="$ok "
+    read -r _ rp50 _ _ < <(load $port $model -z "$DURATION" -c 4 -q $RATE)
+    RATEP50[$t]+="$rp50 "
+    read -r ttfb _ < <(python3 bench/ttfb.py 127.0.0.1 $port /v1/chat/completions "$KEY" $model $TTFB_COUNT)
+    TTFB[$t]+="$ttfb "
+  done
+done
+median() { python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' $1; }
+minimum() { python3 -c 'import sys; print(min(map(float, sys.argv[1:])))' $1; }
+for t in mock nginx gateway; do
+  RPS[$t]=$(median "${RPS[$t]}") P50[$t]=$(median "${P50[$t]}") P99[$t]=$(median "${P99[$t]}")
+  OK[$t]=$(minimum "${OK[$t]}") RATEP50[$t]=$(median "${RATEP50[$t]}") TTFB[$t]=$(median "${TTFB[$t]}")
 done
 
 echo
 echo "Switchyard load benchmark — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, oha $("$OHA" --version | awk '{print $2}'), nginx $(nginx -v 2>&1 | sed 's/.*\///')"
-echo "non-streaming: $CONNS connections for $DURATION; fixed rate: $RATE req/s on 4 connections; streaming TTFB: $TTFB_COUNT sequential requests"
+echo "medians of $ROUNDS interleaved rounds; non-streaming: $CONNS connections for $DURATION; fixed rate: $RATE req/s on 4 connections for $DURATION; streaming TTFB: $TTFB_COUNT sequential requests (success: worst round)"
 printf '%-8s %10s %9s %9s %8s %14s %12s\n' target "req/s" "p50 ms" "p99 ms" "success" "p50@${RATE}/s ms" "TTFB p50 ms"
 for t in mock nginx gateway; do
   printf '%-8s %10s %9s %9s %8s %14s %12s\n' $t "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${OK[$t]}" "${RATEP50[$t]}" "${TTFB[$t]}"
