@@ -117,6 +117,13 @@ enum AdminTokenCommand {
     },
 }
 
+impl Args {
+    /// Whether the command serves traffic on the main runtime (the mock provider does).
+    pub fn serves_on_main_runtime(&self) -> bool {
+        matches!(self.command, Command::Demo(_) | Command::Mock(_))
+    }
+}
+
 /// Writes a line to standard output (the CLI's product, not a log).
 pub fn say(line: &str) {
     let mut out = std::io::stdout().lock();
