@@ -4,7 +4,7 @@
 # loopback, in one run. Prints requests/s and latency percentiles, and the ratios the
 # foundation issue targets. Not part of CI: timings belong here, not in tests.
 #
-#   bench/run.sh                     # 3 interleaved rounds (about 3 minutes after the build)
+#   bench/run.sh                     # 3 interleaved rounds (about 4 minutes after the build)
 #   DURATION=10s ROUNDS=5 bench/run.sh
 #
 # Installs nginx (Debian package) and oha (crates.io, into bench/.tools) when missing.
@@ -124,6 +124,7 @@ for round in $(seq 1 "$ROUNDS"); do
     port=$(port_of $t) model=$(model_of $t)
     read -r rps p50 p99 ok < <(load $port $model -z "$DURATION" -c $CONNS)
     RPS[$t]+="$rps " P50[$t]+="$p50 " P99[$t]+="$p99 " OK[$t]+="$ok "
+    sleep 2  # let work deferred by the saturation run (log writes, WAL checkpoints) settle
     read -r _ rp50 _ _ < <(load $port $model -z "$DURATION" -c 4 -q $RATE)
     RATEP50[$t]+="$rp50 "
     read -r ttfb _ < <(python3 bench/ttfb.py 127.0.0.1 $port /v1/chat/completions "$KEY" $model $TTFB_COUNT)

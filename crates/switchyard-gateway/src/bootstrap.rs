@@ -18,9 +18,6 @@ pub const DB_FILE: &str = "switchyard.db";
 /// File the generated admin token is written to (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin-token";
 
-/// `meta` key holding the hash of the generated admin token.
-const ADMIN_HASH_META: &str = "admin_token_hash";
-
 /// Prefix of generated admin tokens.
 const ADMIN_TOKEN_PREFIX: &str = "sya-";
 
@@ -134,33 +131,29 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
     Ok(())
 }
 
-/// Resolves the admin credential: configured, previously generated, or generated now
-/// (written to `<data_dir>/admin-token`, readable by the owner only).
+/// Resolves the admin credential: the operator's (returned as its hash), or a generated
+/// one — previously, or now, written to `<data_dir>/admin-token` (owner-only) with its
+/// hash in the database, where the snapshot reads it.
 pub fn admin_token(
     store: &Store,
     config: &GatewayConfig,
-) -> Result<(KeyHash, AdminToken), BootError> {
+) -> Result<(Option<KeyHash>, AdminToken), BootError> {
     if let Some(t) = &config.admin_token {
-        return Ok((KeyHash::of(t), AdminToken::Configured));
+        return Ok((Some(KeyHash::of(t)), AdminToken::Configured));
     }
-    let path = config.data_dir.join(ADMIN_TOKEN_FILE);
-    if let Some(hash) = store
-        .meta(ADMIN_HASH_META)?
-        .and_then(|h| KeyHash::from_hex(&h))
-    {
-        return Ok((hash, AdminToken::File(path)));
-    }
-    let token = random_secret(ADMIN_TOKEN_PREFIX);
-    write_private(&path, &format!("{token}\n")).map_err(|source| BootError::DataDir {
-        path: path.clone(),
-        source,
-    })?;
-    let hash = KeyHash::of(&token);
-    store.set_meta(ADMIN_HASH_META, &hash.to_hex())?;
-    Ok((hash, AdminToken::File(path)))
+    let usable = store
+        .admin_token_hash()?
+        .is_some_and(|h| KeyHash::from_hex(&h).is_some());
+    let path = if usable {
+        config.data_dir.join(ADMIN_TOKEN_FILE)
+    } else {
+        rotate_admin_token(store, &config.data_dir)?
+    };
+    Ok((None, AdminToken::File(path)))
 }
 
-/// Generates a new admin token, replacing the previous one.
+/// Generates a new admin token, replacing the previous one; running gateways switch to
+/// it within a second.
 pub fn rotate_admin_token(store: &Store, data_dir: &Path) -> Result<PathBuf, BootError> {
     let path = data_dir.join(ADMIN_TOKEN_FILE);
     let token = random_secret(ADMIN_TOKEN_PREFIX);
@@ -168,7 +161,7 @@ pub fn rotate_admin_token(store: &Store, data_dir: &Path) -> Result<PathBuf, Boo
         path: path.clone(),
         source,
     })?;
-    store.set_meta(ADMIN_HASH_META, &KeyHash::of(&token).to_hex())?;
+    store.set_admin_token_hash(&KeyHash::of(&token).to_hex())?;
     Ok(path)
 }
 

@@ -75,6 +75,8 @@ pub struct Snapshot {
     pub upstreams: Vec<Upstream>,
     pub settings: Settings,
     pub resolved: Vec<Resolved>,
+    /// The generated admin token's hash (ignored when the operator configured a token).
+    pub admin_hash: Option<KeyHash>,
 }
 
 /// Joins a base URL and an API path. A base that already ends in `/v1` (the usual way
@@ -225,6 +227,7 @@ impl Snapshot {
             upstreams,
             settings: resolution.settings,
             resolved: resolution.resolved,
+            admin_hash: rows.admin_token_hash.as_deref().and_then(KeyHash::from_hex),
         })
     }
 }

@@ -21,8 +21,9 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     pub metrics: Metrics,
     pub log: RequestLog,
-    /// SHA-256 of the admin token.
-    pub admin_hash: KeyHash,
+    /// SHA-256 of the admin token the operator configured; when absent, the generated
+    /// token in the snapshot applies.
+    pub configured_admin: Option<KeyHash>,
     /// Settings layers below the database (file, environment).
     pub layers: Layers,
     rotation: AtomicUsize,
@@ -42,7 +43,7 @@ impl AppState {
         store: Arc<Store>,
         clock: Arc<dyn Clock>,
         layers: Layers,
-        admin_hash: KeyHash,
+        configured_admin: Option<KeyHash>,
     ) -> Result<(Arc<Self>, LogWriter), ApiError> {
         let rows = load_rows(&store).await?;
         let metrics = Metrics::new();
@@ -55,7 +56,7 @@ impl AppState {
             clock,
             metrics,
             log,
-            admin_hash,
+            configured_admin,
             layers,
             rotation: AtomicUsize::new(0),
             request_seq: AtomicU64::new(0),

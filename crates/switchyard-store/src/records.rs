@@ -125,6 +125,8 @@ pub struct LogRow {
 #[derive(Debug, Clone, Default)]
 pub struct ConfigRows {
     pub version: i64,
+    /// Hex SHA-256 of the generated admin token, when there is one.
+    pub admin_token_hash: Option<String>,
     pub providers: Vec<ProviderRecord>,
     /// Connections with their credentials, for the gateway's credential table only.
     pub connections: Vec<(ConnectionRecord, String)>,

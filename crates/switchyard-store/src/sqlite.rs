@@ -123,23 +123,22 @@ impl Store {
         Ok(v.parse().unwrap_or(0))
     }
 
-    /// Reads a `meta` value.
-    pub fn meta(&self, key: &str) -> Result<Option<String>> {
-        let conn = self.lock();
-        Ok(conn
-            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
-            .optional()?)
+    /// The hex SHA-256 of the generated admin token, if one was generated.
+    pub fn admin_token_hash(&self) -> Result<Option<String>> {
+        admin_hash(&self.lock())
     }
 
-    /// Writes a `meta` value.
-    pub fn set_meta(&self, key: &str, value: &str) -> Result<()> {
-        let conn = self.lock();
-        conn.execute(
-            "INSERT INTO meta (key, value) VALUES (?1, ?2)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            params![key, value],
-        )?;
-        Ok(())
+    /// Stores the hex SHA-256 of the generated admin token. It is configuration: the
+    /// write bumps `config_version`, so running gateways pick the new token up.
+    pub fn set_admin_token_hash(&self, hash_hex: &str) -> Result<()> {
+        self.config_write(|tx| {
+            tx.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![ADMIN_HASH_META, hash_hex],
+            )?;
+            Ok(())
+        })
     }
 
     /// Everything the in-memory snapshot is built from, read in one transaction so the
@@ -154,6 +153,7 @@ impl Store {
         )?;
         let rows = ConfigRows {
             version: version.parse().unwrap_or(0),
+            admin_token_hash: admin_hash(&tx)?,
             providers: query_providers(&tx, None)?,
             connections: query_connections(&tx, None)?,
             combos: query_combos(&tx, None)?,
@@ -536,6 +536,19 @@ impl Batch<'_> {
         )?;
         Ok(())
     }
+}
+
+/// `meta` key of the generated admin token's hash.
+const ADMIN_HASH_META: &str = "admin_token_hash";
+
+fn admin_hash(conn: &Connection) -> Result<Option<String>> {
+    Ok(conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = ?1",
+            [ADMIN_HASH_META],
+            |r| r.get(0),
+        )
+        .optional()?)
 }
 
 fn migrate(conn: &mut Connection) -> Result<()> {

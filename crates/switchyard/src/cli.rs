@@ -109,8 +109,8 @@ enum KeysCommand {
 
 #[derive(Debug, Subcommand)]
 enum AdminTokenCommand {
-    /// Generate a new admin token into <data_dir>/admin-token. A running gateway keeps
-    /// accepting the old token until it restarts.
+    /// Generate a new admin token into <data_dir>/admin-token; a running gateway switches
+    /// to it within a second.
     Rotate {
         #[command(flatten)]
         common: Common,

@@ -50,9 +50,10 @@ pub async fn require_admin(
 ) -> Response {
     let allowed = presented_token(request.headers()).is_some_and(|token| {
         let hash = KeyHash::of(token);
-        hash.ct_eq(&state.admin_hash)
-            || state
-                .snapshot()
+        let snap = state.snapshot();
+        let admin = state.configured_admin.or(snap.admin_hash);
+        admin.is_some_and(|a| hash.ct_eq(&a))
+            || snap
                 .catalog
                 .key_by_hash(&hash)
                 .is_some_and(|k| !k.revoked && k.has_scope(SCOPE_ADMIN))

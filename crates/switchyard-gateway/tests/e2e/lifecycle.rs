@@ -219,6 +219,24 @@ async fn zero_config_start_creates_the_database_and_an_admin_token_file() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap(), json!([]));
+
+    // `switchyard admin-token rotate` from another process: the running gateway switches.
+    let store = bootstrap::open_store(&data).unwrap();
+    bootstrap::rotate_admin_token(&store, &data).unwrap();
+    let rotated = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_ne!(rotated, token);
+    let status_with = |t: String| {
+        let http = http.clone();
+        let url = format!("{base}/api/keys");
+        async move { http.get(url).bearer_auth(t).send().await.unwrap().status() }
+    };
+    eventually("the rotated admin token replaces the old one", || async {
+        status_with(rotated.clone()).await == 200 && status_with(token.clone()).await == 401
+    })
+    .await;
     tx.send(()).unwrap();
     task.await.unwrap().unwrap();
 
@@ -227,7 +245,10 @@ async fn zero_config_start_creates_the_database_and_an_admin_token_file() {
         .await
         .unwrap();
     assert_eq!(again.admin, AdminToken::File(token_file.clone()));
-    assert_eq!(std::fs::read_to_string(&token_file).unwrap().trim(), token);
+    assert_eq!(
+        std::fs::read_to_string(&token_file).unwrap().trim(),
+        rotated
+    );
     again.writer.finish().await;
 }
 
