@@ -123,11 +123,7 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 
 /// Reads all configuration rows on the blocking pool.
 pub async fn load_rows(store: &Arc<Store>) -> Result<ConfigRows, ApiError> {
-    let store = Arc::clone(store);
-    tokio::task::spawn_blocking(move || store.load_config())
-        .await
-        .map_err(internal)?
-        .map_err(ApiError::from)
+    blocking(store, Store::load_config).await
 }
 
 /// Runs a store call on the blocking pool.

@@ -140,40 +140,23 @@ async fn a_key_created_by_another_process_is_accepted_within_seconds() {
     )
     .unwrap();
     h.store().save_key(&record, SaveMode::Create).unwrap();
-    let http = h.http.clone();
-    let url = h.url("/v1/chat/completions");
-    eventually("the gateway reloads and accepts the new key", || {
-        let http = http.clone();
-        let url = url.clone();
-        let secret = secret.clone();
-        async move {
-            http.post(url)
-                .bearer_auth(secret)
-                .json(&chat_body("alpha/mock-small", false))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                == 200
-        }
+    let status = || {
+        let request = h
+            .http
+            .post(h.url("/v1/chat/completions"))
+            .bearer_auth(&secret)
+            .json(&chat_body("alpha/mock-small", false));
+        async move { request.send().await.unwrap().status() }
+    };
+    eventually("the gateway reloads and accepts the new key", || async {
+        status().await == 200
     })
     .await;
     h.store().revoke_key(&record.id, 2).unwrap();
-    eventually("the gateway reloads and refuses the revoked key", || {
-        let http = http.clone();
-        let url = url.clone();
-        let secret = secret.clone();
-        async move {
-            http.post(url)
-                .bearer_auth(secret)
-                .json(&chat_body("alpha/mock-small", false))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                == 401
-        }
-    })
+    eventually(
+        "the gateway reloads and refuses the revoked key",
+        || async { status().await == 401 },
+    )
     .await;
 }
 
