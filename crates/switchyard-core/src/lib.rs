@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod chat;
 pub mod domain;
 pub mod outcome;
+pub mod quota;
 pub mod routing;
 pub mod settings;
 pub mod sse;

@@ -1,0 +1,365 @@
+//! One pool's consumption, as a state machine: reserve, then settle (SPEC Q4, Q6).
+//!
+//! `reserve` decides on every dimension and, when the request is admitted, adds its
+//! estimated cost to the key's and the pool's counters in the same step, so two
+//! requests can never both pass a check that only one of them fits. `settle` moves a
+//! reservation to the actual cost (also partially, as a stream reports usage), and
+//! `release` takes it back. Amounts land in the slot the reservation was made in, so a
+//! settlement never moves consumption in time.
+//!
+//! The ledger holds no time source and does no I/O; the SQLite store keeps one per pool
+//! behind a mutex and persists its slots, the Redis store runs the same arithmetic in a
+//! server-side script.
+
+use super::burn::{BurnRate, BurnReport};
+use super::decide::{decide, Decision, DimensionInput, Share};
+use super::plan::Dimension;
+use super::window::SlidingCounter;
+use crate::UnixMillis;
+use std::collections::HashMap;
+
+/// What a reservation holds: per dimension, the slot it was booked into and the amount
+/// currently booked there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reservation {
+    pub key_id: String,
+    pub slots: Vec<u64>,
+    pub booked: Vec<f64>,
+}
+
+/// One key's counters, one per pool dimension.
+#[derive(Debug, Clone)]
+struct KeyState {
+    counters: Vec<SlidingCounter>,
+    burn: Vec<BurnRate>,
+}
+
+/// The per-request inputs `reserve` needs besides the counters.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    pub key_id: &'a str,
+    pub share: Share,
+    /// Per dimension: the key's cap in that dimension's unit, if any.
+    pub caps: &'a [Option<f64>],
+    /// Per dimension: estimated cost.
+    pub costs: &'a [f64],
+    /// Per dimension: a provider's recent used fraction, if any.
+    pub signals: &'a [Option<f64>],
+    pub saturation_threshold: f64,
+}
+
+/// A persisted slot: `(key id, dimension index, slot, amount)`.
+pub type SlotRow = (String, usize, u64, f64);
+
+#[derive(Debug, Clone)]
+pub struct PoolLedger {
+    dims: Vec<Dimension>,
+    keys: HashMap<String, KeyState>,
+    totals: Vec<SlidingCounter>,
+}
+
+impl PoolLedger {
+    pub fn new(dims: Vec<Dimension>) -> Self {
+        let totals = dims.iter().map(|d| SlidingCounter::new(d.window)).collect();
+        Self {
+            dims,
+            keys: HashMap::new(),
+            totals,
+        }
+    }
+
+    pub fn dimensions(&self) -> &[Dimension] {
+        &self.dims
+    }
+
+    fn key_state(&mut self, key_id: &str) -> &mut KeyState {
+        let dims = &self.dims;
+        self.keys
+            .entry(key_id.to_owned())
+            .or_insert_with(|| KeyState {
+                counters: dims.iter().map(|d| SlidingCounter::new(d.window)).collect(),
+                burn: vec![BurnRate::default(); dims.len()],
+            })
+    }
+
+    /// Per dimension: `(key's consumption, pool's consumption)` at `now`.
+    pub fn peek(&self, now: UnixMillis, key_id: &str) -> Vec<(f64, f64)> {
+        let key = self.keys.get(key_id);
+        self.totals
+            .iter()
+            .enumerate()
+            .map(|(i, total)| {
+                let mine = key.map_or(0.0, |k| k.counters[i].value(now));
+                (mine, total.value(now))
+            })
+            .collect()
+    }
+
+    /// Decides, and books the estimated cost when admitted.
+    pub fn reserve(&mut self, now: UnixMillis, ask: Ask<'_>) -> (Decision, Option<Reservation>) {
+        let inputs: Vec<DimensionInput> = self
+            .peek(now, ask.key_id)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (consumed, total))| DimensionInput {
+                limit: self.dims[i].limit,
+                consumed,
+                total,
+                signal: ask.signals.get(i).copied().flatten(),
+                cost: ask.costs.get(i).copied().unwrap_or(0.0),
+                cap: ask.caps.get(i).copied().flatten(),
+            })
+            .collect();
+        let decision = decide(&inputs, ask.share, ask.saturation_threshold);
+        if !decision.admitted() {
+            return (decision, None);
+        }
+        let slots: Vec<u64> = self.dims.iter().map(|d| d.window.slot_of(now)).collect();
+        let booked: Vec<f64> = inputs.iter().map(|d| d.cost).collect();
+        let key = self.key_state(ask.key_id);
+        for (i, c) in key.counters.iter_mut().enumerate() {
+            c.add_to_slot(now, slots[i], booked[i]);
+        }
+        for (i, t) in self.totals.iter_mut().enumerate() {
+            t.add_to_slot(now, slots[i], booked[i]);
+        }
+        let reservation = Reservation {
+            key_id: ask.key_id.to_owned(),
+            slots,
+            booked,
+        };
+        (decision, Some(reservation))
+    }
+
+    /// Moves the reservation to `actual` per dimension. Called with the running total as
+    /// usage arrives and once more at the end; each call books only the difference.
+    pub fn settle(&mut self, now: UnixMillis, reservation: &mut Reservation, actual: &[f64]) {
+        if reservation.slots.len() != self.dims.len() {
+            // The pool's dimensions changed since the reservation; its slots belong to
+            // counters that no longer exist.
+            return;
+        }
+        let mut deltas = Vec::with_capacity(self.dims.len());
+        for (i, booked) in reservation.booked.iter_mut().enumerate() {
+            let target = actual.get(i).copied().unwrap_or(0.0).max(0.0);
+            deltas.push(target - *booked);
+            *booked = target;
+        }
+        let key = self.key_state(&reservation.key_id);
+        for (i, d) in deltas.iter().enumerate() {
+            if *d != 0.0 {
+                key.counters[i].add_to_slot(now, reservation.slots[i], *d);
+                if *d > 0.0 {
+                    key.burn[i].observe(now, *d);
+                }
+            }
+        }
+        for (i, d) in deltas.iter().enumerate() {
+            if *d != 0.0 {
+                self.totals[i].add_to_slot(now, reservation.slots[i], *d);
+            }
+        }
+    }
+
+    /// Takes the reservation back entirely (failed request, client gone before usage).
+    pub fn release(&mut self, now: UnixMillis, reservation: &mut Reservation) {
+        let zeros = vec![0.0; reservation.booked.len()];
+        self.settle(now, reservation, &zeros);
+    }
+
+    /// How long until the key's (or the pool's) counter of dimension `dim` falls to
+    /// `bound`.
+    pub fn time_until(
+        &self,
+        now: UnixMillis,
+        key_id: Option<&str>,
+        dim: usize,
+        bound: f64,
+    ) -> Option<u64> {
+        let counter = match key_id {
+            Some(k) => self.keys.get(k).map(|s| &s.counters[dim]),
+            None => self.totals.get(dim),
+        };
+        match counter {
+            Some(c) => c.time_until_at_most(now, bound),
+            None => Some(0),
+        }
+    }
+
+    /// The key's burn rate in dimension `dim`.
+    pub fn burn(&self, now: UnixMillis, key_id: &str, dim: usize, remaining: f64) -> BurnReport {
+        self.keys
+            .get(key_id)
+            .map_or(BurnRate::default(), |k| k.burn[dim])
+            .report(now, remaining)
+    }
+
+    /// Keys with recorded consumption.
+    pub fn key_ids(&self) -> impl Iterator<Item = &str> {
+        self.keys.keys().map(String::as_str)
+    }
+
+    /// Every live slot, for persistence.
+    pub fn slots(&self, now: UnixMillis) -> Vec<SlotRow> {
+        let mut out = Vec::new();
+        for (key, state) in &self.keys {
+            for (i, c) in state.counters.iter().enumerate() {
+                out.extend(c.live_slots(now).map(|(s, v)| (key.clone(), i, s, v)));
+            }
+        }
+        out
+    }
+
+    /// Restores a persisted slot.
+    pub fn load_slot(&mut self, now: UnixMillis, key_id: &str, dim: usize, slot: u64, amount: f64) {
+        if dim >= self.dims.len() {
+            return;
+        }
+        self.key_state(key_id).counters[dim].add_to_slot(now, slot, amount);
+        self.totals[dim].add_to_slot(now, slot, amount);
+    }
+
+    /// Drops keys that are no longer configured, bounding memory.
+    /// The pool's totals keep what a dropped key consumed: it was real use.
+    pub fn retain_keys(&mut self, keep: impl Fn(&str) -> bool) {
+        self.keys.retain(|k, _| keep(k));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::decide::{BlockReason, Policy, Unit};
+    use crate::quota::window::Window;
+
+    const T0: u64 = 1_800_000_000_000;
+
+    fn ledger() -> PoolLedger {
+        PoolLedger::new(vec![Dimension::new(Unit::Requests, Window::Hourly, 10.0)])
+    }
+
+    fn ask<'a>(key: &'a str, policy: Policy) -> Ask<'a> {
+        Ask {
+            key_id: key,
+            share: Share {
+                weight: 50.0,
+                policy,
+            },
+            caps: &[None],
+            costs: &[1.0],
+            signals: &[None],
+            saturation_threshold: 0.5,
+        }
+    }
+
+    #[test]
+    fn reserve_books_the_cost_and_the_ceiling_holds() {
+        let mut l = ledger();
+        let mut admitted = 0;
+        for _ in 0..15 {
+            if l.reserve(T0, ask("a", Policy::Burst)).1.is_some() {
+                admitted += 1;
+            }
+        }
+        assert_eq!(admitted, 10);
+        assert_eq!(l.peek(T0, "a"), vec![(10.0, 10.0)]);
+        let (d, r) = l.reserve(T0, ask("b", Policy::Burst));
+        assert!(r.is_none());
+        assert_eq!(d.dimensions[0].blocked, Some(BlockReason::GlobalLimit));
+    }
+
+    #[test]
+    fn hard_keys_stop_at_their_share_once_strict() {
+        let mut l = ledger();
+        // Lenient until the pool is half used: a borrows 5, which makes it strict.
+        for _ in 0..5 {
+            assert!(l.reserve(T0, ask("a", Policy::Hard)).1.is_some());
+        }
+        let (d, r) = l.reserve(T0, ask("a", Policy::Hard));
+        assert!(r.is_none());
+        assert_eq!(d.dimensions[0].blocked, Some(BlockReason::FairShare));
+        // b still gets its share.
+        for _ in 0..5 {
+            assert!(l.reserve(T0, ask("b", Policy::Hard)).1.is_some());
+        }
+        assert!(l.reserve(T0, ask("b", Policy::Hard)).1.is_none());
+    }
+
+    #[test]
+    fn settle_moves_the_booking_to_the_actual_cost_and_release_takes_it_back() {
+        let mut l = PoolLedger::new(vec![Dimension::new(Unit::Tokens, Window::Hourly, 1e6)]);
+        let a = Ask {
+            costs: &[1_000.0],
+            ..ask("a", Policy::Hard)
+        };
+        let mut r = l.reserve(T0, a).1.unwrap();
+        assert_eq!(l.peek(T0, "a"), vec![(1_000.0, 1_000.0)]);
+        // Usage arrives in parts during a stream.
+        l.settle(T0 + 10, &mut r, &[300.0]);
+        assert_eq!(l.peek(T0 + 10, "a"), vec![(300.0, 300.0)]);
+        l.settle(T0 + 20, &mut r, &[1_250.0]);
+        assert_eq!(l.peek(T0 + 20, "a"), vec![(1_250.0, 1_250.0)]);
+        let mut r2 = l.reserve(T0 + 30, a).1.unwrap();
+        l.release(T0 + 40, &mut r2);
+        assert_eq!(l.peek(T0 + 40, "a"), vec![(1_250.0, 1_250.0)]);
+        // Settling again with the same value changes nothing.
+        l.settle(T0 + 50, &mut r, &[1_250.0]);
+        assert_eq!(l.peek(T0 + 50, "a"), vec![(1_250.0, 1_250.0)]);
+    }
+
+    #[test]
+    fn settlement_lands_in_the_reserved_slot() {
+        let w = Window::Hourly;
+        let mut l = ledger();
+        let mut r = l.reserve(T0, ask("a", Policy::Hard)).1.unwrap();
+        // Settled an hour and a bit later: the reservation's slot has left the window,
+        // so the late usage does not count as fresh consumption.
+        let late = T0 + w.length_ms() + 2 * w.slot_ms();
+        l.settle(late, &mut r, &[3.0]);
+        assert_eq!(l.peek(late, "a"), vec![(0.0, 0.0)]);
+    }
+
+    #[test]
+    fn slots_round_trip_through_persistence() {
+        let mut l = ledger();
+        for k in ["a", "b", "a"] {
+            l.reserve(T0, ask(k, Policy::Burst));
+        }
+        let rows = l.slots(T0);
+        let mut restored = ledger();
+        for (k, d, s, v) in &rows {
+            restored.load_slot(T0, k, *d, *s, *v);
+        }
+        assert_eq!(restored.peek(T0, "a"), vec![(2.0, 3.0)]);
+        assert_eq!(restored.peek(T0, "b"), vec![(1.0, 3.0)]);
+        restored.load_slot(T0, "a", 7, 0, 1.0);
+        assert_eq!(restored.peek(T0, "a"), vec![(2.0, 3.0)]);
+    }
+
+    #[test]
+    fn time_until_reports_when_the_key_fits_again() {
+        let w = Window::Hourly;
+        let mut l = ledger();
+        for _ in 0..5 {
+            l.reserve(T0, ask("a", Policy::Hard));
+        }
+        let (d, _) = l.reserve(T0, ask("a", Policy::Hard));
+        let fits_at = d.dimensions[0].fits_at.unwrap();
+        assert_eq!(fits_at, 4.0);
+        let start = w.slot_of(T0) * w.slot_ms();
+        // All five were booked in one slot; 4 remain after 1/5 of it has phased out.
+        let expect = start + w.length_ms() + w.slot_ms() / 5 - T0;
+        assert_eq!(l.time_until(T0, Some("a"), 0, fits_at), Some(expect));
+        assert_eq!(l.time_until(T0, Some("nobody"), 0, 1.0), Some(0));
+    }
+
+    #[test]
+    fn removed_keys_are_forgotten_but_their_use_still_counts() {
+        let mut l = ledger();
+        l.reserve(T0, ask("a", Policy::Burst));
+        l.reserve(T0, ask("b", Policy::Burst));
+        l.retain_keys(|k| k == "b");
+        assert_eq!(l.key_ids().collect::<Vec<_>>(), vec!["b"]);
+        assert_eq!(l.peek(T0, "a"), vec![(0.0, 2.0)]);
+    }
+}
