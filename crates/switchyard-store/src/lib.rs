@@ -10,9 +10,11 @@
 //! Calls are synchronous; async callers run them on the blocking pool.
 
 mod migrations;
+pub mod quota;
 pub mod records;
 mod sqlite;
 
+pub use quota::{ConsumptionRow, PlanRecord};
 pub use records::*;
 pub use sqlite::{Batch, SaveMode, Store};
 

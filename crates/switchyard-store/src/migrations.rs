@@ -4,7 +4,8 @@
 
 /// Each entry moves the schema from version `i` to `i + 1`. Never edit a released entry;
 /// append a new one.
-pub(crate) const MIGRATIONS: &[&str] = &[r#"
+pub(crate) const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -85,4 +86,49 @@ CREATE TABLE request_log (
 -- No secondary indexes: rows arrive in time order, so the rowid already orders them by
 -- time (recent-first reads and retention walk it), and every extra index would be paid on
 -- each of the thousands of inserts per second that the request path produces.
-"#];
+"#,
+    // v2: quota sharing (SPEC Q1). Pools and plans are configuration (their writes bump
+    // config_version); consumption is runtime state written behind the request path.
+    r#"
+CREATE TABLE quota_pools (
+    id             TEXT PRIMARY KEY,
+    name           TEXT NOT NULL,
+    connection_ids TEXT NOT NULL,
+    dimensions     TEXT NOT NULL DEFAULT '[]',
+    created_at     INTEGER NOT NULL,
+    updated_at     INTEGER NOT NULL
+);
+
+CREATE TABLE quota_allocations (
+    pool_id           TEXT NOT NULL REFERENCES quota_pools(id) ON DELETE CASCADE,
+    api_key_id        TEXT NOT NULL REFERENCES api_keys(id) ON DELETE CASCADE,
+    position          INTEGER NOT NULL,
+    allocation_weight REAL NOT NULL,
+    cap_value         REAL,
+    cap_unit          TEXT,
+    policy            TEXT NOT NULL,
+    PRIMARY KEY (pool_id, api_key_id)
+) WITHOUT ROWID;
+
+-- One row per (pool, dimension, key, slot); `amount` is the slot's absolute value, so
+-- rewriting a row is idempotent. Rows are deleted once they are both outside their
+-- window and older than the retention period.
+CREATE TABLE quota_consumption (
+    pool_id     TEXT NOT NULL,
+    dimension   TEXT NOT NULL,
+    api_key_id  TEXT NOT NULL,
+    slot        INTEGER NOT NULL,
+    slot_end_ms INTEGER NOT NULL,
+    window_ms   INTEGER NOT NULL,
+    amount      REAL NOT NULL,
+    PRIMARY KEY (pool_id, dimension, api_key_id, slot)
+) WITHOUT ROWID;
+CREATE INDEX quota_consumption_end ON quota_consumption(slot_end_ms);
+
+CREATE TABLE provider_plans (
+    connection_id TEXT PRIMARY KEY,
+    dimensions    TEXT NOT NULL,
+    updated_at    INTEGER NOT NULL
+);
+"#,
+];

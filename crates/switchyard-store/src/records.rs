@@ -133,4 +133,6 @@ pub struct ConfigRows {
     pub combos: Vec<ComboRecord>,
     pub keys: Vec<KeyRecord>,
     pub settings: Vec<SettingRecord>,
+    pub pools: Vec<switchyard_core::quota::pool::PoolInput>,
+    pub plans: Vec<crate::quota::PlanRecord>,
 }

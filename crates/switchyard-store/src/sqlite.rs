@@ -31,11 +31,11 @@ pub struct Store {
     conn: Mutex<Connection>,
 }
 
-fn to_json<T: Serialize>(v: &T) -> Result<String> {
+pub(crate) fn to_json<T: Serialize>(v: &T) -> Result<String> {
     Ok(serde_json::to_string(v)?)
 }
 
-fn from_json<T: DeserializeOwned>(s: &str) -> Result<T> {
+pub(crate) fn from_json<T: DeserializeOwned>(s: &str) -> Result<T> {
     Ok(serde_json::from_str(s)?)
 }
 
@@ -62,7 +62,7 @@ fn u64_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
     Ok(u64::try_from(v).unwrap_or(0))
 }
 
-fn i64_of(v: u64) -> i64 {
+pub(crate) fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
@@ -88,14 +88,17 @@ impl Store {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Connection> {
         self.conn
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Runs a configuration change in one transaction and bumps `config_version`.
-    fn config_write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Result<T>) -> Result<T> {
+    pub(crate) fn config_write<T>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let out = f(&tx)?;
@@ -159,6 +162,8 @@ impl Store {
             combos: query_combos(&tx, None)?,
             keys: query_keys(&tx, None)?,
             settings: query_settings(&tx)?,
+            pools: crate::quota::query_pools(&tx, None)?,
+            plans: crate::quota::query_plans(&tx)?,
         };
         tx.commit()?;
         Ok(rows)
@@ -414,7 +419,7 @@ impl Store {
 /// Configuration writes committed together or not at all (see [`Store::batch`]).
 #[derive(Debug)]
 pub struct Batch<'a> {
-    tx: &'a Transaction<'a>,
+    pub(crate) tx: &'a Transaction<'a>,
 }
 
 impl Batch<'_> {
@@ -578,7 +583,7 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     Ok(())
 }
 
-fn check_mode(
+pub(crate) fn check_mode(
     tx: &Transaction<'_>,
     table: &str,
     id_col: &str,
@@ -604,7 +609,7 @@ fn check_mode(
     }
 }
 
-fn delete_row(
+pub(crate) fn delete_row(
     tx: &Transaction<'_>,
     table: &str,
     id_col: &str,
