@@ -337,6 +337,11 @@ impl Catalog {
         self.combo_order.iter().filter_map(|n| self.combos.get(n))
     }
 
+    /// Every key, in no particular order.
+    pub fn keys(&self) -> impl Iterator<Item = &ApiKey> {
+        self.keys.values()
+    }
+
     /// Finds the key whose hash is `hash`. The map lookup narrows the search; the final
     /// comparison is constant-time.
     pub fn key_by_hash(&self, hash: &KeyHash) -> Option<&ApiKey> {

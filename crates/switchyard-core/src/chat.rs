@@ -131,6 +131,15 @@ impl ChatRequest {
         })
     }
 
+    /// Length of the raw `messages` text: the input to the prompt-size estimate.
+    pub fn messages_len(&self) -> usize {
+        self.members
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "messages")
+            .map_or(0, |(_, v)| v.get().len())
+    }
+
     /// The body to send upstream: the client's members in their order and text, with
     /// `model` replaced by the upstream's model name.
     pub fn upstream_body(&self, upstream_model: &str) -> Vec<u8> {

@@ -19,15 +19,99 @@ pub enum Source {
     Database,
 }
 
+/// The type and bounds of a setting.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    /// An integer in `min..=max`.
+    Int { default: u64, min: u64, max: u64 },
+    /// A number in `0..=1`.
+    Fraction { default: f64 },
+    /// One of a fixed set of names.
+    Choice {
+        default: &'static str,
+        options: &'static [&'static str],
+    },
+    /// A `redis://` or `rediss://` URL, or empty for none. It may carry a password, so
+    /// views redact it and errors never echo it.
+    RedisUrl,
+}
+
+/// A setting's value.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub enum SettingValue {
+    Int(u64),
+    Float(f64),
+    Text(String),
+}
+
+impl SettingValue {
+    /// The value as JSON, as it is stored.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Self::Int(v) => Value::from(*v),
+            Self::Float(v) => Value::from(*v),
+            Self::Text(v) => Value::from(v.clone()),
+        }
+    }
+}
+
 /// One setting's definition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SettingDef {
     pub key: &'static str,
     pub env: &'static str,
-    pub default: u64,
-    pub min: u64,
-    pub max: u64,
+    pub kind: Kind,
     pub doc: &'static str,
+}
+
+impl SettingDef {
+    pub fn default_value(&self) -> SettingValue {
+        match self.kind {
+            Kind::Int { default, .. } => SettingValue::Int(default),
+            Kind::Fraction { default } => SettingValue::Float(default),
+            Kind::Choice { default, .. } => SettingValue::Text(default.to_owned()),
+            Kind::RedisUrl => SettingValue::Text(String::new()),
+        }
+    }
+
+    /// What values are accepted, in words.
+    pub fn constraint(&self) -> String {
+        match self.kind {
+            Kind::Int { min, max, .. } => format!("an integer between {min} and {max}"),
+            Kind::Fraction { .. } => "a number between 0 and 1".to_owned(),
+            Kind::Choice { options, .. } => format!("one of {}", options.join(", ")),
+            Kind::RedisUrl => "a redis:// or rediss:// URL, or empty".to_owned(),
+        }
+    }
+
+    /// The value as views show it: URLs without their password.
+    pub fn display(&self, v: &SettingValue) -> SettingValue {
+        match (self.kind, v) {
+            (Kind::RedisUrl, SettingValue::Text(url)) => SettingValue::Text(redact_url(url)),
+            _ => v.clone(),
+        }
+    }
+}
+
+/// `redis://user:secret@host:6379/0` → `redis://user:***@host:6379/0`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".to_owned()
+            };
+            format!("{scheme}://{masked}@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
 }
 
 /// One day in milliseconds, the upper bound of every duration setting: longer waits are
@@ -37,13 +121,59 @@ const DAY_MS: u64 = 86_400_000;
 /// All settings. Keep sorted by key.
 pub const DEFS: &[SettingDef] = &[
     SettingDef {
+        key: "quota.consumptionRetentionDays",
+        env: "QUOTA_CONSUMPTION_RETENTION_DAYS",
+        // Two weeks of history for the usage views; slots still inside their window
+        // (a 30-day month) are kept regardless.
+        kind: Kind::Int {
+            default: 14,
+            min: 1,
+            max: 3_650,
+        },
+        doc: "Days quota consumption slots are kept after they leave their window.",
+    },
+    SettingDef {
+        key: "quota.saturationThreshold",
+        env: "QUOTA_SATURATION_THRESHOLD",
+        // Half used: from here on the remaining half is shared by fair share, so keys
+        // that borrowed early cannot starve the others (SPEC Q2).
+        kind: Kind::Fraction { default: 0.5 },
+        doc: "Used fraction of a pool dimension at which fair shares become strict.",
+    },
+    SettingDef {
+        key: "quota.softDeprioritizeFactor",
+        env: "QUOTA_SOFT_DEPRIORITIZE_FACTOR",
+        // SPEC Q7's default: a soft-penalized target still wins over one scored 30 %
+        // lower, so the penalty reorders near-ties without starving anyone.
+        kind: Kind::Fraction { default: 0.7 },
+        doc: "Score multiplier for targets where the key is over its soft share.",
+    },
+    SettingDef {
+        key: "quotaStore.driver",
+        env: "QUOTA_STORE_DRIVER",
+        // SQLite needs nothing set up; Redis is for several gateway replicas.
+        kind: Kind::Choice {
+            default: "sqlite",
+            options: &["sqlite", "redis"],
+        },
+        doc: "Where quota counters live. Read at start; an unreachable Redis falls back to SQLite.",
+    },
+    SettingDef {
+        key: "quotaStore.redisUrl",
+        env: "QUOTA_STORE_REDIS_URL",
+        kind: Kind::RedisUrl,
+        doc: "Redis URL for the redis quota store. Read at start.",
+    },
+    SettingDef {
         key: "request.max_body_bytes",
         env: "SWITCHYARD_MAX_BODY_BYTES",
         // 10 MiB holds long multi-turn contexts with inline images; larger bodies are
         // almost always mistakes that would only cost upstream money.
-        default: 10 * 1024 * 1024,
-        min: 1024,
-        max: 512 * 1024 * 1024,
+        kind: Kind::Int {
+            default: 10 * 1024 * 1024,
+            min: 1024,
+            max: 512 * 1024 * 1024,
+        },
         doc: "Largest accepted client request body, in bytes; larger bodies get 413.",
     },
     SettingDef {
@@ -51,9 +181,11 @@ pub const DEFS: &[SettingDef] = &[
         env: "SWITCHYARD_IO_THREADS",
         // 0 = one per CPU core: each I/O thread runs its own single-threaded runtime, so
         // a request's tasks never hop between threads.
-        default: 0,
-        min: 0,
-        max: 256,
+        kind: Kind::Int {
+            default: 0,
+            min: 0,
+            max: 256,
+        },
         doc: "I/O threads serving requests (0 = one per core). Read at start.",
     },
     SettingDef {
@@ -61,18 +193,22 @@ pub const DEFS: &[SettingDef] = &[
         env: "SWITCHYARD_SHUTDOWN_GRACE_MS",
         // Long enough for typical completions to finish, short enough for orchestrators
         // (Kubernetes defaults to 30 s before SIGKILL).
-        default: 25_000,
-        min: 0,
-        max: 600_000,
+        kind: Kind::Int {
+            default: 25_000,
+            min: 0,
+            max: 600_000,
+        },
         doc: "On SIGINT/SIGTERM, how long in-flight requests may run before they are cut.",
     },
     SettingDef {
         key: "upstream.connect_timeout_ms",
         env: "SWITCHYARD_UPSTREAM_CONNECT_TIMEOUT_MS",
         // A TCP+TLS handshake that has not finished in 10 s will not; fail over instead.
-        default: 10_000,
-        min: 100,
-        max: 300_000,
+        kind: Kind::Int {
+            default: 10_000,
+            min: 100,
+            max: 300_000,
+        },
         doc: "Deadline for establishing an upstream connection.",
     },
     SettingDef {
@@ -80,9 +216,11 @@ pub const DEFS: &[SettingDef] = &[
         env: "SWITCHYARD_UPSTREAM_FIRST_BYTE_TIMEOUT_MS",
         // Non-streaming completions of long answers routinely take minutes; ten minutes
         // matches the execution bound of SPEC R10.
-        default: 600_000,
-        min: 100,
-        max: DAY_MS,
+        kind: Kind::Int {
+            default: 600_000,
+            min: 100,
+            max: DAY_MS,
+        },
         doc: "Deadline for the upstream's response headers after the request was sent.",
     },
     SettingDef {
@@ -91,15 +229,17 @@ pub const DEFS: &[SettingDef] = &[
         // A backstop against streams that stall forever, not a quality monitor (that is
         // R11's content-stall budget): five minutes outlasts any real pause between
         // frames, including long reasoning phases and keep-alive gaps.
-        default: 300_000,
-        min: 100,
-        max: DAY_MS,
+        kind: Kind::Int {
+            default: 300_000,
+            min: 100,
+            max: DAY_MS,
+        },
         doc: "Longest silence between two frames of an upstream stream before it is cut.",
     },
 ];
 
 /// Resolved settings, typed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     pub max_body_bytes: u64,
     pub io_threads: u64,
@@ -107,19 +247,27 @@ pub struct Settings {
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
     pub stream_idle_timeout_ms: u64,
+    pub quota: QuotaSettings,
+}
+
+/// The quota engine's settings (SPEC Q10).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaSettings {
+    /// `sqlite` or `redis`.
+    pub store_driver: String,
+    /// Empty = none.
+    pub redis_url: String,
+    pub saturation_threshold: f64,
+    pub soft_deprioritize_factor: f64,
+    pub retention_days: u64,
 }
 
 /// A resolved value with its origin, for the settings API.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Resolved {
-    pub key: &'static str,
-    pub value: u64,
+    pub def: &'static SettingDef,
+    pub value: SettingValue,
     pub source: Source,
-    pub env: &'static str,
-    pub default: u64,
-    pub min: u64,
-    pub max: u64,
-    pub doc: &'static str,
 }
 
 /// Why a setting value is unusable. The message names the setting and where it came from.
@@ -127,14 +275,11 @@ pub struct Resolved {
 pub enum SettingError {
     #[error("unknown setting `{0}`")]
     Unknown(String),
-    #[error(
-        "setting `{key}` (from {origin}) must be an integer between {min} and {max}, got {got}"
-    )]
-    OutOfRange {
+    #[error("setting `{key}` (from {origin}) must be {constraint}, got {got}")]
+    Invalid {
         key: String,
         origin: &'static str,
-        min: u64,
-        max: u64,
+        constraint: String,
         got: String,
     },
 }
@@ -152,24 +297,52 @@ fn source_name(s: Source) -> &'static str {
     }
 }
 
-/// Validates one value for `key`.
-pub fn validate(key: &str, value: &Value, source: Source) -> Result<u64, SettingError> {
-    let d = def(key).ok_or_else(|| SettingError::Unknown(key.to_owned()))?;
-    let parsed = match value {
-        Value::Number(n) => n.as_u64(),
-        Value::String(s) => s.trim().parse::<u64>().ok(),
+fn parse(kind: Kind, value: &Value) -> Option<SettingValue> {
+    let text = match value {
+        Value::String(s) => Some(s.trim()),
         _ => None,
     };
-    match parsed {
-        Some(v) if (d.min..=d.max).contains(&v) => Ok(v),
-        _ => Err(SettingError::OutOfRange {
-            key: key.to_owned(),
-            origin: source_name(source),
-            min: d.min,
-            max: d.max,
-            got: value.to_string(),
-        }),
+    match kind {
+        Kind::Int { min, max, .. } => {
+            let v = match value {
+                Value::Number(n) => n.as_u64(),
+                _ => text.and_then(|t| t.parse::<u64>().ok()),
+            }?;
+            (min..=max).contains(&v).then_some(SettingValue::Int(v))
+        }
+        Kind::Fraction { .. } => {
+            let v = match value {
+                Value::Number(n) => n.as_f64(),
+                _ => text.and_then(|t| t.parse::<f64>().ok()),
+            }?;
+            (0.0..=1.0).contains(&v).then_some(SettingValue::Float(v))
+        }
+        Kind::Choice { options, .. } => {
+            let t = text?;
+            options
+                .contains(&t)
+                .then(|| SettingValue::Text(t.to_owned()))
+        }
+        Kind::RedisUrl => {
+            let t = text?;
+            (t.is_empty() || t.starts_with("redis://") || t.starts_with("rediss://"))
+                .then(|| SettingValue::Text(t.to_owned()))
+        }
     }
+}
+
+/// Validates one value for `key`.
+pub fn validate(key: &str, value: &Value, source: Source) -> Result<SettingValue, SettingError> {
+    let d = def(key).ok_or_else(|| SettingError::Unknown(key.to_owned()))?;
+    parse(d.kind, value).ok_or_else(|| SettingError::Invalid {
+        key: key.to_owned(),
+        origin: source_name(source),
+        constraint: d.constraint(),
+        got: match d.kind {
+            Kind::RedisUrl => "a value that is not one".to_owned(),
+            _ => value.to_string(),
+        },
+    })
 }
 
 /// The layers settings are resolved from.
@@ -199,7 +372,7 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
     let mut resolved = Vec::with_capacity(DEFS.len());
     let mut ignored = Vec::new();
     for d in DEFS {
-        let mut value = d.default;
+        let mut value = d.default_value();
         let mut source = Source::Default;
         if let Some(v) = layers.file.get(d.key) {
             value = validate(d.key, v, Source::File)?;
@@ -219,14 +392,9 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
             }
         }
         resolved.push(Resolved {
-            key: d.key,
+            def: d,
             value,
             source,
-            env: d.env,
-            default: d.default,
-            min: d.min,
-            max: d.max,
-            doc: d.doc,
         });
     }
     ignored.extend(
@@ -236,19 +404,33 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
             .filter(|k| def(k).is_none())
             .map(|k| SettingError::Unknown(k.clone())),
     );
-    let get = |key: &str| {
-        resolved
-            .iter()
-            .find(|r| r.key == key)
-            .map_or(0, |r| r.value)
+    let get = |key: &str| resolved.iter().find(|r| r.def.key == key).map(|r| &r.value);
+    let int = |key: &str| match get(key) {
+        Some(SettingValue::Int(v)) => *v,
+        _ => 0,
+    };
+    let float = |key: &str| match get(key) {
+        Some(SettingValue::Float(v)) => *v,
+        _ => 0.0,
+    };
+    let text = |key: &str| match get(key) {
+        Some(SettingValue::Text(v)) => v.clone(),
+        _ => String::new(),
     };
     let settings = Settings {
-        max_body_bytes: get("request.max_body_bytes"),
-        io_threads: get("server.io_threads"),
-        shutdown_grace_ms: get("server.shutdown_grace_ms"),
-        connect_timeout_ms: get("upstream.connect_timeout_ms"),
-        first_byte_timeout_ms: get("upstream.first_byte_timeout_ms"),
-        stream_idle_timeout_ms: get("upstream.stream_idle_timeout_ms"),
+        max_body_bytes: int("request.max_body_bytes"),
+        io_threads: int("server.io_threads"),
+        shutdown_grace_ms: int("server.shutdown_grace_ms"),
+        connect_timeout_ms: int("upstream.connect_timeout_ms"),
+        first_byte_timeout_ms: int("upstream.first_byte_timeout_ms"),
+        stream_idle_timeout_ms: int("upstream.stream_idle_timeout_ms"),
+        quota: QuotaSettings {
+            store_driver: text("quotaStore.driver"),
+            redis_url: text("quotaStore.redisUrl"),
+            saturation_threshold: float("quota.saturationThreshold"),
+            soft_deprioritize_factor: float("quota.softDeprioritizeFactor"),
+            retention_days: int("quota.consumptionRetentionDays"),
+        },
     };
     Ok(Resolution {
         settings,
@@ -268,6 +450,11 @@ mod tests {
         assert_eq!(r.settings.first_byte_timeout_ms, 600_000);
         assert_eq!(r.settings.connect_timeout_ms, 10_000);
         assert!(r.resolved.iter().all(|x| x.source == Source::Default));
+        assert_eq!(r.settings.quota.store_driver, "sqlite");
+        assert_eq!(r.settings.quota.saturation_threshold, 0.5);
+        assert_eq!(r.settings.quota.soft_deprioritize_factor, 0.7);
+        assert_eq!(r.settings.quota.retention_days, 14);
+        assert_eq!(r.settings.quota.redis_url, "");
     }
 
     #[test]
@@ -291,7 +478,7 @@ mod tests {
         assert_eq!(r.settings.connect_timeout_ms, 1000);
         assert_eq!(r.settings.first_byte_timeout_ms, 4000);
         assert_eq!(r.settings.shutdown_grace_ms, 6000);
-        let src = |k: &str| r.resolved.iter().find(|x| x.key == k).unwrap().source;
+        let src = |k: &str| r.resolved.iter().find(|x| x.def.key == k).unwrap().source;
         assert_eq!(src("upstream.connect_timeout_ms"), Source::File);
         assert_eq!(src("upstream.first_byte_timeout_ms"), Source::Env);
         assert_eq!(src("server.shutdown_grace_ms"), Source::Database);
@@ -328,8 +515,14 @@ mod tests {
     #[test]
     fn validate_checks_bounds_inclusively() {
         let k = "upstream.connect_timeout_ms";
-        assert_eq!(validate(k, &json!(100), Source::Database), Ok(100));
-        assert_eq!(validate(k, &json!(300_000), Source::Database), Ok(300_000));
+        assert_eq!(
+            validate(k, &json!(100), Source::Database),
+            Ok(SettingValue::Int(100))
+        );
+        assert_eq!(
+            validate(k, &json!(300_000), Source::Database),
+            Ok(SettingValue::Int(300_000))
+        );
         assert!(validate(k, &json!(99), Source::Database).is_err());
         assert!(validate(k, &json!(300_001), Source::Database).is_err());
         assert!(validate(k, &json!(-1), Source::Database).is_err());
@@ -337,12 +530,68 @@ mod tests {
     }
 
     #[test]
-    fn definitions_are_sorted_unique_and_defaults_in_range() {
+    fn definitions_are_sorted_unique_and_defaults_valid() {
         for w in DEFS.windows(2) {
             assert!(w[0].key < w[1].key);
         }
         for d in DEFS {
-            assert!((d.min..=d.max).contains(&d.default), "{}", d.key);
+            let v = d.default_value();
+            assert_eq!(
+                validate(d.key, &v.to_json(), Source::File),
+                Ok(v),
+                "{}",
+                d.key
+            );
         }
+    }
+
+    #[test]
+    fn fractions_choices_and_urls_are_typed() {
+        let mut l = Layers::default();
+        l.env
+            .insert("QUOTA_SATURATION_THRESHOLD".into(), "0.8".into());
+        l.env.insert("QUOTA_STORE_DRIVER".into(), "redis".into());
+        l.database
+            .insert("quotaStore.driver".into(), json!("sqlite"));
+        l.file.insert(
+            "quotaStore.redisUrl".into(),
+            json!("redis://:pw@127.0.0.1:6379/0"),
+        );
+        let r = resolve(&l).unwrap();
+        assert_eq!(r.settings.quota.saturation_threshold, 0.8);
+        assert_eq!(r.settings.quota.store_driver, "sqlite");
+        assert_eq!(r.settings.quota.redis_url, "redis://:pw@127.0.0.1:6379/0");
+        let k = "quota.saturationThreshold";
+        assert!(validate(k, &json!(1.5), Source::Database).is_err());
+        assert!(validate(k, &json!("abc"), Source::Database).is_err());
+        assert_eq!(
+            validate("quotaStore.driver", &json!("mongo"), Source::Env)
+                .unwrap_err()
+                .to_string(),
+            "setting `quotaStore.driver` (from environment) must be one of sqlite, redis, got \"mongo\""
+        );
+    }
+
+    #[test]
+    fn redis_urls_are_never_echoed_or_shown_with_their_password() {
+        let e = validate(
+            "quotaStore.redisUrl",
+            &json!("http://user:hunter2@host"),
+            Source::Env,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert_eq!(
+            redact_url("redis://user:hunter2@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
+        assert_eq!(redact_url("rediss://tok@host"), "rediss://***@host");
+        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+        let d = def("quotaStore.redisUrl").unwrap();
+        assert_eq!(
+            d.display(&SettingValue::Text("redis://:pw@h".into())),
+            SettingValue::Text("redis://:***@h".into())
+        );
     }
 }

@@ -16,7 +16,7 @@ use super::decide::{decide, Decision, DimensionInput, Share};
 use super::plan::Dimension;
 use super::window::SlidingCounter;
 use crate::UnixMillis;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// What a reservation holds: per dimension, the slot it was booked into and the amount
 /// currently booked there.
@@ -56,6 +56,8 @@ pub struct PoolLedger {
     dims: Vec<Dimension>,
     keys: HashMap<String, KeyState>,
     totals: Vec<SlidingCounter>,
+    /// Slots changed since the last [`PoolLedger::take_dirty`], for write-behind.
+    dirty: HashSet<(String, usize, u64)>,
 }
 
 impl PoolLedger {
@@ -65,6 +67,7 @@ impl PoolLedger {
             dims,
             keys: HashMap::new(),
             totals,
+            dirty: HashSet::new(),
         }
     }
 
@@ -123,6 +126,9 @@ impl PoolLedger {
         for (i, t) in self.totals.iter_mut().enumerate() {
             t.add_to_slot(now, slots[i], booked[i]);
         }
+        for (i, s) in slots.iter().enumerate() {
+            self.dirty.insert((ask.key_id.to_owned(), i, *s));
+        }
         let reservation = Reservation {
             key_id: ask.key_id.to_owned(),
             slots,
@@ -157,6 +163,8 @@ impl PoolLedger {
         for (i, d) in deltas.iter().enumerate() {
             if *d != 0.0 {
                 self.totals[i].add_to_slot(now, reservation.slots[i], *d);
+                self.dirty
+                    .insert((reservation.key_id.clone(), i, reservation.slots[i]));
             }
         }
     }
@@ -197,6 +205,21 @@ impl PoolLedger {
     /// Keys with recorded consumption.
     pub fn key_ids(&self) -> impl Iterator<Item = &str> {
         self.keys.keys().map(String::as_str)
+    }
+
+    /// The slots changed since the last call, with their current amounts.
+    pub fn take_dirty(&mut self) -> Vec<SlotRow> {
+        let dirty = std::mem::take(&mut self.dirty);
+        dirty
+            .into_iter()
+            .map(|(key, dim, slot)| {
+                let amount = self
+                    .keys
+                    .get(&key)
+                    .map_or(0.0, |k| k.counters[dim].slot_amount(slot));
+                (key, dim, slot, amount)
+            })
+            .collect()
     }
 
     /// Every live slot, for persistence.
@@ -332,6 +355,19 @@ mod tests {
         }
         assert_eq!(restored.peek(T0, "a"), vec![(2.0, 3.0)]);
         assert_eq!(restored.peek(T0, "b"), vec![(1.0, 3.0)]);
+        // Loading is not a change; reserving and settling are.
+        assert!(restored.take_dirty().is_empty());
+        let mut dirty = l.take_dirty();
+        dirty.sort_by(|a, b| a.0.cmp(&b.0));
+        let slot = Window::Hourly.slot_of(T0);
+        assert_eq!(
+            dirty,
+            vec![
+                ("a".to_owned(), 0, slot, 2.0),
+                ("b".to_owned(), 0, slot, 1.0)
+            ]
+        );
+        assert!(l.take_dirty().is_empty());
         restored.load_slot(T0, "a", 7, 0, 1.0);
         assert_eq!(restored.peek(T0, "a"), vec![(2.0, 3.0)]);
     }

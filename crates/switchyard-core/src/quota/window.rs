@@ -112,6 +112,11 @@ impl SlidingCounter {
         self.window
     }
 
+    /// The amount recorded in `slot` (0 once the ring has moved past it).
+    pub fn slot_amount(&self, slot: u64) -> f64 {
+        self.entry(slot)
+    }
+
     fn entry(&self, slot: u64) -> f64 {
         let (idx, value) = self.ring[ring_pos(slot)];
         if idx == slot {

@@ -16,13 +16,16 @@ use utoipa::ToSchema;
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SettingView {
     pub key: String,
-    pub value: u64,
+    /// A number or a string; URLs are shown without their password.
+    #[schema(value_type = Object)]
+    pub value: settings::SettingValue,
     /// `default`, `file`, `env` or `database`.
     pub source: String,
     pub env: String,
-    pub default: u64,
-    pub min: u64,
-    pub max: u64,
+    #[schema(value_type = Object)]
+    pub default: settings::SettingValue,
+    /// The accepted values, in words.
+    pub constraint: String,
     pub doc: String,
 }
 
@@ -39,8 +42,8 @@ fn views(state: &AppState) -> Vec<SettingView> {
         .resolved
         .iter()
         .map(|r| SettingView {
-            key: r.key.to_owned(),
-            value: r.value,
+            key: r.def.key.to_owned(),
+            value: r.def.display(&r.value),
             source: match r.source {
                 Source::Default => "default",
                 Source::File => "file",
@@ -48,11 +51,10 @@ fn views(state: &AppState) -> Vec<SettingView> {
                 Source::Database => "database",
             }
             .to_owned(),
-            env: r.env.to_owned(),
-            default: r.default,
-            min: r.min,
-            max: r.max,
-            doc: r.doc.to_owned(),
+            env: r.def.env.to_owned(),
+            default: r.def.default_value(),
+            constraint: r.def.constraint(),
+            doc: r.def.doc.to_owned(),
         })
         .collect()
 }
@@ -77,7 +79,7 @@ pub async fn put(
     apply_change(
         &state,
         |_| Ok(()),
-        move |s| s.put_setting(&key, &Value::from(value), t),
+        move |s| s.put_setting(&key, &value.to_json(), t),
     )
     .await?;
     Ok(Json(views(&state)))

@@ -1,0 +1,138 @@
+//! What a request costs in each unit: estimated before the call, actual after it.
+//!
+//! Before the call only the prompt is known. Its token count is estimated as one token
+//! per four bytes of the `messages` JSON (the usual rule of thumb for English text; the
+//! JSON punctuation makes it an overestimate, which errs on the safe side), and the
+//! completion as the client's `max_tokens`, or [`DEFAULT_COMPLETION_TOKENS`] when the
+//! client set none. After the call the upstream's usage replaces the estimate.
+
+use super::decide::Unit;
+use crate::usage::Usage;
+
+/// Completion tokens assumed when the client sets no `max_tokens`: a long chat answer.
+/// Reserving too little would let parallel requests overshoot a window; a stream that
+/// runs longer grows its reservation as it goes.
+pub const DEFAULT_COMPLETION_TOKENS: u64 = 1_024;
+
+/// Bytes of prompt JSON per estimated token.
+const BYTES_PER_TOKEN: u64 = 4;
+
+/// A price in USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Price {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+impl Price {
+    pub fn of(&self, prompt_tokens: u64, completion_tokens: u64) -> f64 {
+        (prompt_tokens as f64 * self.input_per_mtok
+            + completion_tokens as f64 * self.output_per_mtok)
+            / 1e6
+    }
+}
+
+/// The token estimate of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Estimate {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl Estimate {
+    pub fn new(messages_bytes: usize, max_tokens: Option<u64>) -> Self {
+        Self {
+            prompt_tokens: (messages_bytes as u64).div_ceil(BYTES_PER_TOKEN),
+            completion_tokens: max_tokens.unwrap_or(DEFAULT_COMPLETION_TOKENS),
+        }
+    }
+
+    pub fn tokens(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+
+    /// The estimated cost in `unit`. Percent cannot be known before the provider
+    /// reports it, so it is estimated as 0.
+    pub fn cost(&self, unit: Unit, price: Option<Price>) -> f64 {
+        match unit {
+            Unit::Requests => 1.0,
+            Unit::Tokens => self.tokens() as f64,
+            Unit::Usd => price.map_or(0.0, |p| p.of(self.prompt_tokens, self.completion_tokens)),
+            Unit::Percent => 0.0,
+        }
+    }
+}
+
+/// The actual cost in `unit` from the upstream's usage (or, without usage, from the
+/// estimate with the completion replaced by what was seen streaming), and for percent
+/// the rise in the provider's used percentage during the request.
+pub fn actual(
+    unit: Unit,
+    usage: Option<Usage>,
+    fallback: Estimate,
+    price: Option<Price>,
+    percent_rise: Option<f64>,
+) -> f64 {
+    let (prompt, completion) = match usage {
+        Some(u) => (u.prompt_tokens, u.completion_tokens),
+        None => (fallback.prompt_tokens, fallback.completion_tokens),
+    };
+    match unit {
+        Unit::Requests => 1.0,
+        Unit::Tokens => (prompt + completion) as f64,
+        Unit::Usd => price.map_or(0.0, |p| p.of(prompt, completion)),
+        Unit::Percent => percent_rise.unwrap_or(0.0).max(0.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimates_use_prompt_bytes_and_max_tokens() {
+        let e = Estimate::new(401, Some(50));
+        assert_eq!(
+            e,
+            Estimate {
+                prompt_tokens: 101,
+                completion_tokens: 50
+            }
+        );
+        assert_eq!(
+            Estimate::new(8, None).completion_tokens,
+            DEFAULT_COMPLETION_TOKENS
+        );
+        assert_eq!(e.cost(Unit::Requests, None), 1.0);
+        assert_eq!(e.cost(Unit::Tokens, None), 151.0);
+        assert_eq!(e.cost(Unit::Percent, None), 0.0);
+        assert_eq!(e.cost(Unit::Usd, None), 0.0);
+        let price = Price {
+            input_per_mtok: 2.0,
+            output_per_mtok: 10.0,
+        };
+        assert!((e.cost(Unit::Usd, Some(price)) - (101.0 * 2.0 + 50.0 * 10.0) / 1e6).abs() < 1e-15);
+    }
+
+    #[test]
+    fn actual_costs_prefer_usage_and_fall_back_to_the_estimate() {
+        let e = Estimate {
+            prompt_tokens: 10,
+            completion_tokens: 7,
+        };
+        let u = Usage {
+            prompt_tokens: 12,
+            completion_tokens: 30,
+        };
+        assert_eq!(actual(Unit::Tokens, Some(u), e, None, None), 42.0);
+        assert_eq!(actual(Unit::Tokens, None, e, None, None), 17.0);
+        assert_eq!(actual(Unit::Requests, Some(u), e, None, None), 1.0);
+        assert_eq!(actual(Unit::Percent, None, e, None, Some(2.5)), 2.5);
+        assert_eq!(actual(Unit::Percent, None, e, None, Some(-1.0)), 0.0);
+        let price = Price {
+            input_per_mtok: 1e6,
+            output_per_mtok: 0.0,
+        };
+        assert_eq!(actual(Unit::Usd, Some(u), e, Some(price), None), 12.0);
+    }
+}
