@@ -86,9 +86,66 @@ impl Usage {
     }
 }
 
+/// Characters of generated text in a stream chunk: the lengths of every `content`
+/// string (`delta.content`, `reasoning_content`, Anthropic `text` deltas are read
+/// through their `"text"` member). Escapes count as one character. Used to estimate
+/// output while a stream runs, before the final usage arrives.
+pub fn generated_chars(data: &str) -> usize {
+    let mut total = 0;
+    for needle in ["content\":\"", "\"text\":\""] {
+        let mut rest = data;
+        while let Some(at) = rest.find(needle) {
+            rest = &rest[at + needle.len()..];
+            let mut chars = 0;
+            let mut escaped = false;
+            let mut end = rest.len();
+            for (i, c) in rest.char_indices() {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                    continue;
+                } else if c == '"' {
+                    end = i;
+                    break;
+                }
+                chars += 1;
+            }
+            total += chars;
+            rest = &rest[end..];
+        }
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn generated_chars_counts_content_strings() {
+        assert_eq!(
+            generated_chars(r#"{"choices":[{"delta":{"content":"Hello"}}]}"#),
+            5
+        );
+        assert_eq!(
+            generated_chars(
+                r#"{"choices":[{"delta":{"reasoning_content":"a\"b","content":"xy"}}]}"#
+            ),
+            5
+        );
+        assert_eq!(
+            generated_chars(
+                r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"abc"}}"#
+            ),
+            3
+        );
+        assert_eq!(
+            generated_chars(r#"{"choices":[{"delta":{"role":"assistant"}}]}"#),
+            0
+        );
+        assert_eq!(generated_chars(r#"{"delta":{"content":null}}"#), 0);
+    }
 
     #[test]
     fn reads_openai_and_anthropic_shapes() {

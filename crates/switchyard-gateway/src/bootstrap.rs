@@ -4,9 +4,9 @@ use crate::clock::Clock;
 use crate::config::GatewayConfig;
 use crate::keys::{new_key, random_secret, NewKey};
 use crate::metrics::Metrics;
-use crate::reqlog::LogWriter;
 use crate::snapshot::Snapshot;
 use crate::state::AppState;
+use crate::state::Writers;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use switchyard_core::apikey::KeyHash;
@@ -63,6 +63,8 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
         && d.connections.is_empty()
         && d.combos.is_empty()
         && d.keys.is_empty()
+        && d.quota_pools.is_empty()
+        && d.quota_plans.is_empty()
     {
         return Ok(());
     }
@@ -111,6 +113,17 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
         crate::admin::upsert_by(&mut rows.keys, record.clone(), |x| &x.id, &k.id);
         keys.push(record);
     }
+    for p in &d.quota_plans {
+        crate::admin::upsert_by(
+            &mut rows.plans,
+            p.clone(),
+            |x| &x.connection_id,
+            &p.connection_id,
+        );
+    }
+    for p in &d.quota_pools {
+        crate::admin::upsert_by(&mut rows.pools, p.clone(), |x| &x.id, &p.id);
+    }
     Snapshot::build(&rows, &config.layers, &Metrics::new())
         .map_err(|e| BootError::Invalid(e.to_string()))?;
     store.batch(|b| {
@@ -125,6 +138,12 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
         }
         for k in &keys {
             b.save_key(k, SaveMode::Upsert)?;
+        }
+        for p in &d.quota_plans {
+            b.save_plan(p, now)?;
+        }
+        for p in &d.quota_pools {
+            b.save_pool(p, SaveMode::Upsert, now)?;
         }
         Ok(())
     })?;
@@ -180,7 +199,7 @@ fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
 #[derive(Debug)]
 pub struct Prepared {
     pub state: Arc<AppState>,
-    pub writer: LogWriter,
+    pub writer: Writers,
     pub admin: AdminToken,
 }
 

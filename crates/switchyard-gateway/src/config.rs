@@ -12,8 +12,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use switchyard_core::domain::AuthClass;
 use switchyard_core::domain::UpstreamFormat;
+use switchyard_core::quota::pool::PoolInput;
 use switchyard_core::settings::{self, Layers};
-use switchyard_store::{ComboRecord, ConnectionRecord, ProviderRecord};
+use switchyard_store::{ComboRecord, ConnectionRecord, PlanRecord, ProviderRecord};
 use utoipa::ToSchema;
 
 /// Default listen address: loopback, so a zero-config start exposes nothing to the
@@ -154,6 +155,12 @@ pub struct FileConfig {
     pub combos: Vec<ComboRecord>,
     #[serde(default)]
     pub keys: Vec<KeyDecl>,
+    /// Quota pools (SPEC Q1), in the API's shape.
+    #[serde(default)]
+    pub quota_pools: Vec<PoolInput>,
+    /// Manual plans per connection (SPEC Q5).
+    #[serde(default)]
+    pub quota_plans: Vec<PlanRecord>,
 }
 
 /// A configuration problem, naming the field.
@@ -202,6 +209,8 @@ pub struct Declared {
     pub combos: Vec<ComboRecord>,
     /// Keys with their secret.
     pub keys: Vec<(KeyDecl, String)>,
+    pub quota_pools: Vec<PoolInput>,
+    pub quota_plans: Vec<PlanRecord>,
 }
 
 impl FileConfig {
@@ -306,6 +315,8 @@ fn declared(file: FileConfig, env: &dyn Env) -> Result<Declared, ConfigError> {
     let mut out = Declared {
         providers: file.providers,
         combos: file.combos,
+        quota_pools: file.quota_pools,
+        quota_plans: file.quota_plans,
         ..Declared::default()
     };
     for (i, c) in file.connections.into_iter().enumerate() {

@@ -11,6 +11,26 @@ use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::routing::{Excluded, RouteError};
 use switchyard_store::StoreError;
 
+/// A JSON body extractor whose rejections (malformed JSON, wrong types, unknown fields,
+/// wrong content type) are typed API errors with the OpenAI-style body, not plain text.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for ApiJson<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(Self(v)),
+            Err(rejection) => Err(ApiError::bad_request("invalid_json", rejection.body_text())),
+        }
+    }
+}
+
 /// The typed error code of a response, for logs and the request log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErrorCode(pub &'static str);
@@ -30,6 +50,9 @@ pub enum ApiError {
     BodyTooLarge { limit: u64 },
     #[error("{message}")]
     BadRequest { code: &'static str, message: String },
+    /// A field of a submitted configuration is invalid; `field` goes into `param`.
+    #[error("{message}")]
+    InvalidField { field: String, message: String },
     #[error("{0}")]
     Route(#[from] RouteError),
     #[error("no executable target for model `{model}`: every candidate was excluded")]
@@ -43,6 +66,8 @@ pub enum ApiError {
         message: String,
         retry_after: Option<HeaderValue>,
     },
+    #[error("{}", .0.message())]
+    QuotaExceeded(Box<crate::quota::QuotaBlock>),
     #[error("{kind} `{id}` not found")]
     NotFound { kind: &'static str, id: String },
     #[error("{0}")]
@@ -74,6 +99,9 @@ impl ApiError {
                 "request_too_large",
             ),
             Self::BadRequest { code, .. } => (S::BAD_REQUEST, "invalid_request_error", code),
+            Self::InvalidField { .. } => {
+                (S::BAD_REQUEST, "invalid_request_error", "invalid_config")
+            }
             Self::Route(RouteError::UnknownModel(_)) => {
                 (S::NOT_FOUND, "invalid_request_error", "model_not_found")
             }
@@ -104,6 +132,7 @@ impl ApiError {
                 ),
                 AttemptFailure::Status(_) => (S::BAD_GATEWAY, "upstream_error", "upstream_error"),
             },
+            Self::QuotaExceeded(_) => (S::TOO_MANY_REQUESTS, "rate_limit_error", "quota_exceeded"),
             Self::NotFound { .. } => (S::NOT_FOUND, "invalid_request_error", "not_found"),
             Self::Conflict(_) => (S::CONFLICT, "invalid_request_error", "conflict"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", "internal_error"),
@@ -119,6 +148,9 @@ impl ApiError {
             "code": code,
             "param": null,
         });
+        if let Self::InvalidField { field, .. } = self {
+            err["param"] = json!(field);
+        }
         if let Self::NoExecutableTargets { excluded, .. } = self {
             let list: Vec<Value> = excluded
                 .iter()
@@ -138,6 +170,22 @@ impl ApiError {
         } = self
         {
             err["upstream_status"] = json!(s);
+        }
+        if let Self::QuotaExceeded(b) = self {
+            err["quota"] = json!({
+                "pool": b.pool_id,
+                "dimension": b.dimension.key(),
+                "unit": b.dimension.unit.as_str(),
+                "window": b.dimension.window.as_str(),
+                "reason": b.reason().as_str(),
+                "policy": b.policy.as_str(),
+                "mode": b.verdict.mode.as_str(),
+                "consumed": b.consumed,
+                "line": b.line,
+                "limit": b.dimension.limit,
+                "fair_share": b.verdict.fair_share,
+                "retry_after_ms": b.retry_after_ms,
+            });
         }
         json!({ "error": err })
     }
@@ -163,6 +211,14 @@ impl IntoResponse for ApiError {
         } = &self
         {
             resp.headers_mut().insert(header::RETRY_AFTER, v.clone());
+        }
+        if let Self::QuotaExceeded(b) = &self {
+            if let Some(ms) = b.retry_after_ms {
+                resp.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(ms.div_ceil(1000).max(1)),
+                );
+            }
         }
         resp.extensions_mut().insert(ErrorCode(code));
         resp

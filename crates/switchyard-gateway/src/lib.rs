@@ -11,6 +11,7 @@ pub mod error;
 pub mod keys;
 pub mod metrics;
 pub mod pipeline;
+pub mod quota;
 pub mod reqlog;
 pub mod server;
 pub mod snapshot;

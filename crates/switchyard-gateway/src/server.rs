@@ -4,8 +4,8 @@
 
 use crate::admin;
 use crate::pipeline::{self, auth};
-use crate::reqlog::LogWriter;
 use crate::state::AppState;
+use crate::state::Writers;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::from_fn_with_state;
@@ -164,7 +164,7 @@ const HANDOFF_QUEUE: usize = 1024;
 pub async fn run(
     listener: TcpListener,
     state: Arc<AppState>,
-    writer: LogWriter,
+    writer: Writers,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let watcher = tokio::spawn(watch_config(Arc::clone(&state)));

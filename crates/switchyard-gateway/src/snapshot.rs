@@ -35,6 +35,8 @@ pub enum SnapshotError {
     Url { connection: String, url: String },
     #[error(transparent)]
     Setting(#[from] settings::SettingError),
+    #[error(transparent)]
+    Quota(#[from] crate::quota::index::QuotaConfigError),
 }
 
 /// `provider_specific_data` flag that makes the gateway speak HTTP/2 without TLS
@@ -77,6 +79,8 @@ pub struct Snapshot {
     pub resolved: Vec<Resolved>,
     /// The generated admin token's hash (ignored when the operator configured a token).
     pub admin_hash: Option<KeyHash>,
+    /// Quota pools and plans.
+    pub quota: crate::quota::QuotaIndex,
 }
 
 /// Joins a base URL and an API path. A base that already ends in `/v1` (the usual way
@@ -179,6 +183,7 @@ impl Snapshot {
         metrics: &Metrics,
     ) -> Result<Self, SnapshotError> {
         let catalog = build_catalog(rows)?;
+        let quota = crate::quota::QuotaIndex::build(&catalog, &rows.pools, &rows.plans)?;
         let resolution = settings::resolve(&settings_layers(rows, base))?;
         for e in &resolution.ignored {
             tracing::warn!(error = %e, "Ignoring an invalid stored setting.");
@@ -228,6 +233,7 @@ impl Snapshot {
             settings: resolution.settings,
             resolved: resolution.resolved,
             admin_hash: rows.admin_token_hash.as_deref().and_then(KeyHash::from_hex),
+            quota,
         })
     }
 }

@@ -4,6 +4,8 @@
 use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::quota::writer::QuotaWriter;
+use crate::quota::QuotaEngine;
 use crate::reqlog::{LogWriter, RequestLog};
 use crate::snapshot::{Snapshot, SnapshotError};
 use arc_swap::ArcSwap;
@@ -34,6 +36,23 @@ pub struct AppState {
     /// Serialises management writes in this process so validate-then-write is atomic.
     pub admin_lock: tokio::sync::Mutex<()>,
     pub started_at_ms: u64,
+    /// Quota counters, provider signals and recent decisions.
+    pub quota: Arc<QuotaEngine>,
+}
+
+/// Background writers that must be flushed on shutdown.
+#[derive(Debug)]
+pub struct Writers {
+    pub log: LogWriter,
+    pub quota: QuotaWriter,
+}
+
+impl Writers {
+    /// Flushes pending quota counters and request-log rows, then stops both writers.
+    pub async fn finish(self) {
+        self.quota.finish().await;
+        self.log.finish().await;
+    }
 }
 
 impl AppState {
@@ -44,11 +63,15 @@ impl AppState {
         clock: Arc<dyn Clock>,
         layers: Layers,
         configured_admin: Option<KeyHash>,
-    ) -> Result<(Arc<Self>, LogWriter), ApiError> {
+    ) -> Result<(Arc<Self>, Writers), ApiError> {
         let rows = load_rows(&store).await?;
         let metrics = Metrics::new();
         let snapshot = Snapshot::build(&rows, &layers, &metrics).map_err(internal)?;
-        let (log, writer) = RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone());
+        let quota = Arc::new(QuotaEngine::new(Arc::clone(&clock)));
+        let now = clock.now_ms();
+        let consumption = blocking(&store, move |s| s.load_consumption(now)).await?;
+        quota.load(consumption, &snapshot.quota, now);
+        let (log, log_writer) = RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone());
         let state = Arc::new(Self {
             snapshot: ArcSwap::from_pointee(snapshot),
             store,
@@ -63,8 +86,13 @@ impl AppState {
             request_prefix: rand::random(),
             cutting: std::sync::atomic::AtomicBool::new(false),
             admin_lock: tokio::sync::Mutex::new(()),
+            quota,
         });
-        Ok((state, writer))
+        let writers = Writers {
+            log: log_writer,
+            quota: QuotaWriter::start(Arc::clone(&state)),
+        };
+        Ok((state, writers))
     }
 
     /// The current snapshot.
@@ -89,6 +117,10 @@ impl AppState {
                 Arc::clone(&next)
             }
         });
+        let live = self.snapshot();
+        let keys: std::collections::HashSet<&str> =
+            live.catalog.keys().map(|k| k.id.as_str()).collect();
+        self.quota.prune(&live.quota, |k| keys.contains(k));
         Ok(())
     }
 

@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanRecord {
+    #[serde(alias = "connection_id")]
     pub connection_id: String,
     #[schema(value_type = Vec<Object>)]
     pub dimensions: Vec<DimensionInput>,
@@ -134,6 +135,14 @@ impl Store {
 }
 
 impl Batch<'_> {
+    /// Whether no pool exists yet (the condition of a one-time import).
+    pub fn pools_empty(&self) -> Result<bool> {
+        let any: bool = self
+            .tx
+            .query_row("SELECT EXISTS(SELECT 1 FROM quota_pools)", [], |r| r.get(0))?;
+        Ok(!any)
+    }
+
     /// Saves a pool and replaces its allocations.
     pub fn save_pool(&self, pool: &PoolInput, mode: SaveMode, now: u64) -> Result<()> {
         let tx = self.tx;
@@ -375,6 +384,28 @@ mod tests {
         // A retention longer than the window keeps expired slots for history.
         assert_eq!(s.gc_consumption(17_000, 60_000).unwrap(), 0);
         assert_eq!(s.gc_consumption(80_000, 60_000).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_connection_in_a_pool_cannot_be_deleted_and_its_plan_goes_with_it() {
+        let s = store();
+        s.save_pool(&pool(), SaveMode::Create, 5).unwrap();
+        let e = s.delete_connection("c1").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "connection `c1` is still used by quota pools team"
+        );
+        s.delete_pool("team").unwrap();
+        s.save_plan(
+            &PlanRecord {
+                connection_id: "c1".into(),
+                dimensions: vec![],
+            },
+            1,
+        )
+        .unwrap();
+        s.delete_connection("c1").unwrap();
+        assert!(s.list_plans().unwrap().is_empty());
     }
 
     #[test]

@@ -259,6 +259,19 @@ impl Store {
                     used_by: format!("combos {}", combos.join(", ")),
                 });
             }
+            let pools: Vec<String> = crate::quota::query_pools(tx, None)?
+                .into_iter()
+                .filter(|p| p.connection_ids.iter().any(|c| c == id))
+                .map(|p| p.id)
+                .collect();
+            if !pools.is_empty() {
+                return Err(StoreError::InUse {
+                    kind: "connection",
+                    id: id.to_owned(),
+                    used_by: format!("quota pools {}", pools.join(", ")),
+                });
+            }
+            tx.execute("DELETE FROM provider_plans WHERE connection_id = ?1", [id])?;
             delete_row(tx, "connections", "id", id, "connection")
         })
     }

@@ -181,6 +181,12 @@ impl Decision {
     }
 }
 
+/// `limit * weight / 100`, rounded to nine decimals so that an equal split of 30 three
+/// ways is 10, not 10.000000000000002 (no unit is metered finer than that).
+pub fn fair_share(limit: f64, weight: f64) -> f64 {
+    (limit * weight / 100.0 * 1e9).round() / 1e9
+}
+
 /// `x` has reached `bound`, or `x + cost` would pass it.
 fn overflows(x: f64, cost: f64, bound: f64) -> bool {
     x >= bound || x + cost > bound
@@ -202,7 +208,7 @@ pub fn judge(d: &DimensionInput, share: Share, saturation_threshold: f64) -> Dim
         signal
     };
     let fair_share = if known {
-        d.limit * share.weight / 100.0
+        fair_share(d.limit, share.weight)
     } else {
         0.0
     };
@@ -556,6 +562,13 @@ mod tests {
         let v = judge(&dim(100.0, 30.0, 60.0, 2.0), share(25.0, Policy::Hard), 0.5);
         assert_eq!(v.blocked, Some(BlockReason::FairShare));
         assert_eq!(v.fits_at, Some(23.0));
+    }
+
+    #[test]
+    fn fair_shares_have_no_float_noise() {
+        assert_eq!(fair_share(30.0, 100.0 / 3.0), 10.0);
+        assert_eq!(fair_share(100.0, 12.5), 12.5);
+        assert_eq!(fair_share(0.3, 50.0), 0.15);
     }
 
     #[test]

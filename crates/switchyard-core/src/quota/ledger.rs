@@ -155,9 +155,6 @@ impl PoolLedger {
         for (i, d) in deltas.iter().enumerate() {
             if *d != 0.0 {
                 key.counters[i].add_to_slot(now, reservation.slots[i], *d);
-                if *d > 0.0 {
-                    key.burn[i].observe(now, *d);
-                }
             }
         }
         for (i, d) in deltas.iter().enumerate() {
@@ -166,6 +163,14 @@ impl PoolLedger {
                 self.dirty
                     .insert((reservation.key_id.clone(), i, reservation.slots[i]));
             }
+        }
+    }
+
+    /// Feeds a finished request's actual cost into the key's burn rates.
+    pub fn observe_burn(&mut self, now: UnixMillis, key_id: &str, actual: &[f64]) {
+        let key = self.key_state(key_id);
+        for (burn, amount) in key.burn.iter_mut().zip(actual) {
+            burn.observe(now, *amount);
         }
     }
 

@@ -42,12 +42,13 @@ pub struct DimensionInput {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AllocationInput {
+    #[serde(alias = "api_key_id")]
     pub api_key_id: String,
-    #[serde(default)]
+    #[serde(default, alias = "allocation_weight")]
     pub allocation_weight: f64,
-    #[serde(default)]
+    #[serde(default, alias = "cap_value")]
     pub cap_value: Option<f64>,
-    #[serde(default)]
+    #[serde(default, alias = "cap_unit")]
     pub cap_unit: Option<String>,
     #[serde(default = "default_policy")]
     pub policy: String,
@@ -57,12 +58,14 @@ fn default_policy() -> String {
     Policy::Hard.as_str().to_owned()
 }
 
-/// A pool as submitted.
+/// A pool as submitted. Field names are camelCase (the API's); the config file may also
+/// spell them in snake_case.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PoolInput {
     pub id: String,
     pub name: String,
+    #[serde(alias = "connection_ids")]
     pub connection_ids: Vec<String>,
     #[serde(default)]
     pub dimensions: Vec<DimensionInput>,

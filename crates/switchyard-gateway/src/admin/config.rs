@@ -5,7 +5,7 @@
 
 use super::{apply_change, now, upsert_by};
 use crate::config::ConnectionSpec;
-use crate::error::ApiError;
+use crate::error::{ApiError, ApiJson};
 use crate::state::{blocking, AppState};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -68,7 +68,7 @@ async fn save_provider(
     security(("bearer" = [])))]
 pub async fn create_provider(
     State(state): State<Arc<AppState>>,
-    Json(p): Json<ProviderRecord>,
+    ApiJson(p): ApiJson<ProviderRecord>,
 ) -> Result<(StatusCode, Json<ProviderRecord>), ApiError> {
     let p = save_provider(&state, p, SaveMode::Create).await?;
     Ok((StatusCode::CREATED, Json(p)))
@@ -81,7 +81,7 @@ pub async fn create_provider(
 pub async fn update_provider(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-    Json(p): Json<ProviderRecord>,
+    ApiJson(p): ApiJson<ProviderRecord>,
 ) -> Result<Json<ProviderRecord>, ApiError> {
     id_matches(&id, &p.id, "id")?;
     Ok(Json(save_provider(&state, p, SaveMode::Update).await?))
@@ -172,7 +172,7 @@ async fn save_connection(
     security(("bearer" = [])))]
 pub async fn create_connection(
     State(state): State<Arc<AppState>>,
-    Json(input): Json<ConnectionSpec>,
+    ApiJson(input): ApiJson<ConnectionSpec>,
 ) -> Result<(StatusCode, Json<ConnectionRecord>), ApiError> {
     let c = save_connection(&state, input, SaveMode::Create).await?;
     tracing::info!(connection_id = %c.id, provider = %c.provider, "Created connection.");
@@ -186,7 +186,7 @@ pub async fn create_connection(
 pub async fn update_connection(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-    Json(input): Json<ConnectionSpec>,
+    ApiJson(input): ApiJson<ConnectionSpec>,
 ) -> Result<Json<ConnectionRecord>, ApiError> {
     id_matches(&id, &input.id, "id")?;
     Ok(Json(
@@ -248,7 +248,7 @@ async fn save_combo(
     security(("bearer" = [])))]
 pub async fn create_combo(
     State(state): State<Arc<AppState>>,
-    Json(c): Json<ComboRecord>,
+    ApiJson(c): ApiJson<ComboRecord>,
 ) -> Result<(StatusCode, Json<ComboRecord>), ApiError> {
     let c = save_combo(&state, c, SaveMode::Create).await?;
     Ok((StatusCode::CREATED, Json(c)))
@@ -261,7 +261,7 @@ pub async fn create_combo(
 pub async fn update_combo(
     State(state): State<Arc<AppState>>,
     Path(name): Path<String>,
-    Json(c): Json<ComboRecord>,
+    ApiJson(c): ApiJson<ComboRecord>,
 ) -> Result<Json<ComboRecord>, ApiError> {
     id_matches(&name, &c.name, "name")?;
     Ok(Json(save_combo(&state, c, SaveMode::Update).await?))

@@ -1,7 +1,7 @@
 //! `/api/keys`: client API keys. The secret is returned once, by `POST`, and never again.
 
 use super::{apply_change, now};
-use crate::error::ApiError;
+use crate::error::{ApiError, ApiJson};
 use crate::keys::{new_key, validate_key_fields, NewKey};
 use crate::state::{blocking, AppState};
 use axum::extract::{Path, State};
@@ -76,7 +76,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<Vec<KeyReco
     security(("bearer" = [])))]
 pub async fn create(
     State(state): State<Arc<AppState>>,
-    Json(body): Json<CreateKey>,
+    ApiJson(body): ApiJson<CreateKey>,
 ) -> Result<(StatusCode, Json<CreatedKey>), ApiError> {
     let (record, secret) = new_key(
         NewKey {
@@ -128,7 +128,7 @@ pub async fn get(
 pub async fn update(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
-    Json(body): Json<UpdateKey>,
+    ApiJson(body): ApiJson<UpdateKey>,
 ) -> Result<Json<KeyRecord>, ApiError> {
     let lookup = id.clone();
     let mut record = blocking(&state.store, move |s| s.get_key(&lookup)).await?;

@@ -8,11 +8,13 @@
 
 mod config;
 mod keys;
+mod quota;
 mod settings;
 pub mod system;
 
 use crate::error::ApiError;
-use crate::snapshot::Snapshot;
+use crate::quota::index::QuotaConfigError;
+use crate::snapshot::{Snapshot, SnapshotError};
 use crate::state::{blocking, load_rows, AppState};
 use std::sync::Arc;
 use switchyard_store::{ConfigRows, Store};
@@ -46,6 +48,21 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(settings::list))
         .routes(routes!(settings::put, settings::delete))
         .routes(routes!(system::logs))
+        .routes(routes!(quota::list_pools, quota::create_pool))
+        .routes(routes!(
+            quota::get_pool,
+            quota::update_pool,
+            quota::delete_pool
+        ))
+        .routes(routes!(quota::pool_usage))
+        .routes(routes!(quota::pool_decisions))
+        .routes(routes!(
+            quota::get_plan,
+            quota::put_plan,
+            quota::delete_plan
+        ))
+        .routes(routes!(quota::import_pools))
+        .routes(routes!(quota::export_pools))
 }
 
 /// Validates and applies a configuration change; see the module docs.
@@ -57,8 +74,13 @@ pub(crate) async fn apply_change<T: Send + 'static>(
     let _guard = state.admin_lock.lock().await;
     let mut rows = load_rows(&state.store).await?;
     preview(&mut rows)?;
-    Snapshot::build(&rows, &state.layers, &state.metrics)
-        .map_err(|e| ApiError::bad_request("invalid_config", e.to_string()))?;
+    Snapshot::build(&rows, &state.layers, &state.metrics).map_err(|e| match &e {
+        SnapshotError::Quota(QuotaConfigError::Pool { error, .. }) => ApiError::InvalidField {
+            field: error.field.clone(),
+            message: e.to_string(),
+        },
+        _ => ApiError::bad_request("invalid_config", e.to_string()),
+    })?;
     let out = blocking(&state.store, write).await?;
     state.reload().await?;
     Ok(out)

@@ -1,7 +1,7 @@
 //! `/api/settings`: runtime settings with their effective value and its source.
 
 use super::{apply_change, now};
-use crate::error::ApiError;
+use crate::error::{ApiError, ApiJson};
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -71,7 +71,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Json<Vec<SettingView>> 
 pub async fn put(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
-    Json(body): Json<SettingValue>,
+    ApiJson(body): ApiJson<SettingValue>,
 ) -> Result<Json<Vec<SettingView>>, ApiError> {
     let value = settings::validate(&key, &body.value, Source::Database)
         .map_err(|e| ApiError::bad_request("invalid_setting", e.to_string()))?;

@@ -1,11 +1,12 @@
-//! Finishing a request exactly once: the request-log row, the request metrics and the
-//! in-flight gauge. A `Finisher` travels with the request — into the response body for
+//! Finishing a request exactly once: the quota settlement, the request-log row, the
+//! request metrics and the in-flight gauge. A `Finisher` travels with the request — into the response body for
 //! streams — and finishes when told to or, failing that, when dropped (the client went
 //! away), so no path can skip or double the bookkeeping.
 
 use crate::clock::Stopwatch;
 use crate::error::ErrorCode;
 use crate::metrics::{RequestLabels, NONE_LABEL};
+use crate::quota::QuotaGuard;
 use crate::state::AppState;
 use axum::response::Response;
 use std::sync::Arc;
@@ -28,6 +29,8 @@ struct Inner {
     /// The `model` metric label: bounded by the configuration (see `metrics::model_label`).
     model_label: Option<String>,
     watch: Stopwatch,
+    /// The current attempt's quota reservation.
+    quota: Option<QuotaGuard>,
 }
 
 /// The per-request bookkeeping; see the module docs.
@@ -41,6 +44,7 @@ impl Finisher {
             state: Arc::clone(state),
             model_label: None,
             watch: Stopwatch::start(),
+            quota: None,
             row: LogRow {
                 ts: now_ms,
                 request_id,
@@ -96,6 +100,27 @@ impl Finisher {
         }
     }
 
+    /// Hands the attempt's quota reservation to the finisher, which settles it.
+    pub fn set_quota(&mut self, guard: QuotaGuard) {
+        if let Some(i) = &mut self.0 {
+            i.quota = Some(guard);
+        }
+    }
+
+    /// Gives the attempt's reservation back (the attempt failed; another may follow).
+    pub fn release_quota(&mut self) {
+        if let Some(g) = self.0.as_mut().and_then(|i| i.quota.take()) {
+            g.release();
+        }
+    }
+
+    /// Notes generated text streamed to the client (grows the quota reservation).
+    pub fn observe_output(&mut self, chars: usize) {
+        if let Some(g) = self.0.as_mut().and_then(|i| i.quota.as_mut()) {
+            g.observe_output(chars);
+        }
+    }
+
     /// Records the time to the first response byte.
     pub fn first_byte(&mut self) {
         if let Some(i) = &mut self.0 {
@@ -117,6 +142,15 @@ impl Finisher {
         };
         i.row.status = status;
         i.row.error_code = error_code.map(str::to_owned);
+        if let Some(g) = i.quota.take() {
+            // An answer that reached the client (even cut short) was paid for upstream;
+            // a request that failed before any byte was not.
+            if status == 200 || (status == CLIENT_CLOSED && i.row.ttfb_ms.is_some()) {
+                g.settle(usage);
+            } else {
+                g.release();
+            }
+        }
         i.row.latency_ms = i.watch.elapsed_ms();
         if let Some(u) = usage {
             i.row.prompt_tokens = Some(u.prompt_tokens);

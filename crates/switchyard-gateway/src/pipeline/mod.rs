@@ -6,15 +6,18 @@
 //! 1. edge — request id, `now` read once, in-flight accounting ([`finish::Finisher`])
 //! 2. auth — client key from the in-memory snapshot ([`auth`])
 //! 3. parse — body size limit, JSON shape ([`switchyard_core::chat`])
-//! 4. resolve + exclude + order — the routing plan ([`switchyard_core::routing`])
-//! 5. attempts — per candidate: send upstream ([`upstream`]), classify the outcome, fail
-//!    over on retryable failures while nothing has reached the client
+//! 4. resolve + exclude + order — the routing plan ([`switchyard_core::routing`]), then
+//!    candidates where the key is over a soft quota share move back ([`quota`])
+//! 5. attempts — per candidate: quota reservation ([`quota`]; a pool that blocks skips
+//!    the candidate), send upstream ([`upstream`]), classify the outcome, fail over on
+//!    retryable failures while nothing has reached the client
 //! 6. respond — a buffered JSON body, or a streaming body that owns the finisher
 //!    ([`stream`])
-//! 7. finish — exactly once: request log row, metrics ([`finish`])
+//! 7. finish — exactly once: quota settlement, request log row, metrics ([`finish`])
 
 pub mod auth;
 pub mod finish;
+mod quota;
 mod stream;
 mod upstream;
 
@@ -34,6 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::chat::ChatRequest;
 use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing;
 use switchyard_core::usage::Usage;
 
@@ -108,23 +112,35 @@ async fn run(
     let request = ChatRequest::parse(&bytes)
         .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
     finisher.set_request(&request.model, request.stream);
-    let plan = routing::plan(&snap.catalog, key, &request.model, state.next_rotation())?;
+    let mut plan = routing::plan(&snap.catalog, key, &request.model, state.next_rotation())?;
     if plan.candidates.is_empty() {
         return Err(ApiError::NoExecutableTargets {
             model: request.model.clone(),
             excluded: plan.excluded,
         });
     }
+    let estimate = Estimate::new(request.messages_len(), request.max_tokens);
+    quota::order(state, &snap, &key.id, &estimate, &mut plan.candidates);
     let first_byte = Duration::from_millis(snap.settings.first_byte_timeout_ms);
     let idle_timeout = Duration::from_millis(snap.settings.stream_idle_timeout_ms);
     let mut last: Option<(Failed, String)> = None;
+    let mut blocked = Vec::new();
     for candidate in &plan.candidates {
         let conn = &candidate.connection;
+        let pooled = snap.quota.pool_of(conn.index);
+        let quota_headers = match quota::admit(state, &snap, key, conn, estimate, finisher) {
+            Ok(headers) => headers,
+            Err(block) => {
+                blocked.push(*block);
+                continue;
+            }
+        };
         finisher.attempt(
             candidate,
             model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),
         );
         let Some(target) = snap.upstreams.get(conn.index) else {
+            finisher.release_quota();
             continue;
         };
         let body = request.upstream_body(&candidate.upstream_model);
@@ -141,6 +157,11 @@ async fn run(
         .await;
         let outcome = match result {
             Ok(response) => {
+                if pooled.is_some() {
+                    state
+                        .quota
+                        .record_signals(&conn.id, response.headers(), state.clock.now_ms());
+                }
                 target
                     .metrics
                     .latency
@@ -150,12 +171,14 @@ async fn run(
             Err(failure) => Err(Failed::from(failure)),
         };
         let mut failed = match outcome {
-            Ok(response) => {
+            Ok(mut response) => {
                 target.metrics.success.inc();
+                quota::add_headers(&mut response, quota_headers);
                 return Ok(response);
             }
             Err(failed) => failed,
         };
+        finisher.release_quota();
         count_attempt(state, &conn.provider, failed.failure.label());
         if let Some(response) = failed.passthrough.take() {
             return Ok(response);
@@ -182,6 +205,9 @@ async fn run(
         last = Some((failed, message));
     }
     let Some((failed, message)) = last else {
+        if let Some(block) = quota::most_hopeful(blocked) {
+            return Err(ApiError::QuotaExceeded(block));
+        }
         return Err(ApiError::Internal(
             "routing produced candidates without upstreams".to_owned(),
         ));

@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use switchyard_core::sse::SseParser;
-use switchyard_core::usage::Usage;
+use switchyard_core::usage::{generated_chars, Usage};
 use tokio::time::Sleep;
 
 /// Frame sent to the client when the upstream breaks mid-stream, so the client sees a
@@ -57,11 +57,16 @@ impl ObservedStream {
 
     fn observe(&mut self, chunk: &[u8]) {
         let usage = &mut self.usage;
+        let mut generated = 0;
         self.parser.feed(chunk, |event| {
             if let Some(u) = Usage::from_json_bytes(event.data.as_bytes()) {
                 usage.get_or_insert_with(Usage::default).merge(u);
             }
+            generated += generated_chars(&event.data);
         });
+        if generated > 0 {
+            self.finisher.observe_output(generated);
+        }
     }
 }
 

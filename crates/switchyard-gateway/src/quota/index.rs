@@ -50,7 +50,10 @@ pub enum QuotaConfigError {
         second: String,
     },
     #[error("plan for connection `{connection}`: {error}")]
-    Plan { connection: String, error: PoolError },
+    Plan {
+        connection: String,
+        error: PoolError,
+    },
     #[error("plan for unknown connection `{0}`")]
     PlanConnection(String),
 }
@@ -82,7 +85,8 @@ impl QuotaIndex {
             .connections()
             .iter()
             .map(|c| {
-                let resolved = plan::resolve(manual.get(c.id.as_str()).map(Vec::as_slice), &c.provider);
+                let resolved =
+                    plan::resolve(manual.get(c.id.as_str()).map(Vec::as_slice), &c.provider);
                 (c.id.clone(), resolved)
             })
             .collect();
@@ -139,7 +143,11 @@ impl QuotaIndex {
                     index.by_connection[conn.index] = Some(pos);
                 }
             }
-            let layout = dims.iter().map(Dimension::key).collect::<Vec<_>>().join(",");
+            let layout = dims
+                .iter()
+                .map(Dimension::key)
+                .collect::<Vec<_>>()
+                .join(",");
             index.pools.push(Arc::new(PoolRuntime {
                 unallocated: KeyShare {
                     share: Share {

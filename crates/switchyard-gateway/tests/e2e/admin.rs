@@ -479,6 +479,8 @@ async fn openapi_document_matches_the_routes() {
         "DELETE /api/connections/{id}",
         "DELETE /api/keys/{id}",
         "DELETE /api/providers/{id}",
+        "DELETE /api/quota/plans/{connectionId}",
+        "DELETE /api/quota/pools/{id}",
         "DELETE /api/settings/{key}",
         "GET /api/combos",
         "GET /api/combos/{name}",
@@ -490,6 +492,12 @@ async fn openapi_document_matches_the_routes() {
         "GET /api/monitoring/health",
         "GET /api/providers",
         "GET /api/providers/{id}",
+        "GET /api/quota/export",
+        "GET /api/quota/plans/{connectionId}",
+        "GET /api/quota/pools",
+        "GET /api/quota/pools/{id}",
+        "GET /api/quota/pools/{id}/decisions",
+        "GET /api/quota/pools/{id}/usage",
         "GET /api/settings",
         "GET /metrics",
         "GET /v1/models",
@@ -499,10 +507,14 @@ async fn openapi_document_matches_the_routes() {
         "POST /api/keys",
         "POST /api/keys/{id}/revoke",
         "POST /api/providers",
+        "POST /api/quota/import",
+        "POST /api/quota/pools",
         "POST /v1/chat/completions",
         "PUT /api/combos/{name}",
         "PUT /api/connections/{id}",
         "PUT /api/providers/{id}",
+        "PUT /api/quota/plans/{connectionId}",
+        "PUT /api/quota/pools/{id}",
         "PUT /api/settings/{key}",
     ];
     assert_eq!(documented, expected);
@@ -513,6 +525,7 @@ async fn openapi_document_matches_the_routes() {
         let concrete = path
             .replace("{id}", "zz-missing")
             .replace("{name}", "zz-missing")
+            .replace("{connectionId}", "zz-missing")
             .replace("{key}", "zz.missing");
         let r = h
             .http

@@ -73,6 +73,8 @@ pub struct Harness {
     pub base: String,
     pub http: reqwest::Client,
     pub data_dir: PathBuf,
+    config_text: String,
+    vars: BTreeMap<String, String>,
     _dir: tempfile::TempDir,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
@@ -107,31 +109,46 @@ impl Harness {
         for (k, v) in env {
             vars.insert((*k).into(), (*v).into());
         }
-        let file = FileConfig::parse(&config_for(&mock.base_url())).unwrap();
-        let cfg = config::resolve(file, &vars).unwrap();
+        let config_text = config_for(&mock.base_url());
+        let mut h = Self {
+            mock,
+            base: String::new(),
+            http: reqwest::Client::new(),
+            data_dir: dir.path().to_owned(),
+            config_text,
+            vars,
+            _dir: dir,
+            shutdown: None,
+            task: None,
+        };
+        h.launch().await;
+        h
+    }
+
+    async fn launch(&mut self) {
+        let file = FileConfig::parse(&self.config_text).unwrap();
+        let cfg = config::resolve(file, &self.vars).unwrap();
         let prepared = bootstrap::prepare(&cfg, Arc::new(SystemClock))
             .await
             .unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
+        self.base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(switchyard_gateway::run(
+        self.task = Some(tokio::spawn(switchyard_gateway::run(
             listener,
             prepared.state,
             prepared.writer,
             async move {
                 let _ = rx.await;
             },
-        ));
-        Self {
-            mock,
-            base,
-            http: reqwest::Client::new(),
-            data_dir: dir.path().to_owned(),
-            _dir: dir,
-            shutdown: Some(tx),
-            task: Some(task),
-        }
+        )));
+        self.shutdown = Some(tx);
+    }
+
+    /// Stops the gateway gracefully and starts it again on the same data directory.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        self.launch().await;
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -140,9 +157,14 @@ impl Harness {
 
     /// Sends a chat request with the standard client key.
     pub async fn chat(&self, body: Value) -> reqwest::Response {
+        self.chat_as(KEY, body).await
+    }
+
+    /// Sends a chat request with the given client key.
+    pub async fn chat_as(&self, key: &str, body: Value) -> reqwest::Response {
         self.http
             .post(self.url("/v1/chat/completions"))
-            .bearer_auth(KEY)
+            .bearer_auth(key)
             .json(&body)
             .send()
             .await

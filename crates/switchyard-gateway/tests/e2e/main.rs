@@ -13,3 +13,4 @@ mod common;
 mod failover;
 mod lifecycle;
 mod python;
+mod quota;

@@ -1,0 +1,104 @@
+//! The quota stage (SPEC Q6, Q7): soft-penalty ordering before the attempts, and the
+//! per-attempt reservation that admits a candidate or skips it.
+
+use crate::quota::{Admission, QuotaBlock};
+use crate::snapshot::Snapshot;
+use crate::state::AppState;
+use axum::http::{HeaderName, HeaderValue};
+use axum::response::Response;
+use std::sync::Arc;
+use switchyard_core::catalog::{ApiKey, Connection};
+use switchyard_core::quota::cost::Estimate;
+use switchyard_core::routing::Candidate;
+
+use super::finish::Finisher;
+
+/// Moves candidates on which the key is over a soft share behind the others: their score
+/// is multiplied by the soft-deprioritize factor after every other factor (SPEC Q7).
+/// Under the priority strategy every candidate scores 1, so penalized ones go last and
+/// keep their relative order. With one candidate there is nothing to reorder.
+pub fn order(
+    state: &AppState,
+    snap: &Snapshot,
+    key_id: &str,
+    estimate: &Estimate,
+    candidates: &mut [Candidate],
+) {
+    if snap.quota.is_empty() || candidates.len() < 2 {
+        return;
+    }
+    let factor = snap.settings.quota.soft_deprioritize_factor;
+    let mut scored: Vec<(f64, usize)> = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let penalized = snap.quota.pool_of(c.connection.index).is_some_and(|pool| {
+                state
+                    .quota
+                    .is_deprioritized(pool, key_id, estimate, &snap.settings.quota)
+            });
+            (if penalized { factor } else { 1.0 }, i)
+        })
+        .collect();
+    if scored.iter().all(|(s, _)| *s == 1.0) {
+        return;
+    }
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let reordered: Vec<Candidate> = scored.iter().map(|(_, i)| candidates[*i].clone()).collect();
+    candidates.clone_from_slice(&reordered);
+}
+
+/// Reserves quota for an attempt on `conn`. `Ok` carries the headers to add to a
+/// successful response (empty when the connection is in no pool); `Err` is the pool's
+/// refusal, and the caller moves on to the next candidate.
+pub fn admit(
+    state: &Arc<AppState>,
+    snap: &Snapshot,
+    key: &ApiKey,
+    conn: &Connection,
+    estimate: Estimate,
+    finisher: &mut Finisher,
+) -> Result<Vec<(String, String)>, Box<QuotaBlock>> {
+    let Some(pool) = snap.quota.pool_of(conn.index) else {
+        return Ok(Vec::new());
+    };
+    match state
+        .quota
+        .reserve(pool, &conn.id, &key.id, estimate, &snap.settings.quota)
+    {
+        Admission::Admitted { guard, headers } => {
+            finisher.set_quota(guard);
+            Ok(headers)
+        }
+        Admission::Blocked(block) => {
+            tracing::info!(
+                request_id = finisher.request_id(),
+                key_id = %key.id,
+                pool = %block.pool_id,
+                connection_id = %conn.id,
+                dimension = %block.dimension.key(),
+                reason = block.reason().as_str(),
+                retry_after_ms = block.retry_after_ms,
+                "Quota pool blocked a candidate."
+            );
+            Err(Box::new(block))
+        }
+    }
+}
+
+/// Adds the quota headers of the admitted attempt to the response.
+pub fn add_headers(response: &mut Response, headers: Vec<(String, String)>) {
+    for (name, value) in headers {
+        if let (Ok(n), Ok(v)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+            response.headers_mut().insert(n, v);
+        }
+    }
+}
+
+/// Of several refusals, the one that clears soonest (the client's best `Retry-After`).
+pub fn most_hopeful(blocked: Vec<QuotaBlock>) -> Option<Box<QuotaBlock>> {
+    blocked
+        .into_iter()
+        .min_by_key(|b| b.retry_after_ms.unwrap_or(u64::MAX))
+        .map(Box::new)
+}

@@ -1,0 +1,680 @@
+//! Quota sharing end to end (SPEC Q): pools declared in the config file or through the
+//! API, decisions seen by clients (429s, headers), usage and decisions endpoints,
+//! persistence across a restart, and the overshoot guarantee under concurrency.
+
+use crate::common::*;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+pub const KEY2: &str = "sy-test-client-key-0000000002";
+pub const KEY3: &str = "sy-test-client-key-0000000003";
+
+/// The standard configuration, two more client keys, and `pool` (TOML).
+fn with_pool(mock_url: &str, pool: &str) -> String {
+    format!(
+        r#"{}
+[[keys]]
+id = "k2"
+name = "second"
+secret = "{KEY2}"
+
+[[keys]]
+id = "k3"
+name = "third"
+secret = "{KEY3}"
+
+{pool}
+"#,
+        standard_config(mock_url)
+    )
+}
+
+fn three_equal_keys(mock_url: &str) -> String {
+    with_pool(
+        mock_url,
+        r#"
+[[quota_pools]]
+id = "team"
+name = "Team alpha"
+connection_ids = ["alpha-1"]
+dimensions = [{ unit = "requests", window = "hourly", limit = 30 }]
+allocations = [{ api_key_id = "k1" }, { api_key_id = "k2" }, { api_key_id = "k3" }]
+"#,
+    )
+}
+
+/// Sends `n` requests as `key` and returns the statuses, stopping after the first 429
+/// (whose body is returned).
+async fn burst(h: &Harness, key: &str, model: &str, n: usize) -> (usize, Option<Value>) {
+    for i in 0..n {
+        let r = h.chat_as(key, chat_body(model, false)).await;
+        match r.status().as_u16() {
+            200 => {}
+            429 => return (i, Some(r.json().await.unwrap())),
+            other => panic!("unexpected status {other}: {}", r.text().await.unwrap()),
+        }
+    }
+    (n, None)
+}
+
+#[tokio::test]
+async fn keys_borrow_while_lenient_and_stop_at_their_share_once_strict() {
+    let h = Harness::start_with(three_equal_keys, &[]).await;
+    // Weights of 0 everywhere: an equal split, 10 of 30 each. Key A may borrow while
+    // the pool is under half used (15), then it is over its share in strict mode.
+    let (ok, body) = burst(&h, KEY, "alpha/mock-small", 20).await;
+    assert_eq!(ok, 15);
+    let q = &body.unwrap()["error"];
+    assert_eq!(q["code"], "quota_exceeded");
+    assert_eq!(q["type"], "rate_limit_error");
+    assert_eq!(
+        (
+            q["quota"]["pool"].as_str(),
+            q["quota"]["dimension"].as_str(),
+            q["quota"]["reason"].as_str(),
+            q["quota"]["mode"].as_str(),
+            q["quota"]["policy"].as_str(),
+        ),
+        (
+            Some("team"),
+            Some("requests:hourly"),
+            Some("fair_share"),
+            Some("strict"),
+            Some("hard")
+        )
+    );
+    assert_eq!(q["quota"]["consumed"], 15.0);
+    assert_eq!(q["quota"]["fair_share"], 10.0);
+    let msg = q["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("quota pool `team` (Team alpha) blocked the request on requests/hourly (hard policy, strict mode): key `k1` has used 15 of its fair share 10; retry in "),
+        "{msg}"
+    );
+    // B and C still get answers: B its whole share, C what is left under the limit.
+    let (ok, body) = burst(&h, KEY2, "alpha/mock-small", 20).await;
+    assert_eq!(ok, 10);
+    assert_eq!(body.unwrap()["error"]["quota"]["reason"], "fair_share");
+    let (ok, body) = burst(&h, KEY3, "alpha/mock-small", 20).await;
+    assert_eq!(ok, 5);
+    assert_eq!(body.unwrap()["error"]["quota"]["reason"], "global_limit");
+    // Refused requests never reached the upstream.
+    assert_eq!(h.mock_stats().await["requests_total"], 30);
+}
+
+#[tokio::test]
+async fn a_quota_429_says_when_to_come_back_and_admitted_answers_carry_the_remaining_share() {
+    let h = Harness::start_with(three_equal_keys, &[]).await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 200);
+    let hdr = |name: &str| r.headers()[name].to_str().unwrap().to_owned();
+    assert_eq!(hdr("x-quota-pool"), "team");
+    assert_eq!(hdr("x-ratelimit-limit-requests-hourly"), "10");
+    assert_eq!(hdr("x-ratelimit-remaining-requests-hourly"), "9");
+    burst(&h, KEY, "alpha/mock-small", 20).await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 429);
+    // All 15 were booked within the last moments, so the key fits again only when its
+    // rolling count falls to 9: as their slot phases out of the window, between one
+    // hour and one hour plus a slot (28.125 s) from when they were booked.
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((3590..=3629).contains(&retry), "{retry}");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["error"]["quota"]["retry_after_ms"]
+            .as_u64()
+            .unwrap()
+            .div_ceil(1000),
+        retry
+    );
+    let decisions: Value = h
+        .admin_get("/api/quota/pools/team/decisions?apiKeyId=k1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let latest = &decisions[0];
+    assert_eq!(
+        (
+            latest["admitted"].as_bool(),
+            latest["dimension"].as_str(),
+            latest["reason"].as_str(),
+            latest["apiKeyId"].as_str()
+        ),
+        (
+            Some(false),
+            Some("requests:hourly"),
+            Some("fair_share"),
+            Some("k1")
+        )
+    );
+    assert_eq!(decisions.as_array().unwrap().len(), 17);
+}
+
+fn capped(mock_url: &str) -> String {
+    with_pool(
+        mock_url,
+        r#"
+[[quota_pools]]
+id = "team"
+name = "Team"
+connection_ids = ["alpha-1"]
+dimensions = [{ unit = "requests", window = "daily", limit = 100 }]
+allocations = [
+  { api_key_id = "k1", allocation_weight = 50 },
+  { api_key_id = "k2", allocation_weight = 50, cap_value = 2, cap_unit = "requests", policy = "burst" },
+]
+"#,
+    )
+}
+
+#[tokio::test]
+async fn an_absolute_cap_blocks_early_even_while_the_pool_is_lenient() {
+    let h = Harness::start_with(capped, &[]).await;
+    let (ok, body) = burst(&h, KEY2, "alpha/mock-small", 5).await;
+    assert_eq!(ok, 2);
+    let q = &body.unwrap()["error"]["quota"];
+    assert_eq!(
+        (q["reason"].as_str(), q["mode"].as_str(), q["line"].as_f64()),
+        (Some("cap"), Some("lenient"), Some(2.0))
+    );
+    // The other key is unaffected.
+    assert_eq!(burst(&h, KEY, "alpha/mock-small", 3).await.0, 3);
+}
+
+fn soft(mock_url: &str) -> String {
+    with_pool(
+        mock_url,
+        r#"
+[[quota_pools]]
+id = "team"
+name = "Team"
+connection_ids = ["alpha-1"]
+dimensions = [{ unit = "requests", window = "hourly", limit = 10 }]
+allocations = [
+  { api_key_id = "k1", allocation_weight = 10, policy = "soft" },
+  { api_key_id = "k2", allocation_weight = 90 },
+]
+"#,
+    )
+}
+
+#[tokio::test]
+async fn a_soft_key_is_deprioritized_never_blocked_by_its_share() {
+    let h = Harness::start_with(soft, &[]).await;
+    // Lenient up to half the pool.
+    assert_eq!(burst(&h, KEY, "alpha/mock-small", 5).await.0, 5);
+    // Now strict and far over its share of 1: through a combo the pooled target moves
+    // behind the unpooled one ...
+    let r = h.chat(chat_body("fast", false)).await;
+    assert_eq!(r.status(), 200);
+    let stats = h.mock_stats().await;
+    assert_eq!(stats["by_credential"][CRED_BETA], 1);
+    assert_eq!(stats["by_credential"][CRED_ALPHA], 5);
+    // ... and asked for directly it is still served, up to the pool's limit.
+    let (ok, body) = burst(&h, KEY, "alpha/mock-small", 10).await;
+    assert_eq!(ok, 5);
+    assert_eq!(body.unwrap()["error"]["quota"]["reason"], "global_limit");
+}
+
+fn weekly(mock_url: &str) -> String {
+    with_pool(
+        mock_url,
+        r#"
+[[quota_pools]]
+id = "team"
+name = "Team"
+connection_ids = ["alpha-1"]
+dimensions = [
+  { unit = "requests", window = "5h", limit = 100 },
+  { unit = "requests", window = "weekly", limit = 3 },
+]
+allocations = [{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]
+"#,
+    )
+}
+
+#[tokio::test]
+async fn an_exhausted_weekly_dimension_blocks_while_the_5h_one_is_free() {
+    let h = Harness::start_with(weekly, &[]).await;
+    let (ok, body) = burst(&h, KEY, "alpha/mock-small", 5).await;
+    assert_eq!(ok, 3);
+    assert_eq!(
+        body.unwrap()["error"]["quota"]["dimension"],
+        "requests:weekly"
+    );
+    let usage: Value = h
+        .admin_get("/api/quota/pools/team/usage")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["dimensions"][0]["key"], "requests:5h");
+    assert_eq!(usage["dimensions"][0]["globalUsed"], 3.0);
+    assert_eq!(usage["dimensions"][1]["globalUsed"], 3.0);
+    assert_eq!(usage["dimensions"][1]["usedFraction"], 1.0);
+}
+
+fn small_burst_pool(mock_url: &str) -> String {
+    with_pool(
+        mock_url,
+        r#"
+[[quota_pools]]
+id = "team"
+name = "Team"
+connection_ids = ["alpha-1"]
+dimensions = [{ unit = "requests", window = "daily", limit = 4 }]
+allocations = [{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]
+"#,
+    )
+}
+
+#[tokio::test]
+async fn counters_survive_a_restart() {
+    let mut h = Harness::start_with(small_burst_pool, &[]).await;
+    assert_eq!(burst(&h, KEY, "alpha/mock-small", 3).await.0, 3);
+    h.restart().await;
+    let (ok, body) = burst(&h, KEY, "alpha/mock-small", 3).await;
+    assert_eq!(ok, 1);
+    assert_eq!(body.unwrap()["error"]["quota"]["reason"], "global_limit");
+}
+
+fn big_burst_pool(mock_url: &str) -> String {
+    with_pool(
+        mock_url,
+        r#"
+[[quota_pools]]
+id = "team"
+name = "Team"
+connection_ids = ["alpha-1"]
+dimensions = [{ unit = "requests", window = "daily", limit = 50 }]
+allocations = [{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]
+"#,
+    )
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_requests_against_fifty_of_headroom_admit_exactly_fifty() {
+    let h = Harness::start_with(big_burst_pool, &[]).await;
+    h.rule(json!({"latency_ms": 50})).await;
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let http = h.http.clone();
+            let url = h.url("/v1/chat/completions");
+            tokio::spawn(async move {
+                http.post(url)
+                    .bearer_auth(KEY)
+                    .json(&chat_body("alpha/mock-small", false))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    let mut limited = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => ok += 1,
+            429 => limited += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!((ok, limited), (50, 150));
+    assert_eq!(h.mock_stats().await["requests_total"], 50);
+}
+
+fn token_pool(mock_url: &str) -> String {
+    with_pool(
+        mock_url,
+        r#"
+[[quota_pools]]
+id = "team"
+name = "Team"
+connection_ids = ["alpha-1"]
+dimensions = [{ unit = "tokens", window = "daily", limit = 100000 }]
+allocations = [{ api_key_id = "k1", allocation_weight = 50 }]
+"#,
+    )
+}
+
+#[tokio::test]
+async fn tokens_are_settled_to_the_upstream_usage() {
+    let h = Harness::start_with(token_pool, &[]).await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    let total = body["usage"]["total_tokens"].as_f64().unwrap();
+    assert!(total > PROMPT_TOKENS as f64);
+    let mut streamed = chat_body("alpha/mock-small", true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let r = h.chat(streamed).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let usage_frame = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["usage"].is_object())
+        .unwrap();
+    let streamed_total = usage_frame["usage"]["total_tokens"].as_f64().unwrap();
+    eventually("both requests settled", || async {
+        let usage: Value = h
+            .admin_get("/api/quota/pools/team/usage")
+            .await
+            .json()
+            .await
+            .unwrap();
+        let k1 = &usage["dimensions"][0]["keys"][0];
+        k1["consumed"].as_f64() == Some(total + streamed_total)
+    })
+    .await;
+    let usage: Value = h
+        .admin_get("/api/quota/pools/team/usage")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let k1 = &usage["dimensions"][0]["keys"][0];
+    assert_eq!(k1["apiKeyId"], "k1");
+    assert_eq!(k1["fairShare"], 50000.0);
+    assert_eq!(k1["surplus"], 50000.0 - total - streamed_total);
+    assert_eq!(k1["borrowing"], false);
+    assert_eq!(
+        k1["burnRate"]["tokensPerSecond"].as_f64().map(|r| r > 0.0),
+        Some(true)
+    );
+}
+
+fn percent_pool(mock_url: &str) -> String {
+    with_pool(
+        mock_url,
+        r#"
+[[quota_pools]]
+id = "codex"
+name = "Codex"
+connection_ids = ["alpha-1"]
+dimensions = [{ unit = "percent", window = "5h", limit = 100 }]
+allocations = [{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]
+"#,
+    )
+}
+
+#[tokio::test]
+async fn a_provider_saying_the_account_is_used_up_blocks_until_its_reset() {
+    let h = Harness::start_with(percent_pool, &[]).await;
+    h.rule(json!({"headers": {
+        "x-codex-primary-used-percent": "100",
+        "x-codex-primary-window-minutes": "300",
+        "x-codex-primary-reset-after-seconds": "120"
+    }}))
+    .await;
+    assert_eq!(
+        h.chat(chat_body("alpha/mock-small", false)).await.status(),
+        200
+    );
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 429);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((119..=120).contains(&retry), "{retry}");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["quota"]["reason"], "global_limit");
+    let usage: Value = h
+        .admin_get("/api/quota/pools/codex/usage")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["dimensions"][0]["providerSignal"], 1.0);
+    assert_eq!(usage["dimensions"][0]["mode"], "strict");
+}
+
+#[tokio::test]
+async fn pool_api_validates_every_field_and_writes_nothing_on_error() {
+    let h = Harness::start().await;
+    let good = json!({
+        "id": "team", "name": "Team", "connectionIds": ["alpha-1"],
+        "dimensions": [{"unit": "requests", "window": "hourly", "limit": 10}],
+        "allocations": [{"apiKeyId": "k1", "allocationWeight": 100, "policy": "hard"}]
+    });
+    let bad = |path: &[&str], value: Value| {
+        let mut v = good.clone();
+        let mut cur = &mut v;
+        for p in &path[..path.len() - 1] {
+            cur = match p.parse::<usize>() {
+                Ok(i) => &mut cur[i],
+                Err(_) => &mut cur[*p],
+            };
+        }
+        cur[path[path.len() - 1]] = value;
+        v
+    };
+    let cases = [
+        (bad(&["connectionIds"], json!(["nope"])), "connectionIds[0]"),
+        (
+            bad(&["dimensions", "0", "unit"], json!("bytes")),
+            "dimensions[0].unit",
+        ),
+        (
+            bad(&["dimensions", "0", "window"], json!("yearly")),
+            "dimensions[0].window",
+        ),
+        (
+            bad(&["dimensions", "0", "limit"], json!(-5)),
+            "dimensions[0].limit",
+        ),
+        (
+            bad(&["allocations", "0", "apiKeyId"], json!("ghost")),
+            "allocations[0].apiKeyId",
+        ),
+        (
+            bad(&["allocations", "0", "allocationWeight"], json!(150)),
+            "allocations[0].allocationWeight",
+        ),
+        (
+            bad(&["allocations", "0", "policy"], json!("greedy")),
+            "allocations[0].policy",
+        ),
+    ];
+    for (body, field) in cases {
+        let r = h.admin_send(Method::POST, "/api/quota/pools", body).await;
+        assert_eq!(r.status(), 400, "{field}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"]["param"], field);
+        assert_eq!(e["error"]["code"], "invalid_config");
+    }
+    let r = h
+        .http
+        .post(h.url("/api/quota/pools"))
+        .bearer_auth(ADMIN)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "invalid_json");
+    let r = h
+        .admin_send(
+            Method::POST,
+            "/api/quota/pools",
+            json!({"id": "x", "colour": 1}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let list: Value = h.admin_get("/api/quota/pools").await.json().await.unwrap();
+    assert_eq!(list, json!([]));
+    // A valid pool is created once; a second pool on the same connection is refused.
+    let r = h
+        .admin_send(Method::POST, "/api/quota/pools", good.clone())
+        .await;
+    assert_eq!(r.status(), 201);
+    let created: Value = r.json().await.unwrap();
+    assert_eq!(created["effectiveDimensions"][0]["limit"], 10.0);
+    let r = h
+        .admin_send(Method::POST, "/api/quota/pools", good.clone())
+        .await;
+    assert_eq!(r.status(), 409);
+    let mut second = good.clone();
+    second["id"] = json!("other");
+    let r = h.admin_send(Method::POST, "/api/quota/pools", second).await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(
+        e["error"]["message"],
+        "connection `alpha-1` is in two quota pools, `team` and `other`"
+    );
+    // Update and delete.
+    let mut updated = good.clone();
+    updated["name"] = json!("Renamed");
+    let r = h
+        .admin_send(Method::PUT, "/api/quota/pools/team", updated)
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = h
+        .admin_send(Method::PUT, "/api/quota/pools/other", good.clone())
+        .await;
+    assert_eq!(r.status(), 400);
+    let got: Value = h
+        .admin_get("/api/quota/pools/team")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["name"], "Renamed");
+    let r = h
+        .admin_send(Method::DELETE, "/api/quota/pools/team", json!({}))
+        .await;
+    assert_eq!(r.status(), 204);
+    assert_eq!(h.admin_get("/api/quota/pools/team").await.status(), 404);
+}
+
+#[tokio::test]
+async fn deleting_a_key_removes_its_allocation_and_the_rest_split_the_pool() {
+    let h = Harness::start_with(three_equal_keys, &[]).await;
+    let r = h
+        .admin_send(Method::DELETE, "/api/keys/k3", json!({}))
+        .await;
+    assert_eq!(r.status(), 204);
+    let pool: Value = h
+        .admin_get("/api/quota/pools/team")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = pool["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["apiKeyId"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, vec!["k1", "k2"]);
+    // The remaining two now split the pool equally.
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.headers()["x-ratelimit-limit-requests-hourly"], "15");
+}
+
+#[tokio::test]
+async fn plans_resolve_manual_then_catalog_then_empty_and_pools_inherit_them() {
+    let h = Harness::start().await;
+    let plan: Value = h
+        .admin_get("/api/quota/plans/alpha-1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        plan,
+        json!({"connectionId": "alpha-1", "source": "empty", "dimensions": []})
+    );
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/quota/plans/alpha-1",
+            json!({"dimensions": [{"unit": "requests", "window": "hourly", "limit": 6}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let plan: Value = r.json().await.unwrap();
+    assert_eq!(plan["source"], "manual");
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/quota/plans/alpha-1",
+            json!({"dimensions": [{"unit": "bytes", "window": "hourly", "limit": 6}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["param"], "dimensions[0].unit");
+    let r = h
+        .admin_send(
+            Method::POST,
+            "/api/quota/pools",
+            json!({"id": "p", "name": "P", "connectionIds": ["alpha-1"],
+                   "allocations": [{"apiKeyId": "k1", "allocationWeight": 100, "policy": "burst"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let pool: Value = r.json().await.unwrap();
+    assert_eq!(
+        pool["effectiveDimensions"],
+        json!([{"unit": "requests", "window": "hourly", "limit": 6.0}])
+    );
+    assert_eq!(burst(&h, KEY, "alpha/mock-small", 10).await.0, 6);
+    let r = h
+        .admin_send(Method::DELETE, "/api/quota/plans/alpha-1", json!({}))
+        .await;
+    assert_eq!(r.status(), 204);
+    let plan: Value = h
+        .admin_get("/api/quota/plans/alpha-1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(plan["source"], "empty");
+    assert_eq!(h.admin_get("/api/quota/plans/nope").await.status(), 404);
+}
+
+#[tokio::test]
+async fn pools_import_once_into_an_empty_database() {
+    let source = Harness::start_with(three_equal_keys, &[]).await;
+    let exported: Value = source
+        .admin_get("/api/quota/export")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(exported[0]["id"], "team");
+    let target = Harness::start_with(|url| with_pool(url, ""), &[]).await;
+    let r = target
+        .admin_send(Method::POST, "/api/quota/import", exported.clone())
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"imported": 1, "skipped": null})
+    );
+    let r = target
+        .admin_send(Method::POST, "/api/quota/import", exported.clone())
+        .await;
+    let again: Value = r.json().await.unwrap();
+    assert_eq!(again["imported"], 0);
+    let pools: Value = target
+        .admin_get("/api/quota/export")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pools, exported);
+}
