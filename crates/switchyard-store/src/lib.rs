@@ -7,11 +7,13 @@
 //! counter in the same transaction, so a running gateway notices changes made by another
 //! process (the `switchyard keys` CLI) without polling whole tables.
 //!
-//! Calls are synchronous; async callers run them on the blocking pool.
+//! SQLite calls are synchronous; async callers run them on the blocking pool. Quota
+//! counters can instead live in Redis ([`redis_counters`]), whose calls are async.
 
 mod migrations;
 pub mod quota;
 pub mod records;
+pub mod redis_counters;
 mod sqlite;
 
 pub use quota::{ConsumptionRow, PlanRecord};

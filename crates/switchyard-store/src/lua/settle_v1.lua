@@ -1,0 +1,21 @@
+-- settle v1: moves a reservation by `delta` per dimension, in the slot it was booked in,
+-- while that slot still counts (older slots count nowhere any more).
+-- ARGV: prefix, pool, key, n, then 5 values per dimension: dim, slot, slot_ms, slots,
+-- delta. Returns: now.
+local prefix, pool, key = ARGV[1], ARGV[2], ARGV[3]
+local n = tonumber(ARGV[4])
+local now = server_now()
+for i = 0, n - 1 do
+  local b = 5 + i * 5
+  local dim, slot = ARGV[b], tonumber(ARGV[b + 1])
+  local slot_ms, slots = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+  local delta = tonumber(ARGV[b + 4])
+  local cur = math.floor(now / slot_ms)
+  if delta ~= 0 and slot + slots >= cur and slot <= cur then
+    local k = slot_key(prefix, pool, dim, slot)
+    redis.call('HINCRBYFLOAT', k, key, num(delta))
+    redis.call('HINCRBYFLOAT', k, '*', num(delta))
+    redis.call('PEXPIRE', k, (slots + 2) * slot_ms)
+  end
+end
+return num(now)

@@ -1,0 +1,280 @@
+//! Quota counters in Redis (SPEC Q4), for several gateway replicas sharing one pool.
+//!
+//! Each operation is one server-side Lua script, so a reservation's check-and-book is a
+//! single atomic round trip. Scripts carry their version in their name (`reserve_v1`)
+//! and key layout (`<prefix>:q1:…`), so a future layout can run beside this one. The
+//! scripts read the time from the Redis server: replicas whose clocks disagree still see
+//! the same windows. Metadata (pools, allocations) stays in the database.
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use std::time::Duration;
+use switchyard_core::quota::window::SLOTS;
+
+const COMMON: &str = include_str!("lua/common_v1.lua");
+
+/// How long to wait for Redis to accept a connection before falling back to SQLite.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long one script may take before the call fails (and the request fails open). A
+/// reservation reads a few hundred hash fields; even a busy Redis answers in
+/// milliseconds, so a second means Redis is in trouble.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Errors from the Redis store.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisStoreError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis script answered unexpectedly: {0}")]
+    Reply(String),
+}
+
+type Result<T> = std::result::Result<T, RedisStoreError>;
+
+/// One dimension of a reservation, as the reserve script takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DimArgs {
+    /// `unit:window`.
+    pub dim: String,
+    pub slot_ms: u64,
+    pub limit: f64,
+    pub cost: f64,
+    pub cap: Option<f64>,
+    pub fair_share: f64,
+    /// 0 hard, 1 soft, 2 burst.
+    pub policy: u8,
+    pub signal: Option<f64>,
+}
+
+/// The reserve script's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReserveReply {
+    pub admitted: bool,
+    /// The Redis server's time.
+    pub now: u64,
+    /// Per dimension: the key's and the pool's window value before booking, and the
+    /// slot the cost was (or would have been) booked into.
+    pub dims: Vec<(f64, f64, u64)>,
+}
+
+/// One dimension of a settlement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettleArgs {
+    pub dim: String,
+    pub slot: u64,
+    pub slot_ms: u64,
+    pub delta: f64,
+}
+
+/// The Redis counter store.
+#[derive(Clone)]
+pub struct RedisCounters {
+    conn: ConnectionManager,
+    prefix: String,
+    reserve: Script,
+    settle: Script,
+    peek: Script,
+    slots: Script,
+}
+
+impl std::fmt::Debug for RedisCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisCounters")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{COMMON}\n{body}"))
+}
+
+fn f(v: &str) -> Result<f64> {
+    v.parse()
+        .map_err(|_| RedisStoreError::Reply(format!("not a number: {v}")))
+}
+
+fn u(v: &str) -> Result<u64> {
+    v.parse()
+        .map_err(|_| RedisStoreError::Reply(format!("not an integer: {v}")))
+}
+
+impl RedisCounters {
+    /// Connects (failing within a few seconds if Redis is unreachable) and checks the
+    /// server answers.
+    pub async fn connect(url: &str, prefix: &str) -> Result<Self> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(1);
+        let mut conn = tokio::time::timeout(
+            CONNECT_TIMEOUT * 2,
+            ConnectionManager::new_with_config(client, config),
+        )
+        .await
+        .map_err(|_| {
+            RedisStoreError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "connection timed out",
+            )))
+        })??;
+        let pong: String = redis::cmd("PING").query_async(&mut conn).await?;
+        if pong != "PONG" {
+            return Err(RedisStoreError::Reply(pong));
+        }
+        Ok(Self {
+            conn,
+            prefix: prefix.to_owned(),
+            reserve: script(include_str!("lua/reserve_v1.lua")),
+            settle: script(include_str!("lua/settle_v1.lua")),
+            peek: script(include_str!("lua/peek_v1.lua")),
+            slots: script(include_str!("lua/slots_v1.lua")),
+        })
+    }
+
+    /// Decides and, when admitted, books — atomically, in one round trip.
+    pub async fn reserve(
+        &self,
+        pool: &str,
+        key: &str,
+        threshold: f64,
+        dims: &[DimArgs],
+    ) -> Result<ReserveReply> {
+        let mut inv = self.reserve.prepare_invoke();
+        inv.arg(&self.prefix)
+            .arg(pool)
+            .arg(key)
+            .arg(threshold.to_string())
+            .arg(dims.len());
+        for d in dims {
+            inv.arg(&d.dim)
+                .arg(d.slot_ms)
+                .arg(SLOTS)
+                .arg(d.limit.to_string())
+                .arg(d.cost.to_string())
+                .arg(d.cap.map_or("-1".to_owned(), |c| c.to_string()))
+                .arg(d.fair_share.to_string())
+                .arg(d.policy)
+                .arg(d.signal.map_or("-1".to_owned(), |s| s.to_string()));
+        }
+        let mut conn = self.conn.clone();
+        let reply: Vec<String> = inv.invoke_async(&mut conn).await?;
+        if reply.len() != 2 + 3 * dims.len() {
+            return Err(RedisStoreError::Reply(format!(
+                "reserve returned {} values",
+                reply.len()
+            )));
+        }
+        let mut out = ReserveReply {
+            admitted: reply[0] == "1",
+            now: u(&reply[1])?,
+            dims: Vec::with_capacity(dims.len()),
+        };
+        for c in reply[2..].chunks(3) {
+            out.dims.push((f(&c[0])?, f(&c[1])?, u(&c[2])?));
+        }
+        Ok(out)
+    }
+
+    /// Applies settlement deltas.
+    pub async fn settle(&self, pool: &str, key: &str, items: &[SettleArgs]) -> Result<()> {
+        let mut inv = self.settle.prepare_invoke();
+        inv.arg(&self.prefix).arg(pool).arg(key).arg(items.len());
+        for s in items {
+            inv.arg(&s.dim)
+                .arg(s.slot)
+                .arg(s.slot_ms)
+                .arg(SLOTS)
+                .arg(s.delta.to_string());
+        }
+        let mut conn = self.conn.clone();
+        let _now: String = inv.invoke_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// The key's and the pool's window values per dimension `(dim, slot_ms)`, and the
+    /// server time.
+    pub async fn peek(
+        &self,
+        pool: &str,
+        key: &str,
+        dims: &[(String, u64)],
+    ) -> Result<(u64, Vec<(f64, f64)>)> {
+        let mut inv = self.peek.prepare_invoke();
+        inv.arg(&self.prefix).arg(pool).arg(key).arg(dims.len());
+        for (dim, slot_ms) in dims {
+            inv.arg(dim).arg(*slot_ms).arg(SLOTS);
+        }
+        let mut conn = self.conn.clone();
+        let reply: Vec<String> = inv.invoke_async(&mut conn).await?;
+        if reply.len() != 1 + 2 * dims.len() {
+            return Err(RedisStoreError::Reply(format!(
+                "peek returned {} values",
+                reply.len()
+            )));
+        }
+        let values = reply[1..]
+            .chunks(2)
+            .map(|c| Ok((f(&c[0])?, f(&c[1])?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((u(&reply[0])?, values))
+    }
+
+    /// The slot amounts of one counter (`field` = a key id, or `*` for the pool):
+    /// `(now, [(slot, amount)])`, oldest first.
+    pub async fn slots(
+        &self,
+        pool: &str,
+        field: &str,
+        dim: &str,
+        slot_ms: u64,
+    ) -> Result<(u64, Vec<(u64, f64)>)> {
+        let mut inv = self.slots.prepare_invoke();
+        inv.arg(&self.prefix)
+            .arg(pool)
+            .arg(field)
+            .arg(dim)
+            .arg(slot_ms)
+            .arg(SLOTS);
+        let mut conn = self.conn.clone();
+        let reply: Vec<String> = inv.invoke_async(&mut conn).await?;
+        if reply.len() < 2 {
+            return Err(RedisStoreError::Reply("slots returned too little".into()));
+        }
+        let now = u(&reply[0])?;
+        let cur = u(&reply[1])?;
+        let first = cur.wrapping_sub(SLOTS);
+        let amounts = reply[2..]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Ok((first.wrapping_add(i as u64), f(v)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((now, amounts))
+    }
+
+    /// Deletes every counter under this store's prefix (tests and resets).
+    pub async fn clear(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let pattern = format!("{}:q1:*", self.prefix);
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut conn)
+                .await?;
+            if !keys.is_empty() {
+                let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await?;
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+}

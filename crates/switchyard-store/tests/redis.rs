@@ -1,0 +1,191 @@
+//! The Redis quota store against a real Redis (127.0.0.1:6379, or
+//! `SWITCHYARD_TEST_REDIS_URL`): atomicity under concurrency, and parity with the
+//! in-memory ledger the SQLite store uses.
+
+#![expect(clippy::unwrap_used, reason = "tests fail loudly on purpose")]
+
+use std::sync::Arc;
+use switchyard_core::quota::decide::Unit;
+use switchyard_core::quota::decide::{fair_share, Policy, Share};
+use switchyard_core::quota::ledger::{Ask, PoolLedger};
+use switchyard_core::quota::plan::Dimension;
+use switchyard_core::quota::window::Window;
+use switchyard_store::redis_counters::{DimArgs, RedisCounters, SettleArgs};
+
+async fn store() -> RedisCounters {
+    let url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let prefix = format!("sytest-{:016x}", rand::random::<u64>());
+    RedisCounters::connect(&url, &prefix)
+        .await
+        .unwrap_or_else(|e| panic!("Redis at {url} is needed for this test: {e}"))
+}
+
+fn policy_code(p: Policy) -> u8 {
+    match p {
+        Policy::Hard => 0,
+        Policy::Soft => 1,
+        Policy::Burst => 2,
+    }
+}
+
+fn args(d: &Dimension, cost: f64, weight: f64, policy: Policy, cap: Option<f64>) -> DimArgs {
+    DimArgs {
+        dim: d.key(),
+        slot_ms: d.window.slot_ms(),
+        limit: d.limit,
+        cost,
+        cap,
+        fair_share: fair_share(d.limit, weight),
+        policy: policy_code(policy),
+        signal: None,
+    }
+}
+
+#[tokio::test]
+async fn two_hundred_concurrent_reservations_against_fifty_of_headroom_admit_fifty() {
+    let s = Arc::new(store().await);
+    let dim = Dimension::new(Unit::Requests, Window::Daily, 50.0);
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let s = Arc::clone(&s);
+            tokio::spawn(async move {
+                let key = format!("k{}", i % 4);
+                let a = args(&dim, 1.0, 25.0, Policy::Burst, None);
+                s.reserve("pool", &key, 0.5, &[a]).await.unwrap().admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        if t.await.unwrap() {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 50);
+    let (_, v) = s
+        .peek("pool", "k0", &[(dim.key(), dim.window.slot_ms())])
+        .await
+        .unwrap();
+    assert_eq!(v[0].1, 50.0);
+    s.clear().await.unwrap();
+}
+
+#[tokio::test]
+async fn concurrent_reserve_and_settle_lose_no_update() {
+    let s = Arc::new(store().await);
+    let dims = [
+        Dimension::new(Unit::Requests, Window::Daily, 1e9),
+        Dimension::new(Unit::Tokens, Window::Hourly, 1e12),
+    ];
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let s = Arc::clone(&s);
+            tokio::spawn(async move {
+                let key = format!("k{}", i % 5);
+                for _ in 0..25 {
+                    let a = [
+                        args(&dims[0], 1.0, 20.0, Policy::Hard, None),
+                        args(&dims[1], 100.0, 20.0, Policy::Hard, None),
+                    ];
+                    let r = s.reserve("pool", &key, 0.5, &a).await.unwrap();
+                    assert!(r.admitted);
+                    // Settle: the request counts once, tokens fall from 100 to 37.
+                    let settle = [SettleArgs {
+                        dim: dims[1].key(),
+                        slot: r.dims[1].2,
+                        slot_ms: dims[1].window.slot_ms(),
+                        delta: -63.0,
+                    }];
+                    s.settle("pool", &key, &settle).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let q: Vec<(String, u64)> = dims.iter().map(|d| (d.key(), d.window.slot_ms())).collect();
+    let (_, v) = s.peek("pool", "k0", &q).await.unwrap();
+    // 40 tasks x 25 requests; k0 made 8 x 25 of them.
+    assert_eq!(v[0], (200.0, 1000.0));
+    assert_eq!(v[1], (200.0 * 37.0, 1000.0 * 37.0));
+    s.clear().await.unwrap();
+}
+
+/// One step of the parity scenario: key, cost, its share, its cap.
+struct Step {
+    key: &'static str,
+    cost: f64,
+    weight: f64,
+    policy: Policy,
+    cap: Option<f64>,
+}
+
+#[tokio::test]
+async fn redis_and_the_in_memory_ledger_make_identical_decisions() {
+    let s = store().await;
+    let dims = vec![
+        Dimension::new(Unit::Requests, Window::Hourly, 20.0),
+        Dimension::new(Unit::Tokens, Window::Daily, 5_000.0),
+    ];
+    let mut ledger = PoolLedger::new(dims.clone());
+    let mut steps = Vec::new();
+    // A borrows while lenient; B (soft) and C (capped burst) interleave; token costs
+    // vary so the token dimension blocks some requests the request dimension admits.
+    for i in 0..60 {
+        let (key, weight, policy, cap) = match i % 3 {
+            0 => ("a", 20.0, Policy::Hard, None),
+            1 => ("b", 40.0, Policy::Soft, None),
+            _ => ("c", 40.0, Policy::Burst, Some(6.0)),
+        };
+        steps.push(Step {
+            key,
+            cost: f64::from((i * 37 % 11) as u32) * 40.0 + 10.0,
+            weight,
+            policy,
+            cap,
+        });
+    }
+    let mut admitted_count = 0;
+    for (i, st) in steps.iter().enumerate() {
+        let costs = [1.0, st.cost];
+        let caps = [st.cap, None];
+        let a: Vec<DimArgs> = dims
+            .iter()
+            .zip(costs)
+            .zip(caps)
+            .map(|((d, c), cap)| args(d, c, st.weight, st.policy, cap))
+            .collect();
+        let r = s.reserve("pool", st.key, 0.5, &a).await.unwrap();
+        let (decision, booked) = ledger.reserve(
+            r.now,
+            Ask {
+                key_id: st.key,
+                share: Share {
+                    weight: st.weight,
+                    policy: st.policy,
+                },
+                caps: &caps,
+                costs: &costs,
+                signals: &[None, None],
+                saturation_threshold: 0.5,
+            },
+        );
+        assert_eq!(r.admitted, decision.admitted(), "step {i}");
+        assert_eq!(r.admitted, booked.is_some(), "step {i}");
+        let (mine, total, _) = r.dims[1];
+        let before = ledger.peek(r.now, st.key)[1];
+        let cost_now = if r.admitted { st.cost } else { 0.0 };
+        assert_eq!((mine + cost_now, total + cost_now), before, "step {i}");
+        if r.admitted {
+            admitted_count += 1;
+        }
+    }
+    // The scenario exercises both outcomes.
+    assert!(
+        admitted_count > 10 && admitted_count < 60,
+        "{admitted_count}"
+    );
+    s.clear().await.unwrap();
+}
