@@ -2,7 +2,7 @@
 //! `SWITCHYARD_TEST_REDIS_URL`): atomicity under concurrency, and parity with the
 //! in-memory ledger the SQLite store uses.
 
-#![expect(clippy::unwrap_used, reason = "tests fail loudly on purpose")]
+#![expect(clippy::panic, reason = "a missing Redis fails the test loudly, naming the URL")]
 
 use std::sync::Arc;
 use switchyard_core::quota::decide::Unit;
