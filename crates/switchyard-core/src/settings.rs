@@ -31,6 +31,8 @@ pub enum Kind {
         default: &'static str,
         options: &'static [&'static str],
     },
+    /// A name: 1-64 letters, digits, `-`, `_`, `.` or `:`.
+    Name { default: &'static str },
     /// A `redis://` or `rediss://` URL, or empty for none. It may carry a password, so
     /// views redact it and errors never echo it.
     RedisUrl,
@@ -70,7 +72,9 @@ impl SettingDef {
         match self.kind {
             Kind::Int { default, .. } => SettingValue::Int(default),
             Kind::Fraction { default } => SettingValue::Float(default),
-            Kind::Choice { default, .. } => SettingValue::Text(default.to_owned()),
+            Kind::Choice { default, .. } | Kind::Name { default } => {
+                SettingValue::Text(default.to_owned())
+            }
             Kind::RedisUrl => SettingValue::Text(String::new()),
         }
     }
@@ -81,6 +85,7 @@ impl SettingDef {
             Kind::Int { min, max, .. } => format!("an integer between {min} and {max}"),
             Kind::Fraction { .. } => "a number between 0 and 1".to_owned(),
             Kind::Choice { options, .. } => format!("one of {}", options.join(", ")),
+            Kind::Name { .. } => "1-64 letters, digits, `-`, `_`, `.` or `:`".to_owned(),
             Kind::RedisUrl => "a redis:// or rediss:// URL, or empty".to_owned(),
         }
     }
@@ -157,6 +162,15 @@ pub const DEFS: &[SettingDef] = &[
             options: &["sqlite", "redis"],
         },
         doc: "Where quota counters live. Read at start; an unreachable Redis falls back to SQLite.",
+    },
+    SettingDef {
+        key: "quotaStore.redisPrefix",
+        env: "QUOTA_STORE_REDIS_PREFIX",
+        // Namespaces the counters, so several deployments can share one Redis.
+        kind: Kind::Name {
+            default: "switchyard",
+        },
+        doc: "Prefix of every Redis key the quota store writes. Read at start.",
     },
     SettingDef {
         key: "quotaStore.redisUrl",
@@ -257,6 +271,7 @@ pub struct QuotaSettings {
     pub store_driver: String,
     /// Empty = none.
     pub redis_url: String,
+    pub redis_prefix: String,
     pub saturation_threshold: f64,
     pub soft_deprioritize_factor: f64,
     pub retention_days: u64,
@@ -322,6 +337,14 @@ fn parse(kind: Kind, value: &Value) -> Option<SettingValue> {
             options
                 .contains(&t)
                 .then(|| SettingValue::Text(t.to_owned()))
+        }
+        Kind::Name { .. } => {
+            let t = text?;
+            (!t.is_empty()
+                && t.len() <= 64
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':')))
+            .then(|| SettingValue::Text(t.to_owned()))
         }
         Kind::RedisUrl => {
             let t = text?;
@@ -427,6 +450,7 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         quota: QuotaSettings {
             store_driver: text("quotaStore.driver"),
             redis_url: text("quotaStore.redisUrl"),
+            redis_prefix: text("quotaStore.redisPrefix"),
             saturation_threshold: float("quota.saturationThreshold"),
             soft_deprioritize_factor: float("quota.softDeprioritizeFactor"),
             retention_days: int("quota.consumptionRetentionDays"),
@@ -561,6 +585,9 @@ mod tests {
         assert_eq!(r.settings.quota.saturation_threshold, 0.8);
         assert_eq!(r.settings.quota.store_driver, "sqlite");
         assert_eq!(r.settings.quota.redis_url, "redis://:pw@127.0.0.1:6379/0");
+        assert_eq!(r.settings.quota.redis_prefix, "switchyard");
+        assert!(validate("quotaStore.redisPrefix", &json!("a b"), Source::Env).is_err());
+        assert!(validate("quotaStore.redisPrefix", &json!(""), Source::Env).is_err());
         let k = "quota.saturationThreshold";
         assert!(validate(k, &json!(1.5), Source::Database).is_err());
         assert!(validate(k, &json!("abc"), Source::Database).is_err());

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use switchyard_core::apikey::KeyHash;
 use switchyard_core::settings::Layers;
+use switchyard_store::redis_counters::RedisCounters;
 use switchyard_store::{ConfigRows, Store};
 
 /// Everything handlers share.
@@ -67,10 +68,12 @@ impl AppState {
         let rows = load_rows(&store).await?;
         let metrics = Metrics::new();
         let snapshot = Snapshot::build(&rows, &layers, &metrics).map_err(internal)?;
-        let quota = Arc::new(QuotaEngine::new(Arc::clone(&clock)));
-        let now = clock.now_ms();
-        let consumption = blocking(&store, move |s| s.load_consumption(now)).await?;
-        quota.load(consumption, &snapshot.quota, now);
+        let quota = Arc::new(quota_engine(&snapshot, &clock).await);
+        if quota.driver() == "sqlite" {
+            let now = clock.now_ms();
+            let consumption = blocking(&store, move |s| s.load_consumption(now)).await?;
+            quota.load(consumption, &snapshot.quota, now);
+        }
         let (log, log_writer) = RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone());
         let state = Arc::new(Self {
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -138,6 +141,31 @@ impl AppState {
         push_hex(&mut id, u64::from(self.request_prefix), 8);
         push_hex(&mut id, n, 12);
         id
+    }
+}
+
+/// The quota engine on the configured counter store (SPEC Q4): the `quotaStore.driver`
+/// setting (database → `QUOTA_STORE_DRIVER` → `sqlite`); Redis selected but unset or
+/// unreachable falls back to SQLite with a warning.
+async fn quota_engine(snapshot: &Snapshot, clock: &Arc<dyn Clock>) -> QuotaEngine {
+    let q = &snapshot.settings.quota;
+    if q.store_driver != "redis" {
+        return QuotaEngine::new(Arc::clone(clock));
+    }
+    if q.redis_url.is_empty() {
+        tracing::warn!("quotaStore.driver is redis but no Redis URL is set (QUOTA_STORE_REDIS_URL); keeping quota counters in SQLite.");
+        return QuotaEngine::new(Arc::clone(clock));
+    }
+    let shown = switchyard_core::settings::redact_url(&q.redis_url);
+    match RedisCounters::connect(&q.redis_url, &q.redis_prefix).await {
+        Ok(counters) => {
+            tracing::info!(url = %shown, prefix = %q.redis_prefix, "Quota counters live in Redis.");
+            QuotaEngine::with_redis(Arc::clone(clock), counters)
+        }
+        Err(e) => {
+            tracing::warn!(url = %shown, error = %e, "Redis for quota counters is unreachable; keeping them in SQLite.");
+            QuotaEngine::new(Arc::clone(clock))
+        }
     }
 }
 

@@ -2,7 +2,10 @@
 //! `SWITCHYARD_TEST_REDIS_URL`): atomicity under concurrency, and parity with the
 //! in-memory ledger the SQLite store uses.
 
-#![expect(clippy::panic, reason = "a missing Redis fails the test loudly, naming the URL")]
+#![expect(
+    clippy::panic,
+    reason = "a missing Redis fails the test loudly, naming the URL"
+)]
 
 use std::sync::Arc;
 use switchyard_core::quota::decide::Unit;

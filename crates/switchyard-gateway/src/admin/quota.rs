@@ -6,8 +6,8 @@
 
 use super::{apply_change, now, upsert_by};
 use crate::error::{ApiError, ApiJson};
-use crate::quota::engine::{DecisionRecord, PoolUsage};
 use crate::quota::index::validate_plan;
+use crate::quota::views::{DecisionRecord, PoolUsage};
 use crate::state::{blocking, AppState};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -155,7 +155,9 @@ pub async fn pool_usage(
         .iter()
         .map(|a| a.api_key_id.clone())
         .collect();
-    Ok(Json(state.quota.usage(pool, &keys, &snap.settings.quota)))
+    Ok(Json(
+        state.quota.usage(pool, &keys, &snap.settings.quota).await,
+    ))
 }
 
 /// Query of the decisions endpoint.

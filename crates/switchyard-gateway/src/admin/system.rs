@@ -46,6 +46,9 @@ pub struct Health {
     pub connections: usize,
     pub connections_enabled: usize,
     pub combos: usize,
+    pub quota_pools: usize,
+    /// Where quota counters live: `sqlite` or `redis`.
+    pub quota_store: &'static str,
 }
 
 #[utoipa::path(get, path = "/api/monitoring/health", tag = "monitoring",
@@ -62,5 +65,7 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
         connections: conns.len(),
         connections_enabled: conns.iter().filter(|c| c.enabled).count(),
         combos: snap.catalog.combos().count(),
+        quota_pools: snap.quota.pools.len(),
+        quota_store: state.quota.driver(),
     })
 }

@@ -120,7 +120,7 @@ async fn run(
         });
     }
     let estimate = Estimate::new(request.messages_len(), request.max_tokens);
-    quota::order(state, &snap, &key.id, &estimate, &mut plan.candidates);
+    quota::order(state, &snap, &key.id, &estimate, &mut plan.candidates).await;
     let first_byte = Duration::from_millis(snap.settings.first_byte_timeout_ms);
     let idle_timeout = Duration::from_millis(snap.settings.stream_idle_timeout_ms);
     let mut last: Option<(Failed, String)> = None;
@@ -128,7 +128,7 @@ async fn run(
     for candidate in &plan.candidates {
         let conn = &candidate.connection;
         let pooled = snap.quota.pool_of(conn.index);
-        let quota_headers = match quota::admit(state, &snap, key, conn, estimate, finisher) {
+        let quota_headers = match quota::admit(state, &snap, key, conn, estimate, finisher).await {
             Ok(headers) => headers,
             Err(block) => {
                 blocked.push(*block);

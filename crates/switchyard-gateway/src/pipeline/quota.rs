@@ -17,7 +17,7 @@ use super::finish::Finisher;
 /// is multiplied by the soft-deprioritize factor after every other factor (SPEC Q7).
 /// Under the priority strategy every candidate scores 1, so penalized ones go last and
 /// keep their relative order. With one candidate there is nothing to reorder.
-pub fn order(
+pub async fn order(
     state: &AppState,
     snap: &Snapshot,
     key_id: &str,
@@ -28,18 +28,19 @@ pub fn order(
         return;
     }
     let factor = snap.settings.quota.soft_deprioritize_factor;
-    let mut scored: Vec<(f64, usize)> = candidates
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let penalized = snap.quota.pool_of(c.connection.index).is_some_and(|pool| {
+    let mut scored: Vec<(f64, usize)> = Vec::with_capacity(candidates.len());
+    for (i, c) in candidates.iter().enumerate() {
+        let penalized = match snap.quota.pool_of(c.connection.index) {
+            Some(pool) => {
                 state
                     .quota
                     .is_deprioritized(pool, key_id, estimate, &snap.settings.quota)
-            });
-            (if penalized { factor } else { 1.0 }, i)
-        })
-        .collect();
+                    .await
+            }
+            None => false,
+        };
+        scored.push((if penalized { factor } else { 1.0 }, i));
+    }
     if scored.iter().all(|(s, _)| *s == 1.0) {
         return;
     }
@@ -51,7 +52,7 @@ pub fn order(
 /// Reserves quota for an attempt on `conn`. `Ok` carries the headers to add to a
 /// successful response (empty when the connection is in no pool); `Err` is the pool's
 /// refusal, and the caller moves on to the next candidate.
-pub fn admit(
+pub async fn admit(
     state: &Arc<AppState>,
     snap: &Snapshot,
     key: &ApiKey,
@@ -65,11 +66,13 @@ pub fn admit(
     match state
         .quota
         .reserve(pool, &conn.id, &key.id, estimate, &snap.settings.quota)
+        .await
     {
         Admission::Admitted { guard, headers } => {
             finisher.set_quota(guard);
             Ok(headers)
         }
+        Admission::Unenforced => Ok(Vec::new()),
         Admission::Blocked(block) => {
             tracing::info!(
                 request_id = finisher.request_id(),

@@ -1,121 +1,51 @@
 //! The quota engine's shell: counters, provider signals, recent decisions, and the
 //! reserve/settle calls the pipeline makes (SPEC Q4, Q6).
 //!
-//! Counters live in memory, one [`PoolLedger`] per pool behind its own mutex, held only
-//! for the few microseconds of a decision and never across an `.await`. A background
-//! writer persists changed slots to SQLite every second and on shutdown, and the engine
-//! reloads them at start, so a restart keeps the counts.
+//! Counters live in one of two places:
+//!
+//! - **sqlite** (default): in memory, one [`PoolLedger`] per pool behind its own mutex,
+//!   held only for the microseconds of a decision and never across an `.await`. A
+//!   background writer persists changed slots to SQLite every second and on shutdown,
+//!   and the engine reloads them at start, so a restart keeps the counts.
+//! - **redis**: in Redis, for several gateways sharing pools; each reservation is one
+//!   atomic script. Settlements go through a bounded queue to a worker, off the request
+//!   path. The local ledgers then only keep burn rates.
+//!
+//! When Redis fails during a request, the request is admitted without a reservation and
+//! a warning is logged (fail-open, SPEC Q6).
 
-use super::index::{PoolRuntime, QuotaIndex};
+use super::guard::QuotaGuard;
+use super::index::{KeyShare, PoolRuntime, QuotaIndex};
+use super::signals::{PoolSignals, SignalBoard};
+use super::views::{
+    decision_record, remaining_headers, DecisionRecord, DimensionUsage, KeyUsage, PoolUsage,
+    QuotaBlock,
+};
 use crate::clock::Clock;
-use axum::http::HeaderMap;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use switchyard_core::quota::cost::{self, Estimate};
-use switchyard_core::quota::decide::{BlockReason, Decision, DimensionVerdict, Mode, Policy, Unit};
+use switchyard_core::quota::cost::Estimate;
+use switchyard_core::quota::decide::{
+    decide, fair_share, BlockReason, Decision, DimensionInput, Mode, Policy,
+};
 use switchyard_core::quota::ledger::{Ask, PoolLedger, Reservation};
-use switchyard_core::quota::plan::Dimension;
-use switchyard_core::quota::signals::{self, Signal};
+use switchyard_core::quota::window::SlidingCounter;
 use switchyard_core::settings::QuotaSettings;
-use switchyard_core::usage::Usage;
 use switchyard_core::UnixMillis;
+use switchyard_store::redis_counters::{DimArgs, RedisCounters, SettleArgs};
 use switchyard_store::ConsumptionRow;
-
-/// How long a provider's saturation reading counts (SPEC Q6): long enough to bridge the
-/// gaps between responses, short enough that a stale reading cannot block for long.
-pub const SIGNAL_TTL_MS: u64 = 30_000;
+use tokio::sync::mpsc;
 
 /// Recent decisions kept per pool for the decisions endpoint.
 const DECISIONS_PER_POOL: usize = 256;
 
-/// Completion tokens a stream's reservation grows by once usage passes it, so a long
-/// stream re-books every few hundred tokens rather than on every chunk.
-const STREAM_GROWTH_TOKENS: u64 = 256;
-
-/// Characters of streamed text per estimated token.
-const CHARS_PER_TOKEN: u64 = 4;
+/// Settlements queued for the Redis worker. At 10 000 requests/s this is a second of
+/// settlements; when it is full a settlement is dropped (its reservation stays booked at
+/// the estimate, which errs on the safe side) and logged.
+const SETTLE_QUEUE: usize = 10_000;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// One recorded decision, as `GET /api/quota/pools/{id}/decisions` shows it.
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DecisionRecord {
-    pub at: UnixMillis,
-    pub api_key_id: String,
-    pub admitted: bool,
-    pub deprioritized: bool,
-    /// The blocking dimension (`unit:window`), rule, mode and policy, when blocked.
-    pub dimension: Option<String>,
-    pub reason: Option<String>,
-    pub mode: Option<String>,
-    pub policy: String,
-    pub retry_after_ms: Option<u64>,
-}
-
-/// Why a pool refused a request, with everything the 429 explains.
-#[derive(Debug, Clone)]
-pub struct QuotaBlock {
-    pub pool_id: String,
-    pub pool_name: String,
-    pub key_id: String,
-    pub dimension: Dimension,
-    pub verdict: DimensionVerdict,
-    pub policy: Policy,
-    /// The key's (cap, fair share) or the pool's (global limit) rolling value.
-    pub consumed: f64,
-    /// The line it was judged against: cap, fair share or limit.
-    pub line: f64,
-    /// When the request would fit again; `None` when it never fits this window.
-    pub retry_after_ms: Option<u64>,
-}
-
-impl QuotaBlock {
-    pub fn reason(&self) -> BlockReason {
-        self.verdict.blocked.unwrap_or(BlockReason::GlobalLimit)
-    }
-
-    /// The operator- and client-facing explanation.
-    pub fn message(&self) -> String {
-        let dim = format!(
-            "{}/{}",
-            self.dimension.unit.as_str(),
-            self.dimension.window.as_str()
-        );
-        let whose = match self.reason() {
-            BlockReason::GlobalLimit => "the pool".to_owned(),
-            _ => format!("key `{}`", self.key_id),
-        };
-        let line = match self.reason() {
-            BlockReason::Cap => "its cap",
-            BlockReason::FairShare => "its fair share",
-            BlockReason::GlobalLimit => "the pool limit",
-        };
-        let when = match self.retry_after_ms {
-            Some(ms) => format!("retry in {} s", ms.div_ceil(1000)),
-            None => "this request does not fit the window even when it is empty".to_owned(),
-        };
-        format!(
-            "quota pool `{}` ({}) blocked the request on {dim} ({} policy, {} mode): {whose} has used {} of {line} {}; {when}",
-            self.pool_id,
-            self.pool_name,
-            self.policy.as_str(),
-            self.verdict.mode.as_str(),
-            fmt_num(self.consumed),
-            fmt_num(self.line),
-        )
-    }
-}
-
-/// Numbers without float noise: integers as integers, others to 4 decimals.
-pub fn fmt_num(v: f64) -> String {
-    if (v - v.round()).abs() < 1e-9 {
-        format!("{}", v.round())
-    } else {
-        format!("{v:.4}")
-    }
 }
 
 /// The outcome of a reservation attempt.
@@ -127,6 +57,41 @@ pub enum Admission {
         headers: Vec<(String, String)>,
     },
     Blocked(QuotaBlock),
+    /// The counter store failed; the request goes ahead unmetered (fail-open).
+    Unenforced,
+}
+
+/// Where counters live.
+enum Counters {
+    Local,
+    Redis(Box<RedisSide>),
+}
+
+/// The Redis store and the queue of its settlement worker.
+struct RedisSide {
+    counters: RedisCounters,
+    settle: mpsc::Sender<SettleJob>,
+}
+
+/// One settlement for the Redis worker.
+#[derive(Debug)]
+struct SettleJob {
+    pool: String,
+    key: String,
+    items: Vec<SettleArgs>,
+}
+
+/// Applies queued Redis settlements until every sender is gone.
+async fn settle_worker(counters: RedisCounters, mut rx: mpsc::Receiver<SettleJob>) {
+    let mut failures: u64 = 0;
+    while let Some(job) = rx.recv().await {
+        if let Err(e) = counters.settle(&job.pool, &job.key, &job.items).await {
+            failures += 1;
+            if failures.is_power_of_two() {
+                tracing::warn!(error = %e, failures, pool = %job.pool, "Could not settle a quota reservation in Redis.");
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -138,30 +103,69 @@ struct PoolSlot {
 /// See the module docs.
 pub struct QuotaEngine {
     clock: Arc<dyn Clock>,
+    counters: Counters,
     pools: Mutex<HashMap<String, PoolSlot>>,
-    /// Per connection id: fresh provider readings and when each expires.
-    signals: Mutex<HashMap<String, Vec<(Signal, UnixMillis)>>>,
+    pub(super) signals: SignalBoard,
     decisions: Mutex<HashMap<String, VecDeque<DecisionRecord>>>,
 }
 
 impl std::fmt::Debug for QuotaEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QuotaEngine").finish_non_exhaustive()
+        f.debug_struct("QuotaEngine")
+            .field("driver", &self.driver())
+            .finish_non_exhaustive()
     }
 }
 
 impl QuotaEngine {
+    /// An engine keeping counters in memory (persisted to SQLite by the writer).
     pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self::with_counters(clock, Counters::Local)
+    }
+
+    /// An engine keeping counters in Redis; spawns the settlement worker.
+    pub fn with_redis(clock: Arc<dyn Clock>, counters: RedisCounters) -> Self {
+        let (tx, rx) = mpsc::channel(SETTLE_QUEUE);
+        tokio::spawn(settle_worker(counters.clone(), rx));
+        Self::with_counters(
+            clock,
+            Counters::Redis(Box::new(RedisSide {
+                counters,
+                settle: tx,
+            })),
+        )
+    }
+
+    fn with_counters(clock: Arc<dyn Clock>, counters: Counters) -> Self {
         Self {
             clock,
+            counters,
             pools: Mutex::new(HashMap::new()),
-            signals: Mutex::new(HashMap::new()),
+            signals: SignalBoard::default(),
             decisions: Mutex::new(HashMap::new()),
         }
     }
 
     pub fn now(&self) -> UnixMillis {
         self.clock.now_ms()
+    }
+
+    /// `sqlite` or `redis`: where counters live.
+    pub fn driver(&self) -> &'static str {
+        match self.counters {
+            Counters::Local => "sqlite",
+            Counters::Redis(_) => "redis",
+        }
+    }
+
+    /// Records the saturation headers of a response from `connection_id`.
+    pub fn record_signals(
+        &self,
+        connection_id: &str,
+        headers: &axum::http::HeaderMap,
+        now: UnixMillis,
+    ) {
+        self.signals.record(connection_id, headers, now);
     }
 
     /// The ledger of `pool`, created (or re-laid-out after a dimension change, keeping
@@ -194,8 +198,8 @@ impl QuotaEngine {
         ledger
     }
 
-    /// Drops the counters of pools that no longer exist and of keys no longer allocated
-    /// or known, after a configuration change.
+    /// Drops the counters of pools that no longer exist and of keys no longer known,
+    /// after a configuration change.
     pub fn prune(&self, index: &QuotaIndex, key_exists: impl Fn(&str) -> bool) {
         let mut pools = lock(&self.pools);
         pools.retain(|id, _| index.pool(id).is_some());
@@ -205,7 +209,7 @@ impl QuotaEngine {
         lock(&self.decisions).retain(|id, _| index.pool(id).is_some());
     }
 
-    /// Restores persisted slots.
+    /// Restores persisted slots (SQLite driver).
     pub fn load(&self, rows: Vec<ConsumptionRow>, index: &QuotaIndex, now: UnixMillis) {
         for r in rows {
             let Some(pool) = index.pool(&r.pool_id) else {
@@ -219,7 +223,8 @@ impl QuotaEngine {
         }
     }
 
-    /// Changed slots since the last call, as rows to write.
+    /// Changed slots since the last call, as rows to write (SQLite driver; with Redis
+    /// the ledgers hold no counts and this is empty).
     pub fn take_dirty(&self, index: &QuotaIndex) -> Vec<ConsumptionRow> {
         let pools: Vec<(String, Arc<Mutex<PoolLedger>>)> = lock(&self.pools)
             .iter()
@@ -227,11 +232,11 @@ impl QuotaEngine {
             .collect();
         let mut rows = Vec::new();
         for (id, ledger) in pools {
-            let mut ledger = lock(&ledger);
-            let dims = ledger.dimensions().to_vec();
             if index.pool(&id).is_none() {
                 continue;
             }
+            let mut ledger = lock(&ledger);
+            let dims = ledger.dimensions().to_vec();
             for (key, dim, slot, amount) in ledger.take_dirty() {
                 let d = dims[dim];
                 let slot_ms = d.window.slot_ms();
@@ -247,100 +252,6 @@ impl QuotaEngine {
             }
         }
         rows
-    }
-
-    /// Records the saturation headers of a response from `connection_id`.
-    pub fn record_signals(&self, connection_id: &str, headers: &HeaderMap, now: UnixMillis) {
-        let pairs: Vec<(&str, &str)> = headers
-            .iter()
-            .filter(|(n, _)| {
-                let n = n.as_str();
-                n.starts_with("x-codex-")
-                    || n.starts_with("anthropic-ratelimit-unified-")
-                    || n.starts_with("x-ratelimit-")
-            })
-            .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
-            .collect();
-        if pairs.is_empty() {
-            return;
-        }
-        let readings = signals::parse(&pairs, now);
-        if readings.is_empty() {
-            return;
-        }
-        let mut board = lock(&self.signals);
-        board.retain(|_, v| v.iter().any(|(_, exp)| *exp > now));
-        let entry = board.entry(connection_id.to_owned()).or_default();
-        entry.retain(|(s, exp)| {
-            *exp > now
-                && !readings
-                    .iter()
-                    .any(|r| r.unit == s.unit && r.window == s.window)
-        });
-        entry.extend(readings.into_iter().map(|s| (s, now + SIGNAL_TTL_MS)));
-    }
-
-    /// The reading of one connection for dimension `dim` of `pool`.
-    fn connection_signal(
-        board: &HashMap<String, Vec<(Signal, UnixMillis)>>,
-        connection_id: &str,
-        pool: &PoolRuntime,
-        dim: usize,
-        now: UnixMillis,
-    ) -> Option<Signal> {
-        let d = pool.dims[dim];
-        let shortest = pool
-            .dims
-            .iter()
-            .filter(|x| x.unit == d.unit)
-            .map(|x| x.window.length_ms())
-            .min();
-        board.get(connection_id)?.iter().find_map(|(s, exp)| {
-            let applies = match s.window {
-                Some(w) => w == d.window,
-                None => Some(d.window.length_ms()) == shortest,
-            };
-            (applies && s.unit == d.unit && *exp > now).then_some(*s)
-        })
-    }
-
-    /// Per dimension: the pool's used fraction from provider readings (the mean over
-    /// its connections that reported one), and the latest reset they announced.
-    fn pool_signals(&self, pool: &PoolRuntime, now: UnixMillis) -> Vec<(Option<f64>, Option<u64>)> {
-        let board = lock(&self.signals);
-        (0..pool.dims.len())
-            .map(|dim| {
-                let readings: Vec<Signal> = pool
-                    .pool
-                    .connection_ids
-                    .iter()
-                    .filter_map(|c| Self::connection_signal(&board, c, pool, dim, now))
-                    .collect();
-                if readings.is_empty() {
-                    return (None, None);
-                }
-                let mean = readings.iter().map(|s| s.used).sum::<f64>() / readings.len() as f64;
-                let reset = readings.iter().filter_map(|s| s.reset_at).max();
-                (Some(mean), reset)
-            })
-            .collect()
-    }
-
-    fn percent_readings(
-        &self,
-        pool: &PoolRuntime,
-        connection_id: &str,
-        now: UnixMillis,
-    ) -> Vec<Option<f64>> {
-        let board = lock(&self.signals);
-        (0..pool.dims.len())
-            .map(|dim| {
-                (pool.dims[dim].unit == Unit::Percent)
-                    .then(|| Self::connection_signal(&board, connection_id, pool, dim, now))
-                    .flatten()
-                    .map(|s| s.used * 100.0)
-            })
-            .collect()
     }
 
     fn record_decision(&self, pool_id: &str, rec: DecisionRecord) {
@@ -366,46 +277,63 @@ impl QuotaEngine {
             .unwrap_or_default()
     }
 
+    /// Per dimension: the key's and the pool's window values, and the time they hold at
+    /// (the Redis server's clock when counters live there). `None` when Redis failed.
+    async fn peek(
+        &self,
+        pool: &PoolRuntime,
+        key_id: &str,
+    ) -> Option<(UnixMillis, Vec<(f64, f64)>)> {
+        match &self.counters {
+            Counters::Local => {
+                let now = self.now();
+                let ledger = self.ledger(pool, now);
+                let values = lock(&ledger).peek(now, key_id);
+                Some((now, values))
+            }
+            Counters::Redis(r) => {
+                let counters = &r.counters;
+                let dims: Vec<(String, u64)> = pool
+                    .dims
+                    .iter()
+                    .map(|d| (d.key(), d.window.slot_ms()))
+                    .collect();
+                match counters.peek(&pool.pool.id, key_id, &dims).await {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        tracing::warn!(error = %e, pool = %pool.pool.id, "Could not read quota counters from Redis.");
+                        None
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether `key_id` is over its soft share in `pool` right now (for ordering
-    /// candidates before any reservation).
-    pub fn is_deprioritized(
+    /// candidates before any reservation). Unreadable counters read as no.
+    pub async fn is_deprioritized(
         &self,
         pool: &PoolRuntime,
         key_id: &str,
         estimate: &Estimate,
         settings: &QuotaSettings,
     ) -> bool {
-        let now = self.now();
+        let Some((now, peeked)) = self.peek(pool, key_id).await else {
+            return false;
+        };
         let share = pool.share_of(key_id);
-        let sig = self.pool_signals(pool, now);
-        let costs: Vec<f64> = pool
-            .dims
-            .iter()
-            .map(|d| estimate.cost(d.unit, None))
-            .collect();
-        let ledger = self.ledger(pool, now);
-        let ledger = lock(&ledger);
-        let inputs: Vec<_> = ledger
-            .peek(now, key_id)
-            .into_iter()
-            .enumerate()
-            .map(
-                |(i, (consumed, total))| switchyard_core::quota::decide::DimensionInput {
-                    limit: pool.dims[i].limit,
-                    consumed,
-                    total,
-                    signal: sig[i].0,
-                    cost: costs[i],
-                    cap: share.caps[i],
-                },
-            )
-            .collect();
-        switchyard_core::quota::decide::decide(&inputs, share.share, settings.saturation_threshold)
-            .deprioritized
+        let sig = self.signals.for_pool(pool, now);
+        let costs = costs(pool, estimate);
+        decide(
+            &inputs(pool, share, &peeked, &costs, &sig),
+            share.share,
+            settings.saturation_threshold,
+        )
+        .deprioritized
     }
 
     /// Decides for `key_id` on `pool` and, when admitted, reserves the estimate.
-    pub fn reserve(
+    pub async fn reserve(
         self: &Arc<Self>,
         pool: &Arc<PoolRuntime>,
         connection_id: &str,
@@ -413,101 +341,204 @@ impl QuotaEngine {
         estimate: Estimate,
         settings: &QuotaSettings,
     ) -> Admission {
-        let now = self.now();
         let share = pool.share_of(key_id);
-        let sig = self.pool_signals(pool, now);
-        let signal_values: Vec<Option<f64>> = sig.iter().map(|s| s.0).collect();
-        let costs: Vec<f64> = pool
-            .dims
-            .iter()
-            .map(|d| estimate.cost(d.unit, None))
-            .collect();
-        let ledger = self.ledger(pool, now);
-        let (decision, reservation, peeked, retry) = {
-            let mut l = lock(&ledger);
-            let peeked = l.peek(now, key_id);
-            let (decision, reservation) = l.reserve(
-                now,
-                Ask {
-                    key_id,
-                    share: share.share,
-                    caps: &share.caps,
-                    costs: &costs,
-                    signals: &signal_values,
-                    saturation_threshold: settings.saturation_threshold,
-                },
-            );
-            let retry = decision.blocked_by.map(|i| {
-                let v = decision.dimensions[i];
-                let counter_key = match v.blocked {
-                    Some(BlockReason::GlobalLimit) => None,
-                    _ => Some(key_id),
-                };
-                let by_counter = v
-                    .fits_at
-                    .and_then(|bound| l.time_until(now, counter_key, i, bound));
-                // A provider that says its allowance is used up knows when it resets.
-                let limit = pool.dims[i].limit;
-                match (sig[i].0, sig[i].1) {
-                    (Some(used), Some(reset))
-                        if used * limit >= limit || used * limit + costs[i] > limit =>
-                    {
-                        Some(reset.saturating_sub(now).max(by_counter.unwrap_or(0)))
-                    }
-                    _ => by_counter,
+        let costs = costs(pool, &estimate);
+        let threshold = settings.saturation_threshold;
+        let outcome = match &self.counters {
+            Counters::Local => self.reserve_local(pool, key_id, share, &costs, threshold),
+            Counters::Redis(r) => {
+                match self
+                    .reserve_redis(&r.counters, pool, key_id, share, &costs, threshold)
+                    .await
+                {
+                    Some(o) => o,
+                    None => return Admission::Unenforced,
                 }
-            });
-            (decision, reservation, peeked, retry.flatten())
+            }
         };
+        let Outcome {
+            now,
+            decision,
+            reservation,
+            peeked,
+            by_counter,
+            signals: sig,
+        } = outcome;
+        let retry = decision.blocked_by.and_then(|i| {
+            // A provider that says its allowance is used up knows when it resets.
+            let limit = pool.dims[i].limit;
+            match sig[i] {
+                (Some(used), Some(reset))
+                    if used * limit >= limit || used * limit + costs[i] > limit =>
+                {
+                    Some(reset.saturating_sub(now).max(by_counter.unwrap_or(0)))
+                }
+                _ => by_counter,
+            }
+        });
         self.record_decision(
             &pool.pool.id,
             decision_record(now, key_id, share.share.policy, &decision, pool, retry),
         );
-        match reservation {
-            Some(reservation) => {
-                let headers = remaining_headers(pool, &decision, &peeked, &costs);
-                Admission::Admitted {
-                    guard: QuotaGuard {
-                        engine: Arc::clone(self),
-                        pool: Arc::clone(pool),
-                        connection_id: connection_id.to_owned(),
-                        reservation,
-                        estimate,
-                        percent_base: self.percent_readings(pool, connection_id, now),
-                        streamed_chars: 0,
-                        done: false,
-                    },
-                    headers,
-                }
-            }
-            None => {
-                let i = decision.blocked_by.unwrap_or(0);
-                let v = decision.dimensions[i];
-                let (consumed, total) = peeked.get(i).copied().unwrap_or((0.0, 0.0));
-                let (consumed, line) = match v.blocked {
-                    Some(BlockReason::Cap) => (consumed, share.caps[i].unwrap_or(0.0)),
-                    Some(BlockReason::FairShare) => (consumed, v.fair_share),
-                    _ => (
-                        total.max(v.used_fraction * pool.dims[i].limit),
-                        pool.dims[i].limit,
-                    ),
-                };
-                Admission::Blocked(QuotaBlock {
-                    pool_id: pool.pool.id.clone(),
-                    pool_name: pool.pool.name.clone(),
-                    key_id: key_id.to_owned(),
-                    dimension: pool.dims[i],
-                    verdict: v,
-                    policy: share.share.policy,
-                    consumed,
-                    line,
-                    retry_after_ms: retry,
-                })
-            }
+        if let Some(reservation) = reservation {
+            let headers = remaining_headers(pool, &decision, &peeked, &costs);
+            let base = self.signals.percent_readings(pool, connection_id, now);
+            return Admission::Admitted {
+                guard: QuotaGuard::new(
+                    Arc::clone(self),
+                    Arc::clone(pool),
+                    connection_id.to_owned(),
+                    reservation,
+                    estimate,
+                    base,
+                ),
+                headers,
+            };
+        }
+        let i = decision.blocked_by.unwrap_or(0);
+        let v = decision.dimensions[i];
+        let (consumed, total) = peeked.get(i).copied().unwrap_or((0.0, 0.0));
+        let (consumed, line) = match v.blocked {
+            Some(BlockReason::Cap) => (consumed, share.caps[i].unwrap_or(0.0)),
+            Some(BlockReason::FairShare) => (consumed, v.fair_share),
+            _ => (
+                total.max(v.used_fraction * pool.dims[i].limit),
+                pool.dims[i].limit,
+            ),
+        };
+        Admission::Blocked(QuotaBlock {
+            pool_id: pool.pool.id.clone(),
+            pool_name: pool.pool.name.clone(),
+            key_id: key_id.to_owned(),
+            dimension: pool.dims[i],
+            verdict: v,
+            policy: share.share.policy,
+            consumed,
+            line,
+            retry_after_ms: retry,
+        })
+    }
+
+    fn reserve_local(
+        &self,
+        pool: &PoolRuntime,
+        key_id: &str,
+        share: &KeyShare,
+        costs: &[f64],
+        threshold: f64,
+    ) -> Outcome {
+        let now = self.now();
+        let sig = self.signals.for_pool(pool, now);
+        let signal_values: Vec<Option<f64>> = sig.iter().map(|s| s.0).collect();
+        let ledger = self.ledger(pool, now);
+        let mut l = lock(&ledger);
+        let peeked = l.peek(now, key_id);
+        let (decision, reservation) = l.reserve(
+            now,
+            Ask {
+                key_id,
+                share: share.share,
+                caps: &share.caps,
+                costs,
+                signals: &signal_values,
+                saturation_threshold: threshold,
+            },
+        );
+        let by_counter = decision.blocked_by.and_then(|i| {
+            let v = decision.dimensions[i];
+            let counter = match v.blocked {
+                Some(BlockReason::GlobalLimit) => None,
+                _ => Some(key_id),
+            };
+            v.fits_at
+                .and_then(|bound| l.time_until(now, counter, i, bound))
+        });
+        Outcome {
+            now,
+            decision,
+            reservation,
+            peeked,
+            by_counter,
+            signals: sig,
         }
     }
 
-    fn settle(
+    async fn reserve_redis(
+        &self,
+        counters: &RedisCounters,
+        pool: &PoolRuntime,
+        key_id: &str,
+        share: &KeyShare,
+        costs: &[f64],
+        threshold: f64,
+    ) -> Option<Outcome> {
+        let sig = self.signals.for_pool(pool, self.now());
+        let args: Vec<DimArgs> = pool
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| DimArgs {
+                dim: d.key(),
+                slot_ms: d.window.slot_ms(),
+                limit: d.limit,
+                cost: costs[i],
+                cap: share.caps[i],
+                fair_share: if d.limit > 0.0 {
+                    fair_share(d.limit, share.share.weight)
+                } else {
+                    0.0
+                },
+                policy: match share.share.policy {
+                    Policy::Hard => 0,
+                    Policy::Soft => 1,
+                    Policy::Burst => 2,
+                },
+                signal: sig[i].0,
+            })
+            .collect();
+        let reply = match counters
+            .reserve(&pool.pool.id, key_id, threshold, &args)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, pool = %pool.pool.id, key_id, "Quota store failed; admitting the request unmetered.");
+                return None;
+            }
+        };
+        let peeked: Vec<(f64, f64)> = reply.dims.iter().map(|d| (d.0, d.1)).collect();
+        let decision = decide(
+            &inputs(pool, share, &peeked, costs, &sig),
+            share.share,
+            threshold,
+        );
+        if decision.admitted() != reply.admitted {
+            tracing::error!(pool = %pool.pool.id, key_id, script = reply.admitted, core = decision.admitted(), "Redis quota script and core decision disagree; following the script.");
+        }
+        let reservation = reply.admitted.then(|| Reservation {
+            key_id: key_id.to_owned(),
+            slots: reply.dims.iter().map(|d| d.2).collect(),
+            booked: costs.to_vec(),
+        });
+        let by_counter = match decision.blocked_by {
+            Some(i) if !reply.admitted => {
+                redis_time_until(counters, pool, key_id, &decision, i).await
+            }
+            _ => None,
+        };
+        Some(Outcome {
+            now: reply.now,
+            decision,
+            reservation,
+            peeked,
+            by_counter,
+            signals: sig,
+        })
+    }
+
+    /// Moves a reservation to `actual`; `last` marks the final settlement (which feeds
+    /// the burn rate).
+    pub(super) fn settle(
         &self,
         pool: &PoolRuntime,
         reservation: &mut Reservation,
@@ -516,37 +547,76 @@ impl QuotaEngine {
     ) {
         let now = self.now();
         let ledger = self.ledger(pool, now);
-        let mut l = lock(&ledger);
-        l.settle(now, reservation, actual);
+        match &self.counters {
+            Counters::Local => lock(&ledger).settle(now, reservation, actual),
+            Counters::Redis(r) => {
+                let mut items = Vec::new();
+                for (i, booked) in reservation.booked.iter_mut().enumerate() {
+                    let target = actual.get(i).copied().unwrap_or(0.0).max(0.0);
+                    let delta = target - *booked;
+                    *booked = target;
+                    if let (true, Some(d), Some(slot)) =
+                        (delta != 0.0, pool.dims.get(i), reservation.slots.get(i))
+                    {
+                        items.push(SettleArgs {
+                            dim: d.key(),
+                            slot: *slot,
+                            slot_ms: d.window.slot_ms(),
+                            delta,
+                        });
+                    }
+                }
+                if !items.is_empty() {
+                    let job = SettleJob {
+                        pool: pool.pool.id.clone(),
+                        key: reservation.key_id.clone(),
+                        items,
+                    };
+                    if r.settle.try_send(job).is_err() {
+                        tracing::warn!(pool = %pool.pool.id, "Quota settlement queue is full; keeping the reservation at its estimate.");
+                    }
+                }
+            }
+        }
         if last {
-            l.observe_burn(now, &reservation.key_id, actual);
+            lock(&ledger).observe_burn(now, &reservation.key_id, actual);
         }
     }
 
     /// Per dimension of `pool`, for the usage endpoint: the pool's consumption, each
-    /// key's, and burn rates.
-    pub fn usage(
+    /// key's (allocated keys, and any other key that consumed), and burn rates.
+    pub async fn usage(
         &self,
         pool: &PoolRuntime,
         keys: &[String],
         settings: &QuotaSettings,
     ) -> PoolUsage {
-        let now = self.now();
-        let sig = self.pool_signals(pool, now);
-        let ledger = self.ledger(pool, now);
-        let l = lock(&ledger);
         let mut key_ids: Vec<String> = keys.to_vec();
-        for k in l.key_ids() {
-            if !key_ids.iter().any(|x| x == k) {
-                key_ids.push(k.to_owned());
+        {
+            let ledger = self.ledger(pool, self.now());
+            let l = lock(&ledger);
+            for k in l.key_ids() {
+                if !key_ids.iter().any(|x| x == k) {
+                    key_ids.push(k.to_owned());
+                }
             }
         }
-        let per_key: Vec<(String, Vec<(f64, f64)>)> = key_ids
-            .iter()
-            .map(|k| (k.clone(), l.peek(now, k)))
-            .collect();
+        let mut now = self.now();
+        let mut per_key = Vec::with_capacity(key_ids.len());
+        for k in &key_ids {
+            if let Some((at, values)) = self.peek(pool, k).await {
+                now = at;
+                per_key.push((k.clone(), values));
+            }
+        }
         // Peeking a key that cannot exist reads the pool totals alone.
-        let totals = l.peek(now, "");
+        let totals = self
+            .peek(pool, "")
+            .await
+            .map_or_else(|| vec![(0.0, 0.0); pool.dims.len()], |(_, v)| v);
+        let sig = self.signals.for_pool(pool, now);
+        let ledger = self.ledger(pool, now);
+        let l = lock(&ledger);
         let dimensions = pool
             .dims
             .iter()
@@ -562,28 +632,24 @@ impl QuotaEngine {
                     .iter()
                     .map(|(k, p)| {
                         let share = pool.share_of(k);
-                        let fair_share = if d.limit > 0.0 {
-                            switchyard_core::quota::decide::fair_share(d.limit, share.share.weight)
+                        let fair = if d.limit > 0.0 {
+                            fair_share(d.limit, share.share.weight)
                         } else {
                             0.0
                         };
                         let consumed = p[i].0;
-                        let remaining = if d.limit > 0.0 {
-                            fair_share - consumed
-                        } else {
-                            0.0
-                        };
+                        let surplus = if d.limit > 0.0 { fair - consumed } else { 0.0 };
                         KeyUsage {
                             api_key_id: k.clone(),
                             allocated: pool.shares.contains_key(k),
                             policy: share.share.policy,
                             allocation_weight: share.share.weight,
                             consumed,
-                            fair_share,
-                            surplus: remaining,
-                            borrowing: d.limit > 0.0 && consumed > fair_share,
+                            fair_share: fair,
+                            surplus,
+                            borrowing: d.limit > 0.0 && consumed > fair,
                             cap: share.caps[i],
-                            burn_rate: l.burn(now, k, i, remaining.max(0.0)),
+                            burn_rate: l.burn(now, k, i, surplus.max(0.0)),
                         }
                     })
                     .collect();
@@ -612,190 +678,81 @@ impl QuotaEngine {
     }
 }
 
-fn decision_record(
+/// What a reservation attempt found, from either counter store.
+struct Outcome {
     now: UnixMillis,
-    key_id: &str,
-    policy: Policy,
-    d: &Decision,
-    pool: &PoolRuntime,
-    retry_after_ms: Option<u64>,
-) -> DecisionRecord {
-    let blocked = d.blocked_by.map(|i| (i, d.dimensions[i]));
-    DecisionRecord {
-        at: now,
-        api_key_id: key_id.to_owned(),
-        admitted: d.admitted(),
-        deprioritized: d.deprioritized,
-        dimension: blocked.map(|(i, _)| pool.dims[i].key()),
-        reason: blocked
-            .and_then(|(_, v)| v.blocked)
-            .map(|r| r.as_str().to_owned()),
-        mode: blocked.map(|(_, v)| v.mode.as_str().to_owned()),
-        policy: policy.as_str().to_owned(),
-        retry_after_ms,
-    }
+    decision: Decision,
+    reservation: Option<Reservation>,
+    /// Per dimension: the key's and the pool's values before booking.
+    peeked: Vec<(f64, f64)>,
+    /// When the blocking counter falls far enough for the request to fit.
+    by_counter: Option<u64>,
+    signals: PoolSignals,
 }
 
-/// `x-ratelimit-limit-<unit>-<window>` (the key's fair share) and
-/// `x-ratelimit-remaining-<unit>-<window>` (what is left of it after this request).
-fn remaining_headers(
+/// The estimated cost in every dimension of `pool`.
+fn costs(pool: &PoolRuntime, estimate: &Estimate) -> Vec<f64> {
+    pool.dims
+        .iter()
+        .map(|d| estimate.cost(d.unit, None))
+        .collect()
+}
+
+/// The decision inputs of every dimension from peeked counters.
+fn inputs(
     pool: &PoolRuntime,
-    d: &Decision,
+    share: &KeyShare,
     peeked: &[(f64, f64)],
     costs: &[f64],
-) -> Vec<(String, String)> {
-    let mut out = vec![("x-quota-pool".to_owned(), pool.pool.id.clone())];
-    for (i, dim) in pool.dims.iter().enumerate() {
-        if dim.limit <= 0.0 {
-            continue;
+    sig: &PoolSignals,
+) -> Vec<DimensionInput> {
+    pool.dims
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let (consumed, total) = peeked.get(i).copied().unwrap_or((0.0, 0.0));
+            DimensionInput {
+                limit: d.limit,
+                consumed,
+                total,
+                signal: sig.get(i).and_then(|s| s.0),
+                cost: costs.get(i).copied().unwrap_or(0.0),
+                cap: share.caps.get(i).copied().flatten(),
+            }
+        })
+        .collect()
+}
+
+/// When the blocking counter of dimension `i`, read from Redis, falls to the value the
+/// request needs.
+async fn redis_time_until(
+    counters: &RedisCounters,
+    pool: &PoolRuntime,
+    key_id: &str,
+    decision: &Decision,
+    i: usize,
+) -> Option<u64> {
+    let v = decision.dimensions[i];
+    let bound = v.fits_at?;
+    let field = match v.blocked {
+        Some(BlockReason::GlobalLimit) => "*",
+        _ => key_id,
+    };
+    let d = pool.dims[i];
+    match counters
+        .slots(&pool.pool.id, field, &d.key(), d.window.slot_ms())
+        .await
+    {
+        Ok((now, slots)) => {
+            let mut c = SlidingCounter::new(d.window);
+            for (slot, amount) in slots {
+                c.add_to_slot(now, slot, amount);
+            }
+            c.time_until_at_most(now, bound)
         }
-        let suffix = format!("{}-{}", dim.unit.as_str(), dim.window.as_str());
-        let share = d.dimensions[i].fair_share;
-        let used = peeked.get(i).map_or(0.0, |p| p.0) + costs.get(i).copied().unwrap_or(0.0);
-        out.push((format!("x-ratelimit-limit-{suffix}"), fmt_num(share)));
-        out.push((
-            format!("x-ratelimit-remaining-{suffix}"),
-            fmt_num((share - used).max(0.0)),
-        ));
-    }
-    out
-}
-
-/// A pool's usage, for `GET /api/quota/pools/{id}/usage`.
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PoolUsage {
-    pub pool_id: String,
-    pub at: UnixMillis,
-    pub dimensions: Vec<DimensionUsage>,
-}
-
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DimensionUsage {
-    /// `unit:window`.
-    pub key: String,
-    #[schema(value_type = String)]
-    pub unit: Unit,
-    pub window: &'static str,
-    pub limit: f64,
-    pub global_used: f64,
-    /// The larger of counted use and the provider's reading, as a fraction of the limit.
-    pub used_fraction: f64,
-    pub provider_signal: Option<f64>,
-    #[schema(value_type = String)]
-    pub mode: Mode,
-    pub keys: Vec<KeyUsage>,
-}
-
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct KeyUsage {
-    pub api_key_id: String,
-    /// Whether the key has an allocation in the pool (otherwise: weight 0, hard).
-    pub allocated: bool,
-    #[schema(value_type = String)]
-    pub policy: Policy,
-    pub allocation_weight: f64,
-    pub consumed: f64,
-    pub fair_share: f64,
-    /// Fair share minus consumption: positive = unused share, negative = shortfall.
-    pub surplus: f64,
-    pub borrowing: bool,
-    pub cap: Option<f64>,
-    #[schema(value_type = Object)]
-    pub burn_rate: switchyard_core::quota::burn::BurnReport,
-}
-
-/// A reservation held by a request until its response ends. Settled to the actual cost
-/// when the response completes, grown as a stream runs past its estimate, released if
-/// the request fails before any answer — and released when dropped unsettled, so no
-/// path (panic included) can leak a reservation.
-#[derive(Debug)]
-pub struct QuotaGuard {
-    engine: Arc<QuotaEngine>,
-    pool: Arc<PoolRuntime>,
-    connection_id: String,
-    reservation: Reservation,
-    estimate: Estimate,
-    /// Per dimension: the connection's used percentage when the request started.
-    percent_base: Vec<Option<f64>>,
-    streamed_chars: u64,
-    done: bool,
-}
-
-impl QuotaGuard {
-    /// Notes streamed completion text; grows the token reservation once the text passes
-    /// it, so parallel long streams cannot overshoot a window by more than a step.
-    pub fn observe_output(&mut self, chars: usize) {
-        self.streamed_chars += chars as u64;
-        let seen = self.streamed_chars.div_ceil(CHARS_PER_TOKEN);
-        if seen <= self.estimate.completion_tokens {
-            return;
+        Err(e) => {
+            tracing::warn!(error = %e, "Could not read quota slots from Redis for Retry-After.");
+            None
         }
-        self.estimate.completion_tokens = seen + STREAM_GROWTH_TOKENS;
-        let costs: Vec<f64> = self
-            .pool
-            .dims
-            .iter()
-            .zip(&self.reservation.booked)
-            .map(|(d, booked)| match d.unit {
-                Unit::Tokens => self.estimate.cost(Unit::Tokens, None),
-                _ => *booked,
-            })
-            .collect();
-        self.engine
-            .settle(&self.pool, &mut self.reservation, &costs, false);
-    }
-
-    /// Settles to the actual cost: the upstream's usage, or what was seen streaming.
-    pub fn settle(mut self, usage: Option<Usage>) {
-        let now = self.engine.now();
-        let rises = self
-            .engine
-            .percent_readings(&self.pool, &self.connection_id, now);
-        let fallback = Estimate {
-            prompt_tokens: self.estimate.prompt_tokens,
-            completion_tokens: self.streamed_chars.div_ceil(CHARS_PER_TOKEN),
-        };
-        let actual: Vec<f64> = self
-            .pool
-            .dims
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let rise = match (
-                    self.percent_base.get(i).copied().flatten(),
-                    rises.get(i).copied().flatten(),
-                ) {
-                    (Some(before), Some(after)) => Some(after - before),
-                    _ => None,
-                };
-                cost::actual(d.unit, usage, fallback, None, rise)
-            })
-            .collect();
-        self.engine
-            .settle(&self.pool, &mut self.reservation, &actual, true);
-        self.done = true;
-    }
-
-    /// Gives the reservation back (the request failed before any answer).
-    pub fn release(mut self) {
-        self.release_inner();
-    }
-
-    fn release_inner(&mut self) {
-        if !self.done {
-            self.done = true;
-            let zeros = vec![0.0; self.reservation.booked.len()];
-            self.engine
-                .settle(&self.pool, &mut self.reservation, &zeros, false);
-        }
-    }
-}
-
-impl Drop for QuotaGuard {
-    fn drop(&mut self) {
-        self.release_inner();
     }
 }

@@ -1,10 +1,16 @@
 //! Quota sharing in the shell (SPEC Q): the snapshot's pool index, the engine that keeps
-//! counters and signals, and the persistence loop. The decisions themselves are in
-//! `switchyard_core::quota`.
+//! counters (in memory with SQLite persistence, or in Redis), provider signals, the
+//! reservation guard requests carry, and the persistence loop. The decisions themselves
+//! are in `switchyard_core::quota`.
 
 pub mod engine;
+pub mod guard;
 pub mod index;
+pub mod signals;
+pub mod views;
 pub mod writer;
 
-pub use engine::{Admission, QuotaBlock, QuotaEngine, QuotaGuard};
+pub use engine::{Admission, QuotaEngine};
+pub use guard::QuotaGuard;
 pub use index::{PoolRuntime, QuotaIndex};
+pub use views::QuotaBlock;

@@ -678,3 +678,127 @@ async fn pools_import_once_into_an_empty_database() {
         .unwrap();
     assert_eq!(pools, exported);
 }
+
+/// Environment selecting the Redis counter store under a prefix of this test's own.
+fn redis_env(prefix: &str) -> Vec<(&'static str, String)> {
+    let url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    vec![
+        ("QUOTA_STORE_DRIVER", "redis".to_owned()),
+        ("QUOTA_STORE_REDIS_URL", url),
+        ("QUOTA_STORE_REDIS_PREFIX", prefix.to_owned()),
+    ]
+}
+
+fn unique_prefix() -> String {
+    format!("sytest-{:016x}", rand::random::<u64>())
+}
+
+async fn start_on_redis(config: fn(&str) -> String, prefix: &str) -> Harness {
+    let env = redis_env(prefix);
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let h = Harness::start_with(config, &pairs).await;
+    let health: Value = h
+        .http
+        .get(h.url("/api/monitoring/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["quota_store"], "redis");
+    h
+}
+
+#[tokio::test]
+async fn two_gateways_sharing_redis_see_one_another() {
+    let prefix = unique_prefix();
+    let a = start_on_redis(small_burst_pool, &prefix).await;
+    let b = start_on_redis(small_burst_pool, &prefix).await;
+    assert_eq!(burst(&a, KEY, "alpha/mock-small", 3).await.0, 3);
+    let (ok, body) = burst(&b, KEY, "alpha/mock-small", 3).await;
+    assert_eq!(ok, 1);
+    assert_eq!(body.unwrap()["error"]["quota"]["reason"], "global_limit");
+    let usage: Value = a
+        .admin_get("/api/quota/pools/team/usage")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["dimensions"][0]["globalUsed"], 4.0);
+}
+
+#[tokio::test]
+async fn on_redis_two_hundred_concurrent_requests_admit_exactly_fifty() {
+    let h = start_on_redis(big_burst_pool, &unique_prefix()).await;
+    h.rule(json!({"latency_ms": 50})).await;
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let http = h.http.clone();
+            let url = h.url("/v1/chat/completions");
+            tokio::spawn(async move {
+                http.post(url)
+                    .bearer_auth(KEY)
+                    .json(&chat_body("alpha/mock-small", false))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            })
+        })
+        .collect();
+    let mut counts = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => counts.0 += 1,
+            429 => counts.1 += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(counts, (50, 150));
+    assert_eq!(h.mock_stats().await["requests_total"], 50);
+}
+
+#[tokio::test]
+async fn on_redis_tokens_settle_to_the_upstream_usage() {
+    let h = start_on_redis(token_pool, &unique_prefix()).await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    let body: Value = r.json().await.unwrap();
+    let total = body["usage"]["total_tokens"].as_f64().unwrap();
+    eventually("the settlement reached Redis", || async {
+        let usage: Value = h
+            .admin_get("/api/quota/pools/team/usage")
+            .await
+            .json()
+            .await
+            .unwrap();
+        usage["dimensions"][0]["keys"][0]["consumed"].as_f64() == Some(total)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_falls_back_to_sqlite() {
+    let h = Harness::start_with(
+        small_burst_pool,
+        &[
+            ("QUOTA_STORE_DRIVER", "redis"),
+            ("QUOTA_STORE_REDIS_URL", "redis://127.0.0.1:1"),
+        ],
+    )
+    .await;
+    let health: Value = h
+        .http
+        .get(h.url("/api/monitoring/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["quota_store"], "sqlite");
+    // Still enforced, on SQLite.
+    assert_eq!(burst(&h, KEY, "alpha/mock-small", 6).await.0, 4);
+}

@@ -1,0 +1,129 @@
+//! The board of provider saturation readings (SPEC Q6): per connection, what its
+//! rate-limit headers said lately, each reading valid for [`SIGNAL_TTL_MS`].
+
+use super::index::PoolRuntime;
+use axum::http::HeaderMap;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use switchyard_core::quota::decide::Unit;
+use switchyard_core::quota::signals::{self, Signal};
+use switchyard_core::UnixMillis;
+
+/// How long a provider's saturation reading counts (SPEC Q6): long enough to bridge the
+/// gaps between responses, short enough that a stale reading cannot block for long.
+pub const SIGNAL_TTL_MS: u64 = 30_000;
+
+/// Per dimension of a pool: the used fraction providers reported, and the reset they
+/// announced.
+pub type PoolSignals = Vec<(Option<f64>, Option<u64>)>;
+
+/// See the module docs. Bounded by the number of connections: expired entries are
+/// dropped whenever a new reading arrives.
+#[derive(Debug, Default)]
+pub struct SignalBoard {
+    board: Mutex<HashMap<String, Vec<(Signal, UnixMillis)>>>,
+}
+
+impl SignalBoard {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<(Signal, UnixMillis)>>> {
+        self.board.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records the saturation headers of a response from `connection_id`.
+    pub fn record(&self, connection_id: &str, headers: &HeaderMap, now: UnixMillis) {
+        let pairs: Vec<(&str, &str)> = headers
+            .iter()
+            .filter(|(n, _)| {
+                let n = n.as_str();
+                n.starts_with("x-codex-")
+                    || n.starts_with("anthropic-ratelimit-unified-")
+                    || n.starts_with("x-ratelimit-")
+            })
+            .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
+            .collect();
+        if pairs.is_empty() {
+            return;
+        }
+        let readings = signals::parse(&pairs, now);
+        if readings.is_empty() {
+            return;
+        }
+        let mut board = self.lock();
+        board.retain(|_, v| v.iter().any(|(_, exp)| *exp > now));
+        let entry = board.entry(connection_id.to_owned()).or_default();
+        entry.retain(|(s, exp)| {
+            *exp > now
+                && !readings
+                    .iter()
+                    .any(|r| r.unit == s.unit && r.window == s.window)
+        });
+        entry.extend(readings.into_iter().map(|s| (s, now + SIGNAL_TTL_MS)));
+    }
+
+    /// The reading of one connection for dimension `dim` of `pool`. A reading without
+    /// a window (OpenAI-style per-minute limits) applies to the pool's shortest window
+    /// of its unit.
+    fn reading(
+        board: &HashMap<String, Vec<(Signal, UnixMillis)>>,
+        connection_id: &str,
+        pool: &PoolRuntime,
+        dim: usize,
+        now: UnixMillis,
+    ) -> Option<Signal> {
+        let d = pool.dims[dim];
+        let shortest = pool
+            .dims
+            .iter()
+            .filter(|x| x.unit == d.unit)
+            .map(|x| x.window.length_ms())
+            .min();
+        board.get(connection_id)?.iter().find_map(|(s, exp)| {
+            let applies = match s.window {
+                Some(w) => w == d.window,
+                None => Some(d.window.length_ms()) == shortest,
+            };
+            (applies && s.unit == d.unit && *exp > now).then_some(*s)
+        })
+    }
+
+    /// Per dimension: the pool's used fraction from provider readings (the mean over
+    /// its connections that reported one), and the latest reset they announced.
+    pub fn for_pool(&self, pool: &PoolRuntime, now: UnixMillis) -> PoolSignals {
+        let board = self.lock();
+        (0..pool.dims.len())
+            .map(|dim| {
+                let readings: Vec<Signal> = pool
+                    .pool
+                    .connection_ids
+                    .iter()
+                    .filter_map(|c| Self::reading(&board, c, pool, dim, now))
+                    .collect();
+                if readings.is_empty() {
+                    return (None, None);
+                }
+                let mean = readings.iter().map(|s| s.used).sum::<f64>() / readings.len() as f64;
+                let reset = readings.iter().filter_map(|s| s.reset_at).max();
+                (Some(mean), reset)
+            })
+            .collect()
+    }
+
+    /// Per dimension of `pool`: the used percentage `connection_id` reported for
+    /// percent dimensions (the base a request's percent cost is measured from).
+    pub fn percent_readings(
+        &self,
+        pool: &PoolRuntime,
+        connection_id: &str,
+        now: UnixMillis,
+    ) -> Vec<Option<f64>> {
+        let board = self.lock();
+        (0..pool.dims.len())
+            .map(|dim| {
+                (pool.dims[dim].unit == Unit::Percent)
+                    .then(|| Self::reading(&board, connection_id, pool, dim, now))
+                    .flatten()
+                    .map(|s| s.used * 100.0)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,182 @@
+//! What the quota engine shows: refusals (the 429's explanation), recorded decisions,
+//! pool usage, and the `x-ratelimit-*` headers of admitted answers.
+
+use super::index::PoolRuntime;
+use switchyard_core::quota::decide::{BlockReason, Decision, DimensionVerdict, Mode, Policy, Unit};
+use switchyard_core::quota::plan::Dimension;
+use switchyard_core::UnixMillis;
+
+/// One recorded decision, as `GET /api/quota/pools/{id}/decisions` shows it.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRecord {
+    pub at: UnixMillis,
+    pub api_key_id: String,
+    pub admitted: bool,
+    pub deprioritized: bool,
+    /// The blocking dimension (`unit:window`), rule, mode and policy, when blocked.
+    pub dimension: Option<String>,
+    pub reason: Option<String>,
+    pub mode: Option<String>,
+    pub policy: String,
+    pub retry_after_ms: Option<u64>,
+}
+
+/// Why a pool refused a request, with everything the 429 explains.
+#[derive(Debug, Clone)]
+pub struct QuotaBlock {
+    pub pool_id: String,
+    pub pool_name: String,
+    pub key_id: String,
+    pub dimension: Dimension,
+    pub verdict: DimensionVerdict,
+    pub policy: Policy,
+    /// The key's (cap, fair share) or the pool's (global limit) rolling value.
+    pub consumed: f64,
+    /// The line it was judged against: cap, fair share or limit.
+    pub line: f64,
+    /// When the request would fit again; `None` when it never fits this window.
+    pub retry_after_ms: Option<u64>,
+}
+
+impl QuotaBlock {
+    pub fn reason(&self) -> BlockReason {
+        self.verdict.blocked.unwrap_or(BlockReason::GlobalLimit)
+    }
+
+    /// The operator- and client-facing explanation.
+    pub fn message(&self) -> String {
+        let dim = format!(
+            "{}/{}",
+            self.dimension.unit.as_str(),
+            self.dimension.window.as_str()
+        );
+        let whose = match self.reason() {
+            BlockReason::GlobalLimit => "the pool".to_owned(),
+            _ => format!("key `{}`", self.key_id),
+        };
+        let line = match self.reason() {
+            BlockReason::Cap => "its cap",
+            BlockReason::FairShare => "its fair share",
+            BlockReason::GlobalLimit => "the pool limit",
+        };
+        let when = match self.retry_after_ms {
+            Some(ms) => format!("retry in {} s", ms.div_ceil(1000)),
+            None => "this request does not fit the window even when it is empty".to_owned(),
+        };
+        format!(
+            "quota pool `{}` ({}) blocked the request on {dim} ({} policy, {} mode): {whose} has used {} of {line} {}; {when}",
+            self.pool_id,
+            self.pool_name,
+            self.policy.as_str(),
+            self.verdict.mode.as_str(),
+            fmt_num(self.consumed),
+            fmt_num(self.line),
+        )
+    }
+}
+
+/// Numbers without float noise: integers as integers, others to 4 decimals.
+pub fn fmt_num(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round())
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+/// The record of one decision for the decisions endpoint.
+pub fn decision_record(
+    now: UnixMillis,
+    key_id: &str,
+    policy: Policy,
+    d: &Decision,
+    pool: &PoolRuntime,
+    retry_after_ms: Option<u64>,
+) -> DecisionRecord {
+    let blocked = d.blocked_by.map(|i| (i, d.dimensions[i]));
+    DecisionRecord {
+        at: now,
+        api_key_id: key_id.to_owned(),
+        admitted: d.admitted(),
+        deprioritized: d.deprioritized,
+        dimension: blocked.map(|(i, _)| pool.dims[i].key()),
+        reason: blocked
+            .and_then(|(_, v)| v.blocked)
+            .map(|r| r.as_str().to_owned()),
+        mode: blocked.map(|(_, v)| v.mode.as_str().to_owned()),
+        policy: policy.as_str().to_owned(),
+        retry_after_ms,
+    }
+}
+
+/// `x-ratelimit-limit-<unit>-<window>` (the key's fair share) and
+/// `x-ratelimit-remaining-<unit>-<window>` (what is left of it after this request).
+pub fn remaining_headers(
+    pool: &PoolRuntime,
+    d: &Decision,
+    peeked: &[(f64, f64)],
+    costs: &[f64],
+) -> Vec<(String, String)> {
+    let mut out = vec![("x-quota-pool".to_owned(), pool.pool.id.clone())];
+    for (i, dim) in pool.dims.iter().enumerate() {
+        if dim.limit <= 0.0 {
+            continue;
+        }
+        let suffix = format!("{}-{}", dim.unit.as_str(), dim.window.as_str());
+        let share = d.dimensions[i].fair_share;
+        let used = peeked.get(i).map_or(0.0, |p| p.0) + costs.get(i).copied().unwrap_or(0.0);
+        out.push((format!("x-ratelimit-limit-{suffix}"), fmt_num(share)));
+        out.push((
+            format!("x-ratelimit-remaining-{suffix}"),
+            fmt_num((share - used).max(0.0)),
+        ));
+    }
+    out
+}
+
+/// A pool's usage, for `GET /api/quota/pools/{id}/usage`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolUsage {
+    pub pool_id: String,
+    pub at: UnixMillis,
+    pub dimensions: Vec<DimensionUsage>,
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DimensionUsage {
+    /// `unit:window`.
+    pub key: String,
+    #[schema(value_type = String)]
+    pub unit: Unit,
+    pub window: &'static str,
+    pub limit: f64,
+    pub global_used: f64,
+    /// The larger of counted use and the provider's reading, as a fraction of the limit.
+    pub used_fraction: f64,
+    pub provider_signal: Option<f64>,
+    #[schema(value_type = String)]
+    pub mode: Mode,
+    pub keys: Vec<KeyUsage>,
+}
+
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyUsage {
+    pub api_key_id: String,
+    /// Whether the key has an allocation in the pool (otherwise: weight 0, hard).
+    pub allocated: bool,
+    #[schema(value_type = String)]
+    pub policy: Policy,
+    pub allocation_weight: f64,
+    pub consumed: f64,
+    pub fair_share: f64,
+    /// Fair share minus consumption: positive = unused share, negative = shortfall.
+    pub surplus: f64,
+    pub borrowing: bool,
+    pub cap: Option<f64>,
+    #[schema(value_type = Object)]
+    pub burn_rate: switchyard_core::quota::burn::BurnReport,
+}
