@@ -14,7 +14,9 @@ pub struct DecisionRecord {
     pub api_key_id: String,
     pub admitted: bool,
     pub deprioritized: bool,
-    /// The blocking dimension (`unit:window`), rule, mode and policy, when blocked.
+    /// The dimension (`unit:window`) that blocked the request or deprioritized it, the
+    /// rule (`cap`, `global_limit`, `fair_share`, or `soft_share` for a soft penalty),
+    /// and the mode it was in.
     pub dimension: Option<String>,
     pub reason: Option<String>,
     pub mode: Option<String>,
@@ -94,17 +96,25 @@ pub fn decision_record(
     pool: &PoolRuntime,
     retry_after_ms: Option<u64>,
 ) -> DecisionRecord {
-    let blocked = d.blocked_by.map(|i| (i, d.dimensions[i]));
+    // The dimension that decided: the one that blocked, or the one that deprioritized.
+    let deciding = d.blocked_by.or_else(|| {
+        d.dimensions
+            .iter()
+            .position(|v| v.deprioritized)
+            .filter(|_| d.deprioritized)
+    });
+    let reason = match d.blocked_by {
+        Some(i) => d.dimensions[i].blocked.map(|r| r.as_str()),
+        None => deciding.map(|_| "soft_share"),
+    };
     DecisionRecord {
         at: now,
         api_key_id: key_id.to_owned(),
         admitted: d.admitted(),
         deprioritized: d.deprioritized,
-        dimension: blocked.map(|(i, _)| pool.dims[i].key()),
-        reason: blocked
-            .and_then(|(_, v)| v.blocked)
-            .map(|r| r.as_str().to_owned()),
-        mode: blocked.map(|(_, v)| v.mode.as_str().to_owned()),
+        dimension: deciding.map(|i| pool.dims[i].key()),
+        reason: reason.map(str::to_owned),
+        mode: deciding.map(|i| d.dimensions[i].mode.as_str().to_owned()),
         policy: policy.as_str().to_owned(),
         retry_after_ms,
     }

@@ -214,6 +214,29 @@ async fn a_soft_key_is_deprioritized_never_blocked_by_its_share() {
     let stats = h.mock_stats().await;
     assert_eq!(stats["by_credential"][CRED_BETA], 1);
     assert_eq!(stats["by_credential"][CRED_ALPHA], 5);
+    // The penalty is explained in the decisions.
+    let decisions: Value = h
+        .admin_get("/api/quota/pools/team/decisions?apiKeyId=k1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            decisions[0]["admitted"].as_bool(),
+            decisions[0]["deprioritized"].as_bool(),
+            decisions[0]["reason"].as_str(),
+            decisions[0]["dimension"].as_str(),
+            decisions[0]["mode"].as_str(),
+        ),
+        (
+            Some(true),
+            Some(true),
+            Some("soft_share"),
+            Some("requests:hourly"),
+            Some("strict")
+        )
+    );
     // ... and asked for directly it is still served, up to the pool's limit.
     let (ok, body) = burst(&h, KEY, "alpha/mock-small", 10).await;
     assert_eq!(ok, 5);
@@ -801,4 +824,52 @@ async fn an_unreachable_redis_falls_back_to_sqlite() {
     assert_eq!(health["quota_store"], "sqlite");
     // Still enforced, on SQLite.
     assert_eq!(burst(&h, KEY, "alpha/mock-small", 6).await.0, 4);
+}
+
+#[tokio::test]
+async fn a_stream_running_past_its_estimate_grows_its_reservation_as_it_goes() {
+    use futures_util::StreamExt;
+    let h = Harness::start_with(token_pool, &[]).await;
+    h.rule(json!({"chunks": 200, "chunk_interval_ms": 10}))
+        .await;
+    let mut body = chat_body("alpha/mock-small", true);
+    // A tiny estimate: one completion token.
+    body["max_tokens"] = json!(1);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = h.chat(body).await;
+    assert_eq!(r.status(), 200);
+    let consumed = || async {
+        let usage: Value = h
+            .admin_get("/api/quota/pools/team/usage")
+            .await
+            .json()
+            .await
+            .unwrap();
+        usage["dimensions"][0]["keys"][0]["consumed"]
+            .as_f64()
+            .unwrap()
+    };
+    let mut stream = r.bytes_stream();
+    let mut text = String::new();
+    // Read until a few content chunks have passed through.
+    while text.matches("\"content\"").count() < 20 {
+        text.push_str(std::str::from_utf8(&stream.next().await.unwrap().unwrap()).unwrap());
+    }
+    // Mid-stream, the booking has already grown past the estimate by a step.
+    assert!(consumed().await > 256.0);
+    while let Some(chunk) = stream.next().await {
+        text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+    }
+    let usage = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["usage"].is_object())
+        .unwrap();
+    let total = usage["usage"]["total_tokens"].as_f64().unwrap();
+    assert_eq!(total, (PROMPT_TOKENS + 200) as f64);
+    eventually("the stream settled to its usage", || async {
+        consumed().await == total
+    })
+    .await;
 }
