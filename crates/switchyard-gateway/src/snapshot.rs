@@ -9,12 +9,13 @@
 
 use crate::metrics::{Metrics, ProviderMetrics};
 use axum::http::{HeaderValue, Uri};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{
     ApiKey, Catalog, CatalogError, Combo, ComboTarget, ConnectionDef, Provider,
 };
 use switchyard_core::domain::ModelRef;
+use switchyard_core::quota::cost::Price;
 use switchyard_core::settings::{self, Layers, Resolved, Settings};
 use switchyard_store::ConfigRows;
 
@@ -37,6 +38,8 @@ pub enum SnapshotError {
     Setting(#[from] settings::SettingError),
     #[error(transparent)]
     Quota(#[from] crate::quota::index::QuotaConfigError),
+    #[error("provider `{provider}` price of `{model}`: must be finite numbers >= 0")]
+    Price { provider: String, model: String },
 }
 
 /// `provider_specific_data` flag that makes the gateway speak HTTP/2 without TLS
@@ -81,6 +84,18 @@ pub struct Snapshot {
     pub admin_hash: Option<KeyHash>,
     /// Quota pools and plans.
     pub quota: crate::quota::QuotaIndex,
+    /// USD prices by `provider/model` (upstream model name).
+    pub prices: HashMap<String, Price>,
+}
+
+impl Snapshot {
+    /// The price of `model` at `provider`, if the operator gave one.
+    pub fn price(&self, provider: &str, model: &str) -> Option<Price> {
+        if self.prices.is_empty() {
+            return None;
+        }
+        self.prices.get(&format!("{provider}/{model}")).copied()
+    }
 }
 
 /// Joins a base URL and an API path. A base that already ends in `/v1` (the usual way
@@ -184,6 +199,27 @@ impl Snapshot {
     ) -> Result<Self, SnapshotError> {
         let catalog = build_catalog(rows)?;
         let quota = crate::quota::QuotaIndex::build(&catalog, &rows.pools, &rows.plans)?;
+        let mut prices = HashMap::new();
+        for p in &rows.providers {
+            for (model, price) in &p.prices {
+                let ok = [price.input_per_mtok, price.output_per_mtok]
+                    .iter()
+                    .all(|v| v.is_finite() && *v >= 0.0);
+                if !ok {
+                    return Err(SnapshotError::Price {
+                        provider: p.id.clone(),
+                        model: model.clone(),
+                    });
+                }
+                prices.insert(
+                    format!("{}/{model}", p.id),
+                    Price {
+                        input_per_mtok: price.input_per_mtok,
+                        output_per_mtok: price.output_per_mtok,
+                    },
+                );
+            }
+        }
         let resolution = settings::resolve(&settings_layers(rows, base))?;
         for e in &resolution.ignored {
             tracing::warn!(error = %e, "Ignoring an invalid stored setting.");
@@ -234,6 +270,7 @@ impl Snapshot {
             resolved: resolution.resolved,
             admin_hash: rows.admin_token_hash.as_deref().and_then(KeyHash::from_hex),
             quota,
+            prices,
         })
     }
 }

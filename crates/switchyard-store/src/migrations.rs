@@ -125,6 +125,9 @@ CREATE TABLE quota_consumption (
 ) WITHOUT ROWID;
 CREATE INDEX quota_consumption_end ON quota_consumption(slot_end_ms);
 
+-- USD prices per model, for quota dimensions metered in usd.
+ALTER TABLE providers ADD COLUMN prices TEXT NOT NULL DEFAULT '{}';
+
 CREATE TABLE provider_plans (
     connection_id TEXT PRIMARY KEY,
     dimensions    TEXT NOT NULL,

@@ -269,6 +269,7 @@ mod tests {
                 format: switchyard_core::domain::UpstreamFormat::Openai,
                 base_url: "http://x".into(),
                 models: vec![],
+                prices: Default::default(),
             },
             SaveMode::Create,
             1,

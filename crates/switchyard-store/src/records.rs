@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use switchyard_core::domain::{AuthClass, Strategy, UpstreamFormat};
 use utoipa::ToSchema;
 
@@ -20,6 +21,18 @@ pub struct ProviderRecord {
     /// Models offered; empty = any model name is passed through.
     #[serde(default)]
     pub models: Vec<String>,
+    /// USD prices per model (the upstream's model name), for quota dimensions metered
+    /// in `usd`. A model without a price costs 0 there.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, ModelPrice>,
+}
+
+/// A model's price in USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
 }
 
 /// An upstream account. The credential is write-only and never part of this record.

@@ -50,6 +50,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
                 format: UpstreamFormat::Openai,
                 base_url: mock.base_url(),
                 models: vec!["mock-small".to_owned(), "mock-large".to_owned()],
+                prices: Default::default(),
             },
             SaveMode::Upsert,
             now,

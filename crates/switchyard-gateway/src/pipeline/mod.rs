@@ -128,13 +128,14 @@ async fn run(
     for candidate in &plan.candidates {
         let conn = &candidate.connection;
         let pooled = snap.quota.pool_of(conn.index);
-        let quota_headers = match quota::admit(state, &snap, key, conn, estimate, finisher).await {
-            Ok(headers) => headers,
-            Err(block) => {
-                blocked.push(*block);
-                continue;
-            }
-        };
+        let quota_headers =
+            match quota::admit(state, &snap, key, candidate, estimate, finisher).await {
+                Ok(headers) => headers,
+                Err(block) => {
+                    blocked.push(*block);
+                    continue;
+                }
+            };
         finisher.attempt(
             candidate,
             model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),

@@ -7,7 +7,7 @@ use crate::state::AppState;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;
 use std::sync::Arc;
-use switchyard_core::catalog::{ApiKey, Connection};
+use switchyard_core::catalog::ApiKey;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing::Candidate;
 
@@ -32,9 +32,10 @@ pub async fn order(
     for (i, c) in candidates.iter().enumerate() {
         let penalized = match snap.quota.pool_of(c.connection.index) {
             Some(pool) => {
+                let price = snap.price(&c.connection.provider, &c.upstream_model);
                 state
                     .quota
-                    .is_deprioritized(pool, key_id, estimate, &snap.settings.quota)
+                    .is_deprioritized(pool, key_id, estimate, price, &snap.settings.quota)
                     .await
             }
             None => false,
@@ -56,16 +57,24 @@ pub async fn admit(
     state: &Arc<AppState>,
     snap: &Snapshot,
     key: &ApiKey,
-    conn: &Connection,
+    candidate: &Candidate,
     estimate: Estimate,
     finisher: &mut Finisher,
 ) -> Result<Vec<(String, String)>, Box<QuotaBlock>> {
+    let conn = &candidate.connection;
     let Some(pool) = snap.quota.pool_of(conn.index) else {
         return Ok(Vec::new());
     };
+    let price = snap.price(&conn.provider, &candidate.upstream_model);
     match state
         .quota
-        .reserve(pool, &conn.id, &key.id, estimate, &snap.settings.quota)
+        .reserve(
+            pool,
+            &conn.id,
+            &key.id,
+            (estimate, price),
+            &snap.settings.quota,
+        )
         .await
     {
         Admission::Admitted { guard, headers } => {

@@ -24,7 +24,7 @@ use super::views::{
 use crate::clock::Clock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use switchyard_core::quota::cost::Estimate;
+use switchyard_core::quota::cost::{Estimate, Price};
 use switchyard_core::quota::decide::{
     decide, fair_share, BlockReason, Decision, DimensionInput, Mode, Policy,
 };
@@ -317,6 +317,7 @@ impl QuotaEngine {
         pool: &PoolRuntime,
         key_id: &str,
         estimate: &Estimate,
+        price: Option<Price>,
         settings: &QuotaSettings,
     ) -> bool {
         let Some((now, peeked)) = self.peek(pool, key_id).await else {
@@ -324,7 +325,7 @@ impl QuotaEngine {
         };
         let share = pool.share_of(key_id);
         let sig = self.signals.for_pool(pool, now);
-        let costs = costs(pool, estimate);
+        let costs = costs(pool, estimate, price);
         let decision = decide(
             &inputs(pool, share, &peeked, &costs, &sig),
             share.share,
@@ -339,16 +340,17 @@ impl QuotaEngine {
     }
 
     /// Decides for `key_id` on `pool` and, when admitted, reserves the estimate.
+    /// `price` is the model's USD price, for `usd` dimensions.
     pub async fn reserve(
         self: &Arc<Self>,
         pool: &Arc<PoolRuntime>,
         connection_id: &str,
         key_id: &str,
-        estimate: Estimate,
+        (estimate, price): (Estimate, Option<Price>),
         settings: &QuotaSettings,
     ) -> Admission {
         let share = pool.share_of(key_id);
-        let costs = costs(pool, &estimate);
+        let costs = costs(pool, &estimate, price);
         let threshold = settings.saturation_threshold;
         let outcome = match &self.counters {
             Counters::Local => self.reserve_local(pool, key_id, share, &costs, threshold),
@@ -395,7 +397,7 @@ impl QuotaEngine {
                     Arc::clone(pool),
                     connection_id.to_owned(),
                     reservation,
-                    estimate,
+                    (estimate, price),
                     base,
                 ),
                 headers,
@@ -697,10 +699,10 @@ struct Outcome {
 }
 
 /// The estimated cost in every dimension of `pool`.
-fn costs(pool: &PoolRuntime, estimate: &Estimate) -> Vec<f64> {
+fn costs(pool: &PoolRuntime, estimate: &Estimate, price: Option<Price>) -> Vec<f64> {
     pool.dims
         .iter()
-        .map(|d| estimate.cost(d.unit, None))
+        .map(|d| estimate.cost(d.unit, price))
         .collect()
 }
 
@@ -846,7 +848,10 @@ mod tests {
                             prompt_tokens: 50,
                             completion_tokens: 100,
                         };
-                        match engine.reserve(pool, "c", &key, estimate, &settings).await {
+                        match engine
+                            .reserve(pool, "c", &key, (estimate, None), &settings)
+                            .await
+                        {
                             Admission::Admitted { guard, .. } => guard.settle(Some(Usage {
                                 prompt_tokens: 30,
                                 completion_tokens: 7,
@@ -883,7 +888,9 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: 10,
         };
-        let admission = engine.reserve(pool, "c", "k1", estimate, &settings).await;
+        let admission = engine
+            .reserve(pool, "c", "k1", (estimate, None), &settings)
+            .await;
         assert_eq!(
             engine.peek(pool, "k1").await.unwrap().1,
             vec![(1.0, 1.0), (20.0, 20.0)]

@@ -3,7 +3,7 @@
 use super::engine::QuotaEngine;
 use super::index::PoolRuntime;
 use std::sync::Arc;
-use switchyard_core::quota::cost::{self, Estimate};
+use switchyard_core::quota::cost::{self, Estimate, Price};
 use switchyard_core::quota::decide::Unit;
 use switchyard_core::quota::ledger::Reservation;
 use switchyard_core::usage::Usage;
@@ -26,6 +26,8 @@ pub struct QuotaGuard {
     connection_id: String,
     reservation: Reservation,
     estimate: Estimate,
+    /// The model's USD price, for `usd` dimensions.
+    price: Option<Price>,
     /// Per dimension: the connection's used percentage when the request started.
     percent_base: Vec<Option<f64>>,
     streamed_chars: u64,
@@ -38,7 +40,7 @@ impl QuotaGuard {
         pool: Arc<PoolRuntime>,
         connection_id: String,
         reservation: Reservation,
-        estimate: Estimate,
+        (estimate, price): (Estimate, Option<Price>),
         percent_base: Vec<Option<f64>>,
     ) -> Self {
         Self {
@@ -47,6 +49,7 @@ impl QuotaGuard {
             connection_id,
             reservation,
             estimate,
+            price,
             percent_base,
             streamed_chars: 0,
             done: false,
@@ -68,7 +71,7 @@ impl QuotaGuard {
             .iter()
             .zip(&self.reservation.booked)
             .map(|(d, booked)| match d.unit {
-                Unit::Tokens => self.estimate.cost(Unit::Tokens, None),
+                Unit::Tokens | Unit::Usd => self.estimate.cost(d.unit, self.price),
                 _ => *booked,
             })
             .collect();
@@ -100,7 +103,7 @@ impl QuotaGuard {
                     (Some(before), Some(after)) => Some(after - before),
                     _ => None,
                 };
-                cost::actual(d.unit, usage, fallback, None, rise)
+                cost::actual(d.unit, usage, fallback, self.price, rise)
             })
             .collect();
         self.engine

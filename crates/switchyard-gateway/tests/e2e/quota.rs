@@ -873,3 +873,65 @@ async fn a_stream_running_past_its_estimate_grows_its_reservation_as_it_goes() {
     })
     .await;
 }
+
+fn usd_pool(mock_url: &str) -> String {
+    with_pool(
+        mock_url,
+        r#"
+[[quota_pools]]
+id = "team"
+name = "Team"
+connection_ids = ["alpha-1"]
+dimensions = [{ unit = "usd", window = "daily", limit = 100000 }]
+allocations = [{ api_key_id = "k1", allocation_weight = 100 }]
+"#,
+    )
+    .replace(
+        r#"models = ["mock-small", "mock-large"]"#,
+        r#"models = ["mock-small", "mock-large"]
+prices = { "mock-small" = { input_per_mtok = 2000000, output_per_mtok = 1000000 } }"#,
+    )
+}
+
+#[tokio::test]
+async fn usd_dimensions_are_metered_with_the_model_price() {
+    let h = Harness::start_with(usd_pool, &[]).await;
+    let body: Value = h
+        .chat(chat_body("alpha/mock-small", false))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let (prompt, completion) = (
+        body["usage"]["prompt_tokens"].as_f64().unwrap(),
+        body["usage"]["completion_tokens"].as_f64().unwrap(),
+    );
+    // $2 per prompt token and $1 per completion token.
+    let expected = 2.0 * prompt + completion;
+    let usage: Value = h
+        .admin_get("/api/quota/pools/team/usage")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["dimensions"][0]["keys"][0]["consumed"], expected);
+    // A model without a price costs nothing in usd.
+    let provider: Value = h
+        .admin_get("/api/providers/alpha")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        provider["prices"]["mock-small"],
+        json!({"input_per_mtok": 2000000.0, "output_per_mtok": 1000000.0})
+    );
+    h.chat(chat_body("alpha/mock-large", false)).await;
+    let usage: Value = h
+        .admin_get("/api/quota/pools/team/usage")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(usage["dimensions"][0]["keys"][0]["consumed"], expected);
+}
