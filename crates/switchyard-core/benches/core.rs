@@ -5,6 +5,10 @@ use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{ApiKey, Catalog, Combo, ComboTarget, ConnectionDef, Provider};
 use switchyard_core::chat::ChatRequest;
 use switchyard_core::domain::{AuthClass, ModelRef, Strategy, UpstreamFormat};
+use switchyard_core::quota::decide::{decide, DimensionInput, Policy, Share, Unit};
+use switchyard_core::quota::ledger::{Ask, PoolLedger};
+use switchyard_core::quota::plan::Dimension;
+use switchyard_core::quota::window::Window;
 use switchyard_core::routing;
 use switchyard_core::sse::SseParser;
 use switchyard_core::usage::Usage;
@@ -110,5 +114,73 @@ fn benches(c: &mut Criterion) {
     });
 }
 
-criterion_group!(core, benches);
+/// The three dimensions of a typical subscription pool.
+fn pool_dims() -> Vec<Dimension> {
+    vec![
+        Dimension::new(Unit::Requests, Window::FiveHours, 1e9),
+        Dimension::new(Unit::Tokens, Window::Weekly, 1e15),
+        Dimension::new(Unit::Percent, Window::Weekly, 100.0),
+    ]
+}
+
+fn quota_benches(c: &mut Criterion) {
+    let share = Share {
+        weight: 10.0,
+        policy: Policy::Hard,
+    };
+    let inputs: Vec<DimensionInput> = (0..3)
+        .map(|i| DimensionInput {
+            limit: 1000.0,
+            consumed: 40.0 + f64::from(i),
+            total: 600.0,
+            signal: Some(0.4),
+            cost: 1.0,
+            cap: None,
+        })
+        .collect();
+    c.bench_function("quota: decide over 3 dimensions", |b| {
+        b.iter(|| decide(black_box(&inputs), share, 0.5).admitted())
+    });
+    let mut ledger = PoolLedger::new(pool_dims());
+    let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
+    let now = 1_800_000_000_000u64;
+    // Warm the counters so every key has history.
+    for (i, k) in keys.iter().enumerate() {
+        for j in 0..10u64 {
+            let ask = Ask {
+                key_id: k,
+                share,
+                caps: &[None, None, None],
+                costs: &[1.0, 500.0, 0.0],
+                signals: &[None, None, None],
+                saturation_threshold: 0.5,
+            };
+            if let (_, Some(mut r)) = ledger.reserve(now - (i as u64 + j) * 60_000, ask) {
+                ledger.settle(now, &mut r, &[1.0, 420.0, 0.0]);
+            }
+        }
+    }
+    let mut n = 0usize;
+    c.bench_function(
+        "quota: reserve + settle on the in-memory ledger (3 dims, 100 keys)",
+        |b| {
+            b.iter(|| {
+                n += 1;
+                let ask = Ask {
+                    key_id: &keys[n % keys.len()],
+                    share,
+                    caps: &[None, None, None],
+                    costs: &[1.0, 500.0, 0.0],
+                    signals: &[None, None, None],
+                    saturation_threshold: 0.5,
+                };
+                if let (_, Some(mut r)) = ledger.reserve(black_box(now), ask) {
+                    ledger.settle(now, &mut r, &[1.0, 420.0, 0.0]);
+                }
+            })
+        },
+    );
+}
+
+criterion_group!(core, benches, quota_benches);
 criterion_main!(core);

@@ -7,7 +7,10 @@ local now = server_now()
 local out = { num(now) }
 for i = 0, n - 1 do
   local b = 5 + i * 3
-  local mine, total = window_values(prefix, pool, key, ARGV[b], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), now)
+  local dim, slot_ms, slots = ARGV[b], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+  local w = window_at(slot_ms, slots, now)
+  local mine = window_value(counter_key(prefix, pool, dim, key), w)
+  local total = window_value(counter_key(prefix, pool, dim, '*'), w)
   out[#out + 1] = num(mine)
   out[#out + 1] = num(total)
 end

@@ -18,7 +18,12 @@ for i = 0, n - 1 do
     limit = tonumber(ARGV[b + 3]), cost = tonumber(ARGV[b + 4]), cap = tonumber(ARGV[b + 5]),
     fair = tonumber(ARGV[b + 6]), policy = tonumber(ARGV[b + 7]), signal = tonumber(ARGV[b + 8]),
   }
-  d.mine, d.total, d.cur = window_values(prefix, pool, key, d.dim, d.slot_ms, d.slots, now)
+  d.kkey = counter_key(prefix, pool, d.dim, key)
+  d.tkey = counter_key(prefix, pool, d.dim, '*')
+  local w = window_at(d.slot_ms, d.slots, now)
+  d.cur = w.cur
+  d.mine = window_value(d.kkey, w)
+  d.total = window_value(d.tkey, w)
   local known = d.limit > 0
   local sig = d.signal
   if sig < 0 then sig = 0 end
@@ -43,10 +48,8 @@ end
 if admitted == 1 then
   for _, d in ipairs(dims) do
     if d.cost ~= 0 then
-      local k = slot_key(prefix, pool, d.dim, d.cur)
-      redis.call('HINCRBYFLOAT', k, key, num(d.cost))
-      redis.call('HINCRBYFLOAT', k, '*', num(d.cost))
-      redis.call('PEXPIRE', k, (d.slots + 2) * d.slot_ms)
+      add(d.kkey, d.cur, num(d.cost), d.slot_ms, d.slots, d.cur)
+      add(d.tkey, d.cur, num(d.cost), d.slot_ms, d.slots, d.cur)
     end
   end
 end
@@ -54,6 +57,6 @@ local out = { admitted, num(now) }
 for _, d in ipairs(dims) do
   out[#out + 1] = num(d.mine)
   out[#out + 1] = num(d.total)
-  out[#out + 1] = string.format('%d', d.cur)
+  out[#out + 1] = tostring(d.cur)
 end
 return out

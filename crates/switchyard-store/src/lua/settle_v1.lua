@@ -12,10 +12,8 @@ for i = 0, n - 1 do
   local delta = tonumber(ARGV[b + 4])
   local cur = math.floor(now / slot_ms)
   if delta ~= 0 and slot + slots >= cur and slot <= cur then
-    local k = slot_key(prefix, pool, dim, slot)
-    redis.call('HINCRBYFLOAT', k, key, num(delta))
-    redis.call('HINCRBYFLOAT', k, '*', num(delta))
-    redis.call('PEXPIRE', k, (slots + 2) * slot_ms)
+    add(counter_key(prefix, pool, dim, key), slot, num(delta), slot_ms, slots, cur)
+    add(counter_key(prefix, pool, dim, '*'), slot, num(delta), slot_ms, slots, cur)
   end
 end
 return num(now)

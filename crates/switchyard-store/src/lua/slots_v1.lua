@@ -6,12 +6,10 @@ local prefix, pool, field, dim = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local slot_ms, slots = tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = server_now()
 local cur = math.floor(now / slot_ms)
-local out = { num(now), string.format('%d', cur) }
-for s = cur - slots, cur do
-  local v = 0.0
-  if s >= 0 then
-    v = tonumber(redis.call('HGET', slot_key(prefix, pool, dim, s), field)) or 0.0
-  end
-  out[#out + 1] = num(v)
+local out = { num(now), tostring(cur) }
+local first = cur - slots
+local values = redis.call('HMGET', counter_key(prefix, pool, dim, field), unpack(slot_names(first, cur)))
+for _, v in ipairs(values) do
+  out[#out + 1] = num(tonumber(v) or 0.0)
 end
 return out
