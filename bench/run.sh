@@ -16,7 +16,7 @@ ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-32}
 RATE=${RATE:-200}
 TTFB_COUNT=${TTFB_COUNT:-500}
-MOCK_PORT=19090 NGINX_PORT=19091 GW_PORT=19092
+MOCK_PORT=19090 NGINX_PORT=19091 GW_PORT=19092 POOL_PORT=19093
 KEY=sy-bench-key-000000000000000000000001
 
 command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx; }
@@ -66,10 +66,11 @@ http {
 NGINX
 nginx -c "$work/nginx.conf" -p "$work"
 
-cat > "$work/switchyard.toml" <<TOML
+gateway_config() { # port data-dir
+  cat <<TOML
 [server]
-listen = "127.0.0.1:$GW_PORT"
-data_dir = "$work/data"
+listen = "127.0.0.1:$1"
+data_dir = "$2"
 admin_token = "bench-admin-token-0123456789"
 
 [[providers]]
@@ -88,8 +89,26 @@ id = "bench"
 name = "bench"
 secret = "$KEY"
 TOML
+}
+gateway_config $GW_PORT "$work/data" > "$work/switchyard.toml"
+# The same gateway with a quota pool on its connection: every request is decided on two
+# dimensions, reserved, and settled (limits high enough never to block).
+gateway_config $POOL_PORT "$work/data-pool" > "$work/switchyard-pool.toml"
+cat >> "$work/switchyard-pool.toml" <<TOML
+
+[[quota_pools]]
+id = "bench"
+name = "bench"
+connection_ids = ["bench-1"]
+dimensions = [
+  { unit = "requests", window = "hourly", limit = 1000000000 },
+  { unit = "tokens", window = "daily", limit = 1000000000000 },
+]
+allocations = [{ api_key_id = "bench", allocation_weight = 100 }]
+TOML
 SWITCHYARD_LOG=warn "$BIN" serve --config "$work/switchyard.toml" > "$work/gw.log" 2>&1 & pids+=($!)
-wait_port $MOCK_PORT; wait_port $NGINX_PORT; wait_port $GW_PORT
+SWITCHYARD_LOG=warn "$BIN" serve --config "$work/switchyard-pool.toml" > "$work/gw-pool.log" 2>&1 & pids+=($!)
+wait_port $MOCK_PORT; wait_port $NGINX_PORT; wait_port $GW_PORT; wait_port $POOL_PORT
 
 body() { printf '{"model":"%s","stream":%s,"messages":[{"role":"user","content":"benchmark"}]}' "$1" "$2"; }
 
@@ -116,11 +135,12 @@ load() { # port model extra-oha-args...
 # figure is the median over the rounds, so background noise on this shared machine
 # falls on all three alike instead of on whichever target ran during a busy spell.
 declare -A RPS P50 P99 OK RATEP50 TTFB
-port_of() { case $1 in mock) echo $MOCK_PORT ;; nginx) echo $NGINX_PORT ;; gateway) echo $GW_PORT ;; esac; }
-model_of() { case $1 in gateway) echo bench/mock-small ;; *) echo mock-small ;; esac; }
-for t in mock nginx gateway; do load "$(port_of $t)" "$(model_of $t)" -z 2s -c $CONNS > /dev/null; done  # warm-up
+TARGETS="mock nginx gateway pool"
+port_of() { case $1 in mock) echo $MOCK_PORT ;; nginx) echo $NGINX_PORT ;; gateway) echo $GW_PORT ;; pool) echo $POOL_PORT ;; esac; }
+model_of() { case $1 in gateway|pool) echo bench/mock-small ;; *) echo mock-small ;; esac; }
+for t in $TARGETS; do load "$(port_of $t)" "$(model_of $t)" -z 2s -c $CONNS > /dev/null; done  # warm-up
 for round in $(seq 1 "$ROUNDS"); do
-  for t in mock nginx gateway; do
+  for t in $TARGETS; do
     port=$(port_of $t) model=$(model_of $t)
     read -r rps p50 p99 ok < <(load $port $model -z "$DURATION" -c $CONNS)
     RPS[$t]+="$rps " P50[$t]+="$p50 " P99[$t]+="$p99 " OK[$t]+="$ok "
@@ -133,7 +153,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 median() { python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' $1; }
 minimum() { python3 -c 'import sys; print(min(map(float, sys.argv[1:])))' $1; }
-for t in mock nginx gateway; do
+for t in $TARGETS; do
   RPS[$t]=$(median "${RPS[$t]}") P50[$t]=$(median "${P50[$t]}") P99[$t]=$(median "${P99[$t]}")
   OK[$t]=$(minimum "${OK[$t]}") RATEP50[$t]=$(median "${RATEP50[$t]}") TTFB[$t]=$(median "${TTFB[$t]}")
 done
@@ -142,13 +162,14 @@ echo
 echo "Switchyard load benchmark — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, oha $("$OHA" --version | awk '{print $2}'), nginx $(nginx -v 2>&1 | sed 's/.*\///')"
 echo "medians of $ROUNDS interleaved rounds; non-streaming: $CONNS connections for $DURATION; fixed rate: $RATE req/s on 4 connections for $DURATION; streaming TTFB: $TTFB_COUNT sequential requests (success: worst round)"
 printf '%-8s %10s %9s %9s %8s %14s %12s\n' target "req/s" "p50 ms" "p99 ms" "success" "p50@${RATE}/s ms" "TTFB p50 ms"
-for t in mock nginx gateway; do
+for t in $TARGETS; do
   printf '%-8s %10s %9s %9s %8s %14s %12s\n' $t "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${OK[$t]}" "${RATEP50[$t]}" "${TTFB[$t]}"
 done
-python3 - "${RPS[gateway]}" "${RPS[nginx]}" "${RPS[mock]}" "${RATEP50[mock]}" "${RATEP50[nginx]}" "${RATEP50[gateway]}" "${TTFB[nginx]}" "${TTFB[gateway]}" <<'PY'
+python3 - "${RPS[gateway]}" "${RPS[nginx]}" "${RPS[mock]}" "${RATEP50[mock]}" "${RATEP50[nginx]}" "${RATEP50[gateway]}" "${TTFB[nginx]}" "${TTFB[gateway]}" "${RPS[pool]}" <<'PY'
 import sys
-gw, ngx, mock, rm, rn, rg, tn, tg = map(float, sys.argv[1:])
+gw, ngx, mock, rm, rn, rg, tn, tg, pool = map(float, sys.argv[1:])
 print(f"gateway/nginx req/s: {gw/ngx:.2f}  (target >= 0.80); nginx/mock: {ngx/mock:.2f}, gateway/mock: {gw/mock:.2f}")
 print(f"added p50 at fixed rate: nginx {rn-rm:+.3f} ms, gateway {rg-rm:+.3f} ms  (target: gateway <= nginx)")
 print(f"streaming TTFB p50: gateway - nginx = {tg-tn:+.3f} ms  (target <= 0.2 ms)")
+print(f"gateway with a quota pool / without req/s: {pool/gw:.2f}  (target >= 0.85)")
 PY
