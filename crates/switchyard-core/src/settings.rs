@@ -26,6 +26,8 @@ pub enum Kind {
     Int { default: u64, min: u64, max: u64 },
     /// A number in `0..=1`.
     Fraction { default: f64 },
+    /// `true` or `false`.
+    Bool { default: bool },
     /// One of a fixed set of names.
     Choice {
         default: &'static str,
@@ -42,6 +44,7 @@ pub enum Kind {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(untagged)]
 pub enum SettingValue {
+    Bool(bool),
     Int(u64),
     Float(f64),
     Text(String),
@@ -51,6 +54,7 @@ impl SettingValue {
     /// The value as JSON, as it is stored.
     pub fn to_json(&self) -> Value {
         match self {
+            Self::Bool(v) => Value::from(*v),
             Self::Int(v) => Value::from(*v),
             Self::Float(v) => Value::from(*v),
             Self::Text(v) => Value::from(v.clone()),
@@ -72,6 +76,7 @@ impl SettingDef {
         match self.kind {
             Kind::Int { default, .. } => SettingValue::Int(default),
             Kind::Fraction { default } => SettingValue::Float(default),
+            Kind::Bool { default } => SettingValue::Bool(default),
             Kind::Choice { default, .. } | Kind::Name { default } => {
                 SettingValue::Text(default.to_owned())
             }
@@ -84,6 +89,7 @@ impl SettingDef {
         match self.kind {
             Kind::Int { min, max, .. } => format!("an integer between {min} and {max}"),
             Kind::Fraction { .. } => "a number between 0 and 1".to_owned(),
+            Kind::Bool { .. } => "true or false".to_owned(),
             Kind::Choice { options, .. } => format!("one of {}", options.join(", ")),
             Kind::Name { .. } => "1-64 letters, digits, `-`, `_`, `.` or `:`".to_owned(),
             Kind::RedisUrl => "a redis:// or rediss:// URL, or empty".to_owned(),
@@ -152,6 +158,37 @@ pub const DEFS: &[SettingDef] = &[
         // lower, so the penalty reorders near-ties without starving anyone.
         kind: Kind::Fraction { default: 0.7 },
         doc: "Score multiplier for targets where the key is over its soft share.",
+    },
+    SettingDef {
+        key: "quotaShareConcurrencyLimit.enabled",
+        env: "QUOTA_SHARE_CONCURRENCY_LIMIT_ENABLED",
+        // SPEC R8: subscription accounts accept one to three requests at a time; a
+        // qtSd/ dispatch waits for a slot instead of flooding them.
+        kind: Kind::Bool { default: true },
+        doc: "qtSd/ dispatches wait for a slot on connections with max_concurrent (fair across keys).",
+    },
+    SettingDef {
+        key: "quotaShareConcurrencyLimit.maxQueue",
+        env: "QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_QUEUE",
+        // Bounds memory per connection; a longer queue would wait minutes anyway.
+        kind: Kind::Int {
+            default: 1_000,
+            min: 1,
+            max: 100_000,
+        },
+        doc: "Most qtSd/ requests waiting for one connection; beyond it they go ahead without a slot.",
+    },
+    SettingDef {
+        key: "quotaShareConcurrencyLimit.maxWaitMs",
+        env: "QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_WAIT_MS",
+        // Long enough for a few queued completions to finish ahead, short enough that a
+        // stuck account does not hold clients for minutes; then fail open (SPEC R8).
+        kind: Kind::Int {
+            default: 60_000,
+            min: 0,
+            max: DAY_MS,
+        },
+        doc: "Longest a qtSd/ request waits for a connection slot before going ahead without one.",
     },
     SettingDef {
         key: "quotaStore.driver",
@@ -275,6 +312,10 @@ pub struct QuotaSettings {
     pub saturation_threshold: f64,
     pub soft_deprioritize_factor: f64,
     pub retention_days: u64,
+    /// `quotaShareConcurrencyLimit.*` (SPEC R8).
+    pub share_gate_enabled: bool,
+    pub share_gate_max_queue: u64,
+    pub share_gate_max_wait_ms: u64,
 }
 
 /// A resolved value with its origin, for the settings API.
@@ -332,6 +373,14 @@ fn parse(kind: Kind, value: &Value) -> Option<SettingValue> {
             }?;
             (0.0..=1.0).contains(&v).then_some(SettingValue::Float(v))
         }
+        Kind::Bool { .. } => match value {
+            Value::Bool(b) => Some(SettingValue::Bool(*b)),
+            _ => match text? {
+                "true" | "1" | "on" => Some(SettingValue::Bool(true)),
+                "false" | "0" | "off" => Some(SettingValue::Bool(false)),
+                _ => None,
+            },
+        },
         Kind::Choice { options, .. } => {
             let t = text?;
             options
@@ -436,6 +485,7 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         Some(SettingValue::Float(v)) => *v,
         _ => 0.0,
     };
+    let boolean = |key: &str| matches!(get(key), Some(SettingValue::Bool(true)));
     let text = |key: &str| match get(key) {
         Some(SettingValue::Text(v)) => v.clone(),
         _ => String::new(),
@@ -454,6 +504,9 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
             saturation_threshold: float("quota.saturationThreshold"),
             soft_deprioritize_factor: float("quota.softDeprioritizeFactor"),
             retention_days: int("quota.consumptionRetentionDays"),
+            share_gate_enabled: boolean("quotaShareConcurrencyLimit.enabled"),
+            share_gate_max_queue: int("quotaShareConcurrencyLimit.maxQueue"),
+            share_gate_max_wait_ms: int("quotaShareConcurrencyLimit.maxWaitMs"),
         },
     };
     Ok(Resolution {
@@ -586,6 +639,17 @@ mod tests {
         assert_eq!(r.settings.quota.store_driver, "sqlite");
         assert_eq!(r.settings.quota.redis_url, "redis://:pw@127.0.0.1:6379/0");
         assert_eq!(r.settings.quota.redis_prefix, "switchyard");
+        assert!(r.settings.quota.share_gate_enabled);
+        let k = "quotaShareConcurrencyLimit.enabled";
+        assert_eq!(
+            validate(k, &json!("off"), Source::Env),
+            Ok(SettingValue::Bool(false))
+        );
+        assert_eq!(
+            validate(k, &json!(true), Source::Database),
+            Ok(SettingValue::Bool(true))
+        );
+        assert!(validate(k, &json!("maybe"), Source::Env).is_err());
         assert!(validate("quotaStore.redisPrefix", &json!("a b"), Source::Env).is_err());
         assert!(validate("quotaStore.redisPrefix", &json!(""), Source::Env).is_err());
         let k = "quota.saturationThreshold";

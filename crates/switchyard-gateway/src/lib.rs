@@ -8,6 +8,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod gate;
 pub mod keys;
 pub mod metrics;
 pub mod pipeline;

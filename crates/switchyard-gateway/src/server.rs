@@ -91,6 +91,17 @@ pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
             }
         }
     }
+    for p in &snap.quota.pools {
+        let id = format!("{}{}", crate::pipeline::share::PREFIX, p.pool.id);
+        if key.may_use_model(&id) {
+            data.push(ModelEntry {
+                id,
+                object: "model",
+                created: 0,
+                owned_by: "switchyard".to_owned(),
+            });
+        }
+    }
     for c in snap.catalog.combos() {
         if key.may_use_model(&c.name) {
             data.push(ModelEntry {

@@ -3,6 +3,7 @@
 
 use crate::clock::Clock;
 use crate::error::ApiError;
+use crate::gate::FairGate;
 use crate::metrics::Metrics;
 use crate::quota::writer::QuotaWriter;
 use crate::quota::QuotaEngine;
@@ -12,6 +13,7 @@ use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use switchyard_core::apikey::KeyHash;
+use switchyard_core::catalog::Connection;
 use switchyard_core::settings::Layers;
 use switchyard_store::redis_counters::RedisCounters;
 use switchyard_store::{ConfigRows, Store};
@@ -39,6 +41,9 @@ pub struct AppState {
     pub started_at_ms: u64,
     /// Quota counters, provider signals and recent decisions.
     pub quota: Arc<QuotaEngine>,
+    /// Connection slots of quota-share dispatch (`qsconn:<id>`), for connections with
+    /// `max_concurrent`; bounded by the number of connections.
+    gates: std::sync::Mutex<std::collections::HashMap<String, Arc<FairGate>>>,
 }
 
 /// Background writers that must be flushed on shutdown.
@@ -90,6 +95,7 @@ impl AppState {
             cutting: std::sync::atomic::AtomicBool::new(false),
             admin_lock: tokio::sync::Mutex::new(()),
             quota,
+            gates: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         let writers = Writers {
             log: log_writer,
@@ -124,7 +130,25 @@ impl AppState {
         let keys: std::collections::HashSet<&str> =
             live.catalog.keys().map(|k| k.id.as_str()).collect();
         self.quota.prune(&live.quota, |k| keys.contains(k));
+        self.gates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|id, _| live.catalog.connection(id).is_some());
         Ok(())
+    }
+
+    /// The slot gate of `conn`, sized to its `max_concurrent`; `None` when it has none.
+    pub fn gate_for(&self, conn: &Connection) -> Option<Arc<FairGate>> {
+        let capacity = usize::try_from(conn.max_concurrent?).unwrap_or(usize::MAX);
+        let mut gates = self
+            .gates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let gate = gates
+            .entry(conn.id.clone())
+            .or_insert_with(|| FairGate::new(capacity));
+        gate.set_capacity(capacity);
+        Some(Arc::clone(gate))
     }
 
     /// A counter that spreads requests over a provider's connections.

@@ -5,6 +5,7 @@
 
 use crate::clock::Stopwatch;
 use crate::error::ErrorCode;
+use crate::gate::GatePermit;
 use crate::metrics::{RequestLabels, NONE_LABEL};
 use crate::quota::QuotaGuard;
 use crate::state::AppState;
@@ -31,6 +32,8 @@ struct Inner {
     watch: Stopwatch,
     /// The current attempt's quota reservation.
     quota: Option<QuotaGuard>,
+    /// The current attempt's connection slot (quota-share dispatch).
+    permit: Option<GatePermit>,
 }
 
 /// The per-request bookkeeping; see the module docs.
@@ -45,6 +48,7 @@ impl Finisher {
             model_label: None,
             watch: Stopwatch::start(),
             quota: None,
+            permit: None,
             row: LogRow {
                 ts: now_ms,
                 request_id,
@@ -114,6 +118,20 @@ impl Finisher {
         }
     }
 
+    /// Holds a connection slot until the request finishes.
+    pub fn set_permit(&mut self, permit: GatePermit) {
+        if let Some(i) = &mut self.0 {
+            i.permit = Some(permit);
+        }
+    }
+
+    /// Frees the attempt's connection slot (the attempt failed; another may follow).
+    pub fn release_slot(&mut self) {
+        if let Some(i) = &mut self.0 {
+            i.permit = None;
+        }
+    }
+
     /// Notes generated text streamed to the client (grows the quota reservation).
     pub fn observe_output(&mut self, chars: usize) {
         if let Some(g) = self.0.as_mut().and_then(|i| i.quota.as_mut()) {
@@ -142,6 +160,7 @@ impl Finisher {
         };
         i.row.status = status;
         i.row.error_code = error_code.map(str::to_owned);
+        i.permit = None;
         if let Some(g) = i.quota.take() {
             // An answer that reached the client (even cut short) was paid for upstream;
             // a request that failed before any byte was not.

@@ -18,6 +18,7 @@
 pub mod auth;
 pub mod finish;
 mod quota;
+pub mod share;
 mod stream;
 mod upstream;
 
@@ -112,7 +113,14 @@ async fn run(
     let request = ChatRequest::parse(&bytes)
         .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
     finisher.set_request(&request.model, request.stream);
-    let mut plan = routing::plan(&snap.catalog, key, &request.model, state.next_rotation())?;
+    let mut plan = match share::plan(state, &snap, key, &request.model) {
+        Some(p) => p?,
+        None => routing::plan(&snap.catalog, key, &request.model, state.next_rotation())?,
+    };
+    let quota_share = plan
+        .combo
+        .as_deref()
+        .is_some_and(|c| c.starts_with(share::PREFIX));
     if plan.candidates.is_empty() {
         return Err(ApiError::NoExecutableTargets {
             model: request.model.clone(),
@@ -120,7 +128,9 @@ async fn run(
         });
     }
     let estimate = Estimate::new(request.messages_len(), request.max_tokens);
-    quota::order(state, &snap, &key.id, &estimate, &mut plan.candidates).await;
+    if !quota_share {
+        quota::order(state, &snap, &key.id, &estimate, &mut plan.candidates).await;
+    }
     let first_byte = Duration::from_millis(snap.settings.first_byte_timeout_ms);
     let idle_timeout = Duration::from_millis(snap.settings.stream_idle_timeout_ms);
     let mut last: Option<(Failed, String)> = None;
@@ -136,6 +146,9 @@ async fn run(
                     continue;
                 }
             };
+        if quota_share {
+            share::take_slot(state, &snap, key, conn, finisher).await;
+        }
         finisher.attempt(
             candidate,
             model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),
@@ -180,6 +193,7 @@ async fn run(
             Err(failed) => failed,
         };
         finisher.release_quota();
+        finisher.release_slot();
         count_attempt(state, &conn.provider, failed.failure.label());
         if let Some(response) = failed.passthrough.take() {
             return Ok(response);

@@ -168,6 +168,19 @@ impl QuotaEngine {
         self.signals.record(connection_id, headers, now);
     }
 
+    /// Whether a provider says `connection_id` is at or over `threshold` used in any
+    /// dimension of `pool` (saturation gating of the quota-share strategy).
+    pub fn connection_saturated(
+        &self,
+        pool: &PoolRuntime,
+        connection_id: &str,
+        threshold: f64,
+    ) -> bool {
+        self.signals
+            .connection_used(pool, connection_id, self.now())
+            .is_some_and(|u| u >= threshold)
+    }
+
     /// The ledger of `pool`, created (or re-laid-out after a dimension change, keeping
     /// the counters of dimensions that stayed) as needed.
     fn ledger(&self, pool: &PoolRuntime, now: UnixMillis) -> Arc<Mutex<PoolLedger>> {

@@ -108,6 +108,20 @@ impl SignalBoard {
             .collect()
     }
 
+    /// The highest used fraction `connection_id` reported for any dimension of `pool`.
+    pub fn connection_used(
+        &self,
+        pool: &PoolRuntime,
+        connection_id: &str,
+        now: UnixMillis,
+    ) -> Option<f64> {
+        let board = self.lock();
+        (0..pool.dims.len())
+            .filter_map(|dim| Self::reading(&board, connection_id, pool, dim, now))
+            .map(|s| s.used)
+            .reduce(f64::max)
+    }
+
     /// Per dimension of `pool`: the used percentage `connection_id` reported for
     /// percent dimensions (the base a request's percent cost is measured from).
     pub fn percent_readings(

@@ -5,6 +5,7 @@
 use crate::common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 pub const KEY2: &str = "sy-test-client-key-0000000002";
 pub const KEY3: &str = "sy-test-client-key-0000000003";
@@ -934,4 +935,154 @@ async fn usd_dimensions_are_metered_with_the_model_price() {
         .await
         .unwrap();
     assert_eq!(usage["dimensions"][0]["keys"][0]["consumed"], expected);
+}
+
+pub const CRED_ALPHA2: &str = "cred-alpha-2-secret-value";
+
+/// A pool over two connections of one provider, for `qtSd/` dispatch.
+fn two_account_pool(mock_url: &str) -> String {
+    with_pool(
+        mock_url,
+        &format!(
+            r#"
+[[connections]]
+id = "alpha-2"
+provider = "alpha"
+auth_class = "oauth"
+credential = "{CRED_ALPHA2}"
+
+[[quota_pools]]
+id = "team"
+name = "Team"
+connection_ids = ["alpha-1", "alpha-2"]
+dimensions = [
+  {{ unit = "requests", window = "hourly", limit = 1000 }},
+  {{ unit = "percent", window = "5h", limit = 100 }},
+]
+allocations = [{{ api_key_id = "k1", allocation_weight = 50 }}, {{ api_key_id = "k2", allocation_weight = 50 }}]
+"#
+        ),
+    )
+}
+
+async fn served(h: &Harness, cred: &str) -> u64 {
+    h.mock_stats().await["by_credential"][cred]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn qtsd_combos_spread_over_the_pool_connections() {
+    let h = Harness::start_with(two_account_pool, &[]).await;
+    for _ in 0..20 {
+        let r = h.chat(chat_body("qtSd/team/mock-small", false)).await;
+        assert_eq!(r.status(), 200);
+    }
+    let (a, b) = (served(&h, CRED_ALPHA).await, served(&h, CRED_ALPHA2).await);
+    assert_eq!(a + b, 20);
+    assert!(a >= 5 && b >= 5, "alpha-1 {a}, alpha-2 {b}");
+    // Without a model: the provider's first model.
+    let r = h.chat(chat_body("qtSd/team", false)).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["model"], "mock-small");
+    // Unknown pools are unknown models; qtSd/ combos are listed among the models.
+    let r = h.chat(chat_body("qtSd/nope", false)).await;
+    assert_eq!(r.status(), 404);
+    let models: Value = h
+        .http
+        .get(h.url("/v1/models"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m["id"] == "qtSd/team"));
+}
+
+#[tokio::test]
+async fn qtsd_moves_off_a_connection_its_provider_reports_saturated() {
+    let h = Harness::start_with(two_account_pool, &[]).await;
+    h.rule(json!({"match": {"credential": CRED_ALPHA},
+                  "headers": {"x-codex-primary-used-percent": "90", "x-codex-primary-window-minutes": "300"}}))
+        .await;
+    for _ in 0..10 {
+        if served(&h, CRED_ALPHA).await > 0 {
+            break;
+        }
+        h.chat(chat_body("qtSd/team/mock-small", false)).await;
+    }
+    assert_eq!(served(&h, CRED_ALPHA).await, 1);
+    let before = served(&h, CRED_ALPHA2).await;
+    for _ in 0..10 {
+        assert_eq!(
+            h.chat(chat_body("qtSd/team/mock-small", false))
+                .await
+                .status(),
+            200
+        );
+    }
+    assert_eq!(served(&h, CRED_ALPHA).await, 1);
+    assert_eq!(served(&h, CRED_ALPHA2).await, before + 10);
+}
+
+fn one_slot_pool(mock_url: &str) -> String {
+    with_pool(
+        mock_url,
+        r#"
+[[quota_pools]]
+id = "team"
+name = "Team"
+connection_ids = ["alpha-1"]
+dimensions = [{ unit = "requests", window = "hourly", limit = 1000 }]
+allocations = [{ api_key_id = "k1", allocation_weight = 50 }, { api_key_id = "k2", allocation_weight = 50 }]
+"#,
+    )
+    .replace(
+        &format!("credential = \"{CRED_ALPHA}\""),
+        &format!("credential = \"{CRED_ALPHA}\"\nmax_concurrent = 1"),
+    )
+}
+
+#[tokio::test]
+async fn qtsd_queues_for_a_one_slot_account_fairly_across_keys() {
+    let h = Harness::start_with(one_slot_pool, &[]).await;
+    h.rule(json!({"latency_ms": 100})).await;
+    let done = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let send = |key: &'static str, who: &'static str| {
+        let (http, url, done) = (
+            h.http.clone(),
+            h.url("/v1/chat/completions"),
+            Arc::clone(&done),
+        );
+        tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .bearer_auth(key)
+                .json(&chat_body("qtSd/team/mock-small", false))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            done.lock().unwrap().push(who);
+        })
+    };
+    let mut tasks: Vec<_> = (0..8).map(|_| send(KEY, "a")).collect();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    tasks.extend((0..2).map(|_| send(KEY2, "b")));
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(h.mock_stats().await["peak_in_flight"], 1);
+    let order = done.lock().unwrap().clone();
+    let last_b = order.iter().rposition(|w| *w == "b").unwrap();
+    let a_before = order[..last_b].iter().filter(|w| **w == "a").count();
+    // B's two requests are interleaved with A's backlog, not served after all of it.
+    assert!(a_before <= 3, "{order:?}");
 }
