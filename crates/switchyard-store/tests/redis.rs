@@ -192,3 +192,53 @@ async fn redis_and_the_in_memory_ledger_make_identical_decisions() {
     );
     s.clear().await.unwrap();
 }
+
+#[tokio::test]
+async fn consumption_slides_out_of_the_window_and_the_counter_forgets_it() {
+    let s = store().await;
+    // A window of 128 slots of 20 ms: 2.56 s.
+    let dim = |cost: f64| DimArgs {
+        dim: "requests:test".to_owned(),
+        slot_ms: 20,
+        limit: 1e9,
+        cost,
+        cap: None,
+        fair_share: 1e9,
+        policy: 2,
+        signal: None,
+    };
+    let peek = || async {
+        s.peek("pool", "k", &[("requests:test".to_owned(), 20)])
+            .await
+            .unwrap()
+            .1[0]
+    };
+    assert!(
+        s.reserve("pool", "k", 0.5, &[dim(1.0)])
+            .await
+            .unwrap()
+            .admitted
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
+    assert!(
+        s.reserve("pool", "k", 0.5, &[dim(2.0)])
+            .await
+            .unwrap()
+            .admitted
+    );
+    assert_eq!(peek().await, (3.0, 3.0));
+    tokio::time::sleep(std::time::Duration::from_millis(1400)).await;
+    // The first booking has left the window; the second has not.
+    assert_eq!(peek().await, (2.0, 2.0));
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert_eq!(peek().await, (0.0, 0.0));
+    // A later booking starts from a clean counter.
+    assert!(
+        s.reserve("pool", "k", 0.5, &[dim(4.0)])
+            .await
+            .unwrap()
+            .admitted
+    );
+    assert_eq!(peek().await, (4.0, 4.0));
+    s.clear().await.unwrap();
+}

@@ -21,6 +21,7 @@ for i = 0, n - 1 do
   d.kkey = counter_key(prefix, pool, d.dim, key)
   d.tkey = counter_key(prefix, pool, d.dim, '*')
   local w = window_at(d.slot_ms, d.slots, now)
+  d.w = w
   d.cur = w.cur
   d.mine = window_value(d.kkey, w)
   d.total = window_value(d.tkey, w)
@@ -48,8 +49,8 @@ end
 if admitted == 1 then
   for _, d in ipairs(dims) do
     if d.cost ~= 0 then
-      add(d.kkey, d.cur, num(d.cost), d.slot_ms, d.slots, d.cur)
-      add(d.tkey, d.cur, num(d.cost), d.slot_ms, d.slots, d.cur)
+      add(d.kkey, d.cur, num(d.cost), d.slot_ms, d.w)
+      add(d.tkey, d.cur, num(d.cost), d.slot_ms, d.w)
     end
   end
 end

@@ -10,10 +10,10 @@ for i = 0, n - 1 do
   local dim, slot = ARGV[b], tonumber(ARGV[b + 1])
   local slot_ms, slots = tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
   local delta = tonumber(ARGV[b + 4])
-  local cur = math.floor(now / slot_ms)
-  if delta ~= 0 and slot + slots >= cur and slot <= cur then
-    add(counter_key(prefix, pool, dim, key), slot, num(delta), slot_ms, slots, cur)
-    add(counter_key(prefix, pool, dim, '*'), slot, num(delta), slot_ms, slots, cur)
+  local w = window_at(slot_ms, slots, now)
+  if delta ~= 0 and slot >= w.first and slot <= w.cur then
+    add(counter_key(prefix, pool, dim, key), slot, num(delta), slot_ms, w)
+    add(counter_key(prefix, pool, dim, '*'), slot, num(delta), slot_ms, w)
   end
 end
 return num(now)

@@ -7,8 +7,11 @@ local slot_ms, slots = tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = server_now()
 local cur = math.floor(now / slot_ms)
 local out = { num(now), tostring(cur) }
-local first = cur - slots
-local values = redis.call('HMGET', counter_key(prefix, pool, dim, field), unpack(slot_names(first, cur)))
+local names = {}
+for s = cur - slots, cur do
+  names[#names + 1] = tostring(s)
+end
+local values = redis.call('HMGET', counter_key(prefix, pool, dim, field), unpack(names))
 for _, v in ipairs(values) do
   out[#out + 1] = num(tonumber(v) or 0.0)
 end
