@@ -1086,3 +1086,37 @@ async fn qtsd_queues_for_a_one_slot_account_fairly_across_keys() {
     // B's two requests are interleaved with A's backlog, not served after all of it.
     assert!(a_before <= 3, "{order:?}");
 }
+
+#[tokio::test]
+async fn a_failing_quota_store_lets_requests_through_with_a_warning() {
+    let prefix = unique_prefix();
+    let h = start_on_redis(small_burst_pool, &prefix).await;
+    let url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let mut redis = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // A counter of the wrong type makes every reservation script fail.
+    let counter = format!("{prefix}:q1:{{team}}:requests:daily:k1");
+    let _: () = redis::cmd("SET")
+        .arg(&counter)
+        .arg("not a hash")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    for _ in 0..6 {
+        let r = h.chat(chat_body("alpha/mock-small", false)).await;
+        assert_eq!(r.status(), 200);
+        assert!(r.headers().get("x-quota-pool").is_none());
+    }
+    // Once the store works again, enforcement resumes.
+    let _: () = redis::cmd("DEL")
+        .arg(&counter)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let (ok, _) = burst(&h, KEY, "alpha/mock-small", 6).await;
+    assert_eq!(ok, 4);
+}
