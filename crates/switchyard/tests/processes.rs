@@ -1,0 +1,166 @@
+//! The binary as operators run it: separate `switchyard` processes (a mock provider and
+//! gateways) over real sockets. Two gateway processes share quota counters through
+//! Redis; a gateway stopped with SIGTERM flushes its counters and a restarted one
+//! continues from them.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code fails loudly on purpose"
+)]
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const KEY: &str = "sy-process-test-key-000000001";
+const ADMIN: &str = "process-test-admin-token-01";
+
+/// Starts `switchyard <args>` and returns it with the URL from its "listening on" line.
+async fn start(args: &[&str], env: &[(&str, String)]) -> (Child, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    cmd.args(args)
+        .env("SWITCHYARD_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(at) = line.find("listening on ") {
+                return line[at + "listening on ".len()..].trim().to_owned();
+            }
+        }
+        panic!("{args:?} exited before listening");
+    })
+    .await
+    .expect("no listening line within 30 s");
+    // Keep draining stdout so the process never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, url)
+}
+
+fn config(dir: &Path, mock: &str) -> String {
+    let path = dir.join("switchyard.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[server]
+listen = "127.0.0.1:0"
+data_dir = "{data}"
+admin_token = "{ADMIN}"
+
+[[providers]]
+id = "alpha"
+format = "openai"
+base_url = "{mock}"
+
+[[connections]]
+id = "alpha-1"
+provider = "alpha"
+auth_class = "apikey"
+credential = "cred-alpha"
+
+[[keys]]
+id = "k1"
+name = "k1"
+secret = "{KEY}"
+
+[[quota_pools]]
+id = "team"
+name = "Team"
+connection_ids = ["alpha-1"]
+dimensions = [{{ unit = "requests", window = "daily", limit = 4 }}]
+allocations = [{{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }}]
+"#,
+            data = dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+async fn statuses(http: &reqwest::Client, base: &str, n: usize) -> Vec<u16> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let r = http
+            .post(format!("{base}/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&json!({"model": "alpha/mock-small", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        out.push(r.status().as_u16());
+    }
+    out
+}
+
+/// Sends SIGTERM and waits for a clean exit.
+async fn terminate(mut child: Child) {
+    let pid = child.id().unwrap().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("no exit within 30 s after SIGTERM")
+        .unwrap();
+    assert!(exit.success(), "exit status {exit}");
+}
+
+#[tokio::test]
+async fn two_gateway_processes_share_quota_through_redis() {
+    let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
+    let redis_url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let env = vec![
+        ("QUOTA_STORE_DRIVER", "redis".to_owned()),
+        ("QUOTA_STORE_REDIS_URL", redis_url),
+        (
+            "QUOTA_STORE_REDIS_PREFIX",
+            format!("sytest-{:016x}", rand::random::<u64>()),
+        ),
+    ];
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, url_a) = start(&["serve", "--config", &config(dir_a.path(), &mock)], &env).await;
+    let (b, url_b) = start(&["serve", "--config", &config(dir_b.path(), &mock)], &env).await;
+    let http = reqwest::Client::new();
+    let health: Value = http
+        .get(format!("{url_a}/api/monitoring/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["quota_store"], "redis");
+    assert_eq!(statuses(&http, &url_a, 3).await, [200, 200, 200]);
+    assert_eq!(statuses(&http, &url_b, 3).await, [200, 429, 429]);
+    terminate(a).await;
+    terminate(b).await;
+}
+
+#[tokio::test]
+async fn a_gateway_stopped_with_sigterm_keeps_its_quota_counts() {
+    let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &mock);
+    let http = reqwest::Client::new();
+    let (gw, url) = start(&["serve", "--config", &cfg], &[]).await;
+    assert_eq!(statuses(&http, &url, 3).await, [200, 200, 200]);
+    terminate(gw).await;
+    let (gw, url) = start(&["serve", "--config", &cfg], &[]).await;
+    assert_eq!(statuses(&http, &url, 3).await, [200, 429, 429]);
+    terminate(gw).await;
+}
