@@ -105,24 +105,41 @@ impl SettingDef {
     }
 }
 
-/// `redis://user:secret@host:6379/0` → `redis://user:***@host:6379/0`.
+/// `redis://user:secret@host:6379/0` → `redis://user:***@host:6379/0`. Everything
+/// between `://` and the last `@` is treated as credentials (a password may contain `/`,
+/// `?` or `#`), and `password=` / `pass=` query values are masked too.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
+    let rest = match rest.rsplit_once('@') {
         Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            let masked = if userinfo.contains(':') {
-                format!("{user}:***")
-            } else {
-                "***".to_owned()
+            let masked = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => "***".to_owned(),
             };
-            format!("{scheme}://{masked}@{host}{path}")
+            format!("{masked}@{host}")
         }
-        None => url.to_owned(),
-    }
+        None => rest.to_owned(),
+    };
+    let rest = match rest.split_once('?') {
+        Some((base, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, _))
+                        if k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("pass") =>
+                    {
+                        format!("{k}=***")
+                    }
+                    _ => p.to_owned(),
+                })
+                .collect();
+            format!("{base}?{}", params.join("&"))
+        }
+        None => rest,
+    };
+    format!("{scheme}://{rest}")
 }
 
 /// One day in milliseconds, the upper bound of every duration setting: longer waits are
@@ -678,6 +695,14 @@ mod tests {
             "redis://user:***@host:6379/0"
         );
         assert_eq!(redact_url("rediss://tok@host"), "rediss://***@host");
+        assert_eq!(
+            redact_url("redis://:p/ss?w#x@host:6379/2"),
+            "redis://:***@host:6379/2"
+        );
+        assert_eq!(
+            redact_url("redis+unix:///run/redis.sock?db=1&password=hunter2"),
+            "redis+unix:///run/redis.sock?db=1&password=***"
+        );
         assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
         let d = def("quotaStore.redisUrl").unwrap();
         assert_eq!(

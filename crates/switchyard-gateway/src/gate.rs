@@ -133,27 +133,23 @@ impl FairGate {
             gate: Arc::clone(self),
             key: key.to_owned(),
             id,
+            rx,
             armed: true,
         };
-        match tokio::time::timeout(wait, rx).await {
-            Ok(Ok(())) => {
-                waiting.armed = false;
-                Acquire::Granted(GatePermit {
-                    gate: Arc::clone(self),
-                })
-            }
-            _ => {
-                waiting.armed = false;
-                if waiting.leave() {
-                    Acquire::TimedOut
-                } else {
-                    // Granted just as the wait ended: the slot is ours.
-                    Acquire::Granted(GatePermit {
-                        gate: Arc::clone(self),
-                    })
-                }
-            }
+        // The receiver stays alive until the waiter has left the queue, so a slot handed
+        // over in between is always received (and counted), never lost.
+        let granted = matches!(
+            tokio::time::timeout(wait, &mut waiting.rx).await,
+            Ok(Ok(()))
+        );
+        waiting.armed = false;
+        if granted || !waiting.leave() {
+            // Granted, or granted just as the wait ended: the slot is ours.
+            return Acquire::Granted(GatePermit {
+                gate: Arc::clone(self),
+            });
         }
+        Acquire::TimedOut
     }
 }
 
@@ -162,6 +158,8 @@ struct Waiting {
     gate: Arc<FairGate>,
     key: String,
     id: u64,
+    /// Dropped only after `leave`, when the struct's fields drop.
+    rx: oneshot::Receiver<()>,
     armed: bool,
 }
 
@@ -177,7 +175,7 @@ impl Waiting {
 impl Drop for Waiting {
     fn drop(&mut self) {
         if self.armed && !self.leave() {
-            // The slot was handed to a waiter that is gone: pass it on.
+            // The slot was handed to this waiter, which is gone: pass it on.
             self.gate.release();
         }
     }
@@ -257,6 +255,42 @@ mod tests {
             vec!["a", "b", "a", "b", "a", "a", "a", "a"]
         );
         assert_eq!(gate.load(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn timeouts_racing_releases_never_leak_or_exceed_a_slot() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let gate = FairGate::new(2);
+        let holders = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let (gate, holders, peak) =
+                    (Arc::clone(&gate), Arc::clone(&holders), Arc::clone(&peak));
+                tokio::spawn(async move {
+                    for j in 0..40u64 {
+                        // Waits so short that many end exactly as a slot is handed over.
+                        let wait = Duration::from_micros((i * 7 + j * 13) % 300);
+                        if let Acquire::Granted(p) = gate.acquire("k", 1.0, wait, 1_000).await {
+                            let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
+                            peak.fetch_max(now, Ordering::SeqCst);
+                            tokio::task::yield_now().await;
+                            holders.fetch_sub(1, Ordering::SeqCst);
+                            drop(p);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert!(peak.load(Ordering::SeqCst) <= 2);
+        assert_eq!(gate.load(), 0);
+        // Full capacity is still there.
+        let a = gate.acquire("k", 1.0, LONG, 10).await;
+        let b = gate.acquire("k", 1.0, LONG, 10).await;
+        assert!(matches!((a, b), (Acquire::Granted(_), Acquire::Granted(_))));
     }
 
     #[tokio::test]

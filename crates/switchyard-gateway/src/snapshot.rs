@@ -198,7 +198,8 @@ impl Snapshot {
         metrics: &Metrics,
     ) -> Result<Self, SnapshotError> {
         let catalog = build_catalog(rows)?;
-        let quota = crate::quota::QuotaIndex::build(&catalog, &rows.pools, &rows.plans)?;
+        let quota =
+            crate::quota::QuotaIndex::build(&catalog, &rows.pools, &rows.plans, rows.version)?;
         let mut prices = HashMap::new();
         for p in &rows.providers {
             for (model, price) in &p.prices {

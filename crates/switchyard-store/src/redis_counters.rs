@@ -256,14 +256,23 @@ impl RedisCounters {
 
     /// Deletes every counter under this store's prefix (tests and resets).
     pub async fn clear(&self) -> Result<()> {
+        self.delete_matching(&format!("{}:q1:*", self.prefix)).await
+    }
+
+    /// Deletes the counters of one pool (the pool was deleted).
+    pub async fn clear_pool(&self, pool: &str) -> Result<()> {
+        self.delete_matching(&format!("{}:q1:{{{pool}}}:*", self.prefix))
+            .await
+    }
+
+    async fn delete_matching(&self, pattern: &str) -> Result<()> {
         let mut conn = self.conn.clone();
-        let pattern = format!("{}:q1:*", self.prefix);
         let mut cursor: u64 = 0;
         loop {
             let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
-                .arg(&pattern)
+                .arg(pattern)
                 .arg("COUNT")
                 .arg(500)
                 .query_async(&mut conn)

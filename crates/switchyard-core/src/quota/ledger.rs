@@ -247,6 +247,29 @@ impl PoolLedger {
         self.totals[dim].add_to_slot(now, slot, amount);
     }
 
+    /// Copies a slot from a ledger of an earlier layout; the copy is marked for writing,
+    /// since the earlier ledger's unwritten changes go with it.
+    pub fn carry_slot(
+        &mut self,
+        now: UnixMillis,
+        key_id: &str,
+        dim: usize,
+        slot: u64,
+        amount: f64,
+    ) {
+        self.load_slot(now, key_id, dim, slot, amount);
+        if dim < self.dims.len() {
+            self.dirty.insert((key_id.to_owned(), dim, slot));
+        }
+    }
+
+    /// Marks a slot for writing again (its last write failed).
+    pub fn mark_dirty(&mut self, key_id: &str, dim: usize, slot: u64) {
+        if dim < self.dims.len() {
+            self.dirty.insert((key_id.to_owned(), dim, slot));
+        }
+    }
+
     /// Drops keys that are no longer configured, bounding memory.
     /// The pool's totals keep what a dropped key consumed: it was real use.
     pub fn retain_keys(&mut self, keep: impl Fn(&str) -> bool) {

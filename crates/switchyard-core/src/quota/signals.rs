@@ -97,7 +97,7 @@ pub fn parse(headers: &[(&str, &str)], now: UnixMillis) -> Vec<Signal> {
             .and_then(window_of_minutes)
             .unwrap_or(default_window);
         let reset_at = num(headers, &format!("x-codex-{tier}-reset-after-seconds"))
-            .map(|s| now + secs_to_ms(s))
+            .map(|s| now.saturating_add(secs_to_ms(s)))
             .or_else(|| num(headers, &format!("x-codex-{tier}-reset-at")).map(secs_to_ms));
         out.push(Signal {
             unit: Unit::Percent,
@@ -138,7 +138,7 @@ pub fn parse(headers: &[(&str, &str)], now: UnixMillis) -> Vec<Signal> {
         }
         let reset_at = text(headers, &format!("x-ratelimit-reset-{kind}"))
             .and_then(parse_duration_ms)
-            .map(|ms| now + ms);
+            .map(|ms| now.saturating_add(ms));
         out.push(Signal {
             unit,
             window: None,

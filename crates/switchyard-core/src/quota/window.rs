@@ -215,7 +215,8 @@ fn ring_pos(slot: u64) -> usize {
 
 /// The window estimate from slot amounts. `elapsed` is the fraction of the current slot
 /// that has passed; `first` the oldest slot to read. The Redis store's script computes
-/// the same sum in the same order, so both stores agree to the last bit.
+/// the same quantity from a running sum; the two agree exactly for whole-number amounts
+/// (requests, tokens) and to the last bits for fractional ones.
 fn estimate(current: u64, elapsed: f64, amount: impl Fn(u64) -> f64, first: u64) -> f64 {
     let mut total = 0.0;
     for slot in first..=current {

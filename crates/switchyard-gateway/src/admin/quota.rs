@@ -125,7 +125,7 @@ pub async fn delete_pool(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let target = id.clone();
+    let (target, deleted) = (id.clone(), id.clone());
     apply_change(
         &state,
         |rows| {
@@ -135,6 +135,7 @@ pub async fn delete_pool(
         move |s| s.delete_pool(&id),
     )
     .await?;
+    state.quota.forget_pool(&deleted).await;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -155,6 +155,7 @@ async fn run(
         );
         let Some(target) = snap.upstreams.get(conn.index) else {
             finisher.release_quota();
+            finisher.release_slot();
             continue;
         };
         let body = request.upstream_body(&candidate.upstream_model);
@@ -288,6 +289,11 @@ async fn handle_response(
         };
         finisher.first_byte();
         let usage = Usage::from_json_bytes(&bytes);
+        if usage.is_none() {
+            // No usage block: the quota settles on the text the answer carries.
+            let text = std::str::from_utf8(&bytes).unwrap_or_default();
+            finisher.observe_output(switchyard_core::usage::generated_chars(text));
+        }
         finisher.finish(StatusCode::OK.as_u16(), None, usage);
         let mut out = Response::new(Body::from(bytes));
         out.headers_mut().insert(

@@ -24,6 +24,7 @@ use super::views::{
 use crate::clock::Clock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use switchyard_core::quota::burn::BurnRate;
 use switchyard_core::quota::cost::{Estimate, Price};
 use switchyard_core::quota::decide::{
     decide, fair_share, BlockReason, Decision, DimensionInput, Mode, Policy,
@@ -97,6 +98,8 @@ async fn settle_worker(counters: RedisCounters, mut rx: mpsc::Receiver<SettleJob
 #[derive(Debug)]
 struct PoolSlot {
     layout: String,
+    /// The newest configuration version that used this layout.
+    generation: i64,
     ledger: Arc<Mutex<PoolLedger>>,
 }
 
@@ -182,12 +185,18 @@ impl QuotaEngine {
     }
 
     /// The ledger of `pool`, created (or re-laid-out after a dimension change, keeping
-    /// the counters of dimensions that stayed) as needed.
-    fn ledger(&self, pool: &PoolRuntime, now: UnixMillis) -> Arc<Mutex<PoolLedger>> {
+    /// the counters of dimensions that stayed) as needed. `None` for a request that
+    /// still holds the configuration from before a dimension change: the ledger only
+    /// ever moves forward.
+    fn ledger(&self, pool: &PoolRuntime, now: UnixMillis) -> Option<Arc<Mutex<PoolLedger>>> {
         let mut pools = lock(&self.pools);
-        if let Some(slot) = pools.get(&pool.pool.id) {
+        if let Some(slot) = pools.get_mut(&pool.pool.id) {
             if slot.layout == pool.layout {
-                return Arc::clone(&slot.ledger);
+                slot.generation = slot.generation.max(pool.generation);
+                return Some(Arc::clone(&slot.ledger));
+            }
+            if slot.generation > pool.generation {
+                return None;
             }
         }
         let mut fresh = PoolLedger::new(pool.dims.clone());
@@ -196,7 +205,7 @@ impl QuotaEngine {
             for (key, dim, slot, amount) in old.slots(now) {
                 let old_key = old.dimensions()[dim].key();
                 if let Some(j) = pool.dims.iter().position(|d| d.key() == old_key) {
-                    fresh.load_slot(now, &key, j, slot, amount);
+                    fresh.carry_slot(now, &key, j, slot, amount);
                 }
             }
         }
@@ -205,10 +214,45 @@ impl QuotaEngine {
             pool.pool.id.clone(),
             PoolSlot {
                 layout: pool.layout.clone(),
+                generation: pool.generation,
                 ledger: Arc::clone(&ledger),
             },
         );
-        ledger
+        Some(ledger)
+    }
+
+    /// The ledger `pool` was reserved in, if it is still the live one (a settlement
+    /// never creates or re-lays-out a ledger: after a dimension change or the pool's
+    /// deletion, an in-flight reservation simply stays booked at its estimate).
+    fn live_ledger(&self, pool: &PoolRuntime) -> Option<Arc<Mutex<PoolLedger>>> {
+        lock(&self.pools)
+            .get(&pool.pool.id)
+            .filter(|s| s.layout == pool.layout)
+            .map(|s| Arc::clone(&s.ledger))
+    }
+
+    /// Marks rows whose write failed for writing again.
+    pub fn requeue(&self, rows: &[ConsumptionRow]) {
+        let pools = lock(&self.pools);
+        for r in rows {
+            if let Some(slot) = pools.get(&r.pool_id) {
+                let mut l = lock(&slot.ledger);
+                if let Some(dim) = l.dimensions().iter().position(|d| d.key() == r.dimension) {
+                    l.mark_dirty(&r.api_key_id, dim, r.slot);
+                }
+            }
+        }
+    }
+
+    /// Forgets a deleted pool's counters (Redis keys included), so a pool created later
+    /// under the same id starts from zero.
+    pub async fn forget_pool(&self, pool_id: &str) {
+        lock(&self.pools).remove(pool_id);
+        if let Counters::Redis(r) = &self.counters {
+            if let Err(e) = r.counters.clear_pool(pool_id).await {
+                tracing::warn!(error = %e, pool = pool_id, "Could not delete a deleted pool's counters from Redis.");
+            }
+        }
     }
 
     /// Drops the counters of pools that no longer exist and of keys no longer known,
@@ -231,8 +275,9 @@ impl QuotaEngine {
             let Some(dim) = pool.dims.iter().position(|d| d.key() == r.dimension) else {
                 continue;
             };
-            let ledger = self.ledger(pool, now);
-            lock(&ledger).load_slot(now, &r.api_key_id, dim, r.slot, r.amount);
+            if let Some(ledger) = self.ledger(pool, now) {
+                lock(&ledger).load_slot(now, &r.api_key_id, dim, r.slot, r.amount);
+            }
         }
     }
 
@@ -300,7 +345,7 @@ impl QuotaEngine {
         match &self.counters {
             Counters::Local => {
                 let now = self.now();
-                let ledger = self.ledger(pool, now);
+                let ledger = self.ledger(pool, now)?;
                 let values = lock(&ledger).peek(now, key_id);
                 Some((now, values))
             }
@@ -366,7 +411,10 @@ impl QuotaEngine {
         let costs = costs(pool, &estimate, price);
         let threshold = settings.saturation_threshold;
         let outcome = match &self.counters {
-            Counters::Local => self.reserve_local(pool, key_id, share, &costs, threshold),
+            Counters::Local => match self.reserve_local(pool, key_id, share, &costs, threshold) {
+                Some(o) => o,
+                None => return Admission::Unenforced,
+            },
             Counters::Redis(r) => {
                 match self
                     .reserve_redis(&r.counters, pool, key_id, share, &costs, threshold)
@@ -447,11 +495,11 @@ impl QuotaEngine {
         share: &KeyShare,
         costs: &[f64],
         threshold: f64,
-    ) -> Outcome {
+    ) -> Option<Outcome> {
         let now = self.now();
         let sig = self.signals.for_pool(pool, now);
         let signal_values: Vec<Option<f64>> = sig.iter().map(|s| s.0).collect();
-        let ledger = self.ledger(pool, now);
+        let ledger = self.ledger(pool, now)?;
         let mut l = lock(&ledger);
         let peeked = l.peek(now, key_id);
         let (decision, reservation) = l.reserve(
@@ -474,14 +522,14 @@ impl QuotaEngine {
             v.fits_at
                 .and_then(|bound| l.time_until(now, counter, i, bound))
         });
-        Outcome {
+        Some(Outcome {
             now,
             decision,
             reservation,
             peeked,
             by_counter,
             signals: sig,
-        }
+        })
     }
 
     async fn reserve_redis(
@@ -567,15 +615,20 @@ impl QuotaEngine {
         last: bool,
     ) {
         let now = self.now();
-        let ledger = self.ledger(pool, now);
+        let ledger = self.live_ledger(pool);
         match &self.counters {
-            Counters::Local => lock(&ledger).settle(now, reservation, actual),
+            Counters::Local => {
+                if let Some(l) = &ledger {
+                    lock(l).settle(now, reservation, actual);
+                }
+            }
             Counters::Redis(r) => {
                 let mut items = Vec::new();
-                for (i, booked) in reservation.booked.iter_mut().enumerate() {
+                let mut targets = Vec::new();
+                for (i, booked) in reservation.booked.iter().enumerate() {
                     let target = actual.get(i).copied().unwrap_or(0.0).max(0.0);
+                    targets.push(target);
                     let delta = target - *booked;
-                    *booked = target;
                     if let (true, Some(d), Some(slot)) =
                         (delta != 0.0, pool.dims.get(i), reservation.slots.get(i))
                     {
@@ -593,14 +646,18 @@ impl QuotaEngine {
                         key: reservation.key_id.clone(),
                         items,
                     };
-                    if r.settle.try_send(job).is_err() {
+                    // The booking moves only when the settlement is on its way, so later
+                    // deltas are computed from what Redis will actually hold.
+                    if r.settle.try_send(job).is_ok() {
+                        reservation.booked = targets;
+                    } else {
                         tracing::warn!(pool = %pool.pool.id, "Quota settlement queue is full; keeping the reservation at its estimate.");
                     }
                 }
             }
         }
-        if last {
-            lock(&ledger).observe_burn(now, &reservation.key_id, actual);
+        if let (true, Some(l)) = (last, &ledger) {
+            lock(l).observe_burn(now, &reservation.key_id, actual);
         }
     }
 
@@ -613,9 +670,9 @@ impl QuotaEngine {
         settings: &QuotaSettings,
     ) -> PoolUsage {
         let mut key_ids: Vec<String> = keys.to_vec();
-        {
-            let ledger = self.ledger(pool, self.now());
-            let l = lock(&ledger);
+        let ledger = self.ledger(pool, self.now());
+        if let Some(ledger) = &ledger {
+            let l = lock(ledger);
             for k in l.key_ids() {
                 if !key_ids.iter().any(|x| x == k) {
                     key_ids.push(k.to_owned());
@@ -636,8 +693,13 @@ impl QuotaEngine {
             .await
             .map_or_else(|| vec![(0.0, 0.0); pool.dims.len()], |(_, v)| v);
         let sig = self.signals.for_pool(pool, now);
-        let ledger = self.ledger(pool, now);
-        let l = lock(&ledger);
+        let burn = |k: &str, i: usize, remaining: f64| {
+            ledger
+                .as_ref()
+                .map_or(BurnRate::default().report(now, remaining), |l| {
+                    lock(l).burn(now, k, i, remaining)
+                })
+        };
         let dimensions = pool
             .dims
             .iter()
@@ -670,7 +732,7 @@ impl QuotaEngine {
                             surplus,
                             borrowing: d.limit > 0.0 && consumed > fair,
                             cap: share.caps[i],
-                            burn_rate: l.burn(now, k, i, surplus.max(0.0)),
+                            burn_rate: burn(k, i, surplus.max(0.0)),
                         }
                     })
                     .collect();
@@ -793,6 +855,16 @@ mod tests {
     const T0: u64 = 1_800_000_000_000;
 
     fn index() -> QuotaIndex {
+        index_with(
+            serde_json::json!([
+                {"unit": "requests", "window": "daily", "limit": 1e9},
+                {"unit": "tokens", "window": "hourly", "limit": 1e12}
+            ]),
+            1,
+        )
+    }
+
+    fn index_with(dimensions: serde_json::Value, generation: i64) -> QuotaIndex {
         let keys = (0..5)
             .map(|i| {
                 (
@@ -830,17 +902,14 @@ mod tests {
         .unwrap();
         let pool: PoolInput = serde_json::from_value(serde_json::json!({
             "id": "pool", "name": "Pool", "connectionIds": ["c"],
-            "dimensions": [
-                {"unit": "requests", "window": "daily", "limit": 1e9},
-                {"unit": "tokens", "window": "hourly", "limit": 1e12}
-            ],
+            "dimensions": dimensions,
             "allocations": [
                 {"apiKeyId": "k0"}, {"apiKeyId": "k1"}, {"apiKeyId": "k2"},
                 {"apiKeyId": "k3"}, {"apiKeyId": "k4"}
             ]
         }))
         .unwrap();
-        QuotaIndex::build(&catalog, &[pool], &[]).unwrap()
+        QuotaIndex::build(&catalog, &[pool], &[], generation).unwrap()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -888,6 +957,86 @@ mod tests {
         let reloaded = QuotaEngine::new(Arc::clone(&clock));
         reloaded.load(store.load_consumption(T0).unwrap(), &index, T0);
         assert_eq!(reloaded.peek(pool, "k0").await.unwrap().1, expect);
+    }
+
+    #[tokio::test]
+    async fn a_dimension_change_moves_counters_forward_only() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+        let engine = Arc::new(QuotaEngine::new(clock));
+        let settings = resolve(&Layers::default()).unwrap().settings.quota;
+        let requests = serde_json::json!({"unit": "requests", "window": "daily", "limit": 100});
+        let tokens = serde_json::json!({"unit": "tokens", "window": "daily", "limit": 1e6});
+        let old = index_with(serde_json::json!([requests]), 1);
+        let new = index_with(serde_json::json!([requests, tokens]), 2);
+        let estimate = (
+            Estimate {
+                prompt_tokens: 10,
+                completion_tokens: 10,
+            },
+            None,
+        );
+        let old_pool = old.pool("pool").unwrap();
+        let new_pool = new.pool("pool").unwrap();
+        let Admission::Admitted {
+            guard: in_flight, ..
+        } = engine
+            .reserve(old_pool, "c", "k1", estimate, &settings)
+            .await
+        else {
+            panic!("not admitted")
+        };
+        // The new layout keeps the requests counted under the old one.
+        let Admission::Admitted { guard: fresh, .. } = engine
+            .reserve(new_pool, "c", "k1", estimate, &settings)
+            .await
+        else {
+            panic!("not admitted")
+        };
+        assert_eq!(
+            engine.peek(new_pool, "k1").await.unwrap().1,
+            vec![(2.0, 2.0), (20.0, 20.0)]
+        );
+        // The old reservation settles without dragging the ledger back; it stays
+        // booked at its estimate.
+        in_flight.settle(None);
+        fresh.settle(Some(Usage {
+            prompt_tokens: 3,
+            completion_tokens: 4,
+        }));
+        assert_eq!(
+            engine.peek(new_pool, "k1").await.unwrap().1,
+            vec![(2.0, 2.0), (7.0, 7.0)]
+        );
+        // A request still holding the old configuration is let through unmetered.
+        assert!(matches!(
+            engine
+                .reserve(old_pool, "c", "k1", estimate, &settings)
+                .await,
+            Admission::Unenforced
+        ));
+        assert_eq!(engine.peek(new_pool, "k1").await.unwrap().1[0], (2.0, 2.0));
+    }
+
+    #[test]
+    fn a_rise_in_reported_use_is_charged_once_across_overlapping_requests() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+        let engine = QuotaEngine::new(clock);
+        let index = index_with(
+            serde_json::json!([{"unit": "percent", "window": "5h", "limit": 100}]),
+            1,
+        );
+        let pool = index.pool("pool").unwrap();
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert("x-codex-primary-used-percent", "10".parse().unwrap());
+        engine.record_signals("c", &headers, T0);
+        let base = engine.signals.percent_readings(pool, "c", T0);
+        assert_eq!(base, vec![Some(10.0)]);
+        // Two requests started at 10 %; the provider now says 16 %.
+        headers.insert("x-codex-primary-used-percent", "16".parse().unwrap());
+        engine.record_signals("c", &headers, T0 + 1);
+        let first = engine.signals.claim_rise(pool, "c", &base, T0 + 2);
+        let second = engine.signals.claim_rise(pool, "c", &base, T0 + 2);
+        assert_eq!((first, second), (vec![Some(6.0)], vec![Some(0.0)]));
     }
 
     #[tokio::test]

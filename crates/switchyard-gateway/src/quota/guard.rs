@@ -82,10 +82,12 @@ impl QuotaGuard {
     /// Settles to the actual cost: the upstream's usage, or what was seen streaming.
     pub fn settle(mut self, usage: Option<Usage>) {
         let now = self.engine.now();
-        let rises = self
-            .engine
-            .signals
-            .percent_readings(&self.pool, &self.connection_id, now);
+        let rises = self.engine.signals.claim_rise(
+            &self.pool,
+            &self.connection_id,
+            &self.percent_base,
+            now,
+        );
         let fallback = Estimate {
             prompt_tokens: self.estimate.prompt_tokens,
             completion_tokens: self.streamed_chars.div_ceil(CHARS_PER_TOKEN),
@@ -96,13 +98,7 @@ impl QuotaGuard {
             .iter()
             .enumerate()
             .map(|(i, d)| {
-                let rise = match (
-                    self.percent_base.get(i).copied().flatten(),
-                    rises.get(i).copied().flatten(),
-                ) {
-                    (Some(before), Some(after)) => Some(after - before),
-                    _ => None,
-                };
+                let rise = rises.get(i).copied().flatten();
                 cost::actual(d.unit, usage, fallback, self.price, rise)
             })
             .collect();

@@ -30,6 +30,8 @@ pub struct PoolRuntime {
     pub unallocated: KeyShare,
     /// Identifies the dimension list; counters are kept only while it is unchanged.
     pub layout: String,
+    /// The configuration version this runtime was built from.
+    pub generation: i64,
 }
 
 impl PoolRuntime {
@@ -69,10 +71,12 @@ pub struct QuotaIndex {
 }
 
 impl QuotaIndex {
+    /// Builds the index of configuration version `generation`.
     pub fn build(
         catalog: &Catalog,
         pools: &[PoolInput],
         manual_plans: &[PlanRecord],
+        generation: i64,
     ) -> Result<Self, QuotaConfigError> {
         let mut manual: HashMap<&str, Vec<Dimension>> = HashMap::new();
         for p in manual_plans {
@@ -160,6 +164,7 @@ impl QuotaIndex {
                 dims,
                 shares,
                 layout,
+                generation,
             }));
         }
         index.plans = plans;

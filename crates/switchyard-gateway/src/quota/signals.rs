@@ -22,6 +22,10 @@ pub type PoolSignals = Vec<(Option<f64>, Option<u64>)>;
 #[derive(Debug, Default)]
 pub struct SignalBoard {
     board: Mutex<HashMap<String, Vec<(Signal, UnixMillis)>>>,
+    /// Per (connection, dimension key): the used percentage up to which the rise has
+    /// already been charged to some request, so overlapping requests share a rise
+    /// instead of each paying all of it.
+    charged: Mutex<HashMap<(String, String), f64>>,
 }
 
 impl SignalBoard {
@@ -50,6 +54,10 @@ impl SignalBoard {
         }
         let mut board = self.lock();
         board.retain(|_, v| v.iter().any(|(_, exp)| *exp > now));
+        self.charged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(c, _), _| board.contains_key(c) || c == connection_id);
         let entry = board.entry(connection_id.to_owned()).or_default();
         entry.retain(|(s, exp)| {
             *exp > now
@@ -120,6 +128,35 @@ impl SignalBoard {
             .filter_map(|dim| Self::reading(&board, connection_id, pool, dim, now))
             .map(|s| s.used)
             .reduce(f64::max)
+    }
+
+    /// Per dimension of `pool`: the rise in the used percentage `connection_id` reported
+    /// that this request is charged — from where the previous charge stopped (or from
+    /// `base`, the reading when this request started, if nothing was charged yet) to the
+    /// current reading. Each rise is charged once.
+    pub fn claim_rise(
+        &self,
+        pool: &PoolRuntime,
+        connection_id: &str,
+        base: &[Option<f64>],
+        now: UnixMillis,
+    ) -> Vec<Option<f64>> {
+        let readings = self.percent_readings(pool, connection_id, now);
+        let mut charged = self.charged.lock().unwrap_or_else(PoisonError::into_inner);
+        readings
+            .iter()
+            .enumerate()
+            .map(|(i, reading)| {
+                let after = (*reading)?;
+                let slot = (connection_id.to_owned(), pool.dims[i].key());
+                let before = charged
+                    .get(&slot)
+                    .copied()
+                    .or(base.get(i).copied().flatten())?;
+                charged.insert(slot, after);
+                Some((after - before).max(0.0))
+            })
+            .collect()
     }
 
     /// Per dimension of `pool`: the used percentage `connection_id` reported for
