@@ -6,6 +6,7 @@ use anyhow::Context;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use switchyard_core::domain::{AuthClass, Strategy, UpstreamFormat};
+use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
 use switchyard_gateway::bootstrap;
 use switchyard_gateway::clock::{Clock, SystemClock};
 use switchyard_gateway::config::{self, FileConfig, LogFormat};
@@ -23,6 +24,31 @@ const PROVIDERS: [(&str, &str, &str); 2] = [
 /// Chunks per demo answer and the pause between them: slow enough to watch it stream.
 const DEMO_CHUNKS: u32 = 16;
 const DEMO_CHUNK_INTERVAL_MS: u64 = 120;
+
+/// The demo's quota pool and its hourly request limit: small enough that a newcomer can
+/// watch the share shrink, large enough not to block a first exploration.
+const DEMO_POOL: &str = "demo-team";
+const DEMO_POOL_LIMIT: u32 = 100;
+
+fn demo_pool() -> PoolInput {
+    PoolInput {
+        id: DEMO_POOL.to_owned(),
+        name: "Demo team on alpha".to_owned(),
+        connection_ids: vec![PROVIDERS[0].1.to_owned()],
+        dimensions: vec![DimensionInput {
+            unit: "requests".to_owned(),
+            window: "hourly".to_owned(),
+            limit: f64::from(DEMO_POOL_LIMIT),
+        }],
+        allocations: vec![AllocationInput {
+            api_key_id: "demo".to_owned(),
+            allocation_weight: 50.0,
+            cap_value: None,
+            cap_unit: None,
+            policy: "hard".to_owned(),
+        }],
+    }
+}
 
 pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     init_tracing(if a.log_json {
@@ -101,6 +127,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     )
     .map_err(anyhow::Error::msg)?;
     store.save_key(&key, SaveMode::Upsert)?;
+    store.save_pool(&demo_pool(), SaveMode::Upsert, now)?;
     drop(store);
 
     let listener = TcpListener::bind(a.listen).await.with_context(|| {
@@ -123,6 +150,12 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     say("Stream an answer:");
     say(&format!(
         "  curl -N http://{addr}/v1/chat/completions -H 'Authorization: Bearer {secret}' -H 'Content-Type: application/json' -d '{{\"model\":\"demo\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}]}}'"
+    ));
+    say(&format!(
+        "Quota pool `{DEMO_POOL}` shares alpha's account: the demo key's fair share is half of {DEMO_POOL_LIMIT} requests an hour. See the x-ratelimit-* headers with curl -i, and the pool with:"
+    ));
+    say(&format!(
+        "  curl http://{addr}/api/quota/pools/{DEMO_POOL}/usage -H 'Authorization: Bearer <admin token>'"
     ));
     say("Press Ctrl-C to stop.");
     switchyard_gateway::run(listener, prepared.state, prepared.writer, shutdown_signal()).await?;

@@ -1120,3 +1120,19 @@ async fn a_failing_quota_store_lets_requests_through_with_a_warning() {
     let (ok, _) = burst(&h, KEY, "alpha/mock-small", 6).await;
     assert_eq!(ok, 4);
 }
+
+#[tokio::test]
+async fn the_quota_share_strategy_is_not_user_selectable() {
+    let h = Harness::start().await;
+    let r = h
+        .admin_send(
+            Method::POST,
+            "/api/combos",
+            json!({"name": "mine", "strategy": "quota-share", "targets": [{"model": "alpha/mock-small"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "invalid_json");
+    assert_eq!(h.admin_get("/api/combos/mine").await.status(), 404);
+}
