@@ -1,53 +1,30 @@
-//! The quota engine's shell: counters, provider signals, recent decisions, and the
-//! reserve/settle calls the pipeline makes (SPEC Q4, Q6).
-//!
-//! Counters live in one of two places:
-//!
-//! - **sqlite** (default): in memory, one [`PoolLedger`] per pool behind its own mutex,
-//!   held only for the microseconds of a decision and never across an `.await`. A
-//!   background writer persists changed slots to SQLite every second and on shutdown,
-//!   and the engine reloads them at start, so a restart keeps the counts.
-//! - **redis**: in Redis, for several gateways sharing pools; each reservation is one
-//!   atomic script. Settlements go through a bounded queue to a worker, off the request
-//!   path. The local ledgers then only keep burn rates.
-//!
-//! When Redis fails during a request, the request is admitted without a reservation and
-//! a warning is logged (fail-open, SPEC Q6).
+//! The quota engine's shell: the counter store (see [`super::counters`]), provider
+//! signals, recent decisions, and the reserve/settle calls the pipeline makes
+//! (SPEC Q4, Q6). When the store fails during a request, the request is admitted
+//! without a reservation and a warning is logged (fail-open).
 
+use super::counters::{lock, CounterStore, Ledgers, Outcome, RedisStore, ReserveRequest};
 use super::guard::QuotaGuard;
-use super::index::{KeyShare, PoolRuntime, QuotaIndex};
-use super::signals::{PoolSignals, SignalBoard};
+use super::index::{PoolRuntime, QuotaIndex};
+use super::signals::SignalBoard;
 use super::views::{
     decision_record, remaining_headers, DecisionRecord, DimensionUsage, KeyUsage, PoolUsage,
     QuotaBlock,
 };
 use crate::clock::Clock;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use switchyard_core::quota::burn::BurnRate;
 use switchyard_core::quota::cost::{Estimate, Price};
-use switchyard_core::quota::decide::{
-    decide, fair_share, BlockReason, Decision, DimensionInput, Mode, Policy,
-};
-use switchyard_core::quota::ledger::{Ask, PoolLedger, Reservation};
-use switchyard_core::quota::window::SlidingCounter;
+use switchyard_core::quota::decide::{decide, fair_share, BlockReason, Mode};
+use switchyard_core::quota::ledger::Reservation;
 use switchyard_core::settings::QuotaSettings;
 use switchyard_core::UnixMillis;
-use switchyard_store::redis_counters::{DimArgs, RedisCounters, SettleArgs};
+use switchyard_store::redis_counters::RedisCounters;
 use switchyard_store::ConsumptionRow;
-use tokio::sync::mpsc;
 
 /// Recent decisions kept per pool for the decisions endpoint.
 const DECISIONS_PER_POOL: usize = 256;
-
-/// Settlements queued for the Redis worker. At 10 000 requests/s this is a second of
-/// settlements; when it is full a settlement is dropped (its reservation stays booked at
-/// the estimate, which errs on the safe side) and logged.
-const SETTLE_QUEUE: usize = 10_000;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// The outcome of a reservation attempt.
 #[derive(Debug)]
@@ -62,52 +39,14 @@ pub enum Admission {
     Unenforced,
 }
 
-/// Where counters live.
-enum Counters {
-    Local,
-    Redis(Box<RedisSide>),
-}
-
-/// The Redis store and the queue of its settlement worker.
-struct RedisSide {
-    counters: RedisCounters,
-    settle: mpsc::Sender<SettleJob>,
-}
-
-/// One settlement for the Redis worker.
-#[derive(Debug)]
-struct SettleJob {
-    pool: String,
-    key: String,
-    items: Vec<SettleArgs>,
-}
-
-/// Applies queued Redis settlements until every sender is gone.
-async fn settle_worker(counters: RedisCounters, mut rx: mpsc::Receiver<SettleJob>) {
-    let mut failures: u64 = 0;
-    while let Some(job) = rx.recv().await {
-        if let Err(e) = counters.settle(&job.pool, &job.key, &job.items).await {
-            failures += 1;
-            if failures.is_power_of_two() {
-                tracing::warn!(error = %e, failures, pool = %job.pool, "Could not settle a quota reservation in Redis.");
-            }
-        }
-    }
-}
-
-#[derive(Debug)]
-struct PoolSlot {
-    layout: String,
-    /// The newest configuration version that used this layout.
-    generation: i64,
-    ledger: Arc<Mutex<PoolLedger>>,
-}
-
 /// See the module docs.
 pub struct QuotaEngine {
     clock: Arc<dyn Clock>,
-    counters: Counters,
-    pools: Mutex<HashMap<String, PoolSlot>>,
+    /// In-memory ledgers: the counters themselves with the `sqlite` driver, burn rates
+    /// only with `redis`.
+    ledgers: Ledgers,
+    /// The Redis store, when counters live there.
+    redis: Option<Box<RedisStore>>,
     pub(super) signals: SignalBoard,
     decisions: Mutex<HashMap<String, VecDeque<DecisionRecord>>>,
 }
@@ -123,29 +62,20 @@ impl std::fmt::Debug for QuotaEngine {
 impl QuotaEngine {
     /// An engine keeping counters in memory (persisted to SQLite by the writer).
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        Self::with_counters(clock, Counters::Local)
+        Self {
+            clock,
+            ledgers: Ledgers::default(),
+            redis: None,
+            signals: SignalBoard::default(),
+            decisions: Mutex::new(HashMap::new()),
+        }
     }
 
     /// An engine keeping counters in Redis; spawns the settlement worker.
     pub fn with_redis(clock: Arc<dyn Clock>, counters: RedisCounters) -> Self {
-        let (tx, rx) = mpsc::channel(SETTLE_QUEUE);
-        tokio::spawn(settle_worker(counters.clone(), rx));
-        Self::with_counters(
-            clock,
-            Counters::Redis(Box::new(RedisSide {
-                counters,
-                settle: tx,
-            })),
-        )
-    }
-
-    fn with_counters(clock: Arc<dyn Clock>, counters: Counters) -> Self {
         Self {
-            clock,
-            counters,
-            pools: Mutex::new(HashMap::new()),
-            signals: SignalBoard::default(),
-            decisions: Mutex::new(HashMap::new()),
+            redis: Some(Box::new(RedisStore::new(counters))),
+            ..Self::new(clock)
         }
     }
 
@@ -155,9 +85,10 @@ impl QuotaEngine {
 
     /// `sqlite` or `redis`: where counters live.
     pub fn driver(&self) -> &'static str {
-        match self.counters {
-            Counters::Local => "sqlite",
-            Counters::Redis(_) => "redis",
+        if self.redis.is_some() {
+            "redis"
+        } else {
+            "sqlite"
         }
     }
 
@@ -184,132 +115,50 @@ impl QuotaEngine {
             .is_some_and(|u| u >= threshold)
     }
 
-    /// The ledger of `pool`, created (or re-laid-out after a dimension change, keeping
-    /// the counters of dimensions that stayed) as needed. `None` for a request that
-    /// still holds the configuration from before a dimension change: the ledger only
-    /// ever moves forward.
-    fn ledger(&self, pool: &PoolRuntime, now: UnixMillis) -> Option<Arc<Mutex<PoolLedger>>> {
-        let mut pools = lock(&self.pools);
-        if let Some(slot) = pools.get_mut(&pool.pool.id) {
-            if slot.layout == pool.layout {
-                slot.generation = slot.generation.max(pool.generation);
-                return Some(Arc::clone(&slot.ledger));
-            }
-            if slot.generation > pool.generation {
-                return None;
-            }
-        }
-        let mut fresh = PoolLedger::new(pool.dims.clone());
-        if let Some(old) = pools.get(&pool.pool.id) {
-            let old = lock(&old.ledger);
-            for (key, dim, slot, amount) in old.slots(now) {
-                let old_key = old.dimensions()[dim].key();
-                if let Some(j) = pool.dims.iter().position(|d| d.key() == old_key) {
-                    fresh.carry_slot(now, &key, j, slot, amount);
-                }
-            }
-        }
-        let ledger = Arc::new(Mutex::new(fresh));
-        pools.insert(
-            pool.pool.id.clone(),
-            PoolSlot {
-                layout: pool.layout.clone(),
-                generation: pool.generation,
-                ledger: Arc::clone(&ledger),
-            },
-        );
-        Some(ledger)
-    }
-
-    /// The ledger `pool` was reserved in, if it is still the live one (a settlement
-    /// never creates or re-lays-out a ledger: after a dimension change or the pool's
-    /// deletion, an in-flight reservation simply stays booked at its estimate).
-    fn live_ledger(&self, pool: &PoolRuntime) -> Option<Arc<Mutex<PoolLedger>>> {
-        lock(&self.pools)
-            .get(&pool.pool.id)
-            .filter(|s| s.layout == pool.layout)
-            .map(|s| Arc::clone(&s.ledger))
-    }
-
-    /// Marks rows whose write failed for writing again.
-    pub fn requeue(&self, rows: &[ConsumptionRow]) {
-        let pools = lock(&self.pools);
-        for r in rows {
-            if let Some(slot) = pools.get(&r.pool_id) {
-                let mut l = lock(&slot.ledger);
-                if let Some(dim) = l.dimensions().iter().position(|d| d.key() == r.dimension) {
-                    l.mark_dirty(&r.api_key_id, dim, r.slot);
-                }
-            }
-        }
-    }
-
     /// Forgets a deleted pool's counters (Redis keys included), so a pool created later
     /// under the same id starts from zero.
     pub async fn forget_pool(&self, pool_id: &str) {
-        lock(&self.pools).remove(pool_id);
-        if let Counters::Redis(r) = &self.counters {
-            if let Err(e) = r.counters.clear_pool(pool_id).await {
-                tracing::warn!(error = %e, pool = pool_id, "Could not delete a deleted pool's counters from Redis.");
-            }
+        self.ledgers.remove(pool_id);
+        if let Some(r) = &self.redis {
+            r.forget_pool(pool_id).await;
         }
     }
 
     /// Drops the counters of pools that no longer exist and of keys no longer known,
     /// after a configuration change.
     pub fn prune(&self, index: &QuotaIndex, key_exists: impl Fn(&str) -> bool) {
-        let mut pools = lock(&self.pools);
-        pools.retain(|id, _| index.pool(id).is_some());
-        for slot in pools.values() {
-            lock(&slot.ledger).retain_keys(&key_exists);
-        }
+        self.ledgers.prune(index, key_exists);
         lock(&self.decisions).retain(|id, _| index.pool(id).is_some());
     }
 
     /// Restores persisted slots (SQLite driver).
     pub fn load(&self, rows: Vec<ConsumptionRow>, index: &QuotaIndex, now: UnixMillis) {
-        for r in rows {
-            let Some(pool) = index.pool(&r.pool_id) else {
-                continue;
-            };
-            let Some(dim) = pool.dims.iter().position(|d| d.key() == r.dimension) else {
-                continue;
-            };
-            if let Some(ledger) = self.ledger(pool, now) {
-                lock(&ledger).load_slot(now, &r.api_key_id, dim, r.slot, r.amount);
-            }
-        }
+        self.ledgers.load(rows, index, now);
     }
 
     /// Changed slots since the last call, as rows to write (SQLite driver; with Redis
     /// the ledgers hold no counts and this is empty).
     pub fn take_dirty(&self, index: &QuotaIndex) -> Vec<ConsumptionRow> {
-        let pools: Vec<(String, Arc<Mutex<PoolLedger>>)> = lock(&self.pools)
-            .iter()
-            .map(|(id, s)| (id.clone(), Arc::clone(&s.ledger)))
-            .collect();
-        let mut rows = Vec::new();
-        for (id, ledger) in pools {
-            if index.pool(&id).is_none() {
-                continue;
-            }
-            let mut ledger = lock(&ledger);
-            let dims = ledger.dimensions().to_vec();
-            for (key, dim, slot, amount) in ledger.take_dirty() {
-                let d = dims[dim];
-                let slot_ms = d.window.slot_ms();
-                rows.push(ConsumptionRow {
-                    pool_id: id.clone(),
-                    dimension: d.key(),
-                    api_key_id: key,
-                    slot,
-                    slot_end_ms: (slot + 1) * slot_ms,
-                    window_ms: d.window.length_ms(),
-                    amount,
-                });
-            }
+        self.ledgers.take_dirty(index)
+    }
+
+    /// Marks rows whose write failed for writing again.
+    pub fn requeue(&self, rows: &[ConsumptionRow]) {
+        self.ledgers.requeue(rows);
+    }
+
+    /// Per dimension: the key's and the pool's window values from the counter store, and
+    /// the time they hold at. `None` when the store failed.
+    async fn peek(
+        &self,
+        pool: &PoolRuntime,
+        key_id: &str,
+    ) -> Option<(UnixMillis, Vec<(f64, f64)>)> {
+        let now = self.now();
+        match &self.redis {
+            Some(r) => r.peek(pool, key_id, now).await,
+            None => self.ledgers.peek(pool, key_id, now).await,
         }
-        rows
     }
 
     fn record_decision(&self, pool_id: &str, rec: DecisionRecord) {
@@ -335,38 +184,6 @@ impl QuotaEngine {
             .unwrap_or_default()
     }
 
-    /// Per dimension: the key's and the pool's window values, and the time they hold at
-    /// (the Redis server's clock when counters live there). `None` when Redis failed.
-    async fn peek(
-        &self,
-        pool: &PoolRuntime,
-        key_id: &str,
-    ) -> Option<(UnixMillis, Vec<(f64, f64)>)> {
-        match &self.counters {
-            Counters::Local => {
-                let now = self.now();
-                let ledger = self.ledger(pool, now)?;
-                let values = lock(&ledger).peek(now, key_id);
-                Some((now, values))
-            }
-            Counters::Redis(r) => {
-                let counters = &r.counters;
-                let dims: Vec<(String, u64)> = pool
-                    .dims
-                    .iter()
-                    .map(|d| (d.key(), d.window.slot_ms()))
-                    .collect();
-                match counters.peek(&pool.pool.id, key_id, &dims).await {
-                    Ok(v) => Some(v),
-                    Err(e) => {
-                        tracing::warn!(error = %e, pool = %pool.pool.id, "Could not read quota counters from Redis.");
-                        None
-                    }
-                }
-            }
-        }
-    }
-
     /// Whether `key_id` is over its soft share in `pool` right now (for ordering
     /// candidates before any reservation); a penalty is recorded among the pool's
     /// decisions. Unreadable counters read as no.
@@ -385,7 +202,7 @@ impl QuotaEngine {
         let sig = self.signals.for_pool(pool, now);
         let costs = costs(pool, estimate, price);
         let decision = decide(
-            &inputs(pool, share, &peeked, &costs, &sig),
+            &super::counters::inputs(pool, share, &peeked, &costs, &sig),
             share.share,
             settings.saturation_threshold,
         );
@@ -410,29 +227,31 @@ impl QuotaEngine {
         let share = pool.share_of(key_id);
         let costs = costs(pool, &estimate, price);
         let threshold = settings.saturation_threshold;
-        let outcome = match &self.counters {
-            Counters::Local => match self.reserve_local(pool, key_id, share, &costs, threshold) {
-                Some(o) => o,
-                None => return Admission::Unenforced,
-            },
-            Counters::Redis(r) => {
-                match self
-                    .reserve_redis(&r.counters, pool, key_id, share, &costs, threshold)
-                    .await
-                {
-                    Some(o) => o,
-                    None => return Admission::Unenforced,
-                }
-            }
+        let now = self.now();
+        let sig = self.signals.for_pool(pool, now);
+        let req = ReserveRequest {
+            pool,
+            key_id,
+            share,
+            costs: &costs,
+            signals: &sig,
+            threshold,
+            now,
         };
-        let Outcome {
+        let outcome = match &self.redis {
+            Some(r) => r.reserve(req).await,
+            None => self.ledgers.reserve(req).await,
+        };
+        let Some(Outcome {
             now,
             decision,
             reservation,
             peeked,
             by_counter,
-            signals: sig,
-        } = outcome;
+        }) = outcome
+        else {
+            return Admission::Unenforced;
+        };
         let retry = decision.blocked_by.and_then(|i| {
             // A provider that says its allowance is used up knows when it resets.
             let limit = pool.dims[i].limit;
@@ -488,123 +307,6 @@ impl QuotaEngine {
         })
     }
 
-    fn reserve_local(
-        &self,
-        pool: &PoolRuntime,
-        key_id: &str,
-        share: &KeyShare,
-        costs: &[f64],
-        threshold: f64,
-    ) -> Option<Outcome> {
-        let now = self.now();
-        let sig = self.signals.for_pool(pool, now);
-        let signal_values: Vec<Option<f64>> = sig.iter().map(|s| s.0).collect();
-        let ledger = self.ledger(pool, now)?;
-        let mut l = lock(&ledger);
-        let peeked = l.peek(now, key_id);
-        let (decision, reservation) = l.reserve(
-            now,
-            Ask {
-                key_id,
-                share: share.share,
-                caps: &share.caps,
-                costs,
-                signals: &signal_values,
-                saturation_threshold: threshold,
-            },
-        );
-        let by_counter = decision.blocked_by.and_then(|i| {
-            let v = decision.dimensions[i];
-            let counter = match v.blocked {
-                Some(BlockReason::GlobalLimit) => None,
-                _ => Some(key_id),
-            };
-            v.fits_at
-                .and_then(|bound| l.time_until(now, counter, i, bound))
-        });
-        Some(Outcome {
-            now,
-            decision,
-            reservation,
-            peeked,
-            by_counter,
-            signals: sig,
-        })
-    }
-
-    async fn reserve_redis(
-        &self,
-        counters: &RedisCounters,
-        pool: &PoolRuntime,
-        key_id: &str,
-        share: &KeyShare,
-        costs: &[f64],
-        threshold: f64,
-    ) -> Option<Outcome> {
-        let sig = self.signals.for_pool(pool, self.now());
-        let args: Vec<DimArgs> = pool
-            .dims
-            .iter()
-            .enumerate()
-            .map(|(i, d)| DimArgs {
-                dim: d.key(),
-                slot_ms: d.window.slot_ms(),
-                limit: d.limit,
-                cost: costs[i],
-                cap: share.caps[i],
-                fair_share: if d.limit > 0.0 {
-                    fair_share(d.limit, share.share.weight)
-                } else {
-                    0.0
-                },
-                policy: match share.share.policy {
-                    Policy::Hard => 0,
-                    Policy::Soft => 1,
-                    Policy::Burst => 2,
-                },
-                signal: sig[i].0,
-            })
-            .collect();
-        let reply = match counters
-            .reserve(&pool.pool.id, key_id, threshold, &args)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, pool = %pool.pool.id, key_id, "Quota store failed; admitting the request unmetered.");
-                return None;
-            }
-        };
-        let peeked: Vec<(f64, f64)> = reply.dims.iter().map(|d| (d.0, d.1)).collect();
-        let decision = decide(
-            &inputs(pool, share, &peeked, costs, &sig),
-            share.share,
-            threshold,
-        );
-        if decision.admitted() != reply.admitted {
-            tracing::error!(pool = %pool.pool.id, key_id, script = reply.admitted, core = decision.admitted(), "Redis quota script and core decision disagree; following the script.");
-        }
-        let reservation = reply.admitted.then(|| Reservation {
-            key_id: key_id.to_owned(),
-            slots: reply.dims.iter().map(|d| d.2).collect(),
-            booked: costs.to_vec(),
-        });
-        let by_counter = match decision.blocked_by {
-            Some(i) if !reply.admitted => {
-                redis_time_until(counters, pool, key_id, &decision, i).await
-            }
-            _ => None,
-        };
-        Some(Outcome {
-            now: reply.now,
-            decision,
-            reservation,
-            peeked,
-            by_counter,
-            signals: sig,
-        })
-    }
-
     /// Moves a reservation to `actual`; `last` marks the final settlement (which feeds
     /// the burn rate).
     pub(super) fn settle(
@@ -615,49 +317,14 @@ impl QuotaEngine {
         last: bool,
     ) {
         let now = self.now();
-        let ledger = self.live_ledger(pool);
-        match &self.counters {
-            Counters::Local => {
-                if let Some(l) = &ledger {
-                    lock(l).settle(now, reservation, actual);
-                }
-            }
-            Counters::Redis(r) => {
-                let mut items = Vec::new();
-                let mut targets = Vec::new();
-                for (i, booked) in reservation.booked.iter().enumerate() {
-                    let target = actual.get(i).copied().unwrap_or(0.0).max(0.0);
-                    targets.push(target);
-                    let delta = target - *booked;
-                    if let (true, Some(d), Some(slot)) =
-                        (delta != 0.0, pool.dims.get(i), reservation.slots.get(i))
-                    {
-                        items.push(SettleArgs {
-                            dim: d.key(),
-                            slot: *slot,
-                            slot_ms: d.window.slot_ms(),
-                            delta,
-                        });
-                    }
-                }
-                if !items.is_empty() {
-                    let job = SettleJob {
-                        pool: pool.pool.id.clone(),
-                        key: reservation.key_id.clone(),
-                        items,
-                    };
-                    // The booking moves only when the settlement is on its way, so later
-                    // deltas are computed from what Redis will actually hold.
-                    if r.settle.try_send(job).is_ok() {
-                        reservation.booked = targets;
-                    } else {
-                        tracing::warn!(pool = %pool.pool.id, "Quota settlement queue is full; keeping the reservation at its estimate.");
-                    }
-                }
-            }
+        match &self.redis {
+            Some(r) => r.settle(pool, reservation, actual, now),
+            None => self.ledgers.settle(pool, reservation, actual, now),
         }
-        if let (true, Some(l)) = (last, &ledger) {
-            lock(l).observe_burn(now, &reservation.key_id, actual);
+        if last {
+            if let Some(l) = self.ledgers.live_ledger(pool) {
+                lock(&l).observe_burn(now, &reservation.key_id, actual);
+            }
         }
     }
 
@@ -670,7 +337,7 @@ impl QuotaEngine {
         settings: &QuotaSettings,
     ) -> PoolUsage {
         let mut key_ids: Vec<String> = keys.to_vec();
-        let ledger = self.ledger(pool, self.now());
+        let ledger = self.ledgers.ledger(pool, self.now());
         if let Some(ledger) = &ledger {
             let l = lock(ledger);
             for k in l.key_ids() {
@@ -761,83 +428,12 @@ impl QuotaEngine {
     }
 }
 
-/// What a reservation attempt found, from either counter store.
-struct Outcome {
-    now: UnixMillis,
-    decision: Decision,
-    reservation: Option<Reservation>,
-    /// Per dimension: the key's and the pool's values before booking.
-    peeked: Vec<(f64, f64)>,
-    /// When the blocking counter falls far enough for the request to fit.
-    by_counter: Option<u64>,
-    signals: PoolSignals,
-}
-
 /// The estimated cost in every dimension of `pool`.
 fn costs(pool: &PoolRuntime, estimate: &Estimate, price: Option<Price>) -> Vec<f64> {
     pool.dims
         .iter()
         .map(|d| estimate.cost(d.unit, price))
         .collect()
-}
-
-/// The decision inputs of every dimension from peeked counters.
-fn inputs(
-    pool: &PoolRuntime,
-    share: &KeyShare,
-    peeked: &[(f64, f64)],
-    costs: &[f64],
-    sig: &PoolSignals,
-) -> Vec<DimensionInput> {
-    pool.dims
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            let (consumed, total) = peeked.get(i).copied().unwrap_or((0.0, 0.0));
-            DimensionInput {
-                limit: d.limit,
-                consumed,
-                total,
-                signal: sig.get(i).and_then(|s| s.0),
-                cost: costs.get(i).copied().unwrap_or(0.0),
-                cap: share.caps.get(i).copied().flatten(),
-            }
-        })
-        .collect()
-}
-
-/// When the blocking counter of dimension `i`, read from Redis, falls to the value the
-/// request needs.
-async fn redis_time_until(
-    counters: &RedisCounters,
-    pool: &PoolRuntime,
-    key_id: &str,
-    decision: &Decision,
-    i: usize,
-) -> Option<u64> {
-    let v = decision.dimensions[i];
-    let bound = v.fits_at?;
-    let field = match v.blocked {
-        Some(BlockReason::GlobalLimit) => "*",
-        _ => key_id,
-    };
-    let d = pool.dims[i];
-    match counters
-        .slots(&pool.pool.id, field, &d.key(), d.window.slot_ms())
-        .await
-    {
-        Ok((now, slots)) => {
-            let mut c = SlidingCounter::new(d.window);
-            for (slot, amount) in slots {
-                c.add_to_slot(now, slot, amount);
-            }
-            c.time_until_at_most(now, bound)
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "Could not read quota slots from Redis for Retry-After.");
-            None
-        }
-    }
 }
 
 #[cfg(test)]

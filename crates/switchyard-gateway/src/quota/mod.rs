@@ -3,6 +3,7 @@
 //! reservation guard requests carry, and the persistence loop. The decisions themselves
 //! are in `switchyard_core::quota`.
 
+pub mod counters;
 pub mod engine;
 pub mod guard;
 pub mod index;
