@@ -10,6 +10,8 @@ use switchyard_gateway::bootstrap::{self, AdminToken};
 use switchyard_gateway::clock::{Clock, SystemClock};
 use switchyard_gateway::config::{self, FileConfig, GatewayConfig, LogFormat, SystemEnv};
 use switchyard_gateway::keys::{new_key, NewKey};
+use switchyard_gateway::metrics::Metrics;
+use switchyard_gateway::snapshot::Snapshot;
 use switchyard_store::SaveMode;
 use tokio::net::TcpListener;
 
@@ -265,6 +267,13 @@ fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
                 SystemClock.now_ms(),
             )
             .map_err(anyhow::Error::msg)?;
+            // The same validation every API change passes: the configuration with the
+            // new key must build a snapshot, or nothing is written.
+            let mut rows = store.load_config()?;
+            rows.keys.push(record.clone());
+            Snapshot::build(&rows, &cfg.layers, &Metrics::new()).map_err(|e| {
+                anyhow::anyhow!("the new key would make the configuration invalid: {e}")
+            })?;
             store.save_key(&record, SaveMode::Create)?;
             say(&format!("Created key {} ({}).", record.id, record.name));
             say("Secret (shown only now; store it safely):");
