@@ -12,6 +12,7 @@ pub mod chat;
 pub mod domain;
 pub mod outcome;
 pub mod quota;
+pub mod resilience;
 pub mod routing;
 pub mod settings;
 pub mod sse;

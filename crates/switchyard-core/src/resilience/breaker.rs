@@ -1,0 +1,387 @@
+//! The provider circuit breaker (SPEC R1): a state machine over one provider, with `now`
+//! passed in and no timers.
+//!
+//! - `Closed`: serving. Consecutive provider-level failures count up; a success resets
+//!   the count.
+//! - `Degraded`: still serving, but the count has reached the profile's degrade
+//!   threshold (operators see it; routing may prefer healthier providers).
+//! - `Open`: skipped by routing until the reset timeout has passed.
+//! - `HalfOpen`: the timeout has passed — noticed lazily, when the state is read. One
+//!   probe request at a time is let through: its success closes the breaker, its failure
+//!   re-opens it for a longer time.
+//!
+//! Only provider-level failures count: HTTP 408, 500, 502, 503, 504, and failures to
+//! reach the provider at all (connect error, no first byte in time) — an unreachable
+//! provider is the clearest provider-level failure. 401/403/429 are about an account,
+//! not the provider, and never count.
+//!
+//! Repeated open cycles lengthen the reset timeout: after `double_after` consecutive
+//! cycles without a successful close, each further cycle doubles it, up to
+//! `max_multiplier` times the base.
+
+use crate::domain::AuthClass;
+use crate::outcome::AttemptFailure;
+use crate::UnixMillis;
+use serde::{Deserialize, Serialize};
+
+/// The breaker's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum State {
+    Closed,
+    Degraded,
+    Open,
+    HalfOpen,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Closed => "CLOSED",
+            Self::Degraded => "DEGRADED",
+            Self::Open => "OPEN",
+            Self::HalfOpen => "HALF_OPEN",
+        }
+    }
+}
+
+/// Thresholds and timeouts of one auth class (SPEC R1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Profile {
+    pub degrade_at: u32,
+    pub open_at: u32,
+    pub reset_ms: u64,
+    /// Open cycles after which the reset timeout starts doubling.
+    pub double_after: u32,
+    pub max_multiplier: u64,
+}
+
+impl Profile {
+    /// OAuth 5 / 8 / 60 s, doubling after 2 cycles up to 8×; API key 7 / 12 / 30 s,
+    /// after 3 cycles up to 4×; local servers degrade at their first failure (half of
+    /// their open threshold, the "derived" value) and open at 2, reset 15 s, doubling
+    /// like API keys.
+    pub fn for_class(class: AuthClass) -> Self {
+        match class {
+            AuthClass::Oauth => Self {
+                degrade_at: 5,
+                open_at: 8,
+                reset_ms: 60_000,
+                double_after: 2,
+                max_multiplier: 8,
+            },
+            AuthClass::Apikey => Self {
+                degrade_at: 7,
+                open_at: 12,
+                reset_ms: 30_000,
+                double_after: 3,
+                max_multiplier: 4,
+            },
+            AuthClass::Local => Self {
+                degrade_at: 1,
+                open_at: 2,
+                reset_ms: 15_000,
+                double_after: 3,
+                max_multiplier: 4,
+            },
+        }
+    }
+
+    /// The reset timeout after `cycles` consecutive open cycles (1 = first opening).
+    pub fn reset_timeout_ms(&self, cycles: u32) -> u64 {
+        let extra = cycles.saturating_sub(self.double_after).min(16);
+        let multiplier = (1u64 << extra).min(self.max_multiplier);
+        self.reset_ms * multiplier
+    }
+}
+
+/// Whether a failure counts against the provider.
+pub fn counts(failure: AttemptFailure) -> bool {
+    match failure {
+        AttemptFailure::Status(s) => matches!(s, 408 | 500 | 502 | 503 | 504),
+        AttemptFailure::Connect | AttemptFailure::FirstByteTimeout => true,
+        // A stream broken after it started: the provider answered; the account or the
+        // network may be at fault. Not counted.
+        AttemptFailure::Reset => false,
+    }
+}
+
+/// What the breaker lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Serve normally.
+    Yes,
+    /// Serve as the half-open probe: report its outcome.
+    Probe,
+    /// Refused: the breaker is open (or a probe is already out) for this long.
+    No { retry_after_ms: u64 },
+}
+
+/// One provider's breaker. Serializable, so it survives restarts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Breaker {
+    state: State,
+    /// Consecutive counted failures.
+    failures: u32,
+    /// When the breaker last opened.
+    opened_at: UnixMillis,
+    /// Consecutive open cycles without a successful close.
+    cycles: u32,
+    /// When the current probe was let through, if one is out.
+    probe_since: Option<UnixMillis>,
+}
+
+impl Default for Breaker {
+    fn default() -> Self {
+        Self {
+            state: State::Closed,
+            failures: 0,
+            opened_at: 0,
+            cycles: 0,
+            probe_since: None,
+        }
+    }
+}
+
+impl Breaker {
+    /// The state at `now`, moving `Open` to `HalfOpen` once the timeout has passed.
+    pub fn state(&mut self, profile: &Profile, now: UnixMillis) -> State {
+        if self.state == State::Open && now >= self.reopens_at(profile) {
+            self.state = State::HalfOpen;
+            self.probe_since = None;
+        }
+        self.state
+    }
+
+    /// The consecutive counted failures.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// When an open breaker lets a probe through.
+    pub fn reopens_at(&self, profile: &Profile) -> UnixMillis {
+        self.opened_at
+            .saturating_add(profile.reset_timeout_ms(self.cycles))
+    }
+
+    /// Whether a request may go to the provider now.
+    pub fn admit(&mut self, profile: &Profile, now: UnixMillis) -> Admit {
+        match self.state(profile, now) {
+            State::Closed | State::Degraded => Admit::Yes,
+            State::Open => Admit::No {
+                retry_after_ms: self.reopens_at(profile).saturating_sub(now),
+            },
+            State::HalfOpen => match self.probe_since {
+                // A probe that never reported (its request hung or was dropped) is
+                // given up on after one reset period, so the breaker cannot wedge.
+                Some(since) if now < since.saturating_add(profile.reset_ms) => Admit::No {
+                    retry_after_ms: since.saturating_add(profile.reset_ms) - now,
+                },
+                _ => {
+                    self.probe_since = Some(now);
+                    Admit::Probe
+                }
+            },
+        }
+    }
+
+    /// Records a success: closes the breaker and forgets the failures.
+    pub fn on_success(&mut self) {
+        self.state = State::Closed;
+        self.failures = 0;
+        self.cycles = 0;
+        self.probe_since = None;
+    }
+
+    /// Records a failure; only provider-level failures change anything. Returns the
+    /// new state when it changed.
+    pub fn on_failure(
+        &mut self,
+        profile: &Profile,
+        failure: AttemptFailure,
+        now: UnixMillis,
+    ) -> Option<State> {
+        if !counts(failure) {
+            return None;
+        }
+        let before = self.state(profile, now);
+        self.failures = self.failures.saturating_add(1);
+        match before {
+            State::HalfOpen => self.open(now),
+            State::Open => {}
+            State::Closed | State::Degraded => {
+                if self.failures >= profile.open_at {
+                    self.open(now);
+                } else if self.failures >= profile.degrade_at {
+                    self.state = State::Degraded;
+                }
+            }
+        }
+        (self.state != before).then_some(self.state)
+    }
+
+    fn open(&mut self, now: UnixMillis) {
+        self.state = State::Open;
+        self.opened_at = now;
+        self.cycles = self.cycles.saturating_add(1);
+        self.probe_since = None;
+    }
+
+    /// The operator reset (`POST /api/resilience/reset`).
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_800_000_000_000;
+    const E503: AttemptFailure = AttemptFailure::Status(503);
+
+    fn fail_n(b: &mut Breaker, p: &Profile, n: u32, now: u64) {
+        for _ in 0..n {
+            b.on_failure(p, E503, now);
+        }
+    }
+
+    #[test]
+    fn profiles_match_the_spec() {
+        let o = Profile::for_class(AuthClass::Oauth);
+        assert_eq!((o.degrade_at, o.open_at, o.reset_ms), (5, 8, 60_000));
+        let a = Profile::for_class(AuthClass::Apikey);
+        assert_eq!((a.degrade_at, a.open_at, a.reset_ms), (7, 12, 30_000));
+        let l = Profile::for_class(AuthClass::Local);
+        assert_eq!((l.degrade_at, l.open_at, l.reset_ms), (1, 2, 15_000));
+    }
+
+    #[test]
+    fn only_provider_level_failures_count() {
+        for s in [408, 500, 502, 503, 504] {
+            assert!(counts(AttemptFailure::Status(s)), "{s}");
+        }
+        for s in [400, 401, 403, 404, 429, 501] {
+            assert!(!counts(AttemptFailure::Status(s)), "{s}");
+        }
+        assert!(counts(AttemptFailure::Connect));
+        assert!(counts(AttemptFailure::FirstByteTimeout));
+        assert!(!counts(AttemptFailure::Reset));
+        let p = Profile::for_class(AuthClass::Local);
+        let mut b = Breaker::default();
+        for _ in 0..10 {
+            assert_eq!(b.on_failure(&p, AttemptFailure::Status(429), T0), None);
+        }
+        assert_eq!(b.state(&p, T0), State::Closed);
+    }
+
+    #[test]
+    fn every_transition_at_the_exact_thresholds_for_each_profile() {
+        for class in [AuthClass::Oauth, AuthClass::Apikey, AuthClass::Local] {
+            let p = Profile::for_class(class);
+            let mut b = Breaker::default();
+            fail_n(&mut b, &p, p.degrade_at - 1, T0);
+            assert_eq!(b.state(&p, T0), State::Closed, "{class:?}");
+            assert_eq!(b.on_failure(&p, E503, T0), Some(State::Degraded));
+            assert_eq!(b.admit(&p, T0), Admit::Yes);
+            fail_n(&mut b, &p, p.open_at - p.degrade_at - 1, T0);
+            assert_eq!(b.state(&p, T0), State::Degraded, "{class:?}");
+            assert_eq!(b.on_failure(&p, E503, T0), Some(State::Open));
+            // Open until exactly the reset timeout.
+            let reopen = T0 + p.reset_ms;
+            assert_eq!(b.admit(&p, reopen - 1), Admit::No { retry_after_ms: 1 });
+            assert_eq!(b.state(&p, reopen - 1), State::Open);
+            assert_eq!(b.state(&p, reopen), State::HalfOpen);
+            // One probe at a time.
+            assert_eq!(b.admit(&p, reopen), Admit::Probe);
+            assert_eq!(
+                b.admit(&p, reopen + 10),
+                Admit::No {
+                    retry_after_ms: p.reset_ms - 10
+                }
+            );
+            b.on_success();
+            assert_eq!(b.state(&p, reopen + 20), State::Closed);
+            assert_eq!(b.failures(), 0);
+        }
+    }
+
+    #[test]
+    fn a_success_resets_the_count_before_the_breaker_opens() {
+        let p = Profile::for_class(AuthClass::Apikey);
+        let mut b = Breaker::default();
+        fail_n(&mut b, &p, 11, T0);
+        assert_eq!(b.state(&p, T0), State::Degraded);
+        b.on_success();
+        fail_n(&mut b, &p, 11, T0);
+        assert_eq!(b.state(&p, T0), State::Degraded);
+    }
+
+    #[test]
+    fn a_failed_probe_reopens_and_repeated_cycles_lengthen_the_timeout() {
+        let p = Profile::for_class(AuthClass::Oauth);
+        let mut b = Breaker::default();
+        fail_n(&mut b, &p, 8, T0);
+        let mut now = T0;
+        // Cycle n lasts reset * min(2^(n - 2), 8) for n > 2.
+        for (cycle, expect) in [
+            (1, 60_000),
+            (2, 60_000),
+            (3, 120_000),
+            (4, 240_000),
+            (5, 480_000),
+            (6, 480_000),
+        ] {
+            assert_eq!(b.reopens_at(&p) - now, expect, "cycle {cycle}");
+            now = b.reopens_at(&p);
+            assert_eq!(b.admit(&p, now), Admit::Probe);
+            assert_eq!(b.on_failure(&p, E503, now), Some(State::Open));
+        }
+        // A successful probe closes and forgets the cycles.
+        now = b.reopens_at(&p);
+        assert_eq!(b.admit(&p, now), Admit::Probe);
+        b.on_success();
+        fail_n(&mut b, &p, 8, now);
+        assert_eq!(b.reopens_at(&p) - now, 60_000);
+    }
+
+    #[test]
+    fn api_key_profile_doubles_after_three_cycles_up_to_four_times() {
+        let p = Profile::for_class(AuthClass::Apikey);
+        let timeouts: Vec<u64> = (1..=6).map(|c| p.reset_timeout_ms(c)).collect();
+        assert_eq!(timeouts, [30_000, 30_000, 30_000, 60_000, 120_000, 120_000]);
+    }
+
+    #[test]
+    fn a_probe_that_never_reports_is_given_up_after_a_reset_period() {
+        let p = Profile::for_class(AuthClass::Local);
+        let mut b = Breaker::default();
+        fail_n(&mut b, &p, 2, T0);
+        let at = T0 + p.reset_ms;
+        assert_eq!(b.admit(&p, at), Admit::Probe);
+        assert!(matches!(b.admit(&p, at + p.reset_ms - 1), Admit::No { .. }));
+        assert_eq!(b.admit(&p, at + p.reset_ms), Admit::Probe);
+    }
+
+    #[test]
+    fn failures_while_open_change_nothing_and_reset_clears_everything() {
+        let p = Profile::for_class(AuthClass::Local);
+        let mut b = Breaker::default();
+        fail_n(&mut b, &p, 2, T0);
+        assert_eq!(b.on_failure(&p, E503, T0 + 5), None);
+        assert_eq!(b.reopens_at(&p), T0 + p.reset_ms);
+        b.reset();
+        assert_eq!(b, Breaker::default());
+        assert_eq!(b.admit(&p, T0), Admit::Yes);
+    }
+
+    #[test]
+    fn the_breaker_round_trips_through_json() {
+        let p = Profile::for_class(AuthClass::Oauth);
+        let mut b = Breaker::default();
+        fail_n(&mut b, &p, 8, T0);
+        let json = serde_json::to_string(&b).unwrap();
+        let back: Breaker = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, b);
+    }
+}

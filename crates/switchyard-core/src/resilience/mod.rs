@@ -1,0 +1,7 @@
+//! Resilience decisions (SPEC R): failures contained at the right scope. Every state
+//! machine here takes `now` and does no I/O; the gateway keeps their state, persists
+//! what must survive restarts, and wires them into routing.
+//!
+//! - [`breaker`]: the provider circuit breaker (R1)
+
+pub mod breaker;
