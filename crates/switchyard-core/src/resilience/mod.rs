@@ -3,5 +3,7 @@
 //! what must survive restarts, and wires them into routing.
 //!
 //! - [`breaker`]: the provider circuit breaker (R1)
+//! - [`cooldown`]: connection cooldown and terminal states (R3, R4)
 
 pub mod breaker;
+pub mod cooldown;
