@@ -4,6 +4,8 @@
 //!
 //! - [`breaker`]: the provider circuit breaker (R1)
 //! - [`cooldown`]: connection cooldown and terminal states (R3, R4)
+//! - [`lockout`]: model lockout (R5)
 
 pub mod breaker;
 pub mod cooldown;
+pub mod lockout;

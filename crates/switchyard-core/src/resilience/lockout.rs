@@ -1,0 +1,396 @@
+//! Model lockout (SPEC R5): a failing model is locked on one connection while the rest
+//! of the account keeps serving. Off by default.
+//!
+//! Scope by status: 429, 403 and 402 lock the model's quota family on that connection
+//! (a quota is usually shared by a model family: `gpt-5`, `gpt-5-codex` and
+//! `gpt-5-mini` run out together); 404 locks the exact model; other statuses lock the
+//! exact (provider, connection, model) triple. A scope given explicitly by the caller
+//! wins. Each failure while locked lengthens the lock (exponential backoff, bounded);
+//! each success halves the failure count, and at zero the lock is gone.
+
+use crate::UnixMillis;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Most locks kept; beyond it the lock expiring soonest is dropped, so a storm of
+/// distinct model names cannot grow the table without bound.
+pub const MAX_LOCKS: usize = 10_000;
+
+/// Lockout settings (SPEC R5 defaults).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Settings {
+    pub enabled: bool,
+    pub error_codes: Vec<u16>,
+    pub base_cooldown_ms: u64,
+    pub max_cooldown_ms: u64,
+    pub max_backoff_steps: u32,
+    pub use_exponential_backoff: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            error_codes: vec![403, 404, 429, 502, 503, 504],
+            base_cooldown_ms: 120_000,
+            max_cooldown_ms: 1_800_000,
+            max_backoff_steps: 10,
+            use_exponential_backoff: true,
+        }
+    }
+}
+
+/// Longest lock a setting may ask for: a day.
+const MAX_COOLDOWN_LIMIT_MS: u64 = 86_400_000;
+
+/// Most backoff steps a setting may ask for: 2^20 × base is already beyond any cap.
+const MAX_STEPS_LIMIT: u32 = 20;
+
+impl Settings {
+    /// Validates the settings; the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.base_cooldown_ms == 0 {
+            return Err("baseCooldownMs must be > 0".to_owned());
+        }
+        if self.max_cooldown_ms < self.base_cooldown_ms {
+            return Err("maxCooldownMs must be >= baseCooldownMs".to_owned());
+        }
+        if self.max_cooldown_ms > MAX_COOLDOWN_LIMIT_MS {
+            return Err(format!("maxCooldownMs must be <= {MAX_COOLDOWN_LIMIT_MS}"));
+        }
+        if self.max_backoff_steps > MAX_STEPS_LIMIT {
+            return Err(format!("maxBackoffSteps must be <= {MAX_STEPS_LIMIT}"));
+        }
+        if let Some(c) = self.error_codes.iter().find(|c| !(400..600).contains(*c)) {
+            return Err(format!("errorCodes: {c} is not an HTTP error status"));
+        }
+        Ok(())
+    }
+
+    fn duration_ms(&self, failures: u32) -> u64 {
+        if !self.use_exponential_backoff {
+            return self.base_cooldown_ms;
+        }
+        let exp = failures
+            .saturating_sub(1)
+            .min(self.max_backoff_steps)
+            .min(MAX_STEPS_LIMIT);
+        self.base_cooldown_ms
+            .saturating_mul(1u64 << exp)
+            .min(self.max_cooldown_ms)
+    }
+}
+
+/// What a lock covers on one connection.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "name", rename_all = "snake_case")]
+pub enum Scope {
+    /// A model family (`gpt-5` covers `gpt-5-codex`).
+    Family(String),
+    /// One model.
+    Model(String),
+}
+
+impl Scope {
+    pub fn covers(&self, model: &str) -> bool {
+        match self {
+            Self::Family(f) => family(model) == *f,
+            Self::Model(m) => m == model,
+        }
+    }
+
+    /// The scope a status locks (SPEC R5).
+    pub fn for_status(status: u16, model: &str) -> Self {
+        match status {
+            429 | 403 | 402 => Self::Family(family(model)),
+            _ => Self::Model(model.to_owned()),
+        }
+    }
+}
+
+/// A model's quota family: its name up to and including the first version number
+/// (`gpt-5-codex` → `gpt-5`, `glm-4.5-air` → `glm-4.5`, `claude-sonnet-4-5` →
+/// `claude-sonnet-4`); a name without digits is its own family.
+pub fn family(model: &str) -> String {
+    let Some(start) = model.find(|c: char| c.is_ascii_digit()) else {
+        return model.to_owned();
+    };
+    let end = model[start..]
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map_or(model.len(), |i| start + i);
+    model[..end].trim_end_matches('.').to_owned()
+}
+
+/// Identifies a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LockKey {
+    pub provider: String,
+    pub connection: String,
+    pub scope: Scope,
+}
+
+/// One lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lock {
+    pub failures: u32,
+    pub until: UnixMillis,
+    pub status: u16,
+}
+
+/// A model on one connection of a provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target<'a> {
+    pub provider: &'a str,
+    pub connection: &'a str,
+    pub model: &'a str,
+}
+
+/// Every lock.
+#[derive(Debug, Clone, Default)]
+pub struct Lockouts {
+    locks: HashMap<LockKey, Lock>,
+}
+
+impl Lockouts {
+    /// Records a failure of `model` on `connection`; returns the lock it set or
+    /// lengthened, or `None` when lockout is off or the status does not lock.
+    pub fn on_failure(
+        &mut self,
+        settings: &Settings,
+        target: Target<'_>,
+        status: u16,
+        explicit: Option<Scope>,
+        now: UnixMillis,
+    ) -> Option<(LockKey, Lock)> {
+        if !settings.enabled || !settings.error_codes.contains(&status) {
+            return None;
+        }
+        let key = LockKey {
+            provider: target.provider.to_owned(),
+            connection: target.connection.to_owned(),
+            scope: explicit.unwrap_or_else(|| Scope::for_status(status, target.model)),
+        };
+        let failures = self.locks.get(&key).map_or(0, |l| l.failures) + 1;
+        let lock = Lock {
+            failures,
+            until: now.saturating_add(settings.duration_ms(failures)),
+            status,
+        };
+        if !self.locks.contains_key(&key) && self.locks.len() >= MAX_LOCKS {
+            if let Some(evict) = self
+                .locks
+                .iter()
+                .min_by_key(|(_, l)| l.until)
+                .map(|(k, _)| k.clone())
+            {
+                self.locks.remove(&evict);
+            }
+        }
+        self.locks.insert(key.clone(), lock);
+        Some((key, lock))
+    }
+
+    /// A success of `model` on `connection` halves the failure count of every lock
+    /// covering it; a lock whose count reaches zero is removed.
+    pub fn on_success(&mut self, provider: &str, connection: &str, model: &str) {
+        self.locks.retain(|k, l| {
+            if k.provider == provider && k.connection == connection && k.scope.covers(model) {
+                l.failures /= 2;
+                l.failures > 0
+            } else {
+                true
+            }
+        });
+    }
+
+    /// The active lock on `model` at `connection`, the one lasting longest.
+    pub fn locked(
+        &self,
+        provider: &str,
+        connection: &str,
+        model: &str,
+        now: UnixMillis,
+    ) -> Option<(&LockKey, &Lock)> {
+        self.locks
+            .iter()
+            .filter(|(k, l)| {
+                l.until > now
+                    && k.provider == provider
+                    && k.connection == connection
+                    && k.scope.covers(model)
+            })
+            .max_by_key(|(_, l)| l.until)
+    }
+
+    /// Every lock still active at `now`.
+    pub fn active(&self, now: UnixMillis) -> impl Iterator<Item = (&LockKey, &Lock)> {
+        self.locks.iter().filter(move |(_, l)| l.until > now)
+    }
+
+    /// Removes locks matching the filter (operator re-enable); returns how many.
+    pub fn clear(&mut self, mut matches: impl FnMut(&LockKey) -> bool) -> usize {
+        let before = self.locks.len();
+        self.locks.retain(|k, _| !matches(k));
+        before - self.locks.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_800_000_000_000;
+
+    fn t<'a>(provider: &'a str, connection: &'a str, model: &'a str) -> Target<'a> {
+        Target {
+            provider,
+            connection,
+            model,
+        }
+    }
+
+    fn on() -> Settings {
+        Settings {
+            enabled: true,
+            ..Settings::default()
+        }
+    }
+
+    #[test]
+    fn defaults_match_the_spec_and_validation_bounds_them() {
+        let d = Settings::default();
+        assert!(!d.enabled);
+        assert_eq!(d.error_codes, [403, 404, 429, 502, 503, 504]);
+        assert_eq!(
+            (d.base_cooldown_ms, d.max_cooldown_ms),
+            (120_000, 1_800_000)
+        );
+        assert_eq!((d.max_backoff_steps, d.use_exponential_backoff), (10, true));
+        assert_eq!(d.validate(), Ok(()));
+        let bad = |f: fn(&mut Settings)| {
+            let mut s = Settings::default();
+            f(&mut s);
+            s.validate().unwrap_err()
+        };
+        assert_eq!(
+            bad(|s| s.max_cooldown_ms = 1),
+            "maxCooldownMs must be >= baseCooldownMs"
+        );
+        assert_eq!(
+            bad(|s| s.base_cooldown_ms = 0),
+            "baseCooldownMs must be > 0"
+        );
+        assert_eq!(
+            bad(|s| s.max_backoff_steps = 21),
+            "maxBackoffSteps must be <= 20"
+        );
+        assert_eq!(
+            bad(|s| s.error_codes = vec![200]),
+            "errorCodes: 200 is not an HTTP error status"
+        );
+    }
+
+    #[test]
+    fn families_are_cut_at_the_first_version_number() {
+        assert_eq!(family("gpt-5-codex"), "gpt-5");
+        assert_eq!(family("gpt-5.1-mini"), "gpt-5.1");
+        assert_eq!(family("glm-4.5-air"), "glm-4.5");
+        assert_eq!(family("claude-sonnet-4-5"), "claude-sonnet-4");
+        assert_eq!(family("mock-small"), "mock-small");
+    }
+
+    #[test]
+    fn off_by_default_and_only_listed_statuses_lock() {
+        let mut l = Lockouts::default();
+        assert_eq!(
+            l.on_failure(&Settings::default(), t("p", "c", "m"), 429, None, T0),
+            None
+        );
+        assert_eq!(l.on_failure(&on(), t("p", "c", "m"), 500, None, T0), None);
+        assert!(l
+            .on_failure(&on(), t("p", "c", "m"), 502, None, T0)
+            .is_some());
+    }
+
+    #[test]
+    fn scope_rules_by_status_and_explicit_scope_wins() {
+        let s = on();
+        let mut l = Lockouts::default();
+        l.on_failure(&s, t("codex", "c1", "gpt-5-codex"), 429, None, T0);
+        assert!(l.locked("codex", "c1", "gpt-5-mini", T0).is_some());
+        assert!(l.locked("codex", "c2", "gpt-5-mini", T0).is_none());
+        assert!(l.locked("codex", "c1", "gpt-4o", T0).is_none());
+        let mut l = Lockouts::default();
+        l.on_failure(&s, t("p", "c", "a-1"), 404, None, T0);
+        assert!(l.locked("p", "c", "a-1", T0).is_some());
+        assert!(l.locked("p", "c", "a-1-b", T0).is_none());
+        let mut l = Lockouts::default();
+        l.on_failure(&s, t("p", "c", "a-1"), 503, None, T0);
+        assert!(l.locked("p", "c", "a-1", T0).is_some());
+        assert!(l.locked("p", "c", "a-1x", T0).is_none());
+        let mut l = Lockouts::default();
+        l.on_failure(
+            &s,
+            t("p", "c", "a-1"),
+            503,
+            Some(Scope::Family("a-1".into())),
+            T0,
+        );
+        assert!(l.locked("p", "c", "a-1-b", T0).is_some());
+    }
+
+    #[test]
+    fn repeated_failures_back_off_up_to_the_cap_and_expire() {
+        let s = on();
+        let mut l = Lockouts::default();
+        let mut got = Vec::new();
+        for _ in 0..6 {
+            let (_, lock) = l.on_failure(&s, t("p", "c", "m"), 503, None, T0).unwrap();
+            got.push(lock.until - T0);
+        }
+        assert_eq!(
+            got,
+            [120_000, 240_000, 480_000, 960_000, 1_800_000, 1_800_000]
+        );
+        assert!(l.locked("p", "c", "m", T0 + 1_799_999).is_some());
+        assert!(l.locked("p", "c", "m", T0 + 1_800_000).is_none());
+        let flat = Settings {
+            use_exponential_backoff: false,
+            ..on()
+        };
+        let mut l = Lockouts::default();
+        l.on_failure(&flat, t("p", "c", "m"), 503, None, T0);
+        let (_, lock) = l
+            .on_failure(&flat, t("p", "c", "m"), 503, None, T0)
+            .unwrap();
+        assert_eq!(lock.until - T0, 120_000);
+    }
+
+    #[test]
+    fn successes_halve_the_count_until_the_lock_is_gone() {
+        let s = on();
+        let mut l = Lockouts::default();
+        for _ in 0..5 {
+            l.on_failure(&s, t("p", "c", "m"), 503, None, T0);
+        }
+        let count = |l: &Lockouts| l.active(T0).next().map(|(_, x)| x.failures);
+        l.on_success("p", "c", "m");
+        assert_eq!(count(&l), Some(2));
+        l.on_success("p", "c", "m");
+        assert_eq!(count(&l), Some(1));
+        l.on_success("p", "c", "m");
+        assert_eq!(count(&l), None);
+    }
+
+    #[test]
+    fn operators_can_clear_locks() {
+        let s = on();
+        let mut l = Lockouts::default();
+        l.on_failure(&s, t("p", "c", "m"), 503, None, T0);
+        l.on_failure(&s, t("p", "d", "m"), 503, None, T0);
+        assert_eq!(l.clear(|k| k.connection == "c"), 1);
+        assert_eq!(l.active(T0).count(), 1);
+    }
+}
