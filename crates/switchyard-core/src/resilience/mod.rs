@@ -5,7 +5,9 @@
 //! - [`breaker`]: the provider circuit breaker (R1)
 //! - [`cooldown`]: connection cooldown and terminal states (R3, R4)
 //! - [`lockout`]: model lockout (R5)
+//! - [`provider_cooldown`]: the opt-in provider time-window gate (R2)
 
 pub mod breaker;
 pub mod cooldown;
 pub mod lockout;
+pub mod provider_cooldown;
