@@ -47,6 +47,7 @@ fn catalog() -> Catalog {
                 base_url: None,
                 enabled: true,
                 max_concurrent: None,
+                disable_cooling: false,
             })
         })
         .collect();

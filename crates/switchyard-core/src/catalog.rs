@@ -32,6 +32,8 @@ pub struct Connection {
     pub base_url: String,
     pub enabled: bool,
     pub max_concurrent: Option<u32>,
+    /// Failures never cool this connection down (SPEC R3's per-connection opt-out).
+    pub disable_cooling: bool,
     /// Position in `Catalog::connections`; lets the shell keep per-connection runtime
     /// data in a plain vector parallel to the catalog.
     pub index: usize,
@@ -162,6 +164,7 @@ pub struct ConnectionDef {
     pub base_url: Option<String>,
     pub enabled: bool,
     pub max_concurrent: Option<u32>,
+    pub disable_cooling: bool,
 }
 
 fn check_url(kind: &'static str, id: &str, url: &str) -> Result<(), CatalogError> {
@@ -241,6 +244,7 @@ impl Catalog {
                 base_url,
                 enabled: def.enabled,
                 max_concurrent: def.max_concurrent,
+                disable_cooling: def.disable_cooling,
                 index,
             }));
         }

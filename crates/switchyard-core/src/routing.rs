@@ -184,6 +184,7 @@ mod tests {
             base_url: None,
             enabled,
             max_concurrent: None,
+            disable_cooling: false,
         }
     }
 

@@ -59,6 +59,19 @@ pub enum ApiError {
     NoExecutableTargets {
         model: String,
         excluded: Vec<Excluded>,
+        /// Candidates out of service (terminal accounts).
+        unavailable: Vec<crate::pipeline::CoolingExcluded>,
+    },
+    #[error("provider `{provider}` is failing; its circuit breaker is open")]
+    ProviderCircuitOpen {
+        provider: String,
+        retry_after_ms: u64,
+    },
+    #[error("every target of `{model}` is cooling down; retry in {} s", retry_after_ms.div_ceil(1000))]
+    AllTargetsCoolingDown {
+        model: String,
+        excluded: Vec<crate::pipeline::CoolingExcluded>,
+        retry_after_ms: u64,
     },
     #[error("{message}")]
     Upstream {
@@ -108,6 +121,16 @@ impl ApiError {
             Self::Route(RouteError::ModelNotAllowed(_)) => {
                 (S::FORBIDDEN, "permission_error", "model_not_allowed")
             }
+            Self::ProviderCircuitOpen { .. } => (
+                S::SERVICE_UNAVAILABLE,
+                "upstream_error",
+                "provider_circuit_open",
+            ),
+            Self::AllTargetsCoolingDown { .. } => (
+                S::SERVICE_UNAVAILABLE,
+                "upstream_error",
+                "all_targets_cooling_down",
+            ),
             Self::NoExecutableTargets { .. } => (
                 S::NOT_FOUND,
                 "invalid_request_error",
@@ -151,18 +174,45 @@ impl ApiError {
         if let Self::InvalidField { field, .. } = self {
             err["param"] = json!(field);
         }
-        if let Self::NoExecutableTargets { excluded, .. } = self {
-            let list: Vec<Value> = excluded
-                .iter()
-                .map(|e| {
-                    json!({
-                        "target": e.target,
-                        "connection": e.connection,
-                        "reason": e.reason.as_str(),
-                    })
+        let unavailable = |list: &[crate::pipeline::CoolingExcluded], now_left: bool| {
+            list.iter()
+                .map(|c| {
+                    let mut v = json!({
+                        "target": c.target,
+                        "connection": c.connection,
+                        "reason": c.exclusion.as_str(),
+                    });
+                    if now_left {
+                        v["seconds_left"] =
+                            json!(c.exclusion.retry_after_ms().map(|ms| ms.div_ceil(1000)));
+                    }
+                    v
                 })
-                .collect();
-            err["diagnostics"] = json!({ "excluded": list });
+                .collect::<Vec<Value>>()
+        };
+        match self {
+            Self::NoExecutableTargets {
+                excluded,
+                unavailable: out,
+                ..
+            } => {
+                let mut list: Vec<Value> = excluded
+                    .iter()
+                    .map(|e| {
+                        json!({
+                            "target": e.target,
+                            "connection": e.connection,
+                            "reason": e.reason.as_str(),
+                        })
+                    })
+                    .collect();
+                list.extend(unavailable(out, false));
+                err["diagnostics"] = json!({ "excluded": list });
+            }
+            Self::AllTargetsCoolingDown { excluded, .. } => {
+                err["diagnostics"] = json!({ "excluded": unavailable(excluded, true) });
+            }
+            _ => {}
         }
         if let Self::Upstream {
             failure: AttemptFailure::Status(s),
@@ -211,6 +261,14 @@ impl IntoResponse for ApiError {
         } = &self
         {
             resp.headers_mut().insert(header::RETRY_AFTER, v.clone());
+        }
+        if let Self::ProviderCircuitOpen { retry_after_ms, .. }
+        | Self::AllTargetsCoolingDown { retry_after_ms, .. } = &self
+        {
+            resp.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_after_ms.div_ceil(1000).max(1)),
+            );
         }
         if let Self::QuotaExceeded(b) = &self {
             if let Some(ms) = b.retry_after_ms {

@@ -132,6 +132,7 @@ pub fn build_catalog(rows: &ConfigRows) -> Result<Catalog, SnapshotError> {
             base_url: c.base_url.clone(),
             enabled: c.enabled,
             max_concurrent: c.max_concurrent,
+            disable_cooling: c.disable_cooling,
         })
         .collect();
     let mut combos = Vec::with_capacity(rows.combos.len());

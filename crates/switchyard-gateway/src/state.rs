@@ -5,9 +5,10 @@ use crate::clock::Clock;
 use crate::error::ApiError;
 use crate::gate::FairGate;
 use crate::metrics::Metrics;
-use crate::quota::writer::QuotaWriter;
+use crate::persist::StateWriter;
 use crate::quota::QuotaEngine;
 use crate::reqlog::{LogWriter, RequestLog};
+use crate::resilience::Resilience;
 use crate::snapshot::{Snapshot, SnapshotError};
 use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -41,6 +42,8 @@ pub struct AppState {
     pub started_at_ms: u64,
     /// Quota counters, provider signals and recent decisions.
     pub quota: Arc<QuotaEngine>,
+    /// Provider breakers and connection health.
+    pub resilience: Resilience,
     /// Connection slots of quota-share dispatch (`qsconn:<id>`), for connections with
     /// `max_concurrent`; bounded by the number of connections.
     gates: std::sync::Mutex<std::collections::HashMap<String, Arc<FairGate>>>,
@@ -50,13 +53,13 @@ pub struct AppState {
 #[derive(Debug)]
 pub struct Writers {
     pub log: LogWriter,
-    pub quota: QuotaWriter,
+    pub state: StateWriter,
 }
 
 impl Writers {
-    /// Flushes pending quota counters and request-log rows, then stops both writers.
+    /// Flushes pending runtime state and request-log rows, then stops both writers.
     pub async fn finish(self) {
-        self.quota.finish().await;
+        self.state.finish().await;
         self.log.finish().await;
     }
 }
@@ -79,6 +82,9 @@ impl AppState {
             let consumption = blocking(&store, move |s| s.load_consumption(now)).await?;
             quota.load(consumption, &snapshot.quota, now);
         }
+        let resilience = Resilience::default();
+        let (breakers, health) = blocking(&store, Store::load_resilience).await?;
+        resilience.load(breakers, health);
         let (log, log_writer) = RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone());
         let state = Arc::new(Self {
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -95,11 +101,12 @@ impl AppState {
             cutting: std::sync::atomic::AtomicBool::new(false),
             admin_lock: tokio::sync::Mutex::new(()),
             quota,
+            resilience,
             gates: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         let writers = Writers {
             log: log_writer,
-            quota: QuotaWriter::start(Arc::clone(&state)),
+            state: StateWriter::start(Arc::clone(&state)),
         };
         Ok((state, writers))
     }
@@ -134,6 +141,10 @@ impl AppState {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|id, _| live.catalog.connection(id).is_some());
+        self.resilience.prune(
+            |p| live.catalog.provider(p).is_some(),
+            |c| live.catalog.connection(c).is_some(),
+        );
         Ok(())
     }
 

@@ -14,6 +14,7 @@ mod migrations;
 pub mod quota;
 pub mod records;
 pub mod redis_counters;
+pub mod resilience;
 mod sqlite;
 
 pub use quota::{ConsumptionRow, PlanRecord};

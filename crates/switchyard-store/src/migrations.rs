@@ -134,4 +134,19 @@ CREATE TABLE provider_plans (
     updated_at    INTEGER NOT NULL
 );
 "#,
+    // v3: resilience state that survives restarts (SPEC R1, R3, R4): provider breakers and
+    // connection health, as JSON documents written behind the request path.
+    r#"
+CREATE TABLE domain_circuit_breakers (
+    provider_id TEXT PRIMARY KEY,
+    state       TEXT NOT NULL,
+    updated_at  INTEGER NOT NULL
+);
+
+CREATE TABLE connection_health (
+    connection_id TEXT PRIMARY KEY,
+    state         TEXT NOT NULL,
+    updated_at    INTEGER NOT NULL
+);
+"#,
 ];

@@ -25,6 +25,7 @@ mod upstream;
 use crate::clock::Stopwatch;
 use crate::error::ApiError;
 use crate::metrics::{model_label, AttemptLabels};
+use crate::resilience;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -39,6 +40,7 @@ use std::time::Duration;
 use switchyard_core::chat::ChatRequest;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::quota::cost::Estimate;
+use switchyard_core::resilience::cooldown;
 use switchyard_core::routing;
 use switchyard_core::usage::Usage;
 
@@ -125,6 +127,7 @@ async fn run(
         return Err(ApiError::NoExecutableTargets {
             model: request.model.clone(),
             excluded: plan.excluded,
+            unavailable: Vec::new(),
         });
     }
     let estimate = Estimate::new(request.messages_len(), request.max_tokens);
@@ -135,8 +138,17 @@ async fn run(
     let idle_timeout = Duration::from_millis(snap.settings.stream_idle_timeout_ms);
     let mut last: Option<(Failed, String)> = None;
     let mut blocked = Vec::new();
+    let mut cooling = Vec::new();
     for candidate in &plan.candidates {
         let conn = &candidate.connection;
+        if let Err(exclusion) = state.resilience.check(conn, state.clock.now_ms()) {
+            cooling.push(CoolingExcluded {
+                target: format!("{}/{}", conn.provider, candidate.upstream_model),
+                connection: conn.id.clone(),
+                exclusion,
+            });
+            continue;
+        }
         let pooled = snap.quota.pool_of(conn.index);
         let quota_headers =
             match quota::admit(state, &snap, key, candidate, estimate, finisher).await {
@@ -181,12 +193,24 @@ async fn run(
                     .metrics
                     .latency
                     .observe(watch.elapsed().as_secs_f64());
-                handle_response(response, request.stream, deadline, idle_timeout, finisher).await
+                let now = state.clock.now_ms();
+                handle_response(
+                    response,
+                    request.stream,
+                    deadline,
+                    idle_timeout,
+                    finisher,
+                    now,
+                )
+                .await
             }
             Err(failure) => Err(Failed::from(failure)),
         };
         let mut failed = match outcome {
             Ok(mut response) => {
+                state
+                    .resilience
+                    .record(conn, &resilience::Outcome::Success, state.clock.now_ms());
                 target.metrics.success.inc();
                 quota::add_headers(&mut response, quota_headers);
                 return Ok(response);
@@ -195,6 +219,15 @@ async fn run(
         };
         finisher.release_quota();
         finisher.release_slot();
+        state.resilience.record(
+            conn,
+            &resilience::Outcome::Failure {
+                failure: failed.failure,
+                body: &failed.body_hint,
+                reset_at: failed.reset_at,
+            },
+            state.clock.now_ms(),
+        );
         count_attempt(state, &conn.provider, failed.failure.label());
         if let Some(response) = failed.passthrough.take() {
             return Ok(response);
@@ -224,8 +257,11 @@ async fn run(
         if let Some(block) = quota::most_hopeful(blocked) {
             return Err(ApiError::QuotaExceeded(block));
         }
-        return Err(ApiError::Internal(
-            "routing produced candidates without upstreams".to_owned(),
+        return Err(nothing_attempted(
+            &request.model,
+            plan.combo.is_some(),
+            cooling,
+            plan.excluded,
         ));
     };
     Err(ApiError::Upstream {
@@ -235,6 +271,52 @@ async fn run(
     })
 }
 
+/// A candidate skipped by a resilience state machine.
+#[derive(Debug, Clone)]
+pub struct CoolingExcluded {
+    pub target: String,
+    pub connection: String,
+    pub exclusion: resilience::Exclusion,
+}
+
+/// The error when no candidate could be attempted (SPEC R1, R18): one provider's open
+/// breaker on a direct request → `503 provider_circuit_open`; targets that will come
+/// back → `503 all_targets_cooling_down` with the soonest `Retry-After`; nothing that
+/// will come back on its own (terminal accounts) → `404 no_executable_targets`.
+fn nothing_attempted(
+    model: &str,
+    combo: bool,
+    cooling: Vec<CoolingExcluded>,
+    excluded: Vec<switchyard_core::routing::Excluded>,
+) -> ApiError {
+    let soonest = cooling
+        .iter()
+        .filter_map(|c| c.exclusion.retry_after_ms())
+        .min();
+    let Some(retry_after_ms) = soonest else {
+        return ApiError::NoExecutableTargets {
+            model: model.to_owned(),
+            excluded,
+            unavailable: cooling,
+        };
+    };
+    let all_breakers = cooling
+        .iter()
+        .all(|c| matches!(c.exclusion, resilience::Exclusion::CircuitOpen { .. }));
+    if !combo && all_breakers {
+        let provider = model.split('/').next().unwrap_or(model).to_owned();
+        return ApiError::ProviderCircuitOpen {
+            provider,
+            retry_after_ms,
+        };
+    }
+    ApiError::AllTargetsCoolingDown {
+        model: model.to_owned(),
+        excluded: cooling,
+        retry_after_ms,
+    }
+}
+
 /// A failed attempt.
 struct Failed {
     failure: AttemptFailure,
@@ -242,6 +324,10 @@ struct Failed {
     retry_after: Option<HeaderValue>,
     /// A non-retryable upstream answer, returned to the client as it is.
     passthrough: Option<Response>,
+    /// The start of the upstream's error body (reset text, credit errors).
+    body_hint: String,
+    /// When the upstream said the account is usable again.
+    reset_at: Option<u64>,
 }
 
 impl From<AttemptFailure> for Failed {
@@ -250,8 +336,26 @@ impl From<AttemptFailure> for Failed {
             failure,
             retry_after: None,
             passthrough: None,
+            body_hint: String::new(),
+            reset_at: None,
         }
     }
+}
+
+/// Bytes of an upstream error body read for reset text and credit errors.
+const BODY_HINT_BYTES: usize = 4096;
+
+/// The announced reset of an upstream error answer (SPEC R3).
+fn announced_reset(headers: &HeaderMap, body: &str, now: u64) -> Option<u64> {
+    let pairs: Vec<(&str, &str)> = headers
+        .iter()
+        .filter(|(n, _)| {
+            let n = n.as_str();
+            n == "retry-after" || n.starts_with("x-ratelimit-reset")
+        })
+        .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
+        .collect();
+    cooldown::announced_reset(&pairs, body, now)
 }
 
 /// Turns an upstream response into the client response, or a failure.
@@ -261,6 +365,7 @@ async fn handle_response(
     deadline: tokio::time::Instant,
     idle_timeout: Duration,
     finisher: &mut Finisher,
+    now: u64,
 ) -> Result<Response, Failed> {
     let (parts, body) = response.into_parts();
     let status = parts.status;
@@ -304,13 +409,23 @@ async fn handle_response(
     }
     let failure = AttemptFailure::Status(status.as_u16());
     if failure.is_retryable() {
+        // A 429's body may say when the window resets, or that credits are gone.
+        let body_hint = if status == StatusCode::TOO_MANY_REQUESTS {
+            String::from_utf8_lossy(&read_limited(body, BODY_HINT_BYTES, deadline).await)
+                .into_owned()
+        } else {
+            String::new()
+        };
         return Err(Failed {
             failure,
             retry_after: parts.headers.get(header::RETRY_AFTER).cloned(),
             passthrough: None,
+            reset_at: announced_reset(&parts.headers, &body_hint, now),
+            body_hint,
         });
     }
     let body = read_limited(body, MAX_ERROR_BODY_BYTES, deadline).await;
+    let body_hint = String::from_utf8_lossy(&body[..body.len().min(BODY_HINT_BYTES)]).into_owned();
     let mut out = Response::new(Body::from(body));
     *out.status_mut() = status;
     if let Some(ct) = content_type {
@@ -322,6 +437,8 @@ async fn handle_response(
         failure,
         retry_after: None,
         passthrough: Some(out),
+        reset_at: announced_reset(&parts.headers, &body_hint, now),
+        body_hint,
     })
 }
 

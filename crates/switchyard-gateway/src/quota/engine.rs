@@ -491,6 +491,7 @@ mod tests {
                 base_url: None,
                 enabled: true,
                 max_concurrent: None,
+                disable_cooling: false,
             }],
             vec![],
             keys,

@@ -1,6 +1,6 @@
 //! Quota sharing in the shell (SPEC Q): the snapshot's pool index, the engine that keeps
 //! counters (in memory with SQLite persistence, or in Redis), provider signals, the
-//! reservation guard requests carry, and the persistence loop. The decisions themselves
+//! reservation guard requests carry. Persistence is `crate::persist`. The decisions themselves
 //! are in `switchyard_core::quota`.
 
 pub mod counters;
@@ -9,7 +9,6 @@ pub mod guard;
 pub mod index;
 pub mod signals;
 pub mod views;
-pub mod writer;
 
 pub use engine::{Admission, QuotaEngine};
 pub use guard::QuotaGuard;

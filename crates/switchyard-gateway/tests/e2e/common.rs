@@ -21,7 +21,9 @@ pub const CRED_ALPHA: &str = "cred-alpha-1-secret-value";
 pub const CRED_BETA: &str = "cred-beta-1-secret-value";
 
 /// The standard configuration: two providers on the mock, one connection each, a priority
-/// combo across them, a client key and an admin-scoped key.
+/// combo across them, a client key and an admin-scoped key. Failures do not cool its
+/// connections down (`disable_cooling`): tests of other features inject failures one
+/// request after another; the resilience tests use configurations of their own.
 pub fn standard_config(mock_url: &str) -> String {
     format!(
         r#"
@@ -42,12 +44,14 @@ id = "alpha-1"
 provider = "alpha"
 auth_class = "apikey"
 credential = "{CRED_ALPHA}"
+disable_cooling = true
 
 [[connections]]
 id = "beta-1"
 provider = "beta"
 auth_class = "apikey"
 credential = "{CRED_BETA}"
+disable_cooling = true
 
 [[combos]]
 name = "fast"

@@ -24,6 +24,7 @@ id = "solo-1"
 provider = "solo"
 auth_class = "apikey"
 credential = "{CRED_ALPHA}"
+disable_cooling = true
 
 [[connections]]
 id = "dead-1"

@@ -14,3 +14,4 @@ mod failover;
 mod lifecycle;
 mod python;
 mod quota;
+mod resilience;

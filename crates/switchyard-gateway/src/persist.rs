@@ -1,11 +1,12 @@
-//! Write-behind persistence of quota counters, and retention (SPEC Q4, Q9).
+//! Write-behind persistence of runtime state: quota counters (SPEC Q4, Q9) and
+//! resilience state — breakers and connection health (SPEC R1, R3, R4).
 //!
-//! Every [`FLUSH_EVERY`] the writer collects the slots that changed and upserts their
-//! absolute values in one transaction, off the request path. A crash loses at most that
-//! interval of counting; a graceful stop flushes everything. Once an hour it deletes
-//! slots that have left their window and are older than the retention setting.
+//! Every [`FLUSH_EVERY`] the writer collects what changed and writes it in one
+//! transaction each, off the request path. A crash loses at most that interval; a
+//! graceful stop flushes everything. Once an hour it deletes quota slots that have left
+//! their window and are older than the retention setting.
 
-use super::QuotaEngine;
+use crate::quota::QuotaEngine;
 use crate::state::AppState;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,12 +24,12 @@ const DAY_MS: u64 = 86_400_000;
 
 /// The running writer; `finish` flushes and stops it.
 #[derive(Debug)]
-pub struct QuotaWriter {
+pub struct StateWriter {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
 
-impl QuotaWriter {
+impl StateWriter {
     pub fn start(state: Arc<AppState>) -> Self {
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(write_loop(state, stop_rx));
@@ -38,7 +39,7 @@ impl QuotaWriter {
     pub async fn finish(self) {
         self.stop.send_replace(true);
         if let Err(e) = self.task.await {
-            tracing::error!(error = %e, "Quota writer task failed.");
+            tracing::error!(error = %e, "State writer task failed.");
         }
     }
 }
@@ -50,7 +51,10 @@ async fn write_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
     gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = flush.tick() => flush_once(&state).await,
+            _ = flush.tick() => {
+                flush_once(&state).await;
+                flush_resilience(&state).await;
+            }
             _ = gc.tick() => collect_garbage(&state).await,
             r = stop.changed() => {
                 if r.is_err() || *stop.borrow() {
@@ -60,9 +64,26 @@ async fn write_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
         }
     }
     flush_once(&state).await;
+    flush_resilience(&state).await;
 }
 
-/// Writes the changed slots now.
+/// Writes changed breakers and connection health now.
+async fn flush_resilience(state: &Arc<AppState>) {
+    let (breakers, health) = state.resilience.take_dirty();
+    if breakers.is_empty() && health.is_empty() {
+        return;
+    }
+    let now = state.clock.now_ms();
+    let store = Arc::clone(&state.store);
+    match tokio::task::spawn_blocking(move || store.save_resilience(&breakers, &health, now)).await
+    {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %e, "Failed to persist resilience state."),
+        Err(e) => tracing::error!(error = %e, "Resilience persistence task failed."),
+    }
+}
+
+/// Writes the changed quota slots now.
 pub async fn flush_once(state: &Arc<AppState>) {
     let rows = state.quota.take_dirty(&state.snapshot().quota);
     if rows.is_empty() {

@@ -1,0 +1,298 @@
+//! Resilience state in the shell (SPEC R1, R3, R4): provider breakers and connection
+//! health, kept in memory behind short-held mutexes (never across an `.await`), checked
+//! before each attempt and updated after it. Changed entries are written behind to
+//! SQLite and reloaded at start, so an open breaker or a banned account survives a
+//! restart. The decisions are `switchyard_core::resilience`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use switchyard_core::catalog::Connection;
+use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::resilience::breaker::{self, Admit, Breaker};
+use switchyard_core::resilience::cooldown::{self, Change, Failure, Health, Terminal};
+use switchyard_core::UnixMillis;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Why a candidate is not attempted right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exclusion {
+    /// The provider's breaker is open (or a half-open probe is already out).
+    CircuitOpen { retry_after_ms: u64 },
+    /// The connection is cooling down.
+    CoolingDown { retry_after_ms: u64 },
+    /// The connection is in a terminal state.
+    Terminal(Terminal),
+}
+
+impl Exclusion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CircuitOpen { .. } => "circuit_open",
+            Self::CoolingDown { .. } => "cooling_down",
+            Self::Terminal(t) => t.as_str(),
+        }
+    }
+
+    /// How long until the candidate may be tried; `None` for terminal states.
+    pub fn retry_after_ms(self) -> Option<u64> {
+        match self {
+            Self::CircuitOpen { retry_after_ms } | Self::CoolingDown { retry_after_ms } => {
+                Some(retry_after_ms)
+            }
+            Self::Terminal(_) => None,
+        }
+    }
+}
+
+/// What an attempt did, for the state machines.
+#[derive(Debug, Clone)]
+pub enum Outcome<'a> {
+    Success,
+    Failure {
+        failure: AttemptFailure,
+        /// The start of the upstream's error body (for reset text and credit errors).
+        body: &'a str,
+        /// When the upstream said to come back.
+        reset_at: Option<UnixMillis>,
+    },
+}
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub struct Resilience {
+    breakers: Mutex<HashMap<String, Breaker>>,
+    health: Mutex<HashMap<String, Health>>,
+    dirty: Mutex<Dirty>,
+}
+
+/// Entries changed since the last write.
+#[derive(Debug, Default)]
+struct Dirty {
+    breakers: HashSet<String>,
+    health: HashSet<String>,
+}
+
+/// Persisted rows: `(id, JSON state)`.
+pub type StateRows = Vec<(String, String)>;
+
+/// Changed entries: `(id, JSON state, or None when the entry is gone)`.
+pub type Changes = Vec<(String, Option<String>)>;
+
+impl Resilience {
+    /// Whether an attempt on `conn` may go ahead at `now`; a half-open breaker lets one
+    /// probe through.
+    pub fn check(&self, conn: &Connection, now: UnixMillis) -> Result<(), Exclusion> {
+        if let Some(h) = lock(&self.health).get(&conn.id) {
+            if let Some(t) = h.terminal {
+                return Err(Exclusion::Terminal(t));
+            }
+            if !h.usable(now) {
+                return Err(Exclusion::CoolingDown {
+                    retry_after_ms: h.remaining_ms(now),
+                });
+            }
+        }
+        let profile = breaker::Profile::for_class(conn.auth_class);
+        let mut breakers = lock(&self.breakers);
+        let Some(b) = breakers.get_mut(&conn.provider) else {
+            return Ok(());
+        };
+        match b.admit(&profile, now) {
+            Admit::Yes => Ok(()),
+            Admit::Probe => {
+                tracing::info!(provider = %conn.provider, connection_id = %conn.id, "Circuit half-open: sending a probe request.");
+                Ok(())
+            }
+            Admit::No { retry_after_ms } => Err(Exclusion::CircuitOpen { retry_after_ms }),
+        }
+    }
+
+    /// Records the outcome of an attempt on `conn`.
+    pub fn record(&self, conn: &Connection, outcome: &Outcome<'_>, now: UnixMillis) {
+        let profile = breaker::Profile::for_class(conn.auth_class);
+        match outcome {
+            Outcome::Success => {
+                let mut breakers = lock(&self.breakers);
+                if let Some(b) = breakers.get_mut(&conn.provider) {
+                    if b.state(&profile, now) != breaker::State::Closed || b.failures() > 0 {
+                        b.on_success();
+                        lock(&self.dirty).breakers.insert(conn.provider.clone());
+                        tracing::info!(provider = %conn.provider, "Circuit closed.");
+                    }
+                }
+                drop(breakers);
+                let mut health = lock(&self.health);
+                if let Some(h) = health.get_mut(&conn.id) {
+                    if *h != Health::default() && h.terminal.is_none() {
+                        h.on_success();
+                        lock(&self.dirty).health.insert(conn.id.clone());
+                    }
+                }
+            }
+            Outcome::Failure {
+                failure,
+                body,
+                reset_at,
+            } => {
+                if breaker::counts(*failure) {
+                    let mut breakers = lock(&self.breakers);
+                    let b = breakers.entry(conn.provider.clone()).or_default();
+                    if let Some(state) = b.on_failure(&profile, *failure, now) {
+                        tracing::warn!(provider = %conn.provider, state = state.as_str(), failures = b.failures(), "Circuit breaker changed state.");
+                    }
+                    lock(&self.dirty).breakers.insert(conn.provider.clone());
+                }
+                let Some(error_type) = cooldown::classify(*failure, body) else {
+                    return;
+                };
+                if conn.disable_cooling {
+                    return;
+                }
+                let report = Failure {
+                    error_type,
+                    status: match failure {
+                        AttemptFailure::Status(s) => Some(*s),
+                        _ => None,
+                    },
+                    reset_at: *reset_at,
+                    message: failure.label().to_owned(),
+                };
+                let cprofile = cooldown::Profile::for_class(conn.auth_class);
+                let change = lock(&self.health)
+                    .entry(conn.id.clone())
+                    .or_default()
+                    .on_failure(&cprofile, &report, now);
+                match change {
+                    Change::None => {}
+                    Change::Cooled { until, level } => tracing::info!(
+                        connection_id = %conn.id,
+                        scope = "connection",
+                        reason = ?error_type,
+                        cooldown_ms = until.saturating_sub(now),
+                        backoff_level = level,
+                        "Connection cooling down."
+                    ),
+                    Change::Terminal(t) => tracing::warn!(
+                        connection_id = %conn.id,
+                        scope = "connection",
+                        state = t.as_str(),
+                        "Connection is out of service until its credential changes or an operator resets it."
+                    ),
+                }
+                lock(&self.dirty).health.insert(conn.id.clone());
+            }
+        }
+    }
+
+    /// A connection's health (for the operator views).
+    pub fn health_of(&self, connection_id: &str) -> Health {
+        lock(&self.health)
+            .get(connection_id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// A provider's breaker state at `now`, with its consecutive failures.
+    pub fn breaker_of(
+        &self,
+        provider: &str,
+        class: switchyard_core::domain::AuthClass,
+        now: UnixMillis,
+    ) -> (breaker::State, u32) {
+        let profile = breaker::Profile::for_class(class);
+        lock(&self.breakers)
+            .get_mut(provider)
+            .map_or((breaker::State::Closed, 0), |b| {
+                (b.state(&profile, now), b.failures())
+            })
+    }
+
+    /// Resets breakers (all, or one provider's); returns how many were reset.
+    pub fn reset_breakers(&self, provider: Option<&str>) -> usize {
+        let mut breakers = lock(&self.breakers);
+        let ids: Vec<String> = breakers
+            .keys()
+            .filter(|p| provider.is_none_or(|x| x == p.as_str()))
+            .cloned()
+            .collect();
+        for id in &ids {
+            breakers.remove(id);
+            lock(&self.dirty).breakers.insert(id.clone());
+        }
+        ids.len()
+    }
+
+    /// A new credential for a connection: its health starts over (terminal included).
+    pub fn reset_connection(&self, connection_id: &str) {
+        if lock(&self.health).remove(connection_id).is_some() {
+            lock(&self.dirty).health.insert(connection_id.to_owned());
+        }
+    }
+
+    /// Drops state of providers and connections that no longer exist.
+    pub fn prune(
+        &self,
+        provider_exists: impl Fn(&str) -> bool,
+        connection_exists: impl Fn(&str) -> bool,
+    ) {
+        lock(&self.breakers).retain(|p, _| provider_exists(p));
+        lock(&self.health).retain(|c, _| connection_exists(c));
+    }
+
+    /// Restores persisted state.
+    pub fn load(&self, breakers: StateRows, health: StateRows) {
+        let mut b = lock(&self.breakers);
+        for (id, json) in breakers {
+            match serde_json::from_str(&json) {
+                Ok(state) => {
+                    b.insert(id, state);
+                }
+                Err(e) => {
+                    tracing::warn!(provider = %id, error = %e, "Ignoring an unreadable stored breaker state.")
+                }
+            }
+        }
+        let mut h = lock(&self.health);
+        for (id, json) in health {
+            match serde_json::from_str(&json) {
+                Ok(state) => {
+                    h.insert(id, state);
+                }
+                Err(e) => {
+                    tracing::warn!(connection_id = %id, error = %e, "Ignoring an unreadable stored connection health.")
+                }
+            }
+        }
+    }
+
+    /// Changed entries since the last call: `(breakers, health)`, each `(id, JSON or
+    /// None when the entry is gone)`.
+    pub fn take_dirty(&self) -> (Changes, Changes) {
+        let dirty = std::mem::take(&mut *lock(&self.dirty));
+        let breakers = lock(&self.breakers);
+        let b = dirty
+            .breakers
+            .into_iter()
+            .map(|id| {
+                let json = breakers
+                    .get(&id)
+                    .and_then(|s| serde_json::to_string(s).ok());
+                (id, json)
+            })
+            .collect();
+        drop(breakers);
+        let health = lock(&self.health);
+        let h = dirty
+            .health
+            .into_iter()
+            .map(|id| {
+                let json = health.get(&id).and_then(|s| serde_json::to_string(s).ok());
+                (id, json)
+            })
+            .collect();
+        (b, h)
+    }
+}

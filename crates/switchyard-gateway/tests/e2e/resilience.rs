@@ -1,0 +1,166 @@
+//! Resilience end to end (SPEC R1, R3, R4, R18): cooling connections are skipped, an
+//! upstream's announced reset is honoured, open breakers and terminal accounts answer
+//! typed errors, and the state survives a restart.
+
+use crate::common::*;
+use serde_json::{json, Value};
+
+/// Two providers with one connection each that do cool down, a combo across them, and a
+/// local provider whose breaker opens after two failures.
+fn cooling(mock_url: &str) -> String {
+    format!(
+        r#"
+[[providers]]
+id = "alpha"
+format = "openai"
+base_url = "{mock_url}"
+models = ["mock-small"]
+
+[[providers]]
+id = "beta"
+format = "openai"
+base_url = "{mock_url}"
+models = ["mock-small"]
+
+[[providers]]
+id = "local"
+format = "openai"
+base_url = "{mock_url}"
+
+[[connections]]
+id = "alpha-1"
+provider = "alpha"
+auth_class = "apikey"
+credential = "{CRED_ALPHA}"
+
+[[connections]]
+id = "beta-1"
+provider = "beta"
+auth_class = "apikey"
+credential = "{CRED_BETA}"
+
+[[connections]]
+id = "local-1"
+provider = "local"
+auth_class = "local"
+credential = "cred-local"
+disable_cooling = true
+
+[[combos]]
+name = "fast"
+strategy = "priority"
+targets = [{{ model = "alpha/mock-small" }}, {{ model = "beta/mock-small" }}]
+
+[[keys]]
+id = "k1"
+name = "tester"
+secret = "{KEY}"
+"#
+    )
+}
+
+async fn by_credential(h: &Harness, cred: &str) -> u64 {
+    h.mock_stats().await["by_credential"][cred]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_failing_connection_cools_down_and_the_combo_moves_on() {
+    let h = Harness::start_with(cooling, &[]).await;
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 503}))
+        .await;
+    assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
+    // alpha is cooling (3 s): the next request goes straight to beta.
+    assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
+    assert_eq!(by_credential(&h, CRED_ALPHA).await, 1);
+    assert_eq!(by_credential(&h, CRED_BETA).await, 2);
+}
+
+#[tokio::test]
+async fn an_announced_reset_is_honoured_and_all_targets_cooling_answers_503() {
+    let mut h = Harness::start_with(cooling, &[]).await;
+    h.rule(
+        json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 429,
+                  "headers": {"retry-after": "120"}}),
+    )
+    .await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "120");
+    let check = |r: reqwest::Response| async move {
+        assert_eq!(r.status(), 503);
+        let retry: u64 = r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((118..=120).contains(&retry), "{retry}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"]["code"], "all_targets_cooling_down");
+        let x = &e["error"]["diagnostics"]["excluded"][0];
+        assert_eq!(
+            (
+                x["target"].as_str(),
+                x["connection"].as_str(),
+                x["reason"].as_str()
+            ),
+            (
+                Some("alpha/mock-small"),
+                Some("alpha-1"),
+                Some("cooling_down")
+            )
+        );
+        assert!((118..=120).contains(&x["seconds_left"].as_u64().unwrap()));
+    };
+    check(h.chat(chat_body("alpha/mock-small", false)).await).await;
+    // The cooldown survives a restart.
+    h.restart().await;
+    check(h.chat(chat_body("alpha/mock-small", false)).await).await;
+    assert_eq!(by_credential(&h, CRED_ALPHA).await, 1);
+}
+
+#[tokio::test]
+async fn an_open_breaker_answers_503_provider_circuit_open() {
+    let h = Harness::start_with(cooling, &[]).await;
+    h.rule(json!({"times": 2, "match": {"credential": "cred-local"}, "status": 502}))
+        .await;
+    for _ in 0..2 {
+        assert_eq!(h.chat(chat_body("local/m", false)).await.status(), 502);
+    }
+    let r = h.chat(chat_body("local/m", false)).await;
+    assert_eq!(r.status(), 503);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((14..=15).contains(&retry), "{retry}");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "provider_circuit_open");
+    assert_eq!(by_credential(&h, "cred-local").await, 2);
+}
+
+#[tokio::test]
+async fn an_account_out_of_credits_is_terminal_and_nothing_is_executable() {
+    let h = Harness::start_with(cooling, &[]).await;
+    h.rule(
+        json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 402,
+                  "body": {"error": {"message": "insufficient credits"}}}),
+    )
+    .await;
+    assert_eq!(
+        h.chat(chat_body("alpha/mock-small", false)).await.status(),
+        402
+    );
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 404);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "no_executable_targets");
+    assert_eq!(
+        e["error"]["diagnostics"]["excluded"][0]["reason"],
+        "credits_exhausted"
+    );
+    // The combo still serves from the other provider.
+    assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
+}
