@@ -195,21 +195,6 @@ impl Resilience {
             .unwrap_or_default()
     }
 
-    /// A provider's breaker state at `now`, with its consecutive failures.
-    pub fn breaker_of(
-        &self,
-        provider: &str,
-        class: switchyard_core::domain::AuthClass,
-        now: UnixMillis,
-    ) -> (breaker::State, u32) {
-        let profile = breaker::Profile::for_class(class);
-        lock(&self.breakers)
-            .get_mut(provider)
-            .map_or((breaker::State::Closed, 0), |b| {
-                (b.state(&profile, now), b.failures())
-            })
-    }
-
     /// Resets breakers (all, or one provider's); returns how many were reset.
     pub fn reset_breakers(&self, provider: Option<&str>) -> usize {
         let mut breakers = lock(&self.breakers);
@@ -223,6 +208,43 @@ impl Resilience {
             lock(&self.dirty).breakers.insert(id.clone());
         }
         ids.len()
+    }
+
+    /// Every provider with a breaker: `(provider, state, consecutive failures)` at `now`,
+    /// read with each provider's profile (`class_of`).
+    pub fn breakers(
+        &self,
+        class_of: impl Fn(&str) -> switchyard_core::domain::AuthClass,
+        now: UnixMillis,
+    ) -> Vec<(String, breaker::State, u32)> {
+        let mut out: Vec<(String, breaker::State, u32)> = lock(&self.breakers)
+            .iter_mut()
+            .map(|(p, b)| {
+                let profile = breaker::Profile::for_class(class_of(p));
+                (p.clone(), b.state(&profile, now), b.failures())
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Clears the cooldowns of the connections `select` picks: `(cleared, unchanged,
+    /// skipped_terminal)`. Terminal accounts are listed but never cleared here.
+    pub fn clear_cooldowns(&self, ids: &[String]) -> (usize, usize, usize) {
+        let mut health = lock(&self.health);
+        let (mut cleared, mut unchanged, mut terminal) = (0, 0, 0);
+        for id in ids {
+            match health.get_mut(id) {
+                Some(h) if h.terminal.is_some() => terminal += 1,
+                Some(h) if *h != Health::default() => {
+                    h.clear_cooldown();
+                    lock(&self.dirty).health.insert(id.clone());
+                    cleared += 1;
+                }
+                _ => unchanged += 1,
+            }
+        }
+        (cleared, unchanged, terminal)
     }
 
     /// A new credential for a connection: its health starts over (terminal included).

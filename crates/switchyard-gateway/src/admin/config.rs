@@ -135,6 +135,7 @@ async fn save_connection(
         .record()
         .map_err(|m| ApiError::bad_request("invalid_config", m))?;
     let credential = input.credential;
+    let new_credential = credential.is_some();
     let (rec, t) = (record.clone(), now(state));
     let cred = credential.clone();
     apply_change(
@@ -163,6 +164,10 @@ async fn save_connection(
         move |s| s.save_connection(&rec, cred.as_deref(), mode, t),
     )
     .await?;
+    if new_credential {
+        // A new credential ends a terminal state and any cooldown (SPEC R4).
+        state.resilience.reset_connection(&record.id);
+    }
     let id = record.id.clone();
     blocking(&state.store, move |s| s.get_connection(&id)).await
 }

@@ -9,6 +9,7 @@
 mod config;
 mod keys;
 mod quota;
+mod resilience;
 mod settings;
 pub mod system;
 
@@ -63,6 +64,11 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
         ))
         .routes(routes!(quota::import_pools))
         .routes(routes!(quota::export_pools))
+        .routes(routes!(
+            resilience::list_cooldowns,
+            resilience::clear_cooldowns
+        ))
+        .routes(routes!(resilience::reset))
 }
 
 /// Validates and applies a configuration change; see the module docs.

@@ -6,6 +6,7 @@ use axum::extract::{Query, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use switchyard_core::domain::AuthClass;
 use switchyard_store::LogRow;
 use utoipa::{IntoParams, ToSchema};
 
@@ -49,6 +50,17 @@ pub struct Health {
     pub quota_pools: usize,
     /// Where quota counters live: `sqlite` or `redis`.
     pub quota_store: &'static str,
+    /// Provider circuit breakers that have seen failures.
+    pub breakers: Vec<BreakerView>,
+}
+
+/// One provider's circuit breaker.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BreakerView {
+    pub provider: String,
+    /// `CLOSED`, `DEGRADED`, `OPEN` or `HALF_OPEN`.
+    pub state: &'static str,
+    pub failures: u32,
 }
 
 #[utoipa::path(get, path = "/api/monitoring/health", tag = "monitoring",
@@ -67,5 +79,23 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
         combos: snap.catalog.combos().count(),
         quota_pools: snap.quota.pools.len(),
         quota_store: state.quota.driver(),
+        breakers: state
+            .resilience
+            .breakers(
+                |p| {
+                    snap.catalog
+                        .provider_connections(p)
+                        .next()
+                        .map_or(AuthClass::Apikey, |c| c.auth_class)
+                },
+                state.clock.now_ms(),
+            )
+            .into_iter()
+            .map(|(provider, s, failures)| BreakerView {
+                provider,
+                state: s.as_str(),
+                failures,
+            })
+            .collect(),
     })
 }

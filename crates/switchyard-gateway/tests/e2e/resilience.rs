@@ -164,3 +164,124 @@ async fn an_account_out_of_credits_is_terminal_and_nothing_is_executable() {
     // The combo still serves from the other provider.
     assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
 }
+
+#[tokio::test]
+async fn operators_see_and_clear_cooldowns_and_a_new_credential_ends_a_terminal_state() {
+    let h = Harness::start_with(cooling, &[]).await;
+    h.rule(
+        json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 429,
+                  "headers": {"retry-after": "600"}}),
+    )
+    .await;
+    h.rule(json!({"times": 1, "match": {"credential": CRED_BETA}, "status": 402}))
+        .await;
+    h.chat(chat_body("alpha/mock-small", false)).await;
+    h.chat(chat_body("beta/mock-small", false)).await;
+    let list: Value = h
+        .admin_get("/api/resilience/cooldowns")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let find = |id: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["connectionId"] == id)
+            .unwrap()
+            .clone()
+    };
+    let alpha = find("alpha-1");
+    assert_eq!(
+        (
+            alpha["state"].as_str(),
+            alpha["backoffLevel"].as_u64(),
+            alpha["lastErrorType"].as_str(),
+            alpha["errorCode"].as_u64()
+        ),
+        (Some("cooling"), Some(1), Some("rate_limited"), Some(429))
+    );
+    assert!(alpha["remainingMs"].as_u64().unwrap() > 590_000);
+    assert_eq!(find("beta-1")["state"], "credits_exhausted");
+    assert_eq!(find("local-1")["state"], "active");
+    assert!(!list.to_string().contains(CRED_ALPHA));
+    let r = h
+        .admin_send(
+            reqwest::Method::POST,
+            "/api/resilience/cooldowns",
+            json!({"all": true}),
+        )
+        .await;
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"cleared": 1, "unchanged": 1, "skippedTerminal": 1, "lockoutsCleared": 0})
+    );
+    assert_eq!(
+        h.chat(chat_body("alpha/mock-small", false)).await.status(),
+        200
+    );
+    assert_eq!(
+        h.chat(chat_body("beta/mock-small", false)).await.status(),
+        404
+    );
+    let r = h
+        .admin_send(
+            reqwest::Method::POST,
+            "/api/resilience/cooldowns",
+            json!({"connectionIds": ["nope"]}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    // A new credential ends the terminal state.
+    let r = h
+        .admin_send(
+            reqwest::Method::PUT,
+            "/api/connections/beta-1",
+            json!({"id": "beta-1", "provider": "beta", "auth_class": "apikey", "credential": CRED_BETA}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        h.chat(chat_body("beta/mock-small", false)).await.status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn health_shows_breakers_and_the_reset_closes_them() {
+    let h = Harness::start_with(cooling, &[]).await;
+    h.rule(json!({"times": 2, "match": {"credential": "cred-local"}, "status": 503}))
+        .await;
+    for _ in 0..2 {
+        h.chat(chat_body("local/m", false)).await;
+    }
+    let health: Value = h
+        .admin_get("/api/monitoring/health")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        health["breakers"],
+        json!([{"provider": "local", "state": "OPEN", "failures": 2}])
+    );
+    let r = h
+        .admin_send(
+            reqwest::Method::POST,
+            "/api/resilience/reset",
+            json!({"provider": "local"}),
+        )
+        .await;
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"breakersReset": 1, "connectionsReset": 0})
+    );
+    assert_eq!(h.chat(chat_body("local/m", false)).await.status(), 200);
+    let health: Value = h
+        .admin_get("/api/monitoring/health")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["breakers"], json!([]));
+}
