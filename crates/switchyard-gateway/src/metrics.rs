@@ -19,6 +19,8 @@ pub mod names {
     pub const UPSTREAM_LATENCY: &str = "switchyard_upstream_latency_seconds";
     pub const UPSTREAM_ATTEMPTS: &str = "switchyard_upstream_attempts";
     pub const LOG_DROPPED: &str = "switchyard_request_log_dropped";
+    pub const BREAKER_TRANSITIONS: &str = "switchyard_breaker_transitions";
+    pub const COOLDOWNS: &str = "switchyard_connection_cooldowns";
 }
 
 /// Label placeholder for requests that never resolved to a provider or model.
@@ -59,6 +61,19 @@ pub struct AttemptLabels {
     pub outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BreakerLabels {
+    pub provider: String,
+    pub state: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CooldownLabels {
+    pub connection: String,
+    /// The error type, or the terminal state entered.
+    pub reason: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Pre-resolved metric handles of one provider (see [`Metrics::for_provider`]).
@@ -83,6 +98,10 @@ pub struct Metrics {
     pub upstream_latency: HistogramFamily<ProviderLabels>,
     pub upstream_attempts: Family<AttemptLabels, Counter>,
     pub log_dropped: Counter,
+    /// Breaker state changes by provider and new state.
+    pub breaker_transitions: Family<BreakerLabels, Counter>,
+    /// Cooldowns set and terminal states entered, by connection and reason.
+    pub cooldowns: Family<CooldownLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -100,6 +119,18 @@ impl Metrics {
             Family::new_with_constructor(latency_histogram);
         let upstream_attempts = Family::<AttemptLabels, Counter>::default();
         let log_dropped = Counter::default();
+        let breaker_transitions = Family::<BreakerLabels, Counter>::default();
+        let cooldowns = Family::<CooldownLabels, Counter>::default();
+        registry.register(
+            names::BREAKER_TRANSITIONS,
+            "Provider circuit-breaker state changes, by provider and new state",
+            breaker_transitions.clone(),
+        );
+        registry.register(
+            names::COOLDOWNS,
+            "Connection cooldowns set and terminal states entered, by connection and reason",
+            cooldowns.clone(),
+        );
         registry.register(
             names::REQUESTS,
             "Client requests finished, by HTTP status, provider and model",
@@ -132,6 +163,8 @@ impl Metrics {
             upstream_latency,
             upstream_attempts,
             log_dropped,
+            breaker_transitions,
+            cooldowns,
         }
     }
 

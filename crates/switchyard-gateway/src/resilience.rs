@@ -4,6 +4,9 @@
 //! SQLite and reloaded at start, so an open breaker or a banned account survives a
 //! restart. The decisions are `switchyard_core::resilience`.
 
+use crate::metrics::{BreakerLabels, CooldownLabels, Metrics};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use switchyard_core::catalog::Connection;
@@ -63,9 +66,17 @@ pub enum Outcome<'a> {
 /// See the module docs.
 #[derive(Debug, Default)]
 pub struct Resilience {
+    metrics: Option<Signals>,
     breakers: Mutex<HashMap<String, Breaker>>,
     health: Mutex<HashMap<String, Health>>,
     dirty: Mutex<Dirty>,
+}
+
+/// The metric families state changes are counted in.
+#[derive(Debug, Clone)]
+struct Signals {
+    transitions: Family<BreakerLabels, Counter>,
+    cooldowns: Family<CooldownLabels, Counter>,
 }
 
 /// Entries changed since the last write.
@@ -82,6 +93,39 @@ pub type StateRows = Vec<(String, String)>;
 pub type Changes = Vec<(String, Option<String>)>;
 
 impl Resilience {
+    /// State that counts its changes in `metrics`.
+    pub fn new(metrics: &Metrics) -> Self {
+        Self {
+            metrics: Some(Signals {
+                transitions: metrics.breaker_transitions.clone(),
+                cooldowns: metrics.cooldowns.clone(),
+            }),
+            ..Self::default()
+        }
+    }
+
+    fn count_transition(&self, provider: &str, state: breaker::State) {
+        if let Some(m) = &self.metrics {
+            m.transitions
+                .get_or_create(&BreakerLabels {
+                    provider: provider.to_owned(),
+                    state: state.as_str(),
+                })
+                .inc();
+        }
+    }
+
+    fn count_cooldown(&self, connection: &str, reason: &'static str) {
+        if let Some(m) = &self.metrics {
+            m.cooldowns
+                .get_or_create(&CooldownLabels {
+                    connection: connection.to_owned(),
+                    reason,
+                })
+                .inc();
+        }
+    }
+
     /// Whether an attempt on `conn` may go ahead at `now`; a half-open breaker lets one
     /// probe through.
     pub fn check(&self, conn: &Connection, now: UnixMillis) -> Result<(), Exclusion> {
@@ -117,10 +161,14 @@ impl Resilience {
             Outcome::Success => {
                 let mut breakers = lock(&self.breakers);
                 if let Some(b) = breakers.get_mut(&conn.provider) {
-                    if b.state(&profile, now) != breaker::State::Closed || b.failures() > 0 {
+                    let before = b.state(&profile, now);
+                    if before != breaker::State::Closed || b.failures() > 0 {
                         b.on_success();
                         lock(&self.dirty).breakers.insert(conn.provider.clone());
-                        tracing::info!(provider = %conn.provider, "Circuit closed.");
+                        if before != breaker::State::Closed {
+                            tracing::info!(provider = %conn.provider, "Circuit closed.");
+                            self.count_transition(&conn.provider, breaker::State::Closed);
+                        }
                     }
                 }
                 drop(breakers);
@@ -141,7 +189,8 @@ impl Resilience {
                     let mut breakers = lock(&self.breakers);
                     let b = breakers.entry(conn.provider.clone()).or_default();
                     if let Some(state) = b.on_failure(&profile, *failure, now) {
-                        tracing::warn!(provider = %conn.provider, state = state.as_str(), failures = b.failures(), "Circuit breaker changed state.");
+                        tracing::warn!(provider = %conn.provider, scope = "provider", state = state.as_str(), failures = b.failures(), reason = failure.label(), "Circuit breaker changed state.");
+                        self.count_transition(&conn.provider, state);
                     }
                     lock(&self.dirty).breakers.insert(conn.provider.clone());
                 }
@@ -167,20 +216,26 @@ impl Resilience {
                     .on_failure(&cprofile, &report, now);
                 match change {
                     Change::None => {}
-                    Change::Cooled { until, level } => tracing::info!(
+                    Change::Cooled { until, level } => {
+                        self.count_cooldown(&conn.id, error_type.as_str());
+                        tracing::info!(
                         connection_id = %conn.id,
                         scope = "connection",
                         reason = ?error_type,
                         cooldown_ms = until.saturating_sub(now),
                         backoff_level = level,
                         "Connection cooling down."
-                    ),
-                    Change::Terminal(t) => tracing::warn!(
-                        connection_id = %conn.id,
-                        scope = "connection",
-                        state = t.as_str(),
-                        "Connection is out of service until its credential changes or an operator resets it."
-                    ),
+                        );
+                    }
+                    Change::Terminal(t) => {
+                        self.count_cooldown(&conn.id, t.as_str());
+                        tracing::warn!(
+                            connection_id = %conn.id,
+                            scope = "connection",
+                            state = t.as_str(),
+                            "Connection is out of service until its credential changes or an operator resets it."
+                        );
+                    }
                 }
                 lock(&self.dirty).health.insert(conn.id.clone());
             }

@@ -82,7 +82,7 @@ impl AppState {
             let consumption = blocking(&store, move |s| s.load_consumption(now)).await?;
             quota.load(consumption, &snapshot.quota, now);
         }
-        let resilience = Resilience::default();
+        let resilience = Resilience::new(&metrics);
         let (breakers, health) = blocking(&store, Store::load_resilience).await?;
         resilience.load(breakers, health);
         let (log, log_writer) = RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone());

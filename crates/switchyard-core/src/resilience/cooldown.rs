@@ -51,6 +51,18 @@ pub enum ErrorType {
     CreditsExhausted,
 }
 
+impl ErrorType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RateLimited => "rate_limited",
+            Self::Transient => "transient",
+            Self::AuthFailed => "auth_failed",
+            Self::RequestRejected => "request_rejected",
+            Self::CreditsExhausted => "credits_exhausted",
+        }
+    }
+}
+
 /// Terminal states (SPEC R4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

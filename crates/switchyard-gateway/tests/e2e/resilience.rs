@@ -203,6 +203,21 @@ async fn operators_see_and_clear_cooldowns_and_a_new_credential_ends_a_terminal_
     );
     assert!(alpha["remainingMs"].as_u64().unwrap() > 590_000);
     assert_eq!(find("beta-1")["state"], "credits_exhausted");
+    let metrics = h
+        .http
+        .get(h.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains(
+        r#"switchyard_connection_cooldowns_total{connection="alpha-1",reason="rate_limited"} 1"#
+    ));
+    assert!(metrics.contains(
+        r#"switchyard_connection_cooldowns_total{connection="beta-1",reason="credits_exhausted"} 1"#
+    ));
     assert_eq!(find("local-1")["state"], "active");
     assert!(!list.to_string().contains(CRED_ALPHA));
     let r = h
