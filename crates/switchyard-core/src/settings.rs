@@ -35,6 +35,8 @@ pub enum Kind {
     },
     /// A name: 1-64 letters, digits, `-`, `_`, `.` or `:`.
     Name { default: &'static str },
+    /// A list of HTTP error statuses (400–599), as `"403,404"` or a JSON array.
+    Statuses { default: &'static str },
     /// A `redis://` or `rediss://` URL, or empty for none. It may carry a password, so
     /// views redact it and errors never echo it.
     RedisUrl,
@@ -77,7 +79,7 @@ impl SettingDef {
             Kind::Int { default, .. } => SettingValue::Int(default),
             Kind::Fraction { default } => SettingValue::Float(default),
             Kind::Bool { default } => SettingValue::Bool(default),
-            Kind::Choice { default, .. } | Kind::Name { default } => {
+            Kind::Choice { default, .. } | Kind::Name { default } | Kind::Statuses { default } => {
                 SettingValue::Text(default.to_owned())
             }
             Kind::RedisUrl => SettingValue::Text(String::new()),
@@ -92,6 +94,7 @@ impl SettingDef {
             Kind::Bool { .. } => "true or false".to_owned(),
             Kind::Choice { options, .. } => format!("one of {}", options.join(", ")),
             Kind::Name { .. } => "1-64 letters, digits, `-`, `_`, `.` or `:`".to_owned(),
+            Kind::Statuses { .. } => "a list of HTTP error statuses (400-599)".to_owned(),
             Kind::RedisUrl => "a redis:// or rediss:// URL, or empty".to_owned(),
         }
     }
@@ -148,6 +151,76 @@ const DAY_MS: u64 = 86_400_000;
 
 /// All settings. Keep sorted by key.
 pub const DEFS: &[SettingDef] = &[
+    SettingDef {
+        key: "providerCooldown.apiKey.cooldownMs",
+        env: "OMNIROUTE_PROVIDER_BREAKER_API_KEY_COOLDOWN_MS",
+        // SPEC R2's API-key profile: 10 minutes.
+        kind: Kind::Int {
+            default: 600_000,
+            min: 1_000,
+            max: DAY_MS,
+        },
+        doc: "How long an API-key provider is skipped once the provider cooldown trips.",
+    },
+    SettingDef {
+        key: "providerCooldown.apiKey.failureThreshold",
+        env: "OMNIROUTE_PROVIDER_BREAKER_API_KEY_FAILURE_THRESHOLD",
+        kind: Kind::Int {
+            default: 15,
+            min: 1,
+            max: 10_000,
+        },
+        doc: "Provider-level failures within the window that trip an API-key provider's cooldown.",
+    },
+    SettingDef {
+        key: "providerCooldown.apiKey.failureWindowMs",
+        env: "OMNIROUTE_PROVIDER_BREAKER_API_KEY_FAILURE_WINDOW_MS",
+        kind: Kind::Int {
+            default: 1_800_000,
+            min: 1_000,
+            max: DAY_MS,
+        },
+        doc: "The window an API-key provider's failures are counted in.",
+    },
+    SettingDef {
+        key: "providerCooldown.enabled",
+        env: "PROVIDER_COOLDOWN_ENABLED",
+        // Opt-in (SPEC R2): the breaker already contains failing providers; this gate is
+        // for operators who want a slower, window-based one on top.
+        kind: Kind::Bool { default: false },
+        doc: "Cool a provider after N failures within a window (beside the breaker).",
+    },
+    SettingDef {
+        key: "providerCooldown.oauth.cooldownMs",
+        env: "OMNIROUTE_PROVIDER_BREAKER_OAUTH_COOLDOWN_MS",
+        // SPEC R2's OAuth profile: 5 minutes.
+        kind: Kind::Int {
+            default: 300_000,
+            min: 1_000,
+            max: DAY_MS,
+        },
+        doc: "How long an OAuth provider is skipped once the provider cooldown trips.",
+    },
+    SettingDef {
+        key: "providerCooldown.oauth.failureThreshold",
+        env: "OMNIROUTE_PROVIDER_BREAKER_OAUTH_FAILURE_THRESHOLD",
+        kind: Kind::Int {
+            default: 10,
+            min: 1,
+            max: 10_000,
+        },
+        doc: "Provider-level failures within the window that trip an OAuth provider's cooldown.",
+    },
+    SettingDef {
+        key: "providerCooldown.oauth.failureWindowMs",
+        env: "OMNIROUTE_PROVIDER_BREAKER_OAUTH_FAILURE_WINDOW_MS",
+        kind: Kind::Int {
+            default: 900_000,
+            min: 1_000,
+            max: DAY_MS,
+        },
+        doc: "The window an OAuth provider's failures are counted in.",
+    },
     SettingDef {
         key: "quota.consumptionRetentionDays",
         env: "QUOTA_CONSUMPTION_RETENTION_DAYS",
@@ -245,6 +318,59 @@ pub const DEFS: &[SettingDef] = &[
         doc: "Largest accepted client request body, in bytes; larger bodies get 413.",
     },
     SettingDef {
+        key: "resilience.modelLockout.baseCooldownMs",
+        env: "MODEL_LOCKOUT_BASE_COOLDOWN_MS",
+        // SPEC R5: two minutes for a first lock.
+        kind: Kind::Int {
+            default: 120_000,
+            min: 1_000,
+            max: DAY_MS,
+        },
+        doc: "First lock of a failing model on a connection.",
+    },
+    SettingDef {
+        key: "resilience.modelLockout.enabled",
+        env: "MODEL_LOCKOUT_ENABLED",
+        // Off by default (SPEC R5): connection cooldowns already cover most failures.
+        kind: Kind::Bool { default: false },
+        doc: "Lock a failing model on one connection while the account keeps serving others.",
+    },
+    SettingDef {
+        key: "resilience.modelLockout.errorCodes",
+        env: "MODEL_LOCKOUT_ERROR_CODES",
+        kind: Kind::Statuses {
+            default: "403,404,429,502,503,504",
+        },
+        doc: "Upstream statuses that lock a model.",
+    },
+    SettingDef {
+        key: "resilience.modelLockout.maxBackoffSteps",
+        env: "MODEL_LOCKOUT_MAX_BACKOFF_STEPS",
+        kind: Kind::Int {
+            default: 10,
+            min: 0,
+            max: 20,
+        },
+        doc: "Most doublings of a repeated lock.",
+    },
+    SettingDef {
+        key: "resilience.modelLockout.maxCooldownMs",
+        env: "MODEL_LOCKOUT_MAX_COOLDOWN_MS",
+        // SPEC R5: half an hour at most; must not be below the base.
+        kind: Kind::Int {
+            default: 1_800_000,
+            min: 1_000,
+            max: DAY_MS,
+        },
+        doc: "Longest lock of a model (>= the base).",
+    },
+    SettingDef {
+        key: "resilience.modelLockout.useExponentialBackoff",
+        env: "MODEL_LOCKOUT_USE_EXPONENTIAL_BACKOFF",
+        kind: Kind::Bool { default: true },
+        doc: "Double the lock on each repeated failure (else every lock is the base).",
+    },
+    SettingDef {
         key: "server.io_threads",
         env: "SWITCHYARD_IO_THREADS",
         // 0 = one per CPU core: each I/O thread runs its own single-threaded runtime, so
@@ -316,6 +442,16 @@ pub struct Settings {
     pub first_byte_timeout_ms: u64,
     pub stream_idle_timeout_ms: u64,
     pub quota: QuotaSettings,
+    pub resilience: ResilienceSettings,
+}
+
+/// Resilience settings (SPEC R2, R5).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResilienceSettings {
+    pub lockout: crate::resilience::lockout::Settings,
+    pub provider_cooldown_enabled: bool,
+    pub provider_cooldown_oauth: crate::resilience::provider_cooldown::Profile,
+    pub provider_cooldown_apikey: crate::resilience::provider_cooldown::Profile,
 }
 
 /// The quota engine's settings (SPEC Q10).
@@ -412,6 +548,20 @@ fn parse(kind: Kind, value: &Value) -> Option<SettingValue> {
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':')))
             .then(|| SettingValue::Text(t.to_owned()))
         }
+        Kind::Statuses { .. } => {
+            let codes: Vec<u64> = match value {
+                Value::Array(items) => items.iter().map(Value::as_u64).collect::<Option<_>>()?,
+                _ => text?
+                    .split(',')
+                    .map(|c| c.trim().parse::<u64>().ok())
+                    .collect::<Option<_>>()?,
+            };
+            if codes.is_empty() || codes.iter().any(|c| !(400..600).contains(c)) {
+                return None;
+            }
+            let list: Vec<String> = codes.iter().map(u64::to_string).collect();
+            Some(SettingValue::Text(list.join(",")))
+        }
         Kind::RedisUrl => {
             let t = text?;
             (t.is_empty() || t.starts_with("redis://") || t.starts_with("rediss://"))
@@ -449,6 +599,26 @@ pub struct Resolution {
     pub settings: Settings,
     pub resolved: Vec<Resolved>,
     pub ignored: Vec<SettingError>,
+}
+
+/// The lockout settings if they hold together (maximum ≥ base); otherwise the
+/// defaults, with the problem reported among the ignored values.
+fn lockout_settings(
+    s: crate::resilience::lockout::Settings,
+    ignored: &mut Vec<SettingError>,
+) -> crate::resilience::lockout::Settings {
+    match s.validate() {
+        Ok(()) => s,
+        Err(message) => {
+            ignored.push(SettingError::Invalid {
+                key: "resilience.modelLockout".to_owned(),
+                origin: "combined settings",
+                constraint: "consistent".to_owned(),
+                got: message,
+            });
+            crate::resilience::lockout::Settings::default()
+        }
+    }
 }
 
 /// Resolves every setting. Invalid file or environment values are errors (the operator
@@ -514,6 +684,40 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         connect_timeout_ms: int("upstream.connect_timeout_ms"),
         first_byte_timeout_ms: int("upstream.first_byte_timeout_ms"),
         stream_idle_timeout_ms: int("upstream.stream_idle_timeout_ms"),
+        resilience: ResilienceSettings {
+            lockout: lockout_settings(
+                crate::resilience::lockout::Settings {
+                    enabled: boolean("resilience.modelLockout.enabled"),
+                    error_codes: text("resilience.modelLockout.errorCodes")
+                        .split(',')
+                        .filter_map(|c| c.parse().ok())
+                        .collect(),
+                    base_cooldown_ms: int("resilience.modelLockout.baseCooldownMs"),
+                    max_cooldown_ms: int("resilience.modelLockout.maxCooldownMs"),
+                    max_backoff_steps: u32::try_from(int(
+                        "resilience.modelLockout.maxBackoffSteps",
+                    ))
+                    .unwrap_or(0),
+                    use_exponential_backoff: boolean(
+                        "resilience.modelLockout.useExponentialBackoff",
+                    ),
+                },
+                &mut ignored,
+            ),
+            provider_cooldown_enabled: boolean("providerCooldown.enabled"),
+            provider_cooldown_oauth: crate::resilience::provider_cooldown::Profile {
+                threshold: u32::try_from(int("providerCooldown.oauth.failureThreshold"))
+                    .unwrap_or(u32::MAX),
+                window_ms: int("providerCooldown.oauth.failureWindowMs"),
+                cooldown_ms: int("providerCooldown.oauth.cooldownMs"),
+            },
+            provider_cooldown_apikey: crate::resilience::provider_cooldown::Profile {
+                threshold: u32::try_from(int("providerCooldown.apiKey.failureThreshold"))
+                    .unwrap_or(u32::MAX),
+                window_ms: int("providerCooldown.apiKey.failureWindowMs"),
+                cooldown_ms: int("providerCooldown.apiKey.cooldownMs"),
+            },
+        },
         quota: QuotaSettings {
             store_driver: text("quotaStore.driver"),
             redis_url: text("quotaStore.redisUrl"),
@@ -678,6 +882,48 @@ mod tests {
                 .to_string(),
             "setting `quotaStore.driver` (from environment) must be one of sqlite, redis, got \"mongo\""
         );
+    }
+
+    #[test]
+    fn resilience_settings_resolve_and_inconsistent_lockouts_fall_back() {
+        let r = resolve(&Layers::default()).unwrap().settings.resilience;
+        assert_eq!(r.lockout, crate::resilience::lockout::Settings::default());
+        assert!(!r.provider_cooldown_enabled);
+        assert_eq!(
+            r.provider_cooldown_oauth,
+            crate::resilience::provider_cooldown::Profile::for_class(
+                crate::domain::AuthClass::Oauth
+            )
+        );
+        let mut l = Layers::default();
+        l.env.insert("MODEL_LOCKOUT_ENABLED".into(), "true".into());
+        l.env
+            .insert("MODEL_LOCKOUT_ERROR_CODES".into(), "429, 503".into());
+        l.env.insert("PROVIDER_COOLDOWN_ENABLED".into(), "1".into());
+        let r = resolve(&l).unwrap();
+        assert!(r.settings.resilience.lockout.enabled);
+        assert_eq!(r.settings.resilience.lockout.error_codes, [429, 503]);
+        assert!(r.settings.resilience.provider_cooldown_enabled);
+        assert!(validate(
+            "resilience.modelLockout.errorCodes",
+            &json!([200]),
+            Source::Database
+        )
+        .is_err());
+        assert_eq!(
+            validate(
+                "resilience.modelLockout.errorCodes",
+                &json!([404, 429]),
+                Source::Database
+            ),
+            Ok(SettingValue::Text("404,429".into()))
+        );
+        let mut l = Layers::default();
+        l.database
+            .insert("resilience.modelLockout.maxCooldownMs".into(), json!(5_000));
+        let r = resolve(&l).unwrap();
+        assert_eq!(r.settings.resilience.lockout.max_cooldown_ms, 1_800_000);
+        assert_eq!(r.ignored.len(), 1);
     }
 
     #[test]

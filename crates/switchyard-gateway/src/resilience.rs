@@ -10,9 +10,13 @@ use prometheus_client::metrics::family::Family;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use switchyard_core::catalog::Connection;
+use switchyard_core::domain::AuthClass;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::resilience::breaker::{self, Admit, Breaker};
 use switchyard_core::resilience::cooldown::{self, Change, Failure, Health, Terminal};
+use switchyard_core::resilience::lockout::{Lock, LockKey, Lockouts, Target};
+use switchyard_core::resilience::provider_cooldown;
+use switchyard_core::settings::ResilienceSettings;
 use switchyard_core::UnixMillis;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -28,6 +32,10 @@ pub enum Exclusion {
     CoolingDown { retry_after_ms: u64 },
     /// The connection is in a terminal state.
     Terminal(Terminal),
+    /// The provider's time-window cooldown tripped (SPEC R2).
+    ProviderCooling { retry_after_ms: u64 },
+    /// The model is locked on this connection (SPEC R5).
+    ModelLocked { retry_after_ms: u64 },
 }
 
 impl Exclusion {
@@ -36,15 +44,18 @@ impl Exclusion {
             Self::CircuitOpen { .. } => "circuit_open",
             Self::CoolingDown { .. } => "cooling_down",
             Self::Terminal(t) => t.as_str(),
+            Self::ProviderCooling { .. } => "provider_cooling_down",
+            Self::ModelLocked { .. } => "model_locked",
         }
     }
 
     /// How long until the candidate may be tried; `None` for terminal states.
     pub fn retry_after_ms(self) -> Option<u64> {
         match self {
-            Self::CircuitOpen { retry_after_ms } | Self::CoolingDown { retry_after_ms } => {
-                Some(retry_after_ms)
-            }
+            Self::CircuitOpen { retry_after_ms }
+            | Self::CoolingDown { retry_after_ms }
+            | Self::ProviderCooling { retry_after_ms }
+            | Self::ModelLocked { retry_after_ms } => Some(retry_after_ms),
             Self::Terminal(_) => None,
         }
     }
@@ -69,7 +80,25 @@ pub struct Resilience {
     metrics: Option<Signals>,
     breakers: Mutex<HashMap<String, Breaker>>,
     health: Mutex<HashMap<String, Health>>,
+    /// Provider time-window gates (SPEC R2), in memory.
+    gates: Mutex<HashMap<String, provider_cooldown::Gate>>,
+    /// Model locks (SPEC R5), in memory.
+    lockouts: Mutex<Lockouts>,
     dirty: Mutex<Dirty>,
+}
+
+/// The model an attempt is for, on its connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt<'a> {
+    pub conn: &'a Connection,
+    pub model: &'a str,
+}
+
+fn gate_profile(s: &ResilienceSettings, class: AuthClass) -> provider_cooldown::Profile {
+    match class {
+        AuthClass::Oauth => s.provider_cooldown_oauth,
+        AuthClass::Apikey | AuthClass::Local => s.provider_cooldown_apikey,
+    }
 }
 
 /// The metric families state changes are counted in.
@@ -128,7 +157,31 @@ impl Resilience {
 
     /// Whether an attempt on `conn` may go ahead at `now`; a half-open breaker lets one
     /// probe through.
-    pub fn check(&self, conn: &Connection, now: UnixMillis) -> Result<(), Exclusion> {
+    pub fn check(
+        &self,
+        a: Attempt<'_>,
+        settings: &ResilienceSettings,
+        now: UnixMillis,
+    ) -> Result<(), Exclusion> {
+        let conn = a.conn;
+        if settings.lockout.enabled {
+            let locks = lock(&self.lockouts);
+            if let Some((_, l)) = locks.locked(&conn.provider, &conn.id, a.model, now) {
+                return Err(Exclusion::ModelLocked {
+                    retry_after_ms: l.until.saturating_sub(now),
+                });
+            }
+        }
+        if settings.provider_cooldown_enabled {
+            if let Some(until) = lock(&self.gates)
+                .get(&conn.provider)
+                .and_then(|g| g.cooled_until(now))
+            {
+                return Err(Exclusion::ProviderCooling {
+                    retry_after_ms: until.saturating_sub(now),
+                });
+            }
+        }
         if let Some(h) = lock(&self.health).get(&conn.id) {
             if let Some(t) = h.terminal {
                 return Err(Exclusion::Terminal(t));
@@ -155,10 +208,23 @@ impl Resilience {
     }
 
     /// Records the outcome of an attempt on `conn`.
-    pub fn record(&self, conn: &Connection, outcome: &Outcome<'_>, now: UnixMillis) {
+    pub fn record(
+        &self,
+        a: Attempt<'_>,
+        outcome: &Outcome<'_>,
+        settings: &ResilienceSettings,
+        now: UnixMillis,
+    ) {
+        let conn = a.conn;
         let profile = breaker::Profile::for_class(conn.auth_class);
         match outcome {
             Outcome::Success => {
+                if settings.lockout.enabled {
+                    lock(&self.lockouts).on_success(&conn.provider, &conn.id, a.model);
+                }
+                if let Some(g) = lock(&self.gates).get_mut(&conn.provider) {
+                    g.on_success();
+                }
                 let mut breakers = lock(&self.breakers);
                 if let Some(b) = breakers.get_mut(&conn.provider) {
                     let before = b.state(&profile, now);
@@ -185,6 +251,34 @@ impl Resilience {
                 body,
                 reset_at,
             } => {
+                if let AttemptFailure::Status(status) = failure {
+                    let target = Target {
+                        provider: &conn.provider,
+                        connection: &conn.id,
+                        model: a.model,
+                    };
+                    let locked = lock(&self.lockouts).on_failure(
+                        &settings.lockout,
+                        target,
+                        *status,
+                        None,
+                        now,
+                    );
+                    if let Some((key, l)) = locked {
+                        tracing::info!(provider = %conn.provider, connection_id = %conn.id, scope = ?key.scope, status, lock_ms = l.until.saturating_sub(now), "Model locked on the connection.");
+                        self.count_cooldown(&conn.id, "model_locked");
+                    }
+                }
+                if settings.provider_cooldown_enabled && breaker::counts(*failure) {
+                    let p = gate_profile(settings, conn.auth_class);
+                    let tripped = lock(&self.gates)
+                        .entry(conn.provider.clone())
+                        .or_default()
+                        .on_failure(&p, now);
+                    if let Some(until) = tripped {
+                        tracing::warn!(provider = %conn.provider, scope = "provider", cooldown_ms = until.saturating_sub(now), "Provider cooldown tripped.");
+                    }
+                }
                 if breaker::counts(*failure) {
                     let mut breakers = lock(&self.breakers);
                     let b = breakers.entry(conn.provider.clone()).or_default();
@@ -300,6 +394,21 @@ impl Resilience {
             }
         }
         (cleared, unchanged, terminal)
+    }
+
+    /// Active model locks at `now`: `(key, lock)`.
+    pub fn model_locks(&self, now: UnixMillis) -> Vec<(LockKey, Lock)> {
+        let mut out: Vec<(LockKey, Lock)> = lock(&self.lockouts)
+            .active(now)
+            .map(|(k, l)| (k.clone(), *l))
+            .collect();
+        out.sort_by(|a, b| (&a.0.provider, &a.0.connection).cmp(&(&b.0.provider, &b.0.connection)));
+        out
+    }
+
+    /// Removes model locks matching `matches`; returns how many.
+    pub fn clear_locks(&self, matches: impl FnMut(&LockKey) -> bool) -> usize {
+        lock(&self.lockouts).clear(matches)
     }
 
     /// A new credential for a connection: its health starts over (terminal included).

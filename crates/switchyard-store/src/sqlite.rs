@@ -336,15 +336,7 @@ impl Store {
     }
 
     pub fn put_setting(&self, key: &str, value: &serde_json::Value, now: u64) -> Result<()> {
-        self.config_write(|tx| {
-            tx.execute(
-                "INSERT INTO settings (key, value, updated_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value,
-                   updated_at = excluded.updated_at",
-                params![key, to_json(value)?, i64_of(now)],
-            )?;
-            Ok(())
-        })
+        self.batch(|b| b.put_setting(key, value, now))
     }
 
     pub fn delete_setting(&self, key: &str) -> Result<()> {
@@ -436,6 +428,16 @@ pub struct Batch<'a> {
 }
 
 impl Batch<'_> {
+    pub fn put_setting(&self, key: &str, value: &serde_json::Value, now: u64) -> Result<()> {
+        self.tx.execute(
+            "INSERT INTO settings (key, value, updated_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value,
+               updated_at = excluded.updated_at",
+            params![key, to_json(value)?, i64_of(now)],
+        )?;
+        Ok(())
+    }
+
     pub fn save_provider(&self, p: &ProviderRecord, mode: SaveMode, now: u64) -> Result<()> {
         let tx = self.tx;
         check_mode(tx, "providers", "id", &p.id, "provider", mode)?;

@@ -69,6 +69,14 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
             resilience::clear_cooldowns
         ))
         .routes(routes!(resilience::reset))
+        .routes(routes!(
+            resilience::list_model_locks,
+            resilience::re_enable_model
+        ))
+        .routes(routes!(
+            resilience::get_settings,
+            resilience::patch_settings
+        ))
 }
 
 /// Validates and applies a configuration change; see the module docs.

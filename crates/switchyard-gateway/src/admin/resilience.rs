@@ -1,6 +1,7 @@
 //! `/api/resilience/...` (SPEC R6): connection cooldowns and terminal states, and the
 //! breaker reset. Nothing here returns a credential.
 
+use super::apply_change;
 use crate::error::{ApiError, ApiJson};
 use crate::state::AppState;
 use axum::extract::{Query, State};
@@ -8,6 +9,8 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use switchyard_core::resilience::cooldown::ErrorType;
+use switchyard_core::resilience::lockout::Scope;
+use switchyard_core::settings;
 use utoipa::{IntoParams, ToSchema};
 
 /// One connection's resilience state.
@@ -198,4 +201,234 @@ pub async fn reset(
         breakers_reset,
         connections_reset: body.connection_ids.len(),
     }))
+}
+
+/// One active model lock.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelLockView {
+    pub provider: String,
+    pub connection: String,
+    /// `family` or `model`.
+    pub scope: &'static str,
+    /// The family or model name.
+    pub name: String,
+    pub failures: u32,
+    pub status: u16,
+    pub until: u64,
+    pub remaining_ms: u64,
+}
+
+#[utoipa::path(get, path = "/api/resilience/model-cooldowns", tag = "resilience",
+    responses((status = 200, body = Vec<ModelLockView>)), security(("bearer" = [])))]
+pub async fn list_model_locks(State(state): State<Arc<AppState>>) -> Json<Vec<ModelLockView>> {
+    let now = state.clock.now_ms();
+    Json(
+        state
+            .resilience
+            .model_locks(now)
+            .into_iter()
+            .map(|(k, l)| {
+                let (scope, name) = match k.scope {
+                    Scope::Family(f) => ("family", f),
+                    Scope::Model(m) => ("model", m),
+                };
+                ModelLockView {
+                    provider: k.provider,
+                    connection: k.connection,
+                    scope,
+                    name,
+                    failures: l.failures,
+                    status: l.status,
+                    until: l.until,
+                    remaining_ms: l.until.saturating_sub(now),
+                }
+            })
+            .collect(),
+    )
+}
+
+/// Body of `DELETE /api/resilience/model-cooldowns`: re-enable a model on a connection.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReEnableBody {
+    pub provider: String,
+    pub connection: String,
+    pub model: String,
+}
+
+/// What a re-enable did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReEnableResult {
+    pub cleared: usize,
+}
+
+#[utoipa::path(delete, path = "/api/resilience/model-cooldowns", tag = "resilience",
+    request_body = ReEnableBody,
+    responses((status = 200, body = ReEnableResult), (status = 400)), security(("bearer" = [])))]
+pub async fn re_enable_model(
+    State(state): State<Arc<AppState>>,
+    ApiJson(body): ApiJson<ReEnableBody>,
+) -> Json<ReEnableResult> {
+    let cleared = state.resilience.clear_locks(|k| {
+        k.provider == body.provider
+            && k.connection == body.connection
+            && k.scope.covers(&body.model)
+    });
+    tracing::info!(provider = %body.provider, connection_id = %body.connection, model = %body.model, cleared, "Operator re-enabled a model.");
+    Json(ReEnableResult { cleared })
+}
+
+/// The resilience settings as `GET`/`PATCH /api/resilience` show them.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResilienceView {
+    #[schema(value_type = Object)]
+    pub model_lockout: switchyard_core::resilience::lockout::Settings,
+    pub provider_cooldown: ProviderCooldownView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderCooldownView {
+    pub enabled: bool,
+    pub oauth: GateView,
+    pub api_key: GateView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateView {
+    pub failure_threshold: u32,
+    pub failure_window_ms: u64,
+    pub cooldown_ms: u64,
+}
+
+fn resilience_view(state: &AppState) -> ResilienceView {
+    let r = state.snapshot().settings.resilience.clone();
+    let gate = |p: switchyard_core::resilience::provider_cooldown::Profile| GateView {
+        failure_threshold: p.threshold,
+        failure_window_ms: p.window_ms,
+        cooldown_ms: p.cooldown_ms,
+    };
+    ResilienceView {
+        model_lockout: r.lockout,
+        provider_cooldown: ProviderCooldownView {
+            enabled: r.provider_cooldown_enabled,
+            oauth: gate(r.provider_cooldown_oauth),
+            api_key: gate(r.provider_cooldown_apikey),
+        },
+    }
+}
+
+#[utoipa::path(get, path = "/api/resilience", tag = "resilience",
+    responses((status = 200, body = ResilienceView)), security(("bearer" = [])))]
+pub async fn get_settings(State(state): State<Arc<AppState>>) -> Json<ResilienceView> {
+    Json(resilience_view(&state))
+}
+
+/// `PATCH /api/resilience`: any of the fields; each maps to a setting
+/// (`resilience.modelLockout.*`, `providerCooldown.*`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResiliencePatch {
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub model_lockout: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub provider_cooldown: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The setting key of a patch field, or `None` for an unknown field.
+fn patch_key(section: &str, field: &str) -> Option<String> {
+    let key = match (section, field) {
+        ("modelLockout", f) => format!("resilience.modelLockout.{f}"),
+        ("providerCooldown", "enabled") => "providerCooldown.enabled".to_owned(),
+        ("providerCooldown", f) => {
+            let (class, rest) = f.split_once('.')?;
+            format!("providerCooldown.{class}.{rest}")
+        }
+        _ => return None,
+    };
+    settings::def(&key).map(|_| key)
+}
+
+#[utoipa::path(patch, path = "/api/resilience", tag = "resilience", request_body = ResiliencePatch,
+    responses((status = 200, body = ResilienceView), (status = 400)), security(("bearer" = [])))]
+pub async fn patch_settings(
+    State(state): State<Arc<AppState>>,
+    ApiJson(patch): ApiJson<ResiliencePatch>,
+) -> Result<Json<ResilienceView>, ApiError> {
+    let mut writes = Vec::new();
+    for (section, fields) in [
+        ("modelLockout", &patch.model_lockout),
+        ("providerCooldown", &patch.provider_cooldown),
+    ] {
+        for (field, value) in fields {
+            let name = format!("{section}.{field}");
+            let key = patch_key(section, field).ok_or_else(|| ApiError::InvalidField {
+                field: name.clone(),
+                message: format!("{name}: unknown resilience setting"),
+            })?;
+            let v = settings::validate(&key, value, settings::Source::Database).map_err(|e| {
+                ApiError::InvalidField {
+                    field: name.clone(),
+                    message: format!("{name}: {e}"),
+                }
+            })?;
+            writes.push((key, v.to_json()));
+        }
+    }
+    let t = crate::admin::now(&state);
+    let preview = writes.clone();
+    let base = state.layers.clone();
+    apply_change(
+        &state,
+        move |rows| {
+            for (key, value) in preview {
+                crate::admin::upsert_by(
+                    &mut rows.settings,
+                    switchyard_store::SettingRecord {
+                        key: key.clone(),
+                        value,
+                    },
+                    |x| &x.key,
+                    &key,
+                );
+            }
+            // The lockout settings must hold together (maximum >= base).
+            let layers = settings::Layers {
+                database: rows
+                    .settings
+                    .iter()
+                    .map(|s| (s.key.clone(), s.value.clone()))
+                    .collect(),
+                ..base
+            };
+            match settings::resolve(&layers) {
+                Ok(r)
+                    if r.ignored
+                        .iter()
+                        .any(|e| e.to_string().contains("resilience.modelLockout")) =>
+                {
+                    Err(ApiError::InvalidField {
+                        field: "modelLockout".to_owned(),
+                        message: "modelLockout: maxCooldownMs must be >= baseCooldownMs".to_owned(),
+                    })
+                }
+                _ => Ok(()),
+            }
+        },
+        move |s| {
+            s.batch(|b| {
+                for (key, value) in &writes {
+                    b.put_setting(key, value, t)?;
+                }
+                Ok(())
+            })
+        },
+    )
+    .await?;
+    Ok(Json(resilience_view(&state)))
 }

@@ -141,7 +141,15 @@ async fn run(
     let mut cooling = Vec::new();
     for candidate in &plan.candidates {
         let conn = &candidate.connection;
-        if let Err(exclusion) = state.resilience.check(conn, state.clock.now_ms()) {
+        let attempt = resilience::Attempt {
+            conn,
+            model: &candidate.upstream_model,
+        };
+        let res_settings = &snap.settings.resilience;
+        if let Err(exclusion) = state
+            .resilience
+            .check(attempt, res_settings, state.clock.now_ms())
+        {
             cooling.push(CoolingExcluded {
                 target: format!("{}/{}", conn.provider, candidate.upstream_model),
                 connection: conn.id.clone(),
@@ -208,9 +216,12 @@ async fn run(
         };
         let mut failed = match outcome {
             Ok(mut response) => {
-                state
-                    .resilience
-                    .record(conn, &resilience::Outcome::Success, state.clock.now_ms());
+                state.resilience.record(
+                    attempt,
+                    &resilience::Outcome::Success,
+                    res_settings,
+                    state.clock.now_ms(),
+                );
                 target.metrics.success.inc();
                 quota::add_headers(&mut response, quota_headers);
                 return Ok(response);
@@ -220,12 +231,13 @@ async fn run(
         finisher.release_quota();
         finisher.release_slot();
         state.resilience.record(
-            conn,
+            attempt,
             &resilience::Outcome::Failure {
                 failure: failed.failure,
                 body: &failed.body_hint,
                 reset_at: failed.reset_at,
             },
+            res_settings,
             state.clock.now_ms(),
         );
         count_attempt(state, &conn.provider, failed.failure.label());

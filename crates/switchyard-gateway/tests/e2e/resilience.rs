@@ -300,3 +300,131 @@ async fn health_shows_breakers_and_the_reset_closes_them() {
         .unwrap();
     assert_eq!(health["breakers"], json!([]));
 }
+
+#[tokio::test]
+async fn model_lockout_is_off_until_patched_on_and_locks_only_the_failing_model() {
+    let h = Harness::start().await;
+    let view: Value = h.admin_get("/api/resilience").await.json().await.unwrap();
+    assert_eq!(view["modelLockout"]["enabled"], false);
+    assert_eq!(view["modelLockout"]["baseCooldownMs"], 120_000);
+    let bad = [
+        (json!({"modelLockout": {"bogus": 1}}), "modelLockout.bogus"),
+        (
+            json!({"modelLockout": {"errorCodes": [200]}}),
+            "modelLockout.errorCodes",
+        ),
+        (
+            json!({"modelLockout": {"maxCooldownMs": 5000}}),
+            "modelLockout",
+        ),
+    ];
+    for (body, field) in bad {
+        let r = h
+            .admin_send(reqwest::Method::PATCH, "/api/resilience", body)
+            .await;
+        assert_eq!(r.status(), 400, "{field}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"]["param"], field);
+    }
+    let r = h
+        .admin_send(
+            reqwest::Method::PATCH,
+            "/api/resilience",
+            json!({"modelLockout": {"enabled": true, "baseCooldownMs": 60000}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let view: Value = r.json().await.unwrap();
+    assert_eq!(
+        (
+            view["modelLockout"]["enabled"].as_bool(),
+            view["modelLockout"]["baseCooldownMs"].as_u64()
+        ),
+        (Some(true), Some(60_000))
+    );
+    h.rule(json!({"times": 1, "match": {"model": "mock-large"}, "status": 404}))
+        .await;
+    assert_eq!(
+        h.chat(chat_body("alpha/mock-large", false)).await.status(),
+        404
+    );
+    let r = h.chat(chat_body("alpha/mock-large", false)).await;
+    assert_eq!(r.status(), 503);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(
+        e["error"]["diagnostics"]["excluded"][0]["reason"],
+        "model_locked"
+    );
+    // The rest of the account keeps serving.
+    assert_eq!(
+        h.chat(chat_body("alpha/mock-small", false)).await.status(),
+        200
+    );
+    let locks: Value = h
+        .admin_get("/api/resilience/model-cooldowns")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            locks[0]["connection"].as_str(),
+            locks[0]["scope"].as_str(),
+            locks[0]["name"].as_str(),
+            locks[0]["status"].as_u64()
+        ),
+        (
+            Some("alpha-1"),
+            Some("model"),
+            Some("mock-large"),
+            Some(404)
+        )
+    );
+    let r = h
+        .admin_send(
+            reqwest::Method::DELETE,
+            "/api/resilience/model-cooldowns",
+            json!({"provider": "alpha", "connection": "alpha-1", "model": "mock-large"}),
+        )
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap(), json!({"cleared": 1}));
+    assert_eq!(
+        h.chat(chat_body("alpha/mock-large", false)).await.status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn the_opt_in_provider_cooldown_trips_after_its_threshold() {
+    let h = Harness::start_with(
+        standard_config,
+        &[
+            ("PROVIDER_COOLDOWN_ENABLED", "true"),
+            ("OMNIROUTE_PROVIDER_BREAKER_API_KEY_FAILURE_THRESHOLD", "2"),
+        ],
+    )
+    .await;
+    h.rule(json!({"times": 2, "match": {"credential": CRED_ALPHA}, "status": 503}))
+        .await;
+    for _ in 0..2 {
+        assert_eq!(
+            h.chat(chat_body("alpha/mock-small", false)).await.status(),
+            502
+        );
+    }
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 503);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((599..=600).contains(&retry), "{retry}");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(
+        e["error"]["diagnostics"]["excluded"][0]["reason"],
+        "provider_cooling_down"
+    );
+    // The combo moves on to beta.
+    assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
+}
