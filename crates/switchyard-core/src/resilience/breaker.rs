@@ -11,9 +11,9 @@
 //!   re-opens it for a longer time.
 //!
 //! Only provider-level failures count: HTTP 408, 500, 502, 503, 504, and failures to
-//! reach the provider at all (connect error, no first byte in time) — an unreachable
-//! provider is the clearest provider-level failure. 401/403/429 are about an account,
-//! not the provider, and never count.
+//! get an answer at all (connect error, connection reset before the response, no first
+//! byte in time) — an unreachable provider is the clearest provider-level failure.
+//! 401/403/429 are about an account, not the provider, and never count.
 //!
 //! Repeated open cycles lengthen the reset timeout: after `double_after` consecutive
 //! cycles without a successful close, each further cycle doubles it, up to
@@ -99,10 +99,9 @@ impl Profile {
 pub fn counts(failure: AttemptFailure) -> bool {
     match failure {
         AttemptFailure::Status(s) => matches!(s, 408 | 500 | 502 | 503 | 504),
-        AttemptFailure::Connect | AttemptFailure::FirstByteTimeout => true,
-        // A stream broken after it started: the provider answered; the account or the
-        // network may be at fault. Not counted.
-        AttemptFailure::Reset => false,
+        AttemptFailure::Connect | AttemptFailure::FirstByteTimeout | AttemptFailure::Reset => {
+            true
+        }
     }
 }
 
@@ -266,7 +265,7 @@ mod tests {
         }
         assert!(counts(AttemptFailure::Connect));
         assert!(counts(AttemptFailure::FirstByteTimeout));
-        assert!(!counts(AttemptFailure::Reset));
+        assert!(counts(AttemptFailure::Reset));
         let p = Profile::for_class(AuthClass::Local);
         let mut b = Breaker::default();
         for _ in 0..10 {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_gateway::bootstrap;
-use switchyard_gateway::clock::SystemClock;
+use switchyard_gateway::clock::{Clock, SystemClock};
 use switchyard_gateway::config::{self, FileConfig};
 use switchyard_mock::MockServer;
 use switchyard_store::Store;
@@ -79,6 +79,7 @@ pub struct Harness {
     pub data_dir: PathBuf,
     config_text: String,
     vars: BTreeMap<String, String>,
+    clock: Arc<dyn Clock>,
     _dir: tempfile::TempDir,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
@@ -91,10 +92,19 @@ impl Harness {
 
     /// Starts with a config built from the mock URL and extra environment variables.
     pub async fn start_with(config_for: fn(&str) -> String, env: &[(&str, &str)]) -> Self {
+        Self::start_with_clock(config_for, env, Arc::new(SystemClock)).await
+    }
+
+    /// Starts with a clock of the test's choosing (a `ManualClock` makes the gateway's
+    /// decisions see time pass without waiting for it).
+    pub async fn start_with_clock(
+        config_for: fn(&str) -> String,
+        env: &[(&str, &str)],
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let mock = MockServer::start_local().await.unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let harness = Self::boot(mock, dir, &config_for, env).await;
-        harness
+        Self::boot(mock, dir, &config_for, env, clock).await
     }
 
     async fn boot(
@@ -102,6 +112,7 @@ impl Harness {
         dir: tempfile::TempDir,
         config_for: &dyn Fn(&str) -> String,
         env: &[(&str, &str)],
+        clock: Arc<dyn Clock>,
     ) -> Self {
         let mut vars: BTreeMap<String, String> = BTreeMap::from([
             (
@@ -121,6 +132,7 @@ impl Harness {
             data_dir: dir.path().to_owned(),
             config_text,
             vars,
+            clock,
             _dir: dir,
             shutdown: None,
             task: None,
@@ -132,7 +144,7 @@ impl Harness {
     async fn launch(&mut self) {
         let file = FileConfig::parse(&self.config_text).unwrap();
         let cfg = config::resolve(file, &self.vars).unwrap();
-        let prepared = bootstrap::prepare(&cfg, Arc::new(SystemClock))
+        let prepared = bootstrap::prepare(&cfg, Arc::clone(&self.clock))
             .await
             .unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

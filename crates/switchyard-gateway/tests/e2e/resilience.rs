@@ -428,3 +428,152 @@ async fn the_opt_in_provider_cooldown_trips_after_its_threshold() {
     // The combo moves on to beta.
     assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
 }
+
+#[tokio::test]
+async fn concurrent_failures_of_one_connection_raise_its_backoff_once() {
+    let h = Harness::start_with(cooling, &[]).await;
+    h.rule(
+        json!({"times": 12, "match": {"credential": CRED_ALPHA}, "status": 503, "latency_ms": 150}),
+    )
+    .await;
+    let tasks: Vec<_> = (0..12)
+        .map(|_| {
+            let (http, url) = (h.http.clone(), h.url("/v1/chat/completions"));
+            tokio::spawn(async move {
+                http.post(url)
+                    .bearer_auth(KEY)
+                    .json(&chat_body("alpha/mock-small", false))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 502);
+    }
+    let list: Value = h
+        .admin_get("/api/resilience/cooldowns?provider=alpha")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list[0]["backoffLevel"], 1);
+    // One backoff step of the API-key profile: 3 s, not 12 stacked.
+    assert!(list[0]["remainingMs"].as_u64().unwrap() <= 3_000);
+}
+
+/// A local provider that fails in every way, a healthy one beside it, and a combo.
+fn chaos(mock_url: &str) -> String {
+    format!(
+        r#"
+[settings]
+"upstream.first_byte_timeout_ms" = 300
+
+[[providers]]
+id = "flaky"
+format = "openai"
+base_url = "{mock_url}"
+models = ["mock-small"]
+
+[[providers]]
+id = "steady"
+format = "openai"
+base_url = "{mock_url}"
+models = ["mock-small"]
+
+[[connections]]
+id = "flaky-1"
+provider = "flaky"
+auth_class = "local"
+credential = "cred-flaky"
+disable_cooling = true
+
+[[connections]]
+id = "steady-1"
+provider = "steady"
+auth_class = "apikey"
+credential = "cred-steady"
+
+[[combos]]
+name = "both"
+strategy = "priority"
+targets = [{{ model = "flaky/mock-small" }}, {{ model = "steady/mock-small" }}]
+
+[[keys]]
+id = "k1"
+name = "tester"
+secret = "{KEY}"
+"#
+    )
+}
+
+#[tokio::test]
+async fn chaos_on_one_provider_opens_its_breaker_loses_no_request_and_a_probe_closes_it() {
+    use switchyard_gateway::clock::{Clock, ManualClock, SystemClock};
+    let clock = std::sync::Arc::new(ManualClock::new(SystemClock.now_ms()));
+    let h = Harness::start_with_clock(chaos, &[], clock.clone()).await;
+    for rule in [
+        json!({"times": 1, "match": {"credential": "cred-flaky"}, "latency_ms": 2000}),
+        json!({"times": 1, "match": {"credential": "cred-flaky"}, "status": 503}),
+        json!({"times": 1, "match": {"credential": "cred-flaky"}, "reset": "before_headers"}),
+        json!({"times": 5, "match": {"credential": "cred-flaky"}, "status": 502}),
+    ] {
+        h.rule(rule).await;
+    }
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        statuses.push(h.chat(chat_body("both", false)).await.status().as_u16());
+    }
+    // Every request was answered, by the healthy provider when the flaky one failed.
+    assert_eq!(statuses, vec![200; 20]);
+    let health: Value = h
+        .admin_get("/api/monitoring/health")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let flaky = health["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["provider"] == "flaky")
+        .unwrap()
+        .clone();
+    assert_eq!(flaky["state"], "OPEN");
+    let tried = by_credential(&h, "cred-flaky").await;
+    // The breaker opened after two counted failures (the timeout and the 503) and the
+    // flaky provider was not tried again while open.
+    assert_eq!(tried, 2);
+    // After the reset timeout (15 s for local servers) one probe goes through; the
+    // flaky provider has recovered (its injected 502s are still queued, so the probe
+    // fails and re-opens the breaker for longer).
+    clock.advance(std::time::Duration::from_secs(15));
+    assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
+    assert_eq!(by_credential(&h, "cred-flaky").await, tried + 1);
+    let health: Value = h
+        .admin_get("/api/monitoring/health")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["breakers"][0]["state"], "OPEN");
+    // Clear the remaining faults; the next probe succeeds and closes the breaker.
+    h.http
+        .post(format!("{}/_mock/reset", h.mock.base_url()))
+        .send()
+        .await
+        .unwrap();
+    clock.advance(std::time::Duration::from_secs(15));
+    assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
+    assert_eq!(by_credential(&h, "cred-flaky").await, 1);
+    let health: Value = h
+        .admin_get("/api/monitoring/health")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["breakers"][0]["state"], "CLOSED");
+}
