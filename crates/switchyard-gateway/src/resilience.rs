@@ -15,7 +15,7 @@ use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::resilience::breaker::{self, Admit, Breaker};
 use switchyard_core::resilience::cooldown::{self, Change, Failure, Health, Terminal};
 use switchyard_core::resilience::lockout::{Lock, LockKey, Lockouts, Target};
-use switchyard_core::resilience::provider_cooldown;
+use switchyard_core::resilience::{provider_cooldown, slow_start};
 use switchyard_core::settings::ResilienceSettings;
 use switchyard_core::UnixMillis;
 
@@ -36,6 +36,9 @@ pub enum Exclusion {
     ProviderCooling { retry_after_ms: u64 },
     /// The model is locked on this connection (SPEC R5).
     ModelLocked { retry_after_ms: u64 },
+    /// The target is recovering and this request is not in its share yet; it goes
+    /// after the other candidates.
+    Warming,
 }
 
 impl Exclusion {
@@ -46,6 +49,7 @@ impl Exclusion {
             Self::Terminal(t) => t.as_str(),
             Self::ProviderCooling { .. } => "provider_cooling_down",
             Self::ModelLocked { .. } => "model_locked",
+            Self::Warming => "warming_up",
         }
     }
 
@@ -57,6 +61,7 @@ impl Exclusion {
             | Self::ProviderCooling { retry_after_ms }
             | Self::ModelLocked { retry_after_ms } => Some(retry_after_ms),
             Self::Terminal(_) => None,
+            Self::Warming => Some(0),
         }
     }
 }
@@ -84,6 +89,9 @@ pub struct Resilience {
     gates: Mutex<HashMap<String, provider_cooldown::Gate>>,
     /// Model locks (SPEC R5), in memory.
     lockouts: Mutex<Lockouts>,
+    /// Targets in slow start: `provider:<id>` or `connection:<id>` → (recovered at,
+    /// tickets drawn). Entries leave once the share is full.
+    warming: Mutex<HashMap<String, (UnixMillis, u64)>>,
     dirty: Mutex<Dirty>,
 }
 
@@ -92,6 +100,8 @@ pub struct Resilience {
 pub struct Attempt<'a> {
     pub conn: &'a Connection,
     pub model: &'a str,
+    /// Other candidates remain, so a recovering target may be passed over.
+    pub may_defer: bool,
 }
 
 fn gate_profile(s: &ResilienceSettings, class: AuthClass) -> provider_cooldown::Profile {
@@ -192,6 +202,9 @@ impl Resilience {
                 });
             }
         }
+        if a.may_defer && !self.in_share(&conn.provider, &conn.id, now) {
+            return Err(Exclusion::Warming);
+        }
         let profile = breaker::Profile::for_class(conn.auth_class);
         let mut breakers = lock(&self.breakers);
         let Some(b) = breakers.get_mut(&conn.provider) else {
@@ -205,6 +218,38 @@ impl Resilience {
             }
             Admit::No { retry_after_ms } => Err(Exclusion::CircuitOpen { retry_after_ms }),
         }
+    }
+
+    /// Whether a request may go to a recovering provider or connection now (always,
+    /// when neither is recovering).
+    fn in_share(&self, provider: &str, connection: &str, now: UnixMillis) -> bool {
+        let mut warming = lock(&self.warming);
+        if warming.is_empty() {
+            return true;
+        }
+        let mut admitted = true;
+        for key in [
+            format!("provider:{provider}"),
+            format!("connection:{connection}"),
+        ] {
+            let Some((since, tickets)) = warming.get_mut(&key) else {
+                continue;
+            };
+            let d = slow_start::divisor(*since, now);
+            if d <= 1 {
+                warming.remove(&key);
+                continue;
+            }
+            let ticket = *tickets;
+            *tickets += 1;
+            admitted &= slow_start::admits(d, ticket);
+        }
+        admitted
+    }
+
+    fn start_warming(&self, key: String, now: UnixMillis) {
+        tracing::info!(target_key = %key, "Recovered; ramping traffic back up (slow start).");
+        lock(&self.warming).insert(key, (now, 0));
     }
 
     /// Records the outcome of an attempt on `conn`.
@@ -235,14 +280,22 @@ impl Resilience {
                             tracing::info!(provider = %conn.provider, "Circuit closed.");
                             self.count_transition(&conn.provider, breaker::State::Closed);
                         }
+                        if before == breaker::State::HalfOpen {
+                            self.start_warming(format!("provider:{}", conn.provider), now);
+                        }
                     }
                 }
                 drop(breakers);
                 let mut health = lock(&self.health);
                 if let Some(h) = health.get_mut(&conn.id) {
                     if *h != Health::default() && h.terminal.is_none() {
+                        let was_cooled = h.rate_limited_until.is_some();
                         h.on_success();
                         lock(&self.dirty).health.insert(conn.id.clone());
+                        if was_cooled {
+                            drop(health);
+                            self.start_warming(format!("connection:{}", conn.id), now);
+                        }
                     }
                 }
             }

@@ -99,9 +99,7 @@ impl Profile {
 pub fn counts(failure: AttemptFailure) -> bool {
     match failure {
         AttemptFailure::Status(s) => matches!(s, 408 | 500 | 502 | 503 | 504),
-        AttemptFailure::Connect | AttemptFailure::FirstByteTimeout | AttemptFailure::Reset => {
-            true
-        }
+        AttemptFailure::Connect | AttemptFailure::FirstByteTimeout | AttemptFailure::Reset => true,
     }
 }
 

@@ -6,8 +6,10 @@
 //! - [`cooldown`]: connection cooldown and terminal states (R3, R4)
 //! - [`lockout`]: model lockout (R5)
 //! - [`provider_cooldown`]: the opt-in provider time-window gate (R2)
+//! - [`slow_start`]: a growing share of traffic after recovery
 
 pub mod breaker;
 pub mod cooldown;
 pub mod lockout;
 pub mod provider_cooldown;
+pub mod slow_start;

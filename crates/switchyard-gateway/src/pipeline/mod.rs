@@ -139,17 +139,26 @@ async fn run(
     let mut last: Option<(Failed, String)> = None;
     let mut blocked = Vec::new();
     let mut cooling = Vec::new();
-    for candidate in &plan.candidates {
+    // Candidates in order; a recovering one that is not in its share yet goes to the
+    // back once (slow start), and is used there if nothing before it succeeded.
+    let mut queue: std::collections::VecDeque<(&routing::Candidate, bool)> =
+        plan.candidates.iter().map(|c| (c, true)).collect();
+    while let Some((candidate, may_defer)) = queue.pop_front() {
         let conn = &candidate.connection;
         let attempt = resilience::Attempt {
             conn,
             model: &candidate.upstream_model,
+            may_defer: may_defer && !queue.is_empty(),
         };
         let res_settings = &snap.settings.resilience;
         if let Err(exclusion) = state
             .resilience
             .check(attempt, res_settings, state.clock.now_ms())
         {
+            if exclusion == resilience::Exclusion::Warming {
+                queue.push_back((candidate, false));
+                continue;
+            }
             cooling.push(CoolingExcluded {
                 target: format!("{}/{}", conn.provider, candidate.upstream_model),
                 connection: conn.id.clone(),

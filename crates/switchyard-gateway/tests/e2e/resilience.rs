@@ -577,3 +577,31 @@ async fn chaos_on_one_provider_opens_its_breaker_loses_no_request_and_a_probe_cl
         .unwrap();
     assert_eq!(health["breakers"][0]["state"], "CLOSED");
 }
+
+#[tokio::test]
+async fn a_recovered_provider_gets_a_growing_share_of_traffic() {
+    use switchyard_gateway::clock::{Clock, ManualClock, SystemClock};
+    let clock = std::sync::Arc::new(ManualClock::new(SystemClock.now_ms()));
+    let h = Harness::start_with_clock(chaos, &[], clock.clone()).await;
+    h.rule(json!({"times": 2, "match": {"credential": "cred-flaky"}, "status": 503}))
+        .await;
+    for _ in 0..2 {
+        assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
+    }
+    clock.advance(std::time::Duration::from_secs(15));
+    // The probe succeeds and closes the breaker.
+    assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
+    let mut seen = by_credential(&h, "cred-flaky").await;
+    let mut shares = Vec::new();
+    for advance in [0u64, 10, 20] {
+        clock.advance(std::time::Duration::from_secs(advance));
+        for _ in 0..16 {
+            assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
+        }
+        let now = by_credential(&h, "cred-flaky").await;
+        shares.push(now - seen);
+        seen = now;
+    }
+    // An eighth, then a quarter, then everything (the priority order's first target).
+    assert_eq!(shares, [2, 4, 16]);
+}
