@@ -26,7 +26,7 @@ pub fn divisor(since: UnixMillis, now: UnixMillis) -> u64 {
 
 /// Whether request number `ticket` (counted per target) goes to the recovering target.
 pub fn admits(divisor: u64, ticket: u64) -> bool {
-    divisor <= 1 || ticket % divisor == 0
+    divisor <= 1 || ticket.is_multiple_of(divisor)
 }
 
 #[cfg(test)]
