@@ -29,6 +29,8 @@ pub struct ConnectionState {
     pub last_error_type: Option<ErrorType>,
     pub last_error: Option<String>,
     pub error_code: Option<u16>,
+    /// Models locked on this connection.
+    pub model_locks: Vec<ModelLockView>,
 }
 
 /// Filter of the cooldown list.
@@ -46,6 +48,7 @@ pub async fn list_cooldowns(
 ) -> Json<Vec<ConnectionState>> {
     let snap = state.snapshot();
     let now = state.clock.now_ms();
+    let locks = lock_views(&state, now);
     let list = snap
         .catalog
         .connections()
@@ -68,6 +71,11 @@ pub async fn list_cooldowns(
                 last_error_type: h.last_error_type,
                 last_error: h.last_error,
                 error_code: h.error_code,
+                model_locks: locks
+                    .iter()
+                    .filter(|l| l.connection == c.id)
+                    .cloned()
+                    .collect(),
             }
         })
         .collect();
@@ -204,7 +212,7 @@ pub async fn reset(
 }
 
 /// One active model lock.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelLockView {
     pub provider: String,
@@ -222,30 +230,31 @@ pub struct ModelLockView {
 #[utoipa::path(get, path = "/api/resilience/model-cooldowns", tag = "resilience",
     responses((status = 200, body = Vec<ModelLockView>)), security(("bearer" = [])))]
 pub async fn list_model_locks(State(state): State<Arc<AppState>>) -> Json<Vec<ModelLockView>> {
-    let now = state.clock.now_ms();
-    Json(
-        state
-            .resilience
-            .model_locks(now)
-            .into_iter()
-            .map(|(k, l)| {
-                let (scope, name) = match k.scope {
-                    Scope::Family(f) => ("family", f),
-                    Scope::Model(m) => ("model", m),
-                };
-                ModelLockView {
-                    provider: k.provider,
-                    connection: k.connection,
-                    scope,
-                    name,
-                    failures: l.failures,
-                    status: l.status,
-                    until: l.until,
-                    remaining_ms: l.until.saturating_sub(now),
-                }
-            })
-            .collect(),
-    )
+    Json(lock_views(&state, state.clock.now_ms()))
+}
+
+fn lock_views(state: &AppState, now: u64) -> Vec<ModelLockView> {
+    state
+        .resilience
+        .model_locks(now)
+        .into_iter()
+        .map(|(k, l)| {
+            let (scope, name) = match k.scope {
+                Scope::Family(f) => ("family", f),
+                Scope::Model(m) => ("model", m),
+            };
+            ModelLockView {
+                provider: k.provider,
+                connection: k.connection,
+                scope,
+                name,
+                failures: l.failures,
+                status: l.status,
+                until: l.until,
+                remaining_ms: l.until.saturating_sub(now),
+            }
+        })
+        .collect()
 }
 
 /// Body of `DELETE /api/resilience/model-cooldowns`: re-enable a model on a connection.

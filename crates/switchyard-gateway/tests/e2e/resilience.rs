@@ -121,8 +121,8 @@ async fn an_announced_reset_is_honoured_and_all_targets_cooling_answers_503() {
 }
 
 #[tokio::test]
-async fn an_open_breaker_answers_503_provider_circuit_open() {
-    let h = Harness::start_with(cooling, &[]).await;
+async fn an_open_breaker_answers_503_provider_circuit_open_and_survives_a_restart() {
+    let mut h = Harness::start_with(cooling, &[]).await;
     h.rule(json!({"times": 2, "match": {"credential": "cred-local"}, "status": 502}))
         .await;
     for _ in 0..2 {
@@ -136,6 +136,12 @@ async fn an_open_breaker_answers_503_provider_circuit_open() {
         .parse()
         .unwrap();
     assert!((14..=15).contains(&retry), "{retry}");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "provider_circuit_open");
+    assert_eq!(by_credential(&h, "cred-local").await, 2);
+    h.restart().await;
+    let r = h.chat(chat_body("local/m", false)).await;
+    assert_eq!(r.status(), 503);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "provider_circuit_open");
     assert_eq!(by_credential(&h, "cred-local").await, 2);
