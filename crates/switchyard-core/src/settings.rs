@@ -395,6 +395,13 @@ pub const DEFS: &[SettingDef] = &[
         doc: "On SIGINT/SIGTERM, how long in-flight requests may run before they are cut.",
     },
     SettingDef {
+        key: "streamStallCooldown.enabled",
+        env: "STREAM_STALL_COOLDOWN_ENABLED",
+        // Off (SPEC R3): a stall is usually one slow generation, not a sick account.
+        kind: Kind::Bool { default: false },
+        doc: "Cool the connection down when its stream stalls past upstream.stream_idle_timeout_ms.",
+    },
+    SettingDef {
         key: "upstream.connect_timeout_ms",
         env: "SWITCHYARD_UPSTREAM_CONNECT_TIMEOUT_MS",
         // A TCP+TLS handshake that has not finished in 10 s will not; fail over instead.
@@ -452,6 +459,7 @@ pub struct ResilienceSettings {
     pub provider_cooldown_enabled: bool,
     pub provider_cooldown_oauth: crate::resilience::provider_cooldown::Profile,
     pub provider_cooldown_apikey: crate::resilience::provider_cooldown::Profile,
+    pub stream_stall_cooldown: bool,
 }
 
 /// The quota engine's settings (SPEC Q10).
@@ -705,6 +713,7 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
                 &mut ignored,
             ),
             provider_cooldown_enabled: boolean("providerCooldown.enabled"),
+            stream_stall_cooldown: boolean("streamStallCooldown.enabled"),
             provider_cooldown_oauth: crate::resilience::provider_cooldown::Profile {
                 threshold: u32::try_from(int("providerCooldown.oauth.failureThreshold"))
                     .unwrap_or(u32::MAX),

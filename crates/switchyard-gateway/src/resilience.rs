@@ -389,6 +389,31 @@ impl Resilience {
         }
     }
 
+    /// A stream stalled past the idle timeout: the connection cools down as after a
+    /// transient failure; the provider's breaker is not involved (the provider did
+    /// answer).
+    pub fn record_stall(&self, conn: &Connection, now: UnixMillis) {
+        if conn.disable_cooling {
+            return;
+        }
+        let report = Failure {
+            error_type: cooldown::ErrorType::Transient,
+            status: None,
+            reset_at: None,
+            message: "stream stalled".to_owned(),
+        };
+        let profile = cooldown::Profile::for_class(conn.auth_class);
+        let change = lock(&self.health)
+            .entry(conn.id.clone())
+            .or_default()
+            .on_failure(&profile, &report, now);
+        if let Change::Cooled { until, level } = change {
+            self.count_cooldown(&conn.id, "stream_stall");
+            tracing::info!(connection_id = %conn.id, scope = "connection", reason = "stream_stall", cooldown_ms = until.saturating_sub(now), backoff_level = level, "Connection cooling down after a stalled stream.");
+        }
+        lock(&self.dirty).health.insert(conn.id.clone());
+    }
+
     /// A connection's health (for the operator views).
     pub fn health_of(&self, connection_id: &str) -> Health {
         lock(&self.health)

@@ -139,6 +139,26 @@ impl Finisher {
         }
     }
 
+    /// The upstream stream stalled: with `streamStallCooldown.enabled` the connection
+    /// cools down like after a transient failure (SPEC R3).
+    pub fn stream_stalled(&self) {
+        let Some(i) = &self.0 else {
+            return;
+        };
+        let snap = i.state.snapshot();
+        if !snap.settings.resilience.stream_stall_cooldown {
+            return;
+        }
+        let Some(conn_id) = &i.row.connection_id else {
+            return;
+        };
+        if let Some(conn) = snap.catalog.connection(conn_id) {
+            i.state
+                .resilience
+                .record_stall(conn, i.state.clock.now_ms());
+        }
+    }
+
     /// Records the time to the first response byte.
     pub fn first_byte(&mut self) {
         if let Some(i) = &mut self.0 {

@@ -94,6 +94,7 @@ impl Body for ObservedStream {
                         "Upstream stream fell silent; ending the client stream with an error frame."
                     );
                     this.done = true;
+                    this.finisher.stream_stalled();
                     this.finisher
                         .finish(200, Some("upstream_stream_idle_timeout"), this.usage);
                     return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(

@@ -611,3 +611,35 @@ async fn a_recovered_provider_gets_a_growing_share_of_traffic() {
     // An eighth, then a quarter, then everything (the priority order's first target).
     assert_eq!(shares, [2, 4, 16]);
 }
+
+async fn stall_once(h: &Harness) -> String {
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "chunks": 5, "chunk_interval_ms": 10, "stall_after_chunks": 2}))
+        .await;
+    let r = h.chat(chat_body("alpha/mock-small", true)).await;
+    assert_eq!(r.status(), 200);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("upstream_stream_idle_timeout"));
+    let list: Value = h
+        .admin_get("/api/resilience/cooldowns?provider=alpha")
+        .await
+        .json()
+        .await
+        .unwrap();
+    list[0]["state"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_stalled_stream_cools_the_account_only_when_enabled() {
+    let env = [("SWITCHYARD_UPSTREAM_STREAM_IDLE_TIMEOUT_MS", "300")];
+    let h = Harness::start_with(cooling, &env).await;
+    assert_eq!(stall_once(&h).await, "active");
+    let h = Harness::start_with(
+        cooling,
+        &[env[0], ("STREAM_STALL_COOLDOWN_ENABLED", "true")],
+    )
+    .await;
+    assert_eq!(stall_once(&h).await, "cooling");
+}
