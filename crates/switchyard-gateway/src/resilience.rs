@@ -45,10 +45,10 @@ impl Exclusion {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::CircuitOpen { .. } => "circuit_open",
-            Self::CoolingDown { .. } => "cooling_down",
+            Self::CoolingDown { .. } => "unavailable",
             Self::Terminal(t) => t.as_str(),
-            Self::ProviderCooling { .. } => "provider_cooling_down",
-            Self::ModelLocked { .. } => "model_locked",
+            Self::ProviderCooling { .. } => "provider_cooldown",
+            Self::ModelLocked { .. } => "model_lockout",
             Self::Warming => "warming_up",
         }
     }
@@ -90,8 +90,10 @@ pub struct Resilience {
     /// Model locks (SPEC R5), in memory.
     lockouts: Mutex<Lockouts>,
     /// Targets in slow start: `provider:<id>` or `connection:<id>` → (recovered at,
-    /// tickets drawn). Entries leave once the share is full.
+    /// unused). Entries leave once the share is full.
     warming: Mutex<HashMap<String, (UnixMillis, u64)>>,
+    /// Slow-start tickets drawn per connection. Bounded by the connections.
+    tickets: Mutex<HashMap<String, u64>>,
     dirty: Mutex<Dirty>,
 }
 
@@ -102,6 +104,15 @@ pub struct Attempt<'a> {
     pub model: &'a str,
     /// Other candidates remain, so a recovering target may be passed over.
     pub may_defer: bool,
+    /// How long the attempt may take (a half-open probe holds its slot that long).
+    pub budget_ms: u64,
+}
+
+/// An admitted attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// This attempt is the half-open breaker's probe: its outcome decides.
+    pub probe: bool,
 }
 
 fn gate_profile(s: &ResilienceSettings, class: AuthClass) -> provider_cooldown::Profile {
@@ -172,12 +183,21 @@ impl Resilience {
         a: Attempt<'_>,
         settings: &ResilienceSettings,
         now: UnixMillis,
-    ) -> Result<(), Exclusion> {
+    ) -> Result<Admitted, Exclusion> {
         let conn = a.conn;
+        // Every reason that applies is gathered and the one lasting longest is reported,
+        // so a refusal names what actually keeps the target out.
+        let mut worst: Option<Exclusion> = None;
+        let mut consider = |e: Exclusion| {
+            let rank = |x: &Exclusion| x.retry_after_ms().unwrap_or(u64::MAX);
+            if worst.is_none_or(|w| rank(&e) > rank(&w)) {
+                worst = Some(e);
+            }
+        };
         if settings.lockout.enabled {
             let locks = lock(&self.lockouts);
             if let Some((_, l)) = locks.locked(&conn.provider, &conn.id, a.model, now) {
-                return Err(Exclusion::ModelLocked {
+                consider(Exclusion::ModelLocked {
                     retry_after_ms: l.until.saturating_sub(now),
                 });
             }
@@ -187,64 +207,86 @@ impl Resilience {
                 .get(&conn.provider)
                 .and_then(|g| g.cooled_until(now))
             {
-                return Err(Exclusion::ProviderCooling {
+                consider(Exclusion::ProviderCooling {
                     retry_after_ms: until.saturating_sub(now),
                 });
             }
         }
         if let Some(h) = lock(&self.health).get(&conn.id) {
             if let Some(t) = h.terminal {
-                return Err(Exclusion::Terminal(t));
-            }
-            if !h.usable(now) {
-                return Err(Exclusion::CoolingDown {
+                consider(Exclusion::Terminal(t));
+            } else if !h.usable(now) {
+                consider(Exclusion::CoolingDown {
                     retry_after_ms: h.remaining_ms(now),
                 });
             }
         }
+        let profile = breaker::Profile::for_class(conn.auth_class);
+        let mut breakers = lock(&self.breakers);
+        let admit = breakers
+            .get_mut(&conn.provider)
+            .map_or(Admit::Yes, |b| b.admit(&profile, now, a.budget_ms));
+        if let Admit::No { retry_after_ms } = admit {
+            consider(Exclusion::CircuitOpen { retry_after_ms });
+        }
+        if let Some(e) = worst {
+            if admit == Admit::Probe {
+                // The probe slot was claimed but will not be used.
+                if let Some(b) = breakers.get_mut(&conn.provider) {
+                    b.release_probe();
+                }
+            }
+            return Err(e);
+        }
+        drop(breakers);
+        if admit == Admit::Probe {
+            tracing::info!(provider = %conn.provider, connection_id = %conn.id, "Circuit half-open: sending a probe request.");
+            return Ok(Admitted { probe: true });
+        }
         if a.may_defer && !self.in_share(&conn.provider, &conn.id, now) {
             return Err(Exclusion::Warming);
         }
-        let profile = breaker::Profile::for_class(conn.auth_class);
-        let mut breakers = lock(&self.breakers);
-        let Some(b) = breakers.get_mut(&conn.provider) else {
-            return Ok(());
-        };
-        match b.admit(&profile, now) {
-            Admit::Yes => Ok(()),
-            Admit::Probe => {
-                tracing::info!(provider = %conn.provider, connection_id = %conn.id, "Circuit half-open: sending a probe request.");
-                Ok(())
-            }
-            Admit::No { retry_after_ms } => Err(Exclusion::CircuitOpen { retry_after_ms }),
+        Ok(Admitted { probe: false })
+    }
+
+    /// Gives back a probe slot whose attempt never got an answer (skipped, or cut).
+    pub fn release_probe(&self, provider: &str) {
+        if let Some(b) = lock(&self.breakers).get_mut(provider) {
+            b.release_probe();
         }
     }
 
     /// Whether a request may go to a recovering provider or connection now (always,
-    /// when neither is recovering).
+    /// when neither is recovering). One ticket per request, judged against the smaller
+    /// of the two shares.
     fn in_share(&self, provider: &str, connection: &str, now: UnixMillis) -> bool {
         let mut warming = lock(&self.warming);
         if warming.is_empty() {
             return true;
         }
-        let mut admitted = true;
-        for key in [
+        let keys = [
             format!("provider:{provider}"),
             format!("connection:{connection}"),
-        ] {
-            let Some((since, tickets)) = warming.get_mut(&key) else {
-                continue;
-            };
-            let d = slow_start::divisor(*since, now);
-            if d <= 1 {
-                warming.remove(&key);
-                continue;
+        ];
+        let mut divisor = 1;
+        for key in &keys {
+            if let Some((since, _)) = warming.get(key) {
+                let d = slow_start::divisor(*since, now);
+                if d <= 1 {
+                    warming.remove(key);
+                } else {
+                    divisor = divisor.max(d);
+                }
             }
-            let ticket = *tickets;
-            *tickets += 1;
-            admitted &= slow_start::admits(d, ticket);
         }
-        admitted
+        if divisor <= 1 {
+            return true;
+        }
+        let mut all = lock(&self.tickets);
+        let tickets = all.entry(connection.to_owned()).or_insert(0);
+        let ticket = *tickets;
+        *tickets += 1;
+        slow_start::admits(divisor, ticket)
     }
 
     fn start_warming(&self, key: String, now: UnixMillis) {
@@ -258,6 +300,7 @@ impl Resilience {
         a: Attempt<'_>,
         outcome: &Outcome<'_>,
         settings: &ResilienceSettings,
+        probe: bool,
         now: UnixMillis,
     ) {
         let conn = a.conn;
@@ -273,8 +316,8 @@ impl Resilience {
                 let mut breakers = lock(&self.breakers);
                 if let Some(b) = breakers.get_mut(&conn.provider) {
                     let before = b.state(&profile, now);
-                    if before != breaker::State::Closed || b.failures() > 0 {
-                        b.on_success();
+                    let moved = b.failures() > 0 && b.on_success(probe);
+                    if moved || (before != breaker::State::Closed && probe) {
                         lock(&self.dirty).breakers.insert(conn.provider.clone());
                         if before != breaker::State::Closed {
                             tracing::info!(provider = %conn.provider, "Circuit closed.");
@@ -332,10 +375,21 @@ impl Resilience {
                         tracing::warn!(provider = %conn.provider, scope = "provider", cooldown_ms = until.saturating_sub(now), "Provider cooldown tripped.");
                     }
                 }
+                if !breaker::counts(*failure) && probe {
+                    // The provider answered the probe (with an account-level error):
+                    // it is up.
+                    if let Some(b) = lock(&self.breakers).get_mut(&conn.provider) {
+                        if b.on_success(true) {
+                            lock(&self.dirty).breakers.insert(conn.provider.clone());
+                            tracing::info!(provider = %conn.provider, "Circuit closed.");
+                            self.count_transition(&conn.provider, breaker::State::Closed);
+                        }
+                    }
+                }
                 if breaker::counts(*failure) {
                     let mut breakers = lock(&self.breakers);
                     let b = breakers.entry(conn.provider.clone()).or_default();
-                    if let Some(state) = b.on_failure(&profile, *failure, now) {
+                    if let Some(state) = b.on_failure(&profile, *failure, now, probe) {
                         tracing::warn!(provider = %conn.provider, scope = "provider", state = state.as_str(), failures = b.failures(), reason = failure.label(), "Circuit breaker changed state.");
                         self.count_transition(&conn.provider, state);
                     }
@@ -434,6 +488,12 @@ impl Resilience {
             breakers.remove(id);
             lock(&self.dirty).breakers.insert(id.clone());
         }
+        drop(breakers);
+        lock(&self.gates).retain(|p, _| provider.is_some_and(|x| x != p));
+        lock(&self.warming).retain(|k, _| {
+            provider.is_some_and(|x| k.strip_prefix("provider:") != Some(x))
+                && (provider.is_some() || !k.starts_with("provider:"))
+        });
         ids.len()
     }
 
@@ -502,8 +562,37 @@ impl Resilience {
         provider_exists: impl Fn(&str) -> bool,
         connection_exists: impl Fn(&str) -> bool,
     ) {
-        lock(&self.breakers).retain(|p, _| provider_exists(p));
-        lock(&self.health).retain(|c, _| connection_exists(c));
+        let mut gone_p = Vec::new();
+        lock(&self.breakers).retain(|p, _| {
+            let keep = provider_exists(p);
+            if !keep {
+                gone_p.push(p.clone());
+            }
+            keep
+        });
+        let mut gone_c = Vec::new();
+        lock(&self.health).retain(|c, _| {
+            let keep = connection_exists(c);
+            if !keep {
+                gone_c.push(c.clone());
+            }
+            keep
+        });
+        lock(&self.gates).retain(|p, _| provider_exists(p));
+        lock(&self.tickets).retain(|c, _| connection_exists(c));
+        // Their rows go too, so a connection re-created under the same id starts clean.
+        let mut dirty = lock(&self.dirty);
+        dirty.breakers.extend(gone_p);
+        dirty.health.extend(gone_c);
+    }
+
+    /// Marks entries whose write failed for writing again.
+    pub fn requeue(&self, breakers: &Changes, health: &Changes) {
+        let mut dirty = lock(&self.dirty);
+        dirty
+            .breakers
+            .extend(breakers.iter().map(|(id, _)| id.clone()));
+        dirty.health.extend(health.iter().map(|(id, _)| id.clone()));
     }
 
     /// Restores persisted state.

@@ -124,7 +124,9 @@ pub struct Breaker {
     opened_at: UnixMillis,
     /// Consecutive open cycles without a successful close.
     cycles: u32,
-    /// When the current probe was let through, if one is out.
+    /// When the current probe was let through, if one is out. Not persisted: after a
+    /// restart no probe is out.
+    #[serde(skip)]
     probe_since: Option<UnixMillis>,
 }
 
@@ -161,18 +163,20 @@ impl Breaker {
             .saturating_add(profile.reset_timeout_ms(self.cycles))
     }
 
-    /// Whether a request may go to the provider now.
-    pub fn admit(&mut self, profile: &Profile, now: UnixMillis) -> Admit {
+    /// Whether a request may go to the provider now. `attempt_budget_ms` is how long an
+    /// attempt may take: a probe that has not reported within the longer of that and
+    /// one reset period is given up on, so the breaker cannot wedge, yet a slow probe is
+    /// never joined by a second one.
+    pub fn admit(&mut self, profile: &Profile, now: UnixMillis, attempt_budget_ms: u64) -> Admit {
+        let lease = profile.reset_ms.max(attempt_budget_ms);
         match self.state(profile, now) {
             State::Closed | State::Degraded => Admit::Yes,
             State::Open => Admit::No {
                 retry_after_ms: self.reopens_at(profile).saturating_sub(now),
             },
             State::HalfOpen => match self.probe_since {
-                // A probe that never reported (its request hung or was dropped) is
-                // given up on after one reset period, so the breaker cannot wedge.
-                Some(since) if now < since.saturating_add(profile.reset_ms) => Admit::No {
-                    retry_after_ms: since.saturating_add(profile.reset_ms) - now,
+                Some(since) if now < since.saturating_add(lease) => Admit::No {
+                    retry_after_ms: since.saturating_add(lease) - now,
                 },
                 _ => {
                     self.probe_since = Some(now);
@@ -182,12 +186,25 @@ impl Breaker {
         }
     }
 
-    /// Records a success: closes the breaker and forgets the failures.
-    pub fn on_success(&mut self) {
+    /// Gives back a probe that never reached the provider (the attempt was skipped or
+    /// cut before an answer), so the next request may probe at once.
+    pub fn release_probe(&mut self) {
+        self.probe_since = None;
+    }
+
+    /// Records a success. While the breaker is open or half-open only the probe's own
+    /// outcome counts (a request let in before it opened says nothing about now).
+    /// Returns whether the state changed.
+    pub fn on_success(&mut self, probe: bool) -> bool {
+        if matches!(self.state, State::Open | State::HalfOpen) && !probe {
+            return false;
+        }
+        let changed = self.state != State::Closed;
         self.state = State::Closed;
         self.failures = 0;
         self.cycles = 0;
         self.probe_since = None;
+        changed
     }
 
     /// Records a failure; only provider-level failures change anything. Returns the
@@ -197,11 +214,15 @@ impl Breaker {
         profile: &Profile,
         failure: AttemptFailure,
         now: UnixMillis,
+        probe: bool,
     ) -> Option<State> {
         if !counts(failure) {
             return None;
         }
         let before = self.state(profile, now);
+        if before == State::HalfOpen && !probe {
+            return None;
+        }
         self.failures = self.failures.saturating_add(1);
         match before {
             State::HalfOpen => self.open(now),
@@ -223,11 +244,6 @@ impl Breaker {
         self.cycles = self.cycles.saturating_add(1);
         self.probe_since = None;
     }
-
-    /// The operator reset (`POST /api/resilience/reset`).
-    pub fn reset(&mut self) {
-        *self = Self::default();
-    }
 }
 
 #[cfg(test)]
@@ -239,7 +255,7 @@ mod tests {
 
     fn fail_n(b: &mut Breaker, p: &Profile, n: u32, now: u64) {
         for _ in 0..n {
-            b.on_failure(p, E503, now);
+            b.on_failure(p, E503, now, false);
         }
     }
 
@@ -267,7 +283,10 @@ mod tests {
         let p = Profile::for_class(AuthClass::Local);
         let mut b = Breaker::default();
         for _ in 0..10 {
-            assert_eq!(b.on_failure(&p, AttemptFailure::Status(429), T0), None);
+            assert_eq!(
+                b.on_failure(&p, AttemptFailure::Status(429), T0, false),
+                None
+            );
         }
         assert_eq!(b.state(&p, T0), State::Closed);
     }
@@ -279,25 +298,25 @@ mod tests {
             let mut b = Breaker::default();
             fail_n(&mut b, &p, p.degrade_at - 1, T0);
             assert_eq!(b.state(&p, T0), State::Closed, "{class:?}");
-            assert_eq!(b.on_failure(&p, E503, T0), Some(State::Degraded));
-            assert_eq!(b.admit(&p, T0), Admit::Yes);
+            assert_eq!(b.on_failure(&p, E503, T0, false), Some(State::Degraded));
+            assert_eq!(b.admit(&p, T0, 0), Admit::Yes);
             fail_n(&mut b, &p, p.open_at - p.degrade_at - 1, T0);
             assert_eq!(b.state(&p, T0), State::Degraded, "{class:?}");
-            assert_eq!(b.on_failure(&p, E503, T0), Some(State::Open));
+            assert_eq!(b.on_failure(&p, E503, T0, false), Some(State::Open));
             // Open until exactly the reset timeout.
             let reopen = T0 + p.reset_ms;
-            assert_eq!(b.admit(&p, reopen - 1), Admit::No { retry_after_ms: 1 });
+            assert_eq!(b.admit(&p, reopen - 1, 0), Admit::No { retry_after_ms: 1 });
             assert_eq!(b.state(&p, reopen - 1), State::Open);
             assert_eq!(b.state(&p, reopen), State::HalfOpen);
             // One probe at a time.
-            assert_eq!(b.admit(&p, reopen), Admit::Probe);
+            assert_eq!(b.admit(&p, reopen, 0), Admit::Probe);
             assert_eq!(
-                b.admit(&p, reopen + 10),
+                b.admit(&p, reopen + 10, 0),
                 Admit::No {
                     retry_after_ms: p.reset_ms - 10
                 }
             );
-            b.on_success();
+            assert!(b.on_success(true));
             assert_eq!(b.state(&p, reopen + 20), State::Closed);
             assert_eq!(b.failures(), 0);
         }
@@ -309,7 +328,7 @@ mod tests {
         let mut b = Breaker::default();
         fail_n(&mut b, &p, 11, T0);
         assert_eq!(b.state(&p, T0), State::Degraded);
-        b.on_success();
+        assert!(b.on_success(false));
         fail_n(&mut b, &p, 11, T0);
         assert_eq!(b.state(&p, T0), State::Degraded);
     }
@@ -331,13 +350,13 @@ mod tests {
         ] {
             assert_eq!(b.reopens_at(&p) - now, expect, "cycle {cycle}");
             now = b.reopens_at(&p);
-            assert_eq!(b.admit(&p, now), Admit::Probe);
-            assert_eq!(b.on_failure(&p, E503, now), Some(State::Open));
+            assert_eq!(b.admit(&p, now, 0), Admit::Probe);
+            assert_eq!(b.on_failure(&p, E503, now, true), Some(State::Open));
         }
         // A successful probe closes and forgets the cycles.
         now = b.reopens_at(&p);
-        assert_eq!(b.admit(&p, now), Admit::Probe);
-        b.on_success();
+        assert_eq!(b.admit(&p, now, 0), Admit::Probe);
+        b.on_success(true);
         fail_n(&mut b, &p, 8, now);
         assert_eq!(b.reopens_at(&p) - now, 60_000);
     }
@@ -355,21 +374,46 @@ mod tests {
         let mut b = Breaker::default();
         fail_n(&mut b, &p, 2, T0);
         let at = T0 + p.reset_ms;
-        assert_eq!(b.admit(&p, at), Admit::Probe);
-        assert!(matches!(b.admit(&p, at + p.reset_ms - 1), Admit::No { .. }));
-        assert_eq!(b.admit(&p, at + p.reset_ms), Admit::Probe);
+        assert_eq!(b.admit(&p, at, 0), Admit::Probe);
+        assert!(matches!(
+            b.admit(&p, at + p.reset_ms - 1, 0),
+            Admit::No { .. }
+        ));
+        assert_eq!(b.admit(&p, at + p.reset_ms, 0), Admit::Probe);
+        // A longer attempt budget holds the probe slot for as long.
+        assert!(matches!(
+            b.admit(&p, at + 2 * p.reset_ms, 600_000),
+            Admit::No { .. }
+        ));
+        // A probe that never reached the provider is given back at once.
+        b.release_probe();
+        assert_eq!(b.admit(&p, at + p.reset_ms + 1, 600_000), Admit::Probe);
     }
 
     #[test]
-    fn failures_while_open_change_nothing_and_reset_clears_everything() {
+    fn only_the_probe_moves_an_open_or_half_open_breaker() {
         let p = Profile::for_class(AuthClass::Local);
         let mut b = Breaker::default();
         fail_n(&mut b, &p, 2, T0);
-        assert_eq!(b.on_failure(&p, E503, T0 + 5), None);
+        // A request let in before the breaker opened succeeds late: nothing changes.
+        assert!(!b.on_success(false));
+        assert_eq!(b.state(&p, T0 + 1), State::Open);
+        let at = T0 + p.reset_ms;
+        assert_eq!(b.admit(&p, at, 0), Admit::Probe);
+        // A late failure of another request does not re-open it either.
+        assert_eq!(b.on_failure(&p, E503, at, false), None);
+        assert_eq!(b.state(&p, at), State::HalfOpen);
+        assert!(b.on_success(true));
+        assert_eq!(b.state(&p, at), State::Closed);
+    }
+
+    #[test]
+    fn failures_while_open_change_nothing() {
+        let p = Profile::for_class(AuthClass::Local);
+        let mut b = Breaker::default();
+        fail_n(&mut b, &p, 2, T0);
+        assert_eq!(b.on_failure(&p, E503, T0 + 5, false), None);
         assert_eq!(b.reopens_at(&p), T0 + p.reset_ms);
-        b.reset();
-        assert_eq!(b, Breaker::default());
-        assert_eq!(b.admit(&p, T0), Admit::Yes);
     }
 
     #[test]
@@ -377,8 +421,11 @@ mod tests {
         let p = Profile::for_class(AuthClass::Oauth);
         let mut b = Breaker::default();
         fail_n(&mut b, &p, 8, T0);
+        let at = T0 + p.reset_ms;
+        assert_eq!(b.admit(&p, at, 0), Admit::Probe);
         let json = serde_json::to_string(&b).unwrap();
-        let back: Breaker = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, b);
+        let mut back: Breaker = serde_json::from_str(&json).unwrap();
+        // No probe is out after a restart.
+        assert_eq!(back.admit(&p, at, 0), Admit::Probe);
     }
 }

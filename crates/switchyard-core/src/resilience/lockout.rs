@@ -5,8 +5,9 @@
 //! (a quota is usually shared by a model family: `gpt-5`, `gpt-5-codex` and
 //! `gpt-5-mini` run out together); 404 locks the exact model; other statuses lock the
 //! exact (provider, connection, model) triple. A scope given explicitly by the caller
-//! wins. Each failure while locked lengthens the lock (exponential backoff, bounded);
-//! each success halves the failure count, and at zero the lock is gone.
+//! wins. Each failure after a lock ran out locks it again for longer (exponential
+//! backoff, bounded); failures while it runs (requests that were in flight together)
+//! change nothing. Each success halves the failure count, and at zero the lock is gone.
 
 use crate::UnixMillis;
 use serde::{Deserialize, Serialize};
@@ -172,6 +173,11 @@ impl Lockouts {
             connection: target.connection.to_owned(),
             scope: explicit.unwrap_or_else(|| Scope::for_status(status, target.model)),
         };
+        if let Some(active) = self.locks.get(&key).filter(|l| l.until > now) {
+            // Requests that were in flight together fail together: while the lock runs
+            // their failures count as the one that set it (no jump to the cap).
+            return Some((key, *active));
+        }
         let failures = self.locks.get(&key).map_or(0, |l| l.failures) + 1;
         let lock = Lock {
             failures,
@@ -346,36 +352,51 @@ mod tests {
         let s = on();
         let mut l = Lockouts::default();
         let mut got = Vec::new();
+        let mut now = T0;
         for _ in 0..6 {
-            let (_, lock) = l.on_failure(&s, t("p", "c", "m"), 503, None, T0).unwrap();
-            got.push(lock.until - T0);
+            let (_, lock) = l.on_failure(&s, t("p", "c", "m"), 503, None, now).unwrap();
+            got.push(lock.until - now);
+            now = lock.until;
         }
         assert_eq!(
             got,
             [120_000, 240_000, 480_000, 960_000, 1_800_000, 1_800_000]
         );
-        assert!(l.locked("p", "c", "m", T0 + 1_799_999).is_some());
-        assert!(l.locked("p", "c", "m", T0 + 1_800_000).is_none());
+        assert!(l.locked("p", "c", "m", now - 1).is_some());
+        assert!(l.locked("p", "c", "m", now).is_none());
+        // Concurrent failures while locked do not escalate.
+        let mut l = Lockouts::default();
+        for _ in 0..6 {
+            l.on_failure(&s, t("p", "c", "m"), 503, None, T0);
+        }
+        assert_eq!(l.active(T0).next().map(|(_, x)| x.failures), Some(1));
         let flat = Settings {
             use_exponential_backoff: false,
             ..on()
         };
         let mut l = Lockouts::default();
         l.on_failure(&flat, t("p", "c", "m"), 503, None, T0);
+        let later = T0 + 120_000;
         let (_, lock) = l
-            .on_failure(&flat, t("p", "c", "m"), 503, None, T0)
+            .on_failure(&flat, t("p", "c", "m"), 503, None, later)
             .unwrap();
-        assert_eq!(lock.until - T0, 120_000);
+        assert_eq!((lock.until - later, lock.failures), (120_000, 2));
     }
 
     #[test]
     fn successes_halve_the_count_until_the_lock_is_gone() {
         let s = on();
         let mut l = Lockouts::default();
+        let mut now = T0;
         for _ in 0..5 {
-            l.on_failure(&s, t("p", "c", "m"), 503, None, T0);
+            now = l
+                .on_failure(&s, t("p", "c", "m"), 503, None, now)
+                .unwrap()
+                .1
+                .until;
         }
-        let count = |l: &Lockouts| l.active(T0).next().map(|(_, x)| x.failures);
+        now -= 1;
+        let count = |l: &Lockouts| l.active(now).next().map(|(_, x)| x.failures);
         l.on_success("p", "c", "m");
         assert_eq!(count(&l), Some(2));
         l.on_success("p", "c", "m");

@@ -100,6 +100,36 @@ pub(crate) async fn apply_change<T: Send + 'static>(
     Ok(out)
 }
 
+/// Rejects settings that would leave the model-lockout settings inconsistent (maximum
+/// below base): resolution would otherwise quietly fall back to the defaults.
+pub(crate) fn check_lockout(
+    rows: &ConfigRows,
+    base: &switchyard_core::settings::Layers,
+) -> Result<(), ApiError> {
+    use switchyard_core::settings::{resolve, Layers, SettingError};
+    let layers = Layers {
+        database: rows
+            .settings
+            .iter()
+            .map(|s| (s.key.clone(), s.value.clone()))
+            .collect(),
+        ..base.clone()
+    };
+    let Ok(r) = resolve(&layers) else {
+        return Ok(());
+    };
+    match r.ignored.iter().find_map(|e| match e {
+        SettingError::Invalid { key, got, .. } if key == "resilience.modelLockout" => Some(got),
+        _ => None,
+    }) {
+        Some(problem) => Err(ApiError::InvalidField {
+            field: "modelLockout".to_owned(),
+            message: format!("modelLockout: {problem}"),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Replaces the element of `list` whose key is `id`, or appends it.
 pub(crate) fn upsert_by<T>(list: &mut Vec<T>, item: T, key: impl Fn(&T) -> &str, id: &str) {
     match list.iter().position(|x| key(x) == id) {

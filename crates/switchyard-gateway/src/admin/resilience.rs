@@ -374,9 +374,20 @@ pub async fn patch_settings(
         ("modelLockout", &patch.model_lockout),
         ("providerCooldown", &patch.provider_cooldown),
     ] {
+        // Nested objects (`providerCooldown.oauth.{...}`, as GET shows them) are
+        // flattened to dotted fields.
+        let mut flat = Vec::new();
         for (field, value) in fields {
+            match value.as_object() {
+                Some(inner) => {
+                    flat.extend(inner.iter().map(|(k, v)| (format!("{field}.{k}"), v)));
+                }
+                None => flat.push((field.clone(), value)),
+            }
+        }
+        for (field, value) in flat {
             let name = format!("{section}.{field}");
-            let key = patch_key(section, field).ok_or_else(|| ApiError::InvalidField {
+            let key = patch_key(section, &field).ok_or_else(|| ApiError::InvalidField {
                 field: name.clone(),
                 message: format!("{name}: unknown resilience setting"),
             })?;
@@ -407,27 +418,7 @@ pub async fn patch_settings(
                 );
             }
             // The lockout settings must hold together (maximum >= base).
-            let layers = settings::Layers {
-                database: rows
-                    .settings
-                    .iter()
-                    .map(|s| (s.key.clone(), s.value.clone()))
-                    .collect(),
-                ..base
-            };
-            match settings::resolve(&layers) {
-                Ok(r)
-                    if r.ignored
-                        .iter()
-                        .any(|e| e.to_string().contains("resilience.modelLockout")) =>
-                {
-                    Err(ApiError::InvalidField {
-                        field: "modelLockout".to_owned(),
-                        message: "modelLockout: maxCooldownMs must be >= baseCooldownMs".to_owned(),
-                    })
-                }
-                _ => Ok(()),
-            }
+            crate::admin::check_lockout(rows, &base)
         },
         move |s| {
             s.batch(|b| {

@@ -76,9 +76,21 @@ pub async fn put(
     let value = settings::validate(&key, &body.value, Source::Database)
         .map_err(|e| ApiError::bad_request("invalid_setting", e.to_string()))?;
     let t = now(&state);
+    let (preview_key, preview_value, base) = (key.clone(), value.to_json(), state.layers.clone());
     apply_change(
         &state,
-        |_| Ok(()),
+        move |rows| {
+            super::upsert_by(
+                &mut rows.settings,
+                switchyard_store::SettingRecord {
+                    key: preview_key.clone(),
+                    value: preview_value,
+                },
+                |x| &x.key,
+                &preview_key,
+            );
+            super::check_lockout(rows, &base)
+        },
         move |s| s.put_setting(&key, &value.to_json(), t),
     )
     .await?;
@@ -91,6 +103,15 @@ pub async fn delete(
     State(state): State<Arc<AppState>>,
     Path(key): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    apply_change(&state, |_| Ok(()), move |s| s.delete_setting(&key)).await?;
+    let (gone, base) = (key.clone(), state.layers.clone());
+    apply_change(
+        &state,
+        move |rows| {
+            rows.settings.retain(|s| s.key != gone);
+            super::check_lockout(rows, &base)
+        },
+        move |s| s.delete_setting(&key),
+    )
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -143,29 +143,41 @@ async fn run(
     // back once (slow start), and is used there if nothing before it succeeded.
     let mut queue: std::collections::VecDeque<(&routing::Candidate, bool)> =
         plan.candidates.iter().map(|c| (c, true)).collect();
+    let mut held: Option<Response> = None;
     while let Some((candidate, may_defer)) = queue.pop_front() {
         let conn = &candidate.connection;
         let attempt = resilience::Attempt {
             conn,
             model: &candidate.upstream_model,
             may_defer: may_defer && !queue.is_empty(),
+            budget_ms: snap.settings.first_byte_timeout_ms,
         };
         let res_settings = &snap.settings.resilience;
-        if let Err(exclusion) = state
+        let admitted = match state
             .resilience
             .check(attempt, res_settings, state.clock.now_ms())
         {
-            if exclusion == resilience::Exclusion::Warming {
+            Ok(a) => a,
+            Err(resilience::Exclusion::Warming) => {
                 queue.push_back((candidate, false));
                 continue;
             }
-            cooling.push(CoolingExcluded {
-                target: format!("{}/{}", conn.provider, candidate.upstream_model),
-                connection: conn.id.clone(),
-                exclusion,
-            });
-            continue;
-        }
+            Err(exclusion) => {
+                cooling.push(CoolingExcluded {
+                    target: format!("{}/{}", conn.provider, candidate.upstream_model),
+                    connection: conn.id.clone(),
+                    exclusion,
+                });
+                continue;
+            }
+        };
+        // A probe slot that is not settled by an answer (skipped, client gone) is
+        // given back when this guard drops.
+        let mut probe = ProbeGuard {
+            resilience: &state.resilience,
+            provider: &conn.provider,
+            armed: admitted.probe,
+        };
         let pooled = snap.quota.pool_of(conn.index);
         let quota_headers =
             match quota::admit(state, &snap, key, candidate, estimate, finisher).await {
@@ -225,10 +237,12 @@ async fn run(
         };
         let mut failed = match outcome {
             Ok(mut response) => {
+                probe.armed = false;
                 state.resilience.record(
                     attempt,
                     &resilience::Outcome::Success,
                     res_settings,
+                    admitted.probe,
                     state.clock.now_ms(),
                 );
                 target.metrics.success.inc();
@@ -239,6 +253,7 @@ async fn run(
         };
         finisher.release_quota();
         finisher.release_slot();
+        probe.armed = false;
         state.resilience.record(
             attempt,
             &resilience::Outcome::Failure {
@@ -247,10 +262,17 @@ async fn run(
                 reset_at: failed.reset_at,
             },
             res_settings,
+            admitted.probe,
             state.clock.now_ms(),
         );
         count_attempt(state, &conn.provider, failed.failure.label());
         if let Some(response) = failed.passthrough.take() {
+            // A recovering target passed over for slow start is still worth a try
+            // before an account-level error goes back to the client.
+            if queue.iter().any(|(_, may_defer)| !may_defer) {
+                held = Some(response);
+                continue;
+            }
             return Ok(response);
         }
         tracing::warn!(
@@ -274,6 +296,9 @@ async fn run(
         };
         last = Some((failed, message));
     }
+    if let Some(response) = held {
+        return Ok(response);
+    }
     let Some((failed, message)) = last else {
         if let Some(block) = quota::most_hopeful(blocked) {
             return Err(ApiError::QuotaExceeded(block));
@@ -290,6 +315,21 @@ async fn run(
         message,
         retry_after: failed.retry_after,
     })
+}
+
+/// Gives a half-open probe slot back unless an answer settled it.
+struct ProbeGuard<'a> {
+    resilience: &'a resilience::Resilience,
+    provider: &'a str,
+    armed: bool,
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.resilience.release_probe(self.provider);
+        }
+    }
 }
 
 /// A candidate skipped by a resilience state machine.

@@ -108,7 +108,7 @@ async fn an_announced_reset_is_honoured_and_all_targets_cooling_answers_503() {
             (
                 Some("alpha/mock-small"),
                 Some("alpha-1"),
-                Some("cooling_down")
+                Some("unavailable")
             )
         );
         assert!((118..=120).contains(&x["seconds_left"].as_u64().unwrap()));
@@ -332,6 +332,23 @@ async fn model_lockout_is_off_until_patched_on_and_locks_only_the_failing_model(
         let e: Value = r.json().await.unwrap();
         assert_eq!(e["error"]["param"], field);
     }
+    // The shape GET shows is accepted back.
+    let mut back = view.clone();
+    back["providerCooldown"]["oauth"]["cooldownMs"] = json!(90_000);
+    let r = h
+        .admin_send(reqwest::Method::PATCH, "/api/resilience", back)
+        .await;
+    assert_eq!(r.status(), 200);
+    let got: Value = r.json().await.unwrap();
+    assert_eq!(got["providerCooldown"]["oauth"]["cooldownMs"], 90_000);
+    let r = h
+        .admin_send(
+            reqwest::Method::PUT,
+            "/api/settings/resilience.modelLockout.maxCooldownMs",
+            json!({"value": 5000}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
     let r = h
         .admin_send(
             reqwest::Method::PATCH,
@@ -359,7 +376,7 @@ async fn model_lockout_is_off_until_patched_on_and_locks_only_the_failing_model(
     let e: Value = r.json().await.unwrap();
     assert_eq!(
         e["error"]["diagnostics"]["excluded"][0]["reason"],
-        "model_locked"
+        "model_lockout"
     );
     // The rest of the account keeps serving.
     assert_eq!(
@@ -429,7 +446,7 @@ async fn the_opt_in_provider_cooldown_trips_after_its_threshold() {
     let e: Value = r.json().await.unwrap();
     assert_eq!(
         e["error"]["diagnostics"]["excluded"][0]["reason"],
-        "provider_cooling_down"
+        "provider_cooldown"
     );
     // The combo moves on to beta.
     assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
