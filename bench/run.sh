@@ -139,8 +139,13 @@ TARGETS="mock nginx gateway pool"
 port_of() { case $1 in mock) echo $MOCK_PORT ;; nginx) echo $NGINX_PORT ;; gateway) echo $GW_PORT ;; pool) echo $POOL_PORT ;; esac; }
 model_of() { case $1 in gateway|pool) echo bench/mock-small ;; *) echo mock-small ;; esac; }
 for t in $TARGETS; do load "$(port_of $t)" "$(model_of $t)" -z 2s -c $CONNS > /dev/null; done  # warm-up
+# Each round starts at the next target (mock nginx gateway pool, then nginx gateway pool
+# mock, ...), so no target is always measured right after the same neighbour: what a
+# previous run leaves behind (CPU frequency, caches, deferred writes) falls on all alike.
+read -r -a ORDER <<< "$TARGETS"
 for round in $(seq 1 "$ROUNDS"); do
-  for t in $TARGETS; do
+  for i in $(seq 0 $((${#ORDER[@]} - 1))); do
+    t=${ORDER[$(( (i + round - 1) % ${#ORDER[@]} ))]}
     port=$(port_of $t) model=$(model_of $t)
     read -r rps p50 p99 ok < <(load $port $model -z "$DURATION" -c $CONNS)
     RPS[$t]+="$rps " P50[$t]+="$p50 " P99[$t]+="$p99 " OK[$t]+="$ok "
@@ -151,7 +156,7 @@ for round in $(seq 1 "$ROUNDS"); do
     TTFB[$t]+="$ttfb "
   done
 done
-median() { python3 -c 'import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))' $1; }
+median() { python3 -c 'import statistics, sys; print(f"{statistics.median(map(float, sys.argv[1:])):.4f}".rstrip("0").rstrip("."))' $1; }
 minimum() { python3 -c 'import sys; print(min(map(float, sys.argv[1:])))' $1; }
 for t in $TARGETS; do
   RPS[$t]=$(median "${RPS[$t]}") P50[$t]=$(median "${P50[$t]}") P99[$t]=$(median "${P99[$t]}")
@@ -160,7 +165,7 @@ done
 
 echo
 echo "Switchyard load benchmark — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, oha $("$OHA" --version | awk '{print $2}'), nginx $(nginx -v 2>&1 | sed 's/.*\///')"
-echo "medians of $ROUNDS interleaved rounds; non-streaming: $CONNS connections for $DURATION; fixed rate: $RATE req/s on 4 connections for $DURATION; streaming TTFB: $TTFB_COUNT sequential requests (success: worst round)"
+echo "medians of $ROUNDS interleaved rounds (target order rotated each round); non-streaming: $CONNS connections for $DURATION; fixed rate: $RATE req/s on 4 connections for $DURATION; streaming TTFB: $TTFB_COUNT sequential requests (success: worst round)"
 printf '%-8s %10s %9s %9s %8s %14s %12s\n' target "req/s" "p50 ms" "p99 ms" "success" "p50@${RATE}/s ms" "TTFB p50 ms"
 for t in $TARGETS; do
   printf '%-8s %10s %9s %9s %8s %14s %12s\n' $t "${RPS[$t]}" "${P50[$t]}" "${P99[$t]}" "${OK[$t]}" "${RATEP50[$t]}" "${TTFB[$t]}"
