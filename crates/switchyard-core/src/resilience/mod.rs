@@ -5,6 +5,7 @@
 //! - [`admission`]: request-queue admission (R10)
 //! - [`breaker`]: the provider circuit breaker (R1)
 //! - [`cooldown`]: connection cooldown and terminal states (R3, R4)
+//! - [`gates`]: concurrency gates taken together, with fair queues (R7)
 //! - [`lockout`]: model lockout (R5)
 //! - [`provider_cooldown`]: the opt-in provider time-window gate (R2)
 //! - [`slow_start`]: a growing share of traffic after recovery
@@ -12,6 +13,7 @@
 pub mod admission;
 pub mod breaker;
 pub mod cooldown;
+pub mod gates;
 pub mod lockout;
 pub mod provider_cooldown;
 pub mod slow_start;
