@@ -1,7 +1,7 @@
 //! Write-behind persistence of runtime state: quota counters (SPEC Q4, Q9) and
 //! resilience state — breakers and connection health (SPEC R1, R3, R4).
 //!
-//! Every [`FLUSH_EVERY`] the writer collects what changed and writes it in one
+//! Every `FLUSH_EVERY` the writer collects what changed and writes it in one
 //! transaction each, off the request path. A crash loses at most that interval; a
 //! graceful stop flushes everything. Once an hour it deletes quota slots that have left
 //! their window and are older than the retention setting.

@@ -1,7 +1,7 @@
 //! The management API (SPEC G8) under `/api`, behind admin auth.
 //!
 //! Handlers are thin: extract, call, map. Every configuration change goes through
-//! [`apply_change`]: the change is applied to the current rows in memory, the resulting
+//! `apply_change`: the change is applied to the current rows in memory, the resulting
 //! configuration is validated by building a snapshot from it, and only then written and
 //! swapped into the live snapshot. An invalid change therefore answers 400 naming the
 //! problem and writes nothing.

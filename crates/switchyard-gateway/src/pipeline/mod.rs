@@ -7,12 +7,12 @@
 //! 2. auth — client key from the in-memory snapshot ([`auth`])
 //! 3. parse — body size limit, JSON shape ([`switchyard_core::chat`])
 //! 4. resolve + exclude + order — the routing plan ([`switchyard_core::routing`]), then
-//!    candidates where the key is over a soft quota share move back ([`quota`])
-//! 5. attempts — per candidate: quota reservation ([`quota`]; a pool that blocks skips
-//!    the candidate), send upstream ([`upstream`]), classify the outcome, fail over on
+//!    candidates where the key is over a soft quota share move back (`quota`)
+//! 5. attempts — per candidate: quota reservation (`quota`; a pool that blocks skips
+//!    the candidate), send upstream (`upstream`), classify the outcome, fail over on
 //!    retryable failures while nothing has reached the client
 //! 6. respond — a buffered JSON body, or a streaming body that owns the finisher
-//!    ([`stream`])
+//!    (`stream`)
 //! 7. finish — exactly once: quota settlement, request log row, metrics ([`finish`])
 
 pub mod auth;
