@@ -346,7 +346,7 @@ async fn settings_show_value_and_source_and_take_effect_at_once() {
         &[("SWITCHYARD_UPSTREAM_CONNECT_TIMEOUT_MS", "2000")],
     )
     .await;
-    let list: Value = h.admin_get("/api/settings").await.json().await.unwrap();
+    let list: Value = h.admin_json("/api/settings").await;
     let find = |list: &Value, key: &str| {
         list.as_array()
             .unwrap()
@@ -385,7 +385,7 @@ async fn settings_show_value_and_source_and_take_effect_at_once() {
         )
         .await;
     assert_eq!(r.status(), 204);
-    let list: Value = h.admin_get("/api/settings").await.json().await.unwrap();
+    let list: Value = h.admin_json("/api/settings").await;
     let s = find(&list, "upstream.first_byte_timeout_ms");
     assert_eq!(
         (s["value"].as_u64(), s["source"].as_str()),

@@ -97,7 +97,7 @@ async fn client_disconnect_cancels_the_upstream_request() {
     })
     .await;
     eventually("the request log records the disconnect", || async {
-        let logs: Value = h.admin_get("/api/logs").await.json().await.unwrap();
+        let logs: Value = h.admin_json("/api/logs").await;
         logs[0]["status"] == 499 && logs[0]["error_code"] == "client_closed_request"
     })
     .await;

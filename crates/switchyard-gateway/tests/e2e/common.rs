@@ -196,6 +196,39 @@ impl Harness {
             .unwrap()
     }
 
+    /// `GET` an admin path and parse its JSON body.
+    pub async fn admin_json(&self, path: &str) -> Value {
+        self.admin_get(path).await.json().await.unwrap()
+    }
+
+    /// Sends `n` identical chat requests at once as `key`; returns their statuses.
+    pub async fn concurrent_statuses(&self, n: usize, key: &'static str, model: &str) -> Vec<u16> {
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let (http, url, body) = (
+                    self.http.clone(),
+                    self.url("/v1/chat/completions"),
+                    chat_body(model, false),
+                );
+                tokio::spawn(async move {
+                    http.post(url)
+                        .bearer_auth(key)
+                        .json(&body)
+                        .send()
+                        .await
+                        .unwrap()
+                        .status()
+                        .as_u16()
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(n);
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    }
+
     pub async fn admin_send(
         &self,
         method: reqwest::Method,

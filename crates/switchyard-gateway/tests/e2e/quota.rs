@@ -132,11 +132,8 @@ async fn a_quota_429_says_when_to_come_back_and_admitted_answers_carry_the_remai
         retry
     );
     let decisions: Value = h
-        .admin_get("/api/quota/pools/team/decisions?apiKeyId=k1")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .admin_json("/api/quota/pools/team/decisions?apiKeyId=k1")
+        .await;
     let latest = &decisions[0];
     assert_eq!(
         (
@@ -217,11 +214,8 @@ async fn a_soft_key_is_deprioritized_never_blocked_by_its_share() {
     assert_eq!(stats["by_credential"][CRED_ALPHA], 5);
     // The penalty is explained in the decisions.
     let decisions: Value = h
-        .admin_get("/api/quota/pools/team/decisions?apiKeyId=k1")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .admin_json("/api/quota/pools/team/decisions?apiKeyId=k1")
+        .await;
     assert_eq!(
         (
             decisions[0]["admitted"].as_bool(),
@@ -270,12 +264,7 @@ async fn an_exhausted_weekly_dimension_blocks_while_the_5h_one_is_free() {
         body.unwrap()["error"]["quota"]["dimension"],
         "requests:weekly"
     );
-    let usage: Value = h
-        .admin_get("/api/quota/pools/team/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
     assert_eq!(usage["dimensions"][0]["key"], "requests:5h");
     assert_eq!(usage["dimensions"][0]["globalUsed"], 3.0);
     assert_eq!(usage["dimensions"][1]["globalUsed"], 3.0);
@@ -324,32 +313,10 @@ allocations = [{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]
 async fn two_hundred_concurrent_requests_against_fifty_of_headroom_admit_exactly_fifty() {
     let h = Harness::start_with(big_burst_pool, &[]).await;
     h.rule(json!({"latency_ms": 50})).await;
-    let tasks: Vec<_> = (0..200)
-        .map(|_| {
-            let http = h.http.clone();
-            let url = h.url("/v1/chat/completions");
-            tokio::spawn(async move {
-                http.post(url)
-                    .bearer_auth(KEY)
-                    .json(&chat_body("alpha/mock-small", false))
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16()
-            })
-        })
-        .collect();
-    let mut ok = 0;
-    let mut limited = 0;
-    for t in tasks {
-        match t.await.unwrap() {
-            200 => ok += 1,
-            429 => limited += 1,
-            other => panic!("unexpected status {other}"),
-        }
-    }
-    assert_eq!((ok, limited), (50, 150));
+    let statuses = h.concurrent_statuses(200, KEY, "alpha/mock-small").await;
+    let count = |code: u16| statuses.iter().filter(|s| **s == code).count();
+    assert_eq!(statuses.len(), count(200) + count(429), "{statuses:?}");
+    assert_eq!((count(200), count(429)), (50, 150));
     assert_eq!(h.mock_stats().await["requests_total"], 50);
 }
 
@@ -388,22 +355,12 @@ async fn tokens_are_settled_to_the_upstream_usage() {
         .unwrap();
     let streamed_total = usage_frame["usage"]["total_tokens"].as_f64().unwrap();
     eventually("both requests settled", || async {
-        let usage: Value = h
-            .admin_get("/api/quota/pools/team/usage")
-            .await
-            .json()
-            .await
-            .unwrap();
+        let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
         let k1 = &usage["dimensions"][0]["keys"][0];
         k1["consumed"].as_f64() == Some(total + streamed_total)
     })
     .await;
-    let usage: Value = h
-        .admin_get("/api/quota/pools/team/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
     let k1 = &usage["dimensions"][0]["keys"][0];
     assert_eq!(k1["apiKeyId"], "k1");
     assert_eq!(k1["fairShare"], 50000.0);
@@ -452,12 +409,7 @@ async fn a_provider_saying_the_account_is_used_up_blocks_until_its_reset() {
     assert!((119..=120).contains(&retry), "{retry}");
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["quota"]["reason"], "global_limit");
-    let usage: Value = h
-        .admin_get("/api/quota/pools/codex/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let usage: Value = h.admin_json("/api/quota/pools/codex/usage").await;
     assert_eq!(usage["dimensions"][0]["providerSignal"], 1.0);
     assert_eq!(usage["dimensions"][0]["mode"], "strict");
 }
@@ -536,7 +488,7 @@ async fn pool_api_validates_every_field_and_writes_nothing_on_error() {
         )
         .await;
     assert_eq!(r.status(), 400);
-    let list: Value = h.admin_get("/api/quota/pools").await.json().await.unwrap();
+    let list: Value = h.admin_json("/api/quota/pools").await;
     assert_eq!(list, json!([]));
     // A valid pool is created once; a second pool on the same connection is refused.
     let r = h
@@ -569,12 +521,7 @@ async fn pool_api_validates_every_field_and_writes_nothing_on_error() {
         .admin_send(Method::PUT, "/api/quota/pools/other", good.clone())
         .await;
     assert_eq!(r.status(), 400);
-    let got: Value = h
-        .admin_get("/api/quota/pools/team")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let got: Value = h.admin_json("/api/quota/pools/team").await;
     assert_eq!(got["name"], "Renamed");
     let r = h
         .admin_send(Method::DELETE, "/api/quota/pools/team", json!({}))
@@ -590,12 +537,7 @@ async fn deleting_a_key_removes_its_allocation_and_the_rest_split_the_pool() {
         .admin_send(Method::DELETE, "/api/keys/k3", json!({}))
         .await;
     assert_eq!(r.status(), 204);
-    let pool: Value = h
-        .admin_get("/api/quota/pools/team")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let pool: Value = h.admin_json("/api/quota/pools/team").await;
     let keys: Vec<&str> = pool["allocations"]
         .as_array()
         .unwrap()
@@ -611,12 +553,7 @@ async fn deleting_a_key_removes_its_allocation_and_the_rest_split_the_pool() {
 #[tokio::test]
 async fn plans_resolve_manual_then_catalog_then_empty_and_pools_inherit_them() {
     let h = Harness::start().await;
-    let plan: Value = h
-        .admin_get("/api/quota/plans/alpha-1")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let plan: Value = h.admin_json("/api/quota/plans/alpha-1").await;
     assert_eq!(
         plan,
         json!({"connectionId": "alpha-1", "source": "empty", "dimensions": []})
@@ -660,12 +597,7 @@ async fn plans_resolve_manual_then_catalog_then_empty_and_pools_inherit_them() {
         .admin_send(Method::DELETE, "/api/quota/plans/alpha-1", json!({}))
         .await;
     assert_eq!(r.status(), 204);
-    let plan: Value = h
-        .admin_get("/api/quota/plans/alpha-1")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let plan: Value = h.admin_json("/api/quota/plans/alpha-1").await;
     assert_eq!(plan["source"], "empty");
     assert_eq!(h.admin_get("/api/quota/plans/nope").await.status(), 404);
 }
@@ -673,12 +605,7 @@ async fn plans_resolve_manual_then_catalog_then_empty_and_pools_inherit_them() {
 #[tokio::test]
 async fn pools_import_once_into_an_empty_database() {
     let source = Harness::start_with(three_equal_keys, &[]).await;
-    let exported: Value = source
-        .admin_get("/api/quota/export")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let exported: Value = source.admin_json("/api/quota/export").await;
     assert_eq!(exported[0]["id"], "team");
     let target = Harness::start_with(|url| with_pool(url, ""), &[]).await;
     let r = target
@@ -694,12 +621,7 @@ async fn pools_import_once_into_an_empty_database() {
         .await;
     let again: Value = r.json().await.unwrap();
     assert_eq!(again["imported"], 0);
-    let pools: Value = target
-        .admin_get("/api/quota/export")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let pools: Value = target.admin_json("/api/quota/export").await;
     assert_eq!(pools, exported);
 }
 
@@ -744,12 +666,7 @@ async fn two_gateways_sharing_redis_see_one_another() {
     let (ok, body) = burst(&b, KEY, "alpha/mock-small", 3).await;
     assert_eq!(ok, 1);
     assert_eq!(body.unwrap()["error"]["quota"]["reason"], "global_limit");
-    let usage: Value = a
-        .admin_get("/api/quota/pools/team/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let usage: Value = a.admin_json("/api/quota/pools/team/usage").await;
     assert_eq!(usage["dimensions"][0]["globalUsed"], 4.0);
 }
 
@@ -757,31 +674,10 @@ async fn two_gateways_sharing_redis_see_one_another() {
 async fn on_redis_two_hundred_concurrent_requests_admit_exactly_fifty() {
     let h = start_on_redis(big_burst_pool, &unique_prefix()).await;
     h.rule(json!({"latency_ms": 50})).await;
-    let tasks: Vec<_> = (0..200)
-        .map(|_| {
-            let http = h.http.clone();
-            let url = h.url("/v1/chat/completions");
-            tokio::spawn(async move {
-                http.post(url)
-                    .bearer_auth(KEY)
-                    .json(&chat_body("alpha/mock-small", false))
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16()
-            })
-        })
-        .collect();
-    let mut counts = (0, 0);
-    for t in tasks {
-        match t.await.unwrap() {
-            200 => counts.0 += 1,
-            429 => counts.1 += 1,
-            other => panic!("unexpected status {other}"),
-        }
-    }
-    assert_eq!(counts, (50, 150));
+    let statuses = h.concurrent_statuses(200, KEY, "alpha/mock-small").await;
+    let count = |code: u16| statuses.iter().filter(|s| **s == code).count();
+    assert_eq!(statuses.len(), count(200) + count(429), "{statuses:?}");
+    assert_eq!((count(200), count(429)), (50, 150));
     assert_eq!(h.mock_stats().await["requests_total"], 50);
 }
 
@@ -792,12 +688,7 @@ async fn on_redis_tokens_settle_to_the_upstream_usage() {
     let body: Value = r.json().await.unwrap();
     let total = body["usage"]["total_tokens"].as_f64().unwrap();
     eventually("the settlement reached Redis", || async {
-        let usage: Value = h
-            .admin_get("/api/quota/pools/team/usage")
-            .await
-            .json()
-            .await
-            .unwrap();
+        let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
         usage["dimensions"][0]["keys"][0]["consumed"].as_f64() == Some(total)
     })
     .await;
@@ -840,12 +731,7 @@ async fn a_stream_running_past_its_estimate_grows_its_reservation_as_it_goes() {
     let r = h.chat(body).await;
     assert_eq!(r.status(), 200);
     let consumed = || async {
-        let usage: Value = h
-            .admin_get("/api/quota/pools/team/usage")
-            .await
-            .json()
-            .await
-            .unwrap();
+        let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
         usage["dimensions"][0]["keys"][0]["consumed"]
             .as_f64()
             .unwrap()
@@ -909,31 +795,16 @@ async fn usd_dimensions_are_metered_with_the_model_price() {
     );
     // $2 per prompt token and $1 per completion token.
     let expected = 2.0 * prompt + completion;
-    let usage: Value = h
-        .admin_get("/api/quota/pools/team/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
     assert_eq!(usage["dimensions"][0]["keys"][0]["consumed"], expected);
     // A model without a price costs nothing in usd.
-    let provider: Value = h
-        .admin_get("/api/providers/alpha")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let provider: Value = h.admin_json("/api/providers/alpha").await;
     assert_eq!(
         provider["prices"]["mock-small"],
         json!({"input_per_mtok": 2000000.0, "output_per_mtok": 1000000.0})
     );
     h.chat(chat_body("alpha/mock-large", false)).await;
-    let usage: Value = h
-        .admin_get("/api/quota/pools/team/usage")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
     assert_eq!(usage["dimensions"][0]["keys"][0]["consumed"], expected);
 }
 

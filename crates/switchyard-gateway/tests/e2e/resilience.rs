@@ -183,12 +183,7 @@ async fn operators_see_and_clear_cooldowns_and_a_new_credential_ends_a_terminal_
         .await;
     h.chat(chat_body("alpha/mock-small", false)).await;
     h.chat(chat_body("beta/mock-small", false)).await;
-    let list: Value = h
-        .admin_get("/api/resilience/cooldowns")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let list: Value = h.admin_json("/api/resilience/cooldowns").await;
     let find = |id: &str| {
         list.as_array()
             .unwrap()
@@ -276,12 +271,7 @@ async fn health_shows_breakers_and_the_reset_closes_them() {
     for _ in 0..2 {
         h.chat(chat_body("local/m", false)).await;
     }
-    let health: Value = h
-        .admin_get("/api/monitoring/health")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let health: Value = h.admin_json("/api/monitoring/health").await;
     assert_eq!(
         health["breakers"],
         json!([{"provider": "local", "state": "OPEN", "failures": 2}])
@@ -298,19 +288,14 @@ async fn health_shows_breakers_and_the_reset_closes_them() {
         json!({"breakersReset": 1, "connectionsReset": 0})
     );
     assert_eq!(h.chat(chat_body("local/m", false)).await.status(), 200);
-    let health: Value = h
-        .admin_get("/api/monitoring/health")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let health: Value = h.admin_json("/api/monitoring/health").await;
     assert_eq!(health["breakers"], json!([]));
 }
 
 #[tokio::test]
 async fn model_lockout_is_off_until_patched_on_and_locks_only_the_failing_model() {
     let h = Harness::start().await;
-    let view: Value = h.admin_get("/api/resilience").await.json().await.unwrap();
+    let view: Value = h.admin_json("/api/resilience").await;
     assert_eq!(view["modelLockout"]["enabled"], false);
     assert_eq!(view["modelLockout"]["baseCooldownMs"], 120_000);
     let bad = [
@@ -383,12 +368,7 @@ async fn model_lockout_is_off_until_patched_on_and_locks_only_the_failing_model(
         h.chat(chat_body("alpha/mock-small", false)).await.status(),
         200
     );
-    let locks: Value = h
-        .admin_get("/api/resilience/model-cooldowns")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let locks: Value = h.admin_json("/api/resilience/model-cooldowns").await;
     assert_eq!(
         (
             locks[0]["connection"].as_str(),
@@ -459,30 +439,13 @@ async fn concurrent_failures_of_one_connection_raise_its_backoff_once() {
         json!({"times": 12, "match": {"credential": CRED_ALPHA}, "status": 503, "latency_ms": 150}),
     )
     .await;
-    let tasks: Vec<_> = (0..12)
-        .map(|_| {
-            let (http, url) = (h.http.clone(), h.url("/v1/chat/completions"));
-            tokio::spawn(async move {
-                http.post(url)
-                    .bearer_auth(KEY)
-                    .json(&chat_body("alpha/mock-small", false))
-                    .send()
-                    .await
-                    .unwrap()
-                    .status()
-                    .as_u16()
-            })
-        })
-        .collect();
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), 502);
-    }
+    assert_eq!(
+        h.concurrent_statuses(12, KEY, "alpha/mock-small").await,
+        vec![502; 12]
+    );
     let list: Value = h
-        .admin_get("/api/resilience/cooldowns?provider=alpha")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .admin_json("/api/resilience/cooldowns?provider=alpha")
+        .await;
     assert_eq!(list[0]["backoffLevel"], 1);
     // One backoff step of the API-key profile: 3 s, not 12 stacked.
     assert!(list[0]["remainingMs"].as_u64().unwrap() <= 3_000);
@@ -552,12 +515,7 @@ async fn chaos_on_one_provider_opens_its_breaker_loses_no_request_and_a_probe_cl
     }
     // Every request was answered, by the healthy provider when the flaky one failed.
     assert_eq!(statuses, vec![200; 20]);
-    let health: Value = h
-        .admin_get("/api/monitoring/health")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let health: Value = h.admin_json("/api/monitoring/health").await;
     let flaky = health["breakers"]
         .as_array()
         .unwrap()
@@ -576,12 +534,7 @@ async fn chaos_on_one_provider_opens_its_breaker_loses_no_request_and_a_probe_cl
     clock.advance(std::time::Duration::from_secs(15));
     assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
     assert_eq!(by_credential(&h, "cred-flaky").await, tried + 1);
-    let health: Value = h
-        .admin_get("/api/monitoring/health")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let health: Value = h.admin_json("/api/monitoring/health").await;
     assert_eq!(health["breakers"][0]["state"], "OPEN");
     // Clear the remaining faults; the next probe succeeds and closes the breaker.
     h.http
@@ -592,12 +545,7 @@ async fn chaos_on_one_provider_opens_its_breaker_loses_no_request_and_a_probe_cl
     clock.advance(std::time::Duration::from_secs(15));
     assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
     assert_eq!(by_credential(&h, "cred-flaky").await, 1);
-    let health: Value = h
-        .admin_get("/api/monitoring/health")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let health: Value = h.admin_json("/api/monitoring/health").await;
     assert_eq!(health["breakers"][0]["state"], "CLOSED");
 }
 
@@ -640,11 +588,8 @@ async fn stall_once(h: &Harness) -> String {
         .unwrap()
         .contains("upstream_stream_idle_timeout"));
     let list: Value = h
-        .admin_get("/api/resilience/cooldowns?provider=alpha")
-        .await
-        .json()
-        .await
-        .unwrap();
+        .admin_json("/api/resilience/cooldowns?provider=alpha")
+        .await;
     list[0]["state"].as_str().unwrap().to_owned()
 }
 
