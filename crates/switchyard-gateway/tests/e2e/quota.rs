@@ -30,6 +30,24 @@ secret = "{KEY3}"
     )
 }
 
+/// The standard configuration with pool `team` on `alpha-1`, given its dimensions and
+/// allocations (TOML arrays).
+fn team_pool(mock_url: &str, dimensions: &str, allocations: &str) -> String {
+    with_pool(
+        mock_url,
+        &format!(
+            r#"
+[[quota_pools]]
+id = "team"
+name = "Team"
+connection_ids = ["alpha-1"]
+dimensions = {dimensions}
+allocations = {allocations}
+"#
+        ),
+    )
+}
+
 fn three_equal_keys(mock_url: &str) -> String {
     with_pool(
         mock_url,
@@ -153,19 +171,13 @@ async fn a_quota_429_says_when_to_come_back_and_admitted_answers_carry_the_remai
 }
 
 fn capped(mock_url: &str) -> String {
-    with_pool(
+    team_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "requests", window = "daily", limit = 100 }]
-allocations = [
+        r#"[{ unit = "requests", window = "daily", limit = 100 }]"#,
+        r#"[
   { api_key_id = "k1", allocation_weight = 50 },
   { api_key_id = "k2", allocation_weight = 50, cap_value = 2, cap_unit = "requests", policy = "burst" },
-]
-"#,
+]"#,
     )
 }
 
@@ -184,19 +196,13 @@ async fn an_absolute_cap_blocks_early_even_while_the_pool_is_lenient() {
 }
 
 fn soft(mock_url: &str) -> String {
-    with_pool(
+    team_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "requests", window = "hourly", limit = 10 }]
-allocations = [
+        r#"[{ unit = "requests", window = "hourly", limit = 10 }]"#,
+        r#"[
   { api_key_id = "k1", allocation_weight = 10, policy = "soft" },
   { api_key_id = "k2", allocation_weight = 90 },
-]
-"#,
+]"#,
     )
 }
 
@@ -239,19 +245,13 @@ async fn a_soft_key_is_deprioritized_never_blocked_by_its_share() {
 }
 
 fn weekly(mock_url: &str) -> String {
-    with_pool(
+    team_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [
+        r#"[
   { unit = "requests", window = "5h", limit = 100 },
   { unit = "requests", window = "weekly", limit = 3 },
-]
-allocations = [{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]
-"#,
+]"#,
+        r#"[{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]"#,
     )
 }
 
@@ -272,16 +272,10 @@ async fn an_exhausted_weekly_dimension_blocks_while_the_5h_one_is_free() {
 }
 
 fn small_burst_pool(mock_url: &str) -> String {
-    with_pool(
+    team_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "requests", window = "daily", limit = 4 }]
-allocations = [{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]
-"#,
+        r#"[{ unit = "requests", window = "daily", limit = 4 }]"#,
+        r#"[{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]"#,
     )
 }
 
@@ -296,16 +290,10 @@ async fn counters_survive_a_restart() {
 }
 
 fn big_burst_pool(mock_url: &str) -> String {
-    with_pool(
+    team_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "requests", window = "daily", limit = 50 }]
-allocations = [{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]
-"#,
+        r#"[{ unit = "requests", window = "daily", limit = 50 }]"#,
+        r#"[{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]"#,
     )
 }
 
@@ -321,16 +309,10 @@ async fn two_hundred_concurrent_requests_against_fifty_of_headroom_admit_exactly
 }
 
 fn token_pool(mock_url: &str) -> String {
-    with_pool(
+    team_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "tokens", window = "daily", limit = 100000 }]
-allocations = [{ api_key_id = "k1", allocation_weight = 50 }]
-"#,
+        r#"[{ unit = "tokens", window = "daily", limit = 100000 }]"#,
+        r#"[{ api_key_id = "k1", allocation_weight = 50 }]"#,
     )
 }
 
