@@ -7,8 +7,9 @@
 //! client gone) leaves the queue; if its slot was handed over at that very moment, the
 //! slot is passed on rather than leaked.
 
+use crate::sync::lock;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_core::quota::drr::Drr;
 use tokio::sync::oneshot;
@@ -63,19 +64,15 @@ impl FairGate {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Requests running plus requests waiting.
     pub fn load(&self) -> usize {
-        let st = self.lock();
+        let st = lock(&self.state);
         st.in_use + st.drr.len()
     }
 
     /// Changes the capacity (configuration change), waking waiters if it grew.
     pub fn set_capacity(self: &Arc<Self>, capacity: usize) {
-        let mut st = self.lock();
+        let mut st = lock(&self.state);
         st.capacity = capacity;
         while st.in_use < st.capacity && Self::hand_over(&mut st) {
             st.in_use += 1;
@@ -95,7 +92,7 @@ impl FairGate {
     }
 
     fn release(&self) {
-        let mut st = self.lock();
+        let mut st = lock(&self.state);
         st.in_use = st.in_use.saturating_sub(1);
         while st.in_use < st.capacity && Self::hand_over(&mut st) {
             st.in_use += 1;
@@ -112,7 +109,7 @@ impl FairGate {
         max_queue: usize,
     ) -> Acquire {
         let (id, rx) = {
-            let mut st = self.lock();
+            let mut st = lock(&self.state);
             if st.in_use < st.capacity && st.drr.is_empty() {
                 st.in_use += 1;
                 return Acquire::Granted(GatePermit {
@@ -166,7 +163,7 @@ struct Waiting {
 impl Waiting {
     /// Leaves the queue; false when the slot had already been handed over.
     fn leave(&self) -> bool {
-        let mut st = self.gate.lock();
+        let mut st = lock(&self.gate.state);
         st.waiters.remove(&self.id);
         st.drr.remove(&self.key, self.id)
     }

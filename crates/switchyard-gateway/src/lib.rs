@@ -19,5 +19,6 @@ pub mod resilience;
 pub mod server;
 pub mod snapshot;
 pub mod state;
+pub mod sync;
 
 pub use server::{app, run};

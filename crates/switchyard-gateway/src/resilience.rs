@@ -5,10 +5,11 @@
 //! restart. The decisions are `switchyard_core::resilience`.
 
 use crate::metrics::{BreakerLabels, CooldownLabels, Metrics};
+use crate::sync::lock;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 use switchyard_core::catalog::Connection;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::outcome::AttemptFailure;
@@ -18,10 +19,7 @@ use switchyard_core::resilience::lockout::{Lock, LockKey, Lockouts, Target};
 use switchyard_core::resilience::{provider_cooldown, slow_start};
 use switchyard_core::settings::ResilienceSettings;
 use switchyard_core::UnixMillis;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use switchyard_store::resilience::{StateChange, StateRows};
 
 /// Why a candidate is not attempted right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,11 +134,8 @@ struct Dirty {
     health: HashSet<String>,
 }
 
-/// Persisted rows: `(id, JSON state)`.
-pub type StateRows = Vec<(String, String)>;
-
-/// Changed entries: `(id, JSON state, or None when the entry is gone)`.
-pub type Changes = Vec<(String, Option<String>)>;
+/// Changed entries since the last write.
+pub type Changes = Vec<StateChange>;
 
 impl Resilience {
     /// State that counts its changes in `metrics`.

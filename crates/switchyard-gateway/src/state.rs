@@ -137,10 +137,7 @@ impl AppState {
         let keys: std::collections::HashSet<&str> =
             live.catalog.keys().map(|k| k.id.as_str()).collect();
         self.quota.prune(&live.quota, |k| keys.contains(k));
-        self.gates
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .retain(|id, _| live.catalog.connection(id).is_some());
+        crate::sync::lock(&self.gates).retain(|id, _| live.catalog.connection(id).is_some());
         self.resilience.prune(
             |p| live.catalog.provider(p).is_some(),
             |c| live.catalog.connection(c).is_some(),
@@ -151,10 +148,7 @@ impl AppState {
     /// The slot gate of `conn`, sized to its `max_concurrent`; `None` when it has none.
     pub fn gate_for(&self, conn: &Connection) -> Option<Arc<FairGate>> {
         let capacity = usize::try_from(conn.max_concurrent?).unwrap_or(usize::MAX);
-        let mut gates = self
-            .gates
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut gates = crate::sync::lock(&self.gates);
         let gate = gates
             .entry(conn.id.clone())
             .or_insert_with(|| FairGate::new(capacity));

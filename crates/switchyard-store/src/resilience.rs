@@ -8,8 +8,8 @@ use rusqlite::params;
 /// `(id, JSON state)` rows.
 pub type StateRows = Vec<(String, String)>;
 
-/// `(id, JSON state, or None to delete)` changes.
-pub type StateChanges = [(String, Option<String>)];
+/// One change: `(id, JSON state, or None to delete)`.
+pub type StateChange = (String, Option<String>);
 
 impl Store {
     /// Every stored breaker and connection health: `(breakers, health)`.
@@ -31,8 +31,8 @@ impl Store {
     /// Writes changed breakers and connection health in one transaction.
     pub fn save_resilience(
         &self,
-        breakers: &StateChanges,
-        health: &StateChanges,
+        breakers: &[StateChange],
+        health: &[StateChange],
         now: u64,
     ) -> Result<()> {
         let mut conn = self.lock();

@@ -12,9 +12,10 @@
 
 use super::index::{KeyShare, PoolRuntime, QuotaIndex};
 use super::signals::PoolSignals;
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use switchyard_core::quota::decide::{
     decide, fair_share, BlockReason, Decision, DimensionInput, Policy,
 };
@@ -29,10 +30,6 @@ use tokio::sync::mpsc;
 /// settlements; when it is full a settlement is dropped (its reservation stays booked at
 /// the estimate, which errs on the safe side) and logged.
 const SETTLE_QUEUE: usize = 10_000;
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// One reservation attempt, as a store sees it.
 #[derive(Debug, Clone, Copy)]

@@ -3,7 +3,7 @@
 //! (SPEC Q4, Q6). When the store fails during a request, the request is admitted
 //! without a reservation and a warning is logged (fail-open).
 
-use super::counters::{lock, CounterStore, Ledgers, Outcome, RedisStore, ReserveRequest};
+use super::counters::{CounterStore, Ledgers, Outcome, RedisStore, ReserveRequest};
 use super::guard::QuotaGuard;
 use super::index::{PoolRuntime, QuotaIndex};
 use super::signals::SignalBoard;
@@ -12,6 +12,7 @@ use super::views::{
     QuotaBlock,
 };
 use crate::clock::Clock;
+use crate::sync::lock;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use switchyard_core::quota::burn::BurnRate;

@@ -2,9 +2,10 @@
 //! rate-limit headers said lately, each reading valid for [`SIGNAL_TTL_MS`].
 
 use super::index::PoolRuntime;
+use crate::sync::lock;
 use axum::http::HeaderMap;
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 use switchyard_core::quota::decide::Unit;
 use switchyard_core::quota::signals::{self, Signal};
 use switchyard_core::UnixMillis;
@@ -29,10 +30,6 @@ pub struct SignalBoard {
 }
 
 impl SignalBoard {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<(Signal, UnixMillis)>>> {
-        self.board.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Records the saturation headers of a response from `connection_id`.
     pub fn record(&self, connection_id: &str, headers: &HeaderMap, now: UnixMillis) {
         let pairs: Vec<(&str, &str)> = headers
@@ -52,12 +49,9 @@ impl SignalBoard {
         if readings.is_empty() {
             return;
         }
-        let mut board = self.lock();
+        let mut board = lock(&self.board);
         board.retain(|_, v| v.iter().any(|(_, exp)| *exp > now));
-        self.charged
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|(c, _), _| board.contains_key(c) || c == connection_id);
+        lock(&self.charged).retain(|(c, _), _| board.contains_key(c) || c == connection_id);
         let entry = board.entry(connection_id.to_owned()).or_default();
         entry.retain(|(s, exp)| {
             *exp > now
@@ -97,7 +91,7 @@ impl SignalBoard {
     /// Per dimension: the pool's used fraction from provider readings (the mean over
     /// its connections that reported one), and the latest reset they announced.
     pub fn for_pool(&self, pool: &PoolRuntime, now: UnixMillis) -> PoolSignals {
-        let board = self.lock();
+        let board = lock(&self.board);
         (0..pool.dims.len())
             .map(|dim| {
                 let readings: Vec<Signal> = pool
@@ -123,7 +117,7 @@ impl SignalBoard {
         connection_id: &str,
         now: UnixMillis,
     ) -> Option<f64> {
-        let board = self.lock();
+        let board = lock(&self.board);
         (0..pool.dims.len())
             .filter_map(|dim| Self::reading(&board, connection_id, pool, dim, now))
             .map(|s| s.used)
@@ -142,7 +136,7 @@ impl SignalBoard {
         now: UnixMillis,
     ) -> Vec<Option<f64>> {
         let readings = self.percent_readings(pool, connection_id, now);
-        let mut charged = self.charged.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut charged = lock(&self.charged);
         readings
             .iter()
             .enumerate()
@@ -167,7 +161,7 @@ impl SignalBoard {
         connection_id: &str,
         now: UnixMillis,
     ) -> Vec<Option<f64>> {
-        let board = self.lock();
+        let board = lock(&self.board);
         (0..pool.dims.len())
             .map(|dim| {
                 (pool.dims[dim].unit == Unit::Percent)
