@@ -10,6 +10,7 @@ use crate::quota::QuotaEngine;
 use crate::state::AppState;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_store::Store;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -67,36 +68,55 @@ async fn write_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
     flush_resilience(&state).await;
 }
 
-/// Writes changed breakers and connection health now.
+/// Writes changed breakers and connection health now; on failure they are written again
+/// at the next flush.
 async fn flush_resilience(state: &Arc<AppState>) {
     let (breakers, health) = state.resilience.take_dirty();
     if breakers.is_empty() && health.is_empty() {
         return;
     }
     let now = state.clock.now_ms();
-    let store = Arc::clone(&state.store);
-    match tokio::task::spawn_blocking(move || store.save_resilience(&breakers, &health, now)).await
-    {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "Failed to persist resilience state."),
-        Err(e) => tracing::error!(error = %e, "Resilience persistence task failed."),
+    let rows = (breakers, health);
+    let failed = write_off_path(state, rows, move |s, (b, h)| s.save_resilience(b, h, now)).await;
+    if let Some((breakers, health)) = failed {
+        state.resilience.requeue(&breakers, &health);
     }
 }
 
-/// Writes the changed quota slots now.
+/// Writes the changed quota slots now; on failure they are written again at the next
+/// flush.
 pub async fn flush_once(state: &Arc<AppState>) {
     let rows = state.quota.take_dirty(&state.snapshot().quota);
     if rows.is_empty() {
         return;
     }
-    let count = rows.len();
+    if let Some(rows) = write_off_path(state, rows, |s, r| s.save_consumption(r)).await {
+        state.quota.requeue(&rows);
+    }
+}
+
+/// Runs `write` with `rows` on the blocking pool; gives the rows back when it failed.
+async fn write_off_path<R: Send + 'static>(
+    state: &Arc<AppState>,
+    rows: R,
+    write: impl FnOnce(&Store, &R) -> switchyard_store::Result<()> + Send + 'static,
+) -> Option<R> {
     let store = Arc::clone(&state.store);
-    match tokio::task::spawn_blocking(move || store.save_consumption(&rows)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, rows = count, "Failed to persist quota counters.")
+    match tokio::task::spawn_blocking(move || {
+        let result = write(&store, &rows);
+        (result, rows)
+    })
+    .await
+    {
+        Ok((Ok(()), _)) => None,
+        Ok((Err(e), rows)) => {
+            tracing::error!(error = %e, "Failed to persist runtime state; will retry.");
+            Some(rows)
         }
-        Err(e) => tracing::error!(error = %e, "Quota persistence task failed."),
+        Err(e) => {
+            tracing::error!(error = %e, "Persistence task failed.");
+            None
+        }
     }
 }
 
