@@ -1,6 +1,8 @@
 //! Quota tables (SPEC Q1, Q4, Q9): pools, allocations, plans and consumption slots.
 
-use crate::sqlite::{check_mode, delete_row, from_json, i64_of, to_json, Batch, SaveMode};
+use crate::sqlite::{
+    check_mode, delete_row, from_json, i64_of, query_text_pairs, to_json, Batch, SaveMode,
+};
 use crate::{Result, Store, StoreError};
 use rusqlite::{params, Connection};
 use serde::{Deserialize, Serialize};
@@ -239,20 +241,18 @@ pub(crate) fn query_pools(conn: &Connection, id: Option<&str>) -> Result<Vec<Poo
 }
 
 pub(crate) fn query_plans(conn: &Connection) -> Result<Vec<PlanRecord>> {
-    let mut stmt = conn.prepare_cached(
+    query_text_pairs(
+        conn,
         "SELECT connection_id, dimensions FROM provider_plans ORDER BY connection_id",
-    )?;
-    let raw = stmt
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    raw.into_iter()
-        .map(|(connection_id, dims)| {
-            Ok(PlanRecord {
-                connection_id,
-                dimensions: from_json(&dims)?,
-            })
+    )?
+    .into_iter()
+    .map(|(connection_id, dims)| {
+        Ok(PlanRecord {
+            connection_id,
+            dimensions: from_json(&dims)?,
         })
-        .collect()
+    })
+    .collect()
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Resilience state tables (SPEC R1, R3, R4): provider breakers and connection health
 //! as JSON documents, so open breakers and banned accounts survive restarts.
 
-use crate::sqlite::i64_of;
+use crate::sqlite::{i64_of, query_text_pairs};
 use crate::{Result, Store};
 use rusqlite::params;
 
@@ -15,16 +15,12 @@ impl Store {
     /// Every stored breaker and connection health: `(breakers, health)`.
     pub fn load_resilience(&self) -> Result<(StateRows, StateRows)> {
         let conn = self.lock();
-        let read = |sql: &str| -> Result<StateRows> {
-            let mut stmt = conn.prepare_cached(sql)?;
-            let rows = stmt
-                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(rows)
-        };
         Ok((
-            read("SELECT provider_id, state FROM domain_circuit_breakers")?,
-            read("SELECT connection_id, state FROM connection_health")?,
+            query_text_pairs(
+                &conn,
+                "SELECT provider_id, state FROM domain_circuit_breakers",
+            )?,
+            query_text_pairs(&conn, "SELECT connection_id, state FROM connection_health")?,
         ))
     }
 

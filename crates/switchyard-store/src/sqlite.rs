@@ -39,6 +39,15 @@ pub(crate) fn from_json<T: DeserializeOwned>(s: &str) -> Result<T> {
     Ok(serde_json::from_str(s)?)
 }
 
+/// Every `(text, text)` row of a two-column query.
+pub(crate) fn query_text_pairs(conn: &Connection, sql: &str) -> Result<Vec<(String, String)>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 fn opt_from_json<T: DeserializeOwned>(s: Option<String>) -> Result<Option<T>> {
     s.map(|s| from_json(&s)).transpose()
 }
@@ -820,11 +829,8 @@ fn query_keys(conn: &Connection, id: Option<&str>) -> Result<Vec<KeyRecord>> {
 }
 
 fn query_settings(conn: &Connection) -> Result<Vec<SettingRecord>> {
-    let mut stmt = conn.prepare_cached("SELECT key, value FROM settings ORDER BY key")?;
-    let raw = stmt
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    raw.into_iter()
+    query_text_pairs(conn, "SELECT key, value FROM settings ORDER BY key")?
+        .into_iter()
         .map(|(key, value)| {
             Ok(SettingRecord {
                 key,
