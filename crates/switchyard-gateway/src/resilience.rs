@@ -360,7 +360,8 @@ impl Resilience {
                         self.count_cooldown(&conn.id, "model_locked");
                     }
                 }
-                if settings.provider_cooldown_enabled && breaker::counts(*failure) {
+                let provider_level = breaker::counts(*failure);
+                if provider_level && settings.provider_cooldown_enabled {
                     let p = gate_profile(settings, conn.auth_class);
                     let tripped = lock(&self.gates)
                         .entry(conn.provider.clone())
@@ -370,7 +371,15 @@ impl Resilience {
                         tracing::warn!(provider = %conn.provider, scope = "provider", cooldown_ms = until.saturating_sub(now), "Provider cooldown tripped.");
                     }
                 }
-                if !breaker::counts(*failure) && probe {
+                if provider_level {
+                    let mut breakers = lock(&self.breakers);
+                    let b = breakers.entry(conn.provider.clone()).or_default();
+                    if let Some(state) = b.on_failure(&profile, *failure, now, probe) {
+                        tracing::warn!(provider = %conn.provider, scope = "provider", state = state.as_str(), failures = b.failures(), reason = failure.label(), "Circuit breaker changed state.");
+                        self.count_transition(&conn.provider, state);
+                    }
+                    lock(&self.dirty).breakers.insert(conn.provider.clone());
+                } else if probe {
                     // The provider answered the probe (with an account-level error):
                     // it is up.
                     if let Some(b) = lock(&self.breakers).get_mut(&conn.provider) {
@@ -380,15 +389,6 @@ impl Resilience {
                             self.count_transition(&conn.provider, breaker::State::Closed);
                         }
                     }
-                }
-                if breaker::counts(*failure) {
-                    let mut breakers = lock(&self.breakers);
-                    let b = breakers.entry(conn.provider.clone()).or_default();
-                    if let Some(state) = b.on_failure(&profile, *failure, now, probe) {
-                        tracing::warn!(provider = %conn.provider, scope = "provider", state = state.as_str(), failures = b.failures(), reason = failure.label(), "Circuit breaker changed state.");
-                        self.count_transition(&conn.provider, state);
-                    }
-                    lock(&self.dirty).breakers.insert(conn.provider.clone());
                 }
                 let Some(error_type) = cooldown::classify(*failure, body) else {
                     return;
