@@ -78,10 +78,6 @@ impl Gate {
     pub fn on_success(&mut self) {
         self.failures.clear();
     }
-
-    pub fn reset(&mut self) {
-        *self = Self::default();
-    }
 }
 
 #[cfg(test)]
