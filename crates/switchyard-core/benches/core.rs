@@ -34,6 +34,7 @@ fn catalog() -> Catalog {
             format: UpstreamFormat::Openai,
             base_url: "http://127.0.0.1:1".into(),
             models: vec!["mock-small".into()],
+            max_concurrent: None,
         })
         .collect();
     let connections = ["alpha", "beta"]
@@ -47,6 +48,7 @@ fn catalog() -> Catalog {
                 base_url: None,
                 enabled: true,
                 max_concurrent: None,
+                rate_limit_overrides: None,
                 disable_cooling: false,
             })
         })

@@ -8,7 +8,9 @@
 
 use crate::apikey::KeyHash;
 use crate::domain::{is_valid_id, AuthClass, ModelRef, Strategy, UpstreamFormat};
-use std::collections::HashMap;
+use crate::resilience::admission;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// A provider: a family of interchangeable upstream accounts (`openai`, `glm`, `codex`).
@@ -19,6 +21,8 @@ pub struct Provider {
     pub base_url: String,
     /// Models the provider offers. Empty = any model name is passed through.
     pub models: Vec<String>,
+    /// Requests in flight across all its connections (SPEC R7's provider gate).
+    pub max_concurrent: Option<u32>,
 }
 
 /// One upstream account of a provider. The credential is not part of the catalog: the
@@ -31,7 +35,13 @@ pub struct Connection {
     pub format: UpstreamFormat,
     pub base_url: String,
     pub enabled: bool,
+    /// Requests in flight on the account (SPEC R7's account gate): the stricter of the
+    /// connection's `max_concurrent` and its `rateLimitOverrides.maxConcurrent`.
     pub max_concurrent: Option<u32>,
+    /// Per upstream model caps (`rateLimitOverrides.modelConcurrency`), exact ids.
+    pub model_concurrency: BTreeMap<String, u32>,
+    /// The connection's request-queue overrides (SPEC R10).
+    pub queue: admission::Overrides,
     /// Failures never cool this connection down (SPEC R3's per-connection opt-out).
     pub disable_cooling: bool,
     /// Position in `Catalog::connections`; lets the shell keep per-connection runtime
@@ -138,6 +148,10 @@ pub enum CatalogError {
         id: String,
         url: String,
     },
+    #[error("{kind} `{id}` max_concurrent must be at least 1 (omit it for no limit)")]
+    ZeroCap { kind: &'static str, id: String },
+    #[error("connection `{connection}` rate_limit_overrides: {message}")]
+    InvalidRateLimitOverrides { connection: String, message: String },
 }
 
 /// The validated, immutable configuration snapshot.
@@ -164,7 +178,73 @@ pub struct ConnectionDef {
     pub base_url: Option<String>,
     pub enabled: bool,
     pub max_concurrent: Option<u32>,
+    /// `rateLimitOverrides`: see [`RateLimitOverrides::parse`].
+    pub rate_limit_overrides: Option<Value>,
     pub disable_cooling: bool,
+}
+
+/// A connection's `rateLimitOverrides`, validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RateLimitOverrides {
+    pub max_concurrent: Option<u32>,
+    pub model_concurrency: BTreeMap<String, u32>,
+    pub queue: admission::Overrides,
+}
+
+const OVERRIDE_FIELDS: &str =
+    "maxConcurrent, modelConcurrency, maxWaitMs, executionMaxWaitMs, maxQueueDepth";
+
+fn positive_cap(v: &Value, field: &str) -> Result<u32, String> {
+    v.as_u64()
+        .filter(|n| *n >= 1)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| format!("{field}: must be a whole number of at least 1"))
+}
+
+impl RateLimitOverrides {
+    /// Reads `{"maxConcurrent": 4, "modelConcurrency": {"glm-5": 1}, "maxWaitMs": …,
+    /// "executionMaxWaitMs": …, "maxQueueDepth": …}`. Every field is optional; unknown
+    /// fields are refused so a misspelt limit is not silently ignored. Time limits and
+    /// the queue depth are clamped later ([`admission::Limits::with`]).
+    pub fn parse(v: &Value) -> Result<Self, String> {
+        let Some(obj) = v.as_object() else {
+            return Err("must be a JSON object".to_owned());
+        };
+        let mut out = Self::default();
+        for (name, value) in obj {
+            let number = || {
+                value.as_u64().ok_or_else(|| {
+                    format!("{name}: must be a whole number of milliseconds or requests")
+                })
+            };
+            match name.as_str() {
+                "maxConcurrent" => out.max_concurrent = Some(positive_cap(value, name)?),
+                "modelConcurrency" => {
+                    let Some(models) = value.as_object() else {
+                        return Err(
+                            "modelConcurrency: must be an object of model id to cap".to_owned()
+                        );
+                    };
+                    for (model, cap) in models {
+                        if model.is_empty() {
+                            return Err("modelConcurrency: model ids must not be empty".to_owned());
+                        }
+                        let cap = positive_cap(cap, &format!("modelConcurrency.{model}"))?;
+                        out.model_concurrency.insert(model.clone(), cap);
+                    }
+                }
+                "maxWaitMs" => out.queue.max_wait_ms = Some(number()?),
+                "executionMaxWaitMs" => out.queue.execution_max_wait_ms = Some(number()?),
+                "maxQueueDepth" => out.queue.max_queue_depth = Some(number()?),
+                other => {
+                    return Err(format!(
+                        "unknown field `{other}`; the known ones are {OVERRIDE_FIELDS}"
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 fn check_url(kind: &'static str, id: &str, url: &str) -> Result<(), CatalogError> {
@@ -202,6 +282,12 @@ impl Catalog {
         for p in providers {
             check_id("provider", &p.id)?;
             check_url("provider", &p.id, &p.base_url)?;
+            if p.max_concurrent == Some(0) {
+                return Err(CatalogError::ZeroCap {
+                    kind: "provider",
+                    id: p.id,
+                });
+            }
             if cat.providers.contains_key(&p.id) {
                 return Err(CatalogError::Duplicate {
                     kind: "provider",
@@ -231,6 +317,25 @@ impl Catalog {
             }
             let base_url = def.base_url.unwrap_or_else(|| provider.base_url.clone());
             check_url("connection", &def.id, &base_url)?;
+            if def.max_concurrent == Some(0) {
+                return Err(CatalogError::ZeroCap {
+                    kind: "connection",
+                    id: def.id,
+                });
+            }
+            let overrides = match &def.rate_limit_overrides {
+                None | Some(Value::Null) => RateLimitOverrides::default(),
+                Some(v) => RateLimitOverrides::parse(v).map_err(|message| {
+                    CatalogError::InvalidRateLimitOverrides {
+                        connection: def.id.clone(),
+                        message,
+                    }
+                })?,
+            };
+            let max_concurrent = match (def.max_concurrent, overrides.max_concurrent) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let index = cat.connections.len();
             cat.by_provider
                 .entry(def.provider.clone())
@@ -243,7 +348,9 @@ impl Catalog {
                 auth_class: def.auth_class,
                 base_url,
                 enabled: def.enabled,
-                max_concurrent: def.max_concurrent,
+                max_concurrent,
+                model_concurrency: overrides.model_concurrency,
+                queue: overrides.queue,
                 disable_cooling: def.disable_cooling,
                 index,
             }));

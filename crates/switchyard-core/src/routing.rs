@@ -184,6 +184,7 @@ mod tests {
             base_url: None,
             enabled,
             max_concurrent: None,
+            rate_limit_overrides: None,
             disable_cooling: false,
         }
     }
@@ -194,6 +195,7 @@ mod tests {
             format: UpstreamFormat::Openai,
             base_url: format!("http://{id}.test"),
             models: models.iter().map(|m| (*m).to_owned()).collect(),
+            max_concurrent: None,
         }
     }
 

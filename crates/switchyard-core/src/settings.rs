@@ -24,6 +24,9 @@ pub enum Source {
 pub enum Kind {
     /// An integer in `min..=max`.
     Int { default: u64, min: u64, max: u64 },
+    /// An integer brought into `min..=max`: values outside are clamped, not refused
+    /// (SPEC R10's queue limits).
+    Clamped { default: u64, min: u64, max: u64 },
     /// A number in `0..=1`.
     Fraction { default: f64 },
     /// `true` or `false`.
@@ -76,7 +79,7 @@ pub struct SettingDef {
 impl SettingDef {
     pub fn default_value(&self) -> SettingValue {
         match self.kind {
-            Kind::Int { default, .. } => SettingValue::Int(default),
+            Kind::Int { default, .. } | Kind::Clamped { default, .. } => SettingValue::Int(default),
             Kind::Fraction { default } => SettingValue::Float(default),
             Kind::Bool { default } => SettingValue::Bool(default),
             Kind::Choice { default, .. } | Kind::Name { default } | Kind::Statuses { default } => {
@@ -90,6 +93,9 @@ impl SettingDef {
     pub fn constraint(&self) -> String {
         match self.kind {
             Kind::Int { min, max, .. } => format!("an integer between {min} and {max}"),
+            Kind::Clamped { min, max, .. } => {
+                format!("a whole number (brought into {min}..={max})")
+            }
             Kind::Fraction { .. } => "a number between 0 and 1".to_owned(),
             Kind::Bool { .. } => "true or false".to_owned(),
             Kind::Choice { options, .. } => format!("one of {}", options.join(", ")),
@@ -151,6 +157,29 @@ const DAY_MS: u64 = 86_400_000;
 
 /// All settings. Keep sorted by key.
 pub const DEFS: &[SettingDef] = &[
+    SettingDef {
+        key: "concurrency.globalMax",
+        env: "SWITCHYARD_MAX_CONCURRENT",
+        // SPEC R7's global gate; off unless the operator sizes the whole gateway.
+        kind: Kind::Int {
+            default: 0,
+            min: 0,
+            max: 1_000_000,
+        },
+        doc: "Requests in flight upstream across the whole gateway; 0 = no limit.",
+    },
+    SettingDef {
+        key: "concurrency.maxWaiters",
+        env: "SWITCHYARD_GATE_MAX_WAITERS",
+        // A memory bound, not a policy (that is requestQueue.maxQueueDepth): every gate's
+        // queue is finite even when the operator sets no depth.
+        kind: Kind::Int {
+            default: 10_000,
+            min: 1,
+            max: 1_000_000,
+        },
+        doc: "Most requests waiting for any one concurrency gate; beyond it SEMAPHORE_QUEUE_FULL.",
+    },
     SettingDef {
         key: "providerCooldown.apiKey.cooldownMs",
         env: "OMNIROUTE_PROVIDER_BREAKER_API_KEY_COOLDOWN_MS",
@@ -318,6 +347,40 @@ pub const DEFS: &[SettingDef] = &[
         doc: "Largest accepted client request body, in bytes; larger bodies get 413.",
     },
     SettingDef {
+        key: "requestQueue.executionMaxWaitMs",
+        env: "RATE_LIMIT_EXECUTION_MAX_WAIT_MS",
+        // SPEC R10: a last bound on an upstream exchange after dispatch; raised to
+        // upstream.first_byte_timeout_ms when that is longer.
+        kind: Kind::Clamped {
+            default: 600_000,
+            min: 1,
+            max: DAY_MS,
+        },
+        doc: "Longest an upstream exchange may run after dispatch (RATE_LIMIT_EXECUTION_TIMEOUT, 504).",
+    },
+    SettingDef {
+        key: "requestQueue.maxQueueDepth",
+        env: "RATE_LIMIT_MAX_QUEUE_DEPTH",
+        // SPEC R10: 0 keeps the queue unbounded (up to concurrency.maxWaiters).
+        kind: Kind::Clamped {
+            default: 0,
+            min: 0,
+            max: 100_000,
+        },
+        doc: "Requests waiting for one connection beyond which new ones are refused at once (RATE_LIMIT_QUEUE_FULL); 0 = no limit.",
+    },
+    SettingDef {
+        key: "requestQueue.maxWaitMs",
+        env: "RATE_LIMIT_MAX_WAIT_MS",
+        // SPEC R10's default: half a minute in a queue, then SEMAPHORE_TIMEOUT.
+        kind: Kind::Clamped {
+            default: 30_000,
+            min: 1,
+            max: DAY_MS,
+        },
+        doc: "Longest a request waits for a concurrency slot (SEMAPHORE_TIMEOUT).",
+    },
+    SettingDef {
         key: "resilience.modelLockout.baseCooldownMs",
         env: "MODEL_LOCKOUT_BASE_COOLDOWN_MS",
         // SPEC R5: two minutes for a first lock.
@@ -450,6 +513,16 @@ pub struct Settings {
     pub stream_idle_timeout_ms: u64,
     pub quota: QuotaSettings,
     pub resilience: ResilienceSettings,
+    pub concurrency: ConcurrencySettings,
+}
+
+/// Concurrency gates and request-queue admission (SPEC R7, R10).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConcurrencySettings {
+    /// 0 = no global gate.
+    pub global_max: u64,
+    pub max_waiters: u64,
+    pub queue: crate::resilience::admission::Limits,
 }
 
 /// Resilience settings (SPEC R2, R5).
@@ -526,6 +599,13 @@ fn parse(kind: Kind, value: &Value) -> Option<SettingValue> {
                 _ => text.and_then(|t| t.parse::<u64>().ok()),
             }?;
             (min..=max).contains(&v).then_some(SettingValue::Int(v))
+        }
+        Kind::Clamped { min, max, .. } => {
+            let v = match value {
+                Value::Number(n) => n.as_u64(),
+                _ => text.and_then(|t| t.parse::<u64>().ok()),
+            }?;
+            Some(SettingValue::Int(v.clamp(min, max)))
         }
         Kind::Fraction { .. } => {
             let v = match value {
@@ -725,6 +805,15 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
                     .unwrap_or(u32::MAX),
                 window_ms: int("providerCooldown.apiKey.failureWindowMs"),
                 cooldown_ms: int("providerCooldown.apiKey.cooldownMs"),
+            },
+        },
+        concurrency: ConcurrencySettings {
+            global_max: int("concurrency.globalMax"),
+            max_waiters: int("concurrency.maxWaiters"),
+            queue: crate::resilience::admission::Limits {
+                max_wait_ms: int("requestQueue.maxWaitMs"),
+                execution_max_wait_ms: int("requestQueue.executionMaxWaitMs"),
+                max_queue_depth: int("requestQueue.maxQueueDepth"),
             },
         },
         quota: QuotaSettings {
@@ -964,5 +1053,48 @@ mod tests {
             d.display(&SettingValue::Text("redis://:pw@h".into())),
             SettingValue::Text("redis://:***@h".into())
         );
+    }
+
+    #[test]
+    fn request_queue_limits_resolve_by_layer_and_clamp() {
+        let queue = |layers: &Layers| resolve(layers).unwrap().settings.concurrency.queue;
+        assert_eq!(
+            queue(&Layers::default()),
+            crate::resilience::admission::DEFAULTS
+        );
+        let mut layers = Layers::default();
+        layers
+            .file
+            .insert("requestQueue.maxWaitMs".into(), json!(5_000));
+        assert_eq!(queue(&layers).max_wait_ms, 5_000);
+        layers
+            .env
+            .insert("RATE_LIMIT_MAX_WAIT_MS".into(), "7000".into());
+        assert_eq!(queue(&layers).max_wait_ms, 7_000);
+        layers
+            .database
+            .insert("requestQueue.maxWaitMs".into(), json!(9_000));
+        assert_eq!(queue(&layers).max_wait_ms, 9_000);
+        // Out-of-range values are brought into range, not refused (SPEC R10).
+        let mut layers = Layers::default();
+        layers
+            .env
+            .insert("RATE_LIMIT_MAX_WAIT_MS".into(), "0".into());
+        layers.env.insert(
+            "RATE_LIMIT_EXECUTION_MAX_WAIT_MS".into(),
+            "999999999999".into(),
+        );
+        layers
+            .env
+            .insert("RATE_LIMIT_MAX_QUEUE_DEPTH".into(), "5000000".into());
+        assert_eq!(
+            queue(&layers),
+            crate::resilience::admission::Limits {
+                max_wait_ms: 1,
+                execution_max_wait_ms: DAY_MS,
+                max_queue_depth: 100_000,
+            }
+        );
+        assert!(validate("requestQueue.maxWaitMs", &json!("soon"), Source::Env).is_err());
     }
 }

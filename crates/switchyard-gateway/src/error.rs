@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::resilience::admission::Refusal;
 use switchyard_core::routing::{Excluded, RouteError};
 use switchyard_store::StoreError;
 
@@ -81,6 +82,12 @@ pub enum ApiError {
     },
     #[error("{}", .0.message())]
     QuotaExceeded(Box<crate::quota::QuotaBlock>),
+    /// A concurrency gate or the request queue refused the request (SPEC R7, R10).
+    #[error("{}", queue_message(*refusal, connection))]
+    Queue {
+        refusal: Refusal,
+        connection: String,
+    },
     #[error("{kind} `{id}` not found")]
     NotFound { kind: &'static str, id: String },
     #[error("{0}")]
@@ -156,6 +163,10 @@ impl ApiError {
                 AttemptFailure::Status(_) => (S::BAD_GATEWAY, "upstream_error", "upstream_error"),
             },
             Self::QuotaExceeded(_) => (S::TOO_MANY_REQUESTS, "rate_limit_error", "quota_exceeded"),
+            Self::Queue { refusal, .. } => match refusal {
+                Refusal::ExecutionTimeout => (S::GATEWAY_TIMEOUT, "timeout_error", refusal.code()),
+                _ => (S::TOO_MANY_REQUESTS, "rate_limit_error", refusal.code()),
+            },
             Self::NotFound { .. } => (S::NOT_FOUND, "invalid_request_error", "not_found"),
             Self::Conflict(_) => (S::CONFLICT, "invalid_request_error", "conflict"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", "internal_error"),
@@ -241,6 +252,27 @@ impl ApiError {
     }
 }
 
+fn queue_message(refusal: Refusal, connection: &str) -> String {
+    match refusal {
+        Refusal::QueueFull => format!(
+            "the request queue of connection `{connection}` is full (requestQueue.maxQueueDepth); retry later"
+        ),
+        Refusal::Hopeless { retry_after_ms } => format!(
+            "connection `{connection}` is busy: the wait for a slot would be about {} s, longer than requestQueue.maxWaitMs allows; retry later",
+            retry_after_ms.div_ceil(1000)
+        ),
+        Refusal::QueueTimeout => format!(
+            "timed out waiting for a concurrency slot on connection `{connection}` (requestQueue.maxWaitMs)"
+        ),
+        Refusal::GateQueueFull => format!(
+            "too many requests are waiting for connection `{connection}` (concurrency.maxWaiters); retry later"
+        ),
+        Refusal::ExecutionTimeout => format!(
+            "the upstream exchange on connection `{connection}` ran past requestQueue.executionMaxWaitMs"
+        ),
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
@@ -264,6 +296,16 @@ impl IntoResponse for ApiError {
         }
         if let Self::ProviderCircuitOpen { retry_after_ms, .. }
         | Self::AllTargetsCoolingDown { retry_after_ms, .. } = &self
+        {
+            resp.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_after_ms.div_ceil(1000).max(1)),
+            );
+        }
+        if let Self::Queue {
+            refusal: Refusal::Hopeless { retry_after_ms },
+            ..
+        } = &self
         {
             resp.headers_mut().insert(
                 header::RETRY_AFTER,

@@ -21,6 +21,9 @@ pub mod names {
     pub const LOG_DROPPED: &str = "switchyard_request_log_dropped";
     pub const BREAKER_TRANSITIONS: &str = "switchyard_breaker_transitions";
     pub const COOLDOWNS: &str = "switchyard_connection_cooldowns";
+    pub const GATE_QUEUE_DEPTH: &str = "switchyard_gate_queue_depth";
+    pub const GATE_WAIT: &str = "switchyard_gate_wait_seconds";
+    pub const GATE_REJECTIONS: &str = "switchyard_gate_rejections";
 }
 
 /// Label placeholder for requests that never resolved to a provider or model.
@@ -74,7 +77,60 @@ pub struct CooldownLabels {
     pub reason: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConnectionLabels {
+    pub connection: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectionLabels {
+    pub connection: String,
+    pub code: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Queue wait buckets: 1 ms to ~65 s, doubling, like upstream latency.
+fn wait_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// Concurrency-gate metrics (SPEC R7, R10), by connection: only requests that had to
+/// wait or were refused touch them, so the uncontended path never looks a label up.
+#[derive(Debug, Clone)]
+pub struct GateMetrics {
+    depth: Family<ConnectionLabels, Gauge>,
+    wait: HistogramFamily<ConnectionLabels>,
+    rejections: Family<RejectionLabels, Counter>,
+}
+
+impl GateMetrics {
+    fn labels(connection: &str) -> ConnectionLabels {
+        ConnectionLabels {
+            connection: connection.to_owned(),
+        }
+    }
+
+    /// Requests waiting for the connection's slots.
+    pub fn queue_depth(&self, connection: &str) -> Gauge {
+        self.depth.get_or_create(&Self::labels(connection)).clone()
+    }
+
+    /// Time requests waited for the connection's slots (granted or not).
+    pub fn wait_seconds(&self, connection: &str) -> Histogram {
+        self.wait.get_or_create(&Self::labels(connection)).clone()
+    }
+
+    /// Counts a refusal by its code.
+    pub fn rejected(&self, connection: &str, code: &'static str) {
+        self.rejections
+            .get_or_create(&RejectionLabels {
+                connection: connection.to_owned(),
+                code,
+            })
+            .inc();
+    }
+}
 
 /// Pre-resolved metric handles of one provider (see [`Metrics::for_provider`]).
 #[derive(Debug, Clone)]
@@ -102,6 +158,7 @@ pub struct Metrics {
     pub breaker_transitions: Family<BreakerLabels, Counter>,
     /// Cooldowns set and terminal states entered, by connection and reason.
     pub cooldowns: Family<CooldownLabels, Counter>,
+    pub gates: GateMetrics,
 }
 
 impl Default for Metrics {
@@ -121,6 +178,26 @@ impl Metrics {
         let log_dropped = Counter::default();
         let breaker_transitions = Family::<BreakerLabels, Counter>::default();
         let cooldowns = Family::<CooldownLabels, Counter>::default();
+        let gates = GateMetrics {
+            depth: Family::default(),
+            wait: Family::new_with_constructor(wait_histogram),
+            rejections: Family::default(),
+        };
+        registry.register(
+            names::GATE_QUEUE_DEPTH,
+            "Requests waiting for a connection's concurrency slots",
+            gates.depth.clone(),
+        );
+        registry.register(
+            names::GATE_WAIT,
+            "Time requests waited for concurrency slots, by connection",
+            gates.wait.clone(),
+        );
+        registry.register(
+            names::GATE_REJECTIONS,
+            "Requests refused by a concurrency gate or the request queue, by connection and code",
+            gates.rejections.clone(),
+        );
         registry.register(
             names::BREAKER_TRANSITIONS,
             "Provider circuit-breaker state changes, by provider and new state",
@@ -165,6 +242,7 @@ impl Metrics {
             log_dropped,
             breaker_transitions,
             cooldowns,
+            gates,
         }
     }
 

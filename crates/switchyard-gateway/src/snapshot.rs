@@ -119,6 +119,7 @@ pub fn build_catalog(rows: &ConfigRows) -> Result<Catalog, SnapshotError> {
             format: p.format,
             base_url: p.base_url.clone(),
             models: p.models.clone(),
+            max_concurrent: p.max_concurrent,
         })
         .collect();
     let connections = rows
@@ -132,6 +133,7 @@ pub fn build_catalog(rows: &ConfigRows) -> Result<Catalog, SnapshotError> {
             base_url: c.base_url.clone(),
             enabled: c.enabled,
             max_concurrent: c.max_concurrent,
+            rate_limit_overrides: c.rate_limit_overrides.clone(),
             disable_cooling: c.disable_cooling,
         })
         .collect();

@@ -3,7 +3,7 @@
 
 use crate::clock::Clock;
 use crate::error::ApiError;
-use crate::gate::FairGate;
+use crate::gate::Gates;
 use crate::metrics::Metrics;
 use crate::persist::StateWriter;
 use crate::quota::QuotaEngine;
@@ -14,7 +14,6 @@ use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use switchyard_core::apikey::KeyHash;
-use switchyard_core::catalog::Connection;
 use switchyard_core::settings::Layers;
 use switchyard_store::redis_counters::RedisCounters;
 use switchyard_store::{ConfigRows, Store};
@@ -44,9 +43,8 @@ pub struct AppState {
     pub quota: Arc<QuotaEngine>,
     /// Provider breakers and connection health.
     pub resilience: Resilience,
-    /// Connection slots of quota-share dispatch (`qsconn:<id>`), for connections with
-    /// `max_concurrent`; bounded by the number of connections.
-    gates: std::sync::Mutex<std::collections::HashMap<String, Arc<FairGate>>>,
+    /// Concurrency gates and their queues (SPEC R7, R8, R10).
+    pub gates: Arc<Gates>,
 }
 
 /// Background writers that must be flushed on shutdown.
@@ -85,6 +83,7 @@ impl AppState {
         let resilience = Resilience::new(&metrics);
         let (breakers, health) = blocking(&store, Store::load_resilience).await?;
         resilience.load(breakers, health);
+        let gates = Gates::new(metrics.gates.clone());
         let (log, log_writer) = RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone());
         let state = Arc::new(Self {
             snapshot: ArcSwap::from_pointee(snapshot),
@@ -102,7 +101,7 @@ impl AppState {
             admin_lock: tokio::sync::Mutex::new(()),
             quota,
             resilience,
-            gates: std::sync::Mutex::new(std::collections::HashMap::new()),
+            gates,
         });
         let writers = Writers {
             log: log_writer,
@@ -137,23 +136,13 @@ impl AppState {
         let keys: std::collections::HashSet<&str> =
             live.catalog.keys().map(|k| k.id.as_str()).collect();
         self.quota.prune(&live.quota, |k| keys.contains(k));
-        crate::sync::lock(&self.gates).retain(|id, _| live.catalog.connection(id).is_some());
+        self.gates
+            .retain(|id| live.catalog.connection(id).is_some());
         self.resilience.prune(
             |p| live.catalog.provider(p).is_some(),
             |c| live.catalog.connection(c).is_some(),
         );
         Ok(())
-    }
-
-    /// The slot gate of `conn`, sized to its `max_concurrent`; `None` when it has none.
-    pub fn gate_for(&self, conn: &Connection) -> Option<Arc<FairGate>> {
-        let capacity = usize::try_from(conn.max_concurrent?).unwrap_or(usize::MAX);
-        let mut gates = crate::sync::lock(&self.gates);
-        let gate = gates
-            .entry(conn.id.clone())
-            .or_insert_with(|| FairGate::new(capacity));
-        gate.set_capacity(capacity);
-        Some(Arc::clone(gate))
     }
 
     /// A counter that spreads requests over a provider's connections.

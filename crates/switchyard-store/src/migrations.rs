@@ -149,4 +149,8 @@ CREATE TABLE connection_health (
     updated_at    INTEGER NOT NULL
 );
 "#,
+    // v4: a provider-wide concurrency cap (SPEC R7).
+    r#"
+ALTER TABLE providers ADD COLUMN max_concurrent INTEGER;
+"#,
 ];

@@ -270,6 +270,7 @@ mod tests {
                 base_url: "http://x".into(),
                 models: vec![],
                 prices: Default::default(),
+                max_concurrent: None,
             },
             SaveMode::Create,
             1,

@@ -25,6 +25,9 @@ pub struct ProviderRecord {
     /// in `usd`. A model without a price costs 0 there.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prices: BTreeMap<String, ModelPrice>,
+    /// Requests in flight across all the provider's connections; omit for no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent: Option<u32>,
 }
 
 /// A model's price in USD per million tokens.

@@ -451,17 +451,20 @@ impl Batch<'_> {
         let tx = self.tx;
         check_mode(tx, "providers", "id", &p.id, "provider", mode)?;
         tx.execute(
-            "INSERT INTO providers (id, format, base_url, models, prices, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+            "INSERT INTO providers (id, format, base_url, models, prices, max_concurrent,
+               created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
              ON CONFLICT(id) DO UPDATE SET format = excluded.format,
                base_url = excluded.base_url, models = excluded.models,
-               prices = excluded.prices, updated_at = excluded.updated_at",
+               prices = excluded.prices, max_concurrent = excluded.max_concurrent,
+               updated_at = excluded.updated_at",
             params![
                 p.id,
                 enum_to_str(&p.format)?,
                 p.base_url,
                 to_json(&p.models)?,
                 to_json(&p.prices)?,
+                p.max_concurrent,
                 i64_of(now)
             ],
         )?;
@@ -660,7 +663,7 @@ fn first<T>(rows: Vec<T>, kind: &'static str, id: &str) -> Result<T> {
 
 fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRecord>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT id, format, base_url, models, prices FROM providers
+        "SELECT id, format, base_url, models, prices, max_concurrent FROM providers
          WHERE (?1 IS NULL OR id = ?1) ORDER BY created_at, id",
     )?;
     let raw = stmt
@@ -671,17 +674,19 @@ fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRe
                 r.get::<_, String>(2)?,
                 r.get::<_, String>(3)?,
                 r.get::<_, String>(4)?,
+                r.get::<_, Option<u32>>(5)?,
             ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     raw.into_iter()
-        .map(|(id, format, base_url, models, prices)| {
+        .map(|(id, format, base_url, models, prices, max_concurrent)| {
             Ok(ProviderRecord {
                 id,
                 format: enum_from_str(&format)?,
                 base_url,
                 models: from_json(&models)?,
                 prices: from_json(&prices)?,
+                max_concurrent,
             })
         })
         .collect()
@@ -852,6 +857,7 @@ mod tests {
             base_url: "http://x.test".into(),
             models: vec!["m".into()],
             prices: Default::default(),
+            max_concurrent: None,
         }
     }
 

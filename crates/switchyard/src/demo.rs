@@ -77,6 +77,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
                 base_url: mock.base_url(),
                 models: vec!["mock-small".to_owned(), "mock-large".to_owned()],
                 prices: Default::default(),
+                max_concurrent: None,
             },
             SaveMode::Upsert,
             now,

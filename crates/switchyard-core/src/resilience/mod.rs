@@ -2,14 +2,18 @@
 //! machine here takes `now` and does no I/O; the gateway keeps their state, persists
 //! what must survive restarts, and wires them into routing.
 //!
+//! - [`admission`]: request-queue limits and admission (R10)
 //! - [`breaker`]: the provider circuit breaker (R1)
 //! - [`cooldown`]: connection cooldown and terminal states (R3, R4)
+//! - [`gates`]: concurrency gates taken together, with fair queues (R7)
 //! - [`lockout`]: model lockout (R5)
 //! - [`provider_cooldown`]: the opt-in provider time-window gate (R2)
 //! - [`slow_start`]: a growing share of traffic after recovery
 
+pub mod admission;
 pub mod breaker;
 pub mod cooldown;
+pub mod gates;
 pub mod lockout;
 pub mod provider_cooldown;
 pub mod slow_start;

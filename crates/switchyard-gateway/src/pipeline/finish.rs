@@ -5,7 +5,7 @@
 
 use crate::clock::Stopwatch;
 use crate::error::ErrorCode;
-use crate::gate::GatePermit;
+use crate::gate::Permit;
 use crate::metrics::{RequestLabels, NONE_LABEL};
 use crate::quota::QuotaGuard;
 use crate::state::AppState;
@@ -33,7 +33,7 @@ struct Inner {
     /// The current attempt's quota reservation.
     quota: Option<QuotaGuard>,
     /// The current attempt's connection slot (quota-share dispatch).
-    permit: Option<GatePermit>,
+    permit: Option<Permit>,
 }
 
 /// The per-request bookkeeping; see the module docs.
@@ -119,7 +119,7 @@ impl Finisher {
     }
 
     /// Holds a connection slot until the request finishes.
-    pub fn set_permit(&mut self, permit: GatePermit) {
+    pub fn set_permit(&mut self, permit: Permit) {
         if let Some(i) = &mut self.0 {
             i.permit = Some(permit);
         }

@@ -8,14 +8,16 @@
 //! 3. parse — body size limit, JSON shape ([`switchyard_core::chat`])
 //! 4. resolve + exclude + order — the routing plan ([`switchyard_core::routing`]), then
 //!    candidates where the key is over a soft quota share move back (`quota`)
-//! 5. attempts — per candidate: quota reservation (`quota`; a pool that blocks skips
-//!    the candidate), send upstream (`upstream`), classify the outcome, fail over on
-//!    retryable failures while nothing has reached the client
+//! 5. attempts — per candidate: concurrency slots (`concurrency`; a refusal skips the
+//!    candidate), quota reservation (`quota`; a pool that blocks skips the candidate),
+//!    send upstream (`upstream`), classify the outcome, fail over on retryable failures
+//!    while nothing has reached the client
 //! 6. respond — a buffered JSON body, or a streaming body that owns the finisher
 //!    (`stream`)
 //! 7. finish — exactly once: quota settlement, request log row, metrics ([`finish`])
 
 pub mod auth;
+mod concurrency;
 pub mod finish;
 mod quota;
 pub mod share;
@@ -40,6 +42,7 @@ use std::time::Duration;
 use switchyard_core::chat::ChatRequest;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::quota::cost::Estimate;
+use switchyard_core::resilience::admission::{self, Refusal};
 use switchyard_core::resilience::cooldown;
 use switchyard_core::routing;
 use switchyard_core::usage::Usage;
@@ -139,6 +142,7 @@ async fn run(
     let mut last: Option<(Failed, String)> = None;
     let mut blocked = Vec::new();
     let mut cooling = Vec::new();
+    let mut refused: Option<(Refusal, String)> = None;
     // Candidates in order; a recovering one that is not in its share yet goes to the
     // back once (slow start), and is used there if nothing before it succeeded.
     let mut queue: std::collections::VecDeque<(&routing::Candidate, bool)> =
@@ -178,18 +182,30 @@ async fn run(
             provider: &conn.provider,
             armed: admitted.probe,
         };
+        if let Err(refusal) = concurrency::admit(
+            state,
+            &snap,
+            key,
+            conn,
+            &candidate.upstream_model,
+            quota_share,
+            finisher,
+        )
+        .await
+        {
+            refused.get_or_insert((refusal, conn.id.clone()));
+            continue;
+        }
         let pooled = snap.quota.pool_of(conn.index);
         let quota_headers =
             match quota::admit(state, &snap, key, candidate, estimate, finisher).await {
                 Ok(headers) => headers,
                 Err(block) => {
+                    finisher.release_slot();
                     blocked.push(*block);
                     continue;
                 }
             };
-        if quota_share {
-            share::take_slot(state, &snap, key, conn, finisher).await;
-        }
         finisher.attempt(
             candidate,
             model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),
@@ -201,8 +217,15 @@ async fn run(
         };
         let body = request.upstream_body(&candidate.upstream_model);
         let watch = Stopwatch::start();
-        // One budget per attempt for the headers and, when not streaming, the whole body.
-        let deadline = tokio::time::Instant::now() + first_byte;
+        // One budget per attempt for the headers and, when not streaming, the whole body;
+        // a stream is bounded by the execution limit (SPEC R10), never shorter than that.
+        let dispatched = tokio::time::Instant::now();
+        let deadline = dispatched + first_byte;
+        let execution_deadline = dispatched
+            + Duration::from_millis(admission::execution_bound_ms(
+                &snap.settings.concurrency.queue.with(&conn.queue),
+                snap.settings.first_byte_timeout_ms,
+            ));
         let result = upstream::send(
             snap.settings.connect_timeout_ms,
             target,
@@ -227,6 +250,7 @@ async fn run(
                     response,
                     request.stream,
                     deadline,
+                    execution_deadline,
                     idle_timeout,
                     finisher,
                     now,
@@ -302,6 +326,12 @@ async fn run(
     let Some((failed, message)) = last else {
         if let Some(block) = quota::most_hopeful(blocked) {
             return Err(ApiError::QuotaExceeded(block));
+        }
+        if let Some((refusal, connection)) = refused {
+            return Err(ApiError::Queue {
+                refusal,
+                connection,
+            });
         }
         return Err(nothing_attempted(
             &request.model,
@@ -424,6 +454,7 @@ async fn handle_response(
     response: axum::http::Response<Incoming>,
     stream: bool,
     deadline: tokio::time::Instant,
+    execution_deadline: tokio::time::Instant,
     idle_timeout: Duration,
     finisher: &mut Finisher,
     now: u64,
@@ -437,6 +468,7 @@ async fn handle_response(
                 body,
                 finisher.detach(),
                 idle_timeout,
+                execution_deadline,
             )));
             let h = out.headers_mut();
             h.insert(

@@ -1,17 +1,15 @@
 //! `qtSd/<pool>[/<model>]` requests (SPEC G3, Q12, R8): the pool's internal quota-share
 //! combo. Candidates are the pool's connections, ordered by the quota-share strategy
 //! (saturation gating, then power of two choices on load); on a connection with
-//! `max_concurrent`, the request waits for a slot in a queue served fairly across keys,
-//! and goes ahead without one if the queue is full or the wait too long (fail-open).
+//! `max_concurrent`, the concurrency stage makes the request wait for a slot in a queue
+//! served fairly across keys, and go ahead without one if the queue is full or the wait
+//! too long (fail-open; see [`super::concurrency`]).
 
-use super::finish::Finisher;
 use crate::error::ApiError;
-use crate::gate::Acquire;
 use crate::snapshot::Snapshot;
 use crate::state::AppState;
 use std::sync::Arc;
-use std::time::Duration;
-use switchyard_core::catalog::{ApiKey, Connection};
+use switchyard_core::catalog::ApiKey;
 use switchyard_core::quota::share::{order, ConnLoad};
 use switchyard_core::routing::{Candidate, Excluded, ExclusionReason, Plan, RouteError};
 
@@ -82,7 +80,7 @@ fn build(
             continue;
         }
         loads.push(ConnLoad {
-            load: state.gate_for(conn).map_or(0, |g| g.load()),
+            load: state.gates.load(&conn.id),
             saturated: state.quota.connection_saturated(
                 pool,
                 &conn.id,
@@ -104,52 +102,4 @@ fn build(
         .map(|i| out.candidates[i].clone())
         .collect();
     Ok(out)
-}
-
-/// Waits for a slot on `conn` when the request is a quota-share dispatch and the
-/// connection has `max_concurrent`; the permit travels with the finisher.
-pub async fn take_slot(
-    state: &Arc<AppState>,
-    snap: &Snapshot,
-    key: &ApiKey,
-    conn: &Connection,
-    finisher: &mut Finisher,
-) {
-    let q = &snap.settings.quota;
-    if !q.share_gate_enabled {
-        return;
-    }
-    let Some(gate) = state.gate_for(conn) else {
-        return;
-    };
-    // The key's share as a fraction: one waiter per turn at 100 %, so keys interleave
-    // request by request in proportion to their shares.
-    let weight = snap
-        .quota
-        .pool_of(conn.index)
-        .map_or(1.0, |p| p.share_of(&key.id).share.weight / 100.0);
-    let max_queue = usize::try_from(q.share_gate_max_queue).unwrap_or(usize::MAX);
-    match gate
-        .acquire(
-            &key.id,
-            weight,
-            Duration::from_millis(q.share_gate_max_wait_ms),
-            max_queue,
-        )
-        .await
-    {
-        Acquire::Granted(permit) => finisher.set_permit(permit),
-        Acquire::QueueFull => tracing::warn!(
-            request_id = finisher.request_id(),
-            connection_id = %conn.id,
-            gate = %format!("qsconn:{}", conn.id),
-            "Quota-share queue is full; going ahead without a slot."
-        ),
-        Acquire::TimedOut => tracing::warn!(
-            request_id = finisher.request_id(),
-            connection_id = %conn.id,
-            gate = %format!("qsconn:{}", conn.id),
-            "Quota-share wait timed out; going ahead without a slot."
-        ),
-    }
 }

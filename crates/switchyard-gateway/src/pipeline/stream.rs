@@ -3,7 +3,9 @@
 //! Beside the passthrough, an incremental SSE parser watches the events for usage.
 //!
 //! A stream that falls silent for longer than `upstream.stream_idle_timeout_ms` is cut
-//! with a typed error frame, so no client ever waits on a dead upstream forever.
+//! with a typed error frame, so no client ever waits on a dead upstream forever; so is a
+//! stream still running at the execution bound (`requestQueue.executionMaxWaitMs`,
+//! SPEC R10), which the request log records as 504 `RATE_LIMIT_EXECUTION_TIMEOUT`.
 //!
 //! The body owns the request's `Finisher`, so the request is finished when the stream
 //! ends, fails, or is dropped because the client disconnected. Dropping the body also
@@ -31,11 +33,18 @@ const RESET_FRAME: &str = "data: {\"error\":{\"message\":\"upstream connection b
 /// `upstream.stream_idle_timeout_ms`.
 const IDLE_FRAME: &str = "data: {\"error\":{\"message\":\"upstream stream stalled\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_idle_timeout\",\"param\":null}}\n\n";
 
+/// Frame sent when the stream ran past the execution bound.
+const EXECUTION_FRAME: &str = "data: {\"error\":{\"message\":\"the upstream exchange ran past requestQueue.executionMaxWaitMs\",\"type\":\"timeout_error\",\"code\":\"RATE_LIMIT_EXECUTION_TIMEOUT\",\"param\":null}}\n\n";
+
+/// The request-log code of [`EXECUTION_FRAME`].
+const EXECUTION_CODE: &str = "RATE_LIMIT_EXECUTION_TIMEOUT";
+
 /// See the module docs.
 pub struct ObservedStream {
     upstream: Incoming,
     idle: Pin<Box<Sleep>>,
     idle_timeout: Duration,
+    execution: Pin<Box<Sleep>>,
     parser: SseParser,
     usage: Option<Usage>,
     finisher: Finisher,
@@ -43,11 +52,17 @@ pub struct ObservedStream {
 }
 
 impl ObservedStream {
-    pub fn new(upstream: Incoming, finisher: Finisher, idle_timeout: Duration) -> Self {
+    pub fn new(
+        upstream: Incoming,
+        finisher: Finisher,
+        idle_timeout: Duration,
+        execution_deadline: tokio::time::Instant,
+    ) -> Self {
         Self {
             upstream,
             idle: Box::pin(tokio::time::sleep(idle_timeout)),
             idle_timeout,
+            execution: Box::pin(tokio::time::sleep_until(execution_deadline)),
             parser: SseParser::new(),
             usage: None,
             finisher,
@@ -85,6 +100,17 @@ impl Body for ObservedStream {
             }
             match Pin::new(&mut this.upstream).poll_frame(cx) {
                 Poll::Pending => {
+                    if this.execution.as_mut().poll(cx).is_ready() {
+                        tracing::warn!(
+                            request_id = this.finisher.request_id(),
+                            "Upstream stream ran past the execution bound; ending the client stream with an error frame."
+                        );
+                        this.done = true;
+                        this.finisher.finish(504, Some(EXECUTION_CODE), this.usage);
+                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
+                            EXECUTION_FRAME.as_bytes(),
+                        )))));
+                    }
                     if this.idle.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;
                     }

@@ -483,6 +483,7 @@ mod tests {
                 format: UpstreamFormat::Openai,
                 base_url: "http://127.0.0.1:1".into(),
                 models: vec![],
+                max_concurrent: None,
             }],
             vec![ConnectionDef {
                 id: "c".into(),
@@ -492,6 +493,7 @@ mod tests {
                 base_url: None,
                 enabled: true,
                 max_concurrent: None,
+                rate_limit_overrides: None,
                 disable_cooling: false,
             }],
             vec![],

@@ -10,6 +10,7 @@
 mod admin;
 mod chat;
 mod common;
+mod concurrency;
 mod failover;
 mod lifecycle;
 mod python;

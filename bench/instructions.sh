@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Instructions per proxied request, gateway against nginx, counted by valgrind's
+# callgrind. Unlike timings, instruction counts repeat exactly for the same binary and
+# load whatever else the machine is doing, so this is the measure to compare CPU work on
+# the request path. Not part of CI.
+#
+#   bench/instructions.sh            # 2000 requests at 100 req/s on 4 connections
+#   REQUESTS=5000 bench/instructions.sh
+#
+# Prints, per request: nginx (one worker process, everything it runs), the floor (the
+# smallest axum + hyper proxy, crates/switchyard-gateway/examples/floor.rs), the gateway's
+# I/O threads (the request path: HTTP server, pipeline, upstream client) and the
+# gateway's whole process (adds the request-log writer, which runs off the request
+# path). The callgrind files stay in the printed directory for callgrind_annotate.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+REQUESTS=${REQUESTS:-2000}
+MOCK_PORT=19190 NGINX_PORT=19191 GW_PORT=19192 FLOOR_PORT=19194
+KEY=sy-bench-key-000000000000000000000001
+
+command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends valgrind; }
+command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx; }
+OHA=$root/bench/.tools/bin/oha
+[ -x "$OHA" ] || cargo install oha --locked --root "$root/bench/.tools"
+cargo build --release -q -p switchyard
+cargo build --release -q -p switchyard-gateway --example floor
+BIN=$root/target/release/switchyard
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+wait_port() {
+  for _ in $(seq 1 300); do
+    (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.2
+  done
+  echo "port $1 did not open" >&2; exit 1
+}
+
+cat > "$work/nginx.conf" <<NGINX
+worker_processes 1;
+master_process off;
+daemon off;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream mock { server 127.0.0.1:$MOCK_PORT; keepalive 128; }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    location / {
+      proxy_pass http://mock;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+NGINX
+
+cat > "$work/switchyard.toml" <<TOML
+[server]
+listen = "127.0.0.1:$GW_PORT"
+data_dir = "$work/data"
+admin_token = "bench-admin-token-0123456789"
+
+[[providers]]
+id = "bench"
+format = "openai"
+base_url = "http://127.0.0.1:$MOCK_PORT"
+
+[[connections]]
+id = "bench-1"
+provider = "bench"
+auth_class = "apikey"
+credential = "bench-upstream-credential"
+
+[[keys]]
+id = "bench"
+name = "bench"
+secret = "$KEY"
+TOML
+
+"$BIN" mock --listen 127.0.0.1:$MOCK_PORT > "$work/mock.log" 2>&1 & pids+=($!)
+valgrind --tool=callgrind --callgrind-out-file="$work/nginx.cg" \
+  nginx -c "$work/nginx.conf" -p "$work" > "$work/nginx-vg.log" 2>&1 & pids+=($!)
+nginx_pid=$!
+SWITCHYARD_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/gateway.cg" \
+  "$BIN" serve --config "$work/switchyard.toml" > "$work/gateway-vg.log" 2>&1 & pids+=($!)
+gateway_pid=$!
+valgrind --tool=callgrind --callgrind-out-file="$work/floor.cg" \
+  "$root/target/release/examples/floor" 127.0.0.1:$FLOOR_PORT "http://127.0.0.1:$MOCK_PORT" \
+  > "$work/floor-vg.log" 2>&1 & pids+=($!)
+floor_pid=$!
+wait_port $MOCK_PORT; wait_port $NGINX_PORT; wait_port $GW_PORT; wait_port $FLOOR_PORT
+
+drive() { # port model requests extra-oha-args...
+  local port=$1 model=$2 n=$3; shift 3
+  "$OHA" --no-tui --output-format json -m POST \
+    -H "content-type: application/json" -H "authorization: Bearer $KEY" \
+    -d "{\"model\":\"$model\",\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":\"benchmark\"}]}" \
+    -n "$n" -c 4 "$@" "http://127.0.0.1:$port/v1/chat/completions" |
+    python3 -c 'import json,sys; c=json.load(sys.stdin).get("statusCodeDistribution",{}); sys.exit(0 if set(c)=={"200"} else f"non-200 answers: {c}")'
+}
+
+# Warm up (connection pools, lazily built state), zero the counters, run the measured
+# load at a low fixed rate (every request alone, as in the latency measurement), dump.
+measure() { # pid port model
+  drive "$2" "$3" 300
+  callgrind_control -z "$1" > /dev/null 2>&1
+  drive "$2" "$3" "$REQUESTS" -q 100
+  callgrind_control -d "$1" > /dev/null 2>&1
+}
+measure $nginx_pid $NGINX_PORT mock-small
+measure $floor_pid $FLOOR_PORT mock-small
+measure $gateway_pid $GW_PORT bench/mock-small
+sleep 1
+
+total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
+# The I/O threads' entry point: everything a request costs on its way through.
+io_threads() {
+  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+    awk '/switchyard-gateway\/src\/server.rs:std::sys::backtrace::__rust_begin_short_backtrace/ && !n++ {gsub(",", "", $1); print $1}'
+}
+per() { python3 -c "print(round($1 / $REQUESTS))"; }
+nginx_ir=$(total "$work/nginx.cg.1")
+gw_ir=$(total "$work/gateway.cg.1")
+gw_io=$(io_threads "$work/gateway.cg.1")
+echo
+echo "Instructions per request (callgrind, $REQUESTS requests at 100 req/s on 4 connections, $(date -u +%Y-%m-%dT%H:%MZ)):"
+printf '%-40s %10s\n' "nginx (proxy_pass, one worker)" "$(per "$nginx_ir")"
+printf '%-40s %10s\n' "floor (bare axum + hyper proxy)" "$(per "$(total "$work/floor.cg.1")")"
+printf '%-40s %10s\n' "gateway, I/O threads (request path)" "$(per "${gw_io:-0}")"
+printf '%-40s %10s\n' "gateway, whole process" "$(per "$gw_ir")"
+echo "callgrind files: $work/{nginx,floor,gateway}.cg.1"

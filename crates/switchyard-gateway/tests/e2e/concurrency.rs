@@ -1,0 +1,458 @@
+//! Concurrency caps, fair queues and request-queue admission (SPEC R7, R8, R10) over
+//! real sockets, with the mock provider holding requests open.
+
+use crate::common::{chat_body, eventually, standard_config, Harness, CRED_ALPHA, KEY};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use tokio::task::JoinHandle;
+
+const KEY_B: &str = "sy-test-client-key-b-000000001";
+
+/// The standard configuration with `extra` appended to connection `alpha-1` and a
+/// second client key.
+fn with_alpha(mock_url: &str, extra: &str) -> String {
+    standard_config(mock_url).replace(
+        &format!("credential = \"{CRED_ALPHA}\""),
+        &format!("credential = \"{CRED_ALPHA}\"\n{extra}"),
+    ) + &format!("\n[[keys]]\nid = \"kb\"\nname = \"b\"\nsecret = \"{KEY_B}\"\n")
+}
+
+fn two_slots(mock_url: &str) -> String {
+    with_alpha(mock_url, "max_concurrent = 2")
+}
+
+fn one_slot(mock_url: &str) -> String {
+    with_alpha(mock_url, "max_concurrent = 1")
+}
+
+fn one_slot_depth_one(mock_url: &str) -> String {
+    with_alpha(
+        mock_url,
+        "max_concurrent = 1\nrate_limit_overrides = { maxQueueDepth = 1 }",
+    )
+}
+
+fn one_slot_short_wait(mock_url: &str) -> String {
+    with_alpha(
+        mock_url,
+        "max_concurrent = 1\nrate_limit_overrides = { maxWaitMs = 600 }",
+    )
+}
+
+fn send(h: &Harness, key: &'static str, body: Value) -> JoinHandle<reqwest::Response> {
+    let (http, url) = (h.http.clone(), h.url("/v1/chat/completions"));
+    tokio::spawn(async move {
+        http.post(url)
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    })
+}
+
+async fn metric(h: &Harness, line_start: &str) -> Option<f64> {
+    let text = h
+        .http
+        .get(h.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+async fn waiting_on(h: &Harness, connection: &str) -> f64 {
+    metric(
+        h,
+        &format!("switchyard_gate_queue_depth{{connection=\"{connection}\"}}"),
+    )
+    .await
+    .unwrap_or(0.0)
+}
+
+async fn error_code(r: reqwest::Response) -> (u16, String) {
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap();
+    (status, body["error"]["code"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn two_slots_never_see_more_than_two_upstream_requests_and_everyone_is_answered() {
+    let h = Harness::start_with(two_slots, &[]).await;
+    h.rule(json!({"latency_ms": 30})).await;
+    let statuses = h.concurrent_statuses(50, KEY, "alpha/mock-small").await;
+    assert_eq!(statuses, vec![200; 50]);
+    let stats = h.mock_stats().await;
+    assert_eq!(stats["peak_in_flight"], 2);
+    assert_eq!(stats["requests_total"], 50);
+    assert_eq!(waiting_on(&h, "alpha-1").await, 0.0);
+}
+
+#[tokio::test]
+async fn a_full_queue_refuses_at_once_without_calling_the_upstream() {
+    let h = Harness::start_with(one_slot_depth_one, &[]).await;
+    h.rule(json!({"latency_ms": 800})).await;
+    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
+    eventually("the first request reaches the mock", || async {
+        h.mock_stats().await["in_flight"] == 1
+    })
+    .await;
+    let queued = send(&h, KEY, chat_body("alpha/mock-small", false));
+    eventually("the second request waits", || async {
+        waiting_on(&h, "alpha-1").await == 1.0
+    })
+    .await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(
+        error_code(r).await,
+        (429, "RATE_LIMIT_QUEUE_FULL".to_owned())
+    );
+    assert_eq!(holder.await.unwrap().status(), 200);
+    assert_eq!(queued.await.unwrap().status(), 200);
+    // Only the two admitted requests ever reached the upstream.
+    assert_eq!(h.mock_stats().await["requests_total"], 2);
+    assert_eq!(
+        metric(
+            &h,
+            "switchyard_gate_rejections_total{connection=\"alpha-1\",code=\"RATE_LIMIT_QUEUE_FULL\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+}
+
+#[tokio::test]
+async fn a_wait_past_max_wait_ms_ends_in_a_semaphore_timeout() {
+    let h = Harness::start_with(one_slot_short_wait, &[]).await;
+    h.rule(json!({"latency_ms": 2000})).await;
+    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
+    eventually("the first request reaches the mock", || async {
+        h.mock_stats().await["in_flight"] == 1
+    })
+    .await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(error_code(r).await, (429, "SEMAPHORE_TIMEOUT".to_owned()));
+    assert_eq!(holder.await.unwrap().status(), 200);
+    assert_eq!(h.mock_stats().await["requests_total"], 1);
+}
+
+#[tokio::test]
+async fn a_hopeless_wait_is_refused_at_once_with_an_honest_retry_after() {
+    let h = Harness::start_with(one_slot_short_wait, &[]).await;
+    h.rule(json!({"latency_ms": 500})).await;
+    // One request teaches the gateway the service time (about 0.5 s).
+    assert_eq!(
+        h.chat(chat_body("alpha/mock-small", false)).await.status(),
+        200
+    );
+    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
+    eventually("the holder reaches the mock", || async {
+        h.mock_stats().await["in_flight"] == 1
+    })
+    .await;
+    // Queued behind the holder, this one expects ~0.5 s: within maxWaitMs (0.6 s).
+    let second = send(&h, KEY, chat_body("alpha/mock-small", false));
+    eventually("the second request waits", || async {
+        waiting_on(&h, "alpha-1").await == 1.0
+    })
+    .await;
+    // Behind both, a third would wait two service times (just over 1 s): more than
+    // 0.6 s, so it is told at once, with that wait rounded up to whole seconds.
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.headers()["retry-after"], "2");
+    assert_eq!(error_code(r).await, (429, "SEMAPHORE_TIMEOUT".to_owned()));
+    assert_eq!(holder.await.unwrap().status(), 200);
+    assert_eq!(second.await.unwrap().status(), 200);
+    assert_eq!(h.mock_stats().await["requests_total"], 3);
+}
+
+#[tokio::test]
+async fn one_keys_backlog_does_not_hold_back_another_key() {
+    let h = Harness::start_with(one_slot, &[]).await;
+    h.rule(json!({"latency_ms": 15})).await;
+    let done = Arc::new(Mutex::new(Vec::new()));
+    let spawn = |key: &'static str, who: &'static str| {
+        let (http, url, done) = (
+            h.http.clone(),
+            h.url("/v1/chat/completions"),
+            Arc::clone(&done),
+        );
+        tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .bearer_auth(key)
+                .json(&chat_body("alpha/mock-small", false))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            done.lock().unwrap().push(who);
+        })
+    };
+    let mut tasks: Vec<_> = (0..40).map(|_| spawn(KEY, "a")).collect();
+    eventually("key A's backlog is queued", || async {
+        waiting_on(&h, "alpha-1").await >= 30.0
+    })
+    .await;
+    tasks.extend((0..4).map(|_| spawn(KEY_B, "b")));
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = done.lock().unwrap().clone();
+    assert_eq!(order.len(), 44);
+    let last_b = order.iter().rposition(|w| *w == "b").unwrap();
+    let a_done_before_last_b = order[..last_b].iter().filter(|w| **w == "a").count();
+    // B's four finish before A's last thirty have even started.
+    assert!(a_done_before_last_b < 10, "{order:?}");
+    assert_eq!(h.mock_stats().await["peak_in_flight"], 1);
+}
+
+fn overlapping_gates(mock_url: &str) -> String {
+    format!(
+        r#"
+[settings]
+"concurrency.globalMax" = 3
+
+[[providers]]
+id = "alpha"
+format = "openai"
+base_url = "{mock_url}"
+models = ["mock-small", "mock-large"]
+max_concurrent = 2
+
+[[providers]]
+id = "beta"
+format = "openai"
+base_url = "{mock_url}"
+models = ["mock-small", "mock-large"]
+
+[[connections]]
+id = "alpha-1"
+provider = "alpha"
+auth_class = "apikey"
+credential = "cred-a1"
+max_concurrent = 2
+rate_limit_overrides = {{ modelConcurrency = {{ "mock-large" = 1 }} }}
+
+[[connections]]
+id = "alpha-2"
+provider = "alpha"
+auth_class = "apikey"
+credential = "cred-a2"
+
+[[connections]]
+id = "beta-1"
+provider = "beta"
+auth_class = "apikey"
+credential = "cred-b1"
+rate_limit_overrides = {{ maxConcurrent = 2, modelConcurrency = {{ "mock-small" = 1 }} }}
+
+[[keys]]
+id = "k1"
+name = "tester"
+secret = "{KEY}"
+
+[[keys]]
+id = "kb"
+name = "b"
+secret = "{KEY_B}"
+"#
+    )
+}
+
+#[tokio::test]
+async fn requests_contending_across_overlapping_gates_all_finish_within_every_cap() {
+    let h = Harness::start_with(overlapping_gates, &[]).await;
+    h.rule(json!({"latency_ms": 20})).await;
+    let models = [
+        "alpha/mock-small",
+        "alpha/mock-large",
+        "beta/mock-small",
+        "beta/mock-large",
+    ];
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let key = if i % 3 == 0 { KEY_B } else { KEY };
+            send(&h, key, chat_body(models[i % models.len()], false))
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap().status(), 200);
+    }
+    let stats = h.mock_stats().await;
+    // The global cap of 3 is the tightest bound on everything in flight at once.
+    assert_eq!(stats["peak_in_flight"], 3);
+    assert_eq!(stats["requests_total"], 64);
+    for c in ["alpha-1", "alpha-2", "beta-1"] {
+        assert_eq!(waiting_on(&h, c).await, 0.0, "{c}");
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_gives_its_slot_back() {
+    let h = Harness::start_with(one_slot, &[]).await;
+    h.rule(json!({"chunks": 50, "chunk_interval_ms": 100}))
+        .await;
+    let r = h.chat(chat_body("alpha/mock-small", true)).await;
+    assert_eq!(r.status(), 200);
+    // Hold the stream open, then go away mid-stream.
+    let mut stream = r;
+    assert!(stream.chunk().await.unwrap().is_some());
+    drop(stream);
+    eventually("the upstream stream is cancelled", || async {
+        h.mock_stats().await["in_flight"] == 0
+    })
+    .await;
+    h.rule(json!({"latency_ms": 0})).await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 200);
+}
+
+fn execution_bound(mock_url: &str) -> String {
+    let mut cfg = with_alpha(
+        mock_url,
+        "rate_limit_overrides = { executionMaxWaitMs = 400 }",
+    );
+    cfg.insert_str(0, "[settings]\n\"upstream.first_byte_timeout_ms\" = 300\n");
+    cfg
+}
+
+#[tokio::test]
+async fn the_execution_bound_cuts_a_hanging_stream() {
+    let h = Harness::start_with(execution_bound, &[]).await;
+    h.rule(json!({"chunks": 40, "chunk_interval_ms": 100}))
+        .await;
+    let r = h.chat(chat_body("alpha/mock-small", true)).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let frames: Vec<&str> = text.split("\n\n").filter(|f| !f.is_empty()).collect();
+    let last = frames.last().unwrap();
+    assert!(
+        last.contains("\"code\":\"RATE_LIMIT_EXECUTION_TIMEOUT\""),
+        "{last}"
+    );
+    // Cut well before the upstream's 40 frames.
+    assert!(frames.len() < 20, "{} frames", frames.len());
+    eventually("the upstream stream is cancelled", || async {
+        h.mock_stats().await["in_flight"] == 0
+    })
+    .await;
+    eventually("the request log records the execution timeout", || async {
+        let logs: Value = h.admin_json("/api/logs").await;
+        logs[0]["status"] == 504 && logs[0]["error_code"] == "RATE_LIMIT_EXECUTION_TIMEOUT"
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn queue_limits_resolve_connection_then_stored_then_env_then_default() {
+    // Environment over default.
+    let h = Harness::start_with(one_slot, &[("RATE_LIMIT_MAX_QUEUE_DEPTH", "1")]).await;
+    let view = h.admin_json("/api/settings").await;
+    let depth = view
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "requestQueue.maxQueueDepth")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (depth["value"].clone(), depth["source"].clone()),
+        (json!(1), json!("env"))
+    );
+    // Stored over environment.
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/settings/requestQueue.maxQueueDepth",
+            json!({"value": 2}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    h.rule(json!({"latency_ms": 600})).await;
+    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
+    eventually("the holder reaches the mock", || async {
+        h.mock_stats().await["in_flight"] == 1
+    })
+    .await;
+    let queued: Vec<_> = (0..2)
+        .map(|_| send(&h, KEY, chat_body("alpha/mock-small", false)))
+        .collect();
+    eventually("two wait", || async {
+        waiting_on(&h, "alpha-1").await == 2.0
+    })
+    .await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(
+        error_code(r).await,
+        (429, "RATE_LIMIT_QUEUE_FULL".to_owned())
+    );
+    assert_eq!(holder.await.unwrap().status(), 200);
+    for q in queued {
+        assert_eq!(q.await.unwrap().status(), 200);
+    }
+    // The connection's override over the stored setting.
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/connections/alpha-1",
+            json!({"id": "alpha-1", "provider": "alpha", "auth_class": "apikey", "max_concurrent": 1,
+                   "rate_limit_overrides": {"maxQueueDepth": 1}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
+    eventually("the holder reaches the mock", || async {
+        h.mock_stats().await["in_flight"] == 1
+    })
+    .await;
+    let queued = send(&h, KEY, chat_body("alpha/mock-small", false));
+    eventually("one waits", || async {
+        waiting_on(&h, "alpha-1").await == 1.0
+    })
+    .await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(
+        error_code(r).await,
+        (429, "RATE_LIMIT_QUEUE_FULL".to_owned())
+    );
+    assert_eq!(holder.await.unwrap().status(), 200);
+    assert_eq!(queued.await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn invalid_rate_limit_overrides_are_refused_and_change_nothing() {
+    let h = Harness::start().await;
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/connections/alpha-1",
+            json!({"id": "alpha-1", "provider": "alpha", "auth_class": "apikey",
+                   "rate_limit_overrides": {"modelConcurrency": {"mock-small": 0}}}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(
+        e["error"]["message"],
+        "connection `alpha-1` rate_limit_overrides: modelConcurrency.mock-small: must be a whole number of at least 1"
+    );
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/connections/alpha-1",
+            json!({"id": "alpha-1", "provider": "alpha", "auth_class": "apikey",
+                   "rate_limit_overrides": {"maxConcurent": 2}}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let conn = h.admin_json("/api/connections/alpha-1").await;
+    assert_eq!(conn["rate_limit_overrides"], Value::Null);
+}
