@@ -158,6 +158,44 @@ const DAY_MS: u64 = 86_400_000;
 /// All settings. Keep sorted by key.
 pub const DEFS: &[SettingDef] = &[
     SettingDef {
+        key: "comboCooldownWait.budgetMs",
+        env: "COMBO_COOLDOWN_WAIT_BUDGET_MS",
+        // SPEC R9's default: five minutes in all for one request, waits included.
+        kind: Kind::Int {
+            default: 300_000,
+            min: 0,
+            max: DAY_MS,
+        },
+        doc: "Longest a combo request may take in all when it waits out cooldowns.",
+    },
+    SettingDef {
+        key: "comboCooldownWait.enabled",
+        env: "COMBO_COOLDOWN_WAIT_ENABLED",
+        kind: Kind::Bool { default: true },
+        doc: "Combo requests wait out short transient cooldowns and are dispatched again instead of failing.",
+    },
+    SettingDef {
+        key: "comboCooldownWait.maxAttempts",
+        env: "COMBO_COOLDOWN_WAIT_MAX_ATTEMPTS",
+        kind: Kind::Int {
+            default: 5,
+            min: 0,
+            max: 100,
+        },
+        doc: "Most cooldown waits per combo request.",
+    },
+    SettingDef {
+        key: "comboCooldownWait.maxWaitMs",
+        env: "COMBO_COOLDOWN_WAIT_MAX_WAIT_MS",
+        // SPEC R9's default covers a provider's one-minute rate window.
+        kind: Kind::Int {
+            default: 90_000,
+            min: 0,
+            max: DAY_MS,
+        },
+        doc: "Longest single cooldown wait of a combo request; longer cooldowns answer 429 at once.",
+    },
+    SettingDef {
         key: "concurrency.globalMax",
         env: "SWITCHYARD_MAX_CONCURRENT",
         // SPEC R7's global gate; off unless the operator sizes the whole gateway.
@@ -533,6 +571,7 @@ pub struct ResilienceSettings {
     pub provider_cooldown_oauth: crate::resilience::provider_cooldown::Profile,
     pub provider_cooldown_apikey: crate::resilience::provider_cooldown::Profile,
     pub stream_stall_cooldown: bool,
+    pub combo_wait: crate::resilience::combo_wait::Settings,
 }
 
 /// The quota engine's settings (SPEC Q10).
@@ -794,6 +833,13 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
             ),
             provider_cooldown_enabled: boolean("providerCooldown.enabled"),
             stream_stall_cooldown: boolean("streamStallCooldown.enabled"),
+            combo_wait: crate::resilience::combo_wait::Settings {
+                enabled: boolean("comboCooldownWait.enabled"),
+                max_wait_ms: int("comboCooldownWait.maxWaitMs"),
+                max_attempts: u32::try_from(int("comboCooldownWait.maxAttempts"))
+                    .unwrap_or(u32::MAX),
+                budget_ms: int("comboCooldownWait.budgetMs"),
+            },
             provider_cooldown_oauth: crate::resilience::provider_cooldown::Profile {
                 threshold: u32::try_from(int("providerCooldown.oauth.failureThreshold"))
                     .unwrap_or(u32::MAX),

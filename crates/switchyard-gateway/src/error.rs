@@ -74,6 +74,20 @@ pub enum ApiError {
         excluded: Vec<crate::pipeline::CoolingExcluded>,
         retry_after_ms: u64,
     },
+    /// Every target of a combo is held back briefly and waiting is not allowed (SPEC R9).
+    #[error("every target of `{model}` is rate limited for now; retry in {} s", retry_after_ms.div_ceil(1000))]
+    CombosRateLimited {
+        model: String,
+        retry_after_ms: u64,
+        reset_at_ms: u64,
+    },
+    /// Every target of a combo is held back by something that does not end on its own
+    /// soon: quota, auth, unknown model, terminal account (SPEC R9).
+    #[error("every target of `{model}` was skipped: none can serve it now")]
+    AllTargetsSkipped {
+        model: String,
+        excluded: Vec<crate::pipeline::CoolingExcluded>,
+    },
     #[error("{message}")]
     Upstream {
         failure: AttemptFailure,
@@ -137,6 +151,16 @@ impl ApiError {
                 S::SERVICE_UNAVAILABLE,
                 "upstream_error",
                 "all_targets_cooling_down",
+            ),
+            Self::CombosRateLimited { .. } => (
+                S::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "all_targets_rate_limited",
+            ),
+            Self::AllTargetsSkipped { .. } => (
+                S::SERVICE_UNAVAILABLE,
+                "upstream_error",
+                "ALL_TARGETS_SKIPPED",
             ),
             Self::NoExecutableTargets { .. } => (
                 S::NOT_FOUND,
@@ -220,8 +244,17 @@ impl ApiError {
                 list.extend(unavailable(out, false));
                 err["diagnostics"] = json!({ "excluded": list });
             }
-            Self::AllTargetsCoolingDown { excluded, .. } => {
+            Self::AllTargetsCoolingDown { excluded, .. }
+            | Self::AllTargetsSkipped { excluded, .. } => {
                 err["diagnostics"] = json!({ "excluded": unavailable(excluded, true) });
+            }
+            Self::CombosRateLimited {
+                retry_after_ms,
+                reset_at_ms,
+                ..
+            } => {
+                err["retry_after"] = json!(retry_after_ms.div_ceil(1000));
+                err["reset_at"] = json!(reset_at_ms);
             }
             _ => {}
         }
@@ -295,7 +328,8 @@ impl IntoResponse for ApiError {
             resp.headers_mut().insert(header::RETRY_AFTER, v.clone());
         }
         if let Self::ProviderCircuitOpen { retry_after_ms, .. }
-        | Self::AllTargetsCoolingDown { retry_after_ms, .. } = &self
+        | Self::AllTargetsCoolingDown { retry_after_ms, .. }
+        | Self::CombosRateLimited { retry_after_ms, .. } = &self
         {
             resp.headers_mut().insert(
                 header::RETRY_AFTER,

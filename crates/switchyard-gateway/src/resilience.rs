@@ -14,7 +14,8 @@ use switchyard_core::catalog::Connection;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::resilience::breaker::{self, Admit, Breaker};
-use switchyard_core::resilience::cooldown::{self, Change, Failure, Health, Terminal};
+use switchyard_core::resilience::combo_wait::{self, Hold};
+use switchyard_core::resilience::cooldown::{self, Change, ErrorType, Failure, Health, Terminal};
 use switchyard_core::resilience::lockout::{Lock, LockKey, Lockouts, Target};
 use switchyard_core::resilience::{provider_cooldown, slow_start};
 use switchyard_core::settings::ResilienceSettings;
@@ -26,14 +27,18 @@ use switchyard_store::resilience::{StateChange, StateRows};
 pub enum Exclusion {
     /// The provider's breaker is open (or a half-open probe is already out).
     CircuitOpen { retry_after_ms: u64 },
-    /// The connection is cooling down.
-    CoolingDown { retry_after_ms: u64 },
+    /// The connection is cooling down; `transient` unless its last failure was an
+    /// auth refusal or a rejection.
+    CoolingDown {
+        retry_after_ms: u64,
+        transient: bool,
+    },
     /// The connection is in a terminal state.
     Terminal(Terminal),
     /// The provider's time-window cooldown tripped (SPEC R2).
     ProviderCooling { retry_after_ms: u64 },
-    /// The model is locked on this connection (SPEC R5).
-    ModelLocked { retry_after_ms: u64 },
+    /// The model is locked on this connection (SPEC R5) after a `status` answer.
+    ModelLocked { retry_after_ms: u64, status: u16 },
     /// The target is recovering and this request is not in its share yet; it goes
     /// after the other candidates.
     Warming,
@@ -55,11 +60,31 @@ impl Exclusion {
     pub fn retry_after_ms(self) -> Option<u64> {
         match self {
             Self::CircuitOpen { retry_after_ms }
-            | Self::CoolingDown { retry_after_ms }
+            | Self::CoolingDown { retry_after_ms, .. }
             | Self::ProviderCooling { retry_after_ms }
-            | Self::ModelLocked { retry_after_ms } => Some(retry_after_ms),
+            | Self::ModelLocked { retry_after_ms, .. } => Some(retry_after_ms),
             Self::Terminal(_) => None,
             Self::Warming => Some(0),
+        }
+    }
+
+    /// Whether a combo request may wait this out (SPEC R9).
+    pub fn hold(self) -> Hold {
+        match self {
+            Self::ModelLocked {
+                retry_after_ms,
+                status,
+            } if combo_wait::lock_is_transient(status) => Hold::Transient { retry_after_ms },
+            Self::CoolingDown {
+                retry_after_ms,
+                transient: true,
+            }
+            | Self::CircuitOpen { retry_after_ms }
+            | Self::ProviderCooling { retry_after_ms } => Hold::Transient { retry_after_ms },
+            Self::Warming => Hold::Transient { retry_after_ms: 0 },
+            Self::ModelLocked { .. } | Self::CoolingDown { .. } | Self::Terminal(_) => {
+                Hold::Lasting
+            }
         }
     }
 }
@@ -194,6 +219,7 @@ impl Resilience {
             if let Some((_, l)) = locks.locked(&conn.provider, &conn.id, a.model, now) {
                 consider(Exclusion::ModelLocked {
                     retry_after_ms: l.until.saturating_sub(now),
+                    status: l.status,
                 });
             }
         }
@@ -213,6 +239,10 @@ impl Resilience {
             } else if !h.usable(now) {
                 consider(Exclusion::CoolingDown {
                     retry_after_ms: h.remaining_ms(now),
+                    transient: !matches!(
+                        h.last_error_type,
+                        Some(ErrorType::AuthFailed | ErrorType::RequestRejected)
+                    ),
                 });
             }
         }

@@ -4,6 +4,7 @@
 //!
 //! - [`admission`]: request-queue limits and admission (R10)
 //! - [`breaker`]: the provider circuit breaker (R1)
+//! - [`combo_wait`]: waiting out short cooldowns instead of failing a combo (R9)
 //! - [`cooldown`]: connection cooldown and terminal states (R3, R4)
 //! - [`gates`]: concurrency gates taken together, with fair queues (R7)
 //! - [`lockout`]: model lockout (R5)
@@ -12,6 +13,7 @@
 
 pub mod admission;
 pub mod breaker;
+pub mod combo_wait;
 pub mod cooldown;
 pub mod gates;
 pub mod lockout;

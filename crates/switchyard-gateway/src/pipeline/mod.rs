@@ -43,6 +43,7 @@ use switchyard_core::chat::ChatRequest;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::resilience::admission::{self, Refusal};
+use switchyard_core::resilience::combo_wait::{self, Hold};
 use switchyard_core::resilience::cooldown;
 use switchyard_core::routing;
 use switchyard_core::usage::Usage;
@@ -139,212 +140,262 @@ async fn run(
     }
     let first_byte = Duration::from_millis(snap.settings.first_byte_timeout_ms);
     let idle_timeout = Duration::from_millis(snap.settings.stream_idle_timeout_ms);
-    let mut last: Option<(Failed, String)> = None;
-    let mut blocked = Vec::new();
-    let mut cooling = Vec::new();
-    let mut refused: Option<(Refusal, String)> = None;
-    // Candidates in order; a recovering one that is not in its share yet goes to the
-    // back once (slow start), and is used there if nothing before it succeeded.
-    let mut queue: std::collections::VecDeque<(&routing::Candidate, bool)> =
-        plan.candidates.iter().map(|c| (c, true)).collect();
-    let mut held: Option<Response> = None;
-    while let Some((candidate, may_defer)) = queue.pop_front() {
-        let conn = &candidate.connection;
-        let attempt = resilience::Attempt {
-            conn,
-            model: &candidate.upstream_model,
-            may_defer: may_defer && !queue.is_empty(),
-            budget_ms: snap.settings.first_byte_timeout_ms,
-        };
-        let res_settings = &snap.settings.resilience;
-        let admitted = match state
-            .resilience
-            .check(attempt, res_settings, state.clock.now_ms())
-        {
-            Ok(a) => a,
-            Err(resilience::Exclusion::Warming) => {
-                queue.push_back((candidate, false));
-                continue;
-            }
-            Err(exclusion) => {
-                cooling.push(CoolingExcluded {
-                    target: format!("{}/{}", conn.provider, candidate.upstream_model),
-                    connection: conn.id.clone(),
-                    exclusion,
-                });
-                continue;
-            }
-        };
-        // A probe slot that is not settled by an answer (skipped, client gone) is
-        // given back when this guard drops.
-        let mut probe = ProbeGuard {
-            resilience: &state.resilience,
-            provider: &conn.provider,
-            armed: admitted.probe,
-        };
-        if let Err(refusal) = concurrency::admit(
-            state,
-            &snap,
-            key,
-            conn,
-            &candidate.upstream_model,
-            quota_share,
-            finisher,
-        )
-        .await
-        {
-            refused.get_or_insert((refusal, conn.id.clone()));
-            continue;
-        }
-        let pooled = snap.quota.pool_of(conn.index);
-        let quota_headers =
-            match quota::admit(state, &snap, key, candidate, estimate, finisher).await {
-                Ok(headers) => headers,
-                Err(block) => {
-                    finisher.release_slot();
-                    blocked.push(*block);
+    let arrived = state.clock.now_ms();
+    let mut waited = 0u32;
+    loop {
+        let mut last: Option<(Failed, String)> = None;
+        let mut blocked = Vec::new();
+        let mut cooling = Vec::new();
+        let mut refused: Option<(Refusal, String)> = None;
+        // Candidates in order; a recovering one that is not in its share yet goes to the
+        // back once (slow start), and is used there if nothing before it succeeded.
+        let mut queue: std::collections::VecDeque<(&routing::Candidate, bool)> =
+            plan.candidates.iter().map(|c| (c, true)).collect();
+        let mut held: Option<Response> = None;
+        while let Some((candidate, may_defer)) = queue.pop_front() {
+            let conn = &candidate.connection;
+            let attempt = resilience::Attempt {
+                conn,
+                model: &candidate.upstream_model,
+                may_defer: may_defer && !queue.is_empty(),
+                budget_ms: snap.settings.first_byte_timeout_ms,
+            };
+            let res_settings = &snap.settings.resilience;
+            let admitted = match state
+                .resilience
+                .check(attempt, res_settings, state.clock.now_ms())
+            {
+                Ok(a) => a,
+                Err(resilience::Exclusion::Warming) => {
+                    queue.push_back((candidate, false));
+                    continue;
+                }
+                Err(exclusion) => {
+                    cooling.push(CoolingExcluded {
+                        target: format!("{}/{}", conn.provider, candidate.upstream_model),
+                        connection: conn.id.clone(),
+                        exclusion,
+                    });
                     continue;
                 }
             };
-        finisher.attempt(
-            candidate,
-            model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),
-        );
-        let Some(target) = snap.upstreams.get(conn.index) else {
-            finisher.release_quota();
-            finisher.release_slot();
-            continue;
-        };
-        let body = request.upstream_body(&candidate.upstream_model);
-        let watch = Stopwatch::start();
-        // One budget per attempt for the headers and, when not streaming, the whole body;
-        // a stream is bounded by the execution limit (SPEC R10), never shorter than that.
-        let dispatched = tokio::time::Instant::now();
-        let deadline = dispatched + first_byte;
-        let execution_deadline = dispatched
-            + Duration::from_millis(admission::execution_bound_ms(
-                &snap.settings.concurrency.queue.with(&conn.queue),
-                snap.settings.first_byte_timeout_ms,
-            ));
-        let result = upstream::send(
-            snap.settings.connect_timeout_ms,
-            target,
-            body,
-            request.stream,
-            deadline,
-        )
-        .await;
-        let outcome = match result {
-            Ok(response) => {
-                if pooled.is_some() {
-                    state
-                        .quota
-                        .record_signals(&conn.id, response.headers(), state.clock.now_ms());
-                }
-                target
-                    .metrics
-                    .latency
-                    .observe(watch.elapsed().as_secs_f64());
-                let now = state.clock.now_ms();
-                handle_response(
-                    response,
-                    request.stream,
-                    deadline,
-                    execution_deadline,
-                    idle_timeout,
-                    finisher,
-                    now,
-                )
-                .await
-            }
-            Err(failure) => Err(Failed::from(failure)),
-        };
-        let mut failed = match outcome {
-            Ok(mut response) => {
-                probe.armed = false;
-                state.resilience.record(
-                    attempt,
-                    &resilience::Outcome::Success,
-                    res_settings,
-                    admitted.probe,
-                    state.clock.now_ms(),
-                );
-                target.metrics.success.inc();
-                quota::add_headers(&mut response, quota_headers);
-                return Ok(response);
-            }
-            Err(failed) => failed,
-        };
-        finisher.release_quota();
-        finisher.release_slot();
-        probe.armed = false;
-        state.resilience.record(
-            attempt,
-            &resilience::Outcome::Failure {
-                failure: failed.failure,
-                body: &failed.body_hint,
-                reset_at: failed.reset_at,
-            },
-            res_settings,
-            admitted.probe,
-            state.clock.now_ms(),
-        );
-        count_attempt(state, &conn.provider, failed.failure.label());
-        if let Some(response) = failed.passthrough.take() {
-            // A recovering target passed over for slow start is still worth a try
-            // before an account-level error goes back to the client.
-            if queue.iter().any(|(_, may_defer)| !may_defer) {
-                held = Some(response);
+            // A probe slot that is not settled by an answer (skipped, client gone) is
+            // given back when this guard drops.
+            let mut probe = ProbeGuard {
+                resilience: &state.resilience,
+                provider: &conn.provider,
+                armed: admitted.probe,
+            };
+            if let Err(refusal) = concurrency::admit(
+                state,
+                &snap,
+                key,
+                conn,
+                &candidate.upstream_model,
+                quota_share,
+                finisher,
+            )
+            .await
+            {
+                refused.get_or_insert((refusal, conn.id.clone()));
                 continue;
             }
+            let pooled = snap.quota.pool_of(conn.index);
+            let quota_headers =
+                match quota::admit(state, &snap, key, candidate, estimate, finisher).await {
+                    Ok(headers) => headers,
+                    Err(block) => {
+                        finisher.release_slot();
+                        blocked.push(*block);
+                        continue;
+                    }
+                };
+            finisher.attempt(
+                candidate,
+                model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),
+            );
+            let Some(target) = snap.upstreams.get(conn.index) else {
+                finisher.release_quota();
+                finisher.release_slot();
+                continue;
+            };
+            let body = request.upstream_body(&candidate.upstream_model);
+            let watch = Stopwatch::start();
+            // One budget per attempt for the headers and, when not streaming, the whole body;
+            // a stream is bounded by the execution limit (SPEC R10), never shorter than that.
+            let dispatched = tokio::time::Instant::now();
+            let deadline = dispatched + first_byte;
+            let execution_deadline = dispatched
+                + Duration::from_millis(admission::execution_bound_ms(
+                    &snap.settings.concurrency.queue.with(&conn.queue),
+                    snap.settings.first_byte_timeout_ms,
+                ));
+            let result = upstream::send(
+                snap.settings.connect_timeout_ms,
+                target,
+                body,
+                request.stream,
+                deadline,
+            )
+            .await;
+            let outcome = match result {
+                Ok(response) => {
+                    if pooled.is_some() {
+                        state.quota.record_signals(
+                            &conn.id,
+                            response.headers(),
+                            state.clock.now_ms(),
+                        );
+                    }
+                    target
+                        .metrics
+                        .latency
+                        .observe(watch.elapsed().as_secs_f64());
+                    let now = state.clock.now_ms();
+                    handle_response(
+                        response,
+                        request.stream,
+                        deadline,
+                        execution_deadline,
+                        idle_timeout,
+                        finisher,
+                        now,
+                    )
+                    .await
+                }
+                Err(failure) => Err(Failed::from(failure)),
+            };
+            let mut failed = match outcome {
+                Ok(mut response) => {
+                    probe.armed = false;
+                    state.resilience.record(
+                        attempt,
+                        &resilience::Outcome::Success,
+                        res_settings,
+                        admitted.probe,
+                        state.clock.now_ms(),
+                    );
+                    target.metrics.success.inc();
+                    quota::add_headers(&mut response, quota_headers);
+                    return Ok(response);
+                }
+                Err(failed) => failed,
+            };
+            finisher.release_quota();
+            finisher.release_slot();
+            probe.armed = false;
+            state.resilience.record(
+                attempt,
+                &resilience::Outcome::Failure {
+                    failure: failed.failure,
+                    body: &failed.body_hint,
+                    reset_at: failed.reset_at,
+                },
+                res_settings,
+                admitted.probe,
+                state.clock.now_ms(),
+            );
+            count_attempt(state, &conn.provider, failed.failure.label());
+            if let Some(response) = failed.passthrough.take() {
+                // A recovering target passed over for slow start is still worth a try
+                // before an account-level error goes back to the client.
+                if queue.iter().any(|(_, may_defer)| !may_defer) {
+                    held = Some(response);
+                    continue;
+                }
+                return Ok(response);
+            }
+            tracing::warn!(
+                request_id = finisher.request_id(),
+                provider = %conn.provider,
+                connection_id = %conn.id,
+                failure = failed.failure.label(),
+                "Upstream attempt failed; trying the next candidate."
+            );
+            let message = match failed.failure {
+                AttemptFailure::Status(s) => format!(
+                    "upstream `{}` (connection `{}`) answered HTTP {s}",
+                    conn.provider, conn.id
+                ),
+                other => format!(
+                    "upstream `{}` (connection `{}`) failed: {}",
+                    conn.provider,
+                    conn.id,
+                    other.label()
+                ),
+            };
+            last = Some((failed, message));
+        }
+        if let Some(response) = held {
             return Ok(response);
         }
-        tracing::warn!(
-            request_id = finisher.request_id(),
-            provider = %conn.provider,
-            connection_id = %conn.id,
-            failure = failed.failure.label(),
-            "Upstream attempt failed; trying the next candidate."
-        );
-        let message = match failed.failure {
-            AttemptFailure::Status(s) => format!(
-                "upstream `{}` (connection `{}`) answered HTTP {s}",
-                conn.provider, conn.id
-            ),
-            other => format!(
-                "upstream `{}` (connection `{}`) failed: {}",
-                conn.provider,
-                conn.id,
-                other.label()
-            ),
+        // SPEC R9: a combo whose every target is held back by something short — after
+        // nothing could be attempted, or after the targets answered 429 — waits for the
+        // earliest to end and goes round again, within bounds, instead of failing.
+        let rate_limited = last
+            .as_ref()
+            .is_some_and(|(f, _)| f.failure == AttemptFailure::Status(429));
+        let only_cooling = last.is_none() && blocked.is_empty() && refused.is_none();
+        if plan.combo.is_some() && !quota_share && (only_cooling || rate_limited) {
+            if let Some(holds) = holds_now(state, &snap, &plan.candidates) {
+                let now = state.clock.now_ms();
+                match combo_wait::decide(
+                    &snap.settings.resilience.combo_wait,
+                    &holds,
+                    waited,
+                    now.saturating_sub(arrived),
+                ) {
+                    combo_wait::Decision::Wait { ms } => {
+                        tracing::info!(
+                            request_id = finisher.request_id(),
+                            model = %request.model,
+                            wait_ms = ms,
+                            "Every target of the combo is held back briefly; waiting it out."
+                        );
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        waited += 1;
+                        continue;
+                    }
+                    combo_wait::Decision::RateLimited { retry_after_ms } => {
+                        return Err(ApiError::CombosRateLimited {
+                            model: request.model.clone(),
+                            retry_after_ms,
+                            reset_at_ms: now.saturating_add(retry_after_ms),
+                        });
+                    }
+                    combo_wait::Decision::NoTransientHold if only_cooling => {
+                        return Err(ApiError::AllTargetsSkipped {
+                            model: request.model.clone(),
+                            excluded: cooling,
+                        });
+                    }
+                    combo_wait::Decision::NoTransientHold => {}
+                }
+            }
+        }
+        let Some((failed, message)) = last else {
+            if let Some(block) = quota::most_hopeful(blocked) {
+                return Err(ApiError::QuotaExceeded(block));
+            }
+            if let Some((refusal, connection)) = refused {
+                return Err(ApiError::Queue {
+                    refusal,
+                    connection,
+                });
+            }
+            return Err(nothing_attempted(
+                &request.model,
+                plan.combo.is_some(),
+                cooling,
+                plan.excluded,
+            ));
         };
-        last = Some((failed, message));
+        return Err(ApiError::Upstream {
+            failure: failed.failure,
+            message,
+            retry_after: failed.retry_after,
+        });
     }
-    if let Some(response) = held {
-        return Ok(response);
-    }
-    let Some((failed, message)) = last else {
-        if let Some(block) = quota::most_hopeful(blocked) {
-            return Err(ApiError::QuotaExceeded(block));
-        }
-        if let Some((refusal, connection)) = refused {
-            return Err(ApiError::Queue {
-                refusal,
-                connection,
-            });
-        }
-        return Err(nothing_attempted(
-            &request.model,
-            plan.combo.is_some(),
-            cooling,
-            plan.excluded,
-        ));
-    };
-    Err(ApiError::Upstream {
-        failure: failed.failure,
-        message,
-        retry_after: failed.retry_after,
-    })
 }
 
 /// Gives a half-open probe slot back unless an answer settled it.
@@ -360,6 +411,38 @@ impl Drop for ProbeGuard<'_> {
             self.resilience.release_probe(self.provider);
         }
     }
+}
+
+/// What holds each candidate back right now (SPEC R9), or `None` when one of them could
+/// be tried at once (nothing to wait for).
+fn holds_now(
+    state: &AppState,
+    snap: &crate::snapshot::Snapshot,
+    candidates: &[routing::Candidate],
+) -> Option<Vec<Hold>> {
+    let now = state.clock.now_ms();
+    let mut holds = Vec::with_capacity(candidates.len());
+    for c in candidates {
+        let attempt = resilience::Attempt {
+            conn: &c.connection,
+            model: &c.upstream_model,
+            may_defer: false,
+            budget_ms: snap.settings.first_byte_timeout_ms,
+        };
+        match state
+            .resilience
+            .check(attempt, &snap.settings.resilience, now)
+        {
+            Ok(admitted) => {
+                if admitted.probe {
+                    state.resilience.release_probe(&c.connection.provider);
+                }
+                return None;
+            }
+            Err(e) => holds.push(e.hold()),
+        }
+    }
+    Some(holds)
 }
 
 /// A candidate skipped by a resilience state machine.

@@ -9,6 +9,7 @@
 )]
 mod admin;
 mod chat;
+mod combo_wait;
 mod common;
 mod concurrency;
 mod failover;

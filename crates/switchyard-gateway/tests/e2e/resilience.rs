@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 /// Two providers with one connection each that do cool down, a combo across them, and a
 /// local provider whose breaker opens after two failures.
-fn cooling(mock_url: &str) -> String {
+pub fn cooling(mock_url: &str) -> String {
     format!(
         r#"
 [[providers]]
@@ -59,7 +59,7 @@ secret = "{KEY}"
     )
 }
 
-async fn by_credential(h: &Harness, cred: &str) -> u64 {
+pub async fn by_credential(h: &Harness, cred: &str) -> u64 {
     h.mock_stats().await["by_credential"][cred]
         .as_u64()
         .unwrap_or(0)
