@@ -28,13 +28,27 @@ use tokio::sync::oneshot;
 /// provider that slows down, smooth enough that one odd request does not swing it.
 const SERVICE_EMA_ALPHA: f64 = 0.2;
 
+#[derive(Debug)]
+struct Waiter {
+    tx: oneshot::Sender<()>,
+    connection: Arc<str>,
+}
+
 #[derive(Debug, Default)]
 struct State {
     machine: Machine,
-    waiters: HashMap<u64, oneshot::Sender<()>>,
+    waiters: HashMap<u64, Waiter>,
+    /// Waiters per connection, whichever gates they wait for (SPEC R10's queue).
+    by_connection: HashMap<Arc<str>, usize>,
     next_id: u64,
     /// Moving average of how long a permit is held, per connection, in ms.
     service_ms: HashMap<Arc<str>, f64>,
+}
+
+impl State {
+    fn waiting_on(&self, connection: &str) -> usize {
+        self.by_connection.get(connection).copied().unwrap_or(0)
+    }
 }
 
 /// Every gate of this process. See the module docs.
@@ -104,7 +118,7 @@ impl Gates {
     pub fn load(&self, connection: &str) -> usize {
         let gate = GateId::Account(Arc::from(connection));
         let st = lock(&self.state);
-        st.machine.used(&gate) + st.machine.queued(&gate)
+        st.machine.used(&gate) + st.waiting_on(connection)
     }
 
     /// Forgets the service times of connections that no longer exist.
@@ -112,14 +126,26 @@ impl Gates {
         lock(&self.state).service_ms.retain(|c, _| live(c));
     }
 
+    /// Hands slots to the waiters the state machine started.
     fn wake(&self, st: &mut State, started: Vec<u64>) {
         for id in started {
-            if let Some(tx) = st.waiters.remove(&id) {
+            if let Some(w) = st.waiters.remove(&id) {
+                self.left_queue(st, &w.connection);
                 // A receiver that is gone belongs to a waiter whose guard passes the
                 // slots on when it drops.
-                let _ = tx.send(());
+                let _ = w.tx.send(());
             }
         }
+    }
+
+    fn left_queue(&self, st: &mut State, connection: &Arc<str>) {
+        let n = st.by_connection.get(connection).map_or(0, |n| n - 1);
+        if n == 0 {
+            st.by_connection.remove(connection);
+        } else {
+            st.by_connection.insert(Arc::clone(connection), n);
+        }
+        self.metrics.queue_depth(connection).set(gauge_value(n));
     }
 
     /// Counts a refusal the client sees (fail-open waits go ahead instead).
@@ -128,6 +154,34 @@ impl Gates {
             self.metrics.rejected(connection, refusal.code());
         }
         refusal
+    }
+
+    fn permit(self: &Arc<Self>, needs: Vec<Need>, connection: Arc<str>) -> Permit {
+        Permit {
+            gates: Arc::clone(self),
+            needs,
+            connection,
+            held: Stopwatch::start(),
+        }
+    }
+
+    /// Takes every slot `ask.needs` lists if that needs no wait; `None` when it would
+    /// have to queue (the caller may try another candidate first).
+    pub fn try_acquire(self: &Arc<Self>, ask: &Ask<'_>) -> Option<Option<Permit>> {
+        if ask.needs.is_empty() {
+            return Some(None);
+        }
+        let mut st = lock(&self.state);
+        if st.machine.ahead(&ask.needs) > 0 || !st.machine.fits(&ask.needs) {
+            return None;
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        let key: Arc<str> = Arc::from(ask.key);
+        let (outcome, started) = st.machine.acquire(&key, ask.weight, id, ask.needs.clone());
+        self.wake(&mut st, started);
+        (outcome == Outcome::Granted)
+            .then(|| Some(self.permit(ask.needs.clone(), Arc::from(ask.connection))))
     }
 
     /// Takes every slot `ask.needs` lists, waiting at most `ask.limits.max_wait_ms`.
@@ -143,7 +197,7 @@ impl Gates {
             let ahead = st.machine.ahead(&ask.needs);
             let at_once = ahead == 0 && st.machine.fits(&ask.needs);
             if !at_once {
-                let depth = st.machine.queued(&GateId::Account(Arc::clone(&connection)));
+                let depth = st.waiting_on(ask.connection);
                 if let Err(r) = admission::admit(&ask.limits, depth as u64) {
                     return Err(self.refuse(ask.connection, ask.mode, r));
                 }
@@ -152,32 +206,36 @@ impl Gates {
                 }
                 if ask.mode == Mode::Strict {
                     let capacity = ask.needs.iter().map(|n| n.capacity).min().unwrap_or(1);
+                    let position = st.machine.position(ask.key, &ask.needs);
                     let service = st.service_ms.get(&connection).map(|ms| *ms as u64);
-                    if let Err(r) =
-                        admission::judge_wait(&ask.limits, ahead as u64, capacity as u64, service)
-                    {
+                    if let Err(r) = admission::judge_wait(
+                        &ask.limits,
+                        position as u64,
+                        capacity as u64,
+                        service,
+                    ) {
                         return Err(self.refuse(ask.connection, ask.mode, r));
                     }
                 }
             }
             let id = st.next_id;
             st.next_id += 1;
-            match st.machine.acquire(&key, ask.weight, id, ask.needs.clone()) {
-                Outcome::Granted => {
-                    return Ok(Some(Permit {
-                        gates: Arc::clone(self),
-                        needs: ask.needs,
-                        connection,
-                        held: Stopwatch::start(),
-                    }))
-                }
-                Outcome::Queued { .. } => {}
+            let (outcome, started) = st.machine.acquire(&key, ask.weight, id, ask.needs.clone());
+            self.wake(&mut st, started);
+            if outcome == Outcome::Granted {
+                return Ok(Some(self.permit(ask.needs, connection)));
             }
             let (tx, rx) = oneshot::channel();
-            st.waiters.insert(id, tx);
-            self.metrics.queue_depth(ask.connection).set(gauge_value(
-                st.machine.queued(&GateId::Account(Arc::clone(&connection))),
-            ));
+            st.waiters.insert(
+                id,
+                Waiter {
+                    tx,
+                    connection: Arc::clone(&connection),
+                },
+            );
+            let n = st.waiting_on(ask.connection) + 1;
+            st.by_connection.insert(Arc::clone(&connection), n);
+            self.metrics.queue_depth(ask.connection).set(gauge_value(n));
             (id, rx)
         };
         let waited = Stopwatch::start();
@@ -186,7 +244,6 @@ impl Gates {
             key,
             id,
             needs: ask.needs,
-            connection: Arc::clone(&connection),
             rx,
             armed: true,
         };
@@ -204,12 +261,9 @@ impl Gates {
         if timed_out {
             return Err(self.refuse(ask.connection, ask.mode, Refusal::QueueTimeout));
         }
-        Ok(Some(Permit {
-            gates: Arc::clone(self),
-            needs: std::mem::take(&mut waiting.needs),
-            connection,
-            held: Stopwatch::start(),
-        }))
+        Ok(Some(
+            self.permit(std::mem::take(&mut waiting.needs), connection),
+        ))
     }
 }
 
@@ -223,7 +277,6 @@ struct Waiting {
     key: Arc<str>,
     id: u64,
     needs: Vec<Need>,
-    connection: Arc<str>,
     /// Dropped only after `leave`, when the struct's fields drop.
     rx: oneshot::Receiver<()>,
     armed: bool,
@@ -233,16 +286,14 @@ impl Waiting {
     /// Leaves the queue; false when the slots had already been handed over.
     fn leave(&self) -> bool {
         let mut st = lock(&self.gates.state);
-        st.waiters.remove(&self.id);
-        let left = st.machine.cancel(&self.key, self.id);
-        self.gates
-            .metrics
-            .queue_depth(&self.connection)
-            .set(gauge_value(
-                st.machine
-                    .queued(&GateId::Account(Arc::clone(&self.connection))),
-            ));
-        left
+        let Some(started) = st.machine.cancel(&self.key, self.id) else {
+            return false;
+        };
+        if let Some(w) = st.waiters.remove(&self.id) {
+            self.gates.left_queue(&mut st, &w.connection);
+        }
+        self.gates.wake(&mut st, started);
+        true
     }
 }
 

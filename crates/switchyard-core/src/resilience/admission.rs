@@ -118,11 +118,14 @@ pub fn admit(limits: &Limits, depth: u64) -> Result<(), Refusal> {
 }
 
 /// The expected wait of a request that would be `position`-th in line (0 = next) for a
-/// gate of `capacity` slots whose holders take `service_ms` on average: every
-/// `capacity` requests ahead cost one service time.
+/// gate of `capacity` slots whose holders take `service_ms` on average: the holders now
+/// running have half their time left on average, and every `capacity` requests ahead
+/// cost one more service time.
 pub fn expected_wait_ms(position: u64, capacity: u64, service_ms: u64) -> u64 {
-    let rounds = (position / capacity.max(1)) + 1;
-    rounds.saturating_mul(service_ms)
+    let rounds = position / capacity.max(1);
+    rounds
+        .saturating_mul(service_ms)
+        .saturating_add(service_ms / 2)
 }
 
 /// Refuses at once a request whose expected wait exceeds `max_wait_ms`, with the wait
@@ -212,13 +215,16 @@ mod tests {
             max_wait_ms: 10_000,
             ..DEFAULTS
         };
-        // Two slots, 3 s per request: the 5th in line (position 4) waits 3 rounds.
-        assert_eq!(expected_wait_ms(4, 2, 3_000), 9_000);
+        // Two slots, 3 s per request: next in line waits for half a service time; the
+        // 5th (position 4) for two more rounds.
+        assert_eq!(expected_wait_ms(0, 2, 3_000), 1_500);
+        assert_eq!(expected_wait_ms(4, 2, 3_000), 7_500);
         assert_eq!(judge_wait(&l, 4, 2, Some(3_000)), Ok(()));
+        assert_eq!(judge_wait(&l, 5, 2, Some(3_000)), Ok(()));
         assert_eq!(
             judge_wait(&l, 6, 2, Some(3_000)),
             Err(Refusal::Hopeless {
-                retry_after_ms: 12_000
+                retry_after_ms: 10_500
             })
         );
         assert_eq!(judge_wait(&l, 1_000, 1, None), Ok(()));

@@ -36,6 +36,11 @@ pub struct Need {
 /// Weights below this are raised to it, so a key of weight 0 is still served.
 const MIN_WEIGHT: f64 = 0.01;
 
+/// How deep into a key's queue a dispatch turn looks for a waiter that fits: deep
+/// enough that a key's requests for other accounts are not stuck behind one for a full
+/// account, bounded so a turn costs the same however long the queue.
+const SCAN: usize = 32;
+
 #[derive(Debug, Clone)]
 struct Waiter {
     id: u64,
@@ -117,12 +122,21 @@ impl Gates {
         needs.iter().all(|n| self.used(&n.gate) < n.capacity)
     }
 
-    /// Takes every slot `needs` asks for, or queues the request under `key`.
-    pub fn acquire(&mut self, key: &Arc<str>, weight: f64, id: u64, needs: Vec<Need>) -> Outcome {
+    /// Takes every slot `needs` asks for, or queues the request under `key`. A newcomer
+    /// whose gates have no waiters and room is granted at once; otherwise it joins its
+    /// key's queue and a dispatch round runs, which may start it (its gates had room
+    /// after all) and others. The started ids besides the newcomer's are returned.
+    pub fn acquire(
+        &mut self,
+        key: &Arc<str>,
+        weight: f64,
+        id: u64,
+        needs: Vec<Need>,
+    ) -> (Outcome, Vec<u64>) {
         let ahead = self.ahead(&needs);
         if ahead == 0 && self.fits(&needs) {
             add(&mut self.used, &needs);
-            return Outcome::Granted;
+            return (Outcome::Granted, Vec::new());
         }
         let q = self
             .queues
@@ -139,7 +153,14 @@ impl Gates {
         add(&mut self.queued, &needs);
         q.waiters.push_back(Waiter { id, needs });
         self.waiting += 1;
-        Outcome::Queued { ahead }
+        let mut started = self.dispatch();
+        match started.iter().position(|s| *s == id) {
+            Some(i) => {
+                started.remove(i);
+                (Outcome::Granted, started)
+            }
+            None => (Outcome::Queued { ahead }, started),
+        }
     }
 
     /// Frees the slots `needs` held and starts the waiters that now fit; returns their
@@ -149,31 +170,35 @@ impl Gates {
         self.dispatch()
     }
 
-    fn head_fits(&self, key: &str) -> bool {
+    /// The oldest of `key`'s first [`SCAN`] waiters whose gates all have room.
+    fn first_fit(&self, key: &str) -> Option<usize> {
         self.queues
-            .get(key)
-            .and_then(|q| q.waiters.front())
-            .is_some_and(|w| self.fits(&w.needs))
+            .get(key)?
+            .waiters
+            .iter()
+            .take(SCAN)
+            .position(|w| self.fits(&w.needs))
     }
 
     /// Starts waiters while any fits: keys take turns, each turn earning its weight in
-    /// credit; a waiter starts when its key has a whole credit and its gates have room.
+    /// credit; a key with a whole credit starts its oldest waiter whose gates have room
+    /// (a waiter for a full gate does not hold up the same key's waiters for free ones).
     pub fn dispatch(&mut self) -> Vec<u64> {
         let mut started = Vec::new();
-        while self.ring.iter().any(|k| self.head_fits(k)) {
+        while self.ring.iter().any(|k| self.first_fit(k).is_some()) {
             for _ in 0..self.ring.len() {
                 let Some(key) = self.ring.pop_front() else {
                     break;
                 };
-                let fits = self.head_fits(&key);
+                let fit = self.first_fit(&key);
                 let Some(q) = self.queues.get_mut(&key) else {
                     continue;
                 };
-                if fits {
+                if let Some(i) = fit {
                     q.credit += q.weight;
                     if q.credit >= 1.0 {
                         q.credit -= 1.0;
-                        if let Some(w) = q.waiters.pop_front() {
+                        if let Some(w) = q.waiters.remove(i) {
                             let empty = q.waiters.is_empty();
                             self.waiting -= 1;
                             started.push(w.id);
@@ -195,26 +220,44 @@ impl Gates {
         started
     }
 
-    /// Removes a waiter that gave up (timeout, client gone); returns whether it was
-    /// waiting. `false` means it was started meanwhile and holds its slots.
-    pub fn cancel(&mut self, key: &str, id: u64) -> bool {
-        let Some(q) = self.queues.get_mut(key) else {
-            return false;
-        };
-        let Some(pos) = q.waiters.iter().position(|w| w.id == id) else {
-            return false;
-        };
-        let Some(w) = q.waiters.remove(pos) else {
-            return false;
-        };
+    /// Removes a waiter that gave up (timeout, client gone). `None` when it was not
+    /// waiting: it was started meanwhile and holds its slots. Otherwise the waiters its
+    /// leaving lets start (it may have held up its key's turn).
+    pub fn cancel(&mut self, key: &str, id: u64) -> Option<Vec<u64>> {
+        let q = self.queues.get_mut(key)?;
+        let pos = q.waiters.iter().position(|w| w.id == id)?;
+        let w = q.waiters.remove(pos)?;
         sub(&mut self.queued, &w.needs);
         self.waiting -= 1;
         if q.waiters.is_empty() {
             self.queues.remove(key);
             self.ring.retain(|k| &**k != key);
         }
-        true
+        Some(self.dispatch())
     }
+
+    /// Where a newcomer of `key` needing `needs` would stand: the waiters that share a
+    /// gate with it and would, taking turns by key, start before it — all of its own
+    /// key's, and of every other key at most as many as its own key's plus one.
+    pub fn position(&self, key: &str, needs: &[Need]) -> usize {
+        let sharing = |q: &KeyQueue| {
+            q.waiters
+                .iter()
+                .filter(|w| shares_gate(&w.needs, needs))
+                .count()
+        };
+        let own = self.queues.get(key).map_or(0, sharing);
+        own + self
+            .queues
+            .iter()
+            .filter(|(k, _)| &***k != key)
+            .map(|(_, q)| sharing(q).min(own + 1))
+            .sum::<usize>()
+    }
+}
+
+fn shares_gate(a: &[Need], b: &[Need]) -> bool {
+    a.iter().any(|x| b.iter().any(|y| x.gate == y.gate))
 }
 
 #[cfg(test)]
@@ -230,6 +273,13 @@ mod tests {
         Need { gate, capacity }
     }
 
+    impl Gates {
+        /// A waiter that fits but was not started: the state machine stalled.
+        fn stalled(&self) -> bool {
+            self.ring.iter().any(|k| self.first_fit(k).is_some())
+        }
+    }
+
     fn account(a: &str) -> GateId {
         GateId::Account(a.into())
     }
@@ -238,11 +288,11 @@ mod tests {
     fn all_or_nothing_no_partial_holds() {
         let mut g = Gates::default();
         let b = vec![need(account("b"), 1)];
-        assert_eq!(g.acquire(&k("x"), 1.0, 1, b.clone()), Outcome::Granted);
+        assert_eq!(g.acquire(&k("x"), 1.0, 1, b.clone()).0, Outcome::Granted);
         // Needs a and b; b is full: nothing is taken, not even a.
         let ab = vec![need(account("a"), 1), need(account("b"), 1)];
         assert_eq!(
-            g.acquire(&k("y"), 1.0, 2, ab.clone()),
+            g.acquire(&k("y"), 1.0, 2, ab.clone()).0,
             Outcome::Queued { ahead: 0 }
         );
         assert_eq!(g.used(&account("a")), 0);
@@ -284,16 +334,16 @@ mod tests {
         let mut g = Gates::default();
         let a = vec![need(account("a"), 1)];
         let b = vec![need(account("b"), 1)];
-        assert_eq!(g.acquire(&k("k1"), 1.0, 1, a.clone()), Outcome::Granted);
+        assert_eq!(g.acquire(&k("k1"), 1.0, 1, a.clone()).0, Outcome::Granted);
         assert_eq!(
-            g.acquire(&k("k1"), 1.0, 2, a.clone()),
+            g.acquire(&k("k1"), 1.0, 2, a.clone()).0,
             Outcome::Queued { ahead: 0 }
         );
         // Another account is free: granted at once.
-        assert_eq!(g.acquire(&k("k2"), 1.0, 3, b.clone()), Outcome::Granted);
+        assert_eq!(g.acquire(&k("k2"), 1.0, 3, b.clone()).0, Outcome::Granted);
         // A newcomer for account a waits behind the earlier waiter.
         assert_eq!(
-            g.acquire(&k("k3"), 1.0, 4, a.clone()),
+            g.acquire(&k("k3"), 1.0, 4, a.clone()).0,
             Outcome::Queued { ahead: 1 }
         );
         assert_eq!(g.release(&a), vec![2]);
@@ -301,11 +351,88 @@ mod tests {
     }
 
     #[test]
+    fn a_newcomer_with_room_is_not_held_up_by_a_waiter_for_a_full_gate() {
+        let mut g = Gates::default();
+        let m1 = GateId::Model {
+            connection: "c".into(),
+            model: "m1".into(),
+        };
+        let for_m1 = vec![need(account("c"), 2), need(m1, 1)];
+        assert_eq!(
+            g.acquire(&k("x"), 1.0, 1, for_m1.clone()).0,
+            Outcome::Granted
+        );
+        // Waits for m1 (full), though the account has room.
+        assert_eq!(
+            g.acquire(&k("x"), 1.0, 2, for_m1.clone()).0,
+            Outcome::Queued { ahead: 0 }
+        );
+        // m2 on the same account: the account has room, so it starts at once.
+        assert_eq!(
+            g.acquire(&k("y"), 1.0, 3, vec![need(account("c"), 2)]),
+            (Outcome::Granted, vec![])
+        );
+        assert_eq!(g.used(&account("c")), 2);
+        assert!(!g.stalled());
+    }
+
+    #[test]
+    fn a_keys_waiter_for_a_full_gate_does_not_block_its_waiters_for_free_ones() {
+        let mut g = Gates::default();
+        let via = |a: &str| vec![need(GateId::Global, 10), need(account(a), 1)];
+        assert_eq!(g.acquire(&k("k"), 1.0, 1, via("a")).0, Outcome::Granted);
+        assert_eq!(
+            g.acquire(&k("k"), 1.0, 2, via("a")).0,
+            Outcome::Queued { ahead: 0 }
+        );
+        // Account b is free; the global gate has a waiter, so the newcomer queues — and
+        // the dispatch round starts it at once.
+        assert_eq!(g.acquire(&k("k"), 1.0, 3, via("b")).0, Outcome::Granted);
+        assert_eq!(g.release(&via("a")), vec![2]);
+    }
+
+    #[test]
+    fn a_cancelled_waiter_lets_the_ones_behind_it_start() {
+        let mut g = Gates::default();
+        let a = vec![need(account("a"), 1)];
+        let ab = vec![need(account("a"), 1), need(account("b"), 1)];
+        assert_eq!(g.acquire(&k("k"), 1.0, 1, a.clone()).0, Outcome::Granted);
+        g.acquire(&k("k"), 1.0, 2, ab.clone());
+        // Needs only b (free), but the same key's queue holds 2 — it starts anyway.
+        assert_eq!(
+            g.acquire(&k("k"), 1.0, 3, vec![need(account("b"), 1)]).0,
+            Outcome::Granted
+        );
+        g.release(&[need(account("b"), 1)]);
+        // 2 is still waiting on a; cancelling it starts nobody (nobody else waits).
+        assert_eq!(g.cancel("k", 2), Some(vec![]));
+        assert_eq!(g.waiting(), 0);
+    }
+
+    #[test]
+    fn position_counts_turns_taken_by_key() {
+        let mut g = Gates::default();
+        let one = vec![need(account("a"), 1)];
+        g.acquire(&k("holder"), 1.0, 0, one.clone());
+        for i in 1..=10 {
+            g.acquire(&k("heavy"), 1.0, i, one.clone());
+        }
+        // A light key's first request goes right after one of heavy's.
+        assert_eq!(g.position("light", &one), 1);
+        g.acquire(&k("light"), 1.0, 100, one.clone());
+        assert_eq!(g.position("light", &one), 3);
+        // heavy's next waits behind all its own and light's one.
+        assert_eq!(g.position("heavy", &one), 11);
+        // Waiters for other gates do not count.
+        assert_eq!(g.position("light", &[need(account("b"), 1)]), 0);
+    }
+
+    #[test]
     fn keys_take_turns_whatever_their_backlog() {
         let mut g = Gates::default();
         let one = vec![need(account("a"), 1)];
         assert_eq!(
-            g.acquire(&k("holder"), 1.0, 0, one.clone()),
+            g.acquire(&k("holder"), 1.0, 0, one.clone()).0,
             Outcome::Granted
         );
         for i in 1..=6 {
@@ -345,8 +472,8 @@ mod tests {
         g.acquire(&k("k"), 1.0, 1, one.clone());
         g.acquire(&k("k"), 1.0, 2, one.clone());
         g.acquire(&k("j"), 1.0, 3, one.clone());
-        assert!(g.cancel("k", 2));
-        assert!(!g.cancel("k", 2));
+        assert_eq!(g.cancel("k", 2), Some(vec![]));
+        assert_eq!(g.cancel("k", 2), None);
         assert_eq!(g.waiting(), 1);
         assert_eq!(g.release(&one), vec![3]);
     }
@@ -378,18 +505,23 @@ mod tests {
                 let needs: Vec<Need> = ids.iter().map(|&x| need(gate(x), caps[x])).collect();
                 needs_of.insert(i as u64, needs.clone());
                 let key: Arc<str> = Arc::from(format!("k{key}"));
-                if g.acquire(&key, f64::from(*w) / 4.0, i as u64, needs) == Outcome::Granted {
+                let (outcome, started) = g.acquire(&key, f64::from(*w) / 4.0, i as u64, needs);
+                if outcome == Outcome::Granted {
                     running.push(i as u64);
                 }
+                running.extend(started);
+                prop_assert!(!g.stalled());
                 for (x, cap) in caps.iter().enumerate() {
                     prop_assert!(g.used(&gate(x)) <= *cap);
                 }
             }
             let mut served = running.len();
+            // Everything granted so far, at once or by a dispatch round, is running.
             while let Some(id) = running.pop() {
                 let started = g.release(&needs_of[&id]);
                 served += started.len();
                 running.extend(started);
+                prop_assert!(!g.stalled());
                 for (x, cap) in caps.iter().enumerate() {
                     prop_assert!(g.used(&gate(x)) <= *cap);
                 }

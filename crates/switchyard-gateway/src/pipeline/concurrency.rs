@@ -6,7 +6,8 @@
 //! ends, however it ends.
 //!
 //! Quota-share dispatch (`qtSd/`) waits the same way but fails open (SPEC R8): when its
-//! queue is full or its wait runs out, it goes ahead without a slot. With
+//! queue is full or its wait runs out, it goes ahead without the account slot (the
+//! global, provider and model caps still hold). With
 //! `quotaShareConcurrencyLimit.enabled` off it does not wait for the account at all.
 
 use super::finish::Finisher;
@@ -14,8 +15,9 @@ use crate::gate::{Ask, Mode};
 use crate::snapshot::Snapshot;
 use crate::state::AppState;
 use std::sync::Arc;
+use std::time::Duration;
 use switchyard_core::catalog::{ApiKey, Connection};
-use switchyard_core::resilience::admission::Refusal;
+use switchyard_core::resilience::admission::{Limits, Refusal};
 use switchyard_core::resilience::gates::{GateId, Need};
 
 fn cap(n: u64) -> usize {
@@ -62,10 +64,22 @@ pub fn needs(snap: &Snapshot, conn: &Connection, model: &str, quota_share: bool)
     out
 }
 
-/// Takes the slots of an attempt on `conn` for `model`; the permit goes to the
-/// finisher. A refusal is for the client, except on quota-share dispatch, which goes
-/// ahead without a slot instead.
-pub async fn admit(
+/// The key's share as a fraction: one waiter per turn at 100 %, so keys interleave
+/// request by request in proportion to their shares.
+fn weight(snap: &Snapshot, key: &ApiKey, conn: &Connection) -> f64 {
+    snap.quota
+        .pool_of(conn.index)
+        .map_or(1.0, |p| p.share_of(&key.id).share.weight / 100.0)
+}
+
+fn limits(snap: &Snapshot, conn: &Connection) -> (Limits, usize) {
+    let c = &snap.settings.concurrency;
+    (c.queue.with(&conn.queue), cap(c.max_waiters))
+}
+
+/// Takes the slots of an attempt on `conn` for `model` if none is busy; the permit goes
+/// to the finisher. False when it would have to wait.
+pub fn try_take(
     state: &Arc<AppState>,
     snap: &Snapshot,
     key: &ApiKey,
@@ -73,14 +87,56 @@ pub async fn admit(
     model: &str,
     quota_share: bool,
     finisher: &mut Finisher,
+) -> bool {
+    let needs = needs(snap, conn, model, quota_share);
+    if needs.is_empty() {
+        return true;
+    }
+    let (limits, max_waiters) = limits(snap, conn);
+    let ask = Ask {
+        key: &key.id,
+        weight: weight(snap, key, conn),
+        connection: &conn.id,
+        needs,
+        limits,
+        max_waiters,
+        mode: Mode::Strict,
+    };
+    match state.gates.try_acquire(&ask) {
+        Some(Some(permit)) => {
+            finisher.set_permit(permit);
+            true
+        }
+        Some(None) => true,
+        None => false,
+    }
+}
+
+/// Takes the slots of an attempt on `conn` for `model`, waiting for them — at most
+/// what is left of `maxWaitMs` after `waited_before` spent on other candidates; the
+/// permit goes to the finisher. A refusal is for the client, except on quota-share
+/// dispatch, which goes ahead without the account slot instead (the other gates still
+/// hold).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one attempt's context; bundling it would only rename the same values"
+)]
+pub async fn admit(
+    state: &Arc<AppState>,
+    snap: &Snapshot,
+    key: &ApiKey,
+    conn: &Connection,
+    model: &str,
+    quota_share: bool,
+    waited_before: Duration,
+    finisher: &mut Finisher,
 ) -> Result<(), Refusal> {
     let needs = needs(snap, conn, model, quota_share);
     if needs.is_empty() {
         return Ok(());
     }
     let settings = &snap.settings;
-    let mut limits = settings.concurrency.queue.with(&conn.queue);
-    let mut max_waiters = cap(settings.concurrency.max_waiters);
+    let (mut limits, mut max_waiters) = limits(snap, conn);
     let mode = if quota_share {
         limits.max_wait_ms = settings.quota.share_gate_max_wait_ms;
         max_waiters = max_waiters.min(cap(settings.quota.share_gate_max_queue));
@@ -88,12 +144,14 @@ pub async fn admit(
     } else {
         Mode::Strict
     };
-    // The key's share as a fraction: one waiter per turn at 100 %, so keys interleave
-    // request by request in proportion to their shares.
-    let weight = snap
-        .quota
-        .pool_of(conn.index)
-        .map_or(1.0, |p| p.share_of(&key.id).share.weight / 100.0);
+    let waited_ms = u64::try_from(waited_before.as_millis()).unwrap_or(u64::MAX);
+    limits.max_wait_ms = limits.max_wait_ms.saturating_sub(waited_ms).max(1);
+    let weight = weight(snap, key, conn);
+    let others: Vec<Need> = needs
+        .iter()
+        .filter(|n| !matches!(n.gate, GateId::Account(_)))
+        .cloned()
+        .collect();
     let ask = Ask {
         key: &key.id,
         weight,
@@ -103,25 +161,47 @@ pub async fn admit(
         max_waiters,
         mode,
     };
-    match state.gates.acquire(ask).await {
-        Ok(Some(permit)) => finisher.set_permit(permit),
-        Ok(None) => {}
-        Err(refusal) if mode == Mode::FailOpen => tracing::warn!(
+    let refusal = match state.gates.acquire(ask).await {
+        Ok(Some(permit)) => {
+            finisher.set_permit(permit);
+            return Ok(());
+        }
+        Ok(None) => return Ok(()),
+        Err(refusal) => refusal,
+    };
+    if mode == Mode::Strict {
+        tracing::info!(
             request_id = finisher.request_id(),
             connection_id = %conn.id,
-            gate = %format!("qsconn:{}", conn.id),
             code = refusal.code(),
-            "Quota-share wait ended without a slot; going ahead without one."
-        ),
-        Err(refusal) => {
-            tracing::info!(
-                request_id = finisher.request_id(),
-                connection_id = %conn.id,
-                code = refusal.code(),
-                "Concurrency gate refused the attempt."
-            );
-            return Err(refusal);
-        }
+            "Concurrency gate refused the attempt."
+        );
+        return Err(refusal);
+    }
+    tracing::warn!(
+        request_id = finisher.request_id(),
+        connection_id = %conn.id,
+        gate = %format!("qsconn:{}", conn.id),
+        code = refusal.code(),
+        "Quota-share wait ended without a slot; going ahead without one."
+    );
+    if others.is_empty() {
+        return Ok(());
+    }
+    // Fail-open is for the account slot only (SPEC R8): the global, provider and model
+    // caps still hold, with the request queue's own bounds.
+    let (limits, max_waiters) = self::limits(snap, conn);
+    let ask = Ask {
+        key: &key.id,
+        weight,
+        connection: &conn.id,
+        needs: others,
+        limits,
+        max_waiters,
+        mode: Mode::Strict,
+    };
+    if let Some(permit) = state.gates.acquire(ask).await? {
+        finisher.set_permit(permit);
     }
     Ok(())
 }

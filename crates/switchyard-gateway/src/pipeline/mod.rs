@@ -142,18 +142,61 @@ async fn run(
     let idle_timeout = Duration::from_millis(snap.settings.stream_idle_timeout_ms);
     let arrived = state.clock.now_ms();
     let mut waited = 0u32;
+    // Time spent waiting for concurrency slots, shared by every candidate of the request
+    // so `maxWaitMs` bounds the request, not each candidate.
+    let mut slot_wait = Duration::ZERO;
     loop {
         let mut last: Option<(Failed, String)> = None;
         let mut blocked = Vec::new();
         let mut cooling = Vec::new();
         let mut refused: Option<(Refusal, String)> = None;
         // Candidates in order; a recovering one that is not in its share yet goes to the
-        // back once (slow start), and is used there if nothing before it succeeded.
-        let mut queue: std::collections::VecDeque<(&routing::Candidate, bool)> =
-            plan.candidates.iter().map(|c| (c, true)).collect();
+        // back once (slow start), and is used there if nothing before it succeeded. One
+        // whose concurrency slots are all taken is passed over at first; if nothing else
+        // answers, the saturated ones are tried again, waiting for a slot.
+        let mut queue: std::collections::VecDeque<(&routing::Candidate, bool, bool)> =
+            plan.candidates.iter().map(|c| (c, true, false)).collect();
+        let mut saturated = Vec::new();
         let mut held: Option<Response> = None;
-        while let Some((candidate, may_defer)) = queue.pop_front() {
+        while let Some((candidate, may_defer, wait)) = queue.pop_front().or_else(|| {
+            // Nothing left that could start at once: wait for the saturated ones.
+            let next = std::mem::take(&mut saturated);
+            queue.extend(next.into_iter().map(|c| (c, false, true)));
+            queue.pop_front()
+        }) {
             let conn = &candidate.connection;
+            // Slots first, so a half-open probe is never held while waiting for them and
+            // the resilience check below sees the state after any wait.
+            if wait {
+                let watch = Stopwatch::start();
+                let admitted = concurrency::admit(
+                    state,
+                    &snap,
+                    key,
+                    conn,
+                    &candidate.upstream_model,
+                    quota_share,
+                    slot_wait,
+                    finisher,
+                )
+                .await;
+                slot_wait += watch.elapsed();
+                if let Err(refusal) = admitted {
+                    refused.get_or_insert((refusal, conn.id.clone()));
+                    continue;
+                }
+            } else if !concurrency::try_take(
+                state,
+                &snap,
+                key,
+                conn,
+                &candidate.upstream_model,
+                quota_share,
+                finisher,
+            ) {
+                saturated.push(candidate);
+                continue;
+            }
             let attempt = resilience::Attempt {
                 conn,
                 model: &candidate.upstream_model,
@@ -167,10 +210,12 @@ async fn run(
             {
                 Ok(a) => a,
                 Err(resilience::Exclusion::Warming) => {
-                    queue.push_back((candidate, false));
+                    finisher.release_slot();
+                    queue.push_back((candidate, false, wait));
                     continue;
                 }
                 Err(exclusion) => {
+                    finisher.release_slot();
                     cooling.push(CoolingExcluded {
                         target: format!("{}/{}", conn.provider, candidate.upstream_model),
                         connection: conn.id.clone(),
@@ -186,20 +231,6 @@ async fn run(
                 provider: &conn.provider,
                 armed: admitted.probe,
             };
-            if let Err(refusal) = concurrency::admit(
-                state,
-                &snap,
-                key,
-                conn,
-                &candidate.upstream_model,
-                quota_share,
-                finisher,
-            )
-            .await
-            {
-                refused.get_or_insert((refusal, conn.id.clone()));
-                continue;
-            }
             let pooled = snap.quota.pool_of(conn.index);
             let quota_headers =
                 match quota::admit(state, &snap, key, candidate, estimate, finisher).await {
@@ -299,7 +330,7 @@ async fn run(
             if let Some(response) = failed.passthrough.take() {
                 // A recovering target passed over for slow start is still worth a try
                 // before an account-level error goes back to the client.
-                if queue.iter().any(|(_, may_defer)| !may_defer) {
+                if queue.iter().any(|(_, may_defer, _)| !may_defer) {
                     held = Some(response);
                     continue;
                 }

@@ -70,6 +70,17 @@ impl ObservedStream {
         }
     }
 
+    /// Ends the stream at the execution bound (SPEC R10) with a typed error frame.
+    fn cut_at_execution_bound(&mut self) -> Frame<Bytes> {
+        tracing::warn!(
+            request_id = self.finisher.request_id(),
+            "Upstream stream ran past the execution bound; ending the client stream with an error frame."
+        );
+        self.done = true;
+        self.finisher.finish(504, Some(EXECUTION_CODE), self.usage);
+        Frame::data(Bytes::from_static(EXECUTION_FRAME.as_bytes()))
+    }
+
     fn observe(&mut self, chunk: &[u8]) {
         let usage = &mut self.usage;
         let mut generated = 0;
@@ -98,18 +109,14 @@ impl Body for ObservedStream {
             if this.done {
                 return Poll::Ready(None);
             }
+            // Checked before every read, so an upstream that never pauses is cut too.
+            if this.execution.is_elapsed() {
+                return Poll::Ready(Some(Ok(this.cut_at_execution_bound())));
+            }
             match Pin::new(&mut this.upstream).poll_frame(cx) {
                 Poll::Pending => {
                     if this.execution.as_mut().poll(cx).is_ready() {
-                        tracing::warn!(
-                            request_id = this.finisher.request_id(),
-                            "Upstream stream ran past the execution bound; ending the client stream with an error frame."
-                        );
-                        this.done = true;
-                        this.finisher.finish(504, Some(EXECUTION_CODE), this.usage);
-                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
-                            EXECUTION_FRAME.as_bytes(),
-                        )))));
+                        return Poll::Ready(Some(Ok(this.cut_at_execution_bound())));
                     }
                     if this.idle.as_mut().poll(cx).is_pending() {
                         return Poll::Pending;

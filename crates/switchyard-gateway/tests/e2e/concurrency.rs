@@ -40,6 +40,13 @@ fn one_slot_short_wait(mock_url: &str) -> String {
     )
 }
 
+fn one_slot_wait_2500(mock_url: &str) -> String {
+    with_alpha(
+        mock_url,
+        "max_concurrent = 1\nrate_limit_overrides = { maxWaitMs = 2500 }",
+    )
+}
+
 fn send(h: &Harness, key: &'static str, body: Value) -> JoinHandle<reqwest::Response> {
     let (http, url) = (h.http.clone(), h.url("/v1/chat/completions"));
     tokio::spawn(async move {
@@ -98,7 +105,7 @@ async fn two_slots_never_see_more_than_two_upstream_requests_and_everyone_is_ans
 #[tokio::test]
 async fn a_full_queue_refuses_at_once_without_calling_the_upstream() {
     let h = Harness::start_with(one_slot_depth_one, &[]).await;
-    h.rule(json!({"latency_ms": 800})).await;
+    h.rule(json!({"latency_ms": 3000})).await;
     let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
     eventually("the first request reaches the mock", || async {
         h.mock_stats().await["in_flight"] == 1
@@ -145,9 +152,9 @@ async fn a_wait_past_max_wait_ms_ends_in_a_semaphore_timeout() {
 
 #[tokio::test]
 async fn a_hopeless_wait_is_refused_at_once_with_an_honest_retry_after() {
-    let h = Harness::start_with(one_slot_short_wait, &[]).await;
-    h.rule(json!({"latency_ms": 500})).await;
-    // One request teaches the gateway the service time (about 0.5 s).
+    let h = Harness::start_with(one_slot_wait_2500, &[]).await;
+    h.rule(json!({"latency_ms": 2000})).await;
+    // One request teaches the gateway the service time (just over 2 s).
     assert_eq!(
         h.chat(chat_body("alpha/mock-small", false)).await.status(),
         200
@@ -157,16 +164,17 @@ async fn a_hopeless_wait_is_refused_at_once_with_an_honest_retry_after() {
         h.mock_stats().await["in_flight"] == 1
     })
     .await;
-    // Queued behind the holder, this one expects ~0.5 s: within maxWaitMs (0.6 s).
+    // Queued behind the holder, this one expects half a service time (the holder's
+    // remaining time on average): within maxWaitMs (2.5 s).
     let second = send(&h, KEY, chat_body("alpha/mock-small", false));
     eventually("the second request waits", || async {
         waiting_on(&h, "alpha-1").await == 1.0
     })
     .await;
-    // Behind both, a third would wait two service times (just over 1 s): more than
-    // 0.6 s, so it is told at once, with that wait rounded up to whole seconds.
+    // Behind both, a third would wait one and a half service times (just over 3 s):
+    // more than 2.5 s, so it is told at once, that wait rounded up to whole seconds.
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
-    assert_eq!(r.headers()["retry-after"], "2");
+    assert_eq!(r.headers()["retry-after"], "4");
     assert_eq!(error_code(r).await, (429, "SEMAPHORE_TIMEOUT".to_owned()));
     assert_eq!(holder.await.unwrap().status(), 200);
     assert_eq!(second.await.unwrap().status(), 200);
@@ -176,7 +184,7 @@ async fn a_hopeless_wait_is_refused_at_once_with_an_honest_retry_after() {
 #[tokio::test]
 async fn one_keys_backlog_does_not_hold_back_another_key() {
     let h = Harness::start_with(one_slot, &[]).await;
-    h.rule(json!({"latency_ms": 15})).await;
+    h.rule(json!({"latency_ms": 50})).await;
     let done = Arc::new(Mutex::new(Vec::new()));
     let spawn = |key: &'static str, who: &'static str| {
         let (http, url, done) = (
@@ -212,6 +220,56 @@ async fn one_keys_backlog_does_not_hold_back_another_key() {
     // B's four finish before A's last thirty have even started.
     assert!(a_done_before_last_b < 10, "{order:?}");
     assert_eq!(h.mock_stats().await["peak_in_flight"], 1);
+}
+
+/// Provider `alpha` capped at 2 across two uncapped connections.
+fn provider_cap(mock_url: &str) -> String {
+    standard_config(mock_url).replace(
+        "models = [\"mock-small\", \"mock-large\"]",
+        "models = [\"mock-small\", \"mock-large\"]\nmax_concurrent = 2",
+    ) + "\n[[connections]]\nid = \"alpha-2\"\nprovider = \"alpha\"\nauth_class = \"apikey\"\ncredential = \"cred-alpha-2\"\ndisable_cooling = true\n"
+}
+
+fn model_cap(mock_url: &str) -> String {
+    with_alpha(
+        mock_url,
+        "rate_limit_overrides = { modelConcurrency = { \"mock-large\" = 1 } }",
+    )
+}
+
+#[tokio::test]
+async fn a_provider_cap_holds_across_its_connections() {
+    let h = Harness::start_with(provider_cap, &[]).await;
+    h.rule(json!({"latency_ms": 30})).await;
+    let statuses = h.concurrent_statuses(30, KEY, "alpha/mock-small").await;
+    assert_eq!(statuses, vec![200; 30]);
+    let stats = h.mock_stats().await;
+    assert_eq!(stats["peak_in_flight"], 2);
+    // Both connections served: the cap is the provider's, not one account's.
+    assert_eq!(
+        stats["by_credential"][CRED_ALPHA].as_u64().unwrap()
+            + stats["by_credential"]["cred-alpha-2"].as_u64().unwrap(),
+        30
+    );
+}
+
+#[tokio::test]
+async fn a_model_cap_holds_only_that_model() {
+    let h = Harness::start_with(model_cap, &[]).await;
+    h.rule(json!({"latency_ms": 30})).await;
+    let statuses = h.concurrent_statuses(20, KEY, "alpha/mock-large").await;
+    assert_eq!(statuses, vec![200; 20]);
+    assert_eq!(h.mock_stats().await["peak_in_flight"], 1);
+    // Another model on the same connection is not capped.
+    h.http
+        .post(format!("{}/_mock/reset", h.mock.base_url()))
+        .send()
+        .await
+        .unwrap();
+    h.rule(json!({"latency_ms": 500})).await;
+    let statuses = h.concurrent_statuses(4, KEY, "alpha/mock-small").await;
+    assert_eq!(statuses, vec![200; 4]);
+    assert_eq!(h.mock_stats().await["peak_in_flight"], 4);
 }
 
 fn overlapping_gates(mock_url: &str) -> String {
@@ -376,7 +434,7 @@ async fn queue_limits_resolve_connection_then_stored_then_env_then_default() {
         )
         .await;
     assert_eq!(r.status(), 200);
-    h.rule(json!({"latency_ms": 600})).await;
+    h.rule(json!({"latency_ms": 2500})).await;
     let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
     eventually("the holder reaches the mock", || async {
         h.mock_stats().await["in_flight"] == 1
@@ -455,4 +513,24 @@ async fn invalid_rate_limit_overrides_are_refused_and_change_nothing() {
     assert_eq!(r.status(), 400);
     let conn = h.admin_json("/api/connections/alpha-1").await;
     assert_eq!(conn["rate_limit_overrides"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_combo_passes_over_a_saturated_target_instead_of_waiting_for_it() {
+    let h = Harness::start_with(one_slot, &[]).await;
+    h.rule(json!({"match": {"credential": CRED_ALPHA}, "latency_ms": 3000}))
+        .await;
+    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
+    eventually("the holder reaches the mock", || async {
+        h.mock_stats().await["in_flight"] == 1
+    })
+    .await;
+    // alpha's one slot is taken: the combo's second target answers, nothing waits.
+    let r = h.chat(chat_body("fast", false)).await;
+    assert_eq!(r.status(), 200);
+    let stats = h.mock_stats().await;
+    assert_eq!(stats["by_credential"][crate::common::CRED_BETA], 1);
+    assert_eq!(stats["in_flight"], 1);
+    assert_eq!(waiting_on(&h, "alpha-1").await, 0.0);
+    assert_eq!(holder.await.unwrap().status(), 200);
 }
