@@ -8,14 +8,12 @@
 //! - [`pool`]: pool declarations and their validation (Q1)
 //! - [`cost`]: estimated and actual cost of a request per unit
 //! - [`burn`]: burn rate and time to exhaustion (Q8)
-//! - [`drr`]: deficit round robin across keys, for fair queues (Q12)
 //! - [`share`]: the internal quota-share strategy of `qtSd/` combos (Q12)
 //! - [`signals`]: provider rate-limit headers read as saturation (Q6)
 
 pub mod burn;
 pub mod cost;
 pub mod decide;
-pub mod drr;
 pub mod ledger;
 pub mod plan;
 pub mod pool;

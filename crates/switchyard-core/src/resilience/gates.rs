@@ -4,12 +4,11 @@
 //! is one step: no request ever holds some of its gates while waiting for the others,
 //! and no two requests can deadlock on each other.
 //!
-//! Requests that do not fit wait per client key. When slots free up, keys take turns
-//! (weighted round robin by the key's share, the deficit scheme of [`crate::quota::drr`]):
-//! each turn a key earns its weight in credit and may start its oldest waiter if that
-//! waiter's gates all have room. A waiter that does not fit does not hold up waiters of
-//! other keys whose gates are free; a newcomer never overtakes a waiter that needs any
-//! of the same gates.
+//! Requests that do not fit wait per client key. When slots free up, keys take turns by
+//! deficit round robin: each turn a key earns its weight (its share) in credit, and with
+//! a whole credit starts its oldest waiter whose gates all have room. No waiter holds up
+//! one whose gates have room, of its own key or another; a newcomer does not jump ahead
+//! of waiters for its gates, but joins the queue and the dispatch round decides.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
