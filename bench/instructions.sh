@@ -11,12 +11,13 @@
 # smallest axum + hyper proxy, crates/switchyard-gateway/examples/floor.rs), the gateway's
 # I/O threads (the request path: HTTP server, pipeline, upstream client) and the
 # gateway's whole process (adds the request-log writer, which runs off the request
-# path). The callgrind files stay in the printed directory for callgrind_annotate.
+# path), and the same for the gateway with a quota pool on its connection. The
+# callgrind files stay in the printed directory for callgrind_annotate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 REQUESTS=${REQUESTS:-2000}
-MOCK_PORT=19190 NGINX_PORT=19191 GW_PORT=19192 FLOOR_PORT=19194
+MOCK_PORT=19190 NGINX_PORT=19191 GW_PORT=19192 POOL_PORT=19193 FLOOR_PORT=19194
 KEY=sy-bench-key-000000000000000000000001
 
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends valgrind; }
@@ -65,10 +66,11 @@ http {
 }
 NGINX
 
-cat > "$work/switchyard.toml" <<TOML
+gateway_config() { # port data-dir
+  cat <<TOML
 [server]
-listen = "127.0.0.1:$GW_PORT"
-data_dir = "$work/data"
+listen = "127.0.0.1:$1"
+data_dir = "$2"
 admin_token = "bench-admin-token-0123456789"
 
 [[providers]]
@@ -87,6 +89,22 @@ id = "bench"
 name = "bench"
 secret = "$KEY"
 TOML
+}
+gateway_config $GW_PORT "$work/data" > "$work/switchyard.toml"
+# The same gateway with a quota pool (two dimensions) on its connection, as in run.sh.
+gateway_config $POOL_PORT "$work/data-pool" > "$work/switchyard-pool.toml"
+cat >> "$work/switchyard-pool.toml" <<TOML
+
+[[quota_pools]]
+id = "bench"
+name = "bench"
+connection_ids = ["bench-1"]
+dimensions = [
+  { unit = "requests", window = "hourly", limit = 1000000000 },
+  { unit = "tokens", window = "daily", limit = 1000000000000 },
+]
+allocations = [{ api_key_id = "bench", allocation_weight = 100 }]
+TOML
 
 "$BIN" mock --listen 127.0.0.1:$MOCK_PORT > "$work/mock.log" 2>&1 & pids+=($!)
 valgrind --tool=callgrind --callgrind-out-file="$work/nginx.cg" \
@@ -95,11 +113,14 @@ nginx_pid=$!
 SWITCHYARD_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/gateway.cg" \
   "$BIN" serve --config "$work/switchyard.toml" > "$work/gateway-vg.log" 2>&1 & pids+=($!)
 gateway_pid=$!
+SWITCHYARD_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/pool.cg" \
+  "$BIN" serve --config "$work/switchyard-pool.toml" > "$work/pool-vg.log" 2>&1 & pids+=($!)
+pool_pid=$!
 valgrind --tool=callgrind --callgrind-out-file="$work/floor.cg" \
   "$root/target/release/examples/floor" 127.0.0.1:$FLOOR_PORT "http://127.0.0.1:$MOCK_PORT" \
   > "$work/floor-vg.log" 2>&1 & pids+=($!)
 floor_pid=$!
-wait_port $MOCK_PORT; wait_port $NGINX_PORT; wait_port $GW_PORT; wait_port $FLOOR_PORT
+wait_port $MOCK_PORT; wait_port $NGINX_PORT; wait_port $GW_PORT; wait_port $POOL_PORT; wait_port $FLOOR_PORT
 
 drive() { # port model requests extra-oha-args...
   local port=$1 model=$2 n=$3; shift 3
@@ -121,6 +142,7 @@ measure() { # pid port model
 measure $nginx_pid $NGINX_PORT mock-small
 measure $floor_pid $FLOOR_PORT mock-small
 measure $gateway_pid $GW_PORT bench/mock-small
+measure $pool_pid $POOL_PORT bench/mock-small
 sleep 1
 
 total() { callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}'; }
@@ -139,4 +161,6 @@ printf '%-40s %10s\n' "nginx (proxy_pass, one worker)" "$(per "$nginx_ir")"
 printf '%-40s %10s\n' "floor (bare axum + hyper proxy)" "$(per "$(total "$work/floor.cg.1")")"
 printf '%-40s %10s\n' "gateway, I/O threads (request path)" "$(per "${gw_io:-0}")"
 printf '%-40s %10s\n' "gateway, whole process" "$(per "$gw_ir")"
-echo "callgrind files: $work/{nginx,floor,gateway}.cg.1"
+printf '%-40s %10s\n' "gateway + quota pool, I/O threads" "$(per "$(io_threads "$work/pool.cg.1")")"
+printf '%-40s %10s\n' "gateway + quota pool, whole process" "$(per "$(total "$work/pool.cg.1")")"
+echo "callgrind files: $work/{nginx,floor,gateway,pool}.cg.1"

@@ -33,7 +33,7 @@ pub enum Admission {
     Admitted {
         guard: QuotaGuard,
         /// `x-ratelimit-*` style headers with the key's remaining share.
-        headers: Vec<(String, String)>,
+        headers: Vec<(http::HeaderName, http::HeaderValue)>,
     },
     Blocked(QuotaBlock),
     /// The counter store failed; the request goes ahead unmetered (fail-open).

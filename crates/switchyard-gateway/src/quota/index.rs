@@ -2,6 +2,7 @@
 //! pool, and every key's share, resolved once per configuration change so the request
 //! path only looks things up.
 
+use http::{HeaderName, HeaderValue};
 use std::collections::HashMap;
 use std::sync::Arc;
 use switchyard_core::catalog::Catalog;
@@ -32,6 +33,20 @@ pub struct PoolRuntime {
     pub layout: String,
     /// The configuration version this runtime was built from.
     pub generation: i64,
+    /// Per dimension, the names of its `x-ratelimit-limit-*` and
+    /// `x-ratelimit-remaining-*` headers, built once instead of per request.
+    pub header_names: Vec<(HeaderName, HeaderName)>,
+    /// The pool id as the `x-quota-pool` header value.
+    pub id_header: HeaderValue,
+}
+
+/// The remaining-share header names of a dimension.
+fn header_names(dim: &Dimension) -> Result<(HeaderName, HeaderName), http::Error> {
+    let suffix = format!("{}-{}", dim.unit.as_str(), dim.window.as_str());
+    Ok((
+        HeaderName::try_from(format!("x-ratelimit-limit-{suffix}"))?,
+        HeaderName::try_from(format!("x-ratelimit-remaining-{suffix}"))?,
+    ))
 }
 
 impl PoolRuntime {
@@ -58,6 +73,8 @@ pub enum QuotaConfigError {
     },
     #[error("plan for unknown connection `{0}`")]
     PlanConnection(String),
+    #[error("quota pool `{pool}`: cannot build its response headers: {message}")]
+    Headers { pool: String, message: String },
 }
 
 /// Every pool and plan of one snapshot.
@@ -152,7 +169,22 @@ impl QuotaIndex {
                 .map(Dimension::key)
                 .collect::<Vec<_>>()
                 .join(",");
+            let header_names = dims
+                .iter()
+                .map(header_names)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| QuotaConfigError::Headers {
+                    pool: pool.id.clone(),
+                    message: e.to_string(),
+                })?;
+            let id_header =
+                HeaderValue::try_from(pool.id.as_str()).map_err(|e| QuotaConfigError::Headers {
+                    pool: pool.id.clone(),
+                    message: e.to_string(),
+                })?;
             index.pools.push(Arc::new(PoolRuntime {
+                header_names,
+                id_header,
                 unallocated: KeyShare {
                     share: Share {
                         weight: 0.0,

@@ -2,6 +2,7 @@
 //! pool usage, and the `x-ratelimit-*` headers of admitted answers.
 
 use super::index::PoolRuntime;
+use http::{HeaderName, HeaderValue};
 use switchyard_core::quota::decide::{BlockReason, Decision, DimensionVerdict, Mode, Policy, Unit};
 use switchyard_core::quota::plan::Dimension;
 use switchyard_core::UnixMillis;
@@ -127,22 +128,34 @@ pub fn remaining_headers(
     d: &Decision,
     peeked: &[(f64, f64)],
     costs: &[f64],
-) -> Vec<(String, String)> {
-    let mut out = vec![("x-quota-pool".to_owned(), pool.pool.id.clone())];
-    for (i, dim) in pool.dims.iter().enumerate() {
+) -> Vec<(HeaderName, HeaderValue)> {
+    let mut out = Vec::with_capacity(1 + 2 * pool.dims.len());
+    out.push((
+        HeaderName::from_static("x-quota-pool"),
+        pool.id_header.clone(),
+    ));
+    for (i, (dim, (limit_name, remaining_name))) in
+        pool.dims.iter().zip(&pool.header_names).enumerate()
+    {
         if dim.limit <= 0.0 {
             continue;
         }
-        let suffix = format!("{}-{}", dim.unit.as_str(), dim.window.as_str());
         let share = d.dimensions[i].fair_share;
         let used = peeked.get(i).map_or(0.0, |p| p.0) + costs.get(i).copied().unwrap_or(0.0);
-        out.push((format!("x-ratelimit-limit-{suffix}"), fmt_num(share)));
-        out.push((
-            format!("x-ratelimit-remaining-{suffix}"),
-            fmt_num((share - used).max(0.0)),
-        ));
+        out.push((limit_name.clone(), header_num(share)));
+        out.push((remaining_name.clone(), header_num((share - used).max(0.0))));
     }
     out
+}
+
+/// [`fmt_num`] as a header value; whole numbers skip the float formatter.
+fn header_num(v: f64) -> HeaderValue {
+    let whole = v.round();
+    if (v - whole).abs() < 1e-9 && whole.abs() < 9.0e15 {
+        HeaderValue::from(whole as i64)
+    } else {
+        HeaderValue::try_from(fmt_num(v)).unwrap_or(HeaderValue::from_static("0"))
+    }
 }
 
 /// A pool's usage, for `GET /api/quota/pools/{id}/usage`.
