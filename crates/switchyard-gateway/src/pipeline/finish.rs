@@ -23,6 +23,15 @@ pub const CLIENT_CLOSED: u16 = 499;
 /// Longest model name kept in the request log; model names are client-supplied.
 const MAX_LOGGED_MODEL_CHARS: usize = 200;
 
+/// A model name as logged: at most [`MAX_LOGGED_MODEL_CHARS`] characters. Names within
+/// the limit (all real ones) are copied without a per-character pass.
+fn logged_model(model: &str) -> String {
+    match model.char_indices().nth(MAX_LOGGED_MODEL_CHARS) {
+        Some((end, _)) => model[..end].to_owned(),
+        None => model.to_owned(),
+    }
+}
+
 #[derive(Debug)]
 struct Inner {
     state: Arc<AppState>,
@@ -82,7 +91,7 @@ impl Finisher {
 
     pub fn set_request(&mut self, model: &str, stream: bool) {
         if let Some(i) = &mut self.0 {
-            i.row.requested_model = model.chars().take(MAX_LOGGED_MODEL_CHARS).collect();
+            i.row.requested_model = logged_model(model);
             i.row.stream = stream;
         }
     }
@@ -94,13 +103,7 @@ impl Finisher {
             i.model_label = Some(model_label.to_owned());
             i.row.provider = Some(candidate.connection.provider.clone());
             i.row.connection_id = Some(candidate.connection.id.clone());
-            i.row.model = Some(
-                candidate
-                    .upstream_model
-                    .chars()
-                    .take(MAX_LOGGED_MODEL_CHARS)
-                    .collect(),
-            );
+            i.row.model = Some(logged_model(&candidate.upstream_model));
         }
     }
 
@@ -252,5 +255,17 @@ impl Drop for Finisher {
             Some(true) => self.finish(CLIENT_CLOSED, Some("gateway_shutdown"), None),
             Some(false) => self.finish(CLIENT_CLOSED, Some("client_closed_request"), None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logged_models_are_cut_at_a_character_boundary() {
+        assert_eq!(logged_model("alpha/mock-small"), "alpha/mock-small");
+        let long = "é".repeat(MAX_LOGGED_MODEL_CHARS + 5);
+        assert_eq!(logged_model(&long), "é".repeat(MAX_LOGGED_MODEL_CHARS));
     }
 }
