@@ -28,6 +28,8 @@ cargo build --release -q -p switchyard
 cargo build --release -q -p switchyard-gateway --example floor
 BIN=$root/target/release/switchyard
 
+source "$root/bench/lib.sh"
+
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -36,75 +38,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_port() {
-  for _ in $(seq 1 300); do
-    (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.2
-  done
-  echo "port $1 did not open" >&2; exit 1
-}
-
-cat > "$work/nginx.conf" <<NGINX
-worker_processes 1;
+nginx_config $NGINX_PORT "$work" "worker_processes 1;
 master_process off;
-daemon off;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  upstream mock { server 127.0.0.1:$MOCK_PORT; keepalive 128; }
-  server {
-    listen 127.0.0.1:$NGINX_PORT;
-    location / {
-      proxy_pass http://mock;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-}
-NGINX
-
-gateway_config() { # port data-dir
-  cat <<TOML
-[server]
-listen = "127.0.0.1:$1"
-data_dir = "$2"
-admin_token = "bench-admin-token-0123456789"
-
-[[providers]]
-id = "bench"
-format = "openai"
-base_url = "http://127.0.0.1:$MOCK_PORT"
-
-[[connections]]
-id = "bench-1"
-provider = "bench"
-auth_class = "apikey"
-credential = "bench-upstream-credential"
-
-[[keys]]
-id = "bench"
-name = "bench"
-secret = "$KEY"
-TOML
-}
+daemon off;" > "$work/nginx.conf"
 gateway_config $GW_PORT "$work/data" > "$work/switchyard.toml"
-# The same gateway with a quota pool (two dimensions) on its connection, as in run.sh.
-gateway_config $POOL_PORT "$work/data-pool" > "$work/switchyard-pool.toml"
-cat >> "$work/switchyard-pool.toml" <<TOML
-
-[[quota_pools]]
-id = "bench"
-name = "bench"
-connection_ids = ["bench-1"]
-dimensions = [
-  { unit = "requests", window = "hourly", limit = 1000000000 },
-  { unit = "tokens", window = "daily", limit = 1000000000000 },
-]
-allocations = [{ api_key_id = "bench", allocation_weight = 100 }]
-TOML
+pool_gateway_config $POOL_PORT "$work/data-pool" > "$work/switchyard-pool.toml"
 
 "$BIN" mock --listen 127.0.0.1:$MOCK_PORT > "$work/mock.log" 2>&1 & pids+=($!)
 valgrind --tool=callgrind --callgrind-out-file="$work/nginx.cg" \

@@ -27,6 +27,8 @@ cargo build --release -q -p switchyard-gateway --example floor
 BIN=$root/target/release/switchyard
 FLOOR=$root/target/release/examples/floor
 
+source "$root/bench/lib.sh"
+
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -37,77 +39,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_port() {
-  for _ in $(seq 1 100); do
-    (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "port $1 did not open" >&2; exit 1
-}
-
 "$BIN" mock --listen 127.0.0.1:$MOCK_PORT > "$work/mock.log" 2>&1 & pids+=($!)
 
-cat > "$work/nginx.conf" <<NGINX
-worker_processes auto;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  upstream mock { server 127.0.0.1:$MOCK_PORT; keepalive 128; }
-  server {
-    listen 127.0.0.1:$NGINX_PORT;
-    location / {
-      proxy_pass http://mock;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-}
-NGINX
+nginx_config $NGINX_PORT "$work" "worker_processes auto;" > "$work/nginx.conf"
 nginx -c "$work/nginx.conf" -p "$work"
 
-gateway_config() { # port data-dir
-  cat <<TOML
-[server]
-listen = "127.0.0.1:$1"
-data_dir = "$2"
-admin_token = "bench-admin-token-0123456789"
-
-[[providers]]
-id = "bench"
-format = "openai"
-base_url = "http://127.0.0.1:$MOCK_PORT"
-
-[[connections]]
-id = "bench-1"
-provider = "bench"
-auth_class = "apikey"
-credential = "bench-upstream-credential"
-
-[[keys]]
-id = "bench"
-name = "bench"
-secret = "$KEY"
-TOML
-}
 gateway_config $GW_PORT "$work/data" > "$work/switchyard.toml"
-# The same gateway with a quota pool on its connection: every request is decided on two
-# dimensions, reserved, and settled (limits high enough never to block).
-gateway_config $POOL_PORT "$work/data-pool" > "$work/switchyard-pool.toml"
-cat >> "$work/switchyard-pool.toml" <<TOML
-
-[[quota_pools]]
-id = "bench"
-name = "bench"
-connection_ids = ["bench-1"]
-dimensions = [
-  { unit = "requests", window = "hourly", limit = 1000000000 },
-  { unit = "tokens", window = "daily", limit = 1000000000000 },
-]
-allocations = [{ api_key_id = "bench", allocation_weight = 100 }]
-TOML
+pool_gateway_config $POOL_PORT "$work/data-pool" > "$work/switchyard-pool.toml"
 SWITCHYARD_LOG=warn "$BIN" serve --config "$work/switchyard.toml" > "$work/gw.log" 2>&1 & pids+=($!)
 SWITCHYARD_LOG=warn "$BIN" serve --config "$work/switchyard-pool.toml" > "$work/gw-pool.log" 2>&1 & pids+=($!)
 # The HTTP stack's floor: the smallest axum + hyper proxy, no pipeline (its source says more).

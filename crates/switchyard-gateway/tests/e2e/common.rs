@@ -292,6 +292,36 @@ impl Harness {
     }
 }
 
+/// Completion order of requests, by the label each was sent with.
+pub type Done = Arc<std::sync::Mutex<Vec<&'static str>>>;
+
+/// Sends a chat request for `model` as `key` in the background; when it answers 200, its
+/// `label` is appended to `done`.
+pub fn spawn_recorded(
+    h: &Harness,
+    key: &'static str,
+    model: &'static str,
+    label: &'static str,
+    done: &Done,
+) -> JoinHandle<()> {
+    let (http, url, done) = (
+        h.http.clone(),
+        h.url("/v1/chat/completions"),
+        Arc::clone(done),
+    );
+    tokio::spawn(async move {
+        let r = http
+            .post(url)
+            .bearer_auth(key)
+            .json(&chat_body(model, false))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        done.lock().unwrap().push(label);
+    })
+}
+
 /// A one-message chat body.
 pub fn chat_body(model: &str, stream: bool) -> Value {
     json!({

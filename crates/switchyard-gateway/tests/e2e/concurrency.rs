@@ -1,10 +1,11 @@
 //! Concurrency caps, fair queues and request-queue admission (SPEC R7, R8, R10) over
 //! real sockets, with the mock provider holding requests open.
 
-use crate::common::{chat_body, eventually, standard_config, Harness, CRED_ALPHA, KEY};
+use crate::common::{
+    chat_body, eventually, spawn_recorded, standard_config, Done, Harness, CRED_ALPHA, KEY,
+};
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
 
 const KEY_B: &str = "sy-test-client-key-b-000000001";
@@ -84,6 +85,24 @@ async fn waiting_on(h: &Harness, connection: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
+/// Sends one request for `alpha/mock-small` and waits until the mock holds it.
+async fn hold(h: &Harness) -> JoinHandle<reqwest::Response> {
+    let holder = send(h, KEY, chat_body("alpha/mock-small", false));
+    eventually("the holder reaches the mock", || async {
+        h.mock_stats().await["in_flight"] == 1
+    })
+    .await;
+    holder
+}
+
+/// Waits until `n` requests wait for connection `alpha-1`.
+async fn until_waiting(h: &Harness, n: f64) {
+    eventually("requests wait for alpha-1", || async {
+        waiting_on(h, "alpha-1").await == n
+    })
+    .await;
+}
+
 async fn error_code(r: reqwest::Response) -> (u16, String) {
     let status = r.status().as_u16();
     let body: Value = r.json().await.unwrap();
@@ -106,16 +125,9 @@ async fn two_slots_never_see_more_than_two_upstream_requests_and_everyone_is_ans
 async fn a_full_queue_refuses_at_once_without_calling_the_upstream() {
     let h = Harness::start_with(one_slot_depth_one, &[]).await;
     h.rule(json!({"latency_ms": 3000})).await;
-    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
-    eventually("the first request reaches the mock", || async {
-        h.mock_stats().await["in_flight"] == 1
-    })
-    .await;
+    let holder = hold(&h).await;
     let queued = send(&h, KEY, chat_body("alpha/mock-small", false));
-    eventually("the second request waits", || async {
-        waiting_on(&h, "alpha-1").await == 1.0
-    })
-    .await;
+    until_waiting(&h, 1.0).await;
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     assert_eq!(
         error_code(r).await,
@@ -139,11 +151,7 @@ async fn a_full_queue_refuses_at_once_without_calling_the_upstream() {
 async fn a_wait_past_max_wait_ms_ends_in_a_semaphore_timeout() {
     let h = Harness::start_with(one_slot_short_wait, &[]).await;
     h.rule(json!({"latency_ms": 2000})).await;
-    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
-    eventually("the first request reaches the mock", || async {
-        h.mock_stats().await["in_flight"] == 1
-    })
-    .await;
+    let holder = hold(&h).await;
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     assert_eq!(error_code(r).await, (429, "SEMAPHORE_TIMEOUT".to_owned()));
     assert_eq!(holder.await.unwrap().status(), 200);
@@ -159,18 +167,11 @@ async fn a_hopeless_wait_is_refused_at_once_with_an_honest_retry_after() {
         h.chat(chat_body("alpha/mock-small", false)).await.status(),
         200
     );
-    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
-    eventually("the holder reaches the mock", || async {
-        h.mock_stats().await["in_flight"] == 1
-    })
-    .await;
+    let holder = hold(&h).await;
     // Queued behind the holder, this one expects half a service time (the holder's
     // remaining time on average): within maxWaitMs (2.5 s).
     let second = send(&h, KEY, chat_body("alpha/mock-small", false));
-    eventually("the second request waits", || async {
-        waiting_on(&h, "alpha-1").await == 1.0
-    })
-    .await;
+    until_waiting(&h, 1.0).await;
     // Behind both, a third would wait one and a half service times (just over 3 s):
     // more than 2.5 s, so it is told at once, that wait rounded up to whole seconds.
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
@@ -185,25 +186,8 @@ async fn a_hopeless_wait_is_refused_at_once_with_an_honest_retry_after() {
 async fn one_keys_backlog_does_not_hold_back_another_key() {
     let h = Harness::start_with(one_slot, &[]).await;
     h.rule(json!({"latency_ms": 50})).await;
-    let done = Arc::new(Mutex::new(Vec::new()));
-    let spawn = |key: &'static str, who: &'static str| {
-        let (http, url, done) = (
-            h.http.clone(),
-            h.url("/v1/chat/completions"),
-            Arc::clone(&done),
-        );
-        tokio::spawn(async move {
-            let r = http
-                .post(url)
-                .bearer_auth(key)
-                .json(&chat_body("alpha/mock-small", false))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 200);
-            done.lock().unwrap().push(who);
-        })
-    };
+    let done = Done::default();
+    let spawn = |key, who| spawn_recorded(&h, key, "alpha/mock-small", who, &done);
     let mut tasks: Vec<_> = (0..40).map(|_| spawn(KEY, "a")).collect();
     eventually("key A's backlog is queued", || async {
         waiting_on(&h, "alpha-1").await >= 30.0
@@ -435,18 +419,11 @@ async fn queue_limits_resolve_connection_then_stored_then_env_then_default() {
         .await;
     assert_eq!(r.status(), 200);
     h.rule(json!({"latency_ms": 2500})).await;
-    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
-    eventually("the holder reaches the mock", || async {
-        h.mock_stats().await["in_flight"] == 1
-    })
-    .await;
+    let holder = hold(&h).await;
     let queued: Vec<_> = (0..2)
         .map(|_| send(&h, KEY, chat_body("alpha/mock-small", false)))
         .collect();
-    eventually("two wait", || async {
-        waiting_on(&h, "alpha-1").await == 2.0
-    })
-    .await;
+    until_waiting(&h, 2.0).await;
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     assert_eq!(
         error_code(r).await,
@@ -466,16 +443,9 @@ async fn queue_limits_resolve_connection_then_stored_then_env_then_default() {
         )
         .await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
-    eventually("the holder reaches the mock", || async {
-        h.mock_stats().await["in_flight"] == 1
-    })
-    .await;
+    let holder = hold(&h).await;
     let queued = send(&h, KEY, chat_body("alpha/mock-small", false));
-    eventually("one waits", || async {
-        waiting_on(&h, "alpha-1").await == 1.0
-    })
-    .await;
+    until_waiting(&h, 1.0).await;
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     assert_eq!(
         error_code(r).await,
@@ -520,11 +490,7 @@ async fn a_combo_passes_over_a_saturated_target_instead_of_waiting_for_it() {
     let h = Harness::start_with(one_slot, &[]).await;
     h.rule(json!({"match": {"credential": CRED_ALPHA}, "latency_ms": 3000}))
         .await;
-    let holder = send(&h, KEY, chat_body("alpha/mock-small", false));
-    eventually("the holder reaches the mock", || async {
-        h.mock_stats().await["in_flight"] == 1
-    })
-    .await;
+    let holder = hold(&h).await;
     // alpha's one slot is taken: the combo's second target answers, nothing waits.
     let r = h.chat(chat_body("fast", false)).await;
     assert_eq!(r.status(), 200);

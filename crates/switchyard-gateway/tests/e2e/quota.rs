@@ -5,7 +5,6 @@
 use crate::common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
-use std::sync::Arc;
 
 pub const KEY2: &str = "sy-test-client-key-0000000002";
 pub const KEY3: &str = "sy-test-client-key-0000000003";
@@ -907,25 +906,8 @@ allocations = [{ api_key_id = "k1", allocation_weight = 50 }, { api_key_id = "k2
 async fn qtsd_queues_for_a_one_slot_account_fairly_across_keys() {
     let h = Harness::start_with(one_slot_pool, &[]).await;
     h.rule(json!({"latency_ms": 100})).await;
-    let done = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let send = |key: &'static str, who: &'static str| {
-        let (http, url, done) = (
-            h.http.clone(),
-            h.url("/v1/chat/completions"),
-            Arc::clone(&done),
-        );
-        tokio::spawn(async move {
-            let r = http
-                .post(url)
-                .bearer_auth(key)
-                .json(&chat_body("qtSd/team/mock-small", false))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 200);
-            done.lock().unwrap().push(who);
-        })
-    };
+    let done = Done::default();
+    let send = |key, who| spawn_recorded(&h, key, "qtSd/team/mock-small", who, &done);
     let mut tasks: Vec<_> = (0..8).map(|_| send(KEY, "a")).collect();
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     tasks.extend((0..2).map(|_| send(KEY2, "b")));

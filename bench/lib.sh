@@ -1,0 +1,76 @@
+# Shared by bench/run.sh and bench/instructions.sh: the configurations of the targets
+# they measure, so both measure the same nginx and the same gateways. Expects MOCK_PORT
+# and KEY to be set.
+
+wait_port() { # port
+  for _ in $(seq 1 300); do
+    (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "port $1 did not open" >&2; exit 1
+}
+
+nginx_config() { # port work-dir head-lines (worker and process settings)
+  cat <<NGINX
+$3
+pid $2/nginx.pid;
+error_log $2/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream mock { server 127.0.0.1:$MOCK_PORT; keepalive 128; }
+  server {
+    listen 127.0.0.1:$1;
+    location / {
+      proxy_pass http://mock;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+NGINX
+}
+
+gateway_config() { # port data-dir
+  cat <<TOML
+[server]
+listen = "127.0.0.1:$1"
+data_dir = "$2"
+admin_token = "bench-admin-token-0123456789"
+
+[[providers]]
+id = "bench"
+format = "openai"
+base_url = "http://127.0.0.1:$MOCK_PORT"
+
+[[connections]]
+id = "bench-1"
+provider = "bench"
+auth_class = "apikey"
+credential = "bench-upstream-credential"
+
+[[keys]]
+id = "bench"
+name = "bench"
+secret = "$KEY"
+TOML
+}
+
+# The same gateway with a quota pool on its connection: every request is decided on two
+# dimensions, reserved, and settled (limits high enough never to block).
+pool_gateway_config() { # port data-dir
+  gateway_config "$1" "$2"
+  cat <<TOML
+
+[[quota_pools]]
+id = "bench"
+name = "bench"
+connection_ids = ["bench-1"]
+dimensions = [
+  { unit = "requests", window = "hourly", limit = 1000000000 },
+  { unit = "tokens", window = "daily", limit = 1000000000000 },
+]
+allocations = [{ api_key_id = "bench", allocation_weight = 100 }]
+TOML
+}
