@@ -109,6 +109,26 @@ async fn error_code(r: reqwest::Response) -> (u16, String) {
     (status, body["error"]["code"].as_str().unwrap().to_owned())
 }
 
+/// Holds alpha-1's one slot, queues `depth` more requests behind it, and checks that
+/// the next one is refused at once with `RATE_LIMIT_QUEUE_FULL` while the held and
+/// queued ones are all answered.
+async fn assert_refused_beyond_depth(h: &Harness, depth: usize) {
+    let holder = hold(h).await;
+    let queued: Vec<_> = (0..depth)
+        .map(|_| send(h, KEY, chat_body("alpha/mock-small", false)))
+        .collect();
+    until_waiting(h, depth as f64).await;
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(
+        error_code(r).await,
+        (429, "RATE_LIMIT_QUEUE_FULL".to_owned())
+    );
+    assert_eq!(holder.await.unwrap().status(), 200);
+    for q in queued {
+        assert_eq!(q.await.unwrap().status(), 200);
+    }
+}
+
 #[tokio::test]
 async fn two_slots_never_see_more_than_two_upstream_requests_and_everyone_is_answered() {
     let h = Harness::start_with(two_slots, &[]).await;
@@ -125,16 +145,7 @@ async fn two_slots_never_see_more_than_two_upstream_requests_and_everyone_is_ans
 async fn a_full_queue_refuses_at_once_without_calling_the_upstream() {
     let h = Harness::start_with(one_slot_depth_one, &[]).await;
     h.rule(json!({"latency_ms": 3000})).await;
-    let holder = hold(&h).await;
-    let queued = send(&h, KEY, chat_body("alpha/mock-small", false));
-    until_waiting(&h, 1.0).await;
-    let r = h.chat(chat_body("alpha/mock-small", false)).await;
-    assert_eq!(
-        error_code(r).await,
-        (429, "RATE_LIMIT_QUEUE_FULL".to_owned())
-    );
-    assert_eq!(holder.await.unwrap().status(), 200);
-    assert_eq!(queued.await.unwrap().status(), 200);
+    assert_refused_beyond_depth(&h, 1).await;
     // Only the two admitted requests ever reached the upstream.
     assert_eq!(h.mock_stats().await["requests_total"], 2);
     assert_eq!(
@@ -419,20 +430,7 @@ async fn queue_limits_resolve_connection_then_stored_then_env_then_default() {
         .await;
     assert_eq!(r.status(), 200);
     h.rule(json!({"latency_ms": 2500})).await;
-    let holder = hold(&h).await;
-    let queued: Vec<_> = (0..2)
-        .map(|_| send(&h, KEY, chat_body("alpha/mock-small", false)))
-        .collect();
-    until_waiting(&h, 2.0).await;
-    let r = h.chat(chat_body("alpha/mock-small", false)).await;
-    assert_eq!(
-        error_code(r).await,
-        (429, "RATE_LIMIT_QUEUE_FULL".to_owned())
-    );
-    assert_eq!(holder.await.unwrap().status(), 200);
-    for q in queued {
-        assert_eq!(q.await.unwrap().status(), 200);
-    }
+    assert_refused_beyond_depth(&h, 2).await;
     // The connection's override over the stored setting.
     let r = h
         .admin_send(
@@ -443,16 +441,7 @@ async fn queue_limits_resolve_connection_then_stored_then_env_then_default() {
         )
         .await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    let holder = hold(&h).await;
-    let queued = send(&h, KEY, chat_body("alpha/mock-small", false));
-    until_waiting(&h, 1.0).await;
-    let r = h.chat(chat_body("alpha/mock-small", false)).await;
-    assert_eq!(
-        error_code(r).await,
-        (429, "RATE_LIMIT_QUEUE_FULL".to_owned())
-    );
-    assert_eq!(holder.await.unwrap().status(), 200);
-    assert_eq!(queued.await.unwrap().status(), 200);
+    assert_refused_beyond_depth(&h, 1).await;
 }
 
 #[tokio::test]
