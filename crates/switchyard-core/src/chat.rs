@@ -54,7 +54,27 @@ pub enum ChatParseError {
     InvalidStream,
     #[error("`{0}` must be a positive integer")]
     InvalidMaxTokens(&'static str),
+    #[error("`{0}` must be at most {MAX_COMPLETION_TOKENS}: no model produces more tokens in one answer")]
+    MaxTokensTooLarge(&'static str),
 }
+
+impl ChatParseError {
+    /// The request member at fault, for the error's `param`.
+    pub fn param(&self) -> Option<&'static str> {
+        match self {
+            Self::InvalidJson(_) | Self::NotAnObject => None,
+            Self::MissingModel => Some("model"),
+            Self::MissingMessages => Some("messages"),
+            Self::InvalidStream => Some("stream"),
+            Self::InvalidMaxTokens(f) | Self::MaxTokensTooLarge(f) => Some(f),
+        }
+    }
+}
+
+/// The largest `max_tokens` accepted: 2^20, several times the longest answer any model
+/// offers today (128 Ki tokens). Anything larger is a mistake or an attempt to make the
+/// quota estimate overflow, and is refused before any upstream is charged.
+pub const MAX_COMPLETION_TOKENS: u64 = 1 << 20;
 
 /// Top-level object members in order, values as raw JSON text.
 struct Members(Vec<(String, Box<RawValue>)>);
@@ -118,6 +138,9 @@ impl ChatRequest {
             if let Some(raw) = member(field) {
                 match serde_json::from_str::<Option<u64>>(raw) {
                     Ok(None) => {}
+                    Ok(Some(n)) if n > MAX_COMPLETION_TOKENS => {
+                        return Err(ChatParseError::MaxTokensTooLarge(field))
+                    }
                     Ok(Some(n)) if n > 0 => max_tokens = Some(n),
                     _ => return Err(ChatParseError::InvalidMaxTokens(field)),
                 }
@@ -219,7 +242,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_shapes_naming_the_field() {
-        let cases: [(&[u8], ChatParseError); 10] = [
+        let cases: [(&[u8], ChatParseError); 14] = [
             (
                 br#"{"model":"a/b","messages":[ ]}"#,
                 ChatParseError::MissingMessages,
@@ -248,10 +271,37 @@ mod tests {
                 br#"{"model":"a/b","messages":[{}],"max_tokens":-1}"#,
                 ChatParseError::InvalidMaxTokens("max_tokens"),
             ),
+            (
+                br#"{"model":"a/b","messages":[{}],"max_tokens":18446744073709551615}"#,
+                ChatParseError::MaxTokensTooLarge("max_tokens"),
+            ),
+            (
+                br#"{"model":"a/b","messages":[{}],"max_completion_tokens":1048577}"#,
+                ChatParseError::MaxTokensTooLarge("max_completion_tokens"),
+            ),
+            (
+                br#"{"model":"a/b","messages":[{}],"max_tokens":18446744073709551616}"#,
+                ChatParseError::InvalidMaxTokens("max_tokens"),
+            ),
+            (
+                br#"{"model":"a/b","messages":[{}],"max_tokens":0}"#,
+                ChatParseError::InvalidMaxTokens("max_tokens"),
+            ),
         ];
         for (body, want) in cases {
             assert_eq!(ChatRequest::parse(body), Err(want));
         }
+        let largest = format!(
+            r#"{{"model":"a/b","messages":[{{}}],"max_tokens":{MAX_COMPLETION_TOKENS}}}"#
+        );
+        assert_eq!(
+            ChatRequest::parse(largest.as_bytes()).map(|r| r.max_tokens),
+            Ok(Some(MAX_COMPLETION_TOKENS))
+        );
+        assert_eq!(
+            ChatParseError::MaxTokensTooLarge("max_tokens").param(),
+            Some("max_tokens")
+        );
         assert!(matches!(
             ChatRequest::parse(b"{not json"),
             Err(ChatParseError::InvalidJson(_))

@@ -25,9 +25,58 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        use axum::extract::rejection::JsonRejection;
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(Self(v)),
+            Err(JsonRejection::MissingJsonContentType(_)) => {
+                Err(ApiError::UnsupportedMediaType(String::new()))
+            }
             Err(rejection) => Err(ApiError::bad_request("invalid_json", rejection.body_text())),
+        }
+    }
+}
+
+/// A path-parameter extractor whose rejections (bad percent-encoding, wrong types) are
+/// typed API errors, not plain text.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for ApiPath<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(Self(v)),
+            Err(rejection) => Err(ApiError::bad_request("invalid_path", rejection.body_text())),
+        }
+    }
+}
+
+/// A query-string extractor whose rejections are typed API errors, not plain text.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for ApiQuery<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Self(v)),
+            Err(rejection) => Err(ApiError::bad_request("invalid_query", rejection.body_text())),
         }
     }
 }
@@ -47,10 +96,26 @@ pub enum ApiError {
     RevokedKey,
     #[error("management API requires the admin token or a key with the `admin` scope")]
     AdminRequired,
+    /// A valid client key without the `admin` scope on the management API.
+    #[error("this API key lacks the `admin` scope the management API requires")]
+    AdminScopeMissing,
     #[error("request body exceeds the limit of {limit} bytes")]
     BodyTooLarge { limit: u64 },
     #[error("{message}")]
     BadRequest { code: &'static str, message: String },
+    /// A malformed client request; `param` names the member at fault.
+    #[error("{message}")]
+    InvalidRequest {
+        param: Option<&'static str>,
+        message: String,
+    },
+    /// A body that is not JSON; the presented content type (empty when none).
+    #[error("{}", media_type_message(.0))]
+    UnsupportedMediaType(String),
+    #[error("no route for {method} {path}")]
+    RouteNotFound { method: String, path: String },
+    #[error("{method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
     /// A field of a submitted configuration is invalid; `field` goes into `param`.
     #[error("{message}")]
     InvalidField { field: String, message: String },
@@ -127,12 +192,27 @@ impl ApiError {
             }
             Self::RevokedKey => (S::UNAUTHORIZED, "invalid_request_error", "revoked_api_key"),
             Self::AdminRequired => (S::UNAUTHORIZED, "invalid_request_error", "admin_required"),
+            Self::AdminScopeMissing => (S::FORBIDDEN, "permission_error", "admin_required"),
             Self::BodyTooLarge { .. } => (
                 S::PAYLOAD_TOO_LARGE,
                 "invalid_request_error",
                 "request_too_large",
             ),
             Self::BadRequest { code, .. } => (S::BAD_REQUEST, "invalid_request_error", code),
+            Self::InvalidRequest { .. } => {
+                (S::BAD_REQUEST, "invalid_request_error", "invalid_request")
+            }
+            Self::UnsupportedMediaType(_) => (
+                S::UNSUPPORTED_MEDIA_TYPE,
+                "invalid_request_error",
+                "unsupported_media_type",
+            ),
+            Self::RouteNotFound { .. } => (S::NOT_FOUND, "invalid_request_error", "not_found"),
+            Self::MethodNotAllowed { .. } => (
+                S::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "method_not_allowed",
+            ),
             Self::InvalidField { .. } => {
                 (S::BAD_REQUEST, "invalid_request_error", "invalid_config")
             }
@@ -209,6 +289,12 @@ impl ApiError {
         if let Self::InvalidField { field, .. } = self {
             err["param"] = json!(field);
         }
+        if let Self::InvalidRequest {
+            param: Some(p), ..
+        } = self
+        {
+            err["param"] = json!(p);
+        }
         let unavailable = |list: &[crate::pipeline::CoolingExcluded], now_left: bool| {
             list.iter()
                 .map(|c| {
@@ -282,6 +368,14 @@ impl ApiError {
             });
         }
         json!({ "error": err })
+    }
+}
+
+fn media_type_message(presented: &str) -> String {
+    if presented.is_empty() {
+        "the request body must be JSON: send `Content-Type: application/json`".to_owned()
+    } else {
+        format!("unsupported content type `{presented}`: send `Content-Type: application/json`")
     }
 }
 

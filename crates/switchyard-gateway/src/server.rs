@@ -7,7 +7,8 @@ use crate::pipeline::{self, auth};
 use crate::state::AppState;
 use crate::state::Writers;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue};
+use crate::error::{ApiError, ApiPath};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -15,6 +16,7 @@ use axum::serve::Listener;
 use axum::{Json, Router};
 use serde::Serialize;
 use std::future::Future;
+use switchyard_core::catalog::ApiKey;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +38,8 @@ const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(1);
         title = "Switchyard",
         description = "LLM API gateway: client API (`/v1`) and management API (`/api`)."
     ),
+    // Documented here and routed by hand: its id may span two path segments.
+    paths(model),
     modifiers(&BearerAuth)
 )]
 struct ApiDoc;
@@ -68,15 +72,8 @@ pub struct ModelList {
     pub data: Vec<ModelEntry>,
 }
 
-/// `GET /v1/models`: the `provider/model` ids and combo names the key may use.
-#[utoipa::path(get, path = "/v1/models", tag = "client",
-    responses((status = 200, body = ModelList), (status = 401)), security(("bearer" = [])))]
-pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let snap = state.snapshot();
-    let key = match auth::client_key(&snap.catalog, &headers) {
-        Ok(k) => k,
-        Err(e) => return e.into_response(),
-    };
+/// The `provider/model` ids, quota-share models and combo names `key` may use.
+fn visible_models(snap: &crate::snapshot::Snapshot, key: &ApiKey) -> Vec<ModelEntry> {
     let mut data = Vec::new();
     for p in snap.catalog.providers() {
         for m in &p.models {
@@ -91,6 +88,7 @@ pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
             }
         }
     }
+    let switchyard = || "switchyard".to_owned();
     for p in &snap.quota.pools {
         let id = format!("{}{}", crate::pipeline::share::PREFIX, p.pool.id);
         if key.may_use_model(&id) {
@@ -98,7 +96,7 @@ pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
                 id,
                 object: "model",
                 created: 0,
-                owned_by: "switchyard".to_owned(),
+                owned_by: switchyard(),
             });
         }
     }
@@ -108,15 +106,113 @@ pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
                 id: c.name.clone(),
                 object: "model",
                 created: 0,
-                owned_by: "switchyard".to_owned(),
+                owned_by: switchyard(),
             });
         }
     }
-    Json(ModelList {
-        object: "list",
-        data,
-    })
-    .into_response()
+    data
+}
+
+/// `GET /v1/models`: the `provider/model` ids and combo names the key may use.
+#[utoipa::path(get, path = "/v1/models", tag = "client",
+    responses((status = 200, body = ModelList), (status = 401)), security(("bearer" = [])))]
+pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let snap = state.snapshot();
+    match auth::client_key(&snap.catalog, &headers) {
+        Ok(key) => Json(ModelList {
+            object: "list",
+            data: visible_models(&snap, key),
+        })
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /v1/models/{id}` (the SDKs' `models.retrieve`): one model the key may use. The
+/// id may contain `/` (`provider/model`), sent as is or percent-encoded.
+#[utoipa::path(get, path = "/v1/models/{id}", tag = "client",
+    params(("id" = String, Path, description = "`provider/model` or a combo name")),
+    responses((status = 200, body = ModelEntry), (status = 401), (status = 404)),
+    security(("bearer" = [])))]
+pub async fn model(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ApiPath(id): ApiPath<String>,
+) -> Response {
+    let snap = state.snapshot();
+    let key = match auth::client_key(&snap.catalog, &headers) {
+        Ok(k) => k,
+        Err(e) => return e.into_response(),
+    };
+    match visible_models(&snap, key).into_iter().find(|m| m.id == id) {
+        Some(entry) => Json(entry).into_response(),
+        None => ApiError::Route(switchyard_core::routing::RouteError::UnknownModel(id))
+            .into_response(),
+    }
+}
+
+/// Paths answered without a credential, whatever the method.
+const PUBLIC_PATHS: [&str; 3] = ["/api/monitoring/health", "/api/openapi.json", "/metrics"];
+
+/// The credential a path needs, checked before saying whether a route exists: the
+/// admin credential under `/api`, a client key under `/v1`, nothing elsewhere.
+fn check_credential(state: &AppState, path: &str, headers: &HeaderMap) -> Result<(), ApiError> {
+    if PUBLIC_PATHS.contains(&path) {
+        return Ok(());
+    }
+    let under = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    if under("/api") {
+        auth::check_admin(state, headers)
+    } else if under("/v1") {
+        auth::client_key(&state.snapshot().catalog, headers).map(|_| ())
+    } else {
+        Ok(())
+    }
+}
+
+/// Longest request path echoed in a routing error.
+const MAX_ECHOED_PATH: usize = 200;
+
+fn echoed_path(uri: &Uri) -> String {
+    uri.path().chars().take(MAX_ECHOED_PATH).collect()
+}
+
+/// Unknown routes: a typed `404 not_found`, after the credential the path needs.
+async fn route_not_found(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    match check_credential(&state, uri.path(), &headers) {
+        Ok(()) => ApiError::RouteNotFound {
+            method: method.to_string(),
+            path: echoed_path(&uri),
+        }
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Known routes with another method: a typed `405 method_not_allowed`, after the
+/// credential the path needs.
+async fn method_not_allowed(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    match check_credential(&state, uri.path(), &headers) {
+        Ok(()) => ApiError::MethodNotAllowed {
+            method: method.to_string(),
+            path: echoed_path(&uri),
+        }
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// `GET /metrics` in the Prometheus text format.
@@ -151,6 +247,10 @@ pub fn app(state: Arc<AppState>) -> Router {
                 async move { Json(doc.as_ref().clone()) }
             }),
         )
+        // `provider/model` ids sent unencoded span two segments.
+        .route("/v1/models/{*id}", get(model))
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 

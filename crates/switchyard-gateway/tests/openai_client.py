@@ -1,7 +1,7 @@
 """Drives the gateway with the official openai package; prints what it parsed."""
 import sys
 
-from openai import OpenAI
+from openai import NotFoundError, OpenAI
 
 base_url, api_key = sys.argv[1], sys.argv[2]
 client = OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
@@ -21,3 +21,11 @@ for chunk in client.chat.completions.create(model="fast", messages=messages, str
     if chunk.choices and chunk.choices[0].delta.content:
         text.append(chunk.choices[0].delta.content)
 print(f"streaming: {''.join(text)} | chunks {chunks}")
+
+model = client.models.retrieve("alpha/mock-small")
+print(f"retrieve: {model.id} owned by {model.owned_by}")
+try:
+    client.models.retrieve("alpha/no-such-model")
+except NotFoundError as e:
+    print(f"retrieve unknown: {e.status_code} {e.body['code']}")
+

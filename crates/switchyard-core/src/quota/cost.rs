@@ -42,13 +42,17 @@ pub struct Estimate {
 impl Estimate {
     pub fn new(messages_bytes: usize, max_tokens: Option<u64>) -> Self {
         Self {
-            prompt_tokens: (messages_bytes as u64).div_ceil(BYTES_PER_TOKEN),
+            prompt_tokens: u64::try_from(messages_bytes)
+                .unwrap_or(u64::MAX)
+                .div_ceil(BYTES_PER_TOKEN),
             completion_tokens: max_tokens.unwrap_or(DEFAULT_COMPLETION_TOKENS),
         }
     }
 
+    /// Prompt plus completion, saturating: a client-supplied `max_tokens` can never wrap
+    /// the sum below the prompt.
     pub fn tokens(&self) -> u64 {
-        self.prompt_tokens + self.completion_tokens
+        self.prompt_tokens.saturating_add(self.completion_tokens)
     }
 
     /// The estimated cost in `unit`. Percent cannot be known before the provider
@@ -79,7 +83,7 @@ pub fn actual(
     };
     match unit {
         Unit::Requests => 1.0,
-        Unit::Tokens => (prompt + completion) as f64,
+        Unit::Tokens => prompt.saturating_add(completion) as f64,
         Unit::Usd => price.map_or(0.0, |p| p.of(prompt, completion)),
         Unit::Percent => percent_rise.unwrap_or(0.0).max(0.0),
     }
@@ -88,6 +92,38 @@ pub fn actual(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// No request parameter can make an estimate smaller than its prompt, in any unit
+        /// that counts tokens.
+        #[test]
+        fn an_estimate_is_never_below_its_prompt(
+            bytes in any::<usize>(),
+            max_tokens in proptest::option::of(any::<u64>()),
+            input in 0.0f64..1e3,
+            output in 0.0f64..1e3,
+        ) {
+            let e = Estimate::new(bytes, max_tokens);
+            prop_assert!(e.tokens() >= e.prompt_tokens);
+            prop_assert!(e.tokens() >= e.completion_tokens);
+            prop_assert!(e.cost(Unit::Tokens, None) >= e.prompt_tokens as f64);
+            let price = Price { input_per_mtok: input, output_per_mtok: output };
+            prop_assert!(e.cost(Unit::Usd, Some(price)) >= price.of(e.prompt_tokens, 0));
+        }
+    }
+
+    #[test]
+    fn the_largest_max_tokens_saturates_instead_of_wrapping() {
+        let e = Estimate::new(400, Some(u64::MAX));
+        assert_eq!(e.tokens(), u64::MAX);
+        assert_eq!(e.cost(Unit::Tokens, None), u64::MAX as f64);
+        let usage = Usage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: 5,
+        };
+        assert_eq!(actual(Unit::Tokens, Some(usage), e, None, None), u64::MAX as f64);
+    }
 
     #[test]
     fn estimates_use_prompt_bytes_and_max_tokens() {

@@ -5,9 +5,9 @@
 
 use super::{apply_change, now, upsert_by};
 use crate::config::ConnectionSpec;
-use crate::error::{ApiError, ApiJson};
+use crate::error::{ApiError, ApiJson, ApiPath};
 use crate::state::{blocking, AppState};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use std::sync::Arc;
@@ -38,7 +38,7 @@ pub async fn list_providers(
     responses((status = 200, body = ProviderRecord), (status = 404)), security(("bearer" = [])))]
 pub async fn get_provider(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ProviderRecord>, ApiError> {
     Ok(Json(
         blocking(&state.store, move |s| s.get_provider(&id)).await?,
@@ -80,7 +80,7 @@ pub async fn create_provider(
     security(("bearer" = [])))]
 pub async fn update_provider(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(p): ApiJson<ProviderRecord>,
 ) -> Result<Json<ProviderRecord>, ApiError> {
     id_matches(&id, &p.id, "id")?;
@@ -91,7 +91,7 @@ pub async fn update_provider(
     responses((status = 204), (status = 404), (status = 409)), security(("bearer" = [])))]
 pub async fn delete_provider(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     apply_change(&state, |_| Ok(()), move |s| s.delete_provider(&id)).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -113,7 +113,7 @@ pub async fn list_connections(
     responses((status = 200, body = ConnectionRecord), (status = 404)), security(("bearer" = [])))]
 pub async fn get_connection(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ConnectionRecord>, ApiError> {
     Ok(Json(
         blocking(&state.store, move |s| s.get_connection(&id)).await?,
@@ -190,7 +190,7 @@ pub async fn create_connection(
     security(("bearer" = [])))]
 pub async fn update_connection(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(input): ApiJson<ConnectionSpec>,
 ) -> Result<Json<ConnectionRecord>, ApiError> {
     id_matches(&id, &input.id, "id")?;
@@ -203,7 +203,7 @@ pub async fn update_connection(
     responses((status = 204), (status = 404), (status = 409)), security(("bearer" = [])))]
 pub async fn delete_connection(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     apply_change(&state, |_| Ok(()), move |s| s.delete_connection(&id)).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -223,7 +223,7 @@ pub async fn list_combos(
     responses((status = 200, body = ComboRecord), (status = 404)), security(("bearer" = [])))]
 pub async fn get_combo(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> Result<Json<ComboRecord>, ApiError> {
     Ok(Json(
         blocking(&state.store, move |s| s.get_combo(&name)).await?,
@@ -265,7 +265,7 @@ pub async fn create_combo(
     security(("bearer" = [])))]
 pub async fn update_combo(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     ApiJson(c): ApiJson<ComboRecord>,
 ) -> Result<Json<ComboRecord>, ApiError> {
     id_matches(&name, &c.name, "name")?;
@@ -276,7 +276,7 @@ pub async fn update_combo(
     responses((status = 204), (status = 404)), security(("bearer" = [])))]
 pub async fn delete_combo(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     apply_change(&state, |_| Ok(()), move |s| s.delete_combo(&name)).await?;
     Ok(StatusCode::NO_CONTENT)

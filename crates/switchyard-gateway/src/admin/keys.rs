@@ -1,10 +1,10 @@
 //! `/api/keys`: client API keys. The secret is returned once, by `POST`, and never again.
 
 use super::{apply_change, now};
-use crate::error::{ApiError, ApiJson};
+use crate::error::{ApiError, ApiJson, ApiPath};
 use crate::keys::{new_key, validate_key_fields, NewKey};
 use crate::state::{blocking, AppState};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -116,7 +116,7 @@ pub async fn create(
     security(("bearer" = [])))]
 pub async fn get(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<KeyRecord>, ApiError> {
     Ok(Json(blocking(&state.store, move |s| s.get_key(&id)).await?))
 }
@@ -127,7 +127,7 @@ pub async fn get(
     security(("bearer" = [])))]
 pub async fn update(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<UpdateKey>,
 ) -> Result<Json<KeyRecord>, ApiError> {
     let lookup = id.clone();
@@ -165,7 +165,7 @@ pub async fn update(
     security(("bearer" = [])))]
 pub async fn revoke(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<KeyRecord>, ApiError> {
     let t = now(&state);
     let record = apply_change(&state, |_| Ok(()), move |s| s.revoke_key(&id, t)).await?;
@@ -178,7 +178,7 @@ pub async fn revoke(
     security(("bearer" = [])))]
 pub async fn delete(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     apply_change(&state, |_| Ok(()), move |s| s.delete_key(&id)).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -5,11 +5,11 @@
 //! [`apply_change`]); a pool error answers 400 with the offending field in `param`.
 
 use super::{apply_change, now, upsert_by};
-use crate::error::{ApiError, ApiJson};
+use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 use crate::quota::index::validate_plan;
 use crate::quota::views::{DecisionRecord, PoolUsage};
 use crate::state::{blocking, AppState};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -66,7 +66,7 @@ pub async fn list_pools(
     responses((status = 200, body = PoolView), (status = 404)), security(("bearer" = [])))]
 pub async fn get_pool(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<PoolView>, ApiError> {
     let pool = blocking(&state.store, move |s| s.get_pool(&id)).await?;
     Ok(Json(view(&state, pool)))
@@ -107,7 +107,7 @@ pub async fn create_pool(
     responses((status = 200, body = PoolView), (status = 400), (status = 404)), security(("bearer" = [])))]
 pub async fn update_pool(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(p): ApiJson<PoolInput>,
 ) -> Result<Json<PoolView>, ApiError> {
     if p.id != id {
@@ -123,7 +123,7 @@ pub async fn update_pool(
     responses((status = 204), (status = 404)), security(("bearer" = [])))]
 pub async fn delete_pool(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let (target, deleted) = (id.clone(), id.clone());
     apply_change(
@@ -143,7 +143,7 @@ pub async fn delete_pool(
     responses((status = 200, body = PoolUsage), (status = 404)), security(("bearer" = [])))]
 pub async fn pool_usage(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<PoolUsage>, ApiError> {
     let snap = state.snapshot();
     let pool = snap
@@ -174,8 +174,8 @@ pub struct DecisionQuery {
     responses((status = 200, body = Vec<DecisionRecord>), (status = 404)), security(("bearer" = [])))]
 pub async fn pool_decisions(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-    Query(q): Query<DecisionQuery>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<DecisionQuery>,
 ) -> Result<Json<Vec<DecisionRecord>>, ApiError> {
     if state.snapshot().quota.pool(&id).is_none() {
         return Err(ApiError::NotFound { kind: "pool", id });
@@ -218,7 +218,7 @@ fn plan_view(state: &AppState, connection_id: String) -> Result<PlanView, ApiErr
     responses((status = 200, body = PlanView), (status = 404)), security(("bearer" = [])))]
 pub async fn get_plan(
     State(state): State<Arc<AppState>>,
-    Path(connection_id): Path<String>,
+    ApiPath(connection_id): ApiPath<String>,
 ) -> Result<Json<PlanView>, ApiError> {
     Ok(Json(plan_view(&state, connection_id)?))
 }
@@ -236,7 +236,7 @@ pub struct PlanBody {
     responses((status = 200, body = PlanView), (status = 400), (status = 404)), security(("bearer" = [])))]
 pub async fn put_plan(
     State(state): State<Arc<AppState>>,
-    Path(connection_id): Path<String>,
+    ApiPath(connection_id): ApiPath<String>,
     ApiJson(body): ApiJson<PlanBody>,
 ) -> Result<Json<PlanView>, ApiError> {
     if state
@@ -283,7 +283,7 @@ pub async fn put_plan(
     responses((status = 204), (status = 404)), security(("bearer" = [])))]
 pub async fn delete_plan(
     State(state): State<Arc<AppState>>,
-    Path(connection_id): Path<String>,
+    ApiPath(connection_id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let target = connection_id.clone();
     apply_change(

@@ -2,9 +2,9 @@
 //! breaker reset. Nothing here returns a credential.
 
 use super::apply_change;
-use crate::error::{ApiError, ApiJson};
+use crate::error::{ApiError, ApiJson, ApiQuery};
 use crate::state::AppState;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -44,7 +44,7 @@ pub struct CooldownQuery {
     responses((status = 200, body = Vec<ConnectionState>)), security(("bearer" = [])))]
 pub async fn list_cooldowns(
     State(state): State<Arc<AppState>>,
-    Query(q): Query<CooldownQuery>,
+    ApiQuery(q): ApiQuery<CooldownQuery>,
 ) -> Json<Vec<ConnectionState>> {
     let snap = state.snapshot();
     let now = state.clock.now_ms();

@@ -1,9 +1,9 @@
 //! `/api/settings`: runtime settings with their effective value and its source.
 
 use super::{apply_change, now};
-use crate::error::{ApiError, ApiJson};
+use crate::error::{ApiError, ApiJson, ApiPath};
 use crate::state::AppState;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -70,7 +70,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Json<Vec<SettingView>> 
     responses((status = 200, body = Vec<SettingView>), (status = 400)), security(("bearer" = [])))]
 pub async fn put(
     State(state): State<Arc<AppState>>,
-    Path(key): Path<String>,
+    ApiPath(key): ApiPath<String>,
     ApiJson(body): ApiJson<SettingValue>,
 ) -> Result<Json<Vec<SettingView>>, ApiError> {
     let value = settings::validate(&key, &body.value, Source::Database)
@@ -101,7 +101,7 @@ pub async fn put(
     responses((status = 204), (status = 404)), security(("bearer" = [])))]
 pub async fn delete(
     State(state): State<Arc<AppState>>,
-    Path(key): Path<String>,
+    ApiPath(key): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let (gone, base) = (key.clone(), state.layers.clone());
     apply_change(

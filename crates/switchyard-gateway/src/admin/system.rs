@@ -1,8 +1,8 @@
 //! `/api/logs` (admin) and `/api/monitoring/health` (public).
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ApiQuery};
 use crate::state::{blocking, AppState};
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ pub struct LogQuery {
     responses((status = 200, body = Vec<LogRow>)), security(("bearer" = [])))]
 pub async fn logs(
     State(state): State<Arc<AppState>>,
-    Query(q): Query<LogQuery>,
+    ApiQuery(q): ApiQuery<LogQuery>,
 ) -> Result<Json<Vec<LogRow>>, ApiError> {
     let limit = q.limit.unwrap_or(100).clamp(1, MAX_LOG_ROWS);
     Ok(Json(

@@ -41,26 +41,32 @@ pub fn client_key<'a>(catalog: &'a Catalog, headers: &HeaderMap) -> Result<&'a A
     Ok(key)
 }
 
-/// Middleware guarding the management API: the admin token, or a live client key with
-/// the `admin` scope.
+/// Checks the management credential: the admin token, or a live client key with the
+/// `admin` scope. No credential or an unknown one is `401`; a live client key without
+/// the scope is `403` (the caller is known, the permission is missing).
+pub fn check_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let token = presented_token(headers).ok_or(ApiError::AdminRequired)?;
+    let hash = KeyHash::of(token);
+    let snap = state.snapshot();
+    let admin = state.configured_admin.or(snap.admin_hash);
+    if admin.is_some_and(|a| hash.ct_eq(&a)) {
+        return Ok(());
+    }
+    match snap.catalog.key_by_hash(&hash) {
+        Some(k) if !k.revoked && k.has_scope(SCOPE_ADMIN) => Ok(()),
+        Some(k) if !k.revoked => Err(ApiError::AdminScopeMissing),
+        _ => Err(ApiError::AdminRequired),
+    }
+}
+
+/// Middleware guarding the management API (see [`check_admin`]).
 pub async fn require_admin(
     State(state): State<Arc<AppState>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let allowed = presented_token(request.headers()).is_some_and(|token| {
-        let hash = KeyHash::of(token);
-        let snap = state.snapshot();
-        let admin = state.configured_admin.or(snap.admin_hash);
-        admin.is_some_and(|a| hash.ct_eq(&a))
-            || snap
-                .catalog
-                .key_by_hash(&hash)
-                .is_some_and(|k| !k.revoked && k.has_scope(SCOPE_ADMIN))
-    });
-    if allowed {
-        next.run(request).await
-    } else {
-        ApiError::AdminRequired.into_response()
+    match check_admin(&state, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => e.into_response(),
     }
 }

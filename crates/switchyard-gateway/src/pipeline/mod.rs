@@ -94,6 +94,25 @@ pub async fn chat_completions(State(state): State<Arc<AppState>>, request: Reque
     response
 }
 
+/// Refuses a body declared as anything but JSON (`application/json`, or a `+json` type),
+/// before it is read. A request without `Content-Type` is read as JSON.
+fn check_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let text = value.to_str().unwrap_or_default();
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    let json = essence.eq_ignore_ascii_case("application/json")
+        || essence
+            .rsplit_once('+')
+            .is_some_and(|(_, suffix)| suffix.eq_ignore_ascii_case("json"));
+    if json {
+        return Ok(());
+    }
+    let shown: String = text.chars().take(100).collect();
+    Err(ApiError::UnsupportedMediaType(shown))
+}
+
 async fn read_body(body: Body, limit: u64) -> Result<Bytes, ApiError> {
     let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
     match Limited::new(body, limit_usize).collect().await {
@@ -115,9 +134,13 @@ async fn run(
     let snap = state.snapshot();
     let key = auth::client_key(&snap.catalog, headers)?;
     finisher.set_key(&key.id);
+    check_json_content_type(headers)?;
     let bytes = read_body(body, snap.settings.max_body_bytes).await?;
     let request = ChatRequest::parse(&bytes)
-        .map_err(|e| ApiError::bad_request("invalid_request", e.to_string()))?;
+        .map_err(|e| ApiError::InvalidRequest {
+            param: e.param(),
+            message: e.to_string(),
+        })?;
     finisher.set_request(&request.model, request.stream);
     let mut plan = match share::plan(state, &snap, key, &request.model) {
         Some(p) => p?,

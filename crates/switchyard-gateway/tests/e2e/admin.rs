@@ -20,7 +20,19 @@ async fn management_api_requires_the_admin_token_or_an_admin_scoped_key() {
         .send()
         .await
         .unwrap();
-    assert_eq!(client.status(), 401);
+    // A valid key without the scope is known but not permitted: 403, not 401.
+    assert_eq!(client.status(), 403);
+    let body: Value = client.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "admin_required");
+    assert_eq!(body["error"]["type"], "permission_error");
+    let unknown = h
+        .http
+        .get(h.url("/api/keys"))
+        .bearer_auth("sy-not-a-key-000000000000000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 401);
     let ops = h
         .http
         .get(h.url("/api/keys"))
@@ -505,6 +517,7 @@ async fn openapi_document_matches_the_routes() {
         "GET /api/settings",
         "GET /metrics",
         "GET /v1/models",
+        "GET /v1/models/{id}",
         "PATCH /api/keys/{id}",
         "PATCH /api/resilience",
         "POST /api/combos",

@@ -378,3 +378,142 @@ async fn http2_is_spoken_to_clients_and_to_h2c_upstreams() {
     assert_eq!(stats["recent"][1]["version"], "HTTP/2.0");
     assert_eq!(stats["recent"][1]["credential"], CRED_ALPHA);
 }
+
+/// The status and the typed error of a response.
+async fn typed(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap();
+    (status, body["error"].clone())
+}
+
+#[tokio::test]
+async fn unknown_routes_wrong_methods_and_bad_paths_get_typed_json_after_the_credential() {
+    let h = Harness::start().await;
+    let get = |path: &str, token: Option<&str>| {
+        let mut r = h.http.get(h.url(path));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+    // Before the key is known, nothing says whether the route exists.
+    let (s, e) = typed(get("/v1/nothing-here", None).await.unwrap()).await;
+    assert_eq!((s, e["code"].as_str()), (401, Some("invalid_api_key")));
+    let (s, e) = typed(get("/api/nothing-here", Some(KEY)).await.unwrap()).await;
+    assert_eq!((s, e["code"].as_str()), (403, Some("admin_required")));
+    // With it, a typed 404 / 405.
+    let (s, e) = typed(get("/v1/nothing-here", Some(KEY)).await.unwrap()).await;
+    assert_eq!(
+        (s, e),
+        (
+            404,
+            json!({"message": "no route for GET /v1/nothing-here", "type": "invalid_request_error", "code": "not_found", "param": null})
+        )
+    );
+    let (s, e) = typed(get("/api/nothing-here", Some(ADMIN)).await.unwrap()).await;
+    assert_eq!((s, e["code"].as_str()), (404, Some("not_found")));
+    let (s, e) = typed(get("/elsewhere", None).await.unwrap()).await;
+    assert_eq!((s, e["code"].as_str()), (404, Some("not_found")));
+    let (s, e) = typed(get("/v1/chat/completions", Some(KEY)).await.unwrap()).await;
+    assert_eq!(
+        (s, e),
+        (
+            405,
+            json!({"message": "GET is not allowed on /v1/chat/completions", "type": "invalid_request_error", "code": "method_not_allowed", "param": null})
+        )
+    );
+    let (s, _) = typed(get("/v1/chat/completions", None).await.unwrap()).await;
+    assert_eq!(s, 401);
+    let r = h
+        .http
+        .delete(h.url("/api/monitoring/health"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(typed(r).await.0, 405);
+    // Path and query rejections are typed too.
+    let (s, e) = typed(get("/api/keys/%FF", Some(ADMIN)).await.unwrap()).await;
+    assert_eq!((s, e["code"].as_str()), (400, Some("invalid_path")));
+    let (s, e) = typed(get("/api/logs?limit=abc", Some(ADMIN)).await.unwrap()).await;
+    assert_eq!((s, e["code"].as_str()), (400, Some("invalid_query")));
+}
+
+#[tokio::test]
+async fn models_retrieve_answers_one_model_the_key_may_use() {
+    let h = Harness::start().await;
+    let get = |path: &str| h.http.get(h.url(path)).bearer_auth(KEY).send();
+    let want = json!({"id": "alpha/mock-small", "object": "model", "created": 0, "owned_by": "alpha"});
+    for path in ["/v1/models/alpha%2Fmock-small", "/v1/models/alpha/mock-small"] {
+        let r = get(path).await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert_eq!(r.json::<Value>().await.unwrap(), want);
+    }
+    let r = get("/v1/models/fast").await.unwrap();
+    assert_eq!(r.json::<Value>().await.unwrap()["owned_by"], "switchyard");
+    let (s, e) = typed(get("/v1/models/alpha/unknown").await.unwrap()).await;
+    assert_eq!((s, e["code"].as_str()), (404, Some("model_not_found")));
+    let r = h
+        .http
+        .get(h.url("/v1/models/fast"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}
+
+#[tokio::test]
+async fn non_json_bodies_get_415_and_oversized_max_tokens_400_naming_the_field() {
+    let h = Harness::start().await;
+    let body = serde_json::to_vec(&chat_body("alpha/mock-small", false)).unwrap();
+    let r = h
+        .http
+        .post(h.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .header("content-type", "text/plain")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    let (s, e) = typed(r).await;
+    assert_eq!(
+        (s, e),
+        (
+            415,
+            json!({"message": "unsupported content type `text/plain`: send `Content-Type: application/json`", "type": "invalid_request_error", "code": "unsupported_media_type", "param": null})
+        )
+    );
+    let r = h
+        .http
+        .post(h.url("/v1/chat/completions"))
+        .bearer_auth(KEY)
+        .header("content-type", "application/json; charset=utf-8")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The management API's JSON bodies too.
+    let r = h
+        .http
+        .post(h.url("/api/keys"))
+        .bearer_auth(ADMIN)
+        .header("content-type", "text/plain")
+        .body(r#"{"name":"x"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(typed(r).await.0, 415);
+    for (field, value) in [
+        ("max_tokens", json!(u64::MAX)),
+        ("max_completion_tokens", json!(1u64 << 63)),
+    ] {
+        let mut b = chat_body("alpha/mock-small", false);
+        b[field] = value;
+        let (s, e) = typed(h.chat(b).await).await;
+        assert_eq!(
+            (s, e["code"].as_str(), e["param"].as_str()),
+            (400, Some("invalid_request"), Some(field))
+        );
+    }
+    assert_eq!(h.mock_stats().await["requests_total"], 1);
+}

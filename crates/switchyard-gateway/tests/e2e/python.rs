@@ -35,6 +35,6 @@ async fn the_official_openai_python_client_parses_streaming_and_non_streaming_an
     assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
     assert_eq!(
         stdout,
-        "non-streaming: Hello from the Switchyard mock | tokens 5+5\nstreaming: Hello from the Switchyard mock | chunks 7\n"
+        "non-streaming: Hello from the Switchyard mock | tokens 5+5\nstreaming: Hello from the Switchyard mock | chunks 7\nretrieve: alpha/mock-small owned by alpha\nretrieve unknown: 404 model_not_found\n"
     );
 }
