@@ -210,7 +210,17 @@ impl SlidingCounter {
 
     /// How long until the value falls to `bound` or below if nothing more is recorded:
     /// `Some(0)` when it already is, `None` when it never will (a negative bound).
+    ///
+    /// Never more than the window's length: whatever was recorded up to `now` has left
+    /// the exact window `(t - W, t]` by `now + W`. The counter phases its straddling slot
+    /// out linearly and so would see traffic from the current slot for up to one slot
+    /// longer; a client told to come back then would wait longer than it must.
     pub fn time_until_at_most(&self, now: UnixMillis, bound: f64) -> Option<u64> {
+        self.time_until_phased_out(now, bound)
+            .map(|ms| ms.min(self.window.length_ms()))
+    }
+
+    fn time_until_phased_out(&self, now: UnixMillis, bound: f64) -> Option<u64> {
         if bound < 0.0 {
             return None;
         }
@@ -346,6 +356,35 @@ mod tests {
         assert_eq!(c.time_until_at_most(now, -1.0), None);
     }
 
+    #[test]
+    fn time_until_at_most_never_exceeds_the_window_at_slot_boundaries() {
+        for w in Window::ALL {
+            let s = w.slot_ms();
+            let start = w.slot_of(T0) * s;
+            // Booked at the first and the last millisecond of a slot, asked at the same
+            // moment and one slot later.
+            for (booked_at, asked_at) in [
+                (start, start),
+                (start + s - 1, start + s - 1),
+                (start, start + s - 1),
+                (start + s - 1, start + s),
+            ] {
+                let mut c = SlidingCounter::new(w);
+                c.add(booked_at, 10.0);
+                // The counter alone would phase the slot out until up to a slot past that.
+                assert!(c.time_until_phased_out(asked_at, 0.0) >= Some(w.length_ms()));
+                assert_eq!(
+                    c.time_until_at_most(asked_at, 0.0),
+                    Some(w.length_ms()),
+                    "{w:?} booked {booked_at} asked {asked_at}"
+                );
+                let half = c.time_until_at_most(asked_at, 5.0).unwrap();
+                assert!(half <= w.length_ms(), "{w:?} {half}");
+                assert!(half > 0);
+            }
+        }
+    }
+
     /// The exact sum of amounts recorded in `(now - W, now]`.
     fn exact(events: &[(u64, f64)], w: Window, now: u64) -> f64 {
         events
@@ -454,7 +493,12 @@ mod tests {
             let wait = c.time_until_at_most(now, bound);
             prop_assert!(wait.is_some());
             let wait = wait.unwrap_or_default();
-            prop_assert!(c.value(now + wait) <= bound + 1e-9);
+            prop_assert!(wait <= w.length_ms());
+            // At the window's length everything recorded so far has left the exact
+            // window, even where the counter still phases its straddling slot out.
+            if wait < w.length_ms() {
+                prop_assert!(c.value(now + wait) <= bound + 1e-9);
+            }
             if wait > 0 {
                 prop_assert!(c.value(now + wait - 1) > bound - 1e-9);
             }
