@@ -138,17 +138,22 @@ pub async fn clear_cooldowns(
         body.connection_ids
     };
     let (cleared, unchanged, skipped_terminal) = state.resilience.clear_cooldowns(&ids);
+    // The connections' model locks go too (SPEC R6); a lock is not a terminal state.
+    let lockouts_cleared = state
+        .resilience
+        .clear_locks(|k| ids.iter().any(|id| *id == k.connection));
     tracing::info!(
         cleared,
         unchanged,
         skipped_terminal,
+        lockouts_cleared,
         "Operator cleared connection cooldowns."
     );
     Ok(Json(ClearResult {
         cleared,
         unchanged,
         skipped_terminal,
-        lockouts_cleared: 0,
+        lockouts_cleared,
     }))
 }
 

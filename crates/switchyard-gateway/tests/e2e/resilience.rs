@@ -395,6 +395,37 @@ async fn model_lockout_is_off_until_patched_on_and_locks_only_the_failing_model(
         h.chat(chat_body("alpha/mock-large", false)).await.status(),
         200
     );
+    // Clearing the connection's cooldowns clears its model locks too, and counts them.
+    h.rule(json!({"times": 2, "match": {"credential": CRED_ALPHA}, "status": 404}))
+        .await;
+    for model in ["alpha/mock-large", "alpha/mock-small"] {
+        assert_eq!(h.chat(chat_body(model, false)).await.status(), 404);
+    }
+    let locks: Value = h.admin_json("/api/resilience/model-cooldowns").await;
+    assert_eq!(locks.as_array().unwrap().len(), 2);
+    let r = h
+        .admin_send(
+            reqwest::Method::POST,
+            "/api/resilience/cooldowns",
+            json!({"connectionIds": ["beta-1"]}),
+        )
+        .await;
+    assert_eq!(r.json::<Value>().await.unwrap()["lockoutsCleared"], 0);
+    let r = h
+        .admin_send(
+            reqwest::Method::POST,
+            "/api/resilience/cooldowns",
+            json!({"connectionIds": ["alpha-1"]}),
+        )
+        .await;
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"cleared": 0, "unchanged": 1, "skippedTerminal": 0, "lockoutsCleared": 2})
+    );
+    assert_eq!(h.admin_json("/api/resilience/model-cooldowns").await, json!([]));
+    for model in ["alpha/mock-large", "alpha/mock-small"] {
+        assert_eq!(h.chat(chat_body(model, false)).await.status(), 200);
+    }
 }
 
 #[tokio::test]
