@@ -291,9 +291,8 @@ mod tests {
         for (body, want) in cases {
             assert_eq!(ChatRequest::parse(body), Err(want));
         }
-        let largest = format!(
-            r#"{{"model":"a/b","messages":[{{}}],"max_tokens":{MAX_COMPLETION_TOKENS}}}"#
-        );
+        let largest =
+            format!(r#"{{"model":"a/b","messages":[{{}}],"max_tokens":{MAX_COMPLETION_TOKENS}}}"#);
         assert_eq!(
             ChatRequest::parse(largest.as_bytes()).map(|r| r.max_tokens),
             Ok(Some(MAX_COMPLETION_TOKENS))

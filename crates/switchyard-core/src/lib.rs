@@ -12,6 +12,7 @@ pub mod chat;
 pub mod domain;
 pub mod outcome;
 pub mod quota;
+pub mod redact;
 pub mod resilience;
 pub mod routing;
 pub mod settings;

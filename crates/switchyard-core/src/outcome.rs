@@ -18,14 +18,28 @@ pub enum AttemptFailure {
     Reset,
     /// The upstream answered with a non-success status.
     Status(u16),
+    /// The upstream answered 200 with something other than what was asked for: a body
+    /// that is not JSON, or not an event stream when a stream was asked for. Treated like
+    /// a 502 from the provider (the gateway's own quality 502 of SPEC R5).
+    InvalidResponse,
 }
 
 impl AttemptFailure {
     /// Whether the next candidate may be tried.
     pub fn is_retryable(self) -> bool {
         match self {
-            Self::Connect | Self::FirstByteTimeout | Self::Reset => true,
+            Self::Connect | Self::FirstByteTimeout | Self::Reset | Self::InvalidResponse => true,
             Self::Status(s) => is_retryable_status(s),
+        }
+    }
+
+    /// The status the failure stands for where decisions go by status (model lockout):
+    /// the upstream's, or 502 for an invalid answer; `None` for transport failures.
+    pub fn status(self) -> Option<u16> {
+        match self {
+            Self::Status(s) => Some(s),
+            Self::InvalidResponse => Some(502),
+            Self::Connect | Self::FirstByteTimeout | Self::Reset => None,
         }
     }
 
@@ -35,6 +49,7 @@ impl AttemptFailure {
             Self::Connect => "connect_error",
             Self::FirstByteTimeout => "timeout",
             Self::Reset => "connection_reset",
+            Self::InvalidResponse => "invalid_response",
             Self::Status(429) => "rate_limited",
             Self::Status(s) if s >= 500 => "server_error",
             Self::Status(_) => "client_error",
@@ -70,5 +85,9 @@ mod tests {
         assert_eq!(AttemptFailure::Status(429).label(), "rate_limited");
         assert_eq!(AttemptFailure::Status(503).label(), "server_error");
         assert_eq!(AttemptFailure::Status(400).label(), "client_error");
+        assert!(AttemptFailure::InvalidResponse.is_retryable());
+        assert_eq!(AttemptFailure::InvalidResponse.status(), Some(502));
+        assert_eq!(AttemptFailure::Status(404).status(), Some(404));
+        assert_eq!(AttemptFailure::Reset.status(), None);
     }
 }

@@ -25,6 +25,25 @@ impl SseEvent {
     pub fn is_done(&self) -> bool {
         self.data == "[DONE]"
     }
+
+    /// Whether the event says the answer is complete: the `[DONE]` sentinel, or a chunk
+    /// whose choice carries a `finish_reason` (a string, not `null`). A stream that ends
+    /// without either was cut short.
+    pub fn ends_answer(&self) -> bool {
+        if self.is_done() {
+            return true;
+        }
+        let needle = "\"finish_reason\"";
+        let mut rest = self.data.as_str();
+        while let Some(at) = rest.find(needle) {
+            rest = &rest[at + needle.len()..];
+            let value = rest.trim_start().strip_prefix(':').map(str::trim_start);
+            if value.is_some_and(|v| v.starts_with('"')) {
+                return true;
+            }
+        }
+        false
+    }
 }
 
 /// Incremental parser state.
@@ -122,6 +141,37 @@ fn parse_event(raw: &[u8]) -> Option<SseEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_end_of_an_answer_is_the_done_sentinel_or_a_finish_reason() {
+        let ev = |data: &str| SseEvent {
+            event: None,
+            data: data.to_owned(),
+        };
+        for (data, ends) in [
+            ("[DONE]", true),
+            (r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#, true),
+            (
+                r#"{"choices":[{"delta":{},"finish_reason" : "length"}]}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}"#,
+                false,
+            ),
+            (
+                r#"{"choices":[{"finish_reason":null},{"finish_reason":"tool_calls"}]}"#,
+                true,
+            ),
+            (
+                r#"{"choices":[{"delta":{"content":"finish_reason"}}]}"#,
+                false,
+            ),
+            ("", false),
+        ] {
+            assert_eq!(ev(data).ends_answer(), ends, "{data}");
+        }
+    }
     use proptest::prelude::*;
 
     fn collect(chunks: &[&[u8]]) -> Vec<SseEvent> {

@@ -76,7 +76,10 @@ where
     ) -> Result<Self, ApiError> {
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(v)) => Ok(Self(v)),
-            Err(rejection) => Err(ApiError::bad_request("invalid_query", rejection.body_text())),
+            Err(rejection) => Err(ApiError::bad_request(
+                "invalid_query",
+                rejection.body_text(),
+            )),
         }
     }
 }
@@ -259,6 +262,11 @@ impl ApiError {
                     "upstream_error",
                     "upstream_connection_reset",
                 ),
+                AttemptFailure::InvalidResponse => (
+                    S::BAD_GATEWAY,
+                    "upstream_error",
+                    "upstream_invalid_response",
+                ),
                 AttemptFailure::Status(429) => (
                     S::TOO_MANY_REQUESTS,
                     "rate_limit_error",
@@ -289,10 +297,7 @@ impl ApiError {
         if let Self::InvalidField { field, .. } = self {
             err["param"] = json!(field);
         }
-        if let Self::InvalidRequest {
-            param: Some(p), ..
-        } = self
-        {
+        if let Self::InvalidRequest { param: Some(p), .. } = self {
             err["param"] = json!(p);
         }
         let unavailable = |list: &[crate::pipeline::CoolingExcluded], now_left: bool| {
@@ -468,6 +473,11 @@ mod tests {
             (AttemptFailure::Connect, 502, "upstream_unavailable"),
             (AttemptFailure::FirstByteTimeout, 504, "upstream_timeout"),
             (AttemptFailure::Reset, 502, "upstream_connection_reset"),
+            (
+                AttemptFailure::InvalidResponse,
+                502,
+                "upstream_invalid_response",
+            ),
             (AttemptFailure::Status(429), 429, "upstream_rate_limited"),
             (AttemptFailure::Status(503), 502, "upstream_error"),
         ];

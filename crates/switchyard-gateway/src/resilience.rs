@@ -372,7 +372,7 @@ impl Resilience {
                 body,
                 reset_at,
             } => {
-                if let AttemptFailure::Status(status) = failure {
+                if let Some(status) = failure.status() {
                     let target = Target {
                         provider: &conn.provider,
                         connection: &conn.id,
@@ -381,7 +381,7 @@ impl Resilience {
                     let locked = lock(&self.lockouts).on_failure(
                         &settings.lockout,
                         target,
-                        *status,
+                        status,
                         None,
                         now,
                     );
@@ -428,10 +428,7 @@ impl Resilience {
                 }
                 let report = Failure {
                     error_type,
-                    status: match failure {
-                        AttemptFailure::Status(s) => Some(*s),
-                        _ => None,
-                    },
+                    status: failure.status(),
                     reset_at: *reset_at,
                     message: failure.label().to_owned(),
                 };

@@ -3,11 +3,11 @@
 //! flushes the request log.
 
 use crate::admin;
+use crate::error::{ApiError, ApiPath};
 use crate::pipeline::{self, auth};
 use crate::state::AppState;
 use crate::state::Writers;
 use axum::extract::State;
-use crate::error::{ApiError, ApiPath};
 use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
@@ -16,10 +16,10 @@ use axum::serve::Listener;
 use axum::{Json, Router};
 use serde::Serialize;
 use std::future::Future;
-use switchyard_core::catalog::ApiKey;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_core::catalog::ApiKey;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -146,8 +146,9 @@ pub async fn model(
     };
     match visible_models(&snap, key).into_iter().find(|m| m.id == id) {
         Some(entry) => Json(entry).into_response(),
-        None => ApiError::Route(switchyard_core::routing::RouteError::UnknownModel(id))
-            .into_response(),
+        None => {
+            ApiError::Route(switchyard_core::routing::RouteError::UnknownModel(id)).into_response()
+        }
     }
 }
 

@@ -454,12 +454,16 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
             }))
         }
     });
+    let end_after = rule.end_after_chunks;
+    let content = content.take(end_after.map_or(usize::MAX, |n| n as usize));
+    let tail = stream::once(async move {
+        drop(guard);
+        Ok(Bytes::from(tail))
+    })
+    .filter(move |_| std::future::ready(end_after.is_none()));
     let body = stream::once(async move { Ok(Bytes::from(head)) })
         .chain(content)
-        .chain(stream::once(async move {
-            drop(guard);
-            Ok(Bytes::from(tail))
-        }));
+        .chain(tail);
     let mut r = Response::new(Body::from_stream(body));
     r.headers_mut().insert(
         "content-type",

@@ -122,7 +122,10 @@ mod tests {
             prompt_tokens: u64::MAX,
             completion_tokens: 5,
         };
-        assert_eq!(actual(Unit::Tokens, Some(usage), e, None, None), u64::MAX as f64);
+        assert_eq!(
+            actual(Unit::Tokens, Some(usage), e, None, None),
+            u64::MAX as f64
+        );
     }
 
     #[test]

@@ -411,9 +411,16 @@ mod tests {
         let fits_at = d.dimensions[0].fits_at.unwrap();
         assert_eq!(fits_at, 4.0);
         let start = w.slot_of(T0) * w.slot_ms();
-        // All five were booked in one slot; 4 remain after 1/5 of it has phased out.
-        let expect = start + w.length_ms() + w.slot_ms() / 5 - T0;
-        assert_eq!(l.time_until(T0, Some("a"), 0, fits_at), Some(expect));
+        // All five were booked in one slot; 4 remain after 1/5 of it has phased out —
+        // but never later than a window from now, when all of them have left it.
+        let phased = start + w.length_ms() + w.slot_ms() / 5 - T0;
+        assert!(phased > w.length_ms());
+        assert_eq!(l.time_until(T0, Some("a"), 0, fits_at), Some(w.length_ms()));
+        let later = start + w.slot_ms() / 2;
+        assert_eq!(
+            l.time_until(later, Some("a"), 0, fits_at),
+            Some(start + w.length_ms() + w.slot_ms() / 5 - later)
+        );
         assert_eq!(l.time_until(T0, Some("nobody"), 0, 1.0), Some(0));
     }
 

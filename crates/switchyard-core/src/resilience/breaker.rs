@@ -99,7 +99,10 @@ impl Profile {
 pub fn counts(failure: AttemptFailure) -> bool {
     match failure {
         AttemptFailure::Status(s) => matches!(s, 408 | 500 | 502 | 503 | 504),
-        AttemptFailure::Connect | AttemptFailure::FirstByteTimeout | AttemptFailure::Reset => true,
+        AttemptFailure::Connect
+        | AttemptFailure::FirstByteTimeout
+        | AttemptFailure::Reset
+        | AttemptFailure::InvalidResponse => true,
     }
 }
 
@@ -280,6 +283,7 @@ mod tests {
         assert!(counts(AttemptFailure::Connect));
         assert!(counts(AttemptFailure::FirstByteTimeout));
         assert!(counts(AttemptFailure::Reset));
+        assert!(counts(AttemptFailure::InvalidResponse));
         let p = Profile::for_class(AuthClass::Local);
         let mut b = Breaker::default();
         for _ in 0..10 {

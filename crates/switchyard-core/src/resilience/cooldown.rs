@@ -100,9 +100,10 @@ pub fn classify(failure: AttemptFailure, body: &str) -> Option<ErrorType> {
         AttemptFailure::Status(403) => Some(ErrorType::RequestRejected),
         AttemptFailure::Status(s) if s == 408 || s >= 500 => Some(ErrorType::Transient),
         AttemptFailure::Status(_) => None,
-        AttemptFailure::Connect | AttemptFailure::FirstByteTimeout | AttemptFailure::Reset => {
-            Some(ErrorType::Transient)
-        }
+        AttemptFailure::Connect
+        | AttemptFailure::FirstByteTimeout
+        | AttemptFailure::Reset
+        | AttemptFailure::InvalidResponse => Some(ErrorType::Transient),
     }
 }
 
@@ -366,6 +367,10 @@ mod tests {
         assert_eq!(c(404, ""), None);
         assert_eq!(
             classify(AttemptFailure::Connect, ""),
+            Some(ErrorType::Transient)
+        );
+        assert_eq!(
+            classify(AttemptFailure::InvalidResponse, ""),
             Some(ErrorType::Transient)
         );
     }

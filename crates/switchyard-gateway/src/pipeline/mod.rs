@@ -136,11 +136,10 @@ async fn run(
     finisher.set_key(&key.id);
     check_json_content_type(headers)?;
     let bytes = read_body(body, snap.settings.max_body_bytes).await?;
-    let request = ChatRequest::parse(&bytes)
-        .map_err(|e| ApiError::InvalidRequest {
-            param: e.param(),
-            message: e.to_string(),
-        })?;
+    let request = ChatRequest::parse(&bytes).map_err(|e| ApiError::InvalidRequest {
+        param: e.param(),
+        message: e.to_string(),
+    })?;
     finisher.set_request(&request.model, request.stream);
     let mut plan = match share::plan(state, &snap, key, &request.model) {
         Some(p) => p?,
@@ -308,10 +307,13 @@ async fn run(
                     let now = state.clock.now_ms();
                     handle_response(
                         response,
-                        request.stream,
-                        deadline,
-                        execution_deadline,
-                        idle_timeout,
+                        Expect {
+                            stream: request.stream,
+                            deadline,
+                            execution_deadline,
+                            idle_timeout,
+                            credentials: &upstream::credentials(target),
+                        },
                         finisher,
                         now,
                     )
@@ -391,7 +393,8 @@ async fn run(
             .is_some_and(|(f, _)| f.failure == AttemptFailure::Status(429));
         let only_cooling = last.is_none() && blocked.is_empty() && refused.is_none();
         if plan.combo.is_some() && !quota_share && (only_cooling || rate_limited) {
-            if let Some(holds) = holds_now(state, &snap, &plan.candidates) {
+            if let Some(exclusions) = exclusions_now(state, &snap, &plan.candidates) {
+                let holds: Vec<Hold> = exclusions.iter().map(|e| e.hold()).collect();
                 let now = state.clock.now_ms();
                 match combo_wait::decide(
                     &snap.settings.resilience.combo_wait,
@@ -444,10 +447,16 @@ async fn run(
                 plan.excluded,
             ));
         };
+        // Without the upstream's own word, say when the soonest candidate is usable
+        // again, so SDKs do not retry at once into a cooling connection.
+        let retry_after = failed.retry_after.or_else(|| {
+            soonest_usable_ms(state, &snap, &plan.candidates)
+                .map(|ms| HeaderValue::from(ms.div_ceil(1000).max(1)))
+        });
         return Err(ApiError::Upstream {
             failure: failed.failure,
             message,
-            retry_after: failed.retry_after,
+            retry_after,
         });
     }
 }
@@ -469,11 +478,11 @@ impl Drop for ProbeGuard<'_> {
 
 /// What holds each candidate back right now (SPEC R9), or `None` when one of them could
 /// be tried at once (nothing to wait for).
-fn holds_now(
+fn exclusions_now(
     state: &AppState,
     snap: &crate::snapshot::Snapshot,
     candidates: &[routing::Candidate],
-) -> Option<Vec<Hold>> {
+) -> Option<Vec<resilience::Exclusion>> {
     let now = state.clock.now_ms();
     let mut holds = Vec::with_capacity(candidates.len());
     for c in candidates {
@@ -493,10 +502,23 @@ fn holds_now(
                 }
                 return None;
             }
-            Err(e) => holds.push(e.hold()),
+            Err(e) => holds.push(e),
         }
     }
     Some(holds)
+}
+
+/// How long until the soonest of `candidates` may be tried again: 0 when one may be
+/// now, `None` when none will come back on its own.
+fn soonest_usable_ms(
+    state: &AppState,
+    snap: &crate::snapshot::Snapshot,
+    candidates: &[routing::Candidate],
+) -> Option<u64> {
+    match exclusions_now(state, snap, candidates) {
+        None => Some(0),
+        Some(exclusions) => exclusions.iter().filter_map(|e| e.retry_after_ms()).min(),
+    }
 }
 
 /// A candidate skipped by a resilience state machine.
@@ -586,20 +608,47 @@ fn announced_reset(headers: &HeaderMap, body: &str, now: u64) -> Option<u64> {
     cooldown::announced_reset(&pairs, body, now)
 }
 
-/// Turns an upstream response into the client response, or a failure.
-async fn handle_response(
-    response: axum::http::Response<Incoming>,
+/// What an attempt expects of the upstream's answer, and the bounds it reads it in.
+struct Expect<'a> {
     stream: bool,
+    /// The first-byte deadline (and, when not streaming, the whole answer's).
     deadline: tokio::time::Instant,
     execution_deadline: tokio::time::Instant,
     idle_timeout: Duration,
+    /// The connection's credentials, redacted from relayed error bodies.
+    credentials: &'a [&'a [u8]],
+}
+
+/// Whether a `Content-Type` is an event stream.
+fn is_event_stream(content_type: Option<&HeaderValue>) -> bool {
+    content_type
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// Turns an upstream response into the client response, or a failure.
+async fn handle_response(
+    response: axum::http::Response<Incoming>,
+    expect: Expect<'_>,
     finisher: &mut Finisher,
     now: u64,
 ) -> Result<Response, Failed> {
+    let Expect {
+        stream,
+        deadline,
+        execution_deadline,
+        idle_timeout,
+        credentials,
+    } = expect;
     let (parts, body) = response.into_parts();
     let status = parts.status;
     let content_type = parts.headers.get(header::CONTENT_TYPE).cloned();
     if status.is_success() {
+        if stream && !is_event_stream(content_type.as_ref()) {
+            // Nothing has reached the client: another candidate may answer properly.
+            return Err(AttemptFailure::InvalidResponse.into());
+        }
         if stream {
             let mut out = Response::new(Body::new(stream::ObservedStream::new(
                 body,
@@ -610,7 +659,7 @@ async fn handle_response(
             let h = out.headers_mut();
             h.insert(
                 header::CONTENT_TYPE,
-                content_type.unwrap_or(HeaderValue::from_static("text/event-stream")),
+                HeaderValue::from_static("text/event-stream"),
             );
             h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
             h.insert("x-accel-buffering", HeaderValue::from_static("no"));
@@ -622,6 +671,9 @@ async fn handle_response(
             Ok(Err(_)) => return Err(AttemptFailure::Reset.into()),
             Ok(Ok(collected)) => collected.to_bytes(),
         };
+        if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() {
+            return Err(AttemptFailure::InvalidResponse.into());
+        }
         finisher.first_byte();
         let usage = Usage::from_json_bytes(&bytes);
         if usage.is_none() {
@@ -654,7 +706,10 @@ async fn handle_response(
             body_hint,
         });
     }
-    let body = read_limited(body, MAX_ERROR_BODY_BYTES, deadline).await;
+    let body = Bytes::from(switchyard_core::redact::redact(
+        &read_limited(body, MAX_ERROR_BODY_BYTES, deadline).await,
+        credentials,
+    ));
     let body_hint = String::from_utf8_lossy(&body[..body.len().min(BODY_HINT_BYTES)]).into_owned();
     let mut out = Response::new(Body::from(body));
     *out.status_mut() = status;

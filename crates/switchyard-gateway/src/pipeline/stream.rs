@@ -36,6 +36,10 @@ const IDLE_FRAME: &str = "data: {\"error\":{\"message\":\"upstream stream stalle
 /// Frame sent when the stream ran past the execution bound.
 const EXECUTION_FRAME: &str = "data: {\"error\":{\"message\":\"the upstream exchange ran past requestQueue.executionMaxWaitMs\",\"type\":\"timeout_error\",\"code\":\"RATE_LIMIT_EXECUTION_TIMEOUT\",\"param\":null}}\n\n";
 
+/// Frame sent when the upstream ended the stream without `[DONE]` or a `finish_reason`:
+/// the answer was cut short, and the client must not take it for a whole one.
+const TRUNCATED_FRAME: &str = "data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\n";
+
 /// The request-log code of [`EXECUTION_FRAME`].
 const EXECUTION_CODE: &str = "RATE_LIMIT_EXECUTION_TIMEOUT";
 
@@ -48,6 +52,8 @@ pub struct ObservedStream {
     parser: SseParser,
     usage: Option<Usage>,
     finisher: Finisher,
+    /// `[DONE]` or a `finish_reason` was seen: the answer is whole.
+    complete: bool,
     done: bool,
 }
 
@@ -66,6 +72,7 @@ impl ObservedStream {
             parser: SseParser::new(),
             usage: None,
             finisher,
+            complete: false,
             done: false,
         }
     }
@@ -83,8 +90,10 @@ impl ObservedStream {
 
     fn observe(&mut self, chunk: &[u8]) {
         let usage = &mut self.usage;
+        let complete = &mut self.complete;
         let mut generated = 0;
         self.parser.feed(chunk, |event| {
+            *complete |= event.ends_answer();
             if let Some(u) = Usage::from_json_bytes(event.data.as_bytes()) {
                 usage.get_or_insert_with(Usage::default).merge(u);
             }
@@ -157,6 +166,18 @@ impl Body for ObservedStream {
                         .finish(200, Some("upstream_connection_reset"), this.usage);
                     return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
                         RESET_FRAME.as_bytes(),
+                    )))));
+                }
+                Poll::Ready(None) if !this.complete => {
+                    tracing::warn!(
+                        request_id = this.finisher.request_id(),
+                        "Upstream ended the stream before the answer was complete; ending the client stream with an error frame."
+                    );
+                    this.done = true;
+                    this.finisher
+                        .finish(200, Some("upstream_stream_truncated"), this.usage);
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
+                        TRUNCATED_FRAME.as_bytes(),
                     )))));
                 }
                 Poll::Ready(None) => {

@@ -56,3 +56,16 @@ pub async fn send(
 
 /// The `User-Agent` of upstream requests.
 const USER_AGENT: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
+
+/// The connection's credentials as sent: the values of its authentication headers, a
+/// bearer token without its scheme.
+pub fn credentials(upstream: &Upstream) -> Vec<&[u8]> {
+    upstream
+        .auth
+        .iter()
+        .map(|(_, v)| {
+            let raw = v.as_bytes();
+            raw.strip_prefix(b"Bearer ").unwrap_or(raw)
+        })
+        .collect()
+}

@@ -442,8 +442,12 @@ async fn unknown_routes_wrong_methods_and_bad_paths_get_typed_json_after_the_cre
 async fn models_retrieve_answers_one_model_the_key_may_use() {
     let h = Harness::start().await;
     let get = |path: &str| h.http.get(h.url(path)).bearer_auth(KEY).send();
-    let want = json!({"id": "alpha/mock-small", "object": "model", "created": 0, "owned_by": "alpha"});
-    for path in ["/v1/models/alpha%2Fmock-small", "/v1/models/alpha/mock-small"] {
+    let want =
+        json!({"id": "alpha/mock-small", "object": "model", "created": 0, "owned_by": "alpha"});
+    for path in [
+        "/v1/models/alpha%2Fmock-small",
+        "/v1/models/alpha/mock-small",
+    ] {
         let r = get(path).await.unwrap();
         assert_eq!(r.status(), 200, "{path}");
         assert_eq!(r.json::<Value>().await.unwrap(), want);
@@ -452,12 +456,7 @@ async fn models_retrieve_answers_one_model_the_key_may_use() {
     assert_eq!(r.json::<Value>().await.unwrap()["owned_by"], "switchyard");
     let (s, e) = typed(get("/v1/models/alpha/unknown").await.unwrap()).await;
     assert_eq!((s, e["code"].as_str()), (404, Some("model_not_found")));
-    let r = h
-        .http
-        .get(h.url("/v1/models/fast"))
-        .send()
-        .await
-        .unwrap();
+    let r = h.http.get(h.url("/v1/models/fast")).send().await.unwrap();
     assert_eq!(r.status(), 401);
 }
 

@@ -305,3 +305,138 @@ async fn a_stream_that_falls_silent_is_cut_with_a_typed_error_frame() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_upstream_200_that_is_not_json_or_not_a_stream_fails_over_and_counts() {
+    let h = Harness::start().await;
+    // Non-streaming: an HTML page with 200 is no completion; beta answers instead.
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 200, "body": "<html>maintenance</html>"}))
+        .await;
+    let r = h.chat(chat_body("fast", false)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["choices"][0]["message"]["content"],
+        "Hello from the Switchyard mock"
+    );
+    // Streaming: a 200 that is not an event stream fails over the same way.
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 200, "body": "{\"not\":\"a stream\"}"}))
+        .await;
+    let r = h.chat(chat_body("fast", true)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));
+    let stats = h.mock_stats().await;
+    assert_eq!(
+        (
+            stats["by_credential"][CRED_ALPHA].as_u64(),
+            stats["by_credential"][CRED_BETA].as_u64()
+        ),
+        (Some(2), Some(2))
+    );
+    // Direct, with nothing to fail over to: a typed 502.
+    h.rule(json!({"times": 1, "status": 200, "body": "not json"}))
+        .await;
+    let (s, e) = error_of(h.chat(chat_body("alpha/mock-small", false)).await).await;
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (502, Some("upstream_invalid_response"))
+    );
+    // Each counts against the provider like a 502.
+    let health: Value = h
+        .http
+        .get(h.url("/api/monitoring/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let alpha = health["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["provider"] == "alpha")
+        .unwrap()
+        .clone();
+    assert_eq!(alpha["failures"], 3);
+    let metrics = h
+        .http
+        .get(h.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"switchyard_upstream_attempts_total{provider="alpha",outcome="invalid_response"} 3"#
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_that_ends_without_done_or_finish_reason_gets_a_truncation_frame() {
+    let h = Harness::start_with(single_provider, &[]).await;
+    h.rule(json!({"times": 1, "end_after_chunks": 2})).await;
+    let r = h.chat(chat_body("solo/m", true)).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let expected = format!(
+        "{}{}{}{}",
+        switchyard_mock::openai::stream_head("m"),
+        switchyard_mock::openai::stream_content("m", 0),
+        switchyard_mock::openai::stream_content("m", 1),
+        "data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\n"
+    );
+    assert_eq!(text, expected);
+    // A whole stream gets no such frame.
+    let r = h.chat(chat_body("solo/m", true)).await;
+    assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));
+    eventually("the truncated stream is logged", || async {
+        let logs: Value = h.admin_json("/api/logs?limit=2").await;
+        logs.as_array().is_some_and(|l| l.len() == 2)
+            && logs[1]["error_code"] == "upstream_stream_truncated"
+            && logs[1]["status"] == 200
+            && logs[0]["error_code"].is_null()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn relayed_upstream_error_bodies_never_carry_the_credential() {
+    let h = Harness::start_with(single_provider, &[]).await;
+    let echo = format!(
+        r#"{{"error":{{"message":"key {CRED_ALPHA} is not allowed; you sent Authorization: Bearer {CRED_ALPHA} and sk-proj-abcdefghijklmnopqrstuv"}}}}"#
+    );
+    h.rule(json!({"times": 1, "status": 403, "body": echo}))
+        .await;
+    let r = h.chat(chat_body("solo/m", false)).await;
+    assert_eq!(r.status(), 403);
+    let text = r.text().await.unwrap();
+    assert_eq!(
+        text,
+        r#"{"error":{"message":"key [REDACTED] is not allowed; you sent Authorization: Bearer [REDACTED] and [REDACTED]"}}"#
+    );
+}
+
+#[tokio::test]
+async fn a_502_says_when_the_soonest_candidate_is_usable_again() {
+    let h = Harness::start_with(crate::resilience::cooling, &[]).await;
+    h.rule(json!({"times": 2, "status": 503})).await;
+    // Both combo targets fail and cool down (API key: 3 s at the first level).
+    let r = h.chat(chat_body("fast", false)).await;
+    assert_eq!(r.status(), 502);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(retry, 3);
+    // A connection that does not cool down is usable at once: come back in a second.
+    h.rule(json!({"times": 1, "status": 503})).await;
+    let r = h.chat(chat_body("local/m", false)).await;
+    assert_eq!(r.status(), 502);
+    assert_eq!(r.headers()["retry-after"], "1");
+}

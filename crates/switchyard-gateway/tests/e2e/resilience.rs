@@ -422,7 +422,10 @@ async fn model_lockout_is_off_until_patched_on_and_locks_only_the_failing_model(
         r.json::<Value>().await.unwrap(),
         json!({"cleared": 0, "unchanged": 1, "skippedTerminal": 0, "lockoutsCleared": 2})
     );
-    assert_eq!(h.admin_json("/api/resilience/model-cooldowns").await, json!([]));
+    assert_eq!(
+        h.admin_json("/api/resilience/model-cooldowns").await,
+        json!([])
+    );
     for model in ["alpha/mock-large", "alpha/mock-small"] {
         assert_eq!(h.chat(chat_body(model, false)).await.status(), 200);
     }
