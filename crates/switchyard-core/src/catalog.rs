@@ -142,11 +142,13 @@ pub enum CatalogError {
     ComboNameWithSlash { combo: String },
     #[error("connection `{connection}` uses format `anthropic`, which this version cannot call yet: use an OpenAI-compatible endpoint")]
     UnsupportedFormat { connection: String },
-    #[error("base URL `{url}` of {kind} `{id}` must start with http:// or https://")]
+    /// `url` is shown escaped: it may hold control characters.
+    #[error("base URL `{url}` of {kind} `{id}` {reason}")]
     InvalidBaseUrl {
         kind: &'static str,
         id: String,
         url: String,
+        reason: &'static str,
     },
     #[error("{kind} `{id}` max_concurrent must be at least 1 (omit it for no limit)")]
     ZeroCap { kind: &'static str, id: String },
@@ -248,15 +250,74 @@ impl RateLimitOverrides {
 }
 
 fn check_url(kind: &'static str, id: &str, url: &str) -> Result<(), CatalogError> {
-    if url.starts_with("http://") || url.starts_with("https://") {
-        Ok(())
-    } else {
+    base_url_problem(url).map_or(Ok(()), |reason| {
         Err(CatalogError::InvalidBaseUrl {
             kind,
             id: id.to_owned(),
-            url: url.to_owned(),
+            url: url.escape_debug().to_string(),
+            reason,
         })
+    })
+}
+
+/// What is wrong with a base URL, if anything. Checked in full when the URL is written,
+/// so nothing unusable is ever stored: an absolute `http`/`https` URL with a host, an
+/// optional port and path, and nothing that would change the request the gateway builds
+/// from it (whitespace or control characters, which could split headers; user
+/// information; a query or fragment, which the appended endpoint path would land in).
+pub fn base_url_problem(url: &str) -> Option<&'static str> {
+    let Some(rest) = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+    else {
+        return Some("must start with http:// or https://");
+    };
+    if url.bytes().any(|b| b.is_ascii_control() || b == b' ') || !url.is_ascii() {
+        return Some("must not contain spaces, control characters or non-ASCII characters (percent-encode them)");
     }
+    if rest.contains(['?', '#']) {
+        return Some("must not have a query or fragment");
+    }
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.contains('@') {
+        return Some(
+            "must not carry a user name or password: put the credential on the connection",
+        );
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, after))
+                if !addr.is_empty()
+                    && addr
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+                    && (after.is_empty() || after.starts_with(':')) =>
+            {
+                (addr, after.strip_prefix(':'))
+            }
+            _ => return Some("has an invalid IPv6 host"),
+        },
+        None => match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Some("needs a host");
+    }
+    if !authority.starts_with('[')
+        && !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+    {
+        return Some("has an invalid host");
+    }
+    if let Some(p) = port {
+        if p.parse::<u16>().map_or(true, |n| n == 0) {
+            return Some("has an invalid port: use 1-65535");
+        }
+    }
+    None
 }
 
 fn check_id(kind: &'static str, id: &str) -> Result<(), CatalogError> {
@@ -460,5 +521,51 @@ impl Catalog {
             .get_key_value(hash)
             .filter(|(stored, _)| stored.ct_eq(hash))
             .map(|(_, key)| key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_are_checked_in_full() {
+        for good in [
+            "https://api.openai.com",
+            "https://api.x.ai/v1/",
+            "http://127.0.0.1:9/openai/v1",
+            "http://[::1]:8080/v1",
+            "http://mock_host.internal:65535",
+        ] {
+            assert_eq!(base_url_problem(good), None, "{good}");
+        }
+        let bad = [
+            ("ftp://x", "must start with http:// or https://"),
+            ("api.openai.com", "must start with http:// or https://"),
+            ("http://x\r\nX-Injected: 1", "must not contain spaces, control characters or non-ASCII characters (percent-encode them)"),
+            ("http://x/a b", "must not contain spaces, control characters or non-ASCII characters (percent-encode them)"),
+            ("http://exämple.com", "must not contain spaces, control characters or non-ASCII characters (percent-encode them)"),
+            ("http://x/v1?key=1", "must not have a query or fragment"),
+            ("http://x#frag", "must not have a query or fragment"),
+            ("https://user:pw@x", "must not carry a user name or password: put the credential on the connection"),
+            ("http://", "needs a host"),
+            ("http:///v1", "needs a host"),
+            ("http://:80", "needs a host"),
+            ("http://x:0", "has an invalid port: use 1-65535"),
+            ("http://x:65536", "has an invalid port: use 1-65535"),
+            ("http://x:port", "has an invalid port: use 1-65535"),
+            ("http://x%2f/v1", "has an invalid host"),
+            ("http://[::1", "has an invalid IPv6 host"),
+            ("http://[zz]:1", "has an invalid IPv6 host"),
+            ("http://[::1]x", "has an invalid IPv6 host"),
+        ];
+        for (url, reason) in bad {
+            assert_eq!(base_url_problem(url), Some(reason), "{url}");
+        }
+        let e = check_url("provider", "p", "http://x\r\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "base URL `http://x\\r\\n` of provider `p` must not contain spaces, control characters or non-ASCII characters (percent-encode them)"
+        );
     }
 }

@@ -267,6 +267,18 @@ async fn invalid_changes_are_rejected_naming_the_problem_and_change_nothing() {
         ),
         (
             "/api/providers",
+            json!({"id": "p3", "format": "openai", "base_url": "http://x\r\nX-Injected: 1"}),
+            400,
+            "base URL `http://x\\r\\nX-Injected: 1` of provider `p3` must not contain spaces, control characters or non-ASCII characters (percent-encode them)",
+        ),
+        (
+            "/api/connections",
+            json!({"id": "c", "provider": "alpha", "auth_class": "apikey", "base_url": "https://u:p@x"}),
+            400,
+            "base URL `https://u:p@x` of connection `c` must not carry a user name or password: put the credential on the connection",
+        ),
+        (
+            "/api/providers",
             json!({"id": "alpha", "format": "openai", "base_url": "http://x"}),
             409,
             "provider `alpha` already exists",
@@ -284,6 +296,11 @@ async fn invalid_changes_are_rejected_naming_the_problem_and_change_nothing() {
             "scopes: unknown scope `root` (known: admin, lease:exclusive)",
         ),
     ];
+    let version = |h: &Harness| {
+        let store = h.store();
+        store.config_version().unwrap()
+    };
+    let before = version(&h);
     for (path, body, status, message) in cases {
         let r = h.admin_send(Method::POST, path, body.clone()).await;
         assert_eq!(r.status(), status, "{path} {body}");
@@ -293,6 +310,9 @@ async fn invalid_changes_are_rejected_naming_the_problem_and_change_nothing() {
             "{path} {body}"
         );
     }
+    // Nothing refused was stored.
+    assert_eq!(version(&h), before);
+    assert_eq!(h.admin_get("/api/providers/p3").await.status(), 404);
     let r = h
         .admin_send(
             Method::PUT,
