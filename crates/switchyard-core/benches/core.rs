@@ -157,6 +157,7 @@ fn quota_benches(c: &mut Criterion) {
                 costs: &[1.0, 500.0, 0.0],
                 signals: &[None, None, None],
                 saturation_threshold: 0.5,
+                growth: false,
             };
             if let (_, Some(mut r)) = ledger.reserve(now - (i as u64 + j) * 60_000, ask) {
                 ledger.settle(now, &mut r, &[1.0, 420.0, 0.0]);
@@ -176,6 +177,7 @@ fn quota_benches(c: &mut Criterion) {
                     costs: &[1.0, 500.0, 0.0],
                     signals: &[None, None, None],
                     saturation_threshold: 0.5,
+                    growth: false,
                 };
                 if let (_, Some(mut r)) = ledger.reserve(black_box(now), ask) {
                     ledger.settle(now, &mut r, &[1.0, 420.0, 0.0]);

@@ -14,6 +14,14 @@ use crate::usage::Usage;
 /// runs longer grows its reservation as it goes.
 pub const DEFAULT_COMPLETION_TOKENS: u64 = 1_024;
 
+/// Completion tokens a stream books at a time: up front when the client set no
+/// `max_tokens`, then each time its text passes what is booked. Every step is reserved
+/// through the same decision as admission, so a stream never overshoots a pool by more
+/// than one step, and short streams do not hold a long answer's worth of quota while
+/// they run (with 1 024 up front, a 5 000-token pool admitted four concurrent streams,
+/// however short). A non-streamed answer cannot be cut, so it keeps the long default.
+pub const STREAM_STEP_TOKENS: u64 = 256;
+
 /// Bytes of prompt JSON per estimated token.
 const BYTES_PER_TOKEN: u64 = 4;
 
@@ -47,6 +55,16 @@ impl Estimate {
                 .div_ceil(BYTES_PER_TOKEN),
             completion_tokens: max_tokens.unwrap_or(DEFAULT_COMPLETION_TOKENS),
         }
+    }
+
+    /// The estimate a request books at admission: a stream without `max_tokens` books
+    /// one [`STREAM_STEP_TOKENS`] step, anything else as [`Estimate::new`].
+    pub fn at_admission(messages_bytes: usize, max_tokens: Option<u64>, stream: bool) -> Self {
+        let completion = match (max_tokens, stream) {
+            (None, true) => Some(STREAM_STEP_TOKENS),
+            _ => max_tokens,
+        };
+        Self::new(messages_bytes, completion)
     }
 
     /// Prompt plus completion, saturating: a client-supplied `max_tokens` can never wrap
@@ -111,6 +129,26 @@ mod tests {
             let price = Price { input_per_mtok: input, output_per_mtok: output };
             prop_assert!(e.cost(Unit::Usd, Some(price)) >= price.of(e.prompt_tokens, 0));
         }
+    }
+
+    #[test]
+    fn streams_without_max_tokens_book_one_step_up_front() {
+        assert_eq!(
+            Estimate::at_admission(40, None, true).completion_tokens,
+            STREAM_STEP_TOKENS
+        );
+        assert_eq!(
+            Estimate::at_admission(40, None, false).completion_tokens,
+            DEFAULT_COMPLETION_TOKENS
+        );
+        assert_eq!(
+            Estimate::at_admission(40, Some(5000), true).completion_tokens,
+            5000
+        );
+        assert_eq!(
+            Estimate::at_admission(40, Some(7), false).completion_tokens,
+            7
+        );
     }
 
     #[test]

@@ -141,6 +141,24 @@ pub struct DimensionInput {
 }
 
 /// The key's allocation, reduced to what the decision needs.
+impl DimensionInput {
+    /// The input as a stream's next increment is judged: a dimension the increment does
+    /// not charge (requests, percent) was decided when the request was admitted and is
+    /// not judged again, so a stream is never cut by a request count others raised
+    /// since; one it does charge is judged exactly as at admission.
+    pub fn for_growth(self) -> Self {
+        if self.cost == 0.0 {
+            Self {
+                limit: 0.0,
+                cap: None,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Share {
     /// Percent of each limit that is the key's fair share.

@@ -46,6 +46,9 @@ pub struct Ask<'a> {
     /// Per dimension: a provider's recent used fraction, if any.
     pub signals: &'a [Option<f64>],
     pub saturation_threshold: f64,
+    /// A running stream's next increment rather than a new request: dimensions it
+    /// does not charge are not judged (see [`DimensionInput::for_growth`]).
+    pub growth: bool,
 }
 
 /// A persisted slot: `(key id, dimension index, slot, amount)`.
@@ -112,6 +115,7 @@ impl PoolLedger {
                 cost: ask.costs.get(i).copied().unwrap_or(0.0),
                 cap: ask.caps.get(i).copied().flatten(),
             })
+            .map(|d| if ask.growth { d.for_growth() } else { d })
             .collect();
         let decision = decide(&inputs, ask.share, ask.saturation_threshold);
         if !decision.admitted() {
@@ -300,6 +304,7 @@ mod tests {
             costs: &[1.0],
             signals: &[None],
             saturation_threshold: 0.5,
+            growth: false,
         }
     }
 
@@ -334,6 +339,50 @@ mod tests {
             assert!(l.reserve(T0, ask("b", Policy::Hard)).1.is_some());
         }
         assert!(l.reserve(T0, ask("b", Policy::Hard)).1.is_none());
+    }
+
+    #[test]
+    fn a_growth_is_judged_only_on_the_dimensions_it_charges() {
+        let mut l = PoolLedger::new(vec![
+            Dimension::new(Unit::Requests, Window::Hourly, 2.0),
+            Dimension::new(Unit::Tokens, Window::Hourly, 1_000.0),
+        ]);
+        let first = Ask {
+            caps: &[None, None],
+            costs: &[1.0, 400.0],
+            signals: &[None, None],
+            ..ask("a", Policy::Burst)
+        };
+        assert!(l.reserve(T0, first).1.is_some());
+        assert!(l
+            .reserve(
+                T0,
+                Ask {
+                    key_id: "b",
+                    ..first
+                }
+            )
+            .1
+            .is_some());
+        // The request limit is reached: a new request is refused on it...
+        let (d, r) = l.reserve(T0, first);
+        assert_eq!((d.blocked_by, r), (Some(0), None));
+        // ...but a running stream's next 150 tokens are judged on tokens alone.
+        let grow = Ask {
+            costs: &[0.0, 150.0],
+            growth: true,
+            ..first
+        };
+        let (d, r) = l.reserve(T0, grow);
+        assert_eq!(d.blocked_by, None);
+        assert_eq!(r.unwrap().booked, vec![0.0, 150.0]);
+        assert_eq!(l.peek(T0, "a"), vec![(1.0, 2.0), (550.0, 950.0)]);
+        // The global ceiling holds for growth as for admission.
+        let (d, r) = l.reserve(T0, grow);
+        assert_eq!(
+            (d.blocked_by, d.dimensions[1].blocked, r),
+            (Some(1), Some(BlockReason::GlobalLimit), None)
+        );
     }
 
     #[test]

@@ -7,7 +7,9 @@ use crate::clock::Stopwatch;
 use crate::error::ErrorCode;
 use crate::gate::Permit;
 use crate::metrics::{RequestLabels, NONE_LABEL};
-use crate::quota::QuotaGuard;
+use crate::quota::engine::Growth;
+use crate::quota::guard::GrowthRequest;
+use crate::quota::{QuotaBlock, QuotaGuard};
 use crate::state::AppState;
 use axum::response::Response;
 use std::sync::Arc;
@@ -135,11 +137,29 @@ impl Finisher {
         }
     }
 
-    /// Notes generated text streamed to the client (grows the quota reservation).
+    /// Notes generated text sent to the client (what the quota settles on when the
+    /// upstream reports no usage, and what a stream's reservation must cover).
     pub fn observe_output(&mut self, chars: usize) {
         if let Some(g) = self.0.as_mut().and_then(|i| i.quota.as_mut()) {
             g.observe_output(chars);
         }
+    }
+
+    /// When a stream's text has passed its quota reservation: the request for the next
+    /// increment, to be decided before more of the stream is relayed.
+    pub fn quota_growth(&self) -> Option<GrowthRequest> {
+        self.0
+            .as_ref()
+            .and_then(|i| i.quota.as_ref())
+            .and_then(QuotaGuard::growth_request)
+    }
+
+    /// Applies a decided increment; a refusal is returned (the stream must end).
+    pub fn apply_quota_growth(&mut self, decided: (Growth, u64)) -> Option<Box<QuotaBlock>> {
+        self.0
+            .as_mut()
+            .and_then(|i| i.quota.as_mut())
+            .and_then(|g| g.apply_growth(decided))
     }
 
     /// The upstream stream stalled: with `streamStallCooldown.enabled` the connection

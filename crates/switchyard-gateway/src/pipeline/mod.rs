@@ -156,7 +156,8 @@ async fn run(
             unavailable: Vec::new(),
         });
     }
-    let estimate = Estimate::new(request.messages_len(), request.max_tokens);
+    let estimate =
+        Estimate::at_admission(request.messages_len(), request.max_tokens, request.stream);
     if !quota_share {
         quota::order(state, &snap, &key.id, &estimate, &mut plan.candidates).await;
     }

@@ -12,10 +12,14 @@
 //! drops the upstream response, which closes the upstream connection and so cancels the
 //! upstream request.
 
+use crate::error::ApiError;
 use crate::pipeline::finish::Finisher;
+use crate::quota::engine::Growth;
+use crate::quota::QuotaBlock;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
+use serde::Deserialize;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -40,12 +44,33 @@ const EXECUTION_FRAME: &str = "data: {\"error\":{\"message\":\"the upstream exch
 /// the answer was cut short, and the client must not take it for a whole one.
 const TRUNCATED_FRAME: &str = "data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\n";
 
+/// The request-log code of a stream the quota pool cut.
+const QUOTA_CUT_CODE: &str = "quota_exceeded";
+
 /// The request-log code of [`EXECUTION_FRAME`].
 const EXECUTION_CODE: &str = "RATE_LIMIT_EXECUTION_TIMEOUT";
 
+/// A stream's pending quota increment (see [`crate::quota::guard::GrowthRequest`]).
+type PendingGrowth = Pin<Box<dyn Future<Output = (Growth, u64)> + Send>>;
+
+/// What the final chunk of a stream cut by the quota repeats of the upstream's chunks.
+#[derive(Debug, Default, Deserialize)]
+struct ChunkIdent {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    created: u64,
+    #[serde(default)]
+    model: String,
+}
+
 /// See the module docs.
 pub struct ObservedStream {
-    upstream: Incoming,
+    /// `None` once the stream was cut: dropping it cancels the upstream request.
+    upstream: Option<Incoming>,
+    /// The decision on the next quota increment; nothing more is relayed until it is in.
+    growing: Option<PendingGrowth>,
+    ident: Option<ChunkIdent>,
     idle: Pin<Box<Sleep>>,
     idle_timeout: Duration,
     execution: Pin<Box<Sleep>>,
@@ -65,7 +90,9 @@ impl ObservedStream {
         execution_deadline: tokio::time::Instant,
     ) -> Self {
         Self {
-            upstream,
+            upstream: Some(upstream),
+            growing: None,
+            ident: None,
             idle: Box::pin(tokio::time::sleep(idle_timeout)),
             idle_timeout,
             execution: Box::pin(tokio::time::sleep_until(execution_deadline)),
@@ -88,12 +115,44 @@ impl ObservedStream {
         Frame::data(Bytes::from_static(EXECUTION_FRAME.as_bytes()))
     }
 
+    /// Ends the stream because the quota pool refused its next increment (SPEC Q6): a
+    /// final chunk with `finish_reason: "length"`, the typed `quota_exceeded` error
+    /// frame naming the pool and dimension, and `[DONE]`; the upstream request is
+    /// cancelled.
+    fn cut_by_quota(&mut self, block: Box<QuotaBlock>) -> Frame<Bytes> {
+        tracing::info!(
+            request_id = self.finisher.request_id(),
+            pool = %block.pool_id,
+            dimension = %block.dimension.key(),
+            reason = block.reason().as_str(),
+            "Quota pool refused a stream's next increment; ending the stream."
+        );
+        self.done = true;
+        self.upstream = None;
+        let ident = self.ident.take().unwrap_or_default();
+        let last = serde_json::json!({
+            "id": ident.id,
+            "object": "chat.completion.chunk",
+            "created": ident.created,
+            "model": ident.model,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+        });
+        let error = ApiError::QuotaExceeded(block).body();
+        let text = format!("data: {last}\n\ndata: {error}\n\ndata: [DONE]\n\n");
+        self.finisher.finish(200, Some(QUOTA_CUT_CODE), self.usage);
+        Frame::data(Bytes::from(text))
+    }
+
     fn observe(&mut self, chunk: &[u8]) {
         let usage = &mut self.usage;
         let complete = &mut self.complete;
+        let ident = &mut self.ident;
         let mut generated = 0;
         self.parser.feed(chunk, |event| {
             *complete |= event.ends_answer();
+            if ident.is_none() && !event.is_done() {
+                *ident = serde_json::from_str(&event.data).ok();
+            }
             if let Some(u) = Usage::from_json_bytes(event.data.as_bytes()) {
                 usage.get_or_insert_with(Usage::default).merge(u);
             }
@@ -101,6 +160,9 @@ impl ObservedStream {
         });
         if generated > 0 {
             self.finisher.observe_output(generated);
+            if let Some(request) = self.finisher.quota_growth() {
+                self.growing = Some(Box::pin(request.run()));
+            }
         }
     }
 }
@@ -118,11 +180,23 @@ impl Body for ObservedStream {
             if this.done {
                 return Poll::Ready(None);
             }
+            if let Some(growing) = this.growing.as_mut() {
+                let Poll::Ready(decided) = growing.as_mut().poll(cx) else {
+                    return Poll::Pending;
+                };
+                this.growing = None;
+                if let Some(block) = this.finisher.apply_quota_growth(decided) {
+                    return Poll::Ready(Some(Ok(this.cut_by_quota(block))));
+                }
+            }
+            let Some(upstream) = this.upstream.as_mut() else {
+                return Poll::Ready(None);
+            };
             // Checked before every read, so an upstream that never pauses is cut too.
             if this.execution.is_elapsed() {
                 return Poll::Ready(Some(Ok(this.cut_at_execution_bound())));
             }
-            match Pin::new(&mut this.upstream).poll_frame(cx) {
+            match Pin::new(upstream).poll_frame(cx) {
                 Poll::Pending => {
                     if this.execution.as_mut().poll(cx).is_ready() {
                         return Poll::Ready(Some(Ok(this.cut_at_execution_bound())));

@@ -44,6 +44,9 @@ pub struct ReserveRequest<'a> {
     pub threshold: f64,
     /// The gateway's clock (a store with its own clock uses that instead).
     pub now: UnixMillis,
+    /// A running stream's next increment: dimensions it does not charge are not judged
+    /// (see `DimensionInput::for_growth`).
+    pub growth: bool,
 }
 
 /// What a reservation attempt found.
@@ -92,6 +95,7 @@ pub fn inputs(
     peeked: &[(f64, f64)],
     costs: &[f64],
     sig: &PoolSignals,
+    growth: bool,
 ) -> Vec<DimensionInput> {
     pool.dims
         .iter()
@@ -107,6 +111,7 @@ pub fn inputs(
                 cap: share.caps.get(i).copied().flatten(),
             }
         })
+        .map(|d| if growth { d.for_growth() } else { d })
         .collect()
 }
 
@@ -273,6 +278,7 @@ impl CounterStore for Ledgers {
                 costs: req.costs,
                 signals: &signal_values,
                 saturation_threshold: req.threshold,
+                growth: req.growth,
             },
         );
         let by_counter = decision.blocked_by.and_then(|i| {
@@ -414,14 +420,21 @@ impl CounterStore for RedisStore {
             .dims
             .iter()
             .enumerate()
-            .map(|(i, d)| DimArgs {
+            .map(|(i, d)| {
+                // The script judges a dimension with no limit and no cap as unknown, the
+                // same rule `DimensionInput::for_growth` applies in the core.
+                let judged = !(req.growth && req.costs[i] == 0.0);
+                let limit = if judged { d.limit } else { 0.0 };
+                (i, d, limit, share.caps[i].filter(|_| judged))
+            })
+            .map(|(i, d, limit, cap)| DimArgs {
                 dim: d.key(),
                 slot_ms: d.window.slot_ms(),
-                limit: d.limit,
+                limit,
                 cost: req.costs[i],
-                cap: share.caps[i],
-                fair_share: if d.limit > 0.0 {
-                    fair_share(d.limit, share.share.weight)
+                cap,
+                fair_share: if limit > 0.0 {
+                    fair_share(limit, share.share.weight)
                 } else {
                     0.0
                 },
@@ -447,7 +460,7 @@ impl CounterStore for RedisStore {
         let peeked: Vec<(f64, f64)> = reply.dims.iter().map(|d| (d.0, d.1)).collect();
         // The script decided; the core decision over the same numbers explains it.
         let decision = decide(
-            &inputs(pool, share, &peeked, req.costs, req.signals),
+            &inputs(pool, share, &peeked, req.costs, req.signals, req.growth),
             share.share,
             req.threshold,
         );

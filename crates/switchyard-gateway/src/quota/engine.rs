@@ -203,7 +203,7 @@ impl QuotaEngine {
         let sig = self.signals.for_pool(pool, now);
         let costs = costs(pool, estimate, price);
         let decision = decide(
-            &super::counters::inputs(pool, share, &peeked, &costs, &sig),
+            &super::counters::inputs(pool, share, &peeked, &costs, &sig, false),
             share.share,
             settings.saturation_threshold,
         );
@@ -225,107 +225,134 @@ impl QuotaEngine {
         (estimate, price): (Estimate, Option<Price>),
         settings: &QuotaSettings,
     ) -> Admission {
-        let share = pool.share_of(key_id);
         let costs = costs(pool, &estimate, price);
         let threshold = settings.saturation_threshold;
-        let now = self.now();
-        let sig = self.signals.for_pool(pool, now);
-        let req = ReserveRequest {
-            pool,
-            key_id,
-            share,
-            costs: &costs,
-            signals: &sig,
-            threshold,
-            now,
-        };
-        let outcome = match &self.redis {
-            Some(r) => r.reserve(req).await,
-            None => self.ledgers.reserve(req).await,
-        };
-        let Some(Outcome {
-            now,
-            decision,
-            reservation,
-            peeked,
-            by_counter,
-        }) = outcome
-        else {
+        let Some((outcome, retry)) = self.book(pool, key_id, &costs, threshold, false).await else {
             return Admission::Unenforced;
         };
-        let retry = decision.blocked_by.and_then(|i| {
-            // A provider that says its allowance is used up knows when it resets.
-            let limit = pool.dims[i].limit;
-            match sig[i] {
-                (Some(used), Some(reset))
-                    if used * limit >= limit || used * limit + costs[i] > limit =>
-                {
-                    Some(reset.saturating_sub(now).max(by_counter.unwrap_or(0)))
-                }
-                _ => by_counter,
-            }
-        });
+        let share = pool.share_of(key_id);
         self.record_decision(
             &pool.pool.id,
-            decision_record(now, key_id, share.share.policy, &decision, pool, retry),
+            decision_record(
+                outcome.now,
+                key_id,
+                share.share.policy,
+                &outcome.decision,
+                pool,
+                retry,
+            ),
         );
-        if let Some(reservation) = reservation {
-            let headers = remaining_headers(pool, &decision, &peeked, &costs);
-            let base = self.signals.percent_readings(pool, connection_id, now);
+        if let Some(reservation) = outcome.reservation {
+            let headers = remaining_headers(pool, &outcome.decision, &outcome.peeked, &costs);
+            let base = self
+                .signals
+                .percent_readings(pool, connection_id, outcome.now);
             return Admission::Admitted {
                 guard: QuotaGuard::new(
                     Arc::clone(self),
                     Arc::clone(pool),
                     connection_id.to_owned(),
                     reservation,
-                    (estimate, price),
+                    (estimate, price, threshold),
                     base,
                 ),
                 headers,
             };
         }
-        let i = decision.blocked_by.unwrap_or(0);
-        let v = decision.dimensions[i];
-        let (consumed, total) = peeked.get(i).copied().unwrap_or((0.0, 0.0));
-        let (consumed, line) = match v.blocked {
-            Some(BlockReason::Cap) => (consumed, share.caps[i].unwrap_or(0.0)),
-            Some(BlockReason::FairShare) => (consumed, v.fair_share),
-            _ => (
-                total.max(v.used_fraction * pool.dims[i].limit),
-                pool.dims[i].limit,
-            ),
-        };
-        Admission::Blocked(QuotaBlock {
-            pool_id: pool.pool.id.clone(),
-            pool_name: pool.pool.name.clone(),
-            key_id: key_id.to_owned(),
-            dimension: pool.dims[i],
-            verdict: v,
-            policy: share.share.policy,
-            consumed,
-            line,
-            retry_after_ms: retry,
-        })
+        Admission::Blocked(blocked(pool, key_id, &outcome, retry))
     }
 
-    /// Moves a reservation to `actual`; `last` marks the final settlement (which feeds
-    /// the burn rate).
-    pub(super) fn settle(
+    /// Books a running stream's next increment (`costs` per dimension) with the same
+    /// decision as admission — cap, global ceiling, fair share when strict — judged on
+    /// the dimensions the increment charges (SPEC Q6). A refusal is recorded among the
+    /// pool's decisions.
+    pub async fn grow(
         &self,
         pool: &PoolRuntime,
-        reservation: &mut Reservation,
-        actual: &[f64],
-        last: bool,
-    ) {
+        key_id: &str,
+        costs: &[f64],
+        threshold: f64,
+    ) -> Growth {
+        let Some((outcome, retry)) = self.book(pool, key_id, costs, threshold, true).await else {
+            return Growth::Unenforced;
+        };
+        if let Some(reservation) = outcome.reservation {
+            return Growth::Booked(reservation);
+        }
+        let share = pool.share_of(key_id);
+        self.record_decision(
+            &pool.pool.id,
+            decision_record(
+                outcome.now,
+                key_id,
+                share.share.policy,
+                &outcome.decision,
+                pool,
+                retry,
+            ),
+        );
+        Growth::Blocked(Box::new(blocked(pool, key_id, &outcome, retry)))
+    }
+
+    /// Decides and, when admitted, books `costs` in the counter store; with the time a
+    /// refused request may retry. `None` when the store failed.
+    async fn book(
+        &self,
+        pool: &PoolRuntime,
+        key_id: &str,
+        costs: &[f64],
+        threshold: f64,
+        growth: bool,
+    ) -> Option<(Outcome, Option<u64>)> {
+        let share = pool.share_of(key_id);
+        let now = self.now();
+        let sig = self.signals.for_pool(pool, now);
+        let req = ReserveRequest {
+            pool,
+            key_id,
+            share,
+            costs,
+            signals: &sig,
+            threshold,
+            now,
+            growth,
+        };
+        let outcome = match &self.redis {
+            Some(r) => r.reserve(req).await,
+            None => self.ledgers.reserve(req).await,
+        }?;
+        let retry = outcome.decision.blocked_by.and_then(|i| {
+            // A provider that says its allowance is used up knows when it resets.
+            let limit = pool.dims[i].limit;
+            match sig[i] {
+                (Some(used), Some(reset))
+                    if used * limit >= limit || used * limit + costs[i] > limit =>
+                {
+                    Some(
+                        reset
+                            .saturating_sub(outcome.now)
+                            .max(outcome.by_counter.unwrap_or(0)),
+                    )
+                }
+                _ => outcome.by_counter,
+            }
+        });
+        Some((outcome, retry))
+    }
+
+    /// Moves a booking to `actual` (a running or the final cost).
+    pub(super) fn settle(&self, pool: &PoolRuntime, reservation: &mut Reservation, actual: &[f64]) {
         let now = self.now();
         match &self.redis {
             Some(r) => r.settle(pool, reservation, actual, now),
             None => self.ledgers.settle(pool, reservation, actual, now),
         }
-        if last {
-            if let Some(l) = self.ledgers.live_ledger(pool) {
-                lock(&l).observe_burn(now, &reservation.key_id, actual);
-            }
+    }
+
+    /// Feeds a finished request's actual cost into the key's burn rates.
+    pub(super) fn observe_burn(&self, pool: &PoolRuntime, key_id: &str, actual: &[f64]) {
+        if let Some(l) = self.ledgers.live_ledger(pool) {
+            lock(&l).observe_burn(self.now(), key_id, actual);
         }
     }
 
@@ -427,6 +454,45 @@ impl QuotaEngine {
             dimensions,
         }
     }
+}
+
+/// The refusal of a request (or of a stream's increment) that `outcome` did not admit.
+fn blocked(pool: &PoolRuntime, key_id: &str, outcome: &Outcome, retry: Option<u64>) -> QuotaBlock {
+    let share = pool.share_of(key_id);
+    let i = outcome.decision.blocked_by.unwrap_or(0);
+    let v = outcome.decision.dimensions[i];
+    let (consumed, total) = outcome.peeked.get(i).copied().unwrap_or((0.0, 0.0));
+    let line = match v.blocked {
+        Some(BlockReason::Cap) => share.caps[i].unwrap_or(0.0),
+        Some(BlockReason::FairShare) => v.fair_share,
+        _ => pool.dims[i].limit,
+    };
+    let consumed = match v.blocked {
+        Some(BlockReason::Cap | BlockReason::FairShare) => consumed,
+        _ => total.max(v.used_fraction * pool.dims[i].limit),
+    };
+    QuotaBlock {
+        pool_id: pool.pool.id.clone(),
+        pool_name: pool.pool.name.clone(),
+        key_id: key_id.to_owned(),
+        dimension: pool.dims[i],
+        verdict: v,
+        policy: share.share.policy,
+        consumed,
+        line,
+        retry_after_ms: retry,
+    }
+}
+
+/// The outcome of a stream's request for its next increment.
+#[derive(Debug)]
+pub enum Growth {
+    /// Booked; the guard adds it to the request's reservation.
+    Booked(Reservation),
+    /// The pool refused: the stream ends here.
+    Blocked(Box<QuotaBlock>),
+    /// The counter store failed; the stream goes on unmetered (fail-open).
+    Unenforced,
 }
 
 /// The estimated cost in every dimension of `pool`.

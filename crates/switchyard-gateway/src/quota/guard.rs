@@ -1,37 +1,65 @@
 //! The reservation a request holds until its response ends.
 
-use super::engine::QuotaEngine;
+use super::engine::{Growth, QuotaEngine};
 use super::index::PoolRuntime;
+use super::views::QuotaBlock;
 use std::sync::Arc;
-use switchyard_core::quota::cost::{self, Estimate, Price};
+use switchyard_core::quota::cost::{self, Estimate, Price, STREAM_STEP_TOKENS};
 use switchyard_core::quota::decide::Unit;
 use switchyard_core::quota::ledger::Reservation;
 use switchyard_core::usage::Usage;
-
-/// Completion tokens a stream's reservation grows by once usage passes it, so a long
-/// stream re-books every few hundred tokens rather than on every chunk.
-const STREAM_GROWTH_TOKENS: u64 = 256;
 
 /// Characters of streamed text per estimated token.
 const CHARS_PER_TOKEN: u64 = 4;
 
 /// A reservation held by a request until its response ends. Settled to the actual cost
-/// when the response completes, grown as a stream runs past its estimate, released if
-/// the request fails before any answer — and released when dropped unsettled, so no
-/// path (panic included) can leak a reservation.
+/// when the response completes, grown as a stream runs past its estimate — each step
+/// reserved through the same decision as admission, so a refused step ends the stream —
+/// released if the request fails before any answer, and released when dropped
+/// unsettled, so no path (panic included) can leak a reservation.
 #[derive(Debug)]
 pub struct QuotaGuard {
     engine: Arc<QuotaEngine>,
     pool: Arc<PoolRuntime>,
     connection_id: String,
-    reservation: Reservation,
+    /// The bookings: the admission's first, then a stream's increments (one per slot
+    /// they landed in; increments into the same slots are merged, so a stream holds at
+    /// most one booking per slot it ran through).
+    bookings: Vec<Reservation>,
     estimate: Estimate,
     /// The model's USD price, for `usd` dimensions.
     price: Option<Price>,
+    /// The saturation threshold the request was admitted under; its increments are
+    /// judged under the same.
+    threshold: f64,
     /// Per dimension: the connection's used percentage when the request started.
     percent_base: Vec<Option<f64>>,
     streamed_chars: u64,
     done: bool,
+}
+
+/// A stream's request for its next increment: everything needed to decide it, owned, so
+/// the stream can poll it without borrowing the guard.
+#[derive(Debug)]
+pub struct GrowthRequest {
+    engine: Arc<QuotaEngine>,
+    pool: Arc<PoolRuntime>,
+    key_id: String,
+    costs: Vec<f64>,
+    threshold: f64,
+    /// The completion tokens the reservation covers once this increment is booked.
+    covers: u64,
+}
+
+impl GrowthRequest {
+    /// Decides and books the increment.
+    pub async fn run(self) -> (Growth, u64) {
+        let growth = self
+            .engine
+            .grow(&self.pool, &self.key_id, &self.costs, self.threshold)
+            .await;
+        (growth, self.covers)
+    }
 }
 
 impl QuotaGuard {
@@ -40,43 +68,88 @@ impl QuotaGuard {
         pool: Arc<PoolRuntime>,
         connection_id: String,
         reservation: Reservation,
-        (estimate, price): (Estimate, Option<Price>),
+        (estimate, price, threshold): (Estimate, Option<Price>, f64),
         percent_base: Vec<Option<f64>>,
     ) -> Self {
         Self {
             engine,
             pool,
             connection_id,
-            reservation,
+            bookings: vec![reservation],
             estimate,
             price,
+            threshold,
             percent_base,
             streamed_chars: 0,
             done: false,
         }
     }
 
-    /// Notes streamed completion text; grows the token reservation once the text passes
-    /// it, so parallel long streams cannot overshoot a window by more than a step.
+    /// Notes generated completion text (streamed, or of an answer without usage).
     pub fn observe_output(&mut self, chars: usize) {
-        self.streamed_chars += chars as u64;
+        self.streamed_chars = self.streamed_chars.saturating_add(chars as u64);
+    }
+
+    /// When the streamed text has passed what the reservation covers: the request for
+    /// the next increment, which covers what was seen plus one step. `None` while the
+    /// reservation suffices, or when no dimension of the pool counts tokens or dollars.
+    pub fn growth_request(&self) -> Option<GrowthRequest> {
         let seen = self.streamed_chars.div_ceil(CHARS_PER_TOKEN);
-        if seen <= self.estimate.completion_tokens {
-            return;
+        if self.done || seen <= self.estimate.completion_tokens {
+            return None;
         }
-        self.estimate.completion_tokens = seen + STREAM_GROWTH_TOKENS;
+        let covers = seen.saturating_add(STREAM_STEP_TOKENS);
+        let more = Estimate {
+            prompt_tokens: self.estimate.prompt_tokens,
+            completion_tokens: covers,
+        };
         let costs: Vec<f64> = self
             .pool
             .dims
             .iter()
-            .zip(&self.reservation.booked)
-            .map(|(d, booked)| match d.unit {
-                Unit::Tokens | Unit::Usd => self.estimate.cost(d.unit, self.price),
-                _ => *booked,
+            .map(|d| match d.unit {
+                Unit::Tokens | Unit::Usd => (more.cost(d.unit, self.price)
+                    - self.estimate.cost(d.unit, self.price))
+                .max(0.0),
+                Unit::Requests | Unit::Percent => 0.0,
             })
             .collect();
-        self.engine
-            .settle(&self.pool, &mut self.reservation, &costs, false);
+        if costs.iter().all(|c| *c == 0.0) {
+            return None;
+        }
+        Some(GrowthRequest {
+            engine: Arc::clone(&self.engine),
+            pool: Arc::clone(&self.pool),
+            key_id: self.bookings[0].key_id.clone(),
+            costs,
+            threshold: self.threshold,
+            covers,
+        })
+    }
+
+    /// Applies a decided increment: a booking joins the reservation (covering `covers`
+    /// completion tokens from now on); a refusal is returned and ends the stream; with
+    /// the store failing the stream goes on unmetered, covered as if booked.
+    pub fn apply_growth(&mut self, (growth, covers): (Growth, u64)) -> Option<Box<QuotaBlock>> {
+        match growth {
+            Growth::Booked(booking) => {
+                match self.bookings.last_mut() {
+                    Some(last) if last.slots == booking.slots => {
+                        for (b, add) in last.booked.iter_mut().zip(&booking.booked) {
+                            *b += add;
+                        }
+                    }
+                    _ => self.bookings.push(booking),
+                }
+                self.estimate.completion_tokens = covers;
+                None
+            }
+            Growth::Unenforced => {
+                self.estimate.completion_tokens = covers;
+                None
+            }
+            Growth::Blocked(block) => Some(block),
+        }
     }
 
     /// Settles to the actual cost: the upstream's usage, or what was seen streaming.
@@ -102,8 +175,9 @@ impl QuotaGuard {
                 cost::actual(d.unit, usage, fallback, self.price, rise)
             })
             .collect();
+        self.move_to(&actual);
         self.engine
-            .settle(&self.pool, &mut self.reservation, &actual, true);
+            .observe_burn(&self.pool, &self.bookings[0].key_id, &actual);
         self.done = true;
     }
 
@@ -115,15 +189,89 @@ impl QuotaGuard {
     fn release_inner(&mut self) {
         if !self.done {
             self.done = true;
-            let zeros = vec![0.0; self.reservation.booked.len()];
-            self.engine
-                .settle(&self.pool, &mut self.reservation, &zeros, false);
+            let zeros = vec![0.0; self.pool.dims.len()];
+            self.move_to(&zeros);
         }
     }
+
+    /// Moves the bookings to `total` per dimension: the earlier bookings keep what they
+    /// hold as far as the total reaches, the newest takes the rest.
+    fn move_to(&mut self, total: &[f64]) {
+        let targets = split(&self.bookings, total);
+        for (booking, target) in self.bookings.iter_mut().zip(&targets) {
+            if booking.booked != *target {
+                self.engine.settle(&self.pool, booking, target);
+            }
+        }
+    }
+}
+
+/// Per booking, its share of `total` per dimension: in booking order, each keeps at most
+/// what it holds until the total is used up; the last takes whatever remains (more than
+/// it holds when the answer ran past every booking).
+fn split(bookings: &[Reservation], total: &[f64]) -> Vec<Vec<f64>> {
+    let mut left: Vec<f64> = total.iter().map(|t| t.max(0.0)).collect();
+    let n = bookings.len();
+    bookings
+        .iter()
+        .enumerate()
+        .map(|(j, b)| {
+            left.iter_mut()
+                .enumerate()
+                .map(|(i, rest)| {
+                    let take = if j + 1 == n {
+                        *rest
+                    } else {
+                        b.booked.get(i).copied().unwrap_or(0.0).min(*rest)
+                    };
+                    *rest -= take;
+                    take
+                })
+                .collect()
+        })
+        .collect()
 }
 
 impl Drop for QuotaGuard {
     fn drop(&mut self) {
         self.release_inner();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn booking(booked: &[f64]) -> Reservation {
+        Reservation {
+            key_id: "k".into(),
+            slots: vec![1; booked.len()],
+            booked: booked.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_total_is_split_over_the_bookings_in_order() {
+        let b = [
+            booking(&[1.0, 300.0]),
+            booking(&[0.0, 256.0]),
+            booking(&[0.0, 256.0]),
+        ];
+        // Less than the first booking: the later ones go to zero.
+        assert_eq!(
+            split(&b, &[1.0, 200.0]),
+            vec![vec![1.0, 200.0], vec![0.0, 0.0], vec![0.0, 0.0]]
+        );
+        // Between: the first keeps its own, the second what is left.
+        assert_eq!(
+            split(&b, &[1.0, 400.0]),
+            vec![vec![1.0, 300.0], vec![0.0, 100.0], vec![0.0, 0.0]]
+        );
+        // More than all: the newest takes the rest.
+        assert_eq!(
+            split(&b, &[1.0, 1_000.0]),
+            vec![vec![1.0, 300.0], vec![0.0, 256.0], vec![0.0, 444.0]]
+        );
+        assert_eq!(split(&b[..1], &[0.0, 0.0]), vec![vec![0.0, 0.0]]);
     }
 }

@@ -971,3 +971,126 @@ async fn the_quota_share_strategy_is_not_user_selectable() {
     assert_eq!(e["error"]["code"], "invalid_json");
     assert_eq!(h.admin_get("/api/combos/mine").await.status(), 404);
 }
+
+/// 5 000 tokens an hour, all of them k1's share (hard).
+fn small_token_pool(mock_url: &str) -> String {
+    team_pool(
+        mock_url,
+        r#"[{ unit = "tokens", window = "hourly", limit = 5000 }]"#,
+        r#"[{ api_key_id = "k1", allocation_weight = 100 }]"#,
+    )
+}
+
+/// Four concurrent streams of 2 000 chunks each (about 3 000 tokens each by the
+/// gateway's text estimate) against 5 000 tokens: each stream's booking grows step by
+/// step through the admission decision, so the pool stops them near its limit, each
+/// ending cleanly, and the upstream requests are cancelled. Returns what the pool
+/// recorded.
+async fn four_long_streams_on_a_small_pool(h: &Harness) -> f64 {
+    use futures_util::future::join_all;
+    use switchyard_core::quota::cost::STREAM_STEP_TOKENS;
+    // The stall keeps an uncancelled upstream request in flight for good.
+    h.rule(json!({"chunks": 2000, "chunk_interval_ms": 1, "stall_after_chunks": 1500}))
+        .await;
+    let streams = (0..4).map(|_| async {
+        let r = h.chat(chat_body("alpha/mock-small", true)).await;
+        assert_eq!(r.status(), 200);
+        r.text().await.unwrap()
+    });
+    for text in join_all(streams).await {
+        let frames: Vec<&str> = text.split("\n\n").filter(|f| !f.is_empty()).collect();
+        let n = frames.len();
+        assert!(n > 100, "{text}");
+        let last: Value = serde_json::from_str(&frames[n - 3]["data: ".len()..]).unwrap();
+        assert_eq!(
+            (
+                last["object"].as_str(),
+                last["model"].as_str(),
+                last["choices"][0]["finish_reason"].as_str()
+            ),
+            (
+                Some("chat.completion.chunk"),
+                Some("mock-small"),
+                Some("length")
+            )
+        );
+        let error: Value = serde_json::from_str(&frames[n - 2]["data: ".len()..]).unwrap();
+        assert_eq!(
+            (
+                error["error"]["code"].as_str(),
+                error["error"]["quota"]["pool"].as_str(),
+                error["error"]["quota"]["dimension"].as_str()
+            ),
+            (Some("quota_exceeded"), Some("team"), Some("tokens:hourly"))
+        );
+        assert_eq!(frames[n - 1], "data: [DONE]");
+    }
+    eventually("the cut upstream requests are cancelled", || async {
+        h.mock_stats().await["in_flight"] == 0
+    })
+    .await;
+    eventually("every cut stream is logged as such", || async {
+        let logs: Value = h.admin_json("/api/logs?limit=4").await;
+        logs.as_array().is_some_and(|l| {
+            l.len() == 4
+                && l.iter()
+                    .all(|r| r["error_code"] == "quota_exceeded" && r["status"] == 200)
+        })
+    })
+    .await;
+    // Settled (with Redis, by the background worker): read until it holds still.
+    let consumed = || async {
+        let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
+        usage["dimensions"][0]["globalUsed"].as_f64().unwrap()
+    };
+    let mut last = -1.0;
+    loop {
+        let now = consumed().await;
+        if now == last {
+            break;
+        }
+        last = now;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let step = STREAM_STEP_TOKENS as f64;
+    assert!(last <= 5000.0 + 4.0 * step, "recorded {last}");
+    assert!(last >= 5000.0 - 4.0 * step, "recorded {last}");
+    last
+}
+
+#[tokio::test]
+async fn long_streams_on_a_small_token_pool_stop_at_its_limit_on_sqlite() {
+    let h = Harness::start_with(small_token_pool, &[]).await;
+    four_long_streams_on_a_small_pool(&h).await;
+}
+
+#[tokio::test]
+async fn long_streams_on_a_small_token_pool_stop_at_its_limit_on_redis() {
+    let prefix = unique_prefix();
+    let h = start_on_redis(small_token_pool, &prefix).await;
+    four_long_streams_on_a_small_pool(&h).await;
+}
+
+#[tokio::test]
+async fn short_streams_without_max_tokens_book_one_step_so_many_run_at_once() {
+    use futures_util::StreamExt;
+    let h = Harness::start_with(small_token_pool, &[]).await;
+    // Each holds its stream open: admitted streams stay booked at their first step.
+    h.rule(json!({"chunks": 3, "stall_after_chunks": 1})).await;
+    let mut open = Vec::new();
+    let mut admitted = 0;
+    for _ in 0..20 {
+        let r = h.chat(chat_body("alpha/mock-small", true)).await;
+        if r.status() == 200 {
+            admitted += 1;
+            let mut s = r.bytes_stream();
+            s.next().await.unwrap().unwrap();
+            open.push(s);
+        } else {
+            assert_eq!(r.status(), 429);
+        }
+    }
+    // Each books its prompt estimate (12 tokens for this body) plus one 256-token
+    // step: 18 fit in 5 000, where a 1 024-token default fitted four.
+    assert_eq!(admitted, 18);
+}
