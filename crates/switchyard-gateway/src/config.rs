@@ -4,7 +4,11 @@
 //!
 //! Precedence for server options: environment variable → config file → default.
 //! Runtime settings follow `switchyard_core::settings` (database → env → file → default).
+//!
+//! Secrets (the admin token, connection credentials, client-key secrets, the secret key)
+//! are held as [`SecretString`] or [`Keyring`]: redacted in `Debug`, wiped on drop.
 
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -14,7 +18,9 @@ use switchyard_core::domain::AuthClass;
 use switchyard_core::domain::UpstreamFormat;
 use switchyard_core::quota::pool::PoolInput;
 use switchyard_core::settings::{self, Layers};
-use switchyard_store::{ComboRecord, ConnectionRecord, PlanRecord, ProviderRecord};
+use switchyard_store::{
+    ComboRecord, ConnectionRecord, KeyError, Keyring, PlanRecord, ProviderRecord, SecretKey,
+};
 use utoipa::ToSchema;
 
 /// Default listen address: loopback, so a zero-config start exposes nothing to the
@@ -31,6 +37,14 @@ const MIN_KEY_SECRET_LEN: usize = 20;
 
 /// Default data directory, relative to the working directory.
 pub const DEFAULT_DATA_DIR: &str = "./data";
+
+/// The key that encrypts credentials at rest (32 bytes in base64); when unset, the key
+/// file `secret-key` in the data directory holds it (generated on first start).
+pub const SECRET_KEY_ENV: &str = "SWITCHYARD_SECRET_KEY";
+
+/// Keys replaced in [`SECRET_KEY_ENV`], still accepted for reading (separated by commas
+/// or spaces): a start with both re-encrypts everything with the new key.
+pub const PREVIOUS_SECRET_KEYS_ENV: &str = "SWITCHYARD_SECRET_KEY_PREVIOUS";
 
 /// Reads environment variables; tests pass a map instead of mutating the process env.
 pub trait Env {
@@ -68,7 +82,7 @@ pub enum LogFormat {
 pub struct ServerSection {
     pub listen: Option<String>,
     pub data_dir: Option<PathBuf>,
-    pub admin_token: Option<String>,
+    pub admin_token: Option<SecretString>,
     pub log_format: Option<LogFormat>,
 }
 
@@ -87,7 +101,8 @@ pub struct ConnectionSpec {
     pub format: Option<UpstreamFormat>,
     pub base_url: Option<String>,
     /// Write-only upstream credential (API key or token). Omit on update to keep it.
-    pub credential: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub credential: Option<SecretString>,
     /// Config file only: read the credential from this environment variable.
     pub credential_env: Option<String>,
     #[serde(default = "yes")]
@@ -120,7 +135,10 @@ impl ConnectionSpec {
             rate_limit_overrides: self.rate_limit_overrides.clone(),
             provider_specific_data: self.provider_specific_data.clone(),
             disable_cooling: self.disable_cooling,
-            has_credential: self.credential.as_deref().is_some_and(|c| !c.is_empty()),
+            has_credential: self
+                .credential
+                .as_ref()
+                .is_some_and(|c| !c.expose_secret().is_empty()),
         })
     }
 }
@@ -131,7 +149,7 @@ impl ConnectionSpec {
 pub struct KeyDecl {
     pub id: String,
     pub name: String,
-    pub secret: Option<String>,
+    pub secret: Option<SecretString>,
     pub secret_env: Option<String>,
     #[serde(default)]
     pub scopes: Vec<String>,
@@ -177,6 +195,8 @@ pub enum ConfigError {
     Invalid { field: String, message: String },
     #[error("{0}")]
     Setting(#[from] settings::SettingError),
+    #[error(transparent)]
+    SecretKey(#[from] KeyError),
 }
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
@@ -192,7 +212,10 @@ pub struct GatewayConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     /// Admin token fixed by the operator; when absent one is generated on first start.
-    pub admin_token: Option<String>,
+    pub admin_token: Option<SecretString>,
+    /// The keys for credentials at rest from the environment ([`SECRET_KEY_ENV`]); when
+    /// absent, the key file in the data directory holds them.
+    pub secret_keys: Option<Keyring>,
     pub log_format: LogFormat,
     /// Settings layers below the database (file and environment).
     pub layers: Layers,
@@ -205,10 +228,10 @@ pub struct GatewayConfig {
 pub struct Declared {
     pub providers: Vec<ProviderRecord>,
     /// Connections with their credential (None = keep what the database has).
-    pub connections: Vec<(ConnectionRecord, Option<String>)>,
+    pub connections: Vec<(ConnectionRecord, Option<SecretString>)>,
     pub combos: Vec<ComboRecord>,
     /// Keys with their secret.
-    pub keys: Vec<(KeyDecl, String)>,
+    pub keys: Vec<(KeyDecl, SecretString)>,
     pub quota_pools: Vec<PoolInput>,
     pub quota_plans: Vec<PlanRecord>,
 }
@@ -250,9 +273,10 @@ pub fn resolve(file: FileConfig, env: &dyn Env) -> Result<GatewayConfig, ConfigE
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
     let admin_token = env
         .var("SWITCHYARD_ADMIN_TOKEN")
+        .map(SecretString::from)
         .or(file.server.admin_token.clone());
     if let Some(t) = &admin_token {
-        if t.len() < MIN_ADMIN_TOKEN_LEN {
+        if t.expose_secret().len() < MIN_ADMIN_TOKEN_LEN {
             return Err(invalid(
                 "server.admin_token",
                 format!("must be at least {MIN_ADMIN_TOKEN_LEN} characters"),
@@ -280,23 +304,53 @@ pub fn resolve(file: FileConfig, env: &dyn Env) -> Result<GatewayConfig, ConfigE
         }
     }
     settings::resolve(&layers)?;
+    let secret_keys = secret_keys(env)?;
     let declared = declared(file, env)?;
     Ok(GatewayConfig {
         listen,
         data_dir,
         admin_token,
+        secret_keys,
         log_format,
         layers,
         declared,
     })
 }
 
+/// The keys for credentials at rest from the environment, if it sets them.
+fn secret_keys(env: &dyn Env) -> Result<Option<Keyring>, ConfigError> {
+    let current = env.var(SECRET_KEY_ENV).map(SecretString::from);
+    let previous = env.var(PREVIOUS_SECRET_KEYS_ENV).map(SecretString::from);
+    let Some(current) = current else {
+        if previous.is_some() {
+            return Err(invalid(
+                PREVIOUS_SECRET_KEYS_ENV,
+                format!("takes effect only with {SECRET_KEY_ENV} (without it, the key file in the data directory holds the keys)"),
+            ));
+        }
+        return Ok(None);
+    };
+    let current = SecretKey::parse(SECRET_KEY_ENV, current.expose_secret())?;
+    let previous = previous
+        .as_ref()
+        .map(|p| {
+            p.expose_secret()
+                .split(|c: char| c == ',' || c.is_whitespace())
+                .filter(|k| !k.is_empty())
+                .map(|k| SecretKey::parse(PREVIOUS_SECRET_KEYS_ENV, k))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?
+        .unwrap_or_default();
+    Ok(Some(Keyring::new(current, previous)))
+}
+
 fn secret_from(
     field: String,
-    inline: Option<&String>,
+    inline: Option<&SecretString>,
     env_name: Option<&String>,
     env: &dyn Env,
-) -> Result<Option<String>, ConfigError> {
+) -> Result<Option<SecretString>, ConfigError> {
     match (inline, env_name) {
         (Some(_), Some(_)) => Err(invalid(
             field,
@@ -305,7 +359,7 @@ fn secret_from(
         (Some(s), None) => Ok(Some(s.clone())),
         (None, Some(var)) => env
             .var(var)
-            .map(Some)
+            .map(|v| Some(SecretString::from(v)))
             .ok_or_else(|| invalid(field, format!("environment variable `{var}` is not set"))),
         (None, None) => Ok(None),
     }
@@ -340,7 +394,7 @@ fn declared(file: FileConfig, env: &dyn Env) -> Result<Declared, ConfigError> {
                     "a declared key needs `secret` or `secret_env`",
                 )
             })?;
-        if secret.len() < MIN_KEY_SECRET_LEN {
+        if secret.expose_secret().len() < MIN_KEY_SECRET_LEN {
             return Err(invalid(
                 field,
                 format!("must be at least {MIN_KEY_SECRET_LEN} characters"),
@@ -367,7 +421,7 @@ mod tests {
         let c = resolve(FileConfig::default(), &env(&[])).unwrap();
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert_eq!(c.data_dir, PathBuf::from("./data"));
-        assert_eq!(c.admin_token, None);
+        assert!(c.admin_token.is_none());
         assert_eq!(c.log_format, LogFormat::Text);
     }
 
@@ -429,6 +483,102 @@ mod tests {
             FileConfig::parse("[[keys]]\nid = \"ci\"\nname = \"CI\"\nsecret_env = \"CI_KEY\"\n")
                 .unwrap();
         let c = resolve(file, &env(&[("CI_KEY", "sy-0123456789abcdefghij")])).unwrap();
-        assert_eq!(c.declared.keys[0].1, "sy-0123456789abcdefghij");
+        assert_eq!(
+            c.declared.keys[0].1.expose_secret(),
+            "sy-0123456789abcdefghij"
+        );
+    }
+
+    #[test]
+    fn debug_output_of_the_configuration_holds_no_secret() {
+        let key = SecretKey::generate().unwrap();
+        let old = SecretKey::generate().unwrap();
+        let (key_text, old_text) = (key.to_base64(), old.to_base64());
+        let file = FileConfig::parse(
+            r#"
+[server]
+admin_token = "admin-token-in-the-file-000001"
+
+[[connections]]
+id = "a"
+provider = "p"
+auth_class = "apikey"
+credential = "sk-inline-credential-0001"
+
+[[connections]]
+id = "b"
+provider = "p"
+auth_class = "apikey"
+credential_env = "CRED_B"
+
+[[keys]]
+id = "k"
+name = "k"
+secret = "sy-inline-key-secret-000001"
+
+[[keys]]
+id = "k2"
+name = "k2"
+secret_env = "KEY_2"
+"#,
+        )
+        .unwrap();
+        let file_debug = format!("{file:?}");
+        let c = resolve(
+            file,
+            &env(&[
+                ("CRED_B", "sk-credential-from-env-0002"),
+                ("KEY_2", "sy-key-secret-from-env-0002"),
+                (SECRET_KEY_ENV, key_text.expose_secret()),
+                (PREVIOUS_SECRET_KEYS_ENV, old_text.expose_secret()),
+            ]),
+        )
+        .unwrap();
+        let debug = format!("{c:?} {file_debug}");
+        for secret in [
+            "admin-token-in-the-file-000001",
+            "sk-inline-credential-0001",
+            "sk-credential-from-env-0002",
+            "sy-inline-key-secret-000001",
+            "sy-key-secret-from-env-0002",
+            key_text.expose_secret(),
+            old_text.expose_secret(),
+        ] {
+            assert!(!debug.contains(secret), "Debug shows `{secret}`: {debug}");
+        }
+        assert!(debug.contains("[REDACTED]"), "{debug}");
+        // The values are all there, behind the wrapper.
+        assert_eq!(
+            c.declared.connections[1]
+                .1
+                .as_ref()
+                .unwrap()
+                .expose_secret(),
+            "sk-credential-from-env-0002"
+        );
+        let keys = c.secret_keys.unwrap();
+        assert_eq!(keys.current().id(), key.id());
+        assert_eq!(keys.previous()[0].id(), old.id());
+    }
+
+    #[test]
+    fn a_malformed_secret_key_fails_naming_the_variable() {
+        assert_eq!(
+            resolve(FileConfig::default(), &env(&[(SECRET_KEY_ENV, "c2hvcnQ=")]))
+                .unwrap_err()
+                .to_string(),
+            "SWITCHYARD_SECRET_KEY: must be 32 random bytes in base64, like the output of \
+             `switchyard secret-key generate` or `openssl rand -base64 32` (got 5 bytes)"
+        );
+        assert_eq!(
+            resolve(
+                FileConfig::default(),
+                &env(&[(PREVIOUS_SECRET_KEYS_ENV, "x")])
+            )
+            .unwrap_err()
+            .to_string(),
+            "SWITCHYARD_SECRET_KEY_PREVIOUS: takes effect only with SWITCHYARD_SECRET_KEY \
+             (without it, the key file in the data directory holds the keys)"
+        );
     }
 }

@@ -3,6 +3,8 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use rand::RngCore;
+use secrecy::zeroize::Zeroizing;
+use secrecy::{ExposeSecret, SecretString};
 use switchyard_core::apikey::{display_prefix, KeyHash, KEY_PREFIX};
 use switchyard_store::KeyRecord;
 
@@ -13,10 +15,13 @@ pub const KNOWN_SCOPES: &[&str] = &["admin", "lease:exclusive"];
 const MAX_NAME_LEN: usize = 128;
 
 /// A fresh random secret with the given prefix: 32 random bytes, base64url (43 chars).
-pub fn random_secret(prefix: &str) -> String {
-    let mut bytes = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    format!("{prefix}{}", URL_SAFE_NO_PAD.encode(bytes))
+pub fn random_secret(prefix: &str) -> SecretString {
+    let mut bytes = Zeroizing::new([0u8; 32]);
+    rand::thread_rng().fill_bytes(bytes.as_mut());
+    SecretString::from(format!(
+        "{prefix}{}",
+        URL_SAFE_NO_PAD.encode(bytes.as_ref())
+    ))
 }
 
 /// A short random identifier, e.g. `key_3f9a1c0b`.
@@ -33,7 +38,7 @@ pub struct NewKey {
     pub allowed_connections: Option<Vec<String>>,
     pub allowed_models: Option<Vec<String>>,
     /// A secret chosen by the operator (config file); otherwise one is generated.
-    pub secret: Option<String>,
+    pub secret: Option<SecretString>,
 }
 
 /// Checks a key's name and scopes; the error names the field.
@@ -51,7 +56,7 @@ pub fn validate_key_fields(name: &str, scopes: &[String]) -> Result<(), String> 
 }
 
 /// Builds the record of a new key and returns it with its secret.
-pub fn new_key(spec: NewKey, now_ms: u64) -> Result<(KeyRecord, String), String> {
+pub fn new_key(spec: NewKey, now_ms: u64) -> Result<(KeyRecord, SecretString), String> {
     validate_key_fields(&spec.name, &spec.scopes)?;
     let id = spec.id.unwrap_or_else(|| random_id("key_"));
     if !switchyard_core::domain::is_valid_id(&id) {
@@ -63,13 +68,13 @@ pub fn new_key(spec: NewKey, now_ms: u64) -> Result<(KeyRecord, String), String>
     let record = KeyRecord {
         id,
         name: spec.name,
-        prefix: display_prefix(&secret),
+        prefix: display_prefix(secret.expose_secret()),
         scopes: spec.scopes,
         allowed_connections: spec.allowed_connections,
         allowed_models: spec.allowed_models,
         created_at: now_ms,
         revoked_at: None,
-        key_hash: KeyHash::of(&secret).to_hex(),
+        key_hash: KeyHash::of(secret.expose_secret()).to_hex(),
     };
     Ok((record, secret))
 }
@@ -88,10 +93,11 @@ mod tests {
             5,
         )
         .unwrap();
+        let secret = secret.expose_secret();
         assert!(secret.starts_with("sy-"));
         assert_eq!(secret.len(), 3 + 43);
         assert_eq!(rec.prefix, &secret[..8]);
-        assert_eq!(rec.key_hash, KeyHash::of(&secret).to_hex());
+        assert_eq!(rec.key_hash, KeyHash::of(secret).to_hex());
         assert_eq!(rec.created_at, 5);
         assert!(rec.id.starts_with("key_"));
     }

@@ -9,6 +9,8 @@
 
 use crate::metrics::{Metrics, ProviderMetrics};
 use axum::http::{HeaderValue, Uri};
+use secrecy::zeroize::Zeroizing;
+use secrecy::ExposeSecret;
 use std::collections::{BTreeMap, HashMap};
 use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{
@@ -56,7 +58,8 @@ pub struct Upstream {
     pub host: HeaderValue,
     /// Speak cleartext HTTP/2 with prior knowledge (see [`H2C_FLAG`]).
     pub h2c: bool,
-    /// Authentication headers, marked sensitive so they are never logged.
+    /// Authentication headers, built once here from the decrypted credential (never per
+    /// request) and marked sensitive so they are never logged; left out of `Debug`.
     pub auth: Vec<(&'static str, HeaderValue)>,
     /// This connection's provider's metric handles.
     pub metrics: ProviderMetrics,
@@ -231,7 +234,7 @@ impl Snapshot {
         let mut upstreams = Vec::with_capacity(catalog.connections().len());
         for conn in catalog.connections() {
             let row = rows.connections.iter().find(|(c, _)| c.id == conn.id);
-            let cred = row.map_or("", |(_, cred)| cred.as_str());
+            let cred = row.map_or("", |(_, cred)| cred.expose_secret());
             let h2c = row
                 .and_then(|(c, _)| c.provider_specific_data.as_ref())
                 .and_then(|d| d.get(H2C_FLAG))
@@ -241,7 +244,8 @@ impl Snapshot {
             // always a bearer token.
             let mut auth = Vec::new();
             if !cred.is_empty() {
-                let mut value = HeaderValue::try_from(format!("Bearer {cred}"))
+                let header = Zeroizing::new(format!("Bearer {cred}"));
+                let mut value = HeaderValue::from_str(&header)
                     .map_err(|_| SnapshotError::Credential(conn.id.clone()))?;
                 value.set_sensitive(true);
                 auth.push(("authorization", value));

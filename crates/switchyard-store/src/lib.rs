@@ -9,17 +9,22 @@
 //!
 //! SQLite calls are synchronous; async callers run them on the blocking pool. Quota
 //! counters can instead live in Redis ([`redis_counters`]), whose calls are async.
+//!
+//! Connection credentials are encrypted at rest with a key kept outside the database
+//! ([`secrets`]); the database file and its WAL files are owner-only.
 
 mod migrations;
 pub mod quota;
 pub mod records;
 pub mod redis_counters;
 pub mod resilience;
+pub mod secrets;
 mod sqlite;
 
 pub use quota::{ConsumptionRow, PlanRecord};
 pub use records::*;
-pub use sqlite::{Batch, SaveMode, Store};
+pub use secrets::{KeyError, KeyId, Keyring, SecretKey};
+pub use sqlite::{make_private, Batch, SaveMode, Store};
 
 /// Everything that can go wrong in the store.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +45,29 @@ pub enum StoreError {
     },
     #[error("database schema version {found} is newer than this binary supports ({supported}); upgrade switchyard")]
     SchemaTooNew { found: i64, supported: i64 },
+    #[error("{path}: {source}")]
+    Io {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Key(#[from] secrets::KeyError),
+    /// A credential sealed with a key this process does not hold.
+    #[error("the credential of connection `{connection}` is encrypted with secret key {found}, but the key given is {current}")]
+    UnknownKey {
+        connection: String,
+        found: KeyId,
+        current: KeyId,
+    },
+    /// A credential that does not open under the key it names: damaged or altered.
+    #[error("the stored credential of connection `{connection}` does not decrypt with secret key {key}: it is damaged or was altered outside switchyard")]
+    Undecryptable { connection: String, key: KeyId },
+    /// A value with the sealed prefix that is not well-formed.
+    #[error("the stored credential of connection `{connection}` is damaged: it starts with `enc:v1:` but is no well-formed sealed value")]
+    Damaged { connection: String },
+    /// Another process re-encrypted the credentials with a key this one does not hold.
+    #[error("the credentials were re-encrypted with secret key {database}, and this process holds {current}: restart it with the new key")]
+    KeyChanged { database: KeyId, current: KeyId },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;

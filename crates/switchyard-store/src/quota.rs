@@ -290,7 +290,7 @@ mod tests {
                 disable_cooling: false,
                 has_credential: false,
             },
-            Some("secret"),
+            Some(&"secret".into()),
             SaveMode::Create,
             1,
         )

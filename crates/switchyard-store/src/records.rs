@@ -1,6 +1,7 @@
 //! Rows as the rest of Switchyard sees them. These are also the management API's
 //! response shapes, so none of them carries a credential or a key secret.
 
+use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -144,8 +145,9 @@ pub struct ConfigRows {
     /// Hex SHA-256 of the generated admin token, when there is one.
     pub admin_token_hash: Option<String>,
     pub providers: Vec<ProviderRecord>,
-    /// Connections with their credentials, for the gateway's credential table only.
-    pub connections: Vec<(ConnectionRecord, String)>,
+    /// Connections with their credentials (decrypted; empty = none), for the gateway's
+    /// upstream headers only.
+    pub connections: Vec<(ConnectionRecord, SecretString)>,
     pub combos: Vec<ComboRecord>,
     pub keys: Vec<KeyRecord>,
     pub settings: Vec<SettingRecord>,

@@ -1,7 +1,8 @@
-//! Subcommands: `serve`, `demo`, `mock`, `keys`, `admin-token`.
+//! Subcommands: `serve`, `demo`, `mock`, `keys`, `admin-token`, `secret-key`.
 
 use anyhow::Context;
 use clap::{Args as ClapArgs, Parser, Subcommand};
+use secrecy::ExposeSecret;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,7 +13,7 @@ use switchyard_gateway::config::{self, FileConfig, GatewayConfig, LogFormat, Sys
 use switchyard_gateway::keys::{new_key, NewKey};
 use switchyard_gateway::metrics::Metrics;
 use switchyard_gateway::snapshot::Snapshot;
-use switchyard_store::SaveMode;
+use switchyard_store::{SaveMode, SecretKey};
 use tokio::net::TcpListener;
 
 /// Switchyard: an LLM API gateway that shares provider accounts fairly and keeps serving
@@ -39,6 +40,9 @@ enum Command {
     /// Manage the generated admin token.
     #[command(subcommand, name = "admin-token")]
     AdminToken(AdminTokenCommand),
+    /// Manage the key that encrypts upstream credentials in the database.
+    #[command(subcommand, name = "secret-key")]
+    SecretKey(SecretKeyCommand),
 }
 
 #[derive(Debug, ClapArgs)]
@@ -119,6 +123,19 @@ enum AdminTokenCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum SecretKeyCommand {
+    /// Re-encrypt every credential with a new key, in one transaction, and put the new
+    /// key in <data_dir>/secret-key; a running gateway switches to it within a second.
+    /// With SWITCHYARD_SECRET_KEY set, rotate by restarting instead (see the README).
+    Rotate {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Print a new random key (32 bytes, base64) for SWITCHYARD_SECRET_KEY.
+    Generate,
+}
+
 impl Args {
     /// Whether the command serves traffic on the main runtime (the mock provider does).
     pub fn serves_on_main_runtime(&self) -> bool {
@@ -186,9 +203,26 @@ pub async fn dispatch(args: Args) -> anyhow::Result<()> {
         Command::Demo(a) => crate::demo::run(a).await,
         Command::Mock(a) => mock(a).await,
         Command::Keys(k) => keys(k),
+        Command::SecretKey(SecretKeyCommand::Generate) => {
+            say(SecretKey::generate()?.to_base64().expose_secret());
+            Ok(())
+        }
+        Command::SecretKey(SecretKeyCommand::Rotate { common }) => {
+            let cfg = load_config(&common)?;
+            let r = bootstrap::rotate_secret_key(&cfg)?;
+            say(&format!(
+                "Re-encrypted {} credential(s) with a new secret key ({}, replacing {}).",
+                r.credentials, r.new, r.old
+            ));
+            say(&format!(
+                "The new key is in {}; running gateways switch to it within a second. Back it up now, apart from the database: without it the credentials cannot be read.",
+                r.file.display()
+            ));
+            Ok(())
+        }
         Command::AdminToken(AdminTokenCommand::Rotate { common }) => {
             let cfg = load_config(&common)?;
-            let store = bootstrap::open_store(&cfg.data_dir)?;
+            let store = bootstrap::open_store(&cfg)?;
             let path = bootstrap::rotate_admin_token(&store, &cfg.data_dir)?;
             say(&format!("New admin token written to {}", path.display()));
             Ok(())
@@ -246,7 +280,7 @@ fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
             allowed_connections,
         } => {
             let cfg = load_config(&common)?;
-            let store = bootstrap::open_store(&cfg.data_dir)?;
+            let store = bootstrap::open_store(&cfg)?;
             let connections = store.list_connections()?;
             if let Some(bad) = allowed_connections
                 .iter()
@@ -277,12 +311,12 @@ fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
             store.save_key(&record, SaveMode::Create)?;
             say(&format!("Created key {} ({}).", record.id, record.name));
             say("Secret (shown only now; store it safely):");
-            say(&secret);
+            say(secret.expose_secret());
             Ok(())
         }
         KeysCommand::List { common } => {
             let cfg = load_config(&common)?;
-            let store = bootstrap::open_store(&cfg.data_dir)?;
+            let store = bootstrap::open_store(&cfg)?;
             for k in store.list_keys()? {
                 let state = if k.revoked_at.is_some() {
                     "revoked"
@@ -302,7 +336,7 @@ fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
         }
         KeysCommand::Revoke { common, id } => {
             let cfg = load_config(&common)?;
-            let store = bootstrap::open_store(&cfg.data_dir)?;
+            let store = bootstrap::open_store(&cfg)?;
             store.revoke_key(&id, SystemClock.now_ms())?;
             say(&format!("Revoked key {id}."));
             Ok(())

@@ -3,6 +3,7 @@
 
 use crate::cli::{admin_note, init_tracing, say, shutdown_signal, DemoArgs};
 use anyhow::Context;
+use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use switchyard_core::domain::{AuthClass, Strategy, UpstreamFormat};
@@ -67,7 +68,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         a.data_dir.display().to_string(),
     )]);
     let cfg = config::resolve(FileConfig::default(), &env)?;
-    let store = bootstrap::open_store(&cfg.data_dir)?;
+    let store = bootstrap::open_store(&cfg)?;
     let now = SystemClock.now_ms();
     for (provider, connection, credential) in PROVIDERS {
         store.save_provider(
@@ -96,7 +97,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
                 disable_cooling: false,
                 has_credential: true,
             },
-            Some(credential),
+            Some(&SecretString::from(credential)),
             SaveMode::Upsert,
             now,
         )?;
@@ -127,6 +128,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         now,
     )
     .map_err(anyhow::Error::msg)?;
+    let secret = secret.expose_secret();
     store.save_key(&key, SaveMode::Upsert)?;
     store.save_pool(&demo_pool(), SaveMode::Upsert, now)?;
     drop(store);

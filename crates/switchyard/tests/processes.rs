@@ -164,3 +164,116 @@ async fn a_gateway_stopped_with_sigterm_keeps_its_quota_counts() {
     assert_eq!(statuses(&http, &url, 3).await, [200, 429, 429]);
     terminate(gw).await;
 }
+
+/// Runs `switchyard <args>` to its end: (success, stdout, stderr).
+fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    cmd.args(args).env("SWITCHYARD_LOG", "warn");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn config_version(http: &reqwest::Client, base: &str) -> i64 {
+    let health: Value = http
+        .get(format!("{base}/api/monitoring/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    health["config_version"].as_i64().unwrap()
+}
+
+async fn seen(http: &reqwest::Client, mock: &str, credential: &str) -> u64 {
+    let stats: Value = http
+        .get(format!("{mock}/_mock/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    stats["by_credential"][credential].as_u64().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn secret_key_rotate_reencrypts_the_credentials_under_a_running_gateway() {
+    let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &mock);
+    let key_file = dir.path().join("data/secret-key");
+    let db = dir.path().join("data/switchyard.db");
+    let http = reqwest::Client::new();
+    let (gw, url) = start(&["serve", "--config", &cfg], &[]).await;
+    assert_eq!(statuses(&http, &url, 1).await, [200]);
+    assert_eq!(seen(&http, &mock, "cred-alpha").await, 1);
+    let key_before = std::fs::read_to_string(&key_file).unwrap();
+    let sealed_before = stored_credential(&db);
+    let version = config_version(&http, &url).await;
+
+    let (ok, out, err) = run(&["secret-key", "rotate", "--config", &cfg], &[]);
+    assert!(ok, "rotate failed: {err}");
+    assert!(
+        out.starts_with("Re-encrypted 1 credential(s) with a new secret key ("),
+        "{out}"
+    );
+    assert_ne!(std::fs::read_to_string(&key_file).unwrap(), key_before);
+    // Sealed under another key id: `enc:v1:<id>:`.
+    assert_ne!(stored_credential(&db)[..16], sealed_before[..16]);
+    let stored = stored_credential(&db);
+    assert!(stored.starts_with("enc:v1:"), "{stored}");
+    assert!(!stored.contains("cred-alpha"));
+
+    // The running gateway follows: it reloads, and still reaches the upstream.
+    let mut reloaded = false;
+    for _ in 0..250 {
+        if config_version(&http, &url).await > version {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(reloaded, "the gateway did not reload after the rotation");
+    assert_eq!(statuses(&http, &url, 1).await, [200]);
+    assert_eq!(seen(&http, &mock, "cred-alpha").await, 2);
+    terminate(gw).await;
+
+    // A restart reads the new key from the file.
+    let (gw, url) = start(&["serve", "--config", &cfg], &[]).await;
+    assert_eq!(statuses(&http, &url, 1).await, [200]);
+    assert_eq!(seen(&http, &mock, "cred-alpha").await, 3);
+    terminate(gw).await;
+
+    // `generate` prints a key for SWITCHYARD_SECRET_KEY; with one set, `rotate` is
+    // refused (the command cannot reach a gateway's environment).
+    let (ok, out, _) = run(&["secret-key", "generate"], &[]);
+    assert!(ok);
+    let key = out.trim();
+    assert_eq!(key.len(), 44, "{out}");
+    let (ok, _, err) = run(
+        &["secret-key", "rotate", "--config", &cfg],
+        &[("SWITCHYARD_SECRET_KEY", key)],
+    );
+    assert!(!ok);
+    assert!(err.contains("SWITCHYARD_SECRET_KEY is set"), "{err}");
+}
+
+/// The stored credential of `alpha-1`, read with SQLite directly.
+fn stored_credential(db: &Path) -> String {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .query_row(
+            "SELECT credential FROM connections WHERE id = 'alpha-1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+}

@@ -161,7 +161,7 @@ async fn save_connection(
             );
             Ok(())
         },
-        move |s| s.save_connection(&rec, cred.as_deref(), mode, t),
+        move |s| s.save_connection(&rec, cred.as_ref(), mode, t),
     )
     .await?;
     if new_credential {

@@ -7,7 +7,8 @@ use crate::state::{blocking, AppState};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde::{Deserialize, Deserializer, Serialize};
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::sync::Arc;
 use switchyard_store::{ConfigRows, KeyRecord, SaveMode};
 use utoipa::ToSchema;
@@ -29,7 +30,14 @@ pub struct CreateKey {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CreatedKey {
     pub key: KeyRecord,
-    pub secret: String,
+    #[serde(serialize_with = "expose")]
+    #[schema(value_type = String)]
+    pub secret: SecretString,
+}
+
+/// Serialises the secret itself: this answer is the one place it is shown.
+fn expose<S: Serializer>(secret: &SecretString, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(secret.expose_secret())
 }
 
 /// Body of `PATCH /api/keys/{id}`: present fields replace; `null` clears a restriction.

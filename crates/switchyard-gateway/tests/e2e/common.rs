@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchyard_gateway::bootstrap;
 use switchyard_gateway::clock::{Clock, SystemClock};
-use switchyard_gateway::config::{self, FileConfig};
+use switchyard_gateway::config::{self, FileConfig, GatewayConfig};
 use switchyard_mock::MockServer;
 use switchyard_store::Store;
 use tokio::net::TcpListener;
@@ -141,12 +141,28 @@ impl Harness {
         h
     }
 
-    async fn launch(&mut self) {
+    /// The gateway's configuration as it is resolved at the next (re)start.
+    pub fn config(&self) -> GatewayConfig {
         let file = FileConfig::parse(&self.config_text).unwrap();
-        let cfg = config::resolve(file, &self.vars).unwrap();
-        let prepared = bootstrap::prepare(&cfg, Arc::clone(&self.clock))
-            .await
-            .unwrap();
+        config::resolve(file, &self.vars).unwrap()
+    }
+
+    /// Sets (`Some`) or removes (`None`) an environment variable for the next restart.
+    pub fn set_var(&mut self, key: &str, value: Option<&str>) {
+        match value {
+            Some(v) => self.vars.insert(key.into(), v.into()),
+            None => self.vars.remove(key),
+        };
+    }
+
+    async fn launch(&mut self) {
+        self.try_launch().await.unwrap();
+    }
+
+    /// Starts the gateway; a start-up failure is returned, leaving it stopped.
+    pub async fn try_launch(&mut self) -> Result<(), bootstrap::BootError> {
+        let cfg = self.config();
+        let prepared = bootstrap::prepare(&cfg, Arc::clone(&self.clock)).await?;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         self.base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
@@ -159,6 +175,7 @@ impl Harness {
             },
         )));
         self.shutdown = Some(tx);
+        Ok(())
     }
 
     /// Stops the gateway gracefully and starts it again on the same data directory.
@@ -286,9 +303,10 @@ impl Harness {
         }
     }
 
-    /// Opens the gateway's database (a second connection, as the CLI would).
+    /// Opens the gateway's database (a second connection, as the CLI would, with the
+    /// same secret key).
     pub fn store(&self) -> Store {
-        Store::open(&self.data_dir.join(bootstrap::DB_FILE)).unwrap()
+        bootstrap::open_store(&self.config()).unwrap()
     }
 }
 

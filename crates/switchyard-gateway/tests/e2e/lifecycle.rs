@@ -1,6 +1,7 @@
 //! Start-up, configuration changes from other processes, graceful shutdown, request log.
 
 use crate::common::*;
+use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -144,7 +145,7 @@ async fn a_key_created_by_another_process_is_accepted_within_seconds() {
         let request = h
             .http
             .post(h.url("/v1/chat/completions"))
-            .bearer_auth(&secret)
+            .bearer_auth(secret.expose_secret())
             .json(&chat_body("alpha/mock-small", false));
         async move { request.send().await.unwrap().status() }
     };
@@ -204,7 +205,7 @@ async fn zero_config_start_creates_the_database_and_an_admin_token_file() {
     assert_eq!(r.json::<Value>().await.unwrap(), json!([]));
 
     // `switchyard admin-token rotate` from another process: the running gateway switches.
-    let store = bootstrap::open_store(&data).unwrap();
+    let store = bootstrap::open_store(&cfg).unwrap();
     bootstrap::rotate_admin_token(&store, &data).unwrap();
     let rotated = std::fs::read_to_string(&token_file)
         .unwrap()
@@ -264,7 +265,7 @@ targets = [{ model = "q/m" }]
         err.to_string(),
         "config: combo `c` target `q/m` names unknown provider `q`"
     );
-    let store = bootstrap::open_store(dir.path()).unwrap();
+    let store = bootstrap::open_store(&cfg).unwrap();
     assert!(store.list_providers().unwrap().is_empty());
 }
 
@@ -325,7 +326,7 @@ secret = "sy-the-same-secret-for-both-keys"
         err.to_string(),
         "config: keys `a` and `b` have the same secret; every key needs its own"
     );
-    let store = bootstrap::open_store(dir.path()).unwrap();
+    let store = bootstrap::open_store(&cfg).unwrap();
     assert!(store.list_providers().unwrap().is_empty());
     assert!(store.list_keys().unwrap().is_empty());
 }

@@ -17,3 +17,4 @@ mod lifecycle;
 mod python;
 mod quota;
 mod resilience;
+mod secrets;
