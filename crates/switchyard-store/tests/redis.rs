@@ -173,6 +173,7 @@ async fn redis_and_the_in_memory_ledger_make_identical_decisions() {
                 costs: &costs,
                 signals: &[None, None],
                 saturation_threshold: 0.5,
+                growth: false,
             },
         );
         assert_eq!(r.admitted, decision.admitted(), "step {i}");
