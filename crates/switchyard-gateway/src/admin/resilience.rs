@@ -141,7 +141,7 @@ pub async fn clear_cooldowns(
     // The connections' model locks go too (SPEC R6); a lock is not a terminal state.
     let lockouts_cleared = state
         .resilience
-        .clear_locks(|k| ids.iter().any(|id| *id == k.connection));
+        .clear_locks(|k| ids.contains(&k.connection));
     tracing::info!(
         cleared,
         unchanged,
