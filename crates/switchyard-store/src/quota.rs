@@ -6,6 +6,7 @@ use crate::sqlite::{
 use crate::{Result, Store, StoreError};
 use rusqlite::{params, Connection};
 use serde::{Deserialize, Serialize};
+use switchyard_core::quota::decide::Policy;
 use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
 use utoipa::ToSchema;
 
@@ -228,7 +229,10 @@ pub(crate) fn query_pools(conn: &Connection, id: Option<&str>) -> Result<Vec<Poo
                         policy: r.get(4)?,
                     })
                 })?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
+                .collect::<rusqlite::Result<Vec<_>>>()?
+                .into_iter()
+                .map(|a| lenient_policy(&id, a))
+                .collect();
             Ok(PoolInput {
                 id,
                 name,
@@ -238,6 +242,27 @@ pub(crate) fn query_pools(conn: &Connection, id: Option<&str>) -> Result<Vec<Poo
             })
         })
         .collect()
+}
+
+/// Longest stored policy text quoted in the warning about it.
+const MAX_QUOTED_POLICY: usize = 32;
+
+/// An allocation as read back from the database: a policy this version does not know
+/// (written by another version, or by hand) is read as `hard` (SPEC Q2), with a warning,
+/// instead of making the stored configuration invalid. Input through the API and the
+/// configuration file stays strict.
+fn lenient_policy(pool_id: &str, mut a: AllocationInput) -> AllocationInput {
+    if Policy::parse(&a.policy).is_none() {
+        let stored: String = a.policy.chars().take(MAX_QUOTED_POLICY).collect();
+        tracing::warn!(
+            pool = pool_id,
+            key_id = %a.api_key_id,
+            stored = %stored,
+            "Stored quota allocation has an unknown policy; judging the key as hard."
+        );
+        a.policy = Policy::Hard.as_str().to_owned();
+    }
+    a
 }
 
 pub(crate) fn query_plans(conn: &Connection) -> Result<Vec<PlanRecord>> {
@@ -342,6 +367,26 @@ mod tests {
         changed.allocations.pop();
         s.save_pool(&changed, SaveMode::Update, 7).unwrap();
         assert_eq!(s.get_pool("team").unwrap(), changed);
+    }
+
+    #[test]
+    fn an_unknown_stored_policy_is_read_as_hard() {
+        let s = store();
+        s.save_pool(&pool(), SaveMode::Create, 5).unwrap();
+        s.lock()
+            .execute(
+                "UPDATE quota_allocations SET policy = 'greedy' WHERE api_key_id = 'k2'",
+                [],
+            )
+            .unwrap();
+        let read = s.get_pool("team").unwrap();
+        assert_eq!(
+            read.allocations
+                .iter()
+                .map(|a| (a.api_key_id.as_str(), a.policy.as_str()))
+                .collect::<Vec<_>>(),
+            vec![("k2", "hard"), ("k1", "hard")]
+        );
     }
 
     #[test]

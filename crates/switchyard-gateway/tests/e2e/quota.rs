@@ -1094,3 +1094,62 @@ async fn short_streams_without_max_tokens_book_one_step_so_many_run_at_once() {
     // step: 18 fit in 5 000, where a 1 024-token default fitted four.
     assert_eq!(admitted, 18);
 }
+
+#[tokio::test]
+async fn a_stored_unknown_policy_is_judged_hard_and_does_not_stop_the_gateway() {
+    let mut h = Harness::start_with(with_pool_none, &[]).await;
+    let r = h
+        .admin_send(
+            Method::POST,
+            "/api/quota/pools",
+            json!({
+                "id": "team", "name": "Team", "connectionIds": ["alpha-1"],
+                "dimensions": [{"unit": "requests", "window": "hourly", "limit": 4}],
+                "allocations": [
+                    {"apiKeyId": "k1", "allocationWeight": 50, "policy": "soft"},
+                    {"apiKeyId": "k2", "allocationWeight": 50}
+                ]
+            }),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    // Through the API an unknown policy stays an error naming the field.
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/quota/pools/team",
+            json!({
+                "id": "team", "name": "Team", "connectionIds": ["alpha-1"],
+                "dimensions": [{"unit": "requests", "window": "hourly", "limit": 4}],
+                "allocations": [{"apiKeyId": "k1", "policy": "greedy"}]
+            }),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["param"],
+        "allocations[0].policy"
+    );
+    // Another version wrote a policy this one does not know.
+    rusqlite::Connection::open(h.data_dir.join("switchyard.db"))
+        .unwrap()
+        .execute(
+            "UPDATE quota_allocations SET policy = 'greedy' WHERE api_key_id = 'k1'",
+            [],
+        )
+        .unwrap();
+    h.restart().await;
+    // k1 is judged hard: once the pool is strict it stops at its share of 2.
+    let (ok, body) = burst(&h, KEY, "alpha/mock-small", 5).await;
+    assert_eq!(ok, 2);
+    let q = &body.unwrap()["error"]["quota"];
+    assert_eq!(
+        (q["reason"].as_str(), q["policy"].as_str()),
+        (Some("fair_share"), Some("hard"))
+    );
+}
+
+/// The standard configuration and two more keys, no pool.
+fn with_pool_none(mock_url: &str) -> String {
+    with_pool(mock_url, "")
+}
