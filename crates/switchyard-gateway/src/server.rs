@@ -177,8 +177,17 @@ fn check_credential(state: &AppState, path: &str, headers: &HeaderMap) -> Result
 /// Longest request path echoed in a routing error.
 const MAX_ECHOED_PATH: usize = 200;
 
-fn echoed_path(uri: &Uri) -> String {
-    uri.path().chars().take(MAX_ECHOED_PATH).collect()
+/// `error` for the request's path, once the credential the path needs was checked.
+fn routing_error(
+    state: &AppState,
+    uri: &Uri,
+    headers: &HeaderMap,
+    error: impl FnOnce(String) -> ApiError,
+) -> Response {
+    match check_credential(state, uri.path(), headers) {
+        Ok(()) => error(uri.path().chars().take(MAX_ECHOED_PATH).collect()).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Unknown routes: a typed `404 not_found`, after the credential the path needs.
@@ -188,14 +197,10 @@ async fn route_not_found(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    match check_credential(&state, uri.path(), &headers) {
-        Ok(()) => ApiError::RouteNotFound {
-            method: method.to_string(),
-            path: echoed_path(&uri),
-        }
-        .into_response(),
-        Err(e) => e.into_response(),
-    }
+    routing_error(&state, &uri, &headers, |path| ApiError::RouteNotFound {
+        method: method.to_string(),
+        path,
+    })
 }
 
 /// Known routes with another method: a typed `405 method_not_allowed`, after the
@@ -206,14 +211,10 @@ async fn method_not_allowed(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    match check_credential(&state, uri.path(), &headers) {
-        Ok(()) => ApiError::MethodNotAllowed {
-            method: method.to_string(),
-            path: echoed_path(&uri),
-        }
-        .into_response(),
-        Err(e) => e.into_response(),
-    }
+    routing_error(&state, &uri, &headers, |path| ApiError::MethodNotAllowed {
+        method: method.to_string(),
+        path,
+    })
 }
 
 /// `GET /metrics` in the Prometheus text format.

@@ -230,18 +230,7 @@ impl QuotaEngine {
         let Some((outcome, retry)) = self.book(pool, key_id, &costs, threshold, false).await else {
             return Admission::Unenforced;
         };
-        let share = pool.share_of(key_id);
-        self.record_decision(
-            &pool.pool.id,
-            decision_record(
-                outcome.now,
-                key_id,
-                share.share.policy,
-                &outcome.decision,
-                pool,
-                retry,
-            ),
-        );
+        self.record_outcome(pool, key_id, &outcome, retry);
         if let Some(reservation) = outcome.reservation {
             let headers = remaining_headers(pool, &outcome.decision, &outcome.peeked, &costs);
             let base = self
@@ -279,19 +268,20 @@ impl QuotaEngine {
         if let Some(reservation) = outcome.reservation {
             return Growth::Booked(reservation);
         }
-        let share = pool.share_of(key_id);
-        self.record_decision(
-            &pool.pool.id,
-            decision_record(
-                outcome.now,
-                key_id,
-                share.share.policy,
-                &outcome.decision,
-                pool,
-                retry,
-            ),
-        );
+        self.record_outcome(pool, key_id, &outcome, retry);
         Growth::Blocked(Box::new(blocked(pool, key_id, &outcome, retry)))
+    }
+
+    fn record_outcome(
+        &self,
+        pool: &PoolRuntime,
+        key_id: &str,
+        outcome: &Outcome,
+        retry: Option<u64>,
+    ) {
+        let policy = pool.share_of(key_id).share.policy;
+        let record = decision_record(outcome.now, key_id, policy, &outcome.decision, pool, retry);
+        self.record_decision(&pool.pool.id, record);
     }
 
     /// Decides and, when admitted, books `costs` in the counter store; with the time a

@@ -314,15 +314,7 @@ async fn metrics_count_requests_by_status_provider_and_model() {
         h.chat(chat_body("alpha/mock-small", false)).await.status(),
         200
     );
-    let text = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = h.metrics().await;
     assert!(
         text.contains(
             r#"switchyard_requests_total{status="200",provider="alpha",model="mock-small"} 2"#

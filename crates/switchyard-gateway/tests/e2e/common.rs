@@ -278,6 +278,22 @@ impl Harness {
         );
     }
 
+    /// `GET /api/monitoring/health` as JSON.
+    pub async fn health(&self) -> Value {
+        let r = self
+            .http
+            .get(self.url("/api/monitoring/health"))
+            .send()
+            .await;
+        r.unwrap().json().await.unwrap()
+    }
+
+    /// `GET /metrics` as text.
+    pub async fn metrics(&self) -> String {
+        let r = self.http.get(self.url("/metrics")).send().await;
+        r.unwrap().text().await.unwrap()
+    }
+
     pub async fn mock_stats(&self) -> Value {
         self.http
             .get(format!("{}/_mock/stats", self.mock.base_url()))

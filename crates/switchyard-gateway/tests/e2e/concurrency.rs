@@ -61,15 +61,7 @@ fn send(h: &Harness, key: &'static str, body: Value) -> JoinHandle<reqwest::Resp
 }
 
 async fn metric(h: &Harness, line_start: &str) -> Option<f64> {
-    let text = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = h.metrics().await;
     text.lines()
         .find(|l| l.starts_with(line_start))
         .and_then(|l| l.rsplit(' ').next())

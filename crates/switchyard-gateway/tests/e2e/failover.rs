@@ -40,6 +40,17 @@ secret = "{KEY}"
     )
 }
 
+/// The mock's stream of model `m` up to its first two content chunks, then `frame`.
+fn two_chunks_then(frame: &str) -> String {
+    use switchyard_mock::openai::{stream_content, stream_head};
+    format!(
+        "{}{}{}{frame}",
+        stream_head("m"),
+        stream_content("m", 0),
+        stream_content("m", 1)
+    )
+}
+
 async fn error_of(r: reqwest::Response) -> (u16, Value) {
     let status = r.status().as_u16();
     (status, r.json().await.unwrap())
@@ -100,17 +111,9 @@ async fn mid_stream_reset_ends_the_client_stream_with_a_typed_error_frame() {
     let r = h.chat(chat_body("solo/m", true)).await;
     assert_eq!(r.status(), 200);
     let text = r.text().await.unwrap();
-    let expected_prefix = format!(
-        "{}{}{}",
-        switchyard_mock::openai::stream_head("m"),
-        switchyard_mock::openai::stream_content("m", 0),
-        switchyard_mock::openai::stream_content("m", 1)
-    );
-    assert!(text.starts_with(&expected_prefix), "{text}");
-    let rest = &text[expected_prefix.len()..];
     assert_eq!(
-        rest,
-        "data: {\"error\":{\"message\":\"upstream connection broke during the stream\",\"type\":\"upstream_error\",\"code\":\"upstream_connection_reset\",\"param\":null}}\n\n"
+        text,
+        two_chunks_then("data: {\"error\":{\"message\":\"upstream connection broke during the stream\",\"type\":\"upstream_error\",\"code\":\"upstream_connection_reset\",\"param\":null}}\n\n")
     );
 }
 
@@ -265,15 +268,7 @@ async fn models_a_provider_does_not_declare_share_one_metric_label() {
             200
         );
     }
-    let text = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = h.metrics().await;
     assert!(
         text.contains(r#"switchyard_requests_total{status="200",provider="solo",model="other"} 2"#),
         "{text}"
@@ -292,14 +287,10 @@ async fn a_stream_that_falls_silent_is_cut_with_a_typed_error_frame() {
     let r = h.chat(chat_body("solo/m", true)).await;
     assert_eq!(r.status(), 200);
     let text = r.text().await.unwrap();
-    let expected = format!(
-        "{}{}{}{}",
-        switchyard_mock::openai::stream_head("m"),
-        switchyard_mock::openai::stream_content("m", 0),
-        switchyard_mock::openai::stream_content("m", 1),
-        "data: {\"error\":{\"message\":\"upstream stream stalled\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_idle_timeout\",\"param\":null}}\n\n"
+    assert_eq!(
+        text,
+        two_chunks_then("data: {\"error\":{\"message\":\"upstream stream stalled\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_idle_timeout\",\"param\":null}}\n\n")
     );
-    assert_eq!(text, expected);
     eventually("the stalled upstream request is closed", || async {
         h.mock_stats().await["in_flight"] == 0
     })
@@ -342,15 +333,7 @@ async fn an_upstream_200_that_is_not_json_or_not_a_stream_fails_over_and_counts(
         (502, Some("upstream_invalid_response"))
     );
     // Each counts against the provider like a 502.
-    let health: Value = h
-        .http
-        .get(h.url("/api/monitoring/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health: Value = h.health().await;
     let alpha = health["breakers"]
         .as_array()
         .unwrap()
@@ -359,15 +342,7 @@ async fn an_upstream_200_that_is_not_json_or_not_a_stream_fails_over_and_counts(
         .unwrap()
         .clone();
     assert_eq!(alpha["failures"], 3);
-    let metrics = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     assert!(
         metrics.contains(
             r#"switchyard_upstream_attempts_total{provider="alpha",outcome="invalid_response"} 3"#
@@ -383,14 +358,10 @@ async fn a_stream_that_ends_without_done_or_finish_reason_gets_a_truncation_fram
     let r = h.chat(chat_body("solo/m", true)).await;
     assert_eq!(r.status(), 200);
     let text = r.text().await.unwrap();
-    let expected = format!(
-        "{}{}{}{}",
-        switchyard_mock::openai::stream_head("m"),
-        switchyard_mock::openai::stream_content("m", 0),
-        switchyard_mock::openai::stream_content("m", 1),
-        "data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\n"
+    assert_eq!(
+        text,
+        two_chunks_then("data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\n")
     );
-    assert_eq!(text, expected);
     // A whole stream gets no such frame.
     let r = h.chat(chat_body("solo/m", true)).await;
     assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));

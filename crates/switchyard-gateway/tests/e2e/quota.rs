@@ -625,15 +625,7 @@ async fn start_on_redis(config: fn(&str) -> String, prefix: &str) -> Harness {
     let env = redis_env(prefix);
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let h = Harness::start_with(config, &pairs).await;
-    let health: Value = h
-        .http
-        .get(h.url("/api/monitoring/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health: Value = h.health().await;
     assert_eq!(health["quota_store"], "redis");
     h
 }
@@ -685,15 +677,7 @@ async fn an_unreachable_redis_falls_back_to_sqlite() {
         ],
     )
     .await;
-    let health: Value = h
-        .http
-        .get(h.url("/api/monitoring/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health: Value = h.health().await;
     assert_eq!(health["quota_store"], "sqlite");
     // Still enforced, on SQLite.
     assert_eq!(burst(&h, KEY, "alpha/mock-small", 6).await.0, 4);

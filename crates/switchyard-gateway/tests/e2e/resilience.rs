@@ -204,15 +204,7 @@ async fn operators_see_and_clear_cooldowns_and_a_new_credential_ends_a_terminal_
     );
     assert!(alpha["remainingMs"].as_u64().unwrap() > 590_000);
     assert_eq!(find("beta-1")["state"], "credits_exhausted");
-    let metrics = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = h.metrics().await;
     assert!(metrics.contains(
         r#"switchyard_connection_cooldowns_total{connection="alpha-1",reason="rate_limited"} 1"#
     ));
