@@ -9,6 +9,7 @@
 pub mod apikey;
 pub mod catalog;
 pub mod chat;
+pub mod client_conn;
 pub mod domain;
 pub mod outcome;
 pub mod quota;

@@ -472,6 +472,31 @@ pub const DEFS: &[SettingDef] = &[
         doc: "Double the lock on each repeated failure (else every lock is the base).",
     },
     SettingDef {
+        key: "server.body_read_timeout_ms",
+        env: "SWITCHYARD_BODY_READ_TIMEOUT_MS",
+        // A deadline for the whole body, not a gap between frames: a gap lets a client
+        // drip one byte per gap and hold the request forever. One minute moves the
+        // largest accepted body (10 MiB) at under 2 Mbit/s; chat bodies take milliseconds.
+        kind: Kind::Int {
+            default: 60_000,
+            min: 100,
+            max: DAY_MS,
+        },
+        doc: "Deadline for a request's whole body, from its head; a late body gets 408 request_body_timeout.",
+    },
+    SettingDef {
+        key: "server.header_read_timeout_ms",
+        env: "SWITCHYARD_HEADER_READ_TIMEOUT_MS",
+        // A request head is a few KiB: ten seconds is ample on any link, and short
+        // enough that silent or half-sent heads cannot pile up.
+        kind: Kind::Int {
+            default: 10_000,
+            min: 100,
+            max: DAY_MS,
+        },
+        doc: "Deadline for a request head, from accept (or from the first byte of the next request on a kept-alive connection).",
+    },
+    SettingDef {
         key: "server.io_threads",
         env: "SWITCHYARD_IO_THREADS",
         // 0 = one per CPU core: each I/O thread runs its own single-threaded runtime, so
@@ -482,6 +507,32 @@ pub const DEFS: &[SettingDef] = &[
             max: 256,
         },
         doc: "I/O threads serving requests (0 = one per core). Read at start.",
+    },
+    SettingDef {
+        key: "server.keepalive_idle_timeout_ms",
+        env: "SWITCHYARD_KEEPALIVE_IDLE_TIMEOUT_MS",
+        // Longer than the 60 s idle timeout of common load balancers, so they close an
+        // idle connection before the gateway does and never reuse one it just closed
+        // (nginx uses 75 s for the same reason).
+        kind: Kind::Int {
+            default: 75_000,
+            min: 100,
+            max: DAY_MS,
+        },
+        doc: "How long a client connection may stay open with no request in flight and nothing received.",
+    },
+    SettingDef {
+        key: "server.max_connections",
+        env: "SWITCHYARD_MAX_CONNECTIONS",
+        // Well above what a gateway behind a pooling load balancer or a fleet of SDK
+        // clients keeps open, well below the memory such connections cost; keep it under
+        // the process's file-descriptor limit (each request also needs an upstream one).
+        kind: Kind::Int {
+            default: 10_000,
+            min: 1,
+            max: 1_000_000,
+        },
+        doc: "Most open client connections; beyond, new connections are closed at once. Read at start.",
     },
     SettingDef {
         key: "server.shutdown_grace_ms",
@@ -546,6 +597,10 @@ pub struct Settings {
     pub max_body_bytes: u64,
     pub io_threads: u64,
     pub shutdown_grace_ms: u64,
+    pub header_read_timeout_ms: u64,
+    pub body_read_timeout_ms: u64,
+    pub keepalive_idle_timeout_ms: u64,
+    pub max_connections: u64,
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
     pub stream_idle_timeout_ms: u64,
@@ -808,6 +863,10 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         max_body_bytes: int("request.max_body_bytes"),
         io_threads: int("server.io_threads"),
         shutdown_grace_ms: int("server.shutdown_grace_ms"),
+        header_read_timeout_ms: int("server.header_read_timeout_ms"),
+        body_read_timeout_ms: int("server.body_read_timeout_ms"),
+        keepalive_idle_timeout_ms: int("server.keepalive_idle_timeout_ms"),
+        max_connections: int("server.max_connections"),
         connect_timeout_ms: int("upstream.connect_timeout_ms"),
         first_byte_timeout_ms: int("upstream.first_byte_timeout_ms"),
         stream_idle_timeout_ms: int("upstream.stream_idle_timeout_ms"),
@@ -897,6 +956,39 @@ mod tests {
         assert_eq!(r.settings.quota.soft_deprioritize_factor, 0.7);
         assert_eq!(r.settings.quota.retention_days, 14);
         assert_eq!(r.settings.quota.redis_url, "");
+        assert_eq!(r.settings.header_read_timeout_ms, 10_000);
+        assert_eq!(r.settings.body_read_timeout_ms, 60_000);
+        assert_eq!(r.settings.keepalive_idle_timeout_ms, 75_000);
+        assert_eq!(r.settings.max_connections, 10_000);
+    }
+
+    #[test]
+    fn edge_settings_come_from_their_environment_variables() {
+        let mut l = Layers::default();
+        for (var, value) in [
+            ("SWITCHYARD_HEADER_READ_TIMEOUT_MS", "300"),
+            ("SWITCHYARD_BODY_READ_TIMEOUT_MS", "400"),
+            ("SWITCHYARD_KEEPALIVE_IDLE_TIMEOUT_MS", "500"),
+            ("SWITCHYARD_MAX_CONNECTIONS", "2"),
+        ] {
+            l.env.insert(var.into(), value.into());
+        }
+        let s = resolve(&l).unwrap().settings;
+        assert_eq!(
+            (
+                s.header_read_timeout_ms,
+                s.body_read_timeout_ms,
+                s.keepalive_idle_timeout_ms,
+                s.max_connections
+            ),
+            (300, 400, 500, 2)
+        );
+        l.env
+            .insert("SWITCHYARD_MAX_CONNECTIONS".into(), "0".into());
+        assert_eq!(
+            resolve(&l).unwrap_err().to_string(),
+            "setting `server.max_connections` (from environment) must be an integer between 1 and 1000000, got \"0\""
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! the right status, and `Retry-After` where waiting helps (SPEC G5). Mapping has no side
 //! effects; the response carries the error code in its extensions for the request log.
 
+use crate::edge::BodyCut;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -31,7 +32,10 @@ where
             Err(JsonRejection::MissingJsonContentType(_)) => {
                 Err(ApiError::UnsupportedMediaType(String::new()))
             }
-            Err(rejection) => Err(ApiError::bad_request("invalid_json", rejection.body_text())),
+            Err(rejection) => Err(match BodyCut::find(&rejection) {
+                Some(cut) => cut.into(),
+                None => ApiError::bad_request("invalid_json", rejection.body_text()),
+            }),
         }
     }
 }
@@ -104,6 +108,10 @@ pub enum ApiError {
     AdminScopeMissing,
     #[error("request body exceeds the limit of {limit} bytes")]
     BodyTooLarge { limit: u64 },
+    /// The request body did not arrive in time, or the gateway began shutting down
+    /// before it had (the edge's body wrapper).
+    #[error("{0}")]
+    BodyCut(#[from] BodyCut),
     #[error("{message}")]
     BadRequest { code: &'static str, message: String },
     /// A malformed client request; `param` names the member at fault.
@@ -201,6 +209,14 @@ impl ApiError {
                 "invalid_request_error",
                 "request_too_large",
             ),
+            Self::BodyCut(BodyCut::Timeout { .. }) => (
+                S::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                "request_body_timeout",
+            ),
+            Self::BodyCut(BodyCut::Shutdown) => {
+                (S::SERVICE_UNAVAILABLE, "server_error", "gateway_shutdown")
+            }
             Self::BadRequest { code, .. } => (S::BAD_REQUEST, "invalid_request_error", code),
             Self::InvalidRequest { .. } => {
                 (S::BAD_REQUEST, "invalid_request_error", "invalid_request")
@@ -485,6 +501,28 @@ mod tests {
             let (s, _, c) = up(f).parts();
             assert_eq!((s.as_u16(), c), (status, code));
         }
+    }
+
+    #[test]
+    fn cut_bodies_map_to_408_and_503() {
+        let timeout = ApiError::from(BodyCut::Timeout { limit_ms: 300 });
+        assert_eq!(
+            (timeout.parts().0.as_u16(), timeout.body()),
+            (
+                408,
+                json!({"error": {
+                    "message": "the request body was not complete within 300 ms (server.body_read_timeout_ms)",
+                    "type": "invalid_request_error",
+                    "code": "request_body_timeout",
+                    "param": null,
+                }})
+            )
+        );
+        let shutdown = ApiError::from(BodyCut::Shutdown);
+        assert_eq!(
+            (shutdown.parts().0.as_u16(), shutdown.parts().2),
+            (503, "gateway_shutdown")
+        );
     }
 
     #[test]

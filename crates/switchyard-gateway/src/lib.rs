@@ -7,6 +7,7 @@ pub mod bootstrap;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod edge;
 pub mod error;
 pub mod gate;
 pub mod keys;

@@ -24,6 +24,9 @@ pub mod names {
     pub const GATE_QUEUE_DEPTH: &str = "switchyard_gate_queue_depth";
     pub const GATE_WAIT: &str = "switchyard_gate_wait_seconds";
     pub const GATE_REJECTIONS: &str = "switchyard_gate_rejections";
+    pub const CLIENT_CONNECTIONS: &str = "switchyard_client_connections";
+    pub const CLIENT_CONNECTIONS_REFUSED: &str = "switchyard_client_connections_refused";
+    pub const CLIENT_TIMEOUTS: &str = "switchyard_client_timeouts";
 }
 
 /// Label placeholder for requests that never resolved to a provider or model.
@@ -86,6 +89,23 @@ pub struct ConnectionLabels {
 pub struct RejectionLabels {
     pub connection: String,
     pub code: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TimeoutLabels {
+    /// `header`, `body` or `idle`.
+    pub phase: &'static str,
+}
+
+/// The edge's metrics (SPEC O5): open client connections, connections refused over
+/// `server.max_connections`, and client timeouts by phase.
+#[derive(Debug, Clone)]
+pub struct EdgeMetrics {
+    pub open: Gauge,
+    pub refused: Counter,
+    pub header_timeouts: Counter,
+    pub body_timeouts: Counter,
+    pub idle_timeouts: Counter,
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -159,6 +179,7 @@ pub struct Metrics {
     /// Cooldowns set and terminal states entered, by connection and reason.
     pub cooldowns: Family<CooldownLabels, Counter>,
     pub gates: GateMetrics,
+    pub edge: EdgeMetrics,
 }
 
 impl Default for Metrics {
@@ -183,6 +204,30 @@ impl Metrics {
             wait: Family::new_with_constructor(wait_histogram),
             rejections: Family::default(),
         };
+        let timeouts = Family::<TimeoutLabels, Counter>::default();
+        let timeout = |phase| timeouts.get_or_create(&TimeoutLabels { phase }).clone();
+        let edge = EdgeMetrics {
+            open: Gauge::default(),
+            refused: Counter::default(),
+            header_timeouts: timeout("header"),
+            body_timeouts: timeout("body"),
+            idle_timeouts: timeout("idle"),
+        };
+        registry.register(
+            names::CLIENT_CONNECTIONS,
+            "Client connections open",
+            edge.open.clone(),
+        );
+        registry.register(
+            names::CLIENT_CONNECTIONS_REFUSED,
+            "Client connections closed at once because server.max_connections were open",
+            edge.refused.clone(),
+        );
+        registry.register(
+            names::CLIENT_TIMEOUTS,
+            "Client connections drained for a late request head or idleness, and requests cut for a late body, by phase",
+            timeouts,
+        );
         registry.register(
             names::GATE_QUEUE_DEPTH,
             "Requests waiting for a connection's concurrency slots",
@@ -243,6 +288,7 @@ impl Metrics {
             breaker_transitions,
             cooldowns,
             gates,
+            edge,
         }
     }
 

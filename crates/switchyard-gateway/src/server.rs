@@ -3,7 +3,9 @@
 //! flushes the request log.
 
 use crate::admin;
+use crate::edge;
 use crate::error::{ApiError, ApiPath};
+use crate::metrics::EdgeMetrics;
 use crate::pipeline::{self, auth};
 use crate::state::AppState;
 use crate::state::Writers;
@@ -12,16 +14,15 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::Listener;
 use axum::{Json, Router};
+use prometheus_client::metrics::gauge::Gauge;
 use serde::Serialize;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::catalog::ApiKey;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -265,15 +266,19 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// then it makes the acceptor wait instead of queueing without limit.
 const HANDOFF_QUEUE: usize = 1024;
 
-/// Serves until `shutdown` resolves; then stops accepting, lets in-flight requests run
-/// for at most `server.shutdown_grace_ms`, and flushes the request log.
+/// Serves until `shutdown` resolves; then stops accepting, closes connections with
+/// nothing in flight (idle ones, and ones still sending a request head or body), lets
+/// in-flight requests run for at most `server.shutdown_grace_ms`, and flushes the
+/// request log.
 ///
 /// Requests are served by `server.io_threads` threads (one per core by default), each
 /// with its own single-threaded runtime: a request's tasks — client connection, handler,
 /// upstream connection — stay on one thread, with no cross-thread wake-ups on the request
 /// path. One acceptor deals new connections to the threads in turn, so load spreads
-/// evenly however few connections there are. Background work (acceptor, request-log
-/// writer, configuration watcher) stays on the caller's runtime.
+/// evenly however few connections there are; it closes new connections at once while
+/// `server.max_connections` are open. Each connection is served under the edge's
+/// timeouts ([`edge`]). Background work (acceptor, request-log writer, configuration
+/// watcher) stays on the caller's runtime.
 pub async fn run(
     listener: TcpListener,
     state: Arc<AppState>,
@@ -281,11 +286,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let watcher = tokio::spawn(watch_config(Arc::clone(&state)));
-    let threads = match state.snapshot().settings.io_threads {
+    let settings = state.snapshot().settings.clone();
+    let threads = match settings.io_threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => usize::try_from(n).unwrap_or(1),
     };
-    let local_addr = listener.local_addr()?;
+    let max_connections = usize::try_from(settings.max_connections)
+        .unwrap_or(Semaphore::MAX_PERMITS)
+        .min(Semaphore::MAX_PERMITS);
     let (stop_tx, stop_rx) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
     let mut workers = Vec::with_capacity(threads);
@@ -293,8 +301,8 @@ pub async fn run(
     for i in 0..threads {
         let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
         handoffs.push(tx);
-        let incoming = Handoff { rx, local_addr };
         let app = app(Arc::clone(&state));
+        let state = Arc::clone(&state);
         let (stop, abort) = (stop_rx.clone(), abort_rx.clone());
         workers.push(
             std::thread::Builder::new()
@@ -303,11 +311,17 @@ pub async fn run(
                     tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?
-                        .block_on(serve_io_thread(incoming, app, stop, abort))
+                        .block_on(serve_io_thread(rx, app, state, stop, abort));
+                    Ok(())
                 })?,
         );
     }
-    let acceptor = tokio::spawn(accept_loop(listener, handoffs, stop_rx.clone()));
+    let acceptor = tokio::spawn(accept_loop(
+        listener,
+        handoffs,
+        Slots::new(max_connections, state.metrics.edge.clone()),
+        stop_rx.clone(),
+    ));
     shutdown.await;
     stop_tx.send_replace(true);
     let _ = acceptor.await;
@@ -343,14 +357,75 @@ pub async fn run(
     result.map_err(std::io::Error::other)?.map(|_| ())
 }
 
+/// The places under `server.max_connections`.
+struct Slots {
+    free: Arc<Semaphore>,
+    max: usize,
+    metrics: EdgeMetrics,
+}
+
+impl Slots {
+    fn new(max: usize, metrics: EdgeMetrics) -> Self {
+        Self {
+            free: Arc::new(Semaphore::new(max)),
+            max,
+            metrics,
+        }
+    }
+
+    /// A place for a new connection, or `None` (counted) when all are taken.
+    fn take(&self) -> Option<Slot> {
+        match Arc::clone(&self.free).try_acquire_owned() {
+            Ok(permit) => {
+                self.metrics.open.inc();
+                Some(Slot {
+                    _permit: permit,
+                    open: self.metrics.open.clone(),
+                })
+            }
+            Err(_) => {
+                self.metrics.refused.inc();
+                None
+            }
+        }
+    }
+
+    /// Whether a tenth of the places are free again: ends a run of refusals for the log.
+    fn recovered(&self) -> bool {
+        self.free.available_permits().saturating_mul(10) >= self.max
+    }
+}
+
+/// One connection's place under `server.max_connections`, held while it is open.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    open: Gauge,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
+/// A connection on its way to an I/O thread, with its place.
+struct Accepted {
+    stream: std::net::TcpStream,
+    slot: Slot,
+}
+
 /// Accepts connections and deals them to the I/O threads in turn until stopped; then
-/// closes the listening socket.
+/// closes the listening socket. While every place is taken, a new connection is closed
+/// at once: it fails fast for the client (a load balancer tries another instance)
+/// instead of waiting unserved, with no deadline, in the listen backlog.
 async fn accept_loop(
     listener: TcpListener,
-    handoffs: Vec<mpsc::Sender<std::net::TcpStream>>,
+    handoffs: Vec<mpsc::Sender<Accepted>>,
+    slots: Slots,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut next = 0usize;
+    let mut refusing = false;
     loop {
         let stream = tokio::select! {
             r = listener.accept() => match r {
@@ -363,7 +438,18 @@ async fn accept_loop(
             },
             () = stopped(&mut stop) => return,
         };
-        let std_stream = match stream.into_std() {
+        let Some(slot) = slots.take() else {
+            if !refusing {
+                tracing::warn!(
+                    max_connections = slots.max,
+                    "Client connection limit reached: closing new connections until some close."
+                );
+                refusing = true;
+            }
+            continue;
+        };
+        refusing = refusing && !slots.recovered();
+        let stream = match stream.into_std() {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "Failed to hand a connection to an I/O thread.");
@@ -371,71 +457,74 @@ async fn accept_loop(
             }
         };
         if let Some(tx) = handoffs.get(next % handoffs.len()) {
-            let _ = tx.send(std_stream).await;
+            let _ = tx.send(Accepted { stream, slot }).await;
         }
         next = next.wrapping_add(1);
     }
 }
 
-/// The connections dealt to one I/O thread, as an axum listener.
-struct Handoff {
-    rx: mpsc::Receiver<std::net::TcpStream>,
-    local_addr: SocketAddr,
-}
-
-impl Listener for Handoff {
-    type Io = tokio::net::TcpStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let Some(std_stream) = self.rx.recv().await else {
-                // The acceptor is gone (shutting down): no more connections will come.
-                std::future::pending::<()>().await;
-                continue;
-            };
-            let stream = match tokio::net::TcpStream::from_std(std_stream) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "Failed to adopt a handed-off connection.");
-                    continue;
-                }
-            };
-            // No Nagle delay: stream frames are small writes that must leave at once.
-            if let Err(e) = stream.set_nodelay(true) {
-                tracing::debug!(error = %e, "Could not set TCP_NODELAY on a client connection.");
-            }
-            match stream.peer_addr() {
-                Ok(addr) => return (stream, addr),
-                Err(e) => tracing::debug!(error = %e, "A connection closed before it was served."),
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local_addr)
-    }
-}
-
-/// One I/O thread: serves the connections dealt to it until stopped (graceful) or
-/// aborted (grace period over).
+/// One I/O thread: serves the connections dealt to it, each in its own task, until
+/// stopped — then waits for its connections to finish (each closes once nothing is in
+/// flight) — or aborted (grace period over: the runtime drops what is left).
 async fn serve_io_thread(
-    incoming: Handoff,
+    incoming: mpsc::Receiver<Accepted>,
     app: Router,
-    mut stop: watch::Receiver<bool>,
+    state: Arc<AppState>,
+    stop: watch::Receiver<bool>,
     mut abort: watch::Receiver<bool>,
-) -> std::io::Result<()> {
-    let server = axum::serve(incoming, app).with_graceful_shutdown(async move {
-        stopped(&mut stop).await;
-    });
+) {
     tokio::select! {
-        r = server => r,
-        () = stopped(&mut abort) => Ok(()),
+        () = serve_connections(incoming, app, state, stop) => {}
+        () = stopped(&mut abort) => {}
     }
+}
+
+async fn serve_connections(
+    mut incoming: mpsc::Receiver<Accepted>,
+    app: Router,
+    state: Arc<AppState>,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Every connection task holds a receiver; the sender sees them all gone.
+    let (open, _) = watch::channel(());
+    loop {
+        let accepted = tokio::select! {
+            a = incoming.recv() => a,
+            () = stopped(&mut stop) => None,
+        };
+        let Some(Accepted { stream, slot }) = accepted else {
+            break;
+        };
+        let stream = match tokio::net::TcpStream::from_std(stream) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "Failed to adopt a handed-off connection.");
+                continue;
+            }
+        };
+        // No Nagle delay: stream frames are small writes that must leave at once.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "Could not set TCP_NODELAY on a client connection.");
+        }
+        let limits = edge::Limits::from_settings(&state.snapshot().settings);
+        let (app, metrics, stop, held) = (
+            app.clone(),
+            state.metrics.edge.clone(),
+            stop.clone(),
+            open.subscribe(),
+        );
+        tokio::spawn(async move {
+            edge::serve(stream, app, limits, metrics, stop).await;
+            drop((slot, held));
+        });
+    }
+    // Connections handed over but not yet picked up are closed.
+    drop(incoming);
+    open.closed().await;
 }
 
 /// Resolves once the flag is set (or its sender is gone).
-async fn stopped(flag: &mut watch::Receiver<bool>) {
+pub(crate) async fn stopped(flag: &mut watch::Receiver<bool>) {
     let _ = flag.wait_for(|v| *v).await;
 }
 

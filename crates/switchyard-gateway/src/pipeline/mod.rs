@@ -118,10 +118,13 @@ async fn read_body(body: Body, limit: u64) -> Result<Bytes, ApiError> {
     match Limited::new(body, limit_usize).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<LengthLimitError>() => Err(ApiError::BodyTooLarge { limit }),
-        Err(e) => Err(ApiError::bad_request(
-            "invalid_body",
-            format!("could not read the request body: {e}"),
-        )),
+        Err(e) => Err(match crate::edge::BodyCut::find(&*e) {
+            Some(cut) => cut.into(),
+            None => ApiError::bad_request(
+                "invalid_body",
+                format!("could not read the request body: {e}"),
+            ),
+        }),
     }
 }
 

@@ -12,6 +12,7 @@ mod chat;
 mod combo_wait;
 mod common;
 mod concurrency;
+mod edge;
 mod failover;
 mod lifecycle;
 mod python;

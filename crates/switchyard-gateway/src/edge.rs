@@ -1,0 +1,398 @@
+//! The edge (SPEC O5): serving one client connection under the timeouts that keep slow
+//! or silent clients from holding resources, and the deadline of every request body.
+//!
+//! Each connection keeps a [`ClientConn`] (switchyard-core) that says which deadline it
+//! is under — request head, keep-alive idle, or none while a request is in flight — fed
+//! by the socket's reads ([`Tracked`]), the requests the connection starts and the
+//! responses it finishes ([`Finished`]). A watchdog in the connection's task arms the one
+//! timer the state asks for. hyper's own HTTP/1 header-read timeout is not used: in
+//! hyper 1.x it starts again when a kept-alive connection goes idle, so it cannot tell a
+//! connection waiting for its next request from one stuck in the middle of a head; and
+//! hyper's graceful shutdown waits for a first head that has begun to arrive. The
+//! watchdog handles both.
+//!
+//! Every request body is wrapped in a [`TimedBody`], so every route is covered: the
+//! whole body must arrive within `server.body_read_timeout_ms` of the request head — a
+//! deadline, not a gap between frames, because a gap lets a client drip one byte per
+//! gap and hold the request forever. A late body fails with [`BodyCut::Timeout`]
+//! (408 `request_body_timeout`), and an HTTP/1 connection it came on is closed after the
+//! answer (the rest of that body would otherwise have to be read first). When the
+//! gateway shuts down, a body still arriving fails at once with [`BodyCut::Shutdown`]
+//! (503 `gateway_shutdown`), so half-sent bodies do not hold the exit for the grace
+//! period, while requests whose bodies are in keep being served.
+
+use crate::metrics::EdgeMetrics;
+use crate::sync::lock;
+use axum::body::Body;
+use axum::Router;
+use bytes::Bytes;
+use http::{Request, Response, Version};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use prometheus_client::metrics::counter::Counter;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use switchyard_core::client_conn::{self, ClientConn, Deadline, Expiry};
+use switchyard_core::settings::Settings;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, Notify};
+use tower::ServiceExt;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long a draining connection with nothing in flight may take to close on its own —
+/// hyper closes HTTP/1 once the last response is flushed, HTTP/2 after its GOAWAY
+/// exchange — before it is dropped. A second is plenty to flush to a live client; a
+/// client that does not read cannot hold a connection longer than that.
+const DRAIN_LINGER_MS: u64 = 1_000;
+
+/// Why a request body stopped before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BodyCut {
+    #[error(
+        "the request body was not complete within {limit_ms} ms (server.body_read_timeout_ms)"
+    )]
+    Timeout { limit_ms: u64 },
+    #[error("the gateway is shutting down and the request body was not complete; retry")]
+    Shutdown,
+}
+
+impl BodyCut {
+    /// The cut behind a body-read error, however many layers (axum, `Limited`, an
+    /// extractor's rejection) wrap it.
+    pub fn find(error: &(dyn std::error::Error + 'static)) -> Option<Self> {
+        let mut next = Some(error);
+        while let Some(e) = next {
+            if let Some(cut) = e.downcast_ref::<Self>() {
+                return Some(*cut);
+            }
+            next = e.source();
+        }
+        None
+    }
+}
+
+/// The edge's timeouts, read from the settings when a connection is accepted.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    conn: client_conn::Limits,
+    body_read_ms: u64,
+}
+
+impl Limits {
+    pub fn from_settings(s: &Settings) -> Self {
+        Self {
+            conn: client_conn::Limits {
+                header_read_ms: s.header_read_timeout_ms,
+                keepalive_idle_ms: s.keepalive_idle_timeout_ms,
+                drain_linger_ms: DRAIN_LINGER_MS,
+            },
+            body_read_ms: s.body_read_timeout_ms,
+        }
+    }
+}
+
+/// What one connection's socket, requests and watchdog share. Everything of a
+/// connection runs on one I/O thread, so the lock is never contended.
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<ClientConn>,
+    /// Woken when the deadline may have moved.
+    changed: Notify,
+    /// Set when the gateway starts shutting down: cuts bodies still arriving.
+    stopping: watch::Sender<bool>,
+    body_timeouts: Counter,
+}
+
+impl Shared {
+    fn update(&self, f: impl FnOnce(&mut ClientConn)) {
+        let changed = {
+            let mut state = lock(&self.state);
+            let before = state.epoch();
+            f(&mut state);
+            state.epoch() != before
+        };
+        if changed {
+            self.changed.notify_one();
+        }
+    }
+}
+
+/// Serves one client connection (HTTP/1.1, or HTTP/2 with prior knowledge) until it
+/// closes, its deadline passes, or — once `stop` is set — its requests in flight are
+/// done. Connections with nothing in flight close at once on `stop`.
+pub async fn serve(
+    stream: TcpStream,
+    app: Router,
+    limits: Limits,
+    metrics: EdgeMetrics,
+    mut stop: watch::Receiver<bool>,
+) {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(ClientConn::new()),
+        changed: Notify::new(),
+        stopping: watch::Sender::new(false),
+        body_timeouts: metrics.body_timeouts.clone(),
+    });
+    let io = TokioIo::new(Tracked {
+        io: stream,
+        shared: Arc::clone(&shared),
+    });
+    let service = ConnService {
+        app,
+        shared: Arc::clone(&shared),
+        body_read_ms: limits.body_read_ms,
+    };
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    let mut shutdown_begun = false;
+    loop {
+        let (epoch, deadline, draining) = {
+            let state = lock(&shared.state);
+            (
+                state.epoch(),
+                state.deadline(&limits.conn),
+                state.is_draining(),
+            )
+        };
+        if draining && !shutdown_begun {
+            conn.as_mut().graceful_shutdown();
+            shutdown_begun = true;
+        }
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "A client connection ended with an error.");
+                }
+                return;
+            }
+            () = crate::server::stopped(&mut stop), if !draining => {
+                shared.stopping.send_replace(true);
+                shared.update(ClientConn::drain);
+            }
+            () = shared.changed.notified() => {}
+            expiry = sleep_until_due(deadline) => {
+                if lock(&shared.state).epoch() != epoch {
+                    continue;
+                }
+                match expiry {
+                    Expiry::Drained => return,
+                    Expiry::HeaderRead => metrics.header_timeouts.inc(),
+                    Expiry::KeepAliveIdle => metrics.idle_timeouts.inc(),
+                };
+                shared.update(ClientConn::drain);
+            }
+        }
+    }
+}
+
+/// Resolves when the deadline passes; never without one.
+async fn sleep_until_due(deadline: Option<Deadline>) -> Expiry {
+    match deadline {
+        Some(d) => {
+            tokio::time::sleep(Duration::from_millis(d.after_ms)).await;
+            d.expiry
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The client socket, reporting received bytes to the connection's state.
+struct Tracked {
+    io: TcpStream,
+    shared: Arc<Shared>,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.shared.update(ClientConn::bytes_received);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// The application as the connection's hyper service: each request counts as in flight
+/// from its head until its response body is done or dropped, and its body is timed.
+#[derive(Clone)]
+struct ConnService {
+    app: Router,
+    shared: Arc<Shared>,
+    body_read_ms: u64,
+}
+
+impl hyper::service::Service<Request<Incoming>> for ConnService {
+    type Response = Response<Finished>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Finished>, Infallible>> + Send>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let multiplexed = request.version() == Version::HTTP_2;
+        self.shared.update(|c| c.request_started(multiplexed));
+        let in_flight = InFlight(Arc::clone(&self.shared));
+        let request = request.map(|body| self.timed(body, multiplexed));
+        let response = self.app.clone().oneshot(request);
+        Box::pin(async move {
+            let response = response.await?;
+            Ok(response.map(|body| Finished {
+                body,
+                _in_flight: in_flight,
+            }))
+        })
+    }
+}
+
+impl ConnService {
+    /// The request body under its deadline (an empty body needs none).
+    fn timed(&self, body: Incoming, multiplexed: bool) -> Body {
+        if body.is_end_stream() {
+            return Body::new(body);
+        }
+        let limit_ms = self.body_read_ms;
+        let late = tokio::time::sleep(Duration::from_millis(limit_ms));
+        let mut stopping = self.shared.stopping.subscribe();
+        let cut = Box::pin(async move {
+            tokio::select! {
+                () = late => BodyCut::Timeout { limit_ms },
+                _ = stopping.wait_for(|s| *s) => BodyCut::Shutdown,
+            }
+        });
+        Body::new(TimedBody {
+            inner: body,
+            cut: Some(cut),
+            shared: Arc::clone(&self.shared),
+            multiplexed,
+        })
+    }
+}
+
+/// A request body that fails with a [`BodyCut`] when it is late or the gateway shuts
+/// down before its end.
+struct TimedBody {
+    inner: Incoming,
+    /// Resolves when the body must be cut; `None` once the body ended or was cut.
+    cut: Option<Pin<Box<dyn Future<Output = BodyCut> + Send>>>,
+    shared: Arc<Shared>,
+    multiplexed: bool,
+}
+
+impl HttpBody for TimedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let Some(cut) = this.cut.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Poll::Ready(reason) = cut.as_mut().poll(cx) {
+            this.cut = None;
+            if let BodyCut::Timeout { .. } = reason {
+                this.shared.body_timeouts.inc();
+                if !this.multiplexed {
+                    // The rest of the body is still on its way: the connection cannot
+                    // carry another request, so it closes after the answer.
+                    this.shared.update(ClientConn::drain);
+                }
+            }
+            return Poll::Ready(Some(Err(Box::new(reason))));
+        }
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || this.inner.is_end_stream() {
+            this.cut = None;
+        }
+        polled.map(|frame| frame.map(|f| f.map_err(BoxError::from)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.cut.is_none() || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Counts a request as in flight on its connection until dropped.
+struct InFlight(Arc<Shared>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.update(ClientConn::request_finished);
+    }
+}
+
+/// A response body that keeps its request in flight until it is done or dropped, so a
+/// stream counts as busy to its end.
+struct Finished {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl HttpBody for Finished {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
