@@ -325,3 +325,51 @@ async fn shutdown_closes_half_sent_requests_at_once_and_serves_the_rest() {
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
     assert_eq!(text.matches("data: ").count(), 13);
 }
+
+#[tokio::test]
+async fn h2c_requests_are_served_and_a_late_h2_body_gets_408() {
+    use futures_util::StreamExt;
+    let h = Harness::start_with(
+        standard_config,
+        &[("SWITCHYARD_BODY_READ_TIMEOUT_MS", "300")],
+    )
+    .await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let chat = || {
+        h2.post(h.url("/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .header("content-type", "application/json")
+    };
+    let r = chat()
+        .json(&chat_body("alpha/mock-small", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.version(), r.status().as_u16()), (reqwest::Version::HTTP_2, 200));
+
+    let stalled = futures_util::stream::once(async {
+        Ok::<_, std::io::Error>(bytes::Bytes::from_static(br#"{"model":"#))
+    })
+    .chain(futures_util::stream::pending());
+    let r = chat()
+        .body(reqwest::Body::wrap_stream(stalled))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 408);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        json!("request_body_timeout")
+    );
+
+    let r = chat()
+        .json(&chat_body("alpha/mock-small", true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((r.version(), r.status().as_u16()), (reqwest::Version::HTTP_2, 200));
+    assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));
+}
