@@ -20,8 +20,9 @@
 //! linger to flush and close on its own, after which it is dropped — at once when it has
 //! never served a request (a half-sent first head has nothing to flush).
 //!
-//! Every change that moves the deadline bumps [`ClientConn::epoch`], so the server can
-//! tell whether a timer it armed still refers to the current phase.
+//! Times are milliseconds on any monotonic clock the caller chooses (the server counts
+//! from the connection's accept); deadlines are absolute on that clock, so a caller may
+//! look at them late, or often, and still see the right one.
 
 /// What a client connection is waiting for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,11 +43,11 @@ pub enum Expiry {
     Drained,
 }
 
-/// The deadline a connection is under, counted from the change that set it.
+/// The deadline a connection is under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline {
     pub expiry: Expiry,
-    pub after_ms: u64,
+    pub at_ms: u64,
 }
 
 /// The connection timeouts, in milliseconds.
@@ -68,25 +69,20 @@ pub struct ClientConn {
     served_any: bool,
     multiplexed: bool,
     draining: bool,
-    epoch: u64,
-}
-
-impl Default for ClientConn {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// When the current phase (or the drain, if later) began.
+    since_ms: u64,
 }
 
 impl ClientConn {
-    /// A connection just accepted: waiting for its first request head.
-    pub fn new() -> Self {
+    /// A connection accepted at `now_ms`: waiting for its first request head.
+    pub fn new(now_ms: u64) -> Self {
         Self {
             in_flight: 0,
             reading_head: true,
             served_any: false,
             multiplexed: false,
             draining: false,
-            epoch: 0,
+            since_ms: now_ms,
         }
     }
 
@@ -100,52 +96,46 @@ impl ClientConn {
         }
     }
 
-    /// Changes each time the deadline may have moved.
-    pub fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
     pub fn is_draining(&self) -> bool {
         self.draining
     }
 
     /// Bytes arrived from the client.
-    pub fn bytes_received(&mut self) {
+    pub fn bytes_received(&mut self, now_ms: u64) {
         if self.phase() == Phase::Idle && !self.multiplexed {
             self.reading_head = true;
-            self.bump();
+            self.since_ms = now_ms;
         }
     }
 
     /// A request head was complete and its handling starts; `multiplexed` when the
     /// connection speaks HTTP/2.
-    pub fn request_started(&mut self, multiplexed: bool) {
-        let was_busy = self.in_flight > 0;
+    pub fn request_started(&mut self, multiplexed: bool, now_ms: u64) {
+        if self.in_flight == 0 {
+            self.since_ms = now_ms;
+        }
         self.in_flight = self.in_flight.saturating_add(1);
         self.reading_head = false;
         self.served_any = true;
         self.multiplexed |= multiplexed;
-        if !was_busy {
-            self.bump();
-        }
     }
 
     /// A request's response was sent (or abandoned).
-    pub fn request_finished(&mut self) {
+    pub fn request_finished(&mut self, now_ms: u64) {
         if self.in_flight == 0 {
             return;
         }
         self.in_flight -= 1;
         if self.in_flight == 0 {
-            self.bump();
+            self.since_ms = now_ms;
         }
     }
 
     /// Take no new request; close once nothing is in flight.
-    pub fn drain(&mut self) {
+    pub fn drain(&mut self, now_ms: u64) {
         if !self.draining {
             self.draining = true;
-            self.bump();
+            self.since_ms = now_ms;
         }
     }
 
@@ -158,11 +148,10 @@ impl ClientConn {
             (Phase::Head, false) => (Expiry::HeaderRead, limits.header_read_ms),
             (Phase::Idle, false) => (Expiry::KeepAliveIdle, limits.keepalive_idle_ms),
         };
-        Some(Deadline { expiry, after_ms })
-    }
-
-    fn bump(&mut self) {
-        self.epoch = self.epoch.wrapping_add(1);
+        Some(Deadline {
+            expiry,
+            at_ms: self.since_ms.saturating_add(after_ms),
+        })
     }
 }
 
@@ -177,83 +166,86 @@ mod tests {
     };
 
     fn deadline(c: &ClientConn) -> Option<(Expiry, u64)> {
-        c.deadline(&LIMITS).map(|d| (d.expiry, d.after_ms))
+        c.deadline(&LIMITS).map(|d| (d.expiry, d.at_ms))
     }
 
     #[test]
     fn a_new_connection_is_under_the_header_deadline_until_its_first_request() {
-        let mut c = ClientConn::new();
+        let mut c = ClientConn::new(100);
         assert_eq!(c.phase(), Phase::Head);
-        assert_eq!(deadline(&c), Some((Expiry::HeaderRead, 10_000)));
-        c.bytes_received();
-        assert_eq!((c.phase(), c.epoch()), (Phase::Head, 0));
-        c.request_started(false);
-        assert_eq!((c.phase(), c.epoch()), (Phase::Busy, 1));
-        assert_eq!(deadline(&c), None);
+        assert_eq!(deadline(&c), Some((Expiry::HeaderRead, 10_100)));
+        c.bytes_received(5_000);
+        assert_eq!(deadline(&c), Some((Expiry::HeaderRead, 10_100)));
+        c.request_started(false, 6_000);
+        assert_eq!((c.phase(), deadline(&c)), (Phase::Busy, None));
     }
 
     #[test]
     fn an_http1_connection_alternates_idle_head_and_busy() {
-        let mut c = ClientConn::new();
-        c.request_started(false);
-        c.bytes_received();
+        let mut c = ClientConn::new(0);
+        c.request_started(false, 10);
+        c.bytes_received(20);
         assert_eq!(c.phase(), Phase::Busy, "body bytes do not start a head");
-        c.request_finished();
-        assert_eq!((c.phase(), c.epoch()), (Phase::Idle, 2));
-        assert_eq!(deadline(&c), Some((Expiry::KeepAliveIdle, 75_000)));
-        c.bytes_received();
-        assert_eq!((c.phase(), c.epoch()), (Phase::Head, 3));
-        assert_eq!(deadline(&c), Some((Expiry::HeaderRead, 10_000)));
-        c.bytes_received();
-        assert_eq!(c.epoch(), 3, "more head bytes do not restart the deadline");
-        c.request_started(false);
-        assert_eq!((c.phase(), c.epoch()), (Phase::Busy, 4));
+        c.request_finished(1_000);
+        assert_eq!(c.phase(), Phase::Idle);
+        assert_eq!(deadline(&c), Some((Expiry::KeepAliveIdle, 76_000)));
+        c.bytes_received(30_000);
+        assert_eq!(c.phase(), Phase::Head);
+        assert_eq!(deadline(&c), Some((Expiry::HeaderRead, 40_000)));
+        c.bytes_received(35_000);
+        assert_eq!(
+            deadline(&c),
+            Some((Expiry::HeaderRead, 40_000)),
+            "more head bytes do not move the deadline"
+        );
+        c.request_started(false, 36_000);
+        assert_eq!((c.phase(), deadline(&c)), (Phase::Busy, None));
     }
 
     #[test]
     fn a_multiplexed_connection_stays_idle_when_frames_arrive_between_requests() {
-        let mut c = ClientConn::new();
-        c.request_started(true);
-        c.request_started(true);
-        c.request_finished();
-        assert_eq!((c.phase(), c.epoch()), (Phase::Busy, 1));
-        c.request_finished();
-        c.bytes_received();
-        assert_eq!((c.phase(), c.epoch()), (Phase::Idle, 2));
+        let mut c = ClientConn::new(0);
+        c.request_started(true, 10);
+        c.request_started(true, 20);
+        c.request_finished(30);
+        assert_eq!(c.phase(), Phase::Busy);
+        c.request_finished(40);
+        c.bytes_received(50);
+        assert_eq!(c.phase(), Phase::Idle);
+        assert_eq!(deadline(&c), Some((Expiry::KeepAliveIdle, 75_040)));
     }
 
     #[test]
     fn draining_lingers_when_idle_and_closes_a_first_head_at_once() {
-        let mut fresh = ClientConn::new();
-        fresh.drain();
-        assert_eq!(fresh.epoch(), 1);
-        assert_eq!(deadline(&fresh), Some((Expiry::Drained, 0)));
-        fresh.drain();
-        assert_eq!(fresh.epoch(), 1);
+        let mut fresh = ClientConn::new(0);
+        fresh.drain(500);
+        assert_eq!(deadline(&fresh), Some((Expiry::Drained, 500)));
+        fresh.drain(900);
+        assert_eq!(deadline(&fresh), Some((Expiry::Drained, 500)));
 
-        let mut busy = ClientConn::new();
-        busy.request_started(false);
-        busy.drain();
+        let mut busy = ClientConn::new(0);
+        busy.request_started(false, 10);
+        busy.drain(20);
         assert_eq!(
             deadline(&busy),
             None,
             "requests in flight are served to the end"
         );
-        busy.request_finished();
-        assert_eq!(deadline(&busy), Some((Expiry::Drained, 1_000)));
+        busy.request_finished(5_000);
+        assert_eq!(deadline(&busy), Some((Expiry::Drained, 6_000)));
 
-        let mut next_head = ClientConn::new();
-        next_head.request_started(false);
-        next_head.request_finished();
-        next_head.bytes_received();
-        next_head.drain();
-        assert_eq!(deadline(&next_head), Some((Expiry::Drained, 1_000)));
+        let mut next_head = ClientConn::new(0);
+        next_head.request_started(false, 10);
+        next_head.request_finished(20);
+        next_head.bytes_received(30);
+        next_head.drain(40);
+        assert_eq!(deadline(&next_head), Some((Expiry::Drained, 1_040)));
     }
 
     #[test]
     fn finishing_more_requests_than_started_changes_nothing() {
-        let mut c = ClientConn::new();
-        c.request_finished();
-        assert_eq!(c, ClientConn::new());
+        let mut c = ClientConn::new(0);
+        c.request_finished(10);
+        assert_eq!(c, ClientConn::new(0));
     }
 }

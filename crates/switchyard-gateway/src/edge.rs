@@ -4,8 +4,8 @@
 //! Each connection keeps a [`ClientConn`] (switchyard-core) that says which deadline it
 //! is under — request head, keep-alive idle, or none while a request is in flight — fed
 //! by the socket's reads ([`Tracked`]), the requests the connection starts and the
-//! responses it finishes ([`Finished`]). A watchdog in the connection's task arms the one
-//! timer the state asks for. hyper's own HTTP/1 header-read timeout is not used: in
+//! responses it finishes ([`Finished`]). A watchdog in the connection's task wakes at
+//! the deadline the state gives. hyper's own HTTP/1 header-read timeout is not used: in
 //! hyper 1.x it starts again when a kept-alive connection goes idle, so it cannot tell a
 //! connection waiting for its next request from one stuck in the middle of a head; and
 //! hyper's graceful shutdown waits for a first head that has begun to arrive. The
@@ -21,6 +21,7 @@
 //! (503 `gateway_shutdown`), so half-sent bodies do not hold the exit for the grace
 //! period, while requests whose bodies are in keep being served.
 
+use crate::clock::Stopwatch;
 use crate::metrics::EdgeMetrics;
 use crate::sync::lock;
 use axum::body::Body;
@@ -38,7 +39,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use switchyard_core::client_conn::{self, ClientConn, Deadline, Expiry};
+use switchyard_core::client_conn::{self, ClientConn, Expiry};
 use switchyard_core::settings::Settings;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -104,30 +105,29 @@ impl Limits {
 #[derive(Debug)]
 struct Shared {
     state: Mutex<ClientConn>,
-    /// Woken when the deadline may have moved.
-    changed: Notify,
+    /// The connection's clock: milliseconds since it was accepted.
+    accepted: Stopwatch,
+    /// Wakes the watchdog when the connection must drain now (a late HTTP/1 body).
+    drain_now: Notify,
     /// Set when the gateway starts shutting down: cuts bodies still arriving.
     stopping: watch::Sender<bool>,
     body_timeouts: Counter,
 }
 
 impl Shared {
-    fn update(&self, f: impl FnOnce(&mut ClientConn)) {
-        let changed = {
-            let mut state = lock(&self.state);
-            let before = state.epoch();
-            f(&mut state);
-            state.epoch() != before
-        };
-        if changed {
-            self.changed.notify_one();
-        }
+    fn update(&self, f: impl FnOnce(&mut ClientConn, u64)) {
+        f(&mut lock(&self.state), self.accepted.elapsed_ms());
     }
 }
 
 /// Serves one client connection (HTTP/1.1, or HTTP/2 with prior knowledge) until it
 /// closes, its deadline passes, or — once `stop` is set — its requests in flight are
 /// done. Connections with nothing in flight close at once on `stop`.
+///
+/// The watchdog wakes at the connection's deadline, and at the latest after
+/// [`recheck`]: events on the request path (bytes, requests starting and finishing)
+/// only update the state, without waking anything, and the next look comes no later
+/// than any deadline they set. Only a drain wakes it at once.
 pub async fn serve(
     stream: TcpStream,
     app: Router,
@@ -135,9 +135,11 @@ pub async fn serve(
     metrics: EdgeMetrics,
     mut stop: watch::Receiver<bool>,
 ) {
+    let accepted = Stopwatch::start();
     let shared = Arc::new(Shared {
-        state: Mutex::new(ClientConn::new()),
-        changed: Notify::new(),
+        state: Mutex::new(ClientConn::new(accepted.elapsed_ms())),
+        accepted,
+        drain_now: Notify::new(),
         stopping: watch::Sender::new(false),
         body_timeouts: metrics.body_timeouts.clone(),
     });
@@ -153,20 +155,31 @@ pub async fn serve(
     let builder = auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
-    let mut shutdown_begun = false;
+    let (mut shutdown_begun, mut stop_seen) = (false, false);
     loop {
-        let (epoch, deadline, draining) = {
+        let now = shared.accepted.elapsed_ms();
+        let (deadline, draining) = {
             let state = lock(&shared.state);
-            (
-                state.epoch(),
-                state.deadline(&limits.conn),
-                state.is_draining(),
-            )
+            (state.deadline(&limits.conn), state.is_draining())
         };
         if draining && !shutdown_begun {
             conn.as_mut().graceful_shutdown();
             shutdown_begun = true;
         }
+        let recheck_ms = recheck(&limits.conn, draining);
+        let wake_in_ms = match deadline {
+            Some(d) if d.at_ms <= now => {
+                match d.expiry {
+                    Expiry::Drained => return,
+                    Expiry::HeaderRead => metrics.header_timeouts.inc(),
+                    Expiry::KeepAliveIdle => metrics.idle_timeouts.inc(),
+                };
+                shared.update(ClientConn::drain);
+                continue;
+            }
+            Some(d) => (d.at_ms - now).min(recheck_ms),
+            None => recheck_ms,
+        };
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(e) = result {
@@ -174,34 +187,25 @@ pub async fn serve(
                 }
                 return;
             }
-            () = crate::server::stopped(&mut stop), if !draining => {
+            () = crate::server::stopped(&mut stop), if !stop_seen => {
+                stop_seen = true;
                 shared.stopping.send_replace(true);
                 shared.update(ClientConn::drain);
             }
-            () = shared.changed.notified() => {}
-            expiry = sleep_until_due(deadline) => {
-                if lock(&shared.state).epoch() != epoch {
-                    continue;
-                }
-                match expiry {
-                    Expiry::Drained => return,
-                    Expiry::HeaderRead => metrics.header_timeouts.inc(),
-                    Expiry::KeepAliveIdle => metrics.idle_timeouts.inc(),
-                };
-                shared.update(ClientConn::drain);
-            }
+            () = shared.drain_now.notified() => {}
+            () = tokio::time::sleep(Duration::from_millis(wake_in_ms)) => {}
         }
     }
 }
 
-/// Resolves when the deadline passes; never without one.
-async fn sleep_until_due(deadline: Option<Deadline>) -> Expiry {
-    match deadline {
-        Some(d) => {
-            tokio::time::sleep(Duration::from_millis(d.after_ms)).await;
-            d.expiry
-        }
-        None => std::future::pending().await,
+/// The longest the watchdog sleeps without looking: the shortest timeout a phase that
+/// begins while it sleeps can have, so that phase is looked at before its deadline.
+fn recheck(limits: &client_conn::Limits, draining: bool) -> u64 {
+    let phases = limits.header_read_ms.min(limits.keepalive_idle_ms);
+    if draining {
+        phases.min(limits.drain_linger_ms).max(1)
+    } else {
+        phases.max(1)
     }
 }
 
@@ -273,7 +277,8 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let multiplexed = request.version() == Version::HTTP_2;
-        self.shared.update(|c| c.request_started(multiplexed));
+        self.shared
+            .update(|c, now| c.request_started(multiplexed, now));
         let in_flight = InFlight(Arc::clone(&self.shared));
         let request = request.map(|body| self.timed(body, multiplexed));
         let response = self.app.clone().oneshot(request);
@@ -341,6 +346,7 @@ impl HttpBody for TimedBody {
                     // The rest of the body is still on its way: the connection cannot
                     // carry another request, so it closes after the answer.
                     this.shared.update(ClientConn::drain);
+                    this.shared.drain_now.notify_one();
                 }
             }
             return Poll::Ready(Some(Err(Box::new(reason))));

@@ -348,7 +348,10 @@ async fn h2c_requests_are_served_and_a_late_h2_body_gets_408() {
         .send()
         .await
         .unwrap();
-    assert_eq!((r.version(), r.status().as_u16()), (reqwest::Version::HTTP_2, 200));
+    assert_eq!(
+        (r.version(), r.status().as_u16()),
+        (reqwest::Version::HTTP_2, 200)
+    );
 
     let stalled = futures_util::stream::once(async {
         Ok::<_, std::io::Error>(bytes::Bytes::from_static(br#"{"model":"#))
@@ -370,6 +373,9 @@ async fn h2c_requests_are_served_and_a_late_h2_body_gets_408() {
         .send()
         .await
         .unwrap();
-    assert_eq!((r.version(), r.status().as_u16()), (reqwest::Version::HTTP_2, 200));
+    assert_eq!(
+        (r.version(), r.status().as_u16()),
+        (reqwest::Version::HTTP_2, 200)
+    );
     assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));
 }
