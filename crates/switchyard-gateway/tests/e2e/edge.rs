@@ -129,6 +129,43 @@ async fn a_partial_request_head_is_closed_after_the_header_timeout() {
 }
 
 #[tokio::test]
+async fn a_partial_next_head_on_a_kept_alive_connection_is_under_the_header_timeout() {
+    let h = Harness::start_with(
+        standard_config,
+        &[
+            ("SWITCHYARD_HEADER_READ_TIMEOUT_MS", "300"),
+            ("SWITCHYARD_KEEPALIVE_IDLE_TIMEOUT_MS", "60000"),
+        ],
+    )
+    .await;
+    let mut s = connect(&h).await;
+    assert_eq!(get(&mut s, "/api/monitoring/health").await.0, 200);
+    s.write_all(b"GET /api/monitoring/health HTTP/1.1\r\nhost:")
+        .await
+        .unwrap();
+    let sent = Instant::now();
+    assert_eq!(read_until_closed(&mut s).await, "");
+    assert!(sent.elapsed() >= Duration::from_millis(250));
+    let mut probe = connect(&h).await;
+    assert_eq!(
+        metric(
+            &mut probe,
+            "switchyard_client_timeouts_total{phase=\"header\"}"
+        )
+        .await,
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &mut probe,
+            "switchyard_client_timeouts_total{phase=\"idle\"}"
+        )
+        .await,
+        0.0
+    );
+}
+
+#[tokio::test]
 async fn a_partial_body_gets_408_request_body_timeout_and_the_connection_closes() {
     let h = Harness::start_with(
         standard_config,
