@@ -325,14 +325,8 @@ async fn shutdown_closes_half_sent_requests_at_once_and_serves_the_rest() {
     assert_eq!(get(&mut idle, "/api/monitoring/health").await.0, 200);
     // Let the gateway read what was sent before it is told to stop.
     eventually("the half-sent body's request has started", || async {
-        h.http
-            .get(h.url("/metrics"))
-            .send()
+        h.metrics()
             .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
             .lines()
             .any(|l| l == "switchyard_requests_in_flight 2")
     })
