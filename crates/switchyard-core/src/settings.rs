@@ -373,6 +373,14 @@ pub const DEFS: &[SettingDef] = &[
         doc: "Redis URL for the redis quota store. Read at start.",
     },
     SettingDef {
+        key: "quotaStore.requireRedis",
+        env: "QUOTA_STORE_REQUIRE_REDIS",
+        // Off: one gateway runs on without Redis. On for several replicas, where a
+        // replica counting on its own would let each of them use the whole limit.
+        kind: Kind::Bool { default: false },
+        doc: "With the redis driver, refuse to start when Redis is unset, invalid or unreachable instead of falling back to SQLite. Read at start.",
+    },
+    SettingDef {
         key: "request.max_body_bytes",
         env: "SWITCHYARD_MAX_BODY_BYTES",
         // 10 MiB holds long multi-turn contexts with inline images; larger bodies are
@@ -637,6 +645,8 @@ pub struct QuotaSettings {
     /// Empty = none.
     pub redis_url: String,
     pub redis_prefix: String,
+    /// Refuse to start rather than fall back to SQLite (`quotaStore.requireRedis`).
+    pub require_redis: bool,
     pub saturation_threshold: f64,
     pub soft_deprioritize_factor: f64,
     pub retention_days: u64,
@@ -925,6 +935,7 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
             store_driver: text("quotaStore.driver"),
             redis_url: text("quotaStore.redisUrl"),
             redis_prefix: text("quotaStore.redisPrefix"),
+            require_redis: boolean("quotaStore.requireRedis"),
             saturation_threshold: float("quota.saturationThreshold"),
             soft_deprioritize_factor: float("quota.softDeprioritizeFactor"),
             retention_days: int("quota.consumptionRetentionDays"),
@@ -956,6 +967,7 @@ mod tests {
         assert_eq!(r.settings.quota.soft_deprioritize_factor, 0.7);
         assert_eq!(r.settings.quota.retention_days, 14);
         assert_eq!(r.settings.quota.redis_url, "");
+        assert!(!r.settings.quota.require_redis);
         assert_eq!(r.settings.header_read_timeout_ms, 10_000);
         assert_eq!(r.settings.body_read_timeout_ms, 60_000);
         assert_eq!(r.settings.keepalive_idle_timeout_ms, 75_000);

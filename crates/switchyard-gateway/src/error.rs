@@ -178,6 +178,9 @@ pub enum ApiError {
         refusal: Refusal,
         connection: String,
     },
+    /// The quota counter store cannot be read (Redis down or failing).
+    #[error("the quota store is unavailable ({reason}); usage cannot be read now")]
+    QuotaStoreUnavailable { reason: &'static str },
     #[error("{kind} `{id}` not found")]
     NotFound { kind: &'static str, id: String },
     #[error("{0}")]
@@ -295,6 +298,11 @@ impl ApiError {
                 Refusal::ExecutionTimeout => (S::GATEWAY_TIMEOUT, "timeout_error", refusal.code()),
                 _ => (S::TOO_MANY_REQUESTS, "rate_limit_error", refusal.code()),
             },
+            Self::QuotaStoreUnavailable { .. } => (
+                S::SERVICE_UNAVAILABLE,
+                "server_error",
+                "quota_store_unavailable",
+            ),
             Self::NotFound { .. } => (S::NOT_FOUND, "invalid_request_error", "not_found"),
             Self::Conflict(_) => (S::CONFLICT, "invalid_request_error", "conflict"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", "internal_error"),

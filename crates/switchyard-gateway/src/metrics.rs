@@ -27,6 +27,8 @@ pub mod names {
     pub const CLIENT_CONNECTIONS: &str = "switchyard_client_connections";
     pub const CLIENT_CONNECTIONS_REFUSED: &str = "switchyard_client_connections_refused";
     pub const CLIENT_TIMEOUTS: &str = "switchyard_client_timeouts";
+    pub const QUOTA_UNMETERED: &str = "switchyard_quota_unmetered";
+    pub const QUOTA_STORE_INFO: &str = "switchyard_quota_store_info";
 }
 
 /// Label placeholder for requests that never resolved to a provider or model.
@@ -108,6 +110,46 @@ pub struct EdgeMetrics {
     pub idle_timeouts: Counter,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnmeteredLabels {
+    pub pool: String,
+    /// One of a fixed set (`UnmeteredReason`).
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreInfoLabels {
+    pub driver: &'static str,
+    pub reason: &'static str,
+}
+
+/// Quota-store metrics (SPEC Q4, Q6). `pool` labels are configured pool ids.
+#[derive(Debug, Clone, Default)]
+pub struct QuotaMetrics {
+    unmetered: Family<UnmeteredLabels, Counter>,
+    store_info: Family<StoreInfoLabels, Gauge>,
+}
+
+impl QuotaMetrics {
+    /// Counts a request let through without a reservation.
+    pub fn unmetered(&self, pool: &str, reason: &'static str) {
+        self.unmetered
+            .get_or_create(&UnmeteredLabels {
+                pool: pool.to_owned(),
+                reason,
+            })
+            .inc();
+    }
+
+    /// Shows the active counter store and why it is the one: one series at 1.
+    pub fn store(&self, driver: &'static str, reason: &'static str) {
+        self.store_info.clear();
+        self.store_info
+            .get_or_create(&StoreInfoLabels { driver, reason })
+            .set(1);
+    }
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Queue wait buckets: 1 ms to ~65 s, doubling, like upstream latency.
@@ -180,6 +222,7 @@ pub struct Metrics {
     pub cooldowns: Family<CooldownLabels, Counter>,
     pub gates: GateMetrics,
     pub edge: EdgeMetrics,
+    pub quota: QuotaMetrics,
 }
 
 impl Default for Metrics {
@@ -227,6 +270,17 @@ impl Metrics {
             names::CLIENT_TIMEOUTS,
             "Client connections drained for a late request head or idleness, and requests cut for a late body, by phase",
             timeouts,
+        );
+        let quota = QuotaMetrics::default();
+        registry.register(
+            names::QUOTA_UNMETERED,
+            "Requests let through without a quota reservation, by pool and reason",
+            quota.unmetered.clone(),
+        );
+        registry.register(
+            names::QUOTA_STORE_INFO,
+            "The active quota counter store (1) and why it is the one",
+            quota.store_info.clone(),
         );
         registry.register(
             names::GATE_QUEUE_DEPTH,
@@ -289,6 +343,7 @@ impl Metrics {
             cooldowns,
             gates,
             edge,
+            quota,
         }
     }
 

@@ -266,10 +266,14 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// then it makes the acceptor wait instead of queueing without limit.
 const HANDOFF_QUEUE: usize = 1024;
 
+/// The least time queued quota settlements get at shutdown, even when the grace period
+/// is used up by requests: the releases of the requests cut at its end are among them.
+const SETTLE_DRAIN_MIN: Duration = Duration::from_secs(1);
+
 /// Serves until `shutdown` resolves; then stops accepting, closes connections with
 /// nothing in flight (idle ones, and ones still sending a request head or body), lets
-/// in-flight requests run for at most `server.shutdown_grace_ms`, and flushes the
-/// request log.
+/// in-flight requests run for at most `server.shutdown_grace_ms`, applies the queued
+/// quota settlements in what is left of it, and flushes the request log.
 ///
 /// Requests are served by `server.io_threads` threads (one per core by default), each
 /// with its own single-threaded runtime: a request's tasks — client connection, handler,
@@ -323,6 +327,7 @@ pub async fn run(
         stop_rx.clone(),
     ));
     shutdown.await;
+    let shutdown_at = state.clock.now_ms();
     stop_tx.send_replace(true);
     let _ = acceptor.await;
     let grace_ms = state.snapshot().settings.shutdown_grace_ms;
@@ -352,7 +357,10 @@ pub async fn run(
         }
     };
     watcher.abort();
-    writer.finish().await;
+    let spent_ms = state.clock.now_ms().saturating_sub(shutdown_at);
+    let settle_within =
+        Duration::from_millis(grace_ms.saturating_sub(spent_ms)).max(SETTLE_DRAIN_MIN);
+    writer.finish(settle_within).await;
     tracing::info!("Request log flushed; bye.");
     result.map_err(std::io::Error::other)?.map(|_| ())
 }

@@ -6,17 +6,34 @@ use crate::error::ApiError;
 use crate::gate::Gates;
 use crate::metrics::Metrics;
 use crate::persist::StateWriter;
-use crate::quota::QuotaEngine;
+use crate::quota::{QuotaEngine, StoreReason};
 use crate::reqlog::{LogWriter, RequestLog};
 use crate::resilience::Resilience;
 use crate::snapshot::{Snapshot, SnapshotError};
 use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use switchyard_core::apikey::KeyHash;
-use switchyard_core::settings::Layers;
-use switchyard_store::redis_counters::RedisCounters;
+use switchyard_core::settings::{redact_url, Layers, QuotaSettings};
+use switchyard_store::redis_counters::{RedisCounters, RedisStoreError};
 use switchyard_store::{ConfigRows, Store};
+use tokio::task::JoinHandle;
+
+/// How often a gateway whose quota counters fell back to memory tries Redis again. One
+/// connection attempt a second is nothing for Redis, and a Redis that comes up is used
+/// within about a second.
+const REDIS_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Why the state could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(transparent)]
+    Load(#[from] ApiError),
+    /// `quotaStore.requireRedis` is set and Redis cannot be used.
+    #[error("quota store: {0}")]
+    QuotaStore(String),
+}
 
 /// Everything handlers share.
 #[derive(Debug)]
@@ -47,16 +64,26 @@ pub struct AppState {
     pub gates: Arc<Gates>,
 }
 
-/// Background writers that must be flushed on shutdown.
+/// Background writers and tasks that must be stopped or flushed on shutdown.
 #[derive(Debug)]
 pub struct Writers {
     pub log: LogWriter,
     pub state: StateWriter,
+    /// The quota engine, whose queued Redis settlements are drained.
+    pub quota: Arc<QuotaEngine>,
+    /// Retries Redis while the quota counters are on the fallback.
+    pub redis_retry: Option<JoinHandle<()>>,
 }
 
 impl Writers {
-    /// Flushes pending runtime state and request-log rows, then stops both writers.
-    pub async fn finish(self) {
+    /// Stops retrying Redis, applies the queued quota settlements (waiting at most
+    /// `settle_within`), flushes pending runtime state and request-log rows, then stops
+    /// the writers.
+    pub async fn finish(self, settle_within: Duration) {
+        if let Some(retry) = self.redis_retry {
+            retry.abort();
+        }
+        self.quota.finish(settle_within).await;
         self.state.finish().await;
         self.log.finish().await;
     }
@@ -70,11 +97,12 @@ impl AppState {
         clock: Arc<dyn Clock>,
         layers: Layers,
         configured_admin: Option<KeyHash>,
-    ) -> Result<(Arc<Self>, Writers), ApiError> {
+    ) -> Result<(Arc<Self>, Writers), StateError> {
         let rows = load_rows(&store).await?;
         let metrics = Metrics::new();
         let snapshot = Snapshot::build(&rows, &layers, &metrics).map_err(internal)?;
-        let quota = Arc::new(quota_engine(&snapshot, &clock).await);
+        let (quota, retry) = quota_engine(&snapshot.settings.quota, &clock, &metrics).await?;
+        let quota = Arc::new(quota);
         if quota.driver() == "sqlite" {
             let now = clock.now_ms();
             let consumption = blocking(&store, move |s| s.load_consumption(now)).await?;
@@ -103,9 +131,13 @@ impl AppState {
             resilience,
             gates,
         });
+        let redis_retry = retry
+            .map(|(url, prefix)| tokio::spawn(retry_redis(Arc::clone(&state.quota), url, prefix)));
         let writers = Writers {
             log: log_writer,
             state: StateWriter::start(Arc::clone(&state)),
+            quota: Arc::clone(&state.quota),
+            redis_retry,
         };
         Ok((state, writers))
     }
@@ -163,26 +195,80 @@ impl AppState {
 }
 
 /// The quota engine on the configured counter store (SPEC Q4): the `quotaStore.driver`
-/// setting (database → `QUOTA_STORE_DRIVER` → `sqlite`); Redis selected but unset or
-/// unreachable falls back to SQLite with a warning.
-async fn quota_engine(snapshot: &Snapshot, clock: &Arc<dyn Clock>) -> QuotaEngine {
-    let q = &snapshot.settings.quota;
+/// setting (database → `QUOTA_STORE_DRIVER` → `sqlite`). Redis selected but unset,
+/// invalid or unreachable falls back to memory (persisted to SQLite) with a warning —
+/// or, with `quotaStore.requireRedis`, fails the start. When Redis was only unreachable,
+/// the URL and prefix to keep retrying come back too.
+async fn quota_engine(
+    q: &QuotaSettings,
+    clock: &Arc<dyn Clock>,
+    metrics: &Metrics,
+) -> Result<(QuotaEngine, Option<(String, String)>), StateError> {
+    let (clock, metrics) = (Arc::clone(clock), metrics.quota.clone());
     if q.store_driver != "redis" {
-        return QuotaEngine::new(Arc::clone(clock));
+        return Ok((QuotaEngine::new(clock, metrics), None));
     }
+    let shown = redact_url(&q.redis_url);
+    let refuse = |what: String| {
+        if q.require_redis {
+            Err(StateError::QuotaStore(format!(
+                "{what}, and quotaStore.requireRedis (QUOTA_STORE_REQUIRE_REDIS) forbids falling back to SQLite"
+            )))
+        } else {
+            Ok(())
+        }
+    };
     if q.redis_url.is_empty() {
+        refuse(
+            "quotaStore.driver is redis but no Redis URL is set (QUOTA_STORE_REDIS_URL)".to_owned(),
+        )?;
         tracing::warn!("quotaStore.driver is redis but no Redis URL is set (QUOTA_STORE_REDIS_URL); keeping quota counters in SQLite.");
-        return QuotaEngine::new(Arc::clone(clock));
+        return Ok((
+            QuotaEngine::fallback(clock, metrics, StoreReason::NoUrl),
+            None,
+        ));
     }
-    let shown = switchyard_core::settings::redact_url(&q.redis_url);
     match RedisCounters::connect(&q.redis_url, &q.redis_prefix).await {
         Ok(counters) => {
             tracing::info!(url = %shown, prefix = %q.redis_prefix, "Quota counters live in Redis.");
-            QuotaEngine::with_redis(Arc::clone(clock), counters)
+            Ok((QuotaEngine::with_redis(clock, metrics, counters), None))
+        }
+        Err(RedisStoreError::InvalidUrl) => {
+            refuse(format!("the Redis URL {shown} is invalid"))?;
+            tracing::warn!(url = %shown, "The Redis URL for quota counters is invalid; keeping them in SQLite.");
+            Ok((
+                QuotaEngine::fallback(clock, metrics, StoreReason::InvalidUrl),
+                None,
+            ))
         }
         Err(e) => {
-            tracing::warn!(url = %shown, error = %e, "Redis for quota counters is unreachable; keeping them in SQLite.");
-            QuotaEngine::new(Arc::clone(clock))
+            refuse(format!("Redis at {shown} is unreachable ({e})"))?;
+            tracing::warn!(url = %shown, error = %e, "Redis for quota counters is unreachable; keeping them in SQLite and retrying in the background.");
+            Ok((
+                QuotaEngine::fallback(clock, metrics, StoreReason::Unreachable),
+                Some((q.redis_url.clone(), q.redis_prefix.clone())),
+            ))
+        }
+    }
+}
+
+/// Tries Redis every [`REDIS_RETRY_INTERVAL`] until it answers, then moves the engine's
+/// counters there. Aborted at shutdown.
+async fn retry_redis(quota: Arc<QuotaEngine>, url: String, prefix: String) {
+    let mut failures: u64 = 0;
+    loop {
+        tokio::time::sleep(REDIS_RETRY_INTERVAL).await;
+        match RedisCounters::connect(&url, &prefix).await {
+            Ok(counters) => {
+                quota.switch_to_redis(counters).await;
+                return;
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                if failures.is_power_of_two() {
+                    tracing::warn!(url = %redact_url(&url), error = %e, attempts = failures, "Redis for quota counters is still unreachable; counters stay in SQLite.");
+                }
+            }
         }
     }
 }

@@ -6,7 +6,7 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use switchyard_core::quota::decide::Unit;
 use switchyard_core::quota::plan::Dimension;
 use switchyard_core::quota::window::Window;
-use switchyard_store::redis_counters::{DimArgs, RedisCounters, SettleArgs};
+use switchyard_store::redis_counters::{DimArgs, RedisCounters, SettleTarget};
 
 fn redis(c: &mut Criterion) {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -40,26 +40,34 @@ fn redis(c: &mut Criterion) {
             signal: None,
         })
         .collect();
+    let mut n: u64 = 0;
     c.bench_function(
         "quota: redis reserve (3 dims, one script round trip)",
         |b| {
             b.iter(|| {
-                rt.block_on(store.reserve("pool", black_box("k1"), 0.5, &args))
+                n = n.wrapping_add(1);
+                let id = n.to_string();
+                rt.block_on(store.reserve("pool", black_box("k1"), &id, 0.5, &args))
                     .is_ok()
             })
         },
     );
-    let reply = rt.block_on(store.reserve("pool", "k1", 0.5, &args));
-    let Ok(reply) = reply else { return };
-    let settle = [SettleArgs {
-        dim: dims[1].key(),
-        slot: reply.dims[1].2,
-        slot_ms: dims[1].window.slot_ms(),
-        delta: -80.0,
-    }];
-    c.bench_function("quota: redis settle (1 dim)", |b| {
+    let reply = rt.block_on(store.reserve("pool", "k1", "settled", 0.5, &args));
+    if reply.is_err() {
+        return;
+    }
+    let targets: Vec<SettleTarget> = dims
+        .iter()
+        .zip(&args)
+        .map(|(d, a)| SettleTarget {
+            dim: d.key(),
+            slot_ms: d.window.slot_ms(),
+            target: a.cost * 0.2,
+        })
+        .collect();
+    c.bench_function("quota: redis settle (3 dims, by reservation id)", |b| {
         b.iter(|| {
-            rt.block_on(store.settle("pool", "k1", black_box(&settle)))
+            rt.block_on(store.settle("pool", "k1", ("settled", false), black_box(&targets)))
                 .is_ok()
         })
     });

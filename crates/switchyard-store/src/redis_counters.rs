@@ -1,10 +1,15 @@
 //! Quota counters in Redis (SPEC Q4), for several gateway replicas sharing one pool.
 //!
 //! Each operation is one server-side Lua script, so a reservation's check-and-book is a
-//! single atomic round trip. Scripts carry their version in their name (`reserve_v1`)
+//! single atomic round trip. Scripts carry their version in their name (`reserve_v2`)
 //! and key layout (`<prefix>:q1:…`), so a future layout can run beside this one. The
 //! scripts read the time from the Redis server: replicas whose clocks disagree still see
 //! the same windows. Metadata (pools, allocations) stays in the database.
+//!
+//! Every booking is recorded under a reservation id the caller picks, and settled by
+//! that id to absolute targets: a settlement applied twice changes nothing the second
+//! time, and a release that reaches Redis before its reservation (the caller gave up
+//! waiting for a hanging Redis) makes that reservation book nothing when it runs.
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
@@ -16,18 +21,45 @@ const COMMON: &str = include_str!("lua/common_v1.lua");
 /// How long to wait for Redis to accept a connection before falling back to SQLite.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a booking's record lives after its reservation or its latest settlement: far
+/// longer than any request runs between settlements (a stream settles as it grows), and
+/// far longer than a command can sit in a hung Redis's input buffer before running. A
+/// request that outlives it settles nothing and stays booked at its estimate, the safe
+/// side.
+pub const BOOKING_TTL_MS: u64 = 3_600_000;
+
 /// How long one script may take before the call fails (and the request fails open). A
 /// reservation reads a few hundred hash fields; even a busy Redis answers in
 /// milliseconds, so a second means Redis is in trouble.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Errors from the Redis store.
+/// Errors from the Redis store. None of them shows the URL (it may hold a password).
 #[derive(Debug, thiserror::Error)]
 pub enum RedisStoreError {
+    /// The URL does not parse as a Redis URL; retrying cannot help.
+    #[error("the Redis URL is invalid")]
+    InvalidUrl,
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
     #[error("redis script answered unexpectedly: {0}")]
     Reply(String),
+}
+
+impl RedisStoreError {
+    /// Whether Redis could not be reached or did not answer (as opposed to answering
+    /// with an error): what a breaker in front of Redis counts.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            Self::InvalidUrl => true,
+            Self::Redis(e) => {
+                e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+            }
+            Self::Reply(_) => false,
+        }
+    }
 }
 
 type Result<T> = std::result::Result<T, RedisStoreError>;
@@ -58,13 +90,21 @@ pub struct ReserveReply {
     pub dims: Vec<(f64, f64, u64)>,
 }
 
-/// One dimension of a settlement.
+/// An amount added to one slot of a dimension (carrying counts into Redis).
 #[derive(Debug, Clone, PartialEq)]
-pub struct SettleArgs {
+pub struct SlotDelta {
     pub dim: String,
     pub slot: u64,
     pub slot_ms: u64,
     pub delta: f64,
+}
+
+/// One dimension of a settlement: the amount its booking should hold now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettleTarget {
+    pub dim: String,
+    pub slot_ms: u64,
+    pub target: f64,
 }
 
 /// The Redis counter store.
@@ -74,6 +114,7 @@ pub struct RedisCounters {
     prefix: String,
     reserve: Script,
     settle: Script,
+    add: Script,
     peek: Script,
     slots: Script,
 }
@@ -104,7 +145,7 @@ impl RedisCounters {
     /// Connects (failing within a few seconds if Redis is unreachable) and checks the
     /// server answers.
     pub async fn connect(url: &str, prefix: &str) -> Result<Self> {
-        let client = redis::Client::open(url)?;
+        let client = redis::Client::open(url).map_err(|_| RedisStoreError::InvalidUrl)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
@@ -127,18 +168,22 @@ impl RedisCounters {
         Ok(Self {
             conn,
             prefix: prefix.to_owned(),
-            reserve: script(include_str!("lua/reserve_v1.lua")),
-            settle: script(include_str!("lua/settle_v1.lua")),
+            reserve: script(include_str!("lua/reserve_v2.lua")),
+            settle: script(include_str!("lua/settle_v2.lua")),
+            add: script(include_str!("lua/add_v1.lua")),
             peek: script(include_str!("lua/peek_v1.lua")),
             slots: script(include_str!("lua/slots_v1.lua")),
         })
     }
 
-    /// Decides and, when admitted, books — atomically, in one round trip.
+    /// Decides and, when admitted, books under the reservation id `id` — atomically, in
+    /// one round trip. `id` must be unique per booking; an id released before (see
+    /// [`RedisCounters::settle`]) books nothing and answers not admitted.
     pub async fn reserve(
         &self,
         pool: &str,
         key: &str,
+        id: &str,
         threshold: f64,
         dims: &[DimArgs],
     ) -> Result<ReserveReply> {
@@ -147,6 +192,8 @@ impl RedisCounters {
             .arg(pool)
             .arg(key)
             .arg(threshold.to_string())
+            .arg(id)
+            .arg(BOOKING_TTL_MS)
             .arg(dims.len());
         for d in dims {
             inv.arg(&d.dim)
@@ -178,9 +225,38 @@ impl RedisCounters {
         Ok(out)
     }
 
-    /// Applies settlement deltas.
-    pub async fn settle(&self, pool: &str, key: &str, items: &[SettleArgs]) -> Result<()> {
+    /// Moves the booking of reservation `id` to `targets` (one per dimension, in the
+    /// order it was reserved with); `last` ends the booking. Idempotent. When nothing is
+    /// booked under `id`, nothing will be: a reservation arriving later books nothing.
+    pub async fn settle(
+        &self,
+        pool: &str,
+        key: &str,
+        (id, last): (&str, bool),
+        targets: &[SettleTarget],
+    ) -> Result<()> {
         let mut inv = self.settle.prepare_invoke();
+        inv.arg(&self.prefix)
+            .arg(pool)
+            .arg(key)
+            .arg(id)
+            .arg(BOOKING_TTL_MS)
+            .arg(u8::from(last))
+            .arg(targets.len());
+        for t in targets {
+            inv.arg(&t.dim)
+                .arg(t.slot_ms)
+                .arg(SLOTS)
+                .arg(t.target.to_string());
+        }
+        let mut conn = self.conn.clone();
+        let _now: String = inv.invoke_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// Adds amounts to slots of a key's (and the pool's) counters, outside any booking.
+    pub async fn add(&self, pool: &str, key: &str, items: &[SlotDelta]) -> Result<()> {
+        let mut inv = self.add.prepare_invoke();
         inv.arg(&self.prefix).arg(pool).arg(key).arg(items.len());
         for s in items {
             inv.arg(&s.dim)

@@ -13,7 +13,12 @@ use switchyard_core::quota::decide::{fair_share, Policy, Share};
 use switchyard_core::quota::ledger::{Ask, PoolLedger};
 use switchyard_core::quota::plan::Dimension;
 use switchyard_core::quota::window::Window;
-use switchyard_store::redis_counters::{DimArgs, RedisCounters, SettleArgs};
+use switchyard_store::redis_counters::{DimArgs, RedisCounters, SettleTarget};
+
+/// A reservation id of this test run's own.
+fn id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
 
 async fn store() -> RedisCounters {
     let url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
@@ -55,7 +60,10 @@ async fn two_hundred_concurrent_reservations_against_fifty_of_headroom_admit_fif
             tokio::spawn(async move {
                 let key = format!("k{}", i % 4);
                 let a = args(&dim, 1.0, 25.0, Policy::Burst, None);
-                s.reserve("pool", &key, 0.5, &[a]).await.unwrap().admitted
+                s.reserve("pool", &key, &id(), 0.5, &[a])
+                    .await
+                    .unwrap()
+                    .admitted
             })
         })
         .collect();
@@ -91,16 +99,12 @@ async fn concurrent_reserve_and_settle_lose_no_update() {
                         args(&dims[0], 1.0, 20.0, Policy::Hard, None),
                         args(&dims[1], 100.0, 20.0, Policy::Hard, None),
                     ];
-                    let r = s.reserve("pool", &key, 0.5, &a).await.unwrap();
+                    let rid = id();
+                    let r = s.reserve("pool", &key, &rid, 0.5, &a).await.unwrap();
                     assert!(r.admitted);
                     // Settle: the request counts once, tokens fall from 100 to 37.
-                    let settle = [SettleArgs {
-                        dim: dims[1].key(),
-                        slot: r.dims[1].2,
-                        slot_ms: dims[1].window.slot_ms(),
-                        delta: -63.0,
-                    }];
-                    s.settle("pool", &key, &settle).await.unwrap();
+                    let settle = targets(&dims, &[1.0, 37.0]);
+                    s.settle("pool", &key, (&rid, true), &settle).await.unwrap();
                 }
             })
         })
@@ -113,6 +117,92 @@ async fn concurrent_reserve_and_settle_lose_no_update() {
     // 40 tasks x 25 requests; k0 made 8 x 25 of them.
     assert_eq!(v[0], (200.0, 1000.0));
     assert_eq!(v[1], (200.0 * 37.0, 1000.0 * 37.0));
+    s.clear().await.unwrap();
+}
+
+fn targets(dims: &[Dimension], amounts: &[f64]) -> Vec<SettleTarget> {
+    dims.iter()
+        .zip(amounts)
+        .map(|(d, a)| SettleTarget {
+            dim: d.key(),
+            slot_ms: d.window.slot_ms(),
+            target: *a,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn settlements_by_reservation_id_apply_once() {
+    let s = store().await;
+    let dims = [
+        Dimension::new(Unit::Requests, Window::Daily, 1e9),
+        Dimension::new(Unit::Tokens, Window::Daily, 1e12),
+    ];
+    let q: Vec<(String, u64)> = dims.iter().map(|d| (d.key(), d.window.slot_ms())).collect();
+    let a = [
+        args(&dims[0], 1.0, 50.0, Policy::Hard, None),
+        args(&dims[1], 100.0, 50.0, Policy::Hard, None),
+    ];
+    let counts = || async { s.peek("pool", "k", &q).await.unwrap().1 };
+    let rid = id();
+    assert!(
+        s.reserve("pool", "k", &rid, 0.5, &a)
+            .await
+            .unwrap()
+            .admitted
+    );
+    // The same id again (a duplicate) books nothing more.
+    assert!(
+        s.reserve("pool", "k", &rid, 0.5, &a)
+            .await
+            .unwrap()
+            .admitted
+    );
+    assert_eq!(counts().await, vec![(1.0, 1.0), (100.0, 100.0)]);
+    // A running settlement sent twice (a retry after a timeout) moves it once.
+    for _ in 0..2 {
+        s.settle("pool", "k", (&rid, false), &targets(&dims, &[1.0, 150.0]))
+            .await
+            .unwrap();
+    }
+    assert_eq!(counts().await, vec![(1.0, 1.0), (150.0, 150.0)]);
+    // The final one too; a late copy of an earlier settlement changes nothing after it.
+    for _ in 0..2 {
+        s.settle("pool", "k", (&rid, true), &targets(&dims, &[1.0, 37.0]))
+            .await
+            .unwrap();
+    }
+    s.settle("pool", "k", (&rid, false), &targets(&dims, &[1.0, 150.0]))
+        .await
+        .unwrap();
+    assert_eq!(counts().await, vec![(1.0, 1.0), (37.0, 37.0)]);
+
+    // Released after it ran: nothing left of it.
+    let ran = id();
+    assert!(
+        s.reserve("pool", "k", &ran, 0.5, &a)
+            .await
+            .unwrap()
+            .admitted
+    );
+    s.settle("pool", "k", (&ran, true), &targets(&dims, &[0.0, 0.0]))
+        .await
+        .unwrap();
+    assert_eq!(counts().await, vec![(1.0, 1.0), (37.0, 37.0)]);
+
+    // Released before it ran (the gateway gave up on a hanging Redis): when it runs at
+    // last it books nothing and says so.
+    let late = id();
+    s.settle("pool", "k", (&late, true), &targets(&dims, &[0.0, 0.0]))
+        .await
+        .unwrap();
+    assert!(
+        !s.reserve("pool", "k", &late, 0.5, &a)
+            .await
+            .unwrap()
+            .admitted
+    );
+    assert_eq!(counts().await, vec![(1.0, 1.0), (37.0, 37.0)]);
     s.clear().await.unwrap();
 }
 
@@ -160,7 +250,7 @@ async fn redis_and_the_in_memory_ledger_make_identical_decisions() {
             .zip(caps)
             .map(|((d, c), cap)| args(d, c, st.weight, st.policy, cap))
             .collect();
-        let r = s.reserve("pool", st.key, 0.5, &a).await.unwrap();
+        let r = s.reserve("pool", st.key, &id(), 0.5, &a).await.unwrap();
         let (decision, booked) = ledger.reserve(
             r.now,
             Ask {
@@ -215,14 +305,14 @@ async fn consumption_slides_out_of_the_window_and_the_counter_forgets_it() {
             .1[0]
     };
     assert!(
-        s.reserve("pool", "k", 0.5, &[dim(1.0)])
+        s.reserve("pool", "k", &id(), 0.5, &[dim(1.0)])
             .await
             .unwrap()
             .admitted
     );
     tokio::time::sleep(std::time::Duration::from_millis(1300)).await;
     assert!(
-        s.reserve("pool", "k", 0.5, &[dim(2.0)])
+        s.reserve("pool", "k", &id(), 0.5, &[dim(2.0)])
             .await
             .unwrap()
             .admitted
@@ -235,7 +325,7 @@ async fn consumption_slides_out_of_the_window_and_the_counter_forgets_it() {
     assert_eq!(peek().await, (0.0, 0.0));
     // A later booking starts from a clean counter.
     assert!(
-        s.reserve("pool", "k", 0.5, &[dim(4.0)])
+        s.reserve("pool", "k", &id(), 0.5, &[dim(4.0)])
             .await
             .unwrap()
             .admitted

@@ -267,6 +267,17 @@ impl PoolLedger {
         }
     }
 
+    /// Hands every key's live slots over to another store: returns them and leaves the
+    /// counters at zero, marked for writing so that persisted copies are zeroed too (a
+    /// later start must not load counts that now live elsewhere). Burn rates stay.
+    pub fn hand_over(&mut self, now: UnixMillis) -> Vec<SlotRow> {
+        let rows = self.slots(now);
+        for (key, dim, slot, amount) in &rows {
+            self.carry_slot(now, key, *dim, *slot, -amount);
+        }
+        rows
+    }
+
     /// Marks a slot for writing again (its last write failed).
     pub fn mark_dirty(&mut self, key_id: &str, dim: usize, slot: u64) {
         if dim < self.dims.len() {
@@ -291,6 +302,34 @@ mod tests {
 
     fn ledger() -> PoolLedger {
         PoolLedger::new(vec![Dimension::new(Unit::Requests, Window::Hourly, 10.0)])
+    }
+
+    #[test]
+    fn handing_over_returns_the_live_slots_and_zeroes_them_for_writing() {
+        let mut l = ledger();
+        let slot = Window::Hourly.slot_of(T0);
+        l.load_slot(T0, "a", 0, slot, 3.0);
+        l.load_slot(T0, "b", 0, slot, 2.0);
+        assert!(l.take_dirty().is_empty());
+        let mut rows = l.hand_over(T0);
+        rows.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(
+            rows,
+            vec![
+                ("a".to_owned(), 0, slot, 3.0),
+                ("b".to_owned(), 0, slot, 2.0)
+            ]
+        );
+        assert_eq!(l.peek(T0, "a"), vec![(0.0, 0.0)]);
+        let mut written = l.take_dirty();
+        written.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(
+            written,
+            vec![
+                ("a".to_owned(), 0, slot, 0.0),
+                ("b".to_owned(), 0, slot, 0.0)
+            ]
+        );
     }
 
     fn ask<'a>(key: &'a str, policy: Policy) -> Ask<'a> {

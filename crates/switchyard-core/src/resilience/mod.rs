@@ -10,6 +10,7 @@
 //! - [`lockout`]: model lockout (R5)
 //! - [`provider_cooldown`]: the opt-in provider time-window gate (R2)
 //! - [`slow_start`]: a growing share of traffic after recovery
+//! - [`store_breaker`]: failing fast while the shared quota store is down (Q4)
 
 pub mod admission;
 pub mod breaker;
@@ -19,3 +20,4 @@ pub mod gates;
 pub mod lockout;
 pub mod provider_cooldown;
 pub mod slow_start;
+pub mod store_breaker;

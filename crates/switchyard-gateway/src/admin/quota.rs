@@ -140,7 +140,9 @@ pub async fn delete_pool(
 }
 
 #[utoipa::path(get, path = "/api/quota/pools/{id}/usage", tag = "quota", params(("id" = String, Path)),
-    responses((status = 200, body = PoolUsage), (status = 404)), security(("bearer" = [])))]
+    responses((status = 200, body = PoolUsage), (status = 404),
+        (status = 503, description = "the quota store cannot be read (`quota_store_unavailable`)")),
+    security(("bearer" = [])))]
 pub async fn pool_usage(
     State(state): State<Arc<AppState>>,
     ApiPath(id): ApiPath<String>,
@@ -156,9 +158,14 @@ pub async fn pool_usage(
         .iter()
         .map(|a| a.api_key_id.clone())
         .collect();
-    Ok(Json(
-        state.quota.usage(pool, &keys, &snap.settings.quota).await,
-    ))
+    let usage = state
+        .quota
+        .usage(pool, &keys, &snap.settings.quota)
+        .await
+        .map_err(|e| ApiError::QuotaStoreUnavailable {
+            reason: e.reason.as_str(),
+        })?;
+    Ok(Json(usage))
 }
 
 /// Query of the decisions endpoint.

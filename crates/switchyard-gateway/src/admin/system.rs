@@ -1,6 +1,7 @@
 //! `/api/logs` (admin) and `/api/monitoring/health` (public).
 
 use crate::error::{ApiError, ApiQuery};
+use crate::quota::StoreStatus;
 use crate::state::{blocking, AppState};
 use axum::extract::State;
 use axum::Json;
@@ -39,6 +40,7 @@ pub async fn logs(
 /// Health summary.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
+    /// `ok`, or `degraded` when the quota store is not the one asked for or is failing.
     pub status: &'static str,
     pub version: &'static str,
     pub uptime_ms: u64,
@@ -48,8 +50,10 @@ pub struct Health {
     pub connections_enabled: usize,
     pub combos: usize,
     pub quota_pools: usize,
-    /// Where quota counters live: `sqlite` or `redis`.
+    /// Where quota counters live now: `sqlite` or `redis`.
     pub quota_store: &'static str,
+    /// The quota store in detail: what was asked for, whether it works, and why.
+    pub quota_store_status: StoreStatus,
     /// Provider circuit breakers that have seen failures.
     pub breakers: Vec<BreakerView>,
 }
@@ -68,8 +72,15 @@ pub struct BreakerView {
 pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
     let snap = state.snapshot();
     let conns = snap.catalog.connections();
+    let quota_store = state.quota.store_status();
     Json(Health {
-        status: "ok",
+        // Redis asked for but not in use, or failing: several replicas no longer share
+        // their counters, or requests go unmetered.
+        status: if quota_store.state == "ok" {
+            "ok"
+        } else {
+            "degraded"
+        },
         version: env!("CARGO_PKG_VERSION"),
         uptime_ms: state.clock.now_ms().saturating_sub(state.started_at_ms),
         config_version: snap.version,
@@ -78,7 +89,8 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
         connections_enabled: conns.iter().filter(|c| c.enabled).count(),
         combos: snap.catalog.combos().count(),
         quota_pools: snap.quota.pools.len(),
-        quota_store: state.quota.driver(),
+        quota_store: quota_store.driver,
+        quota_store_status: quota_store,
         breakers: state
             .resilience
             .breakers(

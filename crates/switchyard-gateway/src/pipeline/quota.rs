@@ -81,7 +81,7 @@ pub async fn admit(
             finisher.set_quota(guard);
             Ok(headers)
         }
-        Admission::Unenforced => Ok(Vec::new()),
+        Admission::Unenforced(_) => Ok(Vec::new()),
         Admission::Blocked(block) => {
             tracing::info!(
                 request_id = finisher.request_id(),

@@ -8,28 +8,37 @@
 //!   every second and on shutdown, and they are reloaded at start.
 //! - [`RedisStore`] (driver `redis`): counters in Redis for several gateways, each
 //!   reservation one atomic script; settlements go through a bounded queue to a worker,
-//!   off the request path.
+//!   off the request path. A breaker ([`StoreBreaker`]) in front of every call fails
+//!   fast while Redis is down or hanging, and request-path calls have a tight deadline.
+//!   Each booking has a reservation id: a reservation the gateway stopped waiting for
+//!   (it may still run when a hung Redis resumes) is released by that id, and
+//!   settlements are absolute, so the worker retries them until Redis takes them.
+//!
+//! A store that cannot meter a request says why ([`Unmetered`]); the engine lets the
+//! request through (fail-open, SPEC Q6) and counts it.
 
 use super::index::{KeyShare, PoolRuntime, QuotaIndex};
 use super::signals::PoolSignals;
+use crate::clock::Clock;
 use crate::sync::lock;
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use switchyard_core::quota::decide::{
     decide, fair_share, BlockReason, Decision, DimensionInput, Policy,
 };
 use switchyard_core::quota::ledger::{Ask, PoolLedger, Reservation};
 use switchyard_core::quota::window::SlidingCounter;
+use switchyard_core::resilience::store_breaker::{self, Change, StoreBreaker, Verdict};
 use switchyard_core::UnixMillis;
-use switchyard_store::redis_counters::{DimArgs, RedisCounters, SettleArgs};
+use switchyard_store::redis_counters::{
+    DimArgs, RedisCounters, RedisStoreError, SettleTarget, SlotDelta,
+};
 use switchyard_store::ConsumptionRow;
-use tokio::sync::mpsc;
-
-/// Settlements queued for the Redis worker. At 10 000 requests/s this is a second of
-/// settlements; when it is full a settlement is dropped (its reservation stays booked at
-/// the estimate, which errs on the safe side) and logged.
-const SETTLE_QUEUE: usize = 10_000;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 /// One reservation attempt, as a store sees it.
 #[derive(Debug, Clone, Copy)]
@@ -61,10 +70,85 @@ pub struct Outcome {
     pub peeked: Vec<(f64, f64)>,
     /// When the blocking counter falls far enough for the request to fit.
     pub by_counter: Option<u64>,
+    /// The id the booking is recorded under, for stores that settle by id (Redis).
+    pub booking_id: Option<String>,
 }
 
-/// A quota counter store. `None` from `peek` or `reserve` means the store failed; the
-/// engine then lets the request through unmetered (fail-open, SPEC Q6).
+/// Logs at most once per interval, counting what it did not log.
+#[derive(Debug, Default)]
+pub struct WarnThrottle {
+    next_ms: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl WarnThrottle {
+    /// `Some(number not logged since the last time)` when a line is due at `now`.
+    pub fn due(&self, now: UnixMillis, interval_ms: u64) -> Option<u64> {
+        let next = self.next_ms.load(Ordering::Relaxed);
+        if now >= next
+            && self
+                .next_ms
+                .compare_exchange(
+                    next,
+                    now.saturating_add(interval_ms),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            return Some(self.suppressed.swap(0, Ordering::Relaxed));
+        }
+        self.suppressed.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+}
+
+/// Why a store could not meter a request. A fixed set: it labels a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnmeteredReason {
+    /// The breaker is open: Redis was not called at all.
+    StoreUnavailable,
+    /// The call did not answer within its deadline.
+    StoreTimeout,
+    /// Redis was unreachable or answered with an error.
+    StoreError,
+    /// The request holds a configuration from before a dimension change.
+    ConfigChanged,
+}
+
+impl UnmeteredReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::StoreUnavailable => "store_unavailable",
+            Self::StoreTimeout => "store_timeout",
+            Self::StoreError => "store_error",
+            Self::ConfigChanged => "config_changed",
+        }
+    }
+}
+
+/// A store that could not meter a request: why, and the error when there was one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unmetered {
+    pub reason: UnmeteredReason,
+    pub error: Option<String>,
+    /// Whether the store was unavailable (not called, unreachable, no answer) rather
+    /// than answering with an error: trying again later may work.
+    pub outage: bool,
+}
+
+impl Unmetered {
+    fn because(reason: UnmeteredReason) -> Self {
+        Self {
+            reason,
+            error: None,
+            outage: reason != UnmeteredReason::ConfigChanged,
+        }
+    }
+}
+
+/// A quota counter store. An error from `peek` or `reserve` means the store could not
+/// answer; the engine then lets the request through unmetered (fail-open, SPEC Q6).
 pub trait CounterStore {
     /// Per dimension: the key's and the pool's window values, and the time they hold at.
     fn peek(
@@ -72,17 +156,21 @@ pub trait CounterStore {
         pool: &PoolRuntime,
         key_id: &str,
         now: UnixMillis,
-    ) -> impl Future<Output = Option<(UnixMillis, Vec<(f64, f64)>)>> + Send;
+    ) -> impl Future<Output = Result<(UnixMillis, Vec<(f64, f64)>), Unmetered>> + Send;
 
     /// Decides every dimension and, when all admit, books the estimated cost on each —
     /// in one atomic step.
-    fn reserve(&self, req: ReserveRequest<'_>) -> impl Future<Output = Option<Outcome>> + Send;
+    fn reserve(
+        &self,
+        req: ReserveRequest<'_>,
+    ) -> impl Future<Output = Result<Outcome, Unmetered>> + Send;
 
-    /// Moves a reservation to `actual` (the running or final actual cost).
+    /// Moves a booking (recorded under `booking_id`, for stores that settle by id) to its
+    /// final `actual` cost, ending it.
     fn settle(
         &self,
         pool: &PoolRuntime,
-        reservation: &mut Reservation,
+        booking: (Option<&str>, &mut Reservation),
         actual: &[f64],
         now: UnixMillis,
     );
@@ -191,6 +279,14 @@ impl Ledgers {
         }
     }
 
+    /// Every pool's ledger.
+    pub fn all(&self) -> Vec<(String, Arc<Mutex<PoolLedger>>)> {
+        lock(&self.pools)
+            .iter()
+            .map(|(id, s)| (id.clone(), Arc::clone(&s.ledger)))
+            .collect()
+    }
+
     pub fn remove(&self, pool_id: &str) {
         lock(&self.pools).remove(pool_id);
     }
@@ -222,10 +318,7 @@ impl Ledgers {
 
     /// Changed slots since the last call, as rows to write.
     pub fn take_dirty(&self, index: &QuotaIndex) -> Vec<ConsumptionRow> {
-        let pools: Vec<(String, Arc<Mutex<PoolLedger>>)> = lock(&self.pools)
-            .iter()
-            .map(|(id, s)| (id.clone(), Arc::clone(&s.ledger)))
-            .collect();
+        let pools = self.all();
         let mut rows = Vec::new();
         for (id, ledger) in pools {
             if index.pool(&id).is_none() {
@@ -257,16 +350,20 @@ impl CounterStore for Ledgers {
         pool: &PoolRuntime,
         key_id: &str,
         now: UnixMillis,
-    ) -> Option<(UnixMillis, Vec<(f64, f64)>)> {
-        let ledger = self.ledger(pool, now)?;
+    ) -> Result<(UnixMillis, Vec<(f64, f64)>), Unmetered> {
+        let ledger = self
+            .ledger(pool, now)
+            .ok_or(Unmetered::because(UnmeteredReason::ConfigChanged))?;
         let values = lock(&ledger).peek(now, key_id);
-        Some((now, values))
+        Ok((now, values))
     }
 
-    async fn reserve(&self, req: ReserveRequest<'_>) -> Option<Outcome> {
+    async fn reserve(&self, req: ReserveRequest<'_>) -> Result<Outcome, Unmetered> {
         let now = req.now;
         let signal_values: Vec<Option<f64>> = req.signals.iter().map(|s| s.0).collect();
-        let ledger = self.ledger(req.pool, now)?;
+        let ledger = self
+            .ledger(req.pool, now)
+            .ok_or(Unmetered::because(UnmeteredReason::ConfigChanged))?;
         let mut l = lock(&ledger);
         let peeked = l.peek(now, req.key_id);
         let (decision, reservation) = l.reserve(
@@ -290,19 +387,20 @@ impl CounterStore for Ledgers {
             v.fits_at
                 .and_then(|bound| l.time_until(now, counter, i, bound))
         });
-        Some(Outcome {
+        Ok(Outcome {
             now,
             decision,
             reservation,
             peeked,
             by_counter,
+            booking_id: None,
         })
     }
 
     fn settle(
         &self,
         pool: &PoolRuntime,
-        reservation: &mut Reservation,
+        (_, reservation): (Option<&str>, &mut Reservation),
         actual: &[f64],
         now: UnixMillis,
     ) {
@@ -312,48 +410,282 @@ impl CounterStore for Ledgers {
     }
 }
 
+/// The breaker in front of Redis. Three failures in a row: one may be a blip (a
+/// reconnect), three mean Redis is down or hanging. The back-off starts at one second,
+/// so a short blip costs about a second of unmetered traffic, and doubles up to 30 s, so
+/// a long outage costs one probe per 30 s. A probe may take 5 s (more than a reconnect
+/// plus a response timeout) before another is let through.
+const BREAKER: store_breaker::Config = store_breaker::Config {
+    open_after: 3,
+    backoff_ms: 1_000,
+    max_backoff_ms: 30_000,
+    probe_timeout_ms: 5_000,
+};
+
+/// Deadline of a call on the request path (reserve, peek). A healthy Redis answers a
+/// reservation in well under a millisecond; a quarter of a second is the most latency a
+/// request should pay before going ahead unmetered — four times less than the
+/// connection's own one-second response timeout, which settlements keep.
+const REQUEST_CALL_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Deadline of a settlement (off the request path): the connection's response timeout
+/// with a margin, so the connection's own error is the one normally seen.
+const SETTLE_CALL_TIMEOUT: Duration = Duration::from_millis(1_500);
+
+/// Pause between attempts at a settlement Redis did not take (down or hanging): the
+/// breaker decides whether an attempt reaches Redis at all, so retrying this often costs
+/// nothing while it is open.
+const SETTLE_RETRY_DELAY: Duration = Duration::from_millis(250);
+
+/// Settlements that could not be queued are warned about at most once per this
+/// interval, like unmetered requests: a full queue at thousands of requests per second
+/// must not become a log line per request.
+const DROPPED_WARN_INTERVAL_MS: u64 = 10_000;
+
+/// Settlements queued for the Redis worker. At 10 000 requests/s this is a second of
+/// settlements; when it is full a settlement is dropped (its reservation stays booked at
+/// the estimate, which errs on the safe side) and logged.
+const SETTLE_QUEUE: usize = 10_000;
+
+/// Redis behind the breaker: every call is admitted by the breaker, bounded by a
+/// deadline, and its outcome recorded.
+#[derive(Debug)]
+struct Guarded {
+    counters: RedisCounters,
+    clock: Arc<dyn Clock>,
+    breaker: Mutex<StoreBreaker>,
+}
+
+impl Guarded {
+    async fn call<T>(
+        &self,
+        deadline: Duration,
+        call: impl Future<Output = Result<T, RedisStoreError>>,
+    ) -> Result<T, Unmetered> {
+        let verdict = lock(&self.breaker).admit(self.clock.now_ms());
+        match verdict {
+            Verdict::Reject => return Err(Unmetered::because(UnmeteredReason::StoreUnavailable)),
+            Verdict::Probe => tracing::info!("Probing the Redis quota store."),
+            Verdict::Call => {}
+        }
+        match tokio::time::timeout(deadline, call).await {
+            Ok(Ok(v)) => {
+                self.record(true);
+                Ok(v)
+            }
+            Ok(Err(e)) => {
+                // An error Redis answered (a script error) shows Redis is up.
+                let outage = e.is_outage();
+                self.record(!outage);
+                Err(Unmetered {
+                    reason: UnmeteredReason::StoreError,
+                    error: Some(e.to_string()),
+                    outage,
+                })
+            }
+            Err(_) => {
+                self.record(false);
+                Err(Unmetered {
+                    reason: UnmeteredReason::StoreTimeout,
+                    error: Some(format!("no answer within {} ms", deadline.as_millis())),
+                    outage: true,
+                })
+            }
+        }
+    }
+
+    fn record(&self, answered: bool) {
+        let change = {
+            let mut b = lock(&self.breaker);
+            if answered {
+                b.success()
+            } else {
+                b.failure(self.clock.now_ms())
+            }
+        };
+        match change {
+            Change::Opened { backoff_ms } => tracing::warn!(
+                backoff_ms,
+                "The Redis quota store is failing; requests go ahead unmetered without calling it until the back-off ends."
+            ),
+            Change::Closed => tracing::info!("The Redis quota store answers again; metering resumes."),
+            Change::None => {}
+        }
+    }
+}
+
 /// One settlement for the Redis worker.
 #[derive(Debug)]
 struct SettleJob {
     pool: String,
     key: String,
-    items: Vec<SettleArgs>,
+    booking_id: String,
+    last: bool,
+    targets: Vec<SettleTarget>,
 }
 
-/// Applies queued Redis settlements until every sender is gone.
-async fn settle_worker(counters: RedisCounters, mut rx: mpsc::Receiver<SettleJob>) {
+impl SettleJob {
+    /// Releases a booking: every dimension to zero, ending it.
+    fn release(pool: &PoolRuntime, key_id: &str, booking_id: String) -> Self {
+        Self {
+            pool: pool.pool.id.clone(),
+            key: key_id.to_owned(),
+            booking_id,
+            last: true,
+            targets: pool
+                .dims
+                .iter()
+                .map(|d| SettleTarget {
+                    dim: d.key(),
+                    slot_ms: d.window.slot_ms(),
+                    target: 0.0,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Applies queued Redis settlements until the store closes the queue (shutdown, then it
+/// applies what is left) or every sender is gone.
+async fn settle_worker(
+    redis: Arc<Guarded>,
+    mut rx: mpsc::Receiver<SettleJob>,
+    mut close: watch::Receiver<bool>,
+) {
+    let mut closing = false;
     let mut failures: u64 = 0;
-    while let Some(job) = rx.recv().await {
-        if let Err(e) = counters.settle(&job.pool, &job.key, &job.items).await {
-            failures += 1;
-            if failures.is_power_of_two() {
-                tracing::warn!(error = %e, failures, pool = %job.pool, "Could not settle a quota reservation in Redis.");
+    loop {
+        let job = if closing {
+            rx.recv().await
+        } else {
+            tokio::select! {
+                job = rx.recv() => job,
+                _ = close.wait_for(|c| *c) => {
+                    closing = true;
+                    rx.close();
+                    continue;
+                }
+            }
+        };
+        let Some(job) = job else {
+            return;
+        };
+        // Settlements are absolute and keyed by reservation id: one that may or may not
+        // have reached Redis is simply sent again, until Redis takes it (or the
+        // shutdown's drain period ends).
+        loop {
+            let booking = (job.booking_id.as_str(), job.last);
+            let call = redis
+                .counters
+                .settle(&job.pool, &job.key, booking, &job.targets);
+            match redis.call(SETTLE_CALL_TIMEOUT, call).await {
+                Ok(()) => break,
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    if failures.is_power_of_two() {
+                        tracing::warn!(reason = e.reason.as_str(), error = e.error.as_deref().unwrap_or(""), failures, pool = %job.pool, retrying = e.outage, "Could not settle a quota reservation in Redis.");
+                    }
+                    if !e.outage {
+                        break;
+                    }
+                    tokio::time::sleep(SETTLE_RETRY_DELAY).await;
+                }
             }
         }
     }
 }
 
-/// The Redis store and the queue of its settlement worker.
+/// The Redis store: counters behind the breaker, and the queue of its settlement worker.
 #[derive(Debug)]
 pub struct RedisStore {
-    counters: RedisCounters,
+    redis: Arc<Guarded>,
     settle: mpsc::Sender<SettleJob>,
+    close: watch::Sender<bool>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    /// Settlements that could not be queued are warned about at most once per interval.
+    dropped_warn: WarnThrottle,
 }
 
 impl RedisStore {
-    /// Wraps connected counters; spawns the settlement worker.
-    pub fn new(counters: RedisCounters) -> Self {
-        let (tx, rx) = mpsc::channel(SETTLE_QUEUE);
-        tokio::spawn(settle_worker(counters.clone(), rx));
-        Self {
+    /// Wraps connected counters; spawns the settlement worker (drained by
+    /// [`RedisStore::drain`]).
+    pub fn new(counters: RedisCounters, clock: Arc<dyn Clock>) -> Self {
+        let redis = Arc::new(Guarded {
             counters,
+            clock,
+            breaker: Mutex::new(StoreBreaker::new(BREAKER)),
+        });
+        let (tx, rx) = mpsc::channel(SETTLE_QUEUE);
+        let (close, closed) = watch::channel(false);
+        let worker = tokio::spawn(settle_worker(Arc::clone(&redis), rx, closed));
+        Self {
+            redis,
             settle: tx,
+            close,
+            worker: Mutex::new(Some(worker)),
+            dropped_warn: WarnThrottle::default(),
         }
+    }
+
+    /// `closed`, `open` or `half_open`.
+    pub fn breaker_state(&self) -> &'static str {
+        lock(&self.redis.breaker).state_name()
+    }
+
+    /// Settlements waiting for the worker.
+    fn queued(&self) -> usize {
+        SETTLE_QUEUE.saturating_sub(self.settle.capacity())
+    }
+
+    /// Stops taking settlements and waits up to `within` for the worker to apply the
+    /// queued ones; what is left then is dropped (and logged).
+    pub async fn drain(&self, within: Duration) {
+        self.close.send_replace(true);
+        let Some(mut worker) = lock(&self.worker).take() else {
+            return;
+        };
+        let queued = self.queued();
+        match tokio::time::timeout(within, &mut worker).await {
+            Ok(_) => tracing::info!(applied = queued, "Quota settlements drained to Redis."),
+            Err(_) => {
+                worker.abort();
+                tracing::warn!(
+                    dropped = self.queued(),
+                    "Quota settlements still queued when the shutdown grace period ended were dropped."
+                );
+            }
+        }
+    }
+
+    /// Adds counts kept elsewhere (the in-memory fallback) to one key's Redis counters.
+    pub async fn carry(
+        &self,
+        pool_id: &str,
+        key_id: &str,
+        items: &[SlotDelta],
+    ) -> Result<(), Unmetered> {
+        let call = self.redis.counters.add(pool_id, key_id, items);
+        self.redis.call(SETTLE_CALL_TIMEOUT, call).await
+    }
+
+    /// Queues a settlement for the worker; `false` when the queue is full or closed (the
+    /// reservation then stays booked at what Redis holds, its estimate at most).
+    fn enqueue(&self, job: SettleJob) -> bool {
+        let (pool, why) = match self.settle.try_send(job) {
+            Ok(()) => return true,
+            Err(mpsc::error::TrySendError::Full(job)) => (job.pool, "queue_full"),
+            Err(mpsc::error::TrySendError::Closed(job)) => (job.pool, "worker_stopped"),
+        };
+        let now = self.redis.clock.now_ms();
+        if let Some(suppressed) = self.dropped_warn.due(now, DROPPED_WARN_INTERVAL_MS) {
+            tracing::warn!(pool = %pool, reason = why, suppressed, "A quota settlement could not be queued for Redis; the reservation stays booked as it is.");
+        }
+        false
     }
 
     /// Deletes a deleted pool's counters.
     pub async fn forget_pool(&self, pool_id: &str) {
-        if let Err(e) = self.counters.clear_pool(pool_id).await {
+        if let Err(e) = self.redis.counters.clear_pool(pool_id).await {
             tracing::warn!(error = %e, pool = pool_id, "Could not delete a deleted pool's counters from Redis.");
         }
     }
@@ -373,11 +705,12 @@ impl RedisStore {
             _ => key_id,
         };
         let d = pool.dims[i];
-        match self
+        let dim = d.key();
+        let call = self
+            .redis
             .counters
-            .slots(&pool.pool.id, field, &d.key(), d.window.slot_ms())
-            .await
-        {
+            .slots(&pool.pool.id, field, &dim, d.window.slot_ms());
+        match self.redis.call(REQUEST_CALL_TIMEOUT, call).await {
             Ok((now, slots)) => {
                 let mut c = SlidingCounter::new(d.window);
                 for (slot, amount) in slots {
@@ -386,7 +719,11 @@ impl RedisStore {
                 c.time_until_at_most(now, bound)
             }
             Err(e) => {
-                tracing::warn!(error = %e, "Could not read quota slots from Redis for Retry-After.");
+                tracing::debug!(
+                    reason = e.reason.as_str(),
+                    error = e.error.as_deref().unwrap_or(""),
+                    "Could not read quota slots from Redis for Retry-After."
+                );
                 None
             }
         }
@@ -399,22 +736,17 @@ impl CounterStore for RedisStore {
         pool: &PoolRuntime,
         key_id: &str,
         _now: UnixMillis,
-    ) -> Option<(UnixMillis, Vec<(f64, f64)>)> {
+    ) -> Result<(UnixMillis, Vec<(f64, f64)>), Unmetered> {
         let dims: Vec<(String, u64)> = pool
             .dims
             .iter()
             .map(|d| (d.key(), d.window.slot_ms()))
             .collect();
-        match self.counters.peek(&pool.pool.id, key_id, &dims).await {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::warn!(error = %e, pool = %pool.pool.id, "Could not read quota counters from Redis.");
-                None
-            }
-        }
+        let call = self.redis.counters.peek(&pool.pool.id, key_id, &dims);
+        self.redis.call(REQUEST_CALL_TIMEOUT, call).await
     }
 
-    async fn reserve(&self, req: ReserveRequest<'_>) -> Option<Outcome> {
+    async fn reserve(&self, req: ReserveRequest<'_>) -> Result<Outcome, Unmetered> {
         let (pool, share) = (req.pool, req.share);
         let args: Vec<DimArgs> = pool
             .dims
@@ -446,15 +778,23 @@ impl CounterStore for RedisStore {
                 signal: req.signals[i].0,
             })
             .collect();
-        let reply = match self
-            .counters
-            .reserve(&pool.pool.id, req.key_id, req.threshold, &args)
-            .await
-        {
+        let booking_id = new_booking_id();
+        let call = self.redis.counters.reserve(
+            &pool.pool.id,
+            req.key_id,
+            &booking_id,
+            req.threshold,
+            &args,
+        );
+        let reply = match self.redis.call(REQUEST_CALL_TIMEOUT, call).await {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(error = %e, pool = %pool.pool.id, key_id = req.key_id, "Quota store failed; admitting the request unmetered.");
-                return None;
+                // The script may still run (a hung Redis resumes with it in its input):
+                // release the booking by its id, so it counts nothing either way.
+                if e.reason != UnmeteredReason::StoreUnavailable {
+                    self.enqueue(SettleJob::release(pool, req.key_id, booking_id));
+                }
+                return Err(e);
             }
         };
         let peeked: Vec<(f64, f64)> = reply.dims.iter().map(|d| (d.0, d.1)).collect();
@@ -476,53 +816,52 @@ impl CounterStore for RedisStore {
             Some(i) if !reply.admitted => self.time_until(pool, req.key_id, &decision, i).await,
             _ => None,
         };
-        Some(Outcome {
+        Ok(Outcome {
             now: reply.now,
             decision,
             reservation,
             peeked,
             by_counter,
+            booking_id: Some(booking_id),
         })
     }
 
     fn settle(
         &self,
         pool: &PoolRuntime,
-        reservation: &mut Reservation,
+        (booking_id, reservation): (Option<&str>, &mut Reservation),
         actual: &[f64],
         _now: UnixMillis,
     ) {
-        let mut items = Vec::new();
-        let mut targets = Vec::new();
-        for (i, booked) in reservation.booked.iter().enumerate() {
-            let target = actual.get(i).copied().unwrap_or(0.0).max(0.0);
-            targets.push(target);
-            let delta = target - *booked;
-            if let (true, Some(d), Some(slot)) =
-                (delta != 0.0, pool.dims.get(i), reservation.slots.get(i))
-            {
-                items.push(SettleArgs {
-                    dim: d.key(),
-                    slot: *slot,
-                    slot_ms: d.window.slot_ms(),
-                    delta,
-                });
-            }
-        }
-        if items.is_empty() {
+        let Some(booking_id) = booking_id else {
             return;
-        }
+        };
+        let targets: Vec<f64> = (0..reservation.booked.len())
+            .map(|i| actual.get(i).copied().unwrap_or(0.0).max(0.0))
+            .collect();
         let job = SettleJob {
             pool: pool.pool.id.clone(),
             key: reservation.key_id.clone(),
-            items,
+            booking_id: booking_id.to_owned(),
+            last: true,
+            targets: pool
+                .dims
+                .iter()
+                .zip(&targets)
+                .map(|(d, t)| SettleTarget {
+                    dim: d.key(),
+                    slot_ms: d.window.slot_ms(),
+                    target: *t,
+                })
+                .collect(),
         };
-        // The booking moves only when the settlement is on its way, so later deltas are
-        // computed from what Redis will actually hold.
-        if self.settle.try_send(job).is_ok() {
+        if self.enqueue(job) {
             reservation.booked = targets;
-        } else {
-            tracing::warn!(pool = %pool.pool.id, "Quota settlement queue is full; keeping the reservation at its estimate.");
         }
     }
+}
+
+/// A reservation id no other booking has: 128 random bits.
+fn new_booking_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }

@@ -1,31 +1,79 @@
 //! The quota engine's shell: the counter store (see [`super::counters`]), provider
 //! signals, recent decisions, and the reserve/settle calls the pipeline makes
-//! (SPEC Q4, Q6). When the store fails during a request, the request is admitted
-//! without a reservation and a warning is logged (fail-open).
+//! (SPEC Q4, Q6). When the store cannot meter a request, the request is admitted
+//! without a reservation (fail-open), counted in `switchyard_quota_unmetered_total`, and
+//! warned about at most once per interval.
+//!
+//! The store can change once while running: a gateway that fell back to memory because
+//! Redis was unreachable switches to Redis when it answers ([`QuotaEngine::switch_to_redis`]).
+//! Each reservation settles in the store it was booked in.
 
-use super::counters::{CounterStore, Ledgers, Outcome, RedisStore, ReserveRequest};
+use super::counters::{
+    CounterStore, Ledgers, Outcome, RedisStore, ReserveRequest, Unmetered, UnmeteredReason,
+    WarnThrottle,
+};
 use super::guard::QuotaGuard;
 use super::index::{PoolRuntime, QuotaIndex};
 use super::signals::SignalBoard;
 use super::views::{
     decision_record, remaining_headers, DecisionRecord, DimensionUsage, KeyUsage, PoolUsage,
-    QuotaBlock,
+    QuotaBlock, StoreStatus,
 };
 use crate::clock::Clock;
+use crate::metrics::QuotaMetrics;
 use crate::sync::lock;
+use arc_swap::ArcSwapOption;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use switchyard_core::quota::burn::BurnRate;
 use switchyard_core::quota::cost::{Estimate, Price};
 use switchyard_core::quota::decide::{decide, fair_share, BlockReason, Mode};
 use switchyard_core::quota::ledger::Reservation;
 use switchyard_core::settings::QuotaSettings;
 use switchyard_core::UnixMillis;
-use switchyard_store::redis_counters::RedisCounters;
+use switchyard_store::redis_counters::{RedisCounters, SlotDelta};
 use switchyard_store::ConsumptionRow;
 
 /// Recent decisions kept per pool for the decisions endpoint.
 const DECISIONS_PER_POOL: usize = 256;
+
+/// Unmetered requests are warned about at most once per this interval, with the number
+/// not logged in between: an outage at thousands of requests per second must not become
+/// thousands of log lines per second. The metric counts every one.
+const UNMETERED_WARN_INTERVAL_MS: u64 = 10_000;
+
+/// Why the counters live where they do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreReason {
+    /// The configured driver is in use.
+    Selected,
+    /// Redis was selected without a URL.
+    NoUrl,
+    /// Redis was selected with a URL that does not parse.
+    InvalidUrl,
+    /// Redis was selected but did not answer (yet): retried in the background.
+    Unreachable,
+}
+
+impl StoreReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Selected => "selected",
+            Self::NoUrl => "no_url",
+            Self::InvalidUrl => "invalid_url",
+            Self::Unreachable => "unreachable",
+        }
+    }
+}
+
+/// Where a reservation was booked, so it settles there even if the engine switched
+/// stores meanwhile: in memory, or in Redis under a reservation id.
+#[derive(Debug, Clone)]
+pub enum BookedIn {
+    Memory,
+    Redis(Arc<RedisStore>, String),
+}
 
 /// The outcome of a reservation attempt.
 #[derive(Debug)]
@@ -36,8 +84,9 @@ pub enum Admission {
         headers: Vec<(http::HeaderName, http::HeaderValue)>,
     },
     Blocked(QuotaBlock),
-    /// The counter store failed; the request goes ahead unmetered (fail-open).
-    Unenforced,
+    /// The counter store could not meter the request; it goes ahead unmetered
+    /// (fail-open).
+    Unenforced(UnmeteredReason),
 }
 
 /// See the module docs.
@@ -47,9 +96,15 @@ pub struct QuotaEngine {
     /// only with `redis`.
     ledgers: Ledgers,
     /// The Redis store, when counters live there.
-    redis: Option<Box<RedisStore>>,
+    redis: ArcSwapOption<RedisStore>,
+    /// Whether Redis was asked for (`quotaStore.driver`).
+    redis_requested: bool,
+    /// Why the counters are in memory although Redis was asked for.
+    fallback: StoreReason,
     pub(super) signals: SignalBoard,
     decisions: Mutex<HashMap<String, VecDeque<DecisionRecord>>>,
+    metrics: QuotaMetrics,
+    unmetered_warn: WarnThrottle,
 }
 
 impl std::fmt::Debug for QuotaEngine {
@@ -62,22 +117,48 @@ impl std::fmt::Debug for QuotaEngine {
 
 impl QuotaEngine {
     /// An engine keeping counters in memory (persisted to SQLite by the writer).
-    pub fn new(clock: Arc<dyn Clock>) -> Self {
+    pub fn new(clock: Arc<dyn Clock>, metrics: QuotaMetrics) -> Self {
+        metrics.store("sqlite", StoreReason::Selected.as_str());
         Self {
             clock,
             ledgers: Ledgers::default(),
-            redis: None,
+            redis: ArcSwapOption::empty(),
+            redis_requested: false,
+            fallback: StoreReason::Selected,
             signals: SignalBoard::default(),
             decisions: Mutex::new(HashMap::new()),
+            metrics,
+            unmetered_warn: WarnThrottle::default(),
         }
     }
 
+    /// An engine keeping counters in memory although Redis was asked for, because of
+    /// `reason`.
+    pub fn fallback(clock: Arc<dyn Clock>, metrics: QuotaMetrics, reason: StoreReason) -> Self {
+        let engine = Self {
+            redis_requested: true,
+            fallback: reason,
+            ..Self::new(clock, metrics)
+        };
+        engine.metrics.store("sqlite", reason.as_str());
+        engine
+    }
+
     /// An engine keeping counters in Redis; spawns the settlement worker.
-    pub fn with_redis(clock: Arc<dyn Clock>, counters: RedisCounters) -> Self {
-        Self {
-            redis: Some(Box::new(RedisStore::new(counters))),
-            ..Self::new(clock)
-        }
+    pub fn with_redis(
+        clock: Arc<dyn Clock>,
+        metrics: QuotaMetrics,
+        counters: RedisCounters,
+    ) -> Self {
+        let engine = Self::fallback(clock, metrics, StoreReason::Selected);
+        engine.redis.store(Some(Arc::new(RedisStore::new(
+            counters,
+            Arc::clone(&engine.clock),
+        ))));
+        engine
+            .metrics
+            .store("redis", StoreReason::Selected.as_str());
+        engine
     }
 
     pub fn now(&self) -> UnixMillis {
@@ -86,11 +167,117 @@ impl QuotaEngine {
 
     /// `sqlite` or `redis`: where counters live.
     pub fn driver(&self) -> &'static str {
-        if self.redis.is_some() {
+        if self.redis.load().is_some() {
             "redis"
         } else {
             "sqlite"
         }
+    }
+
+    /// Where counters live, what was asked for, and whether the store works.
+    pub fn store_status(&self) -> StoreStatus {
+        let requested = if self.redis_requested {
+            "redis"
+        } else {
+            "sqlite"
+        };
+        match self.redis.load_full() {
+            Some(r) => {
+                let breaker = r.breaker_state();
+                let ok = breaker == "closed";
+                StoreStatus {
+                    driver: "redis",
+                    requested,
+                    state: if ok { "ok" } else { "unavailable" },
+                    reason: if ok { "selected" } else { "breaker_open" },
+                    breaker: Some(breaker),
+                }
+            }
+            None if self.redis_requested => StoreStatus {
+                driver: "sqlite",
+                requested,
+                state: "fallback",
+                reason: self.fallback.as_str(),
+                breaker: None,
+            },
+            None => StoreStatus {
+                driver: "sqlite",
+                requested,
+                state: "ok",
+                reason: "selected",
+                breaker: None,
+            },
+        }
+    }
+
+    /// Moves the counters to Redis, which answered after the engine fell back to memory.
+    /// Reservations already booked in memory settle there. The window counts kept in
+    /// memory meanwhile are handed over: added to Redis's, so what this gateway admitted
+    /// while on its own still counts against the shared windows, and zeroed in memory
+    /// (and in SQLite by the writer), so a later fallback does not load them again.
+    pub async fn switch_to_redis(&self, counters: RedisCounters) {
+        let store = Arc::new(RedisStore::new(counters, Arc::clone(&self.clock)));
+        self.redis.store(Some(Arc::clone(&store)));
+        self.metrics.store("redis", StoreReason::Selected.as_str());
+        let now = self.now();
+        let mut carried = 0usize;
+        for (pool_id, ledger) in self.ledgers.all() {
+            let per_key = {
+                let mut l = lock(&ledger);
+                let dims = l.dimensions().to_vec();
+                let mut per_key: HashMap<String, Vec<SlotDelta>> = HashMap::new();
+                for (key, dim, slot, amount) in l.hand_over(now) {
+                    if let Some(d) = dims.get(dim) {
+                        per_key.entry(key).or_default().push(SlotDelta {
+                            dim: d.key(),
+                            slot,
+                            slot_ms: d.window.slot_ms(),
+                            delta: amount,
+                        });
+                    }
+                }
+                per_key
+            };
+            for (key, items) in per_key {
+                match store.carry(&pool_id, &key, &items).await {
+                    Ok(()) => carried = carried.saturating_add(items.len()),
+                    Err(e) => {
+                        tracing::warn!(pool = %pool_id, key_id = %key, reason = e.reason.as_str(), error = e.error.as_deref().unwrap_or(""), "Could not carry a key's in-memory quota counts into Redis.")
+                    }
+                }
+            }
+        }
+        tracing::info!(
+            slots = carried,
+            "Redis answers: quota counters now live in Redis; counts kept in memory meanwhile were added to it."
+        );
+    }
+
+    /// Applies the settlements queued for Redis, waiting at most `within`.
+    pub async fn finish(&self, within: Duration) {
+        if let Some(r) = self.redis.load_full() {
+            r.drain(within).await;
+        }
+    }
+
+    /// Counts a request the store could not meter and warns, at most once per interval.
+    fn unmetered(&self, pool_id: &str, e: Unmetered) -> UnmeteredReason {
+        self.metrics.unmetered(pool_id, e.reason.as_str());
+        if e.reason == UnmeteredReason::ConfigChanged {
+            tracing::debug!(pool = pool_id, "A request holding the configuration from before a dimension change goes ahead unmetered.");
+        } else if let Some(suppressed) = self
+            .unmetered_warn
+            .due(self.now(), UNMETERED_WARN_INTERVAL_MS)
+        {
+            tracing::warn!(
+                pool = pool_id,
+                reason = e.reason.as_str(),
+                error = e.error.as_deref().unwrap_or(""),
+                suppressed,
+                "Quota store could not meter a request; admitting it unmetered (further ones within 10 s are only counted, in switchyard_quota_unmetered_total)."
+            );
+        }
+        e.reason
     }
 
     /// Records the saturation headers of a response from `connection_id`.
@@ -120,7 +307,7 @@ impl QuotaEngine {
     /// under the same id starts from zero.
     pub async fn forget_pool(&self, pool_id: &str) {
         self.ledgers.remove(pool_id);
-        if let Some(r) = &self.redis {
+        if let Some(r) = self.redis.load_full() {
             r.forget_pool(pool_id).await;
         }
     }
@@ -149,14 +336,14 @@ impl QuotaEngine {
     }
 
     /// Per dimension: the key's and the pool's window values from the counter store, and
-    /// the time they hold at. `None` when the store failed.
+    /// the time they hold at, or why the store could not answer.
     async fn peek(
         &self,
         pool: &PoolRuntime,
         key_id: &str,
-    ) -> Option<(UnixMillis, Vec<(f64, f64)>)> {
+    ) -> Result<(UnixMillis, Vec<(f64, f64)>), Unmetered> {
         let now = self.now();
-        match &self.redis {
+        match self.redis.load_full() {
             Some(r) => r.peek(pool, key_id, now).await,
             None => self.ledgers.peek(pool, key_id, now).await,
         }
@@ -196,7 +383,7 @@ impl QuotaEngine {
         price: Option<Price>,
         settings: &QuotaSettings,
     ) -> bool {
-        let Some((now, peeked)) = self.peek(pool, key_id).await else {
+        let Ok((now, peeked)) = self.peek(pool, key_id).await else {
             return false;
         };
         let share = pool.share_of(key_id);
@@ -227,9 +414,11 @@ impl QuotaEngine {
     ) -> Admission {
         let costs = costs(pool, &estimate, price);
         let threshold = settings.saturation_threshold;
-        let Some((outcome, retry)) = self.book(pool, key_id, &costs, threshold, false).await else {
-            return Admission::Unenforced;
-        };
+        let (outcome, retry, booked_in) =
+            match self.book(pool, key_id, &costs, threshold, false).await {
+                Ok(b) => b,
+                Err(e) => return Admission::Unenforced(self.unmetered(&pool.pool.id, e)),
+            };
         self.record_outcome(pool, key_id, &outcome, retry);
         if let Some(reservation) = outcome.reservation {
             let headers = remaining_headers(pool, &outcome.decision, &outcome.peeked, &costs);
@@ -241,7 +430,7 @@ impl QuotaEngine {
                     Arc::clone(self),
                     Arc::clone(pool),
                     connection_id.to_owned(),
-                    reservation,
+                    (booked_in, reservation),
                     (estimate, price, threshold),
                     base,
                 ),
@@ -262,11 +451,16 @@ impl QuotaEngine {
         costs: &[f64],
         threshold: f64,
     ) -> Growth {
-        let Some((outcome, retry)) = self.book(pool, key_id, costs, threshold, true).await else {
-            return Growth::Unenforced;
-        };
+        let (outcome, retry, booked_in) =
+            match self.book(pool, key_id, costs, threshold, true).await {
+                Ok(b) => b,
+                Err(e) => {
+                    self.unmetered(&pool.pool.id, e);
+                    return Growth::Unenforced;
+                }
+            };
         if let Some(reservation) = outcome.reservation {
-            return Growth::Booked(reservation);
+            return Growth::Booked(booked_in, reservation);
         }
         self.record_outcome(pool, key_id, &outcome, retry);
         Growth::Blocked(Box::new(blocked(pool, key_id, &outcome, retry)))
@@ -285,7 +479,8 @@ impl QuotaEngine {
     }
 
     /// Decides and, when admitted, books `costs` in the counter store; with the time a
-    /// refused request may retry. `None` when the store failed.
+    /// refused request may retry, and where it was booked; or why the store could not
+    /// meter it.
     async fn book(
         &self,
         pool: &PoolRuntime,
@@ -293,7 +488,7 @@ impl QuotaEngine {
         costs: &[f64],
         threshold: f64,
         growth: bool,
-    ) -> Option<(Outcome, Option<u64>)> {
+    ) -> Result<(Outcome, Option<u64>, BookedIn), Unmetered> {
         let share = pool.share_of(key_id);
         let now = self.now();
         let sig = self.signals.for_pool(pool, now);
@@ -307,10 +502,15 @@ impl QuotaEngine {
             now,
             growth,
         };
-        let outcome = match &self.redis {
+        let redis = self.redis.load_full();
+        let mut outcome = match &redis {
             Some(r) => r.reserve(req).await,
             None => self.ledgers.reserve(req).await,
         }?;
+        let booked_in = match (redis, outcome.booking_id.take()) {
+            (Some(r), Some(id)) => BookedIn::Redis(r, id),
+            _ => BookedIn::Memory,
+        };
         let retry = outcome.decision.blocked_by.and_then(|i| {
             // A provider that says its allowance is used up knows when it resets.
             let limit = pool.dims[i].limit;
@@ -327,15 +527,20 @@ impl QuotaEngine {
                 _ => outcome.by_counter,
             }
         });
-        Some((outcome, retry))
+        Ok((outcome, retry, booked_in))
     }
 
-    /// Moves a booking to `actual` (a running or the final cost).
-    pub(super) fn settle(&self, pool: &PoolRuntime, reservation: &mut Reservation, actual: &[f64]) {
+    /// Moves a booking, in the store it was booked in, to its final `actual` cost.
+    pub(super) fn settle(
+        &self,
+        pool: &PoolRuntime,
+        (booked_in, reservation): (&BookedIn, &mut Reservation),
+        actual: &[f64],
+    ) {
         let now = self.now();
-        match &self.redis {
-            Some(r) => r.settle(pool, reservation, actual, now),
-            None => self.ledgers.settle(pool, reservation, actual, now),
+        match booked_in {
+            BookedIn::Redis(r, id) => r.settle(pool, (Some(id), reservation), actual, now),
+            BookedIn::Memory => self.ledgers.settle(pool, (None, reservation), actual, now),
         }
     }
 
@@ -347,13 +552,14 @@ impl QuotaEngine {
     }
 
     /// Per dimension of `pool`, for the usage endpoint: the pool's consumption, each
-    /// key's (allocated keys, and any other key that consumed), and burn rates.
+    /// key's (allocated keys, and any other key that consumed), and burn rates — or why
+    /// the store cannot say (an outage must not look like an idle pool).
     pub async fn usage(
         &self,
         pool: &PoolRuntime,
         keys: &[String],
         settings: &QuotaSettings,
-    ) -> PoolUsage {
+    ) -> Result<PoolUsage, Unmetered> {
         let mut key_ids: Vec<String> = keys.to_vec();
         let ledger = self.ledgers.ledger(pool, self.now());
         if let Some(ledger) = &ledger {
@@ -367,16 +573,12 @@ impl QuotaEngine {
         let mut now = self.now();
         let mut per_key = Vec::with_capacity(key_ids.len());
         for k in &key_ids {
-            if let Some((at, values)) = self.peek(pool, k).await {
-                now = at;
-                per_key.push((k.clone(), values));
-            }
+            let (at, values) = self.peek(pool, k).await?;
+            now = at;
+            per_key.push((k.clone(), values));
         }
         // Peeking a key that cannot exist reads the pool totals alone.
-        let totals = self
-            .peek(pool, "")
-            .await
-            .map_or_else(|| vec![(0.0, 0.0); pool.dims.len()], |(_, v)| v);
+        let (_, totals) = self.peek(pool, "").await?;
         let sig = self.signals.for_pool(pool, now);
         let burn = |k: &str, i: usize, remaining: f64| {
             ledger
@@ -438,11 +640,11 @@ impl QuotaEngine {
                 }
             })
             .collect();
-        PoolUsage {
+        Ok(PoolUsage {
             pool_id: pool.pool.id.clone(),
             at: now,
             dimensions,
-        }
+        })
     }
 }
 
@@ -477,11 +679,12 @@ fn blocked(pool: &PoolRuntime, key_id: &str, outcome: &Outcome, retry: Option<u6
 /// The outcome of a stream's request for its next increment.
 #[derive(Debug)]
 pub enum Growth {
-    /// Booked; the guard adds it to the request's reservation.
-    Booked(Reservation),
+    /// Booked (where, and what); the guard adds it to the request's reservation.
+    Booked(BookedIn, Reservation),
     /// The pool refused: the stream ends here.
     Blocked(Box<QuotaBlock>),
-    /// The counter store failed; the stream goes on unmetered (fail-open).
+    /// The counter store could not meter the increment; the stream goes on unmetered
+    /// (fail-open).
     Unenforced,
 }
 
@@ -571,7 +774,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_reservations_and_settlements_lose_nothing_and_persist() {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
-        let engine = Arc::new(QuotaEngine::new(Arc::clone(&clock)));
+        let engine = Arc::new(QuotaEngine::new(
+            Arc::clone(&clock),
+            QuotaMetrics::default(),
+        ));
         let index = Arc::new(index());
         let settings = resolve(&Layers::default()).unwrap().settings.quota;
         let tasks: Vec<_> = (0..40)
@@ -610,7 +816,7 @@ mod tests {
         let store = Store::open_in_memory().unwrap();
         store.save_consumption(&engine.take_dirty(&index)).unwrap();
         assert!(engine.take_dirty(&index).is_empty());
-        let reloaded = QuotaEngine::new(Arc::clone(&clock));
+        let reloaded = QuotaEngine::new(Arc::clone(&clock), QuotaMetrics::default());
         reloaded.load(store.load_consumption(T0).unwrap(), &index, T0);
         assert_eq!(reloaded.peek(pool, "k0").await.unwrap().1, expect);
     }
@@ -618,7 +824,7 @@ mod tests {
     #[tokio::test]
     async fn a_dimension_change_moves_counters_forward_only() {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
-        let engine = Arc::new(QuotaEngine::new(clock));
+        let engine = Arc::new(QuotaEngine::new(clock, QuotaMetrics::default()));
         let settings = resolve(&Layers::default()).unwrap().settings.quota;
         let requests = serde_json::json!({"unit": "requests", "window": "daily", "limit": 100});
         let tokens = serde_json::json!({"unit": "tokens", "window": "daily", "limit": 1e6});
@@ -668,7 +874,7 @@ mod tests {
             engine
                 .reserve(old_pool, "c", "k1", estimate, &settings)
                 .await,
-            Admission::Unenforced
+            Admission::Unenforced(UnmeteredReason::ConfigChanged)
         ));
         assert_eq!(engine.peek(new_pool, "k1").await.unwrap().1[0], (2.0, 2.0));
     }
@@ -676,7 +882,7 @@ mod tests {
     #[test]
     fn a_rise_in_reported_use_is_charged_once_across_overlapping_requests() {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
-        let engine = QuotaEngine::new(clock);
+        let engine = QuotaEngine::new(clock, QuotaMetrics::default());
         let index = index_with(
             serde_json::json!([{"unit": "percent", "window": "5h", "limit": 100}]),
             1,
@@ -695,10 +901,23 @@ mod tests {
         assert_eq!((first, second), (vec![Some(6.0)], vec![Some(0.0)]));
     }
 
+    #[test]
+    fn unmetered_warnings_come_once_per_interval_with_the_count_left_out() {
+        let t = WarnThrottle::default();
+        let at = |now| t.due(now, UNMETERED_WARN_INTERVAL_MS);
+        assert_eq!(at(T0), Some(0));
+        let quiet: Vec<_> = (0..280).map(|i| at(T0 + i * 30)).collect();
+        assert!(quiet.iter().all(Option::is_none));
+        assert_eq!(at(T0 + 9_999), None);
+        assert_eq!(at(T0 + 10_000), Some(281));
+        assert_eq!(at(T0 + 10_001), None);
+        assert_eq!(at(T0 + 25_000), Some(1));
+    }
+
     #[tokio::test]
     async fn a_dropped_guard_releases_its_reservation() {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
-        let engine = Arc::new(QuotaEngine::new(clock));
+        let engine = Arc::new(QuotaEngine::new(clock, QuotaMetrics::default()));
         let index = index();
         let pool = index.pool("pool").unwrap();
         let settings = resolve(&Layers::default()).unwrap().settings.quota;

@@ -1,6 +1,6 @@
 //! The reservation a request holds until its response ends.
 
-use super::engine::{Growth, QuotaEngine};
+use super::engine::{BookedIn, Growth, QuotaEngine};
 use super::index::PoolRuntime;
 use super::views::QuotaBlock;
 use std::sync::Arc;
@@ -22,10 +22,12 @@ pub struct QuotaGuard {
     engine: Arc<QuotaEngine>,
     pool: Arc<PoolRuntime>,
     connection_id: String,
-    /// The bookings: the admission's first, then a stream's increments (one per slot
-    /// they landed in; increments into the same slots are merged, so a stream holds at
-    /// most one booking per slot it ran through).
-    bookings: Vec<Reservation>,
+    /// The bookings, each with the store it was booked in (where it settles): the
+    /// admission's first, then a stream's increments. In memory, increments into the
+    /// same slots are merged, so a stream holds at most one booking per slot it ran
+    /// through; in Redis each increment is a booking of its own, under its own
+    /// reservation id.
+    bookings: Vec<(BookedIn, Reservation)>,
     estimate: Estimate,
     /// The model's USD price, for `usd` dimensions.
     price: Option<Price>,
@@ -67,7 +69,7 @@ impl QuotaGuard {
         engine: Arc<QuotaEngine>,
         pool: Arc<PoolRuntime>,
         connection_id: String,
-        reservation: Reservation,
+        booking: (BookedIn, Reservation),
         (estimate, price, threshold): (Estimate, Option<Price>, f64),
         percent_base: Vec<Option<f64>>,
     ) -> Self {
@@ -75,7 +77,7 @@ impl QuotaGuard {
             engine,
             pool,
             connection_id,
-            bookings: vec![reservation],
+            bookings: vec![booking],
             estimate,
             price,
             threshold,
@@ -120,7 +122,7 @@ impl QuotaGuard {
         Some(GrowthRequest {
             engine: Arc::clone(&self.engine),
             pool: Arc::clone(&self.pool),
-            key_id: self.bookings[0].key_id.clone(),
+            key_id: self.bookings[0].1.key_id.clone(),
             costs,
             threshold: self.threshold,
             covers,
@@ -132,14 +134,16 @@ impl QuotaGuard {
     /// the store failing the stream goes on unmetered, covered as if booked.
     pub fn apply_growth(&mut self, (growth, covers): (Growth, u64)) -> Option<Box<QuotaBlock>> {
         match growth {
-            Growth::Booked(booking) => {
+            Growth::Booked(booked_in, booking) => {
                 match self.bookings.last_mut() {
-                    Some(last) if last.slots == booking.slots => {
+                    Some((BookedIn::Memory, last))
+                        if matches!(booked_in, BookedIn::Memory) && last.slots == booking.slots =>
+                    {
                         for (b, add) in last.booked.iter_mut().zip(&booking.booked) {
                             *b += add;
                         }
                     }
-                    _ => self.bookings.push(booking),
+                    _ => self.bookings.push((booked_in, booking)),
                 }
                 self.estimate.completion_tokens = covers;
                 None
@@ -177,7 +181,7 @@ impl QuotaGuard {
             .collect();
         self.move_to(&actual);
         self.engine
-            .observe_burn(&self.pool, &self.bookings[0].key_id, &actual);
+            .observe_burn(&self.pool, &self.bookings[0].1.key_id, &actual);
         self.done = true;
     }
 
@@ -197,10 +201,11 @@ impl QuotaGuard {
     /// Moves the bookings to `total` per dimension: the earlier bookings keep what they
     /// hold as far as the total reaches, the newest takes the rest.
     fn move_to(&mut self, total: &[f64]) {
-        let targets = split(&self.bookings, total);
-        for (booking, target) in self.bookings.iter_mut().zip(&targets) {
-            if booking.booked != *target {
-                self.engine.settle(&self.pool, booking, target);
+        let targets = split(self.bookings.iter().map(|(_, r)| r), total);
+        for ((booked_in, booking), target) in self.bookings.iter_mut().zip(&targets) {
+            // A Redis booking always settles: its settlement also ends its record.
+            if booking.booked != *target || matches!(booked_in, BookedIn::Redis(..)) {
+                self.engine.settle(&self.pool, (booked_in, booking), target);
             }
         }
     }
@@ -209,11 +214,13 @@ impl QuotaGuard {
 /// Per booking, its share of `total` per dimension: in booking order, each keeps at most
 /// what it holds until the total is used up; the last takes whatever remains (more than
 /// it holds when the answer ran past every booking).
-fn split(bookings: &[Reservation], total: &[f64]) -> Vec<Vec<f64>> {
+fn split<'a>(
+    bookings: impl ExactSizeIterator<Item = &'a Reservation>,
+    total: &[f64],
+) -> Vec<Vec<f64>> {
     let mut left: Vec<f64> = total.iter().map(|t| t.max(0.0)).collect();
     let n = bookings.len();
     bookings
-        .iter()
         .enumerate()
         .map(|(j, b)| {
             left.iter_mut()
@@ -259,19 +266,19 @@ mod tests {
         ];
         // Less than the first booking: the later ones go to zero.
         assert_eq!(
-            split(&b, &[1.0, 200.0]),
+            split(b.iter(), &[1.0, 200.0]),
             vec![vec![1.0, 200.0], vec![0.0, 0.0], vec![0.0, 0.0]]
         );
         // Between: the first keeps its own, the second what is left.
         assert_eq!(
-            split(&b, &[1.0, 400.0]),
+            split(b.iter(), &[1.0, 400.0]),
             vec![vec![1.0, 300.0], vec![0.0, 100.0], vec![0.0, 0.0]]
         );
         // More than all: the newest takes the rest.
         assert_eq!(
-            split(&b, &[1.0, 1_000.0]),
+            split(b.iter(), &[1.0, 1_000.0]),
             vec![vec![1.0, 300.0], vec![0.0, 256.0], vec![0.0, 444.0]]
         );
-        assert_eq!(split(&b[..1], &[0.0, 0.0]), vec![vec![0.0, 0.0]]);
+        assert_eq!(split(b[..1].iter(), &[0.0, 0.0]), vec![vec![0.0, 0.0]]);
     }
 }

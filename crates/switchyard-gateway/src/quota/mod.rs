@@ -10,7 +10,7 @@ pub mod index;
 pub mod signals;
 pub mod views;
 
-pub use engine::{Admission, QuotaEngine};
+pub use engine::{Admission, QuotaEngine, StoreReason};
 pub use guard::QuotaGuard;
 pub use index::{PoolRuntime, QuotaIndex};
-pub use views::QuotaBlock;
+pub use views::{QuotaBlock, StoreStatus};

@@ -203,3 +203,19 @@ pub struct KeyUsage {
     #[schema(value_type = Object)]
     pub burn_rate: switchyard_core::quota::burn::BurnReport,
 }
+
+/// The quota counter store, as health shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct StoreStatus {
+    /// Where counters live now: `sqlite` or `redis`.
+    pub driver: &'static str,
+    /// What `quotaStore.driver` asks for.
+    pub requested: &'static str,
+    /// `ok`; `fallback` (Redis asked for, counters in memory); `unavailable` (on Redis,
+    /// but its breaker is open: requests go ahead unmetered).
+    pub state: &'static str,
+    /// `selected`, `no_url`, `invalid_url`, `unreachable` or `breaker_open`.
+    pub reason: &'static str,
+    /// The Redis breaker: `closed`, `open` or `half_open` (Redis only).
+    pub breaker: Option<&'static str>,
+}

@@ -233,7 +233,7 @@ async fn zero_config_start_creates_the_database_and_an_admin_token_file() {
         std::fs::read_to_string(&token_file).unwrap().trim(),
         rotated
     );
-    again.writer.finish().await;
+    again.writer.finish(std::time::Duration::from_secs(1)).await;
 }
 
 #[tokio::test]

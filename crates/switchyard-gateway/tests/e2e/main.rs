@@ -17,5 +17,6 @@ mod failover;
 mod lifecycle;
 mod python;
 mod quota;
+mod quota_store;
 mod resilience;
 mod secrets;

@@ -63,7 +63,7 @@ allocations = [{ api_key_id = "k1" }, { api_key_id = "k2" }, { api_key_id = "k3"
 
 /// Sends `n` requests as `key` and returns the statuses, stopping after the first 429
 /// (whose body is returned).
-async fn burst(h: &Harness, key: &str, model: &str, n: usize) -> (usize, Option<Value>) {
+pub(crate) async fn burst(h: &Harness, key: &str, model: &str, n: usize) -> (usize, Option<Value>) {
     for i in 0..n {
         let r = h.chat_as(key, chat_body(model, false)).await;
         match r.status().as_u16() {
@@ -270,7 +270,7 @@ async fn an_exhausted_weekly_dimension_blocks_while_the_5h_one_is_free() {
     assert_eq!(usage["dimensions"][1]["usedFraction"], 1.0);
 }
 
-fn small_burst_pool(mock_url: &str) -> String {
+pub(crate) fn small_burst_pool(mock_url: &str) -> String {
     team_pool(
         mock_url,
         r#"[{ unit = "requests", window = "daily", limit = 4 }]"#,
@@ -307,7 +307,7 @@ async fn two_hundred_concurrent_requests_against_fifty_of_headroom_admit_exactly
     assert_eq!(h.mock_stats().await["requests_total"], 50);
 }
 
-fn token_pool(mock_url: &str) -> String {
+pub(crate) fn token_pool(mock_url: &str) -> String {
     team_pool(
         mock_url,
         r#"[{ unit = "tokens", window = "daily", limit = 100000 }]"#,
@@ -617,7 +617,7 @@ fn redis_env(prefix: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn unique_prefix() -> String {
+pub(crate) fn unique_prefix() -> String {
     format!("sytest-{:016x}", rand::random::<u64>())
 }
 

@@ -89,7 +89,10 @@ async fn the_data_directory_and_every_file_in_it_are_owner_only() {
     ] {
         assert_eq!(mode(&data.join(name)), 0o600, "{name}");
     }
-    prepared.writer.finish().await;
+    prepared
+        .writer
+        .finish(std::time::Duration::from_secs(1))
+        .await;
     drop(prepared.state);
 
     // A data directory and database an earlier version left open to other users are
@@ -101,7 +104,7 @@ async fn the_data_directory_and_every_file_in_it_are_owner_only() {
         .await
         .unwrap();
     assert_eq!((mode(&data), mode(&data.join(DB_FILE))), (0o700, 0o600));
-    again.writer.finish().await;
+    again.writer.finish(std::time::Duration::from_secs(1)).await;
 
     // A directory of the operator's without our database is left as it is (warned).
     let theirs = dir.path().join("theirs");

@@ -15,6 +15,13 @@ local function counter_key(prefix, pool, dim, field)
   return prefix .. ':q1:{' .. pool .. '}:' .. dim .. ':' .. field
 end
 
+-- The record of one booking, by reservation id: `n` (its dimensions), per dimension i
+-- (1-based) `b<i>` (the amount booked) and `s<i>` (the slot it is booked in); or only
+-- `x` (a tombstone: released before it was booked, so it never will be). It expires.
+local function booking_key(prefix, pool, rid)
+  return prefix .. ':q1:{' .. pool .. '}:r:' .. rid
+end
+
 -- Where a window stands at `now`: the current slot, the fraction of it elapsed, and the
 -- oldest slot still (partly) inside the window.
 local function window_at(slot_ms, slots, now)

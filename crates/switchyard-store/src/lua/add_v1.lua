@@ -1,5 +1,6 @@
--- settle v1: moves a reservation by `delta` per dimension, in the slot it was booked in,
--- while that slot still counts (older slots count nowhere any more).
+-- add v1: adds `delta` per dimension to a slot of a key's and the pool's counters, while
+-- that slot still counts (older slots count nowhere any more). Carries counts kept
+-- elsewhere (a gateway's in-memory fallback) into Redis.
 -- ARGV: prefix, pool, key, n, then 5 values per dimension: dim, slot, slot_ms, slots,
 -- delta. Returns: now.
 local prefix, pool, key = ARGV[1], ARGV[2], ARGV[3]
