@@ -426,3 +426,41 @@ async fn settlements_queued_at_shutdown_reach_redis_before_the_gateway_stops() {
         .unwrap();
     assert_eq!(sum, total);
 }
+
+#[tokio::test]
+async fn on_redis_a_grown_stream_settles_every_booking_and_leaves_no_record_behind() {
+    use futures_util::StreamExt;
+    let prefix = unique_prefix();
+    let proxy = RedisProxy::start(Mode::Forward).await;
+    let h = start_via(&proxy, token_pool, &prefix, Arc::new(SystemClock)).await;
+    h.rule(json!({"chunks": 200, "chunk_interval_ms": 2})).await;
+    let mut body = chat_body("alpha/mock-small", true);
+    // A one-token estimate: the stream books a further step while it runs.
+    body["max_tokens"] = json!(1);
+    body["stream_options"] = json!({"include_usage": true});
+    let r = h.chat(body).await;
+    assert_eq!(r.status(), 200);
+    let mut text = String::new();
+    let mut stream = r.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+    }
+    let total = (PROMPT_TOKENS + 200) as f64;
+    assert!(text.contains(&format!("\"total_tokens\":{}", PROMPT_TOKENS + 200)));
+    let redis = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let pattern = format!("{prefix}:q1:{{team}}:r:*");
+    eventually("every booking settled and its record gone", || async {
+        let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
+        let records: Vec<String> = redis::cmd("KEYS")
+            .arg(&pattern)
+            .query_async(&mut redis.clone())
+            .await
+            .unwrap();
+        usage["dimensions"][0]["keys"][0]["consumed"] == total && records.is_empty()
+    })
+    .await;
+}
