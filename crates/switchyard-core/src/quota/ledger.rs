@@ -211,6 +211,12 @@ impl PoolLedger {
             .report(now, remaining)
     }
 
+    /// Lists `key_id` among the keys that consumed, without recording an amount (the
+    /// Redis driver keeps amounts in Redis and the list of keys here).
+    pub fn note_key(&mut self, key_id: &str) {
+        self.key_state(key_id);
+    }
+
     /// Keys with recorded consumption.
     pub fn key_ids(&self) -> impl Iterator<Item = &str> {
         self.keys.keys().map(String::as_str)

@@ -421,6 +421,13 @@ impl QuotaEngine {
             };
         self.record_outcome(pool, key_id, &outcome, retry);
         if let Some(reservation) = outcome.reservation {
+            if let BookedIn::Redis(..) = booked_in {
+                // The in-memory ledger lists the keys that consumed (and keeps their
+                // burn rates) on both drivers, from the first admitted request on.
+                if let Some(l) = self.ledgers.ledger(pool, self.now()) {
+                    lock(&l).note_key(key_id);
+                }
+            }
             let headers = remaining_headers(pool, &outcome.decision, &outcome.peeked, &costs);
             let base = self
                 .signals
@@ -544,9 +551,11 @@ impl QuotaEngine {
         }
     }
 
-    /// Feeds a finished request's actual cost into the key's burn rates.
+    /// Feeds a finished request's actual cost into the key's burn rates (with Redis the
+    /// in-memory ledger holds only these and the list of keys, so it is created here if
+    /// the usage view has not yet).
     pub(super) fn observe_burn(&self, pool: &PoolRuntime, key_id: &str, actual: &[f64]) {
-        if let Some(l) = self.ledgers.live_ledger(pool) {
+        if let Some(l) = self.ledgers.ledger(pool, self.now()) {
             lock(&l).observe_burn(self.now(), key_id, actual);
         }
     }
@@ -580,11 +589,14 @@ impl QuotaEngine {
         // Peeking a key that cannot exist reads the pool totals alone.
         let (_, totals) = self.peek(pool, "").await?;
         let sig = self.signals.for_pool(pool, now);
+        // Burn rates were observed on the gateway's clock; the counters' time is the
+        // store's (Redis's own), which may differ.
+        let burn_now = self.now();
         let burn = |k: &str, i: usize, remaining: f64| {
             ledger
                 .as_ref()
-                .map_or(BurnRate::default().report(now, remaining), |l| {
-                    lock(l).burn(now, k, i, remaining)
+                .map_or(BurnRate::default().report(burn_now, remaining), |l| {
+                    lock(l).burn(burn_now, k, i, remaining)
                 })
         };
         let dimensions = pool

@@ -1137,3 +1137,40 @@ async fn a_stored_unknown_policy_is_judged_hard_and_does_not_stop_the_gateway() 
 fn with_pool_none(mock_url: &str) -> String {
     with_pool(mock_url, "")
 }
+
+/// Usage as a key without an allocation sees it after two admitted requests, on the
+/// gateway started with `env` and a clock standing still (burn rates are then exact).
+async fn usage_of_an_unallocated_key(env: &[(&str, &str)]) -> Value {
+    use switchyard_gateway::clock::{Clock, ManualClock, SystemClock};
+    let clock = std::sync::Arc::new(ManualClock::new(SystemClock.now_ms()));
+    let h = Harness::start_with_clock(small_burst_pool, env, clock).await;
+    let first = h.chat_as(KEY2, chat_body("alpha/mock-small", false)).await;
+    assert_eq!(first.status(), 200);
+    let second = h.chat_as(KEY2, chat_body("alpha/mock-small", false)).await;
+    assert_eq!(second.status(), 200);
+    eventually("both requests are settled", || async {
+        let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
+        usage["dimensions"][0]["globalUsed"] == 2.0
+    })
+    .await;
+    let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
+    usage["dimensions"][0]["keys"].clone()
+}
+
+#[tokio::test]
+async fn usage_and_burn_rates_of_unallocated_keys_are_the_same_on_both_drivers() {
+    let prefix = unique_prefix();
+    let env = redis_env(&prefix);
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let on_redis = usage_of_an_unallocated_key(&pairs).await;
+    let on_sqlite = usage_of_an_unallocated_key(&[]).await;
+    let k2 = json!({
+        "apiKeyId": "k2", "allocated": false, "policy": "hard", "allocationWeight": 0.0,
+        "consumed": 2.0, "fairShare": 0.0, "surplus": -2.0, "borrowing": true, "cap": null,
+        "burnRate": on_sqlite[1]["burnRate"].clone()
+    });
+    assert_eq!(on_sqlite[1], k2);
+    // Two samples of one request each: a rate, so a time to exhaustion is reported.
+    assert!(k2["burnRate"]["tokensPerSecond"].as_f64().unwrap() > 0.0);
+    assert_eq!(on_redis, on_sqlite);
+}
