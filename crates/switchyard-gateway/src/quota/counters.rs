@@ -37,7 +37,7 @@ use switchyard_store::redis_counters::{
     DimArgs, RedisCounters, RedisStoreError, SettleTarget, SlotDelta,
 };
 use switchyard_store::ConsumptionRow;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 
 /// One reservation attempt, as a store sees it.
@@ -454,6 +454,64 @@ struct Guarded {
     counters: RedisCounters,
     clock: Arc<dyn Clock>,
     breaker: Mutex<StoreBreaker>,
+    pending: Pending,
+}
+
+/// This gateway's settlements queued for the worker but not applied yet, counted per
+/// pool and key, and a signal each time one is done. A reservation for a key waits (at
+/// most [`SETTLED_WAIT`]) until the key's queued settlements are in Redis, so it is
+/// decided — and its remaining-share headers computed — on finished requests at their
+/// settled cost, on this driver as on SQLite. Bounded by the settlement queue.
+#[derive(Debug, Default)]
+struct Pending {
+    queued: Mutex<HashMap<(String, String), usize>>,
+    done: Notify,
+}
+
+/// The longest a reservation waits for its key's queued settlements: a few round trips
+/// of a healthy Redis. Past it (Redis slow), it goes ahead counting them at their
+/// estimates, as a request on another replica would.
+const SETTLED_WAIT: Duration = Duration::from_millis(50);
+
+impl Pending {
+    fn add(&self, pool: &str, key: &str) {
+        *lock(&self.queued)
+            .entry((pool.to_owned(), key.to_owned()))
+            .or_default() += 1;
+    }
+
+    fn done(&self, pool: &str, key: &str) {
+        let mut queued = lock(&self.queued);
+        let id = (pool.to_owned(), key.to_owned());
+        if let Some(n) = queued.get_mut(&id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                queued.remove(&id);
+            }
+        }
+        drop(queued);
+        self.done.notify_waiters();
+    }
+
+    fn any(&self, pool: &str, key: &str) -> bool {
+        lock(&self.queued).contains_key(&(pool.to_owned(), key.to_owned()))
+    }
+
+    /// Waits until no settlement of `key` in `pool` is queued, at most [`SETTLED_WAIT`].
+    async fn settled(&self, pool: &str, key: &str) {
+        let deadline = tokio::time::Instant::now() + SETTLED_WAIT;
+        loop {
+            let done = self.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if !self.any(pool, key) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return;
+            }
+        }
+    }
 }
 
 impl Guarded {
@@ -522,6 +580,9 @@ struct SettleJob {
     booking_id: String,
     last: bool,
     targets: Vec<SettleTarget>,
+    /// Counted in [`Pending`] until applied (not the release of a reservation that may
+    /// never have been booked).
+    counted: bool,
 }
 
 impl SettleJob {
@@ -541,6 +602,7 @@ impl SettleJob {
                     target: 0.0,
                 })
                 .collect(),
+            counted: false,
         }
     }
 }
@@ -592,6 +654,10 @@ async fn settle_worker(
                 }
             }
         }
+        // Applied, or given up on: either way no longer on its way.
+        if job.counted {
+            redis.pending.done(&job.pool, &job.key);
+        }
     }
 }
 
@@ -614,6 +680,7 @@ impl RedisStore {
             counters,
             clock,
             breaker: Mutex::new(StoreBreaker::new(BREAKER)),
+            pending: Pending::default(),
         });
         let (tx, rx) = mpsc::channel(SETTLE_QUEUE);
         let (close, closed) = watch::channel(false);
@@ -743,6 +810,7 @@ impl CounterStore for RedisStore {
             .map(|d| (d.key(), d.window.slot_ms()))
             .collect();
         let call = self.redis.counters.peek(&pool.pool.id, key_id, &dims);
+        self.redis.pending.settled(&pool.pool.id, key_id).await;
         self.redis.call(REQUEST_CALL_TIMEOUT, call).await
     }
 
@@ -779,6 +847,7 @@ impl CounterStore for RedisStore {
             })
             .collect();
         let booking_id = new_booking_id();
+        self.redis.pending.settled(&pool.pool.id, req.key_id).await;
         let call = self.redis.counters.reserve(
             &pool.pool.id,
             req.key_id,
@@ -839,6 +908,8 @@ impl CounterStore for RedisStore {
         let targets: Vec<f64> = (0..reservation.booked.len())
             .map(|i| actual.get(i).copied().unwrap_or(0.0).max(0.0))
             .collect();
+        // Counted before the worker can apply it (and count it done).
+        self.redis.pending.add(&pool.pool.id, &reservation.key_id);
         let job = SettleJob {
             pool: pool.pool.id.clone(),
             key: reservation.key_id.clone(),
@@ -854,9 +925,12 @@ impl CounterStore for RedisStore {
                     target: *t,
                 })
                 .collect(),
+            counted: true,
         };
         if self.enqueue(job) {
             reservation.booked = targets;
+        } else {
+            self.redis.pending.done(&pool.pool.id, &reservation.key_id);
         }
     }
 }
@@ -864,4 +938,36 @@ impl CounterStore for RedisStore {
 /// A reservation id no other booking has: 128 random bits.
 fn new_booking_id() -> String {
     format!("{:032x}", rand::random::<u128>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_waits_for_the_keys_queued_settlements_at_most_a_while() {
+        let p = Arc::new(Pending::default());
+        p.add("team", "k1");
+        p.add("team", "k1");
+        // Nothing queued for another key: no wait.
+        let start = tokio::time::Instant::now();
+        p.settled("team", "k2").await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        let done = Arc::clone(&p);
+        let worker = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            done.done("team", "k1");
+            tokio::time::sleep(Duration::from_millis(4)).await;
+            done.done("team", "k1");
+        });
+        p.settled("team", "k1").await;
+        assert_eq!(start.elapsed(), Duration::from_millis(7));
+        worker.await.unwrap();
+        assert!(lock(&p.queued).is_empty());
+        // A settlement that never completes holds a read up no longer than the bound.
+        p.add("team", "k1");
+        let start = tokio::time::Instant::now();
+        p.settled("team", "k1").await;
+        assert_eq!(start.elapsed(), SETTLED_WAIT);
+    }
 }

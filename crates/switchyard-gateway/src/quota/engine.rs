@@ -926,6 +926,55 @@ mod tests {
         assert_eq!(at(T0 + 25_000), Some(1));
     }
 
+    /// On one thread, the next reservation's script reaches Redis before the worker's
+    /// settlement of the request before it: the remaining-share headers must count that
+    /// request settled anyway, as on SQLite.
+    #[tokio::test]
+    async fn on_redis_headers_count_a_settlement_the_worker_has_not_applied_yet() {
+        let url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+        let prefix = format!("sytest-{:016x}", rand::random::<u64>());
+        let counters = RedisCounters::connect(&url, &prefix).await.unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(crate::clock::SystemClock);
+        let engine = Arc::new(QuotaEngine::with_redis(
+            clock,
+            QuotaMetrics::default(),
+            counters.clone(),
+        ));
+        let index = index();
+        let pool = index.pool("pool").unwrap();
+        let settings = resolve(&Layers::default()).unwrap().settings.quota;
+        let estimate = Estimate {
+            prompt_tokens: 10,
+            completion_tokens: 1_000,
+        };
+        let remaining = |a: &Admission| match a {
+            Admission::Admitted { headers, .. } => headers
+                .iter()
+                .find(|(n, _)| n.as_str() == "x-ratelimit-remaining-tokens-hourly")
+                .map(|(_, v)| v.to_str().unwrap().to_owned()),
+            other => panic!("not admitted: {other:?}"),
+        };
+        let first = engine
+            .reserve(pool, "c", "k1", (estimate, None), &settings)
+            .await;
+        // The share is a fifth of 1e12; the request counts at its estimate.
+        assert_eq!(remaining(&first).as_deref(), Some("199999998990"));
+        let Admission::Admitted { guard, .. } = first else {
+            unreachable!()
+        };
+        guard.settle(Some(Usage {
+            prompt_tokens: 5,
+            completion_tokens: 5,
+        }));
+        let second = engine
+            .reserve(pool, "c", "k1", (estimate, None), &settings)
+            .await;
+        assert_eq!(remaining(&second).as_deref(), Some("199999998980"));
+        drop(second);
+        counters.clear().await.unwrap();
+    }
+
     #[tokio::test]
     async fn a_dropped_guard_releases_its_reservation() {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));

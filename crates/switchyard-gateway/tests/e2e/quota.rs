@@ -1174,3 +1174,37 @@ async fn usage_and_burn_rates_of_unallocated_keys_are_the_same_on_both_drivers()
     assert!(k2["burnRate"]["tokensPerSecond"].as_f64().unwrap() > 0.0);
     assert_eq!(on_redis, on_sqlite);
 }
+
+/// The remaining-share headers of three requests sent one right after another, on the
+/// gateway started with `env`.
+async fn remaining_after_each(env: &[(&str, &str)]) -> Vec<String> {
+    let h = Harness::start_with(token_pool, env).await;
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        let r = h.chat(chat_body("alpha/mock-small", false)).await;
+        assert_eq!(r.status(), 200);
+        out.push(
+            r.headers()["x-ratelimit-remaining-tokens-daily"]
+                .to_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    out
+}
+
+#[tokio::test]
+async fn remaining_share_headers_count_finished_requests_settled_on_both_drivers() {
+    let prefix = unique_prefix();
+    let env = redis_env(&prefix);
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let on_sqlite = remaining_after_each(&[]).await;
+    // Each answer is 5 prompt + 5 completion tokens settled; the request itself counts
+    // at its estimate (12 prompt + 1 024).
+    let share = 50_000.0;
+    let want: Vec<String> = (0..3)
+        .map(|i| format!("{}", share - 10.0 * f64::from(i) - 1_036.0))
+        .collect();
+    assert_eq!(on_sqlite, want);
+    assert_eq!(remaining_after_each(&pairs).await, want);
+}
