@@ -458,13 +458,16 @@ struct Guarded {
 }
 
 /// This gateway's settlements queued for the worker but not applied yet, counted per
-/// pool and key, and a signal each time one is done. A reservation for a key waits (at
-/// most [`SETTLED_WAIT`]) until the key's queued settlements are in Redis, so it is
-/// decided — and its remaining-share headers computed — on finished requests at their
-/// settled cost, on this driver as on SQLite. Bounded by the settlement queue.
+/// pool and key (how many were queued, how many are done: the worker takes them in
+/// order), and a signal each time one is done. A reservation for a key waits (at most
+/// [`SETTLED_WAIT`]) until the settlements of the key queued before it are in Redis, so
+/// it is decided — and its remaining-share headers computed — on finished requests at
+/// their settled cost, on this driver as on SQLite; settlements queued after it started
+/// do not hold it up, however busy the key. One entry per pool and key that settled
+/// here, so bounded by the configuration.
 #[derive(Debug, Default)]
 struct Pending {
-    queued: Mutex<HashMap<(String, String), usize>>,
+    counts: Mutex<HashMap<(String, String), (u64, u64)>>,
     done: Notify,
 }
 
@@ -475,36 +478,42 @@ const SETTLED_WAIT: Duration = Duration::from_millis(50);
 
 impl Pending {
     fn add(&self, pool: &str, key: &str) {
-        *lock(&self.queued)
-            .entry((pool.to_owned(), key.to_owned()))
-            .or_default() += 1;
+        let mut counts = lock(&self.counts);
+        let c = counts.entry((pool.to_owned(), key.to_owned())).or_default();
+        c.0 = c.0.saturating_add(1);
     }
 
     fn done(&self, pool: &str, key: &str) {
-        let mut queued = lock(&self.queued);
+        let mut counts = lock(&self.counts);
         let id = (pool.to_owned(), key.to_owned());
-        if let Some(n) = queued.get_mut(&id) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                queued.remove(&id);
-            }
+        if let Some(c) = counts.get_mut(&id) {
+            c.1 = c.1.saturating_add(1);
         }
-        drop(queued);
+        drop(counts);
         self.done.notify_waiters();
     }
 
-    fn any(&self, pool: &str, key: &str) -> bool {
-        lock(&self.queued).contains_key(&(pool.to_owned(), key.to_owned()))
+    /// How many settlements of the key were queued so far, and how many are done.
+    fn count(&self, pool: &str, key: &str) -> (u64, u64) {
+        lock(&self.counts)
+            .get(&(pool.to_owned(), key.to_owned()))
+            .copied()
+            .unwrap_or((0, 0))
     }
 
-    /// Waits until no settlement of `key` in `pool` is queued, at most [`SETTLED_WAIT`].
+    /// Waits until the settlements of `key` in `pool` queued so far are done, at most
+    /// [`SETTLED_WAIT`].
     async fn settled(&self, pool: &str, key: &str) {
+        let (queued, finished) = self.count(pool, key);
+        if finished >= queued {
+            return;
+        }
         let deadline = tokio::time::Instant::now() + SETTLED_WAIT;
         loop {
             let done = self.done.notified();
             tokio::pin!(done);
             done.as_mut().enable();
-            if !self.any(pool, key) {
+            if self.count(pool, key).1 >= queued {
                 return;
             }
             if tokio::time::timeout_at(deadline, done).await.is_err() {
@@ -963,9 +972,22 @@ mod tests {
         p.settled("team", "k1").await;
         assert_eq!(start.elapsed(), Duration::from_millis(7));
         worker.await.unwrap();
-        assert!(lock(&p.queued).is_empty());
-        // A settlement that never completes holds a read up no longer than the bound.
+        assert_eq!(p.count("team", "k1"), (2, 2));
+        // Settlements queued after a read started do not hold it up.
         p.add("team", "k1");
+        let done = Arc::clone(&p);
+        let busy = tokio::spawn(async move {
+            for _ in 0..20 {
+                done.add("team", "k1");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                done.done("team", "k1");
+            }
+        });
+        let start = tokio::time::Instant::now();
+        p.settled("team", "k1").await;
+        assert_eq!(start.elapsed(), Duration::from_millis(1));
+        busy.await.unwrap();
+        // A settlement that never completes holds a read up no longer than the bound.
         let start = tokio::time::Instant::now();
         p.settled("team", "k1").await;
         assert_eq!(start.elapsed(), SETTLED_WAIT);
