@@ -637,8 +637,9 @@ pub struct ResilienceSettings {
     pub combo_wait: crate::resilience::combo_wait::Settings,
 }
 
-/// The quota engine's settings (SPEC Q10).
-#[derive(Debug, Clone, PartialEq)]
+/// The quota engine's settings (SPEC Q10). `Debug` shows the Redis URL without its
+/// password.
+#[derive(Clone, PartialEq)]
 pub struct QuotaSettings {
     /// `sqlite` or `redis`.
     pub store_driver: String,
@@ -656,12 +657,40 @@ pub struct QuotaSettings {
     pub share_gate_max_wait_ms: u64,
 }
 
-/// A resolved value with its origin, for the settings API.
-#[derive(Debug, Clone, PartialEq)]
+impl std::fmt::Debug for QuotaSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuotaSettings")
+            .field("store_driver", &self.store_driver)
+            .field("redis_url", &redact_url(&self.redis_url))
+            .field("redis_prefix", &self.redis_prefix)
+            .field("require_redis", &self.require_redis)
+            .field("saturation_threshold", &self.saturation_threshold)
+            .field("soft_deprioritize_factor", &self.soft_deprioritize_factor)
+            .field("retention_days", &self.retention_days)
+            .field("share_gate_enabled", &self.share_gate_enabled)
+            .field("share_gate_max_queue", &self.share_gate_max_queue)
+            .field("share_gate_max_wait_ms", &self.share_gate_max_wait_ms)
+            .finish()
+    }
+}
+
+/// A resolved value with its origin, for the settings API. `Debug` shows the value as
+/// views do (a URL without its password).
+#[derive(Clone, PartialEq)]
 pub struct Resolved {
     pub def: &'static SettingDef,
     pub value: SettingValue,
     pub source: Source,
+}
+
+impl std::fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolved")
+            .field("key", &self.def.key)
+            .field("value", &self.def.display(&self.value))
+            .field("source", &self.source)
+            .finish()
+    }
 }
 
 /// Why a setting value is unusable. The message names the setting and where it came from.
@@ -776,12 +805,23 @@ pub fn validate(key: &str, value: &Value, source: Source) -> Result<SettingValue
     })
 }
 
-/// The layers settings are resolved from.
-#[derive(Debug, Default, Clone)]
+/// The layers settings are resolved from. Its `Debug` shows which keys each layer sets,
+/// not their values: a Redis URL may carry a password.
+#[derive(Default, Clone)]
 pub struct Layers {
     pub file: BTreeMap<String, Value>,
     pub env: BTreeMap<String, String>,
     pub database: BTreeMap<String, Value>,
+}
+
+impl std::fmt::Debug for Layers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Layers")
+            .field("file", &self.file.keys().collect::<Vec<_>>())
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("database", &self.database.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// The outcome of resolution: typed settings, the per-key view, and database values
@@ -1172,6 +1212,24 @@ mod tests {
         let r = resolve(&l).unwrap();
         assert_eq!(r.settings.resilience.lockout.max_cooldown_ms, 1_800_000);
         assert_eq!(r.ignored.len(), 1);
+    }
+
+    #[test]
+    fn debug_output_never_shows_a_redis_password() {
+        let mut layers = Layers::default();
+        layers.env.insert(
+            "QUOTA_STORE_REDIS_URL".into(),
+            "redis://:hunter2-secret@127.0.0.1:6379/0".into(),
+        );
+        layers
+            .env
+            .insert("QUOTA_STORE_DRIVER".into(), "redis".into());
+        let r = resolve(&layers).unwrap();
+        for shown in [format!("{layers:?}"), format!("{r:?}")] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+        }
+        assert!(format!("{:?}", r.settings.quota).contains("redis://:***@127.0.0.1:6379/0"));
+        assert!(format!("{layers:?}").contains("QUOTA_STORE_REDIS_URL"));
     }
 
     #[test]
