@@ -84,6 +84,13 @@ async fn metric(s: &mut TcpStream, sample: &str) -> f64 {
         .unwrap_or_else(|| panic!("no sample `{sample}` in:\n{text}"))
 }
 
+/// `switchyard_client_timeouts_total` of one phase, read over a fresh connection.
+async fn timeouts(h: &Harness, phase: &str) -> f64 {
+    let mut probe = connect(h).await;
+    let name = format!("switchyard_client_timeouts_total{{phase=\"{phase}\"}}");
+    metric(&mut probe, &name).await
+}
+
 fn body_json(text: &str) -> Value {
     let (_, body) = text.split_once("\r\n\r\n").unwrap();
     serde_json::from_str(body).unwrap()
@@ -100,15 +107,7 @@ async fn a_silent_connection_is_closed_after_the_header_timeout() {
     let opened = Instant::now();
     assert_eq!(read_until_closed(&mut silent).await, "");
     assert!(opened.elapsed() >= Duration::from_millis(250));
-    let mut probe = connect(&h).await;
-    assert_eq!(
-        metric(
-            &mut probe,
-            "switchyard_client_timeouts_total{phase=\"header\"}"
-        )
-        .await,
-        1.0
-    );
+    assert_eq!(timeouts(&h, "header").await, 1.0);
 }
 
 #[tokio::test]
@@ -146,23 +145,8 @@ async fn a_partial_next_head_on_a_kept_alive_connection_is_under_the_header_time
     let sent = Instant::now();
     assert_eq!(read_until_closed(&mut s).await, "");
     assert!(sent.elapsed() >= Duration::from_millis(250));
-    let mut probe = connect(&h).await;
-    assert_eq!(
-        metric(
-            &mut probe,
-            "switchyard_client_timeouts_total{phase=\"header\"}"
-        )
-        .await,
-        1.0
-    );
-    assert_eq!(
-        metric(
-            &mut probe,
-            "switchyard_client_timeouts_total{phase=\"idle\"}"
-        )
-        .await,
-        0.0
-    );
+    assert_eq!(timeouts(&h, "header").await, 1.0);
+    assert_eq!(timeouts(&h, "idle").await, 0.0);
 }
 
 #[tokio::test]
@@ -208,15 +192,7 @@ async fn a_partial_body_gets_408_request_body_timeout_and_the_connection_closes(
         body_json(&answer)["error"]["code"],
         json!("request_body_timeout")
     );
-    let mut probe = connect(&h).await;
-    assert_eq!(
-        metric(
-            &mut probe,
-            "switchyard_client_timeouts_total{phase=\"body\"}"
-        )
-        .await,
-        2.0
-    );
+    assert_eq!(timeouts(&h, "body").await, 2.0);
 }
 
 #[tokio::test]
