@@ -299,17 +299,12 @@ impl ConnService {
             return Body::new(body);
         }
         let limit_ms = self.body_read_ms;
-        let late = tokio::time::sleep(Duration::from_millis(limit_ms));
-        let mut stopping = self.shared.stopping.subscribe();
-        let cut = Box::pin(async move {
-            tokio::select! {
-                () = late => BodyCut::Timeout { limit_ms },
-                _ = stopping.wait_for(|s| *s) => BodyCut::Shutdown,
-            }
-        });
         Body::new(TimedBody {
             inner: body,
-            cut: Some(cut),
+            deadline: tokio::time::Instant::now() + Duration::from_millis(limit_ms),
+            limit_ms,
+            cut: None,
+            finished: false,
             shared: Arc::clone(&self.shared),
             multiplexed,
         })
@@ -317,13 +312,35 @@ impl ConnService {
 }
 
 /// A request body that fails with a [`BodyCut`] when it is late or the gateway shuts
-/// down before its end.
+/// down before its end. The deadline's timer (and the shutdown watch) are armed only
+/// once the body has to wait for the client: a body that arrived with its head — nearly
+/// every API request — never touches the timer wheel.
 struct TimedBody {
     inner: Incoming,
-    /// Resolves when the body must be cut; `None` once the body ended or was cut.
+    deadline: tokio::time::Instant,
+    limit_ms: u64,
+    /// Resolves when the body must be cut; armed at the first wait.
     cut: Option<Pin<Box<dyn Future<Output = BodyCut> + Send>>>,
+    /// The body ended or was cut.
+    finished: bool,
     shared: Arc<Shared>,
     multiplexed: bool,
+}
+
+impl TimedBody {
+    fn arm(&mut self) -> &mut Pin<Box<dyn Future<Output = BodyCut> + Send>> {
+        let (deadline, limit_ms) = (self.deadline, self.limit_ms);
+        let shared = &self.shared;
+        self.cut.get_or_insert_with(|| {
+            let mut stopping = shared.stopping.subscribe();
+            Box::pin(async move {
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => BodyCut::Timeout { limit_ms },
+                    _ = stopping.wait_for(|s| *s) => BodyCut::Shutdown,
+                }
+            })
+        })
+    }
 }
 
 impl HttpBody for TimedBody {
@@ -335,31 +352,37 @@ impl HttpBody for TimedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let Some(cut) = this.cut.as_mut() else {
+        if this.finished {
             return Poll::Ready(None);
-        };
-        if let Poll::Ready(reason) = cut.as_mut().poll(cx) {
-            this.cut = None;
-            if let BodyCut::Timeout { .. } = reason {
-                this.shared.body_timeouts.inc();
-                if !this.multiplexed {
-                    // The rest of the body is still on its way: the connection cannot
-                    // carry another request, so it closes after the answer.
-                    this.shared.update(ClientConn::drain);
-                    this.shared.drain_now.notify_one();
-                }
+        }
+        // What has arrived is passed on; the deadline is checked whenever the body has
+        // to wait for more, so a client dripping its body is cut all the same.
+        if let Poll::Ready(polled) = Pin::new(&mut this.inner).poll_frame(cx) {
+            if polled.is_none() || this.inner.is_end_stream() {
+                this.finished = true;
+                this.cut = None;
             }
-            return Poll::Ready(Some(Err(Box::new(reason))));
+            return Poll::Ready(polled.map(|frame| frame.map_err(BoxError::from)));
         }
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None)) || this.inner.is_end_stream() {
-            this.cut = None;
+        let Poll::Ready(reason) = this.arm().as_mut().poll(cx) else {
+            return Poll::Pending;
+        };
+        this.finished = true;
+        this.cut = None;
+        if let BodyCut::Timeout { .. } = reason {
+            this.shared.body_timeouts.inc();
+            if !this.multiplexed {
+                // The rest of the body is still on its way: the connection cannot carry
+                // another request, so it closes after the answer.
+                this.shared.update(ClientConn::drain);
+                this.shared.drain_now.notify_one();
+            }
         }
-        polled.map(|frame| frame.map(|f| f.map_err(BoxError::from)))
+        Poll::Ready(Some(Err(Box::new(reason))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.cut.is_none() || self.inner.is_end_stream()
+        self.finished || self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

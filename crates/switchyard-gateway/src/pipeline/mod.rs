@@ -623,6 +623,14 @@ struct Expect<'a> {
     credentials: &'a [&'a [u8]],
 }
 
+/// Whether a non-streamed answer is shaped like a JSON object (a chat completion always
+/// is): an HTML error page, plain text or an empty body is not. Checked by its first and
+/// last non-blank bytes, so a valid answer costs no second parse.
+fn is_json_object(body: &[u8]) -> bool {
+    let trimmed = body.trim_ascii();
+    trimmed.first() == Some(&b'{') && trimmed.last() == Some(&b'}')
+}
+
 /// Whether a `Content-Type` is an event stream.
 fn is_event_stream(content_type: Option<&HeaderValue>) -> bool {
     content_type
@@ -675,7 +683,7 @@ async fn handle_response(
             Ok(Err(_)) => return Err(AttemptFailure::Reset.into()),
             Ok(Ok(collected)) => collected.to_bytes(),
         };
-        if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() {
+        if !is_json_object(&bytes) {
             return Err(AttemptFailure::InvalidResponse.into());
         }
         finisher.first_byte();
