@@ -316,7 +316,7 @@ async fn run(
                             deadline,
                             execution_deadline,
                             idle_timeout,
-                            credentials: &upstream::credentials(target),
+                            upstream: target,
                         },
                         finisher,
                         now,
@@ -619,8 +619,8 @@ struct Expect<'a> {
     deadline: tokio::time::Instant,
     execution_deadline: tokio::time::Instant,
     idle_timeout: Duration,
-    /// The connection's credentials, redacted from relayed error bodies.
-    credentials: &'a [&'a [u8]],
+    /// The connection, whose credentials are redacted from relayed error bodies.
+    upstream: &'a crate::snapshot::Upstream,
 }
 
 /// Whether a non-streamed answer is shaped like a JSON object (a chat completion always
@@ -651,7 +651,7 @@ async fn handle_response(
         deadline,
         execution_deadline,
         idle_timeout,
-        credentials,
+        upstream: target,
     } = expect;
     let (parts, body) = response.into_parts();
     let status = parts.status;
@@ -720,7 +720,7 @@ async fn handle_response(
     }
     let body = Bytes::from(switchyard_core::redact::redact(
         &read_limited(body, MAX_ERROR_BODY_BYTES, deadline).await,
-        credentials,
+        &upstream::credentials(target),
     ));
     let body_hint = String::from_utf8_lossy(&body[..body.len().min(BODY_HINT_BYTES)]).into_owned();
     let mut out = Response::new(Body::from(body));
