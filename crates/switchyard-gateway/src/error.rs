@@ -40,53 +40,46 @@ where
     }
 }
 
-/// A path-parameter extractor whose rejections (bad percent-encoding, wrong types) are
-/// typed API errors, not plain text.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ApiPath<T>(pub T);
+/// Defines a parts extractor wrapping axum's `$inner` whose rejections are typed API
+/// errors (`400` with `$code`), not plain text.
+macro_rules! typed_parts_extractor {
+    ($(#[$doc:meta])* $name:ident, $inner:ident, $code:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct $name<T>(pub T);
 
-impl<S, T> axum::extract::FromRequestParts<S> for ApiPath<T>
-where
-    T: serde::de::DeserializeOwned + Send,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
+        impl<S, T> axum::extract::FromRequestParts<S> for $name<T>
+        where
+            T: serde::de::DeserializeOwned + Send,
+            S: Send + Sync,
+        {
+            type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, ApiError> {
-        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Path(v)) => Ok(Self(v)),
-            Err(rejection) => Err(ApiError::bad_request("invalid_path", rejection.body_text())),
+            async fn from_request_parts(
+                parts: &mut axum::http::request::Parts,
+                state: &S,
+            ) -> Result<Self, ApiError> {
+                axum::extract::$inner::<T>::from_request_parts(parts, state)
+                    .await
+                    .map(|axum::extract::$inner(v)| Self(v))
+                    .map_err(|r| ApiError::bad_request($code, r.body_text()))
+            }
         }
-    }
+    };
 }
 
-/// A query-string extractor whose rejections are typed API errors, not plain text.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ApiQuery<T>(pub T);
-
-impl<S, T> axum::extract::FromRequestParts<S> for ApiQuery<T>
-where
-    T: serde::de::DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &S,
-    ) -> Result<Self, ApiError> {
-        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Query(v)) => Ok(Self(v)),
-            Err(rejection) => Err(ApiError::bad_request(
-                "invalid_query",
-                rejection.body_text(),
-            )),
-        }
-    }
-}
+typed_parts_extractor!(
+    /// Path parameters (bad percent-encoding, wrong types → `invalid_path`).
+    ApiPath,
+    Path,
+    "invalid_path"
+);
+typed_parts_extractor!(
+    /// The query string (wrong types, unknown shape → `invalid_query`).
+    ApiQuery,
+    Query,
+    "invalid_query"
+);
 
 /// The typed error code of a response, for logs and the request log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -84,6 +84,15 @@ async fn metric(s: &mut TcpStream, sample: &str) -> f64 {
         .unwrap_or_else(|| panic!("no sample `{sample}` in:\n{text}"))
 }
 
+/// A stream of about one second (ten chunks 100 ms apart), read to its end in a task.
+async fn one_second_stream(h: &Harness) -> tokio::task::JoinHandle<String> {
+    h.rule(json!({"chunks": 10, "chunk_interval_ms": 100}))
+        .await;
+    let r = h.chat(chat_body("alpha/mock-small", true)).await;
+    assert_eq!(r.status(), 200);
+    tokio::spawn(async move { r.text().await.unwrap() })
+}
+
 /// `switchyard_client_timeouts_total` of one phase, read over a fresh connection.
 async fn timeouts(h: &Harness, phase: &str) -> f64 {
     let mut probe = connect(h).await;
@@ -203,11 +212,7 @@ async fn an_idle_keep_alive_connection_is_closed_while_a_busy_one_is_served() {
     )
     .await;
     // A stream of about one second: longer than the idle timeout, busy all along.
-    h.rule(json!({"chunks": 10, "chunk_interval_ms": 100}))
-        .await;
-    let busy = h.chat(chat_body("alpha/mock-small", true)).await;
-    assert_eq!(busy.status(), 200);
-    let busy = tokio::spawn(async move { busy.text().await.unwrap() });
+    let busy = one_second_stream(&h).await;
 
     let mut idle = connect(&h).await;
     assert_eq!(get(&mut idle, "/api/monitoring/health").await.0, 200);
@@ -280,11 +285,7 @@ async fn shutdown_closes_half_sent_requests_at_once_and_serves_the_rest() {
         &[("SWITCHYARD_SHUTDOWN_GRACE_MS", "30000")],
     )
     .await;
-    h.rule(json!({"chunks": 10, "chunk_interval_ms": 100}))
-        .await;
-    let stream = h.chat(chat_body("alpha/mock-small", true)).await;
-    assert_eq!(stream.status(), 200);
-    let stream = tokio::spawn(async move { stream.text().await.unwrap() });
+    let stream = one_second_stream(&h).await;
 
     let mut half_body = connect(&h).await;
     half_body

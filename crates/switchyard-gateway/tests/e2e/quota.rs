@@ -1086,14 +1086,10 @@ async fn a_stored_unknown_policy_is_judged_hard_and_does_not_stop_the_gateway() 
         .admin_send(
             Method::POST,
             "/api/quota/pools",
-            json!({
-                "id": "team", "name": "Team", "connectionIds": ["alpha-1"],
-                "dimensions": [{"unit": "requests", "window": "hourly", "limit": 4}],
-                "allocations": [
-                    {"apiKeyId": "k1", "allocationWeight": 50, "policy": "soft"},
-                    {"apiKeyId": "k2", "allocationWeight": 50}
-                ]
-            }),
+            four_an_hour(json!([
+                {"apiKeyId": "k1", "allocationWeight": 50, "policy": "soft"},
+                {"apiKeyId": "k2", "allocationWeight": 50}
+            ])),
         )
         .await;
     assert_eq!(r.status(), 201);
@@ -1102,11 +1098,7 @@ async fn a_stored_unknown_policy_is_judged_hard_and_does_not_stop_the_gateway() 
         .admin_send(
             Method::PUT,
             "/api/quota/pools/team",
-            json!({
-                "id": "team", "name": "Team", "connectionIds": ["alpha-1"],
-                "dimensions": [{"unit": "requests", "window": "hourly", "limit": 4}],
-                "allocations": [{"apiKeyId": "k1", "policy": "greedy"}]
-            }),
+            four_an_hour(json!([{"apiKeyId": "k1", "policy": "greedy"}])),
         )
         .await;
     assert_eq!(r.status(), 400);
@@ -1131,6 +1123,15 @@ async fn a_stored_unknown_policy_is_judged_hard_and_does_not_stop_the_gateway() 
         (q["reason"].as_str(), q["policy"].as_str()),
         (Some("fair_share"), Some("hard"))
     );
+}
+
+/// Pool `team` on `alpha-1`, 4 requests an hour, with `allocations` (API JSON).
+fn four_an_hour(allocations: Value) -> Value {
+    json!({
+        "id": "team", "name": "Team", "connectionIds": ["alpha-1"],
+        "dimensions": [{"unit": "requests", "window": "hourly", "limit": 4}],
+        "allocations": allocations
+    })
 }
 
 /// The standard configuration and two more keys, no pool.
