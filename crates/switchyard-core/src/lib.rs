@@ -10,6 +10,7 @@ pub mod apikey;
 pub mod catalog;
 pub mod chat;
 pub mod client_conn;
+pub mod dispatch;
 pub mod domain;
 pub mod outcome;
 pub mod quota;

@@ -10,7 +10,7 @@ use axum::Json;
 use serde_json::{json, Value};
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::resilience::admission::Refusal;
-use switchyard_core::routing::{Excluded, RouteError};
+use switchyard_core::routing::{Exclusion, RouteError};
 use switchyard_store::StoreError;
 
 /// A JSON body extractor whose rejections (malformed JSON, wrong types, unknown fields,
@@ -128,9 +128,9 @@ pub enum ApiError {
     #[error("no executable target for model `{model}`: every candidate was excluded")]
     NoExecutableTargets {
         model: String,
-        excluded: Vec<Excluded>,
-        /// Candidates out of service (terminal accounts).
-        unavailable: Vec<crate::pipeline::CoolingExcluded>,
+        /// The plan's exclusions, then the candidates out of service (terminal
+        /// accounts).
+        excluded: Vec<Exclusion>,
     },
     #[error("provider `{provider}` is failing; its circuit breaker is open")]
     ProviderCircuitOpen {
@@ -140,7 +140,7 @@ pub enum ApiError {
     #[error("every target of `{model}` is cooling down; retry in {} s", retry_after_ms.div_ceil(1000))]
     AllTargetsCoolingDown {
         model: String,
-        excluded: Vec<crate::pipeline::CoolingExcluded>,
+        excluded: Vec<Exclusion>,
         retry_after_ms: u64,
     },
     /// Every target of a combo is held back briefly and waiting is not allowed (SPEC R9).
@@ -155,7 +155,7 @@ pub enum ApiError {
     #[error("every target of `{model}` was skipped: none can serve it now")]
     AllTargetsSkipped {
         model: String,
-        excluded: Vec<crate::pipeline::CoolingExcluded>,
+        excluded: Vec<Exclusion>,
     },
     #[error("{message}")]
     Upstream {
@@ -317,44 +317,28 @@ impl ApiError {
         if let Self::InvalidRequest { param: Some(p), .. } = self {
             err["param"] = json!(p);
         }
-        let unavailable = |list: &[crate::pipeline::CoolingExcluded], now_left: bool| {
+        let listed = |list: &[Exclusion], now_left: bool| {
             list.iter()
                 .map(|c| {
                     let mut v = json!({
                         "target": c.target,
                         "connection": c.connection,
-                        "reason": c.exclusion.as_str(),
+                        "reason": c.reason.as_str(),
                     });
                     if now_left {
-                        v["seconds_left"] =
-                            json!(c.exclusion.retry_after_ms().map(|ms| ms.div_ceil(1000)));
+                        v["seconds_left"] = json!(c.retry_after_ms().map(|ms| ms.div_ceil(1000)));
                     }
                     v
                 })
                 .collect::<Vec<Value>>()
         };
         match self {
-            Self::NoExecutableTargets {
-                excluded,
-                unavailable: out,
-                ..
-            } => {
-                let mut list: Vec<Value> = excluded
-                    .iter()
-                    .map(|e| {
-                        json!({
-                            "target": e.target,
-                            "connection": e.connection,
-                            "reason": e.reason.as_str(),
-                        })
-                    })
-                    .collect();
-                list.extend(unavailable(out, false));
-                err["diagnostics"] = json!({ "excluded": list });
+            Self::NoExecutableTargets { excluded, .. } => {
+                err["diagnostics"] = json!({ "excluded": listed(excluded, false) });
             }
             Self::AllTargetsCoolingDown { excluded, .. }
             | Self::AllTargetsSkipped { excluded, .. } => {
-                err["diagnostics"] = json!({ "excluded": unavailable(excluded, true) });
+                err["diagnostics"] = json!({ "excluded": listed(excluded, true) });
             }
             Self::CombosRateLimited {
                 retry_after_ms,

@@ -14,80 +14,13 @@ use switchyard_core::catalog::Connection;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::resilience::breaker::{self, Admit, Breaker};
-use switchyard_core::resilience::combo_wait::{self, Hold};
-use switchyard_core::resilience::cooldown::{self, Change, ErrorType, Failure, Health, Terminal};
+use switchyard_core::resilience::cooldown::{self, Change, ErrorType, Failure, Health};
 use switchyard_core::resilience::lockout::{Lock, LockKey, Lockouts, Target};
 use switchyard_core::resilience::{provider_cooldown, slow_start};
+use switchyard_core::routing::Reason;
 use switchyard_core::settings::ResilienceSettings;
 use switchyard_core::UnixMillis;
 use switchyard_store::resilience::{StateChange, StateRows};
-
-/// Why a candidate is not attempted right now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exclusion {
-    /// The provider's breaker is open (or a half-open probe is already out).
-    CircuitOpen { retry_after_ms: u64 },
-    /// The connection is cooling down; `transient` unless its last failure was an
-    /// auth refusal or a rejection.
-    CoolingDown {
-        retry_after_ms: u64,
-        transient: bool,
-    },
-    /// The connection is in a terminal state.
-    Terminal(Terminal),
-    /// The provider's time-window cooldown tripped (SPEC R2).
-    ProviderCooling { retry_after_ms: u64 },
-    /// The model is locked on this connection (SPEC R5) after a `status` answer.
-    ModelLocked { retry_after_ms: u64, status: u16 },
-    /// The target is recovering and this request is not in its share yet; it goes
-    /// after the other candidates.
-    Warming,
-}
-
-impl Exclusion {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::CircuitOpen { .. } => "circuit_open",
-            Self::CoolingDown { .. } => "unavailable",
-            Self::Terminal(t) => t.as_str(),
-            Self::ProviderCooling { .. } => "provider_cooldown",
-            Self::ModelLocked { .. } => "model_lockout",
-            Self::Warming => "warming_up",
-        }
-    }
-
-    /// How long until the candidate may be tried; `None` for terminal states.
-    pub fn retry_after_ms(self) -> Option<u64> {
-        match self {
-            Self::CircuitOpen { retry_after_ms }
-            | Self::CoolingDown { retry_after_ms, .. }
-            | Self::ProviderCooling { retry_after_ms }
-            | Self::ModelLocked { retry_after_ms, .. } => Some(retry_after_ms),
-            Self::Terminal(_) => None,
-            Self::Warming => Some(0),
-        }
-    }
-
-    /// Whether a combo request may wait this out (SPEC R9).
-    pub fn hold(self) -> Hold {
-        match self {
-            Self::ModelLocked {
-                retry_after_ms,
-                status,
-            } if combo_wait::lock_is_transient(status) => Hold::Transient { retry_after_ms },
-            Self::CoolingDown {
-                retry_after_ms,
-                transient: true,
-            }
-            | Self::CircuitOpen { retry_after_ms }
-            | Self::ProviderCooling { retry_after_ms } => Hold::Transient { retry_after_ms },
-            Self::Warming => Hold::Transient { retry_after_ms: 0 },
-            Self::ModelLocked { .. } | Self::CoolingDown { .. } | Self::Terminal(_) => {
-                Hold::Lasting
-            }
-        }
-    }
-}
 
 /// What an attempt did, for the state machines.
 #[derive(Debug, Clone)]
@@ -203,13 +136,13 @@ impl Resilience {
         a: Attempt<'_>,
         settings: &ResilienceSettings,
         now: UnixMillis,
-    ) -> Result<Admitted, Exclusion> {
+    ) -> Result<Admitted, Reason> {
         let conn = a.conn;
         // Every reason that applies is gathered and the one lasting longest is reported,
         // so a refusal names what actually keeps the target out.
-        let mut worst: Option<Exclusion> = None;
-        let mut consider = |e: Exclusion| {
-            let rank = |x: &Exclusion| x.retry_after_ms().unwrap_or(u64::MAX);
+        let mut worst: Option<Reason> = None;
+        let mut consider = |e: Reason| {
+            let rank = |x: &Reason| x.retry_after_ms().unwrap_or(u64::MAX);
             if worst.is_none_or(|w| rank(&e) > rank(&w)) {
                 worst = Some(e);
             }
@@ -217,7 +150,7 @@ impl Resilience {
         if settings.lockout.enabled {
             let locks = lock(&self.lockouts);
             if let Some((_, l)) = locks.locked(&conn.provider, &conn.id, a.model, now) {
-                consider(Exclusion::ModelLocked {
+                consider(Reason::ModelLocked {
                     retry_after_ms: l.until.saturating_sub(now),
                     status: l.status,
                 });
@@ -228,16 +161,16 @@ impl Resilience {
                 .get(&conn.provider)
                 .and_then(|g| g.cooled_until(now))
             {
-                consider(Exclusion::ProviderCooling {
+                consider(Reason::ProviderCooling {
                     retry_after_ms: until.saturating_sub(now),
                 });
             }
         }
         if let Some(h) = lock(&self.health).get(&conn.id) {
             if let Some(t) = h.terminal {
-                consider(Exclusion::Terminal(t));
+                consider(Reason::Terminal(t));
             } else if !h.usable(now) {
-                consider(Exclusion::CoolingDown {
+                consider(Reason::CoolingDown {
                     retry_after_ms: h.remaining_ms(now),
                     transient: !matches!(
                         h.last_error_type,
@@ -252,7 +185,7 @@ impl Resilience {
             .get_mut(&conn.provider)
             .map_or(Admit::Yes, |b| b.admit(&profile, now, a.budget_ms));
         if let Admit::No { retry_after_ms } = admit {
-            consider(Exclusion::CircuitOpen { retry_after_ms });
+            consider(Reason::CircuitOpen { retry_after_ms });
         }
         if let Some(e) = worst {
             if admit == Admit::Probe {
@@ -269,7 +202,7 @@ impl Resilience {
             return Ok(Admitted { probe: true });
         }
         if a.may_defer && !self.in_share(&conn.provider, &conn.id, now) {
-            return Err(Exclusion::Warming);
+            return Err(Reason::Warming);
         }
         Ok(Admitted { probe: false })
     }

@@ -8,7 +8,6 @@
 //! - [`pool`]: pool declarations and their validation (Q1)
 //! - [`cost`]: estimated and actual cost of a request per unit
 //! - [`burn`]: burn rate and time to exhaustion (Q8)
-//! - [`share`]: the internal quota-share strategy of `qtSd/` combos (Q12)
 //! - [`signals`]: provider rate-limit headers read as saturation (Q6)
 
 pub mod burn;
@@ -17,6 +16,5 @@ pub mod decide;
 pub mod ledger;
 pub mod plan;
 pub mod pool;
-pub mod share;
 pub mod signals;
 pub mod window;

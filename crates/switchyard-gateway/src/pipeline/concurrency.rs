@@ -2,23 +2,22 @@
 //! the upstream, it takes the slots of every gate its candidate needs — the global cap,
 //! the provider's, the account's (`max_concurrent`) and the model's on that account
 //! (`rateLimitOverrides.modelConcurrency`) — together, waiting in a fair queue if they
-//! are full. The permit travels with the finisher and is released when the request
-//! ends, however it ends.
+//! are full. The permit belongs to the attempt, then to the request's finisher when the
+//! answer goes to the client, and is released when dropped, however the request ends.
 //!
 //! Quota-share dispatch (`qtSd/`) waits the same way but fails open (SPEC R8): when its
 //! queue is full or its wait runs out, it goes ahead without the account slot (the
 //! global, provider and model caps still hold). With
 //! `quotaShareConcurrencyLimit.enabled` off it does not wait for the account at all.
 
-use super::finish::Finisher;
-use crate::gate::{Ask, Mode};
+use super::attempt::Ctx;
+use crate::gate::{Ask, Mode, Permit};
 use crate::snapshot::Snapshot;
-use crate::state::AppState;
 use std::sync::Arc;
-use std::time::Duration;
 use switchyard_core::catalog::{ApiKey, Connection};
 use switchyard_core::resilience::admission::{Limits, Refusal};
 use switchyard_core::resilience::gates::{GateId, Need};
+use switchyard_core::routing::{strategy, Candidate};
 
 fn cap(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
@@ -77,63 +76,47 @@ fn limits(snap: &Snapshot, conn: &Connection) -> (Limits, usize) {
     (c.queue.with(&conn.queue), cap(c.max_waiters))
 }
 
-/// Takes the slots of an attempt on `conn` for `model` if none is busy; the permit goes
-/// to the finisher. False when it would have to wait.
-pub fn try_take(
-    state: &Arc<AppState>,
-    snap: &Snapshot,
-    key: &ApiKey,
-    conn: &Connection,
-    model: &str,
-    quota_share: bool,
-    finisher: &mut Finisher,
-) -> bool {
-    let needs = needs(snap, conn, model, quota_share);
+/// Whether the request is quota-share dispatch, whose account slot fails open.
+fn shares_quota(ctx: &Ctx<'_>) -> bool {
+    ctx.strategy == strategy::Kind::QuotaShare
+}
+
+/// Takes the slots of an attempt on `candidate` if none is busy: `Some` with the permit
+/// (`None` inside when nothing is capped), `None` when it would have to wait.
+pub fn try_take(ctx: &Ctx<'_>, candidate: &Candidate) -> Option<Option<Permit>> {
+    let (snap, conn) = (ctx.snap, &candidate.connection);
+    let needs = needs(snap, conn, &candidate.upstream_model, shares_quota(ctx));
     if needs.is_empty() {
-        return true;
+        return Some(None);
     }
     let (limits, max_waiters) = limits(snap, conn);
     let ask = Ask {
-        key: &key.id,
-        weight: weight(snap, key, conn),
+        key: &ctx.key.id,
+        weight: weight(snap, ctx.key, conn),
         connection: &conn.id,
         needs,
         limits,
         max_waiters,
         mode: Mode::Strict,
     };
-    match state.gates.try_acquire(&ask) {
-        Some(Some(permit)) => {
-            finisher.set_permit(permit);
-            true
-        }
-        Some(None) => true,
-        None => false,
-    }
+    ctx.state.gates.try_acquire(&ask)
 }
 
-/// Takes the slots of an attempt on `conn` for `model`, waiting for them — at most
-/// what is left of `maxWaitMs` after `waited_before` spent on other candidates; the
-/// permit goes to the finisher. A refusal is for the client, except on quota-share
-/// dispatch, which goes ahead without the account slot instead (the other gates still
-/// hold).
-#[expect(
-    clippy::too_many_arguments,
-    reason = "one attempt's context; bundling it would only rename the same values"
-)]
+/// Takes the slots of an attempt on `candidate`, waiting for them — at most what is left
+/// of `maxWaitMs` after `waited_ms` spent on other candidates. A refusal is for the
+/// client, except on quota-share dispatch, which goes ahead without the account slot
+/// instead (the other gates still hold).
 pub async fn admit(
-    state: &Arc<AppState>,
-    snap: &Snapshot,
-    key: &ApiKey,
-    conn: &Connection,
-    model: &str,
-    quota_share: bool,
-    waited_before: Duration,
-    finisher: &mut Finisher,
-) -> Result<(), Refusal> {
-    let needs = needs(snap, conn, model, quota_share);
+    ctx: &Ctx<'_>,
+    candidate: &Candidate,
+    waited_ms: u64,
+    request_id: &str,
+) -> Result<Option<Permit>, Refusal> {
+    let (snap, key, conn) = (ctx.snap, ctx.key, &candidate.connection);
+    let quota_share = shares_quota(ctx);
+    let needs = needs(snap, conn, &candidate.upstream_model, quota_share);
     if needs.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let settings = &snap.settings;
     let (mut limits, mut max_waiters) = limits(snap, conn);
@@ -144,7 +127,6 @@ pub async fn admit(
     } else {
         Mode::Strict
     };
-    let waited_ms = u64::try_from(waited_before.as_millis()).unwrap_or(u64::MAX);
     limits.max_wait_ms = limits.max_wait_ms.saturating_sub(waited_ms).max(1);
     let weight = weight(snap, key, conn);
     let others: Vec<Need> = needs
@@ -161,17 +143,14 @@ pub async fn admit(
         max_waiters,
         mode,
     };
-    let refusal = match state.gates.acquire(ask).await {
-        Ok(Some(permit)) => {
-            finisher.set_permit(permit);
-            return Ok(());
-        }
-        Ok(None) => return Ok(()),
+    let gates = &ctx.state.gates;
+    let refusal = match gates.acquire(ask).await {
+        Ok(permit) => return Ok(permit),
         Err(refusal) => refusal,
     };
     if mode == Mode::Strict {
         tracing::info!(
-            request_id = finisher.request_id(),
+            request_id,
             connection_id = %conn.id,
             code = refusal.code(),
             "Concurrency gate refused the attempt."
@@ -179,14 +158,14 @@ pub async fn admit(
         return Err(refusal);
     }
     tracing::warn!(
-        request_id = finisher.request_id(),
+        request_id,
         connection_id = %conn.id,
         gate = %format!("qsconn:{}", conn.id),
         code = refusal.code(),
         "Quota-share wait ended without a slot; going ahead without one."
     );
     if others.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     // Fail-open is for the account slot only (SPEC R8): the global, provider and model
     // caps still hold, with the request queue's own bounds.
@@ -200,8 +179,5 @@ pub async fn admit(
         max_waiters,
         mode: Mode::Strict,
     };
-    if let Some(permit) = state.gates.acquire(ask).await? {
-        finisher.set_permit(permit);
-    }
-    Ok(())
+    gates.acquire(ask).await
 }

@@ -41,9 +41,9 @@ struct Inner {
     /// The `model` metric label: bounded by the configuration (see `metrics::model_label`).
     model_label: Option<String>,
     watch: Stopwatch,
-    /// The current attempt's quota reservation.
+    /// The answering attempt's quota reservation.
     quota: Option<QuotaGuard>,
-    /// The current attempt's connection slot (quota-share dispatch).
+    /// The answering attempt's concurrency slots.
     permit: Option<Permit>,
 }
 
@@ -109,31 +109,12 @@ impl Finisher {
         }
     }
 
-    /// Hands the attempt's quota reservation to the finisher, which settles it.
-    pub fn set_quota(&mut self, guard: QuotaGuard) {
+    /// Takes over the slot permit and quota reservation of the attempt whose answer goes
+    /// to the client: the slot is held and the quota settled when the request finishes.
+    pub fn hold(&mut self, permit: Option<Permit>, quota: Option<QuotaGuard>) {
         if let Some(i) = &mut self.0 {
-            i.quota = Some(guard);
-        }
-    }
-
-    /// Gives the attempt's reservation back (the attempt failed; another may follow).
-    pub fn release_quota(&mut self) {
-        if let Some(g) = self.0.as_mut().and_then(|i| i.quota.take()) {
-            g.release();
-        }
-    }
-
-    /// Holds a connection slot until the request finishes.
-    pub fn set_permit(&mut self, permit: Permit) {
-        if let Some(i) = &mut self.0 {
-            i.permit = Some(permit);
-        }
-    }
-
-    /// Frees the attempt's connection slot (the attempt failed; another may follow).
-    pub fn release_slot(&mut self) {
-        if let Some(i) = &mut self.0 {
-            i.permit = None;
+            i.permit = permit;
+            i.quota = quota;
         }
     }
 

@@ -1,39 +1,27 @@
 //! `qtSd/<pool>[/<model>]` requests (SPEC G3, Q12, R8): the pool's internal quota-share
 //! combo. Candidates are the pool's connections, ordered by the quota-share strategy
-//! (saturation gating, then power of two choices on load); on a connection with
+//! (`switchyard_core::routing::strategy`: saturation gating, then power of two choices
+//! on load) in the plan stage; on a connection with
 //! `max_concurrent`, the concurrency stage makes the request wait for a slot in a queue
 //! served fairly across keys, and go ahead without one if the queue is full or the wait
 //! too long (fail-open; see [`super::concurrency`]).
 
 use crate::error::ApiError;
 use crate::snapshot::Snapshot;
-use crate::state::AppState;
 use std::sync::Arc;
 use switchyard_core::catalog::ApiKey;
-use switchyard_core::quota::share::{order, ConnLoad};
-use switchyard_core::routing::{Candidate, Excluded, ExclusionReason, Plan, RouteError};
+use switchyard_core::routing::{strategy, Candidate, Exclusion, Plan, Reason, RouteError};
 
 /// Prefix of the internal quota-share combos.
 pub const PREFIX: &str = "qtSd/";
 
 /// The plan for a `qtSd/` model, or `None` when `model` is not one.
-pub fn plan(
-    state: &AppState,
-    snap: &Snapshot,
-    key: &ApiKey,
-    model: &str,
-) -> Option<Result<Plan, ApiError>> {
+pub fn plan(snap: &Snapshot, key: &ApiKey, model: &str) -> Option<Result<Plan, ApiError>> {
     let rest = model.strip_prefix(PREFIX)?;
-    Some(build(state, snap, key, model, rest))
+    Some(build(snap, key, model, rest))
 }
 
-fn build(
-    state: &AppState,
-    snap: &Snapshot,
-    key: &ApiKey,
-    model: &str,
-    rest: &str,
-) -> Result<Plan, ApiError> {
+fn build(snap: &Snapshot, key: &ApiKey, model: &str, rest: &str) -> Result<Plan, ApiError> {
     if !key.may_use_model(model) {
         return Err(RouteError::ModelNotAllowed(model.to_owned()).into());
     }
@@ -47,8 +35,8 @@ fn build(
         candidates: Vec::new(),
         excluded: Vec::new(),
         combo: Some(format!("{PREFIX}{pool_id}")),
+        strategy: strategy::Kind::QuotaShare,
     };
-    let mut loads = Vec::new();
     for cid in &pool.pool.connection_ids {
         let Some(conn) = snap.catalog.connection(cid) else {
             continue;
@@ -65,28 +53,20 @@ fn build(
             continue;
         }
         let reason = if !conn.enabled {
-            Some(ExclusionReason::Disabled)
+            Some(Reason::Disabled)
         } else if !key.may_use_connection(&conn.id) {
-            Some(ExclusionReason::NotAllowedForKey)
+            Some(Reason::NotAllowedForKey)
         } else {
             None
         };
         if let Some(reason) = reason {
-            out.excluded.push(Excluded {
+            out.excluded.push(Exclusion {
                 target: format!("{}/{model_name}", conn.provider),
                 connection: conn.id.clone(),
                 reason,
             });
             continue;
         }
-        loads.push(ConnLoad {
-            load: state.gates.load(&conn.id),
-            saturated: state.quota.connection_saturated(
-                pool,
-                &conn.id,
-                snap.settings.quota.saturation_threshold,
-            ),
-        });
         out.candidates.push(Candidate {
             connection: Arc::clone(conn),
             upstream_model: model_name,
@@ -96,10 +76,5 @@ fn build(
     if out.candidates.is_empty() && out.excluded.is_empty() {
         return Err(unknown());
     }
-    let ranked = order(&loads, state.next_rotation());
-    out.candidates = ranked
-        .into_iter()
-        .map(|i| out.candidates[i].clone())
-        .collect();
     Ok(out)
 }

@@ -1,69 +1,17 @@
-//! Target resolution and ordering: which connections a request may go to, in which
-//! order, and why the others were left out.
-//!
-//! Resolution (SPEC G3): a name with a slash is `provider/model` and routes to the
-//! provider's connections; any other name must be a combo. The result is an ordered list
-//! of attempts plus the excluded candidates with their reasons, which later stages (and
-//! the R18 diagnostics) read. Exclusions are collected, not silently dropped: an operator
-//! must be able to see why a request found nothing to run on.
+//! Target resolution (SPEC G3): a name with a slash is `provider/model` and routes to
+//! the provider's connections; any other name must be a combo. The result is the plan:
+//! candidates in configured order plus the excluded ones with their reasons, which later
+//! stages (and the R18 diagnostics) read. Exclusions are collected, not silently
+//! dropped: an operator must be able to see why a request found nothing to run on.
+//! Resolution reads only the catalog and the key; ordering by live facts is the
+//! strategies' work ([`super::strategy`]).
 
+use super::exclusion::{Exclusion, Reason};
+use super::strategy::Kind;
+use super::{Candidate, Plan, RouteError};
 use crate::catalog::{ApiKey, Catalog, Combo, Connection};
 use crate::domain::{ModelRef, Strategy};
 use std::sync::Arc;
-
-/// One upstream attempt: a connection and the model name the upstream will see.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    pub connection: Arc<Connection>,
-    pub upstream_model: String,
-    /// Index of the combo target this candidate came from (0 for direct requests).
-    pub target: usize,
-}
-
-/// Why a candidate was not attempted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExclusionReason {
-    /// The connection is switched off by the operator.
-    Disabled,
-    /// The client key's `allowedConnections` does not include the connection.
-    NotAllowedForKey,
-}
-
-impl ExclusionReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Disabled => "disabled",
-            Self::NotAllowedForKey => "not_allowed_for_key",
-        }
-    }
-}
-
-/// A candidate left out, with its reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Excluded {
-    pub target: String,
-    pub connection: String,
-    pub reason: ExclusionReason,
-}
-
-/// The routing plan for one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    /// Candidates in the order they will be attempted.
-    pub candidates: Vec<Candidate>,
-    pub excluded: Vec<Excluded>,
-    /// The combo the request named, if any.
-    pub combo: Option<String>,
-}
-
-/// Why a requested model cannot be routed at all.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RouteError {
-    #[error("model `{0}` does not exist: use provider/model or a combo name (see GET /v1/models)")]
-    UnknownModel(String),
-    #[error("this API key may not use model `{0}`")]
-    ModelNotAllowed(String),
-}
 
 /// Builds the plan for `requested`.
 ///
@@ -83,6 +31,7 @@ pub fn plan(
         candidates: Vec::new(),
         excluded: Vec::new(),
         combo: None,
+        strategy: Kind::Priority,
     };
     if let Some(combo) = catalog.combo(requested) {
         out.combo = Some(combo.name.clone());
@@ -136,14 +85,14 @@ fn expand_target(
     for offset in 0..n {
         let conn = conns[(rotation + offset) % n];
         let reason = if !conn.enabled {
-            Some(ExclusionReason::Disabled)
+            Some(Reason::Disabled)
         } else if !key.may_use_connection(&conn.id) {
-            Some(ExclusionReason::NotAllowedForKey)
+            Some(Reason::NotAllowedForKey)
         } else {
             None
         };
         match reason {
-            Some(reason) => out.excluded.push(Excluded {
+            Some(reason) => out.excluded.push(Exclusion {
                 target: model.to_string(),
                 connection: conn.id.clone(),
                 reason,
@@ -245,10 +194,10 @@ mod tests {
         assert_eq!(ids(&p0), vec![("a1", "gpt"), ("a2", "gpt")]);
         assert_eq!(
             p0.excluded,
-            vec![Excluded {
+            vec![Exclusion {
                 target: "a/gpt".into(),
                 connection: "a3".into(),
-                reason: ExclusionReason::Disabled
+                reason: Reason::Disabled
             }]
         );
         let p1 = plan(&cat, &key(), "a/gpt", 1).unwrap();
@@ -291,7 +240,7 @@ mod tests {
         let p = plan(&cat, &k, "a/gpt", 0).unwrap();
         assert_eq!(ids(&p), vec![("a2", "gpt")]);
         assert_eq!(p.excluded.len(), 2);
-        assert_eq!(p.excluded[0].reason, ExclusionReason::NotAllowedForKey);
+        assert_eq!(p.excluded[0].reason, Reason::NotAllowedForKey);
     }
 
     #[test]

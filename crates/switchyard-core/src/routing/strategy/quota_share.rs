@@ -10,20 +10,37 @@
 //!    one connection that looked idlest a moment ago.
 //! 3. The rest follow, least loaded first, as failover order.
 //!
-//! Fairness across keys waiting for a connection is the gate's business
-//! ([`super::drr`]); this function only orders.
+//! Fairness across keys waiting for a connection is the gates' business
+//! ([`crate::resilience::gates`]); this strategy only orders. It must not read anything
+//! but the view.
 
-/// A pool connection as the strategy sees it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ConnLoad {
-    /// Requests running plus waiting on the connection.
-    pub load: usize,
-    /// The provider's reported used fraction is at or over the saturation threshold.
-    pub saturated: bool,
+use super::{Needs, Strategy};
+use crate::routing::view::CandidateView;
+
+/// See the module docs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QuotaShare;
+
+impl Strategy for QuotaShare {
+    fn name(&self) -> &'static str {
+        "quota-share"
+    }
+
+    fn needs(&self) -> Needs {
+        Needs {
+            load: true,
+            saturation: true,
+            ..Needs::NONE
+        }
+    }
+
+    fn order(&self, views: &[CandidateView], rotation: usize) -> Vec<usize> {
+        order(views, rotation)
+    }
 }
 
 /// Indices into `conns` in the order to try them.
-pub fn order(conns: &[ConnLoad], rotation: usize) -> Vec<usize> {
+fn order(conns: &[CandidateView], rotation: usize) -> Vec<usize> {
     let (open, gated): (Vec<usize>, Vec<usize>) =
         (0..conns.len()).partition(|&i| !conns[i].saturated);
     let mut out = Vec::with_capacity(conns.len());
@@ -55,8 +72,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn c(load: usize, saturated: bool) -> ConnLoad {
-        ConnLoad { load, saturated }
+    fn c(load: usize, saturated: bool) -> CandidateView {
+        CandidateView {
+            load,
+            saturated,
+            ..CandidateView::default()
+        }
     }
 
     #[test]
@@ -100,7 +121,7 @@ mod tests {
             loads in proptest::collection::vec((0usize..10, any::<bool>()), 0..8),
             rotation in 0usize..1000,
         ) {
-            let conns: Vec<ConnLoad> = loads.iter().map(|&(l, s)| c(l, s)).collect();
+            let conns: Vec<CandidateView> = loads.iter().map(|&(l, s)| c(l, s)).collect();
             let o = order(&conns, rotation);
             let mut sorted = o.clone();
             sorted.sort_unstable();

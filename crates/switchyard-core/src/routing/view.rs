@@ -1,0 +1,29 @@
+//! The per-request view of the candidates: the facts a routing strategy orders by, one
+//! [`CandidateView`] per candidate, in plan order. The shell gathers only the facts the
+//! strategy asks for ([`super::strategy::Needs`]), so a strategy that reads nothing costs
+//! nothing on the request path. This module holds data only: it decides nothing and
+//! reads no state.
+
+/// What a strategy may know about one candidate. A fact the strategy did not ask for
+/// keeps its default.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CandidateView {
+    /// Requests running plus waiting on the candidate's connection.
+    pub load: usize,
+    /// The provider reports the connection's used quota at or over the saturation
+    /// threshold (its quota headroom is gone).
+    pub saturated: bool,
+    /// The soft quota penalty (SPEC Q7): the factor the candidate's score is multiplied
+    /// by after every other factor; 1.0 when the key is within its share.
+    pub penalty: f64,
+}
+
+impl Default for CandidateView {
+    fn default() -> Self {
+        Self {
+            load: 0,
+            saturated: false,
+            penalty: 1.0,
+        }
+    }
+}

@@ -1,0 +1,510 @@
+//! One attempt on one candidate: take its concurrency slots, pass the resilience check,
+//! reserve quota, send upstream, and turn the answer into the client response or a
+//! [`Report`] for the dispatch machine. The attempt owns what it holds — slot permit,
+//! quota reservation, half-open probe slot — in [`Guards`], which release on drop; only
+//! an answer that goes to the client hands them to the request's finisher. What to try
+//! next is not decided here ([`switchyard_core::dispatch`]).
+
+use super::finish::Finisher;
+use super::{concurrency, quota};
+use crate::clock::Stopwatch;
+use crate::gate::Permit;
+use crate::metrics::{model_label, AttemptLabels};
+use crate::quota::{QuotaBlock, QuotaGuard};
+use crate::resilience::{self, Resilience};
+use crate::snapshot::Snapshot;
+use crate::state::AppState;
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_core::catalog::ApiKey;
+use switchyard_core::chat::ChatRequest;
+use switchyard_core::dispatch::{self, Slot, Try};
+use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::quota::cost::Estimate;
+use switchyard_core::resilience::admission;
+use switchyard_core::resilience::cooldown;
+use switchyard_core::routing::{strategy, Candidate, Exclusion};
+use switchyard_core::usage::Usage;
+
+/// Largest upstream error body relayed to the client; error bodies are short, and a
+/// misbehaving upstream must not make the gateway buffer without bound.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// Largest non-streaming upstream answer the gateway buffers. Chat completions are a few
+/// KiB, long ones a few hundred; 64 MiB bounds memory per request against a misbehaving
+/// upstream while leaving room for large tool-call payloads.
+const MAX_UPSTREAM_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// An upstream failure as the client may see it, if it is the last one.
+#[derive(Debug)]
+pub struct UpstreamFailure {
+    /// Says which upstream failed and how.
+    pub message: String,
+    /// The upstream's `Retry-After`, relayed.
+    pub retry_after: Option<HeaderValue>,
+}
+
+/// What the dispatch machine is told of an attempt that did not answer.
+pub type Report = dispatch::Report<Box<QuotaBlock>, Response, UpstreamFailure>;
+
+/// What one request's attempts share.
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    pub state: &'a Arc<AppState>,
+    pub snap: &'a Snapshot,
+    pub key: &'a ApiKey,
+    pub request: &'a ChatRequest,
+    pub candidates: &'a [Candidate],
+    pub strategy: strategy::Kind,
+    pub estimate: Estimate,
+}
+
+/// An attempt's result, and how long it waited for its slots.
+#[derive(Debug)]
+pub struct Tried {
+    pub slot_wait_ms: u64,
+    pub result: Result<Response, Report>,
+}
+
+impl From<Report> for Tried {
+    fn from(report: Report) -> Self {
+        Self {
+            slot_wait_ms: 0,
+            result: Err(report),
+        }
+    }
+}
+
+/// What an attempt holds; see the module docs.
+struct Guards<'a> {
+    permit: Option<Permit>,
+    quota: Option<QuotaGuard>,
+    probe: ProbeGuard<'a>,
+}
+
+impl Guards<'_> {
+    /// The answer goes to the client: the finisher holds the slot and settles the quota.
+    fn hand_over(&mut self, finisher: &mut Finisher) {
+        finisher.hold(self.permit.take(), self.quota.take());
+    }
+}
+
+/// Gives a half-open probe slot back unless an answer settled it.
+struct ProbeGuard<'a> {
+    resilience: &'a Resilience,
+    provider: &'a str,
+    armed: bool,
+}
+
+impl ProbeGuard<'_> {
+    /// The attempt's outcome is being recorded, which settles the probe.
+    fn settle(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.resilience.release_probe(self.provider);
+        }
+    }
+}
+
+/// Makes the attempt `t` asks for.
+pub async fn run(ctx: &Ctx<'_>, t: Try, finisher: &mut Finisher) -> Tried {
+    let Some(candidate) = ctx.candidates.get(t.candidate) else {
+        return Report::Gone.into();
+    };
+    let conn = &candidate.connection;
+    // Slots first, so a half-open probe is never held while waiting for them and the
+    // resilience check below sees the state after any wait.
+    let mut slot_wait_ms = 0;
+    let permit = match t.slot {
+        Slot::IfFree => match concurrency::try_take(ctx, candidate) {
+            Some(permit) => permit,
+            None => return Report::Busy.into(),
+        },
+        Slot::Wait { waited_ms } => {
+            let watch = Stopwatch::start();
+            let admitted =
+                concurrency::admit(ctx, candidate, waited_ms, finisher.request_id()).await;
+            slot_wait_ms = watch.elapsed_ms();
+            match admitted {
+                Ok(permit) => permit,
+                Err(refusal) => {
+                    return Tried {
+                        slot_wait_ms,
+                        result: Err(Report::Refused {
+                            refusal,
+                            connection: conn.id.clone(),
+                        }),
+                    }
+                }
+            }
+        }
+    };
+    let result = attempt(ctx, t, candidate, permit, finisher).await;
+    Tried {
+        slot_wait_ms,
+        result,
+    }
+}
+
+/// The attempt once its slots are held.
+async fn attempt(
+    ctx: &Ctx<'_>,
+    t: Try,
+    candidate: &Candidate,
+    permit: Option<Permit>,
+    finisher: &mut Finisher,
+) -> Result<Response, Report> {
+    let (state, snap) = (ctx.state, ctx.snap);
+    let conn = &candidate.connection;
+    let attempt = resilience::Attempt {
+        conn,
+        model: &candidate.upstream_model,
+        may_defer: t.may_defer,
+        budget_ms: snap.settings.first_byte_timeout_ms,
+    };
+    let res_settings = &snap.settings.resilience;
+    let admitted = state
+        .resilience
+        .check(attempt, res_settings, state.clock.now_ms())
+        .map_err(|reason| {
+            Report::Excluded(Exclusion {
+                target: format!("{}/{}", conn.provider, candidate.upstream_model),
+                connection: conn.id.clone(),
+                reason,
+            })
+        })?;
+    let mut guards = Guards {
+        permit,
+        quota: None,
+        probe: ProbeGuard {
+            resilience: &state.resilience,
+            provider: &conn.provider,
+            armed: admitted.probe,
+        },
+    };
+    let pooled = snap.quota.pool_of(conn.index);
+    let (quota, quota_headers) = quota::admit(ctx, candidate, finisher.request_id())
+        .await
+        .map_err(|block| Report::QuotaBlocked {
+            retry_after_ms: block.retry_after_ms,
+            block,
+        })?;
+    guards.quota = quota;
+    finisher.attempt(
+        candidate,
+        model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),
+    );
+    let target = snap.upstreams.get(conn.index).ok_or(Report::Gone)?;
+    let request = ctx.request;
+    let body = request.upstream_body(&candidate.upstream_model);
+    let watch = Stopwatch::start();
+    // One budget per attempt for the headers and, when not streaming, the whole body; a
+    // stream is bounded by the execution limit (SPEC R10), never shorter than that.
+    let dispatched = tokio::time::Instant::now();
+    let deadline = dispatched + Duration::from_millis(snap.settings.first_byte_timeout_ms);
+    let execution_deadline = dispatched
+        + Duration::from_millis(admission::execution_bound_ms(
+            &snap.settings.concurrency.queue.with(&conn.queue),
+            snap.settings.first_byte_timeout_ms,
+        ));
+    let sent = super::upstream::send(
+        snap.settings.connect_timeout_ms,
+        target,
+        body,
+        request.stream,
+        deadline,
+    )
+    .await;
+    let outcome = match sent {
+        Ok(response) => {
+            if pooled.is_some() {
+                state
+                    .quota
+                    .record_signals(&conn.id, response.headers(), state.clock.now_ms());
+            }
+            target
+                .metrics
+                .latency
+                .observe(watch.elapsed().as_secs_f64());
+            let expect = Expect {
+                stream: request.stream,
+                deadline,
+                execution_deadline,
+                idle_timeout: Duration::from_millis(snap.settings.stream_idle_timeout_ms),
+                upstream: target,
+            };
+            let now = state.clock.now_ms();
+            handle_response(response, expect, &mut guards, finisher, now).await
+        }
+        Err(failure) => Err(Failed::from(failure)),
+    };
+    guards.probe.settle();
+    let failed = match outcome {
+        Ok(mut response) => {
+            state.resilience.record(
+                attempt,
+                &resilience::Outcome::Success,
+                res_settings,
+                admitted.probe,
+                state.clock.now_ms(),
+            );
+            target.metrics.success.inc();
+            quota::add_headers(&mut response, quota_headers);
+            return Ok(response);
+        }
+        Err(failed) => failed,
+    };
+    state.resilience.record(
+        attempt,
+        &resilience::Outcome::Failure {
+            failure: failed.failure,
+            body: &failed.body_hint,
+            reset_at: failed.reset_at,
+        },
+        res_settings,
+        admitted.probe,
+        state.clock.now_ms(),
+    );
+    count_attempt(state, &conn.provider, failed.failure.label());
+    if let Some(response) = failed.passthrough {
+        return Err(Report::Rejected(response));
+    }
+    tracing::warn!(
+        request_id = finisher.request_id(),
+        provider = %conn.provider,
+        connection_id = %conn.id,
+        failure = failed.failure.label(),
+        "Upstream attempt failed; trying the next candidate."
+    );
+    let message = match failed.failure {
+        AttemptFailure::Status(s) => format!(
+            "upstream `{}` (connection `{}`) answered HTTP {s}",
+            conn.provider, conn.id
+        ),
+        other => format!(
+            "upstream `{}` (connection `{}`) failed: {}",
+            conn.provider,
+            conn.id,
+            other.label()
+        ),
+    };
+    Err(Report::Failed {
+        failure: failed.failure,
+        announced: failed.retry_after.is_some(),
+        detail: UpstreamFailure {
+            message,
+            retry_after: failed.retry_after,
+        },
+    })
+}
+
+/// A failed attempt.
+struct Failed {
+    failure: AttemptFailure,
+    /// The upstream's `Retry-After`, relayed if this is the last failure.
+    retry_after: Option<HeaderValue>,
+    /// A non-retryable upstream answer, returned to the client as it is.
+    passthrough: Option<Response>,
+    /// The start of the upstream's error body (reset text, credit errors).
+    body_hint: String,
+    /// When the upstream said the account is usable again.
+    reset_at: Option<u64>,
+}
+
+impl From<AttemptFailure> for Failed {
+    fn from(failure: AttemptFailure) -> Self {
+        Self {
+            failure,
+            retry_after: None,
+            passthrough: None,
+            body_hint: String::new(),
+            reset_at: None,
+        }
+    }
+}
+
+/// Bytes of an upstream error body read for reset text and credit errors.
+const BODY_HINT_BYTES: usize = 4096;
+
+/// The announced reset of an upstream error answer (SPEC R3).
+fn announced_reset(headers: &HeaderMap, body: &str, now: u64) -> Option<u64> {
+    let pairs: Vec<(&str, &str)> = headers
+        .iter()
+        .filter(|(n, _)| {
+            let n = n.as_str();
+            n == "retry-after" || n.starts_with("x-ratelimit-reset")
+        })
+        .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
+        .collect();
+    cooldown::announced_reset(&pairs, body, now)
+}
+
+/// What an attempt expects of the upstream's answer, and the bounds it reads it in.
+struct Expect<'a> {
+    stream: bool,
+    /// The first-byte deadline (and, when not streaming, the whole answer's).
+    deadline: tokio::time::Instant,
+    execution_deadline: tokio::time::Instant,
+    idle_timeout: Duration,
+    /// The connection, whose credentials are redacted from relayed error bodies.
+    upstream: &'a crate::snapshot::Upstream,
+}
+
+/// Whether a non-streamed answer is shaped like a JSON object (a chat completion always
+/// is): an HTML error page, plain text or an empty body is not. Checked by its first and
+/// last non-blank bytes, so a valid answer costs no second parse.
+fn is_json_object(body: &[u8]) -> bool {
+    let trimmed = body.trim_ascii();
+    trimmed.first() == Some(&b'{') && trimmed.last() == Some(&b'}')
+}
+
+/// Whether a `Content-Type` is an event stream.
+fn is_event_stream(content_type: Option<&HeaderValue>) -> bool {
+    content_type
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// Turns an upstream response into the client response, or a failure.
+async fn handle_response(
+    response: axum::http::Response<Incoming>,
+    expect: Expect<'_>,
+    guards: &mut Guards<'_>,
+    finisher: &mut Finisher,
+    now: u64,
+) -> Result<Response, Failed> {
+    let Expect {
+        stream,
+        deadline,
+        execution_deadline,
+        idle_timeout,
+        upstream: target,
+    } = expect;
+    let (parts, body) = response.into_parts();
+    let status = parts.status;
+    let content_type = parts.headers.get(header::CONTENT_TYPE).cloned();
+    if status.is_success() {
+        if stream && !is_event_stream(content_type.as_ref()) {
+            // Nothing has reached the client: another candidate may answer properly.
+            return Err(AttemptFailure::InvalidResponse.into());
+        }
+        if stream {
+            guards.hand_over(finisher);
+            let mut out = Response::new(Body::new(super::stream::ObservedStream::new(
+                body,
+                finisher.detach(),
+                idle_timeout,
+                execution_deadline,
+            )));
+            let h = out.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+            return Ok(out);
+        }
+        let limited = Limited::new(body, MAX_UPSTREAM_BODY_BYTES);
+        let bytes = match tokio::time::timeout_at(deadline, limited.collect()).await {
+            Err(_) => return Err(AttemptFailure::FirstByteTimeout.into()),
+            Ok(Err(_)) => return Err(AttemptFailure::Reset.into()),
+            Ok(Ok(collected)) => collected.to_bytes(),
+        };
+        if !is_json_object(&bytes) {
+            return Err(AttemptFailure::InvalidResponse.into());
+        }
+        guards.hand_over(finisher);
+        finisher.first_byte();
+        let usage = Usage::from_json_bytes(&bytes);
+        if usage.is_none() {
+            // No usage block: the quota settles on the text the answer carries.
+            let text = std::str::from_utf8(&bytes).unwrap_or_default();
+            finisher.observe_output(switchyard_core::usage::generated_chars(text));
+        }
+        finisher.finish(StatusCode::OK.as_u16(), None, usage);
+        let mut out = Response::new(Body::from(bytes));
+        out.headers_mut().insert(
+            header::CONTENT_TYPE,
+            content_type.unwrap_or(HeaderValue::from_static("application/json")),
+        );
+        return Ok(out);
+    }
+    let failure = AttemptFailure::Status(status.as_u16());
+    if failure.is_retryable() {
+        // A 429's body may say when the window resets, or that credits are gone.
+        let body_hint = if status == StatusCode::TOO_MANY_REQUESTS {
+            String::from_utf8_lossy(&read_limited(body, BODY_HINT_BYTES, deadline).await)
+                .into_owned()
+        } else {
+            String::new()
+        };
+        return Err(Failed {
+            failure,
+            retry_after: parts.headers.get(header::RETRY_AFTER).cloned(),
+            passthrough: None,
+            reset_at: announced_reset(&parts.headers, &body_hint, now),
+            body_hint,
+        });
+    }
+    let body = Bytes::from(switchyard_core::redact::redact(
+        &read_limited(body, MAX_ERROR_BODY_BYTES, deadline).await,
+        &super::upstream::credentials(target),
+    ));
+    let body_hint = String::from_utf8_lossy(&body[..body.len().min(BODY_HINT_BYTES)]).into_owned();
+    let mut out = Response::new(Body::from(body));
+    *out.status_mut() = status;
+    if let Some(ct) = content_type {
+        out.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    out.extensions_mut()
+        .insert(crate::error::ErrorCode("upstream_client_error"));
+    Err(Failed {
+        failure,
+        retry_after: None,
+        passthrough: Some(out),
+        reset_at: announced_reset(&parts.headers, &body_hint, now),
+        body_hint,
+    })
+}
+
+/// Reads at most `limit` bytes of a body until `deadline`; what does not fit is dropped.
+async fn read_limited(mut body: Incoming, limit: usize, deadline: tokio::time::Instant) -> Bytes {
+    let mut buf = Vec::new();
+    let read = async {
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(chunk) = frame.into_data() {
+                let room = limit.saturating_sub(buf.len());
+                buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if buf.len() >= limit {
+                    break;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline, read).await;
+    Bytes::from(buf)
+}
+
+fn count_attempt(state: &AppState, provider: &str, outcome: &'static str) {
+    state
+        .metrics
+        .upstream_attempts
+        .get_or_create(&AttemptLabels {
+            provider: provider.to_owned(),
+            outcome,
+        })
+        .inc();
+}
