@@ -3,8 +3,8 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{ApiKey, Catalog, Combo, ComboTarget, ConnectionDef, Provider};
-use switchyard_core::chat::ChatRequest;
 use switchyard_core::domain::{AuthClass, ModelRef, Strategy, UpstreamFormat};
+use switchyard_core::format::{openai_chat, Format};
 use switchyard_core::quota::decide::{decide, DimensionInput, Policy, Share, Unit};
 use switchyard_core::quota::ledger::{Ask, PoolLedger};
 use switchyard_core::quota::plan::Dimension;
@@ -82,11 +82,14 @@ fn benches(c: &mut Criterion) {
         })
     });
     c.bench_function("parse chat request", |b| {
-        b.iter(|| ChatRequest::parse(black_box(BODY)).map(|r| r.stream))
+        b.iter(|| openai_chat::decode(black_box(BODY)).map(|r| r.stream))
     });
-    let req = ChatRequest::parse(BODY).unwrap_or_else(|_| unreachable!());
+    let req = openai_chat::decode(BODY).unwrap_or_else(|_| unreachable!());
     c.bench_function("serialize upstream body", |b| {
-        b.iter(|| req.upstream_body(black_box("mock-small")).len())
+        b.iter(|| {
+            req.upstream_body(Format::OpenAiChat, black_box("mock-small"))
+                .len()
+        })
     });
     c.bench_function("plan: combo over 2 providers x 3 connections", |b| {
         let mut n = 0usize;

@@ -8,10 +8,11 @@
 
 pub mod apikey;
 pub mod catalog;
-pub mod chat;
 pub mod client_conn;
 pub mod dispatch;
 pub mod domain;
+pub mod format;
+pub mod llm;
 pub mod outcome;
 pub mod quota;
 pub mod redact;

@@ -3,12 +3,14 @@
 //! are delegated to `switchyard-core`; persistence to `switchyard-store`.
 
 pub mod admin;
+pub mod body;
 pub mod bootstrap;
 pub mod client;
 pub mod clock;
 pub mod config;
 pub mod edge;
 pub mod error;
+pub mod frontends;
 pub mod gate;
 pub mod keys;
 pub mod metrics;
@@ -21,5 +23,6 @@ pub mod server;
 pub mod snapshot;
 pub mod state;
 pub mod sync;
+pub mod upstream;
 
 pub use server::{app, run};

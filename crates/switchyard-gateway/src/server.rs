@@ -4,9 +4,10 @@
 
 use crate::admin;
 use crate::edge;
-use crate::error::{ApiError, ApiPath};
+use crate::error::ApiError;
+use crate::frontends;
 use crate::metrics::EdgeMetrics;
-use crate::pipeline::{self, auth};
+use crate::pipeline::auth;
 use crate::state::AppState;
 use crate::state::Writers;
 use axum::extract::State;
@@ -16,15 +17,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use prometheus_client::metrics::gauge::Gauge;
-use serde::Serialize;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_core::catalog::ApiKey;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -40,7 +39,7 @@ const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(1);
         description = "LLM API gateway: client API (`/v1`) and management API (`/api`)."
     ),
     // Documented here and routed by hand: its id may span two path segments.
-    paths(model),
+    paths(crate::frontends::models::model),
     modifiers(&BearerAuth)
 )]
 struct ApiDoc;
@@ -54,102 +53,6 @@ impl Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
-    }
-}
-
-/// One entry of `GET /v1/models`.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ModelEntry {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub owned_by: String,
-}
-
-/// `GET /v1/models` answer.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ModelList {
-    pub object: &'static str,
-    pub data: Vec<ModelEntry>,
-}
-
-/// The `provider/model` ids, quota-share models and combo names `key` may use.
-fn visible_models(snap: &crate::snapshot::Snapshot, key: &ApiKey) -> Vec<ModelEntry> {
-    let mut data = Vec::new();
-    for p in snap.catalog.providers() {
-        for m in &p.models {
-            let id = format!("{}/{m}", p.id);
-            if key.may_use_model(&id) {
-                data.push(ModelEntry {
-                    id,
-                    object: "model",
-                    created: 0,
-                    owned_by: p.id.clone(),
-                });
-            }
-        }
-    }
-    let switchyard = || "switchyard".to_owned();
-    for p in &snap.quota.pools {
-        let id = format!("{}{}", crate::pipeline::share::PREFIX, p.pool.id);
-        if key.may_use_model(&id) {
-            data.push(ModelEntry {
-                id,
-                object: "model",
-                created: 0,
-                owned_by: switchyard(),
-            });
-        }
-    }
-    for c in snap.catalog.combos() {
-        if key.may_use_model(&c.name) {
-            data.push(ModelEntry {
-                id: c.name.clone(),
-                object: "model",
-                created: 0,
-                owned_by: switchyard(),
-            });
-        }
-    }
-    data
-}
-
-/// `GET /v1/models`: the `provider/model` ids and combo names the key may use.
-#[utoipa::path(get, path = "/v1/models", tag = "client",
-    responses((status = 200, body = ModelList), (status = 401)), security(("bearer" = [])))]
-pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let snap = state.snapshot();
-    match auth::client_key(&snap.catalog, &headers) {
-        Ok(key) => Json(ModelList {
-            object: "list",
-            data: visible_models(&snap, key),
-        })
-        .into_response(),
-        Err(e) => e.into_response(),
-    }
-}
-
-/// `GET /v1/models/{id}` (the SDKs' `models.retrieve`): one model the key may use. The
-/// id may contain `/` (`provider/model`), sent as is or percent-encoded.
-#[utoipa::path(get, path = "/v1/models/{id}", tag = "client",
-    params(("id" = String, Path, description = "`provider/model` or a combo name")),
-    responses((status = 200, body = ModelEntry), (status = 401), (status = 404)),
-    security(("bearer" = [])))]
-pub async fn model(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    ApiPath(id): ApiPath<String>,
-) -> Response {
-    let snap = state.snapshot();
-    let key = match auth::client_key(&snap.catalog, &headers) {
-        Ok(k) => k,
-        Err(e) => return e.into_response(),
-    };
-    match visible_models(&snap, key).into_iter().find(|m| m.id == id) {
-        Some(entry) => Json(entry).into_response(),
-        None => {
-            ApiError::Route(switchyard_core::routing::RouteError::UnknownModel(id)).into_response()
-        }
     }
 }
 
@@ -235,8 +138,7 @@ pub fn app(state: Arc<AppState>) -> Router {
     let admin_routes =
         admin::routes().route_layer(from_fn_with_state(Arc::clone(&state), auth::require_admin));
     let (router, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(pipeline::chat_completions))
-        .routes(routes!(models))
+        .merge(frontends::routes())
         .routes(routes!(admin::system::health))
         .routes(routes!(metrics))
         .merge(admin_routes)
@@ -251,7 +153,7 @@ pub fn app(state: Arc<AppState>) -> Router {
             }),
         )
         // `provider/model` ids sent unencoded span two segments.
-        .route("/v1/models/{*id}", get(model))
+        .route("/v1/models/{*id}", get(frontends::models::model))
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

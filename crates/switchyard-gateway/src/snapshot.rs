@@ -8,8 +8,8 @@
 //! if that succeeds.
 
 use crate::metrics::{Metrics, ProviderMetrics};
+use crate::upstream::{self, Adapter};
 use axum::http::{HeaderValue, Uri};
-use secrecy::zeroize::Zeroizing;
 use secrecy::ExposeSecret;
 use std::collections::{BTreeMap, HashMap};
 use switchyard_core::apikey::KeyHash;
@@ -17,6 +17,7 @@ use switchyard_core::catalog::{
     ApiKey, Catalog, CatalogError, Combo, ComboTarget, ConnectionDef, Provider,
 };
 use switchyard_core::domain::ModelRef;
+use switchyard_core::format::Format;
 use switchyard_core::quota::cost::Price;
 use switchyard_core::settings::{self, Layers, Resolved, Settings};
 use switchyard_store::ConfigRows;
@@ -52,8 +53,10 @@ pub const H2C_FLAG: &str = "http2_prior_knowledge";
 /// What the shell needs to call one connection's upstream.
 #[derive(Clone)]
 pub struct Upstream {
-    /// Full chat-completions URL, parsed once here rather than on every request.
-    pub chat_url: Uri,
+    /// The format adapter, chosen by the connection's format.
+    pub adapter: &'static dyn Adapter,
+    /// The full endpoint URL, parsed once here rather than on every request.
+    pub url: Uri,
     /// The `Host` header for it, also built once (the client would format it per request).
     pub host: HeaderValue,
     /// Speak cleartext HTTP/2 with prior knowledge (see [`H2C_FLAG`]).
@@ -68,7 +71,8 @@ pub struct Upstream {
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Upstream")
-            .field("chat_url", &self.chat_url)
+            .field("adapter", &self.adapter)
+            .field("url", &self.url)
             .field("h2c", &self.h2c)
             .finish_non_exhaustive()
     }
@@ -240,22 +244,25 @@ impl Snapshot {
                 .and_then(|d| d.get(H2C_FLAG))
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false);
-            // The catalog admits OpenAI-format connections only, so the credential is
-            // always a bearer token.
-            let mut auth = Vec::new();
-            if !cred.is_empty() {
-                let header = Zeroizing::new(format!("Bearer {cred}"));
-                let mut value = HeaderValue::from_str(&header)
-                    .map_err(|_| SnapshotError::Credential(conn.id.clone()))?;
-                value.set_sensitive(true);
-                auth.push(("authorization", value));
-            }
-            let url = endpoint(&conn.base_url, "/chat/completions");
-            let chat_url = Uri::try_from(url.as_str()).map_err(|_| SnapshotError::Url {
+            let format = Format::of_upstream(conn.format).ok_or_else(|| {
+                CatalogError::UnsupportedFormat {
+                    connection: conn.id.clone(),
+                }
+            })?;
+            let adapter = upstream::adapter(format);
+            let auth = if cred.is_empty() {
+                Vec::new()
+            } else {
+                adapter
+                    .auth_headers(cred)
+                    .map_err(|_| SnapshotError::Credential(conn.id.clone()))?
+            };
+            let url = adapter.endpoint(&conn.base_url);
+            let parsed = Uri::try_from(url.as_str()).map_err(|_| SnapshotError::Url {
                 connection: conn.id.clone(),
                 url: url.clone(),
             })?;
-            let host = chat_url
+            let host = parsed
                 .authority()
                 .and_then(|a| HeaderValue::try_from(a.as_str()).ok())
                 .ok_or_else(|| SnapshotError::Url {
@@ -263,7 +270,8 @@ impl Snapshot {
                     url: url.clone(),
                 })?;
             upstreams.push(Upstream {
-                chat_url,
+                adapter,
+                url: parsed,
                 host,
                 h2c,
                 auth,

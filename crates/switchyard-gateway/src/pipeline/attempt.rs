@@ -7,6 +7,8 @@
 
 use super::finish::Finisher;
 use super::{concurrency, quota};
+use crate::body::deadline::DeadlineBody;
+use crate::body::metered::MeteredBody;
 use crate::clock::Stopwatch;
 use crate::gate::Permit;
 use crate::metrics::{model_label, AttemptLabels};
@@ -23,8 +25,9 @@ use hyper::body::Incoming;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::catalog::ApiKey;
-use switchyard_core::chat::ChatRequest;
 use switchyard_core::dispatch::{self, Slot, Try};
+use switchyard_core::format::Format;
+use switchyard_core::llm;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::resilience::admission;
@@ -59,7 +62,7 @@ pub struct Ctx<'a> {
     pub state: &'a Arc<AppState>,
     pub snap: &'a Snapshot,
     pub key: &'a ApiKey,
-    pub request: &'a ChatRequest,
+    pub request: &'a llm::Request,
     pub candidates: &'a [Candidate],
     pub strategy: strategy::Kind,
     pub estimate: Estimate,
@@ -207,7 +210,7 @@ async fn attempt(
     );
     let target = snap.upstreams.get(conn.index).ok_or(Report::Gone)?;
     let request = ctx.request;
-    let body = request.upstream_body(&candidate.upstream_model);
+    let body = request.upstream_body(target.adapter.format(), &candidate.upstream_model);
     let watch = Stopwatch::start();
     // One budget per attempt for the headers and, when not streaming, the whole body; a
     // stream is bounded by the execution limit (SPEC R10), never shorter than that.
@@ -218,7 +221,7 @@ async fn attempt(
             &snap.settings.concurrency.queue.with(&conn.queue),
             snap.settings.first_byte_timeout_ms,
         ));
-    let sent = super::upstream::send(
+    let sent = crate::upstream::send(
         snap.settings.connect_timeout_ms,
         target,
         body,
@@ -243,6 +246,7 @@ async fn attempt(
                 execution_deadline,
                 idle_timeout: Duration::from_millis(snap.settings.stream_idle_timeout_ms),
                 upstream: target,
+                client: request.format,
             };
             let now = state.clock.now_ms();
             handle_response(response, expect, &mut guards, finisher, now).await
@@ -359,6 +363,8 @@ struct Expect<'a> {
     idle_timeout: Duration,
     /// The connection, whose credentials are redacted from relayed error bodies.
     upstream: &'a crate::snapshot::Upstream,
+    /// The client's format, for stream error frames.
+    client: Format,
 }
 
 /// Whether a non-streamed answer is shaped like a JSON object (a chat completion always
@@ -391,6 +397,7 @@ async fn handle_response(
         execution_deadline,
         idle_timeout,
         upstream: target,
+        client,
     } = expect;
     let (parts, body) = response.into_parts();
     let status = parts.status;
@@ -402,11 +409,12 @@ async fn handle_response(
         }
         if stream {
             guards.hand_over(finisher);
-            let mut out = Response::new(Body::new(super::stream::ObservedStream::new(
-                body,
+            let upstream = DeadlineBody::new(body, idle_timeout, execution_deadline);
+            let mut out = Response::new(Body::new(MeteredBody::new(
+                upstream,
+                target.adapter.format().stream_reader(),
+                client,
                 finisher.detach(),
-                idle_timeout,
-                execution_deadline,
             )));
             let h = out.headers_mut();
             h.insert(
@@ -461,7 +469,7 @@ async fn handle_response(
     }
     let body = Bytes::from(switchyard_core::redact::redact(
         &read_limited(body, MAX_ERROR_BODY_BYTES, deadline).await,
-        &super::upstream::credentials(target),
+        &crate::upstream::credentials(target),
     ));
     let body_hint = String::from_utf8_lossy(&body[..body.len().min(BODY_HINT_BYTES)]).into_owned();
     let mut out = Response::new(Body::from(body));

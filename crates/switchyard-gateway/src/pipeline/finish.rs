@@ -245,6 +245,36 @@ impl Finisher {
     }
 }
 
+impl crate::body::metered::Meter for Finisher {
+    fn request_id(&self) -> &str {
+        Finisher::request_id(self)
+    }
+
+    fn first_byte(&mut self) {
+        Finisher::first_byte(self);
+    }
+
+    fn observe_output(&mut self, chars: usize) {
+        Finisher::observe_output(self, chars);
+    }
+
+    fn quota_growth(&self) -> Option<GrowthRequest> {
+        Finisher::quota_growth(self)
+    }
+
+    fn apply_quota_growth(&mut self, decided: (Growth, u64)) -> Option<Box<QuotaBlock>> {
+        Finisher::apply_quota_growth(self, decided)
+    }
+
+    fn stream_stalled(&self) {
+        Finisher::stream_stalled(self);
+    }
+
+    fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>) {
+        Finisher::finish(self, status, error_code, usage);
+    }
+}
+
 impl Drop for Finisher {
     fn drop(&mut self) {
         let cut = self

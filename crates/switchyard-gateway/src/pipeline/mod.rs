@@ -1,20 +1,24 @@
-//! The client request pipeline for `POST /v1/chat/completions`.
+//! The client request pipeline, whatever API the client speaks: every front door calls
+//! [`serve`] with its format.
 //!
-//! Stages, in order (each a module or a function with a narrow interface, so a new
-//! capability is a new stage rather than edits everywhere):
+//! Stages, in order (each a module with a narrow interface, so a new capability is a new
+//! stage rather than edits everywhere):
 //!
 //! 1. edge — request id, `now` read once, in-flight accounting ([`finish::Finisher`])
 //! 2. auth — client key from the in-memory snapshot ([`auth`])
-//! 3. parse — body size limit, JSON shape ([`switchyard_core::chat`])
-//! 4. resolve + exclude + order — the routing plan ([`switchyard_core::routing`]), then
-//!    candidates where the key is over a soft quota share move back (`quota`)
-//! 5. attempts — per candidate: concurrency slots (`concurrency`; a refusal skips the
-//!    candidate), quota reservation (`quota`; a pool that blocks skips the candidate),
-//!    send upstream (`upstream`), classify the outcome, fail over on retryable failures
-//!    while nothing has reached the client
-//! 6. respond — a buffered JSON body, or a streaming body that owns the finisher
-//!    (`stream`)
+//! 3. decode — body size limit, the format's decoder into the normalized request
+//!    ([`switchyard_core::format`], [`switchyard_core::llm`])
+//! 4. plan — resolution, then the plan's strategy orders the candidates over the facts
+//!    it asks for (`plan`)
+//! 5. dispatch — the core state machine ([`switchyard_core::dispatch`]) says what to try;
+//!    each attempt (`attempt`) takes its concurrency slots (`concurrency`), passes the
+//!    resilience check, reserves quota (`quota`) and calls the upstream adapter
+//!    ([`crate::upstream`]), owning what it holds until the answer goes to the client
+//! 6. respond — a buffered JSON body, or the streaming body stack ([`crate::body`]) that
+//!    owns the finisher
 //! 7. finish — exactly once: quota settlement, request log row, metrics ([`finish`])
+//!
+//! The pipeline decides nothing itself: decisions are core functions fed with the state.
 
 mod attempt;
 pub mod auth;
@@ -23,54 +27,36 @@ pub mod finish;
 mod plan;
 mod quota;
 pub mod share;
-mod stream;
-mod upstream;
 
-use crate::error::ApiError;
+use crate::error::{render, ApiError};
 use crate::state::AppState;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use bytes::Bytes;
 use finish::Finisher;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_core::chat::ChatRequest;
 use switchyard_core::dispatch::{Dispatch, End, Slot, Step};
+use switchyard_core::format::Format;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing::{strategy, Reason};
 
 /// Header carrying the request id on every response.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
-/// `POST /v1/chat/completions`.
-#[utoipa::path(
-    post,
-    path = "/v1/chat/completions",
-    tag = "client",
-    request_body(content = serde_json::Value, description = "OpenAI chat-completions request; `model` is `provider/model` or a combo name"),
-    responses(
-        (status = 200, description = "Completion (JSON) or stream (text/event-stream)"),
-        (status = 400, description = "Malformed request"),
-        (status = 401, description = "Missing, unknown or revoked API key"),
-        (status = 404, description = "Unknown model or nothing executable"),
-        (status = 413, description = "Body too large"),
-        (status = 429, description = "Upstream rate limited"),
-        (status = 502, description = "Upstream failed"),
-        (status = 504, description = "Upstream timed out"),
-    ),
-    security(("bearer" = []))
-)]
-pub async fn chat_completions(State(state): State<Arc<AppState>>, request: Request) -> Response {
+/// Serves a client request in `format`: the request id, `now` read once, the finisher
+/// that records the request however it ends, and errors rendered in `format`.
+pub async fn serve(state: &Arc<AppState>, format: Format, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let now = state.clock.now_ms();
-    let mut finisher = Finisher::start(&state, state.next_request_id(), now);
+    let mut finisher = Finisher::start(state, state.next_request_id(), now);
     let request_id = HeaderValue::try_from(finisher.request_id()).ok();
-    let mut response = match run(&state, &parts.headers, body, &mut finisher).await {
+    let mut response = match run(state, format, &parts.headers, body, &mut finisher).await {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => render::response(&e, format),
     };
     finisher.finish_response(&response);
     if let Some(id) = request_id {
@@ -115,6 +101,7 @@ async fn read_body(body: Body, limit: u64) -> Result<Bytes, ApiError> {
 
 async fn run(
     state: &Arc<AppState>,
+    format: Format,
     headers: &HeaderMap,
     body: Body,
     finisher: &mut Finisher,
@@ -124,13 +111,14 @@ async fn run(
     finisher.set_key(&key.id);
     check_json_content_type(headers)?;
     let bytes = read_body(body, snap.settings.max_body_bytes).await?;
-    let request = ChatRequest::parse(&bytes).map_err(|e| ApiError::InvalidRequest {
-        param: e.param(),
-        message: e.to_string(),
-    })?;
+    let request = format
+        .decode(&bytes)
+        .map_err(|e| ApiError::InvalidRequest {
+            param: e.param(),
+            message: e.to_string(),
+        })?;
     finisher.set_request(&request.model, request.stream);
-    let estimate =
-        Estimate::at_admission(request.messages_len(), request.max_tokens, request.stream);
+    let estimate = Estimate::at_admission(request.prompt_len, request.max_tokens, request.stream);
     let plan = plan::build(state, &snap, key, &request.model, &estimate).await?;
     if plan.candidates.is_empty() {
         return Err(ApiError::NoExecutableTargets {

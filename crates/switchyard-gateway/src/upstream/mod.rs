@@ -1,18 +1,47 @@
-//! One upstream attempt: build the request from scratch (SPEC G6: no client header is
-//! forwarded; credentials come from the connection), send it, and classify transport
-//! failures.
+//! Upstreams: one adapter per wire format behind the [`Adapter`] trait — its endpoint
+//! and how a credential authenticates — and the one transport every attempt uses: build
+//! the request from scratch (SPEC G6: no client header is forwarded; credentials come
+//! from the connection), send it, and classify transport failures. A new upstream
+//! format is a module here and its line in [`adapter`]. Adapters are chosen when the
+//! configuration snapshot is built, never per request; nothing here decides routing.
+
+mod openai;
 
 use crate::client;
 use crate::snapshot::Upstream;
+use axum::http::header::InvalidHeaderValue;
 use axum::http::{header, HeaderValue, Method, Request, Response};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
+use switchyard_core::format::Format;
 use switchyard_core::outcome::AttemptFailure;
 use tokio::time::Instant;
 
-/// Sends `body` to the connection's chat endpoint and waits for the response headers,
-/// at most until `deadline`.
+/// An upstream wire format: see the module docs.
+pub trait Adapter: Sync + std::fmt::Debug {
+    /// The format its requests and answers are in.
+    fn format(&self) -> Format;
+
+    /// The URL answering requests, from the connection's base URL.
+    fn endpoint(&self, base_url: &str) -> String;
+
+    /// The headers that authenticate with `credential`, marked sensitive.
+    fn auth_headers(
+        &self,
+        credential: &str,
+    ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue>;
+}
+
+/// The adapter of upstreams speaking `format`.
+pub fn adapter(format: Format) -> &'static dyn Adapter {
+    match format {
+        Format::OpenAiChat => &openai::OpenAi,
+    }
+}
+
+/// Sends `body` to the connection's endpoint and waits for the response headers, at
+/// most until `deadline`.
 pub async fn send(
     connect_timeout_ms: u64,
     upstream: &Upstream,
@@ -27,7 +56,7 @@ pub async fn send(
     };
     let mut request = Request::new(Full::new(Bytes::from(body)));
     *request.method_mut() = Method::POST;
-    *request.uri_mut() = upstream.chat_url.clone();
+    *request.uri_mut() = upstream.url.clone();
     let headers = request.headers_mut();
     headers.insert(header::HOST, upstream.host.clone());
     headers.insert(

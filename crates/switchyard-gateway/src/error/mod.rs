@@ -1,13 +1,16 @@
-//! Every error a client or operator can receive, and the one place that turns them into
-//! HTTP responses: an OpenAI-style body `{"error":{"message","type","code","param"}}`,
-//! the right status, and `Retry-After` where waiting helps (SPEC G5). Mapping has no side
-//! effects; the response carries the error code in its extensions for the request log.
+//! Every error a client or operator can receive: what it is, its status, type and typed
+//! code, and the facts its body carries. Rendering it for a client API — body shape,
+//! `Retry-After` (SPEC G5), stream error frames — is [`render`]'s, the one place that
+//! does it. Mapping has no side effects; the response carries the error code in its
+//! extensions for the request log. Nothing here depends on the pipeline.
+
+pub mod render;
 
 use crate::edge::BodyCut;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use switchyard_core::format::Format;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::resilience::admission::Refusal;
 use switchyard_core::routing::{Exclusion, RouteError};
@@ -301,80 +304,6 @@ impl ApiError {
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", "internal_error"),
         }
     }
-
-    /// The OpenAI-style JSON body.
-    pub fn body(&self) -> Value {
-        let (_, kind, code) = self.parts();
-        let mut err = json!({
-            "message": self.to_string(),
-            "type": kind,
-            "code": code,
-            "param": null,
-        });
-        if let Self::InvalidField { field, .. } = self {
-            err["param"] = json!(field);
-        }
-        if let Self::InvalidRequest { param: Some(p), .. } = self {
-            err["param"] = json!(p);
-        }
-        let listed = |list: &[Exclusion], now_left: bool| {
-            list.iter()
-                .map(|c| {
-                    let mut v = json!({
-                        "target": c.target,
-                        "connection": c.connection,
-                        "reason": c.reason.as_str(),
-                    });
-                    if now_left {
-                        v["seconds_left"] = json!(c.retry_after_ms().map(|ms| ms.div_ceil(1000)));
-                    }
-                    v
-                })
-                .collect::<Vec<Value>>()
-        };
-        match self {
-            Self::NoExecutableTargets { excluded, .. } => {
-                err["diagnostics"] = json!({ "excluded": listed(excluded, false) });
-            }
-            Self::AllTargetsCoolingDown { excluded, .. }
-            | Self::AllTargetsSkipped { excluded, .. } => {
-                err["diagnostics"] = json!({ "excluded": listed(excluded, true) });
-            }
-            Self::CombosRateLimited {
-                retry_after_ms,
-                reset_at_ms,
-                ..
-            } => {
-                err["retry_after"] = json!(retry_after_ms.div_ceil(1000));
-                err["reset_at"] = json!(reset_at_ms);
-            }
-            _ => {}
-        }
-        if let Self::Upstream {
-            failure: AttemptFailure::Status(s),
-            ..
-        } = self
-        {
-            err["upstream_status"] = json!(s);
-        }
-        if let Self::QuotaExceeded(b) = self {
-            err["quota"] = json!({
-                "pool": b.pool_id,
-                "dimension": b.dimension.key(),
-                "unit": b.dimension.unit.as_str(),
-                "window": b.dimension.window.as_str(),
-                "reason": b.reason().as_str(),
-                "policy": b.policy.as_str(),
-                "mode": b.verdict.mode.as_str(),
-                "consumed": b.consumed,
-                "line": b.line,
-                "limit": b.dimension.limit,
-                "fair_share": b.verdict.fair_share,
-                "retry_after_ms": b.retry_after_ms,
-            });
-        }
-        json!({ "error": err })
-    }
 }
 
 fn media_type_message(presented: &str) -> String {
@@ -417,51 +346,83 @@ impl From<StoreError> for ApiError {
 }
 
 impl IntoResponse for ApiError {
+    /// The OpenAI-shaped response: the management API's, and the chat front door's.
     fn into_response(self) -> Response {
-        let (status, _, code) = self.parts();
-        let mut resp = (status, Json(self.body())).into_response();
-        if let Self::Upstream {
-            retry_after: Some(v),
-            ..
-        } = &self
-        {
-            resp.headers_mut().insert(header::RETRY_AFTER, v.clone());
+        render::response(&self, Format::OpenAiChat)
+    }
+}
+
+impl ApiError {
+    /// `Retry-After` in seconds, where waiting helps; the upstream's own value is
+    /// relayed as it is.
+    pub fn retry_after(&self) -> Option<HeaderValue> {
+        let secs = |ms: u64| HeaderValue::from(ms.div_ceil(1000).max(1));
+        match self {
+            Self::Upstream { retry_after, .. } => retry_after.clone(),
+            Self::ProviderCircuitOpen { retry_after_ms, .. }
+            | Self::AllTargetsCoolingDown { retry_after_ms, .. }
+            | Self::CombosRateLimited { retry_after_ms, .. }
+            | Self::Queue {
+                refusal: Refusal::Hopeless { retry_after_ms },
+                ..
+            } => Some(secs(*retry_after_ms)),
+            Self::QuotaExceeded(b) => b.retry_after_ms.map(secs),
+            _ => None,
         }
-        if let Self::ProviderCircuitOpen { retry_after_ms, .. }
-        | Self::AllTargetsCoolingDown { retry_after_ms, .. }
-        | Self::CombosRateLimited { retry_after_ms, .. } = &self
-        {
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(retry_after_ms.div_ceil(1000).max(1)),
-            );
+    }
+}
+
+/// Why the gateway ended a stream that had started: the client gets a typed error frame
+/// rather than a silently truncated answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamError {
+    /// The upstream connection broke mid-stream.
+    Reset,
+    /// The upstream fell silent for longer than `upstream.stream_idle_timeout_ms`.
+    Idle,
+    /// The stream ran past the execution bound (SPEC R10).
+    Execution,
+    /// The upstream ended the stream before the answer was complete.
+    Truncated,
+}
+
+impl StreamError {
+    /// Message, error type and typed code.
+    pub fn parts(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Self::Reset => (
+                "upstream connection broke during the stream",
+                "upstream_error",
+                "upstream_connection_reset",
+            ),
+            Self::Idle => (
+                "upstream stream stalled",
+                "upstream_error",
+                "upstream_stream_idle_timeout",
+            ),
+            Self::Execution => (
+                "the upstream exchange ran past requestQueue.executionMaxWaitMs",
+                "timeout_error",
+                "RATE_LIMIT_EXECUTION_TIMEOUT",
+            ),
+            Self::Truncated => (
+                "the upstream ended the stream before the answer was complete",
+                "upstream_error",
+                "upstream_stream_truncated",
+            ),
         }
-        if let Self::Queue {
-            refusal: Refusal::Hopeless { retry_after_ms },
-            ..
-        } = &self
-        {
-            resp.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(retry_after_ms.div_ceil(1000).max(1)),
-            );
-        }
-        if let Self::QuotaExceeded(b) = &self {
-            if let Some(ms) = b.retry_after_ms {
-                resp.headers_mut().insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(ms.div_ceil(1000).max(1)),
-                );
-            }
-        }
-        resp.extensions_mut().insert(ErrorCode(code));
-        resp
+    }
+
+    /// The typed code, for the request log.
+    pub fn code(self) -> &'static str {
+        self.parts().2
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn upstream_failures_map_to_typed_codes() {
@@ -492,7 +453,10 @@ mod tests {
     fn cut_bodies_map_to_408_and_503() {
         let timeout = ApiError::from(BodyCut::Timeout { limit_ms: 300 });
         assert_eq!(
-            (timeout.parts().0.as_u16(), timeout.body()),
+            (
+                timeout.parts().0.as_u16(),
+                render::body(&timeout, Format::OpenAiChat)
+            ),
             (
                 408,
                 json!({"error": {
@@ -512,7 +476,7 @@ mod tests {
 
     #[test]
     fn body_is_openai_shaped() {
-        let b = ApiError::InvalidKey.body();
+        let b = render::body(&ApiError::InvalidKey, Format::OpenAiChat);
         assert_eq!(
             b,
             json!({"error": {"message": "invalid API key", "type": "invalid_request_error", "code": "invalid_api_key", "param": null}})

@@ -1,0 +1,285 @@
+//! OpenAI chat completions: decoding a client body, and reading an upstream stream.
+//!
+//! The gateway does not need to understand most of the body: it reads `model` and
+//! `stream`, checks the shape a provider would reject anyway (so the client gets a clear
+//! 400 before any upstream is charged), and keeps every member's raw text in order for
+//! the passthrough. Streams are read beside the relay, never rewritten.
+
+use super::{DecodeError, MAX_COMPLETION_TOKENS};
+use crate::llm::{RawObject, Request};
+use crate::sse::SseParser;
+use crate::usage::{generated_chars, Usage};
+use serde::Deserialize;
+
+/// Decodes and validates a chat-completions body.
+pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
+    let body = RawObject::parse(bytes)?;
+    let model = body
+        .member("model")
+        .and_then(|raw| serde_json::from_str::<String>(raw).ok())
+        .filter(|m| !m.is_empty())
+        .ok_or(DecodeError::MissingModel)?;
+    // The raw text is already known to be valid JSON, so an array is non-empty exactly
+    // when something other than whitespace sits between its brackets.
+    let messages = body.member("messages");
+    let has_messages = messages
+        .and_then(|raw| raw.strip_prefix('['))
+        .and_then(|rest| rest.strip_suffix(']'))
+        .is_some_and(|inner| !inner.trim().is_empty());
+    if !has_messages {
+        return Err(DecodeError::MissingMessages);
+    }
+    let prompt_len = messages.map_or(0, str::len);
+    let stream = match body.member("stream") {
+        None => false,
+        Some(raw) => serde_json::from_str::<Option<bool>>(raw)
+            .map_err(|_| DecodeError::InvalidStream)?
+            .unwrap_or(false),
+    };
+    let mut max_tokens = None;
+    for field in ["max_tokens", "max_completion_tokens"] {
+        if let Some(raw) = body.member(field) {
+            match serde_json::from_str::<Option<u64>>(raw) {
+                Ok(None) => {}
+                Ok(Some(n)) if n > MAX_COMPLETION_TOKENS => {
+                    return Err(DecodeError::MaxTokensTooLarge(field))
+                }
+                Ok(Some(n)) if n > 0 => max_tokens = Some(n),
+                _ => return Err(DecodeError::InvalidMaxTokens(field)),
+            }
+        }
+    }
+    Ok(Request {
+        format: super::Format::OpenAiChat,
+        model,
+        stream,
+        max_tokens,
+        prompt_len,
+        body,
+    })
+}
+
+/// What the final chunk of a cut stream repeats of the upstream's chunks.
+#[derive(Debug, Default, Deserialize)]
+struct ChunkIdent {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    created: u64,
+    #[serde(default)]
+    model: String,
+}
+
+/// Reads a `chat.completion.chunk` stream: usage (merged across chunks), generated text,
+/// and completeness (`[DONE]` or a `finish_reason`).
+#[derive(Debug, Default)]
+pub struct StreamReader {
+    parser: SseParser,
+    usage: Option<Usage>,
+    complete: bool,
+    ident: Option<ChunkIdent>,
+}
+
+impl StreamReader {
+    /// Reads a relayed chunk; returns the characters of generated text in it.
+    pub fn feed(&mut self, chunk: &[u8]) -> usize {
+        let (usage, complete, ident) = (&mut self.usage, &mut self.complete, &mut self.ident);
+        let mut generated = 0;
+        self.parser.feed(chunk, |event| {
+            *complete |= event.ends_answer();
+            if ident.is_none() && !event.is_done() {
+                *ident = serde_json::from_str(&event.data).ok();
+            }
+            if let Some(u) = Usage::from_json_bytes(event.data.as_bytes()) {
+                usage.get_or_insert_with(Usage::default).merge(u);
+            }
+            generated += generated_chars(&event.data);
+        });
+        generated
+    }
+
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    pub fn complete(&self) -> bool {
+        self.complete
+    }
+
+    /// A final chunk with `finish_reason: "length"` (same id, created and model as the
+    /// stream's), the error, and `[DONE]`.
+    pub fn cut_frames(&mut self, error: &serde_json::Value) -> String {
+        let ident = self.ident.take().unwrap_or_default();
+        let last = serde_json::json!({
+            "id": ident.id,
+            "object": "chat.completion.chunk",
+            "created": ident.created,
+            "model": ident.model,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+        });
+        format!("data: {last}\n\ndata: {error}\n\ndata: [DONE]\n\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Format;
+
+    #[test]
+    fn parses_model_stream_and_max_tokens() {
+        let r = decode(
+            br#"{"model":"a/b","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":7}"#,
+        )
+        .unwrap();
+        assert_eq!(r.model, "a/b");
+        assert!(r.stream);
+        assert_eq!(r.max_tokens, Some(7));
+    }
+
+    #[test]
+    fn upstream_body_rewrites_only_model_and_keeps_field_order() {
+        let r = decode(
+            br#"{"temperature":0.5,"model":"a/b","messages":[{"role":"user","content":"hi"}],"x":{"y":1}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(r.body.with_model("b")).unwrap(),
+            r#"{"temperature":0.5,"model":"b","messages":[{"role":"user","content":"hi"}],"x":{"y":1}}"#
+        );
+        assert_eq!(r.model, "a/b");
+        assert_eq!(
+            String::from_utf8(r.body.with_model("c")).unwrap(),
+            r#"{"temperature":0.5,"model":"c","messages":[{"role":"user","content":"hi"}],"x":{"y":1}}"#
+        );
+    }
+
+    #[test]
+    fn raw_member_text_is_kept_exactly_and_duplicate_members_resolve_to_the_last() {
+        let r = decode(
+            br#"{ "model" : "x/old", "messages" : [ {"role": "user",  "content": "a\u00e9"} ], "model": "a/b" }"#,
+        )
+        .unwrap();
+        assert_eq!(r.model, "a/b");
+        assert_eq!(
+            String::from_utf8(r.body.with_model("up")).unwrap(),
+            r#"{"model":"up","messages":[ {"role": "user",  "content": "a\u00e9"} ],"model":"up"}"#
+        );
+    }
+
+    #[test]
+    fn rejects_bad_shapes_naming_the_field() {
+        let cases: [(&[u8], DecodeError); 14] = [
+            (
+                br#"{"model":"a/b","messages":[ ]}"#,
+                DecodeError::MissingMessages,
+            ),
+            (b"[1]", DecodeError::NotAnObject),
+            (br#""text""#, DecodeError::NotAnObject),
+            (
+                br#"{"model":"a/b","messages":{"role":"user"}}"#,
+                DecodeError::MissingMessages,
+            ),
+            (br#"{"messages":[{}]}"#, DecodeError::MissingModel),
+            (
+                br#"{"model":"","messages":[{}]}"#,
+                DecodeError::MissingModel,
+            ),
+            (br#"{"model":"a/b"}"#, DecodeError::MissingMessages),
+            (
+                br#"{"model":"a/b","messages":[]}"#,
+                DecodeError::MissingMessages,
+            ),
+            (
+                br#"{"model":"a/b","messages":[{}],"stream":"yes"}"#,
+                DecodeError::InvalidStream,
+            ),
+            (
+                br#"{"model":"a/b","messages":[{}],"max_tokens":-1}"#,
+                DecodeError::InvalidMaxTokens("max_tokens"),
+            ),
+            (
+                br#"{"model":"a/b","messages":[{}],"max_tokens":18446744073709551615}"#,
+                DecodeError::MaxTokensTooLarge("max_tokens"),
+            ),
+            (
+                br#"{"model":"a/b","messages":[{}],"max_completion_tokens":1048577}"#,
+                DecodeError::MaxTokensTooLarge("max_completion_tokens"),
+            ),
+            (
+                br#"{"model":"a/b","messages":[{}],"max_tokens":18446744073709551616}"#,
+                DecodeError::InvalidMaxTokens("max_tokens"),
+            ),
+            (
+                br#"{"model":"a/b","messages":[{}],"max_tokens":0}"#,
+                DecodeError::InvalidMaxTokens("max_tokens"),
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(decode(body), Err(want));
+        }
+        let largest =
+            format!(r#"{{"model":"a/b","messages":[{{}}],"max_tokens":{MAX_COMPLETION_TOKENS}}}"#);
+        assert_eq!(
+            decode(largest.as_bytes()).map(|r| r.max_tokens),
+            Ok(Some(MAX_COMPLETION_TOKENS))
+        );
+        assert_eq!(
+            DecodeError::MaxTokensTooLarge("max_tokens").param(),
+            Some("max_tokens")
+        );
+        assert!(matches!(
+            decode(b"{not json"),
+            Err(DecodeError::InvalidJson(_))
+        ));
+    }
+
+    #[test]
+    fn the_prompt_length_is_the_raw_messages_text_and_the_format_is_recorded() {
+        let r = decode(br#"{"model":"a/b","messages":[{"role":"user","content":"hi"}]}"#).unwrap();
+        assert_eq!(r.prompt_len, r#"[{"role":"user","content":"hi"}]"#.len());
+        assert_eq!(r.format, Format::OpenAiChat);
+        assert_eq!(r.max_tokens, None);
+        assert!(!r.stream);
+    }
+
+    #[test]
+    fn the_stream_reader_merges_usage_counts_text_and_sees_the_end() {
+        let mut r = StreamReader::default();
+        let first = br#"data: {"id":"c1","created":7,"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}
+
+"#;
+        assert_eq!(r.feed(first), 3);
+        assert!(!r.complete());
+        assert_eq!(r.usage(), None);
+        let last = br#"data: {"id":"c1","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6}}
+
+data: [DONE]
+
+"#;
+        assert_eq!(r.feed(last), 2);
+        assert!(r.complete());
+        assert_eq!(
+            r.usage(),
+            Some(Usage {
+                prompt_tokens: 4,
+                completion_tokens: 2,
+            })
+        );
+        let error = serde_json::json!({"error": {"code": "quota_exceeded"}});
+        assert_eq!(
+            r.cut_frames(&error),
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: {\"error\":{\"code\":\"quota_exceeded\"}}\n\ndata: [DONE]\n\n"
+        );
+    }
+
+    #[test]
+    fn a_stream_cut_before_any_chunk_ends_with_an_empty_ident() {
+        let mut r = StreamReader::default();
+        let error = serde_json::json!({"error": {}});
+        assert_eq!(
+            r.cut_frames(&error),
+            "data: {\"id\":\"\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: {\"error\":{}}\n\ndata: [DONE]\n\n"
+        );
+    }
+}

@@ -1,0 +1,132 @@
+//! The normalized request every client front door decodes into, whatever API it speaks:
+//! the few facts the pipeline reads (model, streaming, output bound, prompt size) and the
+//! client's body kept as raw top-level members, so that when client and upstream speak
+//! the same format the upstream body is the client's text with only `model` replaced —
+//! no value tree is built for the messages. Decoding is the formats' work
+//! ([`crate::format`]); this module holds data and the passthrough encoding only.
+
+use crate::format::Format;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::fmt;
+
+/// A decoded client request; see the module docs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The API the client spoke.
+    pub format: Format,
+    /// The model the client asked for (`provider/model` or a combo name).
+    pub model: String,
+    pub stream: bool,
+    /// The client's bound on generated tokens, when it set one.
+    pub max_tokens: Option<u64>,
+    /// Length of the prompt's raw JSON text: the input to the prompt-size estimate.
+    pub prompt_len: usize,
+    /// The client's body.
+    pub body: RawObject,
+}
+
+impl Request {
+    /// The body for an upstream speaking `upstream`, asking for `model`.
+    pub fn upstream_body(&self, upstream: Format, model: &str) -> Vec<u8> {
+        match (self.format, upstream) {
+            (Format::OpenAiChat, Format::OpenAiChat) => self.body.with_model(model),
+        }
+    }
+}
+
+/// Why a body is not a JSON object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawObjectError {
+    /// Not JSON at all; the parser's message.
+    InvalidJson(String),
+    /// JSON, but not an object.
+    NotAnObject,
+}
+
+/// A JSON object's top-level members in the client's order, values as raw JSON text.
+#[derive(Debug, Clone)]
+pub struct RawObject(Vec<(String, Box<RawValue>)>);
+
+impl PartialEq for RawObject {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .all(|((ka, va), (kb, vb))| ka == kb && va.get() == vb.get())
+    }
+}
+
+impl<'de> Deserialize<'de> for RawObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawObject;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawObject, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
+                    out.push(entry);
+                }
+                Ok(RawObject(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl RawObject {
+    pub fn parse(bytes: &[u8]) -> Result<Self, RawObjectError> {
+        match serde_json::from_slice::<Self>(bytes) {
+            Ok(o) => Ok(o),
+            Err(e) if e.is_data() => Err(RawObjectError::NotAnObject),
+            Err(e) => Err(RawObjectError::InvalidJson(e.to_string())),
+        }
+    }
+
+    /// The raw text of member `name`; the last occurrence wins, as in every JSON object
+    /// reader.
+    pub fn member(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.get())
+    }
+
+    /// The object's text with every `model` member replaced by `model`, the other
+    /// members in their order and text.
+    pub fn with_model(&self, model: &str) -> Vec<u8> {
+        let len: usize = self
+            .0
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum();
+        let mut out = Vec::with_capacity(len + model.len() + 2);
+        out.push(b'{');
+        for (i, (key, value)) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_json_string(&mut out, key);
+            out.push(b':');
+            if key == "model" {
+                write_json_string(&mut out, model);
+            } else {
+                out.extend_from_slice(value.get().as_bytes());
+            }
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+fn write_json_string(out: &mut Vec<u8>, s: &str) {
+    // Serialising a &str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}

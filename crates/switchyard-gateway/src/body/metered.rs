@@ -1,0 +1,360 @@
+//! The outer layer of the streaming body: frames go to the client unchanged and in order,
+//! as they arrive. Beside the relay, the upstream format's [`StreamReader`] reads them
+//! for usage, generated text and completeness; generated text past the quota
+//! reservation asks the pool for the next increment before more is relayed (SPEC Q6).
+//! A stream that ends early — cut by the deadlines, broken, truncated, or refused by the
+//! quota — ends with an error frame in the client's format. The request's bookkeeping
+//! (a [`Meter`]: the pipeline's finisher) lives here, so the request is finished exactly
+//! once: when the stream ends, fails, or is dropped because the client went away.
+
+use super::deadline::Cut;
+use crate::error::{render, ApiError, StreamError};
+use crate::quota::engine::Growth;
+use crate::quota::guard::GrowthRequest;
+use crate::quota::QuotaBlock;
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use switchyard_core::format::{Format, StreamReader};
+use switchyard_core::usage::Usage;
+
+/// The request-log code of a stream the quota pool cut.
+const QUOTA_CUT_CODE: &str = "quota_exceeded";
+
+/// A stream's pending quota increment (see [`crate::quota::guard::GrowthRequest`]).
+type PendingGrowth = Pin<Box<dyn Future<Output = (Growth, u64)> + Send>>;
+
+/// The request's bookkeeping as the stream drives it.
+pub trait Meter {
+    fn request_id(&self) -> &str;
+    /// The first byte reached the client.
+    fn first_byte(&mut self);
+    /// Generated text relayed, in characters.
+    fn observe_output(&mut self, chars: usize);
+    /// The next quota increment to decide, when the text has passed the reservation.
+    fn quota_growth(&self) -> Option<GrowthRequest>;
+    /// Applies a decided increment; a refusal ends the stream.
+    fn apply_quota_growth(&mut self, decided: (Growth, u64)) -> Option<Box<QuotaBlock>>;
+    /// The upstream fell silent.
+    fn stream_stalled(&self);
+    /// The request ended.
+    fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>);
+}
+
+/// See the module docs.
+pub struct MeteredBody<B, M> {
+    /// `None` once the stream was cut: dropping it cancels the upstream request.
+    upstream: Option<B>,
+    /// The decision on the next quota increment; nothing more is relayed until it is in.
+    growing: Option<PendingGrowth>,
+    reader: StreamReader,
+    /// The client's format, for error frames.
+    client: Format,
+    finisher: M,
+    done: bool,
+}
+
+impl<B, M: Meter> std::fmt::Debug for MeteredBody<B, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeteredBody")
+            .field("request_id", &self.finisher.request_id())
+            .field("client", &self.client)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B, M: Meter> MeteredBody<B, M> {
+    /// Relays `upstream`, read as `reader`, to a client speaking `client`.
+    pub fn new(upstream: B, reader: StreamReader, client: Format, finisher: M) -> Self {
+        Self {
+            upstream: Some(upstream),
+            growing: None,
+            reader,
+            client,
+            finisher,
+            done: false,
+        }
+    }
+
+    /// Ends the stream with `error`'s frame, finishing the request with `status`.
+    fn end(&mut self, error: StreamError, status: u16) -> Frame<Bytes> {
+        self.done = true;
+        self.upstream = None;
+        if error == StreamError::Idle {
+            self.finisher.stream_stalled();
+        }
+        self.finisher
+            .finish(status, Some(error.code()), self.reader.usage());
+        Frame::data(render::stream_frame(error, self.client))
+    }
+
+    /// Ends the stream at a cut from the deadlines or the transport.
+    fn cut(&mut self, cut: Cut) -> Frame<Bytes> {
+        let request_id = self.finisher.request_id();
+        match &cut {
+            Cut::Idle { timeout_ms } => tracing::warn!(
+                request_id,
+                idle_timeout_ms = timeout_ms,
+                "Upstream stream fell silent; ending the client stream with an error frame."
+            ),
+            Cut::Execution => tracing::warn!(
+                request_id,
+                "Upstream stream ran past the execution bound; ending the client stream with an error frame."
+            ),
+            Cut::Broken(error) => tracing::warn!(
+                request_id,
+                error = %error,
+                "Upstream stream broke after the response started; ending the client stream with an error frame."
+            ),
+        }
+        match cut {
+            Cut::Idle { .. } => self.end(StreamError::Idle, 200),
+            Cut::Execution => self.end(StreamError::Execution, 504),
+            Cut::Broken(_) => self.end(StreamError::Reset, 200),
+        }
+    }
+
+    /// Ends the stream because the quota pool refused its next increment (SPEC Q6): the
+    /// format's final event for a length cut, the typed `quota_exceeded` error naming
+    /// the pool and dimension, and the end marker; the upstream request is cancelled.
+    fn cut_by_quota(&mut self, block: Box<QuotaBlock>) -> Frame<Bytes> {
+        tracing::info!(
+            request_id = self.finisher.request_id(),
+            pool = %block.pool_id,
+            dimension = %block.dimension.key(),
+            reason = block.reason().as_str(),
+            "Quota pool refused a stream's next increment; ending the stream."
+        );
+        self.done = true;
+        self.upstream = None;
+        let error = render::body(&ApiError::QuotaExceeded(block), self.client);
+        let text = self.reader.cut_frames(&error);
+        self.finisher
+            .finish(200, Some(QUOTA_CUT_CODE), self.reader.usage());
+        Frame::data(Bytes::from(text))
+    }
+
+    fn observe(&mut self, chunk: &[u8]) {
+        let generated = self.reader.feed(chunk);
+        if generated > 0 {
+            self.finisher.observe_output(generated);
+            if let Some(request) = self.finisher.quota_growth() {
+                self.growing = Some(Box::pin(request.run()));
+            }
+        }
+    }
+}
+
+impl<B, M> Body for MeteredBody<B, M>
+where
+    B: Body<Data = Bytes, Error = Cut> + Unpin,
+    M: Meter + Unpin,
+{
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            if let Some(growing) = this.growing.as_mut() {
+                let Poll::Ready(decided) = growing.as_mut().poll(cx) else {
+                    return Poll::Pending;
+                };
+                this.growing = None;
+                if let Some(block) = this.finisher.apply_quota_growth(decided) {
+                    return Poll::Ready(Some(Ok(this.cut_by_quota(block))));
+                }
+            }
+            let Some(upstream) = this.upstream.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match Pin::new(upstream).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(frame))) => {
+                    // Trailers carry nothing a client needs; skip them.
+                    let Ok(chunk) = frame.into_data() else {
+                        continue;
+                    };
+                    this.finisher.first_byte();
+                    this.observe(&chunk);
+                    return Poll::Ready(Some(Ok(Frame::data(chunk))));
+                }
+                Poll::Ready(Some(Err(cut))) => return Poll::Ready(Some(Ok(this.cut(cut)))),
+                Poll::Ready(None) if !this.reader.complete() => {
+                    tracing::warn!(
+                        request_id = this.finisher.request_id(),
+                        "Upstream ended the stream before the answer was complete; ending the client stream with an error frame."
+                    );
+                    return Poll::Ready(Some(Ok(this.end(StreamError::Truncated, 200))));
+                }
+                Poll::Ready(None) => {
+                    this.done = true;
+                    this.finisher.finish(200, None, this.reader.usage());
+                    return Poll::Ready(None);
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::sync::{Arc, Mutex};
+    use tokio::sync::mpsc;
+
+    type Finished = Arc<Mutex<Vec<(u16, Option<String>, Option<Usage>)>>>;
+
+    /// Records what the stream reports.
+    #[derive(Default)]
+    struct Recorded {
+        finished: Finished,
+        first_bytes: usize,
+        output: usize,
+        stalled: Arc<Mutex<bool>>,
+    }
+
+    impl Meter for Recorded {
+        fn request_id(&self) -> &str {
+            "req_test"
+        }
+        fn first_byte(&mut self) {
+            self.first_bytes += 1;
+        }
+        fn observe_output(&mut self, chars: usize) {
+            self.output += chars;
+        }
+        fn quota_growth(&self) -> Option<GrowthRequest> {
+            None
+        }
+        fn apply_quota_growth(&mut self, _: (Growth, u64)) -> Option<Box<QuotaBlock>> {
+            None
+        }
+        fn stream_stalled(&self) {
+            *self.stalled.lock().unwrap() = true;
+        }
+        fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>) {
+            self.finished
+                .lock()
+                .unwrap()
+                .push((status, error_code.map(str::to_owned), usage));
+        }
+    }
+
+    /// An upstream fed by the test.
+    struct Upstream(mpsc::UnboundedReceiver<Result<Frame<Bytes>, Cut>>);
+
+    impl Body for Upstream {
+        type Data = Bytes;
+        type Error = Cut;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Cut>>> {
+            self.0.poll_recv(cx)
+        }
+    }
+
+    const CHUNK: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+    const LAST: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n";
+
+    /// Runs a stream of `frames` to its end: what the client received, and the meter.
+    async fn run(frames: Vec<Result<Frame<Bytes>, Cut>>) -> (String, Recorded, Finished) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        for f in frames {
+            tx.send(f).unwrap();
+        }
+        drop(tx);
+        let meter = Recorded::default();
+        let finished = Arc::clone(&meter.finished);
+        let mut body = MeteredBody::new(
+            Upstream(rx),
+            Format::OpenAiChat.stream_reader(),
+            Format::OpenAiChat,
+            meter,
+        );
+        let mut out = String::new();
+        while let Some(frame) = body.frame().await {
+            let data = frame.unwrap().into_data().unwrap();
+            out.push_str(std::str::from_utf8(&data).unwrap());
+        }
+        assert!(body.is_end_stream());
+        (out, body.finisher, finished)
+    }
+
+    fn data(s: &'static str) -> Result<Frame<Bytes>, Cut> {
+        Ok(Frame::data(Bytes::from_static(s.as_bytes())))
+    }
+
+    fn frame(e: StreamError) -> String {
+        String::from_utf8(render::stream_frame(e, Format::OpenAiChat).to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_whole_stream_is_relayed_unchanged_and_finished_once_with_its_usage() {
+        let (out, meter, finished) = run(vec![data(CHUNK), data(LAST)]).await;
+        assert_eq!(out, format!("{CHUNK}{LAST}"));
+        assert_eq!(meter.first_bytes, 2);
+        assert_eq!(meter.output, 2);
+        let usage = Some(Usage {
+            prompt_tokens: 3,
+            completion_tokens: 1,
+        });
+        assert_eq!(*finished.lock().unwrap(), vec![(200, None, usage)]);
+    }
+
+    #[tokio::test]
+    async fn trailers_are_skipped() {
+        let trailers = Ok(Frame::trailers(http::HeaderMap::new()));
+        let (out, _, finished) = run(vec![data(CHUNK), trailers, data(LAST)]).await;
+        assert_eq!(out, format!("{CHUNK}{LAST}"));
+        assert_eq!(finished.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_without_its_end_marker_ends_with_the_truncated_frame() {
+        let (out, _, finished) = run(vec![data(CHUNK)]).await;
+        assert_eq!(out, format!("{CHUNK}{}", frame(StreamError::Truncated)));
+        assert_eq!(
+            *finished.lock().unwrap(),
+            vec![(200, Some("upstream_stream_truncated".to_owned()), None)]
+        );
+    }
+
+    #[tokio::test]
+    async fn cuts_end_with_their_frame_and_code_and_nothing_after() {
+        let cases = [
+            (Cut::Idle { timeout_ms: 5 }, StreamError::Idle, 200, true),
+            (Cut::Execution, StreamError::Execution, 504, false),
+            (Cut::Broken("reset".into()), StreamError::Reset, 200, false),
+        ];
+        for (cut, error, status, stalled) in cases {
+            let (out, meter, finished) = run(vec![data(CHUNK), Err(cut), data(LAST)]).await;
+            assert_eq!(out, format!("{CHUNK}{}", frame(error)));
+            assert_eq!(
+                *finished.lock().unwrap(),
+                vec![(status, Some(error.code().to_owned()), None)]
+            );
+            assert_eq!(*meter.stalled.lock().unwrap(), stalled);
+        }
+    }
+}

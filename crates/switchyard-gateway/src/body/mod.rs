@@ -1,0 +1,18 @@
+//! The streaming response body, as a stack of small wrappers around the upstream's body,
+//! innermost first:
+//!
+//! 1. [`deadline::DeadlineBody`] — the idle timeout and the execution bound (SPEC R10);
+//!    ends the stream with a typed [`deadline::Cut`] when one passes or the upstream
+//!    breaks. A stream watchdog goes beside it, with the same error type.
+//! 2. (a translator between formats goes here, turning upstream frames into the
+//!    client's.)
+//! 3. [`metered::MeteredBody`] — relays frames to the client as they arrive, reads them
+//!    for usage and completeness, grows the quota reservation, ends a cut stream with
+//!    an error frame in the client's format, and finishes the request exactly once.
+//!
+//! Each wrapper does one thing and is tested on its own; none buffers beyond the chunk in
+//! hand, and dropping the stack drops the upstream response, which cancels the upstream
+//! request.
+
+pub mod deadline;
+pub mod metered;

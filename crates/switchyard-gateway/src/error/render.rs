@@ -1,0 +1,170 @@
+//! Rendering errors for the client API that asked: the one place that knows each
+//! format's error body, its `Retry-After`, and the frame that ends a stream with an
+//! error. A new client format adds its arms here.
+
+use super::{ApiError, ErrorCode, StreamError};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use switchyard_core::format::Format;
+use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::routing::Exclusion;
+
+/// The error's body in `format`.
+pub fn body(e: &ApiError, format: Format) -> Value {
+    match format {
+        Format::OpenAiChat => openai_body(e),
+    }
+}
+
+/// The error as a response in `format`: status, body, `Retry-After` where waiting
+/// helps, and the typed code in the extensions.
+pub fn response(e: &ApiError, format: Format) -> Response {
+    let (status, _, code) = e.parts();
+    let mut resp = (status, Json(body(e, format))).into_response();
+    if let Some(v) = e.retry_after() {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp.extensions_mut().insert(ErrorCode(code));
+    resp
+}
+
+/// The frame that ends a stream in `format` with `e`.
+pub fn stream_frame(e: StreamError, format: Format) -> Bytes {
+    let (message, kind, code) = e.parts();
+    match format {
+        Format::OpenAiChat => {
+            let body =
+                json!({"error": {"message": message, "type": kind, "code": code, "param": null}});
+            Bytes::from(format!("data: {body}\n\n"))
+        }
+    }
+}
+
+/// The OpenAI-style body `{"error":{"message","type","code","param"}}`, with the
+/// error's facts (diagnostics, quota, retry hints) beside them.
+fn openai_body(e: &ApiError) -> Value {
+    let (_, kind, code) = e.parts();
+    let mut err = json!({
+        "message": e.to_string(),
+        "type": kind,
+        "code": code,
+        "param": null,
+    });
+    if let ApiError::InvalidField { field, .. } = e {
+        err["param"] = json!(field);
+    }
+    if let ApiError::InvalidRequest { param: Some(p), .. } = e {
+        err["param"] = json!(p);
+    }
+    let listed = |list: &[Exclusion], now_left: bool| {
+        list.iter()
+            .map(|c| {
+                let mut v = json!({
+                    "target": c.target,
+                    "connection": c.connection,
+                    "reason": c.reason.as_str(),
+                });
+                if now_left {
+                    v["seconds_left"] = json!(c.retry_after_ms().map(|ms| ms.div_ceil(1000)));
+                }
+                v
+            })
+            .collect::<Vec<Value>>()
+    };
+    match e {
+        ApiError::NoExecutableTargets { excluded, .. } => {
+            err["diagnostics"] = json!({ "excluded": listed(excluded, false) });
+        }
+        ApiError::AllTargetsCoolingDown { excluded, .. }
+        | ApiError::AllTargetsSkipped { excluded, .. } => {
+            err["diagnostics"] = json!({ "excluded": listed(excluded, true) });
+        }
+        ApiError::CombosRateLimited {
+            retry_after_ms,
+            reset_at_ms,
+            ..
+        } => {
+            err["retry_after"] = json!(retry_after_ms.div_ceil(1000));
+            err["reset_at"] = json!(reset_at_ms);
+        }
+        _ => {}
+    }
+    if let ApiError::Upstream {
+        failure: AttemptFailure::Status(s),
+        ..
+    } = e
+    {
+        err["upstream_status"] = json!(s);
+    }
+    if let ApiError::QuotaExceeded(b) = e {
+        err["quota"] = json!({
+            "pool": b.pool_id,
+            "dimension": b.dimension.key(),
+            "unit": b.dimension.unit.as_str(),
+            "window": b.dimension.window.as_str(),
+            "reason": b.reason().as_str(),
+            "policy": b.policy.as_str(),
+            "mode": b.verdict.mode.as_str(),
+            "consumed": b.consumed,
+            "line": b.line,
+            "limit": b.dimension.limit,
+            "fair_share": b.verdict.fair_share,
+            "retry_after_ms": b.retry_after_ms,
+        });
+    }
+    json!({ "error": err })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_frames_are_openai_error_events() {
+        let cases = [
+            (
+                StreamError::Reset,
+                "data: {\"error\":{\"message\":\"upstream connection broke during the stream\",\"type\":\"upstream_error\",\"code\":\"upstream_connection_reset\",\"param\":null}}\n\n",
+            ),
+            (
+                StreamError::Idle,
+                "data: {\"error\":{\"message\":\"upstream stream stalled\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_idle_timeout\",\"param\":null}}\n\n",
+            ),
+            (
+                StreamError::Execution,
+                "data: {\"error\":{\"message\":\"the upstream exchange ran past requestQueue.executionMaxWaitMs\",\"type\":\"timeout_error\",\"code\":\"RATE_LIMIT_EXECUTION_TIMEOUT\",\"param\":null}}\n\n",
+            ),
+            (
+                StreamError::Truncated,
+                "data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\n",
+            ),
+        ];
+        for (e, frame) in cases {
+            assert_eq!(
+                stream_frame(e, Format::OpenAiChat),
+                Bytes::from_static(frame.as_bytes())
+            );
+        }
+    }
+
+    #[test]
+    fn responses_carry_status_code_and_retry_after() {
+        let e = ApiError::ProviderCircuitOpen {
+            provider: "alpha".into(),
+            retry_after_ms: 1_200,
+        };
+        let r = response(&e, Format::OpenAiChat);
+        assert_eq!(r.status().as_u16(), 503);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(
+            r.extensions().get::<ErrorCode>(),
+            Some(&ErrorCode("provider_circuit_open"))
+        );
+        let r = response(&ApiError::InvalidKey, Format::OpenAiChat);
+        assert_eq!(r.status().as_u16(), 401);
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
+    }
+}

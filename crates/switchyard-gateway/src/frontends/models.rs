@@ -1,0 +1,112 @@
+//! `GET /v1/models` and `GET /v1/models/{id}`: the models a key may use — every
+//! provider's `provider/model` ids, the quota-share pools' `qtSd/` ids and the combos.
+//! Reads the snapshot only.
+
+use crate::error::{ApiError, ApiPath};
+use crate::pipeline::auth;
+use crate::snapshot::Snapshot;
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+use std::sync::Arc;
+use switchyard_core::catalog::ApiKey;
+use utoipa::ToSchema;
+
+/// One entry of `GET /v1/models`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelEntry {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub owned_by: String,
+}
+
+/// `GET /v1/models` answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelList {
+    pub object: &'static str,
+    pub data: Vec<ModelEntry>,
+}
+
+/// The `provider/model` ids, quota-share models and combo names `key` may use.
+fn visible_models(snap: &Snapshot, key: &ApiKey) -> Vec<ModelEntry> {
+    let mut data = Vec::new();
+    for p in snap.catalog.providers() {
+        for m in &p.models {
+            let id = format!("{}/{m}", p.id);
+            if key.may_use_model(&id) {
+                data.push(ModelEntry {
+                    id,
+                    object: "model",
+                    created: 0,
+                    owned_by: p.id.clone(),
+                });
+            }
+        }
+    }
+    let switchyard = || "switchyard".to_owned();
+    for p in &snap.quota.pools {
+        let id = format!("{}{}", crate::pipeline::share::PREFIX, p.pool.id);
+        if key.may_use_model(&id) {
+            data.push(ModelEntry {
+                id,
+                object: "model",
+                created: 0,
+                owned_by: switchyard(),
+            });
+        }
+    }
+    for c in snap.catalog.combos() {
+        if key.may_use_model(&c.name) {
+            data.push(ModelEntry {
+                id: c.name.clone(),
+                object: "model",
+                created: 0,
+                owned_by: switchyard(),
+            });
+        }
+    }
+    data
+}
+
+/// `GET /v1/models`: the `provider/model` ids and combo names the key may use.
+#[utoipa::path(get, path = "/v1/models", tag = "client",
+    responses((status = 200, body = ModelList), (status = 401)), security(("bearer" = [])))]
+pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let snap = state.snapshot();
+    match auth::client_key(&snap.catalog, &headers) {
+        Ok(key) => Json(ModelList {
+            object: "list",
+            data: visible_models(&snap, key),
+        })
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /v1/models/{id}` (the SDKs' `models.retrieve`): one model the key may use. The
+/// id may contain `/` (`provider/model`), sent as is or percent-encoded.
+#[utoipa::path(get, path = "/v1/models/{id}", tag = "client",
+    params(("id" = String, Path, description = "`provider/model` or a combo name")),
+    responses((status = 200, body = ModelEntry), (status = 401), (status = 404)),
+    security(("bearer" = [])))]
+pub async fn model(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ApiPath(id): ApiPath<String>,
+) -> Response {
+    let snap = state.snapshot();
+    let key = match auth::client_key(&snap.catalog, &headers) {
+        Ok(k) => k,
+        Err(e) => return e.into_response(),
+    };
+    match visible_models(&snap, key).into_iter().find(|m| m.id == id) {
+        Some(entry) => Json(entry).into_response(),
+        None => {
+            ApiError::Route(switchyard_core::routing::RouteError::UnknownModel(id)).into_response()
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! OpenAI-compatible upstreams: `POST {base}/v1/chat/completions` with a bearer token.
+
+use super::Adapter;
+use crate::snapshot::endpoint;
+use axum::http::header::InvalidHeaderValue;
+use axum::http::HeaderValue;
+use secrecy::zeroize::Zeroizing;
+use switchyard_core::format::Format;
+
+/// See the module docs.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenAi;
+
+impl Adapter for OpenAi {
+    fn format(&self) -> Format {
+        Format::OpenAiChat
+    }
+
+    fn endpoint(&self, base_url: &str) -> String {
+        endpoint(base_url, "/chat/completions")
+    }
+
+    fn auth_headers(
+        &self,
+        credential: &str,
+    ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue> {
+        let header = Zeroizing::new(format!("Bearer {credential}"));
+        let mut value = HeaderValue::from_str(&header)?;
+        value.set_sensitive(true);
+        Ok(vec![("authorization", value)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoint_and_bearer_header() {
+        assert_eq!(
+            OpenAi.endpoint("http://h:1/v1/"),
+            "http://h:1/v1/chat/completions"
+        );
+        assert_eq!(
+            OpenAi.endpoint("http://h:1"),
+            "http://h:1/v1/chat/completions"
+        );
+        let headers = OpenAi.auth_headers("sk-1").unwrap();
+        assert_eq!(headers.len(), 1);
+        assert_eq!(headers[0].0, "authorization");
+        assert_eq!(headers[0].1, "Bearer sk-1");
+        assert!(headers[0].1.is_sensitive());
+        assert!(OpenAi.auth_headers("bad\nvalue").is_err());
+    }
+}
