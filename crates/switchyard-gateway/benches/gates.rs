@@ -9,8 +9,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 use switchyard_core::resilience::admission::DEFAULTS;
 use switchyard_core::resilience::gates::{GateId, Need};
-use switchyard_gateway::gate::{Ask, Gates, Mode};
-use switchyard_gateway::metrics::Metrics;
+use switchyard_gateway::runtime::gate::{Ask, Gates, Mode};
+use switchyard_gateway::telemetry::metrics::Metrics;
 
 fn needs(gates: usize) -> Vec<Need> {
     let all = [

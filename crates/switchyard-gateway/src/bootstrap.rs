@@ -10,10 +10,10 @@
 use crate::clock::Clock;
 use crate::config::{GatewayConfig, PREVIOUS_SECRET_KEYS_ENV, SECRET_KEY_ENV};
 use crate::keys::{new_key, random_secret, NewKey};
-use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
 use crate::state::AppState;
 use crate::state::Writers;
+use crate::telemetry::metrics::Metrics;
 use secrecy::ExposeSecret;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -22,8 +22,8 @@
 //! period, while requests whose bodies are in keep being served.
 
 use crate::clock::Stopwatch;
-use crate::metrics::EdgeMetrics;
 use crate::sync::lock;
+use crate::telemetry::metrics::EdgeMetrics;
 use axum::body::Body;
 use axum::Router;
 use bytes::Bytes;
@@ -187,7 +187,7 @@ pub async fn serve(
                 }
                 return;
             }
-            () = crate::server::stopped(&mut stop), if !stop_seen => {
+            () = stopped(&mut stop), if !stop_seen => {
                 stop_seen = true;
                 shared.stopping.send_replace(true);
                 shared.update(ClientConn::drain);
@@ -424,4 +424,9 @@ impl HttpBody for Finished {
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
     }
+}
+
+/// Resolves once the flag is set (or its sender is gone).
+pub(crate) async fn stopped(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|v| *v).await;
 }

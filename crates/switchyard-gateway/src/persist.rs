@@ -6,8 +6,10 @@
 //! graceful stop flushes everything. Once an hour it deletes quota slots that have left
 //! their window and are older than the retention setting.
 
-use crate::quota::QuotaEngine;
-use crate::state::AppState;
+use crate::clock::Clock;
+use crate::runtime::quota::QuotaEngine;
+use crate::runtime::Runtime;
+use crate::snapshot::LiveConfig;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_store::Store;
@@ -30,10 +32,32 @@ pub struct StateWriter {
     task: JoinHandle<()>,
 }
 
+/// What the writer reads and writes.
+#[derive(Debug)]
+struct Parts {
+    runtime: Arc<Runtime>,
+    config: Arc<LiveConfig>,
+    store: Arc<Store>,
+    clock: Arc<dyn Clock>,
+}
+
 impl StateWriter {
-    pub fn start(state: Arc<AppState>) -> Self {
+    /// Writes `runtime`'s changes to `store`; `config` says which pools exist and how
+    /// long consumption is kept.
+    pub fn start(
+        runtime: Arc<Runtime>,
+        config: Arc<LiveConfig>,
+        store: Arc<Store>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(write_loop(state, stop_rx));
+        let parts = Parts {
+            runtime,
+            config,
+            store,
+            clock,
+        };
+        let task = tokio::spawn(write_loop(parts, stop_rx));
         Self { stop, task }
     }
 
@@ -45,7 +69,7 @@ impl StateWriter {
     }
 }
 
-async fn write_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
+async fn write_loop(state: Parts, mut stop: watch::Receiver<bool>) {
     let mut flush = tokio::time::interval(FLUSH_EVERY);
     flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut gc = tokio::time::interval(GC_EVERY);
@@ -70,8 +94,8 @@ async fn write_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
 
 /// Writes changed breakers and connection health now; on failure they are written again
 /// at the next flush.
-async fn flush_resilience(state: &Arc<AppState>) {
-    let (breakers, health) = state.resilience.take_dirty();
+async fn flush_resilience(state: &Parts) {
+    let (breakers, health) = state.runtime.resilience.take_dirty();
     if breakers.is_empty() && health.is_empty() {
         return;
     }
@@ -79,25 +103,28 @@ async fn flush_resilience(state: &Arc<AppState>) {
     let rows = (breakers, health);
     let failed = write_off_path(state, rows, move |s, (b, h)| s.save_resilience(b, h, now)).await;
     if let Some((breakers, health)) = failed {
-        state.resilience.requeue(&breakers, &health);
+        state.runtime.resilience.requeue(&breakers, &health);
     }
 }
 
 /// Writes the changed quota slots now; on failure they are written again at the next
 /// flush.
-pub async fn flush_once(state: &Arc<AppState>) {
-    let rows = state.quota.take_dirty(&state.snapshot().quota);
+async fn flush_once(state: &Parts) {
+    let rows = state
+        .runtime
+        .quota
+        .take_dirty(&state.config.snapshot().quota);
     if rows.is_empty() {
         return;
     }
     if let Some(rows) = write_off_path(state, rows, |s, r| s.save_consumption(r)).await {
-        state.quota.requeue(&rows);
+        state.runtime.quota.requeue(&rows);
     }
 }
 
 /// Runs `write` with `rows` on the blocking pool; gives the rows back when it failed.
 async fn write_off_path<R: Send + 'static>(
-    state: &Arc<AppState>,
+    state: &Parts,
     rows: R,
     write: impl FnOnce(&Store, &R) -> switchyard_store::Result<()> + Send + 'static,
 ) -> Option<R> {
@@ -120,9 +147,9 @@ async fn write_off_path<R: Send + 'static>(
     }
 }
 
-async fn collect_garbage(state: &Arc<AppState>) {
-    let retention_ms = state.snapshot().settings.quota.retention_days * DAY_MS;
-    let now = QuotaEngine::now(&state.quota);
+async fn collect_garbage(state: &Parts) {
+    let retention_ms = state.config.snapshot().settings.quota.retention_days * DAY_MS;
+    let now = QuotaEngine::now(&state.runtime.quota);
     let store = Arc::clone(&state.store);
     match tokio::task::spawn_blocking(move || store.gc_consumption(now, retention_ms)).await {
         Ok(Ok(0)) => {}

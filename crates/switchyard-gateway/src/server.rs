@@ -6,10 +6,10 @@ use crate::admin;
 use crate::edge;
 use crate::error::ApiError;
 use crate::frontends;
-use crate::metrics::EdgeMetrics;
 use crate::pipeline::auth;
 use crate::state::AppState;
 use crate::state::Writers;
+use crate::telemetry::metrics::EdgeMetrics;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
 use axum::middleware::from_fn_with_state;
@@ -125,7 +125,7 @@ async fn method_not_allowed(
 #[utoipa::path(get, path = "/metrics", tag = "monitoring",
     responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let mut r = state.metrics.encode().into_response();
+    let mut r = state.telemetry.metrics.encode().into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
@@ -225,7 +225,7 @@ pub async fn run(
     let acceptor = tokio::spawn(accept_loop(
         listener,
         handoffs,
-        Slots::new(max_connections, state.metrics.edge.clone()),
+        Slots::new(max_connections, state.telemetry.metrics.edge.clone()),
         stop_rx.clone(),
     ));
     shutdown.await;
@@ -250,7 +250,7 @@ pub async fn run(
         r = &mut joined => r,
         () = tokio::time::sleep(Duration::from_millis(grace_ms)) => {
             tracing::warn!(
-                in_flight = state.metrics.in_flight.get(),
+                in_flight = state.telemetry.metrics.in_flight.get(),
                 "Shutdown grace period expired; cutting the remaining requests."
             );
             state.cutting.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -346,7 +346,7 @@ async fn accept_loop(
                     continue;
                 }
             },
-            () = stopped(&mut stop) => return,
+            () = edge::stopped(&mut stop) => return,
         };
         let Some(slot) = slots.take() else {
             if !refusing {
@@ -385,7 +385,7 @@ async fn serve_io_thread(
 ) {
     tokio::select! {
         () = serve_connections(incoming, app, state, stop) => {}
-        () = stopped(&mut abort) => {}
+        () = edge::stopped(&mut abort) => {}
     }
 }
 
@@ -400,7 +400,7 @@ async fn serve_connections(
     loop {
         let accepted = tokio::select! {
             a = incoming.recv() => a,
-            () = stopped(&mut stop) => None,
+            () = edge::stopped(&mut stop) => None,
         };
         let Some(Accepted { stream, slot }) = accepted else {
             break;
@@ -419,7 +419,7 @@ async fn serve_connections(
         let limits = edge::Limits::from_settings(&state.snapshot().settings);
         let (app, metrics, stop, held) = (
             app.clone(),
-            state.metrics.edge.clone(),
+            state.telemetry.metrics.edge.clone(),
             stop.clone(),
             open.subscribe(),
         );
@@ -431,11 +431,6 @@ async fn serve_connections(
     // Connections handed over but not yet picked up are closed.
     drop(incoming);
     open.closed().await;
-}
-
-/// Resolves once the flag is set (or its sender is gone).
-pub(crate) async fn stopped(flag: &mut watch::Receiver<bool>) {
-    let _ = flag.wait_for(|v| *v).await;
 }
 
 /// Reloads the snapshot when another process changed the configuration.

@@ -7,11 +7,13 @@
 //! API builds a catalog from the rows as they would be after the change, and writes only
 //! if that succeeds.
 
-use crate::metrics::{Metrics, ProviderMetrics};
-use crate::upstream::{self, Adapter};
+use crate::telemetry::metrics::Metrics;
+use crate::upstream::{self, Upstream};
+use arc_swap::ArcSwap;
 use axum::http::{HeaderValue, Uri};
 use secrecy::ExposeSecret;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{
     ApiKey, Catalog, CatalogError, Combo, ComboTarget, ConnectionDef, Provider,
@@ -21,6 +23,46 @@ use switchyard_core::format::Format;
 use switchyard_core::quota::cost::Price;
 use switchyard_core::settings::{self, Layers, Resolved, Settings};
 use switchyard_store::ConfigRows;
+
+/// The configuration in force: the snapshot the request path reads (swapped atomically
+/// on change) and the layers and admin credential it is rebuilt with.
+#[derive(Debug)]
+pub struct LiveConfig {
+    snapshot: ArcSwap<Snapshot>,
+    /// Settings layers below the database (file, environment).
+    pub layers: Layers,
+    /// SHA-256 of the admin token the operator configured; when absent, the generated
+    /// token in the snapshot applies.
+    pub configured_admin: Option<KeyHash>,
+}
+
+impl LiveConfig {
+    pub fn new(snapshot: Snapshot, layers: Layers, configured_admin: Option<KeyHash>) -> Self {
+        Self {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            layers,
+            configured_admin,
+        }
+    }
+
+    /// Swaps `next` in — unless a snapshot of a newer configuration version got there
+    /// first (two reloads racing), which is kept. Returns the snapshot in force.
+    pub fn swap_in(&self, next: Arc<Snapshot>) -> Arc<Snapshot> {
+        self.snapshot.rcu(|current| {
+            if current.version > next.version {
+                Arc::clone(current)
+            } else {
+                Arc::clone(&next)
+            }
+        });
+        self.snapshot()
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+}
 
 /// Why rows do not form a valid snapshot.
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +82,7 @@ pub enum SnapshotError {
     #[error(transparent)]
     Setting(#[from] settings::SettingError),
     #[error(transparent)]
-    Quota(#[from] crate::quota::index::QuotaConfigError),
+    Quota(#[from] crate::runtime::quota::index::QuotaConfigError),
     #[error("provider `{provider}` price of `{model}`: must be finite numbers >= 0")]
     Price { provider: String, model: String },
 }
@@ -49,34 +91,6 @@ pub enum SnapshotError {
 /// ("h2c", prior knowledge) to a connection — for local servers and proxies that offer
 /// it. Over https, HTTP/2 is negotiated by ALPN without any flag.
 pub const H2C_FLAG: &str = "http2_prior_knowledge";
-
-/// What the shell needs to call one connection's upstream.
-#[derive(Clone)]
-pub struct Upstream {
-    /// The format adapter, chosen by the connection's format.
-    pub adapter: &'static dyn Adapter,
-    /// The full endpoint URL, parsed once here rather than on every request.
-    pub url: Uri,
-    /// The `Host` header for it, also built once (the client would format it per request).
-    pub host: HeaderValue,
-    /// Speak cleartext HTTP/2 with prior knowledge (see [`H2C_FLAG`]).
-    pub h2c: bool,
-    /// Authentication headers, built once here from the decrypted credential (never per
-    /// request) and marked sensitive so they are never logged; left out of `Debug`.
-    pub auth: Vec<(&'static str, HeaderValue)>,
-    /// This connection's provider's metric handles.
-    pub metrics: ProviderMetrics,
-}
-
-impl std::fmt::Debug for Upstream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Upstream")
-            .field("adapter", &self.adapter)
-            .field("url", &self.url)
-            .field("h2c", &self.h2c)
-            .finish_non_exhaustive()
-    }
-}
 
 /// One configuration snapshot.
 #[derive(Debug)]
@@ -90,7 +104,7 @@ pub struct Snapshot {
     /// The generated admin token's hash (ignored when the operator configured a token).
     pub admin_hash: Option<KeyHash>,
     /// Quota pools and plans.
-    pub quota: crate::quota::QuotaIndex,
+    pub quota: crate::runtime::quota::QuotaIndex,
     /// USD prices by `provider/model` (upstream model name).
     pub prices: HashMap<String, Price>,
 }
@@ -102,17 +116,6 @@ impl Snapshot {
             return None;
         }
         self.prices.get(&format!("{provider}/{model}")).copied()
-    }
-}
-
-/// Joins a base URL and an API path. A base that already ends in `/v1` (the usual way
-/// OpenAI-compatible endpoints are given) is not doubled.
-pub fn endpoint(base_url: &str, path_after_v1: &str) -> String {
-    let base = base_url.trim_end_matches('/');
-    if base.ends_with("/v1") {
-        format!("{base}{path_after_v1}")
-    } else {
-        format!("{base}/v1{path_after_v1}")
     }
 }
 
@@ -208,8 +211,12 @@ impl Snapshot {
         metrics: &Metrics,
     ) -> Result<Self, SnapshotError> {
         let catalog = build_catalog(rows)?;
-        let quota =
-            crate::quota::QuotaIndex::build(&catalog, &rows.pools, &rows.plans, rows.version)?;
+        let quota = crate::runtime::quota::QuotaIndex::build(
+            &catalog,
+            &rows.pools,
+            &rows.plans,
+            rows.version,
+        )?;
         let mut prices = HashMap::new();
         for p in &rows.providers {
             for (model, price) in &p.prices {
@@ -288,26 +295,5 @@ impl Snapshot {
             quota,
             prices,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoint_does_not_double_v1() {
-        assert_eq!(
-            endpoint("https://api.openai.com", "/chat/completions"),
-            "https://api.openai.com/v1/chat/completions"
-        );
-        assert_eq!(
-            endpoint("https://api.x.ai/v1/", "/chat/completions"),
-            "https://api.x.ai/v1/chat/completions"
-        );
-        assert_eq!(
-            endpoint("http://127.0.0.1:9/openai/v1", "/messages"),
-            "http://127.0.0.1:9/openai/v1/messages"
-        );
     }
 }

@@ -1,23 +1,26 @@
-//! Shared gateway state: the current snapshot, the store, metrics, the request log, and
-//! the admin credential.
+//! The application state handlers share, as separate parts: the configuration in force
+//! ([`LiveConfig`]: the snapshot and what it is rebuilt from), the runtime state
+//! ([`Runtime`]), telemetry ([`Telemetry`]), the store and the clock. Stages take the
+//! parts they use; this module wires them together at start and on configuration
+//! changes, and decides nothing.
 
 use crate::clock::Clock;
-use crate::error::ApiError;
-use crate::gate::Gates;
-use crate::metrics::Metrics;
 use crate::persist::StateWriter;
-use crate::quota::{QuotaEngine, StoreReason};
-use crate::reqlog::{LogWriter, RequestLog};
-use crate::resilience::Resilience;
-use crate::snapshot::{Snapshot, SnapshotError};
-use arc_swap::ArcSwap;
+use crate::runtime::gate::Gates;
+use crate::runtime::quota::{QuotaEngine, StoreReason};
+use crate::runtime::resilience::Resilience;
+use crate::runtime::Runtime;
+use crate::snapshot::{LiveConfig, Snapshot, SnapshotError};
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::reqlog::{LogWriter, RequestLog};
+use crate::telemetry::Telemetry;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::apikey::KeyHash;
 use switchyard_core::settings::{redact_url, Layers, QuotaSettings};
 use switchyard_store::redis_counters::{RedisCounters, RedisStoreError};
-use switchyard_store::{ConfigRows, Store};
+use switchyard_store::{ConfigRows, Store, StoreError};
 use tokio::task::JoinHandle;
 
 /// How often a gateway whose quota counters fell back to memory tries Redis again. One
@@ -25,11 +28,16 @@ use tokio::task::JoinHandle;
 /// within about a second.
 const REDIS_RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Why the state could not be built.
+/// Why the state could not be built, or a configuration change applied.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error(transparent)]
-    Load(#[from] ApiError),
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Snapshot(#[from] SnapshotError),
+    /// A store call on the blocking pool panicked or was cancelled.
+    #[error("a store task failed: {0}")]
+    Task(String),
     /// `quotaStore.requireRedis` is set and Redis cannot be used.
     #[error("quota store: {0}")]
     QuotaStore(String),
@@ -38,16 +46,11 @@ pub enum StateError {
 /// Everything handlers share.
 #[derive(Debug)]
 pub struct AppState {
-    snapshot: ArcSwap<Snapshot>,
+    pub config: Arc<LiveConfig>,
+    pub runtime: Arc<Runtime>,
+    pub telemetry: Telemetry,
     pub store: Arc<Store>,
     pub clock: Arc<dyn Clock>,
-    pub metrics: Metrics,
-    pub log: RequestLog,
-    /// SHA-256 of the admin token the operator configured; when absent, the generated
-    /// token in the snapshot applies.
-    pub configured_admin: Option<KeyHash>,
-    /// Settings layers below the database (file, environment).
-    pub layers: Layers,
     rotation: AtomicUsize,
     request_seq: AtomicU64,
     request_prefix: u32,
@@ -56,12 +59,6 @@ pub struct AppState {
     /// Serialises management writes in this process so validate-then-write is atomic.
     pub admin_lock: tokio::sync::Mutex<()>,
     pub started_at_ms: u64,
-    /// Quota counters, provider signals and recent decisions.
-    pub quota: Arc<QuotaEngine>,
-    /// Provider breakers and connection health.
-    pub resilience: Resilience,
-    /// Concurrency gates and their queues (SPEC R7, R8, R10).
-    pub gates: Arc<Gates>,
 }
 
 /// Background writers and tasks that must be stopped or flushed on shutdown.
@@ -100,7 +97,7 @@ impl AppState {
     ) -> Result<(Arc<Self>, Writers), StateError> {
         let rows = load_rows(&store).await?;
         let metrics = Metrics::new();
-        let snapshot = Snapshot::build(&rows, &layers, &metrics).map_err(internal)?;
+        let snapshot = Snapshot::build(&rows, &layers, &metrics)?;
         let (quota, retry) = quota_engine(&snapshot.settings.quota, &clock, &metrics).await?;
         let quota = Arc::new(quota);
         if quota.driver() == "sqlite" {
@@ -113,30 +110,32 @@ impl AppState {
         resilience.load(breakers, health);
         let gates = Gates::new(metrics.gates.clone());
         let (log, log_writer) = RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone());
+        let config = Arc::new(LiveConfig::new(snapshot, layers, configured_admin));
+        let runtime = Arc::new(Runtime {
+            resilience,
+            gates,
+            quota,
+        });
         let state = Arc::new(Self {
-            snapshot: ArcSwap::from_pointee(snapshot),
-            store,
+            config: Arc::clone(&config),
+            runtime: Arc::clone(&runtime),
+            telemetry: Telemetry { metrics, log },
+            store: Arc::clone(&store),
             started_at_ms: clock.now_ms(),
-            clock,
-            metrics,
-            log,
-            configured_admin,
-            layers,
+            clock: Arc::clone(&clock),
             rotation: AtomicUsize::new(0),
             request_seq: AtomicU64::new(0),
             request_prefix: rand::random(),
             cutting: std::sync::atomic::AtomicBool::new(false),
             admin_lock: tokio::sync::Mutex::new(()),
-            quota,
-            resilience,
-            gates,
         });
-        let redis_retry = retry
-            .map(|(url, prefix)| tokio::spawn(retry_redis(Arc::clone(&state.quota), url, prefix)));
+        let redis_retry = retry.map(|(url, prefix)| {
+            tokio::spawn(retry_redis(Arc::clone(&runtime.quota), url, prefix))
+        });
         let writers = Writers {
             log: log_writer,
-            state: StateWriter::start(Arc::clone(&state)),
-            quota: Arc::clone(&state.quota),
+            state: StateWriter::start(runtime.clone(), config, store, clock),
+            quota: Arc::clone(&runtime.quota),
             redis_retry,
         };
         Ok((state, writers))
@@ -144,33 +143,34 @@ impl AppState {
 
     /// The current snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.snapshot.load_full()
+        self.config.snapshot()
     }
 
     /// Rebuilds the snapshot from the database and swaps it in.
-    pub async fn reload(&self) -> Result<(), ApiError> {
+    pub async fn reload(&self) -> Result<(), StateError> {
         let rows = load_rows(&self.store).await?;
-        self.install(&rows).map_err(internal)
+        Ok(self.install(&rows)?)
     }
 
     /// Builds a snapshot from `rows` and swaps it in — unless a snapshot of a newer
-    /// configuration version got there first (two reloads racing), which is kept.
+    /// configuration version got there first (two reloads racing), which is kept. The
+    /// runtime state of what the configuration no longer has is dropped.
     pub fn install(&self, rows: &ConfigRows) -> Result<(), SnapshotError> {
-        let next = Arc::new(Snapshot::build(rows, &self.layers, &self.metrics)?);
-        self.snapshot.rcu(|current| {
-            if current.version > next.version {
-                Arc::clone(current)
-            } else {
-                Arc::clone(&next)
-            }
-        });
-        let live = self.snapshot();
+        let config = &self.config;
+        let next = Arc::new(Snapshot::build(
+            rows,
+            &config.layers,
+            &self.telemetry.metrics,
+        )?);
+        let live = config.swap_in(next);
         let keys: std::collections::HashSet<&str> =
             live.catalog.keys().map(|k| k.id.as_str()).collect();
-        self.quota.prune(&live.quota, |k| keys.contains(k));
-        self.gates
+        let runtime = &self.runtime;
+        runtime.quota.prune(&live.quota, |k| keys.contains(k));
+        runtime
+            .gates
             .retain(|id| live.catalog.connection(id).is_some());
-        self.resilience.prune(
+        runtime.resilience.prune(
             |p| live.catalog.provider(p).is_some(),
             |c| live.catalog.connection(c).is_some(),
         );
@@ -281,12 +281,8 @@ fn push_hex(out: &mut String, v: u64, digits: u32) {
     }
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::Internal(e.to_string())
-}
-
 /// Reads all configuration rows on the blocking pool.
-pub async fn load_rows(store: &Arc<Store>) -> Result<ConfigRows, ApiError> {
+pub async fn load_rows(store: &Arc<Store>) -> Result<ConfigRows, StateError> {
     blocking(store, Store::load_config).await
 }
 
@@ -294,10 +290,10 @@ pub async fn load_rows(store: &Arc<Store>) -> Result<ConfigRows, ApiError> {
 pub async fn blocking<T: Send + 'static>(
     store: &Arc<Store>,
     f: impl FnOnce(&Store) -> switchyard_store::Result<T> + Send + 'static,
-) -> Result<T, ApiError> {
+) -> Result<T, StateError> {
     let store = Arc::clone(store);
     tokio::task::spawn_blocking(move || f(&store))
         .await
-        .map_err(internal)?
-        .map_err(ApiError::from)
+        .map_err(|e| StateError::Task(e.to_string()))?
+        .map_err(StateError::Store)
 }

@@ -11,8 +11,8 @@ use switchyard_gateway::bootstrap::{self, AdminToken};
 use switchyard_gateway::clock::{Clock, SystemClock};
 use switchyard_gateway::config::{self, FileConfig, GatewayConfig, LogFormat, SystemEnv};
 use switchyard_gateway::keys::{new_key, NewKey};
-use switchyard_gateway::metrics::Metrics;
 use switchyard_gateway::snapshot::Snapshot;
+use switchyard_gateway::telemetry::metrics::Metrics;
 use switchyard_store::{SaveMode, SecretKey};
 use tokio::net::TcpListener;
 

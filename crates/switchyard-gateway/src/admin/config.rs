@@ -166,10 +166,10 @@ async fn save_connection(
     .await?;
     if new_credential {
         // A new credential ends a terminal state and any cooldown (SPEC R4).
-        state.resilience.reset_connection(&record.id);
+        state.runtime.resilience.reset_connection(&record.id);
     }
     let id = record.id.clone();
-    blocking(&state.store, move |s| s.get_connection(&id)).await
+    Ok(blocking(&state.store, move |s| s.get_connection(&id)).await?)
 }
 
 #[utoipa::path(post, path = "/api/connections", tag = "connections", request_body = ConnectionSpec,

@@ -14,7 +14,7 @@ mod settings;
 pub mod system;
 
 use crate::error::ApiError;
-use crate::quota::index::QuotaConfigError;
+use crate::runtime::quota::index::QuotaConfigError;
 use crate::snapshot::{Snapshot, SnapshotError};
 use crate::state::{blocking, load_rows, AppState};
 use std::sync::Arc;
@@ -88,13 +88,15 @@ pub(crate) async fn apply_change<T: Send + 'static>(
     let _guard = state.admin_lock.lock().await;
     let mut rows = load_rows(&state.store).await?;
     preview(&mut rows)?;
-    Snapshot::build(&rows, &state.layers, &state.metrics).map_err(|e| match &e {
-        SnapshotError::Quota(QuotaConfigError::Pool { error, .. }) => ApiError::InvalidField {
-            field: error.field.clone(),
-            message: e.to_string(),
+    Snapshot::build(&rows, &state.config.layers, &state.telemetry.metrics).map_err(
+        |e| match &e {
+            SnapshotError::Quota(QuotaConfigError::Pool { error, .. }) => ApiError::InvalidField {
+                field: error.field.clone(),
+                message: e.to_string(),
+            },
+            _ => ApiError::bad_request("invalid_config", e.to_string()),
         },
-        _ => ApiError::bad_request("invalid_config", e.to_string()),
-    })?;
+    )?;
     let out = blocking(&state.store, write).await?;
     state.reload().await?;
     Ok(out)

@@ -6,8 +6,8 @@
 
 use super::{apply_change, now, upsert_by};
 use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
-use crate::quota::index::validate_plan;
-use crate::quota::views::{DecisionRecord, PoolUsage};
+use crate::runtime::quota::index::validate_plan;
+use crate::runtime::quota::views::{DecisionRecord, PoolUsage};
 use crate::state::{blocking, AppState};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -135,7 +135,7 @@ pub async fn delete_pool(
         move |s| s.delete_pool(&id),
     )
     .await?;
-    state.quota.forget_pool(&deleted).await;
+    state.runtime.quota.forget_pool(&deleted).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -159,6 +159,7 @@ pub async fn pool_usage(
         .map(|a| a.api_key_id.clone())
         .collect();
     let usage = state
+        .runtime
         .quota
         .usage(pool, &keys, &snap.settings.quota)
         .await
@@ -187,7 +188,9 @@ pub async fn pool_decisions(
     if state.snapshot().quota.pool(&id).is_none() {
         return Err(ApiError::NotFound { kind: "pool", id });
     }
-    Ok(Json(state.quota.decisions(&id, q.api_key_id.as_deref())))
+    Ok(Json(
+        state.runtime.quota.decisions(&id, q.api_key_id.as_deref()),
+    ))
 }
 
 /// A connection's resolved plan.
@@ -261,7 +264,9 @@ pub async fn put_plan(
         connection_id: connection_id.clone(),
         dimensions: body.dimensions,
     };
-    if let Err(crate::quota::index::QuotaConfigError::Plan { error, .. }) = validate_plan(&plan) {
+    if let Err(crate::runtime::quota::index::QuotaConfigError::Plan { error, .. }) =
+        validate_plan(&plan)
+    {
         return Err(ApiError::InvalidField {
             field: error.field.clone(),
             message: error.to_string(),

@@ -55,7 +55,7 @@ pub async fn list_cooldowns(
         .iter()
         .filter(|c| q.provider.as_deref().is_none_or(|p| p == c.provider))
         .map(|c| {
-            let h = state.resilience.health_of(&c.id);
+            let h = state.runtime.resilience.health_of(&c.id);
             let status = match h.terminal {
                 Some(t) => t.as_str(),
                 None if !h.usable(now) => "cooling",
@@ -137,9 +137,10 @@ pub async fn clear_cooldowns(
         }
         body.connection_ids
     };
-    let (cleared, unchanged, skipped_terminal) = state.resilience.clear_cooldowns(&ids);
+    let (cleared, unchanged, skipped_terminal) = state.runtime.resilience.clear_cooldowns(&ids);
     // The connections' model locks go too (SPEC R6); a lock is not a terminal state.
     let lockouts_cleared = state
+        .runtime
         .resilience
         .clear_locks(|k| ids.contains(&k.connection));
     tracing::info!(
@@ -201,9 +202,12 @@ pub async fn reset(
             message: format!("connectionIds: unknown connection `{bad}`"),
         });
     }
-    let breakers_reset = state.resilience.reset_breakers(body.provider.as_deref());
+    let breakers_reset = state
+        .runtime
+        .resilience
+        .reset_breakers(body.provider.as_deref());
     for c in &body.connection_ids {
-        state.resilience.reset_connection(c);
+        state.runtime.resilience.reset_connection(c);
     }
     tracing::info!(
         breakers_reset,
@@ -240,6 +244,7 @@ pub async fn list_model_locks(State(state): State<Arc<AppState>>) -> Json<Vec<Mo
 
 fn lock_views(state: &AppState, now: u64) -> Vec<ModelLockView> {
     state
+        .runtime
         .resilience
         .model_locks(now)
         .into_iter()
@@ -284,7 +289,7 @@ pub async fn re_enable_model(
     State(state): State<Arc<AppState>>,
     ApiJson(body): ApiJson<ReEnableBody>,
 ) -> Json<ReEnableResult> {
-    let cleared = state.resilience.clear_locks(|k| {
+    let cleared = state.runtime.resilience.clear_locks(|k| {
         k.provider == body.provider
             && k.connection == body.connection
             && k.scope.covers(&body.model)
@@ -407,7 +412,7 @@ pub async fn patch_settings(
     }
     let t = crate::admin::now(&state);
     let preview = writes.clone();
-    let base = state.layers.clone();
+    let base = state.config.layers.clone();
     apply_change(
         &state,
         move |rows| {

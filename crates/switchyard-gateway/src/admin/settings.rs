@@ -76,7 +76,8 @@ pub async fn put(
     let value = settings::validate(&key, &body.value, Source::Database)
         .map_err(|e| ApiError::bad_request("invalid_setting", e.to_string()))?;
     let t = now(&state);
-    let (preview_key, preview_value, base) = (key.clone(), value.to_json(), state.layers.clone());
+    let (preview_key, preview_value, base) =
+        (key.clone(), value.to_json(), state.config.layers.clone());
     apply_change(
         &state,
         move |rows| {
@@ -103,7 +104,7 @@ pub async fn delete(
     State(state): State<Arc<AppState>>,
     ApiPath(key): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
-    let (gone, base) = (key.clone(), state.layers.clone());
+    let (gone, base) = (key.clone(), state.config.layers.clone());
     apply_change(
         &state,
         move |rows| {

@@ -1,7 +1,7 @@
 //! `/api/logs` (admin) and `/api/monitoring/health` (public).
 
 use crate::error::{ApiError, ApiQuery};
-use crate::quota::StoreStatus;
+use crate::runtime::quota::StoreStatus;
 use crate::state::{blocking, AppState};
 use axum::extract::State;
 use axum::Json;
@@ -72,7 +72,7 @@ pub struct BreakerView {
 pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
     let snap = state.snapshot();
     let conns = snap.catalog.connections();
-    let quota_store = state.quota.store_status();
+    let quota_store = state.runtime.quota.store_status();
     Json(Health {
         // Redis asked for but not in use, or failing: several replicas no longer share
         // their counters, or requests go unmetered.
@@ -92,6 +92,7 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
         quota_store: quota_store.driver,
         quota_store_status: quota_store,
         breakers: state
+            .runtime
             .resilience
             .breakers(
                 |p| {

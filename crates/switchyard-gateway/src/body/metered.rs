@@ -9,9 +9,9 @@
 
 use super::deadline::Cut;
 use crate::error::{render, ApiError, StreamError};
-use crate::quota::engine::Growth;
-use crate::quota::guard::GrowthRequest;
-use crate::quota::QuotaBlock;
+use crate::runtime::quota::engine::Growth;
+use crate::runtime::quota::guard::GrowthRequest;
+use crate::runtime::quota::QuotaBlock;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::convert::Infallible;
@@ -24,7 +24,7 @@ use switchyard_core::usage::Usage;
 /// The request-log code of a stream the quota pool cut.
 const QUOTA_CUT_CODE: &str = "quota_exceeded";
 
-/// A stream's pending quota increment (see [`crate::quota::guard::GrowthRequest`]).
+/// A stream's pending quota increment (see [`crate::runtime::quota::guard::GrowthRequest`]).
 type PendingGrowth = Pin<Box<dyn Future<Output = (Growth, u64)> + Send>>;
 
 /// The request's bookkeeping as the stream drives it.

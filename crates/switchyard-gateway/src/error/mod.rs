@@ -167,7 +167,7 @@ pub enum ApiError {
         retry_after: Option<HeaderValue>,
     },
     #[error("{}", .0.message())]
-    QuotaExceeded(Box<crate::quota::QuotaBlock>),
+    QuotaExceeded(Box<crate::runtime::quota::QuotaBlock>),
     /// A concurrency gate or the request queue refused the request (SPEC R7, R10).
     #[error("{}", queue_message(*refusal, connection))]
     Queue {
@@ -332,6 +332,17 @@ fn queue_message(refusal: Refusal, connection: &str) -> String {
         Refusal::ExecutionTimeout => format!(
             "the upstream exchange on connection `{connection}` ran past requestQueue.executionMaxWaitMs"
         ),
+    }
+}
+
+impl From<crate::state::StateError> for ApiError {
+    fn from(e: crate::state::StateError) -> Self {
+        use crate::state::StateError as E;
+        match e {
+            E::Store(e) => e.into(),
+            E::Snapshot(e) => Self::Internal(e.to_string()),
+            E::Task(m) | E::QuotaStore(m) => Self::Internal(m),
+        }
     }
 }
 

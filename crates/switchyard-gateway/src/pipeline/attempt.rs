@@ -9,20 +9,20 @@ use super::finish::Finisher;
 use super::{concurrency, quota};
 use crate::body::deadline::DeadlineBody;
 use crate::body::metered::MeteredBody;
+use crate::clock::Clock;
 use crate::clock::Stopwatch;
-use crate::gate::Permit;
-use crate::metrics::{model_label, AttemptLabels};
-use crate::quota::{QuotaBlock, QuotaGuard};
-use crate::resilience::{self, Resilience};
+use crate::runtime::gate::Permit;
+use crate::runtime::quota::{QuotaBlock, QuotaGuard};
+use crate::runtime::resilience::{self, Resilience};
+use crate::runtime::Runtime;
 use crate::snapshot::Snapshot;
-use crate::state::AppState;
+use crate::telemetry::metrics::model_label;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::catalog::ApiKey;
 use switchyard_core::dispatch::{self, Slot, Try};
@@ -56,10 +56,12 @@ pub struct UpstreamFailure {
 /// What the dispatch machine is told of an attempt that did not answer.
 pub type Report = dispatch::Report<Box<QuotaBlock>, Response, UpstreamFailure>;
 
-/// What one request's attempts share.
+/// What one request's attempts share: the runtime parts they use, the snapshot, the
+/// request and its plan.
 #[derive(Debug)]
 pub struct Ctx<'a> {
-    pub state: &'a Arc<AppState>,
+    pub runtime: &'a Runtime,
+    pub clock: &'a dyn Clock,
     pub snap: &'a Snapshot,
     pub key: &'a ApiKey,
     pub request: &'a llm::Request,
@@ -168,7 +170,7 @@ async fn attempt(
     permit: Option<Permit>,
     finisher: &mut Finisher,
 ) -> Result<Response, Report> {
-    let (state, snap) = (ctx.state, ctx.snap);
+    let (runtime, clock, snap) = (ctx.runtime, ctx.clock, ctx.snap);
     let conn = &candidate.connection;
     let attempt = resilience::Attempt {
         conn,
@@ -177,9 +179,9 @@ async fn attempt(
         budget_ms: snap.settings.first_byte_timeout_ms,
     };
     let res_settings = &snap.settings.resilience;
-    let admitted = state
+    let admitted = runtime
         .resilience
-        .check(attempt, res_settings, state.clock.now_ms())
+        .check(attempt, res_settings, clock.now_ms())
         .map_err(|reason| {
             Report::Excluded(Exclusion {
                 target: format!("{}/{}", conn.provider, candidate.upstream_model),
@@ -191,7 +193,7 @@ async fn attempt(
         permit,
         quota: None,
         probe: ProbeGuard {
-            resilience: &state.resilience,
+            resilience: &runtime.resilience,
             provider: &conn.provider,
             armed: admitted.probe,
         },
@@ -232,9 +234,9 @@ async fn attempt(
     let outcome = match sent {
         Ok(response) => {
             if pooled.is_some() {
-                state
+                runtime
                     .quota
-                    .record_signals(&conn.id, response.headers(), state.clock.now_ms());
+                    .record_signals(&conn.id, response.headers(), clock.now_ms());
             }
             target
                 .metrics
@@ -248,7 +250,7 @@ async fn attempt(
                 upstream: target,
                 client: request.format,
             };
-            let now = state.clock.now_ms();
+            let now = clock.now_ms();
             handle_response(response, expect, &mut guards, finisher, now).await
         }
         Err(failure) => Err(Failed::from(failure)),
@@ -256,12 +258,12 @@ async fn attempt(
     guards.probe.settle();
     let failed = match outcome {
         Ok(mut response) => {
-            state.resilience.record(
+            runtime.resilience.record(
                 attempt,
                 &resilience::Outcome::Success,
                 res_settings,
                 admitted.probe,
-                state.clock.now_ms(),
+                clock.now_ms(),
             );
             target.metrics.success.inc();
             quota::add_headers(&mut response, quota_headers);
@@ -269,7 +271,7 @@ async fn attempt(
         }
         Err(failed) => failed,
     };
-    state.resilience.record(
+    runtime.resilience.record(
         attempt,
         &resilience::Outcome::Failure {
             failure: failed.failure,
@@ -278,9 +280,9 @@ async fn attempt(
         },
         res_settings,
         admitted.probe,
-        state.clock.now_ms(),
+        clock.now_ms(),
     );
-    count_attempt(state, &conn.provider, failed.failure.label());
+    target.metrics.count_attempt(failed.failure.label());
     if let Some(response) = failed.passthrough {
         return Err(Report::Rejected(response));
     }
@@ -362,7 +364,7 @@ struct Expect<'a> {
     execution_deadline: tokio::time::Instant,
     idle_timeout: Duration,
     /// The connection, whose credentials are redacted from relayed error bodies.
-    upstream: &'a crate::snapshot::Upstream,
+    upstream: &'a crate::upstream::Upstream,
     /// The client's format, for stream error frames.
     client: Format,
 }
@@ -504,15 +506,4 @@ async fn read_limited(mut body: Incoming, limit: usize, deadline: tokio::time::I
     };
     let _ = tokio::time::timeout_at(deadline, read).await;
     Bytes::from(buf)
-}
-
-fn count_attempt(state: &AppState, provider: &str, outcome: &'static str) {
-    state
-        .metrics
-        .upstream_attempts
-        .get_or_create(&AttemptLabels {
-            provider: provider.to_owned(),
-            outcome,
-        })
-        .inc();
 }

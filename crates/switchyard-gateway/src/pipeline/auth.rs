@@ -48,7 +48,7 @@ pub fn check_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError
     let token = presented_token(headers).ok_or(ApiError::AdminRequired)?;
     let hash = KeyHash::of(token);
     let snap = state.snapshot();
-    let admin = state.configured_admin.or(snap.admin_hash);
+    let admin = state.config.configured_admin.or(snap.admin_hash);
     if admin.is_some_and(|a| hash.ct_eq(&a)) {
         return Ok(());
     }

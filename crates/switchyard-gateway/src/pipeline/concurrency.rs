@@ -11,7 +11,7 @@
 //! `quotaShareConcurrencyLimit.enabled` off it does not wait for the account at all.
 
 use super::attempt::Ctx;
-use crate::gate::{Ask, Mode, Permit};
+use crate::runtime::gate::{Ask, Mode, Permit};
 use crate::snapshot::Snapshot;
 use std::sync::Arc;
 use switchyard_core::catalog::{ApiKey, Connection};
@@ -99,7 +99,7 @@ pub fn try_take(ctx: &Ctx<'_>, candidate: &Candidate) -> Option<Option<Permit>> 
         max_waiters,
         mode: Mode::Strict,
     };
-    ctx.state.gates.try_acquire(&ask)
+    ctx.runtime.gates.try_acquire(&ask)
 }
 
 /// Takes the slots of an attempt on `candidate`, waiting for them — at most what is left
@@ -143,7 +143,7 @@ pub async fn admit(
         max_waiters,
         mode,
     };
-    let gates = &ctx.state.gates;
+    let gates = &ctx.runtime.gates;
     let refusal = match gates.acquire(ask).await {
         Ok(permit) => return Ok(permit),
         Err(refusal) => refusal,

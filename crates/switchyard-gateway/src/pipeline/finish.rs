@@ -5,12 +5,12 @@
 
 use crate::clock::Stopwatch;
 use crate::error::ErrorCode;
-use crate::gate::Permit;
-use crate::metrics::{RequestLabels, NONE_LABEL};
-use crate::quota::engine::Growth;
-use crate::quota::guard::GrowthRequest;
-use crate::quota::{QuotaBlock, QuotaGuard};
+use crate::runtime::gate::Permit;
+use crate::runtime::quota::engine::Growth;
+use crate::runtime::quota::guard::GrowthRequest;
+use crate::runtime::quota::{QuotaBlock, QuotaGuard};
 use crate::state::AppState;
+use crate::telemetry::metrics::{RequestLabels, NONE_LABEL};
 use axum::response::Response;
 use std::sync::Arc;
 use switchyard_core::routing::Candidate;
@@ -53,7 +53,7 @@ pub struct Finisher(Option<Inner>);
 
 impl Finisher {
     pub fn start(state: &Arc<AppState>, request_id: String, now_ms: u64) -> Self {
-        state.metrics.in_flight.inc();
+        state.telemetry.metrics.in_flight.inc();
         Self(Some(Inner {
             state: Arc::clone(state),
             model_label: None,
@@ -158,6 +158,7 @@ impl Finisher {
         };
         if let Some(conn) = snap.catalog.connection(conn_id) {
             i.state
+                .runtime
                 .resilience
                 .record_stall(conn, i.state.clock.now_ms());
         }
@@ -199,7 +200,7 @@ impl Finisher {
             i.row.prompt_tokens = Some(u.prompt_tokens);
             i.row.completion_tokens = Some(u.completion_tokens);
         }
-        let m = &i.state.metrics;
+        let m = &i.state.telemetry.metrics;
         m.in_flight.dec();
         m.requests
             .get_or_create(&RequestLabels {
@@ -235,7 +236,7 @@ impl Finisher {
                 "Request finished."
             );
         }
-        i.state.log.record(i.row);
+        i.state.telemetry.log.record(i.row);
     }
 
     /// Finishes from a response about to be sent (status and typed code from it).

@@ -119,7 +119,14 @@ async fn run(
         })?;
     finisher.set_request(&request.model, request.stream);
     let estimate = Estimate::at_admission(request.prompt_len, request.max_tokens, request.stream);
-    let plan = plan::build(state, &snap, key, &request.model, &estimate).await?;
+    let plan = plan::build(
+        &state.runtime,
+        &snap,
+        key,
+        (&request.model, &estimate),
+        state.next_rotation(),
+    )
+    .await?;
     if plan.candidates.is_empty() {
         return Err(ApiError::NoExecutableTargets {
             model: request.model.clone(),
@@ -127,7 +134,8 @@ async fn run(
         });
     }
     let ctx = attempt::Ctx {
-        state,
+        runtime: &state.runtime,
+        clock: state.clock.as_ref(),
         snap: &snap,
         key,
         request: &request,
@@ -172,7 +180,7 @@ async fn run(
 
 /// The answer or error of a request whose attempts all failed.
 fn ended(
-    end: End<Box<crate::quota::QuotaBlock>, Response, attempt::UpstreamFailure>,
+    end: End<Box<crate::runtime::quota::QuotaBlock>, Response, attempt::UpstreamFailure>,
     model: &str,
 ) -> Result<Response, ApiError> {
     let model = model.to_owned();
@@ -227,23 +235,23 @@ fn ended(
 /// What holds each candidate back right now (SPEC R9), or `None` when one of them could
 /// be tried at once (nothing to wait for).
 fn holds_now(ctx: &attempt::Ctx<'_>) -> Option<Vec<Reason>> {
-    let (state, snap) = (ctx.state, ctx.snap);
-    let now = state.clock.now_ms();
+    let (runtime, snap) = (ctx.runtime, ctx.snap);
+    let now = ctx.clock.now_ms();
     let mut holds = Vec::with_capacity(ctx.candidates.len());
     for c in ctx.candidates {
-        let attempt = crate::resilience::Attempt {
+        let attempt = crate::runtime::resilience::Attempt {
             conn: &c.connection,
             model: &c.upstream_model,
             may_defer: false,
             budget_ms: snap.settings.first_byte_timeout_ms,
         };
-        match state
+        match runtime
             .resilience
             .check(attempt, &snap.settings.resilience, now)
         {
             Ok(admitted) => {
                 if admitted.probe {
-                    state.resilience.release_probe(&c.connection.provider);
+                    runtime.resilience.release_probe(&c.connection.provider);
                 }
                 return None;
             }

@@ -5,9 +5,8 @@
 
 use super::share;
 use crate::error::ApiError;
+use crate::runtime::Runtime;
 use crate::snapshot::Snapshot;
-use crate::state::AppState;
-use std::sync::Arc;
 use switchyard_core::catalog::ApiKey;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing::strategy::{self, Needs};
@@ -15,22 +14,24 @@ use switchyard_core::routing::view::CandidateView;
 use switchyard_core::routing::{self, Candidate, Plan};
 
 /// The ordered plan for `model`.
+///
+/// `rotation` is the request's turn, shared by resolution (which connection of a
+/// provider first) and the strategy.
 pub async fn build(
-    state: &Arc<AppState>,
+    runtime: &Runtime,
     snap: &Snapshot,
     key: &ApiKey,
-    model: &str,
-    estimate: &Estimate,
+    request: (&str, &Estimate),
+    rotation: usize,
 ) -> Result<Plan, ApiError> {
-    // One rotation per request, shared by resolution and the strategy.
-    let rotation = state.next_rotation();
+    let (model, estimate) = request;
     let mut plan = match share::plan(snap, key, model) {
         Some(p) => p?,
         None => routing::plan(&snap.catalog, key, model, rotation)?,
     };
     let strategy = strategy::for_kind(plan.strategy);
     let Some(views) = views(
-        state,
+        runtime,
         snap,
         &key.id,
         estimate,
@@ -54,7 +55,7 @@ pub async fn build(
 /// The view of `candidates` with the facts in `needs`; `None` when there is nothing to
 /// order by (one candidate, or no fact that could differ).
 async fn views(
-    state: &AppState,
+    runtime: &Runtime,
     snap: &Snapshot,
     key_id: &str,
     estimate: &Estimate,
@@ -73,18 +74,18 @@ async fn views(
         let pool = snap.quota.pool_of(conn.index);
         let mut view = CandidateView::default();
         if needs.load {
-            view.load = state.gates.load(&conn.id);
+            view.load = runtime.gates.load(&conn.id);
         }
         if needs.saturation {
             view.saturated = pool.is_some_and(|p| {
-                state
+                runtime
                     .quota
                     .connection_saturated(p, &conn.id, q.saturation_threshold)
             });
         }
         if let Some(pool) = pool.filter(|_| penalty) {
             let price = snap.price(&conn.provider, &c.upstream_model);
-            if state
+            if runtime
                 .quota
                 .is_deprioritized(pool, key_id, estimate, price, q)
                 .await

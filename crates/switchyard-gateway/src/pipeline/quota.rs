@@ -3,7 +3,7 @@
 //! the plan stage.)
 
 use super::attempt::Ctx;
-use crate::quota::{Admission, QuotaBlock, QuotaGuard};
+use crate::runtime::quota::{Admission, QuotaBlock, QuotaGuard};
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;
 use switchyard_core::routing::Candidate;
@@ -20,13 +20,13 @@ pub async fn admit(
     candidate: &Candidate,
     request_id: &str,
 ) -> Result<(Option<QuotaGuard>, Headers), Box<QuotaBlock>> {
-    let (state, snap, key, estimate) = (ctx.state, ctx.snap, ctx.key, ctx.estimate);
+    let (runtime, snap, key, estimate) = (ctx.runtime, ctx.snap, ctx.key, ctx.estimate);
     let conn = &candidate.connection;
     let Some(pool) = snap.quota.pool_of(conn.index) else {
         return Ok((None, Vec::new()));
     };
     let price = snap.price(&conn.provider, &candidate.upstream_model);
-    match state
+    match runtime
         .quota
         .reserve(
             pool,

@@ -8,9 +8,9 @@
 mod openai;
 
 use crate::client;
-use crate::snapshot::Upstream;
+use crate::telemetry::metrics::ProviderMetrics;
 use axum::http::header::InvalidHeaderValue;
-use axum::http::{header, HeaderValue, Method, Request, Response};
+use axum::http::{header, HeaderValue, Method, Request, Response, Uri};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -31,6 +31,45 @@ pub trait Adapter: Sync + std::fmt::Debug {
         &self,
         credential: &str,
     ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue>;
+}
+
+/// What the shell needs to call one connection's upstream.
+#[derive(Clone)]
+pub struct Upstream {
+    /// The format adapter, chosen by the connection's format.
+    pub adapter: &'static dyn Adapter,
+    /// The full endpoint URL, parsed once here rather than on every request.
+    pub url: Uri,
+    /// The `Host` header for it, also built once (the client would format it per request).
+    pub host: HeaderValue,
+    /// Speak cleartext HTTP/2 with prior knowledge (see `snapshot::H2C_FLAG`).
+    pub h2c: bool,
+    /// Authentication headers, built once here from the decrypted credential (never per
+    /// request) and marked sensitive so they are never logged; left out of `Debug`.
+    pub auth: Vec<(&'static str, HeaderValue)>,
+    /// This connection's provider's metric handles.
+    pub metrics: ProviderMetrics,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("adapter", &self.adapter)
+            .field("url", &self.url)
+            .field("h2c", &self.h2c)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Joins a base URL and an API path. A base that already ends in `/v1` (the usual way
+/// OpenAI-compatible endpoints are given) is not doubled.
+pub fn endpoint(base_url: &str, path_after_v1: &str) -> String {
+    let base = base_url.trim_end_matches('/');
+    if base.ends_with("/v1") {
+        format!("{base}{path_after_v1}")
+    } else {
+        format!("{base}/v1{path_after_v1}")
+    }
 }
 
 /// The adapter of upstreams speaking `format`.
@@ -97,4 +136,25 @@ pub fn credentials(upstream: &Upstream) -> Vec<&[u8]> {
             raw.strip_prefix(b"Bearer ").unwrap_or(raw)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_does_not_double_v1() {
+        assert_eq!(
+            endpoint("https://api.openai.com", "/chat/completions"),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        assert_eq!(
+            endpoint("https://api.x.ai/v1/", "/chat/completions"),
+            "https://api.x.ai/v1/chat/completions"
+        );
+        assert_eq!(
+            endpoint("http://127.0.0.1:9/openai/v1", "/messages"),
+            "http://127.0.0.1:9/openai/v1/messages"
+        );
+    }
 }

@@ -1,7 +1,6 @@
 //! OpenAI-compatible upstreams: `POST {base}/v1/chat/completions` with a bearer token.
 
-use super::Adapter;
-use crate::snapshot::endpoint;
+use super::{endpoint, Adapter};
 use axum::http::header::InvalidHeaderValue;
 use axum::http::HeaderValue;
 use secrecy::zeroize::Zeroizing;

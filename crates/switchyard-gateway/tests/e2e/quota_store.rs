@@ -365,7 +365,7 @@ async fn require_redis_makes_the_start_fail_instead_of_falling_back() {
     ])
     .await
     .unwrap();
-    assert_eq!(fallback.state.quota.driver(), "sqlite");
+    assert_eq!(fallback.state.runtime.quota.driver(), "sqlite");
     fallback.writer.finish(Duration::from_secs(1)).await;
 }
 

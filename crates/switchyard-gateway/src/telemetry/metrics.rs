@@ -199,6 +199,20 @@ impl GateMetrics {
 pub struct ProviderMetrics {
     pub latency: Histogram,
     pub success: Counter,
+    provider: String,
+    attempts: Family<AttemptLabels, Counter>,
+}
+
+impl ProviderMetrics {
+    /// Counts a failed attempt by its outcome label (successes count in `success`).
+    pub fn count_attempt(&self, outcome: &'static str) {
+        self.attempts
+            .get_or_create(&AttemptLabels {
+                provider: self.provider.clone(),
+                outcome,
+            })
+            .inc();
+    }
 }
 
 /// Upstream latency buckets: 1 ms to ~65 s, doubling. LLM calls span milliseconds (mock,
@@ -362,6 +376,8 @@ impl Metrics {
                     outcome: "success",
                 })
                 .clone(),
+            provider: provider.to_owned(),
+            attempts: self.upstream_attempts.clone(),
         }
     }
 

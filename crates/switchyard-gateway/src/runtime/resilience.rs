@@ -4,8 +4,8 @@
 //! SQLite and reloaded at start, so an open breaker or a banned account survives a
 //! restart. The decisions are `switchyard_core::resilience`.
 
-use crate::metrics::{BreakerLabels, CooldownLabels, Metrics};
 use crate::sync::lock;
+use crate::telemetry::metrics::{BreakerLabels, CooldownLabels, Metrics};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use std::collections::{HashMap, HashSet};

@@ -20,8 +20,8 @@ use super::views::{
     QuotaBlock, StoreStatus,
 };
 use crate::clock::Clock;
-use crate::metrics::QuotaMetrics;
 use crate::sync::lock;
+use crate::telemetry::metrics::QuotaMetrics;
 use arc_swap::ArcSwapOption;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

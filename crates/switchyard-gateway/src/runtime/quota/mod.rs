@@ -1,6 +1,6 @@
 //! Quota sharing in the shell (SPEC Q): the snapshot's pool index, the engine that keeps
 //! counters (in memory with SQLite persistence, or in Redis), provider signals, the
-//! reservation guard requests carry. Persistence is `crate::persist`. The decisions themselves
+//! reservation guard requests carry. Persistence is `crate::runtime::persist`. The decisions themselves
 //! are in `switchyard_core::quota`.
 
 pub mod counters;

@@ -15,8 +15,8 @@
 //! are passed on rather than leaked.
 
 use crate::clock::Stopwatch;
-use crate::metrics::GateMetrics;
 use crate::sync::lock;
+use crate::telemetry::metrics::GateMetrics;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -311,7 +311,7 @@ impl Drop for Waiting {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
+    use crate::telemetry::metrics::Metrics;
     use switchyard_core::resilience::admission::DEFAULTS;
 
     const LONG_MS: u64 = 10_000;

@@ -1,0 +1,23 @@
+//! Runtime state: what the request path reads and updates between configuration
+//! changes — provider breakers and connection health ([`resilience`]), concurrency gates
+//! and their queues ([`gate`]), quota counters and provider signals ([`quota`]) —
+//! written behind to the store by the `persist` writer. Each part is held behind
+//! short-lived locks, never across an `.await`, and takes `now` from its caller. Nothing
+//! here reads the application state, the pipeline or the HTTP error type.
+
+pub mod gate;
+pub mod quota;
+pub mod resilience;
+
+use gate::Gates;
+use quota::QuotaEngine;
+use resilience::Resilience;
+use std::sync::Arc;
+
+/// The runtime parts, shared by the request path, the management API and the writers.
+#[derive(Debug)]
+pub struct Runtime {
+    pub resilience: Resilience,
+    pub gates: Arc<Gates>,
+    pub quota: Arc<QuotaEngine>,
+}
