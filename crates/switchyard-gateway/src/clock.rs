@@ -1,5 +1,7 @@
-//! The one place that reads time. Decisions take `now` as an argument; the shell reads it
-//! here, once per request, so tests can substitute a manual clock.
+//! The one place that reads time. Decisions take `now` as an argument; the shell reads
+//! the wall clock here, once per request at the edge ([`RequestClock`]), and measures
+//! elapsed time on tokio's clock ([`Stopwatch`]) — so tests can substitute a manual wall
+//! clock, and a server on one runtime can run under tokio's paused time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -8,6 +10,12 @@ use switchyard_core::UnixMillis;
 /// Wall-clock time source.
 pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now_ms(&self) -> UnixMillis;
+
+    /// Whether time passes on its own between reads (a manual clock's does not: it
+    /// moves only when the test moves it).
+    fn flows(&self) -> bool {
+        true
+    }
 }
 
 /// The system clock.
@@ -51,19 +59,20 @@ impl Clock for ManualClock {
     fn now_ms(&self) -> UnixMillis {
         self.0.load(Ordering::SeqCst)
     }
+
+    fn flows(&self) -> bool {
+        false
+    }
 }
 
-/// Measures elapsed durations (latency, time to first byte) on the monotonic clock.
+/// Measures elapsed durations (latency, time to first byte, waits) on tokio's monotonic
+/// clock, which tests may pause and advance.
 #[derive(Debug, Clone, Copy)]
-pub struct Stopwatch(std::time::Instant);
+pub struct Stopwatch(tokio::time::Instant);
 
 impl Stopwatch {
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "the clock module is the one place allowed to read the monotonic clock"
-    )]
     pub fn start() -> Self {
-        Self(std::time::Instant::now())
+        Self(tokio::time::Instant::now())
     }
 
     pub fn elapsed(&self) -> Duration {
@@ -72,5 +81,59 @@ impl Stopwatch {
 
     pub fn elapsed_ms(&self) -> u64 {
         u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// One request's time: the wall clock read once, at the edge, advanced by the elapsed
+/// time since (when the clock flows). Every `now` a request's decisions take comes
+/// from here.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestClock {
+    at: UnixMillis,
+    since: Option<Stopwatch>,
+}
+
+impl RequestClock {
+    /// Reads `clock` once.
+    pub fn start(clock: &dyn Clock) -> Self {
+        Self {
+            at: clock.now_ms(),
+            since: clock.flows().then(Stopwatch::start),
+        }
+    }
+
+    /// When the request arrived.
+    pub fn arrived_ms(&self) -> UnixMillis {
+        self.at
+    }
+
+    /// Now, for the request's decisions.
+    pub fn now_ms(&self) -> UnixMillis {
+        self.at
+            .saturating_add(self.since.map_or(0, |s| s.elapsed_ms()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_clock_reads_the_wall_clock_once_and_then_follows_elapsed_time() {
+        let manual = ManualClock::new(1_000);
+        let flowing = RequestClock {
+            at: 1_000,
+            since: Some(Stopwatch::start()),
+        };
+        let frozen = RequestClock::start(&manual);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(flowing.now_ms(), 1_250);
+        assert_eq!(flowing.arrived_ms(), 1_000);
+        // A manual clock moves only when told, and the request saw it once.
+        manual.advance(Duration::from_secs(5));
+        assert_eq!(frozen.now_ms(), 1_000);
+        assert_eq!(RequestClock::start(&manual).now_ms(), 6_000);
+        assert!(SystemClock.flows());
+        assert!(!manual.flows());
     }
 }

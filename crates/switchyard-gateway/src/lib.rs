@@ -22,4 +22,4 @@ pub mod sync;
 pub mod telemetry;
 pub mod upstream;
 
-pub use server::{app, run};
+pub use server::{app, run, serve, Placement};

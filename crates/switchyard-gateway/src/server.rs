@@ -172,6 +172,16 @@ const HANDOFF_QUEUE: usize = 1024;
 /// is used up by requests: the releases of the requests cut at its end are among them.
 const SETTLE_DRAIN_MIN: Duration = Duration::from_secs(1);
 
+/// Where connections are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// `server.io_threads` threads, each with its own single-threaded runtime.
+    Threads,
+    /// One task on the caller's runtime: the whole server on one thread, so a test can
+    /// run it under tokio's paused time.
+    Caller,
+}
+
 /// Serves until `shutdown` resolves; then stops accepting, closes connections with
 /// nothing in flight (idle ones, and ones still sending a request head or body), lets
 /// in-flight requests run for at most `server.shutdown_grace_ms`, applies the queued
@@ -191,18 +201,31 @@ pub async fn run(
     writer: Writers,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve(listener, state, writer, shutdown, Placement::Threads).await
+}
+
+/// [`run`], with the connections served where `placement` says.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    writer: Writers,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    placement: Placement,
+) -> std::io::Result<()> {
     let watcher = tokio::spawn(watch_config(Arc::clone(&state)));
     let settings = state.snapshot().settings.clone();
-    let threads = match settings.io_threads {
-        0 => std::thread::available_parallelism().map_or(1, usize::from),
-        n => usize::try_from(n).unwrap_or(1),
+    let threads = match (placement, settings.io_threads) {
+        (Placement::Caller, _) => 1,
+        (Placement::Threads, 0) => std::thread::available_parallelism().map_or(1, usize::from),
+        (Placement::Threads, n) => usize::try_from(n).unwrap_or(1),
     };
     let max_connections = usize::try_from(settings.max_connections)
         .unwrap_or(Semaphore::MAX_PERMITS)
         .min(Semaphore::MAX_PERMITS);
     let (stop_tx, stop_rx) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
-    let mut workers = Vec::with_capacity(threads);
+    let mut threads_spawned = Vec::with_capacity(threads);
+    let mut tasks = Vec::new();
     let mut handoffs = Vec::with_capacity(threads);
     for i in 0..threads {
         let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
@@ -210,14 +233,19 @@ pub async fn run(
         let app = app(Arc::clone(&state));
         let state = Arc::clone(&state);
         let (stop, abort) = (stop_rx.clone(), abort_rx.clone());
-        workers.push(
+        let work = serve_io_thread(rx, app, state, stop, abort);
+        if placement == Placement::Caller {
+            tasks.push(tokio::spawn(work));
+            continue;
+        }
+        threads_spawned.push(
             std::thread::Builder::new()
                 .name(format!("switchyard-io-{i}"))
                 .spawn(move || -> std::io::Result<()> {
                     tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?
-                        .block_on(serve_io_thread(rx, app, state, stop, abort));
+                        .block_on(work);
                     Ok(())
                 })?,
         );
@@ -237,14 +265,18 @@ pub async fn run(
         grace_ms,
         "Shutting down: no new connections; waiting for in-flight requests."
     );
-    let mut joined = tokio::task::spawn_blocking(move || {
-        workers
-            .into_iter()
-            .map(|w| {
+    let mut joined = tokio::spawn(async move {
+        for task in tasks {
+            task.await.map_err(std::io::Error::other)?;
+        }
+        tokio::task::spawn_blocking(move || {
+            threads_spawned.into_iter().try_for_each(|w| {
                 w.join()
                     .unwrap_or_else(|_| Err(std::io::Error::other("I/O thread panicked")))
             })
-            .collect::<std::io::Result<Vec<()>>>()
+        })
+        .await
+        .map_err(std::io::Error::other)?
     });
     let result = tokio::select! {
         r = &mut joined => r,
@@ -264,7 +296,7 @@ pub async fn run(
         Duration::from_millis(grace_ms.saturating_sub(spent_ms)).max(SETTLE_DRAIN_MIN);
     writer.finish(settle_within).await;
     tracing::info!("Request log flushed; bye.");
-    result.map_err(std::io::Error::other)?.map(|_| ())
+    result.map_err(std::io::Error::other)?
 }
 
 /// The places under `server.max_connections`.

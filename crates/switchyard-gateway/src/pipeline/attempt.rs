@@ -9,8 +9,7 @@ use super::finish::Finisher;
 use super::{concurrency, quota};
 use crate::body::deadline::DeadlineBody;
 use crate::body::metered::MeteredBody;
-use crate::clock::Clock;
-use crate::clock::Stopwatch;
+use crate::clock::{RequestClock, Stopwatch};
 use crate::runtime::gate::Permit;
 use crate::runtime::quota::{QuotaBlock, QuotaGuard};
 use crate::runtime::resilience::{self, Resilience};
@@ -61,7 +60,7 @@ pub type Report = dispatch::Report<Box<QuotaBlock>, Response, UpstreamFailure>;
 #[derive(Debug)]
 pub struct Ctx<'a> {
     pub runtime: &'a Runtime,
-    pub clock: &'a dyn Clock,
+    pub clock: RequestClock,
     pub snap: &'a Snapshot,
     pub key: &'a ApiKey,
     pub request: &'a llm::Request,

@@ -3,7 +3,7 @@
 //! streams — and finishes when told to or, failing that, when dropped (the client went
 //! away), so no path can skip or double the bookkeeping.
 
-use crate::clock::Stopwatch;
+use crate::clock::{RequestClock, Stopwatch};
 use crate::error::ErrorCode;
 use crate::runtime::gate::Permit;
 use crate::runtime::quota::engine::Growth;
@@ -41,6 +41,8 @@ struct Inner {
     /// The `model` metric label: bounded by the configuration (see `metrics::model_label`).
     model_label: Option<String>,
     watch: Stopwatch,
+    /// The request's time (read at the edge).
+    clock: RequestClock,
     /// The answering attempt's quota reservation.
     quota: Option<QuotaGuard>,
     /// The answering attempt's concurrency slots.
@@ -52,16 +54,17 @@ struct Inner {
 pub struct Finisher(Option<Inner>);
 
 impl Finisher {
-    pub fn start(state: &Arc<AppState>, request_id: String, now_ms: u64) -> Self {
+    pub fn start(state: &Arc<AppState>, request_id: String, clock: RequestClock) -> Self {
         state.telemetry.metrics.in_flight.inc();
         Self(Some(Inner {
             state: Arc::clone(state),
             model_label: None,
             watch: Stopwatch::start(),
+            clock,
             quota: None,
             permit: None,
             row: LogRow {
-                ts: now_ms,
+                ts: clock.arrived_ms(),
                 request_id,
                 key_id: None,
                 requested_model: String::new(),
@@ -160,7 +163,7 @@ impl Finisher {
             i.state
                 .runtime
                 .resilience
-                .record_stall(conn, i.state.clock.now_ms());
+                .record_stall(conn, i.clock.now_ms());
         }
     }
 

@@ -28,6 +28,7 @@ mod plan;
 mod quota;
 pub mod share;
 
+use crate::clock::RequestClock;
 use crate::error::{render, ApiError};
 use crate::state::AppState;
 use axum::body::Body;
@@ -51,10 +52,10 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// that records the request however it ends, and errors rendered in `format`.
 pub async fn serve(state: &Arc<AppState>, format: Format, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let now = state.clock.now_ms();
-    let mut finisher = Finisher::start(state, state.next_request_id(), now);
+    let clock = RequestClock::start(state.clock.as_ref());
+    let mut finisher = Finisher::start(state, state.next_request_id(), clock);
     let request_id = HeaderValue::try_from(finisher.request_id()).ok();
-    let mut response = match run(state, format, &parts.headers, body, &mut finisher).await {
+    let mut response = match run(state, format, clock, &parts.headers, body, &mut finisher).await {
         Ok(r) => r,
         Err(e) => render::response(&e, format),
     };
@@ -102,6 +103,7 @@ async fn read_body(body: Body, limit: u64) -> Result<Bytes, ApiError> {
 async fn run(
     state: &Arc<AppState>,
     format: Format,
+    clock: RequestClock,
     headers: &HeaderMap,
     body: Body,
     finisher: &mut Finisher,
@@ -135,7 +137,7 @@ async fn run(
     }
     let ctx = attempt::Ctx {
         runtime: &state.runtime,
-        clock: state.clock.as_ref(),
+        clock,
         snap: &snap,
         key,
         request: &request,
@@ -149,10 +151,10 @@ async fn run(
         plan.combo.is_some(),
         plan.strategy != strategy::Kind::QuotaShare,
         snap.settings.resilience.combo_wait,
-        state.clock.now_ms(),
+        clock.now_ms(),
     );
     loop {
-        match dispatch.next(state.clock.now_ms()) {
+        match dispatch.next(clock.now_ms()) {
             Step::Try(t) => {
                 let tried = attempt::run(&ctx, t, finisher).await;
                 if matches!(t.slot, Slot::Wait { .. }) {
