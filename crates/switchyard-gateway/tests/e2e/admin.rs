@@ -1,8 +1,8 @@
 //! Management API: auth, CRUD, validation, secrecy, OpenAPI.
 
-use crate::common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
+use switchyard_test_support::*;
 
 #[tokio::test]
 async fn management_api_requires_the_admin_token_or_an_admin_scoped_key() {

@@ -1,10 +1,10 @@
 //! Client API round trips.
 
-use crate::common::*;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use switchyard_core::sse::SseParser;
 use switchyard_mock::openai;
+use switchyard_test_support::*;
 
 #[tokio::test]
 async fn non_streaming_round_trip_returns_the_upstream_body_unchanged() {

@@ -1,9 +1,9 @@
 //! Cooldown-aware combo retry (SPEC R9): short transient cooldowns are waited out,
 //! long ones answer 429 with when to come back, lasting holds answer 503.
 
-use crate::common::*;
 use crate::resilience::{by_credential, cooling};
 use serde_json::{json, Value};
+use switchyard_test_support::*;
 
 fn cooling_no_wait(mock_url: &str) -> String {
     format!(

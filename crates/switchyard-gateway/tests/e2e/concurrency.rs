@@ -1,11 +1,11 @@
 //! Concurrency caps, fair queues and request-queue admission (SPEC R7, R8, R10) over
 //! real sockets, with the mock provider holding requests open.
 
-use crate::common::{
-    chat_body, eventually, spawn_recorded, standard_config, Done, Harness, CRED_ALPHA, KEY,
-};
 use reqwest::Method;
 use serde_json::{json, Value};
+use switchyard_test_support::{
+    chat_body, eventually, spawn_recorded, standard_config, Done, Harness, CRED_ALPHA, KEY,
+};
 use tokio::task::JoinHandle;
 
 const KEY_B: &str = "sy-test-client-key-b-000000001";
@@ -476,7 +476,10 @@ async fn a_combo_passes_over_a_saturated_target_instead_of_waiting_for_it() {
     let r = h.chat(chat_body("fast", false)).await;
     assert_eq!(r.status(), 200);
     let stats = h.mock_stats().await;
-    assert_eq!(stats["by_credential"][crate::common::CRED_BETA], 1);
+    assert_eq!(
+        stats["by_credential"][switchyard_test_support::CRED_BETA],
+        1
+    );
     assert_eq!(stats["in_flight"], 1);
     assert_eq!(waiting_on(&h, "alpha-1").await, 0.0);
     assert_eq!(holder.await.unwrap().status(), 200);

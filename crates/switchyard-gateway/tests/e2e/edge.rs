@@ -1,9 +1,9 @@
 //! The edge (SPEC O5) over raw sockets: header-read, body-read and keep-alive idle
 //! timeouts, the connection cap, and shutdown with half-sent requests.
 
-use crate::common::*;
 use serde_json::{json, Value};
 use std::time::Duration;
+use switchyard_test_support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;

@@ -1,7 +1,7 @@
 //! Upstream failures: typed errors and priority-combo failover.
 
-use crate::common::*;
 use serde_json::{json, Value};
+use switchyard_test_support::*;
 
 fn single_provider(mock_url: &str) -> String {
     format!(

@@ -1,6 +1,5 @@
 //! Start-up, configuration changes from other processes, graceful shutdown, request log.
 
-use crate::common::*;
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -10,6 +9,7 @@ use switchyard_gateway::clock::SystemClock;
 use switchyard_gateway::config::{self, FileConfig};
 use switchyard_gateway::keys::{new_key, NewKey};
 use switchyard_store::{LogRow, SaveMode};
+use switchyard_test_support::*;
 
 #[tokio::test]
 async fn request_log_rows_are_written_without_bodies_or_credentials() {

@@ -2,9 +2,9 @@
 //! API, decisions seen by clients (429s, headers), usage and decisions endpoints,
 //! persistence across a restart, and the overshoot guarantee under concurrency.
 
-use crate::common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
+use switchyard_test_support::*;
 
 pub const KEY2: &str = "sy-test-client-key-0000000002";
 pub const KEY3: &str = "sy-test-client-key-0000000003";

@@ -3,7 +3,6 @@
 //! switch between forwarding, holding bytes (a hanging Redis) and refusing connections
 //! (a Redis that is down), so the shared Redis server itself is never disturbed.
 
-use crate::common::*;
 use crate::quota::{burst, small_burst_pool, token_pool, unique_prefix};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -12,6 +11,7 @@ use std::time::Duration;
 use switchyard_gateway::bootstrap;
 use switchyard_gateway::clock::{Clock, ManualClock, SystemClock};
 use switchyard_gateway::config::{self, FileConfig};
+use switchyard_test_support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};

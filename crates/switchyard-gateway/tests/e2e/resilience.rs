@@ -2,8 +2,8 @@
 //! upstream's announced reset is honoured, open breakers and terminal accounts answer
 //! typed errors, and the state survives a restart.
 
-use crate::common::*;
 use serde_json::{json, Value};
+use switchyard_test_support::*;
 
 /// Two providers with one connection each that do cool down, a combo across them, and a
 /// local provider whose breaker opens after two failures.

@@ -2,7 +2,6 @@
 //! with a key kept outside it, plaintext rows from earlier versions migrated, clear
 //! start errors for a wrong or missing key, and key rotation under a running gateway.
 
-use crate::common::*;
 use reqwest::Method;
 use secrecy::ExposeSecret;
 use serde_json::json;
@@ -14,6 +13,7 @@ use switchyard_gateway::bootstrap::{self, DB_FILE, SECRET_KEY_FILE};
 use switchyard_gateway::clock::SystemClock;
 use switchyard_gateway::config::{self, FileConfig, PREVIOUS_SECRET_KEYS_ENV, SECRET_KEY_ENV};
 use switchyard_store::{Keyring, SecretKey};
+use switchyard_test_support::*;
 
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777

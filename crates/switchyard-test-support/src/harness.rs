@@ -1,5 +1,6 @@
-//! Test harness: starts a mock provider and a gateway wired to it.
+//! The harness: starts a mock provider and a gateway wired to it, and sends requests.
 
+use crate::init_tracing;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,10 +15,15 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The standard configuration's client key (`k1`).
 pub const KEY: &str = "sy-test-client-key-0000000001";
+/// The standard configuration's admin-scoped key (`ops`).
 pub const OPS_KEY: &str = "sy-test-ops-key-000000000001";
+/// The admin token every harness gateway starts with.
 pub const ADMIN: &str = "test-admin-token-0123456789";
+/// The credential of the standard configuration's connection `alpha-1`.
 pub const CRED_ALPHA: &str = "cred-alpha-1-secret-value";
+/// The credential of the standard configuration's connection `beta-1`.
 pub const CRED_BETA: &str = "cred-beta-1-secret-value";
 
 /// The standard configuration: two providers on the mock, one connection each, a priority
@@ -72,10 +78,18 @@ scopes = ["admin"]
     )
 }
 
+/// A mock provider and a gateway wired to it, with its data directory. The gateway is
+/// stopped gracefully by [`Harness::stop`]; dropping the harness tells it to stop without
+/// waiting.
+#[derive(Debug)]
 pub struct Harness {
+    /// The mock provider the configuration's providers point at.
     pub mock: MockServer,
+    /// The gateway's base URL, `http://127.0.0.1:<port>`.
     pub base: String,
+    /// A client for the tests' requests.
     pub http: reqwest::Client,
+    /// The gateway's data directory (database, key files).
     pub data_dir: PathBuf,
     config_text: String,
     vars: BTreeMap<String, String>,
@@ -86,6 +100,7 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// Starts with the standard configuration.
     pub async fn start() -> Self {
         Self::start_with(standard_config, &[]).await
     }
@@ -114,6 +129,7 @@ impl Harness {
         env: &[(&str, &str)],
         clock: Arc<dyn Clock>,
     ) -> Self {
+        init_tracing();
         let mut vars: BTreeMap<String, String> = BTreeMap::from([
             (
                 "SWITCHYARD_DATA_DIR".into(),
@@ -184,6 +200,7 @@ impl Harness {
         self.launch().await;
     }
 
+    /// The gateway's URL of `path`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
@@ -204,6 +221,7 @@ impl Harness {
             .unwrap()
     }
 
+    /// `GET` an admin path with the admin token.
     pub async fn admin_get(&self, path: &str) -> reqwest::Response {
         self.http
             .get(self.url(path))
@@ -246,6 +264,7 @@ impl Harness {
         out
     }
 
+    /// Sends `body` to an admin path with `method` and the admin token.
     pub async fn admin_send(
         &self,
         method: reqwest::Method,
@@ -294,6 +313,7 @@ impl Harness {
         r.unwrap().text().await.unwrap()
     }
 
+    /// The mock's counters (`GET /_mock/stats`).
     pub async fn mock_stats(&self) -> Value {
         self.http
             .get(format!("{}/_mock/stats", self.mock.base_url()))
