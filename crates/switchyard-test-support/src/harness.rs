@@ -1,6 +1,6 @@
 //! The harness: starts a mock provider and a gateway wired to it, and sends requests.
 
-use crate::init_tracing;
+use crate::{init_tracing, Config};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,58 +26,6 @@ pub const CRED_ALPHA: &str = "cred-alpha-1-secret-value";
 /// The credential of the standard configuration's connection `beta-1`.
 pub const CRED_BETA: &str = "cred-beta-1-secret-value";
 
-/// The standard configuration: two providers on the mock, one connection each, a priority
-/// combo across them, a client key and an admin-scoped key. Failures do not cool its
-/// connections down (`disable_cooling`): tests of other features inject failures one
-/// request after another; the resilience tests use configurations of their own.
-pub fn standard_config(mock_url: &str) -> String {
-    format!(
-        r#"
-[[providers]]
-id = "alpha"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small", "mock-large"]
-
-[[providers]]
-id = "beta"
-format = "openai"
-base_url = "{mock_url}/v1"
-models = ["mock-small"]
-
-[[connections]]
-id = "alpha-1"
-provider = "alpha"
-auth_class = "apikey"
-credential = "{CRED_ALPHA}"
-disable_cooling = true
-
-[[connections]]
-id = "beta-1"
-provider = "beta"
-auth_class = "apikey"
-credential = "{CRED_BETA}"
-disable_cooling = true
-
-[[combos]]
-name = "fast"
-strategy = "priority"
-targets = [{{ model = "alpha/mock-small" }}, {{ model = "beta/mock-small" }}]
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-
-[[keys]]
-id = "ops"
-name = "ops"
-secret = "{OPS_KEY}"
-scopes = ["admin"]
-"#
-    )
-}
-
 /// A mock provider and a gateway wired to it, with its data directory. The gateway is
 /// stopped gracefully by [`Harness::stop`]; dropping the harness tells it to stop without
 /// waiting.
@@ -102,34 +50,25 @@ pub struct Harness {
 impl Harness {
     /// Starts with the standard configuration.
     pub async fn start() -> Self {
-        Self::start_with(standard_config, &[]).await
+        Self::start_with(Config::standard, &[]).await
     }
 
-    /// Starts with a config built from the mock URL and extra environment variables.
-    pub async fn start_with(config_for: fn(&str) -> String, env: &[(&str, &str)]) -> Self {
+    /// Starts with a configuration built from the mock's URL and extra environment
+    /// variables.
+    pub async fn start_with(config_for: impl FnOnce(&str) -> Config, env: &[(&str, &str)]) -> Self {
         Self::start_with_clock(config_for, env, Arc::new(SystemClock)).await
     }
 
     /// Starts with a clock of the test's choosing (a `ManualClock` makes the gateway's
     /// decisions see time pass without waiting for it).
     pub async fn start_with_clock(
-        config_for: fn(&str) -> String,
-        env: &[(&str, &str)],
-        clock: Arc<dyn Clock>,
-    ) -> Self {
-        let mock = MockServer::start_local().await.unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        Self::boot(mock, dir, &config_for, env, clock).await
-    }
-
-    async fn boot(
-        mock: MockServer,
-        dir: tempfile::TempDir,
-        config_for: &dyn Fn(&str) -> String,
+        config_for: impl FnOnce(&str) -> Config,
         env: &[(&str, &str)],
         clock: Arc<dyn Clock>,
     ) -> Self {
         init_tracing();
+        let mock = MockServer::start_local().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
         let mut vars: BTreeMap<String, String> = BTreeMap::from([
             (
                 "SWITCHYARD_DATA_DIR".into(),
@@ -140,7 +79,7 @@ impl Harness {
         for (k, v) in env {
             vars.insert((*k).into(), (*v).into());
         }
-        let config_text = config_for(&mock.base_url());
+        let config_text = config_for(&mock.base_url()).to_toml();
         let mut h = Self {
             mock,
             base: String::new(),

@@ -14,6 +14,9 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
+use switchyard_test_support::{
+    Allocation, Config, Connection, Dimension, Key, Provider, QuotaPool, Server,
+};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -50,42 +53,22 @@ async fn start(args: &[&str], env: &[(&str, String)]) -> (Child, String) {
 
 fn config(dir: &Path, mock: &str) -> String {
     let path = dir.join("switchyard.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[server]
-listen = "127.0.0.1:0"
-data_dir = "{data}"
-admin_token = "{ADMIN}"
-
-[[providers]]
-id = "alpha"
-format = "openai"
-base_url = "{mock}"
-
-[[connections]]
-id = "alpha-1"
-provider = "alpha"
-auth_class = "apikey"
-credential = "cred-alpha"
-
-[[keys]]
-id = "k1"
-name = "k1"
-secret = "{KEY}"
-
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [{{ unit = "requests", window = "daily", limit = 4 }}]
-allocations = [{{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }}]
-"#,
-            data = dir.join("data").display()
-        ),
-    )
-    .unwrap();
+    let config = Config::new()
+        .server(
+            Server::new()
+                .listen("127.0.0.1:0")
+                .data_dir(dir.join("data"))
+                .admin_token(ADMIN),
+        )
+        .provider(Provider::openai("alpha", mock))
+        .connection(Connection::apikey("alpha-1", "alpha").credential("cred-alpha"))
+        .key(Key::new("k1", "k1", KEY))
+        .quota_pool(
+            QuotaPool::new("team", "Team", ["alpha-1"])
+                .dimension(Dimension::new("requests", "daily", 4))
+                .allocation(Allocation::new("k1").weight(100).policy("burst")),
+        );
+    std::fs::write(&path, config.to_toml()).unwrap();
     path.display().to_string()
 }
 

@@ -374,7 +374,7 @@ async fn invalid_changes_are_rejected_naming_the_problem_and_change_nothing() {
 #[tokio::test]
 async fn settings_show_value_and_source_and_take_effect_at_once() {
     let h = Harness::start_with(
-        standard_config,
+        Config::standard,
         &[("SWITCHYARD_UPSTREAM_CONNECT_TIMEOUT_MS", "2000")],
     )
     .await;

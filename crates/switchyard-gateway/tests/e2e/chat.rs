@@ -158,7 +158,7 @@ async fn anthropic_style_x_api_key_header_is_accepted() {
 
 #[tokio::test]
 async fn bad_requests_get_typed_400_404_413_and_reach_no_upstream() {
-    let h = Harness::start_with(standard_config, &[("SWITCHYARD_MAX_BODY_BYTES", "2048")]).await;
+    let h = Harness::start_with(Config::standard, &[("SWITCHYARD_MAX_BODY_BYTES", "2048")]).await;
     let send_raw = |body: Vec<u8>| {
         h.http
             .post(h.url("/v1/chat/completions"))

@@ -5,11 +5,8 @@ use crate::resilience::{by_credential, cooling};
 use serde_json::{json, Value};
 use switchyard_test_support::*;
 
-fn cooling_no_wait(mock_url: &str) -> String {
-    format!(
-        "[settings]\n\"comboCooldownWait.enabled\" = false\n{}",
-        cooling(mock_url)
-    )
+fn cooling_no_wait(mock_url: &str) -> Config {
+    cooling(mock_url).setting("comboCooldownWait.enabled", false)
 }
 
 async fn rate_limit_both(h: &Harness, seconds: &str) {

@@ -4,48 +4,48 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 use switchyard_test_support::{
-    chat_body, eventually, spawn_recorded, standard_config, Done, Harness, CRED_ALPHA, KEY,
+    chat_body, eventually, spawn_recorded, Config, Connection, Done, Harness, Key, Provider,
+    CRED_ALPHA, KEY,
 };
 use tokio::task::JoinHandle;
 
 const KEY_B: &str = "sy-test-client-key-b-000000001";
 
-/// The standard configuration with `extra` appended to connection `alpha-1` and a
+/// The standard configuration with connection `alpha-1` changed by `alpha` and a
 /// second client key.
-fn with_alpha(mock_url: &str, extra: &str) -> String {
-    standard_config(mock_url).replace(
-        &format!("credential = \"{CRED_ALPHA}\""),
-        &format!("credential = \"{CRED_ALPHA}\"\n{extra}"),
-    ) + &format!("\n[[keys]]\nid = \"kb\"\nname = \"b\"\nsecret = \"{KEY_B}\"\n")
+fn with_alpha(mock_url: &str, alpha: impl FnOnce(Connection) -> Connection) -> Config {
+    Config::standard(mock_url)
+        .edit_connection("alpha-1", alpha)
+        .key(Key::new("kb", "b", KEY_B))
 }
 
-fn two_slots(mock_url: &str) -> String {
-    with_alpha(mock_url, "max_concurrent = 2")
+fn two_slots(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| c.max_concurrent(2))
 }
 
-fn one_slot(mock_url: &str) -> String {
-    with_alpha(mock_url, "max_concurrent = 1")
+fn one_slot(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| c.max_concurrent(1))
 }
 
-fn one_slot_depth_one(mock_url: &str) -> String {
-    with_alpha(
-        mock_url,
-        "max_concurrent = 1\nrate_limit_overrides = { maxQueueDepth = 1 }",
-    )
+fn one_slot_depth_one(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| {
+        c.max_concurrent(1)
+            .rate_limit_overrides(json!({"maxQueueDepth": 1}))
+    })
 }
 
-fn one_slot_short_wait(mock_url: &str) -> String {
-    with_alpha(
-        mock_url,
-        "max_concurrent = 1\nrate_limit_overrides = { maxWaitMs = 600 }",
-    )
+fn one_slot_short_wait(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| {
+        c.max_concurrent(1)
+            .rate_limit_overrides(json!({"maxWaitMs": 600}))
+    })
 }
 
-fn one_slot_wait_2500(mock_url: &str) -> String {
-    with_alpha(
-        mock_url,
-        "max_concurrent = 1\nrate_limit_overrides = { maxWaitMs = 2500 }",
-    )
+fn one_slot_wait_2500(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| {
+        c.max_concurrent(1)
+            .rate_limit_overrides(json!({"maxWaitMs": 2500}))
+    })
 }
 
 fn send(h: &Harness, key: &'static str, body: Value) -> JoinHandle<reqwest::Response> {
@@ -210,18 +210,20 @@ async fn one_keys_backlog_does_not_hold_back_another_key() {
 }
 
 /// Provider `alpha` capped at 2 across two uncapped connections.
-fn provider_cap(mock_url: &str) -> String {
-    standard_config(mock_url).replace(
-        "models = [\"mock-small\", \"mock-large\"]",
-        "models = [\"mock-small\", \"mock-large\"]\nmax_concurrent = 2",
-    ) + "\n[[connections]]\nid = \"alpha-2\"\nprovider = \"alpha\"\nauth_class = \"apikey\"\ncredential = \"cred-alpha-2\"\ndisable_cooling = true\n"
+fn provider_cap(mock_url: &str) -> Config {
+    Config::standard(mock_url)
+        .edit_provider("alpha", |p| p.max_concurrent(2))
+        .connection(
+            Connection::apikey("alpha-2", "alpha")
+                .credential("cred-alpha-2")
+                .disable_cooling(),
+        )
 }
 
-fn model_cap(mock_url: &str) -> String {
-    with_alpha(
-        mock_url,
-        "rate_limit_overrides = { modelConcurrency = { \"mock-large\" = 1 } }",
-    )
+fn model_cap(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| {
+        c.rate_limit_overrides(json!({"modelConcurrency": {"mock-large": 1}}))
+    })
 }
 
 #[tokio::test]
@@ -259,57 +261,31 @@ async fn a_model_cap_holds_only_that_model() {
     assert_eq!(h.mock_stats().await["peak_in_flight"], 4);
 }
 
-fn overlapping_gates(mock_url: &str) -> String {
-    format!(
-        r#"
-[settings]
-"concurrency.globalMax" = 3
-
-[[providers]]
-id = "alpha"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small", "mock-large"]
-max_concurrent = 2
-
-[[providers]]
-id = "beta"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small", "mock-large"]
-
-[[connections]]
-id = "alpha-1"
-provider = "alpha"
-auth_class = "apikey"
-credential = "cred-a1"
-max_concurrent = 2
-rate_limit_overrides = {{ modelConcurrency = {{ "mock-large" = 1 }} }}
-
-[[connections]]
-id = "alpha-2"
-provider = "alpha"
-auth_class = "apikey"
-credential = "cred-a2"
-
-[[connections]]
-id = "beta-1"
-provider = "beta"
-auth_class = "apikey"
-credential = "cred-b1"
-rate_limit_overrides = {{ maxConcurrent = 2, modelConcurrency = {{ "mock-small" = 1 }} }}
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-
-[[keys]]
-id = "kb"
-name = "b"
-secret = "{KEY_B}"
-"#
-    )
+fn overlapping_gates(mock_url: &str) -> Config {
+    Config::new()
+        .setting("concurrency.globalMax", 3)
+        .provider(
+            Provider::openai("alpha", mock_url)
+                .models(["mock-small", "mock-large"])
+                .max_concurrent(2),
+        )
+        .provider(Provider::openai("beta", mock_url).models(["mock-small", "mock-large"]))
+        .connection(
+            Connection::apikey("alpha-1", "alpha")
+                .credential("cred-a1")
+                .max_concurrent(2)
+                .rate_limit_overrides(json!({"modelConcurrency": {"mock-large": 1}})),
+        )
+        .connection(Connection::apikey("alpha-2", "alpha").credential("cred-a2"))
+        .connection(
+            Connection::apikey("beta-1", "beta")
+                .credential("cred-b1")
+                .rate_limit_overrides(
+                    json!({"maxConcurrent": 2, "modelConcurrency": {"mock-small": 1}}),
+                ),
+        )
+        .key(Key::new("k1", "tester", KEY))
+        .key(Key::new("kb", "b", KEY_B))
 }
 
 #[tokio::test]
@@ -360,13 +336,11 @@ async fn a_client_that_disconnects_gives_its_slot_back() {
     assert_eq!(r.status(), 200);
 }
 
-fn execution_bound(mock_url: &str) -> String {
-    let mut cfg = with_alpha(
-        mock_url,
-        "rate_limit_overrides = { executionMaxWaitMs = 400 }",
-    );
-    cfg.insert_str(0, "[settings]\n\"upstream.first_byte_timeout_ms\" = 300\n");
-    cfg
+fn execution_bound(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| {
+        c.rate_limit_overrides(json!({"executionMaxWaitMs": 400}))
+    })
+    .setting("upstream.first_byte_timeout_ms", 300)
 }
 
 #[tokio::test]

@@ -3,41 +3,18 @@
 use serde_json::{json, Value};
 use switchyard_test_support::*;
 
-fn single_provider(mock_url: &str) -> String {
-    format!(
-        r#"
-[settings]
-"upstream.first_byte_timeout_ms" = 400
-
-[[providers]]
-id = "solo"
-format = "openai"
-base_url = "{mock_url}"
-
-[[providers]]
-id = "dead"
-format = "openai"
-base_url = "http://127.0.0.1:9"
-
-[[connections]]
-id = "solo-1"
-provider = "solo"
-auth_class = "apikey"
-credential = "{CRED_ALPHA}"
-disable_cooling = true
-
-[[connections]]
-id = "dead-1"
-provider = "dead"
-auth_class = "apikey"
-credential = "x"
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-"#
-    )
+fn single_provider(mock_url: &str) -> Config {
+    Config::new()
+        .setting("upstream.first_byte_timeout_ms", 400)
+        .provider(Provider::openai("solo", mock_url))
+        .provider(Provider::openai("dead", "http://127.0.0.1:9"))
+        .connection(
+            Connection::apikey("solo-1", "solo")
+                .credential(CRED_ALPHA)
+                .disable_cooling(),
+        )
+        .connection(Connection::apikey("dead-1", "dead").credential("x"))
+        .key(Key::new("k1", "tester", KEY))
 }
 
 /// The mock's stream of model `m` up to its first two content chunks, then `frame`.
@@ -214,32 +191,12 @@ async fn disabled_connections_are_excluded_with_diagnostics() {
 
 #[tokio::test]
 async fn a_provider_with_several_connections_fails_over_between_them() {
-    fn two_conns(mock_url: &str) -> String {
-        format!(
-            r#"
-[[providers]]
-id = "multi"
-format = "openai"
-base_url = "{mock_url}"
-
-[[connections]]
-id = "m-1"
-provider = "multi"
-auth_class = "oauth"
-credential = "cred-m-1"
-
-[[connections]]
-id = "m-2"
-provider = "multi"
-auth_class = "oauth"
-credential = "cred-m-2"
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-"#
-        )
+    fn two_conns(mock_url: &str) -> Config {
+        Config::new()
+            .provider(Provider::openai("multi", mock_url))
+            .connection(Connection::oauth("m-1", "multi").credential("cred-m-1"))
+            .connection(Connection::oauth("m-2", "multi").credential("cred-m-2"))
+            .key(Key::new("k1", "tester", KEY))
     }
     let h = Harness::start_with(two_conns, &[]).await;
     for _ in 0..4 {

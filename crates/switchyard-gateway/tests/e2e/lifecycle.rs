@@ -243,20 +243,10 @@ async fn an_invalid_declared_configuration_fails_start_and_writes_nothing() {
         "SWITCHYARD_DATA_DIR".to_owned(),
         dir.path().display().to_string(),
     )]);
-    let file = FileConfig::parse(
-        r#"
-[[providers]]
-id = "p"
-format = "openai"
-base_url = "http://127.0.0.1:1"
-
-[[combos]]
-name = "c"
-strategy = "priority"
-targets = [{ model = "q/m" }]
-"#,
-    )
-    .unwrap();
+    let declared = Config::new()
+        .provider(Provider::openai("p", "http://127.0.0.1:1"))
+        .combo(Combo::priority("c", ["q/m"]));
+    let file = FileConfig::parse(&declared.to_toml()).unwrap();
     let cfg = config::resolve(file, &env).unwrap();
     let err = bootstrap::prepare(&cfg, Arc::new(SystemClock))
         .await
@@ -272,7 +262,7 @@ targets = [{ model = "q/m" }]
 #[tokio::test]
 async fn shutdown_cuts_requests_still_running_after_the_grace_period() {
     let mut h =
-        Harness::start_with(standard_config, &[("SWITCHYARD_SHUTDOWN_GRACE_MS", "300")]).await;
+        Harness::start_with(Config::standard, &[("SWITCHYARD_SHUTDOWN_GRACE_MS", "300")]).await;
     h.rule(json!({"stall_after_chunks": 1})).await;
     let r = h.chat(chat_body("alpha/mock-small", true)).await;
     assert_eq!(r.status(), 200);
@@ -299,25 +289,11 @@ async fn two_declared_keys_with_one_secret_fail_start_naming_both() {
         "SWITCHYARD_DATA_DIR".to_owned(),
         dir.path().display().to_string(),
     )]);
-    let file = FileConfig::parse(
-        r#"
-[[providers]]
-id = "p"
-format = "openai"
-base_url = "http://127.0.0.1:1"
-
-[[keys]]
-id = "a"
-name = "a"
-secret = "sy-the-same-secret-for-both-keys"
-
-[[keys]]
-id = "b"
-name = "b"
-secret = "sy-the-same-secret-for-both-keys"
-"#,
-    )
-    .unwrap();
+    let declared = Config::new()
+        .provider(Provider::openai("p", "http://127.0.0.1:1"))
+        .key(Key::new("a", "a", "sy-the-same-secret-for-both-keys"))
+        .key(Key::new("b", "b", "sy-the-same-secret-for-both-keys"));
+    let file = FileConfig::parse(&declared.to_toml()).unwrap();
     let cfg = config::resolve(file, &env).unwrap();
     let err = bootstrap::prepare(&cfg, Arc::new(SystemClock))
         .await

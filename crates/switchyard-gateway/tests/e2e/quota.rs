@@ -9,55 +9,34 @@ use switchyard_test_support::*;
 pub const KEY2: &str = "sy-test-client-key-0000000002";
 pub const KEY3: &str = "sy-test-client-key-0000000003";
 
-/// The standard configuration, two more client keys, and `pool` (TOML).
-fn with_pool(mock_url: &str, pool: &str) -> String {
-    format!(
-        r#"{}
-[[keys]]
-id = "k2"
-name = "second"
-secret = "{KEY2}"
-
-[[keys]]
-id = "k3"
-name = "third"
-secret = "{KEY3}"
-
-{pool}
-"#,
-        standard_config(mock_url)
-    )
+/// The standard configuration, two more client keys, and `pool`.
+fn with_pool(mock_url: &str, pool: QuotaPool) -> Config {
+    with_pool_none(mock_url).quota_pool(pool)
 }
 
 /// The standard configuration with pool `team` on `alpha-1`, given its dimensions and
-/// allocations (TOML arrays).
-fn team_pool(mock_url: &str, dimensions: &str, allocations: &str) -> String {
+/// allocations.
+fn team_pool(
+    mock_url: &str,
+    dimensions: impl IntoIterator<Item = Dimension>,
+    allocations: impl IntoIterator<Item = Allocation>,
+) -> Config {
+    let pool = QuotaPool::new("team", "Team", ["alpha-1"]);
+    let pool = dimensions.into_iter().fold(pool, QuotaPool::dimension);
     with_pool(
         mock_url,
-        &format!(
-            r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = {dimensions}
-allocations = {allocations}
-"#
-        ),
+        allocations.into_iter().fold(pool, QuotaPool::allocation),
     )
 }
 
-fn three_equal_keys(mock_url: &str) -> String {
+fn three_equal_keys(mock_url: &str) -> Config {
     with_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team alpha"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "requests", window = "hourly", limit = 30 }]
-allocations = [{ api_key_id = "k1" }, { api_key_id = "k2" }, { api_key_id = "k3" }]
-"#,
+        QuotaPool::new("team", "Team alpha", ["alpha-1"])
+            .dimension(Dimension::new("requests", "hourly", 30))
+            .allocation(Allocation::new("k1"))
+            .allocation(Allocation::new("k2"))
+            .allocation(Allocation::new("k3")),
     )
 }
 
@@ -169,14 +148,17 @@ async fn a_quota_429_says_when_to_come_back_and_admitted_answers_carry_the_remai
     assert_eq!(decisions.as_array().unwrap().len(), 17);
 }
 
-fn capped(mock_url: &str) -> String {
+fn capped(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "requests", window = "daily", limit = 100 }]"#,
-        r#"[
-  { api_key_id = "k1", allocation_weight = 50 },
-  { api_key_id = "k2", allocation_weight = 50, cap_value = 2, cap_unit = "requests", policy = "burst" },
-]"#,
+        [Dimension::new("requests", "daily", 100)],
+        [
+            Allocation::new("k1").weight(50),
+            Allocation::new("k2")
+                .weight(50)
+                .cap(2, "requests")
+                .policy("burst"),
+        ],
     )
 }
 
@@ -194,14 +176,14 @@ async fn an_absolute_cap_blocks_early_even_while_the_pool_is_lenient() {
     assert_eq!(burst(&h, KEY, "alpha/mock-small", 3).await.0, 3);
 }
 
-fn soft(mock_url: &str) -> String {
+fn soft(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "requests", window = "hourly", limit = 10 }]"#,
-        r#"[
-  { api_key_id = "k1", allocation_weight = 10, policy = "soft" },
-  { api_key_id = "k2", allocation_weight = 90 },
-]"#,
+        [Dimension::new("requests", "hourly", 10)],
+        [
+            Allocation::new("k1").weight(10).policy("soft"),
+            Allocation::new("k2").weight(90),
+        ],
     )
 }
 
@@ -243,14 +225,14 @@ async fn a_soft_key_is_deprioritized_never_blocked_by_its_share() {
     assert_eq!(body.unwrap()["error"]["quota"]["reason"], "global_limit");
 }
 
-fn weekly(mock_url: &str) -> String {
+fn weekly(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[
-  { unit = "requests", window = "5h", limit = 100 },
-  { unit = "requests", window = "weekly", limit = 3 },
-]"#,
-        r#"[{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]"#,
+        [
+            Dimension::new("requests", "5h", 100),
+            Dimension::new("requests", "weekly", 3),
+        ],
+        [Allocation::new("k1").weight(100).policy("burst")],
     )
 }
 
@@ -270,11 +252,11 @@ async fn an_exhausted_weekly_dimension_blocks_while_the_5h_one_is_free() {
     assert_eq!(usage["dimensions"][1]["usedFraction"], 1.0);
 }
 
-pub(crate) fn small_burst_pool(mock_url: &str) -> String {
+pub(crate) fn small_burst_pool(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "requests", window = "daily", limit = 4 }]"#,
-        r#"[{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]"#,
+        [Dimension::new("requests", "daily", 4)],
+        [Allocation::new("k1").weight(100).policy("burst")],
     )
 }
 
@@ -288,11 +270,11 @@ async fn counters_survive_a_restart() {
     assert_eq!(body.unwrap()["error"]["quota"]["reason"], "global_limit");
 }
 
-fn big_burst_pool(mock_url: &str) -> String {
+fn big_burst_pool(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "requests", window = "daily", limit = 50 }]"#,
-        r#"[{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]"#,
+        [Dimension::new("requests", "daily", 50)],
+        [Allocation::new("k1").weight(100).policy("burst")],
     )
 }
 
@@ -307,11 +289,11 @@ async fn two_hundred_concurrent_requests_against_fifty_of_headroom_admit_exactly
     assert_eq!(h.mock_stats().await["requests_total"], 50);
 }
 
-pub(crate) fn token_pool(mock_url: &str) -> String {
+pub(crate) fn token_pool(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "tokens", window = "daily", limit = 100000 }]"#,
-        r#"[{ api_key_id = "k1", allocation_weight = 50 }]"#,
+        [Dimension::new("tokens", "daily", 100_000)],
+        [Allocation::new("k1").weight(50)],
     )
 }
 
@@ -353,17 +335,12 @@ async fn tokens_are_settled_to_the_upstream_usage() {
     );
 }
 
-fn percent_pool(mock_url: &str) -> String {
+fn percent_pool(mock_url: &str) -> Config {
     with_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "codex"
-name = "Codex"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "percent", window = "5h", limit = 100 }]
-allocations = [{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]
-"#,
+        QuotaPool::new("codex", "Codex", ["alpha-1"])
+            .dimension(Dimension::new("percent", "5h", 100))
+            .allocation(Allocation::new("k1").weight(100).policy("burst")),
     )
 }
 
@@ -588,7 +565,7 @@ async fn pools_import_once_into_an_empty_database() {
     let source = Harness::start_with(three_equal_keys, &[]).await;
     let exported: Value = source.admin_json("/api/quota/export").await;
     assert_eq!(exported[0]["id"], "team");
-    let target = Harness::start_with(|url| with_pool(url, ""), &[]).await;
+    let target = Harness::start_with(with_pool_none, &[]).await;
     let r = target
         .admin_send(Method::POST, "/api/quota/import", exported.clone())
         .await;
@@ -621,7 +598,7 @@ pub(crate) fn unique_prefix() -> String {
     format!("sytest-{:016x}", rand::random::<u64>())
 }
 
-async fn start_on_redis(config: fn(&str) -> String, prefix: &str) -> Harness {
+async fn start_on_redis(config: fn(&str) -> Config, prefix: &str) -> Harness {
     let env = redis_env(prefix);
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let h = Harness::start_with(config, &pairs).await;
@@ -726,23 +703,13 @@ async fn a_stream_running_past_its_estimate_grows_its_reservation_as_it_goes() {
     .await;
 }
 
-fn usd_pool(mock_url: &str) -> String {
-    with_pool(
+fn usd_pool(mock_url: &str) -> Config {
+    team_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "usd", window = "daily", limit = 100000 }]
-allocations = [{ api_key_id = "k1", allocation_weight = 100 }]
-"#,
+        [Dimension::new("usd", "daily", 100_000)],
+        [Allocation::new("k1").weight(100)],
     )
-    .replace(
-        r#"models = ["mock-small", "mock-large"]"#,
-        r#"models = ["mock-small", "mock-large"]
-prices = { "mock-small" = { input_per_mtok = 2000000, output_per_mtok = 1000000 } }"#,
-    )
+    .edit_provider("alpha", |p| p.price("mock-small", 2_000_000.0, 1_000_000.0))
 }
 
 #[tokio::test]
@@ -776,29 +743,16 @@ async fn usd_dimensions_are_metered_with_the_model_price() {
 pub const CRED_ALPHA2: &str = "cred-alpha-2-secret-value";
 
 /// A pool over two connections of one provider, for `qtSd/` dispatch.
-fn two_account_pool(mock_url: &str) -> String {
+fn two_account_pool(mock_url: &str) -> Config {
     with_pool(
         mock_url,
-        &format!(
-            r#"
-[[connections]]
-id = "alpha-2"
-provider = "alpha"
-auth_class = "oauth"
-credential = "{CRED_ALPHA2}"
-
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1", "alpha-2"]
-dimensions = [
-  {{ unit = "requests", window = "hourly", limit = 1000 }},
-  {{ unit = "percent", window = "5h", limit = 100 }},
-]
-allocations = [{{ api_key_id = "k1", allocation_weight = 50 }}, {{ api_key_id = "k2", allocation_weight = 50 }}]
-"#
-        ),
+        QuotaPool::new("team", "Team", ["alpha-1", "alpha-2"])
+            .dimension(Dimension::new("requests", "hourly", 1000))
+            .dimension(Dimension::new("percent", "5h", 100))
+            .allocation(Allocation::new("k1").weight(50))
+            .allocation(Allocation::new("k2").weight(50)),
     )
+    .connection(Connection::oauth("alpha-2", "alpha").credential(CRED_ALPHA2))
 }
 
 async fn served(h: &Harness, cred: &str) -> u64 {
@@ -868,22 +822,16 @@ async fn qtsd_moves_off_a_connection_its_provider_reports_saturated() {
     assert_eq!(served(&h, CRED_ALPHA2).await, before + 10);
 }
 
-fn one_slot_pool(mock_url: &str) -> String {
-    with_pool(
+fn one_slot_pool(mock_url: &str) -> Config {
+    team_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "requests", window = "hourly", limit = 1000 }]
-allocations = [{ api_key_id = "k1", allocation_weight = 50 }, { api_key_id = "k2", allocation_weight = 50 }]
-"#,
+        [Dimension::new("requests", "hourly", 1000)],
+        [
+            Allocation::new("k1").weight(50),
+            Allocation::new("k2").weight(50),
+        ],
     )
-    .replace(
-        &format!("credential = \"{CRED_ALPHA}\""),
-        &format!("credential = \"{CRED_ALPHA}\"\nmax_concurrent = 1"),
-    )
+    .edit_connection("alpha-1", |c| c.max_concurrent(1))
 }
 
 #[tokio::test]
@@ -957,11 +905,11 @@ async fn the_quota_share_strategy_is_not_user_selectable() {
 }
 
 /// 5 000 tokens an hour, all of them k1's share (hard).
-fn small_token_pool(mock_url: &str) -> String {
+fn small_token_pool(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "tokens", window = "hourly", limit = 5000 }]"#,
-        r#"[{ api_key_id = "k1", allocation_weight = 100 }]"#,
+        [Dimension::new("tokens", "hourly", 5000)],
+        [Allocation::new("k1").weight(100)],
     )
 }
 
@@ -1135,8 +1083,10 @@ fn four_an_hour(allocations: Value) -> Value {
 }
 
 /// The standard configuration and two more keys, no pool.
-fn with_pool_none(mock_url: &str) -> String {
-    with_pool(mock_url, "")
+fn with_pool_none(mock_url: &str) -> Config {
+    Config::standard(mock_url)
+        .key(Key::new("k2", "second", KEY2))
+        .key(Key::new("k3", "third", KEY3))
 }
 
 /// Usage as a key without an allocation sees it after two admitted requests, on the

@@ -125,7 +125,7 @@ fn env_via(proxy: &RedisProxy, prefix: &str) -> Vec<(&'static str, String)> {
 
 async fn start_via(
     proxy: &RedisProxy,
-    config: fn(&str) -> String,
+    config: fn(&str) -> Config,
     prefix: &str,
     clock: Arc<dyn Clock>,
 ) -> Harness {

@@ -7,56 +7,23 @@ use switchyard_test_support::*;
 
 /// Two providers with one connection each that do cool down, a combo across them, and a
 /// local provider whose breaker opens after two failures.
-pub fn cooling(mock_url: &str) -> String {
-    format!(
-        r#"
-[[providers]]
-id = "alpha"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small"]
-
-[[providers]]
-id = "beta"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small"]
-
-[[providers]]
-id = "local"
-format = "openai"
-base_url = "{mock_url}"
-
-[[connections]]
-id = "alpha-1"
-provider = "alpha"
-auth_class = "apikey"
-credential = "{CRED_ALPHA}"
-
-[[connections]]
-id = "beta-1"
-provider = "beta"
-auth_class = "apikey"
-credential = "{CRED_BETA}"
-
-[[connections]]
-id = "local-1"
-provider = "local"
-auth_class = "local"
-credential = "cred-local"
-disable_cooling = true
-
-[[combos]]
-name = "fast"
-strategy = "priority"
-targets = [{{ model = "alpha/mock-small" }}, {{ model = "beta/mock-small" }}]
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-"#
-    )
+pub fn cooling(mock_url: &str) -> Config {
+    Config::new()
+        .provider(Provider::openai("alpha", mock_url).models(["mock-small"]))
+        .provider(Provider::openai("beta", mock_url).models(["mock-small"]))
+        .provider(Provider::openai("local", mock_url))
+        .connection(Connection::apikey("alpha-1", "alpha").credential(CRED_ALPHA))
+        .connection(Connection::apikey("beta-1", "beta").credential(CRED_BETA))
+        .connection(
+            Connection::local("local-1", "local")
+                .credential("cred-local")
+                .disable_cooling(),
+        )
+        .combo(Combo::priority(
+            "fast",
+            ["alpha/mock-small", "beta/mock-small"],
+        ))
+        .key(Key::new("k1", "tester", KEY))
 }
 
 pub async fn by_credential(h: &Harness, cred: &str) -> u64 {
@@ -426,7 +393,7 @@ async fn model_lockout_is_off_until_patched_on_and_locks_only_the_failing_model(
 #[tokio::test]
 async fn the_opt_in_provider_cooldown_trips_after_its_threshold() {
     let h = Harness::start_with(
-        standard_config,
+        Config::standard,
         &[
             ("PROVIDER_COOLDOWN_ENABLED", "true"),
             ("OMNIROUTE_PROVIDER_BREAKER_API_KEY_FAILURE_THRESHOLD", "2"),
@@ -478,48 +445,22 @@ async fn concurrent_failures_of_one_connection_raise_its_backoff_once() {
 }
 
 /// A local provider that fails in every way, a healthy one beside it, and a combo.
-fn chaos(mock_url: &str) -> String {
-    format!(
-        r#"
-[settings]
-"upstream.first_byte_timeout_ms" = 300
-
-[[providers]]
-id = "flaky"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small"]
-
-[[providers]]
-id = "steady"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small"]
-
-[[connections]]
-id = "flaky-1"
-provider = "flaky"
-auth_class = "local"
-credential = "cred-flaky"
-disable_cooling = true
-
-[[connections]]
-id = "steady-1"
-provider = "steady"
-auth_class = "apikey"
-credential = "cred-steady"
-
-[[combos]]
-name = "both"
-strategy = "priority"
-targets = [{{ model = "flaky/mock-small" }}, {{ model = "steady/mock-small" }}]
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-"#
-    )
+fn chaos(mock_url: &str) -> Config {
+    Config::new()
+        .setting("upstream.first_byte_timeout_ms", 300)
+        .provider(Provider::openai("flaky", mock_url).models(["mock-small"]))
+        .provider(Provider::openai("steady", mock_url).models(["mock-small"]))
+        .connection(
+            Connection::local("flaky-1", "flaky")
+                .credential("cred-flaky")
+                .disable_cooling(),
+        )
+        .connection(Connection::apikey("steady-1", "steady").credential("cred-steady"))
+        .combo(Combo::priority(
+            "both",
+            ["flaky/mock-small", "steady/mock-small"],
+        ))
+        .key(Key::new("k1", "tester", KEY))
 }
 
 #[tokio::test]

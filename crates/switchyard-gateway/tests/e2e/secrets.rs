@@ -149,10 +149,10 @@ async fn credentials_are_encrypted_at_rest_and_reach_the_upstream_after_restart(
 }
 
 /// The standard configuration without declared credentials: the database's stay.
-fn no_declared_credentials(mock_url: &str) -> String {
-    standard_config(mock_url)
-        .replace(&format!("credential = \"{CRED_ALPHA}\"\n"), "")
-        .replace(&format!("credential = \"{CRED_BETA}\"\n"), "")
+fn no_declared_credentials(mock_url: &str) -> Config {
+    Config::standard(mock_url)
+        .edit_connection("alpha-1", Connection::without_credential)
+        .edit_connection("beta-1", Connection::without_credential)
 }
 
 #[tokio::test]
@@ -192,7 +192,7 @@ async fn a_wrong_or_missing_key_fails_start_saying_so_and_changes_nothing() {
         SecretKey::generate().unwrap(),
         SecretKey::generate().unwrap(),
     );
-    let mut h = Harness::start_with(standard_config, &[]).await;
+    let mut h = Harness::start_with(Config::standard, &[]).await;
     h.stop().await;
     let file_key = key_id_of_file(&h.data_dir);
     let before = raw_credential(&h.data_dir, "alpha-1");
@@ -314,7 +314,8 @@ async fn a_key_in_the_environment_is_rotated_by_a_restart_with_the_previous_key(
         SecretKey::generate().unwrap(),
     );
     let (t1, t2) = (k1.to_base64(), k2.to_base64());
-    let mut h = Harness::start_with(standard_config, &[(SECRET_KEY_ENV, t1.expose_secret())]).await;
+    let mut h =
+        Harness::start_with(Config::standard, &[(SECRET_KEY_ENV, t1.expose_secret())]).await;
     assert!(!h.data_dir.join(SECRET_KEY_FILE).exists(), "no key file");
     assert!(raw_credential(&h.data_dir, "alpha-1").starts_with(&format!("enc:v1:{}:", k1.id())));
     chat_reaches_alpha_with(&h, CRED_ALPHA).await;
