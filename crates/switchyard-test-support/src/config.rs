@@ -6,8 +6,9 @@
 use crate::{CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use switchyard_core::domain::{AuthClass, Strategy, UpstreamFormat};
+use switchyard_gateway::config::{self as gateway_config, FileConfig, GatewayConfig};
 
 /// A whole configuration file.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -127,6 +128,18 @@ impl Config {
     /// The configuration as the TOML text of a config file.
     pub fn to_toml(&self) -> String {
         toml::to_string(self).expect("a test configuration renders as TOML")
+    }
+
+    /// The gateway's configuration from this file, with `data_dir` and `env` as its
+    /// environment, resolved as a gateway started with them would.
+    pub fn resolve(&self, data_dir: &Path, env: &[(&str, &str)]) -> GatewayConfig {
+        let mut vars = BTreeMap::from([(
+            "SWITCHYARD_DATA_DIR".to_owned(),
+            data_dir.display().to_string(),
+        )]);
+        vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        let file = FileConfig::parse(&self.to_toml()).unwrap();
+        gateway_config::resolve(file, &vars).unwrap()
     }
 }
 

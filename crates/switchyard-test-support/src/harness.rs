@@ -151,13 +151,21 @@ impl Harness {
 
     /// Sends a chat request with the given client key.
     pub async fn chat_as(&self, key: &str, body: Value) -> reqwest::Response {
+        self.chat_request(key, &body).send().await.unwrap()
+    }
+
+    /// Sends a chat request as `key` in a task of its own; the task answers the response.
+    pub fn spawn_chat(&self, key: &str, body: Value) -> JoinHandle<reqwest::Response> {
+        let request = self.chat_request(key, &body);
+        tokio::spawn(async move { request.send().await.unwrap() })
+    }
+
+    /// A chat request as `key`, not sent yet.
+    fn chat_request(&self, key: &str, body: &Value) -> reqwest::RequestBuilder {
         self.http
             .post(self.url("/v1/chat/completions"))
             .bearer_auth(key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
+            .json(body)
     }
 
     /// `GET` an admin path with the admin token.
@@ -176,24 +184,11 @@ impl Harness {
     }
 
     /// Sends `n` identical chat requests at once as `key`; returns their statuses.
-    pub async fn concurrent_statuses(&self, n: usize, key: &'static str, model: &str) -> Vec<u16> {
+    pub async fn concurrent_statuses(&self, n: usize, key: &str, model: &str) -> Vec<u16> {
         let tasks: Vec<_> = (0..n)
             .map(|_| {
-                let (http, url, body) = (
-                    self.http.clone(),
-                    self.url("/v1/chat/completions"),
-                    chat_body(model, false),
-                );
-                tokio::spawn(async move {
-                    http.post(url)
-                        .bearer_auth(key)
-                        .json(&body)
-                        .send()
-                        .await
-                        .unwrap()
-                        .status()
-                        .as_u16()
-                })
+                let request = self.chat_request(key, &chat_body(model, false));
+                tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
             })
             .collect();
         let mut out = Vec::with_capacity(n);
@@ -252,6 +247,11 @@ impl Harness {
         r.unwrap().text().await.unwrap()
     }
 
+    /// The value of one metric series (`name{labels}` as exposed), if it is exposed.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        sample(&self.metrics().await, series)
+    }
+
     /// The mock's counters (`GET /_mock/stats`).
     pub async fn mock_stats(&self) -> Value {
         self.http
@@ -262,6 +262,19 @@ impl Harness {
             .json()
             .await
             .unwrap()
+    }
+
+    /// How many requests the mock received with `credential`.
+    pub async fn by_credential(&self, credential: &str) -> u64 {
+        self.mock_stats().await["by_credential"][credential]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// Clears the mock's rules and counters (`POST /_mock/reset`).
+    pub async fn reset_mock(&self) {
+        let url = format!("{}/_mock/reset", self.mock.base_url());
+        self.http.post(url).send().await.unwrap();
     }
 
     /// Stops the gateway gracefully and waits for it (flushing the request log).
@@ -292,27 +305,41 @@ pub type Done = Arc<std::sync::Mutex<Vec<&'static str>>>;
 /// `label` is appended to `done`.
 pub fn spawn_recorded(
     h: &Harness,
-    key: &'static str,
-    model: &'static str,
+    key: &str,
+    model: &str,
     label: &'static str,
     done: &Done,
 ) -> JoinHandle<()> {
-    let (http, url, done) = (
-        h.http.clone(),
-        h.url("/v1/chat/completions"),
+    let (request, done) = (
+        h.chat_request(key, &chat_body(model, false)),
         Arc::clone(done),
     );
     tokio::spawn(async move {
-        let r = http
-            .post(url)
-            .bearer_auth(key)
-            .json(&chat_body(model, false))
-            .send()
-            .await
-            .unwrap();
+        let r = request.send().await.unwrap();
         assert_eq!(r.status(), 200);
         done.lock().unwrap().push(label);
     })
+}
+
+/// A response's status and its JSON body.
+pub async fn status_and_json(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+/// The value of one series (`name{labels}`) in a Prometheus text exposition.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The whole seconds of a response's `retry-after` header.
+pub fn retry_after(r: &reqwest::Response) -> u64 {
+    r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// A one-message chat body.

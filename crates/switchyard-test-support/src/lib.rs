@@ -12,10 +12,12 @@
 
 mod config;
 mod harness;
+mod redis;
 mod trace;
 
 pub use config::{
     Allocation, Combo, Config, Connection, Dimension, Key, Provider, QuotaPool, Server,
 };
 pub use harness::*;
+pub use redis::{redis_url, RedisQuotaStore};
 pub use trace::init_tracing;

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 use switchyard_test_support::{
-    Allocation, Config, Connection, Dimension, Key, Provider, QuotaPool, Server,
+    Allocation, Config, Connection, Dimension, Key, Provider, QuotaPool, RedisQuotaStore, Server,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -24,7 +24,7 @@ const KEY: &str = "sy-process-test-key-000000001";
 const ADMIN: &str = "process-test-admin-token-01";
 
 /// Starts `switchyard <args>` and returns it with the URL from its "listening on" line.
-async fn start(args: &[&str], env: &[(&str, String)]) -> (Child, String) {
+async fn start(args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
     cmd.args(args)
         .env("SWITCHYARD_LOG", "warn")
@@ -105,16 +105,8 @@ async fn terminate(mut child: Child) {
 #[tokio::test]
 async fn two_gateway_processes_share_quota_through_redis() {
     let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
-    let redis_url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let env = vec![
-        ("QUOTA_STORE_DRIVER", "redis".to_owned()),
-        ("QUOTA_STORE_REDIS_URL", redis_url),
-        (
-            "QUOTA_STORE_REDIS_PREFIX",
-            format!("sytest-{:016x}", rand::random::<u64>()),
-        ),
-    ];
+    let store = RedisQuotaStore::unique();
+    let env = store.env();
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (a, url_a) = start(&["serve", "--config", &config(dir_a.path(), &mock)], &env).await;
     let (b, url_b) = start(&["serve", "--config", &config(dir_b.path(), &mock)], &env).await;

@@ -373,8 +373,7 @@ async fn http2_is_spoken_to_clients_and_to_h2c_upstreams() {
 
 /// The status and the typed error of a response.
 async fn typed(r: reqwest::Response) -> (u16, Value) {
-    let status = r.status().as_u16();
-    let body: Value = r.json().await.unwrap();
+    let (status, body) = status_and_json(r).await;
     (status, body["error"].clone())
 }
 

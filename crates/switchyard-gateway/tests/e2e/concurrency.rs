@@ -4,8 +4,8 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 use switchyard_test_support::{
-    chat_body, eventually, spawn_recorded, Config, Connection, Done, Harness, Key, Provider,
-    CRED_ALPHA, KEY,
+    chat_body, eventually, spawn_recorded, status_and_json, Config, Connection, Done, Harness, Key,
+    Provider, CRED_ALPHA, CRED_BETA, KEY,
 };
 use tokio::task::JoinHandle;
 
@@ -48,38 +48,17 @@ fn one_slot_wait_2500(mock_url: &str) -> Config {
     })
 }
 
-fn send(h: &Harness, key: &'static str, body: Value) -> JoinHandle<reqwest::Response> {
-    let (http, url) = (h.http.clone(), h.url("/v1/chat/completions"));
-    tokio::spawn(async move {
-        http.post(url)
-            .bearer_auth(key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-    })
-}
-
-async fn metric(h: &Harness, line_start: &str) -> Option<f64> {
-    let text = h.metrics().await;
-    text.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
 async fn waiting_on(h: &Harness, connection: &str) -> f64 {
-    metric(
-        h,
-        &format!("switchyard_gate_queue_depth{{connection=\"{connection}\"}}"),
-    )
+    h.metric(&format!(
+        "switchyard_gate_queue_depth{{connection=\"{connection}\"}}"
+    ))
     .await
     .unwrap_or(0.0)
 }
 
 /// Sends one request for `alpha/mock-small` and waits until the mock holds it.
 async fn hold(h: &Harness) -> JoinHandle<reqwest::Response> {
-    let holder = send(h, KEY, chat_body("alpha/mock-small", false));
+    let holder = h.spawn_chat(KEY, chat_body("alpha/mock-small", false));
     eventually("the holder reaches the mock", || async {
         h.mock_stats().await["in_flight"] == 1
     })
@@ -96,8 +75,7 @@ async fn until_waiting(h: &Harness, n: f64) {
 }
 
 async fn error_code(r: reqwest::Response) -> (u16, String) {
-    let status = r.status().as_u16();
-    let body: Value = r.json().await.unwrap();
+    let (status, body) = status_and_json(r).await;
     (status, body["error"]["code"].as_str().unwrap().to_owned())
 }
 
@@ -107,7 +85,7 @@ async fn error_code(r: reqwest::Response) -> (u16, String) {
 async fn assert_refused_beyond_depth(h: &Harness, depth: usize) {
     let holder = hold(h).await;
     let queued: Vec<_> = (0..depth)
-        .map(|_| send(h, KEY, chat_body("alpha/mock-small", false)))
+        .map(|_| h.spawn_chat(KEY, chat_body("alpha/mock-small", false)))
         .collect();
     until_waiting(h, depth as f64).await;
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
@@ -141,8 +119,7 @@ async fn a_full_queue_refuses_at_once_without_calling_the_upstream() {
     // Only the two admitted requests ever reached the upstream.
     assert_eq!(h.mock_stats().await["requests_total"], 2);
     assert_eq!(
-        metric(
-            &h,
+        h.metric(
             "switchyard_gate_rejections_total{connection=\"alpha-1\",code=\"RATE_LIMIT_QUEUE_FULL\"}"
         )
         .await,
@@ -173,7 +150,7 @@ async fn a_hopeless_wait_is_refused_at_once_with_an_honest_retry_after() {
     let holder = hold(&h).await;
     // Queued behind the holder, this one expects half a service time (the holder's
     // remaining time on average): within maxWaitMs (2.5 s).
-    let second = send(&h, KEY, chat_body("alpha/mock-small", false));
+    let second = h.spawn_chat(KEY, chat_body("alpha/mock-small", false));
     until_waiting(&h, 1.0).await;
     // Behind both, a third would wait one and a half service times (just over 3 s):
     // more than 2.5 s, so it is told at once, that wait rounded up to whole seconds.
@@ -250,11 +227,7 @@ async fn a_model_cap_holds_only_that_model() {
     assert_eq!(statuses, vec![200; 20]);
     assert_eq!(h.mock_stats().await["peak_in_flight"], 1);
     // Another model on the same connection is not capped.
-    h.http
-        .post(format!("{}/_mock/reset", h.mock.base_url()))
-        .send()
-        .await
-        .unwrap();
+    h.reset_mock().await;
     h.rule(json!({"latency_ms": 500})).await;
     let statuses = h.concurrent_statuses(4, KEY, "alpha/mock-small").await;
     assert_eq!(statuses, vec![200; 4]);
@@ -301,7 +274,7 @@ async fn requests_contending_across_overlapping_gates_all_finish_within_every_ca
     let tasks: Vec<_> = (0..64)
         .map(|i| {
             let key = if i % 3 == 0 { KEY_B } else { KEY };
-            send(&h, key, chat_body(models[i % models.len()], false))
+            h.spawn_chat(key, chat_body(models[i % models.len()], false))
         })
         .collect();
     for t in tasks {
@@ -450,10 +423,7 @@ async fn a_combo_passes_over_a_saturated_target_instead_of_waiting_for_it() {
     let r = h.chat(chat_body("fast", false)).await;
     assert_eq!(r.status(), 200);
     let stats = h.mock_stats().await;
-    assert_eq!(
-        stats["by_credential"][switchyard_test_support::CRED_BETA],
-        1
-    );
+    assert_eq!(stats["by_credential"][CRED_BETA], 1);
     assert_eq!(stats["in_flight"], 1);
     assert_eq!(waiting_on(&h, "alpha-1").await, 0.0);
     assert_eq!(holder.await.unwrap().status(), 200);

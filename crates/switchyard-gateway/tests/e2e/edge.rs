@@ -75,13 +75,11 @@ fn chat_head_for_100_bytes() -> String {
     )
 }
 
-/// The value of one sample in the Prometheus text, read over `s`.
-async fn metric(s: &mut TcpStream, sample: &str) -> f64 {
+/// The value of one series in the Prometheus text, read over `s`.
+async fn metric(s: &mut TcpStream, series: &str) -> f64 {
     let (status, text) = get(s, "/metrics").await;
     assert_eq!(status, 200);
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no sample `{sample}` in:\n{text}"))
+    sample(&text, series).unwrap_or_else(|| panic!("no sample `{series}` in:\n{text}"))
 }
 
 /// A stream of about one second (ten chunks 100 ms apart), read to its end in a task.

@@ -28,16 +28,11 @@ fn two_chunks_then(frame: &str) -> String {
     )
 }
 
-async fn error_of(r: reqwest::Response) -> (u16, Value) {
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
-}
-
 #[tokio::test]
 async fn upstream_5xx_timeout_reset_and_connect_errors_map_to_typed_errors() {
     let h = Harness::start_with(single_provider, &[]).await;
     h.rule(json!({"times": 1, "status": 503})).await;
-    let (s, e) = error_of(h.chat(chat_body("solo/m", false)).await).await;
+    let (s, e) = status_and_json(h.chat(chat_body("solo/m", false)).await).await;
     assert_eq!(s, 502);
     assert_eq!(e["error"]["code"], "upstream_error");
     assert_eq!(e["error"]["type"], "upstream_error");
@@ -48,20 +43,20 @@ async fn upstream_5xx_timeout_reset_and_connect_errors_map_to_typed_errors() {
     );
 
     h.rule(json!({"times": 1, "latency_ms": 3000})).await;
-    let (s, e) = error_of(h.chat(chat_body("solo/m", false)).await).await;
+    let (s, e) = status_and_json(h.chat(chat_body("solo/m", false)).await).await;
     assert_eq!(
         (s, e["error"]["code"].as_str().unwrap()),
         (504, "upstream_timeout")
     );
 
     h.rule(json!({"times": 1, "reset": "before_headers"})).await;
-    let (s, e) = error_of(h.chat(chat_body("solo/m", false)).await).await;
+    let (s, e) = status_and_json(h.chat(chat_body("solo/m", false)).await).await;
     assert_eq!(
         (s, e["error"]["code"].as_str().unwrap()),
         (502, "upstream_connection_reset")
     );
 
-    let (s, e) = error_of(h.chat(chat_body("dead/m", false)).await).await;
+    let (s, e) = status_and_json(h.chat(chat_body("dead/m", false)).await).await;
     assert_eq!(
         (s, e["error"]["code"].as_str().unwrap()),
         (502, "upstream_unavailable")
@@ -284,7 +279,7 @@ async fn an_upstream_200_that_is_not_json_or_not_a_stream_fails_over_and_counts(
     // Direct, with nothing to fail over to: a typed 502.
     h.rule(json!({"times": 1, "status": 200, "body": "not json"}))
         .await;
-    let (s, e) = error_of(h.chat(chat_body("alpha/mock-small", false)).await).await;
+    let (s, e) = status_and_json(h.chat(chat_body("alpha/mock-small", false)).await).await;
     assert_eq!(
         (s, e["error"]["code"].as_str()),
         (502, Some("upstream_invalid_response"))
@@ -356,11 +351,7 @@ async fn a_502_says_when_the_soonest_candidate_is_usable_again() {
     // Both combo targets fail and cool down (API key: 3 s at the first level).
     let r = h.chat(chat_body("fast", false)).await;
     assert_eq!(r.status(), 502);
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&r);
     assert_eq!(retry, 3);
     // A connection that does not cool down is usable at once: come back in a second.
     h.rule(json!({"times": 1, "status": 503})).await;

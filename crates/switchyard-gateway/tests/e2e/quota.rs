@@ -113,11 +113,7 @@ async fn a_quota_429_says_when_to_come_back_and_admitted_answers_carry_the_remai
     // All 15 were booked within the last second, in at most two adjacent 28.125 s
     // slots, so the key fits again when enough of them phase out of the window: one
     // hour after their slot, give or take two slots, and never more than the hour.
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&r);
     assert!((3543..=3600).contains(&retry), "{retry}");
     let body: Value = r.json().await.unwrap();
     assert_eq!(
@@ -359,11 +355,7 @@ async fn a_provider_saying_the_account_is_used_up_blocks_until_its_reset() {
     );
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     assert_eq!(r.status(), 429);
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&r);
     assert!((119..=120).contains(&retry), "{retry}");
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["quota"]["reason"], "global_limit");
@@ -583,25 +575,8 @@ async fn pools_import_once_into_an_empty_database() {
     assert_eq!(pools, exported);
 }
 
-/// Environment selecting the Redis counter store under a prefix of this test's own.
-fn redis_env(prefix: &str) -> Vec<(&'static str, String)> {
-    let url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    vec![
-        ("QUOTA_STORE_DRIVER", "redis".to_owned()),
-        ("QUOTA_STORE_REDIS_URL", url),
-        ("QUOTA_STORE_REDIS_PREFIX", prefix.to_owned()),
-    ]
-}
-
-pub(crate) fn unique_prefix() -> String {
-    format!("sytest-{:016x}", rand::random::<u64>())
-}
-
-async fn start_on_redis(config: fn(&str) -> Config, prefix: &str) -> Harness {
-    let env = redis_env(prefix);
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let h = Harness::start_with(config, &pairs).await;
+async fn start_on_redis(config: fn(&str) -> Config, store: &RedisQuotaStore) -> Harness {
+    let h = Harness::start_with(config, &store.env()).await;
     let health: Value = h.health().await;
     assert_eq!(health["quota_store"], "redis");
     h
@@ -609,9 +584,9 @@ async fn start_on_redis(config: fn(&str) -> Config, prefix: &str) -> Harness {
 
 #[tokio::test]
 async fn two_gateways_sharing_redis_see_one_another() {
-    let prefix = unique_prefix();
-    let a = start_on_redis(small_burst_pool, &prefix).await;
-    let b = start_on_redis(small_burst_pool, &prefix).await;
+    let store = RedisQuotaStore::unique();
+    let a = start_on_redis(small_burst_pool, &store).await;
+    let b = start_on_redis(small_burst_pool, &store).await;
     assert_eq!(burst(&a, KEY, "alpha/mock-small", 3).await.0, 3);
     let (ok, body) = burst(&b, KEY, "alpha/mock-small", 3).await;
     assert_eq!(ok, 1);
@@ -622,7 +597,7 @@ async fn two_gateways_sharing_redis_see_one_another() {
 
 #[tokio::test]
 async fn on_redis_two_hundred_concurrent_requests_admit_exactly_fifty() {
-    let h = start_on_redis(big_burst_pool, &unique_prefix()).await;
+    let h = start_on_redis(big_burst_pool, &RedisQuotaStore::unique()).await;
     h.rule(json!({"latency_ms": 50})).await;
     let statuses = h.concurrent_statuses(200, KEY, "alpha/mock-small").await;
     let count = |code: u16| statuses.iter().filter(|s| **s == code).count();
@@ -633,7 +608,7 @@ async fn on_redis_two_hundred_concurrent_requests_admit_exactly_fifty() {
 
 #[tokio::test]
 async fn on_redis_tokens_settle_to_the_upstream_usage() {
-    let h = start_on_redis(token_pool, &unique_prefix()).await;
+    let h = start_on_redis(token_pool, &RedisQuotaStore::unique()).await;
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     let body: Value = r.json().await.unwrap();
     let total = body["usage"]["total_tokens"].as_f64().unwrap();
@@ -755,12 +730,6 @@ fn two_account_pool(mock_url: &str) -> Config {
     .connection(Connection::oauth("alpha-2", "alpha").credential(CRED_ALPHA2))
 }
 
-async fn served(h: &Harness, cred: &str) -> u64 {
-    h.mock_stats().await["by_credential"][cred]
-        .as_u64()
-        .unwrap_or(0)
-}
-
 #[tokio::test]
 async fn qtsd_combos_spread_over_the_pool_connections() {
     let h = Harness::start_with(two_account_pool, &[]).await;
@@ -768,7 +737,10 @@ async fn qtsd_combos_spread_over_the_pool_connections() {
         let r = h.chat(chat_body("qtSd/team/mock-small", false)).await;
         assert_eq!(r.status(), 200);
     }
-    let (a, b) = (served(&h, CRED_ALPHA).await, served(&h, CRED_ALPHA2).await);
+    let (a, b) = (
+        h.by_credential(CRED_ALPHA).await,
+        h.by_credential(CRED_ALPHA2).await,
+    );
     assert_eq!(a + b, 20);
     assert!(a >= 5 && b >= 5, "alpha-1 {a}, alpha-2 {b}");
     // Without a model: the provider's first model.
@@ -803,13 +775,13 @@ async fn qtsd_moves_off_a_connection_its_provider_reports_saturated() {
                   "headers": {"x-codex-primary-used-percent": "90", "x-codex-primary-window-minutes": "300"}}))
         .await;
     for _ in 0..10 {
-        if served(&h, CRED_ALPHA).await > 0 {
+        if h.by_credential(CRED_ALPHA).await > 0 {
             break;
         }
         h.chat(chat_body("qtSd/team/mock-small", false)).await;
     }
-    assert_eq!(served(&h, CRED_ALPHA).await, 1);
-    let before = served(&h, CRED_ALPHA2).await;
+    assert_eq!(h.by_credential(CRED_ALPHA).await, 1);
+    let before = h.by_credential(CRED_ALPHA2).await;
     for _ in 0..10 {
         assert_eq!(
             h.chat(chat_body("qtSd/team/mock-small", false))
@@ -818,8 +790,8 @@ async fn qtsd_moves_off_a_connection_its_provider_reports_saturated() {
             200
         );
     }
-    assert_eq!(served(&h, CRED_ALPHA).await, 1);
-    assert_eq!(served(&h, CRED_ALPHA2).await, before + 10);
+    assert_eq!(h.by_credential(CRED_ALPHA).await, 1);
+    assert_eq!(h.by_credential(CRED_ALPHA2).await, before + 10);
 }
 
 fn one_slot_pool(mock_url: &str) -> Config {
@@ -856,17 +828,15 @@ async fn qtsd_queues_for_a_one_slot_account_fairly_across_keys() {
 
 #[tokio::test]
 async fn a_failing_quota_store_lets_requests_through_with_a_warning() {
-    let prefix = unique_prefix();
-    let h = start_on_redis(small_burst_pool, &prefix).await;
-    let url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let mut redis = redis::Client::open(url)
+    let store = RedisQuotaStore::unique();
+    let h = start_on_redis(small_burst_pool, &store).await;
+    let mut redis = redis::Client::open(redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
     // A counter of the wrong type makes every reservation script fail.
-    let counter = format!("{prefix}:q1:{{team}}:requests:daily:k1");
+    let counter = format!("{}:q1:{{team}}:requests:daily:k1", store.prefix());
     let _: () = redis::cmd("SET")
         .arg(&counter)
         .arg("not a hash")
@@ -998,8 +968,7 @@ async fn long_streams_on_a_small_token_pool_stop_at_its_limit_on_sqlite() {
 
 #[tokio::test]
 async fn long_streams_on_a_small_token_pool_stop_at_its_limit_on_redis() {
-    let prefix = unique_prefix();
-    let h = start_on_redis(small_token_pool, &prefix).await;
+    let h = start_on_redis(small_token_pool, &RedisQuotaStore::unique()).await;
     four_long_streams_on_a_small_pool(&h).await;
 }
 
@@ -1110,10 +1079,7 @@ async fn usage_of_an_unallocated_key(env: &[(&str, &str)]) -> Value {
 
 #[tokio::test]
 async fn usage_and_burn_rates_of_unallocated_keys_are_the_same_on_both_drivers() {
-    let prefix = unique_prefix();
-    let env = redis_env(&prefix);
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let on_redis = usage_of_an_unallocated_key(&pairs).await;
+    let on_redis = usage_of_an_unallocated_key(&RedisQuotaStore::unique().env()).await;
     let on_sqlite = usage_of_an_unallocated_key(&[]).await;
     let k2 = json!({
         "apiKeyId": "k2", "allocated": false, "policy": "hard", "allocationWeight": 0.0,
@@ -1146,9 +1112,7 @@ async fn remaining_after_each(env: &[(&str, &str)]) -> Vec<String> {
 
 #[tokio::test]
 async fn remaining_share_headers_count_finished_requests_settled_on_both_drivers() {
-    let prefix = unique_prefix();
-    let env = redis_env(&prefix);
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let store = RedisQuotaStore::unique();
     let on_sqlite = remaining_after_each(&[]).await;
     // Each answer is 5 prompt + 5 completion tokens settled; the request itself counts
     // at its estimate (12 prompt + 1 024).
@@ -1157,5 +1121,5 @@ async fn remaining_share_headers_count_finished_requests_settled_on_both_drivers
         .map(|i| format!("{}", share - 10.0 * f64::from(i) - 1_036.0))
         .collect();
     assert_eq!(on_sqlite, want);
-    assert_eq!(remaining_after_each(&pairs).await, want);
+    assert_eq!(remaining_after_each(&store.env()).await, want);
 }

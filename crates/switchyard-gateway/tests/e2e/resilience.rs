@@ -26,12 +26,6 @@ pub fn cooling(mock_url: &str) -> Config {
         .key(Key::new("k1", "tester", KEY))
 }
 
-pub async fn by_credential(h: &Harness, cred: &str) -> u64 {
-    h.mock_stats().await["by_credential"][cred]
-        .as_u64()
-        .unwrap_or(0)
-}
-
 #[tokio::test]
 async fn a_failing_connection_cools_down_and_the_combo_moves_on() {
     let h = Harness::start_with(cooling, &[]).await;
@@ -40,8 +34,8 @@ async fn a_failing_connection_cools_down_and_the_combo_moves_on() {
     assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
     // alpha is cooling (3 s): the next request goes straight to beta.
     assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
-    assert_eq!(by_credential(&h, CRED_ALPHA).await, 1);
-    assert_eq!(by_credential(&h, CRED_BETA).await, 2);
+    assert_eq!(h.by_credential(CRED_ALPHA).await, 1);
+    assert_eq!(h.by_credential(CRED_BETA).await, 2);
 }
 
 #[tokio::test]
@@ -57,11 +51,7 @@ async fn an_announced_reset_is_honoured_and_all_targets_cooling_answers_503() {
     assert_eq!(r.headers()["retry-after"], "120");
     let check = |r: reqwest::Response| async move {
         assert_eq!(r.status(), 503);
-        let retry: u64 = r.headers()["retry-after"]
-            .to_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let retry = retry_after(&r);
         assert!((118..=120).contains(&retry), "{retry}");
         let e: Value = r.json().await.unwrap();
         assert_eq!(e["error"]["code"], "all_targets_cooling_down");
@@ -84,7 +74,7 @@ async fn an_announced_reset_is_honoured_and_all_targets_cooling_answers_503() {
     // The cooldown survives a restart.
     h.restart().await;
     check(h.chat(chat_body("alpha/mock-small", false)).await).await;
-    assert_eq!(by_credential(&h, CRED_ALPHA).await, 1);
+    assert_eq!(h.by_credential(CRED_ALPHA).await, 1);
 }
 
 #[tokio::test]
@@ -97,21 +87,17 @@ async fn an_open_breaker_answers_503_provider_circuit_open_and_survives_a_restar
     }
     let r = h.chat(chat_body("local/m", false)).await;
     assert_eq!(r.status(), 503);
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&r);
     assert!((14..=15).contains(&retry), "{retry}");
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "provider_circuit_open");
-    assert_eq!(by_credential(&h, "cred-local").await, 2);
+    assert_eq!(h.by_credential("cred-local").await, 2);
     h.restart().await;
     let r = h.chat(chat_body("local/m", false)).await;
     assert_eq!(r.status(), 503);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "provider_circuit_open");
-    assert_eq!(by_credential(&h, "cred-local").await, 2);
+    assert_eq!(h.by_credential("cred-local").await, 2);
 }
 
 #[tokio::test]
@@ -410,11 +396,7 @@ async fn the_opt_in_provider_cooldown_trips_after_its_threshold() {
     }
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     assert_eq!(r.status(), 503);
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&r);
     assert!((599..=600).contains(&retry), "{retry}");
     let e: Value = r.json().await.unwrap();
     assert_eq!(
@@ -491,7 +473,7 @@ async fn chaos_on_one_provider_opens_its_breaker_loses_no_request_and_a_probe_cl
         .unwrap()
         .clone();
     assert_eq!(flaky["state"], "OPEN");
-    let tried = by_credential(&h, "cred-flaky").await;
+    let tried = h.by_credential("cred-flaky").await;
     // The breaker opened after two counted failures (the timeout and the 503) and the
     // flaky provider was not tried again while open.
     assert_eq!(tried, 2);
@@ -500,18 +482,14 @@ async fn chaos_on_one_provider_opens_its_breaker_loses_no_request_and_a_probe_cl
     // fails and re-opens the breaker for longer).
     clock.advance(std::time::Duration::from_secs(15));
     assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
-    assert_eq!(by_credential(&h, "cred-flaky").await, tried + 1);
+    assert_eq!(h.by_credential("cred-flaky").await, tried + 1);
     let health: Value = h.admin_json("/api/monitoring/health").await;
     assert_eq!(health["breakers"][0]["state"], "OPEN");
     // Clear the remaining faults; the next probe succeeds and closes the breaker.
-    h.http
-        .post(format!("{}/_mock/reset", h.mock.base_url()))
-        .send()
-        .await
-        .unwrap();
+    h.reset_mock().await;
     clock.advance(std::time::Duration::from_secs(15));
     assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
-    assert_eq!(by_credential(&h, "cred-flaky").await, 1);
+    assert_eq!(h.by_credential("cred-flaky").await, 1);
     let health: Value = h.admin_json("/api/monitoring/health").await;
     assert_eq!(health["breakers"][0]["state"], "CLOSED");
 }
@@ -529,14 +507,14 @@ async fn a_recovered_provider_gets_a_growing_share_of_traffic() {
     clock.advance(std::time::Duration::from_secs(15));
     // The probe succeeds and closes the breaker.
     assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
-    let mut seen = by_credential(&h, "cred-flaky").await;
+    let mut seen = h.by_credential("cred-flaky").await;
     let mut shares = Vec::new();
     for advance in [0u64, 10, 20] {
         clock.advance(std::time::Duration::from_secs(advance));
         for _ in 0..16 {
             assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
         }
-        let now = by_credential(&h, "cred-flaky").await;
+        let now = h.by_credential("cred-flaky").await;
         shares.push(now - seen);
         seen = now;
     }

@@ -5,13 +5,12 @@
 use reqwest::Method;
 use secrecy::ExposeSecret;
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use switchyard_gateway::bootstrap::{self, DB_FILE, SECRET_KEY_FILE};
 use switchyard_gateway::clock::SystemClock;
-use switchyard_gateway::config::{self, FileConfig, PREVIOUS_SECRET_KEYS_ENV, SECRET_KEY_ENV};
+use switchyard_gateway::config::{PREVIOUS_SECRET_KEYS_ENV, SECRET_KEY_ENV};
 use switchyard_store::{Keyring, SecretKey};
 use switchyard_test_support::*;
 
@@ -48,18 +47,12 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
-async fn credential_count(h: &Harness, cred: &str) -> u64 {
-    h.mock_stats().await["by_credential"][cred]
-        .as_u64()
-        .unwrap_or(0)
-}
-
 /// One chat on `alpha-1`, checking the upstream saw `cred`.
 async fn chat_reaches_alpha_with(h: &Harness, cred: &str) {
-    let before = credential_count(h, cred).await;
+    let before = h.by_credential(cred).await;
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    assert_eq!(credential_count(h, cred).await, before + 1);
+    assert_eq!(h.by_credential(cred).await, before + 1);
 }
 
 fn key_id_of_file(data_dir: &Path) -> String {
@@ -74,8 +67,7 @@ fn key_id_of_file(data_dir: &Path) -> String {
 async fn the_data_directory_and_every_file_in_it_are_owner_only() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("fresh/data");
-    let env = BTreeMap::from([("SWITCHYARD_DATA_DIR".to_owned(), data.display().to_string())]);
-    let cfg = config::resolve(FileConfig::default(), &env).unwrap();
+    let cfg = Config::new().resolve(&data, &[]);
     let prepared = bootstrap::prepare(&cfg, Arc::new(SystemClock))
         .await
         .unwrap();
@@ -110,11 +102,7 @@ async fn the_data_directory_and_every_file_in_it_are_owner_only() {
     let theirs = dir.path().join("theirs");
     std::fs::create_dir(&theirs).unwrap();
     std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o750)).unwrap();
-    let env = BTreeMap::from([(
-        "SWITCHYARD_DATA_DIR".to_owned(),
-        theirs.display().to_string(),
-    )]);
-    let cfg = config::resolve(FileConfig::default(), &env).unwrap();
+    let cfg = Config::new().resolve(&theirs, &[]);
     let store = bootstrap::open_store(&cfg).unwrap();
     drop(store);
     assert_eq!(mode(&theirs), 0o750);
