@@ -14,6 +14,9 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
+use switchyard_test_support::{
+    Allocation, Config, Connection, Dimension, Key, Provider, QuotaPool, RedisQuotaStore, Server,
+};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -21,7 +24,7 @@ const KEY: &str = "sy-process-test-key-000000001";
 const ADMIN: &str = "process-test-admin-token-01";
 
 /// Starts `switchyard <args>` and returns it with the URL from its "listening on" line.
-async fn start(args: &[&str], env: &[(&str, String)]) -> (Child, String) {
+async fn start(args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
     cmd.args(args)
         .env("SWITCHYARD_LOG", "warn")
@@ -50,42 +53,22 @@ async fn start(args: &[&str], env: &[(&str, String)]) -> (Child, String) {
 
 fn config(dir: &Path, mock: &str) -> String {
     let path = dir.join("switchyard.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[server]
-listen = "127.0.0.1:0"
-data_dir = "{data}"
-admin_token = "{ADMIN}"
-
-[[providers]]
-id = "alpha"
-format = "openai"
-base_url = "{mock}"
-
-[[connections]]
-id = "alpha-1"
-provider = "alpha"
-auth_class = "apikey"
-credential = "cred-alpha"
-
-[[keys]]
-id = "k1"
-name = "k1"
-secret = "{KEY}"
-
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [{{ unit = "requests", window = "daily", limit = 4 }}]
-allocations = [{{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }}]
-"#,
-            data = dir.join("data").display()
-        ),
-    )
-    .unwrap();
+    let config = Config::new()
+        .server(
+            Server::new()
+                .listen("127.0.0.1:0")
+                .data_dir(dir.join("data"))
+                .admin_token(ADMIN),
+        )
+        .provider(Provider::openai("alpha", mock))
+        .connection(Connection::apikey("alpha-1", "alpha").credential("cred-alpha"))
+        .key(Key::new("k1", "k1", KEY))
+        .quota_pool(
+            QuotaPool::new("team", "Team", ["alpha-1"])
+                .dimension(Dimension::new("requests", "daily", 4))
+                .allocation(Allocation::new("k1").weight(100).policy("burst")),
+        );
+    std::fs::write(&path, config.to_toml()).unwrap();
     path.display().to_string()
 }
 
@@ -122,16 +105,8 @@ async fn terminate(mut child: Child) {
 #[tokio::test]
 async fn two_gateway_processes_share_quota_through_redis() {
     let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
-    let redis_url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let env = vec![
-        ("QUOTA_STORE_DRIVER", "redis".to_owned()),
-        ("QUOTA_STORE_REDIS_URL", redis_url),
-        (
-            "QUOTA_STORE_REDIS_PREFIX",
-            format!("sytest-{:016x}", rand::random::<u64>()),
-        ),
-    ];
+    let store = RedisQuotaStore::unique();
+    let env = store.env();
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (a, url_a) = start(&["serve", "--config", &config(dir_a.path(), &mock)], &env).await;
     let (b, url_b) = start(&["serve", "--config", &config(dir_b.path(), &mock)], &env).await;

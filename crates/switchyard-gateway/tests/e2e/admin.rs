@@ -1,8 +1,8 @@
 //! Management API: auth, CRUD, validation, secrecy, OpenAPI.
 
-use crate::common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
+use switchyard_test_support::*;
 
 #[tokio::test]
 async fn management_api_requires_the_admin_token_or_an_admin_scoped_key() {
@@ -374,7 +374,7 @@ async fn invalid_changes_are_rejected_naming_the_problem_and_change_nothing() {
 #[tokio::test]
 async fn settings_show_value_and_source_and_take_effect_at_once() {
     let h = Harness::start_with(
-        standard_config,
+        Config::standard,
         &[("SWITCHYARD_UPSTREAM_CONNECT_TIMEOUT_MS", "2000")],
     )
     .await;

@@ -1,10 +1,10 @@
 //! Client API round trips.
 
-use crate::common::*;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use switchyard_core::sse::SseParser;
 use switchyard_mock::openai;
+use switchyard_test_support::*;
 
 #[tokio::test]
 async fn non_streaming_round_trip_returns_the_upstream_body_unchanged() {
@@ -158,7 +158,7 @@ async fn anthropic_style_x_api_key_header_is_accepted() {
 
 #[tokio::test]
 async fn bad_requests_get_typed_400_404_413_and_reach_no_upstream() {
-    let h = Harness::start_with(standard_config, &[("SWITCHYARD_MAX_BODY_BYTES", "2048")]).await;
+    let h = Harness::start_with(Config::standard, &[("SWITCHYARD_MAX_BODY_BYTES", "2048")]).await;
     let send_raw = |body: Vec<u8>| {
         h.http
             .post(h.url("/v1/chat/completions"))
@@ -373,8 +373,7 @@ async fn http2_is_spoken_to_clients_and_to_h2c_upstreams() {
 
 /// The status and the typed error of a response.
 async fn typed(r: reqwest::Response) -> (u16, Value) {
-    let status = r.status().as_u16();
-    let body: Value = r.json().await.unwrap();
+    let (status, body) = status_and_json(r).await;
     (status, body["error"].clone())
 }
 

@@ -1,15 +1,12 @@
 //! Cooldown-aware combo retry (SPEC R9): short transient cooldowns are waited out,
 //! long ones answer 429 with when to come back, lasting holds answer 503.
 
-use crate::common::*;
-use crate::resilience::{by_credential, cooling};
+use crate::resilience::cooling;
 use serde_json::{json, Value};
+use switchyard_test_support::*;
 
-fn cooling_no_wait(mock_url: &str) -> String {
-    format!(
-        "[settings]\n\"comboCooldownWait.enabled\" = false\n{}",
-        cooling(mock_url)
-    )
+fn cooling_no_wait(mock_url: &str) -> Config {
+    cooling(mock_url).setting("comboCooldownWait.enabled", false)
 }
 
 async fn rate_limit_both(h: &Harness, seconds: &str) {
@@ -29,17 +26,13 @@ async fn a_combo_waits_out_a_short_rate_limit_and_is_served() {
     let r = h.chat(chat_body("fast", false)).await;
     assert_eq!(r.status(), 200);
     // Both answered 429 once; after the one-second wait the first target served.
-    assert_eq!(by_credential(&h, CRED_ALPHA).await, 2);
-    assert_eq!(by_credential(&h, CRED_BETA).await, 1);
+    assert_eq!(h.by_credential(CRED_ALPHA).await, 2);
+    assert_eq!(h.by_credential(CRED_BETA).await, 1);
 }
 
 async fn assert_rate_limited(r: reqwest::Response, seconds: std::ops::RangeInclusive<u64>) {
     assert_eq!(r.status(), 429);
-    let header: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let header = retry_after(&r);
     assert!(seconds.contains(&header), "{header}");
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["type"], "rate_limit_error");

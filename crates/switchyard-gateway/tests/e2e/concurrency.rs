@@ -1,85 +1,64 @@
 //! Concurrency caps, fair queues and request-queue admission (SPEC R7, R8, R10) over
 //! real sockets, with the mock provider holding requests open.
 
-use crate::common::{
-    chat_body, eventually, spawn_recorded, standard_config, Done, Harness, CRED_ALPHA, KEY,
-};
 use reqwest::Method;
 use serde_json::{json, Value};
+use switchyard_test_support::{
+    chat_body, eventually, spawn_recorded, status_and_json, Config, Connection, Done, Harness, Key,
+    Provider, CRED_ALPHA, CRED_BETA, KEY,
+};
 use tokio::task::JoinHandle;
 
 const KEY_B: &str = "sy-test-client-key-b-000000001";
 
-/// The standard configuration with `extra` appended to connection `alpha-1` and a
+/// The standard configuration with connection `alpha-1` changed by `alpha` and a
 /// second client key.
-fn with_alpha(mock_url: &str, extra: &str) -> String {
-    standard_config(mock_url).replace(
-        &format!("credential = \"{CRED_ALPHA}\""),
-        &format!("credential = \"{CRED_ALPHA}\"\n{extra}"),
-    ) + &format!("\n[[keys]]\nid = \"kb\"\nname = \"b\"\nsecret = \"{KEY_B}\"\n")
+fn with_alpha(mock_url: &str, alpha: impl FnOnce(Connection) -> Connection) -> Config {
+    Config::standard(mock_url)
+        .edit_connection("alpha-1", alpha)
+        .key(Key::new("kb", "b", KEY_B))
 }
 
-fn two_slots(mock_url: &str) -> String {
-    with_alpha(mock_url, "max_concurrent = 2")
+fn two_slots(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| c.max_concurrent(2))
 }
 
-fn one_slot(mock_url: &str) -> String {
-    with_alpha(mock_url, "max_concurrent = 1")
+fn one_slot(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| c.max_concurrent(1))
 }
 
-fn one_slot_depth_one(mock_url: &str) -> String {
-    with_alpha(
-        mock_url,
-        "max_concurrent = 1\nrate_limit_overrides = { maxQueueDepth = 1 }",
-    )
-}
-
-fn one_slot_short_wait(mock_url: &str) -> String {
-    with_alpha(
-        mock_url,
-        "max_concurrent = 1\nrate_limit_overrides = { maxWaitMs = 600 }",
-    )
-}
-
-fn one_slot_wait_2500(mock_url: &str) -> String {
-    with_alpha(
-        mock_url,
-        "max_concurrent = 1\nrate_limit_overrides = { maxWaitMs = 2500 }",
-    )
-}
-
-fn send(h: &Harness, key: &'static str, body: Value) -> JoinHandle<reqwest::Response> {
-    let (http, url) = (h.http.clone(), h.url("/v1/chat/completions"));
-    tokio::spawn(async move {
-        http.post(url)
-            .bearer_auth(key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
+fn one_slot_depth_one(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| {
+        c.max_concurrent(1)
+            .rate_limit_overrides(json!({"maxQueueDepth": 1}))
     })
 }
 
-async fn metric(h: &Harness, line_start: &str) -> Option<f64> {
-    let text = h.metrics().await;
-    text.lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+fn one_slot_short_wait(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| {
+        c.max_concurrent(1)
+            .rate_limit_overrides(json!({"maxWaitMs": 600}))
+    })
+}
+
+fn one_slot_wait_2500(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| {
+        c.max_concurrent(1)
+            .rate_limit_overrides(json!({"maxWaitMs": 2500}))
+    })
 }
 
 async fn waiting_on(h: &Harness, connection: &str) -> f64 {
-    metric(
-        h,
-        &format!("switchyard_gate_queue_depth{{connection=\"{connection}\"}}"),
-    )
+    h.metric(&format!(
+        "switchyard_gate_queue_depth{{connection=\"{connection}\"}}"
+    ))
     .await
     .unwrap_or(0.0)
 }
 
 /// Sends one request for `alpha/mock-small` and waits until the mock holds it.
 async fn hold(h: &Harness) -> JoinHandle<reqwest::Response> {
-    let holder = send(h, KEY, chat_body("alpha/mock-small", false));
+    let holder = h.spawn_chat(KEY, chat_body("alpha/mock-small", false));
     eventually("the holder reaches the mock", || async {
         h.mock_stats().await["in_flight"] == 1
     })
@@ -96,8 +75,7 @@ async fn until_waiting(h: &Harness, n: f64) {
 }
 
 async fn error_code(r: reqwest::Response) -> (u16, String) {
-    let status = r.status().as_u16();
-    let body: Value = r.json().await.unwrap();
+    let (status, body) = status_and_json(r).await;
     (status, body["error"]["code"].as_str().unwrap().to_owned())
 }
 
@@ -107,7 +85,7 @@ async fn error_code(r: reqwest::Response) -> (u16, String) {
 async fn assert_refused_beyond_depth(h: &Harness, depth: usize) {
     let holder = hold(h).await;
     let queued: Vec<_> = (0..depth)
-        .map(|_| send(h, KEY, chat_body("alpha/mock-small", false)))
+        .map(|_| h.spawn_chat(KEY, chat_body("alpha/mock-small", false)))
         .collect();
     until_waiting(h, depth as f64).await;
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
@@ -141,8 +119,7 @@ async fn a_full_queue_refuses_at_once_without_calling_the_upstream() {
     // Only the two admitted requests ever reached the upstream.
     assert_eq!(h.mock_stats().await["requests_total"], 2);
     assert_eq!(
-        metric(
-            &h,
+        h.metric(
             "switchyard_gate_rejections_total{connection=\"alpha-1\",code=\"RATE_LIMIT_QUEUE_FULL\"}"
         )
         .await,
@@ -173,7 +150,7 @@ async fn a_hopeless_wait_is_refused_at_once_with_an_honest_retry_after() {
     let holder = hold(&h).await;
     // Queued behind the holder, this one expects half a service time (the holder's
     // remaining time on average): within maxWaitMs (2.5 s).
-    let second = send(&h, KEY, chat_body("alpha/mock-small", false));
+    let second = h.spawn_chat(KEY, chat_body("alpha/mock-small", false));
     until_waiting(&h, 1.0).await;
     // Behind both, a third would wait one and a half service times (just over 3 s):
     // more than 2.5 s, so it is told at once, that wait rounded up to whole seconds.
@@ -210,18 +187,20 @@ async fn one_keys_backlog_does_not_hold_back_another_key() {
 }
 
 /// Provider `alpha` capped at 2 across two uncapped connections.
-fn provider_cap(mock_url: &str) -> String {
-    standard_config(mock_url).replace(
-        "models = [\"mock-small\", \"mock-large\"]",
-        "models = [\"mock-small\", \"mock-large\"]\nmax_concurrent = 2",
-    ) + "\n[[connections]]\nid = \"alpha-2\"\nprovider = \"alpha\"\nauth_class = \"apikey\"\ncredential = \"cred-alpha-2\"\ndisable_cooling = true\n"
+fn provider_cap(mock_url: &str) -> Config {
+    Config::standard(mock_url)
+        .edit_provider("alpha", |p| p.max_concurrent(2))
+        .connection(
+            Connection::apikey("alpha-2", "alpha")
+                .credential("cred-alpha-2")
+                .disable_cooling(),
+        )
 }
 
-fn model_cap(mock_url: &str) -> String {
-    with_alpha(
-        mock_url,
-        "rate_limit_overrides = { modelConcurrency = { \"mock-large\" = 1 } }",
-    )
+fn model_cap(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| {
+        c.rate_limit_overrides(json!({"modelConcurrency": {"mock-large": 1}}))
+    })
 }
 
 #[tokio::test]
@@ -248,68 +227,38 @@ async fn a_model_cap_holds_only_that_model() {
     assert_eq!(statuses, vec![200; 20]);
     assert_eq!(h.mock_stats().await["peak_in_flight"], 1);
     // Another model on the same connection is not capped.
-    h.http
-        .post(format!("{}/_mock/reset", h.mock.base_url()))
-        .send()
-        .await
-        .unwrap();
+    h.reset_mock().await;
     h.rule(json!({"latency_ms": 500})).await;
     let statuses = h.concurrent_statuses(4, KEY, "alpha/mock-small").await;
     assert_eq!(statuses, vec![200; 4]);
     assert_eq!(h.mock_stats().await["peak_in_flight"], 4);
 }
 
-fn overlapping_gates(mock_url: &str) -> String {
-    format!(
-        r#"
-[settings]
-"concurrency.globalMax" = 3
-
-[[providers]]
-id = "alpha"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small", "mock-large"]
-max_concurrent = 2
-
-[[providers]]
-id = "beta"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small", "mock-large"]
-
-[[connections]]
-id = "alpha-1"
-provider = "alpha"
-auth_class = "apikey"
-credential = "cred-a1"
-max_concurrent = 2
-rate_limit_overrides = {{ modelConcurrency = {{ "mock-large" = 1 }} }}
-
-[[connections]]
-id = "alpha-2"
-provider = "alpha"
-auth_class = "apikey"
-credential = "cred-a2"
-
-[[connections]]
-id = "beta-1"
-provider = "beta"
-auth_class = "apikey"
-credential = "cred-b1"
-rate_limit_overrides = {{ maxConcurrent = 2, modelConcurrency = {{ "mock-small" = 1 }} }}
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-
-[[keys]]
-id = "kb"
-name = "b"
-secret = "{KEY_B}"
-"#
-    )
+fn overlapping_gates(mock_url: &str) -> Config {
+    Config::new()
+        .setting("concurrency.globalMax", 3)
+        .provider(
+            Provider::openai("alpha", mock_url)
+                .models(["mock-small", "mock-large"])
+                .max_concurrent(2),
+        )
+        .provider(Provider::openai("beta", mock_url).models(["mock-small", "mock-large"]))
+        .connection(
+            Connection::apikey("alpha-1", "alpha")
+                .credential("cred-a1")
+                .max_concurrent(2)
+                .rate_limit_overrides(json!({"modelConcurrency": {"mock-large": 1}})),
+        )
+        .connection(Connection::apikey("alpha-2", "alpha").credential("cred-a2"))
+        .connection(
+            Connection::apikey("beta-1", "beta")
+                .credential("cred-b1")
+                .rate_limit_overrides(
+                    json!({"maxConcurrent": 2, "modelConcurrency": {"mock-small": 1}}),
+                ),
+        )
+        .key(Key::new("k1", "tester", KEY))
+        .key(Key::new("kb", "b", KEY_B))
 }
 
 #[tokio::test]
@@ -325,7 +274,7 @@ async fn requests_contending_across_overlapping_gates_all_finish_within_every_ca
     let tasks: Vec<_> = (0..64)
         .map(|i| {
             let key = if i % 3 == 0 { KEY_B } else { KEY };
-            send(&h, key, chat_body(models[i % models.len()], false))
+            h.spawn_chat(key, chat_body(models[i % models.len()], false))
         })
         .collect();
     for t in tasks {
@@ -360,13 +309,11 @@ async fn a_client_that_disconnects_gives_its_slot_back() {
     assert_eq!(r.status(), 200);
 }
 
-fn execution_bound(mock_url: &str) -> String {
-    let mut cfg = with_alpha(
-        mock_url,
-        "rate_limit_overrides = { executionMaxWaitMs = 400 }",
-    );
-    cfg.insert_str(0, "[settings]\n\"upstream.first_byte_timeout_ms\" = 300\n");
-    cfg
+fn execution_bound(mock_url: &str) -> Config {
+    with_alpha(mock_url, |c| {
+        c.rate_limit_overrides(json!({"executionMaxWaitMs": 400}))
+    })
+    .setting("upstream.first_byte_timeout_ms", 300)
 }
 
 #[tokio::test]
@@ -476,7 +423,7 @@ async fn a_combo_passes_over_a_saturated_target_instead_of_waiting_for_it() {
     let r = h.chat(chat_body("fast", false)).await;
     assert_eq!(r.status(), 200);
     let stats = h.mock_stats().await;
-    assert_eq!(stats["by_credential"][crate::common::CRED_BETA], 1);
+    assert_eq!(stats["by_credential"][CRED_BETA], 1);
     assert_eq!(stats["in_flight"], 1);
     assert_eq!(waiting_on(&h, "alpha-1").await, 0.0);
     assert_eq!(holder.await.unwrap().status(), 200);

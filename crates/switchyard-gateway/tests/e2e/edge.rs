@@ -1,9 +1,9 @@
 //! The edge (SPEC O5) over raw sockets: header-read, body-read and keep-alive idle
 //! timeouts, the connection cap, and shutdown with half-sent requests.
 
-use crate::common::*;
 use serde_json::{json, Value};
 use std::time::Duration;
+use switchyard_test_support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -75,13 +75,11 @@ fn chat_head_for_100_bytes() -> String {
     )
 }
 
-/// The value of one sample in the Prometheus text, read over `s`.
-async fn metric(s: &mut TcpStream, sample: &str) -> f64 {
+/// The value of one series in the Prometheus text, read over `s`.
+async fn metric(s: &mut TcpStream, series: &str) -> f64 {
     let (status, text) = get(s, "/metrics").await;
     assert_eq!(status, 200);
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no sample `{sample}` in:\n{text}"))
+    sample(&text, series).unwrap_or_else(|| panic!("no sample `{series}` in:\n{text}"))
 }
 
 /// A stream of about one second (ten chunks 100 ms apart), read to its end in a task.
@@ -108,7 +106,7 @@ fn body_json(text: &str) -> Value {
 #[tokio::test]
 async fn a_silent_connection_is_closed_after_the_header_timeout() {
     let h = Harness::start_with(
-        standard_config,
+        Config::standard,
         &[("SWITCHYARD_HEADER_READ_TIMEOUT_MS", "300")],
     )
     .await;
@@ -122,7 +120,7 @@ async fn a_silent_connection_is_closed_after_the_header_timeout() {
 #[tokio::test]
 async fn a_partial_request_head_is_closed_after_the_header_timeout() {
     let h = Harness::start_with(
-        standard_config,
+        Config::standard,
         &[("SWITCHYARD_HEADER_READ_TIMEOUT_MS", "300")],
     )
     .await;
@@ -139,7 +137,7 @@ async fn a_partial_request_head_is_closed_after_the_header_timeout() {
 #[tokio::test]
 async fn a_partial_next_head_on_a_kept_alive_connection_is_under_the_header_timeout() {
     let h = Harness::start_with(
-        standard_config,
+        Config::standard,
         &[
             ("SWITCHYARD_HEADER_READ_TIMEOUT_MS", "300"),
             ("SWITCHYARD_KEEPALIVE_IDLE_TIMEOUT_MS", "60000"),
@@ -161,7 +159,7 @@ async fn a_partial_next_head_on_a_kept_alive_connection_is_under_the_header_time
 #[tokio::test]
 async fn a_partial_body_gets_408_request_body_timeout_and_the_connection_closes() {
     let h = Harness::start_with(
-        standard_config,
+        Config::standard,
         &[("SWITCHYARD_BODY_READ_TIMEOUT_MS", "300")],
     )
     .await;
@@ -207,7 +205,7 @@ async fn a_partial_body_gets_408_request_body_timeout_and_the_connection_closes(
 #[tokio::test]
 async fn an_idle_keep_alive_connection_is_closed_while_a_busy_one_is_served() {
     let h = Harness::start_with(
-        standard_config,
+        Config::standard,
         &[("SWITCHYARD_KEEPALIVE_IDLE_TIMEOUT_MS", "300")],
     )
     .await;
@@ -227,7 +225,7 @@ async fn an_idle_keep_alive_connection_is_closed_while_a_busy_one_is_served() {
 
 #[tokio::test]
 async fn over_the_connection_cap_a_new_connection_is_closed_while_open_ones_are_served() {
-    let h = Harness::start_with(standard_config, &[("SWITCHYARD_MAX_CONNECTIONS", "2")]).await;
+    let h = Harness::start_with(Config::standard, &[("SWITCHYARD_MAX_CONNECTIONS", "2")]).await;
     let mut first = connect(&h).await;
     let mut second = connect(&h).await;
     assert_eq!(get(&mut first, "/api/monitoring/health").await.0, 200);
@@ -281,7 +279,7 @@ async fn over_the_connection_cap_a_new_connection_is_closed_while_open_ones_are_
 #[tokio::test]
 async fn shutdown_closes_half_sent_requests_at_once_and_serves_the_rest() {
     let mut h = Harness::start_with(
-        standard_config,
+        Config::standard,
         &[("SWITCHYARD_SHUTDOWN_GRACE_MS", "30000")],
     )
     .await;
@@ -338,7 +336,7 @@ async fn shutdown_closes_half_sent_requests_at_once_and_serves_the_rest() {
 async fn h2c_requests_are_served_and_a_late_h2_body_gets_408() {
     use futures_util::StreamExt;
     let h = Harness::start_with(
-        standard_config,
+        Config::standard,
         &[("SWITCHYARD_BODY_READ_TIMEOUT_MS", "300")],
     )
     .await;

@@ -1,43 +1,20 @@
 //! Upstream failures: typed errors and priority-combo failover.
 
-use crate::common::*;
 use serde_json::{json, Value};
+use switchyard_test_support::*;
 
-fn single_provider(mock_url: &str) -> String {
-    format!(
-        r#"
-[settings]
-"upstream.first_byte_timeout_ms" = 400
-
-[[providers]]
-id = "solo"
-format = "openai"
-base_url = "{mock_url}"
-
-[[providers]]
-id = "dead"
-format = "openai"
-base_url = "http://127.0.0.1:9"
-
-[[connections]]
-id = "solo-1"
-provider = "solo"
-auth_class = "apikey"
-credential = "{CRED_ALPHA}"
-disable_cooling = true
-
-[[connections]]
-id = "dead-1"
-provider = "dead"
-auth_class = "apikey"
-credential = "x"
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-"#
-    )
+fn single_provider(mock_url: &str) -> Config {
+    Config::new()
+        .setting("upstream.first_byte_timeout_ms", 400)
+        .provider(Provider::openai("solo", mock_url))
+        .provider(Provider::openai("dead", "http://127.0.0.1:9"))
+        .connection(
+            Connection::apikey("solo-1", "solo")
+                .credential(CRED_ALPHA)
+                .disable_cooling(),
+        )
+        .connection(Connection::apikey("dead-1", "dead").credential("x"))
+        .key(Key::new("k1", "tester", KEY))
 }
 
 /// The mock's stream of model `m` up to its first two content chunks, then `frame`.
@@ -51,16 +28,11 @@ fn two_chunks_then(frame: &str) -> String {
     )
 }
 
-async fn error_of(r: reqwest::Response) -> (u16, Value) {
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
-}
-
 #[tokio::test]
 async fn upstream_5xx_timeout_reset_and_connect_errors_map_to_typed_errors() {
     let h = Harness::start_with(single_provider, &[]).await;
     h.rule(json!({"times": 1, "status": 503})).await;
-    let (s, e) = error_of(h.chat(chat_body("solo/m", false)).await).await;
+    let (s, e) = status_and_json(h.chat(chat_body("solo/m", false)).await).await;
     assert_eq!(s, 502);
     assert_eq!(e["error"]["code"], "upstream_error");
     assert_eq!(e["error"]["type"], "upstream_error");
@@ -71,20 +43,20 @@ async fn upstream_5xx_timeout_reset_and_connect_errors_map_to_typed_errors() {
     );
 
     h.rule(json!({"times": 1, "latency_ms": 3000})).await;
-    let (s, e) = error_of(h.chat(chat_body("solo/m", false)).await).await;
+    let (s, e) = status_and_json(h.chat(chat_body("solo/m", false)).await).await;
     assert_eq!(
         (s, e["error"]["code"].as_str().unwrap()),
         (504, "upstream_timeout")
     );
 
     h.rule(json!({"times": 1, "reset": "before_headers"})).await;
-    let (s, e) = error_of(h.chat(chat_body("solo/m", false)).await).await;
+    let (s, e) = status_and_json(h.chat(chat_body("solo/m", false)).await).await;
     assert_eq!(
         (s, e["error"]["code"].as_str().unwrap()),
         (502, "upstream_connection_reset")
     );
 
-    let (s, e) = error_of(h.chat(chat_body("dead/m", false)).await).await;
+    let (s, e) = status_and_json(h.chat(chat_body("dead/m", false)).await).await;
     assert_eq!(
         (s, e["error"]["code"].as_str().unwrap()),
         (502, "upstream_unavailable")
@@ -214,32 +186,12 @@ async fn disabled_connections_are_excluded_with_diagnostics() {
 
 #[tokio::test]
 async fn a_provider_with_several_connections_fails_over_between_them() {
-    fn two_conns(mock_url: &str) -> String {
-        format!(
-            r#"
-[[providers]]
-id = "multi"
-format = "openai"
-base_url = "{mock_url}"
-
-[[connections]]
-id = "m-1"
-provider = "multi"
-auth_class = "oauth"
-credential = "cred-m-1"
-
-[[connections]]
-id = "m-2"
-provider = "multi"
-auth_class = "oauth"
-credential = "cred-m-2"
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-"#
-        )
+    fn two_conns(mock_url: &str) -> Config {
+        Config::new()
+            .provider(Provider::openai("multi", mock_url))
+            .connection(Connection::oauth("m-1", "multi").credential("cred-m-1"))
+            .connection(Connection::oauth("m-2", "multi").credential("cred-m-2"))
+            .key(Key::new("k1", "tester", KEY))
     }
     let h = Harness::start_with(two_conns, &[]).await;
     for _ in 0..4 {
@@ -327,7 +279,7 @@ async fn an_upstream_200_that_is_not_json_or_not_a_stream_fails_over_and_counts(
     // Direct, with nothing to fail over to: a typed 502.
     h.rule(json!({"times": 1, "status": 200, "body": "not json"}))
         .await;
-    let (s, e) = error_of(h.chat(chat_body("alpha/mock-small", false)).await).await;
+    let (s, e) = status_and_json(h.chat(chat_body("alpha/mock-small", false)).await).await;
     assert_eq!(
         (s, e["error"]["code"].as_str()),
         (502, Some("upstream_invalid_response"))
@@ -399,11 +351,7 @@ async fn a_502_says_when_the_soonest_candidate_is_usable_again() {
     // Both combo targets fail and cool down (API key: 3 s at the first level).
     let r = h.chat(chat_body("fast", false)).await;
     assert_eq!(r.status(), 502);
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&r);
     assert_eq!(retry, 3);
     // A connection that does not cool down is usable at once: come back in a second.
     h.rule(json!({"times": 1, "status": 503})).await;

@@ -1,15 +1,13 @@
 //! Start-up, configuration changes from other processes, graceful shutdown, request log.
 
-use crate::common::*;
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use switchyard_gateway::bootstrap::{self, AdminToken};
 use switchyard_gateway::clock::SystemClock;
-use switchyard_gateway::config::{self, FileConfig};
 use switchyard_gateway::keys::{new_key, NewKey};
 use switchyard_store::{LogRow, SaveMode};
+use switchyard_test_support::*;
 
 #[tokio::test]
 async fn request_log_rows_are_written_without_bodies_or_credentials() {
@@ -165,8 +163,7 @@ async fn a_key_created_by_another_process_is_accepted_within_seconds() {
 async fn zero_config_start_creates_the_database_and_an_admin_token_file() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("nested/data");
-    let env = BTreeMap::from([("SWITCHYARD_DATA_DIR".to_owned(), data.display().to_string())]);
-    let cfg = config::resolve(FileConfig::default(), &env).unwrap();
+    let cfg = Config::new().resolve(&data, &[]);
     let prepared = bootstrap::prepare(&cfg, Arc::new(SystemClock))
         .await
         .unwrap();
@@ -239,25 +236,10 @@ async fn zero_config_start_creates_the_database_and_an_admin_token_file() {
 #[tokio::test]
 async fn an_invalid_declared_configuration_fails_start_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let env = BTreeMap::from([(
-        "SWITCHYARD_DATA_DIR".to_owned(),
-        dir.path().display().to_string(),
-    )]);
-    let file = FileConfig::parse(
-        r#"
-[[providers]]
-id = "p"
-format = "openai"
-base_url = "http://127.0.0.1:1"
-
-[[combos]]
-name = "c"
-strategy = "priority"
-targets = [{ model = "q/m" }]
-"#,
-    )
-    .unwrap();
-    let cfg = config::resolve(file, &env).unwrap();
+    let cfg = Config::new()
+        .provider(Provider::openai("p", "http://127.0.0.1:1"))
+        .combo(Combo::priority("c", ["q/m"]))
+        .resolve(dir.path(), &[]);
     let err = bootstrap::prepare(&cfg, Arc::new(SystemClock))
         .await
         .unwrap_err();
@@ -272,7 +254,7 @@ targets = [{ model = "q/m" }]
 #[tokio::test]
 async fn shutdown_cuts_requests_still_running_after_the_grace_period() {
     let mut h =
-        Harness::start_with(standard_config, &[("SWITCHYARD_SHUTDOWN_GRACE_MS", "300")]).await;
+        Harness::start_with(Config::standard, &[("SWITCHYARD_SHUTDOWN_GRACE_MS", "300")]).await;
     h.rule(json!({"stall_after_chunks": 1})).await;
     let r = h.chat(chat_body("alpha/mock-small", true)).await;
     assert_eq!(r.status(), 200);
@@ -295,30 +277,11 @@ async fn shutdown_cuts_requests_still_running_after_the_grace_period() {
 #[tokio::test]
 async fn two_declared_keys_with_one_secret_fail_start_naming_both() {
     let dir = tempfile::tempdir().unwrap();
-    let env = BTreeMap::from([(
-        "SWITCHYARD_DATA_DIR".to_owned(),
-        dir.path().display().to_string(),
-    )]);
-    let file = FileConfig::parse(
-        r#"
-[[providers]]
-id = "p"
-format = "openai"
-base_url = "http://127.0.0.1:1"
-
-[[keys]]
-id = "a"
-name = "a"
-secret = "sy-the-same-secret-for-both-keys"
-
-[[keys]]
-id = "b"
-name = "b"
-secret = "sy-the-same-secret-for-both-keys"
-"#,
-    )
-    .unwrap();
-    let cfg = config::resolve(file, &env).unwrap();
+    let cfg = Config::new()
+        .provider(Provider::openai("p", "http://127.0.0.1:1"))
+        .key(Key::new("a", "a", "sy-the-same-secret-for-both-keys"))
+        .key(Key::new("b", "b", "sy-the-same-secret-for-both-keys"))
+        .resolve(dir.path(), &[]);
     let err = bootstrap::prepare(&cfg, Arc::new(SystemClock))
         .await
         .unwrap_err();

@@ -1,5 +1,6 @@
 //! Black-box tests: the gateway on 127.0.0.1:0 against the mock provider on
 //! 127.0.0.1:0, over real sockets, with a real SQLite database in a temporary directory.
+//! The harness that starts them is `switchyard-test-support`'s.
 
 #![expect(
     clippy::unwrap_used,
@@ -10,7 +11,6 @@
 mod admin;
 mod chat;
 mod combo_wait;
-mod common;
 mod concurrency;
 mod edge;
 mod failover;

@@ -3,8 +3,8 @@
 //! The interpreter comes from `SWITCHYARD_TEST_PYTHON`, or `.venv/bin/python` at the
 //! repository root (both set up by `scripts/test.sh`).
 
-use crate::common::*;
 use std::path::PathBuf;
+use switchyard_test_support::*;
 
 fn python() -> PathBuf {
     if let Ok(p) = std::env::var("SWITCHYARD_TEST_PYTHON") {

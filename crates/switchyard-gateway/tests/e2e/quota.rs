@@ -2,62 +2,41 @@
 //! API, decisions seen by clients (429s, headers), usage and decisions endpoints,
 //! persistence across a restart, and the overshoot guarantee under concurrency.
 
-use crate::common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
+use switchyard_test_support::*;
 
 pub const KEY2: &str = "sy-test-client-key-0000000002";
 pub const KEY3: &str = "sy-test-client-key-0000000003";
 
-/// The standard configuration, two more client keys, and `pool` (TOML).
-fn with_pool(mock_url: &str, pool: &str) -> String {
-    format!(
-        r#"{}
-[[keys]]
-id = "k2"
-name = "second"
-secret = "{KEY2}"
-
-[[keys]]
-id = "k3"
-name = "third"
-secret = "{KEY3}"
-
-{pool}
-"#,
-        standard_config(mock_url)
-    )
+/// The standard configuration, two more client keys, and `pool`.
+fn with_pool(mock_url: &str, pool: QuotaPool) -> Config {
+    with_pool_none(mock_url).quota_pool(pool)
 }
 
 /// The standard configuration with pool `team` on `alpha-1`, given its dimensions and
-/// allocations (TOML arrays).
-fn team_pool(mock_url: &str, dimensions: &str, allocations: &str) -> String {
+/// allocations.
+fn team_pool(
+    mock_url: &str,
+    dimensions: impl IntoIterator<Item = Dimension>,
+    allocations: impl IntoIterator<Item = Allocation>,
+) -> Config {
+    let pool = QuotaPool::new("team", "Team", ["alpha-1"]);
+    let pool = dimensions.into_iter().fold(pool, QuotaPool::dimension);
     with_pool(
         mock_url,
-        &format!(
-            r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = {dimensions}
-allocations = {allocations}
-"#
-        ),
+        allocations.into_iter().fold(pool, QuotaPool::allocation),
     )
 }
 
-fn three_equal_keys(mock_url: &str) -> String {
+fn three_equal_keys(mock_url: &str) -> Config {
     with_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team alpha"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "requests", window = "hourly", limit = 30 }]
-allocations = [{ api_key_id = "k1" }, { api_key_id = "k2" }, { api_key_id = "k3" }]
-"#,
+        QuotaPool::new("team", "Team alpha", ["alpha-1"])
+            .dimension(Dimension::new("requests", "hourly", 30))
+            .allocation(Allocation::new("k1"))
+            .allocation(Allocation::new("k2"))
+            .allocation(Allocation::new("k3")),
     )
 }
 
@@ -134,11 +113,7 @@ async fn a_quota_429_says_when_to_come_back_and_admitted_answers_carry_the_remai
     // All 15 were booked within the last second, in at most two adjacent 28.125 s
     // slots, so the key fits again when enough of them phase out of the window: one
     // hour after their slot, give or take two slots, and never more than the hour.
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&r);
     assert!((3543..=3600).contains(&retry), "{retry}");
     let body: Value = r.json().await.unwrap();
     assert_eq!(
@@ -169,14 +144,17 @@ async fn a_quota_429_says_when_to_come_back_and_admitted_answers_carry_the_remai
     assert_eq!(decisions.as_array().unwrap().len(), 17);
 }
 
-fn capped(mock_url: &str) -> String {
+fn capped(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "requests", window = "daily", limit = 100 }]"#,
-        r#"[
-  { api_key_id = "k1", allocation_weight = 50 },
-  { api_key_id = "k2", allocation_weight = 50, cap_value = 2, cap_unit = "requests", policy = "burst" },
-]"#,
+        [Dimension::new("requests", "daily", 100)],
+        [
+            Allocation::new("k1").weight(50),
+            Allocation::new("k2")
+                .weight(50)
+                .cap(2, "requests")
+                .policy("burst"),
+        ],
     )
 }
 
@@ -194,14 +172,14 @@ async fn an_absolute_cap_blocks_early_even_while_the_pool_is_lenient() {
     assert_eq!(burst(&h, KEY, "alpha/mock-small", 3).await.0, 3);
 }
 
-fn soft(mock_url: &str) -> String {
+fn soft(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "requests", window = "hourly", limit = 10 }]"#,
-        r#"[
-  { api_key_id = "k1", allocation_weight = 10, policy = "soft" },
-  { api_key_id = "k2", allocation_weight = 90 },
-]"#,
+        [Dimension::new("requests", "hourly", 10)],
+        [
+            Allocation::new("k1").weight(10).policy("soft"),
+            Allocation::new("k2").weight(90),
+        ],
     )
 }
 
@@ -243,14 +221,14 @@ async fn a_soft_key_is_deprioritized_never_blocked_by_its_share() {
     assert_eq!(body.unwrap()["error"]["quota"]["reason"], "global_limit");
 }
 
-fn weekly(mock_url: &str) -> String {
+fn weekly(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[
-  { unit = "requests", window = "5h", limit = 100 },
-  { unit = "requests", window = "weekly", limit = 3 },
-]"#,
-        r#"[{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]"#,
+        [
+            Dimension::new("requests", "5h", 100),
+            Dimension::new("requests", "weekly", 3),
+        ],
+        [Allocation::new("k1").weight(100).policy("burst")],
     )
 }
 
@@ -270,11 +248,11 @@ async fn an_exhausted_weekly_dimension_blocks_while_the_5h_one_is_free() {
     assert_eq!(usage["dimensions"][1]["usedFraction"], 1.0);
 }
 
-pub(crate) fn small_burst_pool(mock_url: &str) -> String {
+pub(crate) fn small_burst_pool(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "requests", window = "daily", limit = 4 }]"#,
-        r#"[{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]"#,
+        [Dimension::new("requests", "daily", 4)],
+        [Allocation::new("k1").weight(100).policy("burst")],
     )
 }
 
@@ -288,11 +266,11 @@ async fn counters_survive_a_restart() {
     assert_eq!(body.unwrap()["error"]["quota"]["reason"], "global_limit");
 }
 
-fn big_burst_pool(mock_url: &str) -> String {
+fn big_burst_pool(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "requests", window = "daily", limit = 50 }]"#,
-        r#"[{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]"#,
+        [Dimension::new("requests", "daily", 50)],
+        [Allocation::new("k1").weight(100).policy("burst")],
     )
 }
 
@@ -307,11 +285,11 @@ async fn two_hundred_concurrent_requests_against_fifty_of_headroom_admit_exactly
     assert_eq!(h.mock_stats().await["requests_total"], 50);
 }
 
-pub(crate) fn token_pool(mock_url: &str) -> String {
+pub(crate) fn token_pool(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "tokens", window = "daily", limit = 100000 }]"#,
-        r#"[{ api_key_id = "k1", allocation_weight = 50 }]"#,
+        [Dimension::new("tokens", "daily", 100_000)],
+        [Allocation::new("k1").weight(50)],
     )
 }
 
@@ -353,17 +331,12 @@ async fn tokens_are_settled_to_the_upstream_usage() {
     );
 }
 
-fn percent_pool(mock_url: &str) -> String {
+fn percent_pool(mock_url: &str) -> Config {
     with_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "codex"
-name = "Codex"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "percent", window = "5h", limit = 100 }]
-allocations = [{ api_key_id = "k1", allocation_weight = 100, policy = "burst" }]
-"#,
+        QuotaPool::new("codex", "Codex", ["alpha-1"])
+            .dimension(Dimension::new("percent", "5h", 100))
+            .allocation(Allocation::new("k1").weight(100).policy("burst")),
     )
 }
 
@@ -382,11 +355,7 @@ async fn a_provider_saying_the_account_is_used_up_blocks_until_its_reset() {
     );
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     assert_eq!(r.status(), 429);
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&r);
     assert!((119..=120).contains(&retry), "{retry}");
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["quota"]["reason"], "global_limit");
@@ -588,7 +557,7 @@ async fn pools_import_once_into_an_empty_database() {
     let source = Harness::start_with(three_equal_keys, &[]).await;
     let exported: Value = source.admin_json("/api/quota/export").await;
     assert_eq!(exported[0]["id"], "team");
-    let target = Harness::start_with(|url| with_pool(url, ""), &[]).await;
+    let target = Harness::start_with(with_pool_none, &[]).await;
     let r = target
         .admin_send(Method::POST, "/api/quota/import", exported.clone())
         .await;
@@ -606,25 +575,8 @@ async fn pools_import_once_into_an_empty_database() {
     assert_eq!(pools, exported);
 }
 
-/// Environment selecting the Redis counter store under a prefix of this test's own.
-fn redis_env(prefix: &str) -> Vec<(&'static str, String)> {
-    let url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    vec![
-        ("QUOTA_STORE_DRIVER", "redis".to_owned()),
-        ("QUOTA_STORE_REDIS_URL", url),
-        ("QUOTA_STORE_REDIS_PREFIX", prefix.to_owned()),
-    ]
-}
-
-pub(crate) fn unique_prefix() -> String {
-    format!("sytest-{:016x}", rand::random::<u64>())
-}
-
-async fn start_on_redis(config: fn(&str) -> String, prefix: &str) -> Harness {
-    let env = redis_env(prefix);
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let h = Harness::start_with(config, &pairs).await;
+async fn start_on_redis(config: fn(&str) -> Config, store: &RedisQuotaStore) -> Harness {
+    let h = Harness::start_with(config, &store.env()).await;
     let health: Value = h.health().await;
     assert_eq!(health["quota_store"], "redis");
     h
@@ -632,9 +584,9 @@ async fn start_on_redis(config: fn(&str) -> String, prefix: &str) -> Harness {
 
 #[tokio::test]
 async fn two_gateways_sharing_redis_see_one_another() {
-    let prefix = unique_prefix();
-    let a = start_on_redis(small_burst_pool, &prefix).await;
-    let b = start_on_redis(small_burst_pool, &prefix).await;
+    let store = RedisQuotaStore::unique();
+    let a = start_on_redis(small_burst_pool, &store).await;
+    let b = start_on_redis(small_burst_pool, &store).await;
     assert_eq!(burst(&a, KEY, "alpha/mock-small", 3).await.0, 3);
     let (ok, body) = burst(&b, KEY, "alpha/mock-small", 3).await;
     assert_eq!(ok, 1);
@@ -645,7 +597,7 @@ async fn two_gateways_sharing_redis_see_one_another() {
 
 #[tokio::test]
 async fn on_redis_two_hundred_concurrent_requests_admit_exactly_fifty() {
-    let h = start_on_redis(big_burst_pool, &unique_prefix()).await;
+    let h = start_on_redis(big_burst_pool, &RedisQuotaStore::unique()).await;
     h.rule(json!({"latency_ms": 50})).await;
     let statuses = h.concurrent_statuses(200, KEY, "alpha/mock-small").await;
     let count = |code: u16| statuses.iter().filter(|s| **s == code).count();
@@ -656,7 +608,7 @@ async fn on_redis_two_hundred_concurrent_requests_admit_exactly_fifty() {
 
 #[tokio::test]
 async fn on_redis_tokens_settle_to_the_upstream_usage() {
-    let h = start_on_redis(token_pool, &unique_prefix()).await;
+    let h = start_on_redis(token_pool, &RedisQuotaStore::unique()).await;
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     let body: Value = r.json().await.unwrap();
     let total = body["usage"]["total_tokens"].as_f64().unwrap();
@@ -726,23 +678,13 @@ async fn a_stream_running_past_its_estimate_grows_its_reservation_as_it_goes() {
     .await;
 }
 
-fn usd_pool(mock_url: &str) -> String {
-    with_pool(
+fn usd_pool(mock_url: &str) -> Config {
+    team_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "usd", window = "daily", limit = 100000 }]
-allocations = [{ api_key_id = "k1", allocation_weight = 100 }]
-"#,
+        [Dimension::new("usd", "daily", 100_000)],
+        [Allocation::new("k1").weight(100)],
     )
-    .replace(
-        r#"models = ["mock-small", "mock-large"]"#,
-        r#"models = ["mock-small", "mock-large"]
-prices = { "mock-small" = { input_per_mtok = 2000000, output_per_mtok = 1000000 } }"#,
-    )
+    .edit_provider("alpha", |p| p.price("mock-small", 2_000_000.0, 1_000_000.0))
 }
 
 #[tokio::test]
@@ -776,35 +718,16 @@ async fn usd_dimensions_are_metered_with_the_model_price() {
 pub const CRED_ALPHA2: &str = "cred-alpha-2-secret-value";
 
 /// A pool over two connections of one provider, for `qtSd/` dispatch.
-fn two_account_pool(mock_url: &str) -> String {
+fn two_account_pool(mock_url: &str) -> Config {
     with_pool(
         mock_url,
-        &format!(
-            r#"
-[[connections]]
-id = "alpha-2"
-provider = "alpha"
-auth_class = "oauth"
-credential = "{CRED_ALPHA2}"
-
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1", "alpha-2"]
-dimensions = [
-  {{ unit = "requests", window = "hourly", limit = 1000 }},
-  {{ unit = "percent", window = "5h", limit = 100 }},
-]
-allocations = [{{ api_key_id = "k1", allocation_weight = 50 }}, {{ api_key_id = "k2", allocation_weight = 50 }}]
-"#
-        ),
+        QuotaPool::new("team", "Team", ["alpha-1", "alpha-2"])
+            .dimension(Dimension::new("requests", "hourly", 1000))
+            .dimension(Dimension::new("percent", "5h", 100))
+            .allocation(Allocation::new("k1").weight(50))
+            .allocation(Allocation::new("k2").weight(50)),
     )
-}
-
-async fn served(h: &Harness, cred: &str) -> u64 {
-    h.mock_stats().await["by_credential"][cred]
-        .as_u64()
-        .unwrap_or(0)
+    .connection(Connection::oauth("alpha-2", "alpha").credential(CRED_ALPHA2))
 }
 
 #[tokio::test]
@@ -814,7 +737,10 @@ async fn qtsd_combos_spread_over_the_pool_connections() {
         let r = h.chat(chat_body("qtSd/team/mock-small", false)).await;
         assert_eq!(r.status(), 200);
     }
-    let (a, b) = (served(&h, CRED_ALPHA).await, served(&h, CRED_ALPHA2).await);
+    let (a, b) = (
+        h.by_credential(CRED_ALPHA).await,
+        h.by_credential(CRED_ALPHA2).await,
+    );
     assert_eq!(a + b, 20);
     assert!(a >= 5 && b >= 5, "alpha-1 {a}, alpha-2 {b}");
     // Without a model: the provider's first model.
@@ -849,13 +775,13 @@ async fn qtsd_moves_off_a_connection_its_provider_reports_saturated() {
                   "headers": {"x-codex-primary-used-percent": "90", "x-codex-primary-window-minutes": "300"}}))
         .await;
     for _ in 0..10 {
-        if served(&h, CRED_ALPHA).await > 0 {
+        if h.by_credential(CRED_ALPHA).await > 0 {
             break;
         }
         h.chat(chat_body("qtSd/team/mock-small", false)).await;
     }
-    assert_eq!(served(&h, CRED_ALPHA).await, 1);
-    let before = served(&h, CRED_ALPHA2).await;
+    assert_eq!(h.by_credential(CRED_ALPHA).await, 1);
+    let before = h.by_credential(CRED_ALPHA2).await;
     for _ in 0..10 {
         assert_eq!(
             h.chat(chat_body("qtSd/team/mock-small", false))
@@ -864,26 +790,20 @@ async fn qtsd_moves_off_a_connection_its_provider_reports_saturated() {
             200
         );
     }
-    assert_eq!(served(&h, CRED_ALPHA).await, 1);
-    assert_eq!(served(&h, CRED_ALPHA2).await, before + 10);
+    assert_eq!(h.by_credential(CRED_ALPHA).await, 1);
+    assert_eq!(h.by_credential(CRED_ALPHA2).await, before + 10);
 }
 
-fn one_slot_pool(mock_url: &str) -> String {
-    with_pool(
+fn one_slot_pool(mock_url: &str) -> Config {
+    team_pool(
         mock_url,
-        r#"
-[[quota_pools]]
-id = "team"
-name = "Team"
-connection_ids = ["alpha-1"]
-dimensions = [{ unit = "requests", window = "hourly", limit = 1000 }]
-allocations = [{ api_key_id = "k1", allocation_weight = 50 }, { api_key_id = "k2", allocation_weight = 50 }]
-"#,
+        [Dimension::new("requests", "hourly", 1000)],
+        [
+            Allocation::new("k1").weight(50),
+            Allocation::new("k2").weight(50),
+        ],
     )
-    .replace(
-        &format!("credential = \"{CRED_ALPHA}\""),
-        &format!("credential = \"{CRED_ALPHA}\"\nmax_concurrent = 1"),
-    )
+    .edit_connection("alpha-1", |c| c.max_concurrent(1))
 }
 
 #[tokio::test]
@@ -908,17 +828,15 @@ async fn qtsd_queues_for_a_one_slot_account_fairly_across_keys() {
 
 #[tokio::test]
 async fn a_failing_quota_store_lets_requests_through_with_a_warning() {
-    let prefix = unique_prefix();
-    let h = start_on_redis(small_burst_pool, &prefix).await;
-    let url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let mut redis = redis::Client::open(url)
+    let store = RedisQuotaStore::unique();
+    let h = start_on_redis(small_burst_pool, &store).await;
+    let mut redis = redis::Client::open(redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
     // A counter of the wrong type makes every reservation script fail.
-    let counter = format!("{prefix}:q1:{{team}}:requests:daily:k1");
+    let counter = format!("{}:q1:{{team}}:requests:daily:k1", store.prefix());
     let _: () = redis::cmd("SET")
         .arg(&counter)
         .arg("not a hash")
@@ -957,11 +875,11 @@ async fn the_quota_share_strategy_is_not_user_selectable() {
 }
 
 /// 5 000 tokens an hour, all of them k1's share (hard).
-fn small_token_pool(mock_url: &str) -> String {
+fn small_token_pool(mock_url: &str) -> Config {
     team_pool(
         mock_url,
-        r#"[{ unit = "tokens", window = "hourly", limit = 5000 }]"#,
-        r#"[{ api_key_id = "k1", allocation_weight = 100 }]"#,
+        [Dimension::new("tokens", "hourly", 5000)],
+        [Allocation::new("k1").weight(100)],
     )
 }
 
@@ -1050,8 +968,7 @@ async fn long_streams_on_a_small_token_pool_stop_at_its_limit_on_sqlite() {
 
 #[tokio::test]
 async fn long_streams_on_a_small_token_pool_stop_at_its_limit_on_redis() {
-    let prefix = unique_prefix();
-    let h = start_on_redis(small_token_pool, &prefix).await;
+    let h = start_on_redis(small_token_pool, &RedisQuotaStore::unique()).await;
     four_long_streams_on_a_small_pool(&h).await;
 }
 
@@ -1135,8 +1052,10 @@ fn four_an_hour(allocations: Value) -> Value {
 }
 
 /// The standard configuration and two more keys, no pool.
-fn with_pool_none(mock_url: &str) -> String {
-    with_pool(mock_url, "")
+fn with_pool_none(mock_url: &str) -> Config {
+    Config::standard(mock_url)
+        .key(Key::new("k2", "second", KEY2))
+        .key(Key::new("k3", "third", KEY3))
 }
 
 /// Usage as a key without an allocation sees it after two admitted requests, on the
@@ -1160,10 +1079,7 @@ async fn usage_of_an_unallocated_key(env: &[(&str, &str)]) -> Value {
 
 #[tokio::test]
 async fn usage_and_burn_rates_of_unallocated_keys_are_the_same_on_both_drivers() {
-    let prefix = unique_prefix();
-    let env = redis_env(&prefix);
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let on_redis = usage_of_an_unallocated_key(&pairs).await;
+    let on_redis = usage_of_an_unallocated_key(&RedisQuotaStore::unique().env()).await;
     let on_sqlite = usage_of_an_unallocated_key(&[]).await;
     let k2 = json!({
         "apiKeyId": "k2", "allocated": false, "policy": "hard", "allocationWeight": 0.0,
@@ -1196,9 +1112,7 @@ async fn remaining_after_each(env: &[(&str, &str)]) -> Vec<String> {
 
 #[tokio::test]
 async fn remaining_share_headers_count_finished_requests_settled_on_both_drivers() {
-    let prefix = unique_prefix();
-    let env = redis_env(&prefix);
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let store = RedisQuotaStore::unique();
     let on_sqlite = remaining_after_each(&[]).await;
     // Each answer is 5 prompt + 5 completion tokens settled; the request itself counts
     // at its estimate (12 prompt + 1 024).
@@ -1207,5 +1121,5 @@ async fn remaining_share_headers_count_finished_requests_settled_on_both_drivers
         .map(|i| format!("{}", share - 10.0 * f64::from(i) - 1_036.0))
         .collect();
     assert_eq!(on_sqlite, want);
-    assert_eq!(remaining_after_each(&pairs).await, want);
+    assert_eq!(remaining_after_each(&store.env()).await, want);
 }

@@ -3,15 +3,13 @@
 //! switch between forwarding, holding bytes (a hanging Redis) and refusing connections
 //! (a Redis that is down), so the shared Redis server itself is never disturbed.
 
-use crate::common::*;
-use crate::quota::{burst, small_burst_pool, token_pool, unique_prefix};
+use crate::quota::{burst, small_burst_pool, token_pool};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_gateway::bootstrap;
 use switchyard_gateway::clock::{Clock, ManualClock, SystemClock};
-use switchyard_gateway::config::{self, FileConfig};
+use switchyard_test_support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -26,12 +24,6 @@ enum Mode {
     Hold,
     /// Open connections are cut and new ones closed at once: Redis seems down.
     Refuse,
-}
-
-/// The test Redis's URL (`SWITCHYARD_TEST_REDIS_URL`, default the local one).
-fn redis_url() -> String {
-    std::env::var("SWITCHYARD_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
 
 /// A TCP proxy in front of the test Redis.
@@ -82,6 +74,11 @@ impl RedisProxy {
         }
     }
 
+    /// A quota store in Redis through this proxy, under a fresh prefix.
+    fn store(&self) -> RedisQuotaStore {
+        RedisQuotaStore::at(&self.url)
+    }
+
     fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
     }
@@ -114,51 +111,9 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, mut mode: watch::
     }
 }
 
-/// Environment selecting Redis through `proxy` under `prefix`.
-fn env_via(proxy: &RedisProxy, prefix: &str) -> Vec<(&'static str, String)> {
-    vec![
-        ("QUOTA_STORE_DRIVER", "redis".to_owned()),
-        ("QUOTA_STORE_REDIS_URL", proxy.url.clone()),
-        ("QUOTA_STORE_REDIS_PREFIX", prefix.to_owned()),
-    ]
-}
-
-async fn start_via(
-    proxy: &RedisProxy,
-    config: fn(&str) -> String,
-    prefix: &str,
-    clock: Arc<dyn Clock>,
-) -> Harness {
-    let env = env_via(proxy, prefix);
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    Harness::start_with_clock(config, &pairs, clock).await
-}
-
-async fn health(h: &Harness) -> Value {
-    h.http
-        .get(h.url("/api/monitoring/health"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 /// The value of one metric series (`name{labels}`), 0 when it is not exposed.
 async fn metric(h: &Harness, series: &str) -> f64 {
-    let text = h
-        .http
-        .get(h.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0.0)
+    h.metric(series).await.unwrap_or(0.0)
 }
 
 fn unmetered(reason: &str) -> String {
@@ -177,15 +132,15 @@ async fn while_redis_is_down_requests_go_ahead_unmetered_and_the_open_breaker_st
     // The gateway's clock stands still: the breaker's back-off cannot end on its own.
     let clock = Arc::new(ManualClock::new(SystemClock.now_ms()));
     let proxy = RedisProxy::start(Mode::Forward).await;
-    let h = start_via(&proxy, small_burst_pool, &unique_prefix(), clock.clone()).await;
-    assert_eq!(health(&h).await["quota_store"], "redis");
+    let h = Harness::start_with_clock(small_burst_pool, &proxy.store().env(), clock.clone()).await;
+    assert_eq!(h.health().await["quota_store"], "redis");
     assert!(metered(&h).await);
 
     proxy.set(Mode::Refuse);
     // Failed calls (these requests', and the releases the settlement worker retries
     // behind them) open the breaker within three requests.
     let mut sent = 0;
-    while health(&h).await["quota_store_status"]["breaker"] != "open" {
+    while h.health().await["quota_store_status"]["breaker"] != "open" {
         assert!(!metered(&h).await);
         sent += 1;
         assert!(
@@ -206,7 +161,7 @@ async fn while_redis_is_down_requests_go_ahead_unmetered_and_the_open_breaker_st
     assert_eq!(failed().await, failed_before);
     assert_eq!(metric(&h, &unmetered("store_unavailable")).await, 10.0);
 
-    let down = health(&h).await;
+    let down = h.health().await;
     assert_eq!(down["status"], "degraded");
     assert_eq!(down["quota_store"], "redis");
     assert_eq!(
@@ -229,7 +184,7 @@ async fn while_redis_is_down_requests_go_ahead_unmetered_and_the_open_breaker_st
         metered(&h).await
     })
     .await;
-    assert_eq!(health(&h).await["status"], "ok");
+    assert_eq!(h.health().await["status"], "ok");
     // Two metered requests are booked (one before the outage, the probe): two of four
     // left.
     assert_eq!(burst(&h, KEY, "alpha/mock-small", 4).await.0, 2);
@@ -239,7 +194,7 @@ async fn while_redis_is_down_requests_go_ahead_unmetered_and_the_open_breaker_st
 async fn reservations_given_up_on_while_redis_hangs_count_nothing_once_it_resumes() {
     let clock = Arc::new(ManualClock::new(SystemClock.now_ms()));
     let proxy = RedisProxy::start(Mode::Forward).await;
-    let h = start_via(&proxy, small_burst_pool, &unique_prefix(), clock.clone()).await;
+    let h = Harness::start_with_clock(small_burst_pool, &proxy.store().env(), clock.clone()).await;
     assert!(metered(&h).await);
 
     // Redis hangs: each reservation script is sent, the gateway stops waiting after its
@@ -268,14 +223,13 @@ async fn reservations_given_up_on_while_redis_hangs_count_nothing_once_it_resume
 #[tokio::test]
 async fn a_gateway_started_while_redis_is_down_moves_its_counters_to_redis_when_it_answers() {
     let proxy = RedisProxy::start(Mode::Refuse).await;
-    let h = start_via(
-        &proxy,
+    let h = Harness::start_with_clock(
         small_burst_pool,
-        &unique_prefix(),
+        &proxy.store().env(),
         Arc::new(SystemClock),
     )
     .await;
-    let health0 = health(&h).await;
+    let health0 = h.health().await;
     assert_eq!(health0["quota_store"], "sqlite");
     assert_eq!(health0["status"], "degraded");
     assert_eq!(
@@ -292,10 +246,10 @@ async fn a_gateway_started_while_redis_is_down_moves_its_counters_to_redis_when_
 
     proxy.set(Mode::Forward);
     eventually("the gateway moved to Redis", || async {
-        health(&h).await["quota_store"] == "redis"
+        h.health().await["quota_store"] == "redis"
     })
     .await;
-    let health1 = health(&h).await;
+    let health1 = h.health().await;
     assert_eq!(health1["status"], "ok");
     assert_eq!(health1["quota_store_status"]["reason"], "selected");
     assert_eq!(metric(&h, &info("redis", "selected")).await, 1.0);
@@ -312,14 +266,7 @@ async fn a_gateway_started_while_redis_is_down_moves_its_counters_to_redis_when_
 /// Resolves a configuration with `env` and prepares a gateway from it.
 async fn prepare_with(env: &[(&str, &str)]) -> Result<bootstrap::Prepared, bootstrap::BootError> {
     let dir = tempfile::tempdir().unwrap();
-    let mut vars: BTreeMap<String, String> = BTreeMap::from([(
-        "SWITCHYARD_DATA_DIR".to_owned(),
-        dir.path().display().to_string(),
-    )]);
-    for (k, v) in env {
-        vars.insert((*k).to_owned(), (*v).to_owned());
-    }
-    let cfg = config::resolve(FileConfig::parse("").unwrap(), &vars).unwrap();
+    let cfg = Config::new().resolve(dir.path(), env);
     bootstrap::prepare(&cfg, Arc::new(SystemClock)).await
 }
 
@@ -371,10 +318,10 @@ async fn require_redis_makes_the_start_fail_instead_of_falling_back() {
 
 #[tokio::test]
 async fn settlements_queued_at_shutdown_reach_redis_before_the_gateway_stops() {
-    let prefix = unique_prefix();
     let proxy = RedisProxy::start(Mode::Forward).await;
-    let mut h = start_via(&proxy, token_pool, &prefix, Arc::new(SystemClock)).await;
-    assert_eq!(health(&h).await["quota_store"], "redis");
+    let store = proxy.store();
+    let mut h = Harness::start_with_clock(token_pool, &store.env(), Arc::new(SystemClock)).await;
+    assert_eq!(h.health().await["quota_store"], "redis");
     h.rule(json!({"latency_ms": 300})).await;
     let requests: Vec<_> = (0..5)
         .map(|_| {
@@ -419,7 +366,7 @@ async fn settlements_queued_at_shutdown_reach_redis_before_the_gateway_stops() {
         .await
         .unwrap();
     let sum: f64 = redis::cmd("HGET")
-        .arg(format!("{prefix}:q1:{{team}}:tokens:daily:*"))
+        .arg(format!("{}:q1:{{team}}:tokens:daily:*", store.prefix()))
         .arg("sum")
         .query_async(&mut redis)
         .await
@@ -430,9 +377,9 @@ async fn settlements_queued_at_shutdown_reach_redis_before_the_gateway_stops() {
 #[tokio::test]
 async fn on_redis_a_grown_stream_settles_every_booking_and_leaves_no_record_behind() {
     use futures_util::StreamExt;
-    let prefix = unique_prefix();
     let proxy = RedisProxy::start(Mode::Forward).await;
-    let h = start_via(&proxy, token_pool, &prefix, Arc::new(SystemClock)).await;
+    let store = proxy.store();
+    let h = Harness::start_with_clock(token_pool, &store.env(), Arc::new(SystemClock)).await;
     h.rule(json!({"chunks": 200, "chunk_interval_ms": 2})).await;
     let mut body = chat_body("alpha/mock-small", true);
     // A one-token estimate: the stream books a further step while it runs.
@@ -452,7 +399,7 @@ async fn on_redis_a_grown_stream_settles_every_booking_and_leaves_no_record_behi
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let pattern = format!("{prefix}:q1:{{team}}:r:*");
+    let pattern = format!("{}:q1:{{team}}:r:*", store.prefix());
     eventually("every booking settled and its record gone", || async {
         let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
         let records: Vec<String> = redis::cmd("KEYS")

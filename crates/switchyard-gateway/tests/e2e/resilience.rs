@@ -2,67 +2,28 @@
 //! upstream's announced reset is honoured, open breakers and terminal accounts answer
 //! typed errors, and the state survives a restart.
 
-use crate::common::*;
 use serde_json::{json, Value};
+use switchyard_test_support::*;
 
 /// Two providers with one connection each that do cool down, a combo across them, and a
 /// local provider whose breaker opens after two failures.
-pub fn cooling(mock_url: &str) -> String {
-    format!(
-        r#"
-[[providers]]
-id = "alpha"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small"]
-
-[[providers]]
-id = "beta"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small"]
-
-[[providers]]
-id = "local"
-format = "openai"
-base_url = "{mock_url}"
-
-[[connections]]
-id = "alpha-1"
-provider = "alpha"
-auth_class = "apikey"
-credential = "{CRED_ALPHA}"
-
-[[connections]]
-id = "beta-1"
-provider = "beta"
-auth_class = "apikey"
-credential = "{CRED_BETA}"
-
-[[connections]]
-id = "local-1"
-provider = "local"
-auth_class = "local"
-credential = "cred-local"
-disable_cooling = true
-
-[[combos]]
-name = "fast"
-strategy = "priority"
-targets = [{{ model = "alpha/mock-small" }}, {{ model = "beta/mock-small" }}]
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-"#
-    )
-}
-
-pub async fn by_credential(h: &Harness, cred: &str) -> u64 {
-    h.mock_stats().await["by_credential"][cred]
-        .as_u64()
-        .unwrap_or(0)
+pub fn cooling(mock_url: &str) -> Config {
+    Config::new()
+        .provider(Provider::openai("alpha", mock_url).models(["mock-small"]))
+        .provider(Provider::openai("beta", mock_url).models(["mock-small"]))
+        .provider(Provider::openai("local", mock_url))
+        .connection(Connection::apikey("alpha-1", "alpha").credential(CRED_ALPHA))
+        .connection(Connection::apikey("beta-1", "beta").credential(CRED_BETA))
+        .connection(
+            Connection::local("local-1", "local")
+                .credential("cred-local")
+                .disable_cooling(),
+        )
+        .combo(Combo::priority(
+            "fast",
+            ["alpha/mock-small", "beta/mock-small"],
+        ))
+        .key(Key::new("k1", "tester", KEY))
 }
 
 #[tokio::test]
@@ -73,8 +34,8 @@ async fn a_failing_connection_cools_down_and_the_combo_moves_on() {
     assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
     // alpha is cooling (3 s): the next request goes straight to beta.
     assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
-    assert_eq!(by_credential(&h, CRED_ALPHA).await, 1);
-    assert_eq!(by_credential(&h, CRED_BETA).await, 2);
+    assert_eq!(h.by_credential(CRED_ALPHA).await, 1);
+    assert_eq!(h.by_credential(CRED_BETA).await, 2);
 }
 
 #[tokio::test]
@@ -90,11 +51,7 @@ async fn an_announced_reset_is_honoured_and_all_targets_cooling_answers_503() {
     assert_eq!(r.headers()["retry-after"], "120");
     let check = |r: reqwest::Response| async move {
         assert_eq!(r.status(), 503);
-        let retry: u64 = r.headers()["retry-after"]
-            .to_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let retry = retry_after(&r);
         assert!((118..=120).contains(&retry), "{retry}");
         let e: Value = r.json().await.unwrap();
         assert_eq!(e["error"]["code"], "all_targets_cooling_down");
@@ -117,7 +74,7 @@ async fn an_announced_reset_is_honoured_and_all_targets_cooling_answers_503() {
     // The cooldown survives a restart.
     h.restart().await;
     check(h.chat(chat_body("alpha/mock-small", false)).await).await;
-    assert_eq!(by_credential(&h, CRED_ALPHA).await, 1);
+    assert_eq!(h.by_credential(CRED_ALPHA).await, 1);
 }
 
 #[tokio::test]
@@ -130,21 +87,17 @@ async fn an_open_breaker_answers_503_provider_circuit_open_and_survives_a_restar
     }
     let r = h.chat(chat_body("local/m", false)).await;
     assert_eq!(r.status(), 503);
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&r);
     assert!((14..=15).contains(&retry), "{retry}");
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "provider_circuit_open");
-    assert_eq!(by_credential(&h, "cred-local").await, 2);
+    assert_eq!(h.by_credential("cred-local").await, 2);
     h.restart().await;
     let r = h.chat(chat_body("local/m", false)).await;
     assert_eq!(r.status(), 503);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "provider_circuit_open");
-    assert_eq!(by_credential(&h, "cred-local").await, 2);
+    assert_eq!(h.by_credential("cred-local").await, 2);
 }
 
 #[tokio::test]
@@ -426,7 +379,7 @@ async fn model_lockout_is_off_until_patched_on_and_locks_only_the_failing_model(
 #[tokio::test]
 async fn the_opt_in_provider_cooldown_trips_after_its_threshold() {
     let h = Harness::start_with(
-        standard_config,
+        Config::standard,
         &[
             ("PROVIDER_COOLDOWN_ENABLED", "true"),
             ("OMNIROUTE_PROVIDER_BREAKER_API_KEY_FAILURE_THRESHOLD", "2"),
@@ -443,11 +396,7 @@ async fn the_opt_in_provider_cooldown_trips_after_its_threshold() {
     }
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     assert_eq!(r.status(), 503);
-    let retry: u64 = r.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let retry = retry_after(&r);
     assert!((599..=600).contains(&retry), "{retry}");
     let e: Value = r.json().await.unwrap();
     assert_eq!(
@@ -478,48 +427,22 @@ async fn concurrent_failures_of_one_connection_raise_its_backoff_once() {
 }
 
 /// A local provider that fails in every way, a healthy one beside it, and a combo.
-fn chaos(mock_url: &str) -> String {
-    format!(
-        r#"
-[settings]
-"upstream.first_byte_timeout_ms" = 300
-
-[[providers]]
-id = "flaky"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small"]
-
-[[providers]]
-id = "steady"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small"]
-
-[[connections]]
-id = "flaky-1"
-provider = "flaky"
-auth_class = "local"
-credential = "cred-flaky"
-disable_cooling = true
-
-[[connections]]
-id = "steady-1"
-provider = "steady"
-auth_class = "apikey"
-credential = "cred-steady"
-
-[[combos]]
-name = "both"
-strategy = "priority"
-targets = [{{ model = "flaky/mock-small" }}, {{ model = "steady/mock-small" }}]
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-"#
-    )
+fn chaos(mock_url: &str) -> Config {
+    Config::new()
+        .setting("upstream.first_byte_timeout_ms", 300)
+        .provider(Provider::openai("flaky", mock_url).models(["mock-small"]))
+        .provider(Provider::openai("steady", mock_url).models(["mock-small"]))
+        .connection(
+            Connection::local("flaky-1", "flaky")
+                .credential("cred-flaky")
+                .disable_cooling(),
+        )
+        .connection(Connection::apikey("steady-1", "steady").credential("cred-steady"))
+        .combo(Combo::priority(
+            "both",
+            ["flaky/mock-small", "steady/mock-small"],
+        ))
+        .key(Key::new("k1", "tester", KEY))
 }
 
 #[tokio::test]
@@ -550,7 +473,7 @@ async fn chaos_on_one_provider_opens_its_breaker_loses_no_request_and_a_probe_cl
         .unwrap()
         .clone();
     assert_eq!(flaky["state"], "OPEN");
-    let tried = by_credential(&h, "cred-flaky").await;
+    let tried = h.by_credential("cred-flaky").await;
     // The breaker opened after two counted failures (the timeout and the 503) and the
     // flaky provider was not tried again while open.
     assert_eq!(tried, 2);
@@ -559,18 +482,14 @@ async fn chaos_on_one_provider_opens_its_breaker_loses_no_request_and_a_probe_cl
     // fails and re-opens the breaker for longer).
     clock.advance(std::time::Duration::from_secs(15));
     assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
-    assert_eq!(by_credential(&h, "cred-flaky").await, tried + 1);
+    assert_eq!(h.by_credential("cred-flaky").await, tried + 1);
     let health: Value = h.admin_json("/api/monitoring/health").await;
     assert_eq!(health["breakers"][0]["state"], "OPEN");
     // Clear the remaining faults; the next probe succeeds and closes the breaker.
-    h.http
-        .post(format!("{}/_mock/reset", h.mock.base_url()))
-        .send()
-        .await
-        .unwrap();
+    h.reset_mock().await;
     clock.advance(std::time::Duration::from_secs(15));
     assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
-    assert_eq!(by_credential(&h, "cred-flaky").await, 1);
+    assert_eq!(h.by_credential("cred-flaky").await, 1);
     let health: Value = h.admin_json("/api/monitoring/health").await;
     assert_eq!(health["breakers"][0]["state"], "CLOSED");
 }
@@ -588,14 +507,14 @@ async fn a_recovered_provider_gets_a_growing_share_of_traffic() {
     clock.advance(std::time::Duration::from_secs(15));
     // The probe succeeds and closes the breaker.
     assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
-    let mut seen = by_credential(&h, "cred-flaky").await;
+    let mut seen = h.by_credential("cred-flaky").await;
     let mut shares = Vec::new();
     for advance in [0u64, 10, 20] {
         clock.advance(std::time::Duration::from_secs(advance));
         for _ in 0..16 {
             assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
         }
-        let now = by_credential(&h, "cred-flaky").await;
+        let now = h.by_credential("cred-flaky").await;
         shares.push(now - seen);
         seen = now;
     }

@@ -2,18 +2,17 @@
 //! with a key kept outside it, plaintext rows from earlier versions migrated, clear
 //! start errors for a wrong or missing key, and key rotation under a running gateway.
 
-use crate::common::*;
 use reqwest::Method;
 use secrecy::ExposeSecret;
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use switchyard_gateway::bootstrap::{self, DB_FILE, SECRET_KEY_FILE};
 use switchyard_gateway::clock::SystemClock;
-use switchyard_gateway::config::{self, FileConfig, PREVIOUS_SECRET_KEYS_ENV, SECRET_KEY_ENV};
+use switchyard_gateway::config::{PREVIOUS_SECRET_KEYS_ENV, SECRET_KEY_ENV};
 use switchyard_store::{Keyring, SecretKey};
+use switchyard_test_support::*;
 
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
@@ -48,18 +47,12 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
         .any(|w| w == needle.as_bytes())
 }
 
-async fn credential_count(h: &Harness, cred: &str) -> u64 {
-    h.mock_stats().await["by_credential"][cred]
-        .as_u64()
-        .unwrap_or(0)
-}
-
 /// One chat on `alpha-1`, checking the upstream saw `cred`.
 async fn chat_reaches_alpha_with(h: &Harness, cred: &str) {
-    let before = credential_count(h, cred).await;
+    let before = h.by_credential(cred).await;
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    assert_eq!(credential_count(h, cred).await, before + 1);
+    assert_eq!(h.by_credential(cred).await, before + 1);
 }
 
 fn key_id_of_file(data_dir: &Path) -> String {
@@ -74,8 +67,7 @@ fn key_id_of_file(data_dir: &Path) -> String {
 async fn the_data_directory_and_every_file_in_it_are_owner_only() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("fresh/data");
-    let env = BTreeMap::from([("SWITCHYARD_DATA_DIR".to_owned(), data.display().to_string())]);
-    let cfg = config::resolve(FileConfig::default(), &env).unwrap();
+    let cfg = Config::new().resolve(&data, &[]);
     let prepared = bootstrap::prepare(&cfg, Arc::new(SystemClock))
         .await
         .unwrap();
@@ -110,11 +102,7 @@ async fn the_data_directory_and_every_file_in_it_are_owner_only() {
     let theirs = dir.path().join("theirs");
     std::fs::create_dir(&theirs).unwrap();
     std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o750)).unwrap();
-    let env = BTreeMap::from([(
-        "SWITCHYARD_DATA_DIR".to_owned(),
-        theirs.display().to_string(),
-    )]);
-    let cfg = config::resolve(FileConfig::default(), &env).unwrap();
+    let cfg = Config::new().resolve(&theirs, &[]);
     let store = bootstrap::open_store(&cfg).unwrap();
     drop(store);
     assert_eq!(mode(&theirs), 0o750);
@@ -149,10 +137,10 @@ async fn credentials_are_encrypted_at_rest_and_reach_the_upstream_after_restart(
 }
 
 /// The standard configuration without declared credentials: the database's stay.
-fn no_declared_credentials(mock_url: &str) -> String {
-    standard_config(mock_url)
-        .replace(&format!("credential = \"{CRED_ALPHA}\"\n"), "")
-        .replace(&format!("credential = \"{CRED_BETA}\"\n"), "")
+fn no_declared_credentials(mock_url: &str) -> Config {
+    Config::standard(mock_url)
+        .edit_connection("alpha-1", Connection::without_credential)
+        .edit_connection("beta-1", Connection::without_credential)
 }
 
 #[tokio::test]
@@ -192,7 +180,7 @@ async fn a_wrong_or_missing_key_fails_start_saying_so_and_changes_nothing() {
         SecretKey::generate().unwrap(),
         SecretKey::generate().unwrap(),
     );
-    let mut h = Harness::start_with(standard_config, &[]).await;
+    let mut h = Harness::start_with(Config::standard, &[]).await;
     h.stop().await;
     let file_key = key_id_of_file(&h.data_dir);
     let before = raw_credential(&h.data_dir, "alpha-1");
@@ -314,7 +302,8 @@ async fn a_key_in_the_environment_is_rotated_by_a_restart_with_the_previous_key(
         SecretKey::generate().unwrap(),
     );
     let (t1, t2) = (k1.to_base64(), k2.to_base64());
-    let mut h = Harness::start_with(standard_config, &[(SECRET_KEY_ENV, t1.expose_secret())]).await;
+    let mut h =
+        Harness::start_with(Config::standard, &[(SECRET_KEY_ENV, t1.expose_secret())]).await;
     assert!(!h.data_dir.join(SECRET_KEY_FILE).exists(), "no key file");
     assert!(raw_credential(&h.data_dir, "alpha-1").starts_with(&format!("enc:v1:{}:", k1.id())));
     chat_reaches_alpha_with(&h, CRED_ALPHA).await;

@@ -1,5 +1,6 @@
-//! Test harness: starts a mock provider and a gateway wired to it.
+//! The harness: starts a mock provider and a gateway wired to it, and sends requests.
 
+use crate::{init_tracing, Config};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,68 +15,29 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// The standard configuration's client key (`k1`).
 pub const KEY: &str = "sy-test-client-key-0000000001";
+/// The standard configuration's admin-scoped key (`ops`).
 pub const OPS_KEY: &str = "sy-test-ops-key-000000000001";
+/// The admin token every harness gateway starts with.
 pub const ADMIN: &str = "test-admin-token-0123456789";
+/// The credential of the standard configuration's connection `alpha-1`.
 pub const CRED_ALPHA: &str = "cred-alpha-1-secret-value";
+/// The credential of the standard configuration's connection `beta-1`.
 pub const CRED_BETA: &str = "cred-beta-1-secret-value";
 
-/// The standard configuration: two providers on the mock, one connection each, a priority
-/// combo across them, a client key and an admin-scoped key. Failures do not cool its
-/// connections down (`disable_cooling`): tests of other features inject failures one
-/// request after another; the resilience tests use configurations of their own.
-pub fn standard_config(mock_url: &str) -> String {
-    format!(
-        r#"
-[[providers]]
-id = "alpha"
-format = "openai"
-base_url = "{mock_url}"
-models = ["mock-small", "mock-large"]
-
-[[providers]]
-id = "beta"
-format = "openai"
-base_url = "{mock_url}/v1"
-models = ["mock-small"]
-
-[[connections]]
-id = "alpha-1"
-provider = "alpha"
-auth_class = "apikey"
-credential = "{CRED_ALPHA}"
-disable_cooling = true
-
-[[connections]]
-id = "beta-1"
-provider = "beta"
-auth_class = "apikey"
-credential = "{CRED_BETA}"
-disable_cooling = true
-
-[[combos]]
-name = "fast"
-strategy = "priority"
-targets = [{{ model = "alpha/mock-small" }}, {{ model = "beta/mock-small" }}]
-
-[[keys]]
-id = "k1"
-name = "tester"
-secret = "{KEY}"
-
-[[keys]]
-id = "ops"
-name = "ops"
-secret = "{OPS_KEY}"
-scopes = ["admin"]
-"#
-    )
-}
-
+/// A mock provider and a gateway wired to it, with its data directory. The gateway is
+/// stopped gracefully by [`Harness::stop`]; dropping the harness tells it to stop without
+/// waiting.
+#[derive(Debug)]
 pub struct Harness {
+    /// The mock provider the configuration's providers point at.
     pub mock: MockServer,
+    /// The gateway's base URL, `http://127.0.0.1:<port>`.
     pub base: String,
+    /// A client for the tests' requests.
     pub http: reqwest::Client,
+    /// The gateway's data directory (database, key files).
     pub data_dir: PathBuf,
     config_text: String,
     vars: BTreeMap<String, String>,
@@ -86,34 +48,27 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// Starts with the standard configuration.
     pub async fn start() -> Self {
-        Self::start_with(standard_config, &[]).await
+        Self::start_with(Config::standard, &[]).await
     }
 
-    /// Starts with a config built from the mock URL and extra environment variables.
-    pub async fn start_with(config_for: fn(&str) -> String, env: &[(&str, &str)]) -> Self {
+    /// Starts with a configuration built from the mock's URL and extra environment
+    /// variables.
+    pub async fn start_with(config_for: impl FnOnce(&str) -> Config, env: &[(&str, &str)]) -> Self {
         Self::start_with_clock(config_for, env, Arc::new(SystemClock)).await
     }
 
     /// Starts with a clock of the test's choosing (a `ManualClock` makes the gateway's
     /// decisions see time pass without waiting for it).
     pub async fn start_with_clock(
-        config_for: fn(&str) -> String,
+        config_for: impl FnOnce(&str) -> Config,
         env: &[(&str, &str)],
         clock: Arc<dyn Clock>,
     ) -> Self {
+        init_tracing();
         let mock = MockServer::start_local().await.unwrap();
         let dir = tempfile::tempdir().unwrap();
-        Self::boot(mock, dir, &config_for, env, clock).await
-    }
-
-    async fn boot(
-        mock: MockServer,
-        dir: tempfile::TempDir,
-        config_for: &dyn Fn(&str) -> String,
-        env: &[(&str, &str)],
-        clock: Arc<dyn Clock>,
-    ) -> Self {
         let mut vars: BTreeMap<String, String> = BTreeMap::from([
             (
                 "SWITCHYARD_DATA_DIR".into(),
@@ -124,7 +79,7 @@ impl Harness {
         for (k, v) in env {
             vars.insert((*k).into(), (*v).into());
         }
-        let config_text = config_for(&mock.base_url());
+        let config_text = config_for(&mock.base_url()).to_toml();
         let mut h = Self {
             mock,
             base: String::new(),
@@ -184,6 +139,7 @@ impl Harness {
         self.launch().await;
     }
 
+    /// The gateway's URL of `path`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
@@ -195,15 +151,24 @@ impl Harness {
 
     /// Sends a chat request with the given client key.
     pub async fn chat_as(&self, key: &str, body: Value) -> reqwest::Response {
+        self.chat_request(key, &body).send().await.unwrap()
+    }
+
+    /// Sends a chat request as `key` in a task of its own; the task answers the response.
+    pub fn spawn_chat(&self, key: &str, body: Value) -> JoinHandle<reqwest::Response> {
+        let request = self.chat_request(key, &body);
+        tokio::spawn(async move { request.send().await.unwrap() })
+    }
+
+    /// A chat request as `key`, not sent yet.
+    fn chat_request(&self, key: &str, body: &Value) -> reqwest::RequestBuilder {
         self.http
             .post(self.url("/v1/chat/completions"))
             .bearer_auth(key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
+            .json(body)
     }
 
+    /// `GET` an admin path with the admin token.
     pub async fn admin_get(&self, path: &str) -> reqwest::Response {
         self.http
             .get(self.url(path))
@@ -219,24 +184,11 @@ impl Harness {
     }
 
     /// Sends `n` identical chat requests at once as `key`; returns their statuses.
-    pub async fn concurrent_statuses(&self, n: usize, key: &'static str, model: &str) -> Vec<u16> {
+    pub async fn concurrent_statuses(&self, n: usize, key: &str, model: &str) -> Vec<u16> {
         let tasks: Vec<_> = (0..n)
             .map(|_| {
-                let (http, url, body) = (
-                    self.http.clone(),
-                    self.url("/v1/chat/completions"),
-                    chat_body(model, false),
-                );
-                tokio::spawn(async move {
-                    http.post(url)
-                        .bearer_auth(key)
-                        .json(&body)
-                        .send()
-                        .await
-                        .unwrap()
-                        .status()
-                        .as_u16()
-                })
+                let request = self.chat_request(key, &chat_body(model, false));
+                tokio::spawn(async move { request.send().await.unwrap().status().as_u16() })
             })
             .collect();
         let mut out = Vec::with_capacity(n);
@@ -246,6 +198,7 @@ impl Harness {
         out
     }
 
+    /// Sends `body` to an admin path with `method` and the admin token.
     pub async fn admin_send(
         &self,
         method: reqwest::Method,
@@ -294,6 +247,12 @@ impl Harness {
         r.unwrap().text().await.unwrap()
     }
 
+    /// The value of one metric series (`name{labels}` as exposed), if it is exposed.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        sample(&self.metrics().await, series)
+    }
+
+    /// The mock's counters (`GET /_mock/stats`).
     pub async fn mock_stats(&self) -> Value {
         self.http
             .get(format!("{}/_mock/stats", self.mock.base_url()))
@@ -303,6 +262,19 @@ impl Harness {
             .json()
             .await
             .unwrap()
+    }
+
+    /// How many requests the mock received with `credential`.
+    pub async fn by_credential(&self, credential: &str) -> u64 {
+        self.mock_stats().await["by_credential"][credential]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
+    /// Clears the mock's rules and counters (`POST /_mock/reset`).
+    pub async fn reset_mock(&self) {
+        let url = format!("{}/_mock/reset", self.mock.base_url());
+        self.http.post(url).send().await.unwrap();
     }
 
     /// Stops the gateway gracefully and waits for it (flushing the request log).
@@ -333,27 +305,41 @@ pub type Done = Arc<std::sync::Mutex<Vec<&'static str>>>;
 /// `label` is appended to `done`.
 pub fn spawn_recorded(
     h: &Harness,
-    key: &'static str,
-    model: &'static str,
+    key: &str,
+    model: &str,
     label: &'static str,
     done: &Done,
 ) -> JoinHandle<()> {
-    let (http, url, done) = (
-        h.http.clone(),
-        h.url("/v1/chat/completions"),
+    let (request, done) = (
+        h.chat_request(key, &chat_body(model, false)),
         Arc::clone(done),
     );
     tokio::spawn(async move {
-        let r = http
-            .post(url)
-            .bearer_auth(key)
-            .json(&chat_body(model, false))
-            .send()
-            .await
-            .unwrap();
+        let r = request.send().await.unwrap();
         assert_eq!(r.status(), 200);
         done.lock().unwrap().push(label);
     })
+}
+
+/// A response's status and its JSON body.
+pub async fn status_and_json(r: reqwest::Response) -> (u16, Value) {
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+/// The value of one series (`name{labels}`) in a Prometheus text exposition.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The whole seconds of a response's `retry-after` header.
+pub fn retry_after(r: &reqwest::Response) -> u64 {
+    r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// A one-message chat body.
