@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_gateway::bootstrap;
 use switchyard_gateway::clock::{Clock, SystemClock};
 use switchyard_gateway::config::{self, FileConfig, GatewayConfig};
+use switchyard_gateway::{bootstrap, Placement};
 use switchyard_mock::MockServer;
 use switchyard_store::Store;
 use tokio::net::TcpListener;
@@ -42,6 +42,7 @@ pub struct Harness {
     config_text: String,
     vars: BTreeMap<String, String>,
     clock: Arc<dyn Clock>,
+    placement: Placement,
     _dir: tempfile::TempDir,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
@@ -66,6 +67,26 @@ impl Harness {
         env: &[(&str, &str)],
         clock: Arc<dyn Clock>,
     ) -> Self {
+        Self::boot(config_for, env, clock, Placement::Threads).await
+    }
+
+    /// Starts with the gateway serving on the test's own runtime (one thread), for tests
+    /// under `#[tokio::test(start_paused = true)]`: every wait, timeout and stream
+    /// deadline of the gateway then runs on tokio's paused clock, which moves only when
+    /// nothing is left to do, and the test measures exact times.
+    pub async fn start_paused(
+        config_for: impl FnOnce(&str) -> Config,
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::boot(config_for, env, Arc::new(SystemClock), Placement::Caller).await
+    }
+
+    async fn boot(
+        config_for: impl FnOnce(&str) -> Config,
+        env: &[(&str, &str)],
+        clock: Arc<dyn Clock>,
+        placement: Placement,
+    ) -> Self {
         init_tracing();
         let mock = MockServer::start_local().await.unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -88,6 +109,7 @@ impl Harness {
             config_text,
             vars,
             clock,
+            placement,
             _dir: dir,
             shutdown: None,
             task: None,
@@ -121,13 +143,14 @@ impl Harness {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         self.base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
-        self.task = Some(tokio::spawn(switchyard_gateway::run(
+        self.task = Some(tokio::spawn(switchyard_gateway::serve(
             listener,
             prepared.state,
             prepared.writer,
             async move {
                 let _ = rx.await;
             },
+            self.placement,
         )));
         self.shutdown = Some(tx);
         Ok(())

@@ -3,11 +3,13 @@
 
 use reqwest::Method;
 use serde_json::{json, Value};
+use std::time::Duration;
 use switchyard_test_support::{
     chat_body, eventually, spawn_recorded, status_and_json, Config, Connection, Done, Harness, Key,
     Provider, CRED_ALPHA, CRED_BETA, KEY,
 };
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 const KEY_B: &str = "sy-test-client-key-b-000000001";
 
@@ -127,22 +129,26 @@ async fn a_full_queue_refuses_at_once_without_calling_the_upstream() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_wait_past_max_wait_ms_ends_in_a_semaphore_timeout() {
-    let h = Harness::start_with(one_slot_short_wait, &[]).await;
+    let h = Harness::start_paused(one_slot_short_wait, &[]).await;
     h.rule(json!({"latency_ms": 2000})).await;
     let holder = hold(&h).await;
+    let sent = Instant::now();
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
     assert_eq!(error_code(r).await, (429, "SEMAPHORE_TIMEOUT".to_owned()));
+    // Refused when maxWaitMs ran out, to the millisecond (paused time).
+    assert_eq!(sent.elapsed(), Duration::from_millis(600));
     assert_eq!(holder.await.unwrap().status(), 200);
     assert_eq!(h.mock_stats().await["requests_total"], 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_hopeless_wait_is_refused_at_once_with_an_honest_retry_after() {
-    let h = Harness::start_with(one_slot_wait_2500, &[]).await;
-    h.rule(json!({"latency_ms": 2000})).await;
-    // One request teaches the gateway the service time (just over 2 s).
+    let h = Harness::start_paused(one_slot_wait_2500, &[]).await;
+    h.rule(json!({"latency_ms": 2100})).await;
+    // One request teaches the gateway the service time (2.1 s: time is paused, so the
+    // mock's latency is all of it).
     assert_eq!(
         h.chat(chat_body("alpha/mock-small", false)).await.status(),
         200
@@ -152,9 +158,11 @@ async fn a_hopeless_wait_is_refused_at_once_with_an_honest_retry_after() {
     // remaining time on average): within maxWaitMs (2.5 s).
     let second = h.spawn_chat(KEY, chat_body("alpha/mock-small", false));
     until_waiting(&h, 1.0).await;
-    // Behind both, a third would wait one and a half service times (just over 3 s):
-    // more than 2.5 s, so it is told at once, that wait rounded up to whole seconds.
+    // Behind both, a third would wait one and a half service times (3.15 s): more than
+    // 2.5 s, so it is told at once, that wait rounded up to whole seconds.
+    let sent = Instant::now();
     let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(sent.elapsed(), Duration::ZERO);
     assert_eq!(r.headers()["retry-after"], "4");
     assert_eq!(error_code(r).await, (429, "SEMAPHORE_TIMEOUT".to_owned()));
     assert_eq!(holder.await.unwrap().status(), 200);
@@ -316,15 +324,20 @@ fn execution_bound(mock_url: &str) -> Config {
     .setting("upstream.first_byte_timeout_ms", 300)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_execution_bound_cuts_a_hanging_stream() {
-    let h = Harness::start_with(execution_bound, &[]).await;
+    let h = Harness::start_paused(execution_bound, &[]).await;
     h.rule(json!({"chunks": 40, "chunk_interval_ms": 100}))
         .await;
+    let sent = Instant::now();
     let r = h.chat(chat_body("alpha/mock-small", true)).await;
     assert_eq!(r.status(), 200);
     let text = r.text().await.unwrap();
     let frames: Vec<&str> = text.split("\n\n").filter(|f| !f.is_empty()).collect();
+    // Cut at the bound to the millisecond: the four upstream frames sent by then (one
+    // every 100 ms from the start) passed, then the error frame.
+    assert_eq!(sent.elapsed(), Duration::from_millis(400));
+    assert_eq!(frames.len(), 5, "{frames:?}");
     let last = frames.last().unwrap();
     assert!(
         last.contains("\"code\":\"RATE_LIMIT_EXECUTION_TIMEOUT\""),

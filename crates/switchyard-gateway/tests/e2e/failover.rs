@@ -228,17 +228,20 @@ async fn models_a_provider_does_not_declare_share_one_metric_label() {
     assert!(!text.contains("free-form"), "{text}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_that_falls_silent_is_cut_with_a_typed_error_frame() {
-    let h = Harness::start_with(
+    let h = Harness::start_paused(
         single_provider,
         &[("SWITCHYARD_UPSTREAM_STREAM_IDLE_TIMEOUT_MS", "300")],
     )
     .await;
     h.rule(json!({"times": 1, "stall_after_chunks": 2})).await;
+    let sent = tokio::time::Instant::now();
     let r = h.chat(chat_body("solo/m", true)).await;
     assert_eq!(r.status(), 200);
     let text = r.text().await.unwrap();
+    // Cut when the idle timeout ran out after the second chunk, to the millisecond.
+    assert_eq!(sent.elapsed(), std::time::Duration::from_millis(300));
     assert_eq!(
         text,
         two_chunks_then("data: {\"error\":{\"message\":\"upstream stream stalled\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_idle_timeout\",\"param\":null}}\n\n")
