@@ -1,9 +1,11 @@
 //! One attempt on one candidate: take its concurrency slots, pass the resilience check,
 //! reserve quota, send upstream, and turn the answer into the client response or a
-//! [`Report`] for the dispatch machine. The attempt owns what it holds — slot permit,
-//! quota reservation, half-open probe slot — in [`Guards`], which release on drop; only
-//! an answer that goes to the client hands them to the request's finisher. What to try
-//! next is not decided here ([`switchyard_core::dispatch`]).
+//! [`Report`] for the dispatch machine. The attempt owns what it holds — slot permit and
+//! quota reservation in [`Guards`], the half-open probe slot in the resilience
+//! admission — and each is released when dropped; only an answer that goes to the
+//! client hands the permit and the reservation to the request's finisher, and only a
+//! recorded outcome settles the probe. What to try next is not decided here
+//! ([`switchyard_core::dispatch`]).
 
 use super::finish::Finisher;
 use super::{concurrency, quota};
@@ -12,7 +14,7 @@ use crate::body::metered::MeteredBody;
 use crate::clock::{RequestClock, Stopwatch};
 use crate::runtime::gate::Permit;
 use crate::runtime::quota::{QuotaBlock, QuotaGuard};
-use crate::runtime::resilience::{self, Resilience};
+use crate::runtime::resilience;
 use crate::runtime::Runtime;
 use crate::snapshot::Snapshot;
 use crate::telemetry::metrics::model_label;
@@ -85,39 +87,17 @@ impl From<Report> for Tried {
     }
 }
 
-/// What an attempt holds; see the module docs.
-struct Guards<'a> {
+/// What an attempt holds; see the module docs. (The probe slot is held by the
+/// resilience check's [`resilience::Admitted`], until the outcome is recorded.)
+struct Guards {
     permit: Option<Permit>,
     quota: Option<QuotaGuard>,
-    probe: ProbeGuard<'a>,
 }
 
-impl Guards<'_> {
+impl Guards {
     /// The answer goes to the client: the finisher holds the slot and settles the quota.
     fn hand_over(&mut self, finisher: &mut Finisher) {
         finisher.hold(self.permit.take(), self.quota.take());
-    }
-}
-
-/// Gives a half-open probe slot back unless an answer settled it.
-struct ProbeGuard<'a> {
-    resilience: &'a Resilience,
-    provider: &'a str,
-    armed: bool,
-}
-
-impl ProbeGuard<'_> {
-    /// The attempt's outcome is being recorded, which settles the probe.
-    fn settle(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for ProbeGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.resilience.release_probe(self.provider);
-        }
     }
 }
 
@@ -191,11 +171,6 @@ async fn attempt(
     let mut guards = Guards {
         permit,
         quota: None,
-        probe: ProbeGuard {
-            resilience: &runtime.resilience,
-            provider: &conn.provider,
-            armed: admitted.probe,
-        },
     };
     let pooled = snap.quota.pool_of(conn.index);
     let (quota, quota_headers) = quota::admit(ctx, candidate, finisher.request_id())
@@ -254,14 +229,13 @@ async fn attempt(
         }
         Err(failure) => Err(Failed::from(failure)),
     };
-    guards.probe.settle();
     let failed = match outcome {
         Ok(mut response) => {
             runtime.resilience.record(
                 attempt,
                 &resilience::Outcome::Success,
                 res_settings,
-                admitted.probe,
+                admitted,
                 clock.now_ms(),
             );
             target.metrics.success.inc();
@@ -278,7 +252,7 @@ async fn attempt(
             reset_at: failed.reset_at,
         },
         res_settings,
-        admitted.probe,
+        admitted,
         clock.now_ms(),
     );
     target.metrics.count_attempt(failed.failure.label());
@@ -388,7 +362,7 @@ fn is_event_stream(content_type: Option<&HeaderValue>) -> bool {
 async fn handle_response(
     response: axum::http::Response<Incoming>,
     expect: Expect<'_>,
-    guards: &mut Guards<'_>,
+    guards: &mut Guards,
     finisher: &mut Finisher,
     now: u64,
 ) -> Result<Response, Failed> {

@@ -251,12 +251,8 @@ fn holds_now(ctx: &attempt::Ctx<'_>) -> Option<Vec<Reason>> {
             .resilience
             .check(attempt, &snap.settings.resilience, now)
         {
-            Ok(admitted) => {
-                if admitted.probe {
-                    runtime.resilience.release_probe(&c.connection.provider);
-                }
-                return None;
-            }
+            // A probe slot claimed here is given back as the admission drops.
+            Ok(_) => return None,
             Err(reason) => holds.push(reason),
         }
     }

@@ -64,11 +64,32 @@ pub struct Attempt<'a> {
     pub budget_ms: u64,
 }
 
-/// An admitted attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Admitted {
+/// An admitted attempt. When it is the half-open breaker's probe it holds the probe
+/// slot, which is given back when it drops, unless its outcome was recorded
+/// ([`Resilience::record`] takes it).
+#[derive(Debug)]
+pub struct Admitted<'a> {
+    probe: Option<(&'a Resilience, &'a str)>,
+}
+
+impl Admitted<'_> {
     /// This attempt is the half-open breaker's probe: its outcome decides.
-    pub probe: bool,
+    pub fn is_probe(&self) -> bool {
+        self.probe.is_some()
+    }
+
+    /// The outcome is being recorded: the probe slot is settled, not given back.
+    fn settle(mut self) -> bool {
+        self.probe.take().is_some()
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if let Some((resilience, provider)) = self.probe.take() {
+            resilience.release_probe(provider);
+        }
+    }
 }
 
 fn gate_profile(s: &ResilienceSettings, class: AuthClass) -> provider_cooldown::Profile {
@@ -131,12 +152,12 @@ impl Resilience {
 
     /// Whether an attempt on `conn` may go ahead at `now`; a half-open breaker lets one
     /// probe through.
-    pub fn check(
-        &self,
-        a: Attempt<'_>,
+    pub fn check<'a>(
+        &'a self,
+        a: Attempt<'a>,
         settings: &ResilienceSettings,
         now: UnixMillis,
-    ) -> Result<Admitted, Reason> {
+    ) -> Result<Admitted<'a>, Reason> {
         let conn = a.conn;
         // Every reason that applies is gathered and the one lasting longest is reported,
         // so a refusal names what actually keeps the target out.
@@ -199,16 +220,18 @@ impl Resilience {
         drop(breakers);
         if admit == Admit::Probe {
             tracing::info!(provider = %conn.provider, connection_id = %conn.id, "Circuit half-open: sending a probe request.");
-            return Ok(Admitted { probe: true });
+            return Ok(Admitted {
+                probe: Some((self, &conn.provider)),
+            });
         }
         if a.may_defer && !self.in_share(&conn.provider, &conn.id, now) {
             return Err(Reason::Warming);
         }
-        Ok(Admitted { probe: false })
+        Ok(Admitted { probe: None })
     }
 
     /// Gives back a probe slot whose attempt never got an answer (skipped, or cut).
-    pub fn release_probe(&self, provider: &str) {
+    fn release_probe(&self, provider: &str) {
         if let Some(b) = lock(&self.breakers).get_mut(provider) {
             b.release_probe();
         }
@@ -258,9 +281,10 @@ impl Resilience {
         a: Attempt<'_>,
         outcome: &Outcome<'_>,
         settings: &ResilienceSettings,
-        probe: bool,
+        admitted: Admitted<'_>,
         now: UnixMillis,
     ) {
+        let probe = admitted.settle();
         let conn = a.conn;
         let profile = breaker::Profile::for_class(conn.auth_class);
         match outcome {
@@ -602,5 +626,70 @@ impl Resilience {
             })
             .collect();
         (b, h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_core::domain::UpstreamFormat;
+    use switchyard_core::settings::{resolve, Layers};
+
+    fn local() -> Connection {
+        Connection {
+            id: "c1".into(),
+            provider: "p".into(),
+            auth_class: AuthClass::Local,
+            format: UpstreamFormat::Openai,
+            base_url: "http://127.0.0.1:9".into(),
+            enabled: true,
+            max_concurrent: None,
+            model_concurrency: Default::default(),
+            queue: Default::default(),
+            disable_cooling: true,
+            index: 0,
+        }
+    }
+
+    #[test]
+    fn a_probe_slot_is_given_back_when_its_admission_drops_and_settled_when_recorded() {
+        let settings = resolve(&Layers::default()).unwrap().settings.resilience;
+        let r = Resilience::default();
+        let conn = local();
+        let attempt = Attempt {
+            conn: &conn,
+            model: "m",
+            may_defer: false,
+            budget_ms: 1_000,
+        };
+        let failure = Outcome::Failure {
+            failure: AttemptFailure::Connect,
+            body: "",
+            reset_at: None,
+        };
+        // A local server's breaker opens at its second failure and resets after 15 s.
+        for now in [0, 1] {
+            let admitted = r.check(attempt, &settings, now).unwrap();
+            r.record(attempt, &failure, &settings, admitted, now);
+        }
+        assert!(matches!(
+            r.check(attempt, &settings, 2),
+            Err(Reason::CircuitOpen { .. })
+        ));
+        let half_open = 15_001;
+        let probe = r.check(attempt, &settings, half_open).unwrap();
+        assert!(probe.is_probe());
+        // While the probe is out, nobody else gets through.
+        assert!(matches!(
+            r.check(attempt, &settings, half_open),
+            Err(Reason::CircuitOpen { .. })
+        ));
+        drop(probe);
+        // Given back unused: the next attempt is the probe.
+        let probe = r.check(attempt, &settings, half_open).unwrap();
+        assert!(probe.is_probe());
+        r.record(attempt, &Outcome::Success, &settings, probe, half_open);
+        let after = r.check(attempt, &settings, half_open).unwrap();
+        assert!(!after.is_probe());
     }
 }
