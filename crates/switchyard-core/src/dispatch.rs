@@ -71,18 +71,12 @@ pub enum Slot {
 pub enum Report<B, P, F> {
     /// Its slots were taken ([`Slot::IfFree`]).
     Busy,
-    /// The concurrency gate refused while waiting.
-    Refused {
-        refusal: Refusal,
-        connection: String,
-    },
-    /// A resilience state machine excluded it.
+    /// It was left out: by a resilience state machine (breaker, cooldown, lockout, slow
+    /// start …) or by the concurrency gate's refusal ([`Reason::SlotRefused`]).
     Excluded(Exclusion),
-    /// Its quota pool refused the key.
-    QuotaBlocked {
-        block: B,
-        retry_after_ms: Option<u64>,
-    },
+    /// Its quota pool refused the key: the exclusion ([`Reason::QuotaBlocked`]) and the
+    /// pool's refusal, which the client sees if it wins.
+    QuotaBlocked { exclusion: Exclusion, block: B },
     /// It vanished from the configuration mid-request.
     Gone,
     /// The upstream failed in a way another candidate may fix.
@@ -245,22 +239,18 @@ impl<B, P, F> Dispatch<B, P, F> {
         let round = &mut self.round;
         match report {
             Report::Busy => round.saturated.push(entry.candidate),
-            Report::Refused {
-                refusal,
-                connection,
-            } => {
-                round.refused.get_or_insert((refusal, connection));
-            }
-            Report::Excluded(e) if e.reason == Reason::Warming => round.queue.push_back(Entry {
-                deferrable: false,
-                ..entry
-            }),
-            Report::Excluded(e) => round.cooling.push(e),
-            Report::QuotaBlocked {
-                block,
-                retry_after_ms,
-            } => {
-                let rank = retry_after_ms.unwrap_or(u64::MAX);
+            Report::Excluded(e) => match e.reason {
+                Reason::Warming => round.queue.push_back(Entry {
+                    deferrable: false,
+                    ..entry
+                }),
+                Reason::SlotRefused(refusal) => {
+                    round.refused.get_or_insert((refusal, e.connection));
+                }
+                _ => round.cooling.push(e),
+            },
+            Report::QuotaBlocked { exclusion, block } => {
+                let rank = exclusion.retry_after_ms().unwrap_or(u64::MAX);
                 if round.blocked.as_ref().is_none_or(|(_, r)| rank < *r) {
                     round.blocked = Some((block, rank));
                 }
@@ -496,6 +486,17 @@ mod tests {
         }
     }
 
+    fn refused(connection: &str, refusal: Refusal) -> R {
+        Report::Excluded(ex(connection, Reason::SlotRefused(refusal)))
+    }
+
+    fn blocked(block: &'static str, retry_after_ms: Option<u64>) -> R {
+        Report::QuotaBlocked {
+            exclusion: ex("q", Reason::QuotaBlocked { retry_after_ms }),
+            block,
+        }
+    }
+
     fn failed(failure: AttemptFailure, announced: bool, detail: &'static str) -> R {
         Report::Failed {
             failure,
@@ -584,16 +585,10 @@ mod tests {
         d.report(failed(AttemptFailure::Status(503), false, "third"));
         assert_eq!(d.next(0), try_waiting(0, 0));
         d.waited_for_slot(40);
-        d.report(Report::Refused {
-            refusal: Refusal::QueueTimeout,
-            connection: "c0".into(),
-        });
+        d.report(refused("c0", Refusal::QueueTimeout));
         assert_eq!(d.next(0), try_waiting(1, 40));
         d.waited_for_slot(10);
-        d.report(Report::Refused {
-            refusal: Refusal::QueueFull,
-            connection: "c1".into(),
-        });
+        d.report(refused("c1", Refusal::QueueFull));
         // The upstream failure outranks the queue refusals.
         assert_eq!(d.next(0), Step::CheckHolds);
     }
@@ -606,15 +601,9 @@ mod tests {
         d.next(0);
         d.report(Report::Busy);
         assert_eq!(d.next(0), try_waiting(0, 0));
-        d.report(Report::Refused {
-            refusal: Refusal::QueueTimeout,
-            connection: "c0".into(),
-        });
+        d.report(refused("c0", Refusal::QueueTimeout));
         assert_eq!(d.next(0), try_waiting(1, 0));
-        d.report(Report::Refused {
-            refusal: Refusal::QueueFull,
-            connection: "c1".into(),
-        });
+        d.report(refused("c1", Refusal::QueueFull));
         assert_eq!(
             d.next(0),
             Step::Done(End::Queue {
@@ -669,20 +658,11 @@ mod tests {
     fn the_quota_refusal_that_clears_soonest_wins_when_nothing_was_attempted() {
         let mut d = direct(3);
         d.next(0);
-        d.report(Report::QuotaBlocked {
-            block: "never",
-            retry_after_ms: None,
-        });
+        d.report(blocked("never", None));
         d.next(0);
-        d.report(Report::QuotaBlocked {
-            block: "in 5 s",
-            retry_after_ms: Some(5_000),
-        });
+        d.report(blocked("in 5 s", Some(5_000)));
         d.next(0);
-        d.report(Report::QuotaBlocked {
-            block: "also 5 s",
-            retry_after_ms: Some(5_000),
-        });
+        d.report(blocked("also 5 s", Some(5_000)));
         assert_eq!(d.next(0), Step::Done(End::Quota("in 5 s")));
 
         // A queue refusal ranks below a quota refusal.
@@ -690,15 +670,9 @@ mod tests {
         d.next(0);
         d.report(Report::Busy);
         d.next(0);
-        d.report(Report::QuotaBlocked {
-            block: "quota",
-            retry_after_ms: Some(1),
-        });
+        d.report(blocked("quota", Some(1)));
         d.next(0);
-        d.report(Report::Refused {
-            refusal: Refusal::QueueFull,
-            connection: "c0".into(),
-        });
+        d.report(refused("c0", Refusal::QueueFull));
         assert_eq!(d.next(0), Step::Done(End::Quota("quota")));
     }
 
@@ -866,10 +840,7 @@ mod tests {
     fn a_combo_with_a_quota_refusal_does_not_wait_and_answers_the_quota_error() {
         let mut d = combo(2);
         d.next(1_000);
-        d.report(Report::QuotaBlocked {
-            block: "quota",
-            retry_after_ms: Some(100),
-        });
+        d.report(blocked("quota", Some(100)));
         d.next(1_000);
         d.report(Report::Excluded(ex("c1", COOL)));
         assert_eq!(d.next(1_000), Step::Done(End::Quota("quota")));

@@ -33,7 +33,7 @@ use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::resilience::admission;
 use switchyard_core::resilience::cooldown;
-use switchyard_core::routing::{strategy, Candidate, Exclusion};
+use switchyard_core::routing::{strategy, Candidate, Exclusion, Reason};
 use switchyard_core::usage::Usage;
 
 /// Largest upstream error body relayed to the client; error bodies are short, and a
@@ -101,12 +101,21 @@ impl Guards {
     }
 }
 
+/// `candidate` left out for `reason`.
+fn excluded(candidate: &Candidate, reason: Reason) -> Exclusion {
+    let conn = &candidate.connection;
+    Exclusion {
+        target: format!("{}/{}", conn.provider, candidate.upstream_model),
+        connection: conn.id.clone(),
+        reason,
+    }
+}
+
 /// Makes the attempt `t` asks for.
 pub async fn run(ctx: &Ctx<'_>, t: Try, finisher: &mut Finisher) -> Tried {
     let Some(candidate) = ctx.candidates.get(t.candidate) else {
         return Report::Gone.into();
     };
-    let conn = &candidate.connection;
     // Slots first, so a half-open probe is never held while waiting for them and the
     // resilience check below sees the state after any wait.
     let mut slot_wait_ms = 0;
@@ -125,10 +134,10 @@ pub async fn run(ctx: &Ctx<'_>, t: Try, finisher: &mut Finisher) -> Tried {
                 Err(refusal) => {
                     return Tried {
                         slot_wait_ms,
-                        result: Err(Report::Refused {
-                            refusal,
-                            connection: conn.id.clone(),
-                        }),
+                        result: Err(Report::Excluded(excluded(
+                            candidate,
+                            Reason::SlotRefused(refusal),
+                        ))),
                     }
                 }
             }
@@ -161,13 +170,7 @@ async fn attempt(
     let admitted = runtime
         .resilience
         .check(attempt, res_settings, clock.now_ms())
-        .map_err(|reason| {
-            Report::Excluded(Exclusion {
-                target: format!("{}/{}", conn.provider, candidate.upstream_model),
-                connection: conn.id.clone(),
-                reason,
-            })
-        })?;
+        .map_err(|reason| Report::Excluded(excluded(candidate, reason)))?;
     let mut guards = Guards {
         permit,
         quota: None,
@@ -176,7 +179,12 @@ async fn attempt(
     let (quota, quota_headers) = quota::admit(ctx, candidate, finisher.request_id())
         .await
         .map_err(|block| Report::QuotaBlocked {
-            retry_after_ms: block.retry_after_ms,
+            exclusion: excluded(
+                candidate,
+                Reason::QuotaBlocked {
+                    retry_after_ms: block.retry_after_ms,
+                },
+            ),
             block,
         })?;
     guards.quota = quota;
