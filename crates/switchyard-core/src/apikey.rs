@@ -4,6 +4,9 @@
 //! nothing to brute-force that a slow KDF would protect. The store keeps only the hash and
 //! a short display prefix. Lookups go through a map keyed by the hash; the final equality
 //! check is constant-time so that timing never reveals how much of a hash matched.
+//!
+//! Generating a key needs randomness and is the gateway's work; this module only hashes,
+//! parses and compares what it is given, with no I/O.
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;

@@ -5,6 +5,9 @@
 //! needs no database round trip and no lock. Validation happens when the catalog is
 //! built: a catalog that exists is internally consistent (every combo target names a
 //! known provider, every connection belongs to one).
+//!
+//! Building takes plain definitions and does no I/O: the gateway reads the rows.
+//! Credentials are not part of the catalog; the shell keeps them apart.
 
 use crate::apikey::KeyHash;
 use crate::domain::{is_valid_id, AuthClass, ModelRef, Strategy, UpstreamFormat};

@@ -23,6 +23,9 @@
 //! Times are milliseconds on any monotonic clock the caller chooses (the server counts
 //! from the connection's accept); deadlines are absolute on that clock, so a caller may
 //! look at them late, or often, and still see the right one.
+//!
+//! The machine reads no clock, sets no timer and touches no socket: the server reports
+//! each event with its time and arms its own watchdog at the deadline the machine gives.
 
 /// What a client connection is waiting for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

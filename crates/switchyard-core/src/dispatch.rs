@@ -25,6 +25,9 @@
 //!
 //! The machine holds the shell's payloads without looking inside them: `B` a quota
 //! refusal, `P` a parked upstream answer, `F` an upstream failure's details.
+//!
+//! It sends nothing, takes no slot and never sleeps: time is the `now` given to `next`,
+//! and a wait is a `Step::Sleep` the shell carries out.
 
 use crate::outcome::AttemptFailure;
 use crate::resilience::admission::Refusal;

@@ -1,6 +1,9 @@
 //! Domain vocabulary shared by every layer: auth classes, upstream formats, routing
 //! strategies and `provider/model` references. Parsing happens once at the edge; the
 //! rest of the code works with these validated types.
+//!
+//! Plain types and their parsing only: nothing here looks anything up in the
+//! configuration or does I/O.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -1,11 +1,14 @@
 //! Classification of an upstream attempt's outcome: did it succeed, may the next
-//! candidate be tried, and which typed error does the client get if nothing succeeds.
+//! candidate be tried, and which failure it was (the gateway maps it to a typed error).
 //!
 //! Failover is safe only before the first byte reaches the client. Retryable failures
 //! are those where another account or provider can plausibly succeed: the upstream was
 //! unreachable, too slow, broken (5xx) or throttling this account (429, 408). A 4xx other
 //! than those says the request itself is wrong, and another upstream would say the same,
 //! so it is returned to the client as it is.
+//!
+//! It only classifies: acting on the answer is the attempt loop's (`crate::dispatch`),
+//! and nothing here sees a request, a response body or a clock.
 
 /// How an attempt failed before producing a usable response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,6 +6,9 @@
 //! upstream error body leaves the gateway, every occurrence of the connection's own
 //! credentials is replaced by [`REDACTED`], and so is anything shaped like a bearer
 //! token: the word after `Bearer`, and runs that start like a well-known API key.
+//!
+//! It is given the body and the secrets to hide: it holds no credential, reads none from
+//! configuration, and does no I/O.
 
 /// What a redacted secret is replaced with.
 pub const REDACTED: &[u8] = b"[REDACTED]";

@@ -5,6 +5,9 @@
 //! settings stored in the database (changed through the management API) → environment
 //! variable → config file → built-in default. Per-connection overrides, where a setting
 //! has them, are applied later by the stage that uses the setting.
+//!
+//! Resolution reads no environment, file or database itself: the shell collects the three
+//! layers into `Layers` and passes them in.
 
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -5,6 +5,9 @@
 //! later stages the stream watchdogs). The parser accepts arbitrary chunk boundaries —
 //! an event may be split across many network reads, or many events may arrive in one —
 //! and its memory is bounded: an event larger than [`MAX_EVENT_BYTES`] is skipped whole.
+//!
+//! The parser only reads the chunks it is fed: it cannot change or delay what is relayed,
+//! and it does no I/O.
 
 /// Largest single event the parser buffers. Real LLM stream events are a few hundred
 /// bytes; 1 MiB leaves room for large tool-call arguments while bounding memory per

@@ -1,5 +1,8 @@
 //! Token usage as reported by upstreams, in OpenAI (`prompt_tokens`,
 //! `completion_tokens`) or Anthropic (`input_tokens`, `output_tokens`) shape.
+//!
+//! Parsing and arithmetic only: it reads the bytes it is given, settles no quota and
+//! records nothing.
 
 use serde::Deserialize;
 

@@ -6,6 +6,9 @@
 //! key. Connection credentials are encrypted in the database with the secret key, which
 //! never is in it: `SWITCHYARD_SECRET_KEY`, or else the key file `secret-key`, generated
 //! on first start.
+//!
+//! Used at start and by the command-line tools, never on the request path. It reads no
+//! environment variable itself: `GatewayConfig` carries them.
 
 use crate::clock::Clock;
 use crate::config::{GatewayConfig, PREVIOUS_SECRET_KEYS_ENV, SECRET_KEY_ENV};

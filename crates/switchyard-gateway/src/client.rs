@@ -11,6 +11,9 @@
 //! task runs on the thread that opened it, and a request on another thread would have to
 //! hand every message across threads. Clients are rebuilt when the connect timeout
 //! changes.
+//!
+//! It only carries what it is handed: building the request and classifying its failures
+//! are `crate::upstream`'s, and it imports nothing from the rest of the crate.
 
 use bytes::Bytes;
 use http_body_util::Full;

@@ -2,6 +2,9 @@
 //! the wall clock here, once per request at the edge ([`RequestClock`]), and measures
 //! elapsed time on tokio's clock ([`Stopwatch`]) — so tests can substitute a manual wall
 //! clock, and a server on one runtime can run under tokio's paused time.
+//!
+//! Clocks only report time: nothing here sleeps, schedules work or imports the rest of
+//! the crate.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -7,6 +7,9 @@
 //!
 //! Secrets (the admin token, connection credentials, client-key secrets, the secret key)
 //! are held as [`SecretString`] or [`Keyring`]: redacted in `Debug`, wiped on drop.
+//!
+//! It only reads (the file, and the environment through the `Env` trait, for which tests
+//! pass a map) and never opens the store: `bootstrap` writes what it has validated.
 
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;

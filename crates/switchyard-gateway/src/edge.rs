@@ -3,15 +3,15 @@
 //!
 //! Each connection keeps a [`ClientConn`] (switchyard-core) that says which deadline it
 //! is under — request head, keep-alive idle, or none while a request is in flight — fed
-//! by the socket's reads ([`Tracked`]), the requests the connection starts and the
-//! responses it finishes ([`Finished`]). A watchdog in the connection's task wakes at
+//! by the socket's reads (`Tracked`), the requests the connection starts and the
+//! responses it finishes (`Finished`). A watchdog in the connection's task wakes at
 //! the deadline the state gives. hyper's own HTTP/1 header-read timeout is not used: in
 //! hyper 1.x it starts again when a kept-alive connection goes idle, so it cannot tell a
 //! connection waiting for its next request from one stuck in the middle of a head; and
 //! hyper's graceful shutdown waits for a first head that has begun to arrive. The
 //! watchdog handles both.
 //!
-//! Every request body is wrapped in a [`TimedBody`], so every route is covered: the
+//! Every request body is wrapped in a `TimedBody`, so every route is covered: the
 //! whole body must arrive within `server.body_read_timeout_ms` of the request head — a
 //! deadline, not a gap between frames, because a gap lets a client drip one byte per
 //! gap and hold the request forever. A late body fails with [`BodyCut::Timeout`]
@@ -20,6 +20,10 @@
 //! gateway shuts down, a body still arriving fails at once with [`BodyCut::Shutdown`]
 //! (503 `gateway_shutdown`), so half-sent bodies do not hold the exit for the grace
 //! period, while requests whose bodies are in keep being served.
+//!
+//! The edge knows nothing of routes, keys or upstreams: it serves the router it is given
+//! and imports no handler, `state` or `pipeline`. The connection's state is locked only
+//! for an update, never across an `.await`.
 
 use crate::clock::Stopwatch;
 use crate::sync::lock;
@@ -125,7 +129,7 @@ impl Shared {
 /// done. Connections with nothing in flight close at once on `stop`.
 ///
 /// The watchdog wakes at the connection's deadline, and at the latest after
-/// [`recheck`]: events on the request path (bytes, requests starting and finishing)
+/// `recheck`: events on the request path (bytes, requests starting and finishing)
 /// only update the state, without waking anything, and the next look comes no later
 /// than any deadline they set. Only a drain wakes it at once.
 pub async fn serve(

@@ -1,4 +1,7 @@
 //! Creating client API keys and admin tokens: random secrets, shown once, stored hashed.
+//!
+//! Nothing here writes the store or reads the clock: callers store the record and pass
+//! `now`.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;

@@ -5,6 +5,10 @@
 //! transaction each, off the request path. A crash loses at most that interval; a
 //! graceful stop flushes everything. Once an hour it deletes quota slots that have left
 //! their window and are older than the retention setting.
+//!
+//! The writer takes the runtime parts, the live configuration (read only) and the store,
+//! not `AppState`. Each write runs on the blocking pool after the changed rows have been
+//! taken out, so no runtime lock is held while the database works.
 
 use crate::clock::Clock;
 use crate::runtime::quota::QuotaEngine;

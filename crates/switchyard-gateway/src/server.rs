@@ -1,6 +1,10 @@
 //! The HTTP surface: `app(state)` builds the router (used directly by tests), `run`
 //! serves it until shutdown, then drains in-flight requests within the grace period and
 //! flushes the request log.
+//!
+//! Besides `/metrics`, the OpenAPI document and the routing fallbacks (a typed 404 or
+//! 405, after the credential the path needs, checked with `pipeline::auth`), it handles
+//! no request itself, and it never imports an upstream adapter.
 
 use crate::admin;
 use crate::edge;

@@ -1,4 +1,7 @@
 //! The one way the shell takes a std mutex.
+//!
+//! A guard it returns is for a short update of plain data and must be dropped before the
+//! next `.await`.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

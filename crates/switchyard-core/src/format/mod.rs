@@ -18,13 +18,6 @@ pub enum Format {
 }
 
 impl Format {
-    /// The name in logs and the request log.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::OpenAiChat => "openai-chat",
-        }
-    }
-
     /// The format an upstream of `kind` speaks; `None` when none is implemented yet.
     pub fn of_upstream(kind: UpstreamFormat) -> Option<Self> {
         match kind {

@@ -6,6 +6,8 @@
 //! than `τ`) the rate settles at `a/Δ`; irregular sampling needs no correction, which a
 //! per-sample EMA with a fixed weight would. With fewer than two samples there is no
 //! rate to report.
+//!
+//! The rate reads no clock: every observation and every read takes `now` from the caller.
 
 use crate::UnixMillis;
 use serde::Serialize;

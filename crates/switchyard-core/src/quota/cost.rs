@@ -5,6 +5,9 @@
 //! JSON punctuation makes it an overestimate, which errs on the safe side), and the
 //! completion as the client's `max_tokens`, or [`DEFAULT_COMPLETION_TOKENS`] when the
 //! client set none. After the call the upstream's usage replaces the estimate.
+//!
+//! Arithmetic only: it is given the prompt's size, `max_tokens` and the upstream's usage,
+//! never the body itself, and it reserves nothing (that is the ledger's).
 
 use super::decide::Unit;
 use crate::usage::Usage;

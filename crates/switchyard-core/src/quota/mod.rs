@@ -9,6 +9,9 @@
 //! - [`cost`]: estimated and actual cost of a request per unit
 //! - [`burn`]: burn rate and time to exhaustion (Q8)
 //! - [`signals`]: provider rate-limit headers read as saturation (Q6)
+//!
+//! Nothing here reads a clock, a store or shared state: the gateway holds the ledgers,
+//! persists them and passes `now` in.
 
 pub mod burn;
 pub mod cost;

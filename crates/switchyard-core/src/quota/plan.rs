@@ -6,6 +6,9 @@
 //!
 //! The catalog is matched on the provider id itself or its first `-`-separated part, so
 //! providers named `codex` or `codex-team` both get Codex's plan.
+//!
+//! The built-in catalog is a static table, and nothing here reads the store or the
+//! configuration: the operator's override is passed in by the caller.
 
 use super::decide::Unit;
 use super::window::Window;

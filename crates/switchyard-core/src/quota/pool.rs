@@ -8,6 +8,9 @@
 //! Dimensions: a pool may declare its own (their limits are the pool's totals) or leave
 //! them empty and inherit its connections' plan, whose limits are per account and are
 //! multiplied by the number of connections in the pool (SPEC Q2).
+//!
+//! Validation reads no configuration itself: the caller passes functions that say whether
+//! a connection or key exists and what a connection's plan is.
 
 use super::decide::{Policy, Unit};
 use super::plan::Dimension;

@@ -11,6 +11,9 @@
 //!   `x-ratelimit-remaining-…` give `1 - remaining/limit`; `x-ratelimit-reset-…` is a
 //!   duration such as `6m0s` or `20ms`. These limits are short (per minute), so they
 //!   apply to the pool's shortest window of that unit.
+//!
+//! Parsing only: headers arrive as `(name, value)` pairs with `now` passed in; keeping
+//! the readings, and how long they count, is the gateway's.
 
 use super::decide::Unit;
 use super::window::Window;

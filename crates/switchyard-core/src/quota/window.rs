@@ -16,6 +16,9 @@
 //! Months are fixed 30-day windows (2 592 000 000 ms), like the source system: provider
 //! quotas that say "monthly" reset on their own schedule, which the provider's reset
 //! headers report, and a fixed length keeps every window a whole number of slots.
+//!
+//! A counter reads no clock (every call takes `now`) and knows nothing of keys, pools or
+//! limits.
 
 use crate::UnixMillis;
 use serde::{Deserialize, Serialize};

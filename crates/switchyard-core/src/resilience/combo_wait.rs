@@ -4,6 +4,9 @@
 //! again, within bounds, instead of failing. Holds that do not end on their own soon
 //! (quota exhausted, auth failures, unknown models, terminal accounts) are never waited
 //! for.
+//!
+//! The decision is pure: the caller passes the holds, the waits so far and the time
+//! elapsed, and does the waiting itself.
 
 /// `comboCooldownWait.*`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,6 +9,10 @@
 //! a whole credit starts its oldest waiter whose gates all have room. No waiter holds up
 //! one whose gates have room, of its own key or another; a newcomer does not jump ahead
 //! of waiters for its gates, but joins the queue and the dispatch round decides.
+//!
+//! The machine only counts slots and orders waiters; it never blocks or wakes anyone.
+//! `acquire`, `release` and `dispatch` return the ids of the waiters to start, and the
+//! shell (`runtime::gate`) wakes them.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

@@ -8,6 +8,9 @@
 //! wins. Each failure after a lock ran out locks it again for longer (exponential
 //! backoff, bounded); failures while it runs (requests that were in flight together)
 //! change nothing. Each success halves the failure count, and at zero the lock is gone.
+//!
+//! A state machine with `now` passed in and no timers: a lock that has run out is simply
+//! no longer reported. Its settings come from the caller.
 
 use crate::UnixMillis;
 use serde::{Deserialize, Serialize};

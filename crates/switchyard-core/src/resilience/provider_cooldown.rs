@@ -2,6 +2,8 @@
 //! provider is cooled only after `threshold` provider-level failures within `window`;
 //! then it is skipped for `cooldown`. One success clears the window. Off by default
 //! (`PROVIDER_COOLDOWN_ENABLED`).
+//!
+//! A state machine with `now` passed in, no timers and no I/O.
 
 use crate::domain::AuthClass;
 use crate::UnixMillis;

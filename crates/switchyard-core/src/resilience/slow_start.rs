@@ -7,6 +7,9 @@
 //! The share is applied deterministically: with a share of `1/n`, every `n`-th request
 //! that could go to the recovering target does; the others try the next candidate
 //! first. A recovering target that is a request's last option is always used.
+//!
+//! Both functions are pure: the caller passes when the target recovered, `now`, and its
+//! per-target request count; nothing is kept here.
 
 use crate::UnixMillis;
 

@@ -23,11 +23,6 @@ impl Exclusion {
     pub fn retry_after_ms(&self) -> Option<u64> {
         self.reason.retry_after_ms()
     }
-
-    /// Whether the exclusion ends on its own shortly, so a combo may wait it out.
-    pub fn ends_on_its_own(&self) -> bool {
-        self.reason.ends_on_its_own()
-    }
 }
 
 /// Every reason a candidate is not attempted.
@@ -238,7 +233,10 @@ mod tests {
                 reason,
             };
             assert_eq!(e.retry_after_ms(), retry);
-            assert_eq!(e.ends_on_its_own(), matches!(hold, Hold::Transient { .. }));
+            assert_eq!(
+                e.reason.ends_on_its_own(),
+                matches!(hold, Hold::Transient { .. })
+            );
         }
     }
 }

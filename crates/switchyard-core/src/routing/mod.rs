@@ -1,7 +1,7 @@
 //! Routing: which connections a request may go to, in which order, and why the others
 //! are left out.
 //!
-//! - [`resolve`]: the plan from the catalog and the key (direct `provider/model`, combos)
+//! - `resolve`: the plan from the catalog and the key (direct `provider/model`, combos)
 //! - [`exclusion`]: the one [`Exclusion`] type every stage reports skipped candidates in
 //! - [`view`]: the per-request facts a strategy orders by
 //! - [`strategy`]: one file per routing strategy
@@ -14,7 +14,7 @@ pub mod strategy;
 pub mod view;
 
 pub use exclusion::{Exclusion, Reason};
-pub use resolve::plan;
+pub use resolve::{left_out, plan};
 
 use crate::catalog::Connection;
 use std::sync::Arc;

@@ -50,6 +50,18 @@ pub fn plan(
     Ok(out)
 }
 
+/// Why resolution leaves `conn` out for `key`: switched off, or not among the key's
+/// allowed connections; `None` when it is a candidate.
+pub fn left_out(key: &ApiKey, conn: &Connection) -> Option<Reason> {
+    if !conn.enabled {
+        Some(Reason::Disabled)
+    } else if !key.may_use_connection(&conn.id) {
+        Some(Reason::NotAllowedForKey)
+    } else {
+        None
+    }
+}
+
 fn expand_combo(catalog: &Catalog, key: &ApiKey, combo: &Combo, rotation: usize, out: &mut Plan) {
     match combo.strategy {
         Strategy::Priority => {
@@ -84,14 +96,7 @@ fn expand_target(
     let n = conns.len();
     for offset in 0..n {
         let conn = conns[(rotation + offset) % n];
-        let reason = if !conn.enabled {
-            Some(Reason::Disabled)
-        } else if !key.may_use_connection(&conn.id) {
-            Some(Reason::NotAllowedForKey)
-        } else {
-            None
-        };
-        match reason {
+        match left_out(key, conn) {
             Some(reason) => out.excluded.push(Exclusion {
                 target: model.to_string(),
                 connection: conn.id.clone(),

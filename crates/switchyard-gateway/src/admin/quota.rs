@@ -3,6 +3,9 @@
 //!
 //! Every write is validated by building the snapshot it would produce (see
 //! [`apply_change`]); a pool error answers 400 with the offending field in `param`.
+//!
+//! Writes go through `apply_change` only; usage and decisions are read from the quota
+//! engine, and the only counters changed here are a deleted pool's, which are dropped.
 
 use super::{apply_change, now, upsert_by};
 use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};

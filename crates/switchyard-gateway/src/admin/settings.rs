@@ -1,4 +1,7 @@
 //! `/api/settings`: runtime settings with their effective value and its source.
+//!
+//! The list is read from the snapshot; a change goes through `apply_change` only and
+//! takes effect with the snapshot it rebuilds.
 
 use super::{apply_change, now};
 use crate::error::{ApiError, ApiJson, ApiPath};

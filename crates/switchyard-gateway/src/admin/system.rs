@@ -1,4 +1,7 @@
 //! `/api/logs` (admin) and `/api/monitoring/health` (public).
+//!
+//! Both only read: logs from the store, health from the snapshot and the runtime state;
+//! nothing here writes the store or the configuration.
 
 use crate::error::{ApiError, ApiQuery};
 use crate::runtime::quota::StoreStatus;

@@ -99,21 +99,23 @@ pub(crate) mod tests {
     use tokio::sync::mpsc;
 
     /// A body fed by the test: data frames, errors, or the end (the sender dropped).
-    pub(crate) struct Fed(pub mpsc::UnboundedReceiver<Result<Frame<Bytes>, String>>);
+    pub(crate) struct Fed<E>(pub mpsc::UnboundedReceiver<Result<Frame<Bytes>, E>>);
 
-    impl Body for Fed {
+    impl<E> Body for Fed<E> {
         type Data = Bytes;
-        type Error = String;
+        type Error = E;
 
         fn poll_frame(
             mut self: Pin<&mut Self>,
             cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, String>>> {
+        ) -> Poll<Option<Result<Frame<Bytes>, E>>> {
             self.0.poll_recv(cx)
         }
     }
 
-    pub(crate) fn fed() -> (mpsc::UnboundedSender<Result<Frame<Bytes>, String>>, Fed) {
+    type Feeder = mpsc::UnboundedSender<Result<Frame<Bytes>, String>>;
+
+    fn fed() -> (Feeder, Fed<String>) {
         let (tx, rx) = mpsc::unbounded_channel();
         (tx, Fed(rx))
     }
@@ -122,7 +124,7 @@ pub(crate) mod tests {
         Ok(Frame::data(Bytes::from_static(s.as_bytes())))
     }
 
-    async fn next(b: &mut DeadlineBody<Fed>) -> Option<Result<Bytes, Cut>> {
+    async fn next(b: &mut DeadlineBody<Fed<String>>) -> Option<Result<Bytes, Cut>> {
         b.frame()
             .await
             .map(|r| r.map(|f| f.into_data().unwrap_or_default()))

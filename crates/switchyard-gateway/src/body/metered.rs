@@ -6,6 +6,9 @@
 //! quota — ends with an error frame in the client's format. The request's bookkeeping
 //! (a [`Meter`]: the pipeline's finisher) lives here, so the request is finished exactly
 //! once: when the stream ends, fails, or is dropped because the client went away.
+//!
+//! It knows the finisher only through the `Meter` trait and does not import the pipeline;
+//! a stream cut after the first byte ends here and is never retried on another upstream.
 
 use super::deadline::Cut;
 use crate::error::{render, ApiError, StreamError};
@@ -218,6 +221,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::body::deadline::tests::Fed;
     use http_body_util::BodyExt;
     use std::sync::{Arc, Mutex};
     use tokio::sync::mpsc;
@@ -260,20 +264,6 @@ mod tests {
         }
     }
 
-    /// An upstream fed by the test.
-    struct Upstream(mpsc::UnboundedReceiver<Result<Frame<Bytes>, Cut>>);
-
-    impl Body for Upstream {
-        type Data = Bytes;
-        type Error = Cut;
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Cut>>> {
-            self.0.poll_recv(cx)
-        }
-    }
-
     const CHUNK: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
     const LAST: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n";
 
@@ -287,7 +277,7 @@ mod tests {
         let meter = Recorded::default();
         let finished = Arc::clone(&meter.finished);
         let mut body = MeteredBody::new(
-            Upstream(rx),
+            Fed(rx),
             Format::OpenAiChat.stream_reader(),
             Format::OpenAiChat,
             meter,

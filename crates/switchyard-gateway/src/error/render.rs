@@ -1,6 +1,9 @@
 //! Rendering errors for the client API that asked: the one place that knows each
 //! format's error body, its `Retry-After`, and the frame that ends a stream with an
 //! error. A new client format adds its arms here.
+//!
+//! It only renders: which error to return is decided before it gets here, and nothing
+//! here imports the pipeline or reads state.
 
 use super::{ApiError, ErrorCode, StreamError};
 use axum::http::header;

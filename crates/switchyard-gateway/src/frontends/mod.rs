@@ -1,7 +1,7 @@
 //! Client front doors: one thin handler per client API, each naming its format and
 //! handing the request to [`crate::pipeline::serve`], which decodes it into the
 //! normalized request, runs it, and renders errors in that format. A new client API is a
-//! module here and its line in [`routes`]; front doors never see upstream adapters.
+//! module here and its line in [`routes()`]; front doors never see upstream adapters.
 
 pub mod models;
 mod openai_chat;

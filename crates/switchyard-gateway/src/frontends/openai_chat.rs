@@ -1,4 +1,7 @@
 //! `POST /v1/chat/completions`: the OpenAI chat-completions front door.
+//!
+//! The handler names the format and nothing else: decoding, routing and error rendering
+//! are the pipeline's, and it never imports an upstream adapter.
 
 use crate::pipeline;
 use crate::state::AppState;

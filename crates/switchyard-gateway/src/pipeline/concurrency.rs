@@ -9,6 +9,9 @@
 //! queue is full or its wait runs out, it goes ahead without the account slot (the
 //! global, provider and model caps still hold). With
 //! `quotaShareConcurrencyLimit.enabled` off it does not wait for the account at all.
+//!
+//! The stage uses only the runtime's gates and reads the snapshot, both through the
+//! attempt's context, never `AppState`; queueing and refusals are `runtime::gate`'s.
 
 use super::attempt::Ctx;
 use crate::runtime::gate::{Ask, Mode, Permit};

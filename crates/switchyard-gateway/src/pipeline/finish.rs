@@ -1,7 +1,10 @@
 //! Finishing a request exactly once: the quota settlement, the request-log row, the
-//! request metrics and the in-flight gauge. A `Finisher` travels with the request — into the response body for
-//! streams — and finishes when told to or, failing that, when dropped (the client went
-//! away), so no path can skip or double the bookkeeping.
+//! request metrics and the in-flight gauge. A `Finisher` travels with the request —
+//! into the response body for streams — and finishes when told to or, failing that,
+//! when dropped (the client went away), so no path can skip or double the bookkeeping.
+//!
+//! Finishing never awaits (the log row goes to the request log's bounded channel) and
+//! changes nothing about the answer: status, error code and usage are handed to it.
 
 use crate::clock::{RequestClock, Stopwatch};
 use crate::error::ErrorCode;

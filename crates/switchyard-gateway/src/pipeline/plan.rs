@@ -44,6 +44,7 @@ pub async fn build(
     };
     let order = strategy.order(&views, rotation);
     if !strategy::is_identity(&order) {
+        tracing::debug!(strategy = strategy.name(), order = ?order, "Candidates reordered.");
         plan.candidates = order
             .into_iter()
             .filter_map(|i| plan.candidates.get(i).cloned())

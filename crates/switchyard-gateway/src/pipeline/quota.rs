@@ -1,6 +1,9 @@
 //! The quota stage (SPEC Q6): the per-attempt reservation that admits a candidate or
 //! skips it. (The soft-penalty ordering of Q7 is a fact of the routing view, gathered in
 //! the plan stage.)
+//!
+//! The stage uses only the runtime's quota engine and reads the snapshot, never
+//! `AppState`; the admission itself is the engine's decision.
 
 use super::attempt::Ctx;
 use crate::runtime::quota::{Admission, QuotaBlock, QuotaGuard};

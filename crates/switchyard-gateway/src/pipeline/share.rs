@@ -4,13 +4,16 @@
 //! on load) in the plan stage; on a connection with
 //! `max_concurrent`, the concurrency stage makes the request wait for a slot in a queue
 //! served fairly across keys, and go ahead without one if the queue is full or the wait
-//! too long (fail-open; see [`super::concurrency`]).
+//! too long (fail-open; see the `concurrency` stage).
+//!
+//! This module only builds the plan, from the snapshot alone: it reads no runtime state,
+//! orders nothing and takes no slot.
 
 use crate::error::ApiError;
 use crate::snapshot::Snapshot;
 use std::sync::Arc;
 use switchyard_core::catalog::ApiKey;
-use switchyard_core::routing::{strategy, Candidate, Exclusion, Plan, Reason, RouteError};
+use switchyard_core::routing::{left_out, strategy, Candidate, Exclusion, Plan, RouteError};
 
 /// Prefix of the internal quota-share combos.
 pub const PREFIX: &str = "qtSd/";
@@ -52,14 +55,7 @@ fn build(snap: &Snapshot, key: &ApiKey, model: &str, rest: &str) -> Result<Plan,
         if offered.is_some_and(|m| !m.is_empty() && !m.contains(&model_name)) {
             continue;
         }
-        let reason = if !conn.enabled {
-            Some(Reason::Disabled)
-        } else if !key.may_use_connection(&conn.id) {
-            Some(Reason::NotAllowedForKey)
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
+        if let Some(reason) = left_out(key, conn) {
             out.excluded.push(Exclusion {
                 target: format!("{}/{model_name}", conn.provider),
                 connection: conn.id.clone(),

@@ -13,6 +13,10 @@
 //! client disconnects, when a stream ends, and on panic. A waiter that gives up (timeout,
 //! client gone) leaves the queue; if its slots were handed over at that very moment, they
 //! are passed on rather than leaked.
+//!
+//! The state sits behind one std mutex, taken for each step and never across an `.await`
+//! (a waiter waits on its own channel); nothing here imports `AppState`, the pipeline or
+//! the error type.
 
 use crate::clock::Stopwatch;
 use crate::sync::lock;

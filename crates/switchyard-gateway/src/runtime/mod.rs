@@ -2,8 +2,9 @@
 //! changes — provider breakers and connection health ([`resilience`]), concurrency gates
 //! and their queues ([`gate`]), quota counters and provider signals ([`quota`]) —
 //! written behind to the store by the `persist` writer. Each part is held behind
-//! short-lived locks, never across an `.await`, and takes `now` from its caller. Nothing
-//! here reads the application state, the pipeline or the HTTP error type.
+//! short-lived locks, never across an `.await`. Resilience takes `now` from its caller;
+//! the quota engine reads its own clock (Redis counts on Redis's). Nothing here reads
+//! the application state, the pipeline or the HTTP error type.
 
 pub mod gate;
 pub mod quota;

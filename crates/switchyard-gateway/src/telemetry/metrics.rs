@@ -3,6 +3,9 @@
 //! Label sets are bounded: `provider` and `model` come from the configuration (models a
 //! provider does not declare count as `model="other"`, requests that never reached a
 //! provider as `"none"`), `status` is an HTTP status.
+//!
+//! The module only records and encodes: it imports nothing from the rest of the crate,
+//! reads the catalog only to bound the `model` label, and decides nothing.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

@@ -1,4 +1,8 @@
 //! OpenAI-compatible upstreams: `POST {base}/v1/chat/completions` with a bearer token.
+//!
+//! The adapter only names its endpoint and builds its authentication header (marked
+//! sensitive); sending, deadlines and failure classification are the shared transport's
+//! (`super`).
 
 use super::{endpoint, Adapter};
 use axum::http::header::InvalidHeaderValue;

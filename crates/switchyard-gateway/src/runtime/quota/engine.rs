@@ -5,8 +5,13 @@
 //! warned about at most once per interval.
 //!
 //! The store can change once while running: a gateway that fell back to memory because
-//! Redis was unreachable switches to Redis when it answers ([`QuotaEngine::switch_to_redis`]).
+//! Redis was unreachable switches to Redis when it answers
+//! ([`QuotaEngine::switch_to_redis`]).
 //! Each reservation settles in the store it was booked in.
+//!
+//! Its locks (the ledgers', the decision log's) are held for one step and never across an
+//! `.await`; it reads `now` from its own clock, and imports nothing from `state`,
+//! `pipeline` or `error`.
 
 use super::counters::{
     CounterStore, Ledgers, Outcome, RedisStore, ReserveRequest, Unmetered, UnmeteredReason,

@@ -1,4 +1,8 @@
 //! The reservation a request holds until its response ends.
+//!
+//! Settling and releasing never wait (they are plain calls into the engine, and a Redis
+//! settlement is queued for its worker), so they are safe in `Drop`; only a stream's next
+//! increment is awaited, through a `GrowthRequest`.
 
 use super::engine::{BookedIn, Growth, QuotaEngine};
 use super::index::PoolRuntime;

@@ -1,6 +1,9 @@
 //! The quota part of the configuration snapshot: validated pools, each connection's
 //! pool, and every key's share, resolved once per configuration change so the request
 //! path only looks things up.
+//!
+//! It is immutable once built and holds no counters (those are the engine's); building
+//! reads only the catalog, the pool inputs and the manual plans it is given.
 
 use http::{HeaderName, HeaderValue};
 use std::collections::HashMap;

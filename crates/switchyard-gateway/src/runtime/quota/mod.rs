@@ -1,7 +1,7 @@
 //! Quota sharing in the shell (SPEC Q): the snapshot's pool index, the engine that keeps
 //! counters (in memory with SQLite persistence, or in Redis), provider signals, the
-//! reservation guard requests carry. Persistence is `crate::runtime::persist`. The decisions themselves
-//! are in `switchyard_core::quota`.
+//! reservation guard requests carry. Persistence is the top-level `persist` writer's.
+//! The decisions themselves are in `switchyard_core::quota`.
 
 pub mod counters;
 pub mod engine;

@@ -1,5 +1,9 @@
 //! The board of provider saturation readings (SPEC Q6): per connection, what its
 //! rate-limit headers said lately, each reading valid for [`SIGNAL_TTL_MS`].
+//!
+//! The board is synchronous: its mutexes are held only within a call, never across an
+//! `.await`, and every call takes `now`. Header parsing is done by
+//! `switchyard_core::quota::signals`.
 
 use super::index::PoolRuntime;
 use crate::sync::lock;

@@ -1,5 +1,9 @@
 //! What the quota engine shows: refusals (the 429's explanation), recorded decisions,
 //! pool usage, and the `x-ratelimit-*` headers of admitted answers.
+//!
+//! Everything here is built from what the engine passes in (a decision, peeked counters,
+//! costs), so nothing here locks, reads a store or decides; the 429 body itself is
+//! rendered in `crate::error`.
 
 use super::index::PoolRuntime;
 use http::{HeaderName, HeaderValue};
