@@ -74,7 +74,7 @@ fn check_credential(state: &AppState, path: &str, headers: &HeaderMap) -> Result
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     };
     if under("/api") {
-        auth::check_admin(state, headers)
+        auth::check_admin(&state.config, headers)
     } else if under("/v1") {
         auth::client_key(&state.snapshot().catalog, headers).map(|_| ())
     } else {

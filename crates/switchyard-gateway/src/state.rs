@@ -14,7 +14,7 @@ use crate::snapshot::{LiveConfig, Snapshot, SnapshotError};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::reqlog::{LogWriter, RequestLog};
 use crate::telemetry::Telemetry;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::apikey::KeyHash;
@@ -48,14 +48,14 @@ pub enum StateError {
 pub struct AppState {
     pub config: Arc<LiveConfig>,
     pub runtime: Arc<Runtime>,
-    pub telemetry: Telemetry,
+    pub telemetry: Arc<Telemetry>,
     pub store: Arc<Store>,
     pub clock: Arc<dyn Clock>,
     rotation: AtomicUsize,
     request_seq: AtomicU64,
     request_prefix: u32,
     /// Set when the shutdown grace period expired and remaining requests are being cut.
-    pub cutting: std::sync::atomic::AtomicBool,
+    pub cutting: Arc<AtomicBool>,
     /// Serialises management writes in this process so validate-then-write is atomic.
     pub admin_lock: tokio::sync::Mutex<()>,
     pub started_at_ms: u64,
@@ -119,14 +119,14 @@ impl AppState {
         let state = Arc::new(Self {
             config: Arc::clone(&config),
             runtime: Arc::clone(&runtime),
-            telemetry: Telemetry { metrics, log },
+            telemetry: Arc::new(Telemetry { metrics, log }),
             store: Arc::clone(&store),
             started_at_ms: clock.now_ms(),
             clock: Arc::clone(&clock),
             rotation: AtomicUsize::new(0),
             request_seq: AtomicU64::new(0),
             request_prefix: rand::random(),
-            cutting: std::sync::atomic::AtomicBool::new(false),
+            cutting: Arc::new(AtomicBool::new(false)),
             admin_lock: tokio::sync::Mutex::new(()),
         });
         let redis_retry = retry.map(|(url, prefix)| {

@@ -5,6 +5,7 @@
 //! `x-api-key` header are accepted.
 
 use crate::error::ApiError;
+use crate::snapshot::LiveConfig;
 use crate::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap};
@@ -44,11 +45,11 @@ pub fn client_key<'a>(catalog: &'a Catalog, headers: &HeaderMap) -> Result<&'a A
 /// Checks the management credential: the admin token, or a live client key with the
 /// `admin` scope. No credential or an unknown one is `401`; a live client key without
 /// the scope is `403` (the caller is known, the permission is missing).
-pub fn check_admin(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub fn check_admin(config: &LiveConfig, headers: &HeaderMap) -> Result<(), ApiError> {
     let token = presented_token(headers).ok_or(ApiError::AdminRequired)?;
     let hash = KeyHash::of(token);
-    let snap = state.snapshot();
-    let admin = state.config.configured_admin.or(snap.admin_hash);
+    let snap = config.snapshot();
+    let admin = config.configured_admin.or(snap.admin_hash);
     if admin.is_some_and(|a| hash.ct_eq(&a)) {
         return Ok(());
     }
@@ -65,7 +66,7 @@ pub async fn require_admin(
     request: Request,
     next: Next,
 ) -> Response {
-    match check_admin(&state, request.headers()) {
+    match check_admin(&state.config, request.headers()) {
         Ok(()) => next.run(request).await,
         Err(e) => e.into_response(),
     }

@@ -12,9 +12,12 @@ use crate::runtime::gate::Permit;
 use crate::runtime::quota::engine::Growth;
 use crate::runtime::quota::guard::GrowthRequest;
 use crate::runtime::quota::{QuotaBlock, QuotaGuard};
-use crate::state::AppState;
+use crate::runtime::Runtime;
+use crate::snapshot::LiveConfig;
 use crate::telemetry::metrics::{RequestLabels, NONE_LABEL};
+use crate::telemetry::Telemetry;
 use axum::response::Response;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use switchyard_core::routing::Candidate;
 use switchyard_core::usage::Usage;
@@ -37,9 +40,21 @@ fn logged_model(model: &str) -> String {
     }
 }
 
+/// What finishing a request touches: telemetry (metrics, request log), the
+/// configuration and resilience state for the stall cooldown, and the shutdown flag
+/// that names a cut request's code.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    pub telemetry: Arc<Telemetry>,
+    pub runtime: Arc<Runtime>,
+    pub config: Arc<LiveConfig>,
+    /// Set when the shutdown grace period expired and remaining requests are cut.
+    pub cutting: Arc<AtomicBool>,
+}
+
 #[derive(Debug)]
 struct Inner {
-    state: Arc<AppState>,
+    parts: Parts,
     row: LogRow,
     /// The `model` metric label: bounded by the configuration (see `metrics::model_label`).
     model_label: Option<String>,
@@ -57,10 +72,10 @@ struct Inner {
 pub struct Finisher(Option<Inner>);
 
 impl Finisher {
-    pub fn start(state: &Arc<AppState>, request_id: String, clock: RequestClock) -> Self {
-        state.telemetry.metrics.in_flight.inc();
+    pub fn start(parts: Parts, request_id: String, clock: RequestClock) -> Self {
+        parts.telemetry.metrics.in_flight.inc();
         Self(Some(Inner {
-            state: Arc::clone(state),
+            parts,
             model_label: None,
             watch: Stopwatch::start(),
             clock,
@@ -155,7 +170,7 @@ impl Finisher {
         let Some(i) = &self.0 else {
             return;
         };
-        let snap = i.state.snapshot();
+        let snap = i.parts.config.snapshot();
         if !snap.settings.resilience.stream_stall_cooldown {
             return;
         }
@@ -163,7 +178,7 @@ impl Finisher {
             return;
         };
         if let Some(conn) = snap.catalog.connection(conn_id) {
-            i.state
+            i.parts
                 .runtime
                 .resilience
                 .record_stall(conn, i.clock.now_ms());
@@ -206,7 +221,7 @@ impl Finisher {
             i.row.prompt_tokens = Some(u.prompt_tokens);
             i.row.completion_tokens = Some(u.completion_tokens);
         }
-        let m = &i.state.telemetry.metrics;
+        let m = &i.parts.telemetry.metrics;
         m.in_flight.dec();
         m.requests
             .get_or_create(&RequestLabels {
@@ -242,7 +257,7 @@ impl Finisher {
                 "Request finished."
             );
         }
-        i.state.telemetry.log.record(i.row);
+        i.parts.telemetry.log.record(i.row);
     }
 
     /// Finishes from a response about to be sent (status and typed code from it).
@@ -287,7 +302,7 @@ impl Drop for Finisher {
         let cut = self
             .0
             .as_ref()
-            .map(|i| i.state.cutting.load(std::sync::atomic::Ordering::Relaxed));
+            .map(|i| i.parts.cutting.load(Ordering::Relaxed));
         match cut {
             None => {}
             Some(true) => self.finish(CLIENT_CLOSED, Some("gateway_shutdown"), None),

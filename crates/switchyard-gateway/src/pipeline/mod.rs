@@ -53,7 +53,13 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 pub async fn serve(state: &Arc<AppState>, format: Format, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let clock = RequestClock::start(state.clock.as_ref());
-    let mut finisher = Finisher::start(state, state.next_request_id(), clock);
+    let finishing = finish::Parts {
+        telemetry: Arc::clone(&state.telemetry),
+        runtime: Arc::clone(&state.runtime),
+        config: Arc::clone(&state.config),
+        cutting: Arc::clone(&state.cutting),
+    };
+    let mut finisher = Finisher::start(finishing, state.next_request_id(), clock);
     let request_id = HeaderValue::try_from(finisher.request_id()).ok();
     let mut response = match run(state, format, clock, &parts.headers, body, &mut finisher).await {
         Ok(r) => r,
