@@ -1,7 +1,7 @@
 //! The attempt loop of one request as a state machine: which candidate to try next, how
 //! (taking a concurrency slot at once, or waiting for one), when a round is over, whether
 //! a combo waits out its targets' cooldowns (SPEC R9), and which answer or error wins
-//! when nothing succeeded. The shell asks [`Dispatch::next`] for a [`Step`], carries it
+//! when nothing succeeded. The shell asks [`Dispatch::step`] for a [`Step`], carries it
 //! out, and reports what happened; it decides nothing itself.
 //!
 //! The rules, in the order they apply:
@@ -26,8 +26,8 @@
 //! The machine holds the shell's payloads without looking inside them: `B` a quota
 //! refusal, `P` a parked upstream answer, `F` an upstream failure's details.
 //!
-//! It sends nothing, takes no slot and never sleeps: time is the `now` given to `next`,
-//! and a wait is a `Step::Sleep` the shell carries out.
+//! It sends nothing, takes no slot and never sleeps: time is the `now` given with the
+//! holds ([`Dispatch::holds`]), and a wait is a `Step::Sleep` the shell carries out.
 
 use crate::outcome::AttemptFailure;
 use crate::resilience::admission::Refusal;
@@ -199,7 +199,7 @@ pub struct Dispatch<B, P, F> {
     excluded: Vec<Exclusion>,
     round: Round<B, P, F>,
     asked: Option<Asked>,
-    holds: Option<Option<Vec<Reason>>>,
+    holds: Option<(Option<Vec<Reason>>, UnixMillis)>,
 }
 
 impl<B, P, F> Dispatch<B, P, F> {
@@ -268,18 +268,19 @@ impl<B, P, F> Dispatch<B, P, F> {
         }
     }
 
-    /// Reports what holds each candidate back now: `None` when one of them could be
-    /// tried at once.
-    pub fn holds(&mut self, holds: Option<Vec<Reason>>) {
+    /// Reports what holds each candidate back at `now`: `None` when one of them could be
+    /// tried at once. The only decision that depends on time (the R9 wait) is taken with
+    /// this `now`.
+    pub fn holds(&mut self, holds: Option<Vec<Reason>>, now: UnixMillis) {
         if self.asked.is_some() {
-            self.holds = Some(holds);
+            self.holds = Some((holds, now));
         }
     }
 
-    /// The next step at `now`.
-    pub fn next(&mut self, now: UnixMillis) -> Step<B, P, F> {
+    /// The next step.
+    pub fn step(&mut self) -> Step<B, P, F> {
         if let Some(asked) = self.asked {
-            let Some(holds) = self.holds.take() else {
+            let Some((holds, now)) = self.holds.take() else {
                 return Step::CheckHolds;
             };
             self.asked = None;
@@ -519,14 +520,14 @@ mod tests {
     #[test]
     fn candidates_are_tried_in_order_and_the_last_failure_wins() {
         let mut d = direct(2);
-        assert_eq!(d.next(0), try_now(0, true));
+        assert_eq!(d.step(), try_now(0, true));
         d.report(failed(AttemptFailure::Status(500), false, "first"));
-        assert_eq!(d.next(0), try_now(1, false));
+        assert_eq!(d.step(), try_now(1, false));
         d.report(failed(AttemptFailure::Connect, false, "second"));
-        assert_eq!(d.next(0), Step::CheckHolds);
-        d.holds(Some(vec![COOL, OPEN]));
+        assert_eq!(d.step(), Step::CheckHolds);
+        d.holds(Some(vec![COOL, OPEN]), 0);
         assert_eq!(
-            d.next(0),
+            d.step(),
             Step::Done(End::Upstream {
                 failure: AttemptFailure::Connect,
                 detail: "second",
@@ -538,10 +539,10 @@ mod tests {
     #[test]
     fn an_announced_retry_after_needs_no_holds_and_a_usable_candidate_means_zero() {
         let mut d = direct(1);
-        assert_eq!(d.next(0), try_now(0, false));
+        assert_eq!(d.step(), try_now(0, false));
         d.report(failed(AttemptFailure::Status(429), true, "limited"));
         assert_eq!(
-            d.next(0),
+            d.step(),
             Step::Done(End::Upstream {
                 failure: AttemptFailure::Status(429),
                 detail: "limited",
@@ -549,12 +550,12 @@ mod tests {
             })
         );
         let mut d = direct(1);
-        d.next(0);
+        d.step();
         d.report(failed(AttemptFailure::Reset, false, "reset"));
-        assert_eq!(d.next(0), Step::CheckHolds);
-        d.holds(None);
+        assert_eq!(d.step(), Step::CheckHolds);
+        d.holds(None, 0);
         assert_eq!(
-            d.next(0),
+            d.step(),
             Step::Done(End::Upstream {
                 failure: AttemptFailure::Reset,
                 detail: "reset",
@@ -563,12 +564,12 @@ mod tests {
         );
         // Terminal holds only: nothing comes back on its own.
         let mut d = direct(1);
-        d.next(0);
+        d.step();
         d.report(failed(AttemptFailure::Reset, false, "reset"));
-        d.next(0);
-        d.holds(Some(vec![Reason::Terminal(Terminal::Banned)]));
+        d.step();
+        d.holds(Some(vec![Reason::Terminal(Terminal::Banned)]), 0);
         assert_eq!(
-            d.next(0),
+            d.step(),
             Step::Done(End::Upstream {
                 failure: AttemptFailure::Reset,
                 detail: "reset",
@@ -580,35 +581,35 @@ mod tests {
     #[test]
     fn a_busy_candidate_is_passed_over_then_waited_for_with_one_shared_budget() {
         let mut d = direct(3);
-        assert_eq!(d.next(0), try_now(0, true));
+        assert_eq!(d.step(), try_now(0, true));
         d.report(Report::Busy);
-        assert_eq!(d.next(0), try_now(1, true));
+        assert_eq!(d.step(), try_now(1, true));
         d.report(Report::Busy);
-        assert_eq!(d.next(0), try_now(2, false));
+        assert_eq!(d.step(), try_now(2, false));
         d.report(failed(AttemptFailure::Status(503), false, "third"));
-        assert_eq!(d.next(0), try_waiting(0, 0));
+        assert_eq!(d.step(), try_waiting(0, 0));
         d.waited_for_slot(40);
         d.report(refused("c0", Refusal::QueueTimeout));
-        assert_eq!(d.next(0), try_waiting(1, 40));
+        assert_eq!(d.step(), try_waiting(1, 40));
         d.waited_for_slot(10);
         d.report(refused("c1", Refusal::QueueFull));
         // The upstream failure outranks the queue refusals.
-        assert_eq!(d.next(0), Step::CheckHolds);
+        assert_eq!(d.step(), Step::CheckHolds);
     }
 
     #[test]
     fn a_queue_refusal_is_the_error_when_nothing_was_attempted_and_the_first_one_wins() {
         let mut d = direct(2);
-        d.next(0);
+        d.step();
         d.report(Report::Busy);
-        d.next(0);
+        d.step();
         d.report(Report::Busy);
-        assert_eq!(d.next(0), try_waiting(0, 0));
+        assert_eq!(d.step(), try_waiting(0, 0));
         d.report(refused("c0", Refusal::QueueTimeout));
-        assert_eq!(d.next(0), try_waiting(1, 0));
+        assert_eq!(d.step(), try_waiting(1, 0));
         d.report(refused("c1", Refusal::QueueFull));
         assert_eq!(
-            d.next(0),
+            d.step(),
             Step::Done(End::Queue {
                 refusal: Refusal::QueueTimeout,
                 connection: "c0".into(),
@@ -619,72 +620,72 @@ mod tests {
     #[test]
     fn a_warming_candidate_goes_to_the_back_once_and_is_tried_there() {
         let mut d = direct(3);
-        assert_eq!(d.next(0), try_now(0, true));
+        assert_eq!(d.step(), try_now(0, true));
         d.report(Report::Excluded(ex("c0", Reason::Warming)));
-        assert_eq!(d.next(0), try_now(1, true));
+        assert_eq!(d.step(), try_now(1, true));
         d.report(failed(AttemptFailure::Status(500), false, "one"));
-        assert_eq!(d.next(0), try_now(2, true));
+        assert_eq!(d.step(), try_now(2, true));
         d.report(failed(AttemptFailure::Status(500), false, "two"));
         // Deferred once, it may not be deferred again.
-        assert_eq!(d.next(0), try_now(0, false));
+        assert_eq!(d.step(), try_now(0, false));
         d.report(failed(AttemptFailure::Status(502), false, "zero"));
-        assert_eq!(d.next(0), Step::CheckHolds);
+        assert_eq!(d.step(), Step::CheckHolds);
     }
 
     #[test]
     fn the_last_candidate_is_never_deferred() {
         let mut d = direct(1);
-        assert_eq!(d.next(0), try_now(0, false));
+        assert_eq!(d.step(), try_now(0, false));
     }
 
     #[test]
     fn a_rejection_is_parked_while_a_deferred_candidate_remains_and_returned_otherwise() {
         // Nothing deferred: returned at once, the next candidate is not tried.
         let mut d = direct(2);
-        d.next(0);
+        d.step();
         d.report(Report::Rejected("401 body"));
-        assert_eq!(d.next(0), Step::Done(End::Answer("401 body")));
+        assert_eq!(d.step(), Step::Done(End::Answer("401 body")));
 
         // A deferred candidate remains: it is tried first; its failure does not win over
         // the parked answer.
         let mut d = direct(2);
-        assert_eq!(d.next(0), try_now(0, true));
+        assert_eq!(d.step(), try_now(0, true));
         d.report(Report::Excluded(ex("c0", Reason::Warming)));
-        assert_eq!(d.next(0), try_now(1, true));
+        assert_eq!(d.step(), try_now(1, true));
         d.report(Report::Rejected("403 body"));
-        assert_eq!(d.next(0), try_now(0, false));
+        assert_eq!(d.step(), try_now(0, false));
         d.report(failed(AttemptFailure::Status(500), false, "late"));
-        assert_eq!(d.next(0), Step::Done(End::Answer("403 body")));
+        assert_eq!(d.step(), Step::Done(End::Answer("403 body")));
     }
 
     #[test]
     fn the_quota_refusal_that_clears_soonest_wins_when_nothing_was_attempted() {
         let mut d = direct(3);
-        d.next(0);
+        d.step();
         d.report(blocked("never", None));
-        d.next(0);
+        d.step();
         d.report(blocked("in 5 s", Some(5_000)));
-        d.next(0);
+        d.step();
         d.report(blocked("also 5 s", Some(5_000)));
-        assert_eq!(d.next(0), Step::Done(End::Quota("in 5 s")));
+        assert_eq!(d.step(), Step::Done(End::Quota("in 5 s")));
 
         // A queue refusal ranks below a quota refusal.
         let mut d = direct(2);
-        d.next(0);
+        d.step();
         d.report(Report::Busy);
-        d.next(0);
+        d.step();
         d.report(blocked("quota", Some(1)));
-        d.next(0);
+        d.step();
         d.report(refused("c0", Refusal::QueueFull));
-        assert_eq!(d.next(0), Step::Done(End::Quota("quota")));
+        assert_eq!(d.step(), Step::Done(End::Quota("quota")));
     }
 
     #[test]
     fn a_direct_request_behind_open_breakers_gets_the_breaker_error() {
         let mut d = direct(2);
-        d.next(0);
+        d.step();
         d.report(Report::Excluded(ex("c0", OPEN)));
-        d.next(0);
+        d.step();
         d.report(Report::Excluded(ex(
             "c1",
             Reason::CircuitOpen {
@@ -692,7 +693,7 @@ mod tests {
             },
         )));
         assert_eq!(
-            d.next(0),
+            d.step(),
             Step::Done(End::CircuitOpen {
                 retry_after_ms: 1_500
             })
@@ -702,12 +703,12 @@ mod tests {
     #[test]
     fn cooling_candidates_give_the_soonest_retry_and_terminal_ones_nothing_executable() {
         let mut d = direct(2);
-        d.next(0);
+        d.step();
         d.report(Report::Excluded(ex("c0", OPEN)));
-        d.next(0);
+        d.step();
         d.report(Report::Excluded(ex("c1", COOL)));
         assert_eq!(
-            d.next(0),
+            d.step(),
             Step::Done(End::AllCooling {
                 excluded: vec![ex("c0", OPEN), ex("c1", COOL)],
                 retry_after_ms: 2_000,
@@ -716,11 +717,11 @@ mod tests {
 
         let plan_excluded = vec![ex("c9", Reason::Disabled)];
         let mut d: D = Dispatch::new(1, plan_excluded, false, true, WAIT, 0);
-        d.next(0);
+        d.step();
         let banned = ex("c0", Reason::Terminal(Terminal::Banned));
         d.report(Report::Excluded(banned.clone()));
         assert_eq!(
-            d.next(0),
+            d.step(),
             Step::Done(End::NoExecutable {
                 excluded: vec![ex("c9", Reason::Disabled), banned],
             })
@@ -730,43 +731,46 @@ mod tests {
     #[test]
     fn a_combo_behind_brief_holds_waits_for_the_earliest_then_goes_round_again() {
         let mut d = combo(2);
-        d.next(1_000);
+        d.step();
         d.report(Report::Excluded(ex("c0", OPEN)));
-        d.next(1_000);
+        d.step();
         d.report(Report::Excluded(ex("c1", COOL)));
-        assert_eq!(d.next(1_000), Step::CheckHolds);
+        assert_eq!(d.step(), Step::CheckHolds);
         // Asking again before answering asks again.
-        assert_eq!(d.next(1_000), Step::CheckHolds);
-        d.holds(Some(vec![OPEN, COOL]));
-        assert_eq!(d.next(1_000), Step::Sleep { ms: 2_000 });
+        assert_eq!(d.step(), Step::CheckHolds);
+        d.holds(Some(vec![OPEN, COOL]), 1_000);
+        assert_eq!(d.step(), Step::Sleep { ms: 2_000 });
         // A fresh round over every candidate.
-        assert_eq!(d.next(3_000), try_now(0, true));
+        assert_eq!(d.step(), try_now(0, true));
         d.report(failed(AttemptFailure::Status(500), false, "after the wait"));
-        assert_eq!(d.next(3_000), try_now(1, false));
+        assert_eq!(d.step(), try_now(1, false));
     }
 
     #[test]
     fn a_combo_that_ended_on_a_429_waits_too() {
         let mut d = combo(1);
-        d.next(1_000);
+        d.step();
         d.report(failed(AttemptFailure::Status(429), true, "429"));
-        assert_eq!(d.next(1_000), Step::CheckHolds);
-        d.holds(Some(vec![Reason::CoolingDown {
-            retry_after_ms: 500,
-            transient: true,
-        }]));
-        assert_eq!(d.next(1_000), Step::Sleep { ms: 500 });
+        assert_eq!(d.step(), Step::CheckHolds);
+        d.holds(
+            Some(vec![Reason::CoolingDown {
+                retry_after_ms: 500,
+                transient: true,
+            }]),
+            1_000,
+        );
+        assert_eq!(d.step(), Step::Sleep { ms: 500 });
     }
 
     #[test]
     fn a_combo_whose_target_is_usable_now_does_not_wait() {
         let mut d = combo(1);
-        d.next(1_000);
+        d.step();
         d.report(failed(AttemptFailure::Status(429), true, "429"));
-        assert_eq!(d.next(1_000), Step::CheckHolds);
-        d.holds(None);
+        assert_eq!(d.step(), Step::CheckHolds);
+        d.holds(None, 1_000);
         assert_eq!(
-            d.next(1_000),
+            d.step(),
             Step::Done(End::Upstream {
                 failure: AttemptFailure::Status(429),
                 detail: "429",
@@ -779,18 +783,18 @@ mod tests {
     fn waits_end_at_the_attempt_limit_and_the_budget_with_rate_limited() {
         let mut d = combo(1);
         for round in 0..WAIT.max_attempts {
-            d.next(1_000);
+            d.step();
             d.report(Report::Excluded(ex("c0", COOL)));
-            assert_eq!(d.next(1_000), Step::CheckHolds, "round {round}");
-            d.holds(Some(vec![COOL]));
-            assert_eq!(d.next(1_000), Step::Sleep { ms: 2_000 });
+            assert_eq!(d.step(), Step::CheckHolds, "round {round}");
+            d.holds(Some(vec![COOL]), 1_000);
+            assert_eq!(d.step(), Step::Sleep { ms: 2_000 });
         }
-        d.next(1_000);
+        d.step();
         d.report(Report::Excluded(ex("c0", COOL)));
-        d.next(1_000);
-        d.holds(Some(vec![COOL]));
+        d.step();
+        d.holds(Some(vec![COOL]), 1_000);
         assert_eq!(
-            d.next(1_000),
+            d.step(),
             Step::Done(End::RateLimited {
                 retry_after_ms: 2_000,
                 reset_at_ms: 3_000,
@@ -799,12 +803,12 @@ mod tests {
 
         // The budget: arrived at 1 000, budget 300 000; at 299 500 only 1 500 are left.
         let mut d = combo(1);
-        d.next(299_500);
+        d.step();
         d.report(Report::Excluded(ex("c0", COOL)));
-        d.next(299_500);
-        d.holds(Some(vec![COOL]));
+        d.step();
+        d.holds(Some(vec![COOL]), 299_500);
         assert_eq!(
-            d.next(299_500),
+            d.step(),
             Step::Done(End::RateLimited {
                 retry_after_ms: 2_000,
                 reset_at_ms: 301_500,
@@ -819,17 +823,17 @@ mod tests {
             retry_after_ms: 60_000,
             transient: false,
         };
-        d.next(1_000);
+        d.step();
         d.report(Report::Excluded(ex("c0", auth)));
-        d.next(1_000);
+        d.step();
         d.report(Report::Excluded(ex(
             "c1",
             Reason::Terminal(Terminal::Expired),
         )));
-        assert_eq!(d.next(1_000), Step::CheckHolds);
-        d.holds(Some(vec![auth, Reason::Terminal(Terminal::Expired)]));
+        assert_eq!(d.step(), Step::CheckHolds);
+        d.holds(Some(vec![auth, Reason::Terminal(Terminal::Expired)]), 1_000);
         assert_eq!(
-            d.next(1_000),
+            d.step(),
             Step::Done(End::AllSkipped {
                 excluded: vec![
                     ex("c0", auth),
@@ -842,20 +846,20 @@ mod tests {
     #[test]
     fn a_combo_with_a_quota_refusal_does_not_wait_and_answers_the_quota_error() {
         let mut d = combo(2);
-        d.next(1_000);
+        d.step();
         d.report(blocked("quota", Some(100)));
-        d.next(1_000);
+        d.step();
         d.report(Report::Excluded(ex("c1", COOL)));
-        assert_eq!(d.next(1_000), Step::Done(End::Quota("quota")));
+        assert_eq!(d.step(), Step::Done(End::Quota("quota")));
     }
 
     #[test]
     fn a_combo_that_may_not_wait_and_a_quota_share_combo_fall_through_to_the_error() {
         let mut d: D = Dispatch::new(1, Vec::new(), true, false, WAIT, 0);
-        d.next(0);
+        d.step();
         d.report(Report::Excluded(ex("c0", COOL)));
         assert_eq!(
-            d.next(0),
+            d.step(),
             Step::Done(End::AllCooling {
                 excluded: vec![ex("c0", COOL)],
                 retry_after_ms: 2_000,
@@ -866,12 +870,12 @@ mod tests {
     #[test]
     fn a_vanished_candidate_is_skipped_silently() {
         let mut d = direct(2);
-        d.next(0);
+        d.step();
         d.report(Report::Gone);
-        assert_eq!(d.next(0), try_now(1, false));
+        assert_eq!(d.step(), try_now(1, false));
         d.report(Report::Gone);
         assert_eq!(
-            d.next(0),
+            d.step(),
             Step::Done(End::NoExecutable {
                 excluded: Vec::new()
             })
@@ -882,7 +886,7 @@ mod tests {
     fn a_report_without_a_try_and_holds_nobody_asked_for_are_ignored() {
         let mut d = direct(1);
         d.report(Report::Busy);
-        d.holds(None);
-        assert_eq!(d.next(0), try_now(0, false));
+        d.holds(None, 0);
+        assert_eq!(d.step(), try_now(0, false));
     }
 }

@@ -213,12 +213,14 @@ async fn attempt(
         deadline,
     )
     .await;
+    // The upstream's answer (or failure) is judged, and recorded, at the time it came.
+    let answered = clock.now_ms();
     let outcome = match sent {
         Ok(response) => {
             if pooled.is_some() {
                 runtime
                     .quota
-                    .record_signals(&conn.id, response.headers(), clock.now_ms());
+                    .record_signals(&conn.id, response.headers(), answered);
             }
             target
                 .metrics
@@ -232,8 +234,7 @@ async fn attempt(
                 upstream: target,
                 client: request.format,
             };
-            let now = clock.now_ms();
-            handle_response(response, expect, &mut guards, finisher, now).await
+            handle_response(response, expect, &mut guards, finisher, answered).await
         }
         Err(failure) => Err(Failed::from(failure)),
     };
@@ -244,7 +245,7 @@ async fn attempt(
                 &resilience::Outcome::Success,
                 res_settings,
                 admitted,
-                clock.now_ms(),
+                answered,
             );
             target.metrics.success.inc();
             quota::add_headers(&mut response, quota_headers);
@@ -261,7 +262,7 @@ async fn attempt(
         },
         res_settings,
         admitted,
-        clock.now_ms(),
+        answered,
     );
     target.metrics.count_attempt(failed.failure.label());
     if let Some(response) = failed.passthrough {

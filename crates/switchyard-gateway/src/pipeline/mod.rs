@@ -157,10 +157,10 @@ async fn run(
         plan.combo.is_some(),
         plan.strategy != strategy::Kind::QuotaShare,
         snap.settings.resilience.combo_wait,
-        clock.now_ms(),
+        clock.arrived_ms(),
     );
     loop {
-        match dispatch.next(clock.now_ms()) {
+        match dispatch.step() {
             Step::Try(t) => {
                 let tried = attempt::run(&ctx, t, finisher).await;
                 if matches!(t.slot, Slot::Wait { .. }) {
@@ -171,7 +171,10 @@ async fn run(
                     Err(report) => dispatch.report(report),
                 }
             }
-            Step::CheckHolds => dispatch.holds(holds_now(&ctx)),
+            Step::CheckHolds => {
+                let now = clock.now_ms();
+                dispatch.holds(holds_now(&ctx, now), now);
+            }
             Step::Sleep { ms } => {
                 tracing::info!(
                     request_id = finisher.request_id(),
@@ -242,9 +245,8 @@ fn ended(
 
 /// What holds each candidate back right now (SPEC R9), or `None` when one of them could
 /// be tried at once (nothing to wait for).
-fn holds_now(ctx: &attempt::Ctx<'_>) -> Option<Vec<Reason>> {
+fn holds_now(ctx: &attempt::Ctx<'_>, now: u64) -> Option<Vec<Reason>> {
     let (runtime, snap) = (ctx.runtime, ctx.snap);
-    let now = ctx.clock.now_ms();
     let mut holds = Vec::with_capacity(ctx.candidates.len());
     for c in ctx.candidates {
         let attempt = crate::runtime::resilience::Attempt {
