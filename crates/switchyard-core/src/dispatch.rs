@@ -13,8 +13,9 @@
 //! - A recovering target not yet in its slow-start share ([`Reason::Warming`]) goes to the
 //!   back once, and is tried there if nothing before it succeeded. It may only be deferred
 //!   while other candidates remain.
-//! - A non-retryable upstream answer (401, 403, 400 …) is parked while a deferred
-//!   candidate remains, and returned as it is when nothing better answers.
+//! - A non-retryable upstream answer (401, 403, 400 …) is returned as it is at once —
+//!   unless a deferred candidate is still queued: then it is parked, the round goes on
+//!   (saturated candidates included), and it is returned when nothing better answers.
 //! - After a round without an answer, a combo (not a quota-share one) whose targets are
 //!   all held back by something brief, or that ended on a 429, asks for the current holds
 //!   ([`Step::CheckHolds`]) and waits for the earliest to end, within the R9 bounds.
@@ -161,6 +162,8 @@ struct Round<B, P, F> {
     cooling: Vec<Exclusion>,
     refused: Option<(Refusal, String)>,
     parked: Option<P>,
+    /// A rejection to return at once.
+    rejected: Option<P>,
 }
 
 impl<B, P, F> Round<B, P, F> {
@@ -180,6 +183,7 @@ impl<B, P, F> Round<B, P, F> {
             cooling: Vec::new(),
             refused: None,
             parked: None,
+            rejected: None,
         }
     }
 }
@@ -264,7 +268,10 @@ impl<B, P, F> Dispatch<B, P, F> {
                 announced,
                 detail,
             } => round.last = Some((failure, announced, detail)),
-            Report::Rejected(answer) => round.parked = Some(answer),
+            Report::Rejected(answer) if round.queue.iter().any(|e| !e.deferrable) => {
+                round.parked = Some(answer);
+            }
+            Report::Rejected(answer) => round.rejected = Some(answer),
         }
     }
 
@@ -290,11 +297,8 @@ impl<B, P, F> Dispatch<B, P, F> {
             };
         }
         let round = &mut self.round;
-        // A parked answer is returned as soon as no deferred candidate is left to try.
-        if round.parked.is_some() && round.queue.iter().all(|e| e.deferrable) {
-            if let Some(answer) = round.parked.take() {
-                return Step::Done(End::Answer(answer));
-            }
+        if let Some(answer) = round.rejected.take() {
+            return Step::Done(End::Answer(answer));
         }
         if round.queue.is_empty() && !round.saturated.is_empty() {
             // Nothing left that could start at once: wait for the saturated ones.
@@ -659,6 +663,33 @@ mod tests {
     }
 
     #[test]
+    fn a_parked_rejection_waits_for_the_saturated_candidates_too() {
+        // c0's slots are taken, c1 is deferred by slow start, c2 rejects: the rejection
+        // is parked, c1 is tried, then c0 is waited for; it is returned only when
+        // nothing answered.
+        let mut d = direct(3);
+        assert_eq!(d.step(), try_now(0, true));
+        d.report(Report::Busy);
+        assert_eq!(d.step(), try_now(1, true));
+        d.report(Report::Excluded(ex("c1", Reason::Warming)));
+        assert_eq!(d.step(), try_now(2, true));
+        d.report(Report::Rejected("401 body"));
+        assert_eq!(d.step(), try_now(1, false));
+        d.report(failed(AttemptFailure::Status(500), false, "c1"));
+        assert_eq!(d.step(), try_waiting(0, 0));
+        d.report(failed(AttemptFailure::Status(502), false, "c0"));
+        assert_eq!(d.step(), Step::Done(End::Answer("401 body")));
+
+        // Without a deferred candidate queued, the saturated ones are not waited for.
+        let mut d = direct(2);
+        d.step();
+        d.report(Report::Busy);
+        assert_eq!(d.step(), try_now(1, false));
+        d.report(Report::Rejected("403 body"));
+        assert_eq!(d.step(), Step::Done(End::Answer("403 body")));
+    }
+
+    #[test]
     fn the_quota_refusal_that_clears_soonest_wins_when_nothing_was_attempted() {
         let mut d = direct(3);
         d.step();
@@ -854,7 +885,7 @@ mod tests {
     }
 
     #[test]
-    fn a_combo_that_may_not_wait_and_a_quota_share_combo_fall_through_to_the_error() {
+    fn a_combo_that_may_not_wait_falls_through_to_the_error() {
         let mut d: D = Dispatch::new(1, Vec::new(), true, false, WAIT, 0);
         d.step();
         d.report(Report::Excluded(ex("c0", COOL)));

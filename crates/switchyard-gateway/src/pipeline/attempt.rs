@@ -213,7 +213,8 @@ async fn attempt(
         deadline,
     )
     .await;
-    // The upstream's answer (or failure) is judged, and recorded, at the time it came.
+    // The upstream's answer (or failure) is judged at the time it came; the outcome is
+    // recorded once it is read.
     let answered = clock.now_ms();
     let outcome = match sent {
         Ok(response) => {
@@ -238,6 +239,7 @@ async fn attempt(
         }
         Err(failure) => Err(Failed::from(failure)),
     };
+    let read = clock.now_ms();
     let failed = match outcome {
         Ok(mut response) => {
             runtime.resilience.record(
@@ -245,7 +247,7 @@ async fn attempt(
                 &resilience::Outcome::Success,
                 res_settings,
                 admitted,
-                answered,
+                read,
             );
             target.metrics.success.inc();
             quota::add_headers(&mut response, quota_headers);
@@ -262,7 +264,7 @@ async fn attempt(
         },
         res_settings,
         admitted,
-        answered,
+        read,
     );
     target.metrics.count_attempt(failed.failure.label());
     if let Some(response) = failed.passthrough {

@@ -132,7 +132,7 @@ async fn run(
         &snap,
         key,
         (&request.model, &estimate),
-        state.next_rotation(),
+        || state.next_rotation(),
     )
     .await?;
     if plan.candidates.is_empty() {
@@ -157,7 +157,7 @@ async fn run(
         plan.combo.is_some(),
         plan.strategy != strategy::Kind::QuotaShare,
         snap.settings.resilience.combo_wait,
-        clock.arrived_ms(),
+        clock.now_ms(),
     );
     loop {
         match dispatch.step() {

@@ -15,19 +15,26 @@ use switchyard_core::routing::{self, Candidate, Plan};
 
 /// The ordered plan for `model`.
 ///
-/// `rotation` is the request's turn, shared by resolution (which connection of a
-/// provider first) and the strategy.
+/// `next_rotation` draws the request's turn, shared by resolution (which connection of
+/// a provider first) and the strategy: before resolving a direct or combo name, after a
+/// `qtSd/` plan was built.
 pub async fn build(
     runtime: &Runtime,
     snap: &Snapshot,
     key: &ApiKey,
     request: (&str, &Estimate),
-    rotation: usize,
+    next_rotation: impl FnOnce() -> usize,
 ) -> Result<Plan, ApiError> {
     let (model, estimate) = request;
-    let mut plan = match share::plan(snap, key, model) {
-        Some(p) => p?,
-        None => routing::plan(&snap.catalog, key, model, rotation)?,
+    let (mut plan, rotation) = match share::plan(snap, key, model) {
+        Some(p) => (p?, next_rotation()),
+        None => {
+            let rotation = next_rotation();
+            (
+                routing::plan(&snap.catalog, key, model, rotation)?,
+                rotation,
+            )
+        }
     };
     let strategy = strategy::for_kind(plan.strategy);
     let Some(views) = views(

@@ -74,7 +74,8 @@ pub struct Admitted<'a> {
 
 impl Admitted<'_> {
     /// This attempt is the half-open breaker's probe: its outcome decides.
-    pub fn is_probe(&self) -> bool {
+    #[cfg(test)]
+    fn is_probe(&self) -> bool {
         self.probe.is_some()
     }
 
