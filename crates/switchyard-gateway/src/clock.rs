@@ -89,11 +89,12 @@ impl Stopwatch {
 
 /// One request's time: the wall clock read once, at the edge, advanced by the elapsed
 /// time since (when the clock flows). Every `now` a request's decisions take comes
-/// from here.
+/// from here, and so do its latency and time to first byte.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestClock {
     at: UnixMillis,
-    since: Option<Stopwatch>,
+    started: Stopwatch,
+    flows: bool,
 }
 
 impl RequestClock {
@@ -101,7 +102,8 @@ impl RequestClock {
     pub fn start(clock: &dyn Clock) -> Self {
         Self {
             at: clock.now_ms(),
-            since: clock.flows().then(Stopwatch::start),
+            started: Stopwatch::start(),
+            flows: clock.flows(),
         }
     }
 
@@ -110,10 +112,18 @@ impl RequestClock {
         self.at
     }
 
+    /// Milliseconds since the request arrived, on the monotonic clock.
+    pub fn elapsed_ms(&self) -> u64 {
+        self.started.elapsed_ms()
+    }
+
     /// Now, for the request's decisions.
     pub fn now_ms(&self) -> UnixMillis {
-        self.at
-            .saturating_add(self.since.map_or(0, |s| s.elapsed_ms()))
+        if self.flows {
+            self.at.saturating_add(self.started.elapsed_ms())
+        } else {
+            self.at
+        }
     }
 }
 
@@ -126,15 +136,19 @@ mod tests {
         let manual = ManualClock::new(1_000);
         let flowing = RequestClock {
             at: 1_000,
-            since: Some(Stopwatch::start()),
+            started: Stopwatch::start(),
+            flows: true,
         };
         let frozen = RequestClock::start(&manual);
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert_eq!(flowing.now_ms(), 1_250);
         assert_eq!(flowing.arrived_ms(), 1_000);
+        assert_eq!(flowing.elapsed_ms(), 250);
         // A manual clock moves only when told, and the request saw it once.
         manual.advance(Duration::from_secs(5));
         assert_eq!(frozen.now_ms(), 1_000);
+        // Its latency still follows the monotonic clock.
+        assert_eq!(frozen.elapsed_ms(), 250);
         assert_eq!(RequestClock::start(&manual).now_ms(), 6_000);
         assert!(SystemClock.flows());
         assert!(!manual.flows());

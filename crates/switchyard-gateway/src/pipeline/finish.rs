@@ -6,7 +6,7 @@
 //! Finishing never awaits (the log row goes to the request log's bounded channel) and
 //! changes nothing about the answer: status, error code and usage are handed to it.
 
-use crate::clock::{RequestClock, Stopwatch};
+use crate::clock::RequestClock;
 use crate::error::ErrorCode;
 use crate::runtime::gate::Permit;
 use crate::runtime::quota::engine::Growth;
@@ -58,8 +58,7 @@ struct Inner {
     row: LogRow,
     /// The `model` metric label: bounded by the configuration (see `metrics::model_label`).
     model_label: Option<String>,
-    watch: Stopwatch,
-    /// The request's time (read at the edge).
+    /// The request's time (read at the edge), latency included.
     clock: RequestClock,
     /// The answering attempt's quota reservation.
     quota: Option<QuotaGuard>,
@@ -77,7 +76,6 @@ impl Finisher {
         Self(Some(Inner {
             parts,
             model_label: None,
-            watch: Stopwatch::start(),
             clock,
             quota: None,
             permit: None,
@@ -189,7 +187,7 @@ impl Finisher {
     pub fn first_byte(&mut self) {
         if let Some(i) = &mut self.0 {
             if i.row.ttfb_ms.is_none() {
-                i.row.ttfb_ms = Some(i.watch.elapsed_ms());
+                i.row.ttfb_ms = Some(i.clock.elapsed_ms());
             }
         }
     }
@@ -216,7 +214,7 @@ impl Finisher {
                 g.release();
             }
         }
-        i.row.latency_ms = i.watch.elapsed_ms();
+        i.row.latency_ms = i.clock.elapsed_ms();
         if let Some(u) = usage {
             i.row.prompt_tokens = Some(u.prompt_tokens);
             i.row.completion_tokens = Some(u.completion_tokens);
