@@ -1,5 +1,6 @@
 //! The edge (SPEC O5) over raw sockets: header-read, body-read and keep-alive idle
-//! timeouts, the connection cap, and shutdown with half-sent requests.
+//! timeouts (under paused time, with exact times), the connection cap, and shutdown with
+//! half-sent requests.
 
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -103,9 +104,9 @@ fn body_json(text: &str) -> Value {
     serde_json::from_str(body).unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_silent_connection_is_closed_after_the_header_timeout() {
-    let h = Harness::start_with(
+    let h = Harness::start_paused(
         Config::standard,
         &[("SWITCHYARD_HEADER_READ_TIMEOUT_MS", "300")],
     )
@@ -114,12 +115,14 @@ async fn a_silent_connection_is_closed_after_the_header_timeout() {
     let opened = Instant::now();
     assert_eq!(read_until_closed(&mut silent).await, "");
     assert!(opened.elapsed() >= Duration::from_millis(250));
+    // Under paused time: to the millisecond.
+    assert_eq!(opened.elapsed(), Duration::from_millis(300));
     assert_eq!(timeouts(&h, "header").await, 1.0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_partial_request_head_is_closed_after_the_header_timeout() {
-    let h = Harness::start_with(
+    let h = Harness::start_paused(
         Config::standard,
         &[("SWITCHYARD_HEADER_READ_TIMEOUT_MS", "300")],
     )
@@ -132,11 +135,13 @@ async fn a_partial_request_head_is_closed_after_the_header_timeout() {
     let opened = Instant::now();
     assert_eq!(read_until_closed(&mut partial).await, "");
     assert!(opened.elapsed() >= Duration::from_millis(250));
+    // Under paused time: to the millisecond.
+    assert_eq!(opened.elapsed(), Duration::from_millis(300));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_partial_next_head_on_a_kept_alive_connection_is_under_the_header_timeout() {
-    let h = Harness::start_with(
+    let h = Harness::start_paused(
         Config::standard,
         &[
             ("SWITCHYARD_HEADER_READ_TIMEOUT_MS", "300"),
@@ -152,13 +157,15 @@ async fn a_partial_next_head_on_a_kept_alive_connection_is_under_the_header_time
     let sent = Instant::now();
     assert_eq!(read_until_closed(&mut s).await, "");
     assert!(sent.elapsed() >= Duration::from_millis(250));
+    // Under paused time: to the millisecond.
+    assert_eq!(sent.elapsed(), Duration::from_millis(300));
     assert_eq!(timeouts(&h, "header").await, 1.0);
     assert_eq!(timeouts(&h, "idle").await, 0.0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_partial_body_gets_408_request_body_timeout_and_the_connection_closes() {
-    let h = Harness::start_with(
+    let h = Harness::start_paused(
         Config::standard,
         &[("SWITCHYARD_BODY_READ_TIMEOUT_MS", "300")],
     )
@@ -171,6 +178,8 @@ async fn a_partial_body_gets_408_request_body_timeout_and_the_connection_closes(
     let sent = Instant::now();
     let answer = read_until_closed(&mut s).await;
     assert!(sent.elapsed() >= Duration::from_millis(250));
+    // Under paused time: to the millisecond.
+    assert_eq!(sent.elapsed(), Duration::from_millis(300));
     assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
     assert_eq!(
         body_json(&answer),
@@ -202,9 +211,9 @@ async fn a_partial_body_gets_408_request_body_timeout_and_the_connection_closes(
     assert_eq!(timeouts(&h, "body").await, 2.0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_idle_keep_alive_connection_is_closed_while_a_busy_one_is_served() {
-    let h = Harness::start_with(
+    let h = Harness::start_paused(
         Config::standard,
         &[("SWITCHYARD_KEEPALIVE_IDLE_TIMEOUT_MS", "300")],
     )
@@ -217,6 +226,8 @@ async fn an_idle_keep_alive_connection_is_closed_while_a_busy_one_is_served() {
     let answered = Instant::now();
     assert_eq!(read_until_closed(&mut idle).await, "");
     assert!(answered.elapsed() >= Duration::from_millis(250));
+    // Under paused time: to the millisecond.
+    assert_eq!(answered.elapsed(), Duration::from_millis(300));
 
     let text = busy.await.unwrap();
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
