@@ -30,13 +30,8 @@ BIN=$root/target/release/switchyard
 
 source "$root/bench/lib.sh"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
+KEEP_WORK=1  # the callgrind files stay for callgrind_annotate
+setup_work
 
 nginx_config $NGINX_PORT "$work" "worker_processes 1;
 master_process off;

@@ -1,6 +1,22 @@
-# Shared by bench/run.sh and bench/instructions.sh: the configurations of the targets
-# they measure, so both measure the same nginx and the same gateways. Expects MOCK_PORT
-# and KEY to be set.
+# Shared by the benchmark scripts: their scratch directory and clean-up, and the
+# configurations of the targets they measure, so all measure the same nginx and the same
+# gateways. Expects MOCK_PORT and KEY to be set.
+
+# Makes the scratch directory $work and, on exit, stops every process whose pid is in
+# $pids and an nginx whose pid file is in $work, then removes $work (kept with
+# KEEP_WORK=1, for files the script points to).
+setup_work() {
+  work=$(mktemp -d)
+  pids=()
+  trap cleanup_work EXIT
+}
+
+cleanup_work() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  wait 2>/dev/null || true
+  [ "${KEEP_WORK:-0}" = 1 ] || rm -rf "$work"
+}
 
 wait_port() { # port
   for _ in $(seq 1 300); do

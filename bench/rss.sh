@@ -27,14 +27,7 @@ BIN=$root/target/release/switchyard
 
 source "$root/bench/lib.sh"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+setup_work
 
 "$BIN" mock --listen 127.0.0.1:$MOCK_PORT > "$work/mock.log" 2>&1 & pids+=($!)
 gateway_config $GW_PORT "$work/data" > "$work/switchyard.toml"
