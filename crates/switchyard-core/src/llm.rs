@@ -5,6 +5,7 @@
 //! no value tree is built for the messages. Decoding is the formats' work
 //! ([`crate::format`]); this module holds data and the passthrough encoding only.
 
+use crate::format::translate::{self, TranslateError};
 use crate::format::Format;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -28,11 +29,28 @@ pub struct Request {
 }
 
 impl Request {
-    /// The body for an upstream speaking `upstream`, asking for `model`.
-    pub fn upstream_body(&self, upstream: Format, model: &str) -> Vec<u8> {
-        match (self.format, upstream) {
-            (Format::OpenAiChat, Format::OpenAiChat) => self.body.with_model(model),
+    /// The body for an upstream speaking `upstream`, asking for `model`, its output
+    /// bound clamped to `output_limit` (the model's configured limit). The same format
+    /// passes through with only `model` (and a clamped bound) replaced; another is
+    /// translated ([`crate::format::translate`]).
+    pub fn upstream_body(
+        &self,
+        upstream: Format,
+        model: &str,
+        output_limit: Option<u64>,
+    ) -> Result<Vec<u8>, TranslateError> {
+        let max_tokens = match (self.max_tokens, output_limit) {
+            (Some(asked), Some(limit)) => Some(asked.min(limit)),
+            (asked, limit) => asked.or(limit),
+        };
+        if self.format != upstream {
+            return translate::request(self, upstream, model, max_tokens);
         }
+        let clamped = self.max_tokens.zip(max_tokens).filter(|(a, m)| a != m);
+        Ok(match clamped {
+            None => self.body.with_model(model),
+            Some((_, bound)) => self.body.with_members(model, bound),
+        })
     }
 }
 
@@ -102,6 +120,16 @@ impl RawObject {
     /// The object's text with every `model` member replaced by `model`, the other
     /// members in their order and text.
     pub fn with_model(&self, model: &str) -> Vec<u8> {
+        self.rewritten(model, None)
+    }
+
+    /// As [`Self::with_model`], with the output bound members (`max_tokens`,
+    /// `max_completion_tokens`) also set to `max_tokens`.
+    pub fn with_members(&self, model: &str, max_tokens: u64) -> Vec<u8> {
+        self.rewritten(model, Some(max_tokens))
+    }
+
+    fn rewritten(&self, model: &str, max_tokens: Option<u64>) -> Vec<u8> {
         let len: usize = self
             .0
             .iter()
@@ -117,6 +145,10 @@ impl RawObject {
             out.push(b':');
             if key == "model" {
                 write_json_string(&mut out, model);
+            } else if let (Some(n), "max_tokens" | "max_completion_tokens") =
+                (max_tokens, key.as_str())
+            {
+                out.extend_from_slice(n.to_string().as_bytes());
             } else {
                 out.extend_from_slice(value.get().as_bytes());
             }

@@ -2,9 +2,11 @@
 //! into the normalized [`crate::llm::Request`], and reading an upstream's stream for
 //! usage and completeness. One module per format; a new format is a module here, a
 //! variant of [`Format`], and its arms in the matches below and in
-//! [`crate::llm::Request::upstream_body`]. Pure functions only.
+//! [`translate`]. Pure functions only.
 
+pub mod anthropic_messages;
 pub mod openai_chat;
+pub mod translate;
 
 use crate::domain::UpstreamFormat;
 use crate::llm::{RawObjectError, Request};
@@ -15,6 +17,8 @@ use crate::usage::Usage;
 pub enum Format {
     /// OpenAI chat completions (`POST /v1/chat/completions`).
     OpenAiChat,
+    /// Anthropic Messages (`POST /v1/messages`).
+    AnthropicMessages,
 }
 
 impl Format {
@@ -22,7 +26,15 @@ impl Format {
     pub fn of_upstream(kind: UpstreamFormat) -> Option<Self> {
         match kind {
             UpstreamFormat::Openai => Some(Self::OpenAiChat),
-            UpstreamFormat::Anthropic => None,
+            UpstreamFormat::Anthropic => Some(Self::AnthropicMessages),
+        }
+    }
+
+    /// The format's name in the request log and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenAiChat => "openai",
+            Self::AnthropicMessages => "anthropic",
         }
     }
 
@@ -30,6 +42,7 @@ impl Format {
     pub fn decode(self, bytes: &[u8]) -> Result<Request, DecodeError> {
         match self {
             Self::OpenAiChat => openai_chat::decode(bytes),
+            Self::AnthropicMessages => anthropic_messages::decode(bytes),
         }
     }
 
@@ -37,6 +50,9 @@ impl Format {
     pub fn stream_reader(self) -> StreamReader {
         match self {
             Self::OpenAiChat => StreamReader::OpenAiChat(openai_chat::StreamReader::default()),
+            Self::AnthropicMessages => {
+                StreamReader::AnthropicMessages(anthropic_messages::StreamReader::default())
+            }
         }
     }
 }
@@ -92,6 +108,7 @@ pub const MAX_COMPLETION_TOKENS: u64 = 1 << 20;
 #[derive(Debug)]
 pub enum StreamReader {
     OpenAiChat(openai_chat::StreamReader),
+    AnthropicMessages(anthropic_messages::StreamReader),
 }
 
 impl StreamReader {
@@ -99,6 +116,7 @@ impl StreamReader {
     pub fn feed(&mut self, chunk: &[u8]) -> usize {
         match self {
             Self::OpenAiChat(r) => r.feed(chunk),
+            Self::AnthropicMessages(r) => r.feed(chunk),
         }
     }
 
@@ -106,6 +124,7 @@ impl StreamReader {
     pub fn usage(&self) -> Option<Usage> {
         match self {
             Self::OpenAiChat(r) => r.usage(),
+            Self::AnthropicMessages(r) => r.usage(),
         }
     }
 
@@ -113,6 +132,7 @@ impl StreamReader {
     pub fn complete(&self) -> bool {
         match self {
             Self::OpenAiChat(r) => r.complete(),
+            Self::AnthropicMessages(r) => r.complete(),
         }
     }
 
@@ -122,6 +142,7 @@ impl StreamReader {
     pub fn cut_frames(&mut self, error: &serde_json::Value) -> String {
         match self {
             Self::OpenAiChat(r) => r.cut_frames(error),
+            Self::AnthropicMessages(r) => r.cut_frames(error),
         }
     }
 }

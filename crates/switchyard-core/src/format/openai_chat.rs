@@ -14,39 +14,17 @@ use serde::Deserialize;
 /// Decodes and validates a chat-completions body.
 pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
     let body = RawObject::parse(bytes)?;
-    let model = body
-        .member("model")
-        .and_then(|raw| serde_json::from_str::<String>(raw).ok())
-        .filter(|m| !m.is_empty())
-        .ok_or(DecodeError::MissingModel)?;
-    // The raw text is already known to be valid JSON, so an array is non-empty exactly
-    // when something other than whitespace sits between its brackets.
+    let model = model_of(&body)?;
     let messages = body.member("messages");
-    let has_messages = messages
-        .and_then(|raw| raw.strip_prefix('['))
-        .and_then(|rest| rest.strip_suffix(']'))
-        .is_some_and(|inner| !inner.trim().is_empty());
-    if !has_messages {
+    if !messages.is_some_and(is_non_empty_array) {
         return Err(DecodeError::MissingMessages);
     }
     let prompt_len = messages.map_or(0, str::len);
-    let stream = match body.member("stream") {
-        None => false,
-        Some(raw) => serde_json::from_str::<Option<bool>>(raw)
-            .map_err(|_| DecodeError::InvalidStream)?
-            .unwrap_or(false),
-    };
+    let stream = stream_of(&body)?;
     let mut max_tokens = None;
     for field in ["max_tokens", "max_completion_tokens"] {
-        if let Some(raw) = body.member(field) {
-            match serde_json::from_str::<Option<u64>>(raw) {
-                Ok(None) => {}
-                Ok(Some(n)) if n > MAX_COMPLETION_TOKENS => {
-                    return Err(DecodeError::MaxTokensTooLarge(field))
-                }
-                Ok(Some(n)) if n > 0 => max_tokens = Some(n),
-                _ => return Err(DecodeError::InvalidMaxTokens(field)),
-            }
+        if let Some(n) = max_tokens_of(&body, field)? {
+            max_tokens = Some(n);
         }
     }
     Ok(Request {
@@ -57,6 +35,49 @@ pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
         prompt_len,
         body,
     })
+}
+
+/// The body's `model`: a non-empty string.
+pub(super) fn model_of(body: &RawObject) -> Result<String, DecodeError> {
+    body.member("model")
+        .and_then(|raw| serde_json::from_str::<String>(raw).ok())
+        .filter(|m| !m.is_empty())
+        .ok_or(DecodeError::MissingModel)
+}
+
+/// Whether raw JSON text (known to be valid) is a non-empty array: something other than
+/// whitespace sits between its brackets.
+pub(super) fn is_non_empty_array(raw: &str) -> bool {
+    raw.strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+        .is_some_and(|inner| !inner.trim().is_empty())
+}
+
+/// The body's `stream`: a boolean, `null` or absent (false).
+pub(super) fn stream_of(body: &RawObject) -> Result<bool, DecodeError> {
+    match body.member("stream") {
+        None => Ok(false),
+        Some(raw) => serde_json::from_str::<Option<bool>>(raw)
+            .map(Option::unwrap_or_default)
+            .map_err(|_| DecodeError::InvalidStream),
+    }
+}
+
+/// The output bound `field`: a positive integer up to [`MAX_COMPLETION_TOKENS`], `null`
+/// or absent.
+pub(super) fn max_tokens_of(
+    body: &RawObject,
+    field: &'static str,
+) -> Result<Option<u64>, DecodeError> {
+    let Some(raw) = body.member(field) else {
+        return Ok(None);
+    };
+    match serde_json::from_str::<Option<u64>>(raw) {
+        Ok(None) => Ok(None),
+        Ok(Some(n)) if n > MAX_COMPLETION_TOKENS => Err(DecodeError::MaxTokensTooLarge(field)),
+        Ok(Some(n)) if n > 0 => Ok(Some(n)),
+        _ => Err(DecodeError::InvalidMaxTokens(field)),
+    }
 }
 
 /// What the final chunk of a cut stream repeats of the upstream's chunks.

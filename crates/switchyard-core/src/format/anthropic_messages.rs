@@ -1,0 +1,234 @@
+//! Anthropic Messages (`POST /v1/messages`): decoding a client body, and reading an
+//! upstream event stream.
+//!
+//! Like the chat decoder, it reads only what the pipeline needs (`model`, `stream`,
+//! `max_tokens`, the prompt's size) and checks the shape Anthropic would refuse anyway;
+//! every member stays raw for the passthrough. The stream reader reads beside the relay:
+//! usage from `message_start` and `message_delta`, completeness from `message_stop`, and
+//! which content block is open, so a cut can close it.
+
+use super::DecodeError;
+use crate::llm::{RawObject, Request};
+use crate::sse::SseParser;
+use crate::usage::{generated_chars, Usage};
+use serde::Deserialize;
+use serde_json::json;
+
+/// Decodes and validates a Messages body (`/v1/messages` or its `count_tokens`).
+pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
+    let body = RawObject::parse(bytes)?;
+    let model = super::openai_chat::model_of(&body)?;
+    let messages = body.member("messages");
+    if !messages.is_some_and(super::openai_chat::is_non_empty_array) {
+        return Err(DecodeError::MissingMessages);
+    }
+    let prompt_len = messages.map_or(0, str::len) + body.member("system").map_or(0, str::len);
+    let stream = super::openai_chat::stream_of(&body)?;
+    let max_tokens = super::openai_chat::max_tokens_of(&body, "max_tokens")?;
+    Ok(Request {
+        format: super::Format::AnthropicMessages,
+        model,
+        stream,
+        max_tokens,
+        prompt_len,
+        body,
+    })
+}
+
+/// What a cut stream's closing events repeat of the upstream's.
+#[derive(Debug, Deserialize)]
+struct Event {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    index: Option<u64>,
+}
+
+/// Reads a Messages event stream: usage (merged across `message_start` and
+/// `message_delta`), generated text, completeness (`message_stop`), and the open block.
+#[derive(Debug, Default)]
+pub struct StreamReader {
+    parser: SseParser,
+    usage: Option<Usage>,
+    complete: bool,
+    /// The content block started and not yet stopped.
+    open_block: Option<u64>,
+    /// `message_delta` was seen: the answer's stop reason is already out.
+    stopped: bool,
+}
+
+impl StreamReader {
+    /// Reads a relayed chunk; returns the characters of generated text in it.
+    pub fn feed(&mut self, chunk: &[u8]) -> usize {
+        let mut generated = 0;
+        let Self {
+            parser,
+            usage,
+            complete,
+            open_block,
+            stopped,
+        } = self;
+        parser.feed(chunk, |event| {
+            let Ok(parsed) = serde_json::from_str::<Event>(&event.data) else {
+                return;
+            };
+            match parsed.kind.as_str() {
+                "message_stop" => *complete = true,
+                "content_block_start" => *open_block = parsed.index,
+                "content_block_stop" => *open_block = None,
+                "message_delta" => *stopped = true,
+                "content_block_delta" => generated += generated_chars(&event.data),
+                _ => {}
+            }
+            if matches!(parsed.kind.as_str(), "message_start" | "message_delta") {
+                if let Some(u) = Usage::from_json_bytes(event.data.as_bytes()) {
+                    usage.get_or_insert_with(Usage::default).merge(u);
+                }
+            }
+        });
+        generated
+    }
+
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    pub fn complete(&self) -> bool {
+        self.complete
+    }
+
+    /// Closes the open content block, ends the message as cut for length (unless its
+    /// stop reason is already out), then the `error` event and `message_stop`.
+    pub fn cut_frames(&mut self, error: &serde_json::Value) -> String {
+        let mut out = String::new();
+        if let Some(index) = self.open_block.take() {
+            push_event(
+                &mut out,
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": index}),
+            );
+        }
+        if !self.stopped {
+            let output = self.usage.map_or(0, |u| u.completion_tokens);
+            push_event(
+                &mut out,
+                "message_delta",
+                &json!({"type": "message_delta",
+                        "delta": {"stop_reason": "max_tokens", "stop_sequence": null},
+                        "usage": {"output_tokens": output}}),
+            );
+        }
+        push_event(&mut out, "error", error);
+        push_event(&mut out, "message_stop", &json!({"type": "message_stop"}));
+        out
+    }
+}
+
+/// Appends one named event.
+pub fn push_event(out: &mut String, name: &str, data: &serde_json::Value) {
+    out.push_str("event: ");
+    out.push_str(name);
+    out.push_str("\ndata: ");
+    out.push_str(&data.to_string());
+    out.push_str("\n\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Format;
+
+    #[test]
+    fn decodes_the_members_the_pipeline_reads() {
+        let r = decode(
+            br#"{"model":"claude/opus","system":[{"type":"text","text":"be brief"}],"messages":[{"role":"user","content":"hi"}],"max_tokens":128000,"stream":true}"#,
+        )
+        .unwrap();
+        assert_eq!(r.format, Format::AnthropicMessages);
+        assert_eq!(r.model, "claude/opus");
+        assert!(r.stream);
+        assert_eq!(r.max_tokens, Some(128_000));
+        assert_eq!(
+            r.prompt_len,
+            r#"[{"role":"user","content":"hi"}]"#.len()
+                + r#"[{"type":"text","text":"be brief"}]"#.len()
+        );
+    }
+
+    #[test]
+    fn refuses_bad_shapes_naming_the_member() {
+        let cases: [(&[u8], DecodeError); 5] = [
+            (br#"{"messages":[{}]}"#, DecodeError::MissingModel),
+            (
+                br#"{"model":"a/b","messages":[]}"#,
+                DecodeError::MissingMessages,
+            ),
+            (
+                br#"{"model":"a/b","system":"x"}"#,
+                DecodeError::MissingMessages,
+            ),
+            (
+                br#"{"model":"a/b","messages":[{}],"stream":1}"#,
+                DecodeError::InvalidStream,
+            ),
+            (
+                br#"{"model":"a/b","messages":[{}],"max_tokens":2000000}"#,
+                DecodeError::MaxTokensTooLarge("max_tokens"),
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(decode(body), Err(want));
+        }
+    }
+
+    const STREAM: &str = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"m\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: ping\ndata: {\"type\":\"ping\"}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\n",
+    );
+
+    #[test]
+    fn reads_usage_text_and_the_end() {
+        let mut r = StreamReader::default();
+        assert_eq!(r.feed(STREAM.as_bytes()), 5);
+        assert_eq!(
+            r.usage(),
+            Some(Usage {
+                prompt_tokens: 12,
+                completion_tokens: 1
+            })
+        );
+        assert!(!r.complete());
+        let tail = concat!(
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":9}}\n\n",
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+        );
+        assert_eq!(r.feed(tail.as_bytes()), 0);
+        assert!(r.complete());
+        assert_eq!(
+            r.usage(),
+            Some(Usage {
+                prompt_tokens: 12,
+                completion_tokens: 9
+            })
+        );
+    }
+
+    #[test]
+    fn a_cut_closes_the_open_block_and_stops_for_length() {
+        let mut r = StreamReader::default();
+        r.feed(STREAM.as_bytes());
+        let error = json!({"type": "error", "error": {"type": "rate_limit_error", "message": "m"}});
+        assert_eq!(
+            r.cut_frames(&error),
+            concat!(
+                "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+                "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":1}}\n\n",
+                "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"m\"}}\n\n",
+                "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+            )
+        );
+    }
+}

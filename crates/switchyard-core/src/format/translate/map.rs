@@ -1,0 +1,158 @@
+//! Mappings both translation directions share: stop reasons and usage blocks.
+
+use serde_json::{json, Value};
+
+/// An Anthropic `stop_reason` as a chat `finish_reason`.
+pub fn finish_reason_of(stop_reason: &str) -> &'static str {
+    match stop_reason {
+        "max_tokens" | "model_context_window_exceeded" => "length",
+        "tool_use" => "tool_calls",
+        "refusal" => "content_filter",
+        // end_turn, stop_sequence, pause_turn and anything newer end the turn normally.
+        _ => "stop",
+    }
+}
+
+/// A chat `finish_reason` as an Anthropic `stop_reason`; `matched_stop` says whether a
+/// client stop sequence ended the answer (chat does not say which one).
+pub fn stop_reason_of(finish_reason: &str, matched_stop: bool) -> &'static str {
+    match finish_reason {
+        "length" => "max_tokens",
+        "tool_calls" | "function_call" => "tool_use",
+        "content_filter" => "refusal",
+        _ if matched_stop => "stop_sequence",
+        _ => "end_turn",
+    }
+}
+
+/// Token counts of one answer, in the union of both formats' terms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    /// Prompt tokens neither read from nor written to the cache.
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    /// Output tokens spent on reasoning (chat only reports them).
+    pub reasoning: u64,
+}
+
+fn count(v: &Value, pointer: &str) -> u64 {
+    v.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
+}
+
+impl Tokens {
+    /// Reads an Anthropic `usage` block.
+    pub fn from_anthropic(usage: &Value) -> Self {
+        Self {
+            input: count(usage, "/input_tokens"),
+            output: count(usage, "/output_tokens"),
+            cache_read: count(usage, "/cache_read_input_tokens"),
+            cache_write: count(usage, "/cache_creation_input_tokens"),
+            reasoning: 0,
+        }
+    }
+
+    /// Reads a chat `usage` block, whose `prompt_tokens` include the cached ones.
+    pub fn from_chat(usage: &Value) -> Self {
+        let cache_read = count(usage, "/prompt_tokens_details/cached_tokens");
+        Self {
+            input: count(usage, "/prompt_tokens").saturating_sub(cache_read),
+            output: count(usage, "/completion_tokens"),
+            cache_read,
+            cache_write: 0,
+            reasoning: count(usage, "/completion_tokens_details/reasoning_tokens"),
+        }
+    }
+
+    /// An Anthropic `usage` block.
+    pub fn anthropic(&self) -> Value {
+        json!({
+            "input_tokens": self.input,
+            "cache_creation_input_tokens": self.cache_write,
+            "cache_read_input_tokens": self.cache_read,
+            "output_tokens": self.output,
+        })
+    }
+
+    /// A chat `usage` block: the prompt counts every prompt token, cached or not.
+    pub fn chat(&self) -> Value {
+        let prompt = self
+            .input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write);
+        json!({
+            "prompt_tokens": prompt,
+            "completion_tokens": self.output,
+            "total_tokens": prompt.saturating_add(self.output),
+            "prompt_tokens_details": {"cached_tokens": self.cache_read},
+            "completion_tokens_details": {"reasoning_tokens": self.reasoning},
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_reasons_map_both_ways() {
+        let cases = [
+            ("end_turn", "stop"),
+            ("stop_sequence", "stop"),
+            ("pause_turn", "stop"),
+            ("max_tokens", "length"),
+            ("model_context_window_exceeded", "length"),
+            ("tool_use", "tool_calls"),
+            ("refusal", "content_filter"),
+        ];
+        for (stop, finish) in cases {
+            assert_eq!(finish_reason_of(stop), finish, "{stop}");
+        }
+        let back = [
+            ("stop", false, "end_turn"),
+            ("stop", true, "stop_sequence"),
+            ("length", false, "max_tokens"),
+            ("length", true, "max_tokens"),
+            ("tool_calls", false, "tool_use"),
+            ("function_call", false, "tool_use"),
+            ("content_filter", false, "refusal"),
+        ];
+        for (finish, matched, stop) in back {
+            assert_eq!(stop_reason_of(finish, matched), stop, "{finish}");
+        }
+    }
+
+    #[test]
+    fn usage_keeps_cache_tokens_apart_from_fresh_input() {
+        let anthropic = json!({"input_tokens": 10, "output_tokens": 4,
+            "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20});
+        let t = Tokens::from_anthropic(&anthropic);
+        assert_eq!(
+            t.chat(),
+            json!({"prompt_tokens": 130, "completion_tokens": 4, "total_tokens": 134,
+                   "prompt_tokens_details": {"cached_tokens": 100},
+                   "completion_tokens_details": {"reasoning_tokens": 0}})
+        );
+        let chat = json!({"prompt_tokens": 130, "completion_tokens": 4,
+            "prompt_tokens_details": {"cached_tokens": 100},
+            "completion_tokens_details": {"reasoning_tokens": 3}});
+        let back = Tokens::from_chat(&chat);
+        assert_eq!(
+            back,
+            Tokens {
+                input: 30,
+                output: 4,
+                cache_read: 100,
+                cache_write: 0,
+                reasoning: 3
+            }
+        );
+        assert_eq!(
+            back.anthropic(),
+            json!({"input_tokens": 30, "cache_creation_input_tokens": 0,
+                   "cache_read_input_tokens": 100, "output_tokens": 4})
+        );
+        assert_eq!(Tokens::from_chat(&json!({})), Tokens::default());
+    }
+}
