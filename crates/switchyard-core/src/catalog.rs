@@ -143,8 +143,6 @@ pub enum CatalogError {
     EmptyCombo { combo: String },
     #[error("combo name `{combo}` must not contain '/': it would be read as provider/model")]
     ComboNameWithSlash { combo: String },
-    #[error("connection `{connection}` uses format `anthropic`, which this version cannot call yet: use an OpenAI-compatible endpoint")]
-    UnsupportedFormat { connection: String },
     /// `url` is shown escaped: it may hold control characters.
     #[error("base URL `{url}` of {kind} `{id}` {reason}")]
     InvalidBaseUrl {
@@ -376,9 +374,6 @@ impl Catalog {
                 });
             }
             let format = def.format.unwrap_or(provider.format);
-            if format == UpstreamFormat::Anthropic {
-                return Err(CatalogError::UnsupportedFormat { connection: def.id });
-            }
             let base_url = def.base_url.unwrap_or_else(|| provider.base_url.clone());
             check_url("connection", &def.id, &base_url)?;
             if def.max_concurrent == Some(0) {

@@ -18,8 +18,8 @@ use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{
     ApiKey, Catalog, CatalogError, Combo, ComboTarget, ConnectionDef, Provider,
 };
-use switchyard_core::domain::ModelRef;
-use switchyard_core::format::Format;
+use switchyard_core::domain::{AuthClass, ModelRef};
+use switchyard_core::format::{Format, MAX_COMPLETION_TOKENS};
 use switchyard_core::quota::cost::Price;
 use switchyard_core::settings::{self, Layers, Resolved, Settings};
 use switchyard_store::ConfigRows;
@@ -85,6 +85,8 @@ pub enum SnapshotError {
     Quota(#[from] crate::runtime::quota::index::QuotaConfigError),
     #[error("provider `{provider}` price of `{model}`: must be finite numbers >= 0")]
     Price { provider: String, model: String },
+    #[error("provider `{provider}` max_output_tokens of `{model}`: must be a whole number from 1 to {MAX_COMPLETION_TOKENS}")]
+    OutputLimit { provider: String, model: String },
 }
 
 /// `provider_specific_data` flag that makes the gateway speak HTTP/2 without TLS
@@ -107,6 +109,8 @@ pub struct Snapshot {
     pub quota: crate::runtime::quota::QuotaIndex,
     /// USD prices by `provider/model` (upstream model name).
     pub prices: HashMap<String, Price>,
+    /// Output token limits by `provider/model` (upstream model name).
+    pub output_limits: HashMap<String, u64>,
 }
 
 impl Snapshot {
@@ -116,6 +120,16 @@ impl Snapshot {
             return None;
         }
         self.prices.get(&format!("{provider}/{model}")).copied()
+    }
+
+    /// The most output tokens `model` at `provider` may be asked for, if configured.
+    pub fn output_limit(&self, provider: &str, model: &str) -> Option<u64> {
+        if self.output_limits.is_empty() {
+            return None;
+        }
+        self.output_limits
+            .get(&format!("{provider}/{model}"))
+            .copied()
     }
 }
 
@@ -218,7 +232,17 @@ impl Snapshot {
             rows.version,
         )?;
         let mut prices = HashMap::new();
+        let mut output_limits = HashMap::new();
         for p in &rows.providers {
+            for (model, limit) in &p.max_output_tokens {
+                if *limit == 0 || *limit > MAX_COMPLETION_TOKENS {
+                    return Err(SnapshotError::OutputLimit {
+                        provider: p.id.clone(),
+                        model: model.clone(),
+                    });
+                }
+                output_limits.insert(format!("{}/{model}", p.id), *limit);
+            }
             for (model, price) in &p.prices {
                 let ok = [price.input_per_mtok, price.output_per_mtok]
                     .iter()
@@ -251,24 +275,26 @@ impl Snapshot {
                 .and_then(|d| d.get(H2C_FLAG))
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false);
-            let format = Format::of_upstream(conn.format).ok_or_else(|| {
-                CatalogError::UnsupportedFormat {
-                    connection: conn.id.clone(),
-                }
-            })?;
-            let adapter = upstream::adapter(format);
+            let adapter = upstream::adapter(Format::of_upstream(conn.format));
             let auth = if cred.is_empty() {
                 Vec::new()
             } else {
                 adapter
-                    .auth_headers(cred)
+                    .auth_headers(cred, conn.auth_class)
                     .map_err(|_| SnapshotError::Credential(conn.id.clone()))?
             };
+            let parse = |url: String| {
+                Uri::try_from(url.as_str()).map_err(|_| SnapshotError::Url {
+                    connection: conn.id.clone(),
+                    url,
+                })
+            };
             let url = adapter.endpoint(&conn.base_url);
-            let parsed = Uri::try_from(url.as_str()).map_err(|_| SnapshotError::Url {
-                connection: conn.id.clone(),
-                url: url.clone(),
-            })?;
+            let parsed = parse(url.clone())?;
+            let count_url = adapter
+                .count_tokens_endpoint(&conn.base_url)
+                .map(parse)
+                .transpose()?;
             let host = parsed
                 .authority()
                 .and_then(|a| HeaderValue::try_from(a.as_str()).ok())
@@ -279,6 +305,8 @@ impl Snapshot {
             upstreams.push(Upstream {
                 adapter,
                 url: parsed,
+                count_url,
+                oauth: conn.auth_class == AuthClass::Oauth,
                 host,
                 h2c,
                 auth,
@@ -294,6 +322,7 @@ impl Snapshot {
             admin_hash: rows.admin_token_hash.as_deref().and_then(KeyHash::from_hex),
             quota,
             prices,
+            output_limits,
         })
     }
 }

@@ -153,4 +153,10 @@ CREATE TABLE connection_health (
     r#"
 ALTER TABLE providers ADD COLUMN max_concurrent INTEGER;
 "#,
+    // v5: per-model output limits (requests asking more are clamped), and the API each
+    // logged request was made in.
+    r#"
+ALTER TABLE providers ADD COLUMN max_output_tokens TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE request_log ADD COLUMN client_format TEXT NOT NULL DEFAULT 'openai';
+"#,
 ];

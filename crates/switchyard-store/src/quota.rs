@@ -295,6 +295,7 @@ mod tests {
                 base_url: "http://x".into(),
                 models: vec![],
                 prices: Default::default(),
+                max_output_tokens: Default::default(),
                 max_concurrent: None,
             },
             SaveMode::Create,

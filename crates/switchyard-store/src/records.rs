@@ -29,6 +29,10 @@ pub struct ProviderRecord {
     /// Requests in flight across all the provider's connections; omit for no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<u32>,
+    /// The most tokens each model (the upstream's model name) may generate in one
+    /// answer; a request asking for more is clamped to it (Claude Code asks 128 000).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub max_output_tokens: BTreeMap<String, u64>,
 }
 
 /// A model's price in USD per million tokens.
@@ -130,6 +134,8 @@ pub struct LogRow {
     pub status: u16,
     pub error_code: Option<String>,
     pub stream: bool,
+    /// The API the client spoke: `openai` or `anthropic`.
+    pub client_format: String,
     pub attempts: u32,
     pub latency_ms: u64,
     pub ttfb_ms: Option<u64>,

@@ -568,8 +568,9 @@ impl Store {
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO request_log (ts, request_id, key_id, requested_model, provider,
                    connection_id, model, status, error_code, stream, attempts, latency_ms,
-                   ttfb_ms, prompt_tokens, completion_tokens, egress_ip)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                   ttfb_ms, prompt_tokens, completion_tokens, egress_ip, client_format)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                   ?17)",
             )?;
             for r in rows {
                 stmt.execute(params![
@@ -589,6 +590,7 @@ impl Store {
                     r.prompt_tokens.map(i64_of),
                     r.completion_tokens.map(i64_of),
                     r.egress_ip,
+                    r.client_format,
                 ])?;
             }
         }
@@ -602,7 +604,7 @@ impl Store {
         let mut stmt = conn.prepare_cached(
             "SELECT ts, request_id, key_id, requested_model, provider, connection_id, model,
                status, error_code, stream, attempts, latency_ms, ttfb_ms, prompt_tokens,
-               completion_tokens, egress_ip
+               completion_tokens, egress_ip, client_format
              FROM request_log WHERE (?2 IS NULL OR key_id = ?2)
              ORDER BY id DESC LIMIT ?1",
         )?;
@@ -629,6 +631,7 @@ impl Store {
                     prompt_tokens: opt_u64(13)?,
                     completion_tokens: opt_u64(14)?,
                     egress_ip: r.get(15)?,
+                    client_format: r.get(16)?,
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -659,11 +662,12 @@ impl Batch<'_> {
         check_mode(tx, "providers", "id", &p.id, "provider", mode)?;
         tx.execute(
             "INSERT INTO providers (id, format, base_url, models, prices, max_concurrent,
-               created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
+               max_output_tokens, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?7, ?7)
              ON CONFLICT(id) DO UPDATE SET format = excluded.format,
                base_url = excluded.base_url, models = excluded.models,
                prices = excluded.prices, max_concurrent = excluded.max_concurrent,
+               max_output_tokens = excluded.max_output_tokens,
                updated_at = excluded.updated_at",
             params![
                 p.id,
@@ -672,7 +676,8 @@ impl Batch<'_> {
                 to_json(&p.models)?,
                 to_json(&p.prices)?,
                 p.max_concurrent,
-                i64_of(now)
+                i64_of(now),
+                to_json(&p.max_output_tokens)?
             ],
         )?;
         Ok(())
@@ -963,7 +968,8 @@ fn first<T>(rows: Vec<T>, kind: &'static str, id: &str) -> Result<T> {
 
 fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRecord>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT id, format, base_url, models, prices, max_concurrent FROM providers
+        "SELECT id, format, base_url, models, prices, max_concurrent, max_output_tokens
+         FROM providers
          WHERE (?1 IS NULL OR id = ?1) ORDER BY created_at, id",
     )?;
     let raw = stmt
@@ -975,11 +981,12 @@ fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRe
                 r.get::<_, String>(3)?,
                 r.get::<_, String>(4)?,
                 r.get::<_, Option<u32>>(5)?,
+                r.get::<_, String>(6)?,
             ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     raw.into_iter()
-        .map(|(id, format, base_url, models, prices, max_concurrent)| {
+        .map(|(id, format, base_url, models, prices, max_concurrent, limits)| {
             Ok(ProviderRecord {
                 id,
                 format: enum_from_str(&format)?,
@@ -987,6 +994,7 @@ fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRe
                 models: from_json(&models)?,
                 prices: from_json(&prices)?,
                 max_concurrent,
+                max_output_tokens: from_json(&limits)?,
             })
         })
         .collect()
@@ -1157,6 +1165,7 @@ mod tests {
             base_url: "http://x.test".into(),
             models: vec!["m".into()],
             prices: Default::default(),
+            max_output_tokens: Default::default(),
             max_concurrent: None,
         }
     }
@@ -1331,6 +1340,7 @@ mod tests {
             status: 200,
             error_code: None,
             stream: i.is_multiple_of(2),
+            client_format: "anthropic".into(),
             attempts: 1,
             latency_ms: 3,
             ttfb_ms: Some(2),

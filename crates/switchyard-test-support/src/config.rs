@@ -191,6 +191,8 @@ pub struct Provider {
     max_concurrent: Option<u32>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     prices: BTreeMap<String, Price>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    max_output_tokens: BTreeMap<String, u64>,
 }
 
 /// A model's price in USD per million tokens.
@@ -210,7 +212,22 @@ impl Provider {
             models: Vec::new(),
             max_concurrent: None,
             prices: BTreeMap::new(),
+            max_output_tokens: BTreeMap::new(),
         }
+    }
+
+    /// An Anthropic Messages provider at `base_url`.
+    pub fn anthropic(id: &str, base_url: &str) -> Self {
+        Self {
+            format: UpstreamFormat::Anthropic,
+            ..Self::openai(id, base_url)
+        }
+    }
+
+    /// Clamps requests for `model` to at most `n` output tokens.
+    pub fn max_output_tokens(mut self, model: &str, n: u64) -> Self {
+        self.max_output_tokens.insert(model.to_owned(), n);
+        self
     }
 
     /// The models it offers.

@@ -78,6 +78,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
                 base_url: mock.base_url(),
                 models: vec!["mock-small".to_owned(), "mock-large".to_owned()],
                 prices: Default::default(),
+                max_output_tokens: Default::default(),
                 max_concurrent: None,
             },
             SaveMode::Upsert,

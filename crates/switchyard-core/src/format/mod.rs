@@ -22,11 +22,11 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format an upstream of `kind` speaks; `None` when none is implemented yet.
-    pub fn of_upstream(kind: UpstreamFormat) -> Option<Self> {
+    /// The format an upstream of `kind` speaks.
+    pub fn of_upstream(kind: UpstreamFormat) -> Self {
         match kind {
-            UpstreamFormat::Openai => Some(Self::OpenAiChat),
-            UpstreamFormat::Anthropic => Some(Self::AnthropicMessages),
+            UpstreamFormat::Openai => Self::OpenAiChat,
+            UpstreamFormat::Anthropic => Self::AnthropicMessages,
         }
     }
 

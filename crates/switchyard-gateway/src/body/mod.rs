@@ -4,8 +4,8 @@
 //! 1. [`deadline::DeadlineBody`] — the idle timeout and the execution bound (SPEC R10);
 //!    ends the stream with a typed [`deadline::Cut`] when one passes or the upstream
 //!    breaks. A stream watchdog goes beside it, with the same error type.
-//! 2. (a translator between formats goes here, turning upstream frames into the
-//!    client's.)
+//! 2. [`translate::TranslateBody`] — only when client and upstream formats differ:
+//!    turns upstream frames into the client's as each completes.
 //! 3. [`metered::MeteredBody`] — relays frames to the client as they arrive, reads them
 //!    for usage and completeness, grows the quota reservation, ends a cut stream with
 //!    an error frame in the client's format, and finishes the request exactly once.
@@ -16,3 +16,4 @@
 
 pub mod deadline;
 pub mod metered;
+pub mod translate;

@@ -19,7 +19,40 @@ use switchyard_core::routing::Exclusion;
 pub fn body(e: &ApiError, format: Format) -> Value {
     match format {
         Format::OpenAiChat => openai_body(e),
+        Format::AnthropicMessages => anthropic_body(e),
     }
+}
+
+/// Anthropic's error `type` for an HTTP status, as its SDKs map them to exceptions.
+pub fn anthropic_type(status: u16) -> &'static str {
+    match status {
+        400 | 405 | 409 | 415 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        529 | 503 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// Anthropic's shape `{"type":"error","error":{"type","message"}}`; our typed `code`
+/// and the error's facts (diagnostics, quota, retry hints) sit beside them, as in the
+/// OpenAI shape.
+fn anthropic_body(e: &ApiError) -> Value {
+    let (status, _, _) = e.parts();
+    let Value::Object(mut facts) = openai_body(e)["error"].take() else {
+        return json!({"type": "error", "error": {"type": "api_error", "message": e.to_string()}});
+    };
+    facts.remove("type");
+    facts.remove("param");
+    let mut err = serde_json::Map::with_capacity(facts.len() + 1);
+    err.insert("type".into(), json!(anthropic_type(status.as_u16())));
+    err.extend(facts);
+    json!({"type": "error", "error": err})
 }
 
 /// The error as a response in `format`: status, body, `Retry-After` where waiting
@@ -42,6 +75,16 @@ pub fn stream_frame(e: StreamError, format: Format) -> Bytes {
             let body =
                 json!({"error": {"message": message, "type": kind, "code": code, "param": null}});
             Bytes::from(format!("data: {body}\n\n"))
+        }
+        Format::AnthropicMessages => {
+            let kind = if e == StreamError::Execution {
+                "timeout_error"
+            } else {
+                "api_error"
+            };
+            let body =
+                json!({"type": "error", "error": {"type": kind, "message": message, "code": code}});
+            Bytes::from(format!("event: error\ndata: {body}\n\n"))
         }
     }
 }
@@ -151,6 +194,28 @@ mod tests {
                 Bytes::from_static(frame.as_bytes())
             );
         }
+    }
+
+    #[test]
+    fn anthropic_errors_have_anthropics_shape_with_our_code() {
+        let e = ApiError::ProviderCircuitOpen {
+            provider: "alpha".into(),
+            retry_after_ms: 1_200,
+        };
+        let r = body(&e, Format::AnthropicMessages);
+        assert_eq!(
+            r,
+            json!({"type": "error", "error": {"type": "overloaded_error",
+                "message": e.to_string(), "code": "provider_circuit_open"}})
+        );
+        assert_eq!(
+            body(&ApiError::InvalidKey, Format::AnthropicMessages)["error"]["type"],
+            "authentication_error"
+        );
+        assert_eq!(
+            stream_frame(StreamError::Reset, Format::AnthropicMessages),
+            Bytes::from_static(b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"upstream connection broke during the stream\",\"code\":\"upstream_connection_reset\"}}\n\n")
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! normalized request, runs it, and renders errors in that format. A new client API is a
 //! module here and its line in [`routes()`]; front doors never see upstream adapters.
 
+mod anthropic_messages;
 pub mod models;
 mod openai_chat;
 
@@ -15,5 +16,7 @@ use utoipa_axum::routes;
 pub fn routes() -> OpenApiRouter<Arc<AppState>> {
     OpenApiRouter::new()
         .routes(routes!(openai_chat::chat_completions))
+        .routes(routes!(anthropic_messages::messages))
+        .routes(routes!(anthropic_messages::count_tokens))
         .routes(routes!(models::models))
 }

@@ -11,6 +11,9 @@ use super::finish::Finisher;
 use super::{concurrency, quota};
 use crate::body::deadline::DeadlineBody;
 use crate::body::metered::MeteredBody;
+use crate::body::translate::TranslateBody;
+use crate::error::{render, ApiError};
+use crate::upstream::{Call, ProtocolHeaders};
 use crate::clock::{RequestClock, Stopwatch};
 use crate::runtime::gate::Permit;
 use crate::runtime::quota::{QuotaBlock, QuotaGuard};
@@ -27,7 +30,7 @@ use hyper::body::Incoming;
 use std::time::Duration;
 use switchyard_core::catalog::ApiKey;
 use switchyard_core::dispatch::{self, Slot, Try};
-use switchyard_core::format::Format;
+use switchyard_core::format::{translate, Format};
 use switchyard_core::llm;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::quota::cost::Estimate;
@@ -66,6 +69,8 @@ pub struct Ctx<'a> {
     pub snap: &'a Snapshot,
     pub key: &'a ApiKey,
     pub request: &'a llm::Request,
+    /// The client's protocol headers, for upstreams of its format.
+    pub protocol: &'a ProtocolHeaders,
     pub candidates: &'a [Candidate],
     pub strategy: strategy::Kind,
     pub estimate: Estimate,
@@ -160,6 +165,22 @@ async fn attempt(
 ) -> Result<Response, Report> {
     let (runtime, clock, snap) = (ctx.runtime, ctx.clock, ctx.snap);
     let conn = &candidate.connection;
+    let target = snap.upstreams.get(conn.index).ok_or(Report::Gone)?;
+    let request = ctx.request;
+    let upstream_format = target.adapter.format();
+    let output_limit = snap.output_limit(&conn.provider, &candidate.upstream_model);
+    let body = request
+        .upstream_body(upstream_format, &candidate.upstream_model, output_limit)
+        .map_err(|e| {
+            let e = ApiError::InvalidRequest {
+                param: None,
+                message: format!(
+                    "the request cannot be sent to `{}/{}`: {e}",
+                    conn.provider, candidate.upstream_model
+                ),
+            };
+            Report::Rejected(render::response(&e, request.format))
+        })?;
     let attempt = resilience::Attempt {
         conn,
         model: &candidate.upstream_model,
@@ -192,9 +213,6 @@ async fn attempt(
         candidate,
         model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),
     );
-    let target = snap.upstreams.get(conn.index).ok_or(Report::Gone)?;
-    let request = ctx.request;
-    let body = request.upstream_body(target.adapter.format(), &candidate.upstream_model);
     let watch = Stopwatch::start();
     // One budget per attempt for the headers and, when not streaming, the whole body; a
     // stream is bounded by the execution limit (SPEC R10), never shorter than that.
@@ -205,14 +223,14 @@ async fn attempt(
             &snap.settings.concurrency.queue.with(&conn.queue),
             snap.settings.first_byte_timeout_ms,
         ));
-    let sent = crate::upstream::send(
-        snap.settings.connect_timeout_ms,
-        target,
+    let call = Call {
+        url: &target.url,
         body,
-        request.stream,
-        deadline,
-    )
-    .await;
+        stream: request.stream,
+        protocol: ctx.protocol,
+        extra: &[],
+    };
+    let sent = crate::upstream::send(snap.settings.connect_timeout_ms, target, call, deadline).await;
     // The upstream's answer (or failure) is judged at the time it came; the outcome is
     // recorded once it is read.
     let answered = clock.now_ms();
@@ -234,6 +252,7 @@ async fn attempt(
                 idle_timeout: Duration::from_millis(snap.settings.stream_idle_timeout_ms),
                 upstream: target,
                 client: request.format,
+                now_s: answered / 1000,
             };
             handle_response(response, expect, &mut guards, finisher, answered).await
         }
@@ -349,8 +368,10 @@ struct Expect<'a> {
     idle_timeout: Duration,
     /// The connection, whose credentials are redacted from relayed error bodies.
     upstream: &'a crate::upstream::Upstream,
-    /// The client's format, for stream error frames.
+    /// The client's format, for stream error frames and translation.
     client: Format,
+    /// The answer's time in unix seconds, for translated answers' `created`.
+    now_s: u64,
 }
 
 /// Whether a non-streamed answer is shaped like a JSON object (a chat completion always
@@ -384,7 +405,9 @@ async fn handle_response(
         idle_timeout,
         upstream: target,
         client,
+        now_s,
     } = expect;
+    let upstream_format = target.adapter.format();
     let (parts, body) = response.into_parts();
     let status = parts.status;
     let content_type = parts.headers.get(header::CONTENT_TYPE).cloned();
@@ -396,12 +419,17 @@ async fn handle_response(
         if stream {
             guards.hand_over(finisher);
             let upstream = DeadlineBody::new(body, idle_timeout, execution_deadline);
-            let mut out = Response::new(Body::new(MeteredBody::new(
-                upstream,
-                target.adapter.format().stream_reader(),
-                client,
-                finisher.detach(),
-            )));
+            let reader = client.stream_reader();
+            let body = match translate::Stream::new(client, upstream_format, now_s) {
+                None => Body::new(MeteredBody::new(upstream, reader, client, finisher.detach())),
+                Some(translator) => Body::new(MeteredBody::new(
+                    TranslateBody::new(upstream, translator),
+                    reader,
+                    client,
+                    finisher.detach(),
+                )),
+            };
+            let mut out = Response::new(body);
             let h = out.headers_mut();
             h.insert(
                 header::CONTENT_TYPE,
@@ -420,6 +448,21 @@ async fn handle_response(
         if !is_json_object(&bytes) {
             return Err(AttemptFailure::InvalidResponse.into());
         }
+        let bytes = if client == upstream_format {
+            bytes
+        } else {
+            match translate::response(client, upstream_format, &bytes, now_s) {
+                Ok(translated) => Bytes::from(translated),
+                Err(e) => {
+                    tracing::warn!(
+                        request_id = finisher.request_id(),
+                        error = %e,
+                        "Upstream answer could not be translated; trying the next candidate."
+                    );
+                    return Err(AttemptFailure::InvalidResponse.into());
+                }
+            }
+        };
         guards.hand_over(finisher);
         finisher.first_byte();
         let usage = Usage::from_json_bytes(&bytes);
@@ -429,11 +472,12 @@ async fn handle_response(
             finisher.observe_output(switchyard_core::usage::generated_chars(text));
         }
         finisher.finish(StatusCode::OK.as_u16(), None, usage);
+        let content_type = match content_type {
+            Some(ct) if client == upstream_format => ct,
+            _ => HeaderValue::from_static("application/json"),
+        };
         let mut out = Response::new(Body::from(bytes));
-        out.headers_mut().insert(
-            header::CONTENT_TYPE,
-            content_type.unwrap_or(HeaderValue::from_static("application/json")),
-        );
+        out.headers_mut().insert(header::CONTENT_TYPE, content_type);
         return Ok(out);
     }
     let failure = AttemptFailure::Status(status.as_u16());
@@ -453,10 +497,19 @@ async fn handle_response(
             body_hint,
         });
     }
-    let body = Bytes::from(switchyard_core::redact::redact(
+    let redacted = switchyard_core::redact::redact(
         &read_limited(body, MAX_ERROR_BODY_BYTES, deadline).await,
         &crate::upstream::credentials(target),
-    ));
+    );
+    let (body, content_type) = if client == upstream_format {
+        (Bytes::from(redacted), content_type)
+    } else {
+        let translated = translate::error(client, upstream_format, status.as_u16(), &redacted);
+        (
+            Bytes::from(translated),
+            Some(HeaderValue::from_static("application/json")),
+        )
+    };
     let body_hint = String::from_utf8_lossy(&body[..body.len().min(BODY_HINT_BYTES)]).into_owned();
     let mut out = Response::new(Body::from(body));
     *out.status_mut() = status;

@@ -19,6 +19,7 @@ use crate::telemetry::Telemetry;
 use axum::response::Response;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use switchyard_core::format::Format;
 use switchyard_core::routing::Candidate;
 use switchyard_core::usage::Usage;
 use switchyard_store::LogRow;
@@ -71,7 +72,7 @@ struct Inner {
 pub struct Finisher(Option<Inner>);
 
 impl Finisher {
-    pub fn start(parts: Parts, request_id: String, clock: RequestClock) -> Self {
+    pub fn start(parts: Parts, request_id: String, clock: RequestClock, client: Format) -> Self {
         parts.telemetry.metrics.in_flight.inc();
         Self(Some(Inner {
             parts,
@@ -90,6 +91,7 @@ impl Finisher {
                 status: 0,
                 error_code: None,
                 stream: false,
+                client_format: client.as_str().to_owned(),
                 attempts: 0,
                 latency_ms: 0,
                 ttfb_ms: None,

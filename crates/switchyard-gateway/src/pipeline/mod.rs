@@ -23,6 +23,7 @@
 mod attempt;
 pub mod auth;
 mod concurrency;
+mod count;
 pub mod finish;
 mod plan;
 mod quota;
@@ -31,6 +32,7 @@ pub mod share;
 use crate::clock::RequestClock;
 use crate::error::{render, ApiError};
 use crate::state::AppState;
+use crate::upstream::ProtocolHeaders;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -44,6 +46,8 @@ use switchyard_core::dispatch::{Dispatch, End, Slot, Step};
 use switchyard_core::format::Format;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing::{strategy, Reason};
+
+pub use count::count_tokens;
 
 /// Header carrying the request id on every response.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
@@ -59,7 +63,7 @@ pub async fn serve(state: &Arc<AppState>, format: Format, request: Request) -> R
         config: Arc::clone(&state.config),
         cutting: Arc::clone(&state.cutting),
     };
-    let mut finisher = Finisher::start(finishing, state.next_request_id(), clock);
+    let mut finisher = Finisher::start(finishing, state.next_request_id(), clock, format);
     let request_id = HeaderValue::try_from(finisher.request_id()).ok();
     let mut response = match run(state, format, clock, &parts.headers, body, &mut finisher).await {
         Ok(r) => r,
@@ -106,6 +110,21 @@ async fn read_body(body: Body, limit: u64) -> Result<Bytes, ApiError> {
     }
 }
 
+/// Reads and decodes the client's body in `format`.
+async fn read_request(
+    snap: &crate::snapshot::Snapshot,
+    format: Format,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<switchyard_core::llm::Request, ApiError> {
+    check_json_content_type(headers)?;
+    let bytes = read_body(body, snap.settings.max_body_bytes).await?;
+    format.decode(&bytes).map_err(|e| ApiError::InvalidRequest {
+        param: e.param(),
+        message: e.to_string(),
+    })
+}
+
 async fn run(
     state: &Arc<AppState>,
     format: Format,
@@ -117,14 +136,7 @@ async fn run(
     let snap = state.snapshot();
     let key = auth::client_key(&snap.catalog, headers)?;
     finisher.set_key(&key.id);
-    check_json_content_type(headers)?;
-    let bytes = read_body(body, snap.settings.max_body_bytes).await?;
-    let request = format
-        .decode(&bytes)
-        .map_err(|e| ApiError::InvalidRequest {
-            param: e.param(),
-            message: e.to_string(),
-        })?;
+    let request = read_request(&snap, format, headers, body).await?;
     finisher.set_request(&request.model, request.stream);
     let estimate = Estimate::at_admission(request.prompt_len, request.max_tokens, request.stream);
     let plan = plan::build(
@@ -141,12 +153,14 @@ async fn run(
             excluded: plan.excluded,
         });
     }
+    let protocol = ProtocolHeaders::of(format, headers);
     let ctx = attempt::Ctx {
         runtime: &state.runtime,
         clock,
         snap: &snap,
         key,
         request: &request,
+        protocol: &protocol,
         candidates: &plan.candidates,
         strategy: plan.strategy,
         estimate,

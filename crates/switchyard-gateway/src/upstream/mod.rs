@@ -5,15 +5,17 @@
 //! format is a module here and its line in [`adapter`]. Adapters are chosen when the
 //! configuration snapshot is built, never per request; nothing here decides routing.
 
+mod anthropic;
 mod openai;
 
 use crate::client;
 use crate::telemetry::metrics::ProviderMetrics;
 use axum::http::header::InvalidHeaderValue;
-use axum::http::{header, HeaderValue, Method, Request, Response, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
+use switchyard_core::domain::AuthClass;
 use switchyard_core::format::Format;
 use switchyard_core::outcome::AttemptFailure;
 use tokio::time::Instant;
@@ -26,11 +28,45 @@ pub trait Adapter: Sync + std::fmt::Debug {
     /// The URL answering requests, from the connection's base URL.
     fn endpoint(&self, base_url: &str) -> String;
 
-    /// The headers that authenticate with `credential`, marked sensitive.
+    /// The URL counting a request's input tokens, when the format has one.
+    fn count_tokens_endpoint(&self, _base_url: &str) -> Option<String> {
+        None
+    }
+
+    /// The headers that authenticate with `credential` for an account of `auth_class`,
+    /// marked sensitive.
     fn auth_headers(
         &self,
         credential: &str,
+        auth_class: AuthClass,
     ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue>;
+
+    /// Sets the headers selecting the protocol version, from the client's (`oauth`: the
+    /// account authenticates with a subscription token).
+    fn protocol_headers(&self, _client: &ProtocolHeaders, _oauth: bool, _headers: &mut HeaderMap) {
+    }
+}
+
+/// The client headers that select an upstream protocol and so are forwarded to an
+/// upstream of the client's own format: `anthropic-version` and `anthropic-beta`.
+/// Taken only from Anthropic clients; every other client header stays behind (G6).
+#[derive(Debug, Clone, Default)]
+pub struct ProtocolHeaders {
+    pub version: Option<HeaderValue>,
+    pub beta: Option<HeaderValue>,
+}
+
+impl ProtocolHeaders {
+    /// The protocol headers of a request from a client speaking `client`.
+    pub fn of(client: Format, headers: &HeaderMap) -> Self {
+        match client {
+            Format::AnthropicMessages => Self {
+                version: headers.get("anthropic-version").cloned(),
+                beta: headers.get("anthropic-beta").cloned(),
+            },
+            Format::OpenAiChat => Self::default(),
+        }
+    }
 }
 
 /// What the shell needs to call one connection's upstream.
@@ -40,6 +76,10 @@ pub struct Upstream {
     pub adapter: &'static dyn Adapter,
     /// The full endpoint URL, parsed once here rather than on every request.
     pub url: Uri,
+    /// The token-counting URL, when the format has one.
+    pub count_url: Option<Uri>,
+    /// The account authenticates with an OAuth subscription token.
+    pub oauth: bool,
     /// The `Host` header for it, also built once (the client would format it per request).
     pub host: HeaderValue,
     /// Speak cleartext HTTP/2 with prior knowledge (see `snapshot::H2C_FLAG`).
@@ -76,26 +116,37 @@ pub fn endpoint(base_url: &str, path_after_v1: &str) -> String {
 pub fn adapter(format: Format) -> &'static dyn Adapter {
     match format {
         Format::OpenAiChat => &openai::OpenAi,
+        Format::AnthropicMessages => &anthropic::Anthropic,
     }
 }
 
-/// Sends `body` to the connection's endpoint and waits for the response headers, at
-/// most until `deadline`.
+/// One upstream call: where to, what, and the protocol headers.
+#[derive(Debug)]
+pub struct Call<'a> {
+    pub url: &'a Uri,
+    pub body: Vec<u8>,
+    pub stream: bool,
+    pub protocol: &'a ProtocolHeaders,
+    /// Extra headers of this call (the R17 slow lane's).
+    pub extra: &'a [(&'static str, HeaderValue)],
+}
+
+/// Sends `call` to the connection and waits for the response headers, at most until
+/// `deadline`.
 pub async fn send(
     connect_timeout_ms: u64,
     upstream: &Upstream,
-    body: Vec<u8>,
-    stream: bool,
+    call: Call<'_>,
     deadline: Instant,
 ) -> Result<Response<Incoming>, AttemptFailure> {
-    let accept = if stream {
+    let accept = if call.stream {
         "text/event-stream"
     } else {
         "application/json"
     };
-    let mut request = Request::new(Full::new(Bytes::from(body)));
+    let mut request = Request::new(Full::new(Bytes::from(call.body)));
     *request.method_mut() = Method::POST;
-    *request.uri_mut() = upstream.url.clone();
+    *request.uri_mut() = call.url.clone();
     let headers = request.headers_mut();
     headers.insert(header::HOST, upstream.host.clone());
     headers.insert(
@@ -105,6 +156,12 @@ pub async fn send(
     headers.insert(header::ACCEPT, HeaderValue::from_static(accept));
     headers.insert(header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
     for (name, value) in &upstream.auth {
+        headers.insert(*name, value.clone());
+    }
+    upstream
+        .adapter
+        .protocol_headers(call.protocol, upstream.oauth, headers);
+    for (name, value) in call.extra {
         headers.insert(*name, value.clone());
     }
     let pending = match client::request(connect_timeout_ms, upstream.h2c, request) {

@@ -8,6 +8,7 @@ use super::{endpoint, Adapter};
 use axum::http::header::InvalidHeaderValue;
 use axum::http::HeaderValue;
 use secrecy::zeroize::Zeroizing;
+use switchyard_core::domain::AuthClass;
 use switchyard_core::format::Format;
 
 /// See the module docs.
@@ -26,6 +27,7 @@ impl Adapter for OpenAi {
     fn auth_headers(
         &self,
         credential: &str,
+        _auth_class: AuthClass,
     ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue> {
         let header = Zeroizing::new(format!("Bearer {credential}"));
         let mut value = HeaderValue::from_str(&header)?;
@@ -48,11 +50,11 @@ mod tests {
             OpenAi.endpoint("http://h:1"),
             "http://h:1/v1/chat/completions"
         );
-        let headers = OpenAi.auth_headers("sk-1").unwrap();
+        let headers = OpenAi.auth_headers("sk-1", AuthClass::Apikey).unwrap();
         assert_eq!(headers.len(), 1);
         assert_eq!(headers[0].0, "authorization");
         assert_eq!(headers[0].1, "Bearer sk-1");
         assert!(headers[0].1.is_sensitive());
-        assert!(OpenAi.auth_headers("bad\nvalue").is_err());
+        assert!(OpenAi.auth_headers("bad\nvalue", AuthClass::Apikey).is_err());
     }
 }

@@ -242,10 +242,10 @@ async fn invalid_changes_are_rejected_naming_the_problem_and_change_nothing() {
             "credential_env: accepted only in the config file; send `credential`",
         ),
         (
-            "/api/connections",
-            json!({"id": "c", "provider": "alpha", "auth_class": "apikey", "format": "anthropic"}),
+            "/api/providers",
+            json!({"id": "claude", "format": "anthropic", "base_url": "http://x", "max_output_tokens": {"opus": 0}}),
             400,
-            "connection `c` uses format `anthropic`, which this version cannot call yet: use an OpenAI-compatible endpoint",
+            "provider `claude` max_output_tokens of `opus`: must be a whole number from 1 to 1048576",
         ),
         (
             "/api/connections",

@@ -52,6 +52,7 @@ async fn request_log_rows_are_written_without_bodies_or_credentials() {
         status: 0,
         error_code: None,
         stream: false,
+        client_format: "openai".into(),
         attempts: 0,
         latency_ms: 0,
         ttfb_ms: None,

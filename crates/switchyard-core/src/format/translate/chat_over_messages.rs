@@ -12,7 +12,7 @@ pub fn request(
     Err(TranslateError::Request("not translated yet".into()))
 }
 
-pub fn response(_body: &[u8]) -> Result<Vec<u8>, TranslateError> {
+pub fn response_at(_body: &[u8], _now_s: u64) -> Result<Vec<u8>, TranslateError> {
     Err(TranslateError::Response("not translated yet".into()))
 }
 
@@ -24,6 +24,10 @@ pub fn error(_status: u16, body: &[u8]) -> Vec<u8> {
 pub struct Stream;
 
 impl Stream {
+    pub fn at(_now_s: u64) -> Self {
+        Self
+    }
+
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         out.extend_from_slice(chunk);
     }

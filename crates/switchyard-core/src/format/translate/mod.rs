@@ -58,11 +58,19 @@ pub fn request(
     }
 }
 
-/// A non-streamed upstream answer in the client's format.
-pub fn response(client: Format, upstream: Format, body: &[u8]) -> Result<Vec<u8>, TranslateError> {
+/// A non-streamed upstream answer in the client's format; `now_s` (unix seconds) dates
+/// answers whose format carries a creation time the upstream's does not.
+pub fn response(
+    client: Format,
+    upstream: Format,
+    body: &[u8],
+    now_s: u64,
+) -> Result<Vec<u8>, TranslateError> {
     match (client, upstream) {
         (Format::AnthropicMessages, Format::OpenAiChat) => messages_over_chat::response(body),
-        (Format::OpenAiChat, Format::AnthropicMessages) => chat_over_messages::response(body),
+        (Format::OpenAiChat, Format::AnthropicMessages) => {
+            chat_over_messages::response_at(body, now_s)
+        }
         _ => Ok(body.to_vec()),
     }
 }
@@ -86,13 +94,14 @@ pub enum Stream {
 impl Stream {
     /// The translator for a client speaking `client` over an upstream speaking
     /// `upstream`; `None` when they are the same (the stream is relayed as it is).
-    pub fn new(client: Format, upstream: Format) -> Option<Self> {
+    /// `now_s` (unix seconds) dates chunks of formats that carry a creation time.
+    pub fn new(client: Format, upstream: Format, now_s: u64) -> Option<Self> {
         match (client, upstream) {
             (Format::AnthropicMessages, Format::OpenAiChat) => {
                 Some(Self::MessagesOverChat(messages_over_chat::Stream::default()))
             }
             (Format::OpenAiChat, Format::AnthropicMessages) => {
-                Some(Self::ChatOverMessages(chat_over_messages::Stream::default()))
+                Some(Self::ChatOverMessages(chat_over_messages::Stream::at(now_s)))
             }
             _ => None,
         }
