@@ -8,7 +8,7 @@
 
 use crate::admin;
 use crate::edge;
-use crate::error::ApiError;
+use crate::error::{render, ApiError};
 use crate::frontends;
 use crate::pipeline::auth;
 use crate::state::AppState;
@@ -24,6 +24,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_core::format::Format;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -85,17 +86,27 @@ fn check_credential(state: &AppState, path: &str, headers: &HeaderMap) -> Result
 /// Longest request path echoed in a routing error.
 const MAX_ECHOED_PATH: usize = 200;
 
-/// `error` for the request's path, once the credential the path needs was checked.
+/// `error` for the request's path, once the credential the path needs was checked; in
+/// Anthropic's shape under `/v1/messages` or when the request names an
+/// `anthropic-version`.
 fn routing_error(
     state: &AppState,
     uri: &Uri,
     headers: &HeaderMap,
     error: impl FnOnce(String) -> ApiError,
 ) -> Response {
-    match check_credential(state, uri.path(), headers) {
-        Ok(()) => error(uri.path().chars().take(MAX_ECHOED_PATH).collect()).into_response(),
-        Err(e) => e.into_response(),
-    }
+    let anthropic =
+        uri.path().starts_with("/v1/messages") || headers.contains_key("anthropic-version");
+    let format = if anthropic {
+        Format::AnthropicMessages
+    } else {
+        Format::OpenAiChat
+    };
+    let e = match check_credential(state, uri.path(), headers) {
+        Ok(()) => error(uri.path().chars().take(MAX_ECHOED_PATH).collect()),
+        Err(e) => e,
+    };
+    render::response(&e, format)
 }
 
 /// Unknown routes: a typed `404 not_found`, after the credential the path needs.

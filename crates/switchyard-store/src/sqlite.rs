@@ -986,17 +986,19 @@ fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRe
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     raw.into_iter()
-        .map(|(id, format, base_url, models, prices, max_concurrent, limits)| {
-            Ok(ProviderRecord {
-                id,
-                format: enum_from_str(&format)?,
-                base_url,
-                models: from_json(&models)?,
-                prices: from_json(&prices)?,
-                max_concurrent,
-                max_output_tokens: from_json(&limits)?,
-            })
-        })
+        .map(
+            |(id, format, base_url, models, prices, max_concurrent, limits)| {
+                Ok(ProviderRecord {
+                    id,
+                    format: enum_from_str(&format)?,
+                    base_url,
+                    models: from_json(&models)?,
+                    prices: from_json(&prices)?,
+                    max_concurrent,
+                    max_output_tokens: from_json(&limits)?,
+                })
+            },
+        )
         .collect()
 }
 

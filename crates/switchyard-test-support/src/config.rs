@@ -62,6 +62,26 @@ impl Config {
             .key(Key::new("ops", "ops", OPS_KEY).scopes(["admin"]))
     }
 
+    /// The standard configuration plus an Anthropic-format provider `claude` on the mock
+    /// (models `claude-opus` and `claude-haiku`, connection `claude-1` with
+    /// [`crate::CRED_CLAUDE`]) and a combo `mixed` that fails over from
+    /// `claude/claude-opus` to the OpenAI-format `alpha/mock-small`.
+    pub fn anthropic(mock_url: &str) -> Self {
+        Self::standard(mock_url)
+            .provider(
+                Provider::anthropic("claude", mock_url).models(["claude-opus", "claude-haiku"]),
+            )
+            .connection(
+                Connection::apikey("claude-1", "claude")
+                    .credential(crate::CRED_CLAUDE)
+                    .disable_cooling(),
+            )
+            .combo(Combo::priority(
+                "mixed",
+                ["claude/claude-opus", "alpha/mock-small"],
+            ))
+    }
+
     /// Sets the `[server]` section.
     pub fn server(mut self, server: Server) -> Self {
         self.server = Some(server);
@@ -267,6 +287,8 @@ pub struct Connection {
     rate_limit_overrides: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     disable_cooling: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provider_specific_data: Option<serde_json::Value>,
 }
 
 impl Connection {
@@ -279,6 +301,7 @@ impl Connection {
             max_concurrent: None,
             rate_limit_overrides: None,
             disable_cooling: false,
+            provider_specific_data: None,
         }
     }
 
@@ -325,6 +348,12 @@ impl Connection {
     /// Failures do not cool it down.
     pub fn disable_cooling(mut self) -> Self {
         self.disable_cooling = true;
+        self
+    }
+
+    /// Its `provider_specific_data` (e.g. `{"lowPriorityMode": true}`).
+    pub fn provider_specific_data(mut self, data: serde_json::Value) -> Self {
+        self.provider_specific_data = Some(data);
         self
     }
 }

@@ -25,6 +25,10 @@ pub const ADMIN: &str = "test-admin-token-0123456789";
 pub const CRED_ALPHA: &str = "cred-alpha-1-secret-value";
 /// The credential of the standard configuration's connection `beta-1`.
 pub const CRED_BETA: &str = "cred-beta-1-secret-value";
+/// The credential of the Anthropic configuration's connection `claude-1`.
+pub const CRED_CLAUDE: &str = "cred-claude-1-secret-value";
+/// The `anthropic-version` the tests' Anthropic requests send.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// A mock provider and a gateway wired to it, with its data directory. The gateway is
 /// stopped gracefully by [`Harness::stop`]; dropping the harness tells it to stop without
@@ -189,6 +193,19 @@ impl Harness {
             .post(self.url("/v1/chat/completions"))
             .bearer_auth(key)
             .json(body)
+    }
+
+    /// Sends an Anthropic Messages request the way Claude Code does (`?beta=true`,
+    /// `x-api-key`, `anthropic-version`) with the standard client key.
+    pub async fn messages(&self, body: Value) -> reqwest::Response {
+        self.http
+            .post(self.url("/v1/messages?beta=true"))
+            .header("x-api-key", KEY)
+            .header("anthropic-version", ANTHROPIC_VERSION)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
     }
 
     /// `GET` an admin path with the admin token.
@@ -369,6 +386,16 @@ pub fn retry_after(r: &reqwest::Response) -> u64 {
 pub fn chat_body(model: &str, stream: bool) -> Value {
     json!({
         "model": model,
+        "stream": stream,
+        "messages": [{"role": "user", "content": "Hello there, mock!"}]
+    })
+}
+
+/// A one-message Anthropic Messages body (the same prompt as [`chat_body`]).
+pub fn messages_body(model: &str, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "max_tokens": 1024,
         "stream": stream,
         "messages": [{"role": "user", "content": "Hello there, mock!"}]
     })

@@ -10,7 +10,8 @@
 //!   probe request at a time is let through: its success closes the breaker, its failure
 //!   re-opens it for a longer time.
 //!
-//! Only provider-level failures count: HTTP 408, 500, 502, 503, 504, and failures to
+//! Only provider-level failures count: HTTP 408, 500, 502, 503, 504, Anthropic's 529
+//! (overloaded), and failures to
 //! get an answer at all (connect error, connection reset before the response, no first
 //! byte in time) — an unreachable provider is the clearest provider-level failure.
 //! 401/403/429 are about an account, not the provider, and never count.
@@ -98,7 +99,7 @@ impl Profile {
 /// Whether a failure counts against the provider.
 pub fn counts(failure: AttemptFailure) -> bool {
     match failure {
-        AttemptFailure::Status(s) => matches!(s, 408 | 500 | 502 | 503 | 504),
+        AttemptFailure::Status(s) => matches!(s, 408 | 500 | 502 | 503 | 504 | 529),
         AttemptFailure::Connect
         | AttemptFailure::FirstByteTimeout
         | AttemptFailure::Reset
@@ -274,7 +275,7 @@ mod tests {
 
     #[test]
     fn only_provider_level_failures_count() {
-        for s in [408, 500, 502, 503, 504] {
+        for s in [408, 500, 502, 503, 504, 529] {
             assert!(counts(AttemptFailure::Status(s)), "{s}");
         }
         for s in [400, 401, 403, 404, 429, 501] {

@@ -1,8 +1,9 @@
 //! `GET /v1/models` and `GET /v1/models/{id}`: the models a key may use — every
 //! provider's `provider/model` ids, the quota-share pools' `qtSd/` ids and the combos.
-//! Reads the snapshot only.
+//! A request carrying `anthropic-version` (the Anthropic SDKs' `models.list`) gets
+//! Anthropic's list shape and error shape. Reads the snapshot only.
 
-use crate::error::{ApiError, ApiPath};
+use crate::error::{render, ApiError, ApiPath};
 use crate::pipeline::auth;
 use crate::snapshot::Snapshot;
 use crate::state::AppState;
@@ -13,6 +14,7 @@ use axum::Json;
 use serde::Serialize;
 use std::sync::Arc;
 use switchyard_core::catalog::ApiKey;
+use switchyard_core::format::Format;
 use utoipa::ToSchema;
 
 /// One entry of `GET /v1/models`.
@@ -72,18 +74,74 @@ fn visible_models(snap: &Snapshot, key: &ApiKey) -> Vec<ModelEntry> {
     data
 }
 
+/// One entry of `GET /v1/models` in Anthropic's shape.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AnthropicModel {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub id: String,
+    pub display_name: String,
+    /// RFC 3339; the gateway does not know when a model was released.
+    pub created_at: &'static str,
+}
+
+/// `GET /v1/models` answer in Anthropic's shape.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AnthropicModelList {
+    pub data: Vec<AnthropicModel>,
+    pub has_more: bool,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+}
+
+impl From<ModelEntry> for AnthropicModel {
+    fn from(m: ModelEntry) -> Self {
+        Self {
+            kind: "model",
+            display_name: m.id.clone(),
+            id: m.id,
+            created_at: "1970-01-01T00:00:00Z",
+        }
+    }
+}
+
+/// The client API a models request speaks: Anthropic's when it carries
+/// `anthropic-version`.
+fn format_of(headers: &HeaderMap) -> Format {
+    if headers.contains_key("anthropic-version") {
+        Format::AnthropicMessages
+    } else {
+        Format::OpenAiChat
+    }
+}
+
 /// `GET /v1/models`: the `provider/model` ids and combo names the key may use.
 #[utoipa::path(get, path = "/v1/models", tag = "client",
     responses((status = 200, body = ModelList), (status = 401)), security(("bearer" = [])))]
 pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let snap = state.snapshot();
-    match auth::client_key(&snap.catalog, &headers) {
-        Ok(key) => Json(ModelList {
+    let format = format_of(&headers);
+    let key = match auth::client_key(&snap.catalog, &headers) {
+        Ok(key) => key,
+        Err(e) => return render::response(&e, format),
+    };
+    let data = visible_models(&snap, key);
+    match format {
+        Format::OpenAiChat => Json(ModelList {
             object: "list",
-            data: visible_models(&snap, key),
+            data,
         })
         .into_response(),
-        Err(e) => e.into_response(),
+        Format::AnthropicMessages => {
+            let data: Vec<AnthropicModel> = data.into_iter().map(AnthropicModel::from).collect();
+            Json(AnthropicModelList {
+                has_more: false,
+                first_id: data.first().map(|m| m.id.clone()),
+                last_id: data.last().map(|m| m.id.clone()),
+                data,
+            })
+            .into_response()
+        }
     }
 }
 
@@ -99,14 +157,19 @@ pub async fn model(
     ApiPath(id): ApiPath<String>,
 ) -> Response {
     let snap = state.snapshot();
+    let format = format_of(&headers);
     let key = match auth::client_key(&snap.catalog, &headers) {
         Ok(k) => k,
-        Err(e) => return e.into_response(),
+        Err(e) => return render::response(&e, format),
     };
     match visible_models(&snap, key).into_iter().find(|m| m.id == id) {
-        Some(entry) => Json(entry).into_response(),
-        None => {
-            ApiError::Route(switchyard_core::routing::RouteError::UnknownModel(id)).into_response()
+        Some(entry) if format == Format::AnthropicMessages => {
+            Json(AnthropicModel::from(entry)).into_response()
         }
+        Some(entry) => Json(entry).into_response(),
+        None => render::response(
+            &ApiError::Route(switchyard_core::routing::RouteError::UnknownModel(id)),
+            format,
+        ),
     }
 }

@@ -12,15 +12,15 @@ use super::{concurrency, quota};
 use crate::body::deadline::DeadlineBody;
 use crate::body::metered::MeteredBody;
 use crate::body::translate::TranslateBody;
-use crate::error::{render, ApiError};
-use crate::upstream::{Call, ProtocolHeaders};
 use crate::clock::{RequestClock, Stopwatch};
+use crate::error::{render, ApiError};
 use crate::runtime::gate::Permit;
 use crate::runtime::quota::{QuotaBlock, QuotaGuard};
 use crate::runtime::resilience;
 use crate::runtime::Runtime;
 use crate::snapshot::Snapshot;
 use crate::telemetry::metrics::model_label;
+use crate::upstream::{Call, ProtocolHeaders};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -230,7 +230,8 @@ async fn attempt(
         protocol: ctx.protocol,
         extra: &[],
     };
-    let sent = crate::upstream::send(snap.settings.connect_timeout_ms, target, call, deadline).await;
+    let sent =
+        crate::upstream::send(snap.settings.connect_timeout_ms, target, call, deadline).await;
     // The upstream's answer (or failure) is judged at the time it came; the outcome is
     // recorded once it is read.
     let answered = clock.now_ms();
@@ -421,7 +422,12 @@ async fn handle_response(
             let upstream = DeadlineBody::new(body, idle_timeout, execution_deadline);
             let reader = client.stream_reader();
             let body = match translate::Stream::new(client, upstream_format, now_s) {
-                None => Body::new(MeteredBody::new(upstream, reader, client, finisher.detach())),
+                None => Body::new(MeteredBody::new(
+                    upstream,
+                    reader,
+                    client,
+                    finisher.detach(),
+                )),
                 Some(translator) => Body::new(MeteredBody::new(
                     TranslateBody::new(upstream, translator),
                     reader,

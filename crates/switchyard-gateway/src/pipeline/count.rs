@@ -31,7 +31,11 @@ pub async fn count_tokens(state: &Arc<AppState>, format: Format, request: Reques
     }
 }
 
-async fn count(state: &Arc<AppState>, format: Format, request: Request) -> Result<Response, ApiError> {
+async fn count(
+    state: &Arc<AppState>,
+    format: Format,
+    request: Request,
+) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
     let snap = state.snapshot();
     let key = auth::client_key(&snap.catalog, &parts.headers)?;

@@ -42,8 +42,13 @@ impl Adapter for Anthropic {
         auth_class: AuthClass,
     ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue> {
         let (name, text) = match auth_class {
-            AuthClass::Oauth => ("authorization", Zeroizing::new(format!("Bearer {credential}"))),
-            AuthClass::Apikey | AuthClass::Local => ("x-api-key", Zeroizing::new(credential.to_owned())),
+            AuthClass::Oauth => (
+                "authorization",
+                Zeroizing::new(format!("Bearer {credential}")),
+            ),
+            AuthClass::Apikey | AuthClass::Local => {
+                ("x-api-key", Zeroizing::new(credential.to_owned()))
+            }
         };
         let mut value = HeaderValue::from_str(&text)?;
         value.set_sensitive(true);
@@ -93,14 +98,24 @@ mod tests {
             Anthropic.count_tokens_endpoint("http://h:1/v1").as_deref(),
             Some("http://h:1/v1/messages/count_tokens")
         );
-        let key = Anthropic.auth_headers("sk-ant-1", AuthClass::Apikey).unwrap();
+        let key = Anthropic
+            .auth_headers("sk-ant-1", AuthClass::Apikey)
+            .unwrap();
         assert_eq!(key.len(), 1);
-        assert_eq!((key[0].0, key[0].1.to_str().unwrap()), ("x-api-key", "sk-ant-1"));
+        assert_eq!(
+            (key[0].0, key[0].1.to_str().unwrap()),
+            ("x-api-key", "sk-ant-1")
+        );
         assert!(key[0].1.is_sensitive());
         let token = Anthropic.auth_headers("tok", AuthClass::Oauth).unwrap();
-        assert_eq!((token[0].0, token[0].1.to_str().unwrap()), ("authorization", "Bearer tok"));
+        assert_eq!(
+            (token[0].0, token[0].1.to_str().unwrap()),
+            ("authorization", "Bearer tok")
+        );
         assert!(token[0].1.is_sensitive());
-        assert!(Anthropic.auth_headers("bad\nvalue", AuthClass::Apikey).is_err());
+        assert!(Anthropic
+            .auth_headers("bad\nvalue", AuthClass::Apikey)
+            .is_err());
     }
 
     #[test]
@@ -114,7 +129,8 @@ mod tests {
             Anthropic.protocol_headers(&client, oauth, &mut h);
             (
                 h["anthropic-version"].to_str().unwrap().to_owned(),
-                h.get("anthropic-beta").map(|v| v.to_str().unwrap().to_owned()),
+                h.get("anthropic-beta")
+                    .map(|v| v.to_str().unwrap().to_owned()),
             )
         };
         assert_eq!(run(None, None, false), ("2023-06-01".into(), None));

@@ -43,8 +43,7 @@ pub trait Adapter: Sync + std::fmt::Debug {
 
     /// Sets the headers selecting the protocol version, from the client's (`oauth`: the
     /// account authenticates with a subscription token).
-    fn protocol_headers(&self, _client: &ProtocolHeaders, _oauth: bool, _headers: &mut HeaderMap) {
-    }
+    fn protocol_headers(&self, _client: &ProtocolHeaders, _oauth: bool, _headers: &mut HeaderMap) {}
 }
 
 /// The client headers that select an upstream protocol and so are forwarded to an

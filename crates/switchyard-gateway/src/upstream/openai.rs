@@ -55,6 +55,8 @@ mod tests {
         assert_eq!(headers[0].0, "authorization");
         assert_eq!(headers[0].1, "Bearer sk-1");
         assert!(headers[0].1.is_sensitive());
-        assert!(OpenAi.auth_headers("bad\nvalue", AuthClass::Apikey).is_err());
+        assert!(OpenAi
+            .auth_headers("bad\nvalue", AuthClass::Apikey)
+            .is_err());
     }
 }

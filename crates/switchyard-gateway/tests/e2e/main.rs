@@ -9,6 +9,7 @@
     reason = "test harness code outside #[test] functions fails loudly on purpose"
 )]
 mod admin;
+mod anthropic;
 mod chat;
 mod combo_wait;
 mod concurrency;

@@ -100,9 +100,9 @@ impl Stream {
             (Format::AnthropicMessages, Format::OpenAiChat) => {
                 Some(Self::MessagesOverChat(messages_over_chat::Stream::default()))
             }
-            (Format::OpenAiChat, Format::AnthropicMessages) => {
-                Some(Self::ChatOverMessages(chat_over_messages::Stream::at(now_s)))
-            }
+            (Format::OpenAiChat, Format::AnthropicMessages) => Some(Self::ChatOverMessages(
+                chat_over_messages::Stream::at(now_s),
+            )),
             _ => None,
         }
     }
