@@ -16,11 +16,19 @@ use switchyard_mock::{MockServer, Rule};
 use switchyard_store::{ComboRecord, ConnectionRecord, ProviderRecord, SaveMode, TargetRecord};
 use tokio::net::TcpListener;
 
-/// Simulated providers: (provider id, connection id, credential the mock sees).
+/// Simulated OpenAI-format providers: (provider id, connection id, credential the mock
+/// sees).
 const PROVIDERS: [(&str, &str, &str); 2] = [
     ("alpha", "alpha-main", "demo-alpha-credential"),
     ("beta", "beta-main", "demo-beta-credential"),
 ];
+
+/// The simulated Anthropic-format provider: (provider id, connection id, credential).
+const CLAUDE: (&str, &str, &str) = ("claude", "claude-main", "demo-claude-credential");
+
+/// The output limit of the OpenAI-format demo models: Claude Code asks for 128 000
+/// tokens, which a translated request is clamped to.
+const DEMO_OUTPUT_LIMIT: u64 = 16_384;
 
 /// Chunks per demo answer and the pause between them: slow enough to watch it stream.
 const DEMO_CHUNKS: u32 = 16;
@@ -70,15 +78,28 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let cfg = config::resolve(FileConfig::default(), &env)?;
     let store = bootstrap::open_store(&cfg)?;
     let now = SystemClock.now_ms();
-    for (provider, connection, credential) in PROVIDERS {
+    let openai_models = ["mock-small", "mock-large"];
+    let claude_models = ["claude-opus", "claude-haiku"];
+    let providers = PROVIDERS
+        .iter()
+        .map(|p| (*p, UpstreamFormat::Openai, &openai_models))
+        .chain([(CLAUDE, UpstreamFormat::Anthropic, &claude_models)]);
+    for ((provider, connection, credential), format, models) in providers {
+        let limits = match format {
+            UpstreamFormat::Openai => models
+                .iter()
+                .map(|m| ((*m).to_owned(), DEMO_OUTPUT_LIMIT))
+                .collect(),
+            UpstreamFormat::Anthropic => BTreeMap::new(),
+        };
         store.save_provider(
             &ProviderRecord {
                 id: provider.to_owned(),
-                format: UpstreamFormat::Openai,
+                format,
                 base_url: mock.base_url(),
-                models: vec!["mock-small".to_owned(), "mock-large".to_owned()],
+                models: models.iter().map(|m| (*m).to_owned()).collect(),
                 prices: Default::default(),
-                max_output_tokens: Default::default(),
+                max_output_tokens: limits,
                 max_concurrent: None,
             },
             SaveMode::Upsert,
@@ -120,6 +141,23 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         SaveMode::Upsert,
         now,
     )?;
+    store.save_combo(
+        &ComboRecord {
+            name: "demo-claude".to_owned(),
+            strategy: Strategy::Priority,
+            targets: ["claude/claude-opus", "alpha/mock-small"]
+                .iter()
+                .map(|model| TargetRecord {
+                    model: (*model).to_owned(),
+                    connection: None,
+                    weight: 1,
+                    cost: None,
+                })
+                .collect(),
+        },
+        SaveMode::Upsert,
+        now,
+    )?;
     let (key, secret) = new_key(
         NewKey {
             id: Some("demo".to_owned()),
@@ -148,12 +186,22 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         mock.base_url()
     ));
     say("the combo `demo` tries alpha/mock-small first, then beta/mock-small.");
+    say(&format!(
+        "The Anthropic-format provider `claude` (claude/claude-opus) is on the same mock; the combo `demo-claude` fails over from it to alpha/mock-small, translating the request."
+    ));
     say(&format!("Demo API key: {secret}"));
     say(&admin_note(&prepared.admin));
     say("");
     say("Stream an answer:");
     say(&format!(
         "  curl -N http://{addr}/v1/chat/completions -H 'Authorization: Bearer {secret}' -H 'Content-Type: application/json' -d '{{\"model\":\"demo\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}]}}'"
+    ));
+    say("Point Claude Code at it (Anthropic-format route, or a translated OpenAI-format one):");
+    say(&format!(
+        "  ANTHROPIC_BASE_URL=http://{addr} ANTHROPIC_API_KEY={secret} ANTHROPIC_MODEL=claude/claude-opus claude -p 'Hello'"
+    ));
+    say(&format!(
+        "  ANTHROPIC_BASE_URL=http://{addr} ANTHROPIC_API_KEY={secret} ANTHROPIC_MODEL=alpha/mock-small claude -p 'Hello'"
     ));
     say(&format!(
         "Quota pool `{DEMO_POOL}` shares alpha's account: the demo key's fair share is half of {DEMO_POOL_LIMIT} requests an hour. See the x-ratelimit-* headers with curl -i, and the pool with:"

