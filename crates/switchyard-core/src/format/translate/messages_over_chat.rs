@@ -12,7 +12,8 @@
 //!   content parts; when only text parts remain, they are joined with `"\n\n"` into one
 //!   string content, so a plain message stays a plain string. Assistant `tool_use` blocks
 //!   become `tool_calls` (the `input` as compact JSON text in `arguments`), the
-//!   message's text its `content` (`null` when it has none).
+//!   message's text its `content` (`null` when it has none). An image of another
+//!   source (a `file` id) cannot be sent: the request is refused.
 //! - Each `tool_result` of a user message becomes a `{"role":"tool"}` message, in block
 //!   order and before the rest of that user message, which follows as a user message:
 //!   chat wants a tool call's results right after the call. Its content is the result's
@@ -27,7 +28,7 @@
 //!   `defer_loading: true` tools are dropped. `tool_choice`: `auto` → `"auto"`, `any` →
 //!   `"required"`, `none` → `"none"`, `tool` → the named function;
 //!   `disable_parallel_tool_use: true` → `parallel_tool_calls: false`. With no tool left,
-//!   neither is sent.
+//!   neither is sent; a `tool` choice naming a tool that is not sent is refused.
 //! - `stop_sequences` → `stop`; `temperature`, `top_p` as they are; `metadata.user_id`
 //!   → `user`; `thinking` `enabled` → `reasoning_effort` by `budget_tokens` (below 4096
 //!   `low`, below 16384 `medium`, else `high`); adaptive or disabled thinking → nothing.
@@ -48,6 +49,15 @@
 //! [`super::map`]; chat does not say whether a stop sequence matched, so it is never
 //! `stop_sequence`.
 //!
+//! # Error body
+//!
+//! `{"type":"error","error":{"type","message"}}`: the type from the status (400
+//! `invalid_request_error`, 401 `authentication_error`, 403 `permission_error`, 404
+//! `not_found_error`, 413 `request_too_large`, 429 `rate_limit_error`, 529
+//! `overloaded_error`, other 5xx `api_error`, other 4xx `invalid_request_error`); the
+//! message is the upstream's (`error.message`, an `error` string or a top-level
+//! `message`), else the body's text, trimmed and cut to 1 KiB.
+//!
 //! # Stream
 //!
 //! [`Stream`] turns `chat.completion.chunk` events into Messages events: `message_start`
@@ -57,7 +67,11 @@
 //! when another begins or the choice finishes; `message_delta` (the stop reason, the
 //! usage of the last chunk that carried one) and `message_stop` at `[DONE]`. An error
 //! chunk becomes an `error` event and ends the translation. A tool call fragment for a
-//! call whose start was not seen, or that is no longer open, is dropped.
+//! call whose start was not seen, or that is no longer open, is dropped. `[DONE]` with
+//! no chunk before it still makes a whole, empty message. An upstream that finishes the
+//! choice but closes without `[DONE]` gets its message closed by [`Stream::finish`]; one
+//! that closes before the choice finished gets nothing added, so the client sees the
+//! answer cut (the gateway adds its error).
 
 use super::map::{stop_reason_of, Tokens};
 use super::TranslateError;
@@ -200,7 +214,7 @@ fn block_type<'a>(block: &'a Value, path: &str) -> Result<&'a str, TranslateErro
 }
 
 /// The text of string content or of its text blocks, joined; other blocks dropped.
-fn text_of<'a>(content: &Content<'a>, path: &str) -> Result<String, TranslateError> {
+fn text_of(content: &Content<'_>, path: &str) -> Result<String, TranslateError> {
     match content {
         Content::Text(s) => Ok((*s).to_owned()),
         Content::Blocks(blocks) => {
@@ -313,20 +327,20 @@ fn push_user(
         }
         Content::Blocks(blocks) => blocks,
     };
-    let mut result_images = Vec::new();
     let mut parts = Vec::new();
+    let mut rest = Vec::new();
     for (j, block) in blocks.iter().enumerate() {
         let path = format!("{path}[{j}]");
         match block_type(block, &path)? {
-            "text" => parts.push(Part::Text(string(block, "text", &path)?)),
-            "image" => parts.push(Part::Image(image_url(block, &path)?)),
-            "tool_result" => out.push(tool_result(block, &path, &mut result_images)?),
+            "text" => rest.push(Part::Text(string(block, "text", &path)?)),
+            "image" => rest.push(Part::Image(image_url(block, &path)?)),
+            "tool_result" => out.push(tool_result(block, &path, &mut parts)?),
             _ => {}
         }
     }
-    result_images.append(&mut parts);
-    if !result_images.is_empty() {
-        out.push(json!({"role": "user", "content": parts_content(&result_images)}));
+    parts.append(&mut rest);
+    if !parts.is_empty() {
+        out.push(json!({"role": "user", "content": parts_content(&parts)}));
     }
     Ok(())
 }
@@ -879,5 +893,762 @@ impl State {
                 out,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat_request(body: &str, max_tokens: Option<u64>, stream: bool) -> String {
+        let body = RawObject::parse(body.as_bytes()).unwrap();
+        String::from_utf8(request(&body, "gpt-5", max_tokens, stream).unwrap()).unwrap()
+    }
+
+    fn chat(body: &str) -> String {
+        chat_request(body, None, false)
+    }
+
+    const HI: &str = r#"{"role":"user","content":"hi"}"#;
+
+    #[test]
+    fn system_prompts_become_system_messages_where_they_stand() {
+        let cases = [
+            (
+                r#"{"model":"openai/gpt-5","system":"Be brief.","messages":[{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                r#"{"system":[{"type":"text","text":"One.","cache_control":{"type":"ephemeral"}},{"type":"text","text":"Two."}],"messages":[{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"system","content":"One.\n\nTwo."},{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                r#"{"system":"","messages":[{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                r#"{"system":[],"messages":[{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"hi"},{"role":"system","content":[{"type":"text","text":"Mid."}],"output_config":{"effort":"low"}},{"role":"system","content":"Late."}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"},{"role":"system","content":"Mid."},{"role":"system","content":"Late."}]}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(chat(body), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn user_content_keeps_text_and_images() {
+        let cases = [
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b","cache_control":{"type":"ephemeral"}}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":"a\n\nb"}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"image","source":{"type":"url","url":"https://example.com/cat.jpg"}}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},{"type":"image_url","image_url":{"url":"https://example.com/cat.jpg"}}]}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":""}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":""}]}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(chat(body), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn assistant_tool_use_becomes_tool_calls_and_thinking_is_dropped() {
+        let cases = [
+            (
+                r#"{"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"sig"},{"type":"text","text":"Checking."},{"type":"tool_use","id":"toolu_1","name":"lookup","input":{"b":1,"a":[true,null]}},{"type":"tool_use","id":"toolu_2","name":"now","input":{}}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"assistant","content":"Checking.","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"lookup","arguments":"{\"b\":1,\"a\":[true,null]}"}},{"id":"toolu_2","type":"function","function":{"name":"now","arguments":"{}"}}]}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"now"}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"now","arguments":"{}"}}]}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"redacted_thinking","data":"x"},{"type":"thinking","thinking":"t","signature":"s"}]},{"role":"assistant","content":"Hello."}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Hello."}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","content":[{"type":"text","text":"One."},{"type":"text","text":"Two."}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"assistant","content":"One.\n\nTwo."}]}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(chat(body), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn tool_results_become_tool_messages_before_the_rest_of_the_turn() {
+        let cases = [
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text","text":"Results:"},{"type":"tool_result","tool_use_id":"toolu_1","content":"42","cache_control":{"type":"ephemeral"}},{"type":"tool_result","tool_use_id":"toolu_2","content":"timed out","is_error":true}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"tool","tool_call_id":"toolu_1","content":"42"},{"role":"tool","tool_call_id":"toolu_2","content":"Error: timed out"},{"role":"user","content":"Results:"}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"Screenshot taken."},{"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"/9j/"}}]},{"type":"text","text":"Look at it."}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"tool","tool_call_id":"toolu_1","content":"Screenshot taken."},{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/"}},{"type":"text","text":"Look at it."}]}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1"},{"type":"tool_result","tool_use_id":"toolu_2","is_error":false,"content":[{"type":"text","text":"a"},{"type":"search_result","source":"s","title":"t","content":[]},{"type":"text","text":"b"}]},{"type":"tool_result","tool_use_id":"toolu_3","is_error":true}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"tool","tool_call_id":"toolu_1","content":""},{"role":"tool","tool_call_id":"toolu_2","content":"a\n\nb"},{"role":"tool","tool_call_id":"toolu_3","content":"Error: "}]}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(chat(body), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn unknown_blocks_and_messages_left_empty_are_dropped() {
+        let body = r#"{"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"doc"}},{"type":"text","text":"Summarize."}]},{"role":"assistant","content":[{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"q"}},{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]},{"type":"text","text":"Found it."}]},{"role":"user","content":[{"type":"document","source":{"type":"url","url":"https://example.com/a.pdf"}}]}]}"#;
+        assert_eq!(
+            chat(body),
+            r#"{"model":"gpt-5","messages":[{"role":"user","content":"Summarize."},{"role":"assistant","content":"Found it."}]}"#
+        );
+    }
+
+    #[test]
+    fn custom_tools_become_functions_and_server_and_deferred_tools_are_dropped() {
+        let body = r#"{"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"lookup","description":"Looks up.","input_schema":{"type":"object","properties":{"q":{"type":"string"}}},"cache_control":{"type":"ephemeral"}},{"type":"custom","name":"now","input_schema":{"type":"object"}},{"name":"later","input_schema":{"type":"object"},"defer_loading":true},{"name":"soon","input_schema":{"type":"object"},"defer_loading":false},{"type":"bash_20250124","name":"bash"},{"type":"text_editor_20250728","name":"str_replace_based_edit_tool"},{"type":"web_search_20250305","name":"web_search","max_uses":3}]}"#;
+        assert_eq!(
+            chat(body),
+            r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"lookup","description":"Looks up.","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}},{"type":"function","function":{"name":"now","parameters":{"type":"object"}}},{"type":"function","function":{"name":"soon","parameters":{"type":"object"}}}]}"#
+        );
+    }
+
+    #[test]
+    fn tool_choice_maps_each_kind_and_the_parallel_switch() {
+        let cases = [
+            (r#"{"type":"auto"}"#, r#","tool_choice":"auto""#),
+            (r#"{"type":"any"}"#, r#","tool_choice":"required""#),
+            (r#"{"type":"none"}"#, r#","tool_choice":"none""#),
+            (
+                r#"{"type":"tool","name":"now"}"#,
+                r#","tool_choice":{"type":"function","function":{"name":"now"}}"#,
+            ),
+            (
+                r#"{"type":"auto","disable_parallel_tool_use":true}"#,
+                r#","tool_choice":"auto","parallel_tool_calls":false"#,
+            ),
+            (
+                r#"{"type":"any","disable_parallel_tool_use":false}"#,
+                r#","tool_choice":"required""#,
+            ),
+        ];
+        for (choice, tail) in cases {
+            let body = format!(
+                r#"{{"messages":[{HI}],"tools":[{{"name":"now","input_schema":{{"type":"object"}}}}],"tool_choice":{choice}}}"#
+            );
+            let want = format!(
+                r#"{{"model":"gpt-5","messages":[{HI}],"tools":[{{"type":"function","function":{{"name":"now","parameters":{{"type":"object"}}}}}}]{tail}}}"#
+            );
+            assert_eq!(chat(&body), want, "{choice}");
+        }
+        let no_tool_left = format!(
+            r#"{{"messages":[{HI}],"tools":[{{"type":"web_search_20250305","name":"web_search"}}],"tool_choice":{{"type":"any","disable_parallel_tool_use":true}}}}"#
+        );
+        assert_eq!(
+            chat(&no_tool_left),
+            format!(r#"{{"model":"gpt-5","messages":[{HI}]}}"#)
+        );
+    }
+
+    #[test]
+    fn sampling_stop_and_user_members_map_by_name() {
+        let cases = [
+            (
+                r#","stop_sequences":["END","\n\nHuman:"],"temperature":0.7,"top_p":0.9,"top_k":40"#,
+                r#","stop":["END","\n\nHuman:"],"temperature":0.7,"top_p":0.9"#,
+            ),
+            (r#","stop_sequences":[]"#, ""),
+            (
+                r#","metadata":{"user_id":"{\"device_id\":\"d1\"}"}"#,
+                r#","user":"{\"device_id\":\"d1\"}""#,
+            ),
+            (r#","metadata":{}"#, ""),
+            (
+                r#","system":null,"temperature":null,"tools":null,"metadata":null,"thinking":null"#,
+                "",
+            ),
+        ];
+        for (members, tail) in cases {
+            let body = format!(r#"{{"messages":[{HI}]{members}}}"#);
+            let want = format!(r#"{{"model":"gpt-5","messages":[{HI}]{tail}}}"#);
+            assert_eq!(chat(&body), want, "{members}");
+        }
+    }
+
+    #[test]
+    fn a_thinking_budget_becomes_a_reasoning_effort() {
+        let cases = [
+            (
+                r#"{"type":"enabled","budget_tokens":1024}"#,
+                r#","reasoning_effort":"low""#,
+            ),
+            (
+                r#"{"type":"enabled","budget_tokens":4095}"#,
+                r#","reasoning_effort":"low""#,
+            ),
+            (
+                r#"{"type":"enabled","budget_tokens":4096}"#,
+                r#","reasoning_effort":"medium""#,
+            ),
+            (
+                r#"{"type":"enabled","budget_tokens":16383}"#,
+                r#","reasoning_effort":"medium""#,
+            ),
+            (
+                r#"{"type":"enabled","budget_tokens":16384}"#,
+                r#","reasoning_effort":"high""#,
+            ),
+            (
+                r#"{"type":"enabled","budget_tokens":64000}"#,
+                r#","reasoning_effort":"high""#,
+            ),
+            (r#"{"type":"adaptive","display":"omitted"}"#, ""),
+            (r#"{"type":"disabled"}"#, ""),
+        ];
+        for (thinking, tail) in cases {
+            let body = format!(r#"{{"messages":[{HI}],"thinking":{thinking}}}"#);
+            let want = format!(r#"{{"model":"gpt-5","messages":[{HI}]{tail}}}"#);
+            assert_eq!(chat(&body), want, "{thinking}");
+        }
+    }
+
+    #[test]
+    fn members_without_a_chat_counterpart_are_dropped() {
+        let body = format!(
+            r#"{{"messages":[{HI}],"top_k":5,"context_management":{{"edits":[]}},"output_config":{{"effort":"high"}},"service_tier":"auto","container":"c1","mcp_servers":[{{"type":"url","url":"https://mcp.example.com","name":"x"}}],"cache_control":{{"type":"ephemeral"}},"stream":true,"max_tokens":100}}"#
+        );
+        assert_eq!(
+            chat(&body),
+            format!(r#"{{"model":"gpt-5","messages":[{HI}]}}"#)
+        );
+    }
+
+    #[test]
+    fn members_come_out_in_the_fixed_order() {
+        let body = r#"{"metadata":{"user_id":"u"},"thinking":{"type":"enabled","budget_tokens":2048},"tool_choice":{"type":"auto","disable_parallel_tool_use":true},"tools":[{"name":"now","input_schema":{"type":"object"}}],"top_p":0.5,"temperature":1,"stop_sequences":["x"],"messages":[{"role":"user","content":"hi"}],"system":"s","max_tokens":5000,"stream":true,"model":"a/b"}"#;
+        assert_eq!(
+            chat_request(body, Some(1000), true),
+            r#"{"model":"gpt-5","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],"max_tokens":1000,"stream":true,"stream_options":{"include_usage":true},"stop":["x"],"temperature":1,"top_p":0.5,"tools":[{"type":"function","function":{"name":"now","parameters":{"type":"object"}}}],"tool_choice":"auto","parallel_tool_calls":false,"reasoning_effort":"low","user":"u"}"#
+        );
+    }
+
+    #[test]
+    fn malformed_requests_are_refused_naming_the_member() {
+        let cases = [
+            (r#"{"messages":[{"content":"hi"}]}"#, "`messages[0].role` must be a string"),
+            (
+                r#"{"messages":[{"role":"tool","content":"x"}]}"#,
+                r#"`messages[0].role` must be "user", "assistant" or "system""#,
+            ),
+            (
+                r#"{"messages":[{"role":"user"}]}"#,
+                "`messages[0].content` must be a string or an array of content blocks",
+            ),
+            (
+                r#"{"messages":[{"role":"system","content":7}]}"#,
+                "`messages[0].content` must be a string or an array of content blocks",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"text":"x"}]}]}"#,
+                "`messages[0].content[0].type` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text"}]}]}"#,
+                "`messages[0].content[0].text` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"tool_result","content":"x"}]}]}"#,
+                "`messages[1].content[0].tool_use_id` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":{}}]}]}"#,
+                "`messages[0].content[0].content` must be a string or an array of content blocks",
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","content":[{"type":"tool_use","name":"x","input":{}}]}]}"#,
+                "`messages[0].content[0].id` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"file","file_id":"file_1"}}]}]}"#,
+                "`messages[0].content[0].source.type` has no chat counterpart: only base64 and url images can be sent",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","data":"AA=="}}]}]}"#,
+                "`messages[0].content[0].source.media_type` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image"}]}]}]}"#,
+                "`messages[0].content[0].content[0].source` must be an object",
+            ),
+            (
+                r#"{"system":5,"messages":[]}"#,
+                "`system` must be a string or an array of content blocks",
+            ),
+            (
+                r#"{"system":[{"type":"text","text":1}],"messages":[]}"#,
+                "`system[0].text` must be a string",
+            ),
+            (r#"{"messages":{}}"#, "`messages` must be an array"),
+            (r#"{"system":"s"}"#, "`messages` must be an array"),
+            (r#"{"messages":[],"tools":{}}"#, "`tools` must be an array"),
+            (
+                r#"{"messages":[],"tools":[{"input_schema":{}}]}"#,
+                "`tools[0].name` must be a string",
+            ),
+            (
+                r#"{"messages":[],"tools":[{"type":7,"name":"x"}]}"#,
+                "`tools[0].type` must be a string",
+            ),
+            (
+                r#"{"messages":[],"tools":[{"name":"x","description":["d"]}]}"#,
+                "`tools[0].description` must be a string",
+            ),
+            (
+                r#"{"messages":[],"tools":[{"name":"now"},{"type":"web_search_20250305","name":"web_search"}],"tool_choice":{"type":"tool","name":"web_search"}}"#,
+                "`tool_choice.name` must name a custom tool in `tools` (server and deferred tools are not sent)",
+            ),
+            (
+                r#"{"messages":[],"tools":[{"name":"now"}],"tool_choice":{"type":"some"}}"#,
+                r#"`tool_choice.type` must be "auto", "any", "tool" or "none""#,
+            ),
+            (
+                r#"{"messages":[],"tools":[{"name":"now"}],"tool_choice":"auto"}"#,
+                "`tool_choice.type` must be a string",
+            ),
+            (
+                r#"{"messages":[],"stop_sequences":"END"}"#,
+                "`stop_sequences` must be an array of strings",
+            ),
+            (
+                r#"{"messages":[],"stop_sequences":["END",1]}"#,
+                "`stop_sequences` must be an array of strings",
+            ),
+            (r#"{"messages":[],"top_p":"high"}"#, "`top_p` must be a number"),
+            (
+                r#"{"messages":[],"thinking":{"type":"enabled"}}"#,
+                "`thinking.budget_tokens` must be a non-negative integer",
+            ),
+            (
+                r#"{"messages":[],"thinking":{"type":"enabled","budget_tokens":-1}}"#,
+                "`thinking.budget_tokens` must be a non-negative integer",
+            ),
+            (r#"{"messages":[],"thinking":{}}"#, "`thinking.type` must be a string"),
+            (
+                r#"{"messages":[],"metadata":{"user_id":7}}"#,
+                "`metadata.user_id` must be a string",
+            ),
+        ];
+        for (body, want) in cases {
+            let body = RawObject::parse(body.as_bytes()).unwrap();
+            assert_eq!(
+                request(&body, "gpt-5", None, false),
+                Err(TranslateError::Request(want.into())),
+                "{want}"
+            );
+        }
+    }
+
+    const GOLDEN_REQUEST: &str =
+        include_str!("../../../tests/golden/messages_over_chat/claude_code_request.json");
+    const GOLDEN_REQUEST_CHAT: &str =
+        include_str!("../../../tests/golden/messages_over_chat/claude_code_request.chat.json");
+
+    #[test]
+    fn a_claude_code_request_translates_to_the_golden_chat_request() {
+        assert_eq!(
+            chat_request(GOLDEN_REQUEST, Some(32768), true),
+            GOLDEN_REQUEST_CHAT
+        );
+    }
+
+    fn message(body: &str) -> String {
+        String::from_utf8(response(body.as_bytes()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_chat_answer_becomes_a_message() {
+        let cases = [
+            (
+                r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-5-2025-08-07","choices":[{"index":0,"message":{"role":"assistant","content":"Hi there."},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}"#,
+                r#"{"id":"msg_chatcmpl-1","type":"message","role":"assistant","model":"gpt-5-2025-08-07","content":[{"type":"text","text":"Hi there."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":3}}"#,
+            ),
+            (
+                r#"{"id":"msg_01X","model":"kimi-k2","choices":[{"index":0,"message":{"role":"assistant","reasoning_content":"Need the time.","content":"Checking.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\"q\":\"rust\",\"n\":2}"}},{"id":"call_2","type":"function","function":{"name":"now","arguments":""}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":2000,"completion_tokens":50,"total_tokens":2050,"prompt_tokens_details":{"cached_tokens":1536},"completion_tokens_details":{"reasoning_tokens":20}}}"#,
+                r#"{"id":"msg_01X","type":"message","role":"assistant","model":"kimi-k2","content":[{"type":"thinking","thinking":"Need the time.","signature":""},{"type":"text","text":"Checking."},{"type":"tool_use","id":"call_1","name":"lookup","input":{"q":"rust","n":2}},{"type":"tool_use","id":"call_2","name":"now","input":{}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":464,"cache_creation_input_tokens":0,"cache_read_input_tokens":1536,"output_tokens":50}}"#,
+            ),
+            (
+                r#"{"id":"c","model":"m","choices":[{"message":{"role":"assistant","content":null,"reasoning_content":"","tool_calls":null},"finish_reason":"length"}]}"#,
+                r#"{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[],"stop_reason":"max_tokens","stop_sequence":null,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(message(body), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn each_finish_reason_becomes_its_stop_reason() {
+        let cases = [
+            (r#""stop""#, "end_turn"),
+            (r#""length""#, "max_tokens"),
+            (r#""tool_calls""#, "tool_use"),
+            (r#""function_call""#, "tool_use"),
+            (r#""content_filter""#, "refusal"),
+            ("null", "end_turn"),
+        ];
+        for (finish, stop) in cases {
+            let body = format!(
+                r#"{{"id":"c","model":"m","choices":[{{"message":{{"content":"x"}},"finish_reason":{finish}}}]}}"#
+            );
+            let want = format!(
+                r#"{{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[{{"type":"text","text":"x"}}],"stop_reason":"{stop}","stop_sequence":null,"usage":{{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}}}"#
+            );
+            assert_eq!(message(&body), want, "{finish}");
+        }
+    }
+
+    #[test]
+    fn an_answer_that_is_not_a_chat_completion_is_refused() {
+        let cases = [
+            ("not json", "not JSON: expected ident at line 1 column 2"),
+            (r#"{"error":{"message":"x"}}"#, "no `choices[0]`"),
+            (r#"{"choices":[]}"#, "no `choices[0]`"),
+            (
+                r#"{"choices":[{"text":"x"}]}"#,
+                "`choices[0].message` is not an object",
+            ),
+            (
+                r#"{"choices":[{"message":{"tool_calls":{}}}]}"#,
+                "`tool_calls` is not an array",
+            ),
+            (
+                r#"{"choices":[{"message":{"tool_calls":[{"function":{"name":"now","arguments":"{}"}}]}}]}"#,
+                "a tool call without `id` or `function.name`",
+            ),
+            (
+                r#"{"choices":[{"message":{"tool_calls":[{"id":"c1","function":{"name":"lookup","arguments":"{\"q\":"}}]}}]}"#,
+                "the arguments of tool call `lookup` are not a JSON object",
+            ),
+            (
+                r#"{"choices":[{"message":{"tool_calls":[{"id":"c1","function":{"name":"lookup","arguments":"[1]"}}]}}]}"#,
+                "the arguments of tool call `lookup` are not a JSON object",
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(
+                response(body.as_bytes()),
+                Err(TranslateError::Response(want.into())),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn error_bodies_become_anthropic_errors_typed_by_status() {
+        let cases: [(u16, &str, &str); 13] = [
+            (
+                400,
+                r#"{"error":{"message":"Invalid 'messages': empty.","type":"invalid_request_error","param":"messages","code":null}}"#,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"Invalid 'messages': empty."}}"#,
+            ),
+            (
+                401,
+                r#"{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+                r#"{"type":"error","error":{"type":"authentication_error","message":"Incorrect API key provided."}}"#,
+            ),
+            (
+                403,
+                r#"{"error":"forbidden"}"#,
+                r#"{"type":"error","error":{"type":"permission_error","message":"forbidden"}}"#,
+            ),
+            (
+                404,
+                r#"{"error":{"message":"The model `gpt-9` does not exist","type":"invalid_request_error","code":"model_not_found"}}"#,
+                r#"{"type":"error","error":{"type":"not_found_error","message":"The model `gpt-9` does not exist"}}"#,
+            ),
+            (
+                413,
+                r#"{"message":"payload too large"}"#,
+                r#"{"type":"error","error":{"type":"request_too_large","message":"payload too large"}}"#,
+            ),
+            (
+                422,
+                r#"{"detail":"bad"}"#,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"{\"detail\":\"bad\"}"}}"#,
+            ),
+            (
+                429,
+                r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"Rate limit reached"}}"#,
+            ),
+            (
+                500,
+                r#"{"error":{"message":"The server had an error","type":"server_error"}}"#,
+                r#"{"type":"error","error":{"type":"api_error","message":"The server had an error"}}"#,
+            ),
+            (
+                502,
+                "<html>Bad Gateway</html>\n",
+                r#"{"type":"error","error":{"type":"api_error","message":"<html>Bad Gateway</html>"}}"#,
+            ),
+            (
+                503,
+                "",
+                r#"{"type":"error","error":{"type":"api_error","message":"the upstream answered HTTP 503"}}"#,
+            ),
+            (
+                500,
+                r#"{"error":{"message":"  ","type":"server_error"}}"#,
+                r#"{"type":"error","error":{"type":"api_error","message":"the upstream answered HTTP 500"}}"#,
+            ),
+            (
+                529,
+                "overloaded",
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"overloaded"}}"#,
+            ),
+            (
+                504,
+                "upstream timed out",
+                r#"{"type":"error","error":{"type":"api_error","message":"upstream timed out"}}"#,
+            ),
+        ];
+        for (status, body, want) in cases {
+            assert_eq!(
+                String::from_utf8(error(status, body.as_bytes())).unwrap(),
+                want,
+                "{status} {body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_error_message_is_cut_at_a_character_boundary() {
+        let long = format!("a{}", "é".repeat(600));
+        let body = serde_json::to_vec(&json!({"error": {"message": long}})).unwrap();
+        let want = json!({"type": "error", "error": {"type": "api_error",
+            "message": format!("a{}", "é".repeat(511))}});
+        assert_eq!(error(500, &body), want.to_string().into_bytes());
+    }
+
+    fn translate_stream(chunks: &[&[u8]]) -> String {
+        let mut stream = Stream::default();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            stream.feed(chunk, &mut out);
+        }
+        stream.finish(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    /// The translation of `input` fed whole, checked equal to it fed byte by byte.
+    fn translate_whole_and_bytewise(input: &str) -> String {
+        let whole = translate_stream(&[input.as_bytes()]);
+        let bytes: Vec<&[u8]> = input.as_bytes().chunks(1).collect();
+        assert_eq!(translate_stream(&bytes), whole);
+        whole
+    }
+
+    const TOOL_CALL_STREAM: &str =
+        include_str!("../../../tests/golden/messages_over_chat/tool_call_stream.sse");
+    const TOOL_CALL_EVENTS: &str =
+        include_str!("../../../tests/golden/messages_over_chat/tool_call_stream.anthropic.sse");
+    const REASONING_STREAM: &str =
+        include_str!("../../../tests/golden/messages_over_chat/reasoning_stream.sse");
+    const REASONING_EVENTS: &str =
+        include_str!("../../../tests/golden/messages_over_chat/reasoning_stream.anthropic.sse");
+
+    #[test]
+    fn a_streamed_tool_call_translates_to_the_golden_events() {
+        assert_eq!(
+            translate_whole_and_bytewise(TOOL_CALL_STREAM),
+            TOOL_CALL_EVENTS
+        );
+    }
+
+    #[test]
+    fn a_streamed_answer_with_reasoning_translates_to_the_golden_events() {
+        assert_eq!(
+            translate_whole_and_bytewise(REASONING_STREAM),
+            REASONING_EVENTS
+        );
+    }
+
+    #[test]
+    fn finish_closes_a_finished_answer_and_adds_nothing_to_a_cut_one() {
+        let without_done = REASONING_STREAM.strip_suffix("data: [DONE]\n\n").unwrap();
+        assert_eq!(
+            translate_stream(&[without_done.as_bytes()]),
+            REASONING_EVENTS
+        );
+
+        let cut_at = TOOL_CALL_STREAM.find("data: {\"id\":\"chatcmpl-7Qx\",\"object\":\"chat.completion.chunk\",\"created\":1767225600,\"model\":\"gpt-5-2025-08-07\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\"").unwrap();
+        let cut = &TOOL_CALL_STREAM[..cut_at];
+        let mut stream = Stream::default();
+        let mut out = Vec::new();
+        stream.feed(cut.as_bytes(), &mut out);
+        let before = out.len();
+        stream.finish(&mut out);
+        assert_eq!(out.len(), before);
+        let relayed = String::from_utf8(out).unwrap();
+        let open_tool_call = TOOL_CALL_EVENTS
+            .find("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}")
+            .unwrap();
+        assert_eq!(relayed, TOOL_CALL_EVENTS[..open_tool_call]);
+    }
+
+    fn chunk(delta: &str, finish: &str) -> String {
+        format!(
+            "data: {{\"id\":\"c\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    }
+
+    fn frame(name: &str, data: &str) -> String {
+        format!("event: {name}\ndata: {data}\n\n")
+    }
+
+    const ZERO_USAGE: &str = r#"{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}"#;
+
+    fn message_start(id: &str, model: &str) -> String {
+        frame(
+            "message_start",
+            &format!(
+                r#"{{"type":"message_start","message":{{"id":"{id}","type":"message","role":"assistant","model":"{model}","content":[],"stop_reason":null,"stop_sequence":null,"usage":{ZERO_USAGE}}}}}"#
+            ),
+        ) + &frame("ping", r#"{"type":"ping"}"#)
+    }
+
+    #[test]
+    fn an_error_chunk_becomes_an_error_event_and_ends_the_translation() {
+        let input = [
+            r#"data: {"id":"","model":"","choices":[],"prompt_filter_results":[]}"#.to_owned()
+                + "\n\n",
+            chunk(r#"{"content":"Hi"}"#, "null"),
+            "data: {\"error\":{\"message\":\"upstream overloaded\",\"type\":\"server_error\"}}\n\n"
+                .to_owned(),
+            chunk(r#"{"content":" more"}"#, r#""stop""#),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let want = [
+            message_start("msg_c", "m"),
+            frame(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            ),
+            frame(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+            ),
+            frame(
+                "error",
+                r#"{"type":"error","error":{"type":"api_error","message":"upstream overloaded"}}"#,
+            ),
+        ]
+        .concat();
+        assert_eq!(translate_whole_and_bytewise(&input), want);
+
+        let bare = "data: {\"error\":{\"code\":500}}\n\n";
+        assert_eq!(
+            translate_whole_and_bytewise(bare),
+            frame(
+                "error",
+                r#"{"type":"error","error":{"type":"api_error","message":"{\"code\":500}"}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn done_alone_still_makes_a_whole_message() {
+        let want = [
+            message_start("msg_", ""),
+            frame(
+                "message_delta",
+                &format!(
+                    r#"{{"type":"message_delta","delta":{{"stop_reason":"end_turn","stop_sequence":null}},"usage":{ZERO_USAGE}}}"#
+                ),
+            ),
+            frame("message_stop", r#"{"type":"message_stop"}"#),
+        ]
+        .concat();
+        assert_eq!(
+            translate_whole_and_bytewise(": keep-alive\n\ndata: [DONE]\n\n"),
+            want
+        );
+    }
+
+    #[test]
+    fn parallel_tool_calls_get_a_block_each_and_stray_fragments_are_dropped() {
+        let input = [
+            chunk(
+                r#"{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"a","arguments":"{}"}},{"index":1,"id":"call_b","type":"function","function":{"name":"b","arguments":""}}]}"#,
+                "null",
+            ),
+            chunk(
+                r#"{"tool_calls":[{"index":1,"id":"call_b","function":{"arguments":"{\"x\":1}"}}]}"#,
+                "null",
+            ),
+            chunk(r#"{"tool_calls":[{"index":0,"function":{"arguments":"late"}}]}"#, "null"),
+            chunk(r#"{"tool_calls":[{"index":2,"function":{"arguments":"orphan"}}]}"#, "null"),
+            r#"data: {"id":"c","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":4}}"#.to_owned() + "\n\n",
+        ]
+        .concat();
+        let want = [
+            message_start("msg_c", "m"),
+            frame(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"call_a","name":"a","input":{}}}"#,
+            ),
+            frame(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}"#,
+            ),
+            frame(
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":0}"#,
+            ),
+            frame(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"call_b","name":"b","input":{}}}"#,
+            ),
+            frame(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"x\":1}"}}"#,
+            ),
+            frame(
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":1}"#,
+            ),
+            frame(
+                "message_delta",
+                r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":4}}"#,
+            ),
+            frame("message_stop", r#"{"type":"message_stop"}"#),
+        ]
+        .concat();
+        assert_eq!(translate_whole_and_bytewise(&input), want);
+    }
+
+    #[test]
+    fn nothing_follows_the_end_of_the_message() {
+        let mut stream = Stream::default();
+        let mut out = Vec::new();
+        stream.feed(REASONING_STREAM.as_bytes(), &mut out);
+        let end = out.len();
+        stream.feed(chunk(r#"{"content":"again"}"#, "null").as_bytes(), &mut out);
+        stream.feed(b"data: [DONE]\n\n", &mut out);
+        stream.finish(&mut out);
+        assert_eq!(out.len(), end);
     }
 }
