@@ -11,6 +11,7 @@
 //! - [`provider_cooldown`]: the opt-in provider time-window gate (R2)
 //! - [`slow_start`]: a growing share of traffic after recovery
 //! - [`store_breaker`]: failing fast while the shared quota store is down (Q4)
+//! - [`usage_wall`]: the Claude usage wall, low-priority lane and limit reset (R17)
 
 pub mod admission;
 pub mod breaker;
@@ -21,3 +22,4 @@ pub mod lockout;
 pub mod provider_cooldown;
 pub mod slow_start;
 pub mod store_breaker;
+pub mod usage_wall;

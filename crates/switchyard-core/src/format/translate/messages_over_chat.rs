@@ -1,32 +1,1654 @@
-//! Stub replaced by the translation work in progress (issue 12).
+//! An Anthropic Messages client over an OpenAI chat completions upstream: the request
+//! into a chat request, and the chat answer — JSON body, error body or chunk stream —
+//! back into the Messages shapes.
+//!
+//! # Request
+//!
+//! - `system` (a string, or text blocks joined with `"\n\n"`) becomes the first message,
+//!   `{"role":"system"}`; a `{"role":"system"}` message inside `messages` (Claude Code
+//!   sends them) becomes a system message at its place. An empty system text is left out.
+//! - A `user` or `assistant` message with string content keeps it. From blocks: `text`
+//!   and `image` (a `base64` source as a `data:` URL, a `url` source as it is) become
+//!   content parts; when only text parts remain, they are joined with `"\n\n"` into one
+//!   string content, so a plain message stays a plain string. Assistant `tool_use` blocks
+//!   become `tool_calls` (the `input` as compact JSON text in `arguments`), the
+//!   message's text its `content` (`null` when it has none). An image of another
+//!   source (a `file` id) cannot be sent: the request is refused.
+//! - Each `tool_result` of a user message becomes a `{"role":"tool"}` message, in block
+//!   order and before the rest of that user message, which follows as a user message:
+//!   chat wants a tool call's results right after the call. Its content is the result's
+//!   text (text blocks joined with `"\n\n"`); a result with `is_error: true` is prefixed
+//!   with `"Error: "`, as chat has no error flag. Images in a result go to the following
+//!   user message, first, as a tool message holds text only.
+//! - Dropped: `thinking` and `redacted_thinking` blocks (a chat upstream cannot take a
+//!   signed thinking block back), every other block type (`document`,
+//!   `server_tool_use`, …), and a block-content message left with nothing to say.
+//! - `tools`: each custom tool becomes a `function` tool (`name`, `description`,
+//!   `input_schema` as `parameters`); server tools (a `type` other than `custom`) and
+//!   `defer_loading: true` tools are dropped. `tool_choice`: `auto` → `"auto"`, `any` →
+//!   `"required"`, `none` → `"none"`, `tool` → the named function;
+//!   `disable_parallel_tool_use: true` → `parallel_tool_calls: false`. With no tool left,
+//!   neither is sent; a `tool` choice naming a tool that is not sent is refused.
+//! - `stop_sequences` → `stop`; `temperature`, `top_p` as they are; `metadata.user_id`
+//!   → `user`; `thinking` `enabled` → `reasoning_effort` by `budget_tokens` (below 4096
+//!   `low`, below 16384 `medium`, else `high`); adaptive or disabled thinking → nothing.
+//! - Dropped members: `top_k`, `cache_control` (everywhere), `context_management`,
+//!   `output_config`, `service_tier`, `container`, `mcp_servers` and any other.
+//! - The output's members, in this order: `model`, `messages`, `max_tokens`, `stream`,
+//!   `stream_options` (`include_usage`, so the stream ends with the usage),
+//!   `stop`, `temperature`, `top_p`, `tools`, `tool_choice`, `parallel_tool_calls`,
+//!   `reasoning_effort`, `user`. `null` members count as absent.
+//!
+//! # Answer
+//!
+//! The message id is the chat id, prefixed with `msg_` unless it has it. Content, in
+//! order: `reasoning_content` as a `thinking` block with an empty `signature` (the
+//! upstream signs nothing), the text, then each tool call as a `tool_use` block whose
+//! `input` is the parsed `arguments` (empty arguments are `{}`; arguments that are not a
+//! JSON object make the answer untranslatable). The stop reason and usage come from
+//! [`super::map`]; chat does not say whether a stop sequence matched, so it is never
+//! `stop_sequence`.
+//!
+//! # Error body
+//!
+//! `{"type":"error","error":{"type","message"}}`: the type from the status (400
+//! `invalid_request_error`, 401 `authentication_error`, 403 `permission_error`, 404
+//! `not_found_error`, 413 `request_too_large`, 429 `rate_limit_error`, 529
+//! `overloaded_error`, other 5xx `api_error`, other 4xx `invalid_request_error`); the
+//! message is the upstream's (`error.message`, an `error` string or a top-level
+//! `message`), else the body's text, trimmed and cut to 1 KiB.
+//!
+//! # Stream
+//!
+//! [`Stream`] turns `chat.completion.chunk` events into Messages events: `message_start`
+//! and `ping` at the first chunk with a choice, one content block per run of
+//! `reasoning_content` (thinking), `content` (text) or tool call (`tool_use`, its
+//! argument fragments as `input_json_delta` as they come, never buffered), each closed
+//! when another begins or the choice finishes; `message_delta` (the stop reason, the
+//! usage of the last chunk that carried one) and `message_stop` at `[DONE]`. An error
+//! chunk becomes an `error` event and ends the translation. A tool call fragment for a
+//! call whose start was not seen, or that is no longer open, is dropped. `[DONE]` with
+//! no chunk before it still makes a whole, empty message. An upstream that finishes the
+//! choice but closes without `[DONE]` gets its message closed by [`Stream::finish`]; one
+//! that closes before the choice finished gets nothing added, so the client sees the
+//! answer cut (the gateway adds its error).
 
+use super::map::{stop_reason_of, Tokens};
 use super::TranslateError;
+use crate::format::anthropic_messages::push_event;
 use crate::llm::RawObject;
+use crate::sse::{SseEvent, SseParser};
+use serde_json::{json, Map, Value};
 
+/// What joins text blocks that become one string.
+const JOIN: &str = "\n\n";
+
+/// What starts the content of a tool message made from a failed tool's result.
+const ERROR_PREFIX: &str = "Error: ";
+
+/// Longest upstream error message relayed, in bytes.
+const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// The chat request for an Anthropic Messages `body`; see the module docs.
 pub fn request(
-    _body: &RawObject,
-    _model: &str,
-    _max_tokens: Option<u64>,
-    _stream: bool,
+    body: &RawObject,
+    model: &str,
+    max_tokens: Option<u64>,
+    stream: bool,
 ) -> Result<Vec<u8>, TranslateError> {
-    Err(TranslateError::Request("not translated yet".into()))
+    let mut messages = Vec::new();
+    if let Some(system) = member(body, "system")? {
+        push_system(Some(&system), "system", &mut messages)?;
+    }
+    let Some(Value::Array(items)) = member(body, "messages")? else {
+        return Err(invalid("messages", "must be an array"));
+    };
+    for (i, item) in items.iter().enumerate() {
+        push_message(item, &format!("messages[{i}]"), &mut messages)?;
+    }
+    let mut out = Map::new();
+    out.insert("model".into(), model.into());
+    out.insert("messages".into(), Value::Array(messages));
+    if let Some(n) = max_tokens {
+        out.insert("max_tokens".into(), n.into());
+    }
+    if stream {
+        out.insert("stream".into(), true.into());
+        out.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    if let Some(stop) = stop_sequences(body)? {
+        out.insert("stop".into(), stop);
+    }
+    for name in ["temperature", "top_p"] {
+        if let Some(v) = member(body, name)? {
+            if !v.is_number() {
+                return Err(invalid(name, "must be a number"));
+            }
+            out.insert(name.into(), v);
+        }
+    }
+    let tools = tools(body)?;
+    if !tools.is_empty() {
+        let choice = member(body, "tool_choice")?
+            .map(|c| tool_choice(&c, &tools))
+            .transpose()?;
+        out.insert("tools".into(), Value::Array(tools));
+        if let Some((choice, parallel)) = choice {
+            out.insert("tool_choice".into(), choice);
+            if !parallel {
+                out.insert("parallel_tool_calls".into(), false.into());
+            }
+        }
+    }
+    if let Some(effort) = reasoning_effort(body)? {
+        out.insert("reasoning_effort".into(), effort.into());
+    }
+    if let Some(user) = user(body)? {
+        out.insert("user".into(), user.into());
+    }
+    Ok(Value::Object(out).to_string().into_bytes())
 }
 
-pub fn response(_body: &[u8]) -> Result<Vec<u8>, TranslateError> {
-    Err(TranslateError::Response("not translated yet".into()))
+fn invalid(path: &str, what: &str) -> TranslateError {
+    TranslateError::Request(format!("`{path}` {what}"))
 }
 
-pub fn error(_status: u16, body: &[u8]) -> Vec<u8> {
-    body.to_vec()
+/// Top-level member `name`, parsed; `None` when absent or `null`.
+fn member(body: &RawObject, name: &str) -> Result<Option<Value>, TranslateError> {
+    let Some(raw) = body.member(name) else {
+        return Ok(None);
+    };
+    match serde_json::from_str(raw) {
+        Ok(Value::Null) => Ok(None),
+        Ok(v) => Ok(Some(v)),
+        Err(e) => Err(invalid(name, &format!("cannot be read: {e}"))),
+    }
+}
+
+/// Member `key` of `v`; `None` when absent or `null`.
+fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    v.get(key).filter(|m| !m.is_null())
+}
+
+/// The string member `key` of the object at `path`.
+fn string<'a>(v: &'a Value, key: &str, path: &str) -> Result<&'a str, TranslateError> {
+    get(v, key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid(&format!("{path}.{key}"), "must be a string"))
+}
+
+/// The optional string member `key` of the object at `path`.
+fn optional_string<'a>(
+    v: &'a Value,
+    key: &str,
+    path: &str,
+) -> Result<Option<&'a str>, TranslateError> {
+    get(v, key)
+        .map(|m| {
+            m.as_str()
+                .ok_or_else(|| invalid(&format!("{path}.{key}"), "must be a string"))
+        })
+        .transpose()
+}
+
+/// A message's or a tool result's content.
+enum Content<'a> {
+    Text(&'a str),
+    Blocks(&'a [Value]),
+}
+
+fn content<'a>(v: Option<&'a Value>, path: &str) -> Result<Content<'a>, TranslateError> {
+    match v {
+        Some(Value::String(s)) => Ok(Content::Text(s)),
+        Some(Value::Array(blocks)) => Ok(Content::Blocks(blocks)),
+        _ => Err(invalid(
+            path,
+            "must be a string or an array of content blocks",
+        )),
+    }
+}
+
+/// The `type` of the content block at `path`.
+fn block_type<'a>(block: &'a Value, path: &str) -> Result<&'a str, TranslateError> {
+    string(block, "type", path)
+}
+
+/// The text of string content or of its text blocks, joined; other blocks dropped.
+fn text_of(content: &Content<'_>, path: &str) -> Result<String, TranslateError> {
+    match content {
+        Content::Text(s) => Ok((*s).to_owned()),
+        Content::Blocks(blocks) => {
+            let mut texts = Vec::new();
+            for (j, block) in blocks.iter().enumerate() {
+                let path = format!("{path}[{j}]");
+                if block_type(block, &path)? == "text" {
+                    texts.push(string(block, "text", &path)?);
+                }
+            }
+            Ok(texts.join(JOIN))
+        }
+    }
+}
+
+/// A system message from `system` (a string or text blocks), unless its text is empty.
+fn push_system(
+    system: Option<&Value>,
+    path: &str,
+    out: &mut Vec<Value>,
+) -> Result<(), TranslateError> {
+    let text = text_of(&content(system, path)?, path)?;
+    if !text.is_empty() {
+        out.push(json!({"role": "system", "content": text}));
+    }
+    Ok(())
+}
+
+fn push_message(item: &Value, path: &str, out: &mut Vec<Value>) -> Result<(), TranslateError> {
+    let role = string(item, "role", path)?;
+    let content_path = format!("{path}.content");
+    match role {
+        "system" => push_system(get(item, "content"), &content_path, out),
+        "user" => push_user(
+            &content(get(item, "content"), &content_path)?,
+            &content_path,
+            out,
+        ),
+        "assistant" => push_assistant(
+            &content(get(item, "content"), &content_path)?,
+            &content_path,
+            out,
+        ),
+        _ => Err(invalid(
+            &format!("{path}.role"),
+            "must be \"user\", \"assistant\" or \"system\"",
+        )),
+    }
+}
+
+/// A content part of a chat user message.
+enum Part<'a> {
+    Text(&'a str),
+    Image(String),
+}
+
+impl Part<'_> {
+    fn json(&self) -> Value {
+        match self {
+            Part::Text(text) => json!({"type": "text", "text": text}),
+            Part::Image(url) => json!({"type": "image_url", "image_url": {"url": url}}),
+        }
+    }
+}
+
+/// Chat content from parts: one string when all are text, else the parts.
+fn parts_content(parts: &[Part<'_>]) -> Value {
+    let texts: Option<Vec<&str>> = parts
+        .iter()
+        .map(|p| match p {
+            Part::Text(t) => Some(*t),
+            Part::Image(_) => None,
+        })
+        .collect();
+    match texts {
+        Some(texts) => texts.join(JOIN).into(),
+        None => parts.iter().map(Part::json).collect(),
+    }
+}
+
+/// The chat image URL of the image block at `path`.
+fn image_url(block: &Value, path: &str) -> Result<String, TranslateError> {
+    let source_path = format!("{path}.source");
+    let Some(source) = get(block, "source") else {
+        return Err(invalid(&source_path, "must be an object"));
+    };
+    match string(source, "type", &source_path)? {
+        "base64" => Ok(format!(
+            "data:{};base64,{}",
+            string(source, "media_type", &source_path)?,
+            string(source, "data", &source_path)?
+        )),
+        "url" => Ok(string(source, "url", &source_path)?.to_owned()),
+        _ => Err(invalid(
+            &format!("{source_path}.type"),
+            "has no chat counterpart: only base64 and url images can be sent",
+        )),
+    }
+}
+
+fn push_user(
+    content: &Content<'_>,
+    path: &str,
+    out: &mut Vec<Value>,
+) -> Result<(), TranslateError> {
+    let blocks = match content {
+        Content::Text(text) => {
+            out.push(json!({"role": "user", "content": text}));
+            return Ok(());
+        }
+        Content::Blocks(blocks) => blocks,
+    };
+    let mut parts = Vec::new();
+    let mut rest = Vec::new();
+    for (j, block) in blocks.iter().enumerate() {
+        let path = format!("{path}[{j}]");
+        match block_type(block, &path)? {
+            "text" => rest.push(Part::Text(string(block, "text", &path)?)),
+            "image" => rest.push(Part::Image(image_url(block, &path)?)),
+            "tool_result" => out.push(tool_result(block, &path, &mut parts)?),
+            _ => {}
+        }
+    }
+    parts.append(&mut rest);
+    if !parts.is_empty() {
+        out.push(json!({"role": "user", "content": parts_content(&parts)}));
+    }
+    Ok(())
+}
+
+/// The tool message of the `tool_result` block at `path`; its images go to `images`.
+fn tool_result<'a>(
+    block: &'a Value,
+    path: &str,
+    images: &mut Vec<Part<'a>>,
+) -> Result<Value, TranslateError> {
+    let id = string(block, "tool_use_id", path)?;
+    let content_path = format!("{path}.content");
+    let text = match get(block, "content") {
+        None => String::new(),
+        Some(c) => match content(Some(c), &content_path)? {
+            Content::Text(text) => text.to_owned(),
+            Content::Blocks(blocks) => {
+                let mut texts = Vec::new();
+                for (k, b) in blocks.iter().enumerate() {
+                    let path = format!("{content_path}[{k}]");
+                    match block_type(b, &path)? {
+                        "text" => texts.push(string(b, "text", &path)?),
+                        "image" => images.push(Part::Image(image_url(b, &path)?)),
+                        _ => {}
+                    }
+                }
+                texts.join(JOIN)
+            }
+        },
+    };
+    let failed = get(block, "is_error").and_then(Value::as_bool) == Some(true);
+    let text = if failed {
+        format!("{ERROR_PREFIX}{text}")
+    } else {
+        text
+    };
+    Ok(json!({"role": "tool", "tool_call_id": id, "content": text}))
+}
+
+fn push_assistant(
+    content: &Content<'_>,
+    path: &str,
+    out: &mut Vec<Value>,
+) -> Result<(), TranslateError> {
+    let blocks = match content {
+        Content::Text(text) => {
+            out.push(json!({"role": "assistant", "content": text}));
+            return Ok(());
+        }
+        Content::Blocks(blocks) => blocks,
+    };
+    let mut texts = Vec::new();
+    let mut calls = Vec::new();
+    for (j, block) in blocks.iter().enumerate() {
+        let path = format!("{path}[{j}]");
+        match block_type(block, &path)? {
+            "text" => texts.push(string(block, "text", &path)?),
+            "tool_use" => {
+                let arguments =
+                    get(block, "input").map_or_else(|| "{}".to_owned(), Value::to_string);
+                calls.push(json!({
+                    "id": string(block, "id", &path)?,
+                    "type": "function",
+                    "function": {"name": string(block, "name", &path)?, "arguments": arguments},
+                }));
+            }
+            _ => {}
+        }
+    }
+    if texts.is_empty() && calls.is_empty() {
+        return Ok(());
+    }
+    let mut message = Map::new();
+    message.insert("role".into(), "assistant".into());
+    let text = (!texts.is_empty()).then(|| texts.join(JOIN));
+    message.insert("content".into(), text.into());
+    if !calls.is_empty() {
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
+    out.push(Value::Object(message));
+    Ok(())
+}
+
+/// The function tools for the client's custom tools.
+fn tools(body: &RawObject) -> Result<Vec<Value>, TranslateError> {
+    let Some(tools) = member(body, "tools")? else {
+        return Ok(Vec::new());
+    };
+    let Value::Array(tools) = tools else {
+        return Err(invalid("tools", "must be an array"));
+    };
+    let mut out = Vec::new();
+    for (i, tool) in tools.iter().enumerate() {
+        let path = format!("tools[{i}]");
+        let custom = optional_string(tool, "type", &path)?.is_none_or(|t| t == "custom");
+        let deferred = get(tool, "defer_loading").and_then(Value::as_bool) == Some(true);
+        if !custom || deferred {
+            continue;
+        }
+        let mut function = Map::new();
+        function.insert("name".into(), string(tool, "name", &path)?.into());
+        if let Some(description) = optional_string(tool, "description", &path)? {
+            function.insert("description".into(), description.into());
+        }
+        if let Some(schema) = get(tool, "input_schema") {
+            function.insert("parameters".into(), schema.clone());
+        }
+        out.push(json!({"type": "function", "function": function}));
+    }
+    Ok(out)
+}
+
+/// The chat `tool_choice`, and whether parallel tool calls stay allowed.
+fn tool_choice(choice: &Value, tools: &[Value]) -> Result<(Value, bool), TranslateError> {
+    let value = match string(choice, "type", "tool_choice")? {
+        "auto" => json!("auto"),
+        "any" => json!("required"),
+        "none" => json!("none"),
+        "tool" => {
+            let name = string(choice, "name", "tool_choice")?;
+            let sent = tools
+                .iter()
+                .any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name));
+            if !sent {
+                return Err(invalid(
+                    "tool_choice.name",
+                    "must name a custom tool in `tools` (server and deferred tools are not sent)",
+                ));
+            }
+            json!({"type": "function", "function": {"name": name}})
+        }
+        _ => {
+            return Err(invalid(
+                "tool_choice.type",
+                "must be \"auto\", \"any\", \"tool\" or \"none\"",
+            ))
+        }
+    };
+    let serial = get(choice, "disable_parallel_tool_use").and_then(Value::as_bool) == Some(true);
+    Ok((value, !serial))
+}
+
+fn stop_sequences(body: &RawObject) -> Result<Option<Value>, TranslateError> {
+    let Some(stop) = member(body, "stop_sequences")? else {
+        return Ok(None);
+    };
+    match stop.as_array() {
+        Some(items) if items.iter().all(Value::is_string) => {
+            Ok((!items.is_empty()).then_some(stop))
+        }
+        _ => Err(invalid("stop_sequences", "must be an array of strings")),
+    }
+}
+
+fn reasoning_effort(body: &RawObject) -> Result<Option<&'static str>, TranslateError> {
+    let Some(thinking) = member(body, "thinking")? else {
+        return Ok(None);
+    };
+    if string(&thinking, "type", "thinking")? != "enabled" {
+        return Ok(None);
+    }
+    let budget = get(&thinking, "budget_tokens")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| invalid("thinking.budget_tokens", "must be a non-negative integer"))?;
+    Ok(Some(match budget {
+        0..4096 => "low",
+        4096..16384 => "medium",
+        _ => "high",
+    }))
+}
+
+fn user(body: &RawObject) -> Result<Option<String>, TranslateError> {
+    let Some(metadata) = member(body, "metadata")? else {
+        return Ok(None);
+    };
+    Ok(optional_string(&metadata, "user_id", "metadata")?.map(str::to_owned))
+}
+
+/// The Anthropic message id for chat id `id`.
+fn message_id(id: &str) -> String {
+    if id.starts_with("msg_") {
+        id.to_owned()
+    } else {
+        format!("msg_{id}")
+    }
+}
+
+fn untranslatable(what: &str) -> TranslateError {
+    TranslateError::Response(what.to_owned())
+}
+
+/// The Anthropic message for a `chat.completion` body; see the module docs.
+pub fn response(body: &[u8]) -> Result<Vec<u8>, TranslateError> {
+    let answer: Value = serde_json::from_slice(body)
+        .map_err(|e| TranslateError::Response(format!("not JSON: {e}")))?;
+    let choice = answer
+        .pointer("/choices/0")
+        .ok_or_else(|| untranslatable("no `choices[0]`"))?;
+    let message = get(choice, "message")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| untranslatable("`choices[0].message` is not an object"))?;
+    let mut content = Vec::new();
+    if let Some(thinking) = text_member(message, "reasoning_content") {
+        content.push(json!({"type": "thinking", "thinking": thinking, "signature": ""}));
+    }
+    if let Some(text) = text_member(message, "content") {
+        content.push(json!({"type": "text", "text": text}));
+    }
+    if let Some(calls) = get(message, "tool_calls") {
+        let calls = calls
+            .as_array()
+            .ok_or_else(|| untranslatable("`tool_calls` is not an array"))?;
+        for call in calls {
+            content.push(tool_use(call)?);
+        }
+    }
+    let finish = get(choice, "finish_reason")
+        .and_then(Value::as_str)
+        .unwrap_or("stop");
+    let usage = Tokens::from_chat(get(&answer, "usage").unwrap_or(&Value::Null));
+    let id = get(&answer, "id").and_then(Value::as_str).unwrap_or("");
+    let model = get(&answer, "model").and_then(Value::as_str).unwrap_or("");
+    let message = json!({
+        "id": message_id(id),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason_of(finish, false),
+        "stop_sequence": null,
+        "usage": usage.anthropic(),
+    });
+    Ok(message.to_string().into_bytes())
+}
+
+/// The non-empty string member `key` of `v`.
+fn text_member<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// The `tool_use` block of a chat tool call.
+fn tool_use(call: &Value) -> Result<Value, TranslateError> {
+    let id = call.get("id").and_then(Value::as_str);
+    let name = call.pointer("/function/name").and_then(Value::as_str);
+    let (Some(id), Some(name)) = (id, name) else {
+        return Err(untranslatable(
+            "a tool call without `id` or `function.name`",
+        ));
+    };
+    let arguments = call
+        .pointer("/function/arguments")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let input = if arguments.trim().is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_str::<Value>(arguments) {
+            Ok(input @ Value::Object(_)) => input,
+            _ => {
+                return Err(TranslateError::Response(format!(
+                    "the arguments of tool call `{name}` are not a JSON object"
+                )))
+            }
+        }
+    };
+    Ok(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
+}
+
+/// The Anthropic error type for an HTTP status.
+fn error_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        500.. => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// The message of an error object: `error.message`, `error` as a string, or `message`.
+fn message_of(v: &Value) -> Option<&str> {
+    match get(v, "error") {
+        Some(Value::String(s)) => Some(s),
+        Some(e) => e.get("message").and_then(Value::as_str),
+        None => v.get("message").and_then(Value::as_str),
+    }
+}
+
+/// `s` cut to at most [`MAX_ERROR_MESSAGE`] bytes, at a character boundary.
+fn bounded(s: &str) -> &str {
+    let mut end = s.len().min(MAX_ERROR_MESSAGE);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The Anthropic error body for an upstream error answer with `status` and `body`.
+pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
+    let parsed = serde_json::from_slice::<Value>(body).ok();
+    let text = String::from_utf8_lossy(body);
+    let message = parsed.as_ref().and_then(message_of).unwrap_or(&text).trim();
+    let message = if message.is_empty() {
+        format!("the upstream answered HTTP {status}")
+    } else {
+        bounded(message).to_owned()
+    };
+    json!({"type": "error", "error": {"type": error_type(status), "message": message}})
+        .to_string()
+        .into_bytes()
+}
+
+/// Translates a `chat.completion.chunk` stream into Messages events; see the module docs.
+#[derive(Debug, Default)]
+pub struct Stream {
+    parser: SseParser,
+    state: State,
+}
+
+impl Stream {
+    /// Reads an upstream chunk (any boundaries); appends the events it completes.
+    pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        let mut frames = String::new();
+        let state = &mut self.state;
+        self.parser
+            .feed(chunk, |event| state.on_event(&event, &mut frames));
+        out.extend_from_slice(frames.as_bytes());
+    }
+
+    /// The upstream stream ended: closes the message when the choice finished but
+    /// `[DONE]` did not come; appends nothing when it did not finish (a cut answer).
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if !self.state.ended && self.state.stop_reason.is_some() {
+            let mut frames = String::new();
+            self.state.end(&mut frames);
+            out.extend_from_slice(frames.as_bytes());
+        }
+    }
+}
+
+/// A content block being streamed.
+#[derive(Debug, PartialEq, Eq)]
+enum Block {
+    Thinking,
+    Text,
+    /// The chat tool call `index` with `id`.
+    Tool {
+        index: u64,
+        id: String,
+    },
 }
 
 #[derive(Debug, Default)]
-pub struct Stream;
+struct State {
+    /// `message_start` is out.
+    started: bool,
+    /// The open block and its index.
+    open: Option<(u64, Block)>,
+    /// The index of the next block.
+    next: u64,
+    /// From the choice's `finish_reason`, once seen.
+    stop_reason: Option<&'static str>,
+    tokens: Tokens,
+    /// `message_stop` or an `error` event is out: the rest of the input is ignored.
+    ended: bool,
+}
 
-impl Stream {
-    pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        out.extend_from_slice(chunk);
+impl State {
+    fn on_event(&mut self, event: &SseEvent, out: &mut String) {
+        if self.ended {
+            return;
+        }
+        if event.is_done() {
+            self.start("", "", out);
+            self.end(out);
+            return;
+        }
+        let Ok(chunk) = serde_json::from_str::<Value>(&event.data) else {
+            return;
+        };
+        if let Some(error) = get(&chunk, "error") {
+            let text = error.to_string();
+            let message = bounded(message_of(&chunk).unwrap_or(&text));
+            push_event(
+                out,
+                "error",
+                &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+            );
+            self.ended = true;
+            return;
+        }
+        if let Some(usage) = get(&chunk, "usage") {
+            self.tokens = Tokens::from_chat(usage);
+        }
+        let Some(choice) = chunk.pointer("/choices/0") else {
+            return;
+        };
+        let id = chunk.get("id").and_then(Value::as_str).unwrap_or("");
+        let model = chunk.get("model").and_then(Value::as_str).unwrap_or("");
+        self.start(id, model, out);
+        let delta = choice.get("delta").unwrap_or(&Value::Null);
+        if let Some(thinking) = text_member(delta, "reasoning_content") {
+            self.text(true, thinking, out);
+        }
+        if let Some(text) = text_member(delta, "content") {
+            self.text(false, text, out);
+        }
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            for (position, call) in calls.iter().enumerate() {
+                self.tool_call(call, position, out);
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.close(out);
+            self.stop_reason = Some(stop_reason_of(reason, false));
+        }
     }
 
-    pub fn finish(&mut self, _out: &mut Vec<u8>) {}
+    /// `message_start` and `ping`, once.
+    fn start(&mut self, id: &str, model: &str, out: &mut String) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        let message = json!({
+            "id": message_id(id),
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": null,
+            "stop_sequence": null,
+            "usage": Tokens::default().anthropic(),
+        });
+        push_event(
+            out,
+            "message_start",
+            &json!({"type": "message_start", "message": message}),
+        );
+        push_event(out, "ping", &json!({"type": "ping"}));
+    }
+
+    /// Closes the open block, then `message_delta` and `message_stop`.
+    fn end(&mut self, out: &mut String) {
+        self.close(out);
+        let stop_reason = self.stop_reason.unwrap_or("end_turn");
+        push_event(
+            out,
+            "message_delta",
+            &json!({"type": "message_delta",
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+                    "usage": self.tokens.anthropic()}),
+        );
+        push_event(out, "message_stop", &json!({"type": "message_stop"}));
+        self.ended = true;
+    }
+
+    fn close(&mut self, out: &mut String) {
+        if let Some((index, _)) = self.open.take() {
+            push_event(
+                out,
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": index}),
+            );
+        }
+    }
+
+    /// Closes the open block and starts `block`, described by `content_block`.
+    fn open(&mut self, block: Block, content_block: Value, out: &mut String) {
+        self.close(out);
+        let index = self.next;
+        self.next = index.saturating_add(1);
+        self.open = Some((index, block));
+        push_event(
+            out,
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": index, "content_block": content_block}),
+        );
+    }
+
+    /// A delta of the open block.
+    fn delta(&self, delta: Value, out: &mut String) {
+        if let Some((index, _)) = &self.open {
+            push_event(
+                out,
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            );
+        }
+    }
+
+    /// Thinking (`thinking`) or answer text, in the block of its kind.
+    fn text(&mut self, thinking: bool, text: &str, out: &mut String) {
+        let block = if thinking {
+            Block::Thinking
+        } else {
+            Block::Text
+        };
+        if self.open.as_ref().map(|(_, b)| b) != Some(&block) {
+            let content_block = if thinking {
+                json!({"type": "thinking", "thinking": "", "signature": ""})
+            } else {
+                json!({"type": "text", "text": ""})
+            };
+            self.open(block, content_block, out);
+        }
+        let delta = if thinking {
+            json!({"type": "thinking_delta", "thinking": text})
+        } else {
+            json!({"type": "text_delta", "text": text})
+        };
+        self.delta(delta, out);
+    }
+
+    /// A tool call fragment, the `position`th of its chunk: a new call (it has an `id`
+    /// and a name) starts a `tool_use` block; arguments go out as they come.
+    fn tool_call(&mut self, call: &Value, position: usize, out: &mut String) {
+        let index = call
+            .get("index")
+            .and_then(Value::as_u64)
+            .unwrap_or(position as u64);
+        let id = text_member(call, "id");
+        let continues = matches!(&self.open, Some((_, Block::Tool { index: i, id: open }))
+            if *i == index && id.is_none_or(|id| id == open));
+        if !continues {
+            let name = call
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty());
+            let (Some(id), Some(name)) = (id, name) else {
+                return;
+            };
+            let content_block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
+            let block = Block::Tool {
+                index,
+                id: id.to_owned(),
+            };
+            self.open(block, content_block, out);
+        }
+        let arguments = call
+            .pointer("/function/arguments")
+            .and_then(Value::as_str)
+            .filter(|a| !a.is_empty());
+        if let Some(partial) = arguments {
+            self.delta(
+                json!({"type": "input_json_delta", "partial_json": partial}),
+                out,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat_request(body: &str, max_tokens: Option<u64>, stream: bool) -> String {
+        let body = RawObject::parse(body.as_bytes()).unwrap();
+        String::from_utf8(request(&body, "gpt-5", max_tokens, stream).unwrap()).unwrap()
+    }
+
+    fn chat(body: &str) -> String {
+        chat_request(body, None, false)
+    }
+
+    const HI: &str = r#"{"role":"user","content":"hi"}"#;
+
+    #[test]
+    fn system_prompts_become_system_messages_where_they_stand() {
+        let cases = [
+            (
+                r#"{"model":"openai/gpt-5","system":"Be brief.","messages":[{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                r#"{"system":[{"type":"text","text":"One.","cache_control":{"type":"ephemeral"}},{"type":"text","text":"Two."}],"messages":[{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"system","content":"One.\n\nTwo."},{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                r#"{"system":"","messages":[{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                r#"{"system":[],"messages":[{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"hi"},{"role":"system","content":[{"type":"text","text":"Mid."}],"output_config":{"effort":"low"}},{"role":"system","content":"Late."}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"},{"role":"system","content":"Mid."},{"role":"system","content":"Late."}]}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(chat(body), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn user_content_keeps_text_and_images() {
+        let cases = [
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b","cache_control":{"type":"ephemeral"}}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":"a\n\nb"}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"image","source":{"type":"url","url":"https://example.com/cat.jpg"}}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},{"type":"image_url","image_url":{"url":"https://example.com/cat.jpg"}}]}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":""}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":""}]}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(chat(body), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn assistant_tool_use_becomes_tool_calls_and_thinking_is_dropped() {
+        let cases = [
+            (
+                r#"{"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"hmm","signature":"sig"},{"type":"text","text":"Checking."},{"type":"tool_use","id":"toolu_1","name":"lookup","input":{"b":1,"a":[true,null]}},{"type":"tool_use","id":"toolu_2","name":"now","input":{}}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"assistant","content":"Checking.","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"lookup","arguments":"{\"b\":1,\"a\":[true,null]}"}},{"id":"toolu_2","type":"function","function":{"name":"now","arguments":"{}"}}]}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"now"}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"now","arguments":"{}"}}]}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"redacted_thinking","data":"x"},{"type":"thinking","thinking":"t","signature":"s"}]},{"role":"assistant","content":"Hello."}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Hello."}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","content":[{"type":"text","text":"One."},{"type":"text","text":"Two."}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"assistant","content":"One.\n\nTwo."}]}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(chat(body), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn tool_results_become_tool_messages_before_the_rest_of_the_turn() {
+        let cases = [
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text","text":"Results:"},{"type":"tool_result","tool_use_id":"toolu_1","content":"42","cache_control":{"type":"ephemeral"}},{"type":"tool_result","tool_use_id":"toolu_2","content":"timed out","is_error":true}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"tool","tool_call_id":"toolu_1","content":"42"},{"role":"tool","tool_call_id":"toolu_2","content":"Error: timed out"},{"role":"user","content":"Results:"}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"Screenshot taken."},{"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"/9j/"}}]},{"type":"text","text":"Look at it."}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"tool","tool_call_id":"toolu_1","content":"Screenshot taken."},{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/"}},{"type":"text","text":"Look at it."}]}]}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1"},{"type":"tool_result","tool_use_id":"toolu_2","is_error":false,"content":[{"type":"text","text":"a"},{"type":"search_result","source":"s","title":"t","content":[]},{"type":"text","text":"b"}]},{"type":"tool_result","tool_use_id":"toolu_3","is_error":true}]}]}"#,
+                r#"{"model":"gpt-5","messages":[{"role":"tool","tool_call_id":"toolu_1","content":""},{"role":"tool","tool_call_id":"toolu_2","content":"a\n\nb"},{"role":"tool","tool_call_id":"toolu_3","content":"Error: "}]}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(chat(body), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn unknown_blocks_and_messages_left_empty_are_dropped() {
+        let body = r#"{"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"doc"}},{"type":"text","text":"Summarize."}]},{"role":"assistant","content":[{"type":"server_tool_use","id":"srvtoolu_1","name":"web_search","input":{"query":"q"}},{"type":"web_search_tool_result","tool_use_id":"srvtoolu_1","content":[]},{"type":"text","text":"Found it."}]},{"role":"user","content":[{"type":"document","source":{"type":"url","url":"https://example.com/a.pdf"}}]}]}"#;
+        assert_eq!(
+            chat(body),
+            r#"{"model":"gpt-5","messages":[{"role":"user","content":"Summarize."},{"role":"assistant","content":"Found it."}]}"#
+        );
+    }
+
+    #[test]
+    fn custom_tools_become_functions_and_server_and_deferred_tools_are_dropped() {
+        let body = r#"{"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"lookup","description":"Looks up.","input_schema":{"type":"object","properties":{"q":{"type":"string"}}},"cache_control":{"type":"ephemeral"}},{"type":"custom","name":"now","input_schema":{"type":"object"}},{"name":"later","input_schema":{"type":"object"},"defer_loading":true},{"name":"soon","input_schema":{"type":"object"},"defer_loading":false},{"type":"bash_20250124","name":"bash"},{"type":"text_editor_20250728","name":"str_replace_based_edit_tool"},{"type":"web_search_20250305","name":"web_search","max_uses":3}]}"#;
+        assert_eq!(
+            chat(body),
+            r#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"lookup","description":"Looks up.","parameters":{"type":"object","properties":{"q":{"type":"string"}}}}},{"type":"function","function":{"name":"now","parameters":{"type":"object"}}},{"type":"function","function":{"name":"soon","parameters":{"type":"object"}}}]}"#
+        );
+    }
+
+    #[test]
+    fn tool_choice_maps_each_kind_and_the_parallel_switch() {
+        let cases = [
+            (r#"{"type":"auto"}"#, r#","tool_choice":"auto""#),
+            (r#"{"type":"any"}"#, r#","tool_choice":"required""#),
+            (r#"{"type":"none"}"#, r#","tool_choice":"none""#),
+            (
+                r#"{"type":"tool","name":"now"}"#,
+                r#","tool_choice":{"type":"function","function":{"name":"now"}}"#,
+            ),
+            (
+                r#"{"type":"auto","disable_parallel_tool_use":true}"#,
+                r#","tool_choice":"auto","parallel_tool_calls":false"#,
+            ),
+            (
+                r#"{"type":"any","disable_parallel_tool_use":false}"#,
+                r#","tool_choice":"required""#,
+            ),
+        ];
+        for (choice, tail) in cases {
+            let body = format!(
+                r#"{{"messages":[{HI}],"tools":[{{"name":"now","input_schema":{{"type":"object"}}}}],"tool_choice":{choice}}}"#
+            );
+            let want = format!(
+                r#"{{"model":"gpt-5","messages":[{HI}],"tools":[{{"type":"function","function":{{"name":"now","parameters":{{"type":"object"}}}}}}]{tail}}}"#
+            );
+            assert_eq!(chat(&body), want, "{choice}");
+        }
+        let no_tool_left = format!(
+            r#"{{"messages":[{HI}],"tools":[{{"type":"web_search_20250305","name":"web_search"}}],"tool_choice":{{"type":"any","disable_parallel_tool_use":true}}}}"#
+        );
+        assert_eq!(
+            chat(&no_tool_left),
+            format!(r#"{{"model":"gpt-5","messages":[{HI}]}}"#)
+        );
+    }
+
+    #[test]
+    fn sampling_stop_and_user_members_map_by_name() {
+        let cases = [
+            (
+                r#","stop_sequences":["END","\n\nHuman:"],"temperature":0.7,"top_p":0.9,"top_k":40"#,
+                r#","stop":["END","\n\nHuman:"],"temperature":0.7,"top_p":0.9"#,
+            ),
+            (r#","stop_sequences":[]"#, ""),
+            (
+                r#","metadata":{"user_id":"{\"device_id\":\"d1\"}"}"#,
+                r#","user":"{\"device_id\":\"d1\"}""#,
+            ),
+            (r#","metadata":{}"#, ""),
+            (
+                r#","system":null,"temperature":null,"tools":null,"metadata":null,"thinking":null"#,
+                "",
+            ),
+        ];
+        for (members, tail) in cases {
+            let body = format!(r#"{{"messages":[{HI}]{members}}}"#);
+            let want = format!(r#"{{"model":"gpt-5","messages":[{HI}]{tail}}}"#);
+            assert_eq!(chat(&body), want, "{members}");
+        }
+    }
+
+    #[test]
+    fn a_thinking_budget_becomes_a_reasoning_effort() {
+        let cases = [
+            (
+                r#"{"type":"enabled","budget_tokens":1024}"#,
+                r#","reasoning_effort":"low""#,
+            ),
+            (
+                r#"{"type":"enabled","budget_tokens":4095}"#,
+                r#","reasoning_effort":"low""#,
+            ),
+            (
+                r#"{"type":"enabled","budget_tokens":4096}"#,
+                r#","reasoning_effort":"medium""#,
+            ),
+            (
+                r#"{"type":"enabled","budget_tokens":16383}"#,
+                r#","reasoning_effort":"medium""#,
+            ),
+            (
+                r#"{"type":"enabled","budget_tokens":16384}"#,
+                r#","reasoning_effort":"high""#,
+            ),
+            (
+                r#"{"type":"enabled","budget_tokens":64000}"#,
+                r#","reasoning_effort":"high""#,
+            ),
+            (r#"{"type":"adaptive","display":"omitted"}"#, ""),
+            (r#"{"type":"disabled"}"#, ""),
+        ];
+        for (thinking, tail) in cases {
+            let body = format!(r#"{{"messages":[{HI}],"thinking":{thinking}}}"#);
+            let want = format!(r#"{{"model":"gpt-5","messages":[{HI}]{tail}}}"#);
+            assert_eq!(chat(&body), want, "{thinking}");
+        }
+    }
+
+    #[test]
+    fn members_without_a_chat_counterpart_are_dropped() {
+        let body = format!(
+            r#"{{"messages":[{HI}],"top_k":5,"context_management":{{"edits":[]}},"output_config":{{"effort":"high"}},"service_tier":"auto","container":"c1","mcp_servers":[{{"type":"url","url":"https://mcp.example.com","name":"x"}}],"cache_control":{{"type":"ephemeral"}},"stream":true,"max_tokens":100}}"#
+        );
+        assert_eq!(
+            chat(&body),
+            format!(r#"{{"model":"gpt-5","messages":[{HI}]}}"#)
+        );
+    }
+
+    #[test]
+    fn members_come_out_in_the_fixed_order() {
+        let body = r#"{"metadata":{"user_id":"u"},"thinking":{"type":"enabled","budget_tokens":2048},"tool_choice":{"type":"auto","disable_parallel_tool_use":true},"tools":[{"name":"now","input_schema":{"type":"object"}}],"top_p":0.5,"temperature":1,"stop_sequences":["x"],"messages":[{"role":"user","content":"hi"}],"system":"s","max_tokens":5000,"stream":true,"model":"a/b"}"#;
+        assert_eq!(
+            chat_request(body, Some(1000), true),
+            r#"{"model":"gpt-5","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],"max_tokens":1000,"stream":true,"stream_options":{"include_usage":true},"stop":["x"],"temperature":1,"top_p":0.5,"tools":[{"type":"function","function":{"name":"now","parameters":{"type":"object"}}}],"tool_choice":"auto","parallel_tool_calls":false,"reasoning_effort":"low","user":"u"}"#
+        );
+    }
+
+    #[test]
+    fn malformed_requests_are_refused_naming_the_member() {
+        let cases = [
+            (r#"{"messages":[{"content":"hi"}]}"#, "`messages[0].role` must be a string"),
+            (
+                r#"{"messages":[{"role":"tool","content":"x"}]}"#,
+                r#"`messages[0].role` must be "user", "assistant" or "system""#,
+            ),
+            (
+                r#"{"messages":[{"role":"user"}]}"#,
+                "`messages[0].content` must be a string or an array of content blocks",
+            ),
+            (
+                r#"{"messages":[{"role":"system","content":7}]}"#,
+                "`messages[0].content` must be a string or an array of content blocks",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"text":"x"}]}]}"#,
+                "`messages[0].content[0].type` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text"}]}]}"#,
+                "`messages[0].content[0].text` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"tool_result","content":"x"}]}]}"#,
+                "`messages[1].content[0].tool_use_id` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":{}}]}]}"#,
+                "`messages[0].content[0].content` must be a string or an array of content blocks",
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","content":[{"type":"tool_use","name":"x","input":{}}]}]}"#,
+                "`messages[0].content[0].id` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"file","file_id":"file_1"}}]}]}"#,
+                "`messages[0].content[0].source.type` has no chat counterpart: only base64 and url images can be sent",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","data":"AA=="}}]}]}"#,
+                "`messages[0].content[0].source.media_type` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image"}]}]}]}"#,
+                "`messages[0].content[0].content[0].source` must be an object",
+            ),
+            (
+                r#"{"system":5,"messages":[]}"#,
+                "`system` must be a string or an array of content blocks",
+            ),
+            (
+                r#"{"system":[{"type":"text","text":1}],"messages":[]}"#,
+                "`system[0].text` must be a string",
+            ),
+            (r#"{"messages":{}}"#, "`messages` must be an array"),
+            (r#"{"system":"s"}"#, "`messages` must be an array"),
+            (r#"{"messages":[],"tools":{}}"#, "`tools` must be an array"),
+            (
+                r#"{"messages":[],"tools":[{"input_schema":{}}]}"#,
+                "`tools[0].name` must be a string",
+            ),
+            (
+                r#"{"messages":[],"tools":[{"type":7,"name":"x"}]}"#,
+                "`tools[0].type` must be a string",
+            ),
+            (
+                r#"{"messages":[],"tools":[{"name":"x","description":["d"]}]}"#,
+                "`tools[0].description` must be a string",
+            ),
+            (
+                r#"{"messages":[],"tools":[{"name":"now"},{"type":"web_search_20250305","name":"web_search"}],"tool_choice":{"type":"tool","name":"web_search"}}"#,
+                "`tool_choice.name` must name a custom tool in `tools` (server and deferred tools are not sent)",
+            ),
+            (
+                r#"{"messages":[],"tools":[{"name":"now"}],"tool_choice":{"type":"some"}}"#,
+                r#"`tool_choice.type` must be "auto", "any", "tool" or "none""#,
+            ),
+            (
+                r#"{"messages":[],"tools":[{"name":"now"}],"tool_choice":"auto"}"#,
+                "`tool_choice.type` must be a string",
+            ),
+            (
+                r#"{"messages":[],"stop_sequences":"END"}"#,
+                "`stop_sequences` must be an array of strings",
+            ),
+            (
+                r#"{"messages":[],"stop_sequences":["END",1]}"#,
+                "`stop_sequences` must be an array of strings",
+            ),
+            (r#"{"messages":[],"top_p":"high"}"#, "`top_p` must be a number"),
+            (
+                r#"{"messages":[],"thinking":{"type":"enabled"}}"#,
+                "`thinking.budget_tokens` must be a non-negative integer",
+            ),
+            (
+                r#"{"messages":[],"thinking":{"type":"enabled","budget_tokens":-1}}"#,
+                "`thinking.budget_tokens` must be a non-negative integer",
+            ),
+            (r#"{"messages":[],"thinking":{}}"#, "`thinking.type` must be a string"),
+            (
+                r#"{"messages":[],"metadata":{"user_id":7}}"#,
+                "`metadata.user_id` must be a string",
+            ),
+        ];
+        for (body, want) in cases {
+            let body = RawObject::parse(body.as_bytes()).unwrap();
+            assert_eq!(
+                request(&body, "gpt-5", None, false),
+                Err(TranslateError::Request(want.into())),
+                "{want}"
+            );
+        }
+    }
+
+    const GOLDEN_REQUEST: &str =
+        include_str!("../../../tests/golden/messages_over_chat/claude_code_request.json");
+    const GOLDEN_REQUEST_CHAT: &str =
+        include_str!("../../../tests/golden/messages_over_chat/claude_code_request.chat.json");
+
+    #[test]
+    fn a_claude_code_request_translates_to_the_golden_chat_request() {
+        assert_eq!(
+            chat_request(GOLDEN_REQUEST, Some(32768), true),
+            GOLDEN_REQUEST_CHAT
+        );
+    }
+
+    fn message(body: &str) -> String {
+        String::from_utf8(response(body.as_bytes()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_chat_answer_becomes_a_message() {
+        let cases = [
+            (
+                r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-5-2025-08-07","choices":[{"index":0,"message":{"role":"assistant","content":"Hi there."},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}"#,
+                r#"{"id":"msg_chatcmpl-1","type":"message","role":"assistant","model":"gpt-5-2025-08-07","content":[{"type":"text","text":"Hi there."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":3}}"#,
+            ),
+            (
+                r#"{"id":"msg_01X","model":"kimi-k2","choices":[{"index":0,"message":{"role":"assistant","reasoning_content":"Need the time.","content":"Checking.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\"q\":\"rust\",\"n\":2}"}},{"id":"call_2","type":"function","function":{"name":"now","arguments":""}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":2000,"completion_tokens":50,"total_tokens":2050,"prompt_tokens_details":{"cached_tokens":1536},"completion_tokens_details":{"reasoning_tokens":20}}}"#,
+                r#"{"id":"msg_01X","type":"message","role":"assistant","model":"kimi-k2","content":[{"type":"thinking","thinking":"Need the time.","signature":""},{"type":"text","text":"Checking."},{"type":"tool_use","id":"call_1","name":"lookup","input":{"q":"rust","n":2}},{"type":"tool_use","id":"call_2","name":"now","input":{}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":464,"cache_creation_input_tokens":0,"cache_read_input_tokens":1536,"output_tokens":50}}"#,
+            ),
+            (
+                r#"{"id":"c","model":"m","choices":[{"message":{"role":"assistant","content":null,"reasoning_content":"","tool_calls":null},"finish_reason":"length"}]}"#,
+                r#"{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[],"stop_reason":"max_tokens","stop_sequence":null,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(message(body), want, "{body}");
+        }
+    }
+
+    #[test]
+    fn each_finish_reason_becomes_its_stop_reason() {
+        let cases = [
+            (r#""stop""#, "end_turn"),
+            (r#""length""#, "max_tokens"),
+            (r#""tool_calls""#, "tool_use"),
+            (r#""function_call""#, "tool_use"),
+            (r#""content_filter""#, "refusal"),
+            ("null", "end_turn"),
+        ];
+        for (finish, stop) in cases {
+            let body = format!(
+                r#"{{"id":"c","model":"m","choices":[{{"message":{{"content":"x"}},"finish_reason":{finish}}}]}}"#
+            );
+            let want = format!(
+                r#"{{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[{{"type":"text","text":"x"}}],"stop_reason":"{stop}","stop_sequence":null,"usage":{{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}}}"#
+            );
+            assert_eq!(message(&body), want, "{finish}");
+        }
+    }
+
+    #[test]
+    fn an_answer_that_is_not_a_chat_completion_is_refused() {
+        let cases = [
+            ("not json", "not JSON: expected ident at line 1 column 2"),
+            (r#"{"error":{"message":"x"}}"#, "no `choices[0]`"),
+            (r#"{"choices":[]}"#, "no `choices[0]`"),
+            (
+                r#"{"choices":[{"text":"x"}]}"#,
+                "`choices[0].message` is not an object",
+            ),
+            (
+                r#"{"choices":[{"message":{"tool_calls":{}}}]}"#,
+                "`tool_calls` is not an array",
+            ),
+            (
+                r#"{"choices":[{"message":{"tool_calls":[{"function":{"name":"now","arguments":"{}"}}]}}]}"#,
+                "a tool call without `id` or `function.name`",
+            ),
+            (
+                r#"{"choices":[{"message":{"tool_calls":[{"id":"c1","function":{"name":"lookup","arguments":"{\"q\":"}}]}}]}"#,
+                "the arguments of tool call `lookup` are not a JSON object",
+            ),
+            (
+                r#"{"choices":[{"message":{"tool_calls":[{"id":"c1","function":{"name":"lookup","arguments":"[1]"}}]}}]}"#,
+                "the arguments of tool call `lookup` are not a JSON object",
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(
+                response(body.as_bytes()),
+                Err(TranslateError::Response(want.into())),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn error_bodies_become_anthropic_errors_typed_by_status() {
+        let cases: [(u16, &str, &str); 13] = [
+            (
+                400,
+                r#"{"error":{"message":"Invalid 'messages': empty.","type":"invalid_request_error","param":"messages","code":null}}"#,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"Invalid 'messages': empty."}}"#,
+            ),
+            (
+                401,
+                r#"{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+                r#"{"type":"error","error":{"type":"authentication_error","message":"Incorrect API key provided."}}"#,
+            ),
+            (
+                403,
+                r#"{"error":"forbidden"}"#,
+                r#"{"type":"error","error":{"type":"permission_error","message":"forbidden"}}"#,
+            ),
+            (
+                404,
+                r#"{"error":{"message":"The model `gpt-9` does not exist","type":"invalid_request_error","code":"model_not_found"}}"#,
+                r#"{"type":"error","error":{"type":"not_found_error","message":"The model `gpt-9` does not exist"}}"#,
+            ),
+            (
+                413,
+                r#"{"message":"payload too large"}"#,
+                r#"{"type":"error","error":{"type":"request_too_large","message":"payload too large"}}"#,
+            ),
+            (
+                422,
+                r#"{"detail":"bad"}"#,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"{\"detail\":\"bad\"}"}}"#,
+            ),
+            (
+                429,
+                r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#,
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"Rate limit reached"}}"#,
+            ),
+            (
+                500,
+                r#"{"error":{"message":"The server had an error","type":"server_error"}}"#,
+                r#"{"type":"error","error":{"type":"api_error","message":"The server had an error"}}"#,
+            ),
+            (
+                502,
+                "<html>Bad Gateway</html>\n",
+                r#"{"type":"error","error":{"type":"api_error","message":"<html>Bad Gateway</html>"}}"#,
+            ),
+            (
+                503,
+                "",
+                r#"{"type":"error","error":{"type":"api_error","message":"the upstream answered HTTP 503"}}"#,
+            ),
+            (
+                500,
+                r#"{"error":{"message":"  ","type":"server_error"}}"#,
+                r#"{"type":"error","error":{"type":"api_error","message":"the upstream answered HTTP 500"}}"#,
+            ),
+            (
+                529,
+                "overloaded",
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"overloaded"}}"#,
+            ),
+            (
+                504,
+                "upstream timed out",
+                r#"{"type":"error","error":{"type":"api_error","message":"upstream timed out"}}"#,
+            ),
+        ];
+        for (status, body, want) in cases {
+            assert_eq!(
+                String::from_utf8(error(status, body.as_bytes())).unwrap(),
+                want,
+                "{status} {body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_error_message_is_cut_at_a_character_boundary() {
+        let long = format!("a{}", "é".repeat(600));
+        let body = serde_json::to_vec(&json!({"error": {"message": long}})).unwrap();
+        let want = json!({"type": "error", "error": {"type": "api_error",
+            "message": format!("a{}", "é".repeat(511))}});
+        assert_eq!(error(500, &body), want.to_string().into_bytes());
+    }
+
+    fn translate_stream(chunks: &[&[u8]]) -> String {
+        let mut stream = Stream::default();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            stream.feed(chunk, &mut out);
+        }
+        stream.finish(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    /// The translation of `input` fed whole, checked equal to it fed byte by byte.
+    fn translate_whole_and_bytewise(input: &str) -> String {
+        let whole = translate_stream(&[input.as_bytes()]);
+        let bytes: Vec<&[u8]> = input.as_bytes().chunks(1).collect();
+        assert_eq!(translate_stream(&bytes), whole);
+        whole
+    }
+
+    const TOOL_CALL_STREAM: &str =
+        include_str!("../../../tests/golden/messages_over_chat/tool_call_stream.sse");
+    const TOOL_CALL_EVENTS: &str =
+        include_str!("../../../tests/golden/messages_over_chat/tool_call_stream.anthropic.sse");
+    const REASONING_STREAM: &str =
+        include_str!("../../../tests/golden/messages_over_chat/reasoning_stream.sse");
+    const REASONING_EVENTS: &str =
+        include_str!("../../../tests/golden/messages_over_chat/reasoning_stream.anthropic.sse");
+
+    #[test]
+    fn a_streamed_tool_call_translates_to_the_golden_events() {
+        assert_eq!(
+            translate_whole_and_bytewise(TOOL_CALL_STREAM),
+            TOOL_CALL_EVENTS
+        );
+    }
+
+    #[test]
+    fn a_streamed_answer_with_reasoning_translates_to_the_golden_events() {
+        assert_eq!(
+            translate_whole_and_bytewise(REASONING_STREAM),
+            REASONING_EVENTS
+        );
+    }
+
+    #[test]
+    fn finish_closes_a_finished_answer_and_adds_nothing_to_a_cut_one() {
+        let without_done = REASONING_STREAM.strip_suffix("data: [DONE]\n\n").unwrap();
+        assert_eq!(
+            translate_stream(&[without_done.as_bytes()]),
+            REASONING_EVENTS
+        );
+
+        let cut_at = TOOL_CALL_STREAM.find("data: {\"id\":\"chatcmpl-7Qx\",\"object\":\"chat.completion.chunk\",\"created\":1767225600,\"model\":\"gpt-5-2025-08-07\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\"").unwrap();
+        let cut = &TOOL_CALL_STREAM[..cut_at];
+        let mut stream = Stream::default();
+        let mut out = Vec::new();
+        stream.feed(cut.as_bytes(), &mut out);
+        let before = out.len();
+        stream.finish(&mut out);
+        assert_eq!(out.len(), before);
+        let relayed = String::from_utf8(out).unwrap();
+        let open_tool_call = TOOL_CALL_EVENTS
+            .find("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}")
+            .unwrap();
+        assert_eq!(relayed, TOOL_CALL_EVENTS[..open_tool_call]);
+    }
+
+    fn chunk(delta: &str, finish: &str) -> String {
+        format!(
+            "data: {{\"id\":\"c\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    }
+
+    fn frame(name: &str, data: &str) -> String {
+        format!("event: {name}\ndata: {data}\n\n")
+    }
+
+    const ZERO_USAGE: &str = r#"{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}"#;
+
+    fn message_start(id: &str, model: &str) -> String {
+        frame(
+            "message_start",
+            &format!(
+                r#"{{"type":"message_start","message":{{"id":"{id}","type":"message","role":"assistant","model":"{model}","content":[],"stop_reason":null,"stop_sequence":null,"usage":{ZERO_USAGE}}}}}"#
+            ),
+        ) + &frame("ping", r#"{"type":"ping"}"#)
+    }
+
+    #[test]
+    fn an_error_chunk_becomes_an_error_event_and_ends_the_translation() {
+        let input = [
+            r#"data: {"id":"","model":"","choices":[],"prompt_filter_results":[]}"#.to_owned()
+                + "\n\n",
+            chunk(r#"{"content":"Hi"}"#, "null"),
+            "data: {\"error\":{\"message\":\"upstream overloaded\",\"type\":\"server_error\"}}\n\n"
+                .to_owned(),
+            chunk(r#"{"content":" more"}"#, r#""stop""#),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let want = [
+            message_start("msg_c", "m"),
+            frame(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            ),
+            frame(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+            ),
+            frame(
+                "error",
+                r#"{"type":"error","error":{"type":"api_error","message":"upstream overloaded"}}"#,
+            ),
+        ]
+        .concat();
+        assert_eq!(translate_whole_and_bytewise(&input), want);
+
+        let bare = "data: {\"error\":{\"code\":500}}\n\n";
+        assert_eq!(
+            translate_whole_and_bytewise(bare),
+            frame(
+                "error",
+                r#"{"type":"error","error":{"type":"api_error","message":"{\"code\":500}"}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn done_alone_still_makes_a_whole_message() {
+        let want = [
+            message_start("msg_", ""),
+            frame(
+                "message_delta",
+                &format!(
+                    r#"{{"type":"message_delta","delta":{{"stop_reason":"end_turn","stop_sequence":null}},"usage":{ZERO_USAGE}}}"#
+                ),
+            ),
+            frame("message_stop", r#"{"type":"message_stop"}"#),
+        ]
+        .concat();
+        assert_eq!(
+            translate_whole_and_bytewise(": keep-alive\n\ndata: [DONE]\n\n"),
+            want
+        );
+    }
+
+    #[test]
+    fn parallel_tool_calls_get_a_block_each_and_stray_fragments_are_dropped() {
+        let input = [
+            chunk(
+                r#"{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"a","arguments":"{}"}},{"index":1,"id":"call_b","type":"function","function":{"name":"b","arguments":""}}]}"#,
+                "null",
+            ),
+            chunk(
+                r#"{"tool_calls":[{"index":1,"id":"call_b","function":{"arguments":"{\"x\":1}"}}]}"#,
+                "null",
+            ),
+            chunk(r#"{"tool_calls":[{"index":0,"function":{"arguments":"late"}}]}"#, "null"),
+            chunk(r#"{"tool_calls":[{"index":2,"function":{"arguments":"orphan"}}]}"#, "null"),
+            r#"data: {"id":"c","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":9,"completion_tokens":4}}"#.to_owned() + "\n\n",
+        ]
+        .concat();
+        let want = [
+            message_start("msg_c", "m"),
+            frame(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"call_a","name":"a","input":{}}}"#,
+            ),
+            frame(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}"#,
+            ),
+            frame(
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":0}"#,
+            ),
+            frame(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"call_b","name":"b","input":{}}}"#,
+            ),
+            frame(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"x\":1}"}}"#,
+            ),
+            frame(
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":1}"#,
+            ),
+            frame(
+                "message_delta",
+                r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":4}}"#,
+            ),
+            frame("message_stop", r#"{"type":"message_stop"}"#),
+        ]
+        .concat();
+        assert_eq!(translate_whole_and_bytewise(&input), want);
+    }
+
+    #[test]
+    fn nothing_follows_the_end_of_the_message() {
+        let mut stream = Stream::default();
+        let mut out = Vec::new();
+        stream.feed(REASONING_STREAM.as_bytes(), &mut out);
+        let end = out.len();
+        stream.feed(chunk(r#"{"content":"again"}"#, "null").as_bytes(), &mut out);
+        stream.feed(b"data: [DONE]\n\n", &mut out);
+        stream.finish(&mut out);
+        assert_eq!(out.len(), end);
+    }
 }
