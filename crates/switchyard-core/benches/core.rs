@@ -87,8 +87,8 @@ fn benches(c: &mut Criterion) {
     let req = openai_chat::decode(BODY).unwrap_or_else(|_| unreachable!());
     c.bench_function("serialize upstream body", |b| {
         b.iter(|| {
-            req.upstream_body(Format::OpenAiChat, black_box("mock-small"))
-                .len()
+            req.upstream_body(Format::OpenAiChat, black_box("mock-small"), None)
+                .map(|b| b.len())
         })
     });
     c.bench_function("plan: combo over 2 providers x 3 connections", |b| {

@@ -18,7 +18,7 @@ use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{
     ApiKey, Catalog, CatalogError, Combo, ComboTarget, ConnectionDef, Provider,
 };
-use switchyard_core::domain::{AuthClass, ModelRef};
+use switchyard_core::domain::{AuthClass, ModelRef, UpstreamFormat};
 use switchyard_core::format::{Format, MAX_COMPLETION_TOKENS};
 use switchyard_core::quota::cost::Price;
 use switchyard_core::settings::{self, Layers, Resolved, Settings};
@@ -302,8 +302,23 @@ impl Snapshot {
                     connection: conn.id.clone(),
                     url: url.clone(),
                 })?;
+            let wall = match (
+                conn.format,
+                row.and_then(|(c, _)| c.provider_specific_data.as_ref()),
+            ) {
+                (UpstreamFormat::Anthropic, Some(data)) => {
+                    upstream::WallConfig::of(&conn.base_url, data).map_err(|url| {
+                        SnapshotError::Url {
+                            connection: conn.id.clone(),
+                            url,
+                        }
+                    })?
+                }
+                _ => None,
+            };
             upstreams.push(Upstream {
                 adapter,
+                wall,
                 url: parsed,
                 count_url,
                 oauth: conn.auth_class == AuthClass::Oauth,

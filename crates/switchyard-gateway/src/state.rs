@@ -115,6 +115,7 @@ impl AppState {
             resilience,
             gates,
             quota,
+            walls: Default::default(),
         });
         let state = Arc::new(Self {
             config: Arc::clone(&config),

@@ -20,7 +20,7 @@ use crate::runtime::resilience;
 use crate::runtime::Runtime;
 use crate::snapshot::Snapshot;
 use crate::telemetry::metrics::model_label;
-use crate::upstream::{Call, ProtocolHeaders};
+use crate::upstream::ProtocolHeaders;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -223,15 +223,15 @@ async fn attempt(
             &snap.settings.concurrency.queue.with(&conn.queue),
             snap.settings.first_byte_timeout_ms,
         ));
-    let call = Call {
-        url: &target.url,
-        body,
-        stream: request.stream,
-        protocol: ctx.protocol,
-        extra: &[],
-    };
-    let sent =
-        crate::upstream::send(snap.settings.connect_timeout_ms, target, call, deadline).await;
+    let sent = super::wall::send(
+        ctx,
+        target,
+        &conn.id,
+        Bytes::from(body),
+        deadline,
+        finisher.request_id(),
+    )
+    .await;
     // The upstream's answer (or failure) is judged at the time it came; the outcome is
     // recorded once it is read.
     let answered = clock.now_ms();

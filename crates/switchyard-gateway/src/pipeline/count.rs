@@ -73,8 +73,9 @@ async fn count(
             continue;
         }
         let call = Call {
+            method: axum::http::Method::POST,
             url,
-            body: request.body.with_model(&c.upstream_model),
+            body: bytes::Bytes::from(request.body.with_model(&c.upstream_model)),
             stream: false,
             protocol: &protocol,
             extra: &[],

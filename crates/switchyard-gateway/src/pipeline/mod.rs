@@ -28,6 +28,7 @@ pub mod finish;
 mod plan;
 mod quota;
 pub mod share;
+mod wall;
 
 use crate::clock::RequestClock;
 use crate::error::{render, ApiError};

@@ -1,6 +1,7 @@
 //! Runtime state: what the request path reads and updates between configuration
 //! changes — provider breakers and connection health ([`resilience`]), concurrency gates
-//! and their queues ([`gate`]), quota counters and provider signals ([`quota`]) —
+//! and their queues ([`gate`]), quota counters and provider signals ([`quota`]), the
+//! Claude usage-wall machines ([`usage_wall`]) —
 //! written behind to the store by the `persist` writer. Each part is held behind
 //! short-lived locks, never across an `.await`. Resilience takes `now` from its caller;
 //! the quota engine reads its own clock (Redis counts on Redis's). Nothing here reads
@@ -9,11 +10,13 @@
 pub mod gate;
 pub mod quota;
 pub mod resilience;
+pub mod usage_wall;
 
 use gate::Gates;
 use quota::QuotaEngine;
 use resilience::Resilience;
 use std::sync::Arc;
+use usage_wall::UsageWalls;
 
 /// The runtime parts, shared by the request path, the management API and the writers.
 #[derive(Debug)]
@@ -21,4 +24,6 @@ pub struct Runtime {
     pub resilience: Resilience,
     pub gates: Arc<Gates>,
     pub quota: Arc<QuotaEngine>,
+    /// The Claude usage-wall machines (SPEC R17).
+    pub walls: UsageWalls,
 }

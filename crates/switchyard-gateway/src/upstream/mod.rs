@@ -18,6 +18,7 @@ use hyper::body::Incoming;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::format::Format;
 use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::resilience::usage_wall::{self, Flags};
 use tokio::time::Instant;
 
 /// An upstream wire format: see the module docs.
@@ -79,6 +80,8 @@ pub struct Upstream {
     pub count_url: Option<Uri>,
     /// The account authenticates with an OAuth subscription token.
     pub oauth: bool,
+    /// The Claude usage-wall settings, for a connection that opted in (SPEC R17).
+    pub wall: Option<WallConfig>,
     /// The `Host` header for it, also built once (the client would format it per request).
     pub host: HeaderValue,
     /// Speak cleartext HTTP/2 with prior knowledge (see `snapshot::H2C_FLAG`).
@@ -89,6 +92,53 @@ pub struct Upstream {
     /// This connection's provider's metric handles.
     pub metrics: ProviderMetrics,
 }
+
+/// A connection's usage-wall opt-ins and the account endpoints the limit reset calls.
+#[derive(Debug, Clone)]
+pub struct WallConfig {
+    pub flags: Flags,
+    /// `GET` the account's usage at the wall.
+    pub usage_url: Uri,
+    /// `POST` the session-limit reset; `None` without an organization id (the reset is
+    /// then off).
+    pub reset_url: Option<Uri>,
+}
+
+impl WallConfig {
+    /// The settings of a connection at `base_url` with `provider_specific_data`; `None`
+    /// when neither opt-in is on. The limit reset needs `organizationUUID`.
+    pub fn of(base_url: &str, data: &serde_json::Value) -> Result<Option<Self>, String> {
+        let mut flags = Flags::from_provider_specific_data(data);
+        if !flags.low_priority_mode && !flags.auto_limit_reset {
+            return Ok(None);
+        }
+        let base = base_url.trim_end_matches('/');
+        let base = base.strip_suffix("/v1").unwrap_or(base);
+        let parse = |path: String| {
+            Uri::try_from(format!("{base}{path}")).map_err(|_| format!("{base}{path}"))
+        };
+        let usage_url = parse(usage_wall::USAGE_CHECK_PATH.to_owned())?;
+        let org = data
+            .get(ORGANIZATION_KEY)
+            .and_then(serde_json::Value::as_str)
+            .filter(|o| !o.is_empty() && o.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+        let reset_url = org.map(|o| parse(usage_wall::reset_path(o))).transpose()?;
+        if reset_url.is_none() && flags.auto_limit_reset {
+            tracing::warn!(
+                "autoLimitReset needs providerSpecificData.{ORGANIZATION_KEY} (the account's organization id); the limit reset stays off."
+            );
+            flags.auto_limit_reset = false;
+        }
+        Ok(Some(Self {
+            flags,
+            usage_url,
+            reset_url,
+        }))
+    }
+}
+
+/// The `providerSpecificData` key of the account's organization id.
+pub const ORGANIZATION_KEY: &str = "organizationUUID";
 
 impl std::fmt::Debug for Upstream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -122,8 +172,9 @@ pub fn adapter(format: Format) -> &'static dyn Adapter {
 /// One upstream call: where to, what, and the protocol headers.
 #[derive(Debug)]
 pub struct Call<'a> {
+    pub method: Method,
     pub url: &'a Uri,
-    pub body: Vec<u8>,
+    pub body: Bytes,
     pub stream: bool,
     pub protocol: &'a ProtocolHeaders,
     /// Extra headers of this call (the R17 slow lane's).
@@ -143,8 +194,8 @@ pub async fn send(
     } else {
         "application/json"
     };
-    let mut request = Request::new(Full::new(Bytes::from(call.body)));
-    *request.method_mut() = Method::POST;
+    let mut request = Request::new(Full::new(call.body));
+    *request.method_mut() = call.method;
     *request.uri_mut() = call.url.clone();
     let headers = request.headers_mut();
     headers.insert(header::HOST, upstream.host.clone());

@@ -1,0 +1,203 @@
+//! Sending an attempt on a Claude connection that opted into the usage-wall features
+//! (SPEC R17): the slow-lane header while the lane is active, and at a wall the same
+//! account retried — at once, after a wait, or after the limit-reset calls — as the core
+//! machine ([`switchyard_core::resilience::usage_wall`]) decides. What the machine does
+//! not intercept goes on to the ordinary answer handling, cooldowns included. Every send
+//! keeps the attempt's first-byte deadline, so waiting counts against it.
+
+use super::attempt::Ctx;
+use crate::upstream::{self, Call, Upstream, WallConfig};
+use axum::http::{HeaderValue, Method, Response};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use rand::Rng;
+use std::time::Duration;
+use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::resilience::usage_wall::{
+    self, Decision, ResetAnswer, UnifiedHeaders, UsageCheck, WallRequest,
+};
+use tokio::time::Instant;
+
+/// Largest account-endpoint answer read (usage check, reset call).
+const MAX_ACCOUNT_BODY_BYTES: usize = 64 * 1024;
+
+/// Sends `body` to `target`, handling the usage wall when the connection opted in.
+pub async fn send(
+    ctx: &Ctx<'_>,
+    target: &Upstream,
+    connection: &str,
+    body: Bytes,
+    deadline: Instant,
+    request_id: &str,
+) -> Result<Response<Incoming>, AttemptFailure> {
+    let timeout = ctx.snap.settings.connect_timeout_ms;
+    let call = |body: Bytes, extra| Call {
+        method: Method::POST,
+        url: &target.url,
+        body,
+        stream: ctx.request.stream,
+        protocol: ctx.protocol,
+        extra,
+    };
+    let Some(wall) = &target.wall else {
+        return upstream::send(timeout, target, call(body, &[]), deadline).await;
+    };
+    let slow_header = [(
+        usage_wall::SLOW_REQUEST_HEADER,
+        HeaderValue::from_static(usage_wall::SLOW_REQUEST_VALUE),
+    )];
+    let walls = &ctx.runtime.walls;
+    let mut request = WallRequest::default();
+    loop {
+        let slow = walls.send_slow(connection, wall.flags, ctx.clock.now_ms());
+        let extra: &[_] = if slow { &slow_header } else { &[] };
+        let response = upstream::send(timeout, target, call(body.clone(), extra), deadline).await?;
+        let pairs: Vec<(&str, &str)> = response
+            .headers()
+            .iter()
+            .filter(|(n, _)| n.as_str().starts_with("anthropic-ratelimit-unified"))
+            .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
+            .collect();
+        let seen = usage_wall::Response {
+            status: response.status().as_u16(),
+            headers: UnifiedHeaders::from_pairs(&pairs),
+            sent_slow: slow,
+        };
+        let budget_ms = u64::try_from(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX);
+        let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
+        let mut decision = walls.on_response(
+            connection,
+            &mut request,
+            wall.flags,
+            seen,
+            ctx.clock.now_ms(),
+            budget_ms,
+            jitter,
+        );
+        loop {
+            match decision {
+                Decision::Proceed => return Ok(response),
+                Decision::Exit(reason) => {
+                    tracing::info!(
+                        request_id,
+                        connection_id = connection,
+                        reason = reason.as_str(),
+                        "The Claude low-priority lane ended; the answer takes the ordinary path."
+                    );
+                    return Ok(response);
+                }
+                Decision::RetrySlowNow => {
+                    tracing::info!(
+                        request_id,
+                        connection_id = connection,
+                        "Usage wall: retrying the same account in the low-priority lane."
+                    );
+                    break;
+                }
+                Decision::RetryFullSpeed => {
+                    tracing::info!(
+                        request_id,
+                        connection_id = connection,
+                        "Usage wall lifted by the limit reset; retrying at full speed."
+                    );
+                    break;
+                }
+                Decision::Wait { ms } => {
+                    tracing::info!(
+                        request_id,
+                        connection_id = connection,
+                        wait_ms = ms,
+                        "Low-priority lane busy; waiting before retrying the same account."
+                    );
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    break;
+                }
+                Decision::TryLimitReset => {
+                    let check = usage_check(timeout, target, wall, deadline).await;
+                    decision =
+                        walls.on_usage_check(connection, &mut request, check, ctx.clock.now_ms());
+                }
+                Decision::CallReset => {
+                    let answer = reset_call(timeout, target, wall, deadline).await;
+                    tracing::info!(
+                        request_id,
+                        connection_id = connection,
+                        answer = ?answer,
+                        "Usage wall: asked for the session-limit reset."
+                    );
+                    decision =
+                        walls.on_reset_result(connection, &mut request, answer, ctx.clock.now_ms());
+                }
+            }
+        }
+    }
+}
+
+/// A JSON answer of an account endpoint, or `None` on any failure.
+async fn account_call(
+    timeout: u64,
+    target: &Upstream,
+    method: Method,
+    url: &axum::http::Uri,
+    body: Bytes,
+    deadline: Instant,
+) -> Option<serde_json::Value> {
+    let call = Call {
+        method,
+        url,
+        body,
+        stream: false,
+        protocol: &upstream::ProtocolHeaders::default(),
+        extra: &[],
+    };
+    let response = upstream::send(timeout, target, call, deadline).await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let read = Limited::new(response.into_body(), MAX_ACCOUNT_BODY_BYTES).collect();
+    let bytes = tokio::time::timeout_at(deadline, read)
+        .await
+        .ok()?
+        .ok()?
+        .to_bytes();
+    serde_json::from_slice(&bytes).ok()
+}
+
+async fn usage_check(
+    timeout: u64,
+    target: &Upstream,
+    wall: &WallConfig,
+    deadline: Instant,
+) -> UsageCheck {
+    account_call(
+        timeout,
+        target,
+        Method::GET,
+        &wall.usage_url,
+        Bytes::new(),
+        deadline,
+    )
+    .await
+    .map_or(UsageCheck::Failed, |v| usage_wall::parse_usage_check(&v))
+}
+
+async fn reset_call(
+    timeout: u64,
+    target: &Upstream,
+    wall: &WallConfig,
+    deadline: Instant,
+) -> ResetAnswer {
+    let Some(url) = &wall.reset_url else {
+        return ResetAnswer::Failed;
+    };
+    let body = Bytes::from(usage_wall::reset_body().to_string());
+    account_call(timeout, target, Method::POST, url, body, deadline)
+        .await
+        .map_or(ResetAnswer::Failed, |v| usage_wall::parse_reset_answer(&v))
+}
