@@ -1,15 +1,523 @@
-//! Stub replaced by the translation work in progress (issue 12).
+//! An OpenAI chat-completions client over an Anthropic Messages upstream: the chat
+//! request as a Messages request, and the Message (JSON, error or event stream) back as
+//! a chat completion.
+//!
+//! # Request
+//!
+//! Output members, in this order: `model`, `messages`, `system` (when any), `max_tokens`,
+//! then those the client's body gives: `stop_sequences`, `temperature`, `top_p`,
+//! `thinking`, `tools`, `tool_choice`, `metadata`, and `stream: true` last when streaming.
+//!
+//! - `system` and `developer` messages, wherever they stand, become `system`: a string
+//!   when the only system text is one message's string content, else text blocks in
+//!   order.
+//! - `user` content: a string stays a string; parts become blocks — `text` a text block,
+//!   `image_url` an image (a `data:<type>;base64,<data>` URL a `base64` source, an
+//!   `http(s)` URL a `url` source; `detail` dropped). `input_audio` and `file` parts
+//!   have no counterpart and are refused.
+//! - `assistant` content becomes text blocks, its `tool_calls` `tool_use` blocks whose
+//!   `input` is the parsed `arguments` (`""` is `{}`; anything but a JSON object is
+//!   refused). `reasoning_content` is dropped: Anthropic takes a thinking block back only
+//!   with the signature it issued, which the chat format does not carry.
+//! - `tool` messages become `tool_result` blocks of a user message, their text (parts
+//!   joined) the result's `content`. Consecutive messages of one Anthropic role merge
+//!   into one message (Anthropic wants the roles to alternate), tool results first: the
+//!   results of a tool-call turn and the user message after them are one user message.
+//! - Empty text adds no block (Anthropic refuses empty text blocks, and chat clients send
+//!   `content: ""` beside tool calls); a message left with nothing adds no message.
+//! - `tools` become `{name, description, input_schema}` (`parameters`, or an empty
+//!   object schema; `strict` dropped). `tool_choice`: `auto` → `auto`, `required` →
+//!   `any`, `none` → `none`, a named function → `tool`. `parallel_tool_calls: false` sets
+//!   `disable_parallel_tool_use` on the tool choice (`auto` when the client gave none
+//!   and there are tools).
+//! - `stop` (a string or strings) → `stop_sequences`; `user` → `metadata.user_id`.
+//! - `temperature` and `top_p` above 1, Anthropic's upper bound, are sent as 1; other
+//!   values as given (a negative one is Anthropic's to refuse).
+//! - `reasoning_effort` `minimal`/`low`, `medium`, `high` → `thinking` with a budget of
+//!   1024, 8192, 24576 tokens, cut to `max_tokens - 1` (Anthropic wants it below the
+//!   output bound); `none` asks for none. With thinking, `temperature` and `top_p` are
+//!   dropped (Anthropic refuses them beside it). Thinking is left out, keeping them, when
+//!   the budget would fall under Anthropic's minimum of 1024, when `tool_choice` forces a
+//!   tool (Anthropic refuses forced tool use with thinking), and when the last assistant
+//!   message called tools: the answer continues that tool-use turn, which Anthropic
+//!   accepts with thinking only if the turn's signed thinking blocks come back.
+//! - Refused: `n` other than 1 (Anthropic gives one answer), the legacy `functions`,
+//!   `function_call` and `function` role (no call ids to pair calls with results).
+//! - Dropped: `response_format`, `logprobs`, `top_logprobs`, `logit_bias`,
+//!   `frequency_penalty`, `presence_penalty`, `seed`, `stream_options`, `service_tier`,
+//!   `store`, `modalities`, `audio`, `prediction`, `metadata` and any other member;
+//!   message `name`s; unknown members of messages, parts and tools.
 
 use super::TranslateError;
 use crate::llm::RawObject;
+use serde_json::{json, Map, Value};
 
+/// Anthropic's smallest thinking budget.
+const MIN_THINKING_BUDGET: u64 = 1024;
+
+fn refuse(message: String) -> TranslateError {
+    TranslateError::Request(message)
+}
+
+/// The body's member `name` as a value; `null` is absent.
+fn member(body: &RawObject, name: &str) -> Result<Option<Value>, TranslateError> {
+    let Some(raw) = body.member(name) else {
+        return Ok(None);
+    };
+    match serde_json::from_str(raw) {
+        Ok(Value::Null) => Ok(None),
+        Ok(v) => Ok(Some(v)),
+        Err(e) => Err(refuse(format!("`{name}` could not be read: {e}"))),
+    }
+}
+
+/// The string member `key` of `v`, named `at.key` when missing.
+fn required_str<'a>(v: &'a Value, key: &str, at: &str) -> Result<&'a str, TranslateError> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| refuse(format!("`{at}.{key}` must be a string")))
+}
+
+fn text_block(text: String) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+/// The chat request `body` as a Messages request for `model`; see the module docs.
 pub fn request(
-    _body: &RawObject,
-    _model: &str,
-    _max_tokens: u64,
-    _stream: bool,
+    body: &RawObject,
+    model: &str,
+    max_tokens: u64,
+    stream: bool,
 ) -> Result<Vec<u8>, TranslateError> {
-    Err(TranslateError::Request("not translated yet".into()))
+    for legacy in ["functions", "function_call"] {
+        if member(body, legacy)?.is_some() {
+            return Err(refuse(format!(
+                "`{legacy}` is not supported by an Anthropic upstream: use `tools` and `tool_choice`"
+            )));
+        }
+    }
+    if let Some(n) = member(body, "n")? {
+        if n.as_u64() != Some(1) {
+            return Err(refuse(
+                "`n` must be 1: an Anthropic upstream gives one answer".into(),
+            ));
+        }
+    }
+    let Some(Value::Array(messages)) = member(body, "messages")? else {
+        return Err(refuse("`messages` must be an array".into()));
+    };
+    let (system, turns) = conversation(&messages)?;
+    let open_tool_turn = turns
+        .iter()
+        .rev()
+        .find(|t| t.role == "assistant")
+        .is_some_and(|t| t.blocks.iter().any(|b| b["type"] == "tool_use"));
+
+    let mut out = Map::new();
+    out.insert("model".into(), model.into());
+    out.insert(
+        "messages".into(),
+        turns.into_iter().map(Turn::into_message).collect(),
+    );
+    if let Some(system) = system {
+        out.insert("system".into(), system);
+    }
+    out.insert("max_tokens".into(), max_tokens.into());
+    if let Some(stop) = member(body, "stop")? {
+        out.insert("stop_sequences".into(), stop_sequences(stop)?);
+    }
+    let tools = member(body, "tools")?.map(tools).transpose()?;
+    let (tool_choice, forced) = tool_choice(body, tools.is_some())?;
+    let effort = member(body, "reasoning_effort")?;
+    match thinking_budget(effort, max_tokens)? {
+        Some(budget) if !forced && !open_tool_turn => {
+            out.insert(
+                "thinking".into(),
+                json!({"type": "enabled", "budget_tokens": budget}),
+            );
+        }
+        _ => {
+            for name in ["temperature", "top_p"] {
+                if let Some(v) = member(body, name)? {
+                    out.insert(name.into(), at_most_one(v, name)?);
+                }
+            }
+        }
+    }
+    if let Some(tools) = tools {
+        out.insert("tools".into(), tools);
+    }
+    if let Some(choice) = tool_choice {
+        out.insert("tool_choice".into(), choice);
+    }
+    if let Some(user) = member(body, "user")? {
+        let Value::String(user) = user else {
+            return Err(refuse("`user` must be a string".into()));
+        };
+        out.insert("metadata".into(), json!({"user_id": user}));
+    }
+    if stream {
+        out.insert("stream".into(), true.into());
+    }
+    serde_json::to_vec(&Value::Object(out)).map_err(|e| refuse(e.to_string()))
+}
+
+/// One Anthropic message being built from consecutive chat messages of its role.
+#[derive(Debug)]
+struct Turn {
+    role: &'static str,
+    /// The content when it is one chat message's string content, kept a string.
+    plain: Option<String>,
+    /// `tool_result` blocks, which go before the others.
+    results: Vec<Value>,
+    blocks: Vec<Value>,
+}
+
+impl Turn {
+    fn new(role: &'static str) -> Self {
+        Self {
+            role,
+            plain: None,
+            results: Vec::new(),
+            blocks: Vec::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.plain.is_none() && self.results.is_empty() && self.blocks.is_empty()
+    }
+
+    fn absorb(&mut self, next: Turn) {
+        self.blocks.extend(self.plain.take().map(text_block));
+        self.results.extend(next.results);
+        self.blocks.extend(next.plain.map(text_block));
+        self.blocks.extend(next.blocks);
+    }
+
+    fn into_message(self) -> Value {
+        let content = match self.plain {
+            Some(text) => Value::String(text),
+            None => self.results.into_iter().chain(self.blocks).collect(),
+        };
+        json!({"role": self.role, "content": content})
+    }
+}
+
+/// The system prompt and the merged messages of a chat `messages` array.
+fn conversation(messages: &[Value]) -> Result<(Option<Value>, Vec<Turn>), TranslateError> {
+    // Each system text, and whether it was a message's string content.
+    let mut system: Vec<(String, bool)> = Vec::new();
+    let mut turns: Vec<Turn> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        let at = format!("messages[{i}]");
+        let content = message.get("content").unwrap_or(&Value::Null);
+        let turn = match required_str(message, "role", &at)? {
+            "system" | "developer" => {
+                let plain = content.is_string();
+                system.extend(texts(content, &at)?.into_iter().map(|t| (t, plain)));
+                continue;
+            }
+            "user" => user_turn(content, &at)?,
+            "assistant" => assistant_turn(message, content, &at)?,
+            "tool" => {
+                let mut turn = Turn::new("user");
+                turn.results.push(json!({
+                    "type": "tool_result",
+                    "tool_use_id": required_str(message, "tool_call_id", &at)?,
+                    "content": texts(content, &at)?.concat(),
+                }));
+                turn
+            }
+            "function" => {
+                return Err(refuse(format!(
+                    "`{at}.role` \"function\" is not supported by an Anthropic upstream: use tool calls"
+                )))
+            }
+            other => return Err(refuse(format!("`{at}.role` \"{other}\" is not a chat role"))),
+        };
+        if turn.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some(last) if last.role == turn.role => last.absorb(turn),
+            _ => turns.push(turn),
+        }
+    }
+    let system = match system.as_slice() {
+        [] => None,
+        [(text, true)] => Some(Value::String(text.clone())),
+        _ => Some(system.into_iter().map(|(t, _)| text_block(t)).collect()),
+    };
+    Ok((system, turns))
+}
+
+/// The non-empty texts of a content that may hold text only: a string, text parts, or
+/// `null`.
+fn texts(content: &Value, at: &str) -> Result<Vec<String>, TranslateError> {
+    let texts = match content {
+        Value::Null => Vec::new(),
+        Value::String(s) => vec![s.clone()],
+        Value::Array(parts) => parts
+            .iter()
+            .enumerate()
+            .map(|(j, part)| {
+                let at = format!("{at}.content[{j}]");
+                match required_str(part, "type", &at)? {
+                    "text" => Ok(required_str(part, "text", &at)?.to_owned()),
+                    other => Err(refuse(format!(
+                        "`{at}.type` \"{other}\" is not allowed here: only text is"
+                    ))),
+                }
+            })
+            .collect::<Result<_, _>>()?,
+        _ => {
+            return Err(refuse(format!(
+                "`{at}.content` must be a string or an array"
+            )))
+        }
+    };
+    Ok(texts.into_iter().filter(|t| !t.is_empty()).collect())
+}
+
+fn user_turn(content: &Value, at: &str) -> Result<Turn, TranslateError> {
+    let mut turn = Turn::new("user");
+    match content {
+        Value::String(s) if !s.is_empty() => turn.plain = Some(s.clone()),
+        Value::Array(parts) => {
+            for (j, part) in parts.iter().enumerate() {
+                let at = format!("{at}.content[{j}]");
+                match required_str(part, "type", &at)? {
+                    "text" => {
+                        let text = required_str(part, "text", &at)?;
+                        if !text.is_empty() {
+                            turn.blocks.push(text_block(text.to_owned()));
+                        }
+                    }
+                    "image_url" => turn.blocks.push(image(part, &at)?),
+                    kind @ ("input_audio" | "file") => {
+                        return Err(refuse(format!(
+                            "`{at}`: {kind} parts have no Anthropic Messages counterpart"
+                        )))
+                    }
+                    other => {
+                        return Err(refuse(format!(
+                            "`{at}.type` \"{other}\" is not a chat content part"
+                        )))
+                    }
+                }
+            }
+        }
+        Value::Null | Value::String(_) => {}
+        _ => {
+            return Err(refuse(format!(
+                "`{at}.content` must be a string or an array"
+            )))
+        }
+    }
+    Ok(turn)
+}
+
+/// An `image_url` part as an image block.
+fn image(part: &Value, at: &str) -> Result<Value, TranslateError> {
+    let image_url = part.get("image_url").unwrap_or(&Value::Null);
+    let url = image_url
+        .as_str()
+        .or_else(|| image_url.get("url").and_then(Value::as_str))
+        .ok_or_else(|| refuse(format!("`{at}.image_url.url` must be a string")))?;
+    if let Some(data_url) = url.strip_prefix("data:") {
+        let media = data_url
+            .split_once(',')
+            .and_then(|(meta, data)| Some((meta.strip_suffix(";base64")?, data)));
+        let Some((media_type, data)) = media else {
+            return Err(refuse(format!(
+                "`{at}.image_url.url` must be a base64 data URL (data:<type>;base64,<data>)"
+            )));
+        };
+        return Ok(json!({"type": "image", "source":
+            {"type": "base64", "media_type": media_type, "data": data}}));
+    }
+    if url.starts_with("https://") || url.starts_with("http://") {
+        return Ok(json!({"type": "image", "source": {"type": "url", "url": url}}));
+    }
+    Err(refuse(format!(
+        "`{at}.image_url.url` must be an http(s) or a data URL"
+    )))
+}
+
+fn assistant_turn(message: &Value, content: &Value, at: &str) -> Result<Turn, TranslateError> {
+    if message.get("function_call").is_some_and(|v| !v.is_null()) {
+        return Err(refuse(format!(
+            "`{at}.function_call` is not supported by an Anthropic upstream: use tool_calls"
+        )));
+    }
+    let mut turn = Turn::new("assistant");
+    let calls = match message.get("tool_calls") {
+        None | Some(Value::Null) => &[][..],
+        Some(Value::Array(calls)) => calls.as_slice(),
+        Some(_) => return Err(refuse(format!("`{at}.tool_calls` must be an array"))),
+    };
+    let texts = texts(content, at)?;
+    match <[String; 1]>::try_from(texts) {
+        Ok([text]) if content.is_string() && calls.is_empty() => turn.plain = Some(text),
+        Ok([text]) => turn.blocks.push(text_block(text)),
+        Err(texts) => turn.blocks.extend(texts.into_iter().map(text_block)),
+    }
+    for (j, call) in calls.iter().enumerate() {
+        let at = format!("{at}.tool_calls[{j}]");
+        match call.get("type").and_then(Value::as_str) {
+            None | Some("function") => {}
+            Some(other) => {
+                return Err(refuse(format!(
+                    "`{at}.type` \"{other}\" has no Anthropic Messages counterpart"
+                )))
+            }
+        }
+        let function = call.get("function").unwrap_or(&Value::Null);
+        let fat = format!("{at}.function");
+        let arguments = match function.get("arguments") {
+            None | Some(Value::Null) => "",
+            Some(Value::String(s)) => s.as_str(),
+            Some(_) => return Err(refuse(format!("`{fat}.arguments` must be a string"))),
+        };
+        let input = if arguments.trim().is_empty() {
+            Value::Object(Map::new())
+        } else {
+            match serde_json::from_str::<Value>(arguments) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => {
+                    return Err(refuse(format!(
+                        "`{fat}.arguments` must be a JSON object: the tool call cannot be sent"
+                    )))
+                }
+            }
+        };
+        turn.blocks.push(json!({
+            "type": "tool_use",
+            "id": required_str(call, "id", &at)?,
+            "name": required_str(function, "name", &fat)?,
+            "input": input,
+        }));
+    }
+    Ok(turn)
+}
+
+fn stop_sequences(stop: Value) -> Result<Value, TranslateError> {
+    match stop {
+        Value::String(s) => Ok(json!([s])),
+        Value::Array(items) if items.iter().all(Value::is_string) => Ok(Value::Array(items)),
+        _ => Err(refuse(
+            "`stop` must be a string or an array of strings".into(),
+        )),
+    }
+}
+
+/// A sampling parameter, capped at Anthropic's upper bound of 1.
+fn at_most_one(v: Value, name: &str) -> Result<Value, TranslateError> {
+    match v.as_f64() {
+        Some(x) if x > 1.0 => Ok(json!(1.0)),
+        Some(_) => Ok(v),
+        None => Err(refuse(format!("`{name}` must be a number"))),
+    }
+}
+
+fn tools(tools: Value) -> Result<Value, TranslateError> {
+    let Value::Array(tools) = tools else {
+        return Err(refuse("`tools` must be an array".into()));
+    };
+    tools
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| {
+            let at = format!("tools[{i}]");
+            match tool.get("type").and_then(Value::as_str) {
+                None | Some("function") => {}
+                Some(other) => {
+                    return Err(refuse(format!(
+                        "`{at}.type` \"{other}\" has no Anthropic Messages counterpart"
+                    )))
+                }
+            }
+            let function = tool.get("function").unwrap_or(&Value::Null);
+            let fat = format!("{at}.function");
+            let mut out = Map::new();
+            out.insert("name".into(), required_str(function, "name", &fat)?.into());
+            match function.get("description") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(d)) => {
+                    out.insert("description".into(), d.as_str().into());
+                }
+                Some(_) => return Err(refuse(format!("`{fat}.description` must be a string"))),
+            }
+            let schema = match function.get("parameters") {
+                None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
+                Some(p @ Value::Object(_)) => p.clone(),
+                Some(_) => return Err(refuse(format!("`{fat}.parameters` must be an object"))),
+            };
+            out.insert("input_schema".into(), schema);
+            Ok(Value::Object(out))
+        })
+        .collect()
+}
+
+/// The Anthropic `tool_choice`, and whether it forces a tool call.
+fn tool_choice(body: &RawObject, has_tools: bool) -> Result<(Option<Value>, bool), TranslateError> {
+    let serial = match member(body, "parallel_tool_calls")? {
+        None | Some(Value::Bool(true)) => false,
+        Some(Value::Bool(false)) => true,
+        Some(_) => return Err(refuse("`parallel_tool_calls` must be a boolean".into())),
+    };
+    let kind = match member(body, "tool_choice")? {
+        None if serial && has_tools => "auto",
+        None => return Ok((None, false)),
+        Some(choice) => match choice.as_str() {
+            Some("auto") => "auto",
+            Some("required") => "any",
+            Some("none") => "none",
+            _ if choice.get("type").and_then(Value::as_str) == Some("function") => {
+                let name = choice
+                    .get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| refuse("`tool_choice.function.name` must be a string".into()))?;
+                let mut out = json!({"type": "tool", "name": name});
+                if serial {
+                    out["disable_parallel_tool_use"] = true.into();
+                }
+                return Ok((Some(out), true));
+            }
+            _ => {
+                return Err(refuse(
+                    "`tool_choice` must be \"auto\", \"required\", \"none\" or a function".into(),
+                ))
+            }
+        },
+    };
+    let mut out = json!({"type": kind});
+    if serial && kind != "none" {
+        out["disable_parallel_tool_use"] = true.into();
+    }
+    Ok((Some(out), kind == "any"))
+}
+
+/// The thinking budget `reasoning_effort` asks for, below `max_tokens`; `None` when
+/// none is asked for or the budget falls under Anthropic's minimum.
+fn thinking_budget(effort: Option<Value>, max_tokens: u64) -> Result<Option<u64>, TranslateError> {
+    let Some(effort) = effort else {
+        return Ok(None);
+    };
+    let budget: u64 =
+        match effort.as_str() {
+            Some("minimal" | "low") => 1024,
+            Some("medium") => 8192,
+            Some("high") => 24576,
+            Some("none") => return Ok(None),
+            _ => return Err(refuse(
+                "`reasoning_effort` must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\""
+                    .into(),
+            )),
+        };
+    let budget = budget.min(max_tokens.saturating_sub(1));
+    Ok((budget >= MIN_THINKING_BUDGET).then_some(budget))
 }
 
 pub fn response(_body: &[u8]) -> Result<Vec<u8>, TranslateError> {
@@ -29,4 +537,318 @@ impl Stream {
     }
 
     pub fn finish(&mut self, _out: &mut Vec<u8>) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOLDEN_REQUEST: &str =
+        include_str!("../../../tests/golden/chat_over_messages/request.chat.json");
+    const GOLDEN_REQUEST_OUT: &str =
+        include_str!("../../../tests/golden/chat_over_messages/request.anthropic.json");
+
+    fn translate(body: &str, max_tokens: u64, stream: bool) -> Result<String, TranslateError> {
+        let body = RawObject::parse(body.as_bytes()).map_err(|e| refuse(format!("{e:?}")))?;
+        request(&body, "m", max_tokens, stream).map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    #[test]
+    fn the_golden_request_translates_byte_for_byte() {
+        let want = GOLDEN_REQUEST_OUT.strip_suffix('\n').unwrap_or_default();
+        assert_eq!(translate(GOLDEN_REQUEST, 4096, true).as_deref(), Ok(want));
+    }
+
+    #[test]
+    fn each_request_member_maps() {
+        let cases = [
+            // One string system message stays a string; the user's string content too.
+            (
+                r#"{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"system":"be brief","max_tokens":1000}"#,
+            ),
+            // System and developer messages anywhere, parts or strings: text blocks in order.
+            (
+                r#"{"messages":[{"role":"user","content":"hi"},{"role":"developer","content":"d"},{"role":"system","content":[{"type":"text","text":"a"},{"type":"text","text":""}]}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"system":[{"type":"text","text":"d"},{"type":"text","text":"a"}],"max_tokens":1000}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"system","content":[{"type":"text","text":"a"}]},{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"system":[{"type":"text","text":"a"}],"max_tokens":1000}"#,
+            ),
+            // User parts: text, a data URL image, an https image.
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text","text":"see"},{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/4A=="}},{"type":"image_url","image_url":{"url":"https://example.com/a.png","detail":"high"}}]}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"see"},{"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"/9j/4A=="}},{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]}],"max_tokens":1000}"#,
+            ),
+            // Assistant text and tool calls; empty arguments are {}, empty text no block,
+            // reasoning_content dropped.
+            (
+                r#"{"messages":[{"role":"user","content":"go"},{"role":"assistant","content":"on it","reasoning_content":"hmm","tool_calls":[{"id":"c1","type":"function","function":{"name":"now","arguments":""}},{"id":"c2","type":"function","function":{"name":"add","arguments":"{\"a\":1,\"b\":[2]}"}}]},{"role":"tool","tool_call_id":"c1","content":"noon"},{"role":"tool","tool_call_id":"c2","content":"3"},{"role":"user","content":"thanks"},{"role":"assistant","content":"","tool_calls":null},{"role":"assistant","content":"ok"}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"go"},{"role":"assistant","content":[{"type":"text","text":"on it"},{"type":"tool_use","id":"c1","name":"now","input":{}},{"type":"tool_use","id":"c2","name":"add","input":{"a":1,"b":[2]}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"noon"},{"type":"tool_result","tool_use_id":"c2","content":"3"},{"type":"text","text":"thanks"}]},{"role":"assistant","content":"ok"}],"max_tokens":1000}"#,
+            ),
+            // Consecutive messages of one role merge; tool results go first.
+            (
+                r#"{"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"text","text":"b"}]},{"role":"assistant","content":"x"},{"role":"assistant","content":[{"type":"text","text":"y"}]},{"role":"user","content":"c"},{"role":"tool","tool_call_id":"t","content":null}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},{"role":"assistant","content":[{"type":"text","text":"x"},{"type":"text","text":"y"}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":""},{"type":"text","text":"c"}]}],"max_tokens":1000}"#,
+            ),
+            // Tools, with and without description and parameters; strict dropped.
+            (
+                r#"{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","description":"does f","parameters":{"type":"object","properties":{"x":{"type":"integer"}}},"strict":true}},{"type":"function","function":{"name":"g"}}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1000,"tools":[{"name":"f","description":"does f","input_schema":{"type":"object","properties":{"x":{"type":"integer"}}}},{"name":"g","input_schema":{"type":"object","properties":{}}}]}"#,
+            ),
+            // Stop sequences, capped sampling parameters, the user, dropped members.
+            (
+                r#"{"messages":[{"role":"user","content":"hi"}],"stop":"~~","temperature":1.5,"top_p":0.9,"user":"u1","n":1,"logprobs":true,"frequency_penalty":1,"presence_penalty":1,"seed":3,"response_format":{"type":"json_object"},"stream_options":{"include_usage":true},"service_tier":"auto","store":false,"modalities":["text"],"metadata":{"a":"b"},"max_tokens":50}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1000,"stop_sequences":["~~"],"temperature":1.0,"top_p":0.9,"metadata":{"user_id":"u1"}}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"hi"}],"stop":["a","b"],"temperature":0,"top_p":null}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1000,"stop_sequences":["a","b"],"temperature":0}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(translate(body, 1000, false).as_deref(), Ok(want), "{body}");
+        }
+    }
+
+    #[test]
+    fn tool_choice_and_parallel_calls_map() {
+        let tools = r#""tools":[{"type":"function","function":{"name":"f"}}]"#;
+        let out_tools =
+            r#""tools":[{"name":"f","input_schema":{"type":"object","properties":{}}}]"#;
+        let cases = [
+            (
+                r#""tool_choice":"auto""#,
+                r#","tool_choice":{"type":"auto"}"#,
+            ),
+            (
+                r#""tool_choice":"required""#,
+                r#","tool_choice":{"type":"any"}"#,
+            ),
+            (
+                r#""tool_choice":"none""#,
+                r#","tool_choice":{"type":"none"}"#,
+            ),
+            (
+                r#""tool_choice":{"type":"function","function":{"name":"f"}}"#,
+                r#","tool_choice":{"type":"tool","name":"f"}"#,
+            ),
+            (
+                r#""parallel_tool_calls":false"#,
+                r#","tool_choice":{"type":"auto","disable_parallel_tool_use":true}"#,
+            ),
+            (
+                r#""tool_choice":"required","parallel_tool_calls":false"#,
+                r#","tool_choice":{"type":"any","disable_parallel_tool_use":true}"#,
+            ),
+            (
+                r#""tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false"#,
+                r#","tool_choice":{"type":"tool","name":"f","disable_parallel_tool_use":true}"#,
+            ),
+            (
+                r#""tool_choice":"none","parallel_tool_calls":false"#,
+                r#","tool_choice":{"type":"none"}"#,
+            ),
+            (r#""parallel_tool_calls":true"#, ""),
+        ];
+        for (members, want) in cases {
+            let body =
+                format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],{tools},{members}}}"#);
+            let want = format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"max_tokens":1000,{out_tools}{want}}}"#
+            );
+            assert_eq!(translate(&body, 1000, false), Ok(want), "{members}");
+        }
+        // Without tools, parallel_tool_calls alone asks for no tool choice.
+        assert_eq!(
+            translate(
+                r#"{"messages":[{"role":"user","content":"hi"}],"parallel_tool_calls":false}"#,
+                1000,
+                false
+            )
+            .as_deref(),
+            Ok(r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1000}"#)
+        );
+    }
+
+    #[test]
+    fn reasoning_effort_asks_for_a_thinking_budget_below_max_tokens() {
+        let hi = r#"{"role":"user","content":"hi"}"#;
+        let cases = [
+            (
+                "minimal",
+                32000,
+                r#","thinking":{"type":"enabled","budget_tokens":1024}"#,
+            ),
+            (
+                "low",
+                32000,
+                r#","thinking":{"type":"enabled","budget_tokens":1024}"#,
+            ),
+            (
+                "medium",
+                32000,
+                r#","thinking":{"type":"enabled","budget_tokens":8192}"#,
+            ),
+            (
+                "high",
+                32000,
+                r#","thinking":{"type":"enabled","budget_tokens":24576}"#,
+            ),
+            (
+                "high",
+                2000,
+                r#","thinking":{"type":"enabled","budget_tokens":1999}"#,
+            ),
+            (
+                "low",
+                1025,
+                r#","thinking":{"type":"enabled","budget_tokens":1024}"#,
+            ),
+            // Under Anthropic's minimum budget: no thinking, sampling parameters kept.
+            ("low", 1024, r#","temperature":0.5,"top_p":0.8"#),
+            ("none", 32000, r#","temperature":0.5,"top_p":0.8"#),
+        ];
+        for (effort, max_tokens, want) in cases {
+            let body = format!(
+                r#"{{"messages":[{hi}],"reasoning_effort":"{effort}","temperature":0.5,"top_p":0.8}}"#
+            );
+            let want =
+                format!(r#"{{"model":"m","messages":[{hi}],"max_tokens":{max_tokens}{want}}}"#);
+            assert_eq!(
+                translate(&body, max_tokens, false),
+                Ok(want),
+                "{effort} {max_tokens}"
+            );
+        }
+        // Forced tool use and an open tool-use turn leave thinking out.
+        let forced = format!(
+            r#"{{"messages":[{hi}],"reasoning_effort":"high","tools":[{{"type":"function","function":{{"name":"f"}}}}],"tool_choice":{{"type":"function","function":{{"name":"f"}}}}}}"#
+        );
+        assert_eq!(
+            translate(&forced, 32000, false).as_deref(),
+            Ok(
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":32000,"tools":[{"name":"f","input_schema":{"type":"object","properties":{}}}],"tool_choice":{"type":"tool","name":"f"}}"#
+            )
+        );
+        let open = format!(
+            r#"{{"messages":[{hi},{{"role":"assistant","tool_calls":[{{"id":"c","type":"function","function":{{"name":"f","arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c","content":"r"}}],"reasoning_effort":"high","temperature":0.5}}"#
+        );
+        assert_eq!(
+            translate(&open, 32000, false).as_deref(),
+            Ok(
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"c","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"c","content":"r"}]}],"max_tokens":32000,"temperature":0.5}"#
+            )
+        );
+        // A tool-use turn that ended in an answer does not.
+        let closed = format!(
+            r#"{{"messages":[{hi},{{"role":"assistant","tool_calls":[{{"id":"c","type":"function","function":{{"name":"f","arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c","content":"r"}},{{"role":"assistant","content":"done"}},{hi}],"reasoning_effort":"low"}}"#
+        );
+        assert_eq!(
+            translate(&closed, 32000, true).as_deref(),
+            Ok(
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"c","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"c","content":"r"}]},{"role":"assistant","content":"done"},{"role":"user","content":"hi"}],"max_tokens":32000,"thinking":{"type":"enabled","budget_tokens":1024},"stream":true}"#
+            )
+        );
+    }
+
+    #[test]
+    fn requests_without_an_anthropic_form_are_refused_naming_the_member() {
+        let user =
+            |content: &str| format!(r#"{{"messages":[{{"role":"user","content":{content}}}]}}"#);
+        let cases = [
+            (
+                user(r#"[{"type":"input_audio","input_audio":{"data":"AA==","format":"wav"}}]"#),
+                "`messages[0].content[0]`: input_audio parts have no Anthropic Messages counterpart",
+            ),
+            (
+                user(r#"[{"type":"text","text":"a"},{"type":"file","file":{"file_id":"f"}}]"#),
+                "`messages[0].content[1]`: file parts have no Anthropic Messages counterpart",
+            ),
+            (
+                user(r#"[{"type":"image_url","image_url":{"url":"ftp://x/y.png"}}]"#),
+                "`messages[0].content[0].image_url.url` must be an http(s) or a data URL",
+            ),
+            (
+                user(r#"[{"type":"image_url","image_url":{"url":"data:image/png,abc"}}]"#),
+                "`messages[0].content[0].image_url.url` must be a base64 data URL (data:<type>;base64,<data>)",
+            ),
+            (
+                user("7"),
+                "`messages[0].content` must be a string or an array",
+            ),
+            (
+                r#"{"messages":[{"role":"function","name":"f","content":"x"}]}"#.into(),
+                "`messages[0].role` \"function\" is not supported by an Anthropic upstream: use tool calls",
+            ),
+            (
+                r#"{"messages":[{"role":"robot","content":"x"}]}"#.into(),
+                "`messages[0].role` \"robot\" is not a chat role",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"},{"role":"tool","content":"x"}]}"#.into(),
+                "`messages[1].tool_call_id` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"system","content":[{"type":"image_url","image_url":{"url":"https://a/b"}}]}]}"#.into(),
+                "`messages[0].content[0].type` \"image_url\" is not allowed here: only text is",
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":"}}]}]}"#.into(),
+                "`messages[0].tool_calls[0].function.arguments` must be a JSON object: the tool call cannot be sent",
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"[1]"}}]}]}"#.into(),
+                "`messages[0].tool_calls[0].function.arguments` must be a JSON object: the tool call cannot be sent",
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","function_call":{"name":"f","arguments":"{}"}}]}"#.into(),
+                "`messages[0].function_call` is not supported by an Anthropic upstream: use tool_calls",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}]}"#.into(),
+                "`functions` is not supported by an Anthropic upstream: use `tools` and `tool_choice`",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"function_call":"auto"}"#.into(),
+                "`function_call` is not supported by an Anthropic upstream: use `tools` and `tool_choice`",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#.into(),
+                "`n` must be 1: an Anthropic upstream gives one answer",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"reasoning_effort":"max"}"#.into(),
+                "`reasoning_effort` must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\"",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"tool_choice":"any"}"#.into(),
+                "`tool_choice` must be \"auto\", \"required\", \"none\" or a function",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"custom","custom":{"name":"f"}}]}"#.into(),
+                "`tools[0].type` \"custom\" has no Anthropic Messages counterpart",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"stop":[1]}"#.into(),
+                "`stop` must be a string or an array of strings",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#.into(),
+                "`temperature` must be a number",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"user":5}"#.into(),
+                "`user` must be a string",
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(
+                translate(&body, 1000, false),
+                Err(TranslateError::Request(want.into())),
+                "{body}"
+            );
+        }
+    }
 }
