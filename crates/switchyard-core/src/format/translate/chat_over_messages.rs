@@ -47,13 +47,36 @@
 //!   `frequency_penalty`, `presence_penalty`, `seed`, `stream_options`, `service_tier`,
 //!   `store`, `modalities`, `audio`, `prediction`, `metadata` and any other member;
 //!   message `name`s; unknown members of messages, parts and tools.
+//!
+//! # Answer
+//!
+//! The Message's id and model; text blocks joined as `content` (`null` without any),
+//! thinking blocks joined as `reasoning_content`, `tool_use` blocks as `tool_calls` with
+//! the input's compact JSON as `arguments`; other blocks (redacted thinking, server tool
+//! blocks) are dropped. `finish_reason` and `usage` come from [`map`](super::map).
+//!
+//! Error bodies become `{"error": {message, type, code: null, param: null}}`, the type
+//! Anthropic's (`rate_limit_error`, …), or Anthropic's for the status when the body is
+//! not an Anthropic error, whose text is then the message; a message is cut to
+//! [`MAX_ERROR_MESSAGE`] bytes.
+//!
+//! # `created`
+//!
+//! No clock is read here. [`response`], which the translate module's fixed interface
+//! calls, gives `"created": 0`; [`response_at`] takes the request's time in Unix
+//! seconds, for a caller that has it to call instead.
 
+use super::map::{finish_reason_of, Tokens};
 use super::TranslateError;
 use crate::llm::RawObject;
 use serde_json::{json, Map, Value};
 
 /// Anthropic's smallest thinking budget.
 const MIN_THINKING_BUDGET: u64 = 1024;
+
+/// Longest upstream error message relayed, in bytes: an HTML error page is cut, not
+/// relayed whole.
+const MAX_ERROR_MESSAGE: usize = 1024;
 
 fn refuse(message: String) -> TranslateError {
     TranslateError::Request(message)
@@ -520,12 +543,119 @@ fn thinking_budget(effort: Option<Value>, max_tokens: u64) -> Result<Option<u64>
     Ok((budget >= MIN_THINKING_BUDGET).then_some(budget))
 }
 
-pub fn response(_body: &[u8]) -> Result<Vec<u8>, TranslateError> {
-    Err(TranslateError::Response("not translated yet".into()))
+/// A Message as a chat completion with `"created": 0`; see [`response_at`].
+pub fn response(body: &[u8]) -> Result<Vec<u8>, TranslateError> {
+    response_at(body, 0)
 }
 
-pub fn error(_status: u16, body: &[u8]) -> Vec<u8> {
-    body.to_vec()
+/// A Message as a chat completion created at `created` (Unix seconds).
+pub fn response_at(body: &[u8], created: u64) -> Result<Vec<u8>, TranslateError> {
+    let message: Value = serde_json::from_slice(body)
+        .map_err(|e| TranslateError::Response(format!("not JSON: {e}")))?;
+    if message.get("type").and_then(Value::as_str) != Some("message") {
+        return Err(TranslateError::Response(
+            "not a Message: its `type` is not \"message\"".into(),
+        ));
+    }
+    let blocks = message
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| TranslateError::Response("the Message has no `content` array".into()))?;
+    let mut content: Option<String> = None;
+    let mut reasoning: Option<String> = None;
+    let mut calls = Vec::new();
+    for block in blocks {
+        let text = |key| block.get(key).and_then(Value::as_str).unwrap_or_default();
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => content
+                .get_or_insert_with(String::new)
+                .push_str(text("text")),
+            Some("thinking") => reasoning
+                .get_or_insert_with(String::new)
+                .push_str(text("thinking")),
+            Some("tool_use") => calls.push(json!({
+                "id": text("id"),
+                "type": "function",
+                "function": {
+                    "name": text("name"),
+                    "arguments": block.get("input").map_or_else(|| "{}".into(), Value::to_string),
+                },
+            })),
+            _ => {}
+        }
+    }
+    let mut reply = Map::new();
+    reply.insert("role".into(), "assistant".into());
+    reply.insert("content".into(), content.into());
+    if let Some(reasoning) = reasoning {
+        reply.insert("reasoning_content".into(), reasoning.into());
+    }
+    if !calls.is_empty() {
+        reply.insert("tool_calls".into(), calls.into());
+    }
+    let str_of = |key| message.get(key).and_then(Value::as_str).unwrap_or_default();
+    let usage = message.get("usage").unwrap_or(&Value::Null);
+    let completion = json!({
+        "id": str_of("id"),
+        "object": "chat.completion",
+        "created": created,
+        "model": str_of("model"),
+        "choices": [{
+            "index": 0,
+            "message": reply,
+            "finish_reason": finish_reason_of(str_of("stop_reason")),
+        }],
+        "usage": Tokens::from_anthropic(usage).chat(),
+    });
+    serde_json::to_vec(&completion).map_err(|e| TranslateError::Response(e.to_string()))
+}
+
+/// Anthropic's error type for an HTTP status.
+fn error_type_of(status: u16) -> &'static str {
+    match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        529 => "overloaded_error",
+        500.. => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// An OpenAI error object for an Anthropic error `body`: its type and message, or
+/// `fallback_type` and the body's text (`empty` when it has none), the message cut to
+/// [`MAX_ERROR_MESSAGE`] bytes.
+fn openai_error(body: &[u8], fallback_type: &str, empty: &str) -> Value {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let field = |key: &str| {
+        parsed
+            .as_ref()
+            .and_then(|v| v.get("error"))
+            .and_then(|e| e.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let text = field("message").unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let message = match text.trim() {
+        "" => empty,
+        text => &text[..text.floor_char_boundary(MAX_ERROR_MESSAGE)],
+    };
+    let kind = field("type").unwrap_or_else(|| fallback_type.to_owned());
+    json!({"error": {"message": message, "type": kind, "code": null, "param": null}})
+}
+
+/// An Anthropic error body (or any body an Anthropic upstream answered `status` with)
+/// as an OpenAI error body.
+pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
+    let empty = format!("the upstream answered HTTP {status}");
+    openai_error(body, error_type_of(status), &empty)
+        .to_string()
+        .into_bytes()
 }
 
 #[derive(Debug, Default)]
@@ -850,5 +980,161 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    fn answer(body: &str) -> Result<String, TranslateError> {
+        response(body.as_bytes()).map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    #[test]
+    fn a_text_answer_maps_with_cache_tokens_in_the_usage() {
+        let body = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"Hello"},{"type":"text","text":", world"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":10,"cache_creation_input_tokens":20,"cache_read_input_tokens":100,"output_tokens":4}}"#;
+        assert_eq!(
+            answer(body).as_deref(),
+            Ok(
+                r#"{"id":"msg_1","object":"chat.completion","created":0,"model":"claude-x","choices":[{"index":0,"message":{"role":"assistant","content":"Hello, world"},"finish_reason":"stop"}],"usage":{"prompt_tokens":130,"completion_tokens":4,"total_tokens":134,"prompt_tokens_details":{"cached_tokens":100},"completion_tokens_details":{"reasoning_tokens":0}}}"#
+            )
+        );
+        assert_eq!(
+            response_at(body.as_bytes(), 1_700_000_000).map(|b| b
+                .starts_with(br#"{"id":"msg_1","object":"chat.completion","created":1700000000,"#)),
+            Ok(true)
+        );
+    }
+
+    #[test]
+    fn tool_use_and_thinking_blocks_map() {
+        let body = r#"{"id":"msg_2","type":"message","role":"assistant","model":"claude-x","content":[{"type":"thinking","thinking":"need ","signature":"sig"},{"type":"redacted_thinking","data":"xx"},{"type":"thinking","thinking":"weather","signature":"sig2"},{"type":"text","text":"Checking."},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris","days":[1, 2]}},{"type":"tool_use","id":"toolu_2","name":"now","input":{}}],"stop_reason":"tool_use","usage":{"input_tokens":5,"output_tokens":7}}"#;
+        assert_eq!(
+            answer(body).as_deref(),
+            Ok(
+                r#"{"id":"msg_2","object":"chat.completion","created":0,"model":"claude-x","choices":[{"index":0,"message":{"role":"assistant","content":"Checking.","reasoning_content":"need weather","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"days\":[1,2]}"}},{"id":"toolu_2","type":"function","function":{"name":"now","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn each_stop_reason_maps_and_an_answer_without_text_has_null_content() {
+        for (stop, finish) in [
+            ("end_turn", "stop"),
+            ("stop_sequence", "stop"),
+            ("pause_turn", "stop"),
+            ("max_tokens", "length"),
+            ("tool_use", "tool_calls"),
+            ("refusal", "content_filter"),
+        ] {
+            let body = format!(
+                r#"{{"id":"msg_3","type":"message","model":"c","content":[],"stop_reason":"{stop}","usage":{{"input_tokens":1,"output_tokens":0}}}}"#
+            );
+            let want = format!(
+                r#"{{"id":"msg_3","object":"chat.completion","created":0,"model":"c","choices":[{{"index":0,"message":{{"role":"assistant","content":null}},"finish_reason":"{finish}"}}],"usage":{{"prompt_tokens":1,"completion_tokens":0,"total_tokens":1,"prompt_tokens_details":{{"cached_tokens":0}},"completion_tokens_details":{{"reasoning_tokens":0}}}}}}"#
+            );
+            assert_eq!(answer(&body), Ok(want), "{stop}");
+        }
+    }
+
+    #[test]
+    fn an_answer_that_is_not_a_message_is_refused() {
+        let cases = [
+            ("<html>", "not JSON: expected value at line 1 column 1"),
+            (
+                r#"{"type":"error","error":{"type":"api_error","message":"x"}}"#,
+                "not a Message: its `type` is not \"message\"",
+            ),
+            (
+                r#"{"type":"message","content":"hi"}"#,
+                "the Message has no `content` array",
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(
+                answer(body),
+                Err(TranslateError::Response(want.into())),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn error_bodies_map_to_openai_errors() {
+        let anthropic = |kind: &str, message: &str| {
+            format!(r#"{{"type":"error","error":{{"type":"{kind}","message":"{message}"}}}}"#)
+        };
+        let openai = |kind: &str, message: &str| {
+            format!(
+                r#"{{"error":{{"message":"{message}","type":"{kind}","code":null,"param":null}}}}"#
+            )
+        };
+        let cases = [
+            (400, "invalid_request_error", "max_tokens: Field required"),
+            (401, "authentication_error", "invalid x-api-key"),
+            (404, "not_found_error", "model: claude-nope"),
+            (
+                429,
+                "rate_limit_error",
+                "Number of request tokens has exceeded your rate limit",
+            ),
+            (529, "overloaded_error", "Overloaded"),
+            (500, "api_error", "Internal server error"),
+        ];
+        for (status, kind, message) in cases {
+            let got = error(status, anthropic(kind, message).as_bytes());
+            assert_eq!(
+                String::from_utf8(got),
+                Ok(openai(kind, message)),
+                "{status}"
+            );
+        }
+        let by_status = [
+            (
+                502,
+                " <html><body>Bad Gateway</body></html>\n",
+                "api_error",
+                "<html><body>Bad Gateway</body></html>",
+            ),
+            (429, "slow down", "rate_limit_error", "slow down"),
+            (
+                529,
+                "",
+                "overloaded_error",
+                "the upstream answered HTTP 529",
+            ),
+            (
+                403,
+                r#"{"error":{"message":"no access"}}"#,
+                "permission_error",
+                "no access",
+            ),
+            (413, "too big", "request_too_large", "too big"),
+            (418, "teapot", "invalid_request_error", "teapot"),
+            (
+                500,
+                r#"{"type":"error","error":{"type":"api_error","message":"   "}}"#,
+                "api_error",
+                "the upstream answered HTTP 500",
+            ),
+        ];
+        for (status, body, kind, message) in by_status {
+            let got = error(status, body.as_bytes());
+            assert_eq!(
+                String::from_utf8(got),
+                Ok(openai(kind, message)),
+                "{status} {body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_error_message_is_cut_at_a_character_boundary() {
+        let page = format!("<html>x{}</html>", "é".repeat(1000));
+        let got = error(502, page.as_bytes());
+        let cut = format!("<html>x{}", "é".repeat(508));
+        assert_eq!(cut.len(), 1023);
+        assert_eq!(
+            String::from_utf8(got),
+            Ok(format!(
+                r#"{{"error":{{"message":"{cut}","type":"api_error","code":null,"param":null}}}}"#
+            ))
+        );
     }
 }
