@@ -55,6 +55,14 @@
 //! the input's compact JSON as `arguments`; other blocks (redacted thinking, server tool
 //! blocks) are dropped. `finish_reason` and `usage` come from [`map`](super::map).
 //!
+//! A stream gives a chunk per delta: `message_start` the first (`role` and empty
+//! `content`), text and thinking deltas `content` and `reasoning_content`, a `tool_use`
+//! block a tool call (numbered from 0) with its id, name and empty arguments, then each
+//! argument fragment as it comes (a call given no argument text gets `{}`, as the JSON
+//! answer's would), `message_delta` a chunk with the `finish_reason` and `usage` (counts
+//! of `message_delta` over those of `message_start`), `message_stop` `[DONE]`. An
+//! `error` event becomes an OpenAI error frame and ends the translation.
+//!
 //! Error bodies become `{"error": {message, type, code: null, param: null}}`, the type
 //! Anthropic's (`rate_limit_error`, …), or Anthropic's for the status when the body is
 //! not an Anthropic error, whose text is then the message; a message is cut to
@@ -62,13 +70,15 @@
 //!
 //! # `created`
 //!
-//! No clock is read here. [`response`], which the translate module's fixed interface
-//! calls, gives `"created": 0`; [`response_at`] takes the request's time in Unix
-//! seconds, for a caller that has it to call instead.
+//! No clock is read here. [`response`] and [`Stream::default`], which the translate
+//! module's fixed interface calls, give `"created": 0`; [`response_at`] and
+//! [`Stream::at`] take the request's time in Unix seconds, for a caller that has it to
+//! call instead.
 
 use super::map::{finish_reason_of, Tokens};
 use super::TranslateError;
 use crate::llm::RawObject;
+use crate::sse::{SseEvent, SseParser};
 use serde_json::{json, Map, Value};
 
 /// Anthropic's smallest thinking budget.
@@ -658,15 +668,186 @@ pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
         .into_bytes()
 }
 
+/// Rewrites a Messages event stream as chat completion chunks; see the module docs.
 #[derive(Debug, Default)]
-pub struct Stream;
+pub struct Stream {
+    parser: SseParser,
+    created: u64,
+    id: String,
+    model: String,
+    /// The usage counts of `message_start`.
+    usage: Map<String, Value>,
+    /// The content block index of each tool call, in call order, and whether it was
+    /// given argument text.
+    tool_blocks: Vec<(u64, bool)>,
+    /// `message_delta` (the finish reason) was sent.
+    finished: bool,
+    /// `message_stop` or an error was seen: nothing more is translated.
+    ended: bool,
+}
 
 impl Stream {
-    pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        out.extend_from_slice(chunk);
+    /// A translator whose chunks say they were created at `created` (Unix seconds).
+    pub fn at(created: u64) -> Self {
+        Self {
+            created,
+            ..Self::default()
+        }
     }
 
-    pub fn finish(&mut self, _out: &mut Vec<u8>) {}
+    /// Reads an upstream chunk (any boundaries) and appends the chat frames it completes.
+    pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        let mut events = Vec::new();
+        self.parser.feed(chunk, |event| events.push(event));
+        for event in events {
+            self.event(&event, out);
+        }
+    }
+
+    /// The upstream stream ended: `[DONE]` when the finish reason was sent but
+    /// `message_stop` never came; nothing otherwise (an answer cut short is left open
+    /// for the caller to report).
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.finished && !self.ended {
+            self.ended = true;
+            out.extend_from_slice(b"data: [DONE]\n\n");
+        }
+    }
+
+    fn event(&mut self, event: &SseEvent, out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        let data: Value = serde_json::from_str(&event.data).unwrap_or_default();
+        let kind = data
+            .get("type")
+            .and_then(Value::as_str)
+            .or(event.event.as_deref())
+            .unwrap_or_default();
+        let str_at = |pointer| {
+            data.pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let index = data.get("index").and_then(Value::as_u64);
+        match kind {
+            "message_start" => {
+                self.id = str_at("/message/id").to_owned();
+                self.model = str_at("/message/model").to_owned();
+                if let Some(Value::Object(usage)) = data.pointer("/message/usage") {
+                    self.usage = usage.clone();
+                }
+                self.chunk(json!({"role": "assistant", "content": ""}), out);
+            }
+            "content_block_start" => match str_at("/content_block/type") {
+                "text" => self.text("content", str_at("/content_block/text"), out),
+                "thinking" => {
+                    self.text("reasoning_content", str_at("/content_block/thinking"), out);
+                }
+                "tool_use" => {
+                    let call = self.tool_blocks.len();
+                    self.tool_blocks.push((index.unwrap_or_default(), false));
+                    let delta = json!({"tool_calls": [{
+                        "index": call,
+                        "id": str_at("/content_block/id"),
+                        "type": "function",
+                        "function": {"name": str_at("/content_block/name"), "arguments": ""},
+                    }]});
+                    self.chunk(delta, out);
+                }
+                _ => {}
+            },
+            "content_block_delta" => match str_at("/delta/type") {
+                "text_delta" => self.text("content", str_at("/delta/text"), out),
+                "thinking_delta" => self.text("reasoning_content", str_at("/delta/thinking"), out),
+                "input_json_delta" => self.arguments(index, str_at("/delta/partial_json"), out),
+                _ => {}
+            },
+            "content_block_stop" => {
+                let unargued = self
+                    .tool_blocks
+                    .iter()
+                    .any(|&(block, argued)| Some(block) == index && !argued);
+                if unargued {
+                    self.arguments(index, "{}", out);
+                }
+            }
+            "message_delta" => {
+                if let Some(Value::Object(usage)) = data.get("usage") {
+                    for (key, count) in usage.iter().filter(|(_, v)| !v.is_null()) {
+                        self.usage.insert(key.clone(), count.clone());
+                    }
+                }
+                self.finished = true;
+                let usage = Tokens::from_anthropic(&Value::Object(self.usage.clone())).chat();
+                let reason = finish_reason_of(str_at("/delta/stop_reason"));
+                self.frame(json!({}), Some(reason), Some(usage), out);
+            }
+            "message_stop" => {
+                self.ended = true;
+                out.extend_from_slice(b"data: [DONE]\n\n");
+            }
+            "error" => {
+                self.ended = true;
+                let error = openai_error(
+                    event.data.as_bytes(),
+                    "api_error",
+                    "the upstream stream reported an error",
+                );
+                write_frame(out, &error);
+            }
+            _ => {}
+        }
+    }
+
+    fn text(&self, key: &str, text: &str, out: &mut Vec<u8>) {
+        if !text.is_empty() {
+            self.chunk(json!({ key: text }), out);
+        }
+    }
+
+    /// Argument text for the tool call of content block `index`.
+    fn arguments(&mut self, index: Option<u64>, fragment: &str, out: &mut Vec<u8>) {
+        let Some((call, (_, argued))) = self
+            .tool_blocks
+            .iter_mut()
+            .enumerate()
+            .find(|(_, (block, _))| Some(*block) == index)
+        else {
+            return;
+        };
+        if fragment.is_empty() {
+            return;
+        }
+        *argued = true;
+        let delta = json!({"tool_calls": [{"index": call, "function": {"arguments": fragment}}]});
+        self.chunk(delta, out);
+    }
+
+    fn chunk(&self, delta: Value, out: &mut Vec<u8>) {
+        self.frame(delta, None, None, out);
+    }
+
+    fn frame(&self, delta: Value, finish: Option<&str>, usage: Option<Value>, out: &mut Vec<u8>) {
+        let mut chunk = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        });
+        if let (Some(usage), Value::Object(members)) = (usage, &mut chunk) {
+            members.insert("usage".into(), usage);
+        }
+        write_frame(out, &chunk);
+    }
+}
+
+fn write_frame(out: &mut Vec<u8>, data: &Value) {
+    out.extend_from_slice(b"data: ");
+    // Serialising a value into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, data);
+    out.extend_from_slice(b"\n\n");
 }
 
 #[cfg(test)]
@@ -677,6 +858,14 @@ mod tests {
         include_str!("../../../tests/golden/chat_over_messages/request.chat.json");
     const GOLDEN_REQUEST_OUT: &str =
         include_str!("../../../tests/golden/chat_over_messages/request.anthropic.json");
+    const GOLDEN_TOOL_STREAM: &str =
+        include_str!("../../../tests/golden/chat_over_messages/stream_tool_call.sse");
+    const GOLDEN_TOOL_STREAM_OUT: &str =
+        include_str!("../../../tests/golden/chat_over_messages/stream_tool_call.chat.sse");
+    const GOLDEN_THINKING_STREAM: &str =
+        include_str!("../../../tests/golden/chat_over_messages/stream_thinking.sse");
+    const GOLDEN_THINKING_STREAM_OUT: &str =
+        include_str!("../../../tests/golden/chat_over_messages/stream_thinking.chat.sse");
 
     fn translate(body: &str, max_tokens: u64, stream: bool) -> Result<String, TranslateError> {
         let body = RawObject::parse(body.as_bytes()).map_err(|e| refuse(format!("{e:?}")))?;
@@ -1135,6 +1324,79 @@ mod tests {
             Ok(format!(
                 r#"{{"error":{{"message":"{cut}","type":"api_error","code":null,"param":null}}}}"#
             ))
+        );
+    }
+
+    fn run(stream: &mut Stream, input: &[u8], chunk: usize) -> String {
+        let mut out = Vec::new();
+        for piece in input.chunks(chunk) {
+            stream.feed(piece, &mut out);
+        }
+        stream.finish(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn golden_streams_translate_byte_for_byte_at_any_boundaries() {
+        for (input, want) in [
+            (GOLDEN_TOOL_STREAM, GOLDEN_TOOL_STREAM_OUT),
+            (GOLDEN_THINKING_STREAM, GOLDEN_THINKING_STREAM_OUT),
+        ] {
+            assert_eq!(
+                run(&mut Stream::default(), input.as_bytes(), input.len()),
+                want
+            );
+            assert_eq!(run(&mut Stream::default(), input.as_bytes(), 1), want);
+        }
+    }
+
+    const START: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_s\",\"model\":\"c\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n";
+    const DELTA: &str = "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":2}}\n\n";
+
+    #[test]
+    fn finish_closes_only_an_answer_whose_finish_reason_was_sent() {
+        let first = "data: {\"id\":\"msg_s\",\"object\":\"chat.completion.chunk\",\"created\":9,\"model\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n";
+        assert_eq!(run(&mut Stream::at(9), START.as_bytes(), 7), first);
+        let last = "data: {\"id\":\"msg_s\",\"object\":\"chat.completion.chunk\",\"created\":9,\"model\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0}}}\n\n";
+        let input = format!("{START}{DELTA}");
+        assert_eq!(
+            run(&mut Stream::at(9), input.as_bytes(), 5),
+            format!("{first}{last}data: [DONE]\n\n")
+        );
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        s.finish(&mut out);
+        assert_eq!(out, b"");
+    }
+
+    #[test]
+    fn an_error_event_becomes_an_error_frame_and_ends_the_translation() {
+        let input = format!(
+            "{START}event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}}}\n\n{DELTA}event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+        );
+        let got = run(&mut Stream::default(), input.as_bytes(), 3);
+        let error = "data: {\"error\":{\"message\":\"Overloaded\",\"type\":\"overloaded_error\",\"code\":null,\"param\":null}}\n\n";
+        assert_eq!(got.split_once("\n\n").map(|(_, rest)| rest), Some(error));
+    }
+
+    #[test]
+    fn a_tool_call_given_no_arguments_gets_an_empty_object() {
+        let input = concat!(
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"server_tool_use\",\"id\":\"srv\",\"name\":\"web_search\",\"input\":{}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"q\\\":1}\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_n\",\"name\":\"now\",\"input\":{}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+        );
+        let chunk = |delta: &str| {
+            format!("data: {{\"id\":\"\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n")
+        };
+        assert_eq!(
+            run(&mut Stream::default(), input.as_bytes(), 11),
+            chunk(
+                r#"{"tool_calls":[{"index":0,"id":"toolu_n","type":"function","function":{"name":"now","arguments":""}}]}"#
+            ) + &chunk(r#"{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}"#)
         );
     }
 }
