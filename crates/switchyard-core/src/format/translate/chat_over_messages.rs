@@ -1,36 +1,1402 @@
-//! Stub replaced by the translation work in progress (issue 12).
+//! An OpenAI chat-completions client over an Anthropic Messages upstream: the chat
+//! request as a Messages request, and the Message (JSON, error or event stream) back as
+//! a chat completion.
+//!
+//! # Request
+//!
+//! Output members, in this order: `model`, `messages`, `system` (when any), `max_tokens`,
+//! then those the client's body gives: `stop_sequences`, `temperature`, `top_p`,
+//! `thinking`, `tools`, `tool_choice`, `metadata`, and `stream: true` last when streaming.
+//!
+//! - `system` and `developer` messages, wherever they stand, become `system`: a string
+//!   when the only system text is one message's string content, else text blocks in
+//!   order.
+//! - `user` content: a string stays a string; parts become blocks — `text` a text block,
+//!   `image_url` an image (a `data:<type>;base64,<data>` URL a `base64` source, an
+//!   `http(s)` URL a `url` source; `detail` dropped). `input_audio` and `file` parts
+//!   have no counterpart and are refused.
+//! - `assistant` content becomes text blocks, its `tool_calls` `tool_use` blocks whose
+//!   `input` is the parsed `arguments` (`""` is `{}`; anything but a JSON object is
+//!   refused). `reasoning_content` is dropped: Anthropic takes a thinking block back only
+//!   with the signature it issued, which the chat format does not carry.
+//! - `tool` messages become `tool_result` blocks of a user message, their text (parts
+//!   joined) the result's `content`. Consecutive messages of one Anthropic role merge
+//!   into one message (Anthropic wants the roles to alternate), tool results first: the
+//!   results of a tool-call turn and the user message after them are one user message.
+//! - Empty text adds no block (Anthropic refuses empty text blocks, and chat clients send
+//!   `content: ""` beside tool calls); a message left with nothing adds no message.
+//! - `tools` become `{name, description, input_schema}` (`parameters`, or an empty
+//!   object schema; `strict` dropped). `tool_choice`: `auto` → `auto`, `required` →
+//!   `any`, `none` → `none`, a named function → `tool`. `parallel_tool_calls: false` sets
+//!   `disable_parallel_tool_use` on the tool choice (`auto` when the client gave none
+//!   and there are tools).
+//! - `stop` (a string or strings) → `stop_sequences`; `user` → `metadata.user_id`.
+//! - `temperature` and `top_p` above 1, Anthropic's upper bound, are sent as 1; other
+//!   values as given (a negative one is Anthropic's to refuse).
+//! - `reasoning_effort` `minimal`/`low`, `medium`, `high` → `thinking` with a budget of
+//!   1024, 8192, 24576 tokens, cut to `max_tokens - 1` (Anthropic wants it below the
+//!   output bound); `none` asks for none. With thinking, `temperature` and `top_p` are
+//!   dropped (Anthropic refuses them beside it). Thinking is left out, keeping them, when
+//!   the budget would fall under Anthropic's minimum of 1024, when `tool_choice` forces a
+//!   tool (Anthropic refuses forced tool use with thinking), and when the last assistant
+//!   message called tools: the answer continues that tool-use turn, which Anthropic
+//!   accepts with thinking only if the turn's signed thinking blocks come back.
+//! - Refused: `n` other than 1 (Anthropic gives one answer), the legacy `functions`,
+//!   `function_call` and `function` role (no call ids to pair calls with results).
+//! - Dropped: `response_format`, `logprobs`, `top_logprobs`, `logit_bias`,
+//!   `frequency_penalty`, `presence_penalty`, `seed`, `stream_options`, `service_tier`,
+//!   `store`, `modalities`, `audio`, `prediction`, `metadata` and any other member;
+//!   message `name`s; unknown members of messages, parts and tools.
+//!
+//! # Answer
+//!
+//! The Message's id and model; text blocks joined as `content` (`null` without any),
+//! thinking blocks joined as `reasoning_content`, `tool_use` blocks as `tool_calls` with
+//! the input's compact JSON as `arguments`; other blocks (redacted thinking, server tool
+//! blocks) are dropped. `finish_reason` and `usage` come from [`map`](super::map).
+//!
+//! A stream gives a chunk per delta: `message_start` the first (`role` and empty
+//! `content`), text and thinking deltas `content` and `reasoning_content`, a `tool_use`
+//! block a tool call (numbered from 0) with its id, name and empty arguments, then each
+//! argument fragment as it comes (a call given no argument text gets `{}`, as the JSON
+//! answer's would), `message_delta` a chunk with the `finish_reason` and `usage` (counts
+//! of `message_delta` over those of `message_start`), `message_stop` `[DONE]`. An
+//! `error` event becomes an OpenAI error frame and ends the translation.
+//!
+//! Error bodies become `{"error": {message, type, code: null, param: null}}`, the type
+//! Anthropic's (`rate_limit_error`, …), or Anthropic's for the status when the body is
+//! not an Anthropic error, whose text is then the message; a message is cut to
+//! [`MAX_ERROR_MESSAGE`] bytes.
+//!
+//! # `created`
+//!
+//! No clock is read here. [`response`] and [`Stream::default`], which the translate
+//! module's fixed interface calls, give `"created": 0`; [`response_at`] and
+//! [`Stream::at`] take the request's time in Unix seconds, for a caller that has it to
+//! call instead.
 
+use super::map::{finish_reason_of, Tokens};
 use super::TranslateError;
 use crate::llm::RawObject;
+use crate::sse::{SseEvent, SseParser};
+use serde_json::{json, Map, Value};
 
+/// Anthropic's smallest thinking budget.
+const MIN_THINKING_BUDGET: u64 = 1024;
+
+/// Longest upstream error message relayed, in bytes: an HTML error page is cut, not
+/// relayed whole.
+const MAX_ERROR_MESSAGE: usize = 1024;
+
+fn refuse(message: String) -> TranslateError {
+    TranslateError::Request(message)
+}
+
+/// The body's member `name` as a value; `null` is absent.
+fn member(body: &RawObject, name: &str) -> Result<Option<Value>, TranslateError> {
+    let Some(raw) = body.member(name) else {
+        return Ok(None);
+    };
+    match serde_json::from_str(raw) {
+        Ok(Value::Null) => Ok(None),
+        Ok(v) => Ok(Some(v)),
+        Err(e) => Err(refuse(format!("`{name}` could not be read: {e}"))),
+    }
+}
+
+/// The string member `key` of `v`, named `at.key` when missing.
+fn required_str<'a>(v: &'a Value, key: &str, at: &str) -> Result<&'a str, TranslateError> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| refuse(format!("`{at}.{key}` must be a string")))
+}
+
+fn text_block(text: String) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+/// The chat request `body` as a Messages request for `model`; see the module docs.
 pub fn request(
-    _body: &RawObject,
-    _model: &str,
-    _max_tokens: u64,
-    _stream: bool,
+    body: &RawObject,
+    model: &str,
+    max_tokens: u64,
+    stream: bool,
 ) -> Result<Vec<u8>, TranslateError> {
-    Err(TranslateError::Request("not translated yet".into()))
+    for legacy in ["functions", "function_call"] {
+        if member(body, legacy)?.is_some() {
+            return Err(refuse(format!(
+                "`{legacy}` is not supported by an Anthropic upstream: use `tools` and `tool_choice`"
+            )));
+        }
+    }
+    if let Some(n) = member(body, "n")? {
+        if n.as_u64() != Some(1) {
+            return Err(refuse(
+                "`n` must be 1: an Anthropic upstream gives one answer".into(),
+            ));
+        }
+    }
+    let Some(Value::Array(messages)) = member(body, "messages")? else {
+        return Err(refuse("`messages` must be an array".into()));
+    };
+    let (system, turns) = conversation(&messages)?;
+    let open_tool_turn = turns
+        .iter()
+        .rev()
+        .find(|t| t.role == "assistant")
+        .is_some_and(|t| t.blocks.iter().any(|b| b["type"] == "tool_use"));
+
+    let mut out = Map::new();
+    out.insert("model".into(), model.into());
+    out.insert(
+        "messages".into(),
+        turns.into_iter().map(Turn::into_message).collect(),
+    );
+    if let Some(system) = system {
+        out.insert("system".into(), system);
+    }
+    out.insert("max_tokens".into(), max_tokens.into());
+    if let Some(stop) = member(body, "stop")? {
+        out.insert("stop_sequences".into(), stop_sequences(stop)?);
+    }
+    let tools = member(body, "tools")?.map(tools).transpose()?;
+    let (tool_choice, forced) = tool_choice(body, tools.is_some())?;
+    let effort = member(body, "reasoning_effort")?;
+    match thinking_budget(effort, max_tokens)? {
+        Some(budget) if !forced && !open_tool_turn => {
+            out.insert(
+                "thinking".into(),
+                json!({"type": "enabled", "budget_tokens": budget}),
+            );
+        }
+        _ => {
+            for name in ["temperature", "top_p"] {
+                if let Some(v) = member(body, name)? {
+                    out.insert(name.into(), at_most_one(v, name)?);
+                }
+            }
+        }
+    }
+    if let Some(tools) = tools {
+        out.insert("tools".into(), tools);
+    }
+    if let Some(choice) = tool_choice {
+        out.insert("tool_choice".into(), choice);
+    }
+    if let Some(user) = member(body, "user")? {
+        let Value::String(user) = user else {
+            return Err(refuse("`user` must be a string".into()));
+        };
+        out.insert("metadata".into(), json!({"user_id": user}));
+    }
+    if stream {
+        out.insert("stream".into(), true.into());
+    }
+    serde_json::to_vec(&Value::Object(out)).map_err(|e| refuse(e.to_string()))
 }
 
-pub fn response_at(_body: &[u8], _now_s: u64) -> Result<Vec<u8>, TranslateError> {
-    Err(TranslateError::Response("not translated yet".into()))
+/// One Anthropic message being built from consecutive chat messages of its role.
+#[derive(Debug)]
+struct Turn {
+    role: &'static str,
+    /// The content when it is one chat message's string content, kept a string.
+    plain: Option<String>,
+    /// `tool_result` blocks, which go before the others.
+    results: Vec<Value>,
+    blocks: Vec<Value>,
 }
 
-pub fn error(_status: u16, body: &[u8]) -> Vec<u8> {
-    body.to_vec()
+impl Turn {
+    fn new(role: &'static str) -> Self {
+        Self {
+            role,
+            plain: None,
+            results: Vec::new(),
+            blocks: Vec::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.plain.is_none() && self.results.is_empty() && self.blocks.is_empty()
+    }
+
+    fn absorb(&mut self, next: Turn) {
+        self.blocks.extend(self.plain.take().map(text_block));
+        self.results.extend(next.results);
+        self.blocks.extend(next.plain.map(text_block));
+        self.blocks.extend(next.blocks);
+    }
+
+    fn into_message(self) -> Value {
+        let content = match self.plain {
+            Some(text) => Value::String(text),
+            None => self.results.into_iter().chain(self.blocks).collect(),
+        };
+        json!({"role": self.role, "content": content})
+    }
 }
 
+/// The system prompt and the merged messages of a chat `messages` array.
+fn conversation(messages: &[Value]) -> Result<(Option<Value>, Vec<Turn>), TranslateError> {
+    // Each system text, and whether it was a message's string content.
+    let mut system: Vec<(String, bool)> = Vec::new();
+    let mut turns: Vec<Turn> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        let at = format!("messages[{i}]");
+        let content = message.get("content").unwrap_or(&Value::Null);
+        let turn = match required_str(message, "role", &at)? {
+            "system" | "developer" => {
+                let plain = content.is_string();
+                system.extend(texts(content, &at)?.into_iter().map(|t| (t, plain)));
+                continue;
+            }
+            "user" => user_turn(content, &at)?,
+            "assistant" => assistant_turn(message, content, &at)?,
+            "tool" => {
+                let mut turn = Turn::new("user");
+                turn.results.push(json!({
+                    "type": "tool_result",
+                    "tool_use_id": required_str(message, "tool_call_id", &at)?,
+                    "content": texts(content, &at)?.concat(),
+                }));
+                turn
+            }
+            "function" => {
+                return Err(refuse(format!(
+                    "`{at}.role` \"function\" is not supported by an Anthropic upstream: use tool calls"
+                )))
+            }
+            other => return Err(refuse(format!("`{at}.role` \"{other}\" is not a chat role"))),
+        };
+        if turn.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some(last) if last.role == turn.role => last.absorb(turn),
+            _ => turns.push(turn),
+        }
+    }
+    let system = match system.as_slice() {
+        [] => None,
+        [(text, true)] => Some(Value::String(text.clone())),
+        _ => Some(system.into_iter().map(|(t, _)| text_block(t)).collect()),
+    };
+    Ok((system, turns))
+}
+
+/// The non-empty texts of a content that may hold text only: a string, text parts, or
+/// `null`.
+fn texts(content: &Value, at: &str) -> Result<Vec<String>, TranslateError> {
+    let texts = match content {
+        Value::Null => Vec::new(),
+        Value::String(s) => vec![s.clone()],
+        Value::Array(parts) => parts
+            .iter()
+            .enumerate()
+            .map(|(j, part)| {
+                let at = format!("{at}.content[{j}]");
+                match required_str(part, "type", &at)? {
+                    "text" => Ok(required_str(part, "text", &at)?.to_owned()),
+                    other => Err(refuse(format!(
+                        "`{at}.type` \"{other}\" is not allowed here: only text is"
+                    ))),
+                }
+            })
+            .collect::<Result<_, _>>()?,
+        _ => {
+            return Err(refuse(format!(
+                "`{at}.content` must be a string or an array"
+            )))
+        }
+    };
+    Ok(texts.into_iter().filter(|t| !t.is_empty()).collect())
+}
+
+fn user_turn(content: &Value, at: &str) -> Result<Turn, TranslateError> {
+    let mut turn = Turn::new("user");
+    match content {
+        Value::String(s) if !s.is_empty() => turn.plain = Some(s.clone()),
+        Value::Array(parts) => {
+            for (j, part) in parts.iter().enumerate() {
+                let at = format!("{at}.content[{j}]");
+                match required_str(part, "type", &at)? {
+                    "text" => {
+                        let text = required_str(part, "text", &at)?;
+                        if !text.is_empty() {
+                            turn.blocks.push(text_block(text.to_owned()));
+                        }
+                    }
+                    "image_url" => turn.blocks.push(image(part, &at)?),
+                    kind @ ("input_audio" | "file") => {
+                        return Err(refuse(format!(
+                            "`{at}`: {kind} parts have no Anthropic Messages counterpart"
+                        )))
+                    }
+                    other => {
+                        return Err(refuse(format!(
+                            "`{at}.type` \"{other}\" is not a chat content part"
+                        )))
+                    }
+                }
+            }
+        }
+        Value::Null | Value::String(_) => {}
+        _ => {
+            return Err(refuse(format!(
+                "`{at}.content` must be a string or an array"
+            )))
+        }
+    }
+    Ok(turn)
+}
+
+/// An `image_url` part as an image block.
+fn image(part: &Value, at: &str) -> Result<Value, TranslateError> {
+    let image_url = part.get("image_url").unwrap_or(&Value::Null);
+    let url = image_url
+        .as_str()
+        .or_else(|| image_url.get("url").and_then(Value::as_str))
+        .ok_or_else(|| refuse(format!("`{at}.image_url.url` must be a string")))?;
+    if let Some(data_url) = url.strip_prefix("data:") {
+        let media = data_url
+            .split_once(',')
+            .and_then(|(meta, data)| Some((meta.strip_suffix(";base64")?, data)));
+        let Some((media_type, data)) = media else {
+            return Err(refuse(format!(
+                "`{at}.image_url.url` must be a base64 data URL (data:<type>;base64,<data>)"
+            )));
+        };
+        return Ok(json!({"type": "image", "source":
+            {"type": "base64", "media_type": media_type, "data": data}}));
+    }
+    if url.starts_with("https://") || url.starts_with("http://") {
+        return Ok(json!({"type": "image", "source": {"type": "url", "url": url}}));
+    }
+    Err(refuse(format!(
+        "`{at}.image_url.url` must be an http(s) or a data URL"
+    )))
+}
+
+fn assistant_turn(message: &Value, content: &Value, at: &str) -> Result<Turn, TranslateError> {
+    if message.get("function_call").is_some_and(|v| !v.is_null()) {
+        return Err(refuse(format!(
+            "`{at}.function_call` is not supported by an Anthropic upstream: use tool_calls"
+        )));
+    }
+    let mut turn = Turn::new("assistant");
+    let calls = match message.get("tool_calls") {
+        None | Some(Value::Null) => &[][..],
+        Some(Value::Array(calls)) => calls.as_slice(),
+        Some(_) => return Err(refuse(format!("`{at}.tool_calls` must be an array"))),
+    };
+    let texts = texts(content, at)?;
+    match <[String; 1]>::try_from(texts) {
+        Ok([text]) if content.is_string() && calls.is_empty() => turn.plain = Some(text),
+        Ok([text]) => turn.blocks.push(text_block(text)),
+        Err(texts) => turn.blocks.extend(texts.into_iter().map(text_block)),
+    }
+    for (j, call) in calls.iter().enumerate() {
+        let at = format!("{at}.tool_calls[{j}]");
+        match call.get("type").and_then(Value::as_str) {
+            None | Some("function") => {}
+            Some(other) => {
+                return Err(refuse(format!(
+                    "`{at}.type` \"{other}\" has no Anthropic Messages counterpart"
+                )))
+            }
+        }
+        let function = call.get("function").unwrap_or(&Value::Null);
+        let fat = format!("{at}.function");
+        let arguments = match function.get("arguments") {
+            None | Some(Value::Null) => "",
+            Some(Value::String(s)) => s.as_str(),
+            Some(_) => return Err(refuse(format!("`{fat}.arguments` must be a string"))),
+        };
+        let input = if arguments.trim().is_empty() {
+            Value::Object(Map::new())
+        } else {
+            match serde_json::from_str::<Value>(arguments) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => {
+                    return Err(refuse(format!(
+                        "`{fat}.arguments` must be a JSON object: the tool call cannot be sent"
+                    )))
+                }
+            }
+        };
+        turn.blocks.push(json!({
+            "type": "tool_use",
+            "id": required_str(call, "id", &at)?,
+            "name": required_str(function, "name", &fat)?,
+            "input": input,
+        }));
+    }
+    Ok(turn)
+}
+
+fn stop_sequences(stop: Value) -> Result<Value, TranslateError> {
+    match stop {
+        Value::String(s) => Ok(json!([s])),
+        Value::Array(items) if items.iter().all(Value::is_string) => Ok(Value::Array(items)),
+        _ => Err(refuse(
+            "`stop` must be a string or an array of strings".into(),
+        )),
+    }
+}
+
+/// A sampling parameter, capped at Anthropic's upper bound of 1.
+fn at_most_one(v: Value, name: &str) -> Result<Value, TranslateError> {
+    match v.as_f64() {
+        Some(x) if x > 1.0 => Ok(json!(1.0)),
+        Some(_) => Ok(v),
+        None => Err(refuse(format!("`{name}` must be a number"))),
+    }
+}
+
+fn tools(tools: Value) -> Result<Value, TranslateError> {
+    let Value::Array(tools) = tools else {
+        return Err(refuse("`tools` must be an array".into()));
+    };
+    tools
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| {
+            let at = format!("tools[{i}]");
+            match tool.get("type").and_then(Value::as_str) {
+                None | Some("function") => {}
+                Some(other) => {
+                    return Err(refuse(format!(
+                        "`{at}.type` \"{other}\" has no Anthropic Messages counterpart"
+                    )))
+                }
+            }
+            let function = tool.get("function").unwrap_or(&Value::Null);
+            let fat = format!("{at}.function");
+            let mut out = Map::new();
+            out.insert("name".into(), required_str(function, "name", &fat)?.into());
+            match function.get("description") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(d)) => {
+                    out.insert("description".into(), d.as_str().into());
+                }
+                Some(_) => return Err(refuse(format!("`{fat}.description` must be a string"))),
+            }
+            let schema = match function.get("parameters") {
+                None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
+                Some(p @ Value::Object(_)) => p.clone(),
+                Some(_) => return Err(refuse(format!("`{fat}.parameters` must be an object"))),
+            };
+            out.insert("input_schema".into(), schema);
+            Ok(Value::Object(out))
+        })
+        .collect()
+}
+
+/// The Anthropic `tool_choice`, and whether it forces a tool call.
+fn tool_choice(body: &RawObject, has_tools: bool) -> Result<(Option<Value>, bool), TranslateError> {
+    let serial = match member(body, "parallel_tool_calls")? {
+        None | Some(Value::Bool(true)) => false,
+        Some(Value::Bool(false)) => true,
+        Some(_) => return Err(refuse("`parallel_tool_calls` must be a boolean".into())),
+    };
+    let kind = match member(body, "tool_choice")? {
+        None if serial && has_tools => "auto",
+        None => return Ok((None, false)),
+        Some(choice) => match choice.as_str() {
+            Some("auto") => "auto",
+            Some("required") => "any",
+            Some("none") => "none",
+            _ if choice.get("type").and_then(Value::as_str) == Some("function") => {
+                let name = choice
+                    .get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| refuse("`tool_choice.function.name` must be a string".into()))?;
+                let mut out = json!({"type": "tool", "name": name});
+                if serial {
+                    out["disable_parallel_tool_use"] = true.into();
+                }
+                return Ok((Some(out), true));
+            }
+            _ => {
+                return Err(refuse(
+                    "`tool_choice` must be \"auto\", \"required\", \"none\" or a function".into(),
+                ))
+            }
+        },
+    };
+    let mut out = json!({"type": kind});
+    if serial && kind != "none" {
+        out["disable_parallel_tool_use"] = true.into();
+    }
+    Ok((Some(out), kind == "any"))
+}
+
+/// The thinking budget `reasoning_effort` asks for, below `max_tokens`; `None` when
+/// none is asked for or the budget falls under Anthropic's minimum.
+fn thinking_budget(effort: Option<Value>, max_tokens: u64) -> Result<Option<u64>, TranslateError> {
+    let Some(effort) = effort else {
+        return Ok(None);
+    };
+    let budget: u64 =
+        match effort.as_str() {
+            Some("minimal" | "low") => 1024,
+            Some("medium") => 8192,
+            Some("high") => 24576,
+            Some("none") => return Ok(None),
+            _ => return Err(refuse(
+                "`reasoning_effort` must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\""
+                    .into(),
+            )),
+        };
+    let budget = budget.min(max_tokens.saturating_sub(1));
+    Ok((budget >= MIN_THINKING_BUDGET).then_some(budget))
+}
+
+/// A Message as a chat completion with `"created": 0`; see [`response_at`].
+pub fn response(body: &[u8]) -> Result<Vec<u8>, TranslateError> {
+    response_at(body, 0)
+}
+
+/// A Message as a chat completion created at `created` (Unix seconds).
+pub fn response_at(body: &[u8], created: u64) -> Result<Vec<u8>, TranslateError> {
+    let message: Value = serde_json::from_slice(body)
+        .map_err(|e| TranslateError::Response(format!("not JSON: {e}")))?;
+    if message.get("type").and_then(Value::as_str) != Some("message") {
+        return Err(TranslateError::Response(
+            "not a Message: its `type` is not \"message\"".into(),
+        ));
+    }
+    let blocks = message
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| TranslateError::Response("the Message has no `content` array".into()))?;
+    let mut content: Option<String> = None;
+    let mut reasoning: Option<String> = None;
+    let mut calls = Vec::new();
+    for block in blocks {
+        let text = |key| block.get(key).and_then(Value::as_str).unwrap_or_default();
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => content
+                .get_or_insert_with(String::new)
+                .push_str(text("text")),
+            Some("thinking") => reasoning
+                .get_or_insert_with(String::new)
+                .push_str(text("thinking")),
+            Some("tool_use") => calls.push(json!({
+                "id": text("id"),
+                "type": "function",
+                "function": {
+                    "name": text("name"),
+                    "arguments": block.get("input").map_or_else(|| "{}".into(), Value::to_string),
+                },
+            })),
+            _ => {}
+        }
+    }
+    let mut reply = Map::new();
+    reply.insert("role".into(), "assistant".into());
+    reply.insert("content".into(), content.into());
+    if let Some(reasoning) = reasoning {
+        reply.insert("reasoning_content".into(), reasoning.into());
+    }
+    if !calls.is_empty() {
+        reply.insert("tool_calls".into(), calls.into());
+    }
+    let str_of = |key| message.get(key).and_then(Value::as_str).unwrap_or_default();
+    let usage = message.get("usage").unwrap_or(&Value::Null);
+    let completion = json!({
+        "id": str_of("id"),
+        "object": "chat.completion",
+        "created": created,
+        "model": str_of("model"),
+        "choices": [{
+            "index": 0,
+            "message": reply,
+            "finish_reason": finish_reason_of(str_of("stop_reason")),
+        }],
+        "usage": Tokens::from_anthropic(usage).chat(),
+    });
+    serde_json::to_vec(&completion).map_err(|e| TranslateError::Response(e.to_string()))
+}
+
+/// Anthropic's error type for an HTTP status.
+fn error_type_of(status: u16) -> &'static str {
+    match status {
+        400 => "invalid_request_error",
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        504 => "timeout_error",
+        529 => "overloaded_error",
+        500.. => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// An OpenAI error object for an Anthropic error `body`: its type and message, or
+/// `fallback_type` and the body's text (`empty` when it has none), the message cut to
+/// [`MAX_ERROR_MESSAGE`] bytes.
+fn openai_error(body: &[u8], fallback_type: &str, empty: &str) -> Value {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let field = |key: &str| {
+        parsed
+            .as_ref()
+            .and_then(|v| v.get("error"))
+            .and_then(|e| e.get(key))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let text = field("message").unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let message = match text.trim() {
+        "" => empty,
+        text => &text[..text.floor_char_boundary(MAX_ERROR_MESSAGE)],
+    };
+    let kind = field("type").unwrap_or_else(|| fallback_type.to_owned());
+    json!({"error": {"message": message, "type": kind, "code": null, "param": null}})
+}
+
+/// An Anthropic error body (or any body an Anthropic upstream answered `status` with)
+/// as an OpenAI error body.
+pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
+    let empty = format!("the upstream answered HTTP {status}");
+    openai_error(body, error_type_of(status), &empty)
+        .to_string()
+        .into_bytes()
+}
+
+/// Rewrites a Messages event stream as chat completion chunks; see the module docs.
 #[derive(Debug, Default)]
-pub struct Stream;
+pub struct Stream {
+    parser: SseParser,
+    created: u64,
+    id: String,
+    model: String,
+    /// The usage counts of `message_start`.
+    usage: Map<String, Value>,
+    /// The content block index of each tool call, in call order, and whether it was
+    /// given argument text.
+    tool_blocks: Vec<(u64, bool)>,
+    /// `message_delta` (the finish reason) was sent.
+    finished: bool,
+    /// `message_stop` or an error was seen: nothing more is translated.
+    ended: bool,
+}
 
 impl Stream {
-    pub fn at(_now_s: u64) -> Self {
-        Self
+    /// A translator whose chunks say they were created at `created` (Unix seconds).
+    pub fn at(created: u64) -> Self {
+        Self {
+            created,
+            ..Self::default()
+        }
     }
 
+    /// Reads an upstream chunk (any boundaries) and appends the chat frames it completes.
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        out.extend_from_slice(chunk);
+        let mut events = Vec::new();
+        self.parser.feed(chunk, |event| events.push(event));
+        for event in events {
+            self.event(&event, out);
+        }
     }
 
-    pub fn finish(&mut self, _out: &mut Vec<u8>) {}
+    /// The upstream stream ended: `[DONE]` when the finish reason was sent but
+    /// `message_stop` never came; nothing otherwise (an answer cut short is left open
+    /// for the caller to report).
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.finished && !self.ended {
+            self.ended = true;
+            out.extend_from_slice(b"data: [DONE]\n\n");
+        }
+    }
+
+    fn event(&mut self, event: &SseEvent, out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        let data: Value = serde_json::from_str(&event.data).unwrap_or_default();
+        let kind = data
+            .get("type")
+            .and_then(Value::as_str)
+            .or(event.event.as_deref())
+            .unwrap_or_default();
+        let str_at = |pointer| {
+            data.pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let index = data.get("index").and_then(Value::as_u64);
+        match kind {
+            "message_start" => {
+                self.id = str_at("/message/id").to_owned();
+                self.model = str_at("/message/model").to_owned();
+                if let Some(Value::Object(usage)) = data.pointer("/message/usage") {
+                    self.usage = usage.clone();
+                }
+                self.chunk(json!({"role": "assistant", "content": ""}), out);
+            }
+            "content_block_start" => match str_at("/content_block/type") {
+                "text" => self.text("content", str_at("/content_block/text"), out),
+                "thinking" => {
+                    self.text("reasoning_content", str_at("/content_block/thinking"), out);
+                }
+                "tool_use" => {
+                    let call = self.tool_blocks.len();
+                    self.tool_blocks.push((index.unwrap_or_default(), false));
+                    let delta = json!({"tool_calls": [{
+                        "index": call,
+                        "id": str_at("/content_block/id"),
+                        "type": "function",
+                        "function": {"name": str_at("/content_block/name"), "arguments": ""},
+                    }]});
+                    self.chunk(delta, out);
+                }
+                _ => {}
+            },
+            "content_block_delta" => match str_at("/delta/type") {
+                "text_delta" => self.text("content", str_at("/delta/text"), out),
+                "thinking_delta" => self.text("reasoning_content", str_at("/delta/thinking"), out),
+                "input_json_delta" => self.arguments(index, str_at("/delta/partial_json"), out),
+                _ => {}
+            },
+            "content_block_stop" => {
+                let unargued = self
+                    .tool_blocks
+                    .iter()
+                    .any(|&(block, argued)| Some(block) == index && !argued);
+                if unargued {
+                    self.arguments(index, "{}", out);
+                }
+            }
+            "message_delta" => {
+                if let Some(Value::Object(usage)) = data.get("usage") {
+                    for (key, count) in usage.iter().filter(|(_, v)| !v.is_null()) {
+                        self.usage.insert(key.clone(), count.clone());
+                    }
+                }
+                self.finished = true;
+                let usage = Tokens::from_anthropic(&Value::Object(self.usage.clone())).chat();
+                let reason = finish_reason_of(str_at("/delta/stop_reason"));
+                self.frame(json!({}), Some(reason), Some(usage), out);
+            }
+            "message_stop" => {
+                self.ended = true;
+                out.extend_from_slice(b"data: [DONE]\n\n");
+            }
+            "error" => {
+                self.ended = true;
+                let error = openai_error(
+                    event.data.as_bytes(),
+                    "api_error",
+                    "the upstream stream reported an error",
+                );
+                write_frame(out, &error);
+            }
+            _ => {}
+        }
+    }
+
+    fn text(&self, key: &str, text: &str, out: &mut Vec<u8>) {
+        if !text.is_empty() {
+            self.chunk(json!({ key: text }), out);
+        }
+    }
+
+    /// Argument text for the tool call of content block `index`.
+    fn arguments(&mut self, index: Option<u64>, fragment: &str, out: &mut Vec<u8>) {
+        let Some((call, (_, argued))) = self
+            .tool_blocks
+            .iter_mut()
+            .enumerate()
+            .find(|(_, (block, _))| Some(*block) == index)
+        else {
+            return;
+        };
+        if fragment.is_empty() {
+            return;
+        }
+        *argued = true;
+        let delta = json!({"tool_calls": [{"index": call, "function": {"arguments": fragment}}]});
+        self.chunk(delta, out);
+    }
+
+    fn chunk(&self, delta: Value, out: &mut Vec<u8>) {
+        self.frame(delta, None, None, out);
+    }
+
+    fn frame(&self, delta: Value, finish: Option<&str>, usage: Option<Value>, out: &mut Vec<u8>) {
+        let mut chunk = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        });
+        if let (Some(usage), Value::Object(members)) = (usage, &mut chunk) {
+            members.insert("usage".into(), usage);
+        }
+        write_frame(out, &chunk);
+    }
+}
+
+fn write_frame(out: &mut Vec<u8>, data: &Value) {
+    out.extend_from_slice(b"data: ");
+    // Serialising a value into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, data);
+    out.extend_from_slice(b"\n\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOLDEN_REQUEST: &str =
+        include_str!("../../../tests/golden/chat_over_messages/request.chat.json");
+    const GOLDEN_REQUEST_OUT: &str =
+        include_str!("../../../tests/golden/chat_over_messages/request.anthropic.json");
+    const GOLDEN_TOOL_STREAM: &str =
+        include_str!("../../../tests/golden/chat_over_messages/stream_tool_call.sse");
+    const GOLDEN_TOOL_STREAM_OUT: &str =
+        include_str!("../../../tests/golden/chat_over_messages/stream_tool_call.chat.sse");
+    const GOLDEN_THINKING_STREAM: &str =
+        include_str!("../../../tests/golden/chat_over_messages/stream_thinking.sse");
+    const GOLDEN_THINKING_STREAM_OUT: &str =
+        include_str!("../../../tests/golden/chat_over_messages/stream_thinking.chat.sse");
+
+    fn translate(body: &str, max_tokens: u64, stream: bool) -> Result<String, TranslateError> {
+        let body = RawObject::parse(body.as_bytes()).map_err(|e| refuse(format!("{e:?}")))?;
+        request(&body, "m", max_tokens, stream).map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    #[test]
+    fn the_golden_request_translates_byte_for_byte() {
+        let want = GOLDEN_REQUEST_OUT.strip_suffix('\n').unwrap_or_default();
+        assert_eq!(translate(GOLDEN_REQUEST, 4096, true).as_deref(), Ok(want));
+    }
+
+    #[test]
+    fn each_request_member_maps() {
+        let cases = [
+            // One string system message stays a string; the user's string content too.
+            (
+                r#"{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"system":"be brief","max_tokens":1000}"#,
+            ),
+            // System and developer messages anywhere, parts or strings: text blocks in order.
+            (
+                r#"{"messages":[{"role":"user","content":"hi"},{"role":"developer","content":"d"},{"role":"system","content":[{"type":"text","text":"a"},{"type":"text","text":""}]}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"system":[{"type":"text","text":"d"},{"type":"text","text":"a"}],"max_tokens":1000}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"system","content":[{"type":"text","text":"a"}]},{"role":"user","content":"hi"}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"system":[{"type":"text","text":"a"}],"max_tokens":1000}"#,
+            ),
+            // User parts: text, a data URL image, an https image.
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text","text":"see"},{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/4A=="}},{"type":"image_url","image_url":{"url":"https://example.com/a.png","detail":"high"}}]}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"see"},{"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"/9j/4A=="}},{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]}],"max_tokens":1000}"#,
+            ),
+            // Assistant text and tool calls; empty arguments are {}, empty text no block,
+            // reasoning_content dropped.
+            (
+                r#"{"messages":[{"role":"user","content":"go"},{"role":"assistant","content":"on it","reasoning_content":"hmm","tool_calls":[{"id":"c1","type":"function","function":{"name":"now","arguments":""}},{"id":"c2","type":"function","function":{"name":"add","arguments":"{\"a\":1,\"b\":[2]}"}}]},{"role":"tool","tool_call_id":"c1","content":"noon"},{"role":"tool","tool_call_id":"c2","content":"3"},{"role":"user","content":"thanks"},{"role":"assistant","content":"","tool_calls":null},{"role":"assistant","content":"ok"}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"go"},{"role":"assistant","content":[{"type":"text","text":"on it"},{"type":"tool_use","id":"c1","name":"now","input":{}},{"type":"tool_use","id":"c2","name":"add","input":{"a":1,"b":[2]}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"c1","content":"noon"},{"type":"tool_result","tool_use_id":"c2","content":"3"},{"type":"text","text":"thanks"}]},{"role":"assistant","content":"ok"}],"max_tokens":1000}"#,
+            ),
+            // Consecutive messages of one role merge; tool results go first.
+            (
+                r#"{"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"text","text":"b"}]},{"role":"assistant","content":"x"},{"role":"assistant","content":[{"type":"text","text":"y"}]},{"role":"user","content":"c"},{"role":"tool","tool_call_id":"t","content":null}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},{"role":"assistant","content":[{"type":"text","text":"x"},{"type":"text","text":"y"}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":""},{"type":"text","text":"c"}]}],"max_tokens":1000}"#,
+            ),
+            // Tools, with and without description and parameters; strict dropped.
+            (
+                r#"{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","description":"does f","parameters":{"type":"object","properties":{"x":{"type":"integer"}}},"strict":true}},{"type":"function","function":{"name":"g"}}]}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1000,"tools":[{"name":"f","description":"does f","input_schema":{"type":"object","properties":{"x":{"type":"integer"}}}},{"name":"g","input_schema":{"type":"object","properties":{}}}]}"#,
+            ),
+            // Stop sequences, capped sampling parameters, the user, dropped members.
+            (
+                r#"{"messages":[{"role":"user","content":"hi"}],"stop":"~~","temperature":1.5,"top_p":0.9,"user":"u1","n":1,"logprobs":true,"frequency_penalty":1,"presence_penalty":1,"seed":3,"response_format":{"type":"json_object"},"stream_options":{"include_usage":true},"service_tier":"auto","store":false,"modalities":["text"],"metadata":{"a":"b"},"max_tokens":50}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1000,"stop_sequences":["~~"],"temperature":1.0,"top_p":0.9,"metadata":{"user_id":"u1"}}"#,
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"hi"}],"stop":["a","b"],"temperature":0,"top_p":null}"#,
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1000,"stop_sequences":["a","b"],"temperature":0}"#,
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(translate(body, 1000, false).as_deref(), Ok(want), "{body}");
+        }
+    }
+
+    #[test]
+    fn tool_choice_and_parallel_calls_map() {
+        let tools = r#""tools":[{"type":"function","function":{"name":"f"}}]"#;
+        let out_tools =
+            r#""tools":[{"name":"f","input_schema":{"type":"object","properties":{}}}]"#;
+        let cases = [
+            (
+                r#""tool_choice":"auto""#,
+                r#","tool_choice":{"type":"auto"}"#,
+            ),
+            (
+                r#""tool_choice":"required""#,
+                r#","tool_choice":{"type":"any"}"#,
+            ),
+            (
+                r#""tool_choice":"none""#,
+                r#","tool_choice":{"type":"none"}"#,
+            ),
+            (
+                r#""tool_choice":{"type":"function","function":{"name":"f"}}"#,
+                r#","tool_choice":{"type":"tool","name":"f"}"#,
+            ),
+            (
+                r#""parallel_tool_calls":false"#,
+                r#","tool_choice":{"type":"auto","disable_parallel_tool_use":true}"#,
+            ),
+            (
+                r#""tool_choice":"required","parallel_tool_calls":false"#,
+                r#","tool_choice":{"type":"any","disable_parallel_tool_use":true}"#,
+            ),
+            (
+                r#""tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false"#,
+                r#","tool_choice":{"type":"tool","name":"f","disable_parallel_tool_use":true}"#,
+            ),
+            (
+                r#""tool_choice":"none","parallel_tool_calls":false"#,
+                r#","tool_choice":{"type":"none"}"#,
+            ),
+            (r#""parallel_tool_calls":true"#, ""),
+        ];
+        for (members, want) in cases {
+            let body =
+                format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],{tools},{members}}}"#);
+            let want = format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"max_tokens":1000,{out_tools}{want}}}"#
+            );
+            assert_eq!(translate(&body, 1000, false), Ok(want), "{members}");
+        }
+        // Without tools, parallel_tool_calls alone asks for no tool choice.
+        assert_eq!(
+            translate(
+                r#"{"messages":[{"role":"user","content":"hi"}],"parallel_tool_calls":false}"#,
+                1000,
+                false
+            )
+            .as_deref(),
+            Ok(r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1000}"#)
+        );
+    }
+
+    #[test]
+    fn reasoning_effort_asks_for_a_thinking_budget_below_max_tokens() {
+        let hi = r#"{"role":"user","content":"hi"}"#;
+        let cases = [
+            (
+                "minimal",
+                32000,
+                r#","thinking":{"type":"enabled","budget_tokens":1024}"#,
+            ),
+            (
+                "low",
+                32000,
+                r#","thinking":{"type":"enabled","budget_tokens":1024}"#,
+            ),
+            (
+                "medium",
+                32000,
+                r#","thinking":{"type":"enabled","budget_tokens":8192}"#,
+            ),
+            (
+                "high",
+                32000,
+                r#","thinking":{"type":"enabled","budget_tokens":24576}"#,
+            ),
+            (
+                "high",
+                2000,
+                r#","thinking":{"type":"enabled","budget_tokens":1999}"#,
+            ),
+            (
+                "low",
+                1025,
+                r#","thinking":{"type":"enabled","budget_tokens":1024}"#,
+            ),
+            // Under Anthropic's minimum budget: no thinking, sampling parameters kept.
+            ("low", 1024, r#","temperature":0.5,"top_p":0.8"#),
+            ("none", 32000, r#","temperature":0.5,"top_p":0.8"#),
+        ];
+        for (effort, max_tokens, want) in cases {
+            let body = format!(
+                r#"{{"messages":[{hi}],"reasoning_effort":"{effort}","temperature":0.5,"top_p":0.8}}"#
+            );
+            let want =
+                format!(r#"{{"model":"m","messages":[{hi}],"max_tokens":{max_tokens}{want}}}"#);
+            assert_eq!(
+                translate(&body, max_tokens, false),
+                Ok(want),
+                "{effort} {max_tokens}"
+            );
+        }
+        // Forced tool use and an open tool-use turn leave thinking out.
+        let forced = format!(
+            r#"{{"messages":[{hi}],"reasoning_effort":"high","tools":[{{"type":"function","function":{{"name":"f"}}}}],"tool_choice":{{"type":"function","function":{{"name":"f"}}}}}}"#
+        );
+        assert_eq!(
+            translate(&forced, 32000, false).as_deref(),
+            Ok(
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":32000,"tools":[{"name":"f","input_schema":{"type":"object","properties":{}}}],"tool_choice":{"type":"tool","name":"f"}}"#
+            )
+        );
+        let open = format!(
+            r#"{{"messages":[{hi},{{"role":"assistant","tool_calls":[{{"id":"c","type":"function","function":{{"name":"f","arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c","content":"r"}}],"reasoning_effort":"high","temperature":0.5}}"#
+        );
+        assert_eq!(
+            translate(&open, 32000, false).as_deref(),
+            Ok(
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"c","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"c","content":"r"}]}],"max_tokens":32000,"temperature":0.5}"#
+            )
+        );
+        // A tool-use turn that ended in an answer does not.
+        let closed = format!(
+            r#"{{"messages":[{hi},{{"role":"assistant","tool_calls":[{{"id":"c","type":"function","function":{{"name":"f","arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c","content":"r"}},{{"role":"assistant","content":"done"}},{hi}],"reasoning_effort":"low"}}"#
+        );
+        assert_eq!(
+            translate(&closed, 32000, true).as_deref(),
+            Ok(
+                r#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"c","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"c","content":"r"}]},{"role":"assistant","content":"done"},{"role":"user","content":"hi"}],"max_tokens":32000,"thinking":{"type":"enabled","budget_tokens":1024},"stream":true}"#
+            )
+        );
+    }
+
+    #[test]
+    fn requests_without_an_anthropic_form_are_refused_naming_the_member() {
+        let user =
+            |content: &str| format!(r#"{{"messages":[{{"role":"user","content":{content}}}]}}"#);
+        let cases = [
+            (
+                user(r#"[{"type":"input_audio","input_audio":{"data":"AA==","format":"wav"}}]"#),
+                "`messages[0].content[0]`: input_audio parts have no Anthropic Messages counterpart",
+            ),
+            (
+                user(r#"[{"type":"text","text":"a"},{"type":"file","file":{"file_id":"f"}}]"#),
+                "`messages[0].content[1]`: file parts have no Anthropic Messages counterpart",
+            ),
+            (
+                user(r#"[{"type":"image_url","image_url":{"url":"ftp://x/y.png"}}]"#),
+                "`messages[0].content[0].image_url.url` must be an http(s) or a data URL",
+            ),
+            (
+                user(r#"[{"type":"image_url","image_url":{"url":"data:image/png,abc"}}]"#),
+                "`messages[0].content[0].image_url.url` must be a base64 data URL (data:<type>;base64,<data>)",
+            ),
+            (
+                user("7"),
+                "`messages[0].content` must be a string or an array",
+            ),
+            (
+                r#"{"messages":[{"role":"function","name":"f","content":"x"}]}"#.into(),
+                "`messages[0].role` \"function\" is not supported by an Anthropic upstream: use tool calls",
+            ),
+            (
+                r#"{"messages":[{"role":"robot","content":"x"}]}"#.into(),
+                "`messages[0].role` \"robot\" is not a chat role",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"},{"role":"tool","content":"x"}]}"#.into(),
+                "`messages[1].tool_call_id` must be a string",
+            ),
+            (
+                r#"{"messages":[{"role":"system","content":[{"type":"image_url","image_url":{"url":"https://a/b"}}]}]}"#.into(),
+                "`messages[0].content[0].type` \"image_url\" is not allowed here: only text is",
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":"}}]}]}"#.into(),
+                "`messages[0].tool_calls[0].function.arguments` must be a JSON object: the tool call cannot be sent",
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"[1]"}}]}]}"#.into(),
+                "`messages[0].tool_calls[0].function.arguments` must be a JSON object: the tool call cannot be sent",
+            ),
+            (
+                r#"{"messages":[{"role":"assistant","function_call":{"name":"f","arguments":"{}"}}]}"#.into(),
+                "`messages[0].function_call` is not supported by an Anthropic upstream: use tool_calls",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}]}"#.into(),
+                "`functions` is not supported by an Anthropic upstream: use `tools` and `tool_choice`",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"function_call":"auto"}"#.into(),
+                "`function_call` is not supported by an Anthropic upstream: use `tools` and `tool_choice`",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#.into(),
+                "`n` must be 1: an Anthropic upstream gives one answer",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"reasoning_effort":"max"}"#.into(),
+                "`reasoning_effort` must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\"",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"tool_choice":"any"}"#.into(),
+                "`tool_choice` must be \"auto\", \"required\", \"none\" or a function",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"custom","custom":{"name":"f"}}]}"#.into(),
+                "`tools[0].type` \"custom\" has no Anthropic Messages counterpart",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"stop":[1]}"#.into(),
+                "`stop` must be a string or an array of strings",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#.into(),
+                "`temperature` must be a number",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"user":5}"#.into(),
+                "`user` must be a string",
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(
+                translate(&body, 1000, false),
+                Err(TranslateError::Request(want.into())),
+                "{body}"
+            );
+        }
+    }
+
+    fn answer(body: &str) -> Result<String, TranslateError> {
+        response(body.as_bytes()).map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    #[test]
+    fn a_text_answer_maps_with_cache_tokens_in_the_usage() {
+        let body = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"Hello"},{"type":"text","text":", world"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":10,"cache_creation_input_tokens":20,"cache_read_input_tokens":100,"output_tokens":4}}"#;
+        assert_eq!(
+            answer(body).as_deref(),
+            Ok(
+                r#"{"id":"msg_1","object":"chat.completion","created":0,"model":"claude-x","choices":[{"index":0,"message":{"role":"assistant","content":"Hello, world"},"finish_reason":"stop"}],"usage":{"prompt_tokens":130,"completion_tokens":4,"total_tokens":134,"prompt_tokens_details":{"cached_tokens":100},"completion_tokens_details":{"reasoning_tokens":0}}}"#
+            )
+        );
+        assert_eq!(
+            response_at(body.as_bytes(), 1_700_000_000).map(|b| b
+                .starts_with(br#"{"id":"msg_1","object":"chat.completion","created":1700000000,"#)),
+            Ok(true)
+        );
+    }
+
+    #[test]
+    fn tool_use_and_thinking_blocks_map() {
+        let body = r#"{"id":"msg_2","type":"message","role":"assistant","model":"claude-x","content":[{"type":"thinking","thinking":"need ","signature":"sig"},{"type":"redacted_thinking","data":"xx"},{"type":"thinking","thinking":"weather","signature":"sig2"},{"type":"text","text":"Checking."},{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Paris","days":[1, 2]}},{"type":"tool_use","id":"toolu_2","name":"now","input":{}}],"stop_reason":"tool_use","usage":{"input_tokens":5,"output_tokens":7}}"#;
+        assert_eq!(
+            answer(body).as_deref(),
+            Ok(
+                r#"{"id":"msg_2","object":"chat.completion","created":0,"model":"claude-x","choices":[{"index":0,"message":{"role":"assistant","content":"Checking.","reasoning_content":"need weather","tool_calls":[{"id":"toolu_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"days\":[1,2]}"}},{"id":"toolu_2","type":"function","function":{"name":"now","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn each_stop_reason_maps_and_an_answer_without_text_has_null_content() {
+        for (stop, finish) in [
+            ("end_turn", "stop"),
+            ("stop_sequence", "stop"),
+            ("pause_turn", "stop"),
+            ("max_tokens", "length"),
+            ("tool_use", "tool_calls"),
+            ("refusal", "content_filter"),
+        ] {
+            let body = format!(
+                r#"{{"id":"msg_3","type":"message","model":"c","content":[],"stop_reason":"{stop}","usage":{{"input_tokens":1,"output_tokens":0}}}}"#
+            );
+            let want = format!(
+                r#"{{"id":"msg_3","object":"chat.completion","created":0,"model":"c","choices":[{{"index":0,"message":{{"role":"assistant","content":null}},"finish_reason":"{finish}"}}],"usage":{{"prompt_tokens":1,"completion_tokens":0,"total_tokens":1,"prompt_tokens_details":{{"cached_tokens":0}},"completion_tokens_details":{{"reasoning_tokens":0}}}}}}"#
+            );
+            assert_eq!(answer(&body), Ok(want), "{stop}");
+        }
+    }
+
+    #[test]
+    fn an_answer_that_is_not_a_message_is_refused() {
+        let cases = [
+            ("<html>", "not JSON: expected value at line 1 column 1"),
+            (
+                r#"{"type":"error","error":{"type":"api_error","message":"x"}}"#,
+                "not a Message: its `type` is not \"message\"",
+            ),
+            (
+                r#"{"type":"message","content":"hi"}"#,
+                "the Message has no `content` array",
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(
+                answer(body),
+                Err(TranslateError::Response(want.into())),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn error_bodies_map_to_openai_errors() {
+        let anthropic = |kind: &str, message: &str| {
+            format!(r#"{{"type":"error","error":{{"type":"{kind}","message":"{message}"}}}}"#)
+        };
+        let openai = |kind: &str, message: &str| {
+            format!(
+                r#"{{"error":{{"message":"{message}","type":"{kind}","code":null,"param":null}}}}"#
+            )
+        };
+        let cases = [
+            (400, "invalid_request_error", "max_tokens: Field required"),
+            (401, "authentication_error", "invalid x-api-key"),
+            (404, "not_found_error", "model: claude-nope"),
+            (
+                429,
+                "rate_limit_error",
+                "Number of request tokens has exceeded your rate limit",
+            ),
+            (529, "overloaded_error", "Overloaded"),
+            (500, "api_error", "Internal server error"),
+        ];
+        for (status, kind, message) in cases {
+            let got = error(status, anthropic(kind, message).as_bytes());
+            assert_eq!(
+                String::from_utf8(got),
+                Ok(openai(kind, message)),
+                "{status}"
+            );
+        }
+        let by_status = [
+            (
+                502,
+                " <html><body>Bad Gateway</body></html>\n",
+                "api_error",
+                "<html><body>Bad Gateway</body></html>",
+            ),
+            (429, "slow down", "rate_limit_error", "slow down"),
+            (
+                529,
+                "",
+                "overloaded_error",
+                "the upstream answered HTTP 529",
+            ),
+            (
+                403,
+                r#"{"error":{"message":"no access"}}"#,
+                "permission_error",
+                "no access",
+            ),
+            (413, "too big", "request_too_large", "too big"),
+            (418, "teapot", "invalid_request_error", "teapot"),
+            (
+                500,
+                r#"{"type":"error","error":{"type":"api_error","message":"   "}}"#,
+                "api_error",
+                "the upstream answered HTTP 500",
+            ),
+        ];
+        for (status, body, kind, message) in by_status {
+            let got = error(status, body.as_bytes());
+            assert_eq!(
+                String::from_utf8(got),
+                Ok(openai(kind, message)),
+                "{status} {body}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_error_message_is_cut_at_a_character_boundary() {
+        let page = format!("<html>x{}</html>", "é".repeat(1000));
+        let got = error(502, page.as_bytes());
+        let cut = format!("<html>x{}", "é".repeat(508));
+        assert_eq!(cut.len(), 1023);
+        assert_eq!(
+            String::from_utf8(got),
+            Ok(format!(
+                r#"{{"error":{{"message":"{cut}","type":"api_error","code":null,"param":null}}}}"#
+            ))
+        );
+    }
+
+    fn run(stream: &mut Stream, input: &[u8], chunk: usize) -> String {
+        let mut out = Vec::new();
+        for piece in input.chunks(chunk) {
+            stream.feed(piece, &mut out);
+        }
+        stream.finish(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn golden_streams_translate_byte_for_byte_at_any_boundaries() {
+        for (input, want) in [
+            (GOLDEN_TOOL_STREAM, GOLDEN_TOOL_STREAM_OUT),
+            (GOLDEN_THINKING_STREAM, GOLDEN_THINKING_STREAM_OUT),
+        ] {
+            assert_eq!(
+                run(&mut Stream::default(), input.as_bytes(), input.len()),
+                want
+            );
+            assert_eq!(run(&mut Stream::default(), input.as_bytes(), 1), want);
+        }
+    }
+
+    const START: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_s\",\"model\":\"c\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n";
+    const DELTA: &str = "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"},\"usage\":{\"output_tokens\":2}}\n\n";
+
+    #[test]
+    fn finish_closes_only_an_answer_whose_finish_reason_was_sent() {
+        let first = "data: {\"id\":\"msg_s\",\"object\":\"chat.completion.chunk\",\"created\":9,\"model\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n";
+        assert_eq!(run(&mut Stream::at(9), START.as_bytes(), 7), first);
+        let last = "data: {\"id\":\"msg_s\",\"object\":\"chat.completion.chunk\",\"created\":9,\"model\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5,\"prompt_tokens_details\":{\"cached_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0}}}\n\n";
+        let input = format!("{START}{DELTA}");
+        assert_eq!(
+            run(&mut Stream::at(9), input.as_bytes(), 5),
+            format!("{first}{last}data: [DONE]\n\n")
+        );
+        let mut s = Stream::default();
+        let mut out = Vec::new();
+        s.finish(&mut out);
+        assert_eq!(out, b"");
+    }
+
+    #[test]
+    fn an_error_event_becomes_an_error_frame_and_ends_the_translation() {
+        let input = format!(
+            "{START}event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}}}\n\n{DELTA}event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+        );
+        let got = run(&mut Stream::default(), input.as_bytes(), 3);
+        let error = "data: {\"error\":{\"message\":\"Overloaded\",\"type\":\"overloaded_error\",\"code\":null,\"param\":null}}\n\n";
+        assert_eq!(got.split_once("\n\n").map(|(_, rest)| rest), Some(error));
+    }
+
+    #[test]
+    fn a_tool_call_given_no_arguments_gets_an_empty_object() {
+        let input = concat!(
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"server_tool_use\",\"id\":\"srv\",\"name\":\"web_search\",\"input\":{}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"q\\\":1}\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_n\",\"name\":\"now\",\"input\":{}}}\n\n",
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\n",
+            "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+        );
+        let chunk = |delta: &str| {
+            format!("data: {{\"id\":\"\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n")
+        };
+        assert_eq!(
+            run(&mut Stream::default(), input.as_bytes(), 11),
+            chunk(
+                r#"{"tool_calls":[{"index":0,"id":"toolu_n","type":"function","function":{"name":"now","arguments":""}}]}"#
+            ) + &chunk(r#"{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}"#)
+        );
+    }
 }
