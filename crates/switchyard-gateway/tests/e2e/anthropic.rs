@@ -105,3 +105,164 @@ async fn models_answer_in_anthropics_list_shape_when_asked_with_anthropic_versio
     assert_eq!(body["first_id"], "alpha/mock-small");
     assert_eq!(body["last_id"], "mixed");
 }
+
+/// The text of `lines`, each followed by a blank line (SSE frames).
+fn frames(lines: &[&str]) -> String {
+    lines.iter().map(|l| format!("{l}\n\n")).collect()
+}
+
+/// `text` with every `"created":N` replaced by `"created":0`, and the N seen, which must
+/// all be the same and be the time of the request (unix seconds, within `window`).
+fn undated(text: &str, window: std::ops::RangeInclusive<u64>) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("\"created\":") {
+        let (head, tail) = rest.split_at(at + "\"created\":".len());
+        out.push_str(head);
+        let digits = tail.len() - tail.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let created: u64 = tail[..digits].parse().unwrap();
+        assert!(
+            window.contains(&created),
+            "created {created} outside {window:?}"
+        );
+        out.push('0');
+        rest = &tail[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[tokio::test]
+async fn an_anthropic_client_reaches_an_openai_format_upstream_translated() {
+    let h = start().await;
+    let r = h.messages(messages_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body,
+        json!({"id": "msg_chatcmpl-mock", "type": "message", "role": "assistant",
+            "model": "mock-small",
+            "content": [{"type": "text", "text": "Hello from the Switchyard mock"}],
+            "stop_reason": "end_turn", "stop_sequence": null,
+            "usage": {"input_tokens": 5, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0, "output_tokens": 5}})
+    );
+    let r = h.messages(messages_body("alpha/mock-small", true)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    let mut want = vec![
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_chatcmpl-mock\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"mock-small\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":0,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":0}}}".to_owned(),
+        "event: ping\ndata: {\"type\":\"ping\"}".to_owned(),
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}".to_owned(),
+    ];
+    for word in ["Hello", " from", " the", " Switchyard", " mock"] {
+        want.push(format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{word}\"}}}}"));
+    }
+    want.extend([
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}".to_owned(),
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"input_tokens\":5,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\"output_tokens\":5}}".to_owned(),
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}".to_owned(),
+    ]);
+    let want: Vec<&str> = want.iter().map(String::as_str).collect();
+    assert_eq!(r.text().await.unwrap(), frames(&want));
+    let seen = h.mock_stats().await;
+    let recent = seen["recent"].as_array().unwrap();
+    assert_eq!(recent.len(), 2);
+    assert!(recent
+        .iter()
+        .all(|r| r["path"] == "/v1/chat/completions" && r["model"] == "mock-small"));
+    let mut h = h;
+    h.stop().await;
+    let rows = h.store().recent_logs(10, None).unwrap();
+    assert_eq!(
+        rows.iter()
+            .map(|r| (
+                r.client_format.as_str(),
+                r.status,
+                r.stream,
+                r.prompt_tokens,
+                r.completion_tokens
+            ))
+            .collect::<Vec<_>>(),
+        [
+            ("anthropic", 200, true, Some(5), Some(5)),
+            ("anthropic", 200, false, Some(5), Some(5))
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_chat_client_reaches_an_anthropic_upstream_translated() {
+    let h = start().await;
+    let before = unix_now();
+    let r = h.chat(chat_body("claude/claude-opus", false)).await;
+    assert_eq!(r.status(), 200);
+    let body = r.text().await.unwrap();
+    let r = h.chat(chat_body("claude/claude-opus", true)).await;
+    assert_eq!(r.status(), 200);
+    let stream = r.text().await.unwrap();
+    let window = before..=unix_now();
+    let body: Value = serde_json::from_str(&undated(&body, window.clone())).unwrap();
+    assert_eq!(
+        body,
+        json!({"id": "msg_mock", "object": "chat.completion", "created": 0, "model": "claude-opus",
+            "choices": [{"index": 0, "message": {"role": "assistant",
+                "content": "Hello from the Switchyard mock"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10,
+                "prompt_tokens_details": {"cached_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 0}}})
+    );
+    let chunk = |delta: &str, finish: &str, usage: &str| {
+        format!("data: {{\"id\":\"msg_mock\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"claude-opus\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]{usage}}}")
+    };
+    let mut want = vec![chunk(
+        "{\"role\":\"assistant\",\"content\":\"\"}",
+        "null",
+        "",
+    )];
+    for word in ["Hello", " from", " the", " Switchyard", " mock"] {
+        want.push(chunk(&format!("{{\"content\":\"{word}\"}}"), "null", ""));
+    }
+    want.push(chunk("{}", "\"stop\"", ",\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":5,\"total_tokens\":10,\"prompt_tokens_details\":{\"cached_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0}}"));
+    want.push("data: [DONE]".to_owned());
+    let want: Vec<&str> = want.iter().map(String::as_str).collect();
+    assert_eq!(undated(&stream, window), frames(&want));
+}
+
+#[tokio::test]
+async fn an_anthropic_clients_combo_fails_over_from_claude_to_an_openai_format_model() {
+    let h = start().await;
+    h.rule(json!({"match": {"model": "claude-opus"}, "status": 529}))
+        .await;
+    let r = h.messages(messages_body("mixed", false)).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["model"], "mock-small");
+    assert_eq!(body["content"][0]["text"], "Hello from the Switchyard mock");
+    let paths: Vec<(String, String)> = h.mock_stats().await["recent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap().to_owned(),
+                r["model"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            ("/v1/messages".to_owned(), "claude-opus".to_owned()),
+            ("/v1/chat/completions".to_owned(), "mock-small".to_owned())
+        ]
+    );
+}
