@@ -62,12 +62,13 @@ check() {
     ANTHROPIC_MODEL="$model" ANTHROPIC_SMALL_FAST_MODEL="$model" \
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 \
     DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
-    timeout 120 claude -p "$prompt" "$@" 2>&1) || true
+    timeout 120 claude -p "$prompt" "$@" 2>"$scratch/stderr") || true
   if [[ "$out" == *"$expected"* ]]; then
     echo "PASS $name: $(echo "$out" | tr '\n' ' ' | cut -c1-160)"
   else
     echo "FAIL $name: expected \"$expected\"; Claude Code printed:"
     echo "$out" | sed 's/^/    /'
+    sed 's/^/    stderr: /' "$scratch/stderr"
     failed=1
   fi
 }
