@@ -1,5 +1,6 @@
 //! Deterministic OpenAI chat-completions responses.
 
+use crate::answer::{pieces, thirds, Answer, Stop, StreamParts, THINKING, TOOL_CALL_ID};
 use serde_json::{json, Value};
 
 /// The words the mock's answers are made of; chunk `i` is `WORDS[i % WORDS.len()]`.
@@ -20,31 +21,29 @@ pub const CREATED: u64 = 1_700_000_000;
 /// The fixed response id.
 pub const ID: &str = "chatcmpl-mock";
 
-/// Prompt tokens the mock reports: the characters of every string `content` (and every
-/// `text` part) of the messages, divided by four, rounded up, at least 1.
+/// Prompt tokens the mock reports: the characters of the `system` member and of every
+/// message `content` (a string, or the `text` of each part or block), divided by four,
+/// rounded up, at least 1. Anthropic's `input_tokens` and `count_tokens` use it too.
 pub fn prompt_tokens(body: &Value) -> u64 {
     let mut chars = 0usize;
-    let mut count = |v: &Value| {
-        if let Some(s) = v.as_str() {
-            chars += s.chars().count();
-        }
+    let mut count = |content: Option<&Value>| match content {
+        Some(Value::Array(parts)) => parts.iter().for_each(|p| {
+            chars += p
+                .get("text")
+                .and_then(Value::as_str)
+                .map_or(0, |s| s.chars().count());
+        }),
+        Some(Value::String(s)) => chars += s.chars().count(),
+        _ => {}
     };
-    if let Some(system) = body.get("system") {
-        count(system);
-    }
+    count(body.get("system"));
     for m in body
         .get("messages")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
     {
-        match m.get("content") {
-            Some(Value::Array(parts)) => parts
-                .iter()
-                .for_each(|p| count(p.get("text").unwrap_or(&Value::Null))),
-            Some(v) => count(v),
-            None => {}
-        }
+        count(m.get("content"));
     }
     u64::try_from(chars.div_ceil(4)).unwrap_or(u64::MAX).max(1)
 }
@@ -59,8 +58,26 @@ pub fn answer(chunks: u32) -> String {
     (0..chunks).map(word).collect()
 }
 
-/// A non-streaming chat completion.
+/// A non-streaming chat completion of the canned answer.
 pub fn completion(model: &str, chunks: u32, prompt: u64) -> Value {
+    completion_of(model, &Answer::canned(chunks), prompt)
+}
+
+/// A non-streaming chat completion of `answer`: `reasoning_content` when it thinks,
+/// `tool_calls` when it calls a tool.
+pub fn completion_of(model: &str, answer: &Answer, prompt: u64) -> Value {
+    let mut message = json!({"role": "assistant"});
+    if answer.thinking {
+        message["reasoning_content"] = json!(THINKING);
+    }
+    message["content"] = json!(answer.text());
+    if let (Some(tool), Some(arguments)) = (&answer.tool, answer.arguments()) {
+        message["tool_calls"] = json!([{
+            "id": TOOL_CALL_ID,
+            "type": "function",
+            "function": {"name": tool.name, "arguments": arguments}
+        }]);
+    }
     json!({
         "id": ID,
         "object": "chat.completion",
@@ -68,15 +85,33 @@ pub fn completion(model: &str, chunks: u32, prompt: u64) -> Value {
         "model": model,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": answer(chunks)},
-            "finish_reason": "stop"
+            "message": message,
+            "finish_reason": finish_reason(&answer.stop)
         }],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": chunks,
-            "total_tokens": prompt + u64::from(chunks)
-        }
+        "usage": usage(answer, prompt)
     })
+}
+
+/// The chat `finish_reason` for a stop.
+pub fn finish_reason(stop: &Stop) -> &'static str {
+    match stop {
+        Stop::End | Stop::Sequence(_) => "stop",
+        Stop::MaxTokens => "length",
+        Stop::ToolUse => "tool_calls",
+    }
+}
+
+fn usage(answer: &Answer, prompt: u64) -> Value {
+    let completion = answer.output_tokens();
+    let mut usage = json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion
+    });
+    if answer.thinking {
+        usage["completion_tokens_details"] = json!({"reasoning_tokens": answer.thinking_tokens()});
+    }
+    usage
 }
 
 fn chunk(model: &str, delta: Value, finish: Option<&str>) -> String {
@@ -100,9 +135,14 @@ pub fn stream_content(model: &str, i: u32) -> String {
     chunk(model, json!({"content": word(i)}), None)
 }
 
-/// The frames after the content: finish reason, usage when asked for, `[DONE]`.
+/// The frames after the canned answer's content: finish reason, usage when asked for,
+/// `[DONE]`.
 pub fn stream_tail(model: &str, chunks: u32, prompt: u64, include_usage: bool) -> String {
-    let mut out = chunk(model, json!({}), Some("stop"));
+    tail(model, &Answer::canned(chunks), prompt, include_usage)
+}
+
+fn tail(model: &str, answer: &Answer, prompt: u64, include_usage: bool) -> String {
+    let mut out = chunk(model, json!({}), Some(finish_reason(&answer.stop)));
     if include_usage {
         let v = json!({
             "id": ID,
@@ -110,11 +150,7 @@ pub fn stream_tail(model: &str, chunks: u32, prompt: u64, include_usage: bool) -
             "created": CREATED,
             "model": model,
             "choices": [],
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": chunks,
-                "total_tokens": prompt + u64::from(chunks)
-            }
+            "usage": usage(answer, prompt)
         });
         out.push_str(&format!("data: {v}\n\n"));
     }
@@ -122,14 +158,54 @@ pub fn stream_tail(model: &str, chunks: u32, prompt: u64, include_usage: bool) -
     out
 }
 
-/// The whole stream as one string, for tests that compare bytes.
-pub fn full_stream(model: &str, chunks: u32, prompt: u64, include_usage: bool) -> String {
-    let mut s = stream_head(model);
-    for i in 0..chunks {
-        s.push_str(&stream_content(model, i));
+/// The stream of `answer`: the role frame, then one frame per `reasoning_content`
+/// piece, per `content` piece, the tool call's announcement (id, name, empty
+/// `arguments`) and its `arguments` in three fragments, then the tail.
+pub fn stream_of(model: &str, answer: &Answer, prompt: u64, include_usage: bool) -> StreamParts {
+    let mut frames: Vec<String> = Vec::new();
+    if answer.thinking {
+        frames.extend(
+            pieces(THINKING)
+                .iter()
+                .map(|p| chunk(model, json!({"reasoning_content": p}), None)),
+        );
     }
-    s.push_str(&stream_tail(model, chunks, prompt, include_usage));
-    s
+    frames.extend(
+        answer
+            .text
+            .iter()
+            .map(|p| chunk(model, json!({"content": p}), None)),
+    );
+    if let (Some(tool), Some(arguments)) = (&answer.tool, answer.arguments()) {
+        let call = |function: Value| {
+            chunk(
+                model,
+                json!({"tool_calls": [{"index": 0, "function": function}]}),
+                None,
+            )
+        };
+        frames.push(chunk(
+            model,
+            json!({"tool_calls": [{"index": 0, "id": TOOL_CALL_ID, "type": "function",
+                "function": {"name": tool.name, "arguments": ""}}]}),
+            None,
+        ));
+        frames.extend(
+            thirds(&arguments)
+                .iter()
+                .map(|a| call(json!({"arguments": a}))),
+        );
+    }
+    StreamParts {
+        head: stream_head(model),
+        frames,
+        tail: tail(model, answer, prompt, include_usage),
+    }
+}
+
+/// The whole stream of the canned answer as one string, for tests that compare bytes.
+pub fn full_stream(model: &str, chunks: u32, prompt: u64, include_usage: bool) -> String {
+    stream_of(model, &Answer::canned(chunks), prompt, include_usage).concat()
 }
 
 /// An OpenAI-style error body.
@@ -166,6 +242,25 @@ mod tests {
         ]});
         assert_eq!(prompt_tokens(&body), 3);
         assert_eq!(prompt_tokens(&json!({})), 1);
+    }
+
+    #[test]
+    fn prompt_tokens_count_a_system_string_or_its_blocks() {
+        assert_eq!(prompt_tokens(&json!({"system": "abcde"})), 2);
+        let body =
+            json!({"system": [{"type": "text", "text": "abcde"}, {"type": "text", "text": "fgh"}]});
+        assert_eq!(prompt_tokens(&body), 2);
+    }
+
+    #[test]
+    fn the_canned_stream_is_the_head_the_content_frames_and_the_tail() {
+        let mut s = stream_head("m");
+        (0..3).for_each(|i| s.push_str(&stream_content("m", i)));
+        s.push_str(&stream_tail("m", 3, 4, true));
+        assert_eq!(full_stream("m", 3, 4, true), s);
+        assert!(
+            s.contains(r#""usage":{"prompt_tokens":4,"completion_tokens":3,"total_tokens":7}}"#)
+        );
     }
 
     #[test]

@@ -62,7 +62,8 @@ pub struct Rule {
     pub headers: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset: Option<ResetPoint>,
-    /// Number of content chunks (also the completion token count).
+    /// Number of words of the canned answer (one token and one stream delta each).
+    /// Setting it also keeps the answer whole whatever the request's `max_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunks: Option<u32>,
     /// Delay between stream chunks.
@@ -82,6 +83,12 @@ pub struct Rule {
     pub end_after_chunks: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<QuotaSpec>,
+    /// Anthropic `usage.cache_read_input_tokens` of successful answers (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_input_tokens: Option<u64>,
+    /// Anthropic `usage.cache_creation_input_tokens` of successful answers (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_input_tokens: Option<u64>,
 }
 
 impl Match {

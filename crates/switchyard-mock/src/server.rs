@@ -1,11 +1,14 @@
 //! The mock's HTTP server: accept loop (with scripted connection resets), handlers and
 //! counters.
 
+use crate::answer::{Answer, StreamParts};
+use crate::journal::{self, Received};
 use crate::rules::{self, QuotaState, ResetPoint, Rule, StoredRule};
+use crate::wall::{self, Lane, Wall, Walls};
 use crate::{anthropic, openai};
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
@@ -18,7 +21,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -58,6 +61,10 @@ pub struct MockState {
     rules: Mutex<Vec<StoredRule>>,
     next_rule_id: AtomicU64,
     stats: Mutex<Stats>,
+    received: Mutex<VecDeque<Received>>,
+    walls: Mutex<Walls>,
+    /// A fixed wall-clock time (Unix seconds) instead of the system's.
+    clock: Mutex<Option<u64>>,
     total: AtomicU64,
     in_flight: AtomicU64,
     peak: AtomicU64,
@@ -93,12 +100,24 @@ pub fn router(state: Arc<MockState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/messages", post(messages))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(|| async { Json(openai::models()) }))
+        .route("/api/oauth/usage", get(oauth_usage))
+        .route(
+            "/api/organizations/{org}/reset_rate_limits",
+            post(reset_rate_limits),
+        )
         .route(
             "/_mock/rules",
             post(add_rule).get(list_rules).delete(clear_rules),
         )
         .route("/_mock/stats", get(stats))
+        .route("/_mock/requests", get(requests))
+        .route(
+            "/_mock/wall",
+            post(set_wall).get(list_walls).delete(clear_walls),
+        )
+        .route("/_mock/clock", post(set_clock))
         .route("/_mock/reset", post(reset))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
@@ -203,6 +222,33 @@ struct Incoming {
     stream: bool,
     include_usage: bool,
     prompt: u64,
+    body: Value,
+}
+
+/// The request line and headers of a provider request.
+struct Head {
+    method: Method,
+    uri: Uri,
+    version: axum::http::Version,
+    headers: HeaderMap,
+}
+
+impl MockState {
+    /// The mock's wall clock in Unix seconds: the time set with `POST /_mock/clock`, or
+    /// the system's.
+    fn unix_now(&self) -> u64 {
+        lock(&self.clock).unwrap_or_else(system_unix_now)
+    }
+}
+
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the mock's one read of the system time; tests fix it with POST /_mock/clock"
+)]
+fn system_unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn credential(headers: &HeaderMap) -> String {
@@ -259,21 +305,121 @@ enum Api {
 async fn chat(
     State(state): State<Arc<MockState>>,
     Extension(kill): Extension<ConnKill>,
+    method: Method,
+    uri: Uri,
     version: axum::http::Version,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(state, kill, version, headers, body, Api::OpenAi).await
+    let head = Head {
+        method,
+        uri,
+        version,
+        headers,
+    };
+    handle(state, kill, head, body, Api::OpenAi).await
 }
 
 async fn messages(
     State(state): State<Arc<MockState>>,
     Extension(kill): Extension<ConnKill>,
+    method: Method,
+    uri: Uri,
     version: axum::http::Version,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(state, kill, version, headers, body, Api::Anthropic).await
+    let head = Head {
+        method,
+        uri,
+        version,
+        headers,
+    };
+    handle(state, kill, head, body, Api::Anthropic).await
+}
+
+/// Parses a JSON body (if any) and journals the request; returns the body and the
+/// credential.
+fn receive(
+    state: &MockState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (Option<Value>, String) {
+    let parsed = serde_json::from_slice::<Value>(body).ok();
+    let credential = credential(headers);
+    let received = Received::new(method, uri, headers, &credential, parsed.as_ref());
+    let mut journal = lock(&state.received);
+    if journal.len() == journal::KEPT {
+        journal.pop_front();
+    }
+    journal.push_back(received);
+    (parsed, credential)
+}
+
+async fn count_tokens(
+    State(state): State<Arc<MockState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (parsed, credential) = receive(&state, &method, &uri, &headers, &body);
+    let Some(parsed) = parsed else {
+        return error_response(
+            Api::Anthropic,
+            StatusCode::BAD_REQUEST,
+            "request body is not valid JSON",
+        );
+    };
+    if credential.is_empty() {
+        return error_response(Api::Anthropic, StatusCode::UNAUTHORIZED, "missing API key");
+    }
+    Json(json!({"input_tokens": openai::prompt_tokens(&parsed)})).into_response()
+}
+
+async fn oauth_usage(
+    State(state): State<Arc<MockState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let (_, credential) = receive(&state, &method, &uri, &headers, &[]);
+    if credential.is_empty() {
+        return error_response(Api::Anthropic, StatusCode::UNAUTHORIZED, "missing API key");
+    }
+    Json(lock(&state.walls).usage(&credential)).into_response()
+}
+
+async fn reset_rate_limits(
+    State(state): State<Arc<MockState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (parsed, credential) = receive(&state, &method, &uri, &headers, &body);
+    if credential.is_empty() {
+        return error_response(Api::Anthropic, StatusCode::UNAUTHORIZED, "missing API key");
+    }
+    let program = parsed.as_ref().and_then(|b| b.get("program"));
+    if program.and_then(Value::as_str) != Some(wall::PROGRAM) {
+        return error_response(
+            Api::Anthropic,
+            StatusCode::BAD_REQUEST,
+            "the body must be {\"program\": \"juniper_tide\"}",
+        );
+    }
+    Json(lock(&state.walls).claim(&credential)).into_response()
+}
+
+fn insert_headers<'a>(h: &mut HeaderMap, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) {
+    for (k, v) in pairs {
+        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
+            h.insert(k, v);
+        }
+    }
 }
 
 fn error_response(api: Api, status: StatusCode, message: &str) -> Response {
@@ -287,13 +433,13 @@ fn error_response(api: Api, status: StatusCode, message: &str) -> Response {
 async fn handle(
     state: Arc<MockState>,
     kill: ConnKill,
-    version: axum::http::Version,
-    headers: HeaderMap,
+    head: Head,
     body: Bytes,
     api: Api,
 ) -> Response {
     let guard = InFlight::new(&state);
-    let Ok(parsed) = serde_json::from_slice::<Value>(&body) else {
+    let (parsed, credential) = receive(&state, &head.method, &head.uri, &head.headers, &body);
+    let Some(parsed) = parsed else {
         return error_response(
             api,
             StatusCode::BAD_REQUEST,
@@ -305,7 +451,7 @@ async fn handle(
             Api::OpenAi => "/v1/chat/completions",
             Api::Anthropic => "/v1/messages",
         },
-        credential: credential(&headers),
+        credential,
         model: parsed
             .get("model")
             .and_then(Value::as_str)
@@ -320,10 +466,29 @@ async fn handle(
             .and_then(Value::as_bool)
             .unwrap_or(false),
         prompt: openai::prompt_tokens(&parsed),
+        body: parsed,
     };
-    record(&state, &inc, version, &headers);
+    record(&state, &inc, head.version, &head.headers);
     if inc.credential.is_empty() {
         return error_response(api, StatusCode::UNAUTHORIZED, "missing API key");
+    }
+    let lane = match api {
+        Api::OpenAi => Lane::default(),
+        Api::Anthropic => {
+            let slow = head
+                .headers
+                .get(wall::USAGE_LIMIT_HEADER)
+                .is_some_and(|v| v.as_bytes() == wall::SLOW.as_bytes());
+            let now = state.unix_now();
+            lock(&state.walls).lane(&inc.credential, slow, now)
+        }
+    };
+    let lane_headers = lane.headers.iter().map(|(k, v)| (*k, v.as_str()));
+    if let Some((status, message)) = &lane.refusal {
+        let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+        let mut r = error_response(api, status, message);
+        insert_headers(r.headers_mut(), lane_headers);
+        return r;
     }
     let selected = {
         let mut rules = lock(&state.rules);
@@ -347,15 +512,6 @@ async fn handle(
         kill.0.notify_one();
         std::future::pending::<()>().await;
     }
-    let mut extra = HeaderMap::new();
-    for (k, v) in &rule.headers {
-        if let (Ok(k), Ok(v)) = (
-            HeaderName::try_from(k.as_str()),
-            HeaderValue::try_from(v.as_str()),
-        ) {
-            extra.insert(k, v);
-        }
-    }
     let mut response = if let Some(q) = quota.filter(|q| q.exceeded) {
         quota_exceeded(api, q)
     } else if let Some(status) = rule.status {
@@ -363,10 +519,14 @@ async fn handle(
     } else {
         success(api, &inc, &rule, guard)
     };
+    insert_headers(response.headers_mut(), lane_headers);
     if let Some(q) = quota {
         add_quota_headers(response.headers_mut(), q);
     }
-    response.headers_mut().extend(extra);
+    insert_headers(
+        response.headers_mut(),
+        rule.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    );
     response
 }
 
@@ -402,57 +562,51 @@ fn add_quota_headers(h: &mut HeaderMap, q: QuotaState) {
         ("x-ratelimit-remaining-requests", q.remaining.to_string()),
         ("x-ratelimit-reset-requests", format!("{}ms", q.reset_ms)),
     ];
-    for (k, v) in pairs {
-        if let Ok(v) = HeaderValue::try_from(v) {
-            h.insert(k, v);
-        }
-    }
+    insert_headers(h, pairs.iter().map(|(k, v)| (*k, v.as_str())));
 }
 
 fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
     let chunks = rule.chunks.unwrap_or(DEFAULT_CHUNKS);
+    // A rule's `chunks` fixes the answer's length: the request's max_tokens does not cut it.
+    let honour_max_tokens = rule.chunks.is_none();
+    let answer = match api {
+        Api::OpenAi => Answer::chat(&inc.body, chunks, honour_max_tokens),
+        Api::Anthropic => Answer::messages(&inc.body, chunks, honour_max_tokens),
+    };
+    let usage = anthropic::Usage {
+        input_tokens: inc.prompt,
+        cache_creation_input_tokens: rule.cache_creation_input_tokens.unwrap_or(0),
+        cache_read_input_tokens: rule.cache_read_input_tokens.unwrap_or(0),
+    };
     if !inc.stream {
         let body = match api {
-            Api::OpenAi => openai::completion(&inc.model, chunks, inc.prompt),
-            Api::Anthropic => anthropic::message(&inc.model, chunks, inc.prompt),
+            Api::OpenAi => openai::completion_of(&inc.model, &answer, inc.prompt),
+            Api::Anthropic => anthropic::message_of(&inc.model, &answer, usage),
         };
         drop(guard);
         return Json(body).into_response();
     }
-    let (head, tail) = match api {
-        Api::OpenAi => (
-            openai::stream_head(&inc.model),
-            openai::stream_tail(&inc.model, chunks, inc.prompt, inc.include_usage),
-        ),
-        Api::Anthropic => (
-            anthropic::stream_head(&inc.model, inc.prompt),
-            anthropic::stream_tail(chunks),
-        ),
+    let StreamParts { head, frames, tail } = match api {
+        Api::OpenAi => openai::stream_of(&inc.model, &answer, inc.prompt, inc.include_usage),
+        Api::Anthropic => anthropic::stream_of(&inc.model, &answer, usage),
     };
-    let model = inc.model.clone();
     let interval = rule.chunk_interval_ms.map(Duration::from_millis);
     let stall_after = rule.stall_after_chunks;
     let reset_after = rule.reset_after_chunks;
-    let content = stream::iter(0..chunks).then(move |i| {
-        let model = model.clone();
-        async move {
-            if stall_after == Some(i) {
-                std::future::pending::<()>().await;
-            }
-            if let Some(d) = interval {
-                tokio::time::sleep(d).await;
-            }
-            if reset_after == Some(i) {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionReset,
-                    "mock scripted reset",
-                ));
-            }
-            Ok(Bytes::from(match api {
-                Api::OpenAi => openai::stream_content(&model, i),
-                Api::Anthropic => anthropic::stream_content(i),
-            }))
+    let content = stream::iter(frames.into_iter().zip(0u32..)).then(move |(frame, i)| async move {
+        if stall_after == Some(i) {
+            std::future::pending::<()>().await;
         }
+        if let Some(d) = interval {
+            tokio::time::sleep(d).await;
+        }
+        if reset_after == Some(i) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "mock scripted reset",
+            ));
+        }
+        Ok(Bytes::from(frame))
     });
     let end_after = rule.end_after_chunks;
     let content = content.take(end_after.map_or(usize::MAX, |n| n as usize));
@@ -475,6 +629,18 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
 }
 
 impl MockState {
+    /// Sets a credential's usage wall, replacing the one it had (the programmatic twin of
+    /// `POST /_mock/wall`).
+    pub fn set_wall(&self, wall: Wall) {
+        lock(&self.walls).set(wall);
+    }
+
+    /// Fixes the mock's wall clock at `now` (Unix seconds), or gives it back to the
+    /// system with `None` (the programmatic twin of `POST /_mock/clock`).
+    pub fn set_now(&self, now: Option<u64>) {
+        *lock(&self.clock) = now;
+    }
+
     /// Adds a rule (the programmatic twin of `POST /_mock/rules`); returns its id.
     pub fn add_rule(&self, rule: Rule) -> u64 {
         let id = self.next_rule_id.fetch_add(1, Ordering::SeqCst) + 1;
@@ -518,8 +684,41 @@ async fn stats(State(state): State<Arc<MockState>>) -> Json<Value> {
     }))
 }
 
+async fn requests(State(state): State<Arc<MockState>>) -> Json<Value> {
+    Json(json!({ "requests": *lock(&state.received) }))
+}
+
+async fn set_wall(State(state): State<Arc<MockState>>, Json(wall): Json<Wall>) -> StatusCode {
+    state.set_wall(wall);
+    StatusCode::NO_CONTENT
+}
+
+async fn list_walls(State(state): State<Arc<MockState>>) -> Json<Value> {
+    let now = state.unix_now();
+    Json(lock(&state.walls).list(now))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClockBody {
+    now: Option<u64>,
+}
+
+async fn set_clock(State(state): State<Arc<MockState>>, Json(body): Json<ClockBody>) -> StatusCode {
+    state.set_now(body.now);
+    StatusCode::NO_CONTENT
+}
+
+async fn clear_walls(State(state): State<Arc<MockState>>) -> StatusCode {
+    lock(&state.walls).clear();
+    StatusCode::NO_CONTENT
+}
+
 async fn reset(State(state): State<Arc<MockState>>) -> StatusCode {
     lock(&state.rules).clear();
+    lock(&state.walls).clear();
+    lock(&state.received).clear();
+    state.set_now(None);
     *lock(&state.stats) = Stats::default();
     state.total.store(0, Ordering::SeqCst);
     state
