@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command. Prepares what the tests need on a fresh machine — a Redis
-# for the quota-store tests and a Python virtualenv with the official `openai` client
+# for the quota-store tests and a Python virtualenv with the official `openai` and
+# `anthropic` clients
 # (pinned in crates/switchyard-gateway/tests/requirements.txt) — then runs the whole
 # suite. Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p switchyard-core`).
 #

@@ -550,6 +550,8 @@ async fn openapi_document_matches_the_routes() {
         "POST /api/resilience/cooldowns",
         "POST /api/resilience/reset",
         "POST /v1/chat/completions",
+        "POST /v1/messages",
+        "POST /v1/messages/count_tokens",
         "PUT /api/combos/{name}",
         "PUT /api/connections/{id}",
         "PUT /api/providers/{id}",

@@ -38,3 +38,58 @@ async fn the_official_openai_python_client_parses_streaming_and_non_streaming_an
         "non-streaming: Hello from the Switchyard mock | tokens 5+5\nstreaming: Hello from the Switchyard mock | chunks 7\nretrieve: alpha/mock-small owned by alpha\nretrieve unknown: 404 model_not_found\n"
     );
 }
+
+/// Runs `tests/anthropic_client.py` on `model`, with `limited` scripted to answer 429.
+async fn anthropic_client(h: &Harness, model: &str, limited: &str) -> String {
+    h.rule(
+        serde_json::json!({"match": {"model": limited.split_once('/').unwrap().1},
+        "status": 429, "headers": {"retry-after": "30"}}),
+    )
+    .await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/anthropic_client.py");
+    let out = tokio::process::Command::new(python())
+        .arg(script)
+        .arg(&h.base)
+        .arg(KEY)
+        .arg(model)
+        .arg(limited)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    stdout
+}
+
+/// What the script prints when every check passes, with the input tokens
+/// `count_tokens` answered.
+fn anthropic_checks(counted: u64) -> String {
+    format!(
+        "create: Hello from the Switchyard mock | end_turn | tokens 5+5\n\
+         stream: Hello from the Switchyard mock | end_turn | 5 text events | last message_stop\n\
+         tool call: get_weather {{'city': 'Paris'}} | tool_use\n\
+         tool result: tool said: sunny | end_turn\n\
+         count_tokens: {counted}\n\
+         bad key: 401 AuthenticationError authentication_error\n\
+         unknown model: 404 NotFoundError not_found_error\n\
+         rate limited: 429 RateLimitError retry-after 30\n"
+    )
+}
+
+#[tokio::test]
+async fn the_official_anthropic_python_client_works_through_a_pass_through_route() {
+    let h = Harness::start_with(Config::anthropic, &[]).await;
+    let out = anthropic_client(&h, "claude/claude-opus", "claude/claude-haiku").await;
+    // The upstream counts the prompt: the mock's 5 tokens.
+    assert_eq!(out, anthropic_checks(5));
+}
+
+#[tokio::test]
+async fn the_official_anthropic_python_client_works_through_a_translated_route() {
+    let h = Harness::start_with(Config::anthropic, &[]).await;
+    let out = anthropic_client(&h, "alpha/mock-small", "alpha/mock-large").await;
+    // No Anthropic upstream to ask: the gateway's own estimate of the 48-byte
+    // `messages` (one token per 4 bytes, rounded up).
+    assert_eq!(out, anthropic_checks(12));
+}
