@@ -304,6 +304,32 @@ impl Harness {
             .unwrap()
     }
 
+    /// The mock's journal of provider requests (`GET /_mock/requests`), oldest first.
+    pub async fn mock_requests(&self) -> Vec<Value> {
+        let v: Value = self
+            .http
+            .get(format!("{}/_mock/requests", self.mock.base_url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["requests"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Puts `wall` up at the mock (`POST /_mock/wall`, SPEC R17).
+    pub async fn mock_wall(&self, wall: Value) {
+        let r = self
+            .http
+            .post(format!("{}/_mock/wall", self.mock.base_url()))
+            .json(&wall)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204, "{}", r.text().await.unwrap());
+    }
+
     /// How many requests the mock received with `credential`.
     pub async fn by_credential(&self, credential: &str) -> u64 {
         self.mock_stats().await["by_credential"][credential]

@@ -266,3 +266,167 @@ async fn an_anthropic_clients_combo_fails_over_from_claude_to_an_openai_format_m
         ]
     );
 }
+
+/// The Anthropic configuration with an OAuth subscription connection `claude-sub`
+/// (provider `claudesub`, credential `oat-1`) and output limits on `claude-opus`
+/// (64 000) and `mock-small` (16 384).
+fn with_limits_and_oauth(mock: &str) -> Config {
+    Config::anthropic(mock)
+        .edit_provider("claude", |p| p.max_output_tokens("claude-opus", 64_000))
+        .edit_provider("alpha", |p| p.max_output_tokens("mock-small", 16_384))
+        .provider(Provider::anthropic("claudesub", mock).models(["claude-opus"]))
+        .connection(
+            Connection::oauth("claude-sub", "claudesub")
+                .credential("oat-1")
+                .disable_cooling(),
+        )
+}
+
+/// A Claude Code-like request: members the gateway does not know, a `?beta=true` call
+/// with its protocol headers and client headers that must stay behind.
+async fn claude_code_request(h: &Harness, body: &Value) -> reqwest::Response {
+    h.http
+        .post(h.url("/v1/messages?beta=true"))
+        .header("x-api-key", KEY)
+        .header("anthropic-version", ANTHROPIC_VERSION)
+        .header(
+            "anthropic-beta",
+            "claude-code-20250219,interleaved-thinking-2025-05-14",
+        )
+        .header("x-app", "cli")
+        .header("X-Claude-Code-Session-Id", "sess-123")
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_pass_through_keeps_every_member_but_model_and_a_clamped_bound_and_forwards_the_protocol_headers(
+) {
+    let h = Harness::start_with(with_limits_and_oauth, &[]).await;
+    let body = json!({
+        "model": "claude/claude-opus",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}],
+        "system": [{"type": "text", "text": "be brief"}],
+        "metadata": {"user_id": "{\"session\":\"s\"}"},
+        "max_tokens": 128000,
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
+        "output_config": {"effort": "medium"},
+        "stream": false
+    });
+    assert_eq!(claude_code_request(&h, &body).await.status(), 200);
+    let seen = h.mock_requests().await;
+    assert_eq!(seen.len(), 1);
+    let mut want = body.clone();
+    want["model"] = json!("claude-opus");
+    want["max_tokens"] = json!(64000);
+    assert_eq!(seen[0]["body"], want);
+    assert_eq!(
+        serde_json::to_string(&seen[0]["body"]).unwrap(),
+        serde_json::to_string(&want).unwrap(),
+        "member order is kept"
+    );
+    assert_eq!(seen[0]["path"], "/v1/messages");
+    assert_eq!(seen[0]["x_api_key"], true);
+    assert_eq!(seen[0]["authorization"], Value::Null);
+    assert_eq!(seen[0]["credential"], CRED_CLAUDE);
+    assert_eq!(
+        seen[0]["headers"],
+        json!({"anthropic-version": "2023-06-01",
+               "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14"})
+    );
+    let all_headers = &h.mock_stats().await["recent"][0]["headers"];
+    let names: Vec<&str> = all_headers
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "host",
+            "content-type",
+            "accept",
+            "user-agent",
+            "x-api-key",
+            "anthropic-version",
+            "anthropic-beta",
+            "content-length"
+        ]
+    );
+
+    // An OAuth account: a bearer token and the OAuth beta added to the client's.
+    let mut sub = body.clone();
+    sub["model"] = json!("claudesub/claude-opus");
+    assert_eq!(claude_code_request(&h, &sub).await.status(), 200);
+    let seen = h.mock_requests().await;
+    assert_eq!(seen[1]["x_api_key"], false);
+    assert_eq!(seen[1]["authorization"], "Bearer");
+    assert_eq!(seen[1]["credential"], "oat-1");
+    assert_eq!(
+        seen[1]["headers"]["anthropic-beta"],
+        "claude-code-20250219,interleaved-thinking-2025-05-14,oauth-2025-04-20"
+    );
+    // A chat client gets the default version and no beta.
+    assert_eq!(
+        h.chat(chat_body("claude/claude-opus", false))
+            .await
+            .status(),
+        200
+    );
+    let seen = h.mock_requests().await;
+    assert_eq!(
+        seen[2]["headers"],
+        json!({"anthropic-version": "2023-06-01"})
+    );
+}
+
+#[tokio::test]
+async fn a_translated_request_drops_what_chat_cannot_carry_and_clamps_max_tokens() {
+    let h = Harness::start_with(with_limits_and_oauth, &[]).await;
+    let body = json!({
+        "model": "alpha/mock-small",
+        "messages": [
+            {"role": "system", "content": "stay on task", "output_config": {"effort": "low"}},
+            {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}
+        ],
+        "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        "tools": [
+            {"name": "Bash", "description": "run", "input_schema": {"type": "object"}},
+            {"name": "Later", "description": "deferred", "input_schema": {"type": "object"}, "defer_loading": true}
+        ],
+        "metadata": {"user_id": "u-1"},
+        "max_tokens": 128000,
+        "thinking": {"type": "adaptive"},
+        "context_management": {"edits": []},
+        "output_config": {"effort": "medium"},
+        "stop_sequences": ["END"],
+        "stream": true
+    });
+    let r = claude_code_request(&h, &body).await;
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap();
+    let seen = h.mock_requests().await;
+    assert_eq!(seen[0]["path"], "/v1/chat/completions");
+    assert_eq!(seen[0]["headers"], json!({}));
+    assert_eq!(
+        seen[0]["body"],
+        json!({
+            "model": "mock-small",
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "system", "content": "stay on task"},
+                {"role": "user", "content": "hi"}
+            ],
+            "max_tokens": 16384,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "stop": ["END"],
+            "tools": [{"type": "function", "function": {"name": "Bash", "description": "run", "parameters": {"type": "object"}}}],
+            "user": "u-1"
+        })
+    );
+}
