@@ -347,14 +347,14 @@ async fn a_pass_through_keeps_every_member_but_model_and_a_clamped_bound_and_for
     assert_eq!(
         names,
         [
-            "host",
-            "content-type",
             "accept",
-            "user-agent",
-            "x-api-key",
-            "anthropic-version",
             "anthropic-beta",
-            "content-length"
+            "anthropic-version",
+            "content-length",
+            "content-type",
+            "host",
+            "user-agent",
+            "x-api-key"
         ]
     );
 
