@@ -430,3 +430,118 @@ async fn a_translated_request_drops_what_chat_cannot_carry_and_clamps_max_tokens
         })
     );
 }
+
+/// A request in either format asking the mock for a tool call.
+fn tool_turn(model: &str) -> (Value, Value) {
+    let ask =
+        json!([{"role": "user", "content": "Weather? [[tool:get_weather {\"city\":\"Paris\"}]]"}]);
+    let anthropic = json!({"model": model, "max_tokens": 1024, "stream": true, "messages": ask,
+        "tools": [{"name": "get_weather", "description": "The weather", "input_schema": {"type": "object"}}]});
+    let chat = json!({"model": model, "stream": true, "messages": ask,
+        "tools": [{"type": "function", "function": {"name": "get_weather", "description": "The weather", "parameters": {"type": "object"}}}]});
+    (anthropic, chat)
+}
+
+#[tokio::test]
+async fn a_streamed_tool_call_is_translated_byte_exactly_each_way() {
+    let h = start().await;
+    let (anthropic, _) = tool_turn("alpha/mock-small");
+    let text = h.messages(anthropic).await.text().await.unwrap();
+    let usage = r#""usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":6}"#;
+    let delta = |i: u32, d: &str| {
+        format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{i},\"delta\":{d}}}")
+    };
+    let want = [
+        r#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_chatcmpl-mock","type":"message","role":"assistant","model":"mock-small","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}}"#.to_owned(),
+        "event: ping\ndata: {\"type\":\"ping\"}".to_owned(),
+        r#"event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#.to_owned(),
+        delta(0, r#"{"type":"text_delta","text":"Calling"}"#),
+        delta(0, r#"{"type":"text_delta","text":" get_weather."}"#),
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}".to_owned(),
+        r#"event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"call_mock_1","name":"get_weather","input":{}}}"#.to_owned(),
+        delta(1, r#"{"type":"input_json_delta","partial_json":"{\"cit"}"#),
+        delta(1, r#"{"type":"input_json_delta","partial_json":"y\":\"P"}"#),
+        delta(1, r#"{"type":"input_json_delta","partial_json":"aris\"}"}"#),
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}".to_owned(),
+        format!("event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"tool_use\",\"stop_sequence\":null}},{usage}}}"),
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}".to_owned(),
+    ];
+    let want: Vec<&str> = want.iter().map(String::as_str).collect();
+    assert_eq!(text, frames(&want));
+
+    let (_, chat) = tool_turn("claude/claude-opus");
+    let before = unix_now();
+    let text = h.chat(chat).await.text().await.unwrap();
+    let text = undated(&text, before..=unix_now());
+    let chunk = |delta: &str, finish: &str| {
+        format!("data: {{\"id\":\"msg_mock\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"claude-opus\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]")
+    };
+    let fragment = |args: &str| {
+        chunk(
+            &format!(r#"{{"tool_calls":[{{"index":0,"function":{{"arguments":"{args}"}}}}]}}"#),
+            "null",
+        ) + "}"
+    };
+    let want = [
+        chunk(r#"{"role":"assistant","content":""}"#, "null") + "}",
+        chunk(r#"{"content":"Calling"}"#, "null") + "}",
+        chunk(r#"{"content":" get_weather."}"#, "null") + "}",
+        chunk(
+            r#"{"tool_calls":[{"index":0,"id":"toolu_mock_1","type":"function","function":{"name":"get_weather","arguments":""}}]}"#,
+            "null",
+        ) + "}",
+        fragment(r#"{\"cit"#),
+        fragment(r#"y\":\"P"#),
+        fragment(r#"aris\"}"#),
+        chunk("{}", "\"tool_calls\"")
+            + r#","usage":{"prompt_tokens":12,"completion_tokens":6,"total_tokens":18,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}"#,
+        "data: [DONE]".to_owned(),
+    ];
+    let want: Vec<&str> = want.iter().map(String::as_str).collect();
+    assert_eq!(text, frames(&want));
+}
+
+#[tokio::test]
+async fn a_translated_stream_that_breaks_ends_with_an_error_event_in_the_clients_format() {
+    let h = start().await;
+    h.rule(
+        json!({"match": {"model": "mock-small"}, "reset_after_chunks": 2, "chunk_interval_ms": 5}),
+    )
+    .await;
+    let text = h
+        .messages(messages_body("alpha/mock-small", true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("event: "))
+        .map(|f| f.split('\n').next().unwrap())
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "message_start",
+            "ping",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "error"
+        ]
+    );
+    assert!(text.ends_with("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"upstream connection broke during the stream\",\"code\":\"upstream_connection_reset\"}}\n\n"), "{text}");
+    h.rule(json!({"match": {"model": "claude-opus"}, "end_after_chunks": 1}))
+        .await;
+    let text = h
+        .chat(chat_body("claude/claude-opus", true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(text.ends_with("data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\n"), "{text}");
+    assert!(!text.contains("[DONE]"));
+}
