@@ -545,3 +545,54 @@ async fn a_translated_stream_that_breaks_ends_with_an_error_event_in_the_clients
     assert!(text.ends_with("data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\n"), "{text}");
     assert!(!text.contains("[DONE]"));
 }
+
+fn claude_pool(mock: &str) -> Config {
+    Config::anthropic(mock).quota_pool(
+        QuotaPool::new("claude-team", "Claude team", ["claude-1"])
+            .dimension(Dimension::new("tokens", "daily", 100_000))
+            .dimension(Dimension::new("percent", "5h", 100))
+            .allocation(Allocation::new("k1").weight(100).policy("burst")),
+    )
+}
+
+#[tokio::test]
+async fn quota_reads_anthropic_usage_and_unified_signals_and_refuses_in_anthropics_shape() {
+    let h = Harness::start_with(claude_pool, &[]).await;
+    let text = h
+        .messages(messages_body("claude/claude-opus", true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    eventually("the stream's usage is settled", || async {
+        let usage: Value = h.admin_json("/api/quota/pools/claude-team/usage").await;
+        usage["dimensions"][0]["keys"][0]["consumed"].as_f64() == Some(10.0)
+    })
+    .await;
+    let reset = unix_now() + 120;
+    h.rule(json!({"match": {"model": "claude-opus"}, "headers": {
+        "anthropic-ratelimit-unified-5h-utilization": "1.0",
+        "anthropic-ratelimit-unified-reset": reset.to_string()
+    }}))
+    .await;
+    assert_eq!(
+        h.messages(messages_body("claude/claude-opus", false))
+            .await
+            .status(),
+        200
+    );
+    let r = h.messages(messages_body("claude/claude-opus", false)).await;
+    assert_eq!(r.status(), 429);
+    let retry = retry_after(&r);
+    assert!((118..=120).contains(&retry), "{retry}");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    assert_eq!(body["error"]["code"], "quota_exceeded");
+    assert_eq!(body["error"]["quota"]["pool"], "claude-team");
+    assert_eq!(body["error"]["quota"]["dimension"], "percent:5h");
+    assert_eq!(body["error"]["quota"]["reason"], "global_limit");
+    let usage: Value = h.admin_json("/api/quota/pools/claude-team/usage").await;
+    assert_eq!(usage["dimensions"][1]["providerSignal"], 1.0);
+}
