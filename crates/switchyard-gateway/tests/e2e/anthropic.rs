@@ -596,3 +596,132 @@ async fn quota_reads_anthropic_usage_and_unified_signals_and_refuses_in_anthropi
     let usage: Value = h.admin_json("/api/quota/pools/claude-team/usage").await;
     assert_eq!(usage["dimensions"][1]["providerSignal"], 1.0);
 }
+
+/// The Anthropic configuration with a Claude subscription connection `claude-sub`
+/// (credential `oat-1`) opted into the usage-wall features in `data`.
+fn subscription(data: Value) -> impl FnOnce(&str) -> Config {
+    move |mock: &str| {
+        Config::anthropic(mock)
+            .provider(Provider::anthropic("claudesub", mock).models(["claude-opus"]))
+            .connection(
+                Connection::oauth("claude-sub", "claudesub")
+                    .credential("oat-1")
+                    .provider_specific_data(data),
+            )
+    }
+}
+
+/// The journal's `(path, slow header)` pairs.
+async fn calls(h: &Harness) -> Vec<(String, Option<String>)> {
+    h.mock_requests()
+        .await
+        .iter()
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap().to_owned(),
+                r["headers"]["anthropic-usage-limit"]
+                    .as_str()
+                    .map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+fn slow() -> Option<String> {
+    Some("slow".to_owned())
+}
+
+#[tokio::test]
+async fn at_the_usage_wall_the_low_priority_lane_retries_the_same_account_slowly() {
+    let h = Harness::start_with(subscription(json!({"lowPriorityMode": true})), &[]).await;
+    h.mock_wall(json!({"credential": "oat-1", "reset_at": unix_now() + 3600}))
+        .await;
+    let r = h
+        .messages(messages_body("claudesub/claude-opus", false))
+        .await;
+    assert_eq!(r.status(), 200);
+    let m = "/v1/messages".to_owned();
+    assert_eq!(calls(&h).await, [(m.clone(), None), (m.clone(), slow())]);
+    // The lane stays: the next request goes slow at once.
+    let r = h
+        .messages(messages_body("claudesub/claude-opus", true))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    assert_eq!(calls(&h).await.last().unwrap(), &(m.clone(), slow()));
+    // The intercepted 429 cooled nothing down.
+    let cooldowns: Value = h.admin_json("/api/resilience/cooldowns").await;
+    let sub = cooldowns
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["connectionId"] == "claude-sub")
+        .unwrap();
+    assert_eq!(
+        (&sub["state"], &sub["backoffLevel"], &sub["lastErrorType"]),
+        (&json!("active"), &json!(0), &Value::Null)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_slow_lane_waits_by_the_announced_retry_after_with_jitter() {
+    let h = Harness::start_paused(subscription(json!({"lowPriorityMode": true})), &[]).await;
+    h.mock_wall(json!({"credential": "oat-1", "reset_at": unix_now() + 3600,
+        "slow": {"statuses": ["slot_busy", "active"], "retry_after_s": 7}}))
+        .await;
+    let started = tokio::time::Instant::now();
+    let r = h
+        .messages(messages_body("claudesub/claude-opus", false))
+        .await;
+    let waited = started.elapsed().as_millis();
+    assert_eq!(r.status(), 200);
+    // 7 s ± 30 %.
+    assert!((4_900..=9_100).contains(&waited), "{waited} ms");
+    let m = "/v1/messages".to_owned();
+    assert_eq!(
+        calls(&h).await,
+        [(m.clone(), None), (m.clone(), slow()), (m, slow())]
+    );
+}
+
+#[tokio::test]
+async fn at_the_usage_wall_the_limit_reset_is_claimed_once_and_remembered() {
+    let h = Harness::start_with(
+        subscription(json!({"autoLimitReset": true, "organizationUUID": "org-1"})),
+        &[],
+    )
+    .await;
+    let wall = json!({"credential": "oat-1", "reset_at": unix_now() + 3600, "reset_program": {}});
+    h.mock_wall(wall.clone()).await;
+    let r = h
+        .messages(messages_body("claudesub/claude-opus", false))
+        .await;
+    assert_eq!(r.status(), 200);
+    let m = "/v1/messages".to_owned();
+    assert_eq!(
+        calls(&h).await,
+        [
+            (m.clone(), None),
+            ("/api/oauth/usage".to_owned(), None),
+            (
+                "/api/organizations/org-1/reset_rate_limits".to_owned(),
+                None
+            ),
+            (m.clone(), None),
+        ]
+    );
+    // A second wall in the same week: no new reset is tried, and without the lane the
+    // 429 takes the ordinary path to the client.
+    h.mock_wall(wall).await;
+    let r = h
+        .messages(messages_body("claudesub/claude-opus", false))
+        .await;
+    assert_eq!(r.status(), 429);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    assert_eq!(calls(&h).await.len(), 5);
+}
