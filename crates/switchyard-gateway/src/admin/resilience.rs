@@ -31,6 +31,38 @@ pub struct ConnectionState {
     pub error_code: Option<u16>,
     /// Models locked on this connection.
     pub model_locks: Vec<ModelLockView>,
+    /// The Claude usage wall (SPEC R17), for a connection that met it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_wall: Option<UsageWallView>,
+}
+
+/// A connection's usage-wall state (SPEC R17); times are Unix milliseconds, absent once
+/// passed.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageWallView {
+    /// Requests carry `anthropic-usage-limit: slow` until then.
+    pub lane_active_until_ms: Option<u64>,
+    /// Why the lane last ended: `weekly_limit`, `budget_exhausted`, `off`, `ineligible`,
+    /// `window_rolled`, `extra_usage` or `max_wait`.
+    pub last_exit: Option<&'static str>,
+    pub last_exit_at_ms: Option<u64>,
+    /// The slow-lane offer is not accepted until then.
+    pub offer_blocked_until_ms: Option<u64>,
+    /// No session-limit reset is attempted until then.
+    pub reset_unavailable_until_ms: Option<u64>,
+}
+
+impl From<switchyard_core::resilience::usage_wall::Status> for UsageWallView {
+    fn from(s: switchyard_core::resilience::usage_wall::Status) -> Self {
+        Self {
+            lane_active_until_ms: s.lane_active_until_ms,
+            last_exit: s.last_exit.map(|e| e.reason.as_str()),
+            last_exit_at_ms: s.last_exit.map(|e| e.at_ms),
+            offer_blocked_until_ms: s.offer_blocked_until_ms,
+            reset_unavailable_until_ms: s.reset_unavailable_until_ms,
+        }
+    }
 }
 
 /// Filter of the cooldown list.
@@ -76,6 +108,11 @@ pub async fn list_cooldowns(
                     .filter(|l| l.connection == c.id)
                     .cloned()
                     .collect(),
+                usage_wall: state
+                    .runtime
+                    .walls
+                    .status(&c.id, now)
+                    .map(UsageWallView::from),
             }
         })
         .collect();

@@ -634,7 +634,8 @@ fn slow() -> Option<String> {
 #[tokio::test]
 async fn at_the_usage_wall_the_low_priority_lane_retries_the_same_account_slowly() {
     let h = Harness::start_with(subscription(json!({"lowPriorityMode": true})), &[]).await;
-    h.mock_wall(json!({"credential": "oat-1", "reset_at": unix_now() + 3600}))
+    let reset = unix_now() + 3600;
+    h.mock_wall(json!({"credential": "oat-1", "reset_at": reset}))
         .await;
     let r = h
         .messages(messages_body("claudesub/claude-opus", false))
@@ -665,6 +666,9 @@ async fn at_the_usage_wall_the_low_priority_lane_retries_the_same_account_slowly
         (&sub["state"], &sub["backoffLevel"], &sub["lastErrorType"]),
         (&json!("active"), &json!(0), &Value::Null)
     );
+    let until = sub["usageWall"]["laneActiveUntilMs"].as_u64().unwrap();
+    assert_eq!(until, (reset + 60) * 1000);
+    assert_eq!(sub["usageWall"]["lastExit"], Value::Null);
 }
 
 #[tokio::test(start_paused = true)]
