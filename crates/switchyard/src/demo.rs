@@ -186,9 +186,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         mock.base_url()
     ));
     say("the combo `demo` tries alpha/mock-small first, then beta/mock-small.");
-    say(&format!(
-        "The Anthropic-format provider `claude` (claude/claude-opus) is on the same mock; the combo `demo-claude` fails over from it to alpha/mock-small, translating the request."
-    ));
+    say("The Anthropic-format provider `claude` (claude/claude-opus) is on the same mock; the combo `demo-claude` fails over from it to alpha/mock-small, translating the request.");
     say(&format!("Demo API key: {secret}"));
     say(&admin_note(&prepared.admin));
     say("");

@@ -71,15 +71,10 @@ pub async fn send(
         )
         .unwrap_or(u64::MAX);
         let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
-        let mut decision = walls.on_response(
-            connection,
-            &mut request,
-            wall.flags,
-            seen,
-            ctx.clock.now_ms(),
-            budget_ms,
-            jitter,
-        );
+        let now = ctx.clock.now_ms();
+        let mut decision = walls.with(connection, |w| {
+            w.on_response(&mut request, wall.flags, seen, now, budget_ms, jitter)
+        });
         loop {
             match decision {
                 Decision::Proceed => return Ok(response),
@@ -120,8 +115,9 @@ pub async fn send(
                 }
                 Decision::TryLimitReset => {
                     let check = usage_check(timeout, target, wall, deadline).await;
+                    let now = ctx.clock.now_ms();
                     decision =
-                        walls.on_usage_check(connection, &mut request, check, ctx.clock.now_ms());
+                        walls.with(connection, |w| w.on_usage_check(&mut request, check, now));
                 }
                 Decision::CallReset => {
                     let answer = reset_call(timeout, target, wall, deadline).await;
@@ -131,8 +127,9 @@ pub async fn send(
                         answer = ?answer,
                         "Usage wall: asked for the session-limit reset."
                     );
+                    let now = ctx.clock.now_ms();
                     decision =
-                        walls.on_reset_result(connection, &mut request, answer, ctx.clock.now_ms());
+                        walls.with(connection, |w| w.on_reset_result(&mut request, answer, now));
                 }
             }
         }

@@ -5,10 +5,8 @@
 //! the machines.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use switchyard_core::resilience::usage_wall::{
-    Decision, Flags, ResetAnswer, Response, Status, UsageCheck, UsageWall, WallRequest,
-};
+use std::sync::{Mutex, PoisonError};
+use switchyard_core::resilience::usage_wall::{Flags, Status, UsageWall};
 
 /// See the module docs.
 #[derive(Debug, Default)]
@@ -17,11 +15,10 @@ pub struct UsageWalls {
 }
 
 impl UsageWalls {
-    fn with<T>(&self, connection: &str, f: impl FnOnce(&mut UsageWall) -> T) -> T {
-        let mut walls = self
-            .walls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// Runs `f` on `connection`'s machine, made on first use; the lock is held only for
+    /// the call (never across an `.await`).
+    pub fn with<T>(&self, connection: &str, f: impl FnOnce(&mut UsageWall) -> T) -> T {
+        let mut walls = self.walls.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(wall) = walls.get_mut(connection) {
             return f(wall);
         }
@@ -30,66 +27,15 @@ impl UsageWalls {
 
     /// Whether a request on `connection` carries the slow-lane header now.
     pub fn send_slow(&self, connection: &str, flags: Flags, now_ms: u64) -> bool {
-        let walls = self
-            .walls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let walls = self.walls.lock().unwrap_or_else(PoisonError::into_inner);
         walls
             .get(connection)
             .is_some_and(|w| w.send_slow(flags, now_ms))
     }
 
-    /// See [`UsageWall::on_response`].
-    pub fn on_response(
-        &self,
-        connection: &str,
-        request: &mut WallRequest,
-        flags: Flags,
-        response: Response,
-        now_ms: u64,
-        start_budget_left_ms: u64,
-        jitter: f64,
-    ) -> Decision {
-        self.with(connection, |w| {
-            w.on_response(
-                request,
-                flags,
-                response,
-                now_ms,
-                start_budget_left_ms,
-                jitter,
-            )
-        })
-    }
-
-    /// See [`UsageWall::on_usage_check`].
-    pub fn on_usage_check(
-        &self,
-        connection: &str,
-        request: &mut WallRequest,
-        check: UsageCheck,
-        now_ms: u64,
-    ) -> Decision {
-        self.with(connection, |w| w.on_usage_check(request, check, now_ms))
-    }
-
-    /// See [`UsageWall::on_reset_result`].
-    pub fn on_reset_result(
-        &self,
-        connection: &str,
-        request: &mut WallRequest,
-        answer: ResetAnswer,
-        now_ms: u64,
-    ) -> Decision {
-        self.with(connection, |w| w.on_reset_result(request, answer, now_ms))
-    }
-
     /// The state of `connection`'s machine, when it has one.
     pub fn status(&self, connection: &str, now_ms: u64) -> Option<Status> {
-        let walls = self
-            .walls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let walls = self.walls.lock().unwrap_or_else(PoisonError::into_inner);
         walls.get(connection).map(|w| w.status(now_ms))
     }
 }

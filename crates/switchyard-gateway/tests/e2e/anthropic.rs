@@ -133,10 +133,8 @@ fn undated(text: &str, window: std::ops::RangeInclusive<u64>) -> String {
 }
 
 fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
+    use switchyard_gateway::clock::{Clock, SystemClock};
+    SystemClock.now_ms() / 1000
 }
 
 #[tokio::test]
