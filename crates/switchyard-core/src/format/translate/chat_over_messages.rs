@@ -70,10 +70,8 @@
 //!
 //! # `created`
 //!
-//! No clock is read here. [`response`] and [`Stream::default`], which the translate
-//! module's fixed interface calls, give `"created": 0`; [`response_at`] and
-//! [`Stream::at`] take the request's time in Unix seconds, for a caller that has it to
-//! call instead.
+//! No clock is read here: [`response_at`] and [`Stream::at`] take the request's time in
+//! Unix seconds for the chat `created` members.
 
 use super::map::{finish_reason_of, Tokens};
 use super::TranslateError;
@@ -551,11 +549,6 @@ fn thinking_budget(effort: Option<Value>, max_tokens: u64) -> Result<Option<u64>
         };
     let budget = budget.min(max_tokens.saturating_sub(1));
     Ok((budget >= MIN_THINKING_BUDGET).then_some(budget))
-}
-
-/// A Message as a chat completion with `"created": 0`; see [`response_at`].
-pub fn response(body: &[u8]) -> Result<Vec<u8>, TranslateError> {
-    response_at(body, 0)
 }
 
 /// A Message as a chat completion created at `created` (Unix seconds).
@@ -1172,7 +1165,7 @@ mod tests {
     }
 
     fn answer(body: &str) -> Result<String, TranslateError> {
-        response(body.as_bytes()).map(|b| String::from_utf8_lossy(&b).into_owned())
+        response_at(body.as_bytes(), 0).map(|b| String::from_utf8_lossy(&b).into_owned())
     }
 
     #[test]
