@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use serde_json::{json, Value};
+use switchyard_core::format::translate::map::anthropic_error_type;
 use switchyard_core::format::Format;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::routing::Exclusion;
@@ -20,22 +21,6 @@ pub fn body(e: &ApiError, format: Format) -> Value {
     match format {
         Format::OpenAiChat => openai_body(e),
         Format::AnthropicMessages => anthropic_body(e),
-    }
-}
-
-/// Anthropic's error `type` for an HTTP status, as its SDKs map them to exceptions.
-pub fn anthropic_type(status: u16) -> &'static str {
-    match status {
-        400 | 405 | 409 | 415 | 422 => "invalid_request_error",
-        401 => "authentication_error",
-        402 => "billing_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        504 => "timeout_error",
-        529 | 503 => "overloaded_error",
-        _ => "api_error",
     }
 }
 
@@ -50,7 +35,7 @@ fn anthropic_body(e: &ApiError) -> Value {
     facts.remove("type");
     facts.remove("param");
     let mut err = serde_json::Map::with_capacity(facts.len() + 1);
-    err.insert("type".into(), json!(anthropic_type(status.as_u16())));
+    err.insert("type".into(), json!(anthropic_error_type(status.as_u16())));
     err.extend(facts);
     json!({"type": "error", "error": err})
 }

@@ -66,14 +66,14 @@
 //! Error bodies become `{"error": {message, type, code: null, param: null}}`, the type
 //! Anthropic's (`rate_limit_error`, …), or Anthropic's for the status when the body is
 //! not an Anthropic error, whose text is then the message; a message is cut to
-//! [`MAX_ERROR_MESSAGE`] bytes.
+//! [`MAX_ERROR_MESSAGE`](super::map::MAX_ERROR_MESSAGE) bytes.
 //!
 //! # `created`
 //!
 //! No clock is read here: [`response_at`] and [`Stream::at`] take the request's time in
 //! Unix seconds for the chat `created` members.
 
-use super::map::{finish_reason_of, Tokens};
+use super::map::{anthropic_error_type, error_message, finish_reason_of, Tokens};
 use super::TranslateError;
 use crate::llm::RawObject;
 use crate::sse::{SseEvent, SseParser};
@@ -81,10 +81,6 @@ use serde_json::{json, Map, Value};
 
 /// Anthropic's smallest thinking budget.
 const MIN_THINKING_BUDGET: u64 = 1024;
-
-/// Longest upstream error message relayed, in bytes: an HTML error page is cut, not
-/// relayed whole.
-const MAX_ERROR_MESSAGE: usize = 1024;
 
 fn refuse(message: String) -> TranslateError {
     TranslateError::Request(message)
@@ -613,26 +609,9 @@ pub fn response_at(body: &[u8], created: u64) -> Result<Vec<u8>, TranslateError>
     serde_json::to_vec(&completion).map_err(|e| TranslateError::Response(e.to_string()))
 }
 
-/// Anthropic's error type for an HTTP status.
-fn error_type_of(status: u16) -> &'static str {
-    match status {
-        400 => "invalid_request_error",
-        401 => "authentication_error",
-        402 => "billing_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        504 => "timeout_error",
-        529 => "overloaded_error",
-        500.. => "api_error",
-        _ => "invalid_request_error",
-    }
-}
-
 /// An OpenAI error object for an Anthropic error `body`: its type and message, or
 /// `fallback_type` and the body's text (`empty` when it has none), the message cut to
-/// [`MAX_ERROR_MESSAGE`] bytes.
+/// [`MAX_ERROR_MESSAGE`](super::map::MAX_ERROR_MESSAGE) bytes.
 fn openai_error(body: &[u8], fallback_type: &str, empty: &str) -> Value {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let field = |key: &str| {
@@ -643,11 +622,7 @@ fn openai_error(body: &[u8], fallback_type: &str, empty: &str) -> Value {
             .and_then(Value::as_str)
             .map(str::to_owned)
     };
-    let text = field("message").unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
-    let message = match text.trim() {
-        "" => empty,
-        text => &text[..text.floor_char_boundary(MAX_ERROR_MESSAGE)],
-    };
+    let message = error_message(body).unwrap_or_else(|| empty.to_owned());
     let kind = field("type").unwrap_or_else(|| fallback_type.to_owned());
     json!({"error": {"message": message, "type": kind, "code": null, "param": null}})
 }
@@ -656,7 +631,7 @@ fn openai_error(body: &[u8], fallback_type: &str, empty: &str) -> Value {
 /// as an OpenAI error body.
 pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
     let empty = format!("the upstream answered HTTP {status}");
-    openai_error(body, error_type_of(status), &empty)
+    openai_error(body, anthropic_error_type(status), &empty)
         .to_string()
         .into_bytes()
 }

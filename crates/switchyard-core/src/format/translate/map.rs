@@ -1,6 +1,44 @@
-//! Mappings both translation directions share: stop reasons and usage blocks.
+//! Mappings both translation directions share: stop reasons, usage blocks, error types
+//! and error messages.
 
 use serde_json::{json, Value};
+
+/// Longest upstream error message relayed, in bytes: an HTML error page is cut, not
+/// relayed whole.
+pub const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// Anthropic's error `type` for an HTTP status (its SDKs choose the exception by the
+/// status; the type says the same in the body).
+pub fn anthropic_error_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        500.. => "api_error",
+        _ => "invalid_request_error",
+    }
+}
+
+/// The message of an error body in either format — `error.message`, `error` as a
+/// string, or a top-level `message`, else the body's text — trimmed and cut to
+/// [`MAX_ERROR_MESSAGE`] bytes at a character boundary; `None` when it is empty.
+pub fn error_message(body: &[u8]) -> Option<String> {
+    let parsed = serde_json::from_slice::<Value>(body).ok();
+    let named = parsed.as_ref().and_then(|v| match v.get("error") {
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(e) if !e.is_null() => e.get("message").and_then(Value::as_str),
+        _ => v.get("message").and_then(Value::as_str),
+    });
+    let text = String::from_utf8_lossy(body);
+    let message = named.unwrap_or(&text).trim();
+    (!message.is_empty())
+        .then(|| message[..message.floor_char_boundary(MAX_ERROR_MESSAGE)].to_owned())
+}
 
 /// An Anthropic `stop_reason` as a chat `finish_reason`.
 pub fn finish_reason_of(stop_reason: &str) -> &'static str {

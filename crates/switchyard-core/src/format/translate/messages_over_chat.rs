@@ -73,7 +73,7 @@
 //! that closes before the choice finished gets nothing added, so the client sees the
 //! answer cut (the gateway adds its error).
 
-use super::map::{stop_reason_of, Tokens};
+use super::map::{anthropic_error_type, error_message, stop_reason_of, Tokens};
 use super::TranslateError;
 use crate::format::anthropic_messages::push_event;
 use crate::llm::RawObject;
@@ -85,9 +85,6 @@ const JOIN: &str = "\n\n";
 
 /// What starts the content of a tool message made from a failed tool's result.
 const ERROR_PREFIX: &str = "Error: ";
-
-/// Longest upstream error message relayed, in bytes.
-const MAX_ERROR_MESSAGE: usize = 1024;
 
 /// The chat request for an Anthropic Messages `body`; see the module docs.
 pub fn request(
@@ -609,49 +606,11 @@ fn tool_use(call: &Value) -> Result<Value, TranslateError> {
     Ok(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
 }
 
-/// The Anthropic error type for an HTTP status.
-fn error_type(status: u16) -> &'static str {
-    match status {
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        529 => "overloaded_error",
-        500.. => "api_error",
-        _ => "invalid_request_error",
-    }
-}
-
-/// The message of an error object: `error.message`, `error` as a string, or `message`.
-fn message_of(v: &Value) -> Option<&str> {
-    match get(v, "error") {
-        Some(Value::String(s)) => Some(s),
-        Some(e) => e.get("message").and_then(Value::as_str),
-        None => v.get("message").and_then(Value::as_str),
-    }
-}
-
-/// `s` cut to at most [`MAX_ERROR_MESSAGE`] bytes, at a character boundary.
-fn bounded(s: &str) -> &str {
-    let mut end = s.len().min(MAX_ERROR_MESSAGE);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 /// The Anthropic error body for an upstream error answer with `status` and `body`.
 pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
-    let parsed = serde_json::from_slice::<Value>(body).ok();
-    let text = String::from_utf8_lossy(body);
-    let message = parsed.as_ref().and_then(message_of).unwrap_or(&text).trim();
-    let message = if message.is_empty() {
-        format!("the upstream answered HTTP {status}")
-    } else {
-        bounded(message).to_owned()
-    };
-    json!({"type": "error", "error": {"type": error_type(status), "message": message}})
+    let message =
+        error_message(body).unwrap_or_else(|| format!("the upstream answered HTTP {status}"));
+    json!({"type": "error", "error": {"type": anthropic_error_type(status), "message": message}})
         .to_string()
         .into_bytes()
 }
@@ -725,8 +684,10 @@ impl State {
             return;
         };
         if let Some(error) = get(&chunk, "error") {
-            let text = error.to_string();
-            let message = bounded(message_of(&chunk).unwrap_or(&text));
+            // An error object without a message is shown as it is.
+            let message = error_message(event.data.as_bytes())
+                .filter(|m| *m != event.data.trim())
+                .unwrap_or_else(|| error.to_string());
             push_event(
                 out,
                 "error",
@@ -1406,7 +1367,7 @@ mod tests {
             (
                 503,
                 "",
-                r#"{"type":"error","error":{"type":"api_error","message":"the upstream answered HTTP 503"}}"#,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"the upstream answered HTTP 503"}}"#,
             ),
             (
                 500,
@@ -1421,7 +1382,7 @@ mod tests {
             (
                 504,
                 "upstream timed out",
-                r#"{"type":"error","error":{"type":"api_error","message":"upstream timed out"}}"#,
+                r#"{"type":"error","error":{"type":"timeout_error","message":"upstream timed out"}}"#,
             ),
         ];
         for (status, body, want) in cases {
