@@ -34,13 +34,27 @@ struct MessageEnvelope {
 struct RawUsage {
     prompt_tokens: Option<u64>,
     input_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
     completion_tokens: Option<u64>,
     output_tokens: Option<u64>,
 }
 
 impl RawUsage {
+    /// OpenAI's `prompt_tokens` count cached tokens; Anthropic's `input_tokens` do not,
+    /// so its cache reads and writes are added: a prompt served from the cache is still
+    /// a prompt the account processed.
     fn into_usage(self) -> Option<Usage> {
-        let prompt = self.prompt_tokens.or(self.input_tokens);
+        let anthropic = || {
+            let cached = [self.cache_read_input_tokens, self.cache_creation_input_tokens];
+            let parts = [self.input_tokens, cached[0], cached[1]];
+            parts
+                .iter()
+                .flatten()
+                .copied()
+                .reduce(u64::saturating_add)
+        };
+        let prompt = self.prompt_tokens.or_else(anthropic);
         let completion = self.completion_tokens.or(self.output_tokens);
         if prompt.is_none() && completion.is_none() {
             return None;
@@ -167,6 +181,22 @@ mod tests {
             Some(Usage {
                 prompt_tokens: 9,
                 completion_tokens: 1
+            })
+        );
+        let cached = br#"{"usage":{"input_tokens":3,"cache_read_input_tokens":50000,"cache_creation_input_tokens":200,"output_tokens":7}}"#;
+        assert_eq!(
+            Usage::from_json_bytes(cached),
+            Some(Usage {
+                prompt_tokens: 50_203,
+                completion_tokens: 7
+            })
+        );
+        let only_cache = br#"{"usage":{"cache_read_input_tokens":18446744073709551615,"cache_creation_input_tokens":5}}"#;
+        assert_eq!(
+            Usage::from_json_bytes(only_cache),
+            Some(Usage {
+                prompt_tokens: u64::MAX,
+                completion_tokens: 0
             })
         );
         assert_eq!(Usage::from_json_bytes(br#"{"choices":[]}"#), None);

@@ -556,6 +556,9 @@ fn claude_pool(mock: &str) -> Config {
 #[tokio::test]
 async fn quota_reads_anthropic_usage_and_unified_signals_and_refuses_in_anthropics_shape() {
     let h = Harness::start_with(claude_pool, &[]).await;
+    h.rule(json!({"match": {"model": "claude-opus"}, "times": 1,
+        "cache_read_input_tokens": 7, "cache_creation_input_tokens": 3}))
+        .await;
     let text = h
         .messages(messages_body("claude/claude-opus", true))
         .await
@@ -563,9 +566,10 @@ async fn quota_reads_anthropic_usage_and_unified_signals_and_refuses_in_anthropi
         .await
         .unwrap();
     assert!(text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    // 5 fresh input tokens, 7 read from the cache, 3 written to it, 5 output.
     eventually("the stream's usage is settled", || async {
         let usage: Value = h.admin_json("/api/quota/pools/claude-team/usage").await;
-        usage["dimensions"][0]["keys"][0]["consumed"].as_f64() == Some(10.0)
+        usage["dimensions"][0]["keys"][0]["consumed"].as_f64() == Some(20.0)
     })
     .await;
     let reset = unix_now() + 120;
