@@ -6,7 +6,7 @@
 //! ([`crate::format`]); this module holds data and the passthrough encoding only.
 
 use crate::format::translate::{self, TranslateError};
-use crate::format::Format;
+use crate::format::{anthropic_messages, Format};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -47,9 +47,23 @@ impl Request {
             return translate::request(self, upstream, model, max_tokens);
         }
         let clamped = self.max_tokens.zip(max_tokens).filter(|(a, m)| a != m);
-        Ok(match clamped {
-            None => self.body.with_model(model),
-            Some((_, bound)) => self.body.with_members(model, bound),
+        let bound = clamped.map(|(_, bound)| bound.to_string());
+        let mut overrides: Vec<(&str, Option<String>)> = Vec::new();
+        if let Some(bound) = &bound {
+            overrides.push(("max_tokens", Some(bound.clone())));
+            overrides.push(("max_completion_tokens", Some(bound.clone())));
+        }
+        if self.format == Format::AnthropicMessages {
+            if let (Some((_, bound)), Some(thinking)) = (clamped, self.body.member("thinking")) {
+                if let Some(fitted) = anthropic_messages::fit_thinking(thinking, bound) {
+                    overrides.push(("thinking", fitted));
+                }
+            }
+        }
+        Ok(if overrides.is_empty() {
+            self.body.with_model(model)
+        } else {
+            self.body.rewritten(model, &overrides)
         })
     }
 }
@@ -120,16 +134,12 @@ impl RawObject {
     /// The object's text with every `model` member replaced by `model`, the other
     /// members in their order and text.
     pub fn with_model(&self, model: &str) -> Vec<u8> {
-        self.rewritten(model, None)
+        self.rewritten(model, &[])
     }
 
-    /// As [`Self::with_model`], with the output bound members (`max_tokens`,
-    /// `max_completion_tokens`) also set to `max_tokens`.
-    pub fn with_members(&self, model: &str, max_tokens: u64) -> Vec<u8> {
-        self.rewritten(model, Some(max_tokens))
-    }
-
-    fn rewritten(&self, model: &str, max_tokens: Option<u64>) -> Vec<u8> {
+    /// As [`Self::with_model`], with each member named in `overrides` that the object
+    /// has given the raw JSON text there, or left out for `None`.
+    pub fn rewritten(&self, model: &str, overrides: &[(&str, Option<String>)]) -> Vec<u8> {
         let len: usize = self
             .0
             .iter()
@@ -137,18 +147,22 @@ impl RawObject {
             .sum();
         let mut out = Vec::with_capacity(len + model.len() + 2);
         out.push(b'{');
-        for (i, (key, value)) in self.0.iter().enumerate() {
-            if i > 0 {
+        let mut first = true;
+        for (key, value) in &self.0 {
+            let replaced = overrides.iter().find(|(name, _)| name == key);
+            if matches!(replaced, Some((_, None))) {
+                continue;
+            }
+            if !first {
                 out.push(b',');
             }
+            first = false;
             write_json_string(&mut out, key);
             out.push(b':');
             if key == "model" {
                 write_json_string(&mut out, model);
-            } else if let (Some(n), "max_tokens" | "max_completion_tokens") =
-                (max_tokens, key.as_str())
-            {
-                out.extend_from_slice(n.to_string().as_bytes());
+            } else if let Some((_, Some(text))) = replaced {
+                out.extend_from_slice(text.as_bytes());
             } else {
                 out.extend_from_slice(value.get().as_bytes());
             }

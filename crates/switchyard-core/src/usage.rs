@@ -46,13 +46,12 @@ impl RawUsage {
     /// a prompt the account processed.
     fn into_usage(self) -> Option<Usage> {
         let anthropic = || {
-            let cached = [self.cache_read_input_tokens, self.cache_creation_input_tokens];
+            let cached = [
+                self.cache_read_input_tokens,
+                self.cache_creation_input_tokens,
+            ];
             let parts = [self.input_tokens, cached[0], cached[1]];
-            parts
-                .iter()
-                .flatten()
-                .copied()
-                .reduce(u64::saturating_add)
+            parts.iter().flatten().copied().reduce(u64::saturating_add)
         };
         let prompt = self.prompt_tokens.or_else(anthropic);
         let completion = self.completion_tokens.or(self.output_tokens);

@@ -35,6 +35,30 @@ pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
     })
 }
 
+/// Anthropic's smallest thinking budget.
+pub const MIN_THINKING_BUDGET: u64 = 1024;
+
+/// The `thinking` member (raw JSON text) fitted under an output bound lowered to
+/// `bound`: Anthropic wants `budget_tokens` below `max_tokens`. `None` when it fits as
+/// it is (or is not a budgeted `enabled` thinking); `Some(None)` when no budget of at
+/// least [`MIN_THINKING_BUDGET`] fits, so thinking is left out; else the new text.
+pub fn fit_thinking(thinking: &str, bound: u64) -> Option<Option<String>> {
+    let mut value: serde_json::Value = serde_json::from_str(thinking).ok()?;
+    if value.get("type").and_then(serde_json::Value::as_str) != Some("enabled") {
+        return None;
+    }
+    let budget = value.get("budget_tokens")?.as_u64()?;
+    if budget < bound {
+        return None;
+    }
+    let fitted = bound.saturating_sub(1);
+    if fitted < MIN_THINKING_BUDGET {
+        return Some(None);
+    }
+    value["budget_tokens"] = json!(fitted);
+    Some(Some(value.to_string()))
+}
+
 /// What a cut stream's closing events repeat of the upstream's.
 #[derive(Debug, Deserialize)]
 struct Event {
@@ -179,6 +203,54 @@ mod tests {
         for (body, want) in cases {
             assert_eq!(decode(body), Err(want));
         }
+    }
+
+    #[test]
+    fn thinking_is_fitted_under_a_lowered_bound() {
+        let enabled = r#"{"type":"enabled","budget_tokens":31999}"#;
+        assert_eq!(
+            fit_thinking(enabled, 16_000),
+            Some(Some(
+                r#"{"type":"enabled","budget_tokens":15999}"#.to_owned()
+            ))
+        );
+        assert_eq!(fit_thinking(enabled, 32_000), None);
+        assert_eq!(fit_thinking(enabled, 1_024), Some(None));
+        assert_eq!(
+            fit_thinking(enabled, 1_025),
+            Some(Some(
+                r#"{"type":"enabled","budget_tokens":1024}"#.to_owned()
+            ))
+        );
+        assert_eq!(fit_thinking(r#"{"type":"adaptive"}"#, 10), None);
+        assert_eq!(fit_thinking("null", 10), None);
+    }
+
+    #[test]
+    fn a_clamped_pass_through_fits_thinking_and_keeps_the_rest() {
+        let r = decode(
+            br#"{"model":"a/b","max_tokens":32000,"thinking":{"type":"enabled","budget_tokens":31999},"messages":[{"role":"user","content":"hi"}]}"#,
+        )
+        .unwrap();
+        let body = |limit| {
+            String::from_utf8(
+                r.upstream_body(Format::AnthropicMessages, "up", Some(limit))
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            body(16_000),
+            r#"{"model":"up","max_tokens":16000,"thinking":{"type":"enabled","budget_tokens":15999},"messages":[{"role":"user","content":"hi"}]}"#
+        );
+        assert_eq!(
+            body(1_000),
+            r#"{"model":"up","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}"#
+        );
+        assert_eq!(
+            body(64_000),
+            r#"{"model":"up","max_tokens":32000,"thinking":{"type":"enabled","budget_tokens":31999},"messages":[{"role":"user","content":"hi"}]}"#
+        );
     }
 
     const STREAM: &str = concat!(
