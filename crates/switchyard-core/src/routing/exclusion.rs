@@ -54,6 +54,8 @@ pub enum Reason {
     QuotaBlocked { retry_after_ms: Option<u64> },
     /// A concurrency gate or the request queue refused (SPEC R7, R10).
     SlotRefused(Refusal),
+    /// The request cannot be expressed in the candidate's upstream format.
+    Untranslatable,
 }
 
 impl Reason {
@@ -70,6 +72,7 @@ impl Reason {
             Self::Warming => "warming_up",
             Self::QuotaBlocked { .. } => "quota_exceeded",
             Self::SlotRefused(r) => r.code(),
+            Self::Untranslatable => "untranslatable",
         }
     }
 
@@ -84,9 +87,11 @@ impl Reason {
             | Self::SlotRefused(Refusal::Hopeless { retry_after_ms }) => Some(retry_after_ms),
             Self::QuotaBlocked { retry_after_ms } => retry_after_ms,
             Self::Warming => Some(0),
-            Self::Disabled | Self::NotAllowedForKey | Self::Terminal(_) | Self::SlotRefused(_) => {
-                None
-            }
+            Self::Disabled
+            | Self::NotAllowedForKey
+            | Self::Terminal(_)
+            | Self::SlotRefused(_)
+            | Self::Untranslatable => None,
         }
     }
 
@@ -102,7 +107,8 @@ impl Reason {
             | Self::NotAllowedForKey
             | Self::Terminal(_)
             | Self::QuotaBlocked { .. }
-            | Self::SlotRefused(_) => false,
+            | Self::SlotRefused(_)
+            | Self::Untranslatable => false,
         }
     }
 
@@ -122,8 +128,14 @@ mod tests {
     #[test]
     fn every_reason_has_its_name_retry_after_and_hold() {
         let t = |retry_after_ms| Hold::Transient { retry_after_ms };
-        let cases: [(Reason, &str, Option<u64>, Hold); 15] = [
+        let cases: [(Reason, &str, Option<u64>, Hold); 16] = [
             (Reason::Disabled, "disabled", None, Hold::Lasting),
+            (
+                Reason::Untranslatable,
+                "untranslatable",
+                None,
+                Hold::Lasting,
+            ),
             (
                 Reason::NotAllowedForKey,
                 "not_allowed_for_key",

@@ -13,7 +13,6 @@ use crate::body::deadline::DeadlineBody;
 use crate::body::metered::MeteredBody;
 use crate::body::translate::TranslateBody;
 use crate::clock::{RequestClock, Stopwatch};
-use crate::error::{render, ApiError};
 use crate::runtime::gate::Permit;
 use crate::runtime::quota::{QuotaBlock, QuotaGuard};
 use crate::runtime::resilience;
@@ -71,6 +70,8 @@ pub struct Ctx<'a> {
     pub request: &'a llm::Request,
     /// The client's protocol headers, for upstreams of its format.
     pub protocol: &'a ProtocolHeaders,
+    /// Why the first candidate that could not take the request in its format could not.
+    pub untranslatable: std::sync::OnceLock<String>,
     pub candidates: &'a [Candidate],
     pub strategy: strategy::Kind,
     pub estimate: Estimate,
@@ -172,14 +173,14 @@ async fn attempt(
     let body = request
         .upstream_body(upstream_format, &candidate.upstream_model, output_limit)
         .map_err(|e| {
-            let e = ApiError::InvalidRequest {
-                param: None,
-                message: format!(
-                    "the request cannot be sent to `{}/{}`: {e}",
-                    conn.provider, candidate.upstream_model
-                ),
-            };
-            Report::Rejected(render::response(&e, request.format))
+            let message = format!(
+                "the request cannot be sent to `{}/{}`: {e}",
+                conn.provider, candidate.upstream_model
+            );
+            tracing::info!(request_id = finisher.request_id(), %message, "Candidate skipped.");
+            // The first one is the client's error if no candidate can take the request.
+            let _ = ctx.untranslatable.set(message);
+            Report::Excluded(excluded(candidate, Reason::Untranslatable))
         })?;
     let attempt = resilience::Attempt {
         conn,

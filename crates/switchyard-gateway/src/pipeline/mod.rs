@@ -162,6 +162,7 @@ async fn run(
         key,
         request: &request,
         protocol: &protocol,
+        untranslatable: std::sync::OnceLock::new(),
         candidates: &plan.candidates,
         strategy: plan.strategy,
         estimate,
@@ -199,7 +200,7 @@ async fn run(
                 );
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
-            Step::Done(end) => return ended(end, &request.model),
+            Step::Done(end) => return ended(end, &request.model, ctx.untranslatable.get()),
         }
     }
 }
@@ -208,8 +209,20 @@ async fn run(
 fn ended(
     end: End<Box<crate::runtime::quota::QuotaBlock>, Response, attempt::UpstreamFailure>,
     model: &str,
+    untranslatable: Option<&String>,
 ) -> Result<Response, ApiError> {
     let model = model.to_owned();
+    // Nothing could take the request in its format: that is the client's error.
+    if let (End::AllSkipped { excluded } | End::NoExecutable { excluded }, Some(message)) =
+        (&end, untranslatable)
+    {
+        if excluded.iter().all(|e| e.reason == Reason::Untranslatable) {
+            return Err(ApiError::InvalidRequest {
+                param: None,
+                message: message.clone(),
+            });
+        }
+    }
     Err(match end {
         End::Answer(response) => return Ok(response),
         End::Upstream {

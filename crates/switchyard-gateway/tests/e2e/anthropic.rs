@@ -731,3 +731,41 @@ async fn at_the_usage_wall_the_limit_reset_is_claimed_once_and_remembered() {
     assert_eq!(body["error"]["type"], "rate_limit_error");
     assert_eq!(calls(&h).await.len(), 5);
 }
+
+#[tokio::test]
+async fn a_request_one_target_cannot_take_goes_to_one_that_can_or_is_refused_naming_why() {
+    let h = Harness::start_with(
+        |mock| {
+            Config::anthropic(mock).combo(Combo::priority(
+                "chat-first",
+                ["alpha/mock-small", "claude/claude-opus"],
+            ))
+        },
+        &[],
+    )
+    .await;
+    let file_image = |model: &str| {
+        json!({"model": model, "max_tokens": 64, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image", "source": {"type": "file", "file_id": "file_1"}}]}]})
+    };
+    let r = h.messages(file_image("chat-first")).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["model"], "claude-opus");
+    let (status, body) = status_and_json(h.messages(file_image("alpha/mock-small")).await).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert_eq!(body["error"]["code"], "invalid_request");
+    assert_eq!(
+        body["error"]["message"],
+        "the request cannot be sent to `alpha/mock-small`: `messages[0].content[1].source.type` has no chat counterpart: only base64 and url images can be sent"
+    );
+    let paths: Vec<Value> = h
+        .mock_requests()
+        .await
+        .iter()
+        .map(|r| r["path"].clone())
+        .collect();
+    assert_eq!(paths, [json!("/v1/messages")]);
+}
