@@ -23,11 +23,15 @@ pub async fn admit(
     candidate: &Candidate,
     request_id: &str,
 ) -> Result<(Option<QuotaGuard>, Headers), Box<QuotaBlock>> {
-    let (runtime, snap, key, estimate) = (ctx.runtime, ctx.snap, ctx.key, ctx.estimate);
+    let (runtime, snap, key, mut estimate) = (ctx.runtime, ctx.snap, ctx.key, ctx.estimate);
     let conn = &candidate.connection;
     let Some(pool) = snap.quota.pool_of(conn.index) else {
         return Ok((None, Vec::new()));
     };
+    // The request is clamped to the model's output limit: book no more than it allows.
+    if let Some(limit) = snap.output_limit(&conn.provider, &candidate.upstream_model) {
+        estimate.completion_tokens = estimate.completion_tokens.min(limit);
+    }
     let price = snap.price(&conn.provider, &candidate.upstream_model);
     match runtime
         .quota

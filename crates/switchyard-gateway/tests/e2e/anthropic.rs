@@ -769,3 +769,31 @@ async fn a_request_one_target_cannot_take_goes_to_one_that_can_or_is_refused_nam
         .collect();
     assert_eq!(paths, [json!("/v1/messages")]);
 }
+
+#[tokio::test]
+async fn the_quota_books_no_more_output_than_the_models_limit_allows() {
+    let h = Harness::start_with(
+        |mock| {
+            Config::anthropic(mock)
+                .edit_provider("alpha", |p| p.max_output_tokens("mock-small", 1_000))
+                .quota_pool(
+                    QuotaPool::new("team", "Team", ["alpha-1"])
+                        .dimension(Dimension::new("tokens", "daily", 20_000))
+                        .allocation(Allocation::new("k1").weight(100).policy("hard")),
+                )
+        },
+        &[],
+    )
+    .await;
+    let mut body = messages_body("alpha/mock-small", false);
+    body["max_tokens"] = json!(128_000);
+    let r = h.messages(body.clone()).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let seen = h.mock_requests().await;
+    assert_eq!(seen[0]["body"]["max_tokens"], 1000);
+    // A model without a limit books the client's bound, which never fits the pool.
+    body["model"] = json!("alpha/mock-large");
+    let (status, body) = status_and_json(h.messages(body).await).await;
+    assert_eq!(status, 429);
+    assert_eq!(body["error"]["code"], "quota_exceeded");
+}
