@@ -79,6 +79,8 @@ pub struct StreamReader {
     open_block: Option<u64>,
     /// `message_delta` was seen: the answer's stop reason is already out.
     stopped: bool,
+    /// An `error` event was seen.
+    errored: bool,
 }
 
 impl StreamReader {
@@ -91,6 +93,7 @@ impl StreamReader {
             complete,
             open_block,
             stopped,
+            errored,
         } = self;
         parser.feed(chunk, |event| {
             let Ok(parsed) = serde_json::from_str::<Event>(&event.data) else {
@@ -101,6 +104,7 @@ impl StreamReader {
                 "content_block_start" => *open_block = parsed.index,
                 "content_block_stop" => *open_block = None,
                 "message_delta" => *stopped = true,
+                "error" => *errored = true,
                 "content_block_delta" => generated += generated_chars(&event.data),
                 _ => {}
             }
@@ -119,6 +123,10 @@ impl StreamReader {
 
     pub fn complete(&self) -> bool {
         self.complete
+    }
+
+    pub fn errored(&self) -> bool {
+        self.errored
     }
 
     /// Closes the open content block, ends the message as cut for length (unless its
@@ -279,6 +287,11 @@ mod tests {
         );
         assert_eq!(r.feed(tail.as_bytes()), 0);
         assert!(r.complete());
+        assert!(!r.errored());
+        let mut e = StreamReader::default();
+        e.feed(b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n");
+        assert!(e.errored());
+        assert!(!e.complete());
         assert_eq!(
             r.usage(),
             Some(Usage {

@@ -136,6 +136,15 @@ impl StreamReader {
         }
     }
 
+    /// Whether the stream carried an error event (the upstream's, or a translator's):
+    /// the client was told, and a stream ending after it is not truncated.
+    pub fn errored(&self) -> bool {
+        match self {
+            Self::OpenAiChat(r) => r.errored(),
+            Self::AnthropicMessages(r) => r.errored(),
+        }
+    }
+
     /// What ends the client stream when the gateway cuts it after `error` (a JSON error
     /// body in the client's format): the format's final event marking the answer as cut
     /// for length, the error, and the end marker.

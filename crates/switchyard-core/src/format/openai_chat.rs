@@ -99,15 +99,28 @@ pub struct StreamReader {
     usage: Option<Usage>,
     complete: bool,
     ident: Option<ChunkIdent>,
+    /// An error chunk (`{"error": …}`) was seen.
+    errored: bool,
+}
+
+/// The member that makes a chunk an error chunk.
+#[derive(Deserialize)]
+struct ErrorProbe {
+    error: Option<serde::de::IgnoredAny>,
 }
 
 impl StreamReader {
     /// Reads a relayed chunk; returns the characters of generated text in it.
     pub fn feed(&mut self, chunk: &[u8]) -> usize {
         let (usage, complete, ident) = (&mut self.usage, &mut self.complete, &mut self.ident);
+        let errored = &mut self.errored;
         let mut generated = 0;
         self.parser.feed(chunk, |event| {
             *complete |= event.ends_answer();
+            if event.data.contains("\"error\"") {
+                *errored |= serde_json::from_str::<ErrorProbe>(&event.data)
+                    .is_ok_and(|p| p.error.is_some());
+            }
             if ident.is_none() && !event.is_done() {
                 *ident = serde_json::from_str(&event.data).ok();
             }
@@ -125,6 +138,10 @@ impl StreamReader {
 
     pub fn complete(&self) -> bool {
         self.complete
+    }
+
+    pub fn errored(&self) -> bool {
+        self.errored
     }
 
     /// A final chunk with `finish_reason: "length"` (same id, created and model as the
@@ -280,6 +297,17 @@ data: [DONE]
 "#;
         assert_eq!(r.feed(last), 2);
         assert!(r.complete());
+        assert!(!r.errored());
+        let mut e = StreamReader::default();
+        e.feed(b"data: {\"error\":{\"message\":\"boom\"}}\n\n");
+        assert!(e.errored());
+        let mut quoted = StreamReader::default();
+        quoted.feed(
+            br#"data: {"choices":[{"delta":{"content":"an \"error\" word"}}]}
+
+"#,
+        );
+        assert!(!quoted.errored());
         assert_eq!(
             r.usage(),
             Some(Usage {

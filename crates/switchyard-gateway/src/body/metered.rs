@@ -27,6 +27,9 @@ use switchyard_core::usage::Usage;
 /// The request-log code of a stream the quota pool cut.
 const QUOTA_CUT_CODE: &str = "quota_exceeded";
 
+/// The request-log code of a stream the upstream ended with its own error event.
+const UPSTREAM_ERROR_CODE: &str = "upstream_stream_error";
+
 /// A stream's pending quota increment (see [`crate::runtime::quota::guard::GrowthRequest`]).
 type PendingGrowth = Pin<Box<dyn Future<Output = (Growth, u64)> + Send>>;
 
@@ -193,6 +196,17 @@ where
                     return Poll::Ready(Some(Ok(Frame::data(chunk))));
                 }
                 Poll::Ready(Some(Err(cut))) => return Poll::Ready(Some(Ok(this.cut(cut)))),
+                Poll::Ready(None) if this.reader.errored() && !this.reader.complete() => {
+                    // The upstream's own error frame already told the client.
+                    tracing::warn!(
+                        request_id = this.finisher.request_id(),
+                        "Upstream ended the stream with an error event."
+                    );
+                    this.done = true;
+                    this.finisher
+                        .finish(200, Some(UPSTREAM_ERROR_CODE), this.reader.usage());
+                    return Poll::Ready(None);
+                }
                 Poll::Ready(None) if !this.reader.complete() => {
                     tracing::warn!(
                         request_id = this.finisher.request_id(),
@@ -310,6 +324,17 @@ mod tests {
             completion_tokens: 1,
         });
         assert_eq!(*finished.lock().unwrap(), vec![(200, None, usage)]);
+    }
+
+    #[tokio::test]
+    async fn a_stream_the_upstream_ended_with_its_error_gets_no_second_error_frame() {
+        const ERROR: &str = "data: {\"error\":{\"message\":\"overloaded\"}}\n\n";
+        let (out, _, finished) = run(vec![data(CHUNK), data(ERROR)]).await;
+        assert_eq!(out, format!("{CHUNK}{ERROR}"));
+        assert_eq!(
+            *finished.lock().unwrap(),
+            vec![(200, Some("upstream_stream_error".to_owned()), None)]
+        );
     }
 
     #[tokio::test]
