@@ -61,7 +61,13 @@
 //! argument fragment as it comes (a call given no argument text gets `{}`, as the JSON
 //! answer's would), `message_delta` a chunk with the `finish_reason` and `usage` (counts
 //! of `message_delta` over those of `message_start`), `message_stop` `[DONE]`. An
-//! `error` event becomes an OpenAI error frame and ends the translation.
+//! `error` event becomes an OpenAI error frame and ends the translation; so does an
+//! upstream event larger than [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which
+//! the parser skips (its content would be lost from an answer that looks whole), with
+//! `{"error": {"message": "an upstream event was larger than 1 MiB and could not be
+//! translated", "type": "upstream_error", "code": "upstream_event_too_large", "param":
+//! null}}`. Nothing is translated after either, [`Stream::finish`] adds nothing, and
+//! [`Stream::ended_by_error`] says so.
 //!
 //! Error bodies become `{"error": {message, type, code: null, param: null}}`, the type
 //! Anthropic's (`rate_limit_error`, …), or Anthropic's for the status when the body is
@@ -652,7 +658,13 @@ pub struct Stream {
     finished: bool,
     /// `message_stop` or an error was seen: nothing more is translated.
     ended: bool,
+    /// The translation ended with an error frame.
+    failed: bool,
 }
+
+/// The message of the error frame that ends the translation at an upstream event larger
+/// than [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which the parser skips.
+const EVENT_TOO_LARGE: &str = "an upstream event was larger than 1 MiB and could not be translated";
 
 impl Stream {
     /// A translator whose chunks say they were created at `created` (Unix seconds).
@@ -666,10 +678,23 @@ impl Stream {
     /// Reads an upstream chunk (any boundaries) and appends the chat frames it completes.
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         let mut events = Vec::new();
+        let skipped = self.parser.skipped;
         self.parser.feed(chunk, |event| events.push(event));
         for event in events {
             self.event(&event, out);
         }
+        // The parser skips an event only after those it completed from this chunk.
+        if self.parser.skipped > skipped && !self.ended {
+            let error = json!({"error": {"message": EVENT_TOO_LARGE, "type": "upstream_error",
+                                         "code": "upstream_event_too_large", "param": null}});
+            self.fail(&error, out);
+        }
+    }
+
+    /// Whether the translation ended with an error frame: the upstream's `error` event,
+    /// or an upstream event too large to read.
+    pub fn ended_by_error(&self) -> bool {
+        self.failed
     }
 
     /// The upstream stream ended: `[DONE]` when the finish reason was sent but
@@ -756,16 +781,22 @@ impl Stream {
                 out.extend_from_slice(b"data: [DONE]\n\n");
             }
             "error" => {
-                self.ended = true;
                 let error = openai_error(
                     event.data.as_bytes(),
                     "api_error",
                     "the upstream stream reported an error",
                 );
-                write_frame(out, &error);
+                self.fail(&error, out);
             }
             _ => {}
         }
+    }
+
+    /// The error frame `error`, which ends the translation.
+    fn fail(&mut self, error: &Value, out: &mut Vec<u8>) {
+        self.ended = true;
+        self.failed = true;
+        write_frame(out, error);
     }
 
     fn text(&self, key: &str, text: &str, out: &mut Vec<u8>) {
@@ -1342,9 +1373,58 @@ mod tests {
         let input = format!(
             "{START}event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}}}\n\n{DELTA}event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
         );
-        let got = run(&mut Stream::default(), input.as_bytes(), 3);
+        let mut stream = Stream::default();
+        let got = run(&mut stream, input.as_bytes(), 3);
         let error = "data: {\"error\":{\"message\":\"Overloaded\",\"type\":\"overloaded_error\",\"code\":null,\"param\":null}}\n\n";
         assert_eq!(got.split_once("\n\n").map(|(_, rest)| rest), Some(error));
+        assert!(stream.ended_by_error());
+    }
+
+    #[test]
+    fn only_an_error_ends_the_translation_by_error() {
+        let stop = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let unfinished = format!("{START}{DELTA}");
+        let whole = format!("{START}{DELTA}{stop}");
+        for input in ["", START, &unfinished, &whole, GOLDEN_TOOL_STREAM] {
+            let mut stream = Stream::default();
+            run(&mut stream, input.as_bytes(), input.len().max(1));
+            assert!(!stream.ended_by_error(), "{input}");
+        }
+    }
+
+    const TOO_LARGE: &str = "data: {\"error\":{\"message\":\"an upstream event was larger than 1 MiB and could not be translated\",\"type\":\"upstream_error\",\"code\":\"upstream_event_too_large\",\"param\":null}}\n\n";
+
+    #[test]
+    fn an_event_too_large_to_read_ends_the_translation_with_an_error() {
+        let big = format!(
+            "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{}\"}}}}\n\n",
+            "x".repeat(crate::sse::MAX_EVENT_BYTES)
+        );
+        let (big_head, big_tail) = big.split_at(big.len() - 10);
+        let stop = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let first = "data: {\"id\":\"msg_s\",\"object\":\"chat.completion.chunk\",\"created\":9,\"model\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n";
+        let mut stream = Stream::at(9);
+        let mut out = Vec::new();
+        stream.feed(format!("{START}{big_head}").as_bytes(), &mut out);
+        assert_eq!(String::from_utf8_lossy(&out), format!("{first}{TOO_LARGE}"));
+        assert!(stream.ended_by_error());
+        stream.feed(format!("{big_tail}{DELTA}{stop}").as_bytes(), &mut out);
+        stream.finish(&mut out);
+        assert_eq!(String::from_utf8_lossy(&out), format!("{first}{TOO_LARGE}"));
+    }
+
+    #[test]
+    fn an_event_too_large_after_the_end_adds_nothing() {
+        let stop = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let mut stream = Stream::default();
+        let mut out = Vec::new();
+        stream.feed(format!("{START}{DELTA}{stop}").as_bytes(), &mut out);
+        let end = out.len();
+        stream.feed(b"data: ", &mut out);
+        stream.feed(&vec![b'x'; crate::sse::MAX_EVENT_BYTES], &mut out);
+        stream.finish(&mut out);
+        assert_eq!(out.len(), end);
+        assert!(!stream.ended_by_error());
     }
 
     #[test]

@@ -42,10 +42,16 @@
 //! # Answer
 //!
 //! The message id is the chat id, prefixed with `msg_` unless it has it. Content, in
-//! order: `reasoning_content` as a `thinking` block with an empty `signature` (the
-//! upstream signs nothing), the text, then each tool call as a `tool_use` block whose
-//! `input` is the parsed `arguments` (empty arguments are `{}`; arguments that are not a
-//! JSON object make the answer untranslatable). The stop reason and usage come from
+//! order: `reasoning_content` as a `thinking` block signed
+//! [`UNSIGNED`](super::unsigned::UNSIGNED) (the upstream signs nothing; the sentinel
+//! lets the gateway take the block out should the client send it to an Anthropic
+//! upstream later), the text, then each tool call as a `tool_use` block whose `input`
+//! is the parsed `arguments`. Arguments never make the answer untranslatable (a model
+//! cut by `length` mid call, or one writing bad JSON, must not lose the whole answer,
+//! which streamed would pass as it is): empty arguments are `{}`, a JSON object is
+//! itself, anything else (invalid JSON, JSON that is no object) is
+//! `{"_raw_arguments": "<the arguments text>"}`, so nothing is lost and the client's
+//! tool validation reports it to the model. The stop reason and usage come from
 //! [`super::map`]; chat does not say whether a stop sequence matched, so it is never
 //! `stop_sequence`.
 //!
@@ -64,16 +70,23 @@
 //! and `ping` at the first chunk with a choice, one content block per run of
 //! `reasoning_content` (thinking), `content` (text) or tool call (`tool_use`, its
 //! argument fragments as `input_json_delta` as they come, never buffered), each closed
-//! when another begins or the choice finishes; `message_delta` (the stop reason, the
-//! usage of the last chunk that carried one) and `message_stop` at `[DONE]`. An error
-//! chunk becomes an `error` event and ends the translation. A tool call fragment for a
-//! call whose start was not seen, or that is no longer open, is dropped. `[DONE]` with
-//! no chunk before it still makes a whole, empty message. An upstream that finishes the
-//! choice but closes without `[DONE]` gets its message closed by [`Stream::finish`]; one
-//! that closes before the choice finished gets nothing added, so the client sees the
-//! answer cut (the gateway adds its error).
+//! when another begins or the choice finishes, a thinking block after a
+//! `signature_delta` giving it [`UNSIGNED`](super::unsigned::UNSIGNED); `message_delta`
+//! (the stop reason, the usage of the last chunk that carried one) and `message_stop`
+//! at `[DONE]`. An error chunk becomes an `error` event (`api_error`, the upstream's
+//! message) and ends the translation; so does an upstream event larger than
+//! [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which the parser skips (its content
+//! would be lost from a message that looks whole), with the message "an upstream event
+//! was larger than 1 MiB and could not be translated". [`Stream::ended_by_error`] says
+//! whether either happened. A tool call fragment for a call whose start was not seen,
+//! or that is no longer open, is dropped. `[DONE]` with no chunk before it still makes
+//! a whole, empty message. An upstream that finishes the choice but closes without
+//! `[DONE]` gets its message closed by [`Stream::finish`]; one that closes before the
+//! choice finished, or whose translation ended with an error, gets nothing added, so
+//! the client sees the answer cut (the gateway adds its error unless one is out).
 
 use super::map::{anthropic_error_type, error_message, stop_reason_of, Tokens};
+use super::unsigned::UNSIGNED;
 use super::TranslateError;
 use crate::format::anthropic_messages::push_event;
 use crate::llm::RawObject;
@@ -85,6 +98,9 @@ const JOIN: &str = "\n\n";
 
 /// What starts the content of a tool message made from a failed tool's result.
 const ERROR_PREFIX: &str = "Error: ";
+
+/// The `input` member holding tool call arguments that are not a JSON object, as text.
+const RAW_ARGUMENTS: &str = "_raw_arguments";
 
 /// The chat request for an Anthropic Messages `body`; see the module docs.
 pub fn request(
@@ -541,7 +557,7 @@ pub fn response(body: &[u8]) -> Result<Vec<u8>, TranslateError> {
         .ok_or_else(|| untranslatable("`choices[0].message` is not an object"))?;
     let mut content = Vec::new();
     if let Some(thinking) = text_member(message, "reasoning_content") {
-        content.push(json!({"type": "thinking", "thinking": thinking, "signature": ""}));
+        content.push(json!({"type": "thinking", "thinking": thinking, "signature": UNSIGNED}));
     }
     if let Some(text) = text_member(message, "content") {
         content.push(json!({"type": "text", "text": text}));
@@ -591,19 +607,19 @@ fn tool_use(call: &Value) -> Result<Value, TranslateError> {
         .pointer("/function/arguments")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let input = if arguments.trim().is_empty() {
-        json!({})
-    } else {
-        match serde_json::from_str::<Value>(arguments) {
-            Ok(input @ Value::Object(_)) => input,
-            _ => {
-                return Err(TranslateError::Response(format!(
-                    "the arguments of tool call `{name}` are not a JSON object"
-                )))
-            }
-        }
-    };
-    Ok(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
+    Ok(json!({"type": "tool_use", "id": id, "name": name, "input": tool_input(arguments)}))
+}
+
+/// The `input` of a tool call with `arguments`: `{}` for none, the object they hold, or
+/// the text kept under [`RAW_ARGUMENTS`] when they hold no object.
+fn tool_input(arguments: &str) -> Value {
+    if arguments.trim().is_empty() {
+        return json!({});
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(input @ Value::Object(_)) => input,
+        _ => json!({ RAW_ARGUMENTS: arguments }),
+    }
 }
 
 /// The Anthropic error body for an upstream error answer with `status` and `body`.
@@ -627,20 +643,44 @@ impl Stream {
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         let mut frames = String::new();
         let state = &mut self.state;
+        let skipped = self.parser.skipped;
         self.parser
             .feed(chunk, |event| state.on_event(&event, &mut frames));
+        // The parser skips an event only after those it completed from this chunk.
+        if self.parser.skipped > skipped {
+            self.state.fail(EVENT_TOO_LARGE, &mut frames);
+        }
         out.extend_from_slice(frames.as_bytes());
     }
 
     /// The upstream stream ended: closes the message when the choice finished but
     /// `[DONE]` did not come; appends nothing when it did not finish (a cut answer).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        if !self.state.ended && self.state.stop_reason.is_some() {
+        if self.state.ended.is_none() && self.state.stop_reason.is_some() {
             let mut frames = String::new();
             self.state.end(&mut frames);
             out.extend_from_slice(frames.as_bytes());
         }
     }
+
+    /// Whether the translation ended with an `error` event: the upstream's error chunk,
+    /// or an upstream event too large to read.
+    pub fn ended_by_error(&self) -> bool {
+        self.state.ended == Some(End::Error)
+    }
+}
+
+/// The message of the `error` event that ends the translation at an upstream event
+/// larger than [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which the parser skips.
+const EVENT_TOO_LARGE: &str = "an upstream event was larger than 1 MiB and could not be translated";
+
+/// How the translation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// `message_stop` is out.
+    Stop,
+    /// An `error` event is out.
+    Error,
 }
 
 /// A content block being streamed.
@@ -666,13 +706,14 @@ struct State {
     /// From the choice's `finish_reason`, once seen.
     stop_reason: Option<&'static str>,
     tokens: Tokens,
-    /// `message_stop` or an `error` event is out: the rest of the input is ignored.
-    ended: bool,
+    /// Set once `message_stop` or an `error` event is out: the rest of the input is
+    /// ignored.
+    ended: Option<End>,
 }
 
 impl State {
     fn on_event(&mut self, event: &SseEvent, out: &mut String) {
-        if self.ended {
+        if self.ended.is_some() {
             return;
         }
         if event.is_done() {
@@ -688,12 +729,7 @@ impl State {
             let message = error_message(event.data.as_bytes())
                 .filter(|m| *m != event.data.trim())
                 .unwrap_or_else(|| error.to_string());
-            push_event(
-                out,
-                "error",
-                &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
-            );
-            self.ended = true;
+            self.fail(&message, out);
             return;
         }
         if let Some(usage) = get(&chunk, "usage") {
@@ -759,11 +795,33 @@ impl State {
                     "usage": self.tokens.anthropic()}),
         );
         push_event(out, "message_stop", &json!({"type": "message_stop"}));
-        self.ended = true;
+        self.ended = Some(End::Stop);
     }
 
+    /// An `error` event with `message`, which ends the translation, unless it has ended.
+    fn fail(&mut self, message: &str, out: &mut String) {
+        if self.ended.is_some() {
+            return;
+        }
+        push_event(
+            out,
+            "error",
+            &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+        );
+        self.ended = Some(End::Error);
+    }
+
+    /// Closes the open block; a thinking block gets its [`UNSIGNED`] signature first.
     fn close(&mut self, out: &mut String) {
-        if let Some((index, _)) = self.open.take() {
+        if let Some((index, block)) = self.open.take() {
+            if block == Block::Thinking {
+                push_event(
+                    out,
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": index,
+                            "delta": {"type": "signature_delta", "signature": UNSIGNED}}),
+                );
+            }
             push_event(
                 out,
                 "content_block_stop",
@@ -1247,7 +1305,7 @@ mod tests {
             ),
             (
                 r#"{"id":"msg_01X","model":"kimi-k2","choices":[{"index":0,"message":{"role":"assistant","reasoning_content":"Need the time.","content":"Checking.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":"{\"q\":\"rust\",\"n\":2}"}},{"id":"call_2","type":"function","function":{"name":"now","arguments":""}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":2000,"completion_tokens":50,"total_tokens":2050,"prompt_tokens_details":{"cached_tokens":1536},"completion_tokens_details":{"reasoning_tokens":20}}}"#,
-                r#"{"id":"msg_01X","type":"message","role":"assistant","model":"kimi-k2","content":[{"type":"thinking","thinking":"Need the time.","signature":""},{"type":"text","text":"Checking."},{"type":"tool_use","id":"call_1","name":"lookup","input":{"q":"rust","n":2}},{"type":"tool_use","id":"call_2","name":"now","input":{}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":464,"cache_creation_input_tokens":0,"cache_read_input_tokens":1536,"output_tokens":50}}"#,
+                r#"{"id":"msg_01X","type":"message","role":"assistant","model":"kimi-k2","content":[{"type":"thinking","thinking":"Need the time.","signature":"switchyard-unsigned"},{"type":"text","text":"Checking."},{"type":"tool_use","id":"call_1","name":"lookup","input":{"q":"rust","n":2}},{"type":"tool_use","id":"call_2","name":"now","input":{}}],"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":464,"cache_creation_input_tokens":0,"cache_read_input_tokens":1536,"output_tokens":50}}"#,
             ),
             (
                 r#"{"id":"c","model":"m","choices":[{"message":{"role":"assistant","content":null,"reasoning_content":"","tool_calls":null},"finish_reason":"length"}]}"#,
@@ -1281,6 +1339,28 @@ mod tests {
     }
 
     #[test]
+    fn tool_arguments_that_are_no_object_are_kept_as_text() {
+        let cases = [
+            (r#""""#, r#"{}"#),
+            (r#"" \n""#, r#"{}"#),
+            (r#""{\"q\":\"rust\"}""#, r#"{"q":"rust"}"#),
+            (r#""{\"q\":\"ru""#, r#"{"_raw_arguments":"{\"q\":\"ru"}"#),
+            (r#""[1]""#, r#"{"_raw_arguments":"[1]"}"#),
+            (r#""null""#, r#"{"_raw_arguments":"null"}"#),
+            (r#""{\"a\":1} x""#, r#"{"_raw_arguments":"{\"a\":1} x"}"#),
+        ];
+        for (arguments, input) in cases {
+            let body = format!(
+                r#"{{"id":"c","model":"m","choices":[{{"message":{{"content":null,"tool_calls":[{{"id":"call_1","type":"function","function":{{"name":"lookup","arguments":{arguments}}}}}]}},"finish_reason":"length"}}]}}"#
+            );
+            let want = format!(
+                r#"{{"id":"msg_c","type":"message","role":"assistant","model":"m","content":[{{"type":"tool_use","id":"call_1","name":"lookup","input":{input}}}],"stop_reason":"max_tokens","stop_sequence":null,"usage":{ZERO_USAGE}}}"#
+            );
+            assert_eq!(message(&body), want, "{arguments}");
+        }
+    }
+
+    #[test]
     fn an_answer_that_is_not_a_chat_completion_is_refused() {
         let cases = [
             ("not json", "not JSON: expected ident at line 1 column 2"),
@@ -1297,14 +1377,6 @@ mod tests {
             (
                 r#"{"choices":[{"message":{"tool_calls":[{"function":{"name":"now","arguments":"{}"}}]}}]}"#,
                 "a tool call without `id` or `function.name`",
-            ),
-            (
-                r#"{"choices":[{"message":{"tool_calls":[{"id":"c1","function":{"name":"lookup","arguments":"{\"q\":"}}]}}]}"#,
-                "the arguments of tool call `lookup` are not a JSON object",
-            ),
-            (
-                r#"{"choices":[{"message":{"tool_calls":[{"id":"c1","function":{"name":"lookup","arguments":"[1]"}}]}}]}"#,
-                "the arguments of tool call `lookup` are not a JSON object",
             ),
         ];
         for (body, want) in cases {
@@ -1519,6 +1591,10 @@ mod tests {
         ]
         .concat();
         assert_eq!(translate_whole_and_bytewise(&input), want);
+        let mut stream = Stream::default();
+        let mut out = Vec::new();
+        stream.feed(input.as_bytes(), &mut out);
+        assert!(stream.ended_by_error());
 
         let bare = "data: {\"error\":{\"code\":500}}\n\n";
         assert_eq!(
@@ -1528,6 +1604,82 @@ mod tests {
                 r#"{"type":"error","error":{"type":"api_error","message":"{\"code\":500}"}}"#
             )
         );
+    }
+
+    #[test]
+    fn only_an_error_chunk_or_event_ends_the_translation_by_error() {
+        let cut = chunk(r#"{"content":"Hi"}"#, "null");
+        let unfinished = cut.clone() + &chunk("{}", r#""stop""#);
+        let error = cut.clone() + "data: {\"error\":{\"message\":\"x\"}}\n\n";
+        for (input, by_error) in [
+            ("", false),
+            (cut.as_str(), false),
+            (unfinished.as_str(), false),
+            (REASONING_STREAM, false),
+            (error.as_str(), true),
+        ] {
+            let mut stream = Stream::default();
+            let mut out = Vec::new();
+            stream.feed(input.as_bytes(), &mut out);
+            stream.finish(&mut out);
+            assert_eq!(stream.ended_by_error(), by_error, "{input}");
+        }
+    }
+
+    #[test]
+    fn an_event_too_large_to_read_ends_the_translation_with_an_error() {
+        let big = format!(
+            "data: {{\"id\":\"c\",\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{}\"}},\"finish_reason\":null}}]}}\n\n",
+            "x".repeat(crate::sse::MAX_EVENT_BYTES)
+        );
+        let (big_head, big_tail) = big.split_at(big.len() / 2 + 1);
+        let (big_mid, big_tail) = big_tail.split_at(big_tail.len() - 10);
+        let chunks = [
+            chunk(r#"{"content":"Hi"}"#, "null") + big_head,
+            big_mid.to_owned(),
+            big_tail.to_owned() + &chunk(r#"{"content":" more"}"#, r#""stop""#),
+            "data: [DONE]\n\n".to_owned(),
+        ];
+        let mut stream = Stream::default();
+        let mut out = Vec::new();
+        let mut lengths = Vec::new();
+        for piece in &chunks {
+            stream.feed(piece.as_bytes(), &mut out);
+            lengths.push(out.len());
+        }
+        stream.finish(&mut out);
+        let text = [
+            message_start("msg_c", "m"),
+            frame(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            ),
+            frame(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+            ),
+        ]
+        .concat();
+        let error = frame(
+            "error",
+            r#"{"type":"error","error":{"type":"api_error","message":"an upstream event was larger than 1 MiB and could not be translated"}}"#,
+        );
+        assert_eq!(lengths[0], text.len());
+        assert_eq!(String::from_utf8(out).unwrap(), text + &error);
+        assert_eq!(lengths[1..], [lengths[1]; 3]);
+        assert!(stream.ended_by_error());
+    }
+
+    #[test]
+    fn an_event_too_large_after_the_message_stop_adds_nothing() {
+        let mut stream = Stream::default();
+        let mut out = Vec::new();
+        stream.feed(REASONING_STREAM.as_bytes(), &mut out);
+        stream.feed(b"data: ", &mut out);
+        stream.feed(&vec![b'x'; crate::sse::MAX_EVENT_BYTES], &mut out);
+        stream.finish(&mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), REASONING_EVENTS);
+        assert!(!stream.ended_by_error());
     }
 
     #[test]
