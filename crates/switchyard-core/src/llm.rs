@@ -54,7 +54,18 @@ impl Request {
             overrides.push(("max_completion_tokens", Some(bound.clone())));
         }
         if self.format == Format::AnthropicMessages {
-            if let (Some((_, bound)), Some(thinking)) = (clamped, self.body.member("thinking")) {
+            let stripped = self
+                .body
+                .member("messages")
+                .and_then(translate::unsigned::strip_unsigned_thinking);
+            if let Some(messages) = stripped {
+                // Thinking blocks a translated route made cannot go back to Anthropic;
+                // a turn that lost one cannot continue with thinking on.
+                overrides.push(("messages", Some(messages)));
+                overrides.push(("thinking", None));
+            } else if let (Some((_, bound)), Some(thinking)) =
+                (clamped, self.body.member("thinking"))
+            {
                 if let Some(fitted) = anthropic_messages::fit_thinking(thinking, bound) {
                     overrides.push(("thinking", fitted));
                 }

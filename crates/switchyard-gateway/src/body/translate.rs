@@ -3,7 +3,8 @@
 //! out, as soon as each is complete ([`switchyard_core::format::translate::Stream`]).
 //! Cuts from the deadlines pass through untouched, so the metering layer ends the stream
 //! with an error frame in the client's format; at the upstream's end the translator adds
-//! what closes a complete answer, and nothing for a truncated one.
+//! what closes a complete answer, and nothing for a truncated one. Once the translator
+//! has ended the answer with an error frame, the upstream is read no further.
 
 use super::deadline::Cut;
 use bytes::Bytes;
@@ -55,6 +56,7 @@ where
                         continue;
                     };
                     this.translator.feed(&chunk, &mut out);
+                    this.ended = this.translator.ended_by_error();
                 }
                 Poll::Ready(None) => {
                     this.ended = true;
@@ -124,6 +126,22 @@ mod tests {
         ));
         assert!(out[1].starts_with("event: content_block_stop\n"));
         assert!(out[1].ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    }
+
+    #[tokio::test]
+    async fn after_an_upstream_error_the_upstream_is_read_no_further() {
+        let (out, cut) = run(vec![
+            Ok(FIRST),
+            Ok("data: {\"error\":{\"message\":\"overloaded\"}}\n\n"),
+            Err(Cut::Execution),
+        ])
+        .await;
+        assert_eq!(cut, None);
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            out[1],
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"overloaded\"}}\n\n"
+        );
     }
 
     #[tokio::test]

@@ -117,6 +117,15 @@ impl Stream {
         }
     }
 
+    /// Whether the translation ended with an error frame (the upstream's error, or an
+    /// event too large to read): nothing more will be translated.
+    pub fn ended_by_error(&self) -> bool {
+        match self {
+            Self::MessagesOverChat(s) => s.ended_by_error(),
+            Self::ChatOverMessages(s) => s.ended_by_error(),
+        }
+    }
+
     /// The upstream stream ended: appends what closes a complete answer (nothing when
     /// the answer was not complete, so the client sees the stream as truncated).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
