@@ -23,8 +23,9 @@
 //!
 //! # Limit reset
 //!
-//! At a wall, with `autoLimitReset` on and no remembered "not before"
-//! ([`Status::reset_unavailable_until_ms`]), [`UsageWall::on_response`] answers
+//! At a wall, with `autoLimitReset` on, no remembered "not before"
+//! ([`Status::reset_unavailable_until_ms`]) and no attempt by a parallel request to wait
+//! for ([Parallel requests](#parallel-requests)), [`UsageWall::on_response`] answers
 //! [`Decision::TryLimitReset`]. The shell then:
 //!
 //! 1. `GET {base}`[`USAGE_CHECK_PATH`] and feeds [`parse_usage_check`] of the body (or
@@ -52,6 +53,38 @@
 //! the offer of the wall 429 that started the attempt (kept in the [`WallRequest`]) is
 //! accepted now, [`Decision::RetrySlowNow`]; otherwise [`Decision::Proceed`] with that
 //! 429.
+//!
+//! ## Parallel requests
+//!
+//! Requests on one connection hit the wall together, and some were sent before a reset
+//! but answered after it. So that only one of them asks for the reset, and none of them
+//! cools down the account it has just lifted, the connection remembers the attempt in
+//! flight (from the [`Decision::TryLimitReset`] until the usage check answers anything
+//! but [`Decision::CallReset`], or the reset call answers) and the last successful reset
+//! (`reset` or `not_limited`). With `autoLimitReset` on, a wall outside the lane is read
+//! in this order:
+//!
+//! 1. Within [`RESET_GRACE_MS`] (60 s) after a successful reset:
+//!    [`Decision::RetryFullSpeed`], once per request. A second wall to the same request
+//!    (the one that asked for the reset included) goes on to the steps below.
+//! 2. While another attempt is in flight: [`Decision::Wait`] by
+//!    [`RESET_IN_FLIGHT_WAIT_MS`] (1 s), then the request is sent again and read anew.
+//!    An attempt with no answer after [`RESET_IN_FLIGHT_MAX_MS`] (30 s) counts as lost,
+//!    and the next wall starts its own. One request waits at most that long in all,
+//!    counted from its first such wait, and only while the wait ends within its start
+//!    budget minus [`START_MARGIN_MS`], as for the lane. A wait that does not fit goes to
+//!    the lane, else proceeds, without a second attempt.
+//! 3. A new attempt when none is remembered as unavailable, as above.
+//! 4. The lane, else proceed.
+//!
+//! Where an attempt would fall back to the lane or proceed (any outcome but `reset` and
+//! `not_limited`, say `already_used` because another request's reset came first), it
+//! answers [`Decision::RetryFullSpeed`] instead when another request's reset succeeded
+//! within the grace and this request has not retried at full speed yet. Every
+//! [`Decision::RetryFullSpeed`] ends a lane accepted meanwhile (by a request that could
+//! not wait), without an exit reason: the reset lifted the wall it was for, and the
+//! retry goes without the slow header. A wall that was sent after the reset and is
+//! still a wall costs the one retry.
 //!
 //! # Low-priority lane
 //!
@@ -195,6 +228,15 @@ pub const WINDOW_ROLL_TOLERANCE_S: u64 = 60;
 pub const RESET_UNAVAILABLE_DEFAULT_MS: u64 = 7 * 86_400_000;
 /// Back-off after a failed usage check or reset call (SPEC R17: 15 min).
 pub const RESET_FAILURE_BACKOFF_MS: u64 = 15 * 60_000;
+/// A wall while another request's reset attempt is in flight waits this long before
+/// the request is sent again (this module's choice).
+pub const RESET_IN_FLIGHT_WAIT_MS: u64 = 1_000;
+/// A reset attempt without an answer this long after it started counts as lost; also
+/// the longest one request waits for attempts in flight (this module's choice).
+pub const RESET_IN_FLIGHT_MAX_MS: u64 = 30_000;
+/// A wall this soon after a successful reset was sent before it or raced it: retried at
+/// full speed once per request (this module's choice).
+pub const RESET_GRACE_MS: u64 = 60_000;
 
 /// The reset call's path for one organization (its UUID, from the connection's
 /// `providerSpecificData.organizationUUID`).
@@ -382,7 +424,8 @@ pub enum Decision {
     RetrySlowNow,
     /// The session limit was reset: retry the same connection now, without it.
     RetryFullSpeed,
-    /// Sleep this long, then retry the same connection with the slow header.
+    /// Sleep this long, then retry the same connection: in the lane (with the slow
+    /// header) when busy, or while another request's limit reset is in flight.
     Wait { ms: u64 },
     /// Do the usage check and feed it to [`UsageWall::on_usage_check`].
     TryLimitReset,
@@ -592,11 +635,16 @@ struct Lane {
     max_wait_ms: u64,
 }
 
-/// One request's part: its waits and the wall that started a reset attempt.
+/// One request's part: its waits, its full-speed retry and the wall that started a
+/// reset attempt.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WallRequest {
     /// When this request first waited for a lane slot.
     first_wait_at_ms: Option<UnixMillis>,
+    /// When this request first waited for another request's reset attempt.
+    first_reset_wait_at_ms: Option<UnixMillis>,
+    /// Whether this request was already answered [`Decision::RetryFullSpeed`].
+    retried_full_speed: bool,
     /// The wall 429 to accept the lane from if the reset does not happen (only with
     /// `lowPriorityMode` on).
     fallback: Option<UnifiedHeaders>,
@@ -610,6 +658,10 @@ pub struct UsageWall {
     offer_cooloff_until_ms: Option<UnixMillis>,
     budget_exhausted_until_ms: Option<UnixMillis>,
     reset_unavailable_until_ms: Option<UnixMillis>,
+    /// When the reset attempt in flight started (the `TryLimitReset`).
+    resetting_since_ms: Option<UnixMillis>,
+    /// When a reset last succeeded (`reset` or `not_limited`).
+    reset_done_at_ms: Option<UnixMillis>,
 }
 
 fn future(t: Option<UnixMillis>, now_ms: UnixMillis) -> Option<UnixMillis> {
@@ -629,7 +681,8 @@ impl UsageWall {
 
     /// Reads one response's status and headers. `start_budget_left_ms` is what is left
     /// of the request's upstream start timeout; `jitter` is a sample in [-1, 1].
-    /// Answers `Proceed`, `RetrySlowNow`, `Wait`, `TryLimitReset` or `Exit`.
+    /// Answers `Proceed`, `RetrySlowNow`, `RetryFullSpeed`, `Wait`, `TryLimitReset` or
+    /// `Exit`.
     pub fn on_response(
         &mut self,
         req: &mut WallRequest,
@@ -646,9 +699,19 @@ impl UsageWall {
         if response.status != 429 || !h.rejected {
             return Decision::Proceed;
         }
-        if flags.auto_limit_reset && future(self.reset_unavailable_until_ms, now_ms).is_none() {
-            req.fallback = flags.low_priority_mode.then_some(h);
-            return Decision::TryLimitReset;
+        if flags.auto_limit_reset {
+            if self.in_reset_grace(req, now_ms) {
+                return self.full_speed(req);
+            }
+            if self.reset_in_flight(now_ms) {
+                if let Some(wait) = wait_for_reset(req, now_ms, start_budget_left_ms) {
+                    return wait;
+                }
+            } else if future(self.reset_unavailable_until_ms, now_ms).is_none() {
+                self.resetting_since_ms = Some(now_ms);
+                req.fallback = flags.low_priority_mode.then_some(h);
+                return Decision::TryLimitReset;
+            }
         }
         if flags.low_priority_mode && self.accept(&h, now_ms) {
             Decision::RetrySlowNow
@@ -657,20 +720,23 @@ impl UsageWall {
         }
     }
 
-    /// Feeds the usage check. Answers `CallReset`, `RetrySlowNow` or `Proceed`.
+    /// Feeds the usage check. Answers `CallReset`, `RetryFullSpeed`, `RetrySlowNow` or
+    /// `Proceed`.
     pub fn on_usage_check(
         &mut self,
         req: &mut WallRequest,
         check: UsageCheck,
         now_ms: UnixMillis,
     ) -> Decision {
-        match check {
+        let (announced_ms, default_ms) = match check {
             UsageCheck::Available => return Decision::CallReset,
             UsageCheck::NotOffered {
                 next_available_at_ms,
-            } => self.reset_unavailable(next_available_at_ms, RESET_UNAVAILABLE_DEFAULT_MS, now_ms),
-            UsageCheck::Failed => self.reset_unavailable(None, RESET_FAILURE_BACKOFF_MS, now_ms),
-        }
+            } => (next_available_at_ms, RESET_UNAVAILABLE_DEFAULT_MS),
+            UsageCheck::Failed => (None, RESET_FAILURE_BACKOFF_MS),
+        };
+        self.resetting_since_ms = None;
+        self.reset_unavailable(announced_ms, default_ms, now_ms);
         self.fall_back(req, now_ms)
     }
 
@@ -682,20 +748,21 @@ impl UsageWall {
         answer: ResetAnswer,
         now_ms: UnixMillis,
     ) -> Decision {
+        self.resetting_since_ms = None;
         match answer {
             ResetAnswer::Reset {
                 next_available_at_ms,
             } => {
                 self.reset_unavailable(next_available_at_ms, RESET_UNAVAILABLE_DEFAULT_MS, now_ms);
-                req.fallback = None;
-                Decision::RetryFullSpeed
+                self.reset_done_at_ms = Some(now_ms);
+                self.full_speed(req)
             }
             ResetAnswer::NotLimited {
                 next_available_at_ms,
             } => {
                 self.reset_unavailable(next_available_at_ms, RESET_FAILURE_BACKOFF_MS, now_ms);
-                req.fallback = None;
-                Decision::RetryFullSpeed
+                self.reset_done_at_ms = Some(now_ms);
+                self.full_speed(req)
             }
             ResetAnswer::AlreadyUsed {
                 next_available_at_ms,
@@ -836,12 +903,55 @@ impl UsageWall {
             Some(future(announced_ms, now_ms).unwrap_or(now_ms.saturating_add(default_ms)));
     }
 
+    /// Whether a successful reset happened less than [`RESET_GRACE_MS`] ago and this
+    /// request has not retried at full speed yet.
+    fn in_reset_grace(&self, req: &WallRequest, now_ms: UnixMillis) -> bool {
+        !req.retried_full_speed
+            && self
+                .reset_done_at_ms
+                .is_some_and(|at| now_ms < at.saturating_add(RESET_GRACE_MS))
+    }
+
+    /// Whether a reset attempt started less than [`RESET_IN_FLIGHT_MAX_MS`] ago has not
+    /// answered yet.
+    fn reset_in_flight(&self, now_ms: UnixMillis) -> bool {
+        self.resetting_since_ms
+            .is_some_and(|since| now_ms < since.saturating_add(RESET_IN_FLIGHT_MAX_MS))
+    }
+
+    /// Retries the request at full speed, once: the wall is lifted, and a lane with it.
+    fn full_speed(&mut self, req: &mut WallRequest) -> Decision {
+        req.retried_full_speed = true;
+        req.fallback = None;
+        self.lane = None;
+        Decision::RetryFullSpeed
+    }
+
     fn fall_back(&mut self, req: &mut WallRequest, now_ms: UnixMillis) -> Decision {
+        if self.in_reset_grace(req, now_ms) {
+            return self.full_speed(req);
+        }
         match req.fallback.take() {
             Some(h) if self.accept(&h, now_ms) => Decision::RetrySlowNow,
             _ => Decision::Proceed,
         }
     }
+}
+
+/// A wait for another request's reset attempt, when it ends within this request's
+/// [`RESET_IN_FLIGHT_MAX_MS`] of such waits and its start budget minus the margin.
+fn wait_for_reset(
+    req: &mut WallRequest,
+    now_ms: UnixMillis,
+    start_budget_left_ms: u64,
+) -> Option<Decision> {
+    let first = *req.first_reset_wait_at_ms.get_or_insert(now_ms);
+    let deadline = first
+        .saturating_add(RESET_IN_FLIGHT_MAX_MS)
+        .min(now_ms.saturating_add(start_budget_left_ms.saturating_sub(START_MARGIN_MS)));
+    (now_ms.saturating_add(RESET_IN_FLIGHT_WAIT_MS) <= deadline).then_some(Decision::Wait {
+        ms: RESET_IN_FLIGHT_WAIT_MS,
+    })
 }
 
 #[cfg(test)]
@@ -1768,6 +1878,284 @@ mod tests {
         assert_eq!(
             w.on_reset_result(&mut req, ResetAnswer::Failed, RESET_S * 1_000),
             Decision::Proceed
+        );
+    }
+
+    /// One step of parallel requests on one connection; requests are numbered.
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        /// Request `n` gets a wall 429 (sent without the slow header) with this start
+        /// budget left.
+        Wall(usize, u64),
+        Check(usize, UsageCheck),
+        Reset(usize, ResetAnswer),
+    }
+
+    const WAIT: Decision = Decision::Wait { ms: 1_000 };
+    const FULL: Decision = Decision::RetryFullSpeed;
+    const TRY: Decision = Decision::TryLimitReset;
+    const CALL: Decision = Decision::CallReset;
+    const RESET: ResetAnswer = ResetAnswer::Reset {
+        next_available_at_ms: None,
+    };
+    const USED: ResetAnswer = ResetAnswer::AlreadyUsed {
+        next_available_at_ms: None,
+    };
+    const NOT_OFFERED: UsageCheck = UsageCheck::NotOffered {
+        next_available_at_ms: None,
+    };
+
+    /// The answer to a wall outside an attempt: the lane with `lowPriorityMode`, else
+    /// proceed.
+    fn fallback(flags: Flags) -> Decision {
+        if flags.low_priority_mode {
+            Decision::RetrySlowNow
+        } else {
+            Decision::Proceed
+        }
+    }
+
+    fn run(w: &mut UsageWall, flags: Flags, steps: &[(u64, Step, Decision)]) {
+        let mut reqs = [WallRequest::default(); 4];
+        for (i, &(now, step, want)) in steps.iter().enumerate() {
+            let got = match step {
+                Step::Wall(n, budget) => {
+                    w.on_response(&mut reqs[n], flags, first(429, wall()), now, budget, 0.0)
+                }
+                Step::Check(n, check) => w.on_usage_check(&mut reqs[n], check, now),
+                Step::Reset(n, answer) => w.on_reset_result(&mut reqs[n], answer, now),
+            };
+            assert_eq!(
+                got,
+                want,
+                "step {i}: {step:?} at T0 + {} {flags:?}",
+                now - T0
+            );
+        }
+    }
+
+    #[test]
+    fn parallel_walls_wait_for_the_reset_in_flight() {
+        use Step::*;
+        let (a, b) = (0, 1);
+        for flags in [AUTO, BOTH] {
+            let mut w = UsageWall::default();
+            run(
+                &mut w,
+                flags,
+                &[
+                    (T0, Wall(a, BUDGET), TRY),
+                    (T0 + 100, Wall(b, BUDGET), WAIT),
+                    (T0 + 200, Check(a, UsageCheck::Available), CALL),
+                    (T0 + 1_100, Wall(b, BUDGET), WAIT),
+                    (T0 + 1_500, Reset(a, RESET), FULL),
+                    // B's retry after its wait was sent before the reset.
+                    (T0 + 2_100, Wall(b, BUDGET), FULL),
+                    // Once per request: the next wall is an ordinary one.
+                    (T0 + 3_000, Wall(b, BUDGET), fallback(flags)),
+                ],
+            );
+            let st = w.status(T0 + 3_000);
+            assert_eq!(st.reset_unavailable_until_ms, Some(T0 + 1_500 + WEEK));
+            assert_eq!(w.send_slow(flags, T0 + 3_000), flags == BOTH);
+        }
+    }
+
+    #[test]
+    fn walls_within_a_minute_of_a_reset_retry_at_full_speed_once() {
+        use Step::*;
+        let (a, c, d) = (0, 2, 3);
+        let not_limited = ResetAnswer::NotLimited {
+            next_available_at_ms: None,
+        };
+        for answer in [RESET, not_limited] {
+            for flags in [AUTO, BOTH] {
+                let mut w = UsageWall::default();
+                run(
+                    &mut w,
+                    flags,
+                    &[
+                        (T0, Wall(a, BUDGET), TRY),
+                        (T0 + 100, Check(a, UsageCheck::Available), CALL),
+                        (T0 + 200, Reset(a, answer), FULL),
+                        // Sent before the reset, answered at the end of the grace.
+                        (T0 + 60_199, Wall(c, BUDGET), FULL),
+                        (T0 + 60_200, Wall(d, BUDGET), fallback(flags)),
+                        // The request that asked for the reset had its retry.
+                        (T0 + 60_300, Wall(a, BUDGET), fallback(flags)),
+                    ],
+                );
+            }
+        }
+        // Within the grace too, the retry is once per request.
+        let mut w = UsageWall::default();
+        run(
+            &mut w,
+            AUTO,
+            &[
+                (T0, Wall(a, BUDGET), TRY),
+                (T0 + 100, Check(a, UsageCheck::Available), CALL),
+                (T0 + 200, Reset(a, RESET), FULL),
+                (T0 + 300, Wall(a, BUDGET), Decision::Proceed),
+                (T0 + 400, Wall(c, BUDGET), FULL),
+                (T0 + 500, Wall(c, BUDGET), Decision::Proceed),
+                (T0 + 600, Wall(d, BUDGET), FULL),
+            ],
+        );
+        // Not without `autoLimitReset`.
+        assert_eq!(
+            on(&mut w, LOW, first(429, wall()), T0 + 700),
+            Decision::RetrySlowNow
+        );
+    }
+
+    #[test]
+    fn an_attempt_without_an_answer_is_lost_after_thirty_seconds() {
+        use Step::*;
+        let (a, b, c, d) = (0, 1, 2, 3);
+        let mut w = UsageWall::default();
+        run(
+            &mut w,
+            AUTO,
+            &[
+                // A never answers.
+                (T0, Wall(a, BUDGET), TRY),
+                (T0 + 29_999, Wall(b, BUDGET), WAIT),
+                (T0 + 30_000, Wall(c, BUDGET), TRY),
+                // B waits for C's attempt, up to 30 s from its own first wait.
+                (T0 + 30_500, Wall(b, BUDGET), WAIT),
+                (T0 + 58_999, Wall(b, BUDGET), WAIT),
+                // B is done waiting; C's attempt is still in flight, so no second one.
+                (T0 + 59_000, Wall(b, BUDGET), Decision::Proceed),
+                (T0 + 59_999, Wall(d, BUDGET), WAIT),
+                // C never answers either.
+                (T0 + 60_000, Wall(d, BUDGET), TRY),
+                (T0 + 60_100, Check(d, UsageCheck::Available), CALL),
+                (T0 + 60_200, Reset(d, RESET), FULL),
+                (T0 + 60_300, Wall(b, BUDGET), FULL),
+                (T0 + 60_400, Wall(b, BUDGET), Decision::Proceed),
+            ],
+        );
+        assert_eq!(
+            w.status(T0 + 60_400).reset_unavailable_until_ms,
+            Some(T0 + 60_200 + WEEK)
+        );
+    }
+
+    #[test]
+    fn a_wait_for_the_reset_has_to_fit_the_start_budget() {
+        use Step::*;
+        let (a, b) = (0, 1);
+        for flags in [AUTO, BOTH] {
+            let cases = [
+                (BUDGET, WAIT),
+                (6_001, WAIT),
+                (6_000, WAIT),
+                (5_999, fallback(flags)),
+                (5_000, fallback(flags)),
+                (0, fallback(flags)),
+            ];
+            for (left, want) in cases {
+                let mut w = UsageWall::default();
+                run(
+                    &mut w,
+                    flags,
+                    &[(T0, Wall(a, BUDGET), TRY), (T0 + 100, Wall(b, left), want)],
+                );
+                // A lane accepted meanwhile ends with the reset.
+                let laned = flags == BOTH && want != WAIT;
+                assert_eq!(w.send_slow(flags, T0 + 100), laned, "{left} {flags:?}");
+                let mut req = WallRequest::default();
+                let check = w.on_usage_check(&mut req, UsageCheck::Available, T0 + 200);
+                assert_eq!(check, CALL);
+                assert_eq!(w.on_reset_result(&mut req, RESET, T0 + 300), FULL);
+                assert!(!w.send_slow(flags, T0 + 300), "{left} {flags:?}");
+                assert_eq!(w.status(T0 + 300).lane_active_until_ms, None);
+                assert_eq!(w.status(T0 + 300).last_exit, None);
+            }
+        }
+    }
+
+    #[test]
+    fn any_answer_ends_the_attempt_in_flight() {
+        use Step::*;
+        let (a, b) = (0, 1);
+        let call = |answer| [Check(a, UsageCheck::Available), Reset(a, answer)];
+        let outcomes: [&[Step]; 5] = [
+            &[Check(a, NOT_OFFERED)],
+            &[Check(a, UsageCheck::Failed)],
+            &call(USED),
+            &call(ResetAnswer::NotOffered {
+                next_available_at_ms: None,
+            }),
+            &call(ResetAnswer::Failed),
+        ];
+        for outcome in outcomes {
+            for flags in [AUTO, BOTH] {
+                let mut steps = vec![(T0, Wall(a, BUDGET), TRY)];
+                let mut decisions = vec![CALL];
+                decisions.truncate(outcome.len() - 1);
+                decisions.push(fallback(flags));
+                steps.extend(
+                    outcome
+                        .iter()
+                        .zip(decisions)
+                        .map(|(s, d)| (T0 + 100, *s, d)),
+                );
+                // Neither a wait nor a new attempt: the reset is unavailable now.
+                steps.push((T0 + 200, Wall(b, BUDGET), fallback(flags)));
+                run(&mut UsageWall::default(), flags, &steps);
+            }
+        }
+    }
+
+    #[test]
+    fn an_attempt_that_lost_the_race_retries_at_full_speed() {
+        use Step::*;
+        let (a, b) = (0, 1);
+        let reset_at = T0 + 30_300;
+        let grace_end = reset_at + 60_000;
+        let lost: [&[Step]; 5] = [
+            &[Check(b, NOT_OFFERED)],
+            &[Check(b, UsageCheck::Failed)],
+            &[Reset(b, USED)],
+            &[Reset(
+                b,
+                ResetAnswer::NotOffered {
+                    next_available_at_ms: None,
+                },
+            )],
+            &[Reset(b, ResetAnswer::Failed)],
+        ];
+        for outcome in lost {
+            for (t, want) in [(grace_end - 1, FULL), (grace_end, Decision::Proceed)] {
+                let mut steps = vec![
+                    (T0, Wall(a, BUDGET), TRY),
+                    // A's attempt is late, so B starts its own.
+                    (T0 + 30_000, Wall(b, BUDGET), TRY),
+                    (T0 + 30_100, Check(a, UsageCheck::Available), CALL),
+                ];
+                if matches!(outcome[0], Reset(..)) {
+                    steps.push((T0 + 30_200, Check(b, UsageCheck::Available), CALL));
+                }
+                steps.push((reset_at, Reset(a, RESET), FULL));
+                steps.push((t, outcome[0], want));
+                steps.push((t + 1, Wall(b, BUDGET), Decision::Proceed));
+                run(&mut UsageWall::default(), AUTO, &steps);
+            }
+        }
+        // With the lane on, B's own wall is the fallback once the grace is over.
+        run(
+            &mut UsageWall::default(),
+            BOTH,
+            &[
+                (T0, Wall(a, BUDGET), TRY),
+                (T0 + 30_000, Wall(b, BUDGET), TRY),
+                (T0 + 30_100, Check(a, UsageCheck::Available), CALL),
+                (T0 + 30_200, Check(b, UsageCheck::Available), CALL),
+                (reset_at, Reset(a, RESET), FULL),
+                (grace_end, Reset(b, USED), Decision::RetrySlowNow),
+            ],
         );
     }
 
