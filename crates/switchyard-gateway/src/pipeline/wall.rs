@@ -108,7 +108,7 @@ pub async fn send(
                         request_id,
                         connection_id = connection,
                         wait_ms = ms,
-                        "Low-priority lane busy; waiting before retrying the same account."
+                        "Usage wall: waiting (a busy low-priority lane, or another request's limit reset) before retrying the same account."
                     );
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     break;
