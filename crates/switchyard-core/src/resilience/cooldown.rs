@@ -297,6 +297,17 @@ pub fn announced_reset(
             );
         }
     }
+    // A Claude subscription's usage wall names its window's end in Unix seconds.
+    let header = |wanted: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(wanted))
+            .map(|(_, v)| v.trim())
+    };
+    if header("anthropic-ratelimit-unified-status") == Some("rejected") {
+        let reset = header("anthropic-ratelimit-unified-reset").and_then(|v| v.parse::<u64>().ok());
+        consider(reset.map(|s| s.saturating_mul(1000)).filter(|at| *at > now));
+    }
     consider(reset_text(body).map(|ms| now.saturating_add(ms)));
     best
 }
@@ -581,5 +592,21 @@ mod tests {
             Some(T0 + 60_000)
         );
         assert_eq!(announced_reset(&[], "", T0), None);
+        let reset_s = (T0 + 7_200_000) / 1000;
+        let wall = [
+            ("anthropic-ratelimit-unified-status", "rejected"),
+            ("anthropic-ratelimit-unified-reset", &*reset_s.to_string()),
+        ];
+        assert_eq!(announced_reset(&wall, "", T0), Some(reset_s * 1000));
+        let allowed = [
+            ("anthropic-ratelimit-unified-status", "allowed"),
+            ("anthropic-ratelimit-unified-reset", &*reset_s.to_string()),
+        ];
+        assert_eq!(announced_reset(&allowed, "", T0), None);
+        let past = [
+            ("anthropic-ratelimit-unified-status", "rejected"),
+            ("anthropic-ratelimit-unified-reset", "1"),
+        ];
+        assert_eq!(announced_reset(&past, "", T0), None);
     }
 }

@@ -354,7 +354,10 @@ fn announced_reset(headers: &HeaderMap, body: &str, now: u64) -> Option<u64> {
         .iter()
         .filter(|(n, _)| {
             let n = n.as_str();
-            n == "retry-after" || n.starts_with("x-ratelimit-reset")
+            n == "retry-after"
+                || n.starts_with("x-ratelimit-reset")
+                || n == "anthropic-ratelimit-unified-status"
+                || n == "anthropic-ratelimit-unified-reset"
         })
         .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
         .collect();
