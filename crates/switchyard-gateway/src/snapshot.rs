@@ -307,7 +307,7 @@ impl Snapshot {
                 row.and_then(|(c, _)| c.provider_specific_data.as_ref()),
             ) {
                 (UpstreamFormat::Anthropic, Some(data)) => {
-                    upstream::WallConfig::of(&conn.base_url, data).map_err(|url| {
+                    upstream::WallConfig::of(&conn.base_url, data, cred).map_err(|url| {
                         SnapshotError::Url {
                             connection: conn.id.clone(),
                             url,

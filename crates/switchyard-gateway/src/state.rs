@@ -175,6 +175,14 @@ impl AppState {
             |p| live.catalog.provider(p).is_some(),
             |c| live.catalog.connection(c).is_some(),
         );
+        runtime.walls.retain(|id, account| {
+            live.catalog.connection(id).is_some_and(|c| {
+                live.upstreams
+                    .get(c.index)
+                    .and_then(|u| u.wall.as_ref())
+                    .is_some_and(|w| w.account == account)
+            })
+        });
         Ok(())
     }
 

@@ -22,7 +22,12 @@ pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
     if !messages.is_some_and(super::openai_chat::is_non_empty_array) {
         return Err(DecodeError::MissingMessages);
     }
-    let prompt_len = messages.map_or(0, str::len) + body.member("system").map_or(0, str::len);
+    // Claude Code's tool definitions are tens of thousands of tokens of every prompt.
+    let prompt_len = ["messages", "system", "tools"]
+        .iter()
+        .filter_map(|m| body.member(m))
+        .map(str::len)
+        .fold(0, usize::saturating_add);
     let stream = super::openai_chat::stream_of(&body)?;
     let max_tokens = super::openai_chat::max_tokens_of(&body, "max_tokens")?;
     Ok(Request {
@@ -173,7 +178,7 @@ mod tests {
     #[test]
     fn decodes_the_members_the_pipeline_reads() {
         let r = decode(
-            br#"{"model":"claude/opus","system":[{"type":"text","text":"be brief"}],"messages":[{"role":"user","content":"hi"}],"max_tokens":128000,"stream":true}"#,
+            br#"{"model":"claude/opus","system":[{"type":"text","text":"be brief"}],"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"t"}],"max_tokens":128000,"stream":true}"#,
         )
         .unwrap();
         assert_eq!(r.format, Format::AnthropicMessages);
@@ -184,6 +189,7 @@ mod tests {
             r.prompt_len,
             r#"[{"role":"user","content":"hi"}]"#.len()
                 + r#"[{"type":"text","text":"be brief"}]"#.len()
+                + r#"[{"name":"t"}]"#.len()
         );
     }
 

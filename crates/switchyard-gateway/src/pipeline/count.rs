@@ -85,7 +85,11 @@ async fn count(
         let Ok(answer) =
             upstream::send(snap.settings.connect_timeout_ms, target, call, deadline).await
         else {
-            continue;
+            tracing::info!(
+                connection_id = %c.connection.id,
+                "Upstream could not be reached to count tokens; answering the gateway's estimate."
+            );
+            break;
         };
         if !answer.status().is_success() {
             tracing::info!(

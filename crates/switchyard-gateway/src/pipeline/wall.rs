@@ -50,7 +50,7 @@ pub async fn send(
     let walls = &ctx.runtime.walls;
     let mut request = WallRequest::default();
     loop {
-        let slow = walls.send_slow(connection, wall.flags, ctx.clock.now_ms());
+        let slow = walls.send_slow(connection, wall.account, wall.flags, ctx.clock.now_ms());
         let extra: &[_] = if slow { &slow_header } else { &[] };
         let response = upstream::send(timeout, target, call(body.clone(), extra), deadline).await?;
         let pairs: Vec<(&str, &str)> = response
@@ -72,7 +72,7 @@ pub async fn send(
         .unwrap_or(u64::MAX);
         let jitter = rand::thread_rng().gen_range(-1.0..=1.0);
         let now = ctx.clock.now_ms();
-        let mut decision = walls.with(connection, |w| {
+        let mut decision = walls.with(connection, wall.account, |w| {
             w.on_response(&mut request, wall.flags, seen, now, budget_ms, jitter)
         });
         loop {
@@ -116,8 +116,9 @@ pub async fn send(
                 Decision::TryLimitReset => {
                     let check = usage_check(timeout, target, wall, deadline).await;
                     let now = ctx.clock.now_ms();
-                    decision =
-                        walls.with(connection, |w| w.on_usage_check(&mut request, check, now));
+                    decision = walls.with(connection, wall.account, |w| {
+                        w.on_usage_check(&mut request, check, now)
+                    });
                 }
                 Decision::CallReset => {
                     let answer = reset_call(timeout, target, wall, deadline).await;
@@ -128,8 +129,9 @@ pub async fn send(
                         "Usage wall: asked for the session-limit reset."
                     );
                     let now = ctx.clock.now_ms();
-                    decision =
-                        walls.with(connection, |w| w.on_reset_result(&mut request, answer, now));
+                    decision = walls.with(connection, wall.account, |w| {
+                        w.on_reset_result(&mut request, answer, now)
+                    });
                 }
             }
         }

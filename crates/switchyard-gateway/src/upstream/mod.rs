@@ -97,6 +97,9 @@ pub struct Upstream {
 #[derive(Debug, Clone)]
 pub struct WallConfig {
     pub flags: Flags,
+    /// A fingerprint of the credential: the wall state belongs to the account, not to
+    /// the connection id.
+    pub account: u64,
     /// `GET` the account's usage at the wall.
     pub usage_url: Uri,
     /// `POST` the session-limit reset; `None` without an organization id (the reset is
@@ -107,7 +110,11 @@ pub struct WallConfig {
 impl WallConfig {
     /// The settings of a connection at `base_url` with `provider_specific_data`; `None`
     /// when neither opt-in is on. The limit reset needs `organizationUUID`.
-    pub fn of(base_url: &str, data: &serde_json::Value) -> Result<Option<Self>, String> {
+    pub fn of(
+        base_url: &str,
+        data: &serde_json::Value,
+        credential: &str,
+    ) -> Result<Option<Self>, String> {
         let mut flags = Flags::from_provider_specific_data(data);
         if !flags.low_priority_mode && !flags.auto_limit_reset {
             return Ok(None);
@@ -129,8 +136,11 @@ impl WallConfig {
             );
             flags.auto_limit_reset = false;
         }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(credential, &mut hasher);
         Ok(Some(Self {
             flags,
+            account: std::hash::Hasher::finish(&hasher),
             usage_url,
             reset_url,
         }))
