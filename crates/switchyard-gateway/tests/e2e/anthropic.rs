@@ -720,8 +720,9 @@ async fn at_the_usage_wall_the_limit_reset_is_claimed_once_and_remembered() {
             (m.clone(), None),
         ]
     );
-    // A second wall in the same week: no new reset is tried, and without the lane the
-    // 429 takes the ordinary path to the client.
+    // A second wall in the same week: no new reset is tried. Within a minute of the
+    // reset it may be a request that raced it, so it is retried once at full speed;
+    // walled again, and without the lane, the 429 takes the ordinary path to the client.
     h.mock_wall(wall).await;
     let r = h
         .messages(messages_body("claudesub/claude-opus", false))
@@ -729,7 +730,7 @@ async fn at_the_usage_wall_the_limit_reset_is_claimed_once_and_remembered() {
     assert_eq!(r.status(), 429);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["type"], "rate_limit_error");
-    assert_eq!(calls(&h).await.len(), 5);
+    assert_eq!(calls(&h).await[4..], [(m.clone(), None), (m, None)]);
 }
 
 #[tokio::test]
@@ -796,4 +797,39 @@ async fn the_quota_books_no_more_output_than_the_models_limit_allows() {
     let (status, body) = status_and_json(h.messages(body).await).await;
     assert_eq!(status, 429);
     assert_eq!(body["error"]["code"], "quota_exceeded");
+}
+
+#[tokio::test]
+async fn thinking_a_translated_route_made_is_not_sent_back_to_anthropic() {
+    let h = start().await;
+    // A turn served by the OpenAI-format model with reasoning: its thinking block is
+    // marked as the gateway's, unsigned.
+    let mut ask = messages_body("alpha/mock-small", false);
+    ask["thinking"] = json!({"type": "enabled", "budget_tokens": 2048});
+    let answer: Value = h.messages(ask).await.json().await.unwrap();
+    assert_eq!(
+        answer["content"][0],
+        json!({"type": "thinking", "thinking": "Let me think.", "signature": "switchyard-unsigned"})
+    );
+    // The conversation goes on with Claude: the unsigned block stays behind, and so does
+    // thinking for this turn (Anthropic wants the turn's own signed thinking back).
+    let next = json!({
+        "model": "claude/claude-opus", "max_tokens": 4096,
+        "thinking": {"type": "enabled", "budget_tokens": 2048},
+        "messages": [
+            {"role": "user", "content": "Hello there, mock!"},
+            {"role": "assistant", "content": answer["content"]},
+            {"role": "user", "content": "And now?"}
+        ]
+    });
+    assert_eq!(h.messages(next).await.status(), 200);
+    let sent = &h.mock_requests().await[1]["body"];
+    assert_eq!(
+        *sent,
+        json!({"model": "claude-opus", "max_tokens": 4096, "messages": [
+            {"role": "user", "content": "Hello there, mock!"},
+            {"role": "assistant", "content": [{"type": "text", "text": answer["content"][1]["text"]}]},
+            {"role": "user", "content": "And now?"}
+        ]})
+    );
 }
