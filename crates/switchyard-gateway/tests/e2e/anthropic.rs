@@ -22,6 +22,16 @@ async fn a_pass_through_message_is_the_upstream_body_unchanged() {
 #[tokio::test]
 async fn errors_on_the_messages_route_have_anthropics_shape() {
     let h = start().await;
+    // Claude Code's ANTHROPIC_AUTH_TOKEN sends the key as a bearer token.
+    let r = h
+        .http
+        .post(h.url("/v1/messages"))
+        .bearer_auth(KEY)
+        .json(&messages_body("claude/claude-opus", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
     let r = h
         .http
         .post(h.url("/v1/messages?beta=true"))
