@@ -1,5 +1,5 @@
-//! Mappings both translation directions share: stop reasons, usage blocks, error types
-//! and error messages.
+//! Mappings the translation modules share: stop reasons and Responses statuses, usage
+//! blocks, error types and error messages.
 
 use serde_json::{json, Value};
 
@@ -63,6 +63,30 @@ pub fn stop_reason_of(finish_reason: &str, matched_stop: bool) -> &'static str {
     }
 }
 
+/// A chat `finish_reason` as a Responses `status` and `incomplete_details.reason`.
+pub fn responses_status_of(finish_reason: &str) -> (&'static str, Option<&'static str>) {
+    match finish_reason {
+        "length" => ("incomplete", Some("max_output_tokens")),
+        "content_filter" => ("incomplete", Some("content_filter")),
+        _ => ("completed", None),
+    }
+}
+
+/// A Responses `status` (with its `incomplete_details.reason`) as a chat
+/// `finish_reason`; `called` says whether the output holds function calls.
+pub fn finish_reason_of_responses(
+    status: &str,
+    incomplete_reason: Option<&str>,
+    called: bool,
+) -> &'static str {
+    match (status, incomplete_reason) {
+        ("incomplete", Some("content_filter")) => "content_filter",
+        ("incomplete", _) => "length",
+        _ if called => "tool_calls",
+        _ => "stop",
+    }
+}
+
 /// Token counts of one answer, in the union of both formats' terms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tokens {
@@ -101,6 +125,33 @@ impl Tokens {
             cache_write: 0,
             reasoning: count(usage, "/completion_tokens_details/reasoning_tokens"),
         }
+    }
+
+    /// Reads a Responses `usage` block, whose `input_tokens` include the cached ones.
+    pub fn from_responses(usage: &Value) -> Self {
+        let cache_read = count(usage, "/input_tokens_details/cached_tokens");
+        Self {
+            input: count(usage, "/input_tokens").saturating_sub(cache_read),
+            output: count(usage, "/output_tokens"),
+            cache_read,
+            cache_write: 0,
+            reasoning: count(usage, "/output_tokens_details/reasoning_tokens"),
+        }
+    }
+
+    /// A Responses `usage` block: the input counts every prompt token, cached or not.
+    pub fn responses(&self) -> Value {
+        let input = self
+            .input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write);
+        json!({
+            "input_tokens": input,
+            "input_tokens_details": {"cached_tokens": self.cache_read},
+            "output_tokens": self.output,
+            "output_tokens_details": {"reasoning_tokens": self.reasoning},
+            "total_tokens": input.saturating_add(self.output),
+        })
     }
 
     /// An Anthropic `usage` block.
@@ -159,6 +210,54 @@ mod tests {
         for (finish, matched, stop) in back {
             assert_eq!(stop_reason_of(finish, matched), stop, "{finish}");
         }
+    }
+
+    #[test]
+    fn responses_statuses_map_both_ways() {
+        assert_eq!(responses_status_of("stop"), ("completed", None));
+        assert_eq!(responses_status_of("tool_calls"), ("completed", None));
+        assert_eq!(
+            responses_status_of("length"),
+            ("incomplete", Some("max_output_tokens"))
+        );
+        assert_eq!(
+            responses_status_of("content_filter"),
+            ("incomplete", Some("content_filter"))
+        );
+        let back = [
+            ("completed", None, false, "stop"),
+            ("completed", None, true, "tool_calls"),
+            ("incomplete", Some("max_output_tokens"), true, "length"),
+            ("incomplete", Some("content_filter"), false, "content_filter"),
+            ("incomplete", None, false, "length"),
+        ];
+        for (status, reason, called, finish) in back {
+            assert_eq!(finish_reason_of_responses(status, reason, called), finish);
+        }
+    }
+
+    #[test]
+    fn responses_usage_counts_cached_input_within_the_input() {
+        let usage = json!({"input_tokens": 130, "input_tokens_details": {"cached_tokens": 100},
+            "output_tokens": 4, "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": 134});
+        let t = Tokens::from_responses(&usage);
+        assert_eq!(
+            t,
+            Tokens {
+                input: 30,
+                output: 4,
+                cache_read: 100,
+                cache_write: 0,
+                reasoning: 3
+            }
+        );
+        assert_eq!(t.responses(), usage);
+        assert_eq!(
+            t.chat(),
+            json!({"prompt_tokens": 130, "completion_tokens": 4, "total_tokens": 134,
+                   "prompt_tokens_details": {"cached_tokens": 100},
+                   "completion_tokens_details": {"reasoning_tokens": 3}})
+        );
     }
 
     #[test]
