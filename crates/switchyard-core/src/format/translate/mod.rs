@@ -9,6 +9,7 @@
 //! body passes through ([`crate::llm::Request::upstream_body`]).
 
 pub mod chat_over_messages;
+pub mod chat_over_responses;
 pub mod map;
 pub mod messages_over_chat;
 pub mod unsigned;
