@@ -1,21 +1,24 @@
-//! What the mock answers, worked out from the request the same way for both APIs.
+//! What the mock answers, worked out from the request the same way for every API.
 //!
 //! An answer is an optional thinking part, a text made of pieces (one piece is one
 //! output token and one stream delta), an optional tool call, and why it stopped:
 //!
 //! - The last user message holds a tool result (Anthropic: a `tool_result` block in the
-//!   last `user` message; chat: the last message has role `tool`): the text is
-//!   `tool said: <the result's text>`.
-//! - Otherwise, when the request declares `tools` and a text of the last user message
-//!   contains `[[tool:NAME {json}]]` (the JSON object may be left out: `{}`), the text is
+//!   last `user` message; chat: the last message has role `tool`; Responses: the last
+//!   input item is a `function_call_output`): the text is `tool said: <the result's
+//!   text>`.
+//! - Otherwise, when the request declares `tools` (Responses: a `function` tool, flat or
+//!   in a `namespace`) and a text of the last user message contains
+//!   `[[tool:NAME {json}]]` (the JSON object may be left out: `{}`), the text is
 //!   `Calling NAME.` followed by a call of `NAME` with that JSON as its input.
 //! - Otherwise the text is the canned answer: `chunks` words of [`crate::openai::WORDS`].
 //!
 //! Then, like a model that stops generating: a stop sequence of the request found in the
 //! text cuts it just before the match (and drops the tool call), and a `max_tokens`
-//! smaller than the answer's output tokens cuts the text to fit (and drops the tool
-//! call). Thinking (Anthropic `thinking.type` `enabled` or `adaptive`; chat
-//! `reasoning_effort` other than `none`) adds [`THINKING`] before everything else.
+//! (Responses: `max_output_tokens`) smaller than the answer's output tokens cuts the
+//! text to fit (and drops the tool call). Thinking (Anthropic `thinking.type` `enabled`
+//! or `adaptive`; chat `reasoning_effort` other than `none`; Responses
+//! `reasoning.effort` other than `none`) adds [`THINKING`] before everything else.
 
 use crate::openai::word;
 use serde_json::{json, Value};
@@ -79,6 +82,52 @@ impl StreamParts {
         self.frames.iter().for_each(|f| s.push_str(f));
         s.push_str(&self.tail);
         s
+    }
+}
+
+/// Builds a [`StreamParts`]: the events before the first delta belong to the head,
+/// later ones to the next delta's frame, the ones after the last delta to the tail.
+#[derive(Debug)]
+pub(crate) struct Builder {
+    parts: StreamParts,
+    pending: String,
+}
+
+impl Builder {
+    /// A stream that starts with `head`.
+    pub(crate) fn new(head: String) -> Self {
+        Self {
+            parts: StreamParts {
+                head,
+                frames: Vec::new(),
+                tail: String::new(),
+            },
+            pending: String::new(),
+        }
+    }
+
+    /// An event that is not a delta (a block boundary).
+    pub(crate) fn event(&mut self, e: &str) {
+        if self.parts.frames.is_empty() {
+            self.parts.head.push_str(e);
+        } else {
+            self.pending.push_str(e);
+        }
+    }
+
+    /// A delta: one frame, with the events since the previous one.
+    pub(crate) fn delta(&mut self, e: &str) {
+        let mut frame = std::mem::take(&mut self.pending);
+        frame.push_str(e);
+        self.parts.frames.push(frame);
+    }
+
+    /// The stream, whose tail is the events after the last delta and then `end`.
+    pub(crate) fn finish(self, end: &str) -> StreamParts {
+        let mut parts = self.parts;
+        parts.tail = self.pending;
+        parts.tail.push_str(end);
+        parts
     }
 }
 
@@ -151,6 +200,43 @@ impl Answer {
                 .get("max_completion_tokens")
                 .or_else(|| body.get("max_tokens"))
                 .and_then(Value::as_u64),
+        };
+        Self::plan(ask, chunks, honour_max_tokens)
+    }
+
+    /// The answer to an OpenAI Responses body. `honour_max_tokens` false keeps the
+    /// answer whole whatever the request's `max_output_tokens`.
+    pub fn responses(body: &Value, chunks: u32, honour_max_tokens: bool) -> Self {
+        let input = body.get("input");
+        let items = array(input);
+        let tool_result = items
+            .last()
+            .filter(|i| kind(i) == Some("function_call_output"))
+            .map(|i| response_texts(i.get("output")).concat());
+        let last_user = items
+            .iter()
+            .rev()
+            .find(|i| is_message(i) && role(i) == Some("user"));
+        let texts = match input {
+            Some(Value::String(_)) => response_texts(input),
+            _ => response_texts(last_user.and_then(|m| m.get("content"))),
+        };
+        let is_function = |t: &Value| kind(t) == Some("function");
+        let has_tools = array(body.get("tools")).iter().any(|t| {
+            is_function(t)
+                || kind(t) == Some("namespace") && array(t.get("tools")).iter().any(is_function)
+        });
+        let thinking = body
+            .pointer("/reasoning/effort")
+            .and_then(Value::as_str)
+            .is_some_and(|e| e != "none");
+        let ask = Ask {
+            thinking,
+            tool_result,
+            texts,
+            has_tools,
+            stops: Vec::new(),
+            max_tokens: body.get("max_output_tokens").and_then(Value::as_u64),
         };
         Self::plan(ask, chunks, honour_max_tokens)
     }
@@ -252,16 +338,28 @@ fn len<T>(v: &[T]) -> u64 {
 }
 
 fn tokens(s: &str) -> u64 {
-    u64::try_from(s.chars().count().div_ceil(4))
-        .unwrap_or(u64::MAX)
-        .max(1)
+    tokens_of(s.chars().count())
+}
+
+/// Tokens of a text of `chars` characters: a quarter, rounded up, at least 1.
+pub(crate) fn tokens_of(chars: usize) -> u64 {
+    u64::try_from(chars.div_ceil(4)).unwrap_or(u64::MAX).max(1)
 }
 
 fn role(message: &Value) -> Option<&str> {
     message.get("role").and_then(Value::as_str)
 }
 
-fn array(v: Option<&Value>) -> &[Value] {
+fn kind(v: &Value) -> Option<&str> {
+    v.get("type").and_then(Value::as_str)
+}
+
+/// Whether a Responses input item is a message (`type` `message`, or no `type`).
+pub(crate) fn is_message(item: &Value) -> bool {
+    kind(item).is_none_or(|k| k == "message")
+}
+
+pub(crate) fn array(v: Option<&Value>) -> &[Value] {
     v.and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
@@ -275,11 +373,22 @@ fn strings(v: Option<&Value>) -> Vec<&str> {
 
 /// The texts of a message content: the string, or the `text` of each text block.
 fn texts(content: Option<&Value>) -> Vec<&str> {
+    typed_texts(content, &["text"])
+}
+
+/// The texts of a Responses message content or `function_call_output` output: the
+/// string, or the `text` of each `input_text` and `output_text` part.
+pub(crate) fn response_texts(content: Option<&Value>) -> Vec<&str> {
+    typed_texts(content, &["input_text", "output_text"])
+}
+
+/// The string, or the `text` of each part whose `type` is one of `types`.
+fn typed_texts<'a>(content: Option<&'a Value>, types: &[&str]) -> Vec<&'a str> {
     match content {
         Some(Value::String(s)) => vec![s.as_str()],
         other => array(other)
             .iter()
-            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter(|b| kind(b).is_some_and(|k| types.contains(&k)))
             .filter_map(|b| b.get("text").and_then(Value::as_str))
             .collect(),
     }

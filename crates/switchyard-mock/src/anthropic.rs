@@ -1,6 +1,8 @@
 //! Deterministic Anthropic Messages API responses.
 
-use crate::answer::{pieces, thirds, Answer, Stop, StreamParts, SIGNATURE, THINKING, TOOL_USE_ID};
+use crate::answer::{
+    pieces, thirds, Answer, Builder, Stop, StreamParts, SIGNATURE, THINKING, TOOL_USE_ID,
+};
 use crate::openai::word;
 use serde_json::{json, Value};
 
@@ -152,42 +154,12 @@ pub fn stream_tail(chunks: u32) -> String {
     s
 }
 
-/// Builds a stream: the block boundaries before the first delta belong to the head,
-/// later ones to the next delta's frame, the ones after the last delta to the tail.
-struct Builder {
-    parts: StreamParts,
-    pending: String,
-}
-
-impl Builder {
-    fn event(&mut self, e: &str) {
-        if self.parts.frames.is_empty() {
-            self.parts.head.push_str(e);
-        } else {
-            self.pending.push_str(e);
-        }
-    }
-
-    fn delta(&mut self, e: &str) {
-        let mut frame = std::mem::take(&mut self.pending);
-        frame.push_str(e);
-        self.parts.frames.push(frame);
-    }
-}
-
 /// The stream of `answer`: `message_start`, `ping`, then each block (thinking with a
 /// `thinking_delta` per piece and a `signature_delta`; text with a `text_delta` per
 /// piece; `tool_use` with empty `input` and its input JSON in three
 /// `input_json_delta` fragments), then `message_delta` and `message_stop`.
 pub fn stream_of(model: &str, answer: &Answer, usage: Usage) -> StreamParts {
-    let mut b = Builder {
-        parts: StreamParts {
-            head: message_start(model, usage),
-            frames: Vec::new(),
-            tail: String::new(),
-        },
-        pending: String::new(),
-    };
+    let mut b = Builder::new(message_start(model, usage));
     let mut index = 0;
     if answer.thinking {
         b.event(&block_start(
@@ -226,12 +198,7 @@ pub fn stream_of(model: &str, answer: &Answer, usage: Usage) -> StreamParts {
         }
         b.event(&block_stop(index));
     }
-    let mut parts = b.parts;
-    parts.tail = b.pending;
-    parts
-        .tail
-        .push_str(&message_end(&answer.stop, answer.output_tokens()));
-    parts
+    b.finish(&message_end(&answer.stop, answer.output_tokens()))
 }
 
 /// An Anthropic-style error body.

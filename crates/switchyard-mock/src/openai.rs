@@ -1,6 +1,6 @@
 //! Deterministic OpenAI chat-completions responses.
 
-use crate::answer::{pieces, thirds, Answer, Stop, StreamParts, THINKING, TOOL_CALL_ID};
+use crate::answer::{pieces, thirds, tokens_of, Answer, Stop, StreamParts, THINKING, TOOL_CALL_ID};
 use serde_json::{json, Value};
 
 /// The words the mock's answers are made of; chunk `i` is `WORDS[i % WORDS.len()]`.
@@ -45,7 +45,7 @@ pub fn prompt_tokens(body: &Value) -> u64 {
     {
         count(m.get("content"));
     }
-    u64::try_from(chars.div_ceil(4)).unwrap_or(u64::MAX).max(1)
+    tokens_of(chars)
 }
 
 /// The text of chunk `i`.

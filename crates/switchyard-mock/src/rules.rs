@@ -78,7 +78,8 @@ pub struct Rule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_after_chunks: Option<u32>,
     /// End the stream cleanly after this many content chunks, without the final chunk
-    /// (no `finish_reason`, no usage) and without `[DONE]`: an answer cut short.
+    /// (no `finish_reason`, no usage) and without `[DONE]` (Messages: `message_stop`;
+    /// Responses: `response.completed`): an answer cut short.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_after_chunks: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

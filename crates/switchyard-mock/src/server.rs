@@ -5,7 +5,7 @@ use crate::answer::{Answer, StreamParts};
 use crate::journal::{self, Received};
 use crate::rules::{self, QuotaState, ResetPoint, Rule, StoredRule};
 use crate::wall::{self, Lane, Wall, Walls};
-use crate::{anthropic, openai};
+use crate::{anthropic, openai, responses};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
@@ -101,6 +101,8 @@ pub fn router(state: Arc<MockState>) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/messages", post(messages))
         .route("/v1/messages/count_tokens", post(count_tokens))
+        .route("/v1/responses", post(responses_api))
+        .route("/responses", post(responses_api))
         .route("/v1/models", get(|| async { Json(openai::models()) }))
         .route("/api/oauth/usage", get(oauth_usage))
         .route(
@@ -300,6 +302,7 @@ fn record(
 enum Api {
     OpenAi,
     Anthropic,
+    Responses,
 }
 
 async fn chat(
@@ -336,6 +339,24 @@ async fn messages(
         headers,
     };
     handle(state, kill, head, body, Api::Anthropic).await
+}
+
+async fn responses_api(
+    State(state): State<Arc<MockState>>,
+    Extension(kill): Extension<ConnKill>,
+    method: Method,
+    uri: Uri,
+    version: axum::http::Version,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let head = Head {
+        method,
+        uri,
+        version,
+        headers,
+    };
+    handle(state, kill, head, body, Api::Responses).await
 }
 
 /// Parses a JSON body (if any) and journals the request; returns the body and the
@@ -424,7 +445,7 @@ fn insert_headers<'a>(h: &mut HeaderMap, pairs: impl IntoIterator<Item = (&'a st
 
 fn error_response(api: Api, status: StatusCode, message: &str) -> Response {
     let body = match api {
-        Api::OpenAi => openai::error_body(status.as_u16(), message),
+        Api::OpenAi | Api::Responses => openai::error_body(status.as_u16(), message),
         Api::Anthropic => anthropic::error_body(status.as_u16(), message),
     };
     (status, Json(body)).into_response()
@@ -450,6 +471,8 @@ async fn handle(
         path: match api {
             Api::OpenAi => "/v1/chat/completions",
             Api::Anthropic => "/v1/messages",
+            Api::Responses if head.uri.path() == "/responses" => "/responses",
+            Api::Responses => "/v1/responses",
         },
         credential,
         model: parsed
@@ -465,7 +488,10 @@ async fn handle(
             .pointer("/stream_options/include_usage")
             .and_then(Value::as_bool)
             .unwrap_or(false),
-        prompt: openai::prompt_tokens(&parsed),
+        prompt: match api {
+            Api::Responses => responses::prompt_tokens(&parsed),
+            Api::OpenAi | Api::Anthropic => openai::prompt_tokens(&parsed),
+        },
         body: parsed,
     };
     record(&state, &inc, head.version, &head.headers);
@@ -473,7 +499,7 @@ async fn handle(
         return error_response(api, StatusCode::UNAUTHORIZED, "missing API key");
     }
     let lane = match api {
-        Api::OpenAi => Lane::default(),
+        Api::OpenAi | Api::Responses => Lane::default(),
         Api::Anthropic => {
             let slow = head
                 .headers
@@ -572,6 +598,7 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
     let answer = match api {
         Api::OpenAi => Answer::chat(&inc.body, chunks, honour_max_tokens),
         Api::Anthropic => Answer::messages(&inc.body, chunks, honour_max_tokens),
+        Api::Responses => Answer::responses(&inc.body, chunks, honour_max_tokens),
     };
     let usage = anthropic::Usage {
         input_tokens: inc.prompt,
@@ -582,6 +609,7 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
         let body = match api {
             Api::OpenAi => openai::completion_of(&inc.model, &answer, inc.prompt),
             Api::Anthropic => anthropic::message_of(&inc.model, &answer, usage),
+            Api::Responses => responses::response_of(&inc.model, &answer, inc.prompt),
         };
         drop(guard);
         return Json(body).into_response();
@@ -589,6 +617,7 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
     let StreamParts { head, frames, tail } = match api {
         Api::OpenAi => openai::stream_of(&inc.model, &answer, inc.prompt, inc.include_usage),
         Api::Anthropic => anthropic::stream_of(&inc.model, &answer, usage),
+        Api::Responses => responses::stream_of(&inc.model, &answer, inc.prompt),
     };
     let interval = rule.chunk_interval_ms.map(Duration::from_millis);
     let stall_after = rule.stall_after_chunks;
