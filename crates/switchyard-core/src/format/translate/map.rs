@@ -127,14 +127,18 @@ impl Tokens {
         }
     }
 
-    /// Reads a Responses `usage` block, whose `input_tokens` include the cached ones.
+    /// Reads a Responses `usage` block, whose `input_tokens` include the cached ones
+    /// (read from and written to the cache).
     pub fn from_responses(usage: &Value) -> Self {
         let cache_read = count(usage, "/input_tokens_details/cached_tokens");
+        let cache_write = count(usage, "/input_tokens_details/cache_write_tokens");
         Self {
-            input: count(usage, "/input_tokens").saturating_sub(cache_read),
+            input: count(usage, "/input_tokens")
+                .saturating_sub(cache_read)
+                .saturating_sub(cache_write),
             output: count(usage, "/output_tokens"),
             cache_read,
-            cache_write: 0,
+            cache_write,
             reasoning: count(usage, "/output_tokens_details/reasoning_tokens"),
         }
     }
@@ -147,7 +151,7 @@ impl Tokens {
             .saturating_add(self.cache_write);
         json!({
             "input_tokens": input,
-            "input_tokens_details": {"cached_tokens": self.cache_read},
+            "input_tokens_details": {"cached_tokens": self.cache_read, "cache_write_tokens": self.cache_write},
             "output_tokens": self.output,
             "output_tokens_details": {"reasoning_tokens": self.reasoning},
             "total_tokens": input.saturating_add(self.output),
@@ -228,7 +232,12 @@ mod tests {
             ("completed", None, false, "stop"),
             ("completed", None, true, "tool_calls"),
             ("incomplete", Some("max_output_tokens"), true, "length"),
-            ("incomplete", Some("content_filter"), false, "content_filter"),
+            (
+                "incomplete",
+                Some("content_filter"),
+                false,
+                "content_filter",
+            ),
             ("incomplete", None, false, "length"),
         ];
         for (status, reason, called, finish) in back {
@@ -238,7 +247,7 @@ mod tests {
 
     #[test]
     fn responses_usage_counts_cached_input_within_the_input() {
-        let usage = json!({"input_tokens": 130, "input_tokens_details": {"cached_tokens": 100},
+        let usage = json!({"input_tokens": 130, "input_tokens_details": {"cached_tokens": 100, "cache_write_tokens": 0},
             "output_tokens": 4, "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": 134});
         let t = Tokens::from_responses(&usage);
         assert_eq!(
