@@ -11,6 +11,7 @@
 pub mod chat_over_messages;
 pub mod map;
 pub mod messages_over_chat;
+pub mod responses_over_chat;
 pub mod unsigned;
 
 use super::Format;
