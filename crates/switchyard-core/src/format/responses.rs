@@ -86,6 +86,36 @@ struct Created {
     response: Ident,
 }
 
+/// What a reader needs of the `response` of an event that ends the answer.
+#[derive(Deserialize)]
+struct Ended {
+    response: EndedResponse,
+}
+
+#[derive(Deserialize)]
+struct EndedResponse {
+    usage: Option<ResponsesUsage>,
+}
+
+/// A Responses `usage`, whose `input_tokens` count the cached ones.
+#[derive(Deserialize)]
+struct ResponsesUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+/// The `response.usage` of an event's data. Read by its place, not as the text's last
+/// `"usage"` member: the response's `metadata` (the client's) may follow it and hold one.
+fn response_usage(data: &str) -> Option<Usage> {
+    let usage = serde_json::from_str::<Ended>(data).ok()?.response.usage?;
+    Some(Usage {
+        prompt_tokens: usage.input_tokens,
+        completion_tokens: usage.output_tokens,
+    })
+}
+
 /// Reads a Responses event stream: usage, generated text, completeness, errors, and
 /// what a cut repeats; see the module docs.
 #[derive(Debug, Default)]
@@ -137,7 +167,7 @@ impl StreamReader {
                 parsed.kind.as_str(),
                 "response.completed" | "response.incomplete" | "response.failed"
             ) {
-                if let Some(u) = Usage::from_json_bytes(event.data.as_bytes()) {
+                if let Some(u) = response_usage(&event.data) {
                     usage.get_or_insert_with(Usage::default).merge(u);
                 }
             }
@@ -379,7 +409,36 @@ mod tests {
     }
 
     #[test]
-    fn the_usage_of_a_completed_response_is_read_where_it_stands() {
+    fn the_usage_is_that_of_the_response_wherever_it_stands() {
+        let completed = frame(
+            r#"{"type":"response.completed","sequence_number":4,"response":{"id":"r","status":"completed","usage":{"input_tokens":130,"input_tokens_details":{"cached_tokens":100},"output_tokens":4,"total_tokens":134},"metadata":{"usage":{"input_tokens":1,"output_tokens":1}}}}"#,
+        );
+        let mut r = StreamReader::default();
+        r.feed(completed.as_bytes());
+        assert_eq!(
+            r.usage(),
+            Some(Usage {
+                prompt_tokens: 130,
+                completion_tokens: 4
+            })
+        );
+        let without = frame(
+            r#"{"type":"response.completed","sequence_number":4,"response":{"id":"r","status":"completed","usage":null}}"#,
+        );
+        let mut w = StreamReader::default();
+        w.feed(without.as_bytes());
+        assert!(w.complete());
+        assert_eq!(w.usage(), None);
+        let usage_elsewhere = frame(
+            r#"{"type":"response.output_item.done","sequence_number":3,"output_index":0,"item":{"type":"message"},"usage":{"input_tokens":9,"output_tokens":9}}"#,
+        );
+        let mut e = StreamReader::default();
+        e.feed(usage_elsewhere.as_bytes());
+        assert_eq!(e.usage(), None);
+    }
+
+    #[test]
+    fn the_generic_usage_reader_finds_the_usage_of_a_completed_event() {
         let event = br#"{"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"the \"usage\" word"}]}],"usage":{"input_tokens":130,"input_tokens_details":{"cached_tokens":100},"output_tokens":4,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":134},"user":null,"metadata":{}}}"#;
         assert_eq!(
             Usage::from_json_bytes(event),
