@@ -34,6 +34,8 @@ impl AuthClass {
 pub enum UpstreamFormat {
     Openai,
     Anthropic,
+    /// OpenAI's Responses API (`POST /v1/responses`).
+    Responses,
 }
 
 impl UpstreamFormat {
@@ -41,6 +43,7 @@ impl UpstreamFormat {
         match self {
             Self::Openai => "openai",
             Self::Anthropic => "anthropic",
+            Self::Responses => "responses",
         }
     }
 }
@@ -120,6 +123,25 @@ mod tests {
     fn model_ref_rejects_missing_parts() {
         for bad in ["", "gpt-4o", "/gpt-4o", "openai/"] {
             assert_eq!(ModelRef::parse(bad), Err(ModelRefError(bad.to_owned())));
+        }
+    }
+
+    #[test]
+    fn upstream_formats_are_named_as_in_the_configuration() {
+        for (format, name) in [
+            (UpstreamFormat::Openai, "openai"),
+            (UpstreamFormat::Anthropic, "anthropic"),
+            (UpstreamFormat::Responses, "responses"),
+        ] {
+            assert_eq!(format.as_str(), name);
+            assert_eq!(
+                serde_json::to_string(&format).unwrap(),
+                format!("\"{name}\"")
+            );
+            assert_eq!(
+                serde_json::from_str::<UpstreamFormat>(&format!("\"{name}\"")).unwrap(),
+                format
+            );
         }
     }
 

@@ -6,6 +6,7 @@
 
 pub mod anthropic_messages;
 pub mod openai_chat;
+pub mod responses;
 pub mod translate;
 
 use crate::domain::UpstreamFormat;
@@ -19,6 +20,8 @@ pub enum Format {
     OpenAiChat,
     /// Anthropic Messages (`POST /v1/messages`).
     AnthropicMessages,
+    /// OpenAI Responses (`POST /v1/responses`).
+    Responses,
 }
 
 impl Format {
@@ -27,6 +30,7 @@ impl Format {
         match kind {
             UpstreamFormat::Openai => Self::OpenAiChat,
             UpstreamFormat::Anthropic => Self::AnthropicMessages,
+            UpstreamFormat::Responses => Self::Responses,
         }
     }
 
@@ -35,6 +39,7 @@ impl Format {
         match self {
             Self::OpenAiChat => "openai",
             Self::AnthropicMessages => "anthropic",
+            Self::Responses => "responses",
         }
     }
 
@@ -43,6 +48,7 @@ impl Format {
         match self {
             Self::OpenAiChat => openai_chat::decode(bytes),
             Self::AnthropicMessages => anthropic_messages::decode(bytes),
+            Self::Responses => responses::decode(bytes),
         }
     }
 
@@ -53,6 +59,7 @@ impl Format {
             Self::AnthropicMessages => {
                 StreamReader::AnthropicMessages(anthropic_messages::StreamReader::default())
             }
+            Self::Responses => StreamReader::Responses(responses::StreamReader::default()),
         }
     }
 }
@@ -68,6 +75,10 @@ pub enum DecodeError {
     MissingModel,
     #[error("`messages` is required and must be a non-empty array")]
     MissingMessages,
+    #[error("`input` is required and must be a non-empty string or array")]
+    MissingInput,
+    #[error("`previous_response_id` is not supported: Switchyard does not store responses; send the whole conversation in `input` (as Codex does)")]
+    PreviousResponse,
     #[error("`stream` must be a boolean")]
     InvalidStream,
     #[error("`{0}` must be a positive integer")]
@@ -92,6 +103,8 @@ impl DecodeError {
             Self::InvalidJson(_) | Self::NotAnObject => None,
             Self::MissingModel => Some("model"),
             Self::MissingMessages => Some("messages"),
+            Self::MissingInput => Some("input"),
+            Self::PreviousResponse => Some("previous_response_id"),
             Self::InvalidStream => Some("stream"),
             Self::InvalidMaxTokens(f) | Self::MaxTokensTooLarge(f) => Some(f),
         }
@@ -109,6 +122,7 @@ pub const MAX_COMPLETION_TOKENS: u64 = 1 << 20;
 pub enum StreamReader {
     OpenAiChat(openai_chat::StreamReader),
     AnthropicMessages(anthropic_messages::StreamReader),
+    Responses(responses::StreamReader),
 }
 
 impl StreamReader {
@@ -117,6 +131,7 @@ impl StreamReader {
         match self {
             Self::OpenAiChat(r) => r.feed(chunk),
             Self::AnthropicMessages(r) => r.feed(chunk),
+            Self::Responses(r) => r.feed(chunk),
         }
     }
 
@@ -125,6 +140,7 @@ impl StreamReader {
         match self {
             Self::OpenAiChat(r) => r.usage(),
             Self::AnthropicMessages(r) => r.usage(),
+            Self::Responses(r) => r.usage(),
         }
     }
 
@@ -133,6 +149,7 @@ impl StreamReader {
         match self {
             Self::OpenAiChat(r) => r.complete(),
             Self::AnthropicMessages(r) => r.complete(),
+            Self::Responses(r) => r.complete(),
         }
     }
 
@@ -142,6 +159,7 @@ impl StreamReader {
         match self {
             Self::OpenAiChat(r) => r.errored(),
             Self::AnthropicMessages(r) => r.errored(),
+            Self::Responses(r) => r.errored(),
         }
     }
 
@@ -152,6 +170,7 @@ impl StreamReader {
         match self {
             Self::OpenAiChat(r) => r.cut_frames(error),
             Self::AnthropicMessages(r) => r.cut_frames(error),
+            Self::Responses(r) => r.cut_frames(error),
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod chat_over_messages;
 pub mod chat_over_responses;
 pub mod map;
 pub mod messages_over_chat;
+pub mod responses_over_chat;
 pub mod unsigned;
 
 use super::Format;

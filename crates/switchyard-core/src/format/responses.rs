@@ -1,0 +1,536 @@
+//! OpenAI Responses (`POST /v1/responses`): decoding a client body, and reading an
+//! upstream event stream.
+//!
+//! Like the other decoders, it reads only what the pipeline needs and keeps every member
+//! raw for the passthrough: `model` (a non-empty string), `input` (required: a non-empty
+//! string or a non-empty array of items), `stream`, and `max_output_tokens` as the output
+//! bound (the bounds of [`MAX_COMPLETION_TOKENS`](super::MAX_COMPLETION_TOKENS)). The
+//! prompt's size is the raw text of `input`, `instructions` and `tools` (Codex's tool
+//! definitions are a large part of every prompt). `previous_response_id` is refused:
+//! Switchyard stores no responses, and Codex sends the whole conversation every turn.
+//!
+//! The stream reader reads beside the relay, from each event's `type`: the usage of the
+//! `response` of `response.completed`, `response.incomplete` and `response.failed`;
+//! generated text from the `delta` of `response.output_text.delta`,
+//! `response.reasoning_summary_text.delta` and `response.function_call_arguments.delta`;
+//! completeness from `response.completed` or `response.incomplete`; an error from
+//! `response.failed` or an `error` event. It keeps the id, model and `created_at` of
+//! `response.created` and the last `sequence_number`, so a cut can end the stream with a
+//! `response.failed` event that continues it.
+
+use super::openai_chat::{is_non_empty_array, max_tokens_of, model_of, stream_of};
+use super::translate::map::Tokens;
+use super::DecodeError;
+use crate::llm::{RawObject, Request};
+use crate::sse::SseParser;
+use crate::usage::Usage;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// Decodes and validates a Responses body.
+pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
+    let body = RawObject::parse(bytes)?;
+    let model = model_of(&body)?;
+    if body
+        .member("previous_response_id")
+        .is_some_and(|raw| raw != "null")
+    {
+        return Err(DecodeError::PreviousResponse);
+    }
+    if !body.member("input").is_some_and(is_input) {
+        return Err(DecodeError::MissingInput);
+    }
+    let prompt_len = ["input", "instructions", "tools"]
+        .iter()
+        .filter_map(|m| body.member(m))
+        .map(str::len)
+        .fold(0, usize::saturating_add);
+    let stream = stream_of(&body)?;
+    let max_tokens = max_tokens_of(&body, "max_output_tokens")?;
+    Ok(Request {
+        format: super::Format::Responses,
+        model,
+        stream,
+        max_tokens,
+        prompt_len,
+        body,
+    })
+}
+
+/// Whether raw JSON text (known to be valid) is a non-empty string or array.
+fn is_input(raw: &str) -> bool {
+    is_non_empty_array(raw) || (raw.starts_with('"') && raw != "\"\"")
+}
+
+/// What a reader needs of an event: its type and sequence number.
+#[derive(Deserialize)]
+struct Event {
+    #[serde(rename = "type")]
+    kind: String,
+    sequence_number: Option<u64>,
+}
+
+/// What a cut stream's `response.failed` repeats of `response.created`.
+#[derive(Debug, Default, Deserialize)]
+struct Ident {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    model: String,
+    #[serde(default)]
+    created_at: Option<serde_json::Number>,
+}
+
+#[derive(Deserialize)]
+struct Created {
+    response: Ident,
+}
+
+/// What a reader needs of the `response` of an event that ends the answer.
+#[derive(Deserialize)]
+struct Ended {
+    response: EndedResponse,
+}
+
+#[derive(Deserialize)]
+struct EndedResponse {
+    usage: Option<ResponsesUsage>,
+}
+
+/// A Responses `usage`, whose `input_tokens` count the cached ones.
+#[derive(Deserialize)]
+struct ResponsesUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+/// The `response.usage` of an event's data. Read by its place, not as the text's last
+/// `"usage"` member: the response's `metadata` (the client's) may follow it and hold one.
+fn response_usage(data: &str) -> Option<Usage> {
+    let usage = serde_json::from_str::<Ended>(data).ok()?.response.usage?;
+    Some(Usage {
+        prompt_tokens: usage.input_tokens,
+        completion_tokens: usage.output_tokens,
+    })
+}
+
+/// Reads a Responses event stream: usage, generated text, completeness, errors, and
+/// what a cut repeats; see the module docs.
+#[derive(Debug, Default)]
+pub struct StreamReader {
+    parser: SseParser,
+    usage: Option<Usage>,
+    complete: bool,
+    errored: bool,
+    ident: Ident,
+    /// The sequence number of the next event.
+    next_sequence: u64,
+}
+
+impl StreamReader {
+    /// Reads a relayed chunk; returns the characters of generated text in it.
+    pub fn feed(&mut self, chunk: &[u8]) -> usize {
+        let mut generated = 0;
+        let Self {
+            parser,
+            usage,
+            complete,
+            errored,
+            ident,
+            next_sequence,
+        } = self;
+        parser.feed(chunk, |event| {
+            let Ok(parsed) = serde_json::from_str::<Event>(&event.data) else {
+                return;
+            };
+            if let Some(n) = parsed.sequence_number {
+                *next_sequence = n.saturating_add(1);
+            }
+            match parsed.kind.as_str() {
+                "response.created" => {
+                    if let Ok(created) = serde_json::from_str::<Created>(&event.data) {
+                        *ident = created.response;
+                    }
+                }
+                "response.output_text.delta"
+                | "response.reasoning_summary_text.delta"
+                | "response.function_call_arguments.delta" => {
+                    generated += delta_chars(&event.data);
+                }
+                "response.completed" | "response.incomplete" => *complete = true,
+                "response.failed" | "error" => *errored = true,
+                _ => {}
+            }
+            if matches!(
+                parsed.kind.as_str(),
+                "response.completed" | "response.incomplete" | "response.failed"
+            ) {
+                if let Some(u) = response_usage(&event.data) {
+                    usage.get_or_insert_with(Usage::default).merge(u);
+                }
+            }
+        });
+        generated
+    }
+
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    pub fn complete(&self) -> bool {
+        self.complete
+    }
+
+    pub fn errored(&self) -> bool {
+        self.errored
+    }
+
+    /// A `response.failed` event continuing the stream's sequence, for the stream's
+    /// response (id, model and `created_at` of its `response.created`), with the code
+    /// and message of `error` (an OpenAI error body) and the usage read so far.
+    pub fn cut_frames(&mut self, error: &Value) -> String {
+        let usage = self.usage.map(|u| {
+            Tokens {
+                input: u.prompt_tokens,
+                output: u.completion_tokens,
+                ..Tokens::default()
+            }
+            .responses()
+        });
+        let created_at = self
+            .ident
+            .created_at
+            .clone()
+            .map_or(json!(0), Value::Number);
+        let failed = json!({
+            "type": "response.failed",
+            "sequence_number": self.next_sequence,
+            "response": {
+                "id": self.ident.id,
+                "object": "response",
+                "created_at": created_at,
+                "status": "failed",
+                "model": self.ident.model,
+                "output": [],
+                "error": {
+                    "code": error.pointer("/error/code").cloned().unwrap_or(Value::Null),
+                    "message": error.pointer("/error/message").cloned().unwrap_or(Value::Null),
+                },
+                "usage": usage,
+            },
+        });
+        format!("event: response.failed\ndata: {failed}\n\n")
+    }
+}
+
+/// Characters of the `delta` string of an event's data; an escape (`\n`, `\u00e9`)
+/// counts as one.
+fn delta_chars(data: &str) -> usize {
+    let needle = "\"delta\"";
+    let Some(at) = data.find(needle) else {
+        return 0;
+    };
+    let value = data[at + needle.len()..]
+        .trim_start()
+        .strip_prefix(':')
+        .map(str::trim_start)
+        .and_then(|v| v.strip_prefix('"'));
+    let Some(value) = value else {
+        return 0;
+    };
+    let mut chars = value.chars();
+    let mut count = 0;
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => break,
+            '\\' if chars.next() == Some('u') => chars.by_ref().take(4).for_each(drop),
+            _ => {}
+        }
+        count += 1;
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{Format, MAX_COMPLETION_TOKENS};
+
+    #[test]
+    fn decodes_the_members_the_pipeline_reads() {
+        let r = decode(
+            br#"{"model":"openai/gpt-5","instructions":"Be brief.","input":[{"role":"user","content":"hi"}],"tools":[{"type":"web_search"}],"max_output_tokens":2048,"stream":true,"previous_response_id":null}"#,
+        )
+        .unwrap();
+        assert_eq!(r.format, Format::Responses);
+        assert_eq!(r.model, "openai/gpt-5");
+        assert!(r.stream);
+        assert_eq!(r.max_tokens, Some(2048));
+        assert_eq!(
+            r.prompt_len,
+            r#"[{"role":"user","content":"hi"}]"#.len()
+                + r#""Be brief.""#.len()
+                + r#"[{"type":"web_search"}]"#.len()
+        );
+        let text = decode(br#"{"model":"a/b","input":"hi"}"#).unwrap();
+        assert_eq!(text.prompt_len, 4);
+        assert!(!text.stream);
+        assert_eq!(text.max_tokens, None);
+        assert_eq!(
+            String::from_utf8(text.body.with_model("up")).unwrap(),
+            r#"{"model":"up","input":"hi"}"#
+        );
+    }
+
+    #[test]
+    fn refuses_bad_shapes_naming_the_member() {
+        let cases: [(&[u8], DecodeError); 13] = [
+            (br#"{"input":"hi"}"#, DecodeError::MissingModel),
+            (br#"{"model":"","input":"hi"}"#, DecodeError::MissingModel),
+            (br#"{"model":"a/b"}"#, DecodeError::MissingInput),
+            (br#"{"model":"a/b","input":""}"#, DecodeError::MissingInput),
+            (br#"{"model":"a/b","input":[ ]}"#, DecodeError::MissingInput),
+            (
+                br#"{"model":"a/b","input":null}"#,
+                DecodeError::MissingInput,
+            ),
+            (
+                br#"{"model":"a/b","input":{"role":"user","content":"hi"}}"#,
+                DecodeError::MissingInput,
+            ),
+            (
+                br#"{"model":"a/b","input":"hi","previous_response_id":"resp_1"}"#,
+                DecodeError::PreviousResponse,
+            ),
+            (
+                br#"{"model":"a/b","previous_response_id":"resp_1"}"#,
+                DecodeError::PreviousResponse,
+            ),
+            (
+                br#"{"model":"a/b","input":"hi","stream":"yes"}"#,
+                DecodeError::InvalidStream,
+            ),
+            (
+                br#"{"model":"a/b","input":"hi","max_output_tokens":0}"#,
+                DecodeError::InvalidMaxTokens("max_output_tokens"),
+            ),
+            (
+                br#"{"model":"a/b","input":"hi","max_output_tokens":1048577}"#,
+                DecodeError::MaxTokensTooLarge("max_output_tokens"),
+            ),
+            (b"[]", DecodeError::NotAnObject),
+        ];
+        for (body, want) in cases {
+            assert_eq!(decode(body), Err(want), "{}", String::from_utf8_lossy(body));
+        }
+        let largest = format!(
+            r#"{{"model":"a/b","input":"hi","max_output_tokens":{MAX_COMPLETION_TOKENS}}}"#
+        );
+        assert_eq!(
+            decode(largest.as_bytes()).map(|r| r.max_tokens),
+            Ok(Some(MAX_COMPLETION_TOKENS))
+        );
+        assert!(matches!(decode(b"{"), Err(DecodeError::InvalidJson(_))));
+    }
+
+    #[test]
+    fn the_new_errors_name_their_member_and_say_what_to_do() {
+        assert_eq!(DecodeError::MissingInput.param(), Some("input"));
+        assert_eq!(
+            DecodeError::MissingInput.to_string(),
+            "`input` is required and must be a non-empty string or array"
+        );
+        assert_eq!(
+            DecodeError::PreviousResponse.param(),
+            Some("previous_response_id")
+        );
+        assert_eq!(
+            DecodeError::PreviousResponse.to_string(),
+            "`previous_response_id` is not supported: Switchyard does not store responses; send the whole conversation in `input` (as Codex does)"
+        );
+        assert_eq!(
+            DecodeError::MaxTokensTooLarge("max_output_tokens").param(),
+            Some("max_output_tokens")
+        );
+    }
+
+    const CODEX_FIRST_TURN: &str =
+        include_str!("../../tests/golden/responses/codex_first_turn.json");
+    const CODEX_TOOL_TURN: &str = include_str!("../../tests/golden/responses/codex_tool_turn.json");
+
+    #[test]
+    fn codex_requests_decode() {
+        for body in [CODEX_FIRST_TURN, CODEX_TOOL_TURN] {
+            let r = decode(body.as_bytes()).unwrap();
+            let value: Value = serde_json::from_str(body).unwrap();
+            let raw_len = |name: &str| r.body.member(name).map_or(0, str::len);
+            assert_eq!(r.format, Format::Responses);
+            assert_eq!(r.model, "demo");
+            assert!(r.stream);
+            assert_eq!(r.max_tokens, None);
+            assert_eq!(r.prompt_len, raw_len("input") + raw_len("tools"));
+            assert_eq!(
+                serde_json::from_slice::<Value>(&r.body.with_model("demo")).unwrap(),
+                value
+            );
+        }
+    }
+
+    /// An OpenAI Responses stream: a text item and a function call, with the members
+    /// OpenAI adds (`obfuscation`, the whole response configuration).
+    const STREAM: &str = include_str!("../../tests/golden/responses/stream.sse");
+
+    #[test]
+    fn reads_usage_text_and_the_end() {
+        let cut = STREAM.find("event: response.completed").unwrap();
+        let mut r = StreamReader::default();
+        assert_eq!(
+            r.feed(&STREAM.as_bytes()[..cut]),
+            "Hi there".len() + r#"{"city":"Paris"}"#.len()
+        );
+        assert_eq!(r.usage(), None);
+        assert!(!r.complete());
+        assert_eq!(r.feed(&STREAM.as_bytes()[cut..]), 0);
+        assert!(r.complete());
+        assert!(!r.errored());
+        assert_eq!(
+            r.usage(),
+            Some(Usage {
+                prompt_tokens: 1200,
+                completion_tokens: 31
+            })
+        );
+        let mut bytewise = StreamReader::default();
+        let generated: usize = STREAM.as_bytes().chunks(1).map(|b| bytewise.feed(b)).sum();
+        assert_eq!(generated, 24);
+        assert_eq!(bytewise.usage(), r.usage());
+    }
+
+    #[test]
+    fn the_usage_is_that_of_the_response_wherever_it_stands() {
+        let completed = frame(
+            r#"{"type":"response.completed","sequence_number":4,"response":{"id":"r","status":"completed","usage":{"input_tokens":130,"input_tokens_details":{"cached_tokens":100},"output_tokens":4,"total_tokens":134},"metadata":{"usage":{"input_tokens":1,"output_tokens":1}}}}"#,
+        );
+        let mut r = StreamReader::default();
+        r.feed(completed.as_bytes());
+        assert_eq!(
+            r.usage(),
+            Some(Usage {
+                prompt_tokens: 130,
+                completion_tokens: 4
+            })
+        );
+        let without = frame(
+            r#"{"type":"response.completed","sequence_number":4,"response":{"id":"r","status":"completed","usage":null}}"#,
+        );
+        let mut w = StreamReader::default();
+        w.feed(without.as_bytes());
+        assert!(w.complete());
+        assert_eq!(w.usage(), None);
+        let usage_elsewhere = frame(
+            r#"{"type":"response.output_item.done","sequence_number":3,"output_index":0,"item":{"type":"message"},"usage":{"input_tokens":9,"output_tokens":9}}"#,
+        );
+        let mut e = StreamReader::default();
+        e.feed(usage_elsewhere.as_bytes());
+        assert_eq!(e.usage(), None);
+    }
+
+    #[test]
+    fn the_generic_usage_reader_finds_the_usage_of_a_completed_event() {
+        let event = br#"{"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"the \"usage\" word"}]}],"usage":{"input_tokens":130,"input_tokens_details":{"cached_tokens":100},"output_tokens":4,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":134},"user":null,"metadata":{}}}"#;
+        assert_eq!(
+            Usage::from_json_bytes(event),
+            Some(Usage {
+                prompt_tokens: 130,
+                completion_tokens: 4
+            })
+        );
+    }
+
+    fn frame(data: &str) -> String {
+        let kind: Event = serde_json::from_str(data).unwrap();
+        format!("event: {}\ndata: {data}\n\n", kind.kind)
+    }
+
+    #[test]
+    fn incomplete_and_failed_responses_and_error_events_are_seen() {
+        let incomplete = frame(
+            r#"{"type":"response.incomplete","sequence_number":3,"response":{"id":"r","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":5,"output_tokens":16}}}"#,
+        );
+        let mut r = StreamReader::default();
+        r.feed(incomplete.as_bytes());
+        assert!(r.complete());
+        assert!(!r.errored());
+        assert_eq!(
+            r.usage(),
+            Some(Usage {
+                prompt_tokens: 5,
+                completion_tokens: 16
+            })
+        );
+        let failed = frame(
+            r#"{"type":"response.failed","sequence_number":2,"response":{"id":"r","status":"failed","error":{"code":"server_error","message":"boom"},"usage":null}}"#,
+        );
+        let mut f = StreamReader::default();
+        f.feed(failed.as_bytes());
+        assert!(f.errored());
+        assert!(!f.complete());
+        assert_eq!(f.usage(), None);
+        let error = frame(
+            r#"{"type":"error","sequence_number":0,"code":"rate_limit_exceeded","message":"slow down","param":null}"#,
+        );
+        let mut e = StreamReader::default();
+        e.feed(error.as_bytes());
+        assert!(e.errored());
+        let mut quoted = StreamReader::default();
+        quoted.feed(
+            frame(r#"{"type":"response.output_text.delta","sequence_number":1,"item_id":"m","output_index":0,"content_index":0,"delta":"an \"error\" and a \\ \u00e9"}"#)
+                .as_bytes(),
+        );
+        assert!(!quoted.errored());
+        assert!(!quoted.complete());
+    }
+
+    #[test]
+    fn generated_characters_are_those_of_the_delta_string() {
+        for (data, chars) in [
+            (r#"{"type":"x","delta":"Hello"}"#, 5),
+            (r#"{"type":"x","delta" : "a\"b\\c\u00e9"}"#, 6),
+            (r#"{"type":"x","delta":""}"#, 0),
+            (r#"{"type":"x","delta":null}"#, 0),
+            (r#"{"type":"x"}"#, 0),
+            (r#"{"type":"x","delta":"unterminated"#, 12),
+        ] {
+            assert_eq!(delta_chars(data), chars, "{data}");
+        }
+    }
+
+    #[test]
+    fn a_cut_fails_the_response_continuing_the_sequence() {
+        let head = STREAM.find("event: response.output_text.done").unwrap();
+        let mut r = StreamReader::default();
+        r.feed(&STREAM.as_bytes()[..head]);
+        let error = json!({"error": {"message": "quota exhausted", "type": "quota_error", "code": "quota_exceeded", "param": null}});
+        assert_eq!(
+            r.cut_frames(&error),
+            "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":6,\"response\":{\"id\":\"resp_68c1\",\"object\":\"response\",\"created_at\":1767225600,\"status\":\"failed\",\"model\":\"gpt-5-2025-08-07\",\"output\":[],\"error\":{\"code\":\"quota_exceeded\",\"message\":\"quota exhausted\"},\"usage\":null}}\n\n"
+        );
+        let mut whole = StreamReader::default();
+        whole.feed(STREAM.as_bytes());
+        assert_eq!(
+            whole.cut_frames(&json!({"error": {"message": "m"}})),
+            "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":15,\"response\":{\"id\":\"resp_68c1\",\"object\":\"response\",\"created_at\":1767225600,\"status\":\"failed\",\"model\":\"gpt-5-2025-08-07\",\"output\":[],\"error\":{\"code\":null,\"message\":\"m\"},\"usage\":{\"input_tokens\":1200,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":31,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":1231}}}\n\n"
+        );
+    }
+
+    #[test]
+    fn a_stream_cut_before_any_event_fails_an_anonymous_response() {
+        let mut r = StreamReader::default();
+        assert_eq!(
+            r.cut_frames(&json!({"error": {}})),
+            "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":0,\"response\":{\"id\":\"\",\"object\":\"response\",\"created_at\":0,\"status\":\"failed\",\"model\":\"\",\"output\":[],\"error\":{\"code\":null,\"message\":null},\"usage\":null}}\n\n"
+        );
+    }
+}
