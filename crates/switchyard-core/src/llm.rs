@@ -52,6 +52,7 @@ impl Request {
         if let Some(bound) = &bound {
             overrides.push(("max_tokens", Some(bound.clone())));
             overrides.push(("max_completion_tokens", Some(bound.clone())));
+            overrides.push(("max_output_tokens", Some(bound.clone())));
         }
         if self.format == Format::AnthropicMessages {
             let stripped = self

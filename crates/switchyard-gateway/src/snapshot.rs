@@ -83,6 +83,8 @@ pub enum SnapshotError {
     Setting(#[from] settings::SettingError),
     #[error(transparent)]
     Quota(#[from] crate::runtime::quota::index::QuotaConfigError),
+    #[error("connection `{0}` has provider_specific_data that is not a valid HTTP header value (chatgptAccountId)")]
+    AccountData(String),
     #[error("provider `{provider}` price of `{model}`: must be finite numbers >= 0")]
     Price { provider: String, model: String },
     #[error("provider `{provider}` max_output_tokens of `{model}`: must be a whole number from 1 to {MAX_COMPLETION_TOKENS}")]
@@ -276,13 +278,19 @@ impl Snapshot {
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false);
             let adapter = upstream::adapter(Format::of_upstream(conn.format));
-            let auth = if cred.is_empty() {
+            let data = row.and_then(|(c, _)| c.provider_specific_data.as_ref());
+            let mut auth = if cred.is_empty() {
                 Vec::new()
             } else {
                 adapter
                     .auth_headers(cred, conn.auth_class)
                     .map_err(|_| SnapshotError::Credential(conn.id.clone()))?
             };
+            auth.extend(
+                adapter
+                    .account_headers(conn.auth_class, data)
+                    .map_err(|_| SnapshotError::AccountData(conn.id.clone()))?,
+            );
             let parse = |url: String| {
                 Uri::try_from(url.as_str()).map_err(|_| SnapshotError::Url {
                     connection: conn.id.clone(),

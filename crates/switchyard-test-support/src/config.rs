@@ -82,6 +82,18 @@ impl Config {
             ))
     }
 
+    /// The Anthropic configuration plus a Responses-format provider `codex` on the mock
+    /// (model `gpt-5-codex`, connection `codex-1` with [`crate::CRED_CODEX`]).
+    pub fn responses(mock_url: &str) -> Self {
+        Self::anthropic(mock_url)
+            .provider(Provider::responses("codex", mock_url).models(["gpt-5-codex"]))
+            .connection(
+                Connection::apikey("codex-1", "codex")
+                    .credential(crate::CRED_CODEX)
+                    .disable_cooling(),
+            )
+    }
+
     /// Sets the `[server]` section.
     pub fn server(mut self, server: Server) -> Self {
         self.server = Some(server);
@@ -240,6 +252,14 @@ impl Provider {
     pub fn anthropic(id: &str, base_url: &str) -> Self {
         Self {
             format: UpstreamFormat::Anthropic,
+            ..Self::openai(id, base_url)
+        }
+    }
+
+    /// An OpenAI Responses provider at `base_url`.
+    pub fn responses(id: &str, base_url: &str) -> Self {
+        Self {
+            format: UpstreamFormat::Responses,
             ..Self::openai(id, base_url)
         }
     }

@@ -27,6 +27,8 @@ pub const CRED_ALPHA: &str = "cred-alpha-1-secret-value";
 pub const CRED_BETA: &str = "cred-beta-1-secret-value";
 /// The credential of the Anthropic configuration's connection `claude-1`.
 pub const CRED_CLAUDE: &str = "cred-claude-1-secret-value";
+/// The credential of the Responses configuration's connection `codex-1`.
+pub const CRED_CODEX: &str = "cred-codex-1-secret-value";
 /// The `anthropic-version` the tests' Anthropic requests send.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
@@ -202,6 +204,21 @@ impl Harness {
             .post(self.url("/v1/messages?beta=true"))
             .header("x-api-key", KEY)
             .header("anthropic-version", ANTHROPIC_VERSION)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Sends a Responses request with the standard client key, with the headers Codex
+    /// CLI adds (none of which may reach an upstream).
+    pub async fn responses(&self, body: Value) -> reqwest::Response {
+        self.http
+            .post(self.url("/v1/responses"))
+            .bearer_auth(KEY)
+            .header("originator", "codex_exec")
+            .header("session-id", "sess-1")
+            .header("x-codex-turn-metadata", "{}")
             .json(&body)
             .send()
             .await
@@ -424,6 +441,16 @@ pub fn messages_body(model: &str, stream: bool) -> Value {
         "max_tokens": 1024,
         "stream": stream,
         "messages": [{"role": "user", "content": "Hello there, mock!"}]
+    })
+}
+
+/// A one-message Responses body (the same prompt as [`chat_body`]).
+pub fn responses_body(model: &str, stream: bool) -> Value {
+    json!({
+        "model": model,
+        "stream": stream,
+        "input": [{"type": "message", "role": "user",
+                   "content": [{"type": "input_text", "text": "Hello there, mock!"}]}]
     })
 }
 

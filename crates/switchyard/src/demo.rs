@@ -26,6 +26,9 @@ const PROVIDERS: [(&str, &str, &str); 2] = [
 /// The simulated Anthropic-format provider: (provider id, connection id, credential).
 const CLAUDE: (&str, &str, &str) = ("claude", "claude-main", "demo-claude-credential");
 
+/// The simulated Responses-format provider (a Codex-style account).
+const CODEX: (&str, &str, &str) = ("codex", "codex-main", "demo-codex-credential");
+
 /// The output limit of the OpenAI-format demo models: Claude Code asks for 128 000
 /// tokens, which a translated request is clamped to.
 const DEMO_OUTPUT_LIMIT: u64 = 16_384;
@@ -80,17 +83,21 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let now = SystemClock.now_ms();
     let openai_models = ["mock-small", "mock-large"];
     let claude_models = ["claude-opus", "claude-haiku"];
+    let codex_models = ["gpt-5-codex", "gpt-5-codex-mini"];
     let providers = PROVIDERS
         .iter()
         .map(|p| (*p, UpstreamFormat::Openai, &openai_models))
-        .chain([(CLAUDE, UpstreamFormat::Anthropic, &claude_models)]);
+        .chain([
+            (CLAUDE, UpstreamFormat::Anthropic, &claude_models),
+            (CODEX, UpstreamFormat::Responses, &codex_models),
+        ]);
     for ((provider, connection, credential), format, models) in providers {
         let limits = match format {
             UpstreamFormat::Openai => models
                 .iter()
                 .map(|m| ((*m).to_owned(), DEMO_OUTPUT_LIMIT))
                 .collect(),
-            UpstreamFormat::Anthropic => BTreeMap::new(),
+            UpstreamFormat::Anthropic | UpstreamFormat::Responses => BTreeMap::new(),
         };
         store.save_provider(
             &ProviderRecord {
@@ -186,7 +193,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         mock.base_url()
     ));
     say("the combo `demo` tries alpha/mock-small first, then beta/mock-small.");
-    say("The Anthropic-format provider `claude` (claude/claude-opus) is on the same mock; the combo `demo-claude` fails over from it to alpha/mock-small, translating the request.");
+    say("The Anthropic-format provider `claude` (claude/claude-opus) and the Responses-format provider `codex` (codex/gpt-5-codex) are on the same mock; the combo `demo-claude` fails over from claude to alpha/mock-small, translating the request.");
     say(&format!("Demo API key: {secret}"));
     say(&admin_note(&prepared.admin));
     say("");
@@ -200,6 +207,10 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     ));
     say(&format!(
         "  ANTHROPIC_BASE_URL=http://{addr} ANTHROPIC_API_KEY={secret} ANTHROPIC_MODEL=alpha/mock-small claude -p 'Hello'"
+    ));
+    say("Point Codex CLI at it: in $CODEX_HOME/config.toml set model = \"codex/gpt-5-codex\" (or a translated alpha/mock-small), model_provider = \"switchyard\" and");
+    say(&format!(
+        "  [model_providers.switchyard] base_url = \"http://{addr}/v1\", env_key = \"SWITCHYARD_API_KEY\", wire_api = \"responses\"; then SWITCHYARD_API_KEY={secret} codex exec 'Hello'"
     ));
     say(&format!(
         "Quota pool `{DEMO_POOL}` shares alpha's account: the demo key's fair share is half of {DEMO_POOL_LIMIT} requests an hour. See the x-ratelimit-* headers with curl -i, and the pool with:"

@@ -411,7 +411,7 @@ mod tests {
     #[test]
     fn the_usage_is_that_of_the_response_wherever_it_stands() {
         let completed = frame(
-            r#"{"type":"response.completed","sequence_number":4,"response":{"id":"r","status":"completed","usage":{"input_tokens":130,"input_tokens_details":{"cached_tokens":100},"output_tokens":4,"total_tokens":134},"metadata":{"usage":{"input_tokens":1,"output_tokens":1}}}}"#,
+            r#"{"type":"response.completed","sequence_number":4,"response":{"id":"r","status":"completed","usage":{"input_tokens":130,"input_tokens_details":{"cached_tokens":100,"cache_write_tokens":0},"output_tokens":4,"total_tokens":134},"metadata":{"usage":{"input_tokens":1,"output_tokens":1}}}}"#,
         );
         let mut r = StreamReader::default();
         r.feed(completed.as_bytes());
@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn the_generic_usage_reader_finds_the_usage_of_a_completed_event() {
-        let event = br#"{"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"the \"usage\" word"}]}],"usage":{"input_tokens":130,"input_tokens_details":{"cached_tokens":100},"output_tokens":4,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":134},"user":null,"metadata":{}}}"#;
+        let event = br#"{"type":"response.completed","sequence_number":9,"response":{"id":"resp_1","object":"response","status":"completed","output":[{"type":"message","content":[{"type":"output_text","text":"the \"usage\" word"}]}],"usage":{"input_tokens":130,"input_tokens_details":{"cached_tokens":100,"cache_write_tokens":0},"output_tokens":4,"output_tokens_details":{"reasoning_tokens":3},"total_tokens":134},"user":null,"metadata":{}}}"#;
         assert_eq!(
             Usage::from_json_bytes(event),
             Some(Usage {
@@ -521,7 +521,7 @@ mod tests {
         whole.feed(STREAM.as_bytes());
         assert_eq!(
             whole.cut_frames(&json!({"error": {"message": "m"}})),
-            "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":15,\"response\":{\"id\":\"resp_68c1\",\"object\":\"response\",\"created_at\":1767225600,\"status\":\"failed\",\"model\":\"gpt-5-2025-08-07\",\"output\":[],\"error\":{\"code\":null,\"message\":\"m\"},\"usage\":{\"input_tokens\":1200,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":31,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":1231}}}\n\n"
+            "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":15,\"response\":{\"id\":\"resp_68c1\",\"object\":\"response\",\"created_at\":1767225600,\"status\":\"failed\",\"model\":\"gpt-5-2025-08-07\",\"output\":[],\"error\":{\"code\":null,\"message\":\"m\"},\"usage\":{\"input_tokens\":1200,\"input_tokens_details\":{\"cached_tokens\":0,\"cache_write_tokens\":0},\"output_tokens\":31,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":1231}}}\n\n"
         );
     }
 

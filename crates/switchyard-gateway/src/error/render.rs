@@ -19,7 +19,7 @@ use switchyard_core::routing::Exclusion;
 /// The error's body in `format`.
 pub fn body(e: &ApiError, format: Format) -> Value {
     match format {
-        Format::OpenAiChat => openai_body(e),
+        Format::OpenAiChat | Format::Responses => openai_body(e),
         Format::AnthropicMessages => anthropic_body(e),
     }
 }
@@ -60,6 +60,12 @@ pub fn stream_frame(e: StreamError, format: Format) -> Bytes {
             let body =
                 json!({"error": {"message": message, "type": kind, "code": code, "param": null}});
             Bytes::from(format!("data: {body}\n\n"))
+        }
+        Format::Responses => {
+            let body = json!({"type": "response.failed", "response": {
+                "object": "response", "status": "failed", "output": [],
+                "error": {"code": code, "message": message}}});
+            Bytes::from(format!("event: response.failed\ndata: {body}\n\n"))
         }
         Format::AnthropicMessages => {
             let kind = if e == StreamError::Execution {

@@ -6,6 +6,7 @@
 mod anthropic_messages;
 pub mod models;
 mod openai_chat;
+mod responses;
 
 use crate::state::AppState;
 use std::sync::Arc;
@@ -18,5 +19,6 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(openai_chat::chat_completions))
         .routes(routes!(anthropic_messages::messages))
         .routes(routes!(anthropic_messages::count_tokens))
+        .routes(routes!(responses::responses))
         .routes(routes!(models::models))
 }

@@ -127,7 +127,7 @@ pub async fn models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     };
     let data = visible_models(&snap, key);
     match format {
-        Format::OpenAiChat => Json(ModelList {
+        Format::OpenAiChat | Format::Responses => Json(ModelList {
             object: "list",
             data,
         })

@@ -7,6 +7,7 @@
 
 mod anthropic;
 mod openai;
+mod responses;
 
 use crate::client;
 use crate::telemetry::metrics::ProviderMetrics;
@@ -42,6 +43,16 @@ pub trait Adapter: Sync + std::fmt::Debug {
         auth_class: AuthClass,
     ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue>;
 
+    /// Headers an account of `auth_class` needs beside its credential, from its
+    /// `provider_specific_data` (a Codex subscription's account id).
+    fn account_headers(
+        &self,
+        _auth_class: AuthClass,
+        _data: Option<&serde_json::Value>,
+    ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue> {
+        Ok(Vec::new())
+    }
+
     /// Sets the headers selecting the protocol version, from the client's (`oauth`: the
     /// account authenticates with a subscription token).
     fn protocol_headers(&self, _client: &ProtocolHeaders, _oauth: bool, _headers: &mut HeaderMap) {}
@@ -64,7 +75,7 @@ impl ProtocolHeaders {
                 version: headers.get("anthropic-version").cloned(),
                 beta: headers.get("anthropic-beta").cloned(),
             },
-            Format::OpenAiChat => Self::default(),
+            Format::OpenAiChat | Format::Responses => Self::default(),
         }
     }
 }
@@ -86,8 +97,9 @@ pub struct Upstream {
     pub host: HeaderValue,
     /// Speak cleartext HTTP/2 with prior knowledge (see `snapshot::H2C_FLAG`).
     pub h2c: bool,
-    /// Authentication headers, built once here from the decrypted credential (never per
-    /// request) and marked sensitive so they are never logged; left out of `Debug`.
+    /// Authentication headers, built once here from the decrypted credential and the
+    /// account's data (never per request); the secret ones are marked sensitive so they
+    /// are never logged; left out of `Debug`.
     pub auth: Vec<(&'static str, HeaderValue)>,
     /// This connection's provider's metric handles.
     pub metrics: ProviderMetrics,
@@ -176,6 +188,7 @@ pub fn adapter(format: Format) -> &'static dyn Adapter {
     match format {
         Format::OpenAiChat => &openai::OpenAi,
         Format::AnthropicMessages => &anthropic::Anthropic,
+        Format::Responses => &responses::Responses,
     }
 }
 
@@ -242,12 +255,13 @@ pub async fn send(
 /// The `User-Agent` of upstream requests.
 const USER_AGENT: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
 
-/// The connection's credentials as sent: the values of its authentication headers, a
-/// bearer token without its scheme.
+/// The connection's credentials as sent: the values of its sensitive authentication
+/// headers, a bearer token without its scheme.
 pub fn credentials(upstream: &Upstream) -> Vec<&[u8]> {
     upstream
         .auth
         .iter()
+        .filter(|(_, v)| v.is_sensitive())
         .map(|(_, v)| {
             let raw = v.as_bytes();
             raw.strip_prefix(b"Bearer ").unwrap_or(raw)

@@ -20,4 +20,5 @@ mod python;
 mod quota;
 mod quota_store;
 mod resilience;
+mod responses;
 mod secrets;

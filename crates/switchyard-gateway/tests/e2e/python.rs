@@ -93,3 +93,37 @@ async fn the_official_anthropic_python_client_works_through_a_translated_route()
     // `messages` (one token per 4 bytes, rounded up).
     assert_eq!(out, anthropic_checks(12));
 }
+
+/// Runs `tests/openai_responses.py` on `model`.
+async fn openai_responses(h: &Harness, model: &str) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_responses.py");
+    let out = tokio::process::Command::new(python())
+        .arg(script)
+        .arg(format!("{}/v1", h.base))
+        .arg(KEY)
+        .arg(model)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    stdout
+}
+
+#[tokio::test]
+async fn the_official_openai_python_client_speaks_responses_through_pass_through_and_translation() {
+    let h = Harness::start_with(Config::responses, &[]).await;
+    for model in ["codex/gpt-5-codex", "alpha/mock-small"] {
+        let out = openai_responses(&h, model).await;
+        assert_eq!(
+            out,
+            "create: Hello from the Switchyard mock | completed | tokens 5+5\n\
+             stream: Hello from the Switchyard mock | completed | 5 deltas | last response.completed\n\
+             function call: get_weather {'city': 'Paris'} | completed\n\
+             function result: tool said: sunny | completed\n\
+             unknown model: 404 NotFoundError model_not_found\n",
+            "{model}"
+        );
+    }
+}

@@ -1,7 +1,13 @@
 //! Translation between API formats, for a client whose format the chosen upstream does
 //! not speak: the request body into the upstream's format, and the answer — a JSON
 //! body, an error body or an event stream — back into the client's. One module per
-//! (client, upstream) pair; [`map`] holds the mappings both directions share.
+//! (client, upstream) pair with chat completions on one side; [`map`] holds the
+//! mappings the pairs share. Chat is the hub: a Responses client over an Anthropic
+//! upstream, or an Anthropic client over a Responses upstream, goes through chat — the
+//! request through both pairs one way, the answer and the stream (two translators in
+//! a row) the other. What chat cannot carry between them (Anthropic's cache writes and
+//! signed thinking, Responses' encrypted reasoning) is dropped, as it is for a chat
+//! client.
 //!
 //! Pure functions and state machines over bytes: no I/O, no clock. A member with no
 //! counterpart in the other format is dropped (the README's translation table lists
@@ -16,7 +22,7 @@ pub mod responses_over_chat;
 pub mod unsigned;
 
 use super::Format;
-use crate::llm::Request;
+use crate::llm::{RawObject, Request};
 
 /// Why a translation cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,22 +48,38 @@ pub fn request(
     model: &str,
     max_tokens: Option<u64>,
 ) -> Result<Vec<u8>, TranslateError> {
-    match (req.format, upstream) {
-        (Format::AnthropicMessages, Format::OpenAiChat) => {
-            messages_over_chat::request(&req.body, model, max_tokens, req.stream)
+    if req.format == upstream {
+        return Ok(req.body.with_model(model));
+    }
+    let (body, stream) = (&req.body, req.stream);
+    let chat = match req.format {
+        Format::OpenAiChat => None,
+        Format::AnthropicMessages => Some(messages_over_chat::request(
+            body, model, max_tokens, stream,
+        )?),
+        Format::Responses => Some(responses_over_chat::request(
+            body, model, max_tokens, stream,
+        )?),
+    };
+    let parsed;
+    let body = match &chat {
+        None => body,
+        Some(bytes) => {
+            parsed = RawObject::parse(bytes).map_err(|_| {
+                TranslateError::Request("the translated request is not an object".into())
+            })?;
+            &parsed
         }
-        (Format::OpenAiChat, Format::AnthropicMessages) => chat_over_messages::request(
-            &req.body,
+    };
+    match upstream {
+        Format::OpenAiChat => Ok(chat.unwrap_or_else(|| req.body.with_model(model))),
+        Format::AnthropicMessages => chat_over_messages::request(
+            body,
             model,
             max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
             req.stream,
         ),
-        (client, upstream) if client == upstream => Ok(req.body.with_model(model)),
-        _ => Err(TranslateError::Request(format!(
-            "no translation from {} to {}",
-            req.format.as_str(),
-            upstream.as_str()
-        ))),
+        Format::Responses => chat_over_responses::request(body, model, max_tokens, req.stream),
     }
 }
 
@@ -69,21 +91,35 @@ pub fn response(
     body: &[u8],
     now_s: u64,
 ) -> Result<Vec<u8>, TranslateError> {
-    match (client, upstream) {
-        (Format::AnthropicMessages, Format::OpenAiChat) => messages_over_chat::response(body),
-        (Format::OpenAiChat, Format::AnthropicMessages) => {
-            chat_over_messages::response_at(body, now_s)
-        }
-        _ => Ok(body.to_vec()),
+    if client == upstream {
+        return Ok(body.to_vec());
+    }
+    let chat = match upstream {
+        Format::OpenAiChat => body.to_vec(),
+        Format::AnthropicMessages => chat_over_messages::response_at(body, now_s)?,
+        Format::Responses => chat_over_responses::response_at(body, now_s)?,
+    };
+    match client {
+        Format::OpenAiChat => Ok(chat),
+        Format::AnthropicMessages => messages_over_chat::response(&chat),
+        Format::Responses => responses_over_chat::response_at(&chat, now_s),
     }
 }
 
 /// An upstream error body (relayed for a client error) in the client's format.
 pub fn error(client: Format, upstream: Format, status: u16, body: &[u8]) -> Vec<u8> {
-    match (client, upstream) {
-        (Format::AnthropicMessages, Format::OpenAiChat) => messages_over_chat::error(status, body),
-        (Format::OpenAiChat, Format::AnthropicMessages) => chat_over_messages::error(status, body),
-        _ => body.to_vec(),
+    if client == upstream {
+        return body.to_vec();
+    }
+    let chat = match upstream {
+        Format::OpenAiChat => body.to_vec(),
+        Format::AnthropicMessages => chat_over_messages::error(status, body),
+        Format::Responses => chat_over_responses::error(status, body),
+    };
+    match client {
+        Format::OpenAiChat => chat,
+        Format::AnthropicMessages => messages_over_chat::error(status, &chat),
+        Format::Responses => responses_over_chat::error(status, &chat),
     }
 }
 
@@ -92,6 +128,10 @@ pub fn error(client: Format, upstream: Format, status: u16, body: &[u8]) -> Vec<
 pub enum Stream {
     MessagesOverChat(messages_over_chat::Stream),
     ChatOverMessages(chat_over_messages::Stream),
+    ResponsesOverChat(responses_over_chat::Stream),
+    ChatOverResponses(chat_over_responses::Stream),
+    /// Upstream to chat, then chat to the client's format.
+    ThroughChat(Box<(Stream, Stream)>),
 }
 
 impl Stream {
@@ -99,14 +139,30 @@ impl Stream {
     /// `upstream`; `None` when they are the same (the stream is relayed as it is).
     /// `now_s` (unix seconds) dates chunks of formats that carry a creation time.
     pub fn new(client: Format, upstream: Format, now_s: u64) -> Option<Self> {
-        match (client, upstream) {
-            (Format::AnthropicMessages, Format::OpenAiChat) => {
-                Some(Self::MessagesOverChat(messages_over_chat::Stream::default()))
-            }
-            (Format::OpenAiChat, Format::AnthropicMessages) => Some(Self::ChatOverMessages(
+        if client == upstream {
+            return None;
+        }
+        let from_upstream = match upstream {
+            Format::OpenAiChat => None,
+            Format::AnthropicMessages => Some(Self::ChatOverMessages(
                 chat_over_messages::Stream::at(now_s),
             )),
-            _ => None,
+            Format::Responses => Some(Self::ChatOverResponses(chat_over_responses::Stream::at(
+                now_s,
+            ))),
+        };
+        let to_client = match client {
+            Format::OpenAiChat => None,
+            Format::AnthropicMessages => {
+                Some(Self::MessagesOverChat(messages_over_chat::Stream::default()))
+            }
+            Format::Responses => Some(Self::ResponsesOverChat(responses_over_chat::Stream::at(
+                now_s,
+            ))),
+        };
+        match (from_upstream, to_client) {
+            (Some(first), Some(second)) => Some(Self::ThroughChat(Box::new((first, second)))),
+            (one, other) => one.or(other),
         }
     }
 
@@ -116,6 +172,14 @@ impl Stream {
         match self {
             Self::MessagesOverChat(s) => s.feed(chunk, out),
             Self::ChatOverMessages(s) => s.feed(chunk, out),
+            Self::ResponsesOverChat(s) => s.feed(chunk, out),
+            Self::ChatOverResponses(s) => s.feed(chunk, out),
+            Self::ThroughChat(pair) => {
+                let (first, second) = &mut **pair;
+                let mut chat = Vec::new();
+                first.feed(chunk, &mut chat);
+                second.feed(&chat, out);
+            }
         }
     }
 
@@ -125,6 +189,9 @@ impl Stream {
         match self {
             Self::MessagesOverChat(s) => s.ended_by_error(),
             Self::ChatOverMessages(s) => s.ended_by_error(),
+            Self::ResponsesOverChat(s) => s.ended_by_error(),
+            Self::ChatOverResponses(s) => s.ended_by_error(),
+            Self::ThroughChat(pair) => pair.0.ended_by_error() || pair.1.ended_by_error(),
         }
     }
 
@@ -134,6 +201,15 @@ impl Stream {
         match self {
             Self::MessagesOverChat(s) => s.finish(out),
             Self::ChatOverMessages(s) => s.finish(out),
+            Self::ResponsesOverChat(s) => s.finish(out),
+            Self::ChatOverResponses(s) => s.finish(out),
+            Self::ThroughChat(pair) => {
+                let (first, second) = &mut **pair;
+                let mut chat = Vec::new();
+                first.finish(&mut chat);
+                second.feed(&chat, out);
+                second.finish(out);
+            }
         }
     }
 }

@@ -1665,7 +1665,7 @@ mod tests {
         );
     }
 
-    const ZERO_USAGE: &str = r#"{"input_tokens":0,"input_tokens_details":{"cached_tokens":0},"output_tokens":0,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":0}"#;
+    const ZERO_USAGE: &str = r#"{"input_tokens":0,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":0,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":0}"#;
 
     /// A response object of id `resp_c`, model `m`, created at 7.
     fn object(status: &str, error: &str, incomplete: &str, output: &str, usage: &str) -> String {
@@ -1700,7 +1700,7 @@ mod tests {
                     "null",
                     "null",
                     &message_json(0, "Hi there."),
-                    r#"{"input_tokens":12,"input_tokens_details":{"cached_tokens":0},"output_tokens":3,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":15}"#,
+                    r#"{"input_tokens":12,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":3,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":15}"#,
                 ),
             ),
             (
@@ -1716,7 +1716,7 @@ mod tests {
                         call_json("call_2", "now", ""),
                     ]
                     .join(","),
-                    r#"{"input_tokens":2000,"input_tokens_details":{"cached_tokens":1536},"output_tokens":50,"output_tokens_details":{"reasoning_tokens":20},"total_tokens":2050}"#,
+                    r#"{"input_tokens":2000,"input_tokens_details":{"cached_tokens":1536,"cache_write_tokens":0},"output_tokens":50,"output_tokens_details":{"reasoning_tokens":20},"total_tokens":2050}"#,
                 ),
             ),
             (
@@ -1733,7 +1733,7 @@ mod tests {
         }
         assert_eq!(
             String::from_utf8(response_at(br#"{"choices":[{"message":{}}]}"#, 0).unwrap()).unwrap(),
-            r#"{"id":"resp_","object":"response","created_at":0,"status":"completed","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":0,"input_tokens_details":{"cached_tokens":0},"output_tokens":0,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":0}}"#
+            r#"{"id":"resp_","object":"response","created_at":0,"status":"completed","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":0,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":0,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":0}}"#
         );
     }
 
@@ -1947,7 +1947,7 @@ mod tests {
 
         let usage_at = TOOL_CALL_STREAM.rfind("data: {").unwrap();
         let without_usage = &TOOL_CALL_STREAM.as_bytes()[..usage_at];
-        let usage = r#"{"input_tokens":1200,"input_tokens_details":{"cached_tokens":1024},"output_tokens":31,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1231}"#;
+        let usage = r#"{"input_tokens":1200,"input_tokens_details":{"cached_tokens":1024,"cache_write_tokens":0},"output_tokens":31,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1231}"#;
         let zero = TOOL_CALL_EVENTS.replace(usage, ZERO_USAGE);
         assert_eq!(translate_stream(&[without_usage]), zero);
         assert_eq!(translate_stream(&[without_usage, done.as_bytes()]), zero);
@@ -2142,7 +2142,7 @@ mod tests {
         let want = ev(
             "response.failed",
             0,
-            r#","response":{"id":"","object":"response","created_at":7,"status":"failed","error":{"code":"server_error","message":"quota"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":5,"input_tokens_details":{"cached_tokens":0},"output_tokens":1,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":6}}"#,
+            r#","response":{"id":"","object":"response","created_at":7,"status":"failed","error":{"code":"server_error","message":"quota"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":5,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":1,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":6}}"#,
         );
         assert_eq!(stream_at_7(&with_usage), (want, true));
     }
@@ -2247,7 +2247,7 @@ mod tests {
                 "null",
                 &format!(r#"{{"reason":"{reason}"}}"#),
                 &message_json(0, "Hi"),
-                r#"{"input_tokens":3,"input_tokens_details":{"cached_tokens":0},"output_tokens":16,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":19}"#,
+                r#"{"input_tokens":3,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":16,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":19}"#,
             );
             let want = [
                 head(),
@@ -2268,7 +2268,7 @@ mod tests {
             "data: [DONE]\n\n".to_owned(),
         ]
         .concat();
-        let usage = r#"{"input_tokens":3,"input_tokens_details":{"cached_tokens":0},"output_tokens":1,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":4}"#;
+        let usage = r#"{"input_tokens":3,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":1,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":4}"#;
         let completed = object("completed", "null", "null", &message_json(0, "AB"), usage);
         let want = [
             head(),
@@ -2314,7 +2314,7 @@ mod tests {
             "null",
             "null",
             &output,
-            r#"{"input_tokens":9,"input_tokens_details":{"cached_tokens":0},"output_tokens":4,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":13}"#,
+            r#"{"input_tokens":9,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":4,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":13}"#,
         );
         let want = [
             head(),

@@ -1,0 +1,131 @@
+//! OpenAI Responses upstreams: `POST {base}/v1/responses` with a bearer API key, or a
+//! Codex subscription backend (a base URL ending in `/backend-api/codex`, answering
+//! `{base}/responses`) with an OAuth token and the headers such accounts need:
+//! `chatgpt-account-id` (from `provider_specific_data.chatgptAccountId`) and
+//! `originator`. No client header is forwarded (SPEC G6): Codex's session, thread and
+//! turn headers stay behind.
+
+use super::{endpoint, Adapter};
+use axum::http::header::InvalidHeaderValue;
+use axum::http::HeaderValue;
+use secrecy::zeroize::Zeroizing;
+use switchyard_core::domain::AuthClass;
+use switchyard_core::format::Format;
+
+/// The path of a Codex subscription backend.
+const CODEX_BACKEND: &str = "/backend-api/codex";
+
+/// The `provider_specific_data` key of a Codex subscription's account id.
+pub const ACCOUNT_KEY: &str = "chatgptAccountId";
+
+/// The `originator` a Codex subscription backend expects.
+const ORIGINATOR: &str = "codex_cli_rs";
+
+/// See the module docs.
+#[derive(Debug, Clone, Copy)]
+pub struct Responses;
+
+impl Adapter for Responses {
+    fn format(&self) -> Format {
+        Format::Responses
+    }
+
+    fn endpoint(&self, base_url: &str) -> String {
+        let base = base_url.trim_end_matches('/');
+        if base.ends_with(CODEX_BACKEND) {
+            format!("{base}/responses")
+        } else {
+            endpoint(base, "/responses")
+        }
+    }
+
+    fn auth_headers(
+        &self,
+        credential: &str,
+        _auth_class: AuthClass,
+    ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue> {
+        let header = Zeroizing::new(format!("Bearer {credential}"));
+        let mut value = HeaderValue::from_str(&header)?;
+        value.set_sensitive(true);
+        Ok(vec![("authorization", value)])
+    }
+
+    fn account_headers(
+        &self,
+        auth_class: AuthClass,
+        data: Option<&serde_json::Value>,
+    ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue> {
+        if auth_class != AuthClass::Oauth {
+            return Ok(Vec::new());
+        }
+        let mut headers = vec![("originator", HeaderValue::from_static(ORIGINATOR))];
+        let account = data
+            .and_then(|d| d.get(ACCOUNT_KEY))
+            .and_then(serde_json::Value::as_str);
+        if let Some(account) = account {
+            let mut value = HeaderValue::from_str(account)?;
+            value.set_sensitive(true);
+            headers.push(("chatgpt-account-id", value));
+        }
+        Ok(headers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn api_and_codex_backend_endpoints() {
+        assert_eq!(
+            Responses.endpoint("https://api.openai.com"),
+            "https://api.openai.com/v1/responses"
+        );
+        assert_eq!(
+            Responses.endpoint("http://h:1/v1/"),
+            "http://h:1/v1/responses"
+        );
+        assert_eq!(
+            Responses.endpoint("https://chatgpt.com/backend-api/codex/"),
+            "https://chatgpt.com/backend-api/codex/responses"
+        );
+    }
+
+    #[test]
+    fn a_codex_subscription_adds_its_account_and_originator() {
+        let key = Responses.auth_headers("sk-1", AuthClass::Apikey).unwrap();
+        assert_eq!(
+            (key[0].0, key[0].1.to_str().unwrap()),
+            ("authorization", "Bearer sk-1")
+        );
+        assert!(key[0].1.is_sensitive());
+        let data = json!({"chatgptAccountId": "acct-7"});
+        assert!(Responses
+            .account_headers(AuthClass::Apikey, Some(&data))
+            .unwrap()
+            .is_empty());
+        let oauth = Responses
+            .account_headers(AuthClass::Oauth, Some(&data))
+            .unwrap();
+        let shown: Vec<(&str, &str)> = oauth
+            .iter()
+            .map(|(n, v)| (*n, v.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("originator", "codex_cli_rs"),
+                ("chatgpt-account-id", "acct-7")
+            ]
+        );
+        assert!(oauth[1].1.is_sensitive());
+        assert_eq!(
+            Responses
+                .account_headers(AuthClass::Oauth, None)
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}
