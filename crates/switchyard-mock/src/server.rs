@@ -95,6 +95,9 @@ impl Drop for InFlight {
 #[derive(Clone)]
 struct ConnKill(Arc<Notify>);
 
+/// The Responses route of a Codex subscription backend (`{base}/backend-api/codex`).
+pub const CODEX_BACKEND_RESPONSES: &str = "/backend-api/codex/responses";
+
 /// The mock's routes.
 pub fn router(state: Arc<MockState>) -> Router {
     Router::new()
@@ -103,6 +106,7 @@ pub fn router(state: Arc<MockState>) -> Router {
         .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/responses", post(responses_api))
         .route("/responses", post(responses_api))
+        .route(CODEX_BACKEND_RESPONSES, post(responses_api))
         .route("/v1/models", get(|| async { Json(openai::models()) }))
         .route("/api/oauth/usage", get(oauth_usage))
         .route(
@@ -472,6 +476,7 @@ async fn handle(
             Api::OpenAi => "/v1/chat/completions",
             Api::Anthropic => "/v1/messages",
             Api::Responses if head.uri.path() == "/responses" => "/responses",
+            Api::Responses if head.uri.path() == CODEX_BACKEND_RESPONSES => CODEX_BACKEND_RESPONSES,
             Api::Responses => "/v1/responses",
         },
         credential,

@@ -220,3 +220,155 @@ async fn errors_on_the_responses_route_are_openai_shaped_and_a_cut_stream_fails_
         "upstream_connection_reset"
     );
 }
+
+#[tokio::test]
+async fn a_codex_subscription_gets_its_backend_path_and_account_headers() {
+    let h = Harness::start_with(
+        |mock| {
+            Config::responses(mock)
+                .provider(
+                    Provider::responses("codexsub", &format!("{mock}/backend-api/codex"))
+                        .models(["gpt-5-codex"]),
+                )
+                .connection(
+                    Connection::oauth("codex-sub", "codexsub")
+                        .credential("oauth-token-1")
+                        .provider_specific_data(json!({"chatgptAccountId": "acct-42"})),
+                )
+        },
+        &[],
+    )
+    .await;
+    let r = h
+        .responses(responses_body("codexsub/gpt-5-codex", true))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        event_types(&r.text().await.unwrap())
+            .last()
+            .map(String::as_str),
+        Some("response.completed")
+    );
+    let sent = &h.mock_requests().await[0];
+    assert_eq!(sent["path"], "/backend-api/codex/responses");
+    assert_eq!(sent["credential"], "oauth-token-1");
+    let headers = &h.mock_stats().await["recent"][0]["headers"];
+    assert_eq!(headers["chatgpt-account-id"], "acct-42");
+    assert_eq!(headers["originator"], "codex_cli_rs");
+    assert_eq!(headers["session-id"], Value::Null);
+    assert_eq!(headers["x-codex-turn-metadata"], Value::Null);
+}
+
+#[tokio::test]
+async fn the_codex_rate_limit_headers_saturate_the_pool_of_the_account() {
+    let h = Harness::start_with(
+        |mock| {
+            Config::responses(mock).quota_pool(
+                QuotaPool::new("codex-team", "Codex team", ["codex-1"])
+                    .dimension(Dimension::new("percent", "5h", 100))
+                    .allocation(Allocation::new("k1").weight(100).policy("burst")),
+            )
+        },
+        &[],
+    )
+    .await;
+    h.rule(json!({"match": {"model": "gpt-5-codex"}, "headers": {
+        "x-codex-primary-used-percent": "100",
+        "x-codex-primary-window-minutes": "300",
+        "x-codex-primary-reset-after-seconds": "90"
+    }}))
+    .await;
+    assert_eq!(
+        h.responses(responses_body("codex/gpt-5-codex", false))
+            .await
+            .status(),
+        200
+    );
+    let r = h
+        .responses(responses_body("codex/gpt-5-codex", false))
+        .await;
+    assert_eq!(r.status(), 429);
+    let retry = retry_after(&r);
+    assert!((89..=90).contains(&retry), "{retry}");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "quota_exceeded");
+    assert_eq!(body["error"]["quota"]["pool"], "codex-team");
+    let mut h = h;
+    h.stop().await;
+    let rows = h.store().recent_logs(10, None).unwrap();
+    assert_eq!(
+        rows.iter()
+            .map(|r| (r.client_format.as_str(), r.status))
+            .collect::<Vec<_>>(),
+        [("responses", 429), ("responses", 200)]
+    );
+}
+
+/// The function call of a streamed Responses answer: (name, call id, arguments as
+/// assembled from the deltas, arguments of `output_item.done`).
+fn streamed_call(text: &str) -> (String, String, String, String) {
+    let mut assembled = String::new();
+    let mut done = None;
+    for frame in text.split("\n\n") {
+        let Some(data) = frame.split('\n').find_map(|l| l.strip_prefix("data: ")) else {
+            continue;
+        };
+        let v: Value = serde_json::from_str(data).unwrap();
+        match v["type"].as_str().unwrap() {
+            "response.function_call_arguments.delta" => {
+                assembled.push_str(v["delta"].as_str().unwrap());
+            }
+            "response.output_item.done" if v["item"]["type"] == "function_call" => {
+                done = Some(v["item"].clone());
+            }
+            _ => {}
+        }
+    }
+    let item = done.unwrap();
+    let s = |k: &str| item[k].as_str().unwrap().to_owned();
+    (s("name"), s("call_id"), assembled, s("arguments"))
+}
+
+#[tokio::test]
+async fn a_streamed_function_call_arrives_whole_through_every_route() {
+    let h = start().await;
+    let tools =
+        json!([{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]);
+    for model in [
+        "codex/gpt-5-codex",
+        "alpha/mock-small",
+        "claude/claude-opus",
+    ] {
+        let body = json!({"model": model, "stream": true, "tools": tools,
+            "input": "Weather? [[tool:get_weather {\"city\":\"Paris\"}]]"});
+        let text = h.responses(body).await.text().await.unwrap();
+        let (name, call_id, assembled, arguments) = streamed_call(&text);
+        assert_eq!(name, "get_weather", "{model}");
+        assert!(!call_id.is_empty(), "{model}");
+        assert_eq!(assembled, r#"{"city":"Paris"}"#, "{model}");
+        assert_eq!(arguments, r#"{"city":"Paris"}"#, "{model}");
+        assert_eq!(last_data(&text)["type"], "response.completed", "{model}");
+    }
+    // And a chat client over the Responses upstream gets the call as tool_calls deltas.
+    let chat = json!({"model": "codex/gpt-5-codex", "stream": true,
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+        "messages": [{"role": "user", "content": "Weather? [[tool:get_weather {\"city\":\"Paris\"}]]"}]});
+    let text = h.chat(chat).await.text().await.unwrap();
+    let mut arguments = String::new();
+    let mut finish = None;
+    for frame in text.split("\n\n").filter_map(|f| f.strip_prefix("data: ")) {
+        if frame == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(frame).unwrap();
+        let choice = &v["choices"][0];
+        if let Some(a) = choice["delta"]["tool_calls"][0]["function"]["arguments"].as_str() {
+            arguments.push_str(a);
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = Some(f.to_owned());
+        }
+    }
+    assert_eq!(arguments, r#"{"city":"Paris"}"#);
+    assert_eq!(finish.as_deref(), Some("tool_calls"));
+}
