@@ -552,6 +552,7 @@ async fn openapi_document_matches_the_routes() {
         "POST /v1/chat/completions",
         "POST /v1/messages",
         "POST /v1/messages/count_tokens",
+        "POST /v1/responses",
         "PUT /api/combos/{name}",
         "PUT /api/connections/{id}",
         "PUT /api/providers/{id}",
