@@ -6,7 +6,7 @@
 //! ([`crate::format`]); this module holds data and the passthrough encoding only.
 
 use crate::format::translate::{self, TranslateError};
-use crate::format::{anthropic_messages, Format};
+use crate::format::{anthropic_messages, responses, Format};
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -53,6 +53,15 @@ impl Request {
             overrides.push(("max_tokens", Some(bound.clone())));
             overrides.push(("max_completion_tokens", Some(bound.clone())));
             overrides.push(("max_output_tokens", Some(bound.clone())));
+        }
+        if self.format == Format::Responses {
+            let stripped = self
+                .body
+                .member("input")
+                .and_then(responses::strip_translated_reasoning);
+            if let Some(input) = stripped {
+                overrides.push(("input", Some(input)));
+            }
         }
         if self.format == Format::AnthropicMessages {
             let stripped = self

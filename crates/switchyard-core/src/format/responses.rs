@@ -27,6 +27,35 @@ use crate::usage::Usage;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+/// The id prefix of the `reasoning` items a translated route makes from a chat
+/// upstream's reasoning: they carry no `encrypted_content`, so a real Responses upstream
+/// (which keeps nothing with `store: false`) refuses them when a client sends them back.
+pub const TRANSLATED_REASONING: &str = "rs_switchyard_";
+
+/// The raw `input` of a pass-through request without the reasoning items a translated
+/// route made ([`TRANSLATED_REASONING`]); `None` when it has none (the common case costs
+/// one substring search, no parse).
+pub fn strip_translated_reasoning(input: &str) -> Option<String> {
+    if !input.contains(TRANSLATED_REASONING) {
+        return None;
+    }
+    let Value::Array(items) = serde_json::from_str::<Value>(input).ok()? else {
+        return None;
+    };
+    let kept: Vec<Value> = items
+        .into_iter()
+        .filter(|item| {
+            let translated = item.get("type").and_then(Value::as_str) == Some("reasoning")
+                && item
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .is_some_and(|id| id.starts_with(TRANSLATED_REASONING));
+            !translated
+        })
+        .collect();
+    Some(Value::Array(kept).to_string())
+}
+
 /// Decodes and validates a Responses body.
 pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
     let body = RawObject::parse(bytes)?;
@@ -256,6 +285,22 @@ fn delta_chars(data: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasoning_items_a_translated_route_made_are_left_out_of_a_pass_through() {
+        assert_eq!(strip_translated_reasoning(r#"[{"type":"message"}]"#), None);
+        let input = r#"[{"type":"message","role":"user","content":"hi"},{"type":"reasoning","id":"rs_switchyard_0","summary":[]},{"type":"reasoning","id":"rs_abc","summary":[],"encrypted_content":"gAAA"},{"type":"message","role":"assistant","content":"rs_switchyard_ in text"}]"#;
+        assert_eq!(
+            strip_translated_reasoning(input).as_deref(),
+            Some(
+                r#"[{"type":"message","role":"user","content":"hi"},{"type":"reasoning","id":"rs_abc","summary":[],"encrypted_content":"gAAA"},{"type":"message","role":"assistant","content":"rs_switchyard_ in text"}]"#
+            )
+        );
+        assert_eq!(
+            strip_translated_reasoning(r#""rs_switchyard_ as a string""#),
+            None
+        );
+    }
     use crate::format::{Format, MAX_COMPLETION_TOKENS};
 
     #[test]

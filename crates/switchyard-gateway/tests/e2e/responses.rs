@@ -372,3 +372,29 @@ async fn a_streamed_function_call_arrives_whole_through_every_route() {
     assert_eq!(arguments, r#"{"city":"Paris"}"#);
     assert_eq!(finish.as_deref(), Some("tool_calls"));
 }
+
+#[tokio::test]
+async fn reasoning_a_translated_route_made_is_not_sent_back_to_a_responses_upstream() {
+    let h = start().await;
+    let mut ask = responses_body("alpha/mock-small", false);
+    ask["reasoning"] = json!({"effort": "low"});
+    let answer: Value = h.responses(ask).await.json().await.unwrap();
+    assert_eq!(
+        answer["output"][0],
+        json!({"type": "reasoning", "id": "rs_switchyard_0",
+               "summary": [{"type": "summary_text", "text": "Let me think."}]})
+    );
+    // Codex sends the whole history, this reasoning item included, to the next turn,
+    // which a Responses upstream serves: the item stays behind.
+    let mut next = responses_body("codex/gpt-5-codex", false);
+    let mut input = next["input"].as_array().unwrap().clone();
+    input.push(answer["output"][0].clone());
+    input.push(answer["output"][1].clone());
+    input.push(json!({"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "And now?"}]}));
+    next["input"] = Value::Array(input.clone());
+    assert_eq!(h.responses(next).await.status(), 200);
+    let sent = &h.mock_requests().await[1]["body"];
+    input.remove(1);
+    assert_eq!(sent["input"], Value::Array(input));
+}

@@ -70,8 +70,10 @@
 //! items, in order: the `reasoning_content` as a `reasoning` item with one summary text,
 //! the text as an assistant `message` item with one `output_text` part, each tool call as
 //! a `function_call` item (its `arguments` text as it is). Items are `completed`; an
-//! item's id is `rs_<n>` or `msg_<n>` by its output index, `fc_<call id>` for a call. A
-//! chat `refusal` and `logprobs` are dropped.
+//! item's id is `rs_switchyard_<n>` ([`TRANSLATED_REASONING`]: a real Responses
+//! upstream cannot take such a reasoning item back, so a pass-through leaves it out) or
+//! `msg_<n>` by its output index, `fc_<call id>` for a call. A chat `refusal` and
+//! `logprobs` are dropped.
 //!
 //! # Error body
 //!
@@ -116,6 +118,7 @@
 use super::map::{error_message, responses_status_of, Tokens};
 use super::TranslateError;
 use crate::format::anthropic_messages::push_event;
+use crate::format::responses::TRANSLATED_REASONING;
 use crate::llm::RawObject;
 use crate::sse::{SseEvent, SseParser};
 use serde_json::{json, Map, Value};
@@ -668,7 +671,10 @@ pub fn response_at(body: &[u8], created_at: u64) -> Result<Vec<u8>, TranslateErr
         .ok_or_else(|| untranslatable("`choices[0].message` is not an object"))?;
     let mut output = Vec::new();
     if let Some(text) = text_member(message, "reasoning_content") {
-        output.push(reasoning_item(&format!("rs_{}", output.len()), text));
+        output.push(reasoning_item(
+            &format!("{TRANSLATED_REASONING}{}", output.len()),
+            text,
+        ));
     }
     if let Some(text) = text_member(message, "content") {
         let id = format!("msg_{}", output.len());
@@ -984,7 +990,7 @@ impl State {
     /// The id of `item` at the open item's output index.
     fn item_id(&self, item: &Item) -> String {
         match item {
-            Item::Reasoning(_) => format!("rs_{}", self.index()),
+            Item::Reasoning(_) => format!("{TRANSLATED_REASONING}{}", self.index()),
             Item::Message(_) => format!("msg_{}", self.index()),
             Item::Call { call_id, .. } => call_item_id(call_id),
         }
@@ -1710,7 +1716,7 @@ mod tests {
                     "null",
                     "null",
                     &[
-                        r#"{"type":"reasoning","id":"rs_0","summary":[{"type":"summary_text","text":"Need the time."}]}"#.to_owned(),
+                        r#"{"type":"reasoning","id":"rs_switchyard_0","summary":[{"type":"summary_text","text":"Need the time."}]}"#.to_owned(),
                         message_json(1, "Checking."),
                         call_json("call_1", "lookup", r#"{\"q\":\"rust\"}"#),
                         call_json("call_2", "now", ""),
