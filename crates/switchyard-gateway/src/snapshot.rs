@@ -330,6 +330,8 @@ impl Snapshot {
                 url: parsed,
                 count_url,
                 oauth: conn.auth_class == AuthClass::Oauth,
+                codex_backend: adapter.format() == Format::Responses
+                    && url.ends_with("/backend-api/codex/responses"),
                 host,
                 h2c,
                 auth,

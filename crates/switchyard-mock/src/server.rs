@@ -503,6 +503,11 @@ async fn handle(
     if inc.credential.is_empty() {
         return error_response(api, StatusCode::UNAUTHORIZED, "missing API key");
     }
+    // A Codex subscription backend refuses an output bound, as the real one does.
+    if inc.path == CODEX_BACKEND_RESPONSES && inc.body.get("max_output_tokens").is_some() {
+        let body = json!({"detail": "Unsupported parameter: max_output_tokens"});
+        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
+    }
     let lane = match api {
         Api::OpenAi | Api::Responses => Lane::default(),
         Api::Anthropic => {
@@ -653,10 +658,13 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
         .chain(content)
         .chain(tail);
     let mut r = Response::new(Body::from_stream(body));
-    r.headers_mut().insert(
-        "content-type",
-        HeaderValue::from_static("text/event-stream"),
-    );
+    // A Codex subscription backend streams without a Content-Type, as the real one does.
+    if inc.path != CODEX_BACKEND_RESPONSES {
+        r.headers_mut().insert(
+            "content-type",
+            HeaderValue::from_static("text/event-stream"),
+        );
+    }
     r.headers_mut()
         .insert("cache-control", HeaderValue::from_static("no-cache"));
     r

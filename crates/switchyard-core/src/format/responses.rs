@@ -12,7 +12,10 @@
 //! The stream reader reads beside the relay, from each event's `type`: the usage of the
 //! `response` of `response.completed`, `response.incomplete` and `response.failed`;
 //! generated text from the `delta` of `response.output_text.delta`,
-//! `response.reasoning_summary_text.delta` and `response.function_call_arguments.delta`;
+//! `response.reasoning_summary_text.delta`, `response.reasoning_text.delta`,
+//! `response.refusal.delta`, `response.function_call_arguments.delta` and
+//! `response.custom_tool_call_input.delta` (Codex's freeform `apply_patch` streams whole
+//! patches that way);
 //! completeness from `response.completed` or `response.incomplete`; an error from
 //! `response.failed` or an `error` event. It keeps the id, model and `created_at` of
 //! `response.created` and the last `sequence_number`, so a cut can end the stream with a
@@ -27,16 +30,38 @@ use crate::usage::Usage;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+/// A request body for a Codex subscription backend, which refuses `max_output_tokens`
+/// (a translated request carries the client's bound there): that member left out, the
+/// rest as it is. A body without it is returned unchanged, unparsed.
+pub fn for_codex_backend(body: Vec<u8>) -> Vec<u8> {
+    const MEMBER: &[u8] = b"\"max_output_tokens\"";
+    if !body.windows(MEMBER.len()).any(|w| w == MEMBER) {
+        return body;
+    }
+    let Ok(object) = RawObject::parse(&body) else {
+        return body;
+    };
+    let Some(model) = object
+        .member("model")
+        .and_then(|raw| serde_json::from_str::<String>(raw).ok())
+    else {
+        return body;
+    };
+    object.rewritten(&model, &[("max_output_tokens", None)])
+}
+
 /// The id prefix of the `reasoning` items a translated route makes from a chat
 /// upstream's reasoning: they carry no `encrypted_content`, so a real Responses upstream
 /// (which keeps nothing with `store: false`) refuses them when a client sends them back.
 pub const TRANSLATED_REASONING: &str = "rs_switchyard_";
 
 /// The raw `input` of a pass-through request without the reasoning items a translated
-/// route made ([`TRANSLATED_REASONING`]); `None` when it has none (the common case costs
-/// one substring search, no parse).
+/// route made: without `encrypted_content`, and with no id (Codex drops item ids when it
+/// sends history back) or one of [`TRANSLATED_REASONING`]. A reasoning item with an
+/// upstream's own id is kept (a stored response's item). `None` when there is nothing
+/// to take out; the common case costs two substring searches, no parse.
 pub fn strip_translated_reasoning(input: &str) -> Option<String> {
-    if !input.contains(TRANSLATED_REASONING) {
+    if !input.contains(TRANSLATED_REASONING) && !input.contains("\"encrypted_content\":null") {
         return None;
     }
     let Value::Array(items) = serde_json::from_str::<Value>(input).ok()? else {
@@ -45,11 +70,13 @@ pub fn strip_translated_reasoning(input: &str) -> Option<String> {
     let kept: Vec<Value> = items
         .into_iter()
         .filter(|item| {
-            let translated = item.get("type").and_then(Value::as_str) == Some("reasoning")
-                && item
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .is_some_and(|id| id.starts_with(TRANSLATED_REASONING));
+            let unsealed = item.get("encrypted_content").is_none_or(Value::is_null);
+            let ours = item
+                .get("id")
+                .and_then(Value::as_str)
+                .is_none_or(|id| id.starts_with(TRANSLATED_REASONING));
+            let translated =
+                item.get("type").and_then(Value::as_str) == Some("reasoning") && unsealed && ours;
             !translated
         })
         .collect();
@@ -185,7 +212,10 @@ impl StreamReader {
                 }
                 "response.output_text.delta"
                 | "response.reasoning_summary_text.delta"
-                | "response.function_call_arguments.delta" => {
+                | "response.reasoning_text.delta"
+                | "response.refusal.delta"
+                | "response.function_call_arguments.delta"
+                | "response.custom_tool_call_input.delta" => {
                     generated += delta_chars(&event.data);
                 }
                 "response.completed" | "response.incomplete" => *complete = true,
@@ -233,24 +263,35 @@ impl StreamReader {
             .created_at
             .clone()
             .map_or(json!(0), Value::Number);
+        let mut out = String::new();
+        let mut response = json!({
+            "id": self.ident.id,
+            "object": "response",
+            "created_at": created_at,
+            "status": "in_progress",
+            "model": self.ident.model,
+            "output": [],
+        });
+        // A client (the OpenAI SDK) wants the response created before it can fail.
+        if self.next_sequence == 0 {
+            let created = json!({"type": "response.created", "sequence_number": 0,
+                "response": response});
+            out.push_str(&format!("event: response.created\ndata: {created}\n\n"));
+            self.next_sequence = 1;
+        }
+        response["status"] = json!("failed");
+        response["error"] = json!({
+            "code": error.pointer("/error/code").cloned().unwrap_or(Value::Null),
+            "message": error.pointer("/error/message").cloned().unwrap_or(Value::Null),
+        });
+        response["usage"] = usage.unwrap_or(Value::Null);
         let failed = json!({
             "type": "response.failed",
             "sequence_number": self.next_sequence,
-            "response": {
-                "id": self.ident.id,
-                "object": "response",
-                "created_at": created_at,
-                "status": "failed",
-                "model": self.ident.model,
-                "output": [],
-                "error": {
-                    "code": error.pointer("/error/code").cloned().unwrap_or(Value::Null),
-                    "message": error.pointer("/error/message").cloned().unwrap_or(Value::Null),
-                },
-                "usage": usage,
-            },
+            "response": response,
         });
-        format!("event: response.failed\ndata: {failed}\n\n")
+        out.push_str(&format!("event: response.failed\ndata: {failed}\n\n"));
+        out
     }
 }
 
@@ -287,6 +328,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_codex_backend_body_has_no_output_bound() {
+        let body = br#"{"model":"m","input":"hi","max_output_tokens":100,"stream":true}"#.to_vec();
+        assert_eq!(
+            for_codex_backend(body),
+            br#"{"model":"m","input":"hi","stream":true}"#.to_vec()
+        );
+        let plain = br#"{"model":"m","input":"max_output_tokens"}"#.to_vec();
+        assert_eq!(for_codex_backend(plain.clone()), plain);
+    }
+
+    #[test]
     fn reasoning_items_a_translated_route_made_are_left_out_of_a_pass_through() {
         assert_eq!(strip_translated_reasoning(r#"[{"type":"message"}]"#), None);
         let input = r#"[{"type":"message","role":"user","content":"hi"},{"type":"reasoning","id":"rs_switchyard_0","summary":[]},{"type":"reasoning","id":"rs_abc","summary":[],"encrypted_content":"gAAA"},{"type":"message","role":"assistant","content":"rs_switchyard_ in text"}]"#;
@@ -299,6 +351,14 @@ mod tests {
         assert_eq!(
             strip_translated_reasoning(r#""rs_switchyard_ as a string""#),
             None
+        );
+        // Codex sends history back without item ids.
+        let codex = r#"[{"type":"reasoning","summary":[{"type":"summary_text","text":"t"}],"encrypted_content":null},{"type":"reasoning","id":"rs_9","summary":[],"encrypted_content":null},{"type":"reasoning","summary":[],"encrypted_content":"gAAA"}]"#;
+        assert_eq!(
+            strip_translated_reasoning(codex).as_deref(),
+            Some(
+                r#"[{"type":"reasoning","id":"rs_9","summary":[],"encrypted_content":null},{"type":"reasoning","summary":[],"encrypted_content":"gAAA"}]"#
+            )
         );
     }
     use crate::format::{Format, MAX_COMPLETION_TOKENS};
@@ -571,11 +631,12 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_cut_before_any_event_fails_an_anonymous_response() {
+    fn a_stream_cut_before_any_event_creates_then_fails_an_anonymous_response() {
         let mut r = StreamReader::default();
         assert_eq!(
             r.cut_frames(&json!({"error": {}})),
-            "event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":0,\"response\":{\"id\":\"\",\"object\":\"response\",\"created_at\":0,\"status\":\"failed\",\"model\":\"\",\"output\":[],\"error\":{\"code\":null,\"message\":null},\"usage\":null}}\n\n"
+            "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"\",\"object\":\"response\",\"created_at\":0,\"status\":\"in_progress\",\"model\":\"\",\"output\":[]}}\n\n\
+             event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":1,\"response\":{\"id\":\"\",\"object\":\"response\",\"created_at\":0,\"status\":\"failed\",\"model\":\"\",\"output\":[],\"error\":{\"code\":null,\"message\":null},\"usage\":null}}\n\n"
         );
     }
 }

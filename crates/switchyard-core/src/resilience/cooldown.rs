@@ -297,6 +297,12 @@ pub fn announced_reset(
             );
         }
     }
+    // A Codex subscription says which window is used up and when it resets.
+    for signal in crate::quota::signals::parse(headers, now) {
+        if signal.used >= 1.0 && signal.window.is_some() {
+            consider(signal.reset_at.filter(|at| *at > now));
+        }
+    }
     // A Claude subscription's usage wall names its window's end in Unix seconds.
     let header = |wanted: &str| {
         headers
@@ -309,6 +315,23 @@ pub fn announced_reset(
         consider(reset.map(|s| s.saturating_mul(1000)).filter(|at| *at > now));
     }
     consider(reset_text(body).map(|ms| now.saturating_add(ms)));
+    // Codex's `usage_limit_reached`: `{"error": {"resets_in_seconds": N}}` or `resets_at`.
+    if body.contains("\"resets_") {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
+            let field = |name: &str| {
+                v.pointer(&format!("/error/{name}"))
+                    .and_then(serde_json::Value::as_u64)
+            };
+            consider(
+                field("resets_in_seconds").map(|s| now.saturating_add(s.saturating_mul(1000))),
+            );
+            consider(
+                field("resets_at")
+                    .map(|s| s.saturating_mul(1000))
+                    .filter(|at| *at > now),
+            );
+        }
+    }
     best
 }
 
@@ -608,5 +631,24 @@ mod tests {
             ("anthropic-ratelimit-unified-reset", "1"),
         ];
         assert_eq!(announced_reset(&past, "", T0), None);
+        let codex = [
+            ("x-codex-primary-used-percent", "100"),
+            ("x-codex-primary-reset-after-seconds", "3600"),
+            ("x-codex-secondary-used-percent", "40"),
+            ("x-codex-secondary-reset-after-seconds", "600000"),
+        ];
+        assert_eq!(announced_reset(&codex, "", T0), Some(T0 + 3_600_000));
+        let not_used_up = [
+            ("x-codex-primary-used-percent", "99"),
+            ("x-codex-primary-reset-after-seconds", "3600"),
+        ];
+        assert_eq!(announced_reset(&not_used_up, "", T0), None);
+        let limit = r#"{"error":{"type":"usage_limit_reached","resets_in_seconds":7200}}"#;
+        assert_eq!(announced_reset(&[], limit, T0), Some(T0 + 7_200_000));
+        let at = format!(
+            r#"{{"error":{{"type":"usage_limit_reached","resets_at":{}}}}}"#,
+            T0 / 1000 + 60
+        );
+        assert_eq!(announced_reset(&[], &at, T0), Some(T0 + 60_000));
     }
 }

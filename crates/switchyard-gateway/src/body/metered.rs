@@ -95,7 +95,7 @@ impl<B, M: Meter> MeteredBody<B, M> {
         }
         self.finisher
             .finish(status, Some(error.code()), self.reader.usage());
-        Frame::data(render::stream_frame(error, self.client))
+        Frame::data(render::stream_frame(error, self.client, &mut self.reader))
     }
 
     /// Ends the stream at a cut from the deadlines or the transport.
@@ -146,7 +146,8 @@ impl<B, M: Meter> MeteredBody<B, M> {
 
     fn observe(&mut self, chunk: &[u8]) {
         let generated = self.reader.feed(chunk);
-        if generated > 0 {
+        // A whole answer grows no further: its last frames need no more quota.
+        if generated > 0 && !self.reader.complete() {
             self.finisher.observe_output(generated);
             if let Some(request) = self.finisher.quota_growth() {
                 self.growing = Some(Box::pin(request.run()));
@@ -194,6 +195,14 @@ where
                     this.finisher.first_byte();
                     this.observe(&chunk);
                     return Poll::Ready(Some(Ok(Frame::data(chunk))));
+                }
+                Poll::Ready(Some(Err(_))) if this.reader.complete() => {
+                    // The answer was whole before the upstream broke or stalled (an
+                    // upstream that never sends its end marker): nothing more to say.
+                    this.done = true;
+                    this.upstream = None;
+                    this.finisher.finish(200, None, this.reader.usage());
+                    return Poll::Ready(None);
                 }
                 Poll::Ready(Some(Err(cut))) => return Poll::Ready(Some(Ok(this.cut(cut)))),
                 Poll::Ready(None) if this.reader.errored() && !this.reader.complete() => {
@@ -310,7 +319,15 @@ mod tests {
     }
 
     fn frame(e: StreamError) -> String {
-        String::from_utf8(render::stream_frame(e, Format::OpenAiChat).to_vec()).unwrap()
+        String::from_utf8(
+            render::stream_frame(
+                e,
+                Format::OpenAiChat,
+                &mut Format::OpenAiChat.stream_reader(),
+            )
+            .to_vec(),
+        )
+        .unwrap()
     }
 
     #[tokio::test]
@@ -335,6 +352,20 @@ mod tests {
             *finished.lock().unwrap(),
             vec![(200, Some("upstream_stream_error".to_owned()), None)]
         );
+    }
+
+    #[tokio::test]
+    async fn a_break_after_the_answer_was_whole_ends_the_stream_quietly() {
+        let finished_chunk = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+        let (out, meter, finished) = run(vec![
+            data(CHUNK),
+            data(finished_chunk),
+            Err(Cut::Idle { timeout_ms: 5 }),
+        ])
+        .await;
+        assert_eq!(out, format!("{CHUNK}{finished_chunk}"));
+        assert_eq!(*finished.lock().unwrap(), vec![(200, None, None)]);
+        assert!(!*meter.stalled.lock().unwrap());
     }
 
     #[tokio::test]

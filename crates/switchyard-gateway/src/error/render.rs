@@ -12,7 +12,7 @@ use axum::Json;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use switchyard_core::format::translate::map::anthropic_error_type;
-use switchyard_core::format::Format;
+use switchyard_core::format::{Format, StreamReader};
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::routing::Exclusion;
 
@@ -52,8 +52,9 @@ pub fn response(e: &ApiError, format: Format) -> Response {
     resp
 }
 
-/// The frame that ends a stream in `format` with `e`.
-pub fn stream_frame(e: StreamError, format: Format) -> Bytes {
+/// The frame that ends a stream in `format` with `e`; `reader` has read the stream so
+/// far (a Responses stream's failure continues its sequence and repeats its response).
+pub fn stream_frame(e: StreamError, format: Format, reader: &mut StreamReader) -> Bytes {
     let (message, kind, code) = e.parts();
     match format {
         Format::OpenAiChat => {
@@ -62,10 +63,8 @@ pub fn stream_frame(e: StreamError, format: Format) -> Bytes {
             Bytes::from(format!("data: {body}\n\n"))
         }
         Format::Responses => {
-            let body = json!({"type": "response.failed", "response": {
-                "object": "response", "status": "failed", "output": [],
-                "error": {"code": code, "message": message}}});
-            Bytes::from(format!("event: response.failed\ndata: {body}\n\n"))
+            let error = json!({"error": {"code": code, "message": message}});
+            Bytes::from(reader.cut_frames(&error))
         }
         Format::AnthropicMessages => {
             let kind = if e == StreamError::Execution {
@@ -181,7 +180,11 @@ mod tests {
         ];
         for (e, frame) in cases {
             assert_eq!(
-                stream_frame(e, Format::OpenAiChat),
+                stream_frame(
+                    e,
+                    Format::OpenAiChat,
+                    &mut Format::OpenAiChat.stream_reader()
+                ),
                 Bytes::from_static(frame.as_bytes())
             );
         }
@@ -204,8 +207,18 @@ mod tests {
             "authentication_error"
         );
         assert_eq!(
-            stream_frame(StreamError::Reset, Format::AnthropicMessages),
+            stream_frame(StreamError::Reset, Format::AnthropicMessages, &mut Format::AnthropicMessages.stream_reader()),
             Bytes::from_static(b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"upstream connection broke during the stream\",\"code\":\"upstream_connection_reset\"}}\n\n")
+        );
+    }
+
+    #[test]
+    fn a_responses_stream_fails_its_response_continuing_the_sequence() {
+        let mut reader = Format::Responses.stream_reader();
+        reader.feed(b"event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"created_at\":7,\"model\":\"m\"}}\n\n");
+        assert_eq!(
+            stream_frame(StreamError::Idle, Format::Responses, &mut reader),
+            Bytes::from_static(b"event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":1,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":7,\"status\":\"failed\",\"model\":\"m\",\"output\":[],\"error\":{\"code\":\"upstream_stream_idle_timeout\",\"message\":\"upstream stream stalled\"},\"usage\":null}}\n\n")
         );
     }
 

@@ -182,6 +182,11 @@ async fn attempt(
             let _ = ctx.untranslatable.set(message);
             Report::Excluded(excluded(candidate, Reason::Untranslatable))
         })?;
+    let body = if target.codex_backend {
+        switchyard_core::format::responses::for_codex_backend(body)
+    } else {
+        body
+    };
     let attempt = resilience::Attempt {
         conn,
         model: &candidate.upstream_model,
@@ -358,6 +363,7 @@ fn announced_reset(headers: &HeaderMap, body: &str, now: u64) -> Option<u64> {
                 || n.starts_with("x-ratelimit-reset")
                 || n == "anthropic-ratelimit-unified-status"
                 || n == "anthropic-ratelimit-unified-reset"
+                || n.starts_with("x-codex-")
         })
         .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
         .collect();
@@ -417,7 +423,9 @@ async fn handle_response(
     let status = parts.status;
     let content_type = parts.headers.get(header::CONTENT_TYPE).cloned();
     if status.is_success() {
-        if stream && !is_event_stream(content_type.as_ref()) {
+        // A Codex subscription backend streams without a Content-Type: only one that says
+        // something else is refused.
+        if stream && content_type.is_some() && !is_event_stream(content_type.as_ref()) {
             // Nothing has reached the client: another candidate may answer properly.
             return Err(AttemptFailure::InvalidResponse.into());
         }

@@ -91,6 +91,8 @@ pub struct Upstream {
     pub count_url: Option<Uri>,
     /// The account authenticates with an OAuth subscription token.
     pub oauth: bool,
+    /// The endpoint is a Codex subscription backend, which refuses some members.
+    pub codex_backend: bool,
     /// The Claude usage-wall settings, for a connection that opted in (SPEC R17).
     pub wall: Option<WallConfig>,
     /// The `Host` header for it, also built once (the client would format it per request).

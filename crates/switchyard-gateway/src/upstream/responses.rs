@@ -34,6 +34,9 @@ impl Adapter for Responses {
         let base = base_url.trim_end_matches('/');
         if base.ends_with(CODEX_BACKEND) {
             format!("{base}/responses")
+        } else if base.ends_with("/backend-api") {
+            // Codex's own `chatgpt_base_url` form.
+            format!("{base}/codex/responses")
         } else {
             endpoint(base, "/responses")
         }
@@ -62,6 +65,11 @@ impl Adapter for Responses {
         let account = data
             .and_then(|d| d.get(ACCOUNT_KEY))
             .and_then(serde_json::Value::as_str);
+        if account.is_none() {
+            tracing::warn!(
+                "An OAuth Responses connection has no provider_specific_data.{ACCOUNT_KEY}; a Codex subscription backend refuses requests without it."
+            );
+        }
         if let Some(account) = account {
             let mut value = HeaderValue::from_str(account)?;
             value.set_sensitive(true);
@@ -88,6 +96,10 @@ mod tests {
         );
         assert_eq!(
             Responses.endpoint("https://chatgpt.com/backend-api/codex/"),
+            "https://chatgpt.com/backend-api/codex/responses"
+        );
+        assert_eq!(
+            Responses.endpoint("https://chatgpt.com/backend-api/"),
             "https://chatgpt.com/backend-api/codex/responses"
         );
     }

@@ -239,6 +239,21 @@ async fn a_codex_subscription_gets_its_backend_path_and_account_headers() {
         &[],
     )
     .await;
+    // An output bound (here from an Anthropic client's max_tokens, translated) is left
+    // out: the backend refuses it. Its stream has no Content-Type, and is taken.
+    let mut ask = messages_body("codexsub/gpt-5-codex", true);
+    ask["max_tokens"] = json!(2048);
+    let r = h.messages(ask).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+        "{text}"
+    );
+    assert_eq!(
+        h.mock_requests().await[0]["body"].get("max_output_tokens"),
+        None
+    );
     let r = h
         .responses(responses_body("codexsub/gpt-5-codex", true))
         .await;
@@ -249,10 +264,10 @@ async fn a_codex_subscription_gets_its_backend_path_and_account_headers() {
             .map(String::as_str),
         Some("response.completed")
     );
-    let sent = &h.mock_requests().await[0];
+    let sent = &h.mock_requests().await[1];
     assert_eq!(sent["path"], "/backend-api/codex/responses");
     assert_eq!(sent["credential"], "oauth-token-1");
-    let headers = &h.mock_stats().await["recent"][0]["headers"];
+    let headers = &h.mock_stats().await["recent"][1]["headers"];
     assert_eq!(headers["chatgpt-account-id"], "acct-42");
     assert_eq!(headers["originator"], "codex_cli_rs");
     assert_eq!(headers["session-id"], Value::Null);
@@ -389,12 +404,18 @@ async fn reasoning_a_translated_route_made_is_not_sent_back_to_a_responses_upstr
     let mut next = responses_body("codex/gpt-5-codex", false);
     let mut input = next["input"].as_array().unwrap().clone();
     input.push(answer["output"][0].clone());
+    // As Codex sends it back: no item id, `encrypted_content` null.
+    let mut as_codex = answer["output"][0].clone();
+    as_codex.as_object_mut().unwrap().remove("id");
+    as_codex["encrypted_content"] = Value::Null;
+    input.push(as_codex);
     input.push(answer["output"][1].clone());
     input.push(json!({"type": "message", "role": "user",
         "content": [{"type": "input_text", "text": "And now?"}]}));
     next["input"] = Value::Array(input.clone());
     assert_eq!(h.responses(next).await.status(), 200);
     let sent = &h.mock_requests().await[1]["body"];
+    input.remove(2);
     input.remove(1);
     assert_eq!(sent["input"], Value::Array(input));
 }

@@ -61,6 +61,9 @@ pub fn request(
             body, model, max_tokens, stream,
         )?),
     };
+    if upstream == Format::OpenAiChat {
+        return Ok(chat.unwrap_or_else(|| req.body.with_model(model)));
+    }
     let parsed;
     let body = match &chat {
         None => body,
@@ -72,7 +75,7 @@ pub fn request(
         }
     };
     match upstream {
-        Format::OpenAiChat => Ok(chat.unwrap_or_else(|| req.body.with_model(model))),
+        Format::OpenAiChat => Ok(body.with_model(model)),
         Format::AnthropicMessages => chat_over_messages::request(
             body,
             model,
