@@ -1434,6 +1434,10 @@ mod tests {
                 r#""input":"hi","reasoning":{"effort":"high"}"#,
                 &format!(r#"{HI},"reasoning_effort":"high""#),
             ),
+            (
+                r#""input":"hi","reasoning":{"effort":"xhigh"}"#,
+                &format!(r#"{HI},"reasoning_effort":"xhigh""#),
+            ),
             (r#""input":"hi","reasoning":{"summary":"detailed"}"#, HI),
             (
                 r#""input":"hi","text":{"format":{"type":"json_schema","name":"answer","description":"The answer.","schema":{"type":"object","properties":{"a":{"type":"string"}}},"strict":true},"verbosity":"low"}"#,
