@@ -66,7 +66,9 @@
 //! `max_output_tokens`, `content_filter` for `content_filter`), `error: null`, `model`,
 //! `output`, `parallel_tool_calls: true`, `tool_choice: "auto"` and `tools: []` (the
 //! request's are not known to the translation of its answer), and `usage` last
-//! (input tokens count the cached ones, with the cached and reasoning details). Output
+//! (input tokens count the cached ones, with the cached and reasoning details; `null`
+//! when the upstream gave none, not zeros: the gateway's quota settles on the usage it
+//! reads and estimates from the characters only when there is none). Output
 //! items, in order: the `reasoning_content` as a `reasoning` item with one summary text,
 //! the text as an assistant `message` item with one `output_text` part, each tool call as
 //! a `function_call` item (its `arguments` text as it is). Items are `completed`; an
@@ -101,7 +103,8 @@
 //! `function_call_arguments.done` and `output_item.done`), each closed when another
 //! begins or the choice finishes. The answer ends with `response.completed` (or
 //! `response.incomplete` for `length` and `content_filter`), whose response holds every
-//! output item and the usage, at the first chunk carrying usage once the choice has
+//! output item and the usage (`null` when no chunk carried one, as in the JSON answer),
+//! at the first chunk carrying usage once the choice has
 //! finished, or at `[DONE]`. An error chunk becomes `response.failed` (the response
 //! `failed`, no output, `error` with the chunk's code, else `server_error`, and
 //! message) and ends the translation; so does an upstream event larger than
@@ -703,7 +706,7 @@ pub fn response_at(body: &[u8], created_at: u64) -> Result<Vec<u8>, TranslateErr
         .and_then(Value::as_str)
         .unwrap_or("stop");
     let (status, reason) = responses_status_of(finish);
-    let usage = Tokens::from_chat(get(&answer, "usage").unwrap_or(&Value::Null));
+    let usage = get(&answer, "usage").map_or(Value::Null, |u| Tokens::from_chat(u).responses());
     let ident = Ident {
         id: response_id(get(&answer, "id").and_then(Value::as_str).unwrap_or("")),
         created_at,
@@ -712,7 +715,7 @@ pub fn response_at(body: &[u8], created_at: u64) -> Result<Vec<u8>, TranslateErr
             .unwrap_or("")
             .to_owned(),
     };
-    let response = ident.object(Status::Done(status, reason), &output, usage.responses());
+    let response = ident.object(Status::Done(status, reason), &output, usage);
     Ok(response.to_string().into_bytes())
 }
 
@@ -957,7 +960,7 @@ impl State {
     fn end(&mut self, out: &mut String) {
         self.close(out);
         let (status, reason) = self.finish.unwrap_or(("completed", None));
-        let usage = self.tokens.unwrap_or_default().responses();
+        let usage = self.tokens.map_or(Value::Null, |t| t.responses());
         let response = self
             .ident
             .object(Status::Done(status, reason), &self.done, usage);
@@ -1675,8 +1678,6 @@ mod tests {
         );
     }
 
-    const ZERO_USAGE: &str = r#"{"input_tokens":0,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":0,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":0}"#;
-
     /// A response object of id `resp_c`, model `m`, created at 7.
     fn object(status: &str, error: &str, incomplete: &str, output: &str, usage: &str) -> String {
         format!(
@@ -1731,11 +1732,11 @@ mod tests {
             ),
             (
                 r#"{"id":"resp_c","model":"m","choices":[{"message":{"role":"assistant","content":null,"reasoning_content":"","tool_calls":[{"id":"call_1","function":{"name":"now"}}]},"finish_reason":null}]}"#,
-                object("completed", "null", "null", &call_json("call_1", "now", ""), ZERO_USAGE),
+                object("completed", "null", "null", &call_json("call_1", "now", ""), "null"),
             ),
             (
                 r#"{"id":"c","model":"m","choices":[{"message":{"content":"","tool_calls":null}}]}"#,
-                object("completed", "null", "null", "", ZERO_USAGE),
+                object("completed", "null", "null", "", "null"),
             ),
         ];
         for (body, want) in cases {
@@ -1743,7 +1744,7 @@ mod tests {
         }
         assert_eq!(
             String::from_utf8(response_at(br#"{"choices":[{"message":{}}]}"#, 0).unwrap()).unwrap(),
-            r#"{"id":"resp_","object":"response","created_at":0,"status":"completed","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":0,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":0,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":0}}"#
+            r#"{"id":"resp_","object":"response","created_at":0,"status":"completed","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#
         );
     }
 
@@ -1771,13 +1772,7 @@ mod tests {
             );
             assert_eq!(
                 response(&body),
-                object(
-                    status,
-                    "null",
-                    incomplete,
-                    &message_json(0, "x"),
-                    ZERO_USAGE
-                ),
+                object(status, "null", incomplete, &message_json(0, "x"), "null"),
                 "{finish}"
             );
         }
@@ -1958,9 +1953,14 @@ mod tests {
         let usage_at = TOOL_CALL_STREAM.rfind("data: {").unwrap();
         let without_usage = &TOOL_CALL_STREAM.as_bytes()[..usage_at];
         let usage = r#"{"input_tokens":1200,"input_tokens_details":{"cached_tokens":1024,"cache_write_tokens":0},"output_tokens":31,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1231}"#;
-        let zero = TOOL_CALL_EVENTS.replace(usage, ZERO_USAGE);
-        assert_eq!(translate_stream(&[without_usage]), zero);
-        assert_eq!(translate_stream(&[without_usage, done.as_bytes()]), zero);
+        let none = TOOL_CALL_EVENTS.replace(usage, "null");
+        assert_eq!(translate_stream(&[without_usage]), none);
+        assert_eq!(translate_stream(&[without_usage, done.as_bytes()]), none);
+        // No made-up zeros: the gateway reads no usage and estimates instead.
+        let mut reader = crate::format::responses::StreamReader::default();
+        reader.feed(none.as_bytes());
+        assert!(reader.complete());
+        assert_eq!(reader.usage(), None);
     }
 
     #[test]
@@ -2225,13 +2225,11 @@ mod tests {
     #[test]
     fn done_alone_still_makes_a_whole_response() {
         let in_progress = r#"{"id":"resp_","object":"response","created_at":7,"status":"in_progress","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#;
-        let completed = format!(
-            r#"{{"id":"resp_","object":"response","created_at":7,"status":"completed","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{ZERO_USAGE}}}"#
-        );
+        let completed = r#"{"id":"resp_","object":"response","created_at":7,"status":"completed","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#;
         let want = [
             ev("response.created", 0, &with_response(in_progress)),
             ev("response.in_progress", 1, &with_response(in_progress)),
-            ev("response.completed", 2, &with_response(&completed)),
+            ev("response.completed", 2, &with_response(completed)),
         ]
         .concat();
         assert_eq!(
