@@ -110,6 +110,9 @@
 //! message) and ends the translation; so does an upstream event larger than
 //! [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which the parser skips (its content
 //! would be lost from an answer that looks whole), with code `upstream_event_too_large`.
+//! A failure before any chunk with a choice comes after `response.created` and
+//! `response.in_progress` all the same (the OpenAI SDK refuses a stream whose first
+//! event is `response.failed`), of the error chunk's id and model when it has them.
 //! [`Stream::ended_by_error`] says whether either happened. A tool call fragment for a
 //! call whose start was not seen, or that is no longer open, is dropped. `[DONE]` with no
 //! chunk before it still makes a whole, empty response. An upstream that finishes the
@@ -896,6 +899,9 @@ impl State {
                 .get("code")
                 .and_then(code_text)
                 .unwrap_or_else(|| SERVER_ERROR.to_owned());
+            let id = chunk.get("id").and_then(Value::as_str).unwrap_or("");
+            let model = chunk.get("model").and_then(Value::as_str).unwrap_or("");
+            self.start(id, model, out);
             self.fail(&code, &message, out);
             return;
         }
@@ -974,11 +980,13 @@ impl State {
     }
 
     /// `response.failed` with `code` and `message`, which ends the translation, unless
-    /// it has ended.
+    /// it has ended; after `response.created` and `response.in_progress` when they are
+    /// not out.
     fn fail(&mut self, code: &str, message: &str, out: &mut String) {
         if self.ended.is_some() {
             return;
         }
+        self.start("", "", out);
         let usage = self.tokens.map_or(Value::Null, |t| t.responses());
         let response = self.ident.object(Status::Failed(code, message), &[], usage);
         self.emit("response.failed", json!({"response": response}), out);
@@ -2137,11 +2145,15 @@ mod tests {
         assert_eq!(stream_at_7(&input), (want, true));
 
         let bare = "data: {\"error\":{\"code\":500}}\n\n";
-        let want = ev(
-            "response.failed",
-            0,
-            r#","response":{"id":"","object":"response","created_at":7,"status":"failed","error":{"code":"500","message":"{\"code\":500}"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#,
-        );
+        let want = [
+            anonymous_head(),
+            ev(
+                "response.failed",
+                2,
+                r#","response":{"id":"resp_","object":"response","created_at":7,"status":"failed","error":{"code":"500","message":"{\"code\":500}"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#,
+            ),
+        ]
+        .concat();
         assert_eq!(stream_at_7(bare), (want, true));
 
         let with_usage = [
@@ -2149,12 +2161,53 @@ mod tests {
             "data: {\"error\":\"quota\"}\n\n".to_owned(),
         ]
         .concat();
-        let want = ev(
-            "response.failed",
-            0,
-            r#","response":{"id":"","object":"response","created_at":7,"status":"failed","error":{"code":"server_error","message":"quota"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":5,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":1,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":6}}"#,
-        );
+        let want = [
+            anonymous_head(),
+            ev(
+                "response.failed",
+                2,
+                r#","response":{"id":"resp_","object":"response","created_at":7,"status":"failed","error":{"code":"server_error","message":"quota"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":5,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":1,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":6}}"#,
+            ),
+        ]
+        .concat();
         assert_eq!(stream_at_7(&with_usage), (want, true));
+    }
+
+    /// `response.created` and `response.in_progress` of a stream that gave no id or
+    /// model.
+    fn anonymous_head() -> String {
+        let response = r#","response":{"id":"resp_","object":"response","created_at":7,"status":"in_progress","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#;
+        ev("response.created", 0, response) + &ev("response.in_progress", 1, response)
+    }
+
+    #[test]
+    fn a_failure_first_still_comes_after_response_created() {
+        // The openai SDK raises "Expected to have received response.created before
+        // response.failed" otherwise.
+        let input = "data: {\"id\":\"c\",\"model\":\"m\",\"error\":{\"message\":\"upstream overloaded\",\"code\":\"server_is_overloaded\"}}\n\n";
+        let failed = object(
+            "failed",
+            r#"{"code":"server_is_overloaded","message":"upstream overloaded"}"#,
+            "null",
+            "",
+            "null",
+        );
+        let want = head() + &ev("response.failed", 2, &with_response(&failed));
+        assert_eq!(stream_at_7(input), (want, true));
+
+        let mut stream = Stream::at(7);
+        let mut out = Vec::new();
+        stream.feed(b"data: ", &mut out);
+        stream.feed(&vec![b'x'; crate::sse::MAX_EVENT_BYTES], &mut out);
+        stream.finish(&mut out);
+        let want = anonymous_head()
+            + &ev(
+                "response.failed",
+                2,
+                r#","response":{"id":"resp_","object":"response","created_at":7,"status":"failed","error":{"code":"upstream_event_too_large","message":"an upstream event was larger than 1 MiB and could not be translated"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#,
+            );
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+        assert!(stream.ended_by_error());
     }
 
     #[test]
