@@ -2591,6 +2591,81 @@ mod tests {
     }
 
     #[test]
+    fn a_streamed_call_is_item_fc_of_its_call_id() {
+        // The frames the mock's chat API streams for `[[tool:get_weather {...}]]`.
+        let frame = |delta: &str, finish: &str| {
+            format!("data: {{\"id\":\"chatcmpl-mock\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"mock-small\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n")
+        };
+        let fragment = |arguments: &str| {
+            frame(
+                &format!(
+                    r#"{{"tool_calls":[{{"index":0,"function":{{"arguments":{}}}}}]}}"#,
+                    Value::from(arguments)
+                ),
+                "null",
+            )
+        };
+        let input = [
+            frame(r#"{"role":"assistant","content":""}"#, "null"),
+            frame(r#"{"content":"Calling"}"#, "null"),
+            frame(r#"{"content":" get_weather."}"#, "null"),
+            frame(
+                r#"{"tool_calls":[{"index":0,"id":"call_mock_1","type":"function","function":{"name":"get_weather","arguments":""}}]}"#,
+                "null",
+            ),
+            fragment(r#"{"cit"#),
+            fragment(r#"y":"P"#),
+            fragment(r#"aris"}"#),
+            frame("{}", r#""tool_calls""#),
+            r#"data: {"id":"chatcmpl-mock","object":"chat.completion.chunk","created":1700000000,"model":"mock-small","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21}}"#.to_owned() + "\n\n",
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let (text, by_error) = stream_at_7(&input);
+        assert!(!by_error);
+        let mut seen = Vec::new();
+        for event in text.split_terminator("\n\n") {
+            let data = event.split_once("\ndata: ").unwrap().1;
+            let v: Value = serde_json::from_str(data).unwrap();
+            let kind = v["type"].as_str().unwrap().to_owned();
+            let call = match kind.as_str() {
+                "response.output_item.added" | "response.output_item.done" => v["item"].clone(),
+                "response.function_call_arguments.delta"
+                | "response.function_call_arguments.done" => {
+                    json!({"id": v["item_id"], "delta": v["delta"], "arguments": v["arguments"]})
+                }
+                "response.completed" => v["response"]["output"][1].clone(),
+                _ => continue,
+            };
+            if call["type"] == "message" {
+                continue;
+            }
+            seen.push((kind, call));
+        }
+        let item = |arguments: &str, status: &str| {
+            json!({"type": "function_call", "id": "fc_call_mock_1", "call_id": "call_mock_1",
+                   "name": "get_weather", "arguments": arguments, "status": status})
+        };
+        let delta =
+            |delta: &str| json!({"id": "fc_call_mock_1", "delta": delta, "arguments": null});
+        let whole = r#"{"city":"Paris"}"#;
+        let want = [
+            ("response.output_item.added", item("", "in_progress")),
+            ("response.function_call_arguments.delta", delta(r#"{"cit"#)),
+            ("response.function_call_arguments.delta", delta(r#"y":"P"#)),
+            ("response.function_call_arguments.delta", delta(r#"aris"}"#)),
+            (
+                "response.function_call_arguments.done",
+                json!({"id": "fc_call_mock_1", "delta": null, "arguments": whole}),
+            ),
+            ("response.output_item.done", item(whole, "completed")),
+            ("response.completed", item(whole, "completed")),
+        ]
+        .map(|(kind, call)| (kind.to_owned(), call));
+        assert_eq!(seen, want);
+    }
+
+    #[test]
     fn nothing_follows_the_end_of_the_response() {
         let mut stream = Stream::at(1767225700);
         let mut out = Vec::new();
