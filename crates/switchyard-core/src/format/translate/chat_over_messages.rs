@@ -33,9 +33,9 @@
 //! - `stop` (a string or strings) → `stop_sequences`; `user` → `metadata.user_id`.
 //! - `temperature` and `top_p` above 1, Anthropic's upper bound, are sent as 1; other
 //!   values as given (a negative one is Anthropic's to refuse).
-//! - `reasoning_effort` `minimal`/`low`, `medium`, `high` → `thinking` with a budget of
-//!   1024, 8192, 24576 tokens, cut to `max_tokens - 1` (Anthropic wants it below the
-//!   output bound); `none` asks for none. With thinking, `temperature` and `top_p` are
+//! - `reasoning_effort` `minimal`/`low`, `medium`, `high`, `xhigh` (Codex's highest) →
+//!   `thinking` with a budget of 1024, 8192, 24576, 32768 tokens, cut to
+//!   `max_tokens - 1` (Anthropic wants it below the output bound); `none` asks for none. With thinking, `temperature` and `top_p` are
 //!   dropped (Anthropic refuses them beside it). Thinking is left out, keeping them, when
 //!   the budget would fall under Anthropic's minimum of 1024, when `tool_choice` forces a
 //!   tool (Anthropic refuses forced tool use with thinking), and when the last assistant
@@ -543,9 +543,10 @@ fn thinking_budget(effort: Option<Value>, max_tokens: u64) -> Result<Option<u64>
             Some("minimal" | "low") => 1024,
             Some("medium") => 8192,
             Some("high") => 24576,
+            Some("xhigh") => 32768,
             Some("none") => return Ok(None),
             _ => return Err(refuse(
-                "`reasoning_effort` must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\""
+                "`reasoning_effort` must be \"none\", \"minimal\", \"low\", \"medium\", \"high\" or \"xhigh\""
                     .into(),
             )),
         };
@@ -1015,6 +1016,16 @@ mod tests {
                 r#","thinking":{"type":"enabled","budget_tokens":24576}"#,
             ),
             (
+                "xhigh",
+                64000,
+                r#","thinking":{"type":"enabled","budget_tokens":32768}"#,
+            ),
+            (
+                "xhigh",
+                32000,
+                r#","thinking":{"type":"enabled","budget_tokens":31999}"#,
+            ),
+            (
                 "high",
                 2000,
                 r#","thinking":{"type":"enabled","budget_tokens":1999}"#,
@@ -1138,7 +1149,7 @@ mod tests {
             ),
             (
                 r#"{"messages":[{"role":"user","content":"x"}],"reasoning_effort":"max"}"#.into(),
-                "`reasoning_effort` must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\"",
+                "`reasoning_effort` must be \"none\", \"minimal\", \"low\", \"medium\", \"high\" or \"xhigh\"",
             ),
             (
                 r#"{"messages":[{"role":"user","content":"x"}],"tool_choice":"any"}"#.into(),

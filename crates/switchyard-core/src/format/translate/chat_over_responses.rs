@@ -63,7 +63,9 @@
 //! `function_call` items as `tool_calls` (`id` the `call_id`). Other items
 //! (`web_search_call`, `file_search_call`, …) are dropped. `finish_reason` (from the
 //! `status`, `incomplete_details.reason` and whether there are calls) and `usage` come
-//! from [`map`](super::map). A body that is not a `response` object, or one whose
+//! from [`map`](super::map); a Response without usage (or with `usage: null`) gives a
+//! completion without `usage`, not zeros: the gateway's quota settles on the usage it
+//! reads and estimates from the characters only when there is none. A body that is not a `response` object, or one whose
 //! `status` is `failed`, is not translated ([`TranslateError::Response`]).
 //!
 //! A stream gives a chunk per delta: `response.created` the first (`role` and empty
@@ -75,7 +77,8 @@
 //! `response.function_call_arguments.delta` as it comes (a call given no delta gets the
 //! `arguments` of its `response.output_item.done`, when not empty); the deltas name
 //! their call by `item_id`, else by `output_index`. `response.completed` and
-//! `response.incomplete` give a chunk with the `finish_reason` and `usage`, then
+//! `response.incomplete` give a chunk with the `finish_reason` and `usage` (none when
+//! the response has none, as in the JSON answer), then
 //! `[DONE]`. Every other event (`response.in_progress`, `response.content_part.*`, the
 //! `*.done` events, …) gives nothing. `response.failed` and `error` become an OpenAI
 //! error frame `{"error": {message, type, code, param: null}}` — the upstream's message,
@@ -579,16 +582,26 @@ pub fn response_at(body: &[u8], created: u64) -> Result<Vec<u8>, TranslateError>
         v.as_u64()
             .or_else(|| v.as_f64().filter(|s| *s >= 0.0).map(|s| s as u64))
     });
-    let usage = response.get("usage").unwrap_or(&Value::Null);
-    let completion = json!({
+    let mut completion = json!({
         "id": str_at("/id"),
         "object": "chat.completion",
         "created": created_at.unwrap_or(created),
         "model": str_at("/model"),
         "choices": [{"index": 0, "message": reply, "finish_reason": finish_reason}],
-        "usage": Tokens::from_responses(usage).chat(),
     });
+    if let (Some(usage), Value::Object(members)) = (chat_usage(&response), &mut completion) {
+        members.insert("usage".into(), usage);
+    }
     serde_json::to_vec(&completion).map_err(|e| TranslateError::Response(e.to_string()))
+}
+
+/// The chat `usage` of a Response's; `None` when it has none (or `null`), so that no
+/// zeros are made up for the gateway's quota to settle on.
+fn chat_usage(response: &Value) -> Option<Value> {
+    response
+        .get("usage")
+        .filter(|u| !u.is_null())
+        .map(|u| Tokens::from_responses(u).chat())
 }
 
 /// The OpenAI error `type` for an HTTP status, for a body that gives none.
@@ -774,9 +787,8 @@ impl Stream {
                         .and_then(Value::as_str),
                     !self.calls.is_empty(),
                 );
-                let usage = data.pointer("/response/usage").unwrap_or(&Value::Null);
-                let usage = Tokens::from_responses(usage).chat();
-                self.frame(json!({}), Some(reason), Some(usage), out);
+                let usage = data.get("response").and_then(chat_usage);
+                self.frame(json!({}), Some(reason), usage, out);
                 self.ended = true;
                 out.extend_from_slice(b"data: [DONE]\n\n");
             }
@@ -1124,8 +1136,6 @@ mod tests {
         response_at(body.as_bytes(), 7).map(|b| String::from_utf8_lossy(&b).into_owned())
     }
 
-    const NO_USAGE: &str = r#""usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}"#;
-
     #[test]
     fn a_text_answer_maps_with_cached_and_reasoning_tokens_in_the_usage() {
         let body = r#"{"id":"resp_1","object":"response","created_at":1760000000,"status":"completed","model":"gpt-5","output":[{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[]},{"type":"output_text","text":", world","annotations":[]}]},{"id":"msg_2","type":"message","role":"assistant","content":[{"type":"output_text","text":"!"}]}],"usage":{"input_tokens":130,"input_tokens_details":{"cached_tokens":100},"output_tokens":40,"output_tokens_details":{"reasoning_tokens":32},"total_tokens":170}}"#;
@@ -1150,10 +1160,30 @@ mod tests {
                 r#"{{"id":"r","object":"response"{created_at},"status":"completed","model":"g","output":[]}}"#
             );
             let want = format!(
-                r#"{{"id":"r","object":"chat.completion","created":{created},"model":"g","choices":[{{"index":0,"message":{{"role":"assistant","content":null}},"finish_reason":"stop"}}],{NO_USAGE}}}"#
+                r#"{{"id":"r","object":"chat.completion","created":{created},"model":"g","choices":[{{"index":0,"message":{{"role":"assistant","content":null}},"finish_reason":"stop"}}]}}"#
             );
             assert_eq!(answer(&body), Ok(want), "{created_at}");
         }
+    }
+
+    #[test]
+    fn a_response_without_usage_gives_a_completion_without_usage() {
+        let want = r#"{"id":"r","object":"chat.completion","created":7,"model":"g","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}"#;
+        for usage in ["", r#","usage":null"#] {
+            let body = format!(
+                r#"{{"id":"r","object":"response","status":"completed","model":"g","output":[{{"type":"message","content":[{{"type":"output_text","text":"hi"}}]}}]{usage}}}"#
+            );
+            let got = answer(&body).unwrap();
+            assert_eq!(got, want, "{usage}");
+            assert_eq!(crate::usage::Usage::from_json_bytes(got.as_bytes()), None);
+        }
+        let body = r#"{"id":"r","object":"response","status":"completed","model":"g","output":[],"usage":{"input_tokens":0,"output_tokens":0}}"#;
+        assert_eq!(
+            answer(body).as_deref(),
+            Ok(
+                r#"{"id":"r","object":"chat.completion","created":7,"model":"g","choices":[{"index":0,"message":{"role":"assistant","content":null},"finish_reason":"stop"}],"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}}}"#
+            )
+        );
     }
 
     #[test]
@@ -1202,7 +1232,7 @@ mod tests {
             );
             let calls = if output.is_empty() { "" } else { call_out };
             let want = format!(
-                r#"{{"id":"r","object":"chat.completion","created":7,"model":"g","choices":[{{"index":0,"message":{{"role":"assistant","content":null{calls}}},"finish_reason":"{finish}"}}],{NO_USAGE}}}"#
+                r#"{{"id":"r","object":"chat.completion","created":7,"model":"g","choices":[{{"index":0,"message":{{"role":"assistant","content":null{calls}}},"finish_reason":"{finish}"}}]}}"#
             );
             assert_eq!(answer(&body), Ok(want), "{status} {details}");
         }
@@ -1416,16 +1446,20 @@ mod tests {
             run(&mut Stream::at(9), cut.as_bytes(), 4),
             chunk(FIRST) + &chunk(r#"{"content":"hi"}"#)
         );
-        let completed = ev(
-            "response.completed",
-            r#","response":{"status":"completed"}"#,
-        );
-        let whole = format!("{cut}{completed}{text}");
-        let last = "data: {\"id\":\"resp_s\",\"object\":\"chat.completion.chunk\",\"created\":9,\"model\":\"g\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":0,\"completion_tokens\":0,\"total_tokens\":0,\"prompt_tokens_details\":{\"cached_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0}}}\n\n";
-        assert_eq!(
-            run(&mut Stream::at(9), whole.as_bytes(), 5),
-            chunk(FIRST) + &chunk(r#"{"content":"hi"}"#) + last + "data: [DONE]\n\n"
-        );
+        // A response without usage (or with `usage: null`) ends with a chunk without.
+        let last = "data: {\"id\":\"resp_s\",\"object\":\"chat.completion.chunk\",\"created\":9,\"model\":\"g\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+        for response in [
+            r#"{"status":"completed"}"#,
+            r#"{"status":"completed","usage":null}"#,
+        ] {
+            let completed = ev("response.completed", &format!(r#","response":{response}"#));
+            let whole = format!("{cut}{completed}{text}");
+            assert_eq!(
+                run(&mut Stream::at(9), whole.as_bytes(), 5),
+                chunk(FIRST) + &chunk(r#"{"content":"hi"}"#) + last + "data: [DONE]\n\n",
+                "{response}"
+            );
+        }
         assert_eq!(run(&mut Stream::at(9), b"", 1), "");
     }
 
@@ -1453,9 +1487,15 @@ mod tests {
                 )
             );
             let got = run(&mut Stream::at(9), input.as_bytes(), input.len());
-            let want = format!("\"finish_reason\":\"{finish}\"}}],\"usage\"");
-            assert!(got.contains(&want), "{details} {called}: {got}");
-            assert!(got.ends_with("data: [DONE]\n\n"));
+            let call = r#"{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f","arguments":""}}]}"#;
+            let want = [
+                chunk(FIRST),
+                if called { chunk(call) } else { String::new() },
+                format!("data: {{\"id\":\"resp_s\",\"object\":\"chat.completion.chunk\",\"created\":9,\"model\":\"g\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"{finish}\"}}]}}\n\n"),
+                "data: [DONE]\n\n".to_owned(),
+            ]
+            .concat();
+            assert_eq!(got, want, "{details} {called}");
         }
     }
 

@@ -66,7 +66,9 @@
 //! `max_output_tokens`, `content_filter` for `content_filter`), `error: null`, `model`,
 //! `output`, `parallel_tool_calls: true`, `tool_choice: "auto"` and `tools: []` (the
 //! request's are not known to the translation of its answer), and `usage` last
-//! (input tokens count the cached ones, with the cached and reasoning details). Output
+//! (input tokens count the cached ones, with the cached and reasoning details; `null`
+//! when the upstream gave none, not zeros: the gateway's quota settles on the usage it
+//! reads and estimates from the characters only when there is none). Output
 //! items, in order: the `reasoning_content` as a `reasoning` item with one summary text,
 //! the text as an assistant `message` item with one `output_text` part, each tool call as
 //! a `function_call` item (its `arguments` text as it is). Items are `completed`; an
@@ -101,19 +103,25 @@
 //! `function_call_arguments.done` and `output_item.done`), each closed when another
 //! begins or the choice finishes. The answer ends with `response.completed` (or
 //! `response.incomplete` for `length` and `content_filter`), whose response holds every
-//! output item and the usage, at the first chunk carrying usage once the choice has
-//! finished, or at `[DONE]`. An error chunk becomes `response.failed` (the response
-//! `failed`, no output, `error` with the chunk's code, else `server_error`, and
-//! message) and ends the translation; so does an upstream event larger than
-//! [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which the parser skips (its content
-//! would be lost from an answer that looks whole), with code `upstream_event_too_large`.
-//! [`Stream::ended_by_error`] says whether either happened. A tool call fragment for a
-//! call whose start was not seen, or that is no longer open, is dropped. `[DONE]` with no
-//! chunk before it still makes a whole, empty response. An upstream that finishes the
-//! choice but closes without usage or `[DONE]` gets its response completed by
-//! [`Stream::finish`]; one that closes before the choice finished, or whose translation
-//! ended with an error, gets nothing added, so the client sees the answer cut (the
-//! gateway adds its error unless one is out).
+//! output item and the usage (`null` when no chunk carried one, as in the JSON answer),
+//! at the first chunk carrying usage once the choice has finished, or at `[DONE]`. An
+//! error chunk becomes `response.failed` (the response `failed`, no output, `error` with
+//! the chunk's code, else `server_error`, and message) and ends the translation; so does
+//! an upstream event larger than [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which
+//! the parser skips (its content would be lost from an answer that looks whole), with
+//! code `upstream_event_too_large`. So does an output past [`MAX_ACCUMULATED_BYTES`],
+//! with code `output_too_large`: the text of every item is kept for its `.done` events
+//! and `response.completed`, which repeats the whole output in one event. A failure
+//! before any chunk with a choice comes after `response.created` and
+//! `response.in_progress` all the same (the OpenAI SDK refuses a stream whose first
+//! event is `response.failed`), of the error chunk's id and model when it has them.
+//! [`Stream::ended_by_error`] says whether any of these happened. A tool call fragment
+//! for a call whose start was not seen, or that is no longer open, is dropped. `[DONE]`
+//! with no chunk before it still makes a whole, empty response. An upstream that
+//! finishes the choice but closes without usage or `[DONE]` gets its response completed
+//! by [`Stream::finish`]; one that closes before the choice finished, or whose
+//! translation ended with an error, gets nothing added, so the client sees the answer
+//! cut (the gateway adds its error unless one is out).
 
 use super::map::{error_message, responses_status_of, Tokens};
 use super::TranslateError;
@@ -703,7 +711,7 @@ pub fn response_at(body: &[u8], created_at: u64) -> Result<Vec<u8>, TranslateErr
         .and_then(Value::as_str)
         .unwrap_or("stop");
     let (status, reason) = responses_status_of(finish);
-    let usage = Tokens::from_chat(get(&answer, "usage").unwrap_or(&Value::Null));
+    let usage = get(&answer, "usage").map_or(Value::Null, |u| Tokens::from_chat(u).responses());
     let ident = Ident {
         id: response_id(get(&answer, "id").and_then(Value::as_str).unwrap_or("")),
         created_at,
@@ -712,7 +720,7 @@ pub fn response_at(body: &[u8], created_at: u64) -> Result<Vec<u8>, TranslateErr
             .unwrap_or("")
             .to_owned(),
     };
-    let response = ident.object(Status::Done(status, reason), &output, usage.responses());
+    let response = ident.object(Status::Done(status, reason), &output, usage);
     Ok(response.to_string().into_bytes())
 }
 
@@ -780,6 +788,42 @@ const EVENT_TOO_LARGE: (&str, &str) = (
 /// The code of a `response.failed` event for an error chunk without one.
 const SERVER_ERROR: &str = "server_error";
 
+/// The most output a [`Stream`] holds, in bytes as `response.completed` carries it: the
+/// texts and arguments escaped for JSON, each item's call id (twice) and name, 160
+/// bytes for each item's other members, and the response's id and model.
+///
+/// `response.completed` repeats the whole output in one event, and it must stay below
+/// what a reader of the client's format takes: the gateway reads the stream it relays
+/// with an SSE parser that skips an event over [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES)
+/// (1 MiB), and would then see an answer neither complete nor with its usage. So the
+/// bound is on that event, not on memory: 768 KiB leaves room for the rest of it (its
+/// type, status and usage, under 1 KiB) inside 1 MiB, whatever the text's escaping. A
+/// longer answer ends with `response.failed`, code `output_too_large`.
+pub const MAX_ACCUMULATED_BYTES: usize = 768 * 1024;
+
+/// Bytes an output item takes in `response.completed` besides its texts, call id and
+/// name, at most: a `message` item's members take 132, its output index up to 20
+/// digits, and a comma separates it from the item before.
+const ITEM_BYTES: usize = 160;
+
+/// The code and message of the `response.failed` event that ends the translation at an
+/// output past [`MAX_ACCUMULATED_BYTES`].
+const OUTPUT_TOO_LARGE: (&str, &str) = (
+    "output_too_large",
+    "the answer is larger than the gateway can translate into one Responses event",
+);
+
+/// The bytes `text` takes in a JSON string as `serde_json` escapes it, quotes left out.
+fn json_len(text: &str) -> usize {
+    text.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum()
+}
+
 impl Stream {
     /// A translator whose responses say they were created at `created_at` (Unix
     /// seconds).
@@ -824,7 +868,8 @@ impl Stream {
     }
 
     /// Whether the translation ended with `response.failed`: the upstream's error chunk,
-    /// or an upstream event too large to read.
+    /// an upstream event too large to read, or an output past
+    /// [`MAX_ACCUMULATED_BYTES`].
     pub fn ended_by_error(&self) -> bool {
         self.state.ended == Some(End::Failed)
     }
@@ -867,6 +912,8 @@ struct State {
     finish: Option<(&'static str, Option<&'static str>)>,
     /// From the last chunk that carried usage.
     tokens: Option<Tokens>,
+    /// The output so far, counted as [`MAX_ACCUMULATED_BYTES`] says.
+    accumulated: usize,
     /// Set once the response ended: the rest of the input is ignored.
     ended: Option<End>,
 }
@@ -893,6 +940,9 @@ impl State {
                 .get("code")
                 .and_then(code_text)
                 .unwrap_or_else(|| SERVER_ERROR.to_owned());
+            let id = chunk.get("id").and_then(Value::as_str).unwrap_or("");
+            let model = chunk.get("model").and_then(Value::as_str).unwrap_or("");
+            self.start(id, model, out);
             self.fail(&code, &message, out);
             return;
         }
@@ -927,8 +977,12 @@ impl State {
     }
 
     /// Appends the event `kind` with `members` (an object) after its type and sequence
-    /// number.
+    /// number; nothing once the response ended (the rest of a chunk whose output went
+    /// past the bound).
     fn emit(&mut self, kind: &str, members: Value, out: &mut String) {
+        if self.ended.is_some() {
+            return;
+        }
         let mut event = Map::new();
         event.insert("type".into(), kind.into());
         event.insert("sequence_number".into(), self.sequence.into());
@@ -947,17 +1001,22 @@ impl State {
         self.started = true;
         self.ident.id = response_id(id);
         self.ident.model = model.to_owned();
+        self.accumulated = json_len(&self.ident.id) + json_len(model);
         for kind in ["response.created", "response.in_progress"] {
             let response = self.ident.object(Status::InProgress, &[], Value::Null);
             self.emit(kind, json!({"response": response}), out);
         }
     }
 
-    /// Closes the open item, then `response.completed` (or `response.incomplete`).
+    /// Closes the open item, then `response.completed` (or `response.incomplete`),
+    /// unless the response ended.
     fn end(&mut self, out: &mut String) {
+        if self.ended.is_some() {
+            return;
+        }
         self.close(out);
         let (status, reason) = self.finish.unwrap_or(("completed", None));
-        let usage = self.tokens.unwrap_or_default().responses();
+        let usage = self.tokens.map_or(Value::Null, |t| t.responses());
         let response = self
             .ident
             .object(Status::Done(status, reason), &self.done, usage);
@@ -971,15 +1030,26 @@ impl State {
     }
 
     /// `response.failed` with `code` and `message`, which ends the translation, unless
-    /// it has ended.
+    /// it has ended; after `response.created` and `response.in_progress` when they are
+    /// not out.
     fn fail(&mut self, code: &str, message: &str, out: &mut String) {
         if self.ended.is_some() {
             return;
         }
+        self.start("", "", out);
         let usage = self.tokens.map_or(Value::Null, |t| t.responses());
         let response = self.ident.object(Status::Failed(code, message), &[], usage);
         self.emit("response.failed", json!({"response": response}), out);
         self.ended = Some(End::Failed);
+    }
+
+    /// Counts `bytes` more output; past [`MAX_ACCUMULATED_BYTES`], `response.failed`.
+    fn grow(&mut self, bytes: usize, out: &mut String) {
+        self.accumulated = self.accumulated.saturating_add(bytes);
+        if self.accumulated > MAX_ACCUMULATED_BYTES {
+            let (code, message) = OUTPUT_TOO_LARGE;
+            self.fail(code, message, out);
+        }
     }
 
     /// The output index of the open item (or of the next one).
@@ -1080,6 +1150,11 @@ impl State {
             ),
             Item::Call { call_id, name, .. } => (call_item(call_id, name, "", "in_progress"), None),
         };
+        let named = match &item {
+            Item::Call { call_id, name, .. } => 2 * json_len(call_id) + json_len(name),
+            Item::Reasoning(_) | Item::Message(_) => 0,
+        };
+        self.grow(ITEM_BYTES + named, out);
         self.emit(
             "response.output_item.added",
             json!({"output_index": index, "item": added}),
@@ -1126,6 +1201,7 @@ impl State {
             }
             _ => return,
         };
+        self.grow(json_len(text), out);
         self.emit(kind, members, out);
     }
 
@@ -1163,6 +1239,7 @@ impl State {
         {
             arguments.push_str(partial);
             let id = call_item_id(call_id);
+            self.grow(json_len(partial), out);
             self.emit(
                 "response.function_call_arguments.delta",
                 json!({"item_id": id, "output_index": index, "delta": partial}),
@@ -1434,6 +1511,10 @@ mod tests {
                 r#""input":"hi","reasoning":{"effort":"high"}"#,
                 &format!(r#"{HI},"reasoning_effort":"high""#),
             ),
+            (
+                r#""input":"hi","reasoning":{"effort":"xhigh"}"#,
+                &format!(r#"{HI},"reasoning_effort":"xhigh""#),
+            ),
             (r#""input":"hi","reasoning":{"summary":"detailed"}"#, HI),
             (
                 r#""input":"hi","text":{"format":{"type":"json_schema","name":"answer","description":"The answer.","schema":{"type":"object","properties":{"a":{"type":"string"}}},"strict":true},"verbosity":"low"}"#,
@@ -1671,8 +1752,6 @@ mod tests {
         );
     }
 
-    const ZERO_USAGE: &str = r#"{"input_tokens":0,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":0,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":0}"#;
-
     /// A response object of id `resp_c`, model `m`, created at 7.
     fn object(status: &str, error: &str, incomplete: &str, output: &str, usage: &str) -> String {
         format!(
@@ -1727,11 +1806,11 @@ mod tests {
             ),
             (
                 r#"{"id":"resp_c","model":"m","choices":[{"message":{"role":"assistant","content":null,"reasoning_content":"","tool_calls":[{"id":"call_1","function":{"name":"now"}}]},"finish_reason":null}]}"#,
-                object("completed", "null", "null", &call_json("call_1", "now", ""), ZERO_USAGE),
+                object("completed", "null", "null", &call_json("call_1", "now", ""), "null"),
             ),
             (
                 r#"{"id":"c","model":"m","choices":[{"message":{"content":"","tool_calls":null}}]}"#,
-                object("completed", "null", "null", "", ZERO_USAGE),
+                object("completed", "null", "null", "", "null"),
             ),
         ];
         for (body, want) in cases {
@@ -1739,7 +1818,7 @@ mod tests {
         }
         assert_eq!(
             String::from_utf8(response_at(br#"{"choices":[{"message":{}}]}"#, 0).unwrap()).unwrap(),
-            r#"{"id":"resp_","object":"response","created_at":0,"status":"completed","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":0,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":0,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":0}}"#
+            r#"{"id":"resp_","object":"response","created_at":0,"status":"completed","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#
         );
     }
 
@@ -1767,13 +1846,7 @@ mod tests {
             );
             assert_eq!(
                 response(&body),
-                object(
-                    status,
-                    "null",
-                    incomplete,
-                    &message_json(0, "x"),
-                    ZERO_USAGE
-                ),
+                object(status, "null", incomplete, &message_json(0, "x"), "null"),
                 "{finish}"
             );
         }
@@ -1954,9 +2027,14 @@ mod tests {
         let usage_at = TOOL_CALL_STREAM.rfind("data: {").unwrap();
         let without_usage = &TOOL_CALL_STREAM.as_bytes()[..usage_at];
         let usage = r#"{"input_tokens":1200,"input_tokens_details":{"cached_tokens":1024,"cache_write_tokens":0},"output_tokens":31,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1231}"#;
-        let zero = TOOL_CALL_EVENTS.replace(usage, ZERO_USAGE);
-        assert_eq!(translate_stream(&[without_usage]), zero);
-        assert_eq!(translate_stream(&[without_usage, done.as_bytes()]), zero);
+        let none = TOOL_CALL_EVENTS.replace(usage, "null");
+        assert_eq!(translate_stream(&[without_usage]), none);
+        assert_eq!(translate_stream(&[without_usage, done.as_bytes()]), none);
+        // No made-up zeros: the gateway reads no usage and estimates instead.
+        let mut reader = crate::format::responses::StreamReader::default();
+        reader.feed(none.as_bytes());
+        assert!(reader.complete());
+        assert_eq!(reader.usage(), None);
     }
 
     #[test]
@@ -2133,11 +2211,15 @@ mod tests {
         assert_eq!(stream_at_7(&input), (want, true));
 
         let bare = "data: {\"error\":{\"code\":500}}\n\n";
-        let want = ev(
-            "response.failed",
-            0,
-            r#","response":{"id":"","object":"response","created_at":7,"status":"failed","error":{"code":"500","message":"{\"code\":500}"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#,
-        );
+        let want = [
+            anonymous_head(),
+            ev(
+                "response.failed",
+                2,
+                r#","response":{"id":"resp_","object":"response","created_at":7,"status":"failed","error":{"code":"500","message":"{\"code\":500}"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#,
+            ),
+        ]
+        .concat();
         assert_eq!(stream_at_7(bare), (want, true));
 
         let with_usage = [
@@ -2145,12 +2227,53 @@ mod tests {
             "data: {\"error\":\"quota\"}\n\n".to_owned(),
         ]
         .concat();
-        let want = ev(
-            "response.failed",
-            0,
-            r#","response":{"id":"","object":"response","created_at":7,"status":"failed","error":{"code":"server_error","message":"quota"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":5,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":1,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":6}}"#,
-        );
+        let want = [
+            anonymous_head(),
+            ev(
+                "response.failed",
+                2,
+                r#","response":{"id":"resp_","object":"response","created_at":7,"status":"failed","error":{"code":"server_error","message":"quota"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{"input_tokens":5,"input_tokens_details":{"cached_tokens":0,"cache_write_tokens":0},"output_tokens":1,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":6}}"#,
+            ),
+        ]
+        .concat();
         assert_eq!(stream_at_7(&with_usage), (want, true));
+    }
+
+    /// `response.created` and `response.in_progress` of a stream that gave no id or
+    /// model.
+    fn anonymous_head() -> String {
+        let response = r#","response":{"id":"resp_","object":"response","created_at":7,"status":"in_progress","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#;
+        ev("response.created", 0, response) + &ev("response.in_progress", 1, response)
+    }
+
+    #[test]
+    fn a_failure_first_still_comes_after_response_created() {
+        // The openai SDK raises "Expected to have received response.created before
+        // response.failed" otherwise.
+        let input = "data: {\"id\":\"c\",\"model\":\"m\",\"error\":{\"message\":\"upstream overloaded\",\"code\":\"server_is_overloaded\"}}\n\n";
+        let failed = object(
+            "failed",
+            r#"{"code":"server_is_overloaded","message":"upstream overloaded"}"#,
+            "null",
+            "",
+            "null",
+        );
+        let want = head() + &ev("response.failed", 2, &with_response(&failed));
+        assert_eq!(stream_at_7(input), (want, true));
+
+        let mut stream = Stream::at(7);
+        let mut out = Vec::new();
+        stream.feed(b"data: ", &mut out);
+        stream.feed(&vec![b'x'; crate::sse::MAX_EVENT_BYTES], &mut out);
+        stream.finish(&mut out);
+        let want = anonymous_head()
+            + &ev(
+                "response.failed",
+                2,
+                r#","response":{"id":"resp_","object":"response","created_at":7,"status":"failed","error":{"code":"upstream_event_too_large","message":"an upstream event was larger than 1 MiB and could not be translated"},"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#,
+            );
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+        assert!(stream.ended_by_error());
     }
 
     #[test]
@@ -2207,6 +2330,137 @@ mod tests {
     }
 
     #[test]
+    fn json_len_is_the_length_serde_json_escapes_to() {
+        let mut texts: Vec<String> = (0u8..=0x7f).map(|b| char::from(b).to_string()).collect();
+        texts.push("é€😀 \"quoted\"\\".to_owned());
+        for text in texts {
+            assert_eq!(
+                json_len(&text),
+                serde_json::to_string(&text).unwrap().len() - 2,
+                "{text:?}"
+            );
+        }
+    }
+
+    /// The last event of `text`.
+    fn last_event(text: &str) -> &str {
+        let body = text.strip_suffix("\n\n").unwrap();
+        &text[body.rfind("\n\n").map_or(0, |at| at + 2)..]
+    }
+
+    const OUTPUT_TOO_LARGE_ERROR: &str = r#"{"code":"output_too_large","message":"the answer is larger than the gateway can translate into one Responses event"}"#;
+
+    #[test]
+    fn an_output_past_the_bound_fails_the_response() {
+        let x = "x".repeat(1000);
+        let content = chunk(&format!(r#"{{"content":"{x}"}}"#), "null");
+        let input = [
+            content.repeat(800),
+            chunk("{}", r#""stop""#),
+            r#"data: {"id":"c","model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9}}"#.to_owned() + "\n\n",
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        // "resp_c" and "m", the message item, then 1000 bytes a fragment: the 787th
+        // would pass 768 KiB.
+        assert_eq!(6 + 1 + ITEM_BYTES + 786 * 1000, 786_167);
+        assert_eq!(MAX_ACCUMULATED_BYTES, 786_432);
+        let mut want = head() + &message_start(2, 0, &x);
+        for seq in 5..790 {
+            want += &ev(
+                "response.output_text.delta",
+                seq,
+                &format!(
+                    r#","item_id":"msg_0","output_index":0,"content_index":0,"delta":"{x}","logprobs":[]"#
+                ),
+            );
+        }
+        let failed = object("failed", OUTPUT_TOO_LARGE_ERROR, "null", "", "null");
+        want += &ev("response.failed", 790, &with_response(&failed));
+        let mut stream = Stream::at(7);
+        let mut out = Vec::new();
+        for piece in input.as_bytes().chunks(4096) {
+            stream.feed(piece, &mut out);
+        }
+        stream.finish(&mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+        assert!(stream.ended_by_error());
+    }
+
+    #[test]
+    fn an_output_at_the_bound_completes_in_an_event_the_gateway_reads() {
+        // Every byte of the reasoning escapes to six, every byte of the arguments to two.
+        let reasoning = chunk(
+            &format!(r#"{{"reasoning_content":"{}"}}"#, r"\u0001".repeat(100)),
+            "null",
+        );
+        let call = chunk(
+            r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]}"#,
+            "null",
+        );
+        let arguments = chunk(
+            &format!(
+                r#"{{"tool_calls":[{{"index":0,"function":{{"arguments":"{}"}}}}]}}"#,
+                r#"\""#.repeat(100)
+            ),
+            "null",
+        );
+        let tail = chunk("{}", r#""tool_calls""#)
+            + r#"data: {"id":"c","model":"m","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4}}"#
+            + "\n\n";
+        let stream_of = |argument_chunks: usize| {
+            let input = [
+                reasoning.repeat(1000),
+                call.clone(),
+                arguments.repeat(argument_chunks),
+                tail.clone(),
+            ]
+            .concat();
+            let mut stream = Stream::at(7);
+            let mut out = Vec::new();
+            stream.feed(input.as_bytes(), &mut out);
+            stream.finish(&mut out);
+            (String::from_utf8(out).unwrap(), stream.ended_by_error())
+        };
+        // "resp_c" and "m", the reasoning item and its 1000 fragments of 600 bytes, the
+        // call's item with its id twice and name, and 930 fragments of 200 bytes.
+        assert_eq!(
+            6 + 1 + ITEM_BYTES + 1000 * 600 + ITEM_BYTES + 2 * 6 + 1 + 930 * 200,
+            786_340
+        );
+        let (text, by_error) = stream_of(930);
+        assert!(!by_error);
+        let completed = last_event(&text);
+        assert!(completed.starts_with("event: response.completed\n"));
+        assert!(
+            completed.len() <= crate::sse::MAX_EVENT_BYTES,
+            "{}",
+            completed.len()
+        );
+        let mut reader = crate::format::responses::StreamReader::default();
+        reader.feed(text.as_bytes());
+        assert!(reader.complete());
+        assert!(!reader.errored());
+        assert_eq!(
+            reader.usage(),
+            Some(crate::usage::Usage {
+                prompt_tokens: 9,
+                completion_tokens: 4
+            })
+        );
+
+        // One fragment more passes the bound: created, in_progress, the reasoning item's
+        // 1005 events, the call's added event and 930 deltas, then the failure.
+        let (text, by_error) = stream_of(931);
+        assert!(by_error);
+        let failed = object("failed", OUTPUT_TOO_LARGE_ERROR, "null", "", "null");
+        assert_eq!(
+            last_event(&text),
+            ev("response.failed", 1938, &with_response(&failed))
+        );
+    }
+
+    #[test]
     fn an_event_too_large_after_the_end_adds_nothing() {
         let mut stream = Stream::at(1767225700);
         let mut out = Vec::new();
@@ -2221,13 +2475,11 @@ mod tests {
     #[test]
     fn done_alone_still_makes_a_whole_response() {
         let in_progress = r#"{"id":"resp_","object":"response","created_at":7,"status":"in_progress","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#;
-        let completed = format!(
-            r#"{{"id":"resp_","object":"response","created_at":7,"status":"completed","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":{ZERO_USAGE}}}"#
-        );
+        let completed = r#"{"id":"resp_","object":"response","created_at":7,"status":"completed","error":null,"incomplete_details":null,"model":"","output":[],"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null}"#;
         let want = [
             ev("response.created", 0, &with_response(in_progress)),
             ev("response.in_progress", 1, &with_response(in_progress)),
-            ev("response.completed", 2, &with_response(&completed)),
+            ev("response.completed", 2, &with_response(completed)),
         ]
         .concat();
         assert_eq!(
@@ -2336,6 +2588,81 @@ mod tests {
         ]
         .concat();
         assert_eq!(stream_at_7(&input), (want, false));
+    }
+
+    #[test]
+    fn a_streamed_call_is_item_fc_of_its_call_id() {
+        // The frames the mock's chat API streams for `[[tool:get_weather {...}]]`.
+        let frame = |delta: &str, finish: &str| {
+            format!("data: {{\"id\":\"chatcmpl-mock\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"mock-small\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n")
+        };
+        let fragment = |arguments: &str| {
+            frame(
+                &format!(
+                    r#"{{"tool_calls":[{{"index":0,"function":{{"arguments":{}}}}}]}}"#,
+                    Value::from(arguments)
+                ),
+                "null",
+            )
+        };
+        let input = [
+            frame(r#"{"role":"assistant","content":""}"#, "null"),
+            frame(r#"{"content":"Calling"}"#, "null"),
+            frame(r#"{"content":" get_weather."}"#, "null"),
+            frame(
+                r#"{"tool_calls":[{"index":0,"id":"call_mock_1","type":"function","function":{"name":"get_weather","arguments":""}}]}"#,
+                "null",
+            ),
+            fragment(r#"{"cit"#),
+            fragment(r#"y":"P"#),
+            fragment(r#"aris"}"#),
+            frame("{}", r#""tool_calls""#),
+            r#"data: {"id":"chatcmpl-mock","object":"chat.completion.chunk","created":1700000000,"model":"mock-small","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":9,"total_tokens":21}}"#.to_owned() + "\n\n",
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let (text, by_error) = stream_at_7(&input);
+        assert!(!by_error);
+        let mut seen = Vec::new();
+        for event in text.split_terminator("\n\n") {
+            let data = event.split_once("\ndata: ").unwrap().1;
+            let v: Value = serde_json::from_str(data).unwrap();
+            let kind = v["type"].as_str().unwrap().to_owned();
+            let call = match kind.as_str() {
+                "response.output_item.added" | "response.output_item.done" => v["item"].clone(),
+                "response.function_call_arguments.delta"
+                | "response.function_call_arguments.done" => {
+                    json!({"id": v["item_id"], "delta": v["delta"], "arguments": v["arguments"]})
+                }
+                "response.completed" => v["response"]["output"][1].clone(),
+                _ => continue,
+            };
+            if call["type"] == "message" {
+                continue;
+            }
+            seen.push((kind, call));
+        }
+        let item = |arguments: &str, status: &str| {
+            json!({"type": "function_call", "id": "fc_call_mock_1", "call_id": "call_mock_1",
+                   "name": "get_weather", "arguments": arguments, "status": status})
+        };
+        let delta =
+            |delta: &str| json!({"id": "fc_call_mock_1", "delta": delta, "arguments": null});
+        let whole = r#"{"city":"Paris"}"#;
+        let want = [
+            ("response.output_item.added", item("", "in_progress")),
+            ("response.function_call_arguments.delta", delta(r#"{"cit"#)),
+            ("response.function_call_arguments.delta", delta(r#"y":"P"#)),
+            ("response.function_call_arguments.delta", delta(r#"aris"}"#)),
+            (
+                "response.function_call_arguments.done",
+                json!({"id": "fc_call_mock_1", "delta": null, "arguments": whole}),
+            ),
+            ("response.output_item.done", item(whole, "completed")),
+            ("response.completed", item(whole, "completed")),
+        ]
+        .map(|(kind, call)| (kind.to_owned(), call));
+        assert_eq!(seen, want);
     }
 
     #[test]
