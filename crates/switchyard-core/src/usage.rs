@@ -55,7 +55,10 @@ impl RawUsage {
         };
         let prompt = self.prompt_tokens.or_else(anthropic);
         let completion = self.completion_tokens.or(self.output_tokens);
-        if prompt.is_none() && completion.is_none() {
+        // All zeros is what a translation writes where a format needs a usage block the
+        // upstream did not give (an Anthropic `message_delta`): no report, so the quota
+        // settles on the text instead of on nothing.
+        if prompt.unwrap_or(0) == 0 && completion.unwrap_or(0) == 0 {
             return None;
         }
         Some(Usage {
@@ -217,6 +220,10 @@ mod tests {
             })
         );
         assert_eq!(Usage::from_json_bytes(br#"{"usage":null}"#), None);
+        assert_eq!(
+            Usage::from_json_bytes(br#"{"usage":{"input_tokens":0,"output_tokens":0}}"#),
+            None
+        );
     }
 
     #[test]
