@@ -16,7 +16,9 @@
 #   3. and 4. a turn with a tool call on each route: the demo's mock asks for the Bash
 #      tool, Claude Code runs it and sends the result, the mock answers with it;
 #   5. to 8. the same with `codex exec` on a Responses route (codex/gpt-5-codex) and a
-#      translated chat route (alpha/mock-small), the tool being Codex's exec_command.
+#      translated chat route (alpha/mock-small), the tool being Codex's exec_command;
+#   9. and 10. `codex exec` on an Anthropic route (claude/claude-opus), translated
+#      Responses -> chat -> Messages and back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -119,5 +121,7 @@ codex_check "codex responses route" codex/gpt-5-codex "$answer" "say hi"
 codex_check "codex translated route" alpha/mock-small "$answer" "say hi"
 codex_check "codex tool turn, responses route" codex/gpt-5-codex "switchyard-tool-ok" "$exec_tool"
 codex_check "codex tool turn, translated route" alpha/mock-small "switchyard-tool-ok" "$exec_tool"
+codex_check "codex via chat to an Anthropic route" claude/claude-opus "$answer" "say hi"
+codex_check "codex tool turn, via chat to an Anthropic route" claude/claude-opus "switchyard-tool-ok" "$exec_tool"
 
 exit "$failed"
