@@ -79,7 +79,10 @@
 //! No clock is read here: [`response_at`] and [`Stream::at`] take the request's time in
 //! Unix seconds for the chat `created` members.
 
-use super::map::{anthropic_error_type, error_message, finish_reason_of, Tokens};
+use super::chat::{self, member, ChunkWriter, Chunks, Role, ToolChoice, Upstream, UserContent};
+use super::json::{self, refuse, str_at, string};
+use super::map::{anthropic_error_type, error_message, error_object, finish_reason_of};
+use super::map::{upstream_message, Tokens};
 use super::TranslateError;
 use crate::llm::RawObject;
 use crate::sse::{SseEvent, SseParser};
@@ -88,28 +91,12 @@ use serde_json::{json, Map, Value};
 /// Anthropic's smallest thinking budget.
 const MIN_THINKING_BUDGET: u64 = 1024;
 
-fn refuse(message: String) -> TranslateError {
-    TranslateError::Request(message)
-}
-
-/// The body's member `name` as a value; `null` is absent.
-fn member(body: &RawObject, name: &str) -> Result<Option<Value>, TranslateError> {
-    let Some(raw) = body.member(name) else {
-        return Ok(None);
-    };
-    match serde_json::from_str(raw) {
-        Ok(Value::Null) => Ok(None),
-        Ok(v) => Ok(Some(v)),
-        Err(e) => Err(refuse(format!("`{name}` could not be read: {e}"))),
-    }
-}
-
-/// The string member `key` of `v`, named `at.key` when missing.
-fn required_str<'a>(v: &'a Value, key: &str, at: &str) -> Result<&'a str, TranslateError> {
-    v.get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| refuse(format!("`{at}.{key}` must be a string")))
-}
+/// How refusals name an Anthropic upstream.
+const ANTHROPIC: Upstream = Upstream {
+    name: "an Anthropic upstream",
+    no_type: "has no Anthropic Messages counterpart",
+    no_parts: "parts have no Anthropic Messages counterpart",
+};
 
 fn text_block(text: String) -> Value {
     json!({"type": "text", "text": text})
@@ -122,23 +109,7 @@ pub fn request(
     max_tokens: u64,
     stream: bool,
 ) -> Result<Vec<u8>, TranslateError> {
-    for legacy in ["functions", "function_call"] {
-        if member(body, legacy)?.is_some() {
-            return Err(refuse(format!(
-                "`{legacy}` is not supported by an Anthropic upstream: use `tools` and `tool_choice`"
-            )));
-        }
-    }
-    if let Some(n) = member(body, "n")? {
-        if n.as_u64() != Some(1) {
-            return Err(refuse(
-                "`n` must be 1: an Anthropic upstream gives one answer".into(),
-            ));
-        }
-    }
-    let Some(Value::Array(messages)) = member(body, "messages")? else {
-        return Err(refuse("`messages` must be an array".into()));
-    };
+    let messages = chat::messages(body, &ANTHROPIC)?;
     let (system, turns) = conversation(&messages)?;
     let open_tool_turn = turns
         .iter()
@@ -244,29 +215,23 @@ fn conversation(messages: &[Value]) -> Result<(Option<Value>, Vec<Turn>), Transl
     for (i, message) in messages.iter().enumerate() {
         let at = format!("messages[{i}]");
         let content = message.get("content").unwrap_or(&Value::Null);
-        let turn = match required_str(message, "role", &at)? {
-            "system" | "developer" => {
+        let turn = match chat::role(message, &at, &ANTHROPIC)? {
+            Role::System => {
                 let plain = content.is_string();
-                system.extend(texts(content, &at)?.into_iter().map(|t| (t, plain)));
+                system.extend(chat::texts(content, &at)?.into_iter().map(|t| (t, plain)));
                 continue;
             }
-            "user" => user_turn(content, &at)?,
-            "assistant" => assistant_turn(message, content, &at)?,
-            "tool" => {
+            Role::User => user_turn(content, &at)?,
+            Role::Assistant => assistant_turn(message, content, &at)?,
+            Role::Tool => {
                 let mut turn = Turn::new("user");
                 turn.results.push(json!({
                     "type": "tool_result",
-                    "tool_use_id": required_str(message, "tool_call_id", &at)?,
-                    "content": texts(content, &at)?.concat(),
+                    "tool_use_id": string(message, "tool_call_id", &at)?,
+                    "content": chat::texts(content, &at)?.concat(),
                 }));
                 turn
             }
-            "function" => {
-                return Err(refuse(format!(
-                    "`{at}.role` \"function\" is not supported by an Anthropic upstream: use tool calls"
-                )))
-            }
-            other => return Err(refuse(format!("`{at}.role` \"{other}\" is not a chat role"))),
         };
         if turn.is_empty() {
             continue;
@@ -284,79 +249,19 @@ fn conversation(messages: &[Value]) -> Result<(Option<Value>, Vec<Turn>), Transl
     Ok((system, turns))
 }
 
-/// The non-empty texts of a content that may hold text only: a string, text parts, or
-/// `null`.
-fn texts(content: &Value, at: &str) -> Result<Vec<String>, TranslateError> {
-    let texts = match content {
-        Value::Null => Vec::new(),
-        Value::String(s) => vec![s.clone()],
-        Value::Array(parts) => parts
-            .iter()
-            .enumerate()
-            .map(|(j, part)| {
-                let at = format!("{at}.content[{j}]");
-                match required_str(part, "type", &at)? {
-                    "text" => Ok(required_str(part, "text", &at)?.to_owned()),
-                    other => Err(refuse(format!(
-                        "`{at}.type` \"{other}\" is not allowed here: only text is"
-                    ))),
-                }
-            })
-            .collect::<Result<_, _>>()?,
-        _ => {
-            return Err(refuse(format!(
-                "`{at}.content` must be a string or an array"
-            )))
-        }
-    };
-    Ok(texts.into_iter().filter(|t| !t.is_empty()).collect())
-}
-
 fn user_turn(content: &Value, at: &str) -> Result<Turn, TranslateError> {
     let mut turn = Turn::new("user");
-    match content {
-        Value::String(s) if !s.is_empty() => turn.plain = Some(s.clone()),
-        Value::Array(parts) => {
-            for (j, part) in parts.iter().enumerate() {
-                let at = format!("{at}.content[{j}]");
-                match required_str(part, "type", &at)? {
-                    "text" => {
-                        let text = required_str(part, "text", &at)?;
-                        if !text.is_empty() {
-                            turn.blocks.push(text_block(text.to_owned()));
-                        }
-                    }
-                    "image_url" => turn.blocks.push(image(part, &at)?),
-                    kind @ ("input_audio" | "file") => {
-                        return Err(refuse(format!(
-                            "`{at}`: {kind} parts have no Anthropic Messages counterpart"
-                        )))
-                    }
-                    other => {
-                        return Err(refuse(format!(
-                            "`{at}.type` \"{other}\" is not a chat content part"
-                        )))
-                    }
-                }
-            }
-        }
-        Value::Null | Value::String(_) => {}
-        _ => {
-            return Err(refuse(format!(
-                "`{at}.content` must be a string or an array"
-            )))
-        }
+    let text = |text: &str| text_block(text.to_owned());
+    match chat::user_content(content, at, &ANTHROPIC, text, image)? {
+        UserContent::Text(text) => turn.plain = Some(text.to_owned()),
+        UserContent::Parts(blocks) => turn.blocks = blocks,
     }
     Ok(turn)
 }
 
 /// An `image_url` part as an image block.
 fn image(part: &Value, at: &str) -> Result<Value, TranslateError> {
-    let image_url = part.get("image_url").unwrap_or(&Value::Null);
-    let url = image_url
-        .as_str()
-        .or_else(|| image_url.get("url").and_then(Value::as_str))
-        .ok_or_else(|| refuse(format!("`{at}.image_url.url` must be a string")))?;
+    let (url, _) = chat::image_url(part, at)?;
     if let Some(data_url) = url.strip_prefix("data:") {
         let media = data_url
             .split_once(',')
@@ -378,60 +283,37 @@ fn image(part: &Value, at: &str) -> Result<Value, TranslateError> {
 }
 
 fn assistant_turn(message: &Value, content: &Value, at: &str) -> Result<Turn, TranslateError> {
-    if message.get("function_call").is_some_and(|v| !v.is_null()) {
-        return Err(refuse(format!(
-            "`{at}.function_call` is not supported by an Anthropic upstream: use tool_calls"
-        )));
-    }
+    let calls = chat::tool_calls(message, at, &ANTHROPIC)?;
     let mut turn = Turn::new("assistant");
-    let calls = match message.get("tool_calls") {
-        None | Some(Value::Null) => &[][..],
-        Some(Value::Array(calls)) => calls.as_slice(),
-        Some(_) => return Err(refuse(format!("`{at}.tool_calls` must be an array"))),
-    };
-    let texts = texts(content, at)?;
+    let texts = chat::texts(content, at)?;
     match <[String; 1]>::try_from(texts) {
         Ok([text]) if content.is_string() && calls.is_empty() => turn.plain = Some(text),
         Ok([text]) => turn.blocks.push(text_block(text)),
         Err(texts) => turn.blocks.extend(texts.into_iter().map(text_block)),
     }
-    for (j, call) in calls.iter().enumerate() {
-        let at = format!("{at}.tool_calls[{j}]");
-        match call.get("type").and_then(Value::as_str) {
-            None | Some("function") => {}
-            Some(other) => {
-                return Err(refuse(format!(
-                    "`{at}.type` \"{other}\" has no Anthropic Messages counterpart"
-                )))
-            }
-        }
-        let function = call.get("function").unwrap_or(&Value::Null);
-        let fat = format!("{at}.function");
-        let arguments = match function.get("arguments") {
-            None | Some(Value::Null) => "",
-            Some(Value::String(s)) => s.as_str(),
-            Some(_) => return Err(refuse(format!("`{fat}.arguments` must be a string"))),
-        };
-        let input = if arguments.trim().is_empty() {
-            Value::Object(Map::new())
-        } else {
-            match serde_json::from_str::<Value>(arguments) {
-                Ok(v @ Value::Object(_)) => v,
-                _ => {
-                    return Err(refuse(format!(
-                        "`{fat}.arguments` must be a JSON object: the tool call cannot be sent"
-                    )))
-                }
-            }
-        };
+    for call in chat::function_calls(calls, at, &ANTHROPIC, tool_input)? {
         turn.blocks.push(json!({
             "type": "tool_use",
-            "id": required_str(call, "id", &at)?,
-            "name": required_str(function, "name", &fat)?,
-            "input": input,
+            "id": call.id,
+            "name": call.name,
+            "input": call.arguments,
         }));
     }
     Ok(turn)
+}
+
+/// The `input` of a tool call with `arguments` (of the function at `fat`): `{}` for
+/// none, else the JSON object they must hold.
+fn tool_input(arguments: &str, fat: &str) -> Result<Value, TranslateError> {
+    if arguments.trim().is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        _ => Err(refuse(format!(
+            "`{fat}.arguments` must be a JSON object: the tool call cannot be sent"
+        ))),
+    }
 }
 
 fn stop_sequences(stop: Value) -> Result<Value, TranslateError> {
@@ -454,42 +336,9 @@ fn at_most_one(v: Value, name: &str) -> Result<Value, TranslateError> {
 }
 
 fn tools(tools: Value) -> Result<Value, TranslateError> {
-    let Value::Array(tools) = tools else {
-        return Err(refuse("`tools` must be an array".into()));
-    };
-    tools
-        .iter()
-        .enumerate()
-        .map(|(i, tool)| {
-            let at = format!("tools[{i}]");
-            match tool.get("type").and_then(Value::as_str) {
-                None | Some("function") => {}
-                Some(other) => {
-                    return Err(refuse(format!(
-                        "`{at}.type` \"{other}\" has no Anthropic Messages counterpart"
-                    )))
-                }
-            }
-            let function = tool.get("function").unwrap_or(&Value::Null);
-            let fat = format!("{at}.function");
-            let mut out = Map::new();
-            out.insert("name".into(), required_str(function, "name", &fat)?.into());
-            match function.get("description") {
-                None | Some(Value::Null) => {}
-                Some(Value::String(d)) => {
-                    out.insert("description".into(), d.as_str().into());
-                }
-                Some(_) => return Err(refuse(format!("`{fat}.description` must be a string"))),
-            }
-            let schema = match function.get("parameters") {
-                None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
-                Some(p @ Value::Object(_)) => p.clone(),
-                Some(_) => return Err(refuse(format!("`{fat}.parameters` must be an object"))),
-            };
-            out.insert("input_schema".into(), schema);
-            Ok(Value::Object(out))
-        })
-        .collect()
+    chat::tools(tools, &ANTHROPIC, "input_schema", |tool, _, _| {
+        Ok(Value::Object(tool))
+    })
 }
 
 /// The Anthropic `tool_choice`, and whether it forces a tool call.
@@ -502,26 +351,16 @@ fn tool_choice(body: &RawObject, has_tools: bool) -> Result<(Option<Value>, bool
     let kind = match member(body, "tool_choice")? {
         None if serial && has_tools => "auto",
         None => return Ok((None, false)),
-        Some(choice) => match choice.as_str() {
-            Some("auto") => "auto",
-            Some("required") => "any",
-            Some("none") => "none",
-            _ if choice.get("type").and_then(Value::as_str) == Some("function") => {
-                let name = choice
-                    .get("function")
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| refuse("`tool_choice.function.name` must be a string".into()))?;
+        Some(choice) => match chat::tool_choice(&choice)? {
+            ToolChoice::Mode("auto") => "auto",
+            ToolChoice::Mode("required") => "any",
+            ToolChoice::Mode(_) => "none",
+            ToolChoice::Function(name) => {
                 let mut out = json!({"type": "tool", "name": name});
                 if serial {
                     out["disable_parallel_tool_use"] = true.into();
                 }
                 return Ok((Some(out), true));
-            }
-            _ => {
-                return Err(refuse(
-                    "`tool_choice` must be \"auto\", \"required\", \"none\" or a function".into(),
-                ))
             }
         },
     };
@@ -556,8 +395,7 @@ fn thinking_budget(effort: Option<Value>, max_tokens: u64) -> Result<Option<u64>
 
 /// A Message as a chat completion created at `created` (Unix seconds).
 pub fn response_at(body: &[u8], created: u64) -> Result<Vec<u8>, TranslateError> {
-    let message: Value = serde_json::from_slice(body)
-        .map_err(|e| TranslateError::Response(format!("not JSON: {e}")))?;
+    let message = json::answer(body)?;
     if message.get("type").and_then(Value::as_str) != Some("message") {
         return Err(TranslateError::Response(
             "not a Message: its `type` is not \"message\"".into(),
@@ -579,77 +417,56 @@ pub fn response_at(body: &[u8], created: u64) -> Result<Vec<u8>, TranslateError>
             Some("thinking") => reasoning
                 .get_or_insert_with(String::new)
                 .push_str(text("thinking")),
-            Some("tool_use") => calls.push(json!({
-                "id": text("id"),
-                "type": "function",
-                "function": {
-                    "name": text("name"),
-                    "arguments": block.get("input").map_or_else(|| "{}".into(), Value::to_string),
-                },
-            })),
+            Some("tool_use") => {
+                let arguments = block
+                    .get("input")
+                    .map_or_else(|| "{}".into(), Value::to_string);
+                calls.push(chat::tool_call(text("id"), text("name"), &arguments));
+            }
             _ => {}
         }
     }
-    let mut reply = Map::new();
-    reply.insert("role".into(), "assistant".into());
-    reply.insert("content".into(), content.into());
-    if let Some(reasoning) = reasoning {
-        reply.insert("reasoning_content".into(), reasoning.into());
-    }
-    if !calls.is_empty() {
-        reply.insert("tool_calls".into(), calls.into());
-    }
+    let reply = chat::reply(content, [("reasoning_content", reasoning)], calls);
     let str_of = |key| message.get(key).and_then(Value::as_str).unwrap_or_default();
     let usage = message.get("usage").unwrap_or(&Value::Null);
-    let completion = json!({
-        "id": str_of("id"),
-        "object": "chat.completion",
-        "created": created,
-        "model": str_of("model"),
-        "choices": [{
-            "index": 0,
-            "message": reply,
-            "finish_reason": finish_reason_of(str_of("stop_reason")),
-        }],
-        "usage": Tokens::from_anthropic(usage).chat(),
-    });
-    serde_json::to_vec(&completion).map_err(|e| TranslateError::Response(e.to_string()))
+    chat::completion(
+        str_of("id"),
+        created,
+        str_of("model"),
+        reply,
+        finish_reason_of(str_of("stop_reason")),
+        Some(Tokens::from_anthropic(usage).chat()),
+    )
 }
 
-/// An OpenAI error object for an Anthropic error `body`: its type and message, or
-/// `fallback_type` and the body's text (`empty` when it has none), the message cut to
-/// [`MAX_ERROR_MESSAGE`](super::map::MAX_ERROR_MESSAGE) bytes.
-fn openai_error(body: &[u8], fallback_type: &str, empty: &str) -> Value {
-    let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let field = |key: &str| {
-        parsed
-            .as_ref()
-            .and_then(|v| v.get("error"))
-            .and_then(|e| e.get(key))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
-    let message = error_message(body).unwrap_or_else(|| empty.to_owned());
-    let kind = field("type").unwrap_or_else(|| fallback_type.to_owned());
+/// An OpenAI error object with `message` for an Anthropic error `body`: of its type, or
+/// `fallback_type` when it gives none.
+fn openai_error(body: &[u8], message: String, fallback_type: &str) -> Value {
+    let kind = error_object(body)
+        .as_ref()
+        .and_then(|e| e.get("type"))
+        .and_then(Value::as_str)
+        .map_or_else(|| fallback_type.to_owned(), str::to_owned);
     json!({"error": {"message": message, "type": kind, "code": null, "param": null}})
 }
 
 /// An Anthropic error body (or any body an Anthropic upstream answered `status` with)
 /// as an OpenAI error body.
 pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
-    let empty = format!("the upstream answered HTTP {status}");
-    openai_error(body, anthropic_error_type(status), &empty)
-        .to_string()
-        .into_bytes()
+    openai_error(
+        body,
+        upstream_message(status, body),
+        anthropic_error_type(status),
+    )
+    .to_string()
+    .into_bytes()
 }
 
 /// Rewrites a Messages event stream as chat completion chunks; see the module docs.
 #[derive(Debug, Default)]
 pub struct Stream {
     parser: SseParser,
-    created: u64,
-    id: String,
-    model: String,
+    chat: Chunks,
     /// The usage counts of `message_start`.
     usage: Map<String, Value>,
     /// The content block index of each tool call, in call order, and whether it was
@@ -657,103 +474,95 @@ pub struct Stream {
     tool_blocks: Vec<(u64, bool)>,
     /// `message_delta` (the finish reason) was sent.
     finished: bool,
-    /// `message_stop` or an error was seen: nothing more is translated.
-    ended: bool,
-    /// The translation ended with an error frame.
-    failed: bool,
 }
-
-/// The message of the error frame that ends the translation at an upstream event larger
-/// than [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which the parser skips.
-const EVENT_TOO_LARGE: &str = "an upstream event was larger than 1 MiB and could not be translated";
 
 impl Stream {
     /// A translator whose chunks say they were created at `created` (Unix seconds).
     pub fn at(created: u64) -> Self {
         Self {
-            created,
+            chat: Chunks::at(created),
             ..Self::default()
         }
     }
 
     /// Reads an upstream chunk (any boundaries) and appends the chat frames it completes.
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        let mut events = Vec::new();
-        let skipped = self.parser.skipped;
-        self.parser.feed(chunk, |event| events.push(event));
-        for event in events {
-            self.event(&event, out);
-        }
-        // The parser skips an event only after those it completed from this chunk.
-        if self.parser.skipped > skipped && !self.ended {
-            let error = json!({"error": {"message": EVENT_TOO_LARGE, "type": "upstream_error",
-                                         "code": "upstream_event_too_large", "param": null}});
-            self.fail(&error, out);
-        }
+        self.write(chunk, out);
     }
 
     /// Whether the translation ended with an error frame: the upstream's `error` event,
     /// or an upstream event too large to read.
     pub fn ended_by_error(&self) -> bool {
-        self.failed
+        self.chat.failed
     }
 
     /// The upstream stream ended: `[DONE]` when the finish reason was sent but
     /// `message_stop` never came; nothing otherwise (an answer cut short is left open
     /// for the caller to report).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.finished && !self.ended {
-            self.ended = true;
-            out.extend_from_slice(b"data: [DONE]\n\n");
+        if self.finished && !self.chat.ended {
+            self.chat.done(out);
         }
     }
 
-    fn event(&mut self, event: &SseEvent, out: &mut Vec<u8>) {
-        if self.ended {
+    /// Argument text for the tool call of content block `index`.
+    fn arguments(&mut self, index: Option<u64>, fragment: &str, out: &mut Vec<u8>) {
+        let Some((call, (_, argued))) = self
+            .tool_blocks
+            .iter_mut()
+            .enumerate()
+            .find(|(_, (block, _))| Some(*block) == index)
+        else {
+            return;
+        };
+        if fragment.is_empty() {
             return;
         }
-        let data: Value = serde_json::from_str(&event.data).unwrap_or_default();
-        let kind = data
-            .get("type")
-            .and_then(Value::as_str)
-            .or(event.event.as_deref())
-            .unwrap_or_default();
-        let str_at = |pointer| {
-            data.pointer(pointer)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-        };
+        *argued = true;
+        self.chat.arguments(call, fragment, out);
+    }
+}
+
+impl ChunkWriter for Stream {
+    fn stream(&mut self) -> (&mut SseParser, &mut Chunks) {
+        (&mut self.parser, &mut self.chat)
+    }
+
+    fn event(&mut self, event: &SseEvent, data: &Value, kind: &str, out: &mut Vec<u8>) {
+        let str_at = |pointer| str_at(data, pointer);
         let index = data.get("index").and_then(Value::as_u64);
         match kind {
             "message_start" => {
-                self.id = str_at("/message/id").to_owned();
-                self.model = str_at("/message/model").to_owned();
+                self.chat.id = str_at("/message/id").to_owned();
+                self.chat.model = str_at("/message/model").to_owned();
                 if let Some(Value::Object(usage)) = data.pointer("/message/usage") {
                     self.usage = usage.clone();
                 }
-                self.chunk(json!({"role": "assistant", "content": ""}), out);
+                self.chat
+                    .chunk(json!({"role": "assistant", "content": ""}), out);
             }
             "content_block_start" => match str_at("/content_block/type") {
-                "text" => self.text("content", str_at("/content_block/text"), out),
+                "text" => self
+                    .chat
+                    .text("content", str_at("/content_block/text"), out),
                 "thinking" => {
-                    self.text("reasoning_content", str_at("/content_block/thinking"), out);
+                    let thinking = str_at("/content_block/thinking");
+                    self.chat.text("reasoning_content", thinking, out);
                 }
                 "tool_use" => {
                     let call = self.tool_blocks.len();
                     self.tool_blocks.push((index.unwrap_or_default(), false));
-                    let delta = json!({"tool_calls": [{
-                        "index": call,
-                        "id": str_at("/content_block/id"),
-                        "type": "function",
-                        "function": {"name": str_at("/content_block/name"), "arguments": ""},
-                    }]});
-                    self.chunk(delta, out);
+                    let (id, name) = (str_at("/content_block/id"), str_at("/content_block/name"));
+                    self.chat.call(call, id, name, out);
                 }
                 _ => {}
             },
             "content_block_delta" => match str_at("/delta/type") {
-                "text_delta" => self.text("content", str_at("/delta/text"), out),
-                "thinking_delta" => self.text("reasoning_content", str_at("/delta/thinking"), out),
+                "text_delta" => self.chat.text("content", str_at("/delta/text"), out),
+                "thinking_delta" => {
+                    let thinking = str_at("/delta/thinking");
+                    self.chat.text("reasoning_content", thinking, out);
+                }
                 "input_json_delta" => self.arguments(index, str_at("/delta/partial_json"), out),
                 _ => {}
             },
@@ -775,79 +584,19 @@ impl Stream {
                 self.finished = true;
                 let usage = Tokens::from_anthropic(&Value::Object(self.usage.clone())).chat();
                 let reason = finish_reason_of(str_at("/delta/stop_reason"));
-                self.frame(json!({}), Some(reason), Some(usage), out);
+                self.chat.frame(json!({}), Some(reason), Some(usage), out);
             }
-            "message_stop" => {
-                self.ended = true;
-                out.extend_from_slice(b"data: [DONE]\n\n");
-            }
+            "message_stop" => self.chat.done(out),
             "error" => {
-                let error = openai_error(
-                    event.data.as_bytes(),
-                    "api_error",
-                    "the upstream stream reported an error",
-                );
-                self.fail(&error, out);
+                let data = event.data.as_bytes();
+                let message = error_message(data)
+                    .unwrap_or_else(|| "the upstream stream reported an error".to_owned());
+                self.chat
+                    .fail(&openai_error(data, message, "api_error"), out);
             }
             _ => {}
         }
     }
-
-    /// The error frame `error`, which ends the translation.
-    fn fail(&mut self, error: &Value, out: &mut Vec<u8>) {
-        self.ended = true;
-        self.failed = true;
-        write_frame(out, error);
-    }
-
-    fn text(&self, key: &str, text: &str, out: &mut Vec<u8>) {
-        if !text.is_empty() {
-            self.chunk(json!({ key: text }), out);
-        }
-    }
-
-    /// Argument text for the tool call of content block `index`.
-    fn arguments(&mut self, index: Option<u64>, fragment: &str, out: &mut Vec<u8>) {
-        let Some((call, (_, argued))) = self
-            .tool_blocks
-            .iter_mut()
-            .enumerate()
-            .find(|(_, (block, _))| Some(*block) == index)
-        else {
-            return;
-        };
-        if fragment.is_empty() {
-            return;
-        }
-        *argued = true;
-        let delta = json!({"tool_calls": [{"index": call, "function": {"arguments": fragment}}]});
-        self.chunk(delta, out);
-    }
-
-    fn chunk(&self, delta: Value, out: &mut Vec<u8>) {
-        self.frame(delta, None, None, out);
-    }
-
-    fn frame(&self, delta: Value, finish: Option<&str>, usage: Option<Value>, out: &mut Vec<u8>) {
-        let mut chunk = json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        });
-        if let (Some(usage), Value::Object(members)) = (usage, &mut chunk) {
-            members.insert("usage".into(), usage);
-        }
-        write_frame(out, &chunk);
-    }
-}
-
-fn write_frame(out: &mut Vec<u8>, data: &Value) {
-    out.extend_from_slice(b"data: ");
-    // Serialising a value into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, data);
-    out.extend_from_slice(b"\n\n");
 }
 
 #[cfg(test)]

@@ -106,34 +106,22 @@
 //! Unix seconds. [`response_at`] uses it only for a Response without `created_at`; every
 //! chunk of a [`Stream`] carries it (the `created_at` of `response.created` is not read).
 
-use super::map::{error_message, finish_reason_of_responses, Tokens};
+use super::chat::{self, member, ChunkWriter, Chunks, Role, ToolChoice, Upstream, UserContent};
+use super::json::{self, refuse, str_at, string};
+use super::map::{
+    error_message, error_object, finish_reason_of_responses, upstream_message, Tokens,
+};
 use super::TranslateError;
 use crate::llm::RawObject;
 use crate::sse::{SseEvent, SseParser};
 use serde_json::{json, Map, Value};
 
-fn refuse(message: String) -> TranslateError {
-    TranslateError::Request(message)
-}
-
-/// The body's member `name` as a value; `null` is absent.
-fn member(body: &RawObject, name: &str) -> Result<Option<Value>, TranslateError> {
-    let Some(raw) = body.member(name) else {
-        return Ok(None);
-    };
-    match serde_json::from_str(raw) {
-        Ok(Value::Null) => Ok(None),
-        Ok(v) => Ok(Some(v)),
-        Err(e) => Err(refuse(format!("`{name}` could not be read: {e}"))),
-    }
-}
-
-/// The string member `key` of `v`, named `at.key` when missing.
-fn required_str<'a>(v: &'a Value, key: &str, at: &str) -> Result<&'a str, TranslateError> {
-    v.get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| refuse(format!("`{at}.{key}` must be a string")))
-}
+/// How refusals name a Responses upstream.
+const RESPONSES: Upstream = Upstream {
+    name: "a Responses upstream",
+    no_type: "is not supported over a Responses upstream",
+    no_parts: "parts are not supported over a Responses upstream",
+};
 
 fn part(kind: &str, text: String) -> Value {
     json!({"type": kind, "text": text})
@@ -151,23 +139,7 @@ pub fn request(
     max_tokens: Option<u64>,
     stream: bool,
 ) -> Result<Vec<u8>, TranslateError> {
-    for legacy in ["functions", "function_call"] {
-        if member(body, legacy)?.is_some() {
-            return Err(refuse(format!(
-                "`{legacy}` is not supported by a Responses upstream: use `tools` and `tool_choice`"
-            )));
-        }
-    }
-    if let Some(n) = member(body, "n")? {
-        if n.as_u64() != Some(1) {
-            return Err(refuse(
-                "`n` must be 1: a Responses upstream gives one answer".into(),
-            ));
-        }
-    }
-    let Some(Value::Array(messages)) = member(body, "messages")? else {
-        return Err(refuse("`messages` must be an array".into()));
-    };
+    let messages = chat::messages(body, &RESPONSES)?;
     let (instructions, input) = conversation(&messages)?;
 
     let mut out = Map::new();
@@ -180,7 +152,7 @@ pub fn request(
         out.insert("tools".into(), self::tools(tools)?);
     }
     if let Some(choice) = member(body, "tool_choice")? {
-        out.insert("tool_choice".into(), tool_choice(choice)?);
+        out.insert("tool_choice".into(), tool_choice(&choice)?);
     }
     if let Some(parallel) = member(body, "parallel_tool_calls")? {
         if !parallel.is_boolean() {
@@ -228,10 +200,10 @@ fn conversation(messages: &[Value]) -> Result<(Option<String>, Vec<Value>), Tran
     for (i, message) in messages.iter().enumerate() {
         let at = format!("messages[{i}]");
         let content = message.get("content").unwrap_or(&Value::Null);
-        match required_str(message, "role", &at)? {
-            "system" | "developer" if instructing => instructions.extend(texts(content, &at)?),
-            "system" | "developer" => {
-                let parts: Vec<Value> = texts(content, &at)?
+        match chat::role(message, &at, &RESPONSES)? {
+            Role::System if instructing => instructions.extend(chat::texts(content, &at)?),
+            Role::System => {
+                let parts: Vec<Value> = chat::texts(content, &at)?
                     .into_iter()
                     .map(|t| part("input_text", t))
                     .collect();
@@ -239,105 +211,37 @@ fn conversation(messages: &[Value]) -> Result<(Option<String>, Vec<Value>), Tran
                     input.push(message_item("developer", parts));
                 }
             }
-            "user" => {
+            Role::User => {
                 let parts = user_parts(content, &at)?;
                 if !parts.is_empty() {
                     input.push(message_item("user", parts));
                 }
             }
-            "assistant" => assistant_items(message, content, &at, &mut input)?,
-            "tool" => input.push(json!({
+            Role::Assistant => assistant_items(message, content, &at, &mut input)?,
+            Role::Tool => input.push(json!({
                 "type": "function_call_output",
-                "call_id": required_str(message, "tool_call_id", &at)?,
-                "output": texts(content, &at)?.concat(),
+                "call_id": string(message, "tool_call_id", &at)?,
+                "output": chat::texts(content, &at)?.concat(),
             })),
-            "function" => {
-                let hint = "is not supported by a Responses upstream: use tool calls";
-                return Err(refuse(format!("`{at}.role` \"function\" {hint}")));
-            }
-            other => {
-                return Err(refuse(format!(
-                    "`{at}.role` \"{other}\" is not a chat role"
-                )))
-            }
         }
     }
     let instructions = (!instructions.is_empty()).then(|| instructions.join("\n\n"));
     Ok((instructions, input))
 }
 
-/// The non-empty texts of a content that may hold text only: a string, text parts, or
-/// `null`.
-fn texts(content: &Value, at: &str) -> Result<Vec<String>, TranslateError> {
-    let texts = match content {
-        Value::Null => Vec::new(),
-        Value::String(s) => vec![s.clone()],
-        Value::Array(parts) => parts
-            .iter()
-            .enumerate()
-            .map(|(j, part)| {
-                let at = format!("{at}.content[{j}]");
-                match required_str(part, "type", &at)? {
-                    "text" => Ok(required_str(part, "text", &at)?.to_owned()),
-                    other => Err(refuse(format!(
-                        "`{at}.type` \"{other}\" is not allowed here: only text is"
-                    ))),
-                }
-            })
-            .collect::<Result<_, _>>()?,
-        _ => {
-            return Err(refuse(format!(
-                "`{at}.content` must be a string or an array"
-            )))
-        }
-    };
-    Ok(texts.into_iter().filter(|t| !t.is_empty()).collect())
-}
-
 fn user_parts(content: &Value, at: &str) -> Result<Vec<Value>, TranslateError> {
-    let parts = match content {
-        Value::Array(parts) => parts,
-        Value::String(s) if !s.is_empty() => return Ok(vec![part("input_text", s.clone())]),
-        Value::Null | Value::String(_) => return Ok(Vec::new()),
-        _ => {
-            return Err(refuse(format!(
-                "`{at}.content` must be a string or an array"
-            )))
-        }
-    };
-    let mut out = Vec::new();
-    for (j, p) in parts.iter().enumerate() {
-        let at = format!("{at}.content[{j}]");
-        match required_str(p, "type", &at)? {
-            "text" => {
-                let text = required_str(p, "text", &at)?;
-                if !text.is_empty() {
-                    out.push(part("input_text", text.to_owned()));
-                }
-            }
-            "image_url" => out.push(image(p, &at)?),
-            kind @ ("input_audio" | "file") => {
-                return Err(refuse(format!(
-                    "`{at}`: {kind} parts are not supported over a Responses upstream"
-                )))
-            }
-            other => {
-                return Err(refuse(format!(
-                    "`{at}.type` \"{other}\" is not a chat content part"
-                )))
-            }
-        }
-    }
-    Ok(out)
+    let text = |text: &str| part("input_text", text.to_owned());
+    Ok(
+        match chat::user_content(content, at, &RESPONSES, text, image)? {
+            UserContent::Text(text) => vec![part("input_text", text.to_owned())],
+            UserContent::Parts(parts) => parts,
+        },
+    )
 }
 
 /// An `image_url` part as an `input_image` part.
 fn image(part: &Value, at: &str) -> Result<Value, TranslateError> {
-    let image_url = part.get("image_url").unwrap_or(&Value::Null);
-    let url = image_url
-        .as_str()
-        .or_else(|| image_url.get("url").and_then(Value::as_str))
-        .ok_or_else(|| refuse(format!("`{at}.image_url.url` must be a string")))?;
+    let (url, image_url) = chat::image_url(part, at)?;
     let detail = match image_url.get("detail") {
         None | Some(Value::Null) => "auto",
         Some(Value::String(d)) => d.as_str(),
@@ -354,113 +258,45 @@ fn assistant_items(
     at: &str,
     input: &mut Vec<Value>,
 ) -> Result<(), TranslateError> {
-    if message.get("function_call").is_some_and(|v| !v.is_null()) {
-        return Err(refuse(format!(
-            "`{at}.function_call` is not supported by a Responses upstream: use tool_calls"
-        )));
-    }
-    let calls = match message.get("tool_calls") {
-        None | Some(Value::Null) => &[][..],
-        Some(Value::Array(calls)) => calls.as_slice(),
-        Some(_) => return Err(refuse(format!("`{at}.tool_calls` must be an array"))),
-    };
-    let parts: Vec<Value> = texts(content, at)?
+    let calls = chat::tool_calls(message, at, &RESPONSES)?;
+    let parts: Vec<Value> = chat::texts(content, at)?
         .into_iter()
         .map(|t| part("output_text", t))
         .collect();
     if !parts.is_empty() {
         input.push(message_item("assistant", parts));
     }
-    for (j, call) in calls.iter().enumerate() {
-        let at = format!("{at}.tool_calls[{j}]");
-        match call.get("type").and_then(Value::as_str) {
-            None | Some("function") => {}
-            Some(other) => {
-                return Err(refuse(format!(
-                    "`{at}.type` \"{other}\" is not supported over a Responses upstream"
-                )))
-            }
-        }
-        let function = call.get("function").unwrap_or(&Value::Null);
-        let fat = format!("{at}.function");
-        let arguments = match function.get("arguments") {
-            None | Some(Value::Null) => "",
-            Some(Value::String(s)) => s.as_str(),
-            Some(_) => return Err(refuse(format!("`{fat}.arguments` must be a string"))),
-        };
+    for call in chat::function_calls(calls, at, &RESPONSES, |arguments, _| Ok(arguments))? {
         input.push(json!({
             "type": "function_call",
-            "call_id": required_str(call, "id", &at)?,
-            "name": required_str(function, "name", &fat)?,
-            "arguments": arguments,
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": call.arguments,
         }));
     }
     Ok(())
 }
 
 fn tools(tools: Value) -> Result<Value, TranslateError> {
-    let Value::Array(tools) = tools else {
-        return Err(refuse("`tools` must be an array".into()));
-    };
-    tools
-        .iter()
-        .enumerate()
-        .map(|(i, tool)| {
-            let at = format!("tools[{i}]");
-            match tool.get("type").and_then(Value::as_str) {
-                None | Some("function") => {}
-                Some(other) => {
-                    return Err(refuse(format!(
-                        "`{at}.type` \"{other}\" is not supported over a Responses upstream"
-                    )))
-                }
-            }
-            let function = tool.get("function").unwrap_or(&Value::Null);
-            let fat = format!("{at}.function");
-            let mut out = Map::new();
-            out.insert("type".into(), "function".into());
-            out.insert("name".into(), required_str(function, "name", &fat)?.into());
-            match function.get("description") {
-                None | Some(Value::Null) => {}
-                Some(Value::String(d)) => {
-                    out.insert("description".into(), d.as_str().into());
-                }
-                Some(_) => return Err(refuse(format!("`{fat}.description` must be a string"))),
-            }
-            let parameters = match function.get("parameters") {
-                None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
-                Some(p @ Value::Object(_)) => p.clone(),
-                Some(_) => return Err(refuse(format!("`{fat}.parameters` must be an object"))),
-            };
-            out.insert("parameters".into(), parameters);
-            let strict = match function.get("strict") {
-                None | Some(Value::Null) => false,
-                Some(Value::Bool(b)) => *b,
-                Some(_) => return Err(refuse(format!("`{fat}.strict` must be a boolean"))),
-            };
-            out.insert("strict".into(), strict.into());
-            Ok(Value::Object(out))
-        })
-        .collect()
+    chat::tools(tools, &RESPONSES, "parameters", |members, function, fat| {
+        let strict = match function.get("strict") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(refuse(format!("`{fat}.strict` must be a boolean"))),
+        };
+        let mut tool = Map::new();
+        tool.insert("type".into(), "function".into());
+        tool.extend(members);
+        tool.insert("strict".into(), strict.into());
+        Ok(Value::Object(tool))
+    })
 }
 
-fn tool_choice(choice: Value) -> Result<Value, TranslateError> {
-    match choice.as_str() {
-        Some("auto" | "required" | "none") => return Ok(choice),
-        Some(_) => {}
-        None if choice.get("type").and_then(Value::as_str) == Some("function") => {
-            let name = choice
-                .get("function")
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str)
-                .ok_or_else(|| refuse("`tool_choice.function.name` must be a string".into()))?;
-            return Ok(json!({"type": "function", "name": name}));
-        }
-        None => {}
-    }
-    Err(refuse(
-        "`tool_choice` must be \"auto\", \"required\", \"none\" or a function".into(),
-    ))
+fn tool_choice(choice: &Value) -> Result<Value, TranslateError> {
+    Ok(match chat::tool_choice(choice)? {
+        ToolChoice::Mode(mode) => mode.into(),
+        ToolChoice::Function(name) => json!({"type": "function", "name": name}),
+    })
 }
 
 /// A chat `response_format` as a Responses `text.format`.
@@ -470,7 +306,7 @@ fn text_format(format: &Value) -> Result<Value, TranslateError> {
             let schema = format.get("json_schema").unwrap_or(&Value::Null);
             let mut out = Map::new();
             out.insert("type".into(), "json_schema".into());
-            let name = required_str(schema, "name", "response_format.json_schema")?;
+            let name = string(schema, "name", "response_format.json_schema")?;
             out.insert("name".into(), name.into());
             for key in ["description", "schema", "strict"] {
                 if let Some(v) = schema.get(key).filter(|v| !v.is_null()) {
@@ -494,19 +330,13 @@ fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
 /// A Response as a chat completion; `created` (Unix seconds) dates it when the
 /// Response has no `created_at`.
 pub fn response_at(body: &[u8], created: u64) -> Result<Vec<u8>, TranslateError> {
-    let response: Value = serde_json::from_slice(body)
-        .map_err(|e| TranslateError::Response(format!("not JSON: {e}")))?;
+    let response = json::answer(body)?;
     if response.get("object").and_then(Value::as_str) != Some("response") {
         return Err(TranslateError::Response(
             "not a Response: its `object` is not \"response\"".into(),
         ));
     }
-    let str_at = |pointer| {
-        response
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    };
+    let str_at = |pointer| str_at(&response, pointer);
     let status = str_at("/status");
     if status == "failed" {
         let message = str_at("/error/message");
@@ -551,22 +381,13 @@ pub fn response_at(body: &[u8], created: u64) -> Result<Vec<u8>, TranslateError>
                     .map(|p| str_of(p, "text"))
                     .filter(|t| !t.is_empty()),
             ),
-            Some("function_call") => calls.push(json!({
-                "id": str_of(item, "call_id"),
-                "type": "function",
-                "function": {"name": str_of(item, "name"), "arguments": str_of(item, "arguments")},
-            })),
+            Some("function_call") => calls.push(chat::tool_call(
+                str_of(item, "call_id"),
+                str_of(item, "name"),
+                str_of(item, "arguments"),
+            )),
             _ => {}
         }
-    }
-    let mut reply = Map::new();
-    reply.insert("role".into(), "assistant".into());
-    reply.insert("content".into(), content.into());
-    if let Some(refusal) = refusal {
-        reply.insert("refusal".into(), refusal.into());
-    }
-    if !summaries.is_empty() {
-        reply.insert("reasoning_content".into(), summaries.join("\n\n").into());
     }
     let finish_reason = finish_reason_of_responses(
         status,
@@ -575,24 +396,21 @@ pub fn response_at(body: &[u8], created: u64) -> Result<Vec<u8>, TranslateError>
             .and_then(Value::as_str),
         !calls.is_empty(),
     );
-    if !calls.is_empty() {
-        reply.insert("tool_calls".into(), calls.into());
-    }
+    let reasoning = (!summaries.is_empty()).then(|| summaries.join("\n\n"));
+    let members = [("refusal", refusal), ("reasoning_content", reasoning)];
+    let reply = chat::reply(content, members, calls);
     let created_at = response.get("created_at").and_then(|v| {
         v.as_u64()
             .or_else(|| v.as_f64().filter(|s| *s >= 0.0).map(|s| s as u64))
     });
-    let mut completion = json!({
-        "id": str_at("/id"),
-        "object": "chat.completion",
-        "created": created_at.unwrap_or(created),
-        "model": str_at("/model"),
-        "choices": [{"index": 0, "message": reply, "finish_reason": finish_reason}],
-    });
-    if let (Some(usage), Value::Object(members)) = (chat_usage(&response), &mut completion) {
-        members.insert("usage".into(), usage);
-    }
-    serde_json::to_vec(&completion).map_err(|e| TranslateError::Response(e.to_string()))
+    chat::completion(
+        str_at("/id"),
+        created_at.unwrap_or(created),
+        str_at("/model"),
+        reply,
+        finish_reason,
+        chat_usage(&response),
+    )
 }
 
 /// The chat `usage` of a Response's; `None` when it has none (or `null`), so that no
@@ -632,13 +450,14 @@ fn chat_error(message: String, error: Option<&Value>, fallback_type: &str) -> Va
 /// A Responses error body (or any body a Responses upstream answered `status` with) as
 /// a chat error body.
 pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
-    let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let message =
-        error_message(body).unwrap_or_else(|| format!("the upstream answered HTTP {status}"));
-    let upstream = parsed.as_ref().and_then(|v| v.get("error"));
-    chat_error(message, upstream, error_type(status))
-        .to_string()
-        .into_bytes()
+    let upstream = error_object(body);
+    chat_error(
+        upstream_message(status, body),
+        upstream.as_ref(),
+        error_type(status),
+    )
+    .to_string()
+    .into_bytes()
 }
 
 /// A function call of the stream: its item's id and output index, and whether it was
@@ -654,58 +473,33 @@ struct Call {
 #[derive(Debug)]
 pub struct Stream {
     parser: SseParser,
-    created: u64,
-    id: String,
-    model: String,
+    chat: Chunks,
     /// The function calls, in the order of their items: a call's position is its index.
     calls: Vec<Call>,
     /// The reasoning item id and summary index of the last summary text sent.
     summary: Option<(String, u64)>,
-    /// The end of the answer or an error was seen: nothing more is translated.
-    ended: bool,
-    /// The translation ended with an error frame.
-    failed: bool,
 }
-
-/// The message of the error frame that ends the translation at an upstream event larger
-/// than [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which the parser skips.
-const EVENT_TOO_LARGE: &str = "an upstream event was larger than 1 MiB and could not be translated";
 
 impl Stream {
     /// A translator whose chunks say they were created at `created` (Unix seconds).
     pub fn at(created: u64) -> Self {
         Self {
             parser: SseParser::new(),
-            created,
-            id: String::new(),
-            model: String::new(),
+            chat: Chunks::at(created),
             calls: Vec::new(),
             summary: None,
-            ended: false,
-            failed: false,
         }
     }
 
     /// Reads an upstream chunk (any boundaries) and appends the chat frames it completes.
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        let mut events = Vec::new();
-        let skipped = self.parser.skipped;
-        self.parser.feed(chunk, |event| events.push(event));
-        for event in events {
-            self.event(&event, out);
-        }
-        // The parser skips an event only after those it completed from this chunk.
-        if self.parser.skipped > skipped && !self.ended {
-            let error = json!({"error": {"message": EVENT_TOO_LARGE, "type": "upstream_error",
-                                         "code": "upstream_event_too_large", "param": null}});
-            self.fail(&error, out);
-        }
+        self.write(chunk, out);
     }
 
     /// Whether the translation ended with an error frame: the upstream's
     /// `response.failed` or `error` event, or an upstream event too large to read.
     pub fn ended_by_error(&self) -> bool {
-        self.failed
+        self.chat.failed
     }
 
     /// The upstream stream ended. Adds nothing: a complete answer's `[DONE]` went out
@@ -713,30 +507,47 @@ impl Stream {
     /// is left open for the caller to report.
     pub fn finish(&mut self, _out: &mut Vec<u8>) {}
 
-    fn event(&mut self, event: &SseEvent, out: &mut Vec<u8>) {
-        if self.ended {
+    /// The position of the call of item `item_id` (when both it and the call's are
+    /// known), else of output index `output_index`.
+    fn call(&self, item_id: &str, output_index: Option<u64>) -> Option<usize> {
+        self.calls.iter().position(|c| {
+            if item_id.is_empty() || c.item_id.is_empty() {
+                output_index.is_some() && c.output_index == output_index
+            } else {
+                c.item_id == item_id
+            }
+        })
+    }
+
+    /// Argument text for call `call`.
+    fn arguments(&mut self, call: usize, fragment: &str, out: &mut Vec<u8>) {
+        if fragment.is_empty() {
             return;
         }
-        let data: Value = serde_json::from_str(&event.data).unwrap_or_default();
-        let kind = data
-            .get("type")
-            .and_then(Value::as_str)
-            .or(event.event.as_deref())
-            .unwrap_or_default();
-        let str_at = |pointer| {
-            data.pointer(pointer)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-        };
+        if let Some(c) = self.calls.get_mut(call) {
+            c.argued = true;
+        }
+        self.chat.arguments(call, fragment, out);
+    }
+}
+
+impl ChunkWriter for Stream {
+    fn stream(&mut self) -> (&mut SseParser, &mut Chunks) {
+        (&mut self.parser, &mut self.chat)
+    }
+
+    fn event(&mut self, event: &SseEvent, data: &Value, kind: &str, out: &mut Vec<u8>) {
+        let str_at = |pointer| str_at(data, pointer);
         let output_index = data.get("output_index").and_then(Value::as_u64);
         match kind {
             "response.created" => {
-                self.id = str_at("/response/id").to_owned();
-                self.model = str_at("/response/model").to_owned();
-                self.chunk(json!({"role": "assistant", "content": ""}), out);
+                self.chat.id = str_at("/response/id").to_owned();
+                self.chat.model = str_at("/response/model").to_owned();
+                self.chat
+                    .chunk(json!({"role": "assistant", "content": ""}), out);
             }
-            "response.output_text.delta" => self.text("content", str_at("/delta"), out),
-            "response.refusal.delta" => self.text("refusal", str_at("/delta"), out),
+            "response.output_text.delta" => self.chat.text("content", str_at("/delta"), out),
+            "response.refusal.delta" => self.chat.text("refusal", str_at("/delta"), out),
             "response.reasoning_summary_text.delta" => {
                 let delta = str_at("/delta");
                 if delta.is_empty() {
@@ -752,21 +563,16 @@ impl Stream {
                     Some(last) if last != part => format!("\n\n{delta}"),
                     _ => delta.to_owned(),
                 };
-                self.chunk(json!({ "reasoning_content": text }), out);
+                self.chat.chunk(json!({ "reasoning_content": text }), out);
             }
             "response.output_item.added" if str_at("/item/type") == "function_call" => {
-                let delta = json!({"tool_calls": [{
-                    "index": self.calls.len(),
-                    "id": str_at("/item/call_id"),
-                    "type": "function",
-                    "function": {"name": str_at("/item/name"), "arguments": ""},
-                }]});
+                let (id, name) = (str_at("/item/call_id"), str_at("/item/name"));
+                self.chat.call(self.calls.len(), id, name, out);
                 self.calls.push(Call {
                     item_id: str_at("/item/id").to_owned(),
                     output_index,
                     argued: false,
                 });
-                self.chunk(delta, out);
             }
             "response.function_call_arguments.delta" => {
                 if let Some(call) = self.call(str_at("/item_id"), output_index) {
@@ -788,9 +594,8 @@ impl Stream {
                     !self.calls.is_empty(),
                 );
                 let usage = data.get("response").and_then(chat_usage);
-                self.frame(json!({}), Some(reason), usage, out);
-                self.ended = true;
-                out.extend_from_slice(b"data: [DONE]\n\n");
+                self.chat.frame(json!({}), Some(reason), usage, out);
+                self.chat.done(out);
             }
             "response.failed" => {
                 let upstream = data.pointer("/response/error");
@@ -801,7 +606,7 @@ impl Stream {
                     .filter(|m| !m.is_empty())
                     .map_or_else(|| "the upstream response failed".to_owned(), cut);
                 let error = chat_error(message, upstream, "server_error");
-                self.fail(&error, out);
+                self.chat.fail(&error, out);
             }
             "error" => {
                 // The Responses API documents the error's members on the event itself
@@ -813,65 +618,10 @@ impl Stream {
                 let message = error_message(event.data.as_bytes())
                     .unwrap_or_else(|| "the upstream stream reported an error".to_owned());
                 let error = chat_error(message, Some(&upstream), "server_error");
-                self.fail(&error, out);
+                self.chat.fail(&error, out);
             }
             _ => {}
         }
-    }
-
-    /// The position of the call of item `item_id` (when both it and the call's are
-    /// known), else of output index `output_index`.
-    fn call(&self, item_id: &str, output_index: Option<u64>) -> Option<usize> {
-        self.calls.iter().position(|c| {
-            if item_id.is_empty() || c.item_id.is_empty() {
-                output_index.is_some() && c.output_index == output_index
-            } else {
-                c.item_id == item_id
-            }
-        })
-    }
-
-    /// The error frame `error`, which ends the translation.
-    fn fail(&mut self, error: &Value, out: &mut Vec<u8>) {
-        self.ended = true;
-        self.failed = true;
-        write_frame(out, error);
-    }
-
-    fn text(&self, key: &str, text: &str, out: &mut Vec<u8>) {
-        if !text.is_empty() {
-            self.chunk(json!({ key: text }), out);
-        }
-    }
-
-    /// Argument text for call `call`.
-    fn arguments(&mut self, call: usize, fragment: &str, out: &mut Vec<u8>) {
-        if fragment.is_empty() {
-            return;
-        }
-        if let Some(c) = self.calls.get_mut(call) {
-            c.argued = true;
-        }
-        let delta = json!({"tool_calls": [{"index": call, "function": {"arguments": fragment}}]});
-        self.chunk(delta, out);
-    }
-
-    fn chunk(&self, delta: Value, out: &mut Vec<u8>) {
-        self.frame(delta, None, None, out);
-    }
-
-    fn frame(&self, delta: Value, finish: Option<&str>, usage: Option<Value>, out: &mut Vec<u8>) {
-        let mut chunk = json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        });
-        if let (Some(usage), Value::Object(members)) = (usage, &mut chunk) {
-            members.insert("usage".into(), usage);
-        }
-        write_frame(out, &chunk);
     }
 }
 
@@ -879,13 +629,6 @@ impl Stream {
 /// character boundary.
 fn cut(message: &str) -> String {
     message[..message.floor_char_boundary(super::map::MAX_ERROR_MESSAGE)].to_owned()
-}
-
-fn write_frame(out: &mut Vec<u8>, data: &Value) {
-    out.extend_from_slice(b"data: ");
-    // Serialising a value into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, data);
-    out.extend_from_slice(b"\n\n");
 }
 
 #[cfg(test)]

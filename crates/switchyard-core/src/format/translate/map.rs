@@ -40,6 +40,18 @@ pub fn error_message(body: &[u8]) -> Option<String> {
         .then(|| message[..message.floor_char_boundary(MAX_ERROR_MESSAGE)].to_owned())
 }
 
+/// The `error` member of an error body, when the body is JSON with one.
+pub fn error_object(body: &[u8]) -> Option<Value> {
+    let mut parsed = serde_json::from_slice::<Value>(body).ok()?;
+    parsed.get_mut("error").map(Value::take)
+}
+
+/// The message of an upstream error body with `status`: its [`error_message`], else
+/// "the upstream answered HTTP <status>".
+pub fn upstream_message(status: u16, body: &[u8]) -> String {
+    error_message(body).unwrap_or_else(|| format!("the upstream answered HTTP {status}"))
+}
+
 /// An Anthropic `stop_reason` as a chat `finish_reason`.
 pub fn finish_reason_of(stop_reason: &str) -> &'static str {
     match stop_reason {
@@ -143,12 +155,16 @@ impl Tokens {
         }
     }
 
+    /// Every prompt token: fresh, read from the cache or written to it.
+    fn prompt(&self) -> u64 {
+        self.input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write)
+    }
+
     /// A Responses `usage` block: the input counts every prompt token, cached or not.
     pub fn responses(&self) -> Value {
-        let input = self
-            .input
-            .saturating_add(self.cache_read)
-            .saturating_add(self.cache_write);
+        let input = self.prompt();
         json!({
             "input_tokens": input,
             "input_tokens_details": {"cached_tokens": self.cache_read, "cache_write_tokens": self.cache_write},
@@ -170,10 +186,7 @@ impl Tokens {
 
     /// A chat `usage` block: the prompt counts every prompt token, cached or not.
     pub fn chat(&self) -> Value {
-        let prompt = self
-            .input
-            .saturating_add(self.cache_read)
-            .saturating_add(self.cache_write);
+        let prompt = self.prompt();
         json!({
             "prompt_tokens": prompt,
             "completion_tokens": self.output,

@@ -85,16 +85,15 @@
 //! choice finished, or whose translation ended with an error, gets nothing added, so
 //! the client sees the answer cut (the gateway adds its error unless one is out).
 
-use super::map::{anthropic_error_type, error_message, stop_reason_of, Tokens};
+use super::chat::{self, ChunkReader, End, Fragment, Part, EVENT_TOO_LARGE, JOIN};
+use super::json::{self, get, invalid, member, optional_string, str_at, string, text_member};
+use super::map::{anthropic_error_type, stop_reason_of, upstream_message, Tokens};
 use super::unsigned::UNSIGNED;
 use super::TranslateError;
 use crate::format::anthropic_messages::push_event;
 use crate::llm::RawObject;
-use crate::sse::{SseEvent, SseParser};
+use crate::sse::SseParser;
 use serde_json::{json, Map, Value};
-
-/// What joins text blocks that become one string.
-const JOIN: &str = "\n\n";
 
 /// What starts the content of a tool message made from a failed tool's result.
 const ERROR_PREFIX: &str = "Error: ";
@@ -119,27 +118,11 @@ pub fn request(
     for (i, item) in items.iter().enumerate() {
         push_message(item, &format!("messages[{i}]"), &mut messages)?;
     }
-    let mut out = Map::new();
-    out.insert("model".into(), model.into());
-    out.insert("messages".into(), Value::Array(messages));
-    if let Some(n) = max_tokens {
-        out.insert("max_tokens".into(), n.into());
-    }
-    if stream {
-        out.insert("stream".into(), true.into());
-        out.insert("stream_options".into(), json!({"include_usage": true}));
-    }
+    let mut out = chat::request(model, messages, max_tokens, stream);
     if let Some(stop) = stop_sequences(body)? {
         out.insert("stop".into(), stop);
     }
-    for name in ["temperature", "top_p"] {
-        if let Some(v) = member(body, name)? {
-            if !v.is_number() {
-                return Err(invalid(name, "must be a number"));
-            }
-            out.insert(name.into(), v);
-        }
-    }
+    chat::sampling(body, &mut out)?;
     let tools = tools(body)?;
     if !tools.is_empty() {
         let choice = member(body, "tool_choice")?
@@ -160,48 +143,6 @@ pub fn request(
         out.insert("user".into(), user.into());
     }
     Ok(Value::Object(out).to_string().into_bytes())
-}
-
-fn invalid(path: &str, what: &str) -> TranslateError {
-    TranslateError::Request(format!("`{path}` {what}"))
-}
-
-/// Top-level member `name`, parsed; `None` when absent or `null`.
-fn member(body: &RawObject, name: &str) -> Result<Option<Value>, TranslateError> {
-    let Some(raw) = body.member(name) else {
-        return Ok(None);
-    };
-    match serde_json::from_str(raw) {
-        Ok(Value::Null) => Ok(None),
-        Ok(v) => Ok(Some(v)),
-        Err(e) => Err(invalid(name, &format!("cannot be read: {e}"))),
-    }
-}
-
-/// Member `key` of `v`; `None` when absent or `null`.
-fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
-    v.get(key).filter(|m| !m.is_null())
-}
-
-/// The string member `key` of the object at `path`.
-fn string<'a>(v: &'a Value, key: &str, path: &str) -> Result<&'a str, TranslateError> {
-    get(v, key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| invalid(&format!("{path}.{key}"), "must be a string"))
-}
-
-/// The optional string member `key` of the object at `path`.
-fn optional_string<'a>(
-    v: &'a Value,
-    key: &str,
-    path: &str,
-) -> Result<Option<&'a str>, TranslateError> {
-    get(v, key)
-        .map(|m| {
-            m.as_str()
-                .ok_or_else(|| invalid(&format!("{path}.{key}"), "must be a string"))
-        })
-        .transpose()
 }
 
 /// A message's or a tool result's content.
@@ -278,54 +219,27 @@ fn push_message(item: &Value, path: &str, out: &mut Vec<Value>) -> Result<(), Tr
     }
 }
 
-/// A content part of a chat user message.
-enum Part<'a> {
-    Text(&'a str),
-    Image(String),
-}
-
-impl Part<'_> {
-    fn json(&self) -> Value {
-        match self {
-            Part::Text(text) => json!({"type": "text", "text": text}),
-            Part::Image(url) => json!({"type": "image_url", "image_url": {"url": url}}),
-        }
-    }
-}
-
-/// Chat content from parts: one string when all are text, else the parts.
-fn parts_content(parts: &[Part<'_>]) -> Value {
-    let texts: Option<Vec<&str>> = parts
-        .iter()
-        .map(|p| match p {
-            Part::Text(t) => Some(*t),
-            Part::Image(_) => None,
-        })
-        .collect();
-    match texts {
-        Some(texts) => texts.join(JOIN).into(),
-        None => parts.iter().map(Part::json).collect(),
-    }
-}
-
-/// The chat image URL of the image block at `path`.
-fn image_url(block: &Value, path: &str) -> Result<String, TranslateError> {
+/// The chat image part of the image block at `path`.
+fn image(block: &Value, path: &str) -> Result<Part<'static>, TranslateError> {
     let source_path = format!("{path}.source");
     let Some(source) = get(block, "source") else {
         return Err(invalid(&source_path, "must be an object"));
     };
-    match string(source, "type", &source_path)? {
-        "base64" => Ok(format!(
+    let url = match string(source, "type", &source_path)? {
+        "base64" => format!(
             "data:{};base64,{}",
             string(source, "media_type", &source_path)?,
             string(source, "data", &source_path)?
-        )),
-        "url" => Ok(string(source, "url", &source_path)?.to_owned()),
-        _ => Err(invalid(
-            &format!("{source_path}.type"),
-            "has no chat counterpart: only base64 and url images can be sent",
-        )),
-    }
+        ),
+        "url" => string(source, "url", &source_path)?.to_owned(),
+        _ => {
+            return Err(invalid(
+                &format!("{source_path}.type"),
+                "has no chat counterpart: only base64 and url images can be sent",
+            ))
+        }
+    };
+    Ok(Part::Image { url, detail: None })
 }
 
 fn push_user(
@@ -346,14 +260,14 @@ fn push_user(
         let path = format!("{path}[{j}]");
         match block_type(block, &path)? {
             "text" => rest.push(Part::Text(string(block, "text", &path)?)),
-            "image" => rest.push(Part::Image(image_url(block, &path)?)),
+            "image" => rest.push(image(block, &path)?),
             "tool_result" => out.push(tool_result(block, &path, &mut parts)?),
             _ => {}
         }
     }
     parts.append(&mut rest);
     if !parts.is_empty() {
-        out.push(json!({"role": "user", "content": parts_content(&parts)}));
+        out.push(json!({"role": "user", "content": chat::content(&parts)}));
     }
     Ok(())
 }
@@ -376,7 +290,7 @@ fn tool_result<'a>(
                     let path = format!("{content_path}[{k}]");
                     match block_type(b, &path)? {
                         "text" => texts.push(string(b, "text", &path)?),
-                        "image" => images.push(Part::Image(image_url(b, &path)?)),
+                        "image" => images.push(image(b, &path)?),
                         _ => {}
                     }
                 }
@@ -414,11 +328,11 @@ fn push_assistant(
             "tool_use" => {
                 let arguments =
                     get(block, "input").map_or_else(|| "{}".to_owned(), Value::to_string);
-                calls.push(json!({
-                    "id": string(block, "id", &path)?,
-                    "type": "function",
-                    "function": {"name": string(block, "name", &path)?, "arguments": arguments},
-                }));
+                calls.push(chat::tool_call(
+                    string(block, "id", &path)?,
+                    string(block, "name", &path)?,
+                    &arguments,
+                ));
             }
             _ => {}
         }
@@ -439,31 +353,14 @@ fn push_assistant(
 
 /// The function tools for the client's custom tools.
 fn tools(body: &RawObject) -> Result<Vec<Value>, TranslateError> {
-    let Some(tools) = member(body, "tools")? else {
-        return Ok(Vec::new());
-    };
-    let Value::Array(tools) = tools else {
-        return Err(invalid("tools", "must be an array"));
-    };
-    let mut out = Vec::new();
-    for (i, tool) in tools.iter().enumerate() {
-        let path = format!("tools[{i}]");
-        let custom = optional_string(tool, "type", &path)?.is_none_or(|t| t == "custom");
+    chat::function_tools(body, |tool, path| {
+        let custom = optional_string(tool, "type", path)?.is_none_or(|t| t == "custom");
         let deferred = get(tool, "defer_loading").and_then(Value::as_bool) == Some(true);
         if !custom || deferred {
-            continue;
+            return Ok(None);
         }
-        let mut function = Map::new();
-        function.insert("name".into(), string(tool, "name", &path)?.into());
-        if let Some(description) = optional_string(tool, "description", &path)? {
-            function.insert("description".into(), description.into());
-        }
-        if let Some(schema) = get(tool, "input_schema") {
-            function.insert("parameters".into(), schema.clone());
-        }
-        out.push(json!({"type": "function", "function": function}));
-    }
-    Ok(out)
+        chat::function(tool, path, "input_schema").map(Some)
+    })
 }
 
 /// The chat `tool_choice`, and whether parallel tool calls stay allowed.
@@ -474,16 +371,11 @@ fn tool_choice(choice: &Value, tools: &[Value]) -> Result<(Value, bool), Transla
         "none" => json!("none"),
         "tool" => {
             let name = string(choice, "name", "tool_choice")?;
-            let sent = tools
-                .iter()
-                .any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name));
-            if !sent {
-                return Err(invalid(
-                    "tool_choice.name",
-                    "must name a custom tool in `tools` (server and deferred tools are not sent)",
-                ));
-            }
-            json!({"type": "function", "function": {"name": name}})
+            chat::chosen(
+                tools,
+                name,
+                "must name a custom tool in `tools` (server and deferred tools are not sent)",
+            )?
         }
         _ => {
             return Err(invalid(
@@ -532,29 +424,10 @@ fn user(body: &RawObject) -> Result<Option<String>, TranslateError> {
     Ok(optional_string(&metadata, "user_id", "metadata")?.map(str::to_owned))
 }
 
-/// The Anthropic message id for chat id `id`.
-fn message_id(id: &str) -> String {
-    if id.starts_with("msg_") {
-        id.to_owned()
-    } else {
-        format!("msg_{id}")
-    }
-}
-
-fn untranslatable(what: &str) -> TranslateError {
-    TranslateError::Response(what.to_owned())
-}
-
 /// The Anthropic message for a `chat.completion` body; see the module docs.
 pub fn response(body: &[u8]) -> Result<Vec<u8>, TranslateError> {
-    let answer: Value = serde_json::from_slice(body)
-        .map_err(|e| TranslateError::Response(format!("not JSON: {e}")))?;
-    let choice = answer
-        .pointer("/choices/0")
-        .ok_or_else(|| untranslatable("no `choices[0]`"))?;
-    let message = get(choice, "message")
-        .filter(|m| m.is_object())
-        .ok_or_else(|| untranslatable("`choices[0].message` is not an object"))?;
+    let answer = json::answer(body)?;
+    let (choice, message) = chat::choice(&answer)?;
     let mut content = Vec::new();
     if let Some(thinking) = text_member(message, "reasoning_content") {
         content.push(json!({"type": "thinking", "thinking": thinking, "signature": UNSIGNED}));
@@ -562,52 +435,23 @@ pub fn response(body: &[u8]) -> Result<Vec<u8>, TranslateError> {
     if let Some(text) = text_member(message, "content") {
         content.push(json!({"type": "text", "text": text}));
     }
-    if let Some(calls) = get(message, "tool_calls") {
-        let calls = calls
-            .as_array()
-            .ok_or_else(|| untranslatable("`tool_calls` is not an array"))?;
-        for call in calls {
-            content.push(tool_use(call)?);
-        }
+    for call in chat::calls(message)? {
+        content.push(json!({"type": "tool_use", "id": call.id, "name": call.name,
+                            "input": tool_input(call.arguments)}));
     }
-    let finish = get(choice, "finish_reason")
-        .and_then(Value::as_str)
-        .unwrap_or("stop");
+    let finish = chat::finish_reason(choice);
     let usage = Tokens::from_chat(get(&answer, "usage").unwrap_or(&Value::Null));
-    let id = get(&answer, "id").and_then(Value::as_str).unwrap_or("");
-    let model = get(&answer, "model").and_then(Value::as_str).unwrap_or("");
     let message = json!({
-        "id": message_id(id),
+        "id": chat::prefixed("msg_", str_at(&answer, "/id")),
         "type": "message",
         "role": "assistant",
-        "model": model,
+        "model": str_at(&answer, "/model"),
         "content": content,
         "stop_reason": stop_reason_of(finish, false),
         "stop_sequence": null,
         "usage": usage.anthropic(),
     });
     Ok(message.to_string().into_bytes())
-}
-
-/// The non-empty string member `key` of `v`.
-fn text_member<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
-}
-
-/// The `tool_use` block of a chat tool call.
-fn tool_use(call: &Value) -> Result<Value, TranslateError> {
-    let id = call.get("id").and_then(Value::as_str);
-    let name = call.pointer("/function/name").and_then(Value::as_str);
-    let (Some(id), Some(name)) = (id, name) else {
-        return Err(untranslatable(
-            "a tool call without `id` or `function.name`",
-        ));
-    };
-    let arguments = call
-        .pointer("/function/arguments")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    Ok(json!({"type": "tool_use", "id": id, "name": name, "input": tool_input(arguments)}))
 }
 
 /// The `input` of a tool call with `arguments`: `{}` for none, the object they hold, or
@@ -624,8 +468,7 @@ fn tool_input(arguments: &str) -> Value {
 
 /// The Anthropic error body for an upstream error answer with `status` and `body`.
 pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
-    let message =
-        error_message(body).unwrap_or_else(|| format!("the upstream answered HTTP {status}"));
+    let message = upstream_message(status, body);
     json!({"type": "error", "error": {"type": anthropic_error_type(status), "message": message}})
         .to_string()
         .into_bytes()
@@ -641,46 +484,20 @@ pub struct Stream {
 impl Stream {
     /// Reads an upstream chunk (any boundaries); appends the events it completes.
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        let mut frames = String::new();
-        let state = &mut self.state;
-        let skipped = self.parser.skipped;
-        self.parser
-            .feed(chunk, |event| state.on_event(&event, &mut frames));
-        // The parser skips an event only after those it completed from this chunk.
-        if self.parser.skipped > skipped {
-            self.state.fail(EVENT_TOO_LARGE, &mut frames);
-        }
-        out.extend_from_slice(frames.as_bytes());
+        chat::read_chunks(&mut self.parser, &mut self.state, chunk, out);
     }
 
     /// The upstream stream ended: closes the message when the choice finished but
     /// `[DONE]` did not come; appends nothing when it did not finish (a cut answer).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.state.ended.is_none() && self.state.stop_reason.is_some() {
-            let mut frames = String::new();
-            self.state.end(&mut frames);
-            out.extend_from_slice(frames.as_bytes());
-        }
+        self.state.finish(out);
     }
 
     /// Whether the translation ended with an `error` event: the upstream's error chunk,
     /// or an upstream event too large to read.
     pub fn ended_by_error(&self) -> bool {
-        self.state.ended == Some(End::Error)
+        self.state.ended_by_error()
     }
-}
-
-/// The message of the `error` event that ends the translation at an upstream event
-/// larger than [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which the parser skips.
-const EVENT_TOO_LARGE: &str = "an upstream event was larger than 1 MiB and could not be translated";
-
-/// How the translation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    /// `message_stop` is out.
-    Stop,
-    /// An `error` event is out.
-    Error,
 }
 
 /// A content block being streamed.
@@ -706,57 +523,18 @@ struct State {
     /// From the choice's `finish_reason`, once seen.
     stop_reason: Option<&'static str>,
     tokens: Tokens,
-    /// Set once `message_stop` or an `error` event is out: the rest of the input is
-    /// ignored.
+    /// Set once `message_stop` ([`End::Done`]) or an `error` event ([`End::Failed`]) is
+    /// out: the rest of the input is ignored.
     ended: Option<End>,
 }
 
-impl State {
-    fn on_event(&mut self, event: &SseEvent, out: &mut String) {
-        if self.ended.is_some() {
-            return;
-        }
-        if event.is_done() {
-            self.start("", "", out);
-            self.end(out);
-            return;
-        }
-        let Ok(chunk) = serde_json::from_str::<Value>(&event.data) else {
-            return;
-        };
-        if let Some(error) = get(&chunk, "error") {
-            // An error object without a message is shown as it is.
-            let message = error_message(event.data.as_bytes())
-                .filter(|m| *m != event.data.trim())
-                .unwrap_or_else(|| error.to_string());
-            self.fail(&message, out);
-            return;
-        }
-        if let Some(usage) = get(&chunk, "usage") {
-            self.tokens = Tokens::from_chat(usage);
-        }
-        let Some(choice) = chunk.pointer("/choices/0") else {
-            return;
-        };
-        let id = chunk.get("id").and_then(Value::as_str).unwrap_or("");
-        let model = chunk.get("model").and_then(Value::as_str).unwrap_or("");
-        self.start(id, model, out);
-        let delta = choice.get("delta").unwrap_or(&Value::Null);
-        if let Some(thinking) = text_member(delta, "reasoning_content") {
-            self.text(true, thinking, out);
-        }
-        if let Some(text) = text_member(delta, "content") {
-            self.text(false, text, out);
-        }
-        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-            for (position, call) in calls.iter().enumerate() {
-                self.tool_call(call, position, out);
-            }
-        }
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.close(out);
-            self.stop_reason = Some(stop_reason_of(reason, false));
-        }
+impl ChunkReader for State {
+    fn ended(&self) -> Option<End> {
+        self.ended
+    }
+
+    fn choice_finished(&self) -> bool {
+        self.stop_reason.is_some()
     }
 
     /// `message_start` and `ping`, once.
@@ -766,7 +544,7 @@ impl State {
         }
         self.started = true;
         let message = json!({
-            "id": message_id(id),
+            "id": chat::prefixed("msg_", id),
             "type": "message",
             "role": "assistant",
             "model": model,
@@ -795,9 +573,76 @@ impl State {
                     "usage": self.tokens.anthropic()}),
         );
         push_event(out, "message_stop", &json!({"type": "message_stop"}));
-        self.ended = Some(End::Stop);
+        self.ended = Some(End::Done);
     }
 
+    fn error(&mut self, _id: &str, _model: &str, _error: &Value, message: &str, out: &mut String) {
+        self.fail(message, out);
+    }
+
+    fn too_large(&mut self, out: &mut String) {
+        self.fail(EVENT_TOO_LARGE, out);
+    }
+
+    fn usage(&mut self, tokens: Tokens) {
+        self.tokens = tokens;
+    }
+
+    /// Thinking (`thinking`) or answer text, in the block of its kind.
+    fn text(&mut self, thinking: bool, text: &str, out: &mut String) {
+        let block = if thinking {
+            Block::Thinking
+        } else {
+            Block::Text
+        };
+        if self.open.as_ref().map(|(_, b)| b) != Some(&block) {
+            let content_block = if thinking {
+                json!({"type": "thinking", "thinking": "", "signature": ""})
+            } else {
+                json!({"type": "text", "text": ""})
+            };
+            self.open(block, content_block, out);
+        }
+        let delta = if thinking {
+            json!({"type": "thinking_delta", "thinking": text})
+        } else {
+            json!({"type": "text_delta", "text": text})
+        };
+        self.delta(delta, out);
+    }
+
+    /// A tool call fragment, the `position`th of its chunk: a new call (it has an `id`
+    /// and a name) starts a `tool_use` block; arguments go out as they come.
+    fn tool_call(&mut self, call: &Value, position: usize, out: &mut String) {
+        let call = Fragment::of(call, position);
+        let continues = matches!(&self.open, Some((_, Block::Tool { index, id }))
+            if call.continues(*index, id));
+        if !continues {
+            let (Some(id), Some(name)) = (call.id, call.name) else {
+                return;
+            };
+            let content_block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
+            let block = Block::Tool {
+                index: call.index,
+                id: id.to_owned(),
+            };
+            self.open(block, content_block, out);
+        }
+        if let Some(partial) = call.arguments {
+            self.delta(
+                json!({"type": "input_json_delta", "partial_json": partial}),
+                out,
+            );
+        }
+    }
+
+    fn finished(&mut self, reason: &str, out: &mut String) {
+        self.close(out);
+        self.stop_reason = Some(stop_reason_of(reason, false));
+    }
+}
+
+impl State {
     /// An `error` event with `message`, which ends the translation, unless it has ended.
     fn fail(&mut self, message: &str, out: &mut String) {
         if self.ended.is_some() {
@@ -808,7 +653,7 @@ impl State {
             "error",
             &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
         );
-        self.ended = Some(End::Error);
+        self.ended = Some(End::Failed);
     }
 
     /// Closes the open block; a thinking block gets its [`UNSIGNED`] signature first.
@@ -850,66 +695,6 @@ impl State {
                 out,
                 "content_block_delta",
                 &json!({"type": "content_block_delta", "index": index, "delta": delta}),
-            );
-        }
-    }
-
-    /// Thinking (`thinking`) or answer text, in the block of its kind.
-    fn text(&mut self, thinking: bool, text: &str, out: &mut String) {
-        let block = if thinking {
-            Block::Thinking
-        } else {
-            Block::Text
-        };
-        if self.open.as_ref().map(|(_, b)| b) != Some(&block) {
-            let content_block = if thinking {
-                json!({"type": "thinking", "thinking": "", "signature": ""})
-            } else {
-                json!({"type": "text", "text": ""})
-            };
-            self.open(block, content_block, out);
-        }
-        let delta = if thinking {
-            json!({"type": "thinking_delta", "thinking": text})
-        } else {
-            json!({"type": "text_delta", "text": text})
-        };
-        self.delta(delta, out);
-    }
-
-    /// A tool call fragment, the `position`th of its chunk: a new call (it has an `id`
-    /// and a name) starts a `tool_use` block; arguments go out as they come.
-    fn tool_call(&mut self, call: &Value, position: usize, out: &mut String) {
-        let index = call
-            .get("index")
-            .and_then(Value::as_u64)
-            .unwrap_or(position as u64);
-        let id = text_member(call, "id");
-        let continues = matches!(&self.open, Some((_, Block::Tool { index: i, id: open }))
-            if *i == index && id.is_none_or(|id| id == open));
-        if !continues {
-            let name = call
-                .pointer("/function/name")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty());
-            let (Some(id), Some(name)) = (id, name) else {
-                return;
-            };
-            let content_block = json!({"type": "tool_use", "id": id, "name": name, "input": {}});
-            let block = Block::Tool {
-                index,
-                id: id.to_owned(),
-            };
-            self.open(block, content_block, out);
-        }
-        let arguments = call
-            .pointer("/function/arguments")
-            .and_then(Value::as_str)
-            .filter(|a| !a.is_empty());
-        if let Some(partial) = arguments {
-            self.delta(
-                json!({"type": "input_json_delta", "partial_json": partial}),
-                out,
             );
         }
     }

@@ -2,10 +2,11 @@
 //! not speak: the request body into the upstream's format, and the answer — a JSON
 //! body, an error body or an event stream — back into the client's. One module per
 //! (client, upstream) pair with chat completions on one side; [`map`] holds the
-//! mappings the pairs share. Chat is the hub: a Responses client over an Anthropic
-//! upstream, or an Anthropic client over a Responses upstream, goes through chat — the
-//! request through both pairs one way, the answer and the stream (two translators in
-//! a row) the other. What chat cannot carry between them (Anthropic's cache writes and
+//! mappings the pairs share, `chat` what they read and write alike on the chat side, and
+//! `json` the reading of JSON with refusals that name the member's path. Chat is the
+//! hub: a Responses client over an Anthropic upstream, or an Anthropic client over a
+//! Responses upstream, goes through chat — the request through both pairs one way, the
+//! answer and the stream (two translators in a row) the other. What chat cannot carry between them (Anthropic's cache writes and
 //! signed thinking, Responses' encrypted reasoning) is dropped, as it is for a chat
 //! client.
 //!
@@ -14,8 +15,10 @@
 //! them); when client and upstream speak the same format nothing here runs and the
 //! body passes through ([`crate::llm::Request::upstream_body`]).
 
+mod chat;
 pub mod chat_over_messages;
 pub mod chat_over_responses;
+mod json;
 pub mod map;
 pub mod messages_over_chat;
 pub mod responses_over_chat;

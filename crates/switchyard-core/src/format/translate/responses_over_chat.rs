@@ -123,16 +123,15 @@
 //! translation ended with an error, gets nothing added, so the client sees the answer
 //! cut (the gateway adds its error unless one is out).
 
-use super::map::{error_message, responses_status_of, Tokens};
+use super::chat::{self, ChunkReader, End, Fragment, Part, EVENT_TOO_LARGE, JOIN};
+use super::json::{self, get, invalid, member, optional_string, str_at, string, text_member};
+use super::map::{error_object, responses_status_of, upstream_message, Tokens};
 use super::TranslateError;
 use crate::format::anthropic_messages::push_event;
 use crate::format::responses::TRANSLATED_REASONING;
 use crate::llm::RawObject;
-use crate::sse::{SseEvent, SseParser};
+use crate::sse::SseParser;
 use serde_json::{json, Map, Value};
-
-/// What joins text parts that become one string.
-const JOIN: &str = "\n\n";
 
 /// The chat request for a Responses `body`; see the module docs.
 pub fn request(
@@ -141,43 +140,27 @@ pub fn request(
     max_tokens: Option<u64>,
     stream: bool,
 ) -> Result<Vec<u8>, TranslateError> {
-    let mut chat = Chat::default();
+    let mut conversation = Chat::default();
     if let Some(instructions) = member(body, "instructions")? {
         let text = instructions
             .as_str()
             .ok_or_else(|| invalid("instructions", "must be a string"))?;
         if !text.is_empty() {
-            chat.push(json!({"role": "system", "content": text}));
+            conversation.push(json!({"role": "system", "content": text}));
         }
     }
     match member(body, "input")? {
-        Some(Value::String(text)) => chat.push(json!({"role": "user", "content": text})),
+        Some(Value::String(text)) => conversation.push(json!({"role": "user", "content": text})),
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                push_item(item, &format!("input[{i}]"), &mut chat)?;
+                push_item(item, &format!("input[{i}]"), &mut conversation)?;
             }
         }
         _ => return Err(invalid("input", "must be a string or an array of items")),
     }
-    chat.flush_images();
-    let mut out = Map::new();
-    out.insert("model".into(), model.into());
-    out.insert("messages".into(), Value::Array(chat.messages));
-    if let Some(n) = max_tokens {
-        out.insert("max_tokens".into(), n.into());
-    }
-    if stream {
-        out.insert("stream".into(), true.into());
-        out.insert("stream_options".into(), json!({"include_usage": true}));
-    }
-    for name in ["temperature", "top_p"] {
-        if let Some(v) = member(body, name)? {
-            if !v.is_number() {
-                return Err(invalid(name, "must be a number"));
-            }
-            out.insert(name.into(), v);
-        }
-    }
+    conversation.flush_images();
+    let mut out = chat::request(model, conversation.messages, max_tokens, stream);
+    chat::sampling(body, &mut out)?;
     let tools = tools(body)?;
     let choice = member(body, "tool_choice")?
         .map(|c| tool_choice(&c, &tools))
@@ -207,48 +190,6 @@ pub fn request(
         out.insert("user".into(), user.into());
     }
     Ok(Value::Object(out).to_string().into_bytes())
-}
-
-fn invalid(path: &str, what: &str) -> TranslateError {
-    TranslateError::Request(format!("`{path}` {what}"))
-}
-
-/// Top-level member `name`, parsed; `None` when absent or `null`.
-fn member(body: &RawObject, name: &str) -> Result<Option<Value>, TranslateError> {
-    let Some(raw) = body.member(name) else {
-        return Ok(None);
-    };
-    match serde_json::from_str(raw) {
-        Ok(Value::Null) => Ok(None),
-        Ok(v) => Ok(Some(v)),
-        Err(e) => Err(invalid(name, &format!("cannot be read: {e}"))),
-    }
-}
-
-/// Member `key` of `v`; `None` when absent or `null`.
-fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
-    v.get(key).filter(|m| !m.is_null())
-}
-
-/// The string member `key` of the object at `path`.
-fn string<'a>(v: &'a Value, key: &str, path: &str) -> Result<&'a str, TranslateError> {
-    get(v, key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| invalid(&format!("{path}.{key}"), "must be a string"))
-}
-
-/// The optional string member `key` of the object at `path`.
-fn optional_string<'a>(
-    v: &'a Value,
-    key: &str,
-    path: &str,
-) -> Result<Option<&'a str>, TranslateError> {
-    get(v, key)
-        .map(|m| {
-            m.as_str()
-                .ok_or_else(|| invalid(&format!("{path}.{key}"), "must be a string"))
-        })
-        .transpose()
 }
 
 /// The chat messages being built.
@@ -299,19 +240,15 @@ impl Chat {
     }
 }
 
-fn push_item(item: &Value, path: &str, chat: &mut Chat) -> Result<(), TranslateError> {
+fn push_item(item: &Value, path: &str, conversation: &mut Chat) -> Result<(), TranslateError> {
     match optional_string(item, "type", path)?.unwrap_or("message") {
-        "message" => push_message(item, path, chat),
+        "message" => push_message(item, path, conversation),
         "function_call" => {
-            let call = json!({
-                "id": string(item, "call_id", path)?,
-                "type": "function",
-                "function": {
-                    "name": string(item, "name", path)?,
-                    "arguments": string(item, "arguments", path)?,
-                },
-            });
-            chat.call(call);
+            conversation.call(chat::tool_call(
+                string(item, "call_id", path)?,
+                string(item, "name", path)?,
+                string(item, "arguments", path)?,
+            ));
             Ok(())
         }
         "function_call_output" => {
@@ -321,10 +258,10 @@ fn push_item(item: &Value, path: &str, chat: &mut Chat) -> Result<(), TranslateE
             for part in output {
                 match part {
                     Part::Text(text) => texts.push(text),
-                    image @ Part::Image { .. } => chat.images.push(image.json()),
+                    image @ Part::Image { .. } => conversation.images.push(image.json()),
                 }
             }
-            chat.messages.push(
+            conversation.messages.push(
                 json!({"role": "tool", "tool_call_id": call_id, "content": texts.join(JOIN)}),
             );
             Ok(())
@@ -333,7 +270,7 @@ fn push_item(item: &Value, path: &str, chat: &mut Chat) -> Result<(), TranslateE
     }
 }
 
-fn push_message(item: &Value, path: &str, chat: &mut Chat) -> Result<(), TranslateError> {
+fn push_message(item: &Value, path: &str, conversation: &mut Chat) -> Result<(), TranslateError> {
     let role = match string(item, "role", path)? {
         "developer" | "system" => "system",
         "user" => "user",
@@ -353,37 +290,12 @@ fn push_message(item: &Value, path: &str, chat: &mut Chat) -> Result<(), Transla
     if parts.is_empty() {
         return Ok(());
     }
-    let content = parts_content(&parts);
+    let content = chat::content(&parts);
     if role == "system" && content == "" {
         return Ok(());
     }
-    chat.push(json!({"role": role, "content": content}));
+    conversation.push(json!({"role": role, "content": content}));
     Ok(())
-}
-
-/// A content part of a chat message.
-enum Part<'a> {
-    Text(&'a str),
-    Image {
-        url: &'a str,
-        detail: Option<&'a str>,
-    },
-}
-
-impl Part<'_> {
-    fn json(&self) -> Value {
-        match self {
-            Part::Text(text) => json!({"type": "text", "text": text}),
-            Part::Image { url, detail } => {
-                let mut image = Map::new();
-                image.insert("url".into(), (*url).into());
-                if let Some(detail) = detail {
-                    image.insert("detail".into(), (*detail).into());
-                }
-                json!({"type": "image_url", "image_url": image})
-            }
-        }
-    }
 }
 
 /// The parts of `content` (a string or parts) at `path`; images only when `images`.
@@ -425,7 +337,10 @@ fn parts<'a>(
                     .as_str()
                     .ok_or_else(|| invalid(&format!("{path}.image_url"), "must be a string"))?;
                 let detail = optional_string(part, "detail", &path)?;
-                out.push(Part::Image { url, detail });
+                out.push(Part::Image {
+                    url: url.to_owned(),
+                    detail,
+                });
             }
             kind @ ("input_file" | "input_audio") => {
                 return Err(invalid(
@@ -439,52 +354,21 @@ fn parts<'a>(
     Ok(out)
 }
 
-/// Chat content from parts: one string when all are text, else the parts.
-fn parts_content(parts: &[Part<'_>]) -> Value {
-    let texts: Option<Vec<&str>> = parts
-        .iter()
-        .map(|p| match p {
-            Part::Text(t) => Some(*t),
-            Part::Image { .. } => None,
-        })
-        .collect();
-    match texts {
-        Some(texts) => texts.join(JOIN).into(),
-        None => parts.iter().map(Part::json).collect(),
-    }
-}
-
 /// The function tools for the client's `function` tools.
 fn tools(body: &RawObject) -> Result<Vec<Value>, TranslateError> {
-    let Some(tools) = member(body, "tools")? else {
-        return Ok(Vec::new());
-    };
-    let Value::Array(tools) = tools else {
-        return Err(invalid("tools", "must be an array"));
-    };
-    let mut out = Vec::new();
-    for (i, tool) in tools.iter().enumerate() {
-        let path = format!("tools[{i}]");
-        if string(tool, "type", &path)? != "function" {
-            continue;
+    chat::function_tools(body, |tool, path| {
+        if string(tool, "type", path)? != "function" {
+            return Ok(None);
         }
-        let mut function = Map::new();
-        function.insert("name".into(), string(tool, "name", &path)?.into());
-        if let Some(description) = optional_string(tool, "description", &path)? {
-            function.insert("description".into(), description.into());
-        }
-        if let Some(parameters) = get(tool, "parameters") {
-            function.insert("parameters".into(), parameters.clone());
-        }
+        let mut function = chat::function(tool, path, "parameters")?;
         if let Some(strict) = get(tool, "strict") {
             let strict = strict
                 .as_bool()
                 .ok_or_else(|| invalid(&format!("{path}.strict"), "must be a boolean"))?;
             function.insert("strict".into(), strict.into());
         }
-        out.push(json!({"type": "function", "function": function}));
-    }
-    Ok(out)
+        Ok(Some(function))
+    })
 }
 
 /// The chat `tool_choice` for the client's, checked against the tools sent.
@@ -505,16 +389,11 @@ fn tool_choice(choice: &Value, tools: &[Value]) -> Result<Value, TranslateError>
         ));
     }
     let name = string(choice, "name", "tool_choice")?;
-    let sent = tools
-        .iter()
-        .any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name));
-    if !sent {
-        return Err(invalid(
-            "tool_choice.name",
-            "must name a function tool in `tools` (namespace and built-in tools are not sent to a chat upstream)",
-        ));
-    }
-    Ok(json!({"type": "function", "function": {"name": name}}))
+    chat::chosen(
+        tools,
+        name,
+        "must name a function tool in `tools` (namespace and built-in tools are not sent to a chat upstream)",
+    )
 }
 
 fn reasoning_effort(body: &RawObject) -> Result<Option<String>, TranslateError> {
@@ -575,15 +454,6 @@ fn user(body: &RawObject) -> Result<Option<String>, TranslateError> {
         }
     }
     Ok(None)
-}
-
-/// The response id for chat id `id`.
-fn response_id(id: &str) -> String {
-    if id.starts_with("resp_") {
-        id.to_owned()
-    } else {
-        format!("resp_{id}")
-    }
 }
 
 /// The output item id of a function call with `call_id`.
@@ -657,26 +527,11 @@ impl Ident {
     }
 }
 
-fn untranslatable(what: &str) -> TranslateError {
-    TranslateError::Response(what.to_owned())
-}
-
-/// The non-empty string member `key` of `v`.
-fn text_member<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
-}
-
 /// The Responses `response` object for a `chat.completion` body, created at
 /// `created_at` (Unix seconds); see the module docs.
 pub fn response_at(body: &[u8], created_at: u64) -> Result<Vec<u8>, TranslateError> {
-    let answer: Value = serde_json::from_slice(body)
-        .map_err(|e| TranslateError::Response(format!("not JSON: {e}")))?;
-    let choice = answer
-        .pointer("/choices/0")
-        .ok_or_else(|| untranslatable("no `choices[0]`"))?;
-    let message = get(choice, "message")
-        .filter(|m| m.is_object())
-        .ok_or_else(|| untranslatable("`choices[0].message` is not an object"))?;
+    let answer = json::answer(body)?;
+    let (choice, message) = chat::choice(&answer)?;
     let mut output = Vec::new();
     if let Some(text) = text_member(message, "reasoning_content") {
         output.push(reasoning_item(
@@ -688,37 +543,15 @@ pub fn response_at(body: &[u8], created_at: u64) -> Result<Vec<u8>, TranslateErr
         let id = format!("msg_{}", output.len());
         output.push(message_item(&id, "completed", &[output_text(text)]));
     }
-    if let Some(calls) = get(message, "tool_calls") {
-        let calls = calls
-            .as_array()
-            .ok_or_else(|| untranslatable("`tool_calls` is not an array"))?;
-        for call in calls {
-            let id = call.get("id").and_then(Value::as_str);
-            let name = call.pointer("/function/name").and_then(Value::as_str);
-            let (Some(id), Some(name)) = (id, name) else {
-                return Err(untranslatable(
-                    "a tool call without `id` or `function.name`",
-                ));
-            };
-            let arguments = call
-                .pointer("/function/arguments")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            output.push(call_item(id, name, arguments, "completed"));
-        }
+    for call in chat::calls(message)? {
+        output.push(call_item(call.id, call.name, call.arguments, "completed"));
     }
-    let finish = get(choice, "finish_reason")
-        .and_then(Value::as_str)
-        .unwrap_or("stop");
-    let (status, reason) = responses_status_of(finish);
+    let (status, reason) = responses_status_of(chat::finish_reason(choice));
     let usage = get(&answer, "usage").map_or(Value::Null, |u| Tokens::from_chat(u).responses());
     let ident = Ident {
-        id: response_id(get(&answer, "id").and_then(Value::as_str).unwrap_or("")),
+        id: chat::prefixed("resp_", str_at(&answer, "/id")),
         created_at,
-        model: get(&answer, "model")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned(),
+        model: str_at(&answer, "/model").to_owned(),
     };
     let response = ident.object(Status::Done(status, reason), &output, usage);
     Ok(response.to_string().into_bytes())
@@ -747,15 +580,9 @@ fn error_type(status: u16) -> &'static str {
 
 /// The Responses error body for an upstream error answer with `status` and `body`.
 pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
-    let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let field = |key: &str| {
-        parsed
-            .as_ref()
-            .and_then(|v| v.get("error"))
-            .and_then(|e| e.get(key))
-    };
-    let message =
-        error_message(body).unwrap_or_else(|| format!("the upstream answered HTTP {status}"));
+    let upstream = error_object(body);
+    let field = |key: &str| upstream.as_ref().and_then(|e| e.get(key));
+    let message = upstream_message(status, body);
     let kind = field("type")
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty())
@@ -777,13 +604,10 @@ pub struct Stream {
     state: State,
 }
 
-/// The code and message of the `response.failed` event that ends the translation at an
-/// upstream event larger than [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which the
-/// parser skips.
-const EVENT_TOO_LARGE: (&str, &str) = (
-    "upstream_event_too_large",
-    "an upstream event was larger than 1 MiB and could not be translated",
-);
+/// The code of the `response.failed` event that ends the translation at an upstream
+/// event larger than [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which the parser
+/// skips; its message is [`EVENT_TOO_LARGE`].
+const EVENT_TOO_LARGE_CODE: &str = "upstream_event_too_large";
 
 /// The code of a `response.failed` event for an error chunk without one.
 const SERVER_ERROR: &str = "server_error";
@@ -843,45 +667,22 @@ impl Stream {
 
     /// Reads an upstream chunk (any boundaries); appends the events it completes.
     pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        let mut frames = String::new();
-        let state = &mut self.state;
-        let skipped = self.parser.skipped;
-        self.parser
-            .feed(chunk, |event| state.on_event(&event, &mut frames));
-        // The parser skips an event only after those it completed from this chunk.
-        if self.parser.skipped > skipped {
-            let (code, message) = EVENT_TOO_LARGE;
-            self.state.fail(code, message, &mut frames);
-        }
-        out.extend_from_slice(frames.as_bytes());
+        chat::read_chunks(&mut self.parser, &mut self.state, chunk, out);
     }
 
     /// The upstream stream ended: completes the response when the choice finished but
     /// neither the usage nor `[DONE]` came after; appends nothing when it did not finish
     /// (a cut answer).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.state.ended.is_none() && self.state.finish.is_some() {
-            let mut frames = String::new();
-            self.state.end(&mut frames);
-            out.extend_from_slice(frames.as_bytes());
-        }
+        self.state.finish(out);
     }
 
     /// Whether the translation ended with `response.failed`: the upstream's error chunk,
     /// an upstream event too large to read, or an output past
     /// [`MAX_ACCUMULATED_BYTES`].
     pub fn ended_by_error(&self) -> bool {
-        self.state.ended == Some(End::Failed)
+        self.state.ended_by_error()
     }
-}
-
-/// How the translation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    /// `response.completed` or `response.incomplete` is out.
-    Done,
-    /// `response.failed` is out.
-    Failed,
 }
 
 /// An output item being streamed, with its text so far.
@@ -914,83 +715,19 @@ struct State {
     tokens: Option<Tokens>,
     /// The output so far, counted as [`MAX_ACCUMULATED_BYTES`] says.
     accumulated: usize,
-    /// Set once the response ended: the rest of the input is ignored.
+    /// Set once the response ended, with `response.completed` or `response.incomplete`
+    /// ([`End::Done`]) or `response.failed` ([`End::Failed`]): the rest of the input is
+    /// ignored.
     ended: Option<End>,
 }
 
-impl State {
-    fn on_event(&mut self, event: &SseEvent, out: &mut String) {
-        if self.ended.is_some() {
-            return;
-        }
-        if event.is_done() {
-            self.start("", "", out);
-            self.end(out);
-            return;
-        }
-        let Ok(chunk) = serde_json::from_str::<Value>(&event.data) else {
-            return;
-        };
-        if let Some(error) = get(&chunk, "error") {
-            // An error object without a message is shown as it is.
-            let message = error_message(event.data.as_bytes())
-                .filter(|m| *m != event.data.trim())
-                .unwrap_or_else(|| error.to_string());
-            let code = error
-                .get("code")
-                .and_then(code_text)
-                .unwrap_or_else(|| SERVER_ERROR.to_owned());
-            let id = chunk.get("id").and_then(Value::as_str).unwrap_or("");
-            let model = chunk.get("model").and_then(Value::as_str).unwrap_or("");
-            self.start(id, model, out);
-            self.fail(&code, &message, out);
-            return;
-        }
-        let usage = get(&chunk, "usage");
-        if let Some(usage) = usage {
-            self.tokens = Some(Tokens::from_chat(usage));
-        }
-        if let Some(choice) = chunk.pointer("/choices/0") {
-            let id = chunk.get("id").and_then(Value::as_str).unwrap_or("");
-            let model = chunk.get("model").and_then(Value::as_str).unwrap_or("");
-            self.start(id, model, out);
-            let delta = choice.get("delta").unwrap_or(&Value::Null);
-            if let Some(text) = text_member(delta, "reasoning_content") {
-                self.text(true, text, out);
-            }
-            if let Some(text) = text_member(delta, "content") {
-                self.text(false, text, out);
-            }
-            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-                for (position, call) in calls.iter().enumerate() {
-                    self.tool_call(call, position, out);
-                }
-            }
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                self.close(out);
-                self.finish = Some(responses_status_of(reason));
-            }
-        }
-        if usage.is_some() && self.finish.is_some() {
-            self.end(out);
-        }
+impl ChunkReader for State {
+    fn ended(&self) -> Option<End> {
+        self.ended
     }
 
-    /// Appends the event `kind` with `members` (an object) after its type and sequence
-    /// number; nothing once the response ended (the rest of a chunk whose output went
-    /// past the bound).
-    fn emit(&mut self, kind: &str, members: Value, out: &mut String) {
-        if self.ended.is_some() {
-            return;
-        }
-        let mut event = Map::new();
-        event.insert("type".into(), kind.into());
-        event.insert("sequence_number".into(), self.sequence.into());
-        if let Value::Object(members) = members {
-            event.extend(members);
-        }
-        self.sequence = self.sequence.saturating_add(1);
-        push_event(out, kind, &Value::Object(event));
+    fn choice_finished(&self) -> bool {
+        self.finish.is_some()
     }
 
     /// `response.created` and `response.in_progress`, once.
@@ -999,7 +736,7 @@ impl State {
             return;
         }
         self.started = true;
-        self.ident.id = response_id(id);
+        self.ident.id = chat::prefixed("resp_", id);
         self.ident.model = model.to_owned();
         self.accumulated = json_len(&self.ident.id) + json_len(model);
         for kind in ["response.created", "response.in_progress"] {
@@ -1027,6 +764,130 @@ impl State {
         };
         self.emit(kind, json!({"response": response}), out);
         self.ended = Some(End::Done);
+    }
+
+    fn error(&mut self, id: &str, model: &str, error: &Value, message: &str, out: &mut String) {
+        let code = error
+            .get("code")
+            .and_then(code_text)
+            .unwrap_or_else(|| SERVER_ERROR.to_owned());
+        self.start(id, model, out);
+        self.fail(&code, message, out);
+    }
+
+    fn too_large(&mut self, out: &mut String) {
+        self.fail(EVENT_TOO_LARGE_CODE, EVENT_TOO_LARGE, out);
+    }
+
+    fn usage(&mut self, tokens: Tokens) {
+        self.tokens = Some(tokens);
+    }
+
+    /// Reasoning (`reasoning`) or answer text, in the item of its kind.
+    fn text(&mut self, reasoning: bool, text: &str, out: &mut String) {
+        let same = matches!(
+            (&self.open, reasoning),
+            (Some(Item::Reasoning(_)), true) | (Some(Item::Message(_)), false)
+        );
+        if !same {
+            let item = if reasoning {
+                Item::Reasoning(String::new())
+            } else {
+                Item::Message(String::new())
+            };
+            self.open(item, out);
+        }
+        let id = self.open.as_ref().map(|item| self.item_id(item));
+        let index = self.index();
+        let (kind, members) = match &mut self.open {
+            Some(Item::Reasoning(so_far)) => {
+                so_far.push_str(text);
+                (
+                    "response.reasoning_summary_text.delta",
+                    json!({"item_id": id, "output_index": index, "summary_index": 0,
+                           "delta": text}),
+                )
+            }
+            Some(Item::Message(so_far)) => {
+                so_far.push_str(text);
+                (
+                    "response.output_text.delta",
+                    json!({"item_id": id, "output_index": index, "content_index": 0,
+                           "delta": text, "logprobs": []}),
+                )
+            }
+            _ => return,
+        };
+        self.grow(json_len(text), out);
+        self.emit(kind, members, out);
+    }
+
+    /// A tool call fragment, the `position`th of its chunk: a new call (it has an `id`
+    /// and a name) opens a `function_call` item; arguments go out as they come.
+    fn tool_call(&mut self, call: &Value, position: usize, out: &mut String) {
+        let call = Fragment::of(call, position);
+        let continues = matches!(&self.open, Some(Item::Call { index, call_id, .. })
+            if call.continues(*index, call_id));
+        if !continues {
+            let (Some(id), Some(name)) = (call.id, call.name) else {
+                return;
+            };
+            let item = Item::Call {
+                index: call.index,
+                call_id: id.to_owned(),
+                name: name.to_owned(),
+                arguments: String::new(),
+            };
+            self.open(item, out);
+        }
+        let Some(partial) = call.arguments else {
+            return;
+        };
+        let index = self.index();
+        if let Some(Item::Call {
+            call_id, arguments, ..
+        }) = &mut self.open
+        {
+            arguments.push_str(partial);
+            let id = call_item_id(call_id);
+            self.grow(json_len(partial), out);
+            self.emit(
+                "response.function_call_arguments.delta",
+                json!({"item_id": id, "output_index": index, "delta": partial}),
+                out,
+            );
+        }
+    }
+
+    fn finished(&mut self, reason: &str, out: &mut String) {
+        self.close(out);
+        self.finish = Some(responses_status_of(reason));
+    }
+
+    /// At the first chunk carrying usage once the choice finished, the response ends.
+    fn chunk_read(&mut self, usage: bool, out: &mut String) {
+        if usage && self.finish.is_some() {
+            self.end(out);
+        }
+    }
+}
+
+impl State {
+    /// Appends the event `kind` with `members` (an object) after its type and sequence
+    /// number; nothing once the response ended (the rest of a chunk whose output went
+    /// past the bound).
+    fn emit(&mut self, kind: &str, members: Value, out: &mut String) {
+        if self.ended.is_some() {
+            return;
+        }
+        let mut event = Map::new();
+        event.insert("type".into(), kind.into());
+        event.insert("sequence_number".into(), self.sequence.into());
+        if let Value::Object(members) = members {
+            event.extend(members);
+        }
+        self.sequence = self.sequence.saturating_add(1);
+        push_event(out, kind, &Value::Object(event));
     }
 
     /// `response.failed` with `code` and `message`, which ends the translation, unless
@@ -1164,88 +1025,6 @@ impl State {
             self.emit(kind, members, out);
         }
         self.open = Some(item);
-    }
-
-    /// Reasoning (`reasoning`) or answer text, in the item of its kind.
-    fn text(&mut self, reasoning: bool, text: &str, out: &mut String) {
-        let same = matches!(
-            (&self.open, reasoning),
-            (Some(Item::Reasoning(_)), true) | (Some(Item::Message(_)), false)
-        );
-        if !same {
-            let item = if reasoning {
-                Item::Reasoning(String::new())
-            } else {
-                Item::Message(String::new())
-            };
-            self.open(item, out);
-        }
-        let id = self.open.as_ref().map(|item| self.item_id(item));
-        let index = self.index();
-        let (kind, members) = match &mut self.open {
-            Some(Item::Reasoning(so_far)) => {
-                so_far.push_str(text);
-                (
-                    "response.reasoning_summary_text.delta",
-                    json!({"item_id": id, "output_index": index, "summary_index": 0,
-                           "delta": text}),
-                )
-            }
-            Some(Item::Message(so_far)) => {
-                so_far.push_str(text);
-                (
-                    "response.output_text.delta",
-                    json!({"item_id": id, "output_index": index, "content_index": 0,
-                           "delta": text, "logprobs": []}),
-                )
-            }
-            _ => return,
-        };
-        self.grow(json_len(text), out);
-        self.emit(kind, members, out);
-    }
-
-    /// A tool call fragment, the `position`th of its chunk: a new call (it has an `id`
-    /// and a name) opens a `function_call` item; arguments go out as they come.
-    fn tool_call(&mut self, call: &Value, position: usize, out: &mut String) {
-        let index = call
-            .get("index")
-            .and_then(Value::as_u64)
-            .unwrap_or(position as u64);
-        let id = text_member(call, "id");
-        let continues = matches!(&self.open, Some(Item::Call { index: i, call_id, .. })
-            if *i == index && id.is_none_or(|id| id == call_id));
-        if !continues {
-            let name = text_member(call.get("function").unwrap_or(&Value::Null), "name");
-            let (Some(id), Some(name)) = (id, name) else {
-                return;
-            };
-            let item = Item::Call {
-                index,
-                call_id: id.to_owned(),
-                name: name.to_owned(),
-                arguments: String::new(),
-            };
-            self.open(item, out);
-        }
-        let Some(partial) = text_member(call.get("function").unwrap_or(&Value::Null), "arguments")
-        else {
-            return;
-        };
-        let index = self.index();
-        if let Some(Item::Call {
-            call_id, arguments, ..
-        }) = &mut self.open
-        {
-            arguments.push_str(partial);
-            let id = call_item_id(call_id);
-            self.grow(json_len(partial), out);
-            self.emit(
-                "response.function_call_arguments.delta",
-                json!({"item_id": id, "output_index": index, "delta": partial}),
-                out,
-            );
-        }
     }
 }
 
