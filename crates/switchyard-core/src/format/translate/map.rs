@@ -47,7 +47,7 @@ pub fn error_object(body: &[u8]) -> Option<Value> {
 }
 
 /// The message of an upstream error body with `status`: its [`error_message`], else
-/// "the upstream answered HTTP <status>".
+/// `the upstream answered HTTP <status>`.
 pub fn upstream_message(status: u16, body: &[u8]) -> String {
     error_message(body).unwrap_or_else(|| format!("the upstream answered HTTP {status}"))
 }
