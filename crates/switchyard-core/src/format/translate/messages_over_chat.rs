@@ -43,7 +43,7 @@
 //!
 //! The message id is the chat id, prefixed with `msg_` unless it has it. Content, in
 //! order: `reasoning_content` as a `thinking` block signed
-//! [`UNSIGNED`](super::unsigned::UNSIGNED) (the upstream signs nothing; the sentinel
+//! [`UNSIGNED`] (the upstream signs nothing; the sentinel
 //! lets the gateway take the block out should the client send it to an Anthropic
 //! upstream later), the text, then each tool call as a `tool_use` block whose `input`
 //! is the parsed `arguments`. Arguments never make the answer untranslatable (a model
@@ -71,7 +71,7 @@
 //! `reasoning_content` (thinking), `content` (text) or tool call (`tool_use`, its
 //! argument fragments as `input_json_delta` as they come, never buffered), each closed
 //! when another begins or the choice finishes, a thinking block after a
-//! `signature_delta` giving it [`UNSIGNED`](super::unsigned::UNSIGNED); `message_delta`
+//! `signature_delta` giving it [`UNSIGNED`]; `message_delta`
 //! (the stop reason, the usage of the last chunk that carried one) and `message_stop`
 //! at `[DONE]`. An error chunk becomes an `error` event (`api_error`, the upstream's
 //! message) and ends the translation; so does an upstream event larger than
