@@ -17,7 +17,7 @@
 //! | `POST /v1/chat/completions` | a chat completion, streamed (`stream`, with a usage chunk when `stream_options.include_usage`) or not |
 //! | `POST /v1/messages` | a message, streamed or not, with the unified rate-limit headers; subject to the usage wall |
 //! | `POST /v1/responses` | a Responses API response, streamed (`stream`) or not, see the Responses API |
-//! | `POST /responses`, `POST /backend-api/codex/responses` | the same, for a base URL without `/v1` and for a Codex subscription backend's (`…/backend-api/codex`), which, like the real one, refuses `max_output_tokens` (400 `{"detail": …}`) and streams without a `Content-Type` |
+//! | `POST /responses`, `POST /backend-api/codex/responses` | the same, for a base URL without `/v1` and for a Codex subscription backend's (`…/backend-api/codex`), which, like the real one, refuses `max_output_tokens` and a request that is not a stream (400 `{"detail": …}`) and streams without a `Content-Type` |
 //! | `POST /v1/messages/count_tokens` | `{"input_tokens": N}`, N as the message's `input_tokens` |
 //! | `GET /v1/models` | `mock-small` and `mock-large` |
 //! | `GET /api/oauth/usage?at_wall=1&skip_spend=1` | the credential's limit reset program, see the usage wall |

@@ -504,9 +504,17 @@ async fn handle(
         return error_response(api, StatusCode::UNAUTHORIZED, "missing API key");
     }
     // A Codex subscription backend refuses an output bound, as the real one does.
-    if inc.path == CODEX_BACKEND_RESPONSES && inc.body.get("max_output_tokens").is_some() {
-        let body = json!({"detail": "Unsupported parameter: max_output_tokens"});
-        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
+    if inc.path == CODEX_BACKEND_RESPONSES {
+        let refusal = if inc.body.get("max_output_tokens").is_some() {
+            Some("Unsupported parameter: max_output_tokens")
+        } else if !inc.stream {
+            Some("Stream must be set to true")
+        } else {
+            None
+        };
+        if let Some(detail) = refusal {
+            return (StatusCode::BAD_REQUEST, Json(json!({"detail": detail}))).into_response();
+        }
     }
     let lane = match api {
         Api::OpenAi | Api::Responses => Lane::default(),

@@ -31,11 +31,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// A request body for a Codex subscription backend, which refuses `max_output_tokens`
-/// (a translated request carries the client's bound there): that member left out, the
-/// rest as it is. A body without it is returned unchanged, unparsed.
-pub fn for_codex_backend(body: Vec<u8>) -> Vec<u8> {
+/// (a translated request carries the client's bound there) and answers only streams:
+/// that member left out and, for a client that did not ask for a stream, `stream: true`
+/// (the gateway then reads the answer off the stream, [`final_response`]). A streamed
+/// body without the bound is returned unchanged, unparsed.
+pub fn for_codex_backend(body: Vec<u8>, stream: bool) -> Vec<u8> {
     const MEMBER: &[u8] = b"\"max_output_tokens\"";
-    if !body.windows(MEMBER.len()).any(|w| w == MEMBER) {
+    if stream && !body.windows(MEMBER.len()).any(|w| w == MEMBER) {
         return body;
     }
     let Ok(object) = RawObject::parse(&body) else {
@@ -47,7 +49,37 @@ pub fn for_codex_backend(body: Vec<u8>) -> Vec<u8> {
     else {
         return body;
     };
-    object.rewritten(&model, &[("max_output_tokens", None)])
+    let mut overrides = vec![("max_output_tokens", None)];
+    if !stream {
+        overrides.push(("stream", Some("true".to_owned())));
+    }
+    let mut out = object.rewritten(&model, &overrides);
+    if !stream && object.member("stream").is_none() {
+        out.pop();
+        out.extend_from_slice(b",\"stream\":true}");
+    }
+    out
+}
+
+/// The response a Responses event stream ended with — the `response` of its last
+/// `response.completed`, `response.incomplete` or `response.failed` event — as JSON;
+/// `None` when the stream has none (it was cut).
+pub fn final_response(stream: &[u8]) -> Option<Vec<u8>> {
+    let mut parser = SseParser::default();
+    let mut last = None;
+    parser.feed(stream, |event| {
+        let Ok(v) = serde_json::from_str::<Value>(&event.data) else {
+            return;
+        };
+        let done = matches!(
+            v.get("type").and_then(Value::as_str),
+            Some("response.completed" | "response.incomplete" | "response.failed")
+        );
+        if done {
+            last = v.get("response").map(Value::to_string);
+        }
+    });
+    last.map(String::into_bytes)
 }
 
 /// The id prefix of the `reasoning` items a translated route makes from a chat
@@ -328,14 +360,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_codex_backend_body_has_no_output_bound() {
+    fn a_codex_backend_body_has_no_output_bound_and_always_streams() {
         let body = br#"{"model":"m","input":"hi","max_output_tokens":100,"stream":true}"#.to_vec();
         assert_eq!(
-            for_codex_backend(body),
+            for_codex_backend(body, true),
             br#"{"model":"m","input":"hi","stream":true}"#.to_vec()
         );
-        let plain = br#"{"model":"m","input":"max_output_tokens"}"#.to_vec();
-        assert_eq!(for_codex_backend(plain.clone()), plain);
+        let plain = br#"{"model":"m","input":"max_output_tokens","stream":true}"#.to_vec();
+        assert_eq!(for_codex_backend(plain.clone(), true), plain);
+        assert_eq!(
+            for_codex_backend(
+                br#"{"model":"m","input":"hi","stream":false}"#.to_vec(),
+                false
+            ),
+            br#"{"model":"m","input":"hi","stream":true}"#.to_vec()
+        );
+        assert_eq!(
+            for_codex_backend(
+                br#"{"model":"m","input":"hi","max_output_tokens":9}"#.to_vec(),
+                false
+            ),
+            br#"{"model":"m","input":"hi","stream":true}"#.to_vec()
+        );
+    }
+
+    #[test]
+    fn the_final_response_is_read_off_the_stream() {
+        let stream = concat!(
+            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\",\"status\":\"in_progress\"}}\n\n",
+            "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"status\":\"completed\",\"output\":[]}}\n\n",
+        );
+        assert_eq!(
+            final_response(stream.as_bytes()).as_deref(),
+            Some(&br#"{"id":"r","status":"completed","output":[]}"#[..])
+        );
+        let cut =
+            "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{}}\n\n";
+        assert_eq!(final_response(cut.as_bytes()), None);
     }
 
     #[test]

@@ -183,7 +183,7 @@ async fn attempt(
             Report::Excluded(excluded(candidate, Reason::Untranslatable))
         })?;
     let body = if target.codex_backend {
-        switchyard_core::format::responses::for_codex_backend(body)
+        switchyard_core::format::responses::for_codex_backend(body, request.stream)
     } else {
         body
     };
@@ -462,6 +462,15 @@ async fn handle_response(
             Err(_) => return Err(AttemptFailure::FirstByteTimeout.into()),
             Ok(Err(_)) => return Err(AttemptFailure::Reset.into()),
             Ok(Ok(collected)) => collected.to_bytes(),
+        };
+        // A Codex subscription backend streamed what the client asked for whole.
+        let bytes = if target.codex_backend {
+            match switchyard_core::format::responses::final_response(&bytes) {
+                Some(response) => Bytes::from(response),
+                None => return Err(AttemptFailure::InvalidResponse.into()),
+            }
+        } else {
+            bytes
         };
         if !is_json_object(&bytes) {
             return Err(AttemptFailure::InvalidResponse.into());

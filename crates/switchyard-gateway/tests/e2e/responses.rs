@@ -272,6 +272,17 @@ async fn a_codex_subscription_gets_its_backend_path_and_account_headers() {
     assert_eq!(headers["originator"], "codex_cli_rs");
     assert_eq!(headers["session-id"], Value::Null);
     assert_eq!(headers["x-codex-turn-metadata"], Value::Null);
+    // The backend answers only streams: a client that asked for none gets the answer
+    // read off the stream.
+    let r = h.chat(chat_body("codexsub/gpt-5-codex", false)).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "Hello from the Switchyard mock"
+    );
+    assert_eq!(body["usage"]["completion_tokens"], 5);
+    assert_eq!(h.mock_requests().await[2]["body"]["stream"], true);
 }
 
 #[tokio::test]
