@@ -72,6 +72,9 @@ print(f"tool result: {reply.content[0].text} | {reply.stop_reason}")
 count = client.messages.count_tokens(model=model, messages=messages)
 print(f"count_tokens: {count.input_tokens}")
 
+listed = [m.id for m in client.models.list()]
+print(f"models: {len(listed)}, first {listed[0]}, last {listed[-1]}")
+
 try:
     anthropic.Anthropic(base_url=base, api_key="sy-wrong", max_retries=0).messages.create(
         model=model, max_tokens=16, messages=messages

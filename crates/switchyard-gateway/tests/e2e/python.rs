@@ -71,6 +71,7 @@ fn anthropic_checks(counted: u64) -> String {
          tool call: get_weather {{'city': 'Paris'}} | tool_use\n\
          tool result: tool said: sunny | end_turn\n\
          count_tokens: {counted}\n\
+         models: 7, first alpha/mock-small, last mixed\n\
          bad key: 401 AuthenticationError authentication_error\n\
          unknown model: 404 NotFoundError not_found_error\n\
          rate limited: 429 RateLimitError retry-after 30\n"
