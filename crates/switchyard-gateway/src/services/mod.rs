@@ -9,6 +9,7 @@
 //! invalid change therefore fails naming the problem and writes nothing. This module
 //! must not touch the request pipeline or the upstream client.
 
+pub mod config;
 pub mod keys;
 pub mod logs;
 pub mod settings;
