@@ -75,7 +75,7 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
 }
 
 /// The handlers not yet moved onto services use these.
-pub(crate) use crate::services::{apply_change, check_lockout, upsert_by};
+pub(crate) use crate::services::{apply_change, upsert_by};
 
 /// The current time from the state's clock.
 pub(crate) fn now(state: &Arc<AppState>) -> u64 {
