@@ -74,10 +74,5 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
         ))
 }
 
-/// The handlers not yet moved onto services use these.
-pub(crate) use crate::services::{apply_change, upsert_by};
-
-/// The current time from the state's clock.
-pub(crate) fn now(state: &Arc<AppState>) -> u64 {
-    state.clock.now_ms()
-}
+/// The configuration loader builds its rows the way the services' writes do.
+pub(crate) use crate::services::upsert_by;

@@ -12,6 +12,7 @@
 pub mod config;
 pub mod keys;
 pub mod logs;
+pub mod quota;
 pub mod resilience;
 pub mod settings;
 pub mod system;
