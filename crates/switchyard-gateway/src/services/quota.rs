@@ -16,7 +16,7 @@ use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
 use switchyard_store::{PlanRecord, SaveMode};
 use utoipa::ToSchema;
 
-/// A pool as the management API shows it.
+/// A pool as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolView {

@@ -11,7 +11,7 @@ use serde_json::Value;
 use switchyard_core::settings::{self, Source};
 use utoipa::ToSchema;
 
-/// One setting as the management API shows it.
+/// One setting as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SettingView {
     pub key: String,
