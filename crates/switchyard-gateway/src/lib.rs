@@ -16,6 +16,7 @@ pub mod persist;
 pub mod pipeline;
 pub mod runtime;
 pub mod server;
+pub mod services;
 pub mod snapshot;
 pub mod state;
 pub mod sync;

@@ -1,69 +1,19 @@
-//! `/api/resilience/...` (SPEC R6): connection cooldowns and terminal states, and the
-//! breaker reset. Nothing here returns a credential.
+//! `/api/resilience/...` (SPEC R6): thin handlers over
+//! [`services::resilience`](crate::services::resilience) for connection cooldowns and
+//! terminal states, model locks, the breaker reset and the resilience settings. Nothing
+//! here returns a credential.
 
-use super::apply_change;
 use crate::error::{ApiError, ApiJson, ApiQuery};
+use crate::services::resilience::{
+    self as svc, ClearResult, ClearTarget, ConnectionState, ModelLockView, ReEnableResult,
+    ResetResult, ResilienceView,
+};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::sync::Arc;
-use switchyard_core::resilience::cooldown::ErrorType;
-use switchyard_core::resilience::lockout::Scope;
-use switchyard_core::settings;
 use utoipa::{IntoParams, ToSchema};
-
-/// One connection's resilience state.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ConnectionState {
-    pub connection_id: String,
-    pub provider: String,
-    pub auth_class: &'static str,
-    /// `active`, `cooling`, or a terminal state (`banned`, `expired`,
-    /// `credits_exhausted`).
-    pub state: &'static str,
-    pub remaining_ms: u64,
-    pub backoff_level: u32,
-    #[schema(value_type = Option<String>)]
-    pub last_error_type: Option<ErrorType>,
-    pub last_error: Option<String>,
-    pub error_code: Option<u16>,
-    /// Models locked on this connection.
-    pub model_locks: Vec<ModelLockView>,
-    /// The Claude usage wall (SPEC R17), for a connection that met it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage_wall: Option<UsageWallView>,
-}
-
-/// A connection's usage-wall state (SPEC R17); times are Unix milliseconds, absent once
-/// passed.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct UsageWallView {
-    /// Requests carry `anthropic-usage-limit: slow` until then.
-    pub lane_active_until_ms: Option<u64>,
-    /// Why the lane last ended: `weekly_limit`, `budget_exhausted`, `off`, `ineligible`,
-    /// `window_rolled`, `extra_usage` or `max_wait`.
-    pub last_exit: Option<&'static str>,
-    pub last_exit_at_ms: Option<u64>,
-    /// The slow-lane offer is not accepted until then.
-    pub offer_blocked_until_ms: Option<u64>,
-    /// No session-limit reset is attempted until then.
-    pub reset_unavailable_until_ms: Option<u64>,
-}
-
-impl From<switchyard_core::resilience::usage_wall::Status> for UsageWallView {
-    fn from(s: switchyard_core::resilience::usage_wall::Status) -> Self {
-        Self {
-            lane_active_until_ms: s.lane_active_until_ms,
-            last_exit: s.last_exit.map(|e| e.reason.as_str()),
-            last_exit_at_ms: s.last_exit.map(|e| e.at_ms),
-            offer_blocked_until_ms: s.offer_blocked_until_ms,
-            reset_unavailable_until_ms: s.reset_unavailable_until_ms,
-        }
-    }
-}
 
 /// Filter of the cooldown list.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -78,45 +28,7 @@ pub async fn list_cooldowns(
     State(state): State<Arc<AppState>>,
     ApiQuery(q): ApiQuery<CooldownQuery>,
 ) -> Json<Vec<ConnectionState>> {
-    let snap = state.snapshot();
-    let now = state.clock.now_ms();
-    let locks = lock_views(&state, now);
-    let list = snap
-        .catalog
-        .connections()
-        .iter()
-        .filter(|c| q.provider.as_deref().is_none_or(|p| p == c.provider))
-        .map(|c| {
-            let h = state.runtime.resilience.health_of(&c.id);
-            let status = match h.terminal {
-                Some(t) => t.as_str(),
-                None if !h.usable(now) => "cooling",
-                None => "active",
-            };
-            ConnectionState {
-                connection_id: c.id.clone(),
-                provider: c.provider.clone(),
-                auth_class: c.auth_class.as_str(),
-                state: status,
-                remaining_ms: h.remaining_ms(now),
-                backoff_level: h.backoff_level,
-                last_error_type: h.last_error_type,
-                last_error: h.last_error,
-                error_code: h.error_code,
-                model_locks: locks
-                    .iter()
-                    .filter(|l| l.connection == c.id)
-                    .cloned()
-                    .collect(),
-                usage_wall: state
-                    .runtime
-                    .walls
-                    .status(&c.id, now)
-                    .map(UsageWallView::from),
-            }
-        })
-        .collect();
-    Json(list)
+    Json(svc::cooldowns(&state, q.provider.as_deref()))
 }
 
 /// Body of `POST /api/resilience/cooldowns`: the connections to clear, or all of them
@@ -131,68 +43,20 @@ pub struct ClearBody {
     pub provider: Option<String>,
 }
 
-/// What a clear did.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ClearResult {
-    pub cleared: usize,
-    pub unchanged: usize,
-    pub skipped_terminal: usize,
-    pub lockouts_cleared: usize,
-}
-
 #[utoipa::path(post, path = "/api/resilience/cooldowns", tag = "resilience", request_body = ClearBody,
     responses((status = 200, body = ClearResult), (status = 400)), security(("bearer" = [])))]
 pub async fn clear_cooldowns(
     State(state): State<Arc<AppState>>,
     ApiJson(body): ApiJson<ClearBody>,
 ) -> Result<Json<ClearResult>, ApiError> {
-    let snap = state.snapshot();
-    let ids: Vec<String> = if body.all {
-        snap.catalog
-            .connections()
-            .iter()
-            .filter(|c| body.provider.as_deref().is_none_or(|p| p == c.provider))
-            .map(|c| c.id.clone())
-            .collect()
+    let target = if body.all {
+        ClearTarget::All {
+            provider: body.provider,
+        }
     } else {
-        if body.connection_ids.is_empty() {
-            return Err(ApiError::InvalidField {
-                field: "connectionIds".to_owned(),
-                message: "connectionIds: list the connections, or set all: true".to_owned(),
-            });
-        }
-        if let Some(bad) = body
-            .connection_ids
-            .iter()
-            .find(|c| snap.catalog.connection(c).is_none())
-        {
-            return Err(ApiError::InvalidField {
-                field: "connectionIds".to_owned(),
-                message: format!("connectionIds: unknown connection `{bad}`"),
-            });
-        }
-        body.connection_ids
+        ClearTarget::Connections(body.connection_ids)
     };
-    let (cleared, unchanged, skipped_terminal) = state.runtime.resilience.clear_cooldowns(&ids);
-    // The connections' model locks go too (SPEC R6); a lock is not a terminal state.
-    let lockouts_cleared = state
-        .runtime
-        .resilience
-        .clear_locks(|k| ids.contains(&k.connection));
-    tracing::info!(
-        cleared,
-        unchanged,
-        skipped_terminal,
-        lockouts_cleared,
-        "Operator cleared connection cooldowns."
-    );
-    Ok(Json(ClearResult {
-        cleared,
-        unchanged,
-        skipped_terminal,
-        lockouts_cleared,
-    }))
+    Ok(Json(svc::clear_cooldowns(&state, target)?))
 }
 
 /// Body of `POST /api/resilience/reset`.
@@ -206,102 +70,23 @@ pub struct ResetBody {
     pub connection_ids: Vec<String>,
 }
 
-/// What a reset did.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ResetResult {
-    pub breakers_reset: usize,
-    pub connections_reset: usize,
-}
-
 #[utoipa::path(post, path = "/api/resilience/reset", tag = "resilience", request_body = ResetBody,
     responses((status = 200, body = ResetResult), (status = 400)), security(("bearer" = [])))]
 pub async fn reset(
     State(state): State<Arc<AppState>>,
     ApiJson(body): ApiJson<ResetBody>,
 ) -> Result<Json<ResetResult>, ApiError> {
-    let snap = state.snapshot();
-    if let Some(p) = &body.provider {
-        if snap.catalog.provider(p).is_none() {
-            return Err(ApiError::InvalidField {
-                field: "provider".to_owned(),
-                message: format!("provider: unknown provider `{p}`"),
-            });
-        }
-    }
-    if let Some(bad) = body
-        .connection_ids
-        .iter()
-        .find(|c| snap.catalog.connection(c).is_none())
-    {
-        return Err(ApiError::InvalidField {
-            field: "connectionIds".to_owned(),
-            message: format!("connectionIds: unknown connection `{bad}`"),
-        });
-    }
-    let breakers_reset = state
-        .runtime
-        .resilience
-        .reset_breakers(body.provider.as_deref());
-    for c in &body.connection_ids {
-        state.runtime.resilience.reset_connection(c);
-    }
-    tracing::info!(
-        breakers_reset,
-        connections_reset = body.connection_ids.len(),
-        "Operator reset resilience state."
-    );
-    Ok(Json(ResetResult {
-        breakers_reset,
-        connections_reset: body.connection_ids.len(),
-    }))
-}
-
-/// One active model lock.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ModelLockView {
-    pub provider: String,
-    pub connection: String,
-    /// `family` or `model`.
-    pub scope: &'static str,
-    /// The family or model name.
-    pub name: String,
-    pub failures: u32,
-    pub status: u16,
-    pub until: u64,
-    pub remaining_ms: u64,
+    Ok(Json(svc::reset(
+        &state,
+        body.provider.as_deref(),
+        &body.connection_ids,
+    )?))
 }
 
 #[utoipa::path(get, path = "/api/resilience/model-cooldowns", tag = "resilience",
     responses((status = 200, body = Vec<ModelLockView>)), security(("bearer" = [])))]
 pub async fn list_model_locks(State(state): State<Arc<AppState>>) -> Json<Vec<ModelLockView>> {
-    Json(lock_views(&state, state.clock.now_ms()))
-}
-
-fn lock_views(state: &AppState, now: u64) -> Vec<ModelLockView> {
-    state
-        .runtime
-        .resilience
-        .model_locks(now)
-        .into_iter()
-        .map(|(k, l)| {
-            let (scope, name) = match k.scope {
-                Scope::Family(f) => ("family", f),
-                Scope::Model(m) => ("model", m),
-            };
-            ModelLockView {
-                provider: k.provider,
-                connection: k.connection,
-                scope,
-                name,
-                failures: l.failures,
-                status: l.status,
-                until: l.until,
-                remaining_ms: l.until.saturating_sub(now),
-            }
-        })
-        .collect()
+    Json(svc::model_locks(&state))
 }
 
 /// Body of `DELETE /api/resilience/model-cooldowns`: re-enable a model on a connection.
@@ -313,12 +98,6 @@ pub struct ReEnableBody {
     pub model: String,
 }
 
-/// What a re-enable did.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ReEnableResult {
-    pub cleared: usize,
-}
-
 #[utoipa::path(delete, path = "/api/resilience/model-cooldowns", tag = "resilience",
     request_body = ReEnableBody,
     responses((status = 200, body = ReEnableResult), (status = 400)), security(("bearer" = [])))]
@@ -326,61 +105,18 @@ pub async fn re_enable_model(
     State(state): State<Arc<AppState>>,
     ApiJson(body): ApiJson<ReEnableBody>,
 ) -> Json<ReEnableResult> {
-    let cleared = state.runtime.resilience.clear_locks(|k| {
-        k.provider == body.provider
-            && k.connection == body.connection
-            && k.scope.covers(&body.model)
-    });
-    tracing::info!(provider = %body.provider, connection_id = %body.connection, model = %body.model, cleared, "Operator re-enabled a model.");
-    Json(ReEnableResult { cleared })
-}
-
-/// The resilience settings as `GET`/`PATCH /api/resilience` show them.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ResilienceView {
-    #[schema(value_type = Object)]
-    pub model_lockout: switchyard_core::resilience::lockout::Settings,
-    pub provider_cooldown: ProviderCooldownView,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ProviderCooldownView {
-    pub enabled: bool,
-    pub oauth: GateView,
-    pub api_key: GateView,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct GateView {
-    pub failure_threshold: u32,
-    pub failure_window_ms: u64,
-    pub cooldown_ms: u64,
-}
-
-fn resilience_view(state: &AppState) -> ResilienceView {
-    let r = state.snapshot().settings.resilience.clone();
-    let gate = |p: switchyard_core::resilience::provider_cooldown::Profile| GateView {
-        failure_threshold: p.threshold,
-        failure_window_ms: p.window_ms,
-        cooldown_ms: p.cooldown_ms,
-    };
-    ResilienceView {
-        model_lockout: r.lockout,
-        provider_cooldown: ProviderCooldownView {
-            enabled: r.provider_cooldown_enabled,
-            oauth: gate(r.provider_cooldown_oauth),
-            api_key: gate(r.provider_cooldown_apikey),
-        },
-    }
+    Json(svc::clear_model_locks(
+        &state,
+        &body.provider,
+        &body.connection,
+        &body.model,
+    ))
 }
 
 #[utoipa::path(get, path = "/api/resilience", tag = "resilience",
     responses((status = 200, body = ResilienceView)), security(("bearer" = [])))]
 pub async fn get_settings(State(state): State<Arc<AppState>>) -> Json<ResilienceView> {
-    Json(resilience_view(&state))
+    Json(svc::get_settings(&state))
 }
 
 /// `PATCH /api/resilience`: any of the fields; each maps to a setting
@@ -396,86 +132,13 @@ pub struct ResiliencePatch {
     pub provider_cooldown: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The setting key of a patch field, or `None` for an unknown field.
-fn patch_key(section: &str, field: &str) -> Option<String> {
-    let key = match (section, field) {
-        ("modelLockout", f) => format!("resilience.modelLockout.{f}"),
-        ("providerCooldown", "enabled") => "providerCooldown.enabled".to_owned(),
-        ("providerCooldown", f) => {
-            let (class, rest) = f.split_once('.')?;
-            format!("providerCooldown.{class}.{rest}")
-        }
-        _ => return None,
-    };
-    settings::def(&key).map(|_| key)
-}
-
 #[utoipa::path(patch, path = "/api/resilience", tag = "resilience", request_body = ResiliencePatch,
     responses((status = 200, body = ResilienceView), (status = 400)), security(("bearer" = [])))]
 pub async fn patch_settings(
     State(state): State<Arc<AppState>>,
     ApiJson(patch): ApiJson<ResiliencePatch>,
 ) -> Result<Json<ResilienceView>, ApiError> {
-    let mut writes = Vec::new();
-    for (section, fields) in [
-        ("modelLockout", &patch.model_lockout),
-        ("providerCooldown", &patch.provider_cooldown),
-    ] {
-        // Nested objects (`providerCooldown.oauth.{...}`, as GET shows them) are
-        // flattened to dotted fields.
-        let mut flat = Vec::new();
-        for (field, value) in fields {
-            match value.as_object() {
-                Some(inner) => {
-                    flat.extend(inner.iter().map(|(k, v)| (format!("{field}.{k}"), v)));
-                }
-                None => flat.push((field.clone(), value)),
-            }
-        }
-        for (field, value) in flat {
-            let name = format!("{section}.{field}");
-            let key = patch_key(section, &field).ok_or_else(|| ApiError::InvalidField {
-                field: name.clone(),
-                message: format!("{name}: unknown resilience setting"),
-            })?;
-            let v = settings::validate(&key, value, settings::Source::Database).map_err(|e| {
-                ApiError::InvalidField {
-                    field: name.clone(),
-                    message: format!("{name}: {e}"),
-                }
-            })?;
-            writes.push((key, v.to_json()));
-        }
-    }
-    let t = crate::admin::now(&state);
-    let preview = writes.clone();
-    let base = state.config.layers.clone();
-    apply_change(
-        &state,
-        move |rows| {
-            for (key, value) in preview {
-                crate::admin::upsert_by(
-                    &mut rows.settings,
-                    switchyard_store::SettingRecord {
-                        key: key.clone(),
-                        value,
-                    },
-                    |x| &x.key,
-                    &key,
-                );
-            }
-            // The lockout settings must hold together (maximum >= base).
-            crate::admin::check_lockout(rows, &base)
-        },
-        move |s| {
-            s.batch(|b| {
-                for (key, value) in &writes {
-                    b.put_setting(key, value, t)?;
-                }
-                Ok(())
-            })
-        },
-    )
-    .await?;
-    Ok(Json(resilience_view(&state)))
+    Ok(Json(
+        svc::patch_settings(&state, &patch.model_lockout, &patch.provider_cooldown).await?,
+    ))
 }

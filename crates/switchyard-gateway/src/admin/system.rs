@@ -1,21 +1,19 @@
-//! `/api/logs` (admin) and `/api/monitoring/health` (public).
+//! `/api/logs` (admin) and `/api/monitoring/health` (public): thin handlers over
+//! [`services::logs`] and [`services::system`].
 //!
-//! Both only read: logs from the store, health from the snapshot and the runtime state;
-//! nothing here writes the store or the configuration.
+//! Both only read; nothing here writes the store or the configuration.
 
 use crate::error::{ApiError, ApiQuery};
-use crate::runtime::quota::StoreStatus;
-use crate::state::{blocking, AppState};
+use crate::services;
+use crate::services::logs::LogFilter;
+use crate::services::system::Health;
+use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::sync::Arc;
-use switchyard_core::domain::AuthClass;
 use switchyard_store::LogRow;
-use utoipa::{IntoParams, ToSchema};
-
-/// Most rows one log query returns.
-const MAX_LOG_ROWS: u32 = 1000;
+use utoipa::IntoParams;
 
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct LogQuery {
@@ -31,87 +29,15 @@ pub async fn logs(
     State(state): State<Arc<AppState>>,
     ApiQuery(q): ApiQuery<LogQuery>,
 ) -> Result<Json<Vec<LogRow>>, ApiError> {
-    let limit = q.limit.unwrap_or(100).clamp(1, MAX_LOG_ROWS);
-    Ok(Json(
-        blocking(&state.store, move |s| {
-            s.recent_logs(limit, q.key_id.as_deref())
-        })
-        .await?,
-    ))
-}
-
-/// Health summary.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Health {
-    /// `ok`, or `degraded` when the quota store is not the one asked for or is failing.
-    pub status: &'static str,
-    pub version: &'static str,
-    pub uptime_ms: u64,
-    pub config_version: i64,
-    pub providers: usize,
-    pub connections: usize,
-    pub connections_enabled: usize,
-    pub combos: usize,
-    pub quota_pools: usize,
-    /// Where quota counters live now: `sqlite` or `redis`.
-    pub quota_store: &'static str,
-    /// The quota store in detail: what was asked for, whether it works, and why.
-    pub quota_store_status: StoreStatus,
-    /// Provider circuit breakers that have seen failures.
-    pub breakers: Vec<BreakerView>,
-}
-
-/// One provider's circuit breaker.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct BreakerView {
-    pub provider: String,
-    /// `CLOSED`, `DEGRADED`, `OPEN` or `HALF_OPEN`.
-    pub state: &'static str,
-    pub failures: u32,
+    let filter = LogFilter {
+        limit: q.limit,
+        key_id: q.key_id,
+    };
+    Ok(Json(services::logs::recent(&state, filter).await?))
 }
 
 #[utoipa::path(get, path = "/api/monitoring/health", tag = "monitoring",
     responses((status = 200, body = Health)))]
 pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
-    let snap = state.snapshot();
-    let conns = snap.catalog.connections();
-    let quota_store = state.runtime.quota.store_status();
-    Json(Health {
-        // Redis asked for but not in use, or failing: several replicas no longer share
-        // their counters, or requests go unmetered.
-        status: if quota_store.state == "ok" {
-            "ok"
-        } else {
-            "degraded"
-        },
-        version: env!("CARGO_PKG_VERSION"),
-        uptime_ms: state.clock.now_ms().saturating_sub(state.started_at_ms),
-        config_version: snap.version,
-        providers: snap.catalog.providers().count(),
-        connections: conns.len(),
-        connections_enabled: conns.iter().filter(|c| c.enabled).count(),
-        combos: snap.catalog.combos().count(),
-        quota_pools: snap.quota.pools.len(),
-        quota_store: quota_store.driver,
-        quota_store_status: quota_store,
-        breakers: state
-            .runtime
-            .resilience
-            .breakers(
-                |p| {
-                    snap.catalog
-                        .provider_connections(p)
-                        .next()
-                        .map_or(AuthClass::Apikey, |c| c.auth_class)
-                },
-                state.clock.now_ms(),
-            )
-            .into_iter()
-            .map(|(provider, s, failures)| BreakerView {
-                provider,
-                state: s.as_str(),
-                failures,
-            })
-            .collect(),
-    })
+    Json(services::system::health(&state))
 }

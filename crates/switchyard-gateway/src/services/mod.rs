@@ -1,0 +1,98 @@
+//! The management operations the JSON management API (`admin`) and the dashboard both
+//! call: one module per area, plain functions over the parts of the state they use,
+//! returning typed results or [`ApiError`]. Nothing here knows HTTP: no extractors, no
+//! `Json`, no status codes; the callers render.
+//!
+//! Every configuration change goes through `apply_change`: the change is applied to the
+//! current rows in memory, the resulting configuration is validated by building a
+//! snapshot from it, and only then written and swapped into the live snapshot. An
+//! invalid change therefore fails naming the problem and writes nothing. This module
+//! must not touch the request pipeline or the upstream client.
+
+pub mod config;
+pub mod keys;
+pub mod logs;
+pub mod quota;
+pub mod resilience;
+pub mod settings;
+pub mod system;
+
+use crate::error::ApiError;
+use crate::runtime::quota::index::QuotaConfigError;
+use crate::snapshot::{Snapshot, SnapshotError};
+use crate::state::{blocking, load_rows, AppState};
+use switchyard_store::{ConfigRows, Store};
+
+/// Validates and applies a configuration change; see the module docs.
+pub(crate) async fn apply_change<T: Send + 'static>(
+    state: &AppState,
+    preview: impl FnOnce(&mut ConfigRows) -> Result<(), ApiError>,
+    write: impl FnOnce(&Store) -> switchyard_store::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let _guard = state.admin_lock.lock().await;
+    let mut rows = load_rows(&state.store).await?;
+    preview(&mut rows)?;
+    Snapshot::build(&rows, &state.config.layers, &state.telemetry.metrics).map_err(
+        |e| match &e {
+            SnapshotError::Quota(QuotaConfigError::Pool { error, .. }) => ApiError::InvalidField {
+                field: error.field.clone(),
+                message: e.to_string(),
+            },
+            _ => ApiError::bad_request("invalid_config", e.to_string()),
+        },
+    )?;
+    let out = blocking(&state.store, write).await?;
+    state.reload().await?;
+    Ok(out)
+}
+
+/// Rejects settings that would leave the model-lockout settings inconsistent (maximum
+/// below base): resolution would otherwise quietly fall back to the defaults.
+pub(crate) fn check_lockout(
+    rows: &ConfigRows,
+    base: &switchyard_core::settings::Layers,
+) -> Result<(), ApiError> {
+    use switchyard_core::settings::{resolve, Layers, SettingError};
+    let layers = Layers {
+        database: rows
+            .settings
+            .iter()
+            .map(|s| (s.key.clone(), s.value.clone()))
+            .collect(),
+        ..base.clone()
+    };
+    let Ok(r) = resolve(&layers) else {
+        return Ok(());
+    };
+    match r.ignored.iter().find_map(|e| match e {
+        SettingError::Invalid { key, got, .. } if key == "resilience.modelLockout" => Some(got),
+        _ => None,
+    }) {
+        Some(problem) => Err(ApiError::InvalidField {
+            field: "modelLockout".to_owned(),
+            message: format!("modelLockout: {problem}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Replaces the element of `list` whose key is `id`, or appends it.
+pub(crate) fn upsert_by<T>(list: &mut Vec<T>, item: T, key: impl Fn(&T) -> &str, id: &str) {
+    match list.iter().position(|x| key(x) == id) {
+        Some(i) => list[i] = item,
+        None => list.push(item),
+    }
+}
+
+/// Stores `value` under `key` in the settings rows, as a write would.
+pub(crate) fn upsert_setting(rows: &mut ConfigRows, key: &str, value: serde_json::Value) {
+    upsert_by(
+        &mut rows.settings,
+        switchyard_store::SettingRecord {
+            key: key.to_owned(),
+            value,
+        },
+        |x| &x.key,
+        key,
+    );
+}

@@ -1,0 +1,273 @@
+//! Quota sharing (SPEC Q11, Q13): pools, their usage and recent decisions, plan
+//! overrides, and a one-time import and the export.
+//!
+//! Every write goes through `apply_change`, so it is validated by the snapshot it would
+//! build (a pool error names the offending field). Usage and decisions are read from the
+//! quota engine; the only counters changed here are a deleted pool's, which are dropped.
+
+use super::{apply_change, upsert_by};
+use crate::error::ApiError;
+use crate::runtime::quota::index::{validate_plan, QuotaConfigError};
+use crate::runtime::quota::views::{DecisionRecord, PoolUsage};
+use crate::state::{blocking, AppState};
+use serde::Serialize;
+use switchyard_core::quota::plan::{Dimension, PlanSource};
+use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
+use switchyard_store::{PlanRecord, SaveMode};
+use utoipa::ToSchema;
+
+/// A pool as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolView {
+    pub id: String,
+    pub name: String,
+    pub connection_ids: Vec<String>,
+    /// As declared; empty = inherited from the connections' plan.
+    #[schema(value_type = Vec<Object>)]
+    pub dimensions: Vec<DimensionInput>,
+    /// What is enforced (declared, or the plan times the number of connections).
+    #[schema(value_type = Vec<Object>)]
+    pub effective_dimensions: Vec<Dimension>,
+    #[schema(value_type = Vec<Object>)]
+    pub allocations: Vec<AllocationInput>,
+}
+
+fn view(state: &AppState, input: PoolInput) -> PoolView {
+    let snap = state.snapshot();
+    let effective_dimensions = snap
+        .quota
+        .pool(&input.id)
+        .map(|p| p.dims.clone())
+        .unwrap_or_default();
+    PoolView {
+        id: input.id,
+        name: input.name,
+        connection_ids: input.connection_ids,
+        dimensions: input.dimensions,
+        effective_dimensions,
+        allocations: input.allocations,
+    }
+}
+
+/// Every pool.
+pub async fn pools(state: &AppState) -> Result<Vec<PoolView>, ApiError> {
+    let pools = blocking(&state.store, |s| s.list_pools()).await?;
+    Ok(pools.into_iter().map(|p| view(state, p)).collect())
+}
+
+/// One pool.
+pub async fn pool(state: &AppState, id: String) -> Result<PoolView, ApiError> {
+    let pool = blocking(&state.store, move |s| s.get_pool(&id)).await?;
+    Ok(view(state, pool))
+}
+
+/// Creates or replaces a pool, as `mode` says.
+pub async fn save_pool(
+    state: &AppState,
+    p: PoolInput,
+    mode: SaveMode,
+) -> Result<PoolView, ApiError> {
+    let (rec, t) = (p.clone(), state.clock.now_ms());
+    apply_change(
+        state,
+        |rows| {
+            upsert_by(&mut rows.pools, p.clone(), |x| &x.id, &p.id);
+            Ok(())
+        },
+        move |s| s.save_pool(&rec, mode, t),
+    )
+    .await?;
+    Ok(view(state, p))
+}
+
+/// Deletes a pool and drops its counters.
+pub async fn delete_pool(state: &AppState, id: String) -> Result<(), ApiError> {
+    let (target, deleted) = (id.clone(), id.clone());
+    apply_change(
+        state,
+        |rows| {
+            rows.pools.retain(|p| p.id != target);
+            Ok(())
+        },
+        move |s| s.delete_pool(&id),
+    )
+    .await?;
+    state.runtime.quota.forget_pool(&deleted).await;
+    Ok(())
+}
+
+/// A pool's usage now, per dimension and key; fails with `QuotaStoreUnavailable` when
+/// the quota store cannot be read.
+pub async fn usage(state: &AppState, id: String) -> Result<PoolUsage, ApiError> {
+    let snap = state.snapshot();
+    let pool = snap
+        .quota
+        .pool(&id)
+        .ok_or(ApiError::NotFound { kind: "pool", id })?;
+    let keys: Vec<String> = pool
+        .pool
+        .allocations
+        .iter()
+        .map(|a| a.api_key_id.clone())
+        .collect();
+    state
+        .runtime
+        .quota
+        .usage(pool, &keys, &snap.settings.quota)
+        .await
+        .map_err(|e| ApiError::QuotaStoreUnavailable {
+            reason: e.reason.as_str(),
+        })
+}
+
+/// A pool's recent decisions, or only `api_key_id`'s.
+pub fn decisions(
+    state: &AppState,
+    id: String,
+    api_key_id: Option<&str>,
+) -> Result<Vec<DecisionRecord>, ApiError> {
+    if state.snapshot().quota.pool(&id).is_none() {
+        return Err(ApiError::NotFound { kind: "pool", id });
+    }
+    Ok(state.runtime.quota.decisions(&id, api_key_id))
+}
+
+/// A connection's resolved plan.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanView {
+    pub connection_id: String,
+    /// `manual`, `catalog` or `empty`.
+    #[schema(value_type = String)]
+    pub source: PlanSource,
+    #[schema(value_type = Vec<Object>)]
+    pub dimensions: Vec<Dimension>,
+}
+
+/// The plan in force for `connection_id`, and where it comes from.
+pub fn plan(state: &AppState, connection_id: String) -> Result<PlanView, ApiError> {
+    let snap = state.snapshot();
+    let (dims, source) = snap
+        .quota
+        .plans
+        .get(&connection_id)
+        .cloned()
+        .ok_or_else(|| ApiError::NotFound {
+            kind: "connection",
+            id: connection_id.clone(),
+        })?;
+    Ok(PlanView {
+        connection_id,
+        source,
+        dimensions: dims,
+    })
+}
+
+/// Stores a manual plan for `connection_id`; answers the plan in force afterwards.
+pub async fn save_plan(
+    state: &AppState,
+    connection_id: String,
+    dimensions: Vec<DimensionInput>,
+) -> Result<PlanView, ApiError> {
+    if state
+        .snapshot()
+        .catalog
+        .connection(&connection_id)
+        .is_none()
+    {
+        return Err(ApiError::NotFound {
+            kind: "connection",
+            id: connection_id,
+        });
+    }
+    let record = PlanRecord {
+        connection_id: connection_id.clone(),
+        dimensions,
+    };
+    if let Err(QuotaConfigError::Plan { error, .. }) = validate_plan(&record) {
+        return Err(ApiError::InvalidField {
+            field: error.field.clone(),
+            message: error.to_string(),
+        });
+    }
+    let (rec, t) = (record.clone(), state.clock.now_ms());
+    apply_change(
+        state,
+        |rows| {
+            upsert_by(
+                &mut rows.plans,
+                record.clone(),
+                |x| &x.connection_id,
+                &record.connection_id,
+            );
+            Ok(())
+        },
+        move |s| s.save_plan(&rec, t),
+    )
+    .await?;
+    plan(state, connection_id)
+}
+
+/// Deletes `connection_id`'s manual plan; the catalog's applies again.
+pub async fn delete_plan(state: &AppState, connection_id: String) -> Result<(), ApiError> {
+    let target = connection_id.clone();
+    apply_change(
+        state,
+        |rows| {
+            rows.plans.retain(|p| p.connection_id != target);
+            Ok(())
+        },
+        move |s| s.delete_plan(&connection_id),
+    )
+    .await
+}
+
+/// Result of an import.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportResult {
+    pub imported: usize,
+    /// Why nothing was imported, when nothing was.
+    pub skipped: Option<String>,
+}
+
+/// Imports `pools` into a database that has none; imports nothing otherwise.
+pub async fn import(state: &AppState, pools: Vec<PoolInput>) -> Result<ImportResult, ApiError> {
+    let t = state.clock.now_ms();
+    let submitted = pools.len();
+    let incoming = pools.clone();
+    // The emptiness check and the writes run in one transaction, so two concurrent
+    // imports cannot both land.
+    let imported = apply_change(
+        state,
+        |rows| {
+            if rows.pools.is_empty() {
+                rows.pools.extend(incoming);
+            }
+            Ok(())
+        },
+        move |s| {
+            s.batch(|b| {
+                if !b.pools_empty()? {
+                    return Ok(0);
+                }
+                for p in &pools {
+                    b.save_pool(p, SaveMode::Create, t)?;
+                }
+                Ok(pools.len())
+            })
+        },
+    )
+    .await?;
+    Ok(ImportResult {
+        imported,
+        skipped: (imported == 0 && submitted > 0)
+            .then(|| "pools already exist; import runs only into an empty database".to_owned()),
+    })
+}
+
+/// Every pool as declared, in the form [`import`] takes.
+pub async fn export(state: &AppState) -> Result<Vec<PoolInput>, ApiError> {
+    Ok(blocking(&state.store, |s| s.list_pools()).await?)
+}
