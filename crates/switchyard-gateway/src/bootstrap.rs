@@ -240,7 +240,7 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
     }
     let mut rows = store.load_config()?;
     for p in &d.providers {
-        crate::admin::upsert_by(&mut rows.providers, p.clone(), |x| &x.id, &p.id);
+        crate::services::upsert_by(&mut rows.providers, p.clone(), |x| &x.id, &p.id);
     }
     let mut conns = Vec::new();
     for (c, cred) in &d.connections {
@@ -251,7 +251,7 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
             .map(|(_, k)| k.clone());
         let record = c.clone();
         let effective = cred.clone().or(kept).unwrap_or_default();
-        crate::admin::upsert_by(
+        crate::services::upsert_by(
             &mut rows.connections,
             (record.clone(), effective),
             |x| &x.0.id,
@@ -260,7 +260,7 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
         conns.push((record, cred.clone()));
     }
     for c in &d.combos {
-        crate::admin::upsert_by(&mut rows.combos, c.clone(), |x| &x.name, &c.name);
+        crate::services::upsert_by(&mut rows.combos, c.clone(), |x| &x.name, &c.name);
     }
     let mut keys = Vec::new();
     for (k, secret) in &d.keys {
@@ -280,11 +280,11 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
             record.created_at = existing.created_at;
             record.revoked_at = existing.revoked_at;
         }
-        crate::admin::upsert_by(&mut rows.keys, record.clone(), |x| &x.id, &k.id);
+        crate::services::upsert_by(&mut rows.keys, record.clone(), |x| &x.id, &k.id);
         keys.push(record);
     }
     for p in &d.quota_plans {
-        crate::admin::upsert_by(
+        crate::services::upsert_by(
             &mut rows.plans,
             p.clone(),
             |x| &x.connection_id,
@@ -292,7 +292,7 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
         );
     }
     for p in &d.quota_pools {
-        crate::admin::upsert_by(&mut rows.pools, p.clone(), |x| &x.id, &p.id);
+        crate::services::upsert_by(&mut rows.pools, p.clone(), |x| &x.id, &p.id);
     }
     Snapshot::build(&rows, &config.layers, &Metrics::new())
         .map_err(|e| BootError::Invalid(e.to_string()))?;

@@ -73,6 +73,3 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
             resilience::patch_settings
         ))
 }
-
-/// The configuration loader builds its rows the way the services' writes do.
-pub(crate) use crate::services::upsert_by;
