@@ -23,4 +23,4 @@ pub mod sync;
 pub mod telemetry;
 pub mod upstream;
 
-pub use server::{app, run, serve, Placement};
+pub use server::{app, run, run_with, serve, serve_with, Placement};

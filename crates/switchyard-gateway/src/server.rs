@@ -220,7 +220,19 @@ pub async fn run(
     writer: Writers,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve(listener, state, writer, shutdown, Placement::Threads).await
+    run_with(listener, state, writer, shutdown, Router::new()).await
+}
+
+/// [`run`], with `extra` routes (the dashboard's) merged into the application router.
+/// `extra` must not set a fallback: the application's answers unknown routes.
+pub async fn run_with(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    writer: Writers,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    extra: Router,
+) -> std::io::Result<()> {
+    serve_with(listener, state, writer, shutdown, Placement::Threads, extra).await
 }
 
 /// [`run`], with the connections served where `placement` says.
@@ -230,6 +242,18 @@ pub async fn serve(
     writer: Writers,
     shutdown: impl Future<Output = ()> + Send + 'static,
     placement: Placement,
+) -> std::io::Result<()> {
+    serve_with(listener, state, writer, shutdown, placement, Router::new()).await
+}
+
+/// [`serve`], with `extra` routes merged into the application router (see [`run_with`]).
+pub async fn serve_with(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    writer: Writers,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    placement: Placement,
+    extra: Router,
 ) -> std::io::Result<()> {
     let watcher = tokio::spawn(watch_config(Arc::clone(&state)));
     let settings = state.snapshot().settings.clone();
@@ -249,7 +273,7 @@ pub async fn serve(
     for i in 0..threads {
         let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
         handoffs.push(tx);
-        let app = app(Arc::clone(&state));
+        let app = app(Arc::clone(&state)).merge(extra.clone());
         let state = Arc::clone(&state);
         let (stop, abort) = (stop_rx.clone(), abort_rx.clone());
         let work = serve_io_thread(rx, app, state, stop, abort);
