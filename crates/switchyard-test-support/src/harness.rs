@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchyard_gateway::clock::{Clock, SystemClock};
 use switchyard_gateway::config::{self, FileConfig, GatewayConfig};
+use switchyard_gateway::state::AppState;
 use switchyard_gateway::{bootstrap, Placement};
 use switchyard_mock::MockServer;
 use switchyard_store::Store;
@@ -49,12 +50,30 @@ pub struct Harness {
     vars: BTreeMap<String, String>,
     clock: Arc<dyn Clock>,
     placement: Placement,
+    mount: Option<Mount>,
     _dir: tempfile::TempDir,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
 
+/// Builds extra routes (the dashboard's) over the gateway's state, merged into its
+/// application router at every (re)start.
+pub type Mount = fn(Arc<AppState>) -> axum::Router;
+
 impl Harness {
+    /// Starts with the standard configuration and the routes `mount` builds.
+    pub async fn start_mounted(mount: Mount) -> Self {
+        let clock = Arc::new(SystemClock);
+        Self::boot(
+            Config::standard,
+            &[],
+            clock,
+            Placement::Threads,
+            Some(mount),
+        )
+        .await
+    }
+
     /// Starts with the standard configuration.
     pub async fn start() -> Self {
         Self::start_with(Config::standard, &[]).await
@@ -73,7 +92,7 @@ impl Harness {
         env: &[(&str, &str)],
         clock: Arc<dyn Clock>,
     ) -> Self {
-        Self::boot(config_for, env, clock, Placement::Threads).await
+        Self::boot(config_for, env, clock, Placement::Threads, None).await
     }
 
     /// Starts with the gateway serving on the test's own runtime (one thread), for tests
@@ -84,7 +103,14 @@ impl Harness {
         config_for: impl FnOnce(&str) -> Config,
         env: &[(&str, &str)],
     ) -> Self {
-        Self::boot(config_for, env, Arc::new(SystemClock), Placement::Caller).await
+        Self::boot(
+            config_for,
+            env,
+            Arc::new(SystemClock),
+            Placement::Caller,
+            None,
+        )
+        .await
     }
 
     async fn boot(
@@ -92,6 +118,7 @@ impl Harness {
         env: &[(&str, &str)],
         clock: Arc<dyn Clock>,
         placement: Placement,
+        mount: Option<Mount>,
     ) -> Self {
         init_tracing();
         let mock = MockServer::start_local().await.unwrap();
@@ -116,6 +143,7 @@ impl Harness {
             vars,
             clock,
             placement,
+            mount,
             _dir: dir,
             shutdown: None,
             task: None,
@@ -149,7 +177,10 @@ impl Harness {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         self.base = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = oneshot::channel::<()>();
-        self.task = Some(tokio::spawn(switchyard_gateway::serve(
+        let extra = self
+            .mount
+            .map_or_else(axum::Router::new, |m| m(Arc::clone(&prepared.state)));
+        self.task = Some(tokio::spawn(switchyard_gateway::serve_with(
             listener,
             prepared.state,
             prepared.writer,
@@ -157,6 +188,7 @@ impl Harness {
                 let _ = rx.await;
             },
             self.placement,
+            extra,
         )));
         self.shutdown = Some(tx);
         Ok(())

@@ -1,0 +1,156 @@
+//! Dashboard sessions: an in-memory store of random session ids, each with its expiry
+//! and its CSRF token. The store is bounded: expired sessions are pruned on every
+//! insert, and when it is still full the session closest to expiry makes room. Its lock
+//! is never held across an await.
+
+use rand::RngCore;
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use subtle::ConstantTimeEq;
+
+/// How long a session lasts, in seconds (the cookie's `Max-Age`).
+pub const SESSION_TTL_SECS: u64 = 8 * 60 * 60;
+
+/// [`SESSION_TTL_SECS`] in milliseconds.
+const SESSION_TTL_MS: u64 = SESSION_TTL_SECS * 1000;
+
+/// Most sessions held at once.
+pub const MAX_SESSIONS: usize = 1024;
+
+/// 256 random bits as 64 lowercase hex digits.
+pub fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    hex(&bytes)
+}
+
+/// `bytes` as lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    bytes
+        .iter()
+        .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xf)]])
+        .map(char::from)
+        .collect()
+}
+
+#[derive(Debug)]
+struct Session {
+    expires_at: u64,
+    csrf: String,
+}
+
+/// The session store.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    inner: Mutex<HashMap<String, Session>>,
+}
+
+impl Sessions {
+    /// Opens a session at `now` (Unix milliseconds); returns its id and its CSRF token.
+    pub fn create(&self, now: u64) -> (String, String) {
+        let (id, csrf) = (random_token(), random_token());
+        let mut map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        map.retain(|_, s| s.expires_at > now);
+        if map.len() >= MAX_SESSIONS {
+            let soonest = map
+                .iter()
+                .min_by_key(|(_, s)| s.expires_at)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = soonest {
+                map.remove(&k);
+            }
+        }
+        map.insert(
+            id.clone(),
+            Session {
+                expires_at: now.saturating_add(SESSION_TTL_MS),
+                csrf: csrf.clone(),
+            },
+        );
+        (id, csrf)
+    }
+
+    /// The CSRF token of the live session `id` at `now`.
+    pub fn csrf(&self, id: &str, now: u64) -> Option<String> {
+        let map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(id)
+            .filter(|s| s.expires_at > now)
+            .map(|s| s.csrf.clone())
+    }
+
+    /// Ends the session `id`.
+    pub fn remove(&self, id: &str) {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+    }
+
+    /// Sessions held (live or not yet pruned).
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+/// Whether a presented CSRF token matches the session's, in constant time.
+pub fn csrf_matches(expected: &str, presented: &str) -> bool {
+    expected.as_bytes().ct_eq(presented.as_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_is_lowercase_two_digits_a_byte() {
+        assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
+        let t = random_token();
+        assert_eq!(t.len(), 64);
+        assert!(t
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        assert_ne!(random_token(), t);
+    }
+
+    #[test]
+    fn sessions_expire_and_end() {
+        let s = Sessions::default();
+        let now = 1_000_000;
+        let (id, csrf) = s.create(now);
+        assert_eq!(s.csrf(&id, now), Some(csrf.clone()));
+        assert_eq!(s.csrf(&id, now + 28_800_000 - 1), Some(csrf));
+        assert_eq!(s.csrf(&id, now + 28_800_000), None);
+        assert_eq!(s.csrf("unknown", now), None);
+        s.remove(&id);
+        assert_eq!(s.csrf(&id, now), None);
+    }
+
+    #[test]
+    fn the_store_is_bounded_and_prunes_expired_sessions() {
+        let s = Sessions::default();
+        let start = 1_000_000;
+        let (first, _) = s.create(start);
+        for i in 1..MAX_SESSIONS {
+            s.create(start + u64::try_from(i).unwrap());
+        }
+        assert_eq!(s.held(), MAX_SESSIONS);
+        let (newest, _) = s.create(start + 5_000);
+        assert_eq!(s.held(), MAX_SESSIONS);
+        assert_eq!(s.csrf(&first, start), None);
+        assert!(s.csrf(&newest, start + 5_000).is_some());
+        s.create(start + 28_800_000 + 5_001);
+        assert_eq!(s.held(), 1);
+    }
+
+    #[test]
+    fn csrf_matches_only_the_same_token() {
+        assert!(csrf_matches("abc", "abc"));
+        assert!(!csrf_matches("abc", "abd"));
+        assert!(!csrf_matches("abc", ""));
+    }
+}

@@ -1,0 +1,239 @@
+//! The dashboard end to end: a real gateway on a socket with the dashboard's routes
+//! mounted, driven over HTTP without following redirects.
+
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions fail loudly on purpose"
+)]
+
+use reqwest::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, LOCATION, SET_COOKIE, X_FRAME_OPTIONS,
+};
+use reqwest::{redirect, Client, Response};
+use switchyard_test_support::{eventually, Harness, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
+
+async fn start() -> (Harness, Client) {
+    let h = Harness::start_mounted(switchyard_dashboard::routes).await;
+    let client = Client::builder()
+        .redirect(redirect::Policy::none())
+        .build()
+        .unwrap();
+    (h, client)
+}
+
+async fn sign_in(h: &Harness, c: &Client, token: &str) -> Response {
+    c.post(h.url("/dashboard/sign-in"))
+        .form(&[("token", token)])
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The session cookie's `name=value` from a successful sign-in.
+fn session_of(r: &Response) -> String {
+    let cookie = r.headers()[SET_COOKIE].to_str().unwrap();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+async fn get(h: &Harness, c: &Client, path: &str, cookie: Option<&str>) -> Response {
+    let mut rq = c.get(h.url(path));
+    if let Some(cookie) = cookie {
+        rq = rq.header("cookie", cookie);
+    }
+    rq.send().await.unwrap()
+}
+
+fn assert_page_headers(r: &Response) {
+    assert_eq!(r.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
+    assert_eq!(r.headers()[CACHE_CONTROL], "no-store");
+    assert_eq!(r.headers()[X_FRAME_OPTIONS], "DENY");
+    assert_eq!(r.headers()[CONTENT_SECURITY_POLICY], "default-src 'self'");
+}
+
+/// The value of the hidden `csrf` field in `page`.
+fn csrf_in(page: &str) -> String {
+    let marker = r#"name="csrf" value=""#;
+    let at = page.find(marker).unwrap() + marker.len();
+    page[at..at + 64].to_owned()
+}
+
+#[tokio::test]
+async fn wrong_tokens_are_refused_without_a_cookie() {
+    let (h, c) = start().await;
+    let form = get(&h, &c, "/dashboard/sign-in", None).await;
+    assert_eq!(form.status(), 200);
+    assert_page_headers(&form);
+    assert!(form
+        .text()
+        .await
+        .unwrap()
+        .contains(r#"<input type="password" id="token" name="token""#));
+    for (token, message) in [
+        (
+            "not-the-token",
+            "Error: That is neither the admin token nor an admin-scoped key.",
+        ),
+        (
+            KEY,
+            "Error: This key is valid but does not have the admin scope.",
+        ),
+    ] {
+        let r = sign_in(&h, &c, token).await;
+        assert_eq!(r.status(), 401);
+        assert!(r.headers().get(SET_COOKIE).is_none());
+        assert_page_headers(&r);
+        let body = r.text().await.unwrap();
+        assert!(body.contains(message), "{body}");
+        assert!(!body.contains(token));
+    }
+}
+
+#[tokio::test]
+async fn the_admin_token_opens_a_session_cookie() {
+    let (h, c) = start().await;
+    for token in [ADMIN, OPS_KEY] {
+        let r = sign_in(&h, &c, token).await;
+        assert_eq!(r.status(), 303);
+        assert_eq!(r.headers()[LOCATION], "/dashboard");
+        let cookie = r.headers()[SET_COOKIE].to_str().unwrap();
+        let (id, attributes) = cookie
+            .strip_prefix("sy_session=")
+            .unwrap()
+            .split_once(';')
+            .unwrap();
+        assert_eq!(id.len(), 64);
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(
+            attributes,
+            " HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age=28800"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_overview_needs_a_session_and_shows_no_credential() {
+    let (h, c) = start().await;
+    assert_eq!(
+        h.chat(switchyard_test_support::chat_body("fast", false))
+            .await
+            .status(),
+        200
+    );
+    for path in ["/dashboard", "/dashboard/anything/else"] {
+        let r = get(&h, &c, path, None).await;
+        assert_eq!(r.status(), 303);
+        assert_eq!(r.headers()[LOCATION], "/dashboard/sign-in");
+    }
+    let forged = get(
+        &h,
+        &c,
+        "/dashboard",
+        Some(&format!("sy_session={}", "0".repeat(64))),
+    )
+    .await;
+    assert_eq!(forged.status(), 303);
+    let post = c.post(h.url("/dashboard/anything")).send().await.unwrap();
+    assert_eq!(post.status(), 403);
+
+    let cookie = session_of(&sign_in(&h, &c, ADMIN).await);
+    let r = get(&h, &c, "/dashboard", Some(&cookie)).await;
+    assert_eq!(r.status(), 200);
+    assert_page_headers(&r);
+    // The request log is written in batches: wait for the request's row.
+    eventually("the request-log row on the overview", || async {
+        let page = get(&h, &c, "/dashboard", Some(&cookie)).await;
+        page.text().await.unwrap().contains("<td>fast</td>")
+    })
+    .await;
+    let page = get(&h, &c, "/dashboard", Some(&cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    for id in ["alpha", "beta", "alpha-1", "beta-1"] {
+        assert!(
+            page.contains(&format!("<td>{id}</td>")),
+            "{id} missing: {page}"
+        );
+    }
+    assert!(page.contains("<td>CLOSED</td>"));
+    assert!(page.contains("<td>active</td>"));
+    assert!(page.contains("<li>Keys: 2 (0 revoked)</li>"));
+    assert!(
+        page.contains(r#"<meta name="viewport" content="width=device-width, initial-scale=1">"#)
+    );
+    for secret in [CRED_ALPHA, CRED_BETA, ADMIN, KEY, OPS_KEY] {
+        assert!(!page.contains(secret));
+    }
+}
+
+#[tokio::test]
+async fn sign_out_checks_the_csrf_token_and_ends_the_session() {
+    let (h, c) = start().await;
+    let cookie = session_of(&sign_in(&h, &c, ADMIN).await);
+    let page = get(&h, &c, "/dashboard", Some(&cookie))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let csrf = csrf_in(&page);
+    let sign_out = |form: Vec<(&'static str, String)>| {
+        c.post(h.url("/dashboard/sign-out"))
+            .header("cookie", &cookie)
+            .form(&form)
+            .send()
+    };
+    assert_eq!(sign_out(vec![]).await.unwrap().status(), 403);
+    assert_eq!(
+        sign_out(vec![("csrf", "0".repeat(64))])
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    assert_eq!(get(&h, &c, "/dashboard", Some(&cookie)).await.status(), 200);
+
+    let r = sign_out(vec![("csrf", csrf.clone())]).await.unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()[LOCATION], "/dashboard/sign-in");
+    assert_eq!(
+        r.headers()[SET_COOKIE],
+        "sy_session=; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age=0"
+    );
+    let after = get(&h, &c, "/dashboard", Some(&cookie)).await;
+    assert_eq!(after.status(), 303);
+    assert_eq!(after.headers()[LOCATION], "/dashboard/sign-in");
+    assert_eq!(sign_out(vec![("csrf", csrf)]).await.unwrap().status(), 403);
+}
+
+#[tokio::test]
+async fn the_stylesheet_is_content_hashed_and_immutable() {
+    let (h, c) = start().await;
+    let page = get(&h, &c, "/dashboard/sign-in", None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let marker = r#"<link rel="stylesheet" href=""#;
+    let at = page.find(marker).unwrap() + marker.len();
+    let href = &page[at..at + page[at..].find('"').unwrap()];
+    let hash = href
+        .strip_prefix("/dashboard/assets/app-")
+        .and_then(|p| p.strip_suffix(".css"))
+        .unwrap();
+    assert_eq!(hash.len(), 12);
+    let r = get(&h, &c, href, None).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()[CONTENT_TYPE], "text/css; charset=utf-8");
+    assert_eq!(
+        r.headers()[CACHE_CONTROL],
+        "public, max-age=31536000, immutable"
+    );
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains(".table-wrap { overflow-x: auto;"));
+    let stale = get(&h, &c, "/dashboard/assets/app-000000000000.css", None).await;
+    assert_eq!(stale.status(), 303);
+}
