@@ -240,8 +240,19 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     say(&format!("Switchyard listening on http://{addr}"));
     say(&format!("Data directory: {}", cfg.data_dir.display()));
+    say(&format!(
+        "Dashboard: http://{addr}/dashboard (sign in with the admin token)"
+    ));
     say(&admin_note(&prepared.admin));
-    switchyard_gateway::run(listener, prepared.state, prepared.writer, shutdown_signal()).await?;
+    let dashboard = switchyard_dashboard::routes(Arc::clone(&prepared.state));
+    switchyard_gateway::run_with(
+        listener,
+        prepared.state,
+        prepared.writer,
+        shutdown_signal(),
+        dashboard,
+    )
+    .await?;
     Ok(())
 }
 

@@ -196,6 +196,9 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     say("The Anthropic-format provider `claude` (claude/claude-opus) and the Responses-format provider `codex` (codex/gpt-5-codex) are on the same mock; the combo `demo-claude` fails over from claude to alpha/mock-small, translating the request.");
     say(&format!("Demo API key: {secret}"));
     say(&admin_note(&prepared.admin));
+    say(&format!(
+        "Dashboard: http://{addr}/dashboard (sign in with the admin token)"
+    ));
     say("");
     say("Stream an answer:");
     say(&format!(
@@ -219,7 +222,15 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         "  curl http://{addr}/api/quota/pools/{DEMO_POOL}/usage -H 'Authorization: Bearer <admin token>'"
     ));
     say("Press Ctrl-C to stop.");
-    switchyard_gateway::run(listener, prepared.state, prepared.writer, shutdown_signal()).await?;
+    let dashboard = switchyard_dashboard::routes(Arc::clone(&prepared.state));
+    switchyard_gateway::run_with(
+        listener,
+        prepared.state,
+        prepared.writer,
+        shutdown_signal(),
+        dashboard,
+    )
+    .await?;
     mock.stop();
     Ok(())
 }
