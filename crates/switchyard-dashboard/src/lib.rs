@@ -130,10 +130,10 @@ pub fn routes(state: Arc<AppState>) -> Router {
         css: css.clone(),
     });
     Router::new()
-        .route("/dashboard", get(overview))
-        .route(SIGN_IN, get(sign_in_form).post(sign_in))
-        .route("/dashboard/sign-out", post(sign_out))
-        .route(&css, get(stylesheet))
+        .route("/dashboard", get(overview).fallback(unknown))
+        .route(SIGN_IN, get(sign_in_form).post(sign_in).fallback(unknown))
+        .route("/dashboard/sign-out", post(sign_out).fallback(unknown))
+        .route(&css, get(stylesheet).fallback(unknown))
         .route("/dashboard/{*rest}", any(unknown))
         .layer(map_response(security_headers))
         .with_state(dash)
@@ -290,8 +290,8 @@ async fn stylesheet() -> Response {
         .into_response()
 }
 
-/// Any other path under `/dashboard/`: signed out, a `GET` goes to sign-in and anything
-/// else is `403`; signed in, `404`.
+/// Any other path under `/dashboard/`, or another method on a dashboard path: signed
+/// out, a `GET` goes to sign-in and anything else is `403`; signed in, `404`.
 async fn unknown(State(dash): State<Arc<Dash>>, method: Method, headers: HeaderMap) -> Response {
     match dash.session(&headers) {
         None if method == Method::GET => see_other(SIGN_IN),

@@ -132,8 +132,10 @@ async fn the_overview_needs_a_session_and_shows_no_credential() {
     )
     .await;
     assert_eq!(forged.status(), 303);
-    let post = c.post(h.url("/dashboard/anything")).send().await.unwrap();
-    assert_eq!(post.status(), 403);
+    for path in ["/dashboard/anything", "/dashboard"] {
+        let post = c.post(h.url(path)).send().await.unwrap();
+        assert_eq!(post.status(), 403, "POST {path}");
+    }
 
     let cookie = session_of(&sign_in(&h, &c, ADMIN).await);
     let r = get(&h, &c, "/dashboard", Some(&cookie)).await;
