@@ -244,6 +244,15 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "Dashboard: http://{addr}/dashboard (sign in with the admin token)"
     ));
     say(&admin_note(&prepared.admin));
+    run_with_dashboard(listener, prepared).await
+}
+
+/// Serves the gateway with the dashboard mounted under `/dashboard` until Ctrl-C or
+/// SIGTERM.
+pub async fn run_with_dashboard(
+    listener: TcpListener,
+    prepared: bootstrap::Prepared,
+) -> anyhow::Result<()> {
     let dashboard = switchyard_dashboard::routes(Arc::clone(&prepared.state));
     switchyard_gateway::run_with(
         listener,

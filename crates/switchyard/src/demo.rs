@@ -1,7 +1,7 @@
 //! `switchyard demo`: the gateway plus a built-in mock provider, preconfigured so a
 //! newcomer sees a streamed answer within a minute of cloning.
 
-use crate::cli::{admin_note, init_tracing, say, shutdown_signal, DemoArgs};
+use crate::cli::{admin_note, init_tracing, run_with_dashboard, say, DemoArgs};
 use anyhow::Context;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeMap;
@@ -222,15 +222,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         "  curl http://{addr}/api/quota/pools/{DEMO_POOL}/usage -H 'Authorization: Bearer <admin token>'"
     ));
     say("Press Ctrl-C to stop.");
-    let dashboard = switchyard_dashboard::routes(Arc::clone(&prepared.state));
-    switchyard_gateway::run_with(
-        listener,
-        prepared.state,
-        prepared.writer,
-        shutdown_signal(),
-        dashboard,
-    )
-    .await?;
+    run_with_dashboard(listener, prepared).await?;
     mock.stop();
     Ok(())
 }
