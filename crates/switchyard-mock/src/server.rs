@@ -101,12 +101,12 @@ pub const CODEX_BACKEND_RESPONSES: &str = "/backend-api/codex/responses";
 /// The mock's routes.
 pub fn router(state: Arc<MockState>) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/messages", post(messages))
+        .route("/v1/chat/completions", completion(Api::OpenAi))
+        .route("/v1/messages", completion(Api::Anthropic))
         .route("/v1/messages/count_tokens", post(count_tokens))
-        .route("/v1/responses", post(responses_api))
-        .route("/responses", post(responses_api))
-        .route(CODEX_BACKEND_RESPONSES, post(responses_api))
+        .route("/v1/responses", completion(Api::Responses))
+        .route("/responses", completion(Api::Responses))
+        .route(CODEX_BACKEND_RESPONSES, completion(Api::Responses))
         .route("/v1/models", get(|| async { Json(openai::models()) }))
         .route("/api/oauth/usage", get(oauth_usage))
         .route(
@@ -309,58 +309,25 @@ enum Api {
     Responses,
 }
 
-async fn chat(
-    State(state): State<Arc<MockState>>,
-    Extension(kill): Extension<ConnKill>,
-    method: Method,
-    uri: Uri,
-    version: axum::http::Version,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let head = Head {
-        method,
-        uri,
-        version,
-        headers,
-    };
-    handle(state, kill, head, body, Api::OpenAi).await
-}
-
-async fn messages(
-    State(state): State<Arc<MockState>>,
-    Extension(kill): Extension<ConnKill>,
-    method: Method,
-    uri: Uri,
-    version: axum::http::Version,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let head = Head {
-        method,
-        uri,
-        version,
-        headers,
-    };
-    handle(state, kill, head, body, Api::Anthropic).await
-}
-
-async fn responses_api(
-    State(state): State<Arc<MockState>>,
-    Extension(kill): Extension<ConnKill>,
-    method: Method,
-    uri: Uri,
-    version: axum::http::Version,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let head = Head {
-        method,
-        uri,
-        version,
-        headers,
-    };
-    handle(state, kill, head, body, Api::Responses).await
+/// The completion route of `api`: its request taken apart for [`handle`].
+fn completion(api: Api) -> axum::routing::MethodRouter<Arc<MockState>> {
+    post(
+        move |State(state): State<Arc<MockState>>,
+              Extension(kill): Extension<ConnKill>,
+              method: Method,
+              uri: Uri,
+              version: axum::http::Version,
+              headers: HeaderMap,
+              body: Bytes| async move {
+            let head = Head {
+                method,
+                uri,
+                version,
+                headers,
+            };
+            handle(state, kill, head, body, api).await
+        },
+    )
 }
 
 /// Parses a JSON body (if any) and journals the request; returns the body and the
