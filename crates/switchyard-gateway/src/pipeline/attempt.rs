@@ -203,7 +203,7 @@ async fn attempt(
         quota: None,
     };
     let pooled = snap.quota.pool_of(conn.index);
-    let (quota, quota_headers) = quota::admit(ctx, candidate, finisher.request_id())
+    let (quota, quota_headers) = quota::admit(ctx, candidate, output_limit, finisher.request_id())
         .await
         .map_err(|block| Report::QuotaBlocked {
             exclusion: excluded(

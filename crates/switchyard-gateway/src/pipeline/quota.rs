@@ -17,10 +17,12 @@ pub type Headers = Vec<(HeaderName, HeaderValue)>;
 /// Reserves quota for an attempt on `candidate`. `Ok` carries the reservation (none when
 /// the connection is in no pool or the pool does not enforce) and the headers to add to
 /// a successful response; `Err` is the pool's refusal, and the caller moves on to the
-/// next candidate.
+/// next candidate. `output_limit` is the model's configured output limit, which the
+/// request is clamped to.
 pub async fn admit(
     ctx: &Ctx<'_>,
     candidate: &Candidate,
+    output_limit: Option<u64>,
     request_id: &str,
 ) -> Result<(Option<QuotaGuard>, Headers), Box<QuotaBlock>> {
     let (runtime, snap, key, mut estimate) = (ctx.runtime, ctx.snap, ctx.key, ctx.estimate);
@@ -29,7 +31,7 @@ pub async fn admit(
         return Ok((None, Vec::new()));
     };
     // The request is clamped to the model's output limit: book no more than it allows.
-    if let Some(limit) = snap.output_limit(&conn.provider, &candidate.upstream_model) {
+    if let Some(limit) = output_limit {
         estimate.completion_tokens = estimate.completion_tokens.min(limit);
     }
     let price = snap.price(&conn.provider, &candidate.upstream_model);
