@@ -21,35 +21,166 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-/// A whole page: `title` (escaped) and `main` (already HTML), with the stylesheet at
-/// `css` and, when signed in, the sign-out form carrying `csrf`.
-pub fn page(title: &str, css: &str, csrf: Option<&str>, main: &str) -> String {
-    let sign_out = csrf.map_or_else(String::new, |token| {
+/// The dashboard's sections, in the order the navigation lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nav {
+    Overview,
+    QuotaShare,
+    Plans,
+    Resilience,
+    Keys,
+    Providers,
+    Combos,
+    Settings,
+    Requests,
+    /// Pages outside the navigation (sign-in, errors).
+    None,
+}
+
+impl Nav {
+    /// Every section with its path and label.
+    pub const ALL: [(Nav, &'static str, &'static str); 9] = [
+        (Nav::Overview, "/dashboard", "Overview"),
+        (Nav::QuotaShare, "/dashboard/costs/quota-share", "Quota share"),
+        (Nav::Plans, "/dashboard/costs/quota-share/plans", "Plans"),
+        (Nav::Resilience, "/dashboard/resilience", "Resilience"),
+        (Nav::Keys, "/dashboard/keys", "Keys"),
+        (Nav::Providers, "/dashboard/providers", "Providers"),
+        (Nav::Combos, "/dashboard/combos", "Combos"),
+        (Nav::Settings, "/dashboard/settings", "Settings"),
+        (Nav::Requests, "/dashboard/requests", "Requests"),
+    ];
+}
+
+/// What every page shares: the assets' paths.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub css: String,
+    pub js: String,
+}
+
+/// A page's parts: its title (escaped here), its section, the signed-in session's CSRF
+/// token (none when signed out: no navigation and no sign-out), a one-time notice and
+/// the `<main>` content (already HTML).
+#[derive(Debug)]
+pub struct Page<'a> {
+    pub title: &'a str,
+    pub nav: Nav,
+    pub csrf: Option<&'a str>,
+    pub notice: Option<&'a Notice>,
+    pub main: &'a str,
+}
+
+/// A one-time message shown above a page's content after an action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    Done(String),
+    Failed(String),
+}
+
+impl Notice {
+    fn render(&self) -> String {
+        match self {
+            Notice::Done(m) => format!(
+                r#"<p class="notice done" role="status" id="notice">Done: {}</p>"#,
+                escape(m)
+            ),
+            Notice::Failed(m) => format!(
+                r#"<p class="notice error" role="alert" id="notice">Error: {}</p>"#,
+                escape(m)
+            ),
+        }
+    }
+}
+
+impl Layout {
+    /// A whole page. Signed in, the page carries the navigation (the current section
+    /// marked `aria-current`), the sign-out form and, for htmx requests, the CSRF token
+    /// in `hx-headers`.
+    pub fn page(&self, p: &Page<'_>) -> String {
+        let (nav, sign_out, hx_headers) = match p.csrf {
+            None => (String::new(), String::new(), String::new()),
+            Some(token) => {
+                let mut nav = String::from(r#"<nav aria-label="Sections"><ul>"#);
+                for (section, href, label) in Nav::ALL {
+                    let current = if section == p.nav {
+                        r#" aria-current="page""#
+                    } else {
+                        ""
+                    };
+                    let _ = write!(nav, r#"<li><a href="{href}"{current}>{label}</a></li>"#);
+                }
+                nav.push_str("</ul></nav>");
+                (
+                    nav,
+                    format!(
+                        r#"<form method="post" action="/dashboard/sign-out"><input type="hidden" name="csrf" value="{}"><button type="submit">Sign out</button></form>"#,
+                        escape(token)
+                    ),
+                    format!(
+                        r#" hx-headers='{{"x-csrf-token":"{}"}}'"#,
+                        escape(token)
+                    ),
+                )
+            }
+        };
+        let notice = p.notice.map_or_else(String::new, Notice::render);
         format!(
-            r#"<form method="post" action="/dashboard/sign-out"><input type="hidden" name="csrf" value="{}"><button type="submit">Sign out</button></form>"#,
-            escape(token)
-        )
-    });
-    format!(
-        r#"<!doctype html>
+            r##"<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="htmx-config" content='{{"includeIndicatorStyles":false,"allowEval":false,"allowScriptTags":false}}'>
 <title>{title} · Switchyard</title>
 <link rel="stylesheet" href="{css}">
+<script src="{js}" defer></script>
 </head>
-<body>
-<header><p class="brand">Switchyard</p>{sign_out}</header>
-<main>
+<body{hx_headers}>
+<a class="skip" href="#main">Skip to content</a>
+<header><p class="brand">Switchyard</p>{nav}{sign_out}</header>
+<main id="main">
 <h1>{title}</h1>
-{main}
+{notice}{main}
 </main>
 </body>
 </html>
-"#,
-        title = escape(title),
-        css = escape(css),
+"##,
+            title = escape(p.title),
+            css = escape(&self.css),
+            js = escape(&self.js),
+            main = p.main,
+        )
+    }
+}
+
+/// A region that refreshes itself every `secs` seconds from `url` (the same page, of
+/// which htmx keeps only the element with this `id`). Without htmx it is static.
+pub fn live(id: &str, url: &str, secs: u32, content: &str) -> String {
+    format!(
+        r##"<div id="{id}" hx-get="{url}" hx-trigger="every {secs}s" hx-select="#{id}" hx-swap="outerHTML">{content}</div>"##,
+        id = escape(id),
+        url = escape(url),
+    )
+}
+
+/// A hidden CSRF field for a form.
+pub fn csrf_field(token: &str) -> String {
+    format!(
+        r#"<input type="hidden" name="csrf" value="{}">"#,
+        escape(token)
+    )
+}
+
+/// A form posting to `action` with the CSRF field, `fields` (HTML) and a submit
+/// button labelled `button`; `class` styles it (`inline` for one-button forms).
+pub fn form(action: &str, token: &str, class: &str, fields: &str, button: &str) -> String {
+    format!(
+        r#"<form method="post" action="{action}" class="{class}">{csrf}{fields}<button type="submit">{button}</button></form>"#,
+        action = escape(action),
+        class = escape(class),
+        csrf = csrf_field(token),
+        button = escape(button),
     )
 }
 
@@ -113,17 +244,57 @@ mod tests {
         );
     }
 
+    fn layout() -> Layout {
+        Layout {
+            css: "/dashboard/assets/app.css".into(),
+            js: "/dashboard/assets/htmx.js".into(),
+        }
+    }
+
     #[test]
     fn page_escapes_the_title_and_carries_the_csrf_token() {
-        let html = page(
-            "A <b>",
-            "/dashboard/assets/app.css",
-            Some("t\"1"),
-            "<p>x</p>",
-        );
+        let notice = Notice::Failed("bad <input>".into());
+        let html = layout().page(&Page {
+            title: "A <b>",
+            nav: Nav::Keys,
+            csrf: Some("t\"1"),
+            notice: Some(&notice),
+            main: "<p>x</p>",
+        });
         assert!(html.contains("<title>A &lt;b&gt; · Switchyard</title>"));
         assert!(html.contains(r#"<input type="hidden" name="csrf" value="t&quot;1">"#));
-        assert!(html.contains("<main>\n<h1>A &lt;b&gt;</h1>\n<p>x</p>\n</main>"));
-        assert!(!page("Sign in", "/c.css", None, "").contains("sign-out"));
+        assert!(html.contains(r#"<body hx-headers='{"x-csrf-token":"t&quot;1"}'>"#));
+        assert!(html.contains(
+            "<h1>A &lt;b&gt;</h1>\n<p class=\"notice error\" role=\"alert\" id=\"notice\">Error: bad &lt;input&gt;</p><p>x</p>\n</main>"
+        ));
+        assert!(html.contains(r#"<li><a href="/dashboard/keys" aria-current="page">Keys</a></li>"#));
+        assert!(html.contains(r#"<li><a href="/dashboard">Overview</a></li>"#));
+        assert!(html.contains(r#"<script src="/dashboard/assets/htmx.js" defer></script>"#));
+        let signed_out = layout().page(&Page {
+            title: "Sign in",
+            nav: Nav::None,
+            csrf: None,
+            notice: None,
+            main: "",
+        });
+        assert!(!signed_out.contains("sign-out"));
+        assert!(!signed_out.contains("<nav"));
+        assert!(signed_out.contains("<body>"));
+    }
+
+    #[test]
+    fn live_regions_and_forms() {
+        assert_eq!(
+            live("pools", "/dashboard/x?a=1&b=2", 30, "<p>y</p>"),
+            r##"<div id="pools" hx-get="/dashboard/x?a=1&amp;b=2" hx-trigger="every 30s" hx-select="#pools" hx-swap="outerHTML"><p>y</p></div>"##
+        );
+        assert_eq!(
+            form("/dashboard/keys/k1/revoke", "tok", "inline", "", "Revoke"),
+            r#"<form method="post" action="/dashboard/keys/k1/revoke" class="inline"><input type="hidden" name="csrf" value="tok"><button type="submit">Revoke</button></form>"#
+        );
+        assert_eq!(
+            Notice::Done("Saved.".into()).render(),
+            r#"<p class="notice done" role="status" id="notice">Done: Saved.</p>"#
+        );
     }
 }

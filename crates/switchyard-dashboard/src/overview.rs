@@ -2,12 +2,19 @@
 //! cooldowns, quota pools, the keys count and the newest request-log rows. Rendering
 //! only; the data comes from the gateway's `services`.
 
-use crate::html::{escape, table};
+use crate::html::{escape, table, Nav};
+use crate::web::{Dash, Signed, View};
+use axum::extract::State;
+use axum::response::Response;
 use std::collections::HashMap;
+use std::sync::Arc;
+use switchyard_gateway::error::ApiError;
+use switchyard_gateway::services;
 use std::time::{Duration, UNIX_EPOCH};
 use switchyard_gateway::services::quota::PoolView;
 use switchyard_gateway::services::resilience::ConnectionState;
 use switchyard_gateway::services::system::Health;
+use switchyard_gateway::state::AppState;
 use switchyard_store::{KeyRecord, LogRow, ProviderRecord};
 
 /// Request-log rows the overview shows.
@@ -22,6 +29,33 @@ pub struct Overview {
     pub pools: Vec<PoolView>,
     pub keys: Vec<KeyRecord>,
     pub logs: Vec<LogRow>,
+}
+
+/// `GET /dashboard`: the overview.
+pub async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Response {
+    match gather(&dash.app).await {
+        Ok(o) => dash.render(&session, View::ok("Overview", Nav::Overview, &render(&o))),
+        Err(e) => dash.failed(&session, "Overview", Nav::Overview, &e),
+    }
+}
+
+/// The overview's data, from the services the management API uses.
+async fn gather(app: &AppState) -> Result<Overview, ApiError> {
+    Ok(Overview {
+        health: services::system::health(app),
+        providers: services::config::providers(app).await?,
+        connections: services::resilience::cooldowns(app, None),
+        pools: services::quota::pools(app).await?,
+        keys: services::keys::list(app).await?,
+        logs: services::logs::recent(
+            app,
+            services::logs::LogFilter {
+                limit: Some(LOG_ROWS),
+                key_id: None,
+            },
+        )
+        .await?,
+    })
 }
 
 /// A duration in milliseconds as whole seconds, rounded up (`0 s` only for zero).

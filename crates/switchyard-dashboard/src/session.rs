@@ -6,6 +6,7 @@
 use rand::RngCore;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+use crate::html::Notice;
 use subtle::ConstantTimeEq;
 
 /// How long a session lasts, in seconds (the cookie's `Max-Age`).
@@ -38,6 +39,8 @@ pub fn hex(bytes: &[u8]) -> String {
 struct Session {
     expires_at: u64,
     csrf: String,
+    /// The notice to show on the next page (set by an action, taken once).
+    notice: Option<Notice>,
 }
 
 /// The session store.
@@ -66,6 +69,7 @@ impl Sessions {
             Session {
                 expires_at: now.saturating_add(SESSION_TTL_MS),
                 csrf: csrf.clone(),
+                notice: None,
             },
         );
         (id, csrf)
@@ -77,6 +81,27 @@ impl Sessions {
         map.get(id)
             .filter(|s| s.expires_at > now)
             .map(|s| s.csrf.clone())
+    }
+
+    /// Keeps `notice` for the session `id`'s next page.
+    pub fn set_notice(&self, id: &str, notice: Notice) {
+        if let Some(s) = self
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(id)
+        {
+            s.notice = Some(notice);
+        }
+    }
+
+    /// The notice kept for the session `id`, once.
+    pub fn take_notice(&self, id: &str) -> Option<Notice> {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(id)
+            .and_then(|s| s.notice.take())
     }
 
     /// Ends the session `id`.
@@ -145,6 +170,17 @@ mod tests {
         assert!(s.csrf(&newest, start + 5_000).is_some());
         s.create(start + 28_800_000 + 5_001);
         assert_eq!(s.held(), 1);
+    }
+
+    #[test]
+    fn a_notice_is_shown_once() {
+        let s = Sessions::default();
+        let (id, _) = s.create(1);
+        assert_eq!(s.take_notice(&id), None);
+        s.set_notice(&id, Notice::Done("Saved.".into()));
+        s.set_notice("unknown", Notice::Done("x".into()));
+        assert_eq!(s.take_notice(&id), Some(Notice::Done("Saved.".into())));
+        assert_eq!(s.take_notice(&id), None);
     }
 
     #[test]

@@ -1,0 +1,263 @@
+//! The dashboard's request plumbing: its state, the signed-in extractors every page
+//! uses, and the responses they share. A page handler takes [`Signed`] (a `GET`) or
+//! [`Posted`] (a form), calls the gateway's `services`, and answers with
+//! [`Dash::render`] or [`Dash::done`]; it never checks sessions or CSRF tokens itself.
+
+use crate::html::{Layout, Nav, Notice, Page};
+use crate::session::{csrf_matches, Sessions};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::{CONTENT_TYPE, COOKIE, LOCATION};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use std::sync::Arc;
+use switchyard_gateway::error::ApiError;
+use switchyard_gateway::state::AppState;
+
+/// Where signed-out visitors are sent.
+pub const SIGN_IN: &str = "/dashboard/sign-in";
+
+/// Largest form body accepted, in bytes.
+const FORM_LIMIT: usize = 64 * 1024;
+
+/// The header htmx requests carry the CSRF token in (`hx-headers` on `<body>`).
+const CSRF_HEADER: &str = "x-csrf-token";
+
+/// The dashboard's state: the gateway's, the sessions and the page layout.
+#[derive(Debug)]
+pub struct Dash {
+    pub app: Arc<AppState>,
+    pub sessions: Sessions,
+    pub layout: Layout,
+}
+
+/// A live session: its id and its CSRF token.
+#[derive(Debug)]
+pub struct Session {
+    pub id: String,
+    pub csrf: String,
+}
+
+/// A rendered page's parts, for [`Dash::render`].
+#[derive(Debug)]
+pub struct View<'a> {
+    pub status: StatusCode,
+    pub title: &'a str,
+    pub nav: Nav,
+    pub main: &'a str,
+}
+
+impl<'a> View<'a> {
+    /// A `200 OK` page.
+    pub fn ok(title: &'a str, nav: Nav, main: &'a str) -> Self {
+        Self {
+            status: StatusCode::OK,
+            title,
+            nav,
+            main,
+        }
+    }
+}
+
+impl Dash {
+    pub fn now(&self) -> u64 {
+        self.app.clock.now_ms()
+    }
+
+    /// The live session the request's cookie names.
+    pub fn session(&self, headers: &HeaderMap) -> Option<Session> {
+        let id = session_cookie(headers)?;
+        let csrf = self.sessions.csrf(id, self.now())?;
+        Some(Session {
+            id: id.to_owned(),
+            csrf,
+        })
+    }
+
+    /// A signed-in page, with the notice an earlier action left for it.
+    pub fn render(&self, session: &Session, view: View<'_>) -> Response {
+        let notice = self.sessions.take_notice(&session.id);
+        html_response(
+            view.status,
+            self.layout.page(&Page {
+                title: view.title,
+                nav: view.nav,
+                csrf: Some(&session.csrf),
+                notice: notice.as_ref(),
+                main: view.main,
+            }),
+        )
+    }
+
+    /// A signed-in page saying `error` could not be read, with the error's status.
+    pub fn failed(&self, session: &Session, title: &str, nav: Nav, error: &ApiError) -> Response {
+        let main = format!(
+            r#"<p class="notice error" role="alert">Error: {}</p>"#,
+            crate::html::escape(&error.to_string())
+        );
+        self.render(
+            session,
+            View {
+                status: error.parts().0,
+                title,
+                nav,
+                main: &main,
+            },
+        )
+    }
+
+    /// A page for a signed-out visitor.
+    pub fn public(&self, status: StatusCode, title: &str, main: &str) -> Response {
+        html_response(
+            status,
+            self.layout.page(&Page {
+                title,
+                nav: Nav::None,
+                csrf: None,
+                notice: None,
+                main,
+            }),
+        )
+    }
+
+    /// The answer to an action: back to `to` (a `303`), where `notice` is shown once.
+    /// An error's notice is the same message the management API gives.
+    pub fn done<T>(
+        &self,
+        session: &Session,
+        to: &str,
+        outcome: Result<T, ApiError>,
+        ok: impl FnOnce(T) -> String,
+    ) -> Response {
+        let notice = match outcome {
+            Ok(v) => Notice::Done(ok(v)),
+            Err(e) => Notice::Failed(e.to_string()),
+        };
+        self.sessions.set_notice(&session.id, notice);
+        see_other(to)
+    }
+
+    pub fn forbidden(&self) -> Response {
+        self.public(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            r#"<p>This action needs a signed-in session and its form token. <a href="/dashboard/sign-in">Sign in</a> and try again.</p>"#,
+        )
+    }
+
+    /// The answer to a request without a live session: htmx is told to load the
+    /// sign-in page, a `GET` is sent there, anything else is `403`.
+    fn signed_out(&self, method: &Method, headers: &HeaderMap) -> Response {
+        if headers.contains_key("hx-request") {
+            return (StatusCode::OK, [("hx-redirect", SIGN_IN)]).into_response();
+        }
+        if method == Method::GET {
+            see_other(SIGN_IN)
+        } else {
+            self.forbidden()
+        }
+    }
+}
+
+/// An HTML response.
+pub fn html_response(status: StatusCode, body: String) -> Response {
+    (status, [(CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+}
+
+/// The value of the `sy_session` cookie, if the request sends one.
+fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| pair.trim().strip_prefix("sy_session="))
+        .filter(|v| !v.is_empty())
+}
+
+/// A `303 See Other` to `to`.
+pub fn see_other(to: &str) -> Response {
+    match HeaderValue::from_str(to) {
+        Ok(v) => (StatusCode::SEE_OTHER, [(LOCATION, v)]).into_response(),
+        Err(_) => (StatusCode::SEE_OTHER, [(LOCATION, "/dashboard")]).into_response(),
+    }
+}
+
+/// A signed-in request; without a live session the handler does not run.
+#[derive(Debug)]
+pub struct Signed(pub Session);
+
+impl FromRequestParts<Arc<Dash>> for Signed {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, dash: &Arc<Dash>) -> Result<Self, Response> {
+        dash.session(&parts.headers)
+            .map(Signed)
+            .ok_or_else(|| dash.signed_out(&parts.method, &parts.headers))
+    }
+}
+
+/// A form's CSRF field.
+#[derive(Debug, Default, Deserialize)]
+struct CsrfField {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// A form posted by a signed-in session with its CSRF token (the `csrf` field or the
+/// `x-csrf-token` header), and its fields parsed as `T`. Without a session or with a
+/// wrong token the answer is `403`; a body that is not `T` gets a `400` page naming
+/// the problem. Either way the handler does not run.
+#[derive(Debug)]
+pub struct Posted<T>(pub Session, pub T);
+
+impl<T: DeserializeOwned> FromRequest<Arc<Dash>> for Posted<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, dash: &Arc<Dash>) -> Result<Self, Response> {
+        let (parts, body) = req.into_parts();
+        let Some(session) = dash.session(&parts.headers) else {
+            return Err(dash.signed_out(&parts.method, &parts.headers));
+        };
+        let bytes = axum::body::to_bytes(body, FORM_LIMIT).await.map_err(|_| {
+            dash.render(
+                &session,
+                View {
+                    status: StatusCode::PAYLOAD_TOO_LARGE,
+                    title: "Form too large",
+                    nav: Nav::None,
+                    main: "<p class=\"notice error\" role=\"alert\">Error: the form is larger than 64 KiB.</p>",
+                },
+            )
+        })?;
+        let presented = match parts.headers.get(CSRF_HEADER) {
+            Some(v) => v.to_str().unwrap_or_default().to_owned(),
+            None => serde_urlencoded::from_bytes::<CsrfField>(&bytes)
+                .unwrap_or_default()
+                .csrf,
+        };
+        if !csrf_matches(&session.csrf, &presented) {
+            return Err(dash.forbidden());
+        }
+        match serde_urlencoded::from_bytes::<T>(&bytes) {
+            Ok(form) => Ok(Posted(session, form)),
+            Err(e) => {
+                let main = format!(
+                    r#"<p class="notice error" role="alert">Error: the form could not be read: {}</p>"#,
+                    crate::html::escape(&e.to_string())
+                );
+                Err(dash.render(
+                    &session,
+                    View {
+                        status: StatusCode::BAD_REQUEST,
+                        title: "Bad form",
+                        nav: Nav::None,
+                        main: &main,
+                    },
+                ))
+            }
+        }
+    }
+}
