@@ -53,7 +53,11 @@ mod tests {
     fn the_path_names_the_files_hash() {
         for asset in [css(), htmx()] {
             let full = hex(&Sha256::digest(asset.body.as_bytes()));
-            assert!(asset.path.contains(&format!("-{}.", &full[..12])), "{}", asset.path);
+            assert!(
+                asset.path.contains(&format!("-{}.", &full[..12])),
+                "{}",
+                asset.path
+            );
         }
         assert!(css().path.starts_with("/dashboard/assets/app-"));
         assert!(htmx().path.ends_with(".js"));

@@ -139,7 +139,13 @@ pub fn line_chart(title: &str, unit: &str, from: &str, to: &str, series: &[Serie
     for s in series {
         let last = s.points.last().copied().unwrap_or(0.0);
         let peak = s.points.iter().copied().fold(0.0_f64, f64::max);
-        let _ = write!(desc, " {}: last {}, peak {}.", s.label, number(last), number(peak));
+        let _ = write!(
+            desc,
+            " {}: last {}, peak {}.",
+            s.label,
+            number(last),
+            number(peak)
+        );
     }
     let mut out = format!(
         r#"<figure class="line-chart"><svg class="chart line" viewBox="0 0 {W} {h}" width="100%" role="img"><title>{t}</title><desc>{d}</desc>"#,
@@ -147,7 +153,11 @@ pub fn line_chart(title: &str, unit: &str, from: &str, to: &str, series: &[Serie
         t = escape(title),
         d = escape(&desc),
     );
-    for (frac, label) in [(0.0, "0".to_owned()), (0.5, number(max / 2.0)), (1.0, number(max))] {
+    for (frac, label) in [
+        (0.0, "0".to_owned()),
+        (0.5, number(max / 2.0)),
+        (1.0, number(max)),
+    ] {
         let y = TOP + H * (1.0 - frac);
         let _ = write!(
             out,
@@ -173,8 +183,16 @@ pub fn line_chart(title: &str, unit: &str, from: &str, to: &str, series: &[Serie
             .iter()
             .enumerate()
             .map(|(j, v)| {
-                let v = if v.is_finite() { v.clamp(0.0, max) } else { 0.0 };
-                format!("{:.1},{:.1}", LEFT + step * j as f64, TOP + H * (1.0 - v / max))
+                let v = if v.is_finite() {
+                    v.clamp(0.0, max)
+                } else {
+                    0.0
+                };
+                format!(
+                    "{:.1},{:.1}",
+                    LEFT + step * j as f64,
+                    TOP + H * (1.0 - v / max)
+                )
             })
             .collect();
         let dash = DASHES[i % DASHES.len()];
@@ -241,11 +259,29 @@ mod tests {
             "requests:1m",
             100.0,
             &[
-                Segment { label: "k1", value: 25.0 },
-                Segment { label: "k<2>", value: 50.0 },
-                Segment { label: "empty", value: 0.0 },
+                Segment {
+                    label: "k1",
+                    value: 25.0,
+                },
+                Segment {
+                    label: "k<2>",
+                    value: 50.0,
+                },
+                Segment {
+                    label: "empty",
+                    value: 0.0,
+                },
             ],
-            &[Mark { label: "fair share", value: 50.0 }, Mark { label: "threshold", value: 80.0 }],
+            &[
+                Mark {
+                    label: "fair share",
+                    value: 50.0,
+                },
+                Mark {
+                    label: "threshold",
+                    value: 80.0,
+                },
+            ],
         );
         assert!(svg.contains("<title>requests:1m</title>"));
         assert!(svg.contains(
@@ -255,16 +291,34 @@ mod tests {
         assert!(svg.contains(r#"<rect class="s1" x="150.0" y="4" width="300.0" height="24"><title>k&lt;2&gt;: 50</title></rect>"#));
         assert!(!svg.contains("empty: 0</title>"));
         assert!(svg.contains(r#"<line class="mark m0" x1="300.0" x2="300.0" y1="0" y2="34"/><text class="mark-label" x="300.0" y="44" text-anchor="start">fair share 50</text>"#));
-        assert!(svg.contains(r#"<text class="mark-label" x="480.0" y="60" text-anchor="end">threshold 80</text>"#));
+        assert!(svg.contains(
+            r#"<text class="mark-label" x="480.0" y="60" text-anchor="end">threshold 80</text>"#
+        ));
         assert!(!svg.contains("style="));
     }
 
     #[test]
     fn use_beyond_the_limit_is_clamped_to_the_bar() {
-        let svg = stacked_bar("x", 10.0, &[Segment { label: "a", value: 30.0 }], &[]);
+        let svg = stacked_bar(
+            "x",
+            10.0,
+            &[Segment {
+                label: "a",
+                value: 30.0,
+            }],
+            &[],
+        );
         assert!(svg.contains(r#"width="600.0" height="24"><title>a: 30</title>"#));
         assert!(svg.contains("<desc>Total 30 of 10. a: 30.</desc>"));
-        let zero = stacked_bar("x", 0.0, &[Segment { label: "a", value: 3.0 }], &[]);
+        let zero = stacked_bar(
+            "x",
+            0.0,
+            &[Segment {
+                label: "a",
+                value: 3.0,
+            }],
+            &[],
+        );
         assert!(!zero.contains("<title>a: 3</title>"));
     }
 
@@ -276,8 +330,14 @@ mod tests {
             "60 min ago",
             "now",
             &[
-                Series { label: "k1", points: &[0.0, 5.0, 10.0] },
-                Series { label: "k2", points: &[2.0] },
+                Series {
+                    label: "k1",
+                    points: &[0.0, 5.0, 10.0],
+                },
+                Series {
+                    label: "k2",
+                    points: &[2.0],
+                },
             ],
         );
         assert!(svg.contains(r#"<polyline class="l0" fill="none" points="48.0,168.0 320.0,88.0 592.0,8.0"><title>k1</title></polyline>"#), "{svg}");
@@ -285,7 +345,9 @@ mod tests {
         assert!(svg.contains(">10</text>"));
         assert!(svg.contains(">5</text>"));
         assert!(svg.contains("<desc>tokens per minute, from 60 min ago to now. k1: last 10, peak 10. k2: last 2, peak 2.</desc>"));
-        assert!(svg.contains(r#"<line class="l1" x1="0" x2="24" y1="4" y2="4" stroke-dasharray="6 3"/></svg>k2</li>"#));
+        assert!(svg.contains(
+            r#"<line class="l1" x1="0" x2="24" y1="4" y2="4" stroke-dasharray="6 3"/></svg>k2</li>"#
+        ));
         assert!(!svg.contains("style="));
     }
 }

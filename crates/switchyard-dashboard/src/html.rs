@@ -41,7 +41,11 @@ impl Nav {
     /// Every section with its path and label.
     pub const ALL: [(Nav, &'static str, &'static str); 9] = [
         (Nav::Overview, "/dashboard", "Overview"),
-        (Nav::QuotaShare, "/dashboard/costs/quota-share", "Quota share"),
+        (
+            Nav::QuotaShare,
+            "/dashboard/costs/quota-share",
+            "Quota share",
+        ),
         (Nav::Plans, "/dashboard/costs/quota-share/plans", "Plans"),
         (Nav::Resilience, "/dashboard/resilience", "Resilience"),
         (Nav::Keys, "/dashboard/keys", "Keys"),
@@ -117,10 +121,7 @@ impl Layout {
                         r#"<form method="post" action="/dashboard/sign-out"><input type="hidden" name="csrf" value="{}"><button type="submit">Sign out</button></form>"#,
                         escape(token)
                     ),
-                    format!(
-                        r#" hx-headers='{{"x-csrf-token":"{}"}}'"#,
-                        escape(token)
-                    ),
+                    format!(r#" hx-headers='{{"x-csrf-token":"{}"}}'"#, escape(token)),
                 )
             }
         };

@@ -22,7 +22,10 @@ mod web;
 
 use axum::extract::rejection::FormRejection;
 use axum::extract::State;
-use axum::http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, SET_COOKIE, X_FRAME_OPTIONS};
+use axum::http::header::{
+    AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, SET_COOKIE,
+    X_FRAME_OPTIONS,
+};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::map_response;
 use axum::response::{IntoResponse, Response};
@@ -163,7 +166,10 @@ async fn sign_in(
 struct Empty {}
 
 /// `POST /dashboard/sign-out`: ends the session and clears its cookie.
-async fn sign_out(State(dash): State<Arc<Dash>>, Posted(session, Empty {}): Posted<Empty>) -> Response {
+async fn sign_out(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, Empty {}): Posted<Empty>,
+) -> Response {
     dash.sessions.remove(&session.id);
     let mut r = see_other(SIGN_IN);
     r.headers_mut().insert(

@@ -3,10 +3,10 @@
 //! insert, and when it is still full the session closest to expiry makes room. Its lock
 //! is never held across an await.
 
+use crate::html::Notice;
 use rand::RngCore;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use crate::html::Notice;
 use subtle::ConstantTimeEq;
 
 /// How long a session lasts, in seconds (the cookie's `Max-Age`).

@@ -234,9 +234,11 @@ impl<T: DeserializeOwned> FromRequest<Arc<Dash>> for Posted<T> {
         })?;
         let presented = match parts.headers.get(CSRF_HEADER) {
             Some(v) => v.to_str().unwrap_or_default().to_owned(),
-            None => serde_urlencoded::from_bytes::<CsrfField>(&bytes)
-                .unwrap_or_default()
-                .csrf,
+            None => {
+                serde_urlencoded::from_bytes::<CsrfField>(&bytes)
+                    .unwrap_or_default()
+                    .csrf
+            }
         };
         if !csrf_matches(&session.csrf, &presented) {
             return Err(dash.forbidden());

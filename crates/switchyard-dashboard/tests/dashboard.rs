@@ -6,56 +6,11 @@
     reason = "test helpers outside #[test] functions fail loudly on purpose"
 )]
 
-use reqwest::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, LOCATION, SET_COOKIE, X_FRAME_OPTIONS,
-};
-use reqwest::{redirect, Client, Response};
-use switchyard_test_support::{eventually, Harness, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
+mod common;
 
-async fn start() -> (Harness, Client) {
-    let h = Harness::start_mounted(switchyard_dashboard::routes).await;
-    let client = Client::builder()
-        .redirect(redirect::Policy::none())
-        .build()
-        .unwrap();
-    (h, client)
-}
-
-async fn sign_in(h: &Harness, c: &Client, token: &str) -> Response {
-    c.post(h.url("/dashboard/sign-in"))
-        .form(&[("token", token)])
-        .send()
-        .await
-        .unwrap()
-}
-
-/// The session cookie's `name=value` from a successful sign-in.
-fn session_of(r: &Response) -> String {
-    let cookie = r.headers()[SET_COOKIE].to_str().unwrap();
-    cookie.split(';').next().unwrap().to_owned()
-}
-
-async fn get(h: &Harness, c: &Client, path: &str, cookie: Option<&str>) -> Response {
-    let mut rq = c.get(h.url(path));
-    if let Some(cookie) = cookie {
-        rq = rq.header("cookie", cookie);
-    }
-    rq.send().await.unwrap()
-}
-
-fn assert_page_headers(r: &Response) {
-    assert_eq!(r.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
-    assert_eq!(r.headers()[CACHE_CONTROL], "no-store");
-    assert_eq!(r.headers()[X_FRAME_OPTIONS], "DENY");
-    assert_eq!(r.headers()[CONTENT_SECURITY_POLICY], "default-src 'self'");
-}
-
-/// The value of the hidden `csrf` field in `page`.
-fn csrf_in(page: &str) -> String {
-    let marker = r#"name="csrf" value=""#;
-    let at = page.find(marker).unwrap() + marker.len();
-    page[at..at + 64].to_owned()
-}
+use common::{assert_page_headers, csrf_in, get, session_of, sign_in, start};
+use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use switchyard_test_support::{eventually, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
 
 #[tokio::test]
 async fn wrong_tokens_are_refused_without_a_cookie() {
