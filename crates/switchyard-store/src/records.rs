@@ -144,6 +144,67 @@ pub struct LogRow {
     pub egress_ip: Option<String>,
 }
 
+/// Which request-log rows [`Store::query_logs`](crate::Store::query_logs) returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogQuery {
+    /// Only this key's rows.
+    pub key_id: Option<String>,
+    /// Only rows served (or last tried) by this provider.
+    pub provider: Option<String>,
+    /// Only rows whose requested or resolved model is this.
+    pub model: Option<String>,
+    pub status: Option<StatusFilter>,
+    /// Only rows at or after this time (Unix milliseconds).
+    pub since_ms: Option<u64>,
+    /// Only rows at or before this time (Unix milliseconds).
+    pub until_ms: Option<u64>,
+    /// Only rows older than this row id (the cursor of the previous page).
+    pub before: Option<i64>,
+    /// Rows to return.
+    pub limit: u32,
+}
+
+/// Which statuses a log query keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusFilter {
+    /// Exactly this status.
+    Exact(u16),
+    /// One class: `2` keeps 200–299.
+    Class(u16),
+    /// Every error: 400 and above.
+    Errors,
+}
+
+impl StatusFilter {
+    /// The inclusive range of statuses kept.
+    pub fn bounds(self) -> (u16, u16) {
+        match self {
+            StatusFilter::Exact(s) => (s, s),
+            StatusFilter::Class(c) => {
+                let lo = c.saturating_mul(100);
+                (lo, lo.saturating_add(99))
+            }
+            StatusFilter::Errors => (400, u16::MAX),
+        }
+    }
+}
+
+/// Requests of one time bucket, provider, connection and key (see
+/// [`Store::log_series`](crate::Store::log_series)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeriesRow {
+    /// The bucket's start (Unix milliseconds).
+    pub bucket_ms: u64,
+    pub provider: Option<String>,
+    pub connection_id: Option<String>,
+    pub key_id: Option<String>,
+    pub requests: u64,
+    /// Requests answered with a status of 400 or above.
+    pub errors: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
 /// Everything the gateway's in-memory snapshot is built from.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigRows {

@@ -600,38 +600,103 @@ impl Store {
 
     /// The newest log rows, newest first.
     pub fn recent_logs(&self, limit: u32, key_id: Option<&str>) -> Result<Vec<LogRow>> {
+        let q = LogQuery {
+            key_id: key_id.map(str::to_owned),
+            limit,
+            ..LogQuery::default()
+        };
+        Ok(self.query_logs(&q)?.into_iter().map(|(_, r)| r).collect())
+    }
+
+    /// The newest rows matching `q`, newest first, each with its row id (the cursor
+    /// for the next page: pass the last one as `before`).
+    pub fn query_logs(&self, q: &LogQuery) -> Result<Vec<(i64, LogRow)>> {
+        let (status_lo, status_hi) = q.status.map_or((0, u16::MAX), StatusFilter::bounds);
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
-            "SELECT ts, request_id, key_id, requested_model, provider, connection_id, model,
+            "SELECT id, ts, request_id, key_id, requested_model, provider, connection_id, model,
                status, error_code, stream, attempts, latency_ms, ttfb_ms, prompt_tokens,
                completion_tokens, egress_ip, client_format
-             FROM request_log WHERE (?2 IS NULL OR key_id = ?2)
-             ORDER BY id DESC LIMIT ?1",
+             FROM request_log
+             WHERE (?1 IS NULL OR key_id = ?1) AND (?2 IS NULL OR provider = ?2)
+               AND (?3 IS NULL OR requested_model = ?3 OR model = ?3)
+               AND status BETWEEN ?4 AND ?5 AND ts BETWEEN ?6 AND ?7 AND id < ?8
+             ORDER BY id DESC LIMIT ?9",
         )?;
         let rows = stmt
-            .query_map(params![limit, key_id], |r| {
-                let opt_u64 = |i: usize| -> rusqlite::Result<Option<u64>> {
-                    Ok(r.get::<_, Option<i64>>(i)?
-                        .map(|v| u64::try_from(v).unwrap_or(0)))
-                };
-                Ok(LogRow {
-                    ts: u64_col(r, 0)?,
-                    request_id: r.get(1)?,
-                    key_id: r.get(2)?,
-                    requested_model: r.get(3)?,
-                    provider: r.get(4)?,
-                    connection_id: r.get(5)?,
-                    model: r.get(6)?,
-                    status: r.get(7)?,
-                    error_code: r.get(8)?,
-                    stream: r.get(9)?,
-                    attempts: r.get(10)?,
-                    latency_ms: u64_col(r, 11)?,
-                    ttfb_ms: opt_u64(12)?,
-                    prompt_tokens: opt_u64(13)?,
-                    completion_tokens: opt_u64(14)?,
-                    egress_ip: r.get(15)?,
-                    client_format: r.get(16)?,
+            .query_map(
+                params![
+                    q.key_id,
+                    q.provider,
+                    q.model,
+                    status_lo,
+                    status_hi,
+                    i64_of(q.since_ms.unwrap_or(0)),
+                    i64_of(q.until_ms.unwrap_or(u64::MAX)),
+                    q.before.unwrap_or(i64::MAX),
+                    q.limit,
+                ],
+                |r| {
+                    let opt_u64 = |i: usize| -> rusqlite::Result<Option<u64>> {
+                        Ok(r.get::<_, Option<i64>>(i)?
+                            .map(|v| u64::try_from(v).unwrap_or(0)))
+                    };
+                    Ok((
+                        r.get(0)?,
+                        LogRow {
+                            ts: u64_col(r, 1)?,
+                            request_id: r.get(2)?,
+                            key_id: r.get(3)?,
+                            requested_model: r.get(4)?,
+                            provider: r.get(5)?,
+                            connection_id: r.get(6)?,
+                            model: r.get(7)?,
+                            status: r.get(8)?,
+                            error_code: r.get(9)?,
+                            stream: r.get(10)?,
+                            attempts: r.get(11)?,
+                            latency_ms: u64_col(r, 12)?,
+                            ttfb_ms: opt_u64(13)?,
+                            prompt_tokens: opt_u64(14)?,
+                            completion_tokens: opt_u64(15)?,
+                            egress_ip: r.get(16)?,
+                            client_format: r.get(17)?,
+                        },
+                    ))
+                },
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Requests since `since_ms`, counted per `bucket_ms`-long bucket, provider,
+    /// connection and key, oldest bucket first. Only the rows of the window are read:
+    /// rows are in time order, so the scan starts after the newest row older than it.
+    pub fn log_series(&self, since_ms: u64, bucket_ms: u64) -> Result<Vec<SeriesRow>> {
+        let bucket = i64_of(bucket_ms.max(1));
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT (ts / ?2) * ?2 AS b, provider, connection_id, key_id, count(*),
+               sum(status >= 400), coalesce(sum(prompt_tokens), 0),
+               coalesce(sum(completion_tokens), 0)
+             FROM request_log
+             WHERE id > coalesce(
+                 (SELECT id FROM request_log WHERE ts < ?1 ORDER BY id DESC LIMIT 1), 0)
+               AND ts >= ?1
+             GROUP BY b, provider, connection_id, key_id
+             ORDER BY b, provider, connection_id, key_id",
+        )?;
+        let rows = stmt
+            .query_map(params![i64_of(since_ms), bucket], |r| {
+                Ok(SeriesRow {
+                    bucket_ms: u64_col(r, 0)?,
+                    provider: r.get(1)?,
+                    connection_id: r.get(2)?,
+                    key_id: r.get(3)?,
+                    requests: u64_col(r, 4)?,
+                    errors: u64_col(r, 5)?,
+                    prompt_tokens: u64_col(r, 6)?,
+                    completion_tokens: u64_col(r, 7)?,
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -1354,6 +1419,162 @@ mod tests {
         let got = s.recent_logs(2, None).unwrap();
         assert_eq!(got, vec![row(3), row(2)]);
         assert_eq!(s.recent_logs(10, Some("other")).unwrap(), vec![]);
+    }
+
+    /// A log row at `ts` for `key` through `provider`/`model` with `status`.
+    fn logged(ts: u64, key: &str, provider: &str, model: &str, status: u16) -> LogRow {
+        LogRow {
+            ts,
+            request_id: format!("r{ts}"),
+            key_id: Some(key.into()),
+            requested_model: format!("{provider}/{model}"),
+            provider: Some(provider.into()),
+            connection_id: Some(format!("{provider}-1")),
+            model: Some(model.into()),
+            status,
+            error_code: None,
+            stream: false,
+            client_format: "openai".into(),
+            attempts: 1,
+            latency_ms: 3,
+            ttfb_ms: None,
+            prompt_tokens: Some(10),
+            completion_tokens: Some(ts),
+            egress_ip: None,
+        }
+    }
+
+    #[test]
+    fn log_queries_filter_every_field_and_page_by_cursor() {
+        let s = Store::open_in_memory().unwrap();
+        s.insert_log_batch(&[
+            logged(1, "k1", "alpha", "m", 200),
+            logged(2, "k2", "alpha", "m", 429),
+            logged(3, "k1", "beta", "n", 502),
+            logged(4, "k1", "alpha", "n", 200),
+            logged(5, "k2", "beta", "m", 201),
+        ])
+        .unwrap();
+        let ids = |q: LogQuery| -> Vec<String> {
+            s.query_logs(&LogQuery { limit: 10, ..q })
+                .unwrap()
+                .into_iter()
+                .map(|(_, r)| r.request_id)
+                .collect()
+        };
+        assert_eq!(ids(LogQuery::default()), ["r5", "r4", "r3", "r2", "r1"]);
+        let key = Some("k1".to_owned());
+        assert_eq!(
+            ids(LogQuery {
+                key_id: key,
+                ..LogQuery::default()
+            }),
+            ["r4", "r3", "r1"]
+        );
+        let provider = Some("beta".to_owned());
+        assert_eq!(
+            ids(LogQuery {
+                provider,
+                ..LogQuery::default()
+            }),
+            ["r5", "r3"]
+        );
+        let requested = Some("alpha/m".to_owned());
+        assert_eq!(
+            ids(LogQuery {
+                model: requested,
+                ..LogQuery::default()
+            }),
+            ["r2", "r1"]
+        );
+        let resolved = Some("n".to_owned());
+        assert_eq!(
+            ids(LogQuery {
+                model: resolved,
+                ..LogQuery::default()
+            }),
+            ["r4", "r3"]
+        );
+        let status = |f| {
+            ids(LogQuery {
+                status: Some(f),
+                ..LogQuery::default()
+            })
+        };
+        assert_eq!(status(StatusFilter::Exact(200)), ["r4", "r1"]);
+        assert_eq!(status(StatusFilter::Class(2)), ["r5", "r4", "r1"]);
+        assert_eq!(status(StatusFilter::Class(5)), ["r3"]);
+        assert_eq!(status(StatusFilter::Errors), ["r3", "r2"]);
+        let window = LogQuery {
+            since_ms: Some(2),
+            until_ms: Some(4),
+            ..LogQuery::default()
+        };
+        assert_eq!(ids(window), ["r4", "r3", "r2"]);
+
+        let first = s
+            .query_logs(&LogQuery {
+                limit: 2,
+                ..LogQuery::default()
+            })
+            .unwrap();
+        assert_eq!(first.len(), 2);
+        let cursor = first[1].0;
+        let next = LogQuery {
+            before: Some(cursor),
+            limit: 2,
+            ..LogQuery::default()
+        };
+        let page: Vec<String> = s
+            .query_logs(&next)
+            .unwrap()
+            .into_iter()
+            .map(|(_, r)| r.request_id)
+            .collect();
+        assert_eq!(page, ["r3", "r2"]);
+    }
+
+    #[test]
+    fn the_series_counts_requests_errors_and_tokens_per_bucket() {
+        let s = Store::open_in_memory().unwrap();
+        s.insert_log_batch(&[
+            logged(59_000, "k1", "alpha", "m", 200),
+            logged(60_000, "k1", "alpha", "m", 200),
+            logged(61_000, "k1", "alpha", "m", 500),
+            logged(62_000, "k2", "alpha", "m", 200),
+            logged(125_000, "k1", "beta", "m", 429),
+        ])
+        .unwrap();
+        let row = |bucket_ms, provider: &str, key: &str, requests, errors, completion| SeriesRow {
+            bucket_ms,
+            provider: Some(provider.into()),
+            connection_id: Some(format!("{provider}-1")),
+            key_id: Some(key.into()),
+            requests,
+            errors,
+            prompt_tokens: requests * 10,
+            completion_tokens: completion,
+        };
+        assert_eq!(
+            s.log_series(60_000, 60_000).unwrap(),
+            vec![
+                row(60_000, "alpha", "k1", 2, 1, 121_000),
+                row(60_000, "alpha", "k2", 1, 0, 62_000),
+                row(120_000, "beta", "k1", 1, 1, 125_000),
+            ]
+        );
+        assert_eq!(
+            s.log_series(0, 60_000).unwrap()[0],
+            row(0, "alpha", "k1", 1, 0, 59_000)
+        );
+        assert_eq!(s.log_series(200_000, 60_000).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn status_filters_keep_their_ranges() {
+        assert_eq!(StatusFilter::Exact(429).bounds(), (429, 429));
+        assert_eq!(StatusFilter::Class(4).bounds(), (400, 499));
+        assert_eq!(StatusFilter::Errors.bounds(), (400, u16::MAX));
     }
 
     /// A database with provider `p` and connection `c` holding `cred`.

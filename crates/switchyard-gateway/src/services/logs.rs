@@ -1,12 +1,17 @@
-//! The request log as the management API reads it. Only reads the store; nothing here
-//! writes it or touches the configuration.
+//! The request log as the management API and the dashboard read it: the newest rows,
+//! a filtered search paged by cursor, and per-bucket counts for charts. Only reads the
+//! store; nothing here writes it or touches the configuration, and nothing here runs on
+//! the request path (the store's reads use their own pooled connection).
 
 use crate::error::ApiError;
 use crate::state::{blocking, AppState};
-use switchyard_store::LogRow;
+use switchyard_store::{LogQuery, LogRow, SeriesRow, StatusFilter};
 
 /// Most rows one log query returns.
 const MAX_LOG_ROWS: u32 = 1000;
+
+/// Longest window [`series`] reads: a day.
+const MAX_SERIES_WINDOW_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// Which rows [`recent`] returns.
 #[derive(Debug, Default)]
@@ -24,4 +29,118 @@ pub async fn recent(state: &AppState, filter: LogFilter) -> Result<Vec<LogRow>, 
         s.recent_logs(limit, filter.key_id.as_deref())
     })
     .await?)
+}
+
+/// A search of the log: every present field narrows it (see [`LogQuery`]).
+#[derive(Debug, Default, Clone)]
+pub struct LogSearch {
+    pub key_id: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    /// `200` (exactly), `2xx`/`4xx`/`5xx` (a class) or `errors` (400 and above).
+    pub status: Option<String>,
+    pub since_ms: Option<u64>,
+    pub until_ms: Option<u64>,
+    /// The cursor from the previous page's [`LogPage::next`].
+    pub before: Option<i64>,
+    /// Rows per page (default 50, at most 1000).
+    pub limit: Option<u32>,
+}
+
+/// One page of a search, newest first, each row with its id.
+#[derive(Debug)]
+pub struct LogPage {
+    pub rows: Vec<(i64, LogRow)>,
+    /// The cursor of the next (older) page, when there is one.
+    pub next: Option<i64>,
+}
+
+/// A status filter as people write it: `429`, `4xx`, `errors`.
+pub fn parse_status(text: &str) -> Result<StatusFilter, ApiError> {
+    let t = text.trim().to_ascii_lowercase();
+    let invalid = || ApiError::InvalidField {
+        field: "status".to_owned(),
+        message: format!(
+            "status: `{text}` is not a status (100-599), a class (1xx-5xx) or `errors`"
+        ),
+    };
+    if t == "errors" {
+        return Ok(StatusFilter::Errors);
+    }
+    if let Some(class) = t.strip_suffix("xx") {
+        return match class.parse::<u16>() {
+            Ok(c @ 1..=5) if class.len() == 1 => Ok(StatusFilter::Class(c)),
+            _ => Err(invalid()),
+        };
+    }
+    match t.parse::<u16>() {
+        Ok(s @ 100..=599) => Ok(StatusFilter::Exact(s)),
+        _ => Err(invalid()),
+    }
+}
+
+/// The page of rows `search` asks for.
+pub async fn search(state: &AppState, search: LogSearch) -> Result<LogPage, ApiError> {
+    let limit = search.limit.unwrap_or(50).clamp(1, MAX_LOG_ROWS);
+    let status = search.status.as_deref().map(parse_status).transpose()?;
+    if let (Some(since), Some(until)) = (search.since_ms, search.until_ms) {
+        if since > until {
+            return Err(ApiError::InvalidField {
+                field: "since".to_owned(),
+                message: "since: the start of the time range is after its end".to_owned(),
+            });
+        }
+    }
+    let query = LogQuery {
+        key_id: search.key_id,
+        provider: search.provider,
+        model: search.model,
+        status,
+        since_ms: search.since_ms,
+        until_ms: search.until_ms,
+        before: search.before,
+        limit: limit.saturating_add(1),
+    };
+    let mut rows = blocking(&state.store, move |s| s.query_logs(&query)).await?;
+    let next = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|(id, _)| *id)
+    } else {
+        None
+    };
+    Ok(LogPage { rows, next })
+}
+
+/// Requests of the last `window_ms` (at most a day) counted per `bucket_ms`, provider,
+/// connection and key, oldest first; buckets start at multiples of `bucket_ms`.
+pub async fn series(
+    state: &AppState,
+    window_ms: u64,
+    bucket_ms: u64,
+) -> Result<Vec<SeriesRow>, ApiError> {
+    let since = state
+        .clock
+        .now_ms()
+        .saturating_sub(window_ms.min(MAX_SERIES_WINDOW_MS));
+    Ok(blocking(&state.store, move |s| s.log_series(since, bucket_ms)).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_parse_as_people_write_them() {
+        assert_eq!(parse_status("429").unwrap(), StatusFilter::Exact(429));
+        assert_eq!(parse_status(" 5XX ").unwrap(), StatusFilter::Class(5));
+        assert_eq!(parse_status("errors").unwrap(), StatusFilter::Errors);
+        for bad in ["", "42", "600", "6xx", "0xx", "12xx", "x", "-1"] {
+            let e = parse_status(bad).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("status: `{bad}` is not a status (100-599), a class (1xx-5xx) or `errors`"),
+                "{bad}"
+            );
+        }
+    }
 }
