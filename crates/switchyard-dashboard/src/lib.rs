@@ -17,6 +17,8 @@ mod assets;
 mod charts;
 mod html;
 mod overview;
+mod plans;
+mod quota_share;
 mod session;
 mod web;
 
@@ -61,6 +63,8 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route(&css.path.clone(), get(move || asset(css)).fallback(unknown))
         .route(&js.path.clone(), get(move || asset(js)).fallback(unknown))
         .route("/dashboard/{*rest}", any(unknown))
+        .merge(quota_share::routes())
+        .merge(plans::routes())
         .layer(map_response(security_headers))
         .with_state(dash)
 }

@@ -1,0 +1,237 @@
+//! Plans (SPEC D2): a connection's resolved plan (the dimensions its account is limited
+//! by) and where it comes from, a manual override of it, and the override's removal
+//! (the catalog's plan, or none, applies again).
+
+use crate::charts;
+use crate::html::{self, escape, table, Nav};
+use crate::quota_share::{dimension_lines, parse_dimensions, Choice};
+use crate::web::{Dash, Posted, Signed, View};
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use std::fmt::Write;
+use std::sync::Arc;
+use switchyard_core::quota::plan::PlanSource;
+use switchyard_gateway::error::ApiError;
+use switchyard_gateway::services;
+use switchyard_gateway::services::quota::PlanView;
+
+/// The page's path.
+pub const PLANS: &str = "/dashboard/costs/quota-share/plans";
+
+/// The page's routes.
+pub fn routes() -> Router<Arc<Dash>> {
+    Router::new()
+        .route(PLANS, get(page))
+        .route(
+            "/dashboard/costs/quota-share/plans/{connection}",
+            post(save),
+        )
+        .route(
+            "/dashboard/costs/quota-share/plans/{connection}/delete",
+            post(delete),
+        )
+}
+
+/// The page showing `connection`'s plan.
+fn plan_path(connection: &str) -> String {
+    let query = serde_urlencoded::to_string([("connection", connection)]).unwrap_or_default();
+    format!("{PLANS}?{query}")
+}
+
+/// The page's query.
+#[derive(Debug, Deserialize)]
+struct Pick {
+    connection: Option<String>,
+}
+
+/// `GET /dashboard/costs/quota-share/plans[?connection=ID]`.
+async fn page(
+    State(dash): State<Arc<Dash>>,
+    Signed(session): Signed,
+    Query(pick): Query<Pick>,
+) -> Response {
+    let title = "Plans";
+    let connections = match services::config::connections(&dash.app).await {
+        Ok(c) => c
+            .into_iter()
+            .map(|c| Choice {
+                id: c.id,
+                provider: c.provider,
+            })
+            .collect::<Vec<_>>(),
+        Err(e) => return dash.failed(&session, title, Nav::Plans, &e),
+    };
+    let selected = pick.connection.filter(|c| !c.is_empty());
+    let plan = selected
+        .clone()
+        .map(|c| services::quota::plan(&dash.app, c).map_err(|e| e.to_string()));
+    let main = render(
+        &connections,
+        selected.as_deref(),
+        plan.as_ref(),
+        &session.csrf,
+    );
+    dash.render(&session, View::ok(title, Nav::Plans, &main))
+}
+
+/// A plan's source as text.
+fn source(s: PlanSource) -> &'static str {
+    match s {
+        PlanSource::Manual => "manual (an override stored for this connection)",
+        PlanSource::Catalog => "catalog (the built-in plan of the provider)",
+        PlanSource::Empty => "empty (nothing known: declare dimensions on the pool)",
+    }
+}
+
+/// The page's `<main>`: the picker, then the chosen connection's plan and its forms.
+pub(crate) fn render(
+    connections: &[Choice],
+    selected: Option<&str>,
+    plan: Option<&Result<PlanView, String>>,
+    csrf: &str,
+) -> String {
+    let mut options = String::new();
+    for c in connections {
+        let chosen = if Some(c.id.as_str()) == selected {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(
+            options,
+            r#"<option value="{id}"{chosen}>{id} ({provider})</option>"#,
+            id = escape(&c.id),
+            provider = escape(&c.provider),
+        );
+    }
+    let mut out = format!(
+        r#"<form method="get" action="{PLANS}" class="row"><label for="plan-connection">Connection<select id="plan-connection" name="connection">{options}</select></label><button type="submit">Show plan</button></form>"#
+    );
+    match plan {
+        None => out.push_str(r#"<p class="hint">Pick a connection to see its plan.</p>"#),
+        Some(Err(e)) => {
+            let _ = write!(
+                out,
+                r#"<p class="notice error" role="alert">Error: {}</p>"#,
+                escape(e)
+            );
+        }
+        Some(Ok(p)) => out.push_str(&plan_section(p, csrf)),
+    }
+    out
+}
+
+/// One connection's plan, the override form and (for a manual plan) its removal.
+fn plan_section(p: &PlanView, csrf: &str) -> String {
+    let rows: Vec<Vec<String>> = p
+        .dimensions
+        .iter()
+        .map(|d| {
+            vec![
+                d.unit.as_str().to_owned(),
+                d.window.as_str().to_owned(),
+                if d.limit > 0.0 {
+                    charts::number(d.limit)
+                } else {
+                    "0 (unknown)".to_owned()
+                },
+            ]
+        })
+        .collect();
+    let path = format!("{PLANS}/{}", p.connection_id);
+    let lines = dimension_lines(
+        p.dimensions
+            .iter()
+            .map(|d| (d.unit.as_str(), d.window.as_str(), d.limit)),
+    );
+    let edit = html::form(
+        &path,
+        csrf,
+        "stack",
+        &format!(
+            r#"<label for="plan-dims">Dimensions</label><textarea id="plan-dims" name="dimensions" aria-describedby="plan-dims-hint">{}</textarea><p class="hint" id="plan-dims-hint">One per line: <code>unit:window=limit</code>, e.g. <code>tokens:5h=400000</code>. Units: requests, tokens, percent, usd; windows: 5h, hourly, daily, weekly, monthly; a limit of 0 means unknown. Saving stores a manual override for this connection.</p>"#,
+            escape(&lines)
+        ),
+        "Save override",
+    );
+    let delete = if p.source == PlanSource::Manual {
+        format!(
+            r#"<p class="hint">Deleting the override makes the catalog's plan (or none) apply again.</p>{}"#,
+            html::form(
+                &format!("{path}/delete"),
+                csrf,
+                "inline",
+                "",
+                "Delete override"
+            )
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        r#"<section aria-labelledby="plan-h"><h2 id="plan-h">Plan of {id}</h2>
+<p id="plan-source">Source: {source}</p>
+{table}
+<h3>Override</h3>
+{edit}{delete}</section>"#,
+        id = escape(&p.connection_id),
+        source = source(p.source),
+        table = table(
+            &format!("Dimensions of {}", p.connection_id),
+            &["Unit", "Window", "Limit"],
+            &rows,
+            "No dimensions.",
+        ),
+    )
+}
+
+/// The override form.
+#[derive(Debug, Deserialize)]
+struct PlanForm {
+    #[serde(default)]
+    dimensions: String,
+}
+
+/// `POST /dashboard/costs/quota-share/plans/{connection}`: stores a manual plan.
+async fn save(
+    State(dash): State<Arc<Dash>>,
+    Path(connection): Path<String>,
+    Posted(session, form): Posted<PlanForm>,
+) -> Response {
+    let outcome = match parse_dimensions(&form.dimensions) {
+        Ok(dims) => services::quota::save_plan(&dash.app, connection.clone(), dims).await,
+        Err(e) => Err(e),
+    };
+    dash.done(&session, &plan_path(&connection), outcome, |p| {
+        format!(
+            "Plan of `{}` saved: {} dimension(s), source {}.",
+            p.connection_id,
+            p.dimensions.len(),
+            match p.source {
+                PlanSource::Manual => "manual",
+                PlanSource::Catalog => "catalog",
+                PlanSource::Empty => "empty",
+            }
+        )
+    })
+}
+
+/// A form with no field but the CSRF token.
+#[derive(Debug, Deserialize)]
+struct Empty {}
+
+/// `POST /dashboard/costs/quota-share/plans/{connection}/delete`: removes the override.
+async fn delete(
+    State(dash): State<Arc<Dash>>,
+    Path(connection): Path<String>,
+    Posted(session, Empty {}): Posted<Empty>,
+) -> Response {
+    let outcome: Result<(), ApiError> =
+        services::quota::delete_plan(&dash.app, connection.clone()).await;
+    dash.done(&session, &plan_path(&connection), outcome, |()| {
+        format!("The override of `{connection}` is deleted.")
+    })
+}

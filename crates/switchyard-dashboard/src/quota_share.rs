@@ -1,0 +1,824 @@
+//! Quota share (SPEC D1): what a pool is, creating one, the pools' cards, and a pool's
+//! page with its usage per dimension (a stacked bar per dimension, the allocation
+//! table, the burn-rate chart, recent decisions), its allocations form and its removal.
+//!
+//! Forms are written in short lines (`unit:window=limit` for a dimension,
+//! `key weight [policy] [cap unit]` for an allocation); the handlers only map that text
+//! to the API's input structs, and `services::quota` validates them, so an error reads
+//! as the management API's.
+
+use crate::charts::{self, Mark, Segment, Series};
+use crate::html::{self, escape, table, Nav};
+use crate::web::{Dash, Posted, Signed, View};
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+use switchyard_core::quota::decide::{Mode, Unit};
+use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
+use switchyard_core::settings::SettingValue;
+use switchyard_gateway::error::ApiError;
+use switchyard_gateway::runtime::quota::views::{DecisionRecord, DimensionUsage, PoolUsage};
+use switchyard_gateway::services;
+use switchyard_gateway::services::quota::PoolView;
+use switchyard_gateway::state::AppState;
+use switchyard_store::{SaveMode, SeriesRow};
+
+/// The list's path.
+pub const LIST: &str = "/dashboard/costs/quota-share";
+
+/// The burn-rate chart's span and resolution.
+const SERIES_WINDOW_MS: u64 = 60 * 60 * 1000;
+const SERIES_BUCKET_MS: u64 = 60 * 1000;
+
+/// The setting holding the used fraction at which a dimension turns strict.
+const THRESHOLD_SETTING: &str = "quota.saturationThreshold";
+
+/// The pages' routes.
+pub fn routes() -> Router<Arc<Dash>> {
+    Router::new()
+        .route(LIST, get(list_page).post(create))
+        .route("/dashboard/costs/quota-share/{id}", get(pool_page))
+        .route(
+            "/dashboard/costs/quota-share/{id}/allocations",
+            post(save_allocations),
+        )
+        .route("/dashboard/costs/quota-share/{id}/delete", post(delete))
+}
+
+/// The page of pool `id`.
+fn pool_path(id: &str) -> String {
+    format!("{LIST}/{id}")
+}
+
+/// A connection the create form offers.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    pub id: String,
+    pub provider: String,
+}
+
+/// `GET /dashboard/costs/quota-share`: the concept card, the create form and the pools.
+async fn list_page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Response {
+    let title = "Quota share";
+    let gathered = async {
+        let pools = services::quota::pools(&dash.app).await?;
+        let connections = services::config::connections(&dash.app)
+            .await?
+            .into_iter()
+            .map(|c| Choice {
+                id: c.id,
+                provider: c.provider,
+            })
+            .collect::<Vec<_>>();
+        let keys = key_ids(&dash.app).await?;
+        Ok::<_, ApiError>((pools, connections, keys))
+    }
+    .await;
+    match gathered {
+        Ok((pools, connections, keys)) => {
+            let mut usage = HashMap::new();
+            for p in &pools {
+                if let Ok(u) = services::quota::usage(&dash.app, p.id.clone()).await {
+                    usage.insert(p.id.clone(), u);
+                }
+            }
+            let main = render_list(&pools, &usage, &connections, &keys, &session.csrf);
+            dash.render(&session, View::ok(title, Nav::QuotaShare, &main))
+        }
+        Err(e) => dash.failed(&session, title, Nav::QuotaShare, &e),
+    }
+}
+
+/// The ids of the keys that are not revoked, for the forms' hints.
+async fn key_ids(app: &AppState) -> Result<Vec<String>, ApiError> {
+    Ok(services::keys::list(app)
+        .await?
+        .into_iter()
+        .filter(|k| k.revoked_at.is_none())
+        .map(|k| k.id)
+        .collect())
+}
+
+/// `POST /dashboard/costs/quota-share`: creates a pool from the form.
+async fn create(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, fields): Posted<Vec<(String, String)>>,
+) -> Response {
+    let outcome = match pool_input(&fields) {
+        Ok(p) => services::quota::save_pool(&dash.app, p, SaveMode::Create).await,
+        Err(e) => Err(e),
+    };
+    dash.done(&session, LIST, outcome, |v| {
+        format!("Pool `{}` created.", v.id)
+    })
+}
+
+/// The pool the create form describes; the text is only split into fields here, the
+/// service judges them.
+pub(crate) fn pool_input(fields: &[(String, String)]) -> Result<PoolInput, ApiError> {
+    let one = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v.as_str())
+    };
+    Ok(PoolInput {
+        id: one("id").trim().to_owned(),
+        name: one("name").trim().to_owned(),
+        connection_ids: fields
+            .iter()
+            .filter(|(k, _)| k == "connection")
+            .map(|(_, v)| v.clone())
+            .collect(),
+        dimensions: parse_dimensions(one("dimensions"))?,
+        allocations: parse_allocations(one("allocations"))?,
+    })
+}
+
+/// A form's field the text could not be mapped from, named like the API's fields.
+fn unreadable(field: &str, message: String) -> ApiError {
+    ApiError::InvalidField {
+        field: field.to_owned(),
+        message: format!("{field}: {message}"),
+    }
+}
+
+/// `text` as a number, or the error naming its line.
+fn number_in(field: &str, line: usize, what: &str, text: &str) -> Result<f64, ApiError> {
+    text.parse::<f64>().map_err(|_| {
+        unreadable(
+            field,
+            format!("line {line}: {what} `{text}` is not a number"),
+        )
+    })
+}
+
+/// Dimension lines `unit:window=limit` (blank lines skipped).
+pub(crate) fn parse_dimensions(text: &str) -> Result<Vec<DimensionInput>, ApiError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let parsed = line
+            .split_once('=')
+            .and_then(|(dim, limit)| dim.split_once(':').map(|(u, w)| (u, w, limit)));
+        let Some((unit, window, limit)) = parsed else {
+            return Err(unreadable(
+                "dimensions",
+                format!(
+                    "line {}: `{line}` is not `unit:window=limit` (e.g. `requests:hourly=100`)",
+                    i + 1
+                ),
+            ));
+        };
+        out.push(DimensionInput {
+            unit: unit.trim().to_owned(),
+            window: window.trim().to_owned(),
+            limit: number_in("dimensions", i + 1, "limit", limit.trim())?,
+        });
+    }
+    Ok(out)
+}
+
+/// Allocation lines `key weight [policy] [cap unit]` (blank lines skipped): the weight
+/// is a percentage (0 for every key = an equal split), the policy `hard` (the default),
+/// `soft` or `burst`, and the cap an absolute limit in one of the pool's units.
+pub(crate) fn parse_allocations(text: &str) -> Result<Vec<AllocationInput>, ApiError> {
+    const FIELD: &str = "allocations";
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some((key, rest)) = words.split_first() else {
+            continue;
+        };
+        let mut rest = rest.iter().copied().peekable();
+        let allocation_weight = match rest.next() {
+            Some(w) => number_in(FIELD, i + 1, "weight", w)?,
+            None => 0.0,
+        };
+        let policy = rest
+            .next_if(|p| p.parse::<f64>().is_err())
+            .unwrap_or("hard")
+            .to_owned();
+        let cap_value = match rest.next() {
+            Some(v) => Some(number_in(FIELD, i + 1, "cap", v)?),
+            None => None,
+        };
+        let cap_unit = rest.next().map(str::to_owned);
+        if let Some(extra) = rest.next() {
+            return Err(unreadable(
+                FIELD,
+                format!(
+                    "line {}: `{extra}` is one word too many (write `key weight [policy] [cap unit]`)",
+                    i + 1
+                ),
+            ));
+        }
+        out.push(AllocationInput {
+            api_key_id: (*key).to_owned(),
+            allocation_weight,
+            cap_value,
+            cap_unit,
+            policy,
+        });
+    }
+    Ok(out)
+}
+
+/// `dims` as the dimension lines the forms take.
+pub(crate) fn dimension_lines<'a>(dims: impl Iterator<Item = (&'a str, &'a str, f64)>) -> String {
+    let mut out = String::new();
+    for (unit, window, limit) in dims {
+        let _ = writeln!(out, "{unit}:{window}={}", charts::number(limit));
+    }
+    out
+}
+
+/// `allocations` as the lines the allocations form takes.
+fn allocation_lines(allocations: &[AllocationInput]) -> String {
+    let mut out = String::new();
+    for a in allocations {
+        let _ = write!(
+            out,
+            "{} {} {}",
+            a.api_key_id,
+            charts::number(a.allocation_weight),
+            a.policy
+        );
+        if let Some(v) = a.cap_value {
+            let _ = write!(out, " {}", charts::number(v));
+        }
+        if let Some(u) = &a.cap_unit {
+            let _ = write!(out, " {u}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The concept card: what a pool is, in a few plain sentences.
+const CONCEPT: &str = r#"<details class="card concept" open><summary>What is a quota pool?</summary>
+<p>A <strong>pool</strong> lets several API keys share the quota of one upstream account (one or more of its connections). The pool has <strong>dimensions</strong>: a limit of requests, tokens, percent or USD per rolling window (5h, hourly, daily, weekly, monthly). Leave them out and the pool uses the connections' plan.</p>
+<p>Each key gets a <strong>fair share</strong> of every limit in proportion to its <strong>weight</strong> (a percentage; all weights 0 means an equal split). While the pool is used below the <strong>saturation threshold</strong> (a setting, half the limit by default) the pool is <em>lenient</em>: a key may <strong>borrow</strong> the share others leave unused. Past the threshold it is <em>strict</em>: a key over its share is blocked with a 429 if its policy is <strong>hard</strong>, only given lower priority if it is <strong>soft</strong>, and let through while any room is left if it is <strong>burst</strong>.</p>
+<p>A <strong>cap</strong> is an absolute limit for one key that blocks whatever the mode. The pool's own limit is never exceeded.</p>
+</details>"#;
+
+/// The list page's `<main>`: the concept card, the create form and a card per pool
+/// (refreshed every 30 s).
+pub(crate) fn render_list(
+    pools: &[PoolView],
+    usage: &HashMap<String, PoolUsage>,
+    connections: &[Choice],
+    keys: &[String],
+    csrf: &str,
+) -> String {
+    let mut cards = String::new();
+    if pools.is_empty() {
+        cards.push_str("<p>No pools yet.</p>");
+    } else {
+        cards.push_str(r#"<div class="cards">"#);
+        for p in pools {
+            cards.push_str(&pool_card(p, usage.get(&p.id)));
+        }
+        cards.push_str("</div>");
+    }
+    format!(
+        r#"{CONCEPT}
+<section aria-labelledby="pools-h"><h2 id="pools-h">Pools</h2>
+{list}</section>
+<section aria-labelledby="create-h"><h2 id="create-h">Create a pool</h2>
+{form}</section>"#,
+        list = html::live("pools", LIST, 30, &cards),
+        form = create_form(connections, keys, csrf),
+    )
+}
+
+/// A mode as text, styled by its class.
+fn mode_badge(mode: Mode) -> String {
+    let class = match mode {
+        Mode::Lenient => "state-normal",
+        Mode::Strict => "state-strict",
+    };
+    format!(r#"<span class="state {class}">{}</span>"#, mode.as_str())
+}
+
+/// `used of limit unit` (or `limit unknown` for a limit of 0).
+fn use_of(d: &DimensionUsage) -> String {
+    if d.limit > 0.0 {
+        format!(
+            "{} of {} {} used",
+            charts::number(d.global_used),
+            charts::number(d.limit),
+            d.unit.as_str()
+        )
+    } else {
+        format!(
+            "{} {} used (limit unknown)",
+            charts::number(d.global_used),
+            d.unit.as_str()
+        )
+    }
+}
+
+/// One pool's card.
+fn pool_card(p: &PoolView, usage: Option<&PoolUsage>) -> String {
+    let dims = match usage {
+        Some(u) if !u.dimensions.is_empty() => {
+            let mut out = String::from(r#"<ul class="pool-dims">"#);
+            for d in &u.dimensions {
+                let _ = write!(
+                    out,
+                    "<li>{}: {}, {}</li>",
+                    escape(&d.key),
+                    use_of(d),
+                    mode_badge(d.mode)
+                );
+            }
+            out.push_str("</ul>");
+            out
+        }
+        Some(_) => {
+            r#"<p class="hint">No dimensions: the connections' plan is empty.</p>"#.to_owned()
+        }
+        None => r#"<p class="hint">Usage is unavailable right now.</p>"#.to_owned(),
+    };
+    format!(
+        r#"<article class="card pool-card" id="pool-{id}"><h3><a href="{href}">{name}</a></h3>
+<p>Id: <code>{id}</code><br>Connections: {conns}<br>Allocations: {n}</p>
+{dims}</article>"#,
+        id = escape(&p.id),
+        href = escape(&pool_path(&p.id)),
+        name = escape(&p.name),
+        conns = escape(&p.connection_ids.join(", ")),
+        n = p.allocations.len(),
+    )
+}
+
+/// The hint naming the allocation line format and the keys there are.
+fn allocations_hint(id: &str, keys: &[String]) -> String {
+    format!(
+        r#"<p class="hint" id="{id}">One key per line: <code>key weight [policy] [cap unit]</code>, e.g. <code>k1 60 soft 500 tokens</code>. The weight is a percentage of every limit (all 0 = equal split); the policy is <code>hard</code> (default), <code>soft</code> or <code>burst</code>; the optional cap is an absolute limit in one of the pool's units. Keys: {}.</p>"#,
+        escape(&keys.join(", "))
+    )
+}
+
+/// The create form.
+fn create_form(connections: &[Choice], keys: &[String], csrf: &str) -> String {
+    let mut boxes = String::new();
+    for (i, c) in connections.iter().enumerate() {
+        let _ = write!(
+            boxes,
+            r#"<div class="check"><input type="checkbox" id="pool-conn-{i}" name="connection" value="{id}"><label for="pool-conn-{i}">{id} ({provider})</label></div>"#,
+            id = escape(&c.id),
+            provider = escape(&c.provider),
+        );
+    }
+    if connections.is_empty() {
+        boxes.push_str(r#"<p class="hint">No connections yet: add one first.</p>"#);
+    }
+    let fields = format!(
+        r#"<label for="pool-id">Id</label><input id="pool-id" name="id" required maxlength="64">
+<label for="pool-name">Name</label><input id="pool-name" name="name" required maxlength="128">
+<fieldset><legend>Connections (of one provider account)</legend>{boxes}</fieldset>
+<label for="pool-dims">Dimensions</label>
+<textarea id="pool-dims" name="dimensions" aria-describedby="pool-dims-hint"></textarea>
+<p class="hint" id="pool-dims-hint">One per line: <code>unit:window=limit</code>, e.g. <code>requests:hourly=100</code>. Units: requests, tokens, percent, usd; windows: 5h, hourly, daily, weekly, monthly. Leave empty to use the connections' plan.</p>
+<label for="pool-allocs">Initial allocations</label>
+<textarea id="pool-allocs" name="allocations" aria-describedby="pool-allocs-hint"></textarea>
+{hint}"#,
+        hint = allocations_hint("pool-allocs-hint", keys),
+    );
+    html::form(LIST, csrf, "stack", &fields, "Create pool")
+}
+
+/// What a pool's page shows.
+#[derive(Debug)]
+pub struct PoolPage {
+    pub pool: PoolView,
+    /// The usage now, or why it cannot be read.
+    pub usage: Result<PoolUsage, String>,
+    pub decisions: Vec<DecisionRecord>,
+    /// Per-minute request counts of the last hour (all connections).
+    pub series: Vec<SeriesRow>,
+    /// The used fraction from which a dimension is strict.
+    pub threshold: f64,
+    /// The page's time (Unix milliseconds).
+    pub now: u64,
+    pub keys: Vec<String>,
+}
+
+/// `GET /dashboard/costs/quota-share/{id}`: one pool.
+async fn pool_page(
+    State(dash): State<Arc<Dash>>,
+    Signed(session): Signed,
+    Path(id): Path<String>,
+) -> Response {
+    let app = &dash.app;
+    let gathered = async {
+        let pool = services::quota::pool(app, id.clone()).await?;
+        let usage = services::quota::usage(app, id.clone())
+            .await
+            .map_err(|e| e.to_string());
+        let decisions = services::quota::decisions(app, id.clone(), None).unwrap_or_default();
+        let series = services::logs::series(app, SERIES_WINDOW_MS, SERIES_BUCKET_MS).await?;
+        Ok::<_, ApiError>(PoolPage {
+            pool,
+            usage,
+            decisions,
+            series,
+            threshold: saturation_threshold(app),
+            now: dash.now(),
+            keys: key_ids(app).await?,
+        })
+    }
+    .await;
+    match gathered {
+        Ok(page) => {
+            let title = format!("Pool {}", page.pool.name);
+            let main = render_pool(&page, &session.csrf);
+            dash.render(&session, View::ok(&title, Nav::QuotaShare, &main))
+        }
+        Err(e) => dash.failed(&session, "Pool", Nav::QuotaShare, &e),
+    }
+}
+
+/// The saturation threshold in force, from the settings service.
+fn saturation_threshold(app: &AppState) -> f64 {
+    services::settings::list(app)
+        .into_iter()
+        .find(|s| s.key == THRESHOLD_SETTING)
+        .and_then(|s| match s.value {
+            SettingValue::Float(f) => Some(f),
+            _ => None,
+        })
+        .unwrap_or(0.5)
+}
+
+/// A duration for people: `45 s`, `12 min`, `3 h 20 min`, `2 d 4 h`.
+fn duration(ms: u64) -> String {
+    let s = ms.div_ceil(1000);
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// A time of day for the tables.
+fn at(ms: u64) -> String {
+    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+/// One dimension's bar: each key's consumption, a mark per distinct fair share (naming
+/// its keys) and the saturation threshold.
+fn dimension_bar(d: &DimensionUsage, threshold: f64) -> String {
+    let segments: Vec<Segment<'_>> = d
+        .keys
+        .iter()
+        .map(|k| Segment {
+            label: &k.api_key_id,
+            value: k.consumed,
+        })
+        .collect();
+    let mut shares: BTreeMap<String, (f64, Vec<&str>)> = BTreeMap::new();
+    if d.limit > 0.0 {
+        for k in d.keys.iter().filter(|k| k.allocated) {
+            shares
+                .entry(charts::number(k.fair_share))
+                .or_insert((k.fair_share, Vec::new()))
+                .1
+                .push(&k.api_key_id);
+        }
+    }
+    let labels: Vec<(String, f64)> = shares
+        .into_values()
+        .map(|(v, keys)| (format!("fair share of {}", keys.join(", ")), v))
+        .collect();
+    let threshold_label = format!(
+        "saturation threshold ({} %)",
+        charts::number(threshold * 100.0)
+    );
+    let mut marks: Vec<Mark<'_>> = Vec::new();
+    if d.limit > 0.0 {
+        marks.push(Mark {
+            label: &threshold_label,
+            value: d.limit * threshold,
+        });
+    }
+    marks.extend(labels.iter().map(|(label, value)| Mark {
+        label,
+        value: *value,
+    }));
+    let max = if d.limit > 0.0 {
+        d.limit
+    } else {
+        d.global_used
+    };
+    let title = format!("{}: {}, {}", d.key, use_of(d), d.mode.as_str());
+    charts::stacked_bar(&title, max, &segments, &marks)
+}
+
+/// One dimension's allocation table.
+fn allocation_table(d: &DimensionUsage) -> String {
+    let unit = d.unit.as_str();
+    let rows: Vec<Vec<String>> = d
+        .keys
+        .iter()
+        .map(|k| {
+            let balance = if d.limit <= 0.0 {
+                "—".to_owned()
+            } else if k.surplus >= 0.0 {
+                format!("surplus {}", charts::number(k.surplus))
+            } else {
+                format!("shortfall {}", charts::number(-k.surplus))
+            };
+            vec![
+                k.api_key_id.clone(),
+                charts::number(k.consumed),
+                charts::number(k.fair_share),
+                balance,
+                if k.borrowing { "yes" } else { "no" }.to_owned(),
+                if k.allocated {
+                    k.policy.as_str().to_owned()
+                } else {
+                    format!("{} (no allocation)", k.policy.as_str())
+                },
+                k.cap.map_or_else(|| "—".to_owned(), charts::number),
+                format!(
+                    "{} {unit}/min",
+                    charts::number(k.burn_rate.tokens_per_second * 60.0)
+                ),
+                k.burn_rate
+                    .time_to_exhaustion_ms
+                    .map_or_else(|| "—".to_owned(), duration),
+            ]
+        })
+        .collect();
+    table(
+        &format!("Allocations on {}", d.key),
+        &[
+            "Key",
+            "Consumed",
+            "Fair share",
+            "Shortfall / surplus",
+            "Borrowing",
+            "Policy",
+            "Cap",
+            "Burn rate",
+            "Time to exhaustion",
+        ],
+        &rows,
+        "No key has used this pool yet.",
+    )
+}
+
+/// The burn-rate chart in `unit` (tokens, or requests for every other unit, which the
+/// request log does not count): one line per key over the pool's connections.
+fn burn_chart(page: &PoolPage, unit: Unit) -> String {
+    let tokens = unit == Unit::Tokens;
+    let last = page.now / SERIES_BUCKET_MS * SERIES_BUCKET_MS;
+    let buckets = (SERIES_WINDOW_MS / SERIES_BUCKET_MS) as usize;
+    let first = last.saturating_sub(SERIES_BUCKET_MS * (buckets as u64 - 1));
+    let mut lines: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in &page.series {
+        let on_pool = r
+            .connection_id
+            .as_ref()
+            .is_some_and(|c| page.pool.connection_ids.contains(c));
+        if !on_pool || r.bucket_ms < first || r.bucket_ms > last {
+            continue;
+        }
+        let key = r.key_id.clone().unwrap_or_else(|| "no key".to_owned());
+        let points = lines.entry(key).or_insert_with(|| vec![0.0; buckets]);
+        let i = ((r.bucket_ms - first) / SERIES_BUCKET_MS) as usize;
+        if let Some(p) = points.get_mut(i) {
+            *p += if tokens {
+                (r.prompt_tokens + r.completion_tokens) as f64
+            } else {
+                r.requests as f64
+            };
+        }
+    }
+    let series: Vec<Series<'_>> = lines
+        .iter()
+        .map(|(label, points)| Series { label, points })
+        .collect();
+    let what = if tokens { "tokens" } else { "requests" };
+    if series.is_empty() {
+        return format!(
+            r#"<p class="hint">No {what} through this pool's connections in the last hour.</p>"#
+        );
+    }
+    let note = if tokens || unit == Unit::Requests {
+        String::new()
+    } else {
+        format!(
+            r#"<p class="hint">The request log does not count {}; the chart shows requests.</p>"#,
+            unit.as_str()
+        )
+    };
+    format!(
+        "{}{note}",
+        charts::line_chart(
+            &format!("Burn rate: {what} per minute by key"),
+            &format!("{what} per minute"),
+            "60 min ago",
+            "now",
+            &series,
+        )
+    )
+}
+
+/// The decisions table.
+fn decisions_table(decisions: &[DecisionRecord]) -> String {
+    let rows: Vec<Vec<String>> = decisions
+        .iter()
+        .map(|d| {
+            let outcome = if !d.admitted {
+                "blocked"
+            } else if d.deprioritized {
+                "deprioritized"
+            } else {
+                "admitted"
+            };
+            let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "—".to_owned());
+            vec![
+                at(d.at),
+                d.api_key_id.clone(),
+                outcome.to_owned(),
+                or_dash(&d.dimension),
+                or_dash(&d.reason),
+                or_dash(&d.mode),
+                d.policy.clone(),
+                d.retry_after_ms.map_or_else(|| "—".to_owned(), duration),
+            ]
+        })
+        .collect();
+    table(
+        "Recent decisions, newest first",
+        &[
+            "Time",
+            "Key",
+            "Outcome",
+            "Dimension",
+            "Rule",
+            "Mode",
+            "Policy",
+            "Retry after",
+        ],
+        &rows,
+        "No decisions recorded yet.",
+    )
+}
+
+/// A pool page's `<main>`: the usage (refreshed every 5 s), then the forms.
+pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
+    let p = &page.pool;
+    let path = pool_path(&p.id);
+    let mut usage = String::new();
+    match &page.usage {
+        Err(e) => {
+            let _ = write!(
+                usage,
+                r#"<p class="notice error" role="alert">Error: {}</p>"#,
+                escape(e)
+            );
+        }
+        Ok(u) if u.dimensions.is_empty() => usage.push_str(
+            r#"<p class="hint">This pool has no dimensions: it declares none and its connections' plan is empty.</p>"#,
+        ),
+        Ok(u) => {
+            for d in &u.dimensions {
+                let _ = write!(
+                    usage,
+                    r#"<section class="dimension" aria-label="{k}"><h3>{k}: {used}, {mode}</h3>{bar}{table}</section>"#,
+                    k = escape(&d.key),
+                    used = use_of(d),
+                    mode = mode_badge(d.mode),
+                    bar = dimension_bar(d, page.threshold),
+                    table = allocation_table(d),
+                );
+            }
+            let mut units: Vec<Unit> = u
+                .dimensions
+                .iter()
+                .map(|d| if d.unit == Unit::Tokens { Unit::Tokens } else { Unit::Requests })
+                .collect();
+            units.sort();
+            units.dedup();
+            usage.push_str(r#"<h3>Burn rate</h3>"#);
+            for unit in units {
+                usage.push_str(&burn_chart(page, unit));
+            }
+        }
+    }
+    let _ = write!(
+        usage,
+        "<h3>Decisions</h3>{}",
+        decisions_table(&page.decisions)
+    );
+    let declared = if p.dimensions.is_empty() {
+        "none (the connections' plan applies)".to_owned()
+    } else {
+        p.dimensions
+            .iter()
+            .map(|d| format!("{}:{}={}", d.unit, d.window, charts::number(d.limit)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let edit = html::form(
+        &format!("{path}/allocations"),
+        csrf,
+        "stack",
+        &format!(
+            r#"<label for="edit-allocs">Allocations</label><textarea id="edit-allocs" name="allocations" aria-describedby="edit-allocs-hint">{}</textarea>{}"#,
+            escape(&allocation_lines(&p.allocations)),
+            allocations_hint("edit-allocs-hint", &page.keys),
+        ),
+        "Save allocations",
+    );
+    let delete = html::form(&format!("{path}/delete"), csrf, "inline", "", "Delete pool");
+    format!(
+        r#"<p><a href="{LIST}">All pools</a></p>
+<ul class="summary" aria-label="Pool">
+<li>Id: <code>{id}</code></li>
+<li>Connections: {conns}</li>
+<li>Declared dimensions: {declared}</li>
+<li>Saturation threshold: {threshold} % of each limit</li>
+</ul>
+<section aria-labelledby="usage-h"><h2 id="usage-h">Usage</h2>
+{usage}</section>
+<section aria-labelledby="edit-h"><h2 id="edit-h">Edit allocations</h2>
+<p class="hint">Saving replaces every allocation of the pool with these lines.</p>
+{edit}</section>
+<section aria-labelledby="delete-h"><h2 id="delete-h">Delete the pool</h2>
+<p class="hint">Its keys are no longer limited by it, and its counters are dropped.</p>
+{delete}</section>"#,
+        id = escape(&p.id),
+        conns = escape(&p.connection_ids.join(", ")),
+        declared = escape(&declared),
+        threshold = charts::number(page.threshold * 100.0),
+        usage = html::live("pool-usage", &path, 5, &usage),
+    )
+}
+
+/// The allocations form.
+#[derive(Debug, Deserialize)]
+struct AllocationsForm {
+    #[serde(default)]
+    allocations: String,
+}
+
+/// `POST /dashboard/costs/quota-share/{id}/allocations`: replaces the pool's
+/// allocations.
+async fn save_allocations(
+    State(dash): State<Arc<Dash>>,
+    Path(id): Path<String>,
+    Posted(session, form): Posted<AllocationsForm>,
+) -> Response {
+    let outcome = async {
+        let allocations = parse_allocations(&form.allocations)?;
+        let pool = services::quota::pool(&dash.app, id.clone()).await?;
+        let input = PoolInput {
+            id: pool.id,
+            name: pool.name,
+            connection_ids: pool.connection_ids,
+            dimensions: pool.dimensions,
+            allocations,
+        };
+        services::quota::save_pool(&dash.app, input, SaveMode::Update).await
+    }
+    .await;
+    dash.done(&session, &pool_path(&id), outcome, |v| {
+        format!(
+            "Pool `{}` now has {} allocation(s).",
+            v.id,
+            v.allocations.len()
+        )
+    })
+}
+
+/// A form with no field but the CSRF token.
+#[derive(Debug, Deserialize)]
+struct Empty {}
+
+/// `POST /dashboard/costs/quota-share/{id}/delete`: deletes the pool.
+async fn delete(
+    State(dash): State<Arc<Dash>>,
+    Path(id): Path<String>,
+    Posted(session, Empty {}): Posted<Empty>,
+) -> Response {
+    let outcome = services::quota::delete_pool(&dash.app, id.clone()).await;
+    dash.done(&session, LIST, outcome, |()| {
+        format!("Pool `{id}` deleted.")
+    })
+}
