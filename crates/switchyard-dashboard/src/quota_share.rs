@@ -242,28 +242,6 @@ pub(crate) fn dimension_lines<'a>(dims: impl Iterator<Item = (&'a str, &'a str, 
     out
 }
 
-/// `allocations` as the lines the allocations form takes.
-fn allocation_lines(allocations: &[AllocationInput]) -> String {
-    let mut out = String::new();
-    for a in allocations {
-        let _ = write!(
-            out,
-            "{} {} {}",
-            a.api_key_id,
-            charts::number(a.allocation_weight),
-            a.policy
-        );
-        if let Some(v) = a.cap_value {
-            let _ = write!(out, " {}", charts::number(v));
-        }
-        if let Some(u) = &a.cap_unit {
-            let _ = write!(out, " {u}");
-        }
-        out.push('\n');
-    }
-    out
-}
-
 /// The concept card: what a pool is, in a few plain sentences.
 const CONCEPT: &str = r#"<details class="card concept" open><summary>What is a quota pool?</summary>
 <p>A <strong>pool</strong> lets several API keys share the quota of one upstream account (one or more of its connections). The pool has <strong>dimensions</strong>: a limit of requests, tokens, percent or USD per rolling window (5h, hourly, daily, weekly, monthly). Leave them out and the pool uses the connections' plan.</p>
@@ -738,12 +716,8 @@ pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
     let edit = html::form(
         &format!("{path}/allocations"),
         csrf,
-        "stack",
-        &format!(
-            r#"<label for="edit-allocs">Allocations</label><textarea id="edit-allocs" name="allocations" aria-describedby="edit-allocs-hint">{}</textarea>{}"#,
-            escape(&allocation_lines(&p.allocations)),
-            allocations_hint("edit-allocs-hint", &page.keys),
-        ),
+        "stack wide",
+        &allocations_fields(p, &page.keys),
         "Save allocations",
     );
     let delete = html::form(&format!("{path}/delete"), csrf, "inline", "", "Delete pool");
@@ -758,7 +732,7 @@ pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
 <section aria-labelledby="usage-h"><h2 id="usage-h">Usage</h2>
 {usage}</section>
 <section aria-labelledby="edit-h"><h2 id="edit-h">Edit allocations</h2>
-<p class="hint">Saving replaces every allocation of the pool with these lines.</p>
+<p class="hint">Saving replaces every allocation of the pool with these rows. A key whose policy is “not in the pool” has no allocation (the pool treats it as weight 0, hard). Weights are percentages of every limit (all 0 = an equal split); a cap is an absolute limit in one of the pool's units that blocks whatever the mode.</p>
 {edit}</section>
 <section aria-labelledby="delete-h"><h2 id="delete-h">Delete the pool</h2>
 <p class="hint">Its keys are no longer limited by it, and its counters are dropped.</p>
@@ -771,11 +745,120 @@ pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
     )
 }
 
-/// The allocations form.
-#[derive(Debug, Deserialize)]
-struct AllocationsForm {
-    #[serde(default)]
-    allocations: String,
+/// The per-key fields of the allocations form: row `i` posts `key-i`, `weight-i`,
+/// `policy-i` (empty = no allocation), `cap-i` and `capunit-i`.
+fn allocations_fields(p: &PoolView, keys: &[String]) -> String {
+    let mut ids: Vec<&str> = p
+        .allocations
+        .iter()
+        .map(|a| a.api_key_id.as_str())
+        .collect();
+    ids.extend(
+        keys.iter()
+            .map(String::as_str)
+            .filter(|k| !p.allocations.iter().any(|a| a.api_key_id == *k)),
+    );
+    let mut units: Vec<&str> = p
+        .effective_dimensions
+        .iter()
+        .map(|d| d.unit.as_str())
+        .collect();
+    units.extend(p.allocations.iter().filter_map(|a| a.cap_unit.as_deref()));
+    units.sort_unstable();
+    units.dedup();
+    let mut rows = String::new();
+    for (i, key) in ids.iter().enumerate() {
+        let a = p.allocations.iter().find(|a| a.api_key_id == *key);
+        let policy = a.map_or("", |a| a.policy.as_str());
+        let mut policies = String::new();
+        for (value, label) in [
+            ("", "not in the pool"),
+            ("hard", "hard"),
+            ("soft", "soft"),
+            ("burst", "burst"),
+        ] {
+            let _ = write!(
+                policies,
+                r#"<option value="{value}"{}>{label}</option>"#,
+                if value == policy { " selected" } else { "" }
+            );
+        }
+        let cap_unit = a.and_then(|a| a.cap_unit.as_deref()).unwrap_or("");
+        let mut cap_units = format!(
+            r#"<option value=""{}>no cap</option>"#,
+            if cap_unit.is_empty() { " selected" } else { "" }
+        );
+        for u in &units {
+            let _ = write!(
+                cap_units,
+                r#"<option value="{u}"{}>{u}</option>"#,
+                if *u == cap_unit { " selected" } else { "" },
+                u = escape(u),
+            );
+        }
+        let _ = write!(
+            rows,
+            r#"<tr><th scope="row">{k}<input type="hidden" name="key-{i}" value="{k}"></th><td><input type="number" name="weight-{i}" value="{weight}" min="0" max="100" step="any" aria-label="Weight of {k} (%)"></td><td><select name="policy-{i}" aria-label="Policy of {k}">{policies}</select></td><td><input type="number" name="cap-{i}" value="{cap}" min="0" step="any" aria-label="Cap of {k}"></td><td><select name="capunit-{i}" aria-label="Cap unit of {k}">{cap_units}</select></td></tr>"#,
+            k = escape(key),
+            weight = a.map_or_else(String::new, |a| charts::number(a.allocation_weight)),
+            cap = a
+                .and_then(|a| a.cap_value)
+                .map_or_else(String::new, charts::number),
+        );
+    }
+    format!(
+        r#"<div class="table-wrap"><table><caption>Allocations</caption><thead><tr><th scope="col">Key</th><th scope="col">Weight (%)</th><th scope="col">Policy</th><th scope="col">Cap</th><th scope="col">Cap unit</th></tr></thead><tbody>{rows}</tbody></table></div>"#
+    )
+}
+
+/// The allocations the form's rows describe (see [`allocations_fields`]); rows without
+/// a policy are left out.
+pub(crate) fn allocations_from_rows(
+    fields: &[(String, String)],
+) -> Result<Vec<AllocationInput>, ApiError> {
+    let get = |name: String| {
+        fields
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.trim())
+    };
+    let number = |key: &str, what: &str, text: &str| {
+        text.parse::<f64>().map_err(|_| {
+            unreadable(
+                "allocations",
+                format!("{what} of `{key}`: `{text}` is not a number"),
+            )
+        })
+    };
+    let mut out = Vec::new();
+    for i in 0.. {
+        let Some(key) = get(format!("key-{i}")) else {
+            break;
+        };
+        let policy = get(format!("policy-{i}")).unwrap_or("");
+        if policy.is_empty() {
+            continue;
+        }
+        let weight = get(format!("weight-{i}")).unwrap_or("");
+        let cap = get(format!("cap-{i}")).unwrap_or("");
+        let cap_unit = get(format!("capunit-{i}")).unwrap_or("");
+        out.push(AllocationInput {
+            api_key_id: key.to_owned(),
+            allocation_weight: if weight.is_empty() {
+                0.0
+            } else {
+                number(key, "weight", weight)?
+            },
+            cap_value: if cap.is_empty() {
+                None
+            } else {
+                Some(number(key, "cap", cap)?)
+            },
+            cap_unit: (!cap_unit.is_empty()).then(|| cap_unit.to_owned()),
+            policy: policy.to_owned(),
+        });
+    }
+    Ok(out)
 }
 
 /// `POST /dashboard/costs/quota-share/{id}/allocations`: replaces the pool's
@@ -783,10 +866,10 @@ struct AllocationsForm {
 async fn save_allocations(
     State(dash): State<Arc<Dash>>,
     Path(id): Path<String>,
-    Posted(session, form): Posted<AllocationsForm>,
+    Posted(session, fields): Posted<Vec<(String, String)>>,
 ) -> Response {
     let outcome = async {
-        let allocations = parse_allocations(&form.allocations)?;
+        let allocations = allocations_from_rows(&fields)?;
         let pool = services::quota::pool(&dash.app, id.clone()).await?;
         let input = PoolInput {
             id: pool.id,

@@ -268,21 +268,33 @@ async fn allocations_are_edited_and_the_pool_deleted() {
     create_team(&s).await;
     let path = "/dashboard/costs/quota-share/team";
     let (_, page) = s.page(path).await;
-    assert!(page.contains(r#"<textarea id="edit-allocs" name="allocations" aria-describedby="edit-allocs-hint">k1 50 hard
-ops 50 soft
-</textarea>"#));
+    assert!(page.contains(r#"<tr><th scope="row">k1<input type="hidden" name="key-0" value="k1"></th><td><input type="number" name="weight-0" value="50" min="0" max="100" step="any" aria-label="Weight of k1 (%)"></td><td><select name="policy-0" aria-label="Policy of k1"><option value="">not in the pool</option><option value="hard" selected>hard</option><option value="soft">soft</option><option value="burst">burst</option></select></td><td><input type="number" name="cap-0" value="" min="0" step="any" aria-label="Cap of k1"></td><td><select name="capunit-0" aria-label="Cap unit of k1"><option value="" selected>no cap</option><option value="requests">requests</option></select></td></tr>"#), "{page}");
+    assert!(page.contains(r#"<option value="soft" selected>soft</option>"#));
 
+    let allocations = format!("{path}/allocations");
     let page = s
         .act(
-            &format!("{path}/allocations"),
-            &[("allocations", "k1 70 burst 3 requests\nops 30")],
+            &allocations,
+            &[
+                ("key-0", "k1"),
+                ("weight-0", "70"),
+                ("policy-0", "burst"),
+                ("cap-0", "3"),
+                ("capunit-0", "requests"),
+                ("key-1", "ops"),
+                ("weight-1", "30"),
+                ("policy-1", "hard"),
+                ("cap-1", ""),
+                ("capunit-1", ""),
+            ],
         )
         .await;
     assert!(
         page.contains(&done("Pool `team` now has 2 allocation(s).")),
         "{page}"
     );
-    assert!(page.contains(">k1 70 burst 3 requests\nops 30 hard\n</textarea>"));
+    assert!(page.contains(r#"<input type="number" name="cap-0" value="3" min="0" step="any" aria-label="Cap of k1"></td><td><select name="capunit-0" aria-label="Cap unit of k1"><option value="">no cap</option><option value="requests" selected>requests</option></select>"#));
+    assert!(page.contains(r#"<option value="burst" selected>burst</option>"#));
     let pool = s.h.admin_json("/api/quota/pools/team").await;
     assert_eq!(
         pool["allocations"],
@@ -296,8 +308,8 @@ ops 50 soft
     // An invalid edit changes nothing and says what the API says.
     let page = s
         .act(
-            &format!("{path}/allocations"),
-            &[("allocations", "ghost 10")],
+            &allocations,
+            &[("key-0", "ghost"), ("weight-0", "10"), ("policy-0", "hard")],
         )
         .await;
     let mut whole = pool.clone();
@@ -311,6 +323,42 @@ ops 50 soft
     .await;
     assert!(page.contains(&failed(&message)), "{message}\n{page}");
     assert_eq!(s.h.admin_json("/api/quota/pools/team").await, pool);
+    let page = s
+        .act(
+            &allocations,
+            &[("key-0", "k1"), ("weight-0", "lots"), ("policy-0", "hard")],
+        )
+        .await;
+    assert!(
+        page.contains(&failed(
+            "allocations: weight of `k1`: `lots` is not a number"
+        )),
+        "{page}"
+    );
+    assert_eq!(s.h.admin_json("/api/quota/pools/team").await, pool);
+
+    // A key whose policy is left empty leaves the pool.
+    let page = s
+        .act(
+            &allocations,
+            &[
+                ("key-0", "k1"),
+                ("weight-0", "70"),
+                ("policy-0", ""),
+                ("key-1", "ops"),
+                ("weight-1", ""),
+                ("policy-1", "soft"),
+            ],
+        )
+        .await;
+    assert!(
+        page.contains(&done("Pool `team` now has 1 allocation(s).")),
+        "{page}"
+    );
+    assert_eq!(
+        s.h.admin_json("/api/quota/pools/team").await["allocations"],
+        json!([{"apiKeyId": "ops", "allocationWeight": 0.0, "capValue": null, "capUnit": null, "policy": "soft"}])
+    );
 
     let page = s.act(&format!("{path}/delete"), &[]).await;
     assert!(page.contains(&done("Pool `team` deleted.")), "{page}");
@@ -427,7 +475,7 @@ async fn forms_without_the_csrf_token_are_refused_and_change_nothing() {
         ),
         (
             "/dashboard/costs/quota-share/team/allocations",
-            vec![("allocations", "k1 10")],
+            vec![("key-0", "k1"), ("weight-0", "10"), ("policy-0", "hard")],
         ),
         ("/dashboard/costs/quota-share/team/delete", vec![]),
         (
