@@ -235,3 +235,58 @@ async fn delete(
         format!("The override of `{connection}` is deleted.")
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_core::quota::decide::Unit;
+    use switchyard_core::quota::plan::Dimension;
+    use switchyard_core::quota::window::Window;
+
+    fn choices() -> Vec<Choice> {
+        ["c1", "c<2>"]
+            .into_iter()
+            .map(|id| Choice {
+                id: id.into(),
+                provider: "kimi".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_catalog_plan_is_shown_without_a_delete_button() {
+        let plan = Ok(PlanView {
+            connection_id: "c1".into(),
+            source: PlanSource::Catalog,
+            dimensions: vec![Dimension::new(Unit::Requests, Window::Hourly, 1500.0)],
+        });
+        let html = render(&choices(), Some("c1"), Some(&plan), "tok");
+        assert!(html.contains(r#"<option value="c1" selected>c1 (kimi)</option><option value="c&lt;2&gt;">c&lt;2&gt; (kimi)</option>"#));
+        assert!(html.contains(
+            r#"<p id="plan-source">Source: catalog (the built-in plan of the provider)</p>"#
+        ));
+        assert!(html.contains("<tr><td>requests</td><td>hourly</td><td>1500</td></tr>"));
+        assert!(html.contains(">requests:hourly=1500\n</textarea>"));
+        assert!(html.contains(r#"action="/dashboard/costs/quota-share/plans/c1""#));
+        assert!(!html.contains("Delete override"));
+    }
+
+    #[test]
+    fn a_manual_plan_can_be_deleted_and_errors_are_escaped() {
+        let plan = Ok(PlanView {
+            connection_id: "c1".into(),
+            source: PlanSource::Manual,
+            dimensions: vec![],
+        });
+        let html = render(&choices(), Some("c1"), Some(&plan), "tok");
+        assert!(html.contains(r#"action="/dashboard/costs/quota-share/plans/c1/delete""#));
+        assert!(html.contains("<tr><td colspan=\"3\">No dimensions.</td></tr>"));
+        let html = render(&choices(), Some("x"), Some(&Err("no <x>".into())), "tok");
+        assert!(html.contains(r#"<p class="notice error" role="alert">Error: no &lt;x&gt;</p>"#));
+        assert!(!html.contains(" selected"));
+        assert_eq!(
+            plan_path("a b&c"),
+            "/dashboard/costs/quota-share/plans?connection=a+b%26c"
+        );
+    }
+}

@@ -559,25 +559,30 @@ fn allocation_table(d: &DimensionUsage) -> String {
     )
 }
 
-/// The burn-rate chart in `unit` (tokens, or requests for every other unit, which the
-/// request log does not count): one line per key over the pool's connections.
+/// The burn-rate chart in tokens (for `Unit::Tokens`) or requests (any other unit; the
+/// request log counts neither percent nor USD): one line per key over the pool's
+/// connections, a point per minute of the last hour.
 fn burn_chart(page: &PoolPage, unit: Unit) -> String {
     let tokens = unit == Unit::Tokens;
-    let last = page.now / SERIES_BUCKET_MS * SERIES_BUCKET_MS;
+    let last = page.now / SERIES_BUCKET_MS;
     let buckets = (SERIES_WINDOW_MS / SERIES_BUCKET_MS) as usize;
-    let first = last.saturating_sub(SERIES_BUCKET_MS * (buckets as u64 - 1));
     let mut lines: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for r in &page.series {
         let on_pool = r
             .connection_id
             .as_ref()
             .is_some_and(|c| page.pool.connection_ids.contains(c));
-        if !on_pool || r.bucket_ms < first || r.bucket_ms > last {
+        // Minutes before the current one: the newest bucket is the line's last point.
+        let age = last.checked_sub(r.bucket_ms / SERIES_BUCKET_MS);
+        let Some(i) = age
+            .and_then(|a| usize::try_from(a).ok())
+            .and_then(|a| (buckets - 1).checked_sub(a))
+            .filter(|_| on_pool)
+        else {
             continue;
-        }
+        };
         let key = r.key_id.clone().unwrap_or_else(|| "no key".to_owned());
         let points = lines.entry(key).or_insert_with(|| vec![0.0; buckets]);
-        let i = ((r.bucket_ms - first) / SERIES_BUCKET_MS) as usize;
         if let Some(p) = points.get_mut(i) {
             *p += if tokens {
                 (r.prompt_tokens + r.completion_tokens) as f64
@@ -596,23 +601,12 @@ fn burn_chart(page: &PoolPage, unit: Unit) -> String {
             r#"<p class="hint">No {what} through this pool's connections in the last hour.</p>"#
         );
     }
-    let note = if tokens || unit == Unit::Requests {
-        String::new()
-    } else {
-        format!(
-            r#"<p class="hint">The request log does not count {}; the chart shows requests.</p>"#,
-            unit.as_str()
-        )
-    };
-    format!(
-        "{}{note}",
-        charts::line_chart(
-            &format!("Burn rate: {what} per minute by key"),
-            &format!("{what} per minute"),
-            "60 min ago",
-            "now",
-            &series,
-        )
+    charts::line_chart(
+        &format!("Burn rate: {what} per minute by key"),
+        &format!("{what} per minute"),
+        "60 min ago",
+        "now",
+        &series,
     )
 }
 
@@ -696,6 +690,20 @@ pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
             usage.push_str(r#"<h3>Burn rate</h3>"#);
             for unit in units {
                 usage.push_str(&burn_chart(page, unit));
+            }
+            let mut uncounted: Vec<&str> = u
+                .dimensions
+                .iter()
+                .filter(|d| matches!(d.unit, Unit::Percent | Unit::Usd))
+                .map(|d| d.unit.as_str())
+                .collect();
+            uncounted.dedup();
+            if !uncounted.is_empty() {
+                let _ = write!(
+                    usage,
+                    r#"<p class="hint">The request log does not count {}: those dimensions are charted in requests.</p>"#,
+                    uncounted.join(", ")
+                );
             }
         }
     }
@@ -904,4 +912,266 @@ async fn delete(
     dash.done(&session, LIST, outcome, |()| {
         format!("Pool `{id}` deleted.")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_core::quota::burn::BurnReport;
+    use switchyard_core::quota::decide::Policy;
+    use switchyard_core::quota::plan::Dimension;
+    use switchyard_core::quota::window::Window;
+    use switchyard_gateway::runtime::quota::views::KeyUsage;
+
+    fn alloc(key: &str, weight: f64, policy: &str) -> AllocationInput {
+        AllocationInput {
+            api_key_id: key.into(),
+            allocation_weight: weight,
+            cap_value: None,
+            cap_unit: None,
+            policy: policy.into(),
+        }
+    }
+
+    #[test]
+    fn allocation_lines_map_to_inputs_word_by_word() {
+        let parsed =
+            parse_allocations("k1 60 soft 500 tokens\n\n  k2  \nk3 40 7 requests\nk4 10 burst")
+                .unwrap();
+        assert_eq!(
+            parsed,
+            vec![
+                AllocationInput {
+                    cap_value: Some(500.0),
+                    cap_unit: Some("tokens".into()),
+                    ..alloc("k1", 60.0, "soft")
+                },
+                alloc("k2", 0.0, "hard"),
+                AllocationInput {
+                    cap_value: Some(7.0),
+                    cap_unit: Some("requests".into()),
+                    ..alloc("k3", 40.0, "hard")
+                },
+                alloc("k4", 10.0, "burst"),
+            ]
+        );
+        assert_eq!(
+            parse_allocations("k1 5 hard 3 tokens extra").unwrap_err().to_string(),
+            "allocations: line 1: `extra` is one word too many (write `key weight [policy] [cap unit]`)"
+        );
+        assert_eq!(
+            parse_allocations("\nk1 5 soft lots")
+                .unwrap_err()
+                .to_string(),
+            "allocations: line 2: cap `lots` is not a number"
+        );
+    }
+
+    #[test]
+    fn dimension_lines_map_to_inputs_and_back() {
+        let dims = parse_dimensions(" requests:hourly = 30 \n\ntokens:5h=1.5\n").unwrap();
+        assert_eq!(
+            dims,
+            vec![
+                DimensionInput {
+                    unit: "requests".into(),
+                    window: "hourly".into(),
+                    limit: 30.0
+                },
+                DimensionInput {
+                    unit: "tokens".into(),
+                    window: "5h".into(),
+                    limit: 1.5
+                },
+            ]
+        );
+        assert_eq!(
+            dimension_lines(
+                dims.iter()
+                    .map(|d| (d.unit.as_str(), d.window.as_str(), d.limit))
+            ),
+            "requests:hourly=30\ntokens:5h=1.5\n"
+        );
+        assert_eq!(
+            parse_dimensions("requests:hourly=many")
+                .unwrap_err()
+                .to_string(),
+            "dimensions: line 1: limit `many` is not a number"
+        );
+        assert_eq!(
+            parse_dimensions("requests=3").unwrap_err().to_string(),
+            "dimensions: line 1: `requests=3` is not `unit:window=limit` (e.g. `requests:hourly=100`)"
+        );
+    }
+
+    #[test]
+    fn allocation_rows_skip_keys_without_a_policy() {
+        let f = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect()
+        };
+        let rows = f(&[
+            ("csrf", "t"),
+            ("key-0", "a"),
+            ("weight-0", " 20 "),
+            ("policy-0", "soft"),
+            ("cap-0", "9"),
+            ("capunit-0", "tokens"),
+            ("key-1", "b"),
+            ("weight-1", "50"),
+            ("policy-1", ""),
+            ("key-2", "c"),
+            ("policy-2", "hard"),
+        ]);
+        assert_eq!(
+            allocations_from_rows(&rows).unwrap(),
+            vec![
+                AllocationInput {
+                    cap_value: Some(9.0),
+                    cap_unit: Some("tokens".into()),
+                    ..alloc("a", 20.0, "soft")
+                },
+                alloc("c", 0.0, "hard"),
+            ]
+        );
+    }
+
+    #[test]
+    fn durations_read_as_people_say_them() {
+        assert_eq!(duration(0), "0 s");
+        assert_eq!(duration(1), "1 s");
+        assert_eq!(duration(59_000), "59 s");
+        assert_eq!(duration(125_000), "2 min");
+        assert_eq!(duration(3_600_000 + 20 * 60_000), "1 h 20 min");
+        assert_eq!(duration(2 * 86_400_000 + 4 * 3_600_000), "2 d 4 h");
+    }
+
+    fn pool(id: &str) -> PoolView {
+        PoolView {
+            id: id.into(),
+            name: format!("Pool <{id}>"),
+            connection_ids: vec!["c1".into()],
+            dimensions: vec![],
+            effective_dimensions: vec![Dimension::new(Unit::Requests, Window::Hourly, 10.0)],
+            allocations: vec![alloc("k1", 50.0, "hard"), alloc("k2", 50.0, "soft")],
+        }
+    }
+
+    fn key(id: &str, consumed: f64, policy: Policy) -> KeyUsage {
+        KeyUsage {
+            api_key_id: id.into(),
+            allocated: true,
+            policy,
+            allocation_weight: 50.0,
+            consumed,
+            fair_share: 5.0,
+            surplus: 5.0 - consumed,
+            borrowing: consumed > 5.0,
+            cap: None,
+            burn_rate: BurnReport {
+                tokens_per_second: 0.1,
+                time_to_exhaustion_ms: Some(90_000),
+            },
+        }
+    }
+
+    fn usage(id: &str) -> PoolUsage {
+        PoolUsage {
+            pool_id: id.into(),
+            at: 0,
+            dimensions: vec![DimensionUsage {
+                key: "requests:hourly".into(),
+                unit: Unit::Requests,
+                window: "hourly",
+                limit: 10.0,
+                global_used: 7.0,
+                used_fraction: 0.7,
+                provider_signal: None,
+                mode: Mode::Strict,
+                keys: vec![key("k1", 6.0, Policy::Hard), key("k2", 1.0, Policy::Soft)],
+            }],
+        }
+    }
+
+    #[test]
+    fn the_list_escapes_names_and_says_each_dimensions_mode() {
+        let pools: Vec<PoolView> = (0..100).map(|i| pool(&format!("p{i}"))).collect();
+        let usage: HashMap<String, PoolUsage> =
+            [("p0".to_owned(), usage("p0"))].into_iter().collect();
+        let html = render_list(
+            &pools,
+            &usage,
+            &[Choice {
+                id: "c1".into(),
+                provider: "openai".into(),
+            }],
+            &["k1".into()],
+            "tok",
+        );
+        assert!(html.contains(r#"<a href="/dashboard/costs/quota-share/p0">Pool &lt;p0&gt;</a>"#));
+        assert!(html.contains(r#"<li>requests:hourly: 7 of 10 requests used, <span class="state state-strict">strict</span></li>"#));
+        assert!(html.contains(r#"<article class="card pool-card" id="pool-p99">"#));
+        assert_eq!(html.matches("Usage is unavailable right now.").count(), 99);
+        assert!(html.contains(r#"<input type="hidden" name="csrf" value="tok">"#));
+        assert!(!html.contains("style="));
+    }
+
+    #[test]
+    fn the_pool_page_draws_each_key_and_buckets_the_log_per_minute() {
+        let now = 10 * SERIES_BUCKET_MS + 30_000;
+        let row = |bucket: u64, conn: &str, key: &str, requests: u64| SeriesRow {
+            bucket_ms: bucket * SERIES_BUCKET_MS,
+            provider: Some("openai".into()),
+            connection_id: Some(conn.into()),
+            key_id: Some(key.into()),
+            requests,
+            errors: 0,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+        };
+        let page = PoolPage {
+            pool: pool("team"),
+            usage: Ok(usage("team")),
+            decisions: vec![DecisionRecord {
+                at: 0,
+                api_key_id: "k1".into(),
+                admitted: false,
+                deprioritized: false,
+                dimension: Some("requests:hourly".into()),
+                reason: Some("fair_share".into()),
+                mode: Some("strict".into()),
+                policy: "hard".into(),
+                retry_after_ms: Some(61_000),
+            }],
+            series: vec![
+                row(10, "c1", "k1", 3),
+                row(9, "c1", "k1", 2),
+                row(10, "other", "k2", 9),
+            ],
+            threshold: 0.5,
+            now,
+            keys: vec!["k1".into(), "k2".into(), "k3".into()],
+        };
+        let html = render_pool(&page, "tok");
+        assert!(html.contains("<title>requests:hourly: 7 of 10 requests used, strict</title>"));
+        assert!(html.contains(r#"<rect class="s0" x="0.0" y="4" width="360.0" height="24"><title>k1: 6</title></rect>"#));
+        assert!(html.contains(">saturation threshold (50 %) 5</text>"));
+        assert!(html.contains(">fair share of k1, k2 5</text>"));
+        assert!(html.contains("<tr><td>k1</td><td>6</td><td>5</td><td>shortfall 1</td><td>yes</td><td>hard</td><td>—</td><td>6 requests/min</td><td>1 min</td></tr>"));
+        assert!(html.contains("<td>k1</td><td>blocked</td><td>requests:hourly</td><td>fair_share</td><td>strict</td><td>hard</td><td>1 min</td></tr>"));
+        // k1's line: 0 until the last two minutes (2 then 3); k2 is on another connection.
+        assert!(
+            html.contains(
+                "<desc>requests per minute, from 60 min ago to now. k1: last 3, peak 3.</desc>"
+            ),
+            "{html}"
+        );
+        assert!(!html.contains("</svg>k2</li>"));
+        // Every key can be given an allocation, k3 (none yet) included.
+        assert!(html.contains(r#"<input type="hidden" name="key-2" value="k3">"#));
+        assert!(html.contains(r#"<select name="policy-2" aria-label="Policy of k3"><option value="" selected>not in the pool</option>"#));
+        assert!(!html.contains("style="));
+    }
 }
