@@ -24,14 +24,14 @@ pub const PLANS: &str = "/dashboard/costs/quota-share/plans";
 /// The page's routes.
 pub fn routes() -> Router<Arc<Dash>> {
     Router::new()
-        .route(PLANS, get(page))
+        .route(PLANS, get(page).fallback(crate::unknown))
         .route(
             "/dashboard/costs/quota-share/plans/{connection}",
-            post(save),
+            post(save).fallback(crate::unknown),
         )
         .route(
             "/dashboard/costs/quota-share/plans/{connection}/delete",
-            post(delete),
+            post(delete).fallback(crate::unknown),
         )
 }
 

@@ -2,10 +2,10 @@
 //! page with its usage per dimension (a stacked bar per dimension, the allocation
 //! table, the burn-rate chart, recent decisions), its allocations form and its removal.
 //!
-//! Forms are written in short lines (`unit:window=limit` for a dimension,
-//! `key weight [policy] [cap unit]` for an allocation); the handlers only map that text
-//! to the API's input structs, and `services::quota` validates them, so an error reads
-//! as the management API's.
+//! The create form takes short lines (`unit:window=limit` for a dimension,
+//! `key weight [policy] [cap unit]` for an allocation); the allocations form has a row
+//! per key. The handlers only map the fields to the API's input structs and
+//! `services::quota` validates them, so an error reads as the management API's.
 
 use crate::charts::{self, Mark, Segment, Series};
 use crate::html::{self, escape, table, Nav};
@@ -42,13 +42,19 @@ const THRESHOLD_SETTING: &str = "quota.saturationThreshold";
 /// The pages' routes.
 pub fn routes() -> Router<Arc<Dash>> {
     Router::new()
-        .route(LIST, get(list_page).post(create))
-        .route("/dashboard/costs/quota-share/{id}", get(pool_page))
+        .route(LIST, get(list_page).post(create).fallback(crate::unknown))
+        .route(
+            "/dashboard/costs/quota-share/{id}",
+            get(pool_page).fallback(crate::unknown),
+        )
         .route(
             "/dashboard/costs/quota-share/{id}/allocations",
-            post(save_allocations),
+            post(save_allocations).fallback(crate::unknown),
         )
-        .route("/dashboard/costs/quota-share/{id}/delete", post(delete))
+        .route(
+            "/dashboard/costs/quota-share/{id}/delete",
+            post(delete).fallback(crate::unknown),
+        )
 }
 
 /// The page of pool `id`.

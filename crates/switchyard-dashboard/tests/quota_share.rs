@@ -494,6 +494,23 @@ async fn forms_without_the_csrf_token_are_refused_and_change_nothing() {
         assert_eq!(r.status(), 403, "{path}");
     }
     assert_eq!(s.h.admin_json("/api/quota/pools").await, before);
+    // Another method on an action's path is not found, and needs a session.
+    for path in [
+        "/dashboard/costs/quota-share/team/delete",
+        "/dashboard/costs/quota-share/plans/alpha-1",
+    ] {
+        assert_eq!(s.page(path).await.0, 404, "{path}");
+        let r = common::get(&s.h, &s.c, path, None).await;
+        assert_eq!(r.status(), 303);
+        assert_eq!(r.headers()[reqwest::header::LOCATION], "/dashboard/sign-in");
+    }
+    let r =
+        s.c.post(s.h.url("/dashboard/costs/quota-share/team"))
+            .form(&[("x", "y")])
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status(), 403);
     assert_eq!(
         s.h.admin_json("/api/quota/plans/alpha-1").await["source"],
         "empty"
