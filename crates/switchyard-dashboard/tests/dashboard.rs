@@ -1,11 +1,6 @@
 //! The dashboard end to end: a real gateway on a socket with the dashboard's routes
 //! mounted, driven over HTTP without following redirects.
 
-#![expect(
-    clippy::unwrap_used,
-    reason = "test helpers outside #[test] functions fail loudly on purpose"
-)]
-
 mod common;
 
 use common::{assert_page_headers, csrf_in, get, session_of, sign_in, start};
