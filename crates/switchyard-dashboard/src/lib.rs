@@ -15,7 +15,9 @@
 
 mod assets;
 mod charts;
+mod fields;
 mod html;
+mod keys;
 mod overview;
 mod resilience;
 mod session;
@@ -63,6 +65,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route(&js.path.clone(), get(move || asset(js)).fallback(unknown))
         .route("/dashboard/{*rest}", any(unknown))
         .merge(resilience::routes())
+        .merge(keys::routes())
         .layer(map_response(security_headers))
         .with_state(dash)
 }

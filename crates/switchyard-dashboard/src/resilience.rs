@@ -3,6 +3,7 @@
 //! the model-lockout and provider-cooldown settings. Handlers parse forms and call
 //! `services::resilience`; what is cleared, skipped or refused is decided there.
 
+use crate::fields::{all, hidden, state_label, Fields};
 use crate::html::{csrf_field, escape, form, live, table, table_html, Nav};
 use crate::overview::seconds;
 use crate::web::{Dash, Posted, Signed, View};
@@ -102,13 +103,9 @@ fn cleared(r: &ClearResult) -> String {
 /// fields, repeated).
 async fn clear_selected(
     State(dash): State<Arc<Dash>>,
-    Posted(session, fields): Posted<Vec<(String, String)>>,
+    Posted(session, fields): Posted<Fields>,
 ) -> Response {
-    let ids = fields
-        .into_iter()
-        .filter(|(k, _)| k == "connection")
-        .map(|(_, v)| v)
-        .collect();
+    let ids = all(&fields, "connection");
     let outcome = services::resilience::clear_cooldowns(&dash.app, ClearTarget::Connections(ids));
     dash.done(&session, PAGE, outcome, |r| cleared(&r))
 }
@@ -163,7 +160,7 @@ async fn re_enable(
 }
 
 /// A settings form's fields (all but the CSRF token) as the patch's JSON fields.
-fn patch_fields(fields: Vec<(String, String)>) -> Map<String, Value> {
+fn patch_fields(fields: Fields) -> Map<String, Value> {
     fields
         .into_iter()
         .filter(|(k, _)| k != "csrf")
@@ -175,7 +172,7 @@ fn patch_fields(fields: Vec<(String, String)>) -> Map<String, Value> {
 /// `PATCH /api/resilience` validates `modelLockout`.
 async fn model_lockout(
     State(dash): State<Arc<Dash>>,
-    Posted(session, fields): Posted<Vec<(String, String)>>,
+    Posted(session, fields): Posted<Fields>,
 ) -> Response {
     let outcome =
         services::resilience::patch_settings(&dash.app, &patch_fields(fields), &Map::new()).await;
@@ -188,22 +185,13 @@ async fn model_lockout(
 /// validated as `PATCH /api/resilience` validates `providerCooldown`.
 async fn provider_cooldown(
     State(dash): State<Arc<Dash>>,
-    Posted(session, fields): Posted<Vec<(String, String)>>,
+    Posted(session, fields): Posted<Fields>,
 ) -> Response {
     let outcome =
         services::resilience::patch_settings(&dash.app, &Map::new(), &patch_fields(fields)).await;
     dash.done(&session, PAGE, outcome, |_| {
         "Provider cooldown settings saved.".to_owned()
     })
-}
-
-/// A state as a text label with its class: `OPEN` → `state state-open`.
-fn state_label(state: &str) -> String {
-    format!(
-        r#"<span class="state state-{}">{}</span>"#,
-        escape(&state.to_ascii_lowercase().replace('_', "-")),
-        escape(state)
-    )
 }
 
 /// A duration left, or an em dash when nothing is left.
@@ -215,26 +203,10 @@ fn left(ms: u64) -> String {
     }
 }
 
-/// A hidden form field.
-fn hidden(name: &str, value: &str) -> String {
-    format!(
-        r#"<input type="hidden" name="{}" value="{}">"#,
-        escape(name),
-        escape(value)
-    )
-}
-
-/// A labelled input of a settings form; `id` is the form's prefix and the field name.
+/// A labelled input of a settings form; its id is the form's prefix and the name.
 fn input(prefix: &str, name: &str, label: &str, kind: &str, value: &str) -> String {
     let id = format!("{prefix}-{}", name.replace('.', "-"));
-    format!(
-        r#"<label for="{id}">{label}</label><input type="{kind}" id="{id}" name="{name}" value="{value}">"#,
-        id = escape(&id),
-        label = escape(label),
-        kind = kind,
-        name = escape(name),
-        value = escape(value),
-    )
+    crate::fields::input(&id, name, label, kind, value, "")
 }
 
 /// A labelled true/false select of a settings form.
@@ -549,21 +521,4 @@ pub fn render(r: &Resilience, csrf: &str) -> String {
         clear = clear_forms(r, csrf),
         settings = settings(&r.settings, csrf),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn states_are_text_labels_with_a_class() {
-        assert_eq!(
-            state_label("HALF_OPEN"),
-            r#"<span class="state state-half-open">HALF_OPEN</span>"#
-        );
-        assert_eq!(
-            state_label("credits_exhausted"),
-            r#"<span class="state state-credits-exhausted">credits_exhausted</span>"#
-        );
-    }
 }
