@@ -21,6 +21,7 @@ mod keys;
 mod overview;
 mod resilience;
 mod session;
+mod settings;
 mod web;
 
 use axum::extract::rejection::FormRejection;
@@ -66,6 +67,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route("/dashboard/{*rest}", any(unknown))
         .merge(resilience::routes())
         .merge(keys::routes())
+        .merge(settings::routes())
         .layer(map_response(security_headers))
         .with_state(dash)
 }

@@ -20,11 +20,23 @@ use switchyard_gateway::services;
 use switchyard_gateway::services::resilience::{
     ClearResult, ClearTarget, ConnectionState, ModelLockView, ResilienceView,
 };
+use switchyard_gateway::services::settings::SettingView;
 use switchyard_gateway::services::system::BreakerView;
 use switchyard_store::ProviderRecord;
 
 /// The page's path.
 const PAGE: &str = "/dashboard/resilience";
+
+/// The settings (SPEC D3) the page offers besides the lockout and provider-cooldown
+/// forms, by key prefix: stream-stall cooldown, request queue, concurrency, combo
+/// cooldown wait and the quota-share concurrency limit.
+const OTHER_SETTINGS: [&str; 5] = [
+    "streamStallCooldown.",
+    "requestQueue.",
+    "concurrency.",
+    "comboCooldownWait.",
+    "quotaShareConcurrencyLimit.",
+];
 
 /// The resilience page's routes.
 pub fn routes() -> Router<Arc<Dash>> {
@@ -50,6 +62,8 @@ pub struct Resilience {
     pub connections: Vec<ConnectionState>,
     pub locks: Vec<ModelLockView>,
     pub settings: ResilienceView,
+    /// The [`OTHER_SETTINGS`], as the settings page lists them.
+    pub others: Vec<SettingView>,
 }
 
 /// `GET /dashboard/resilience`.
@@ -63,6 +77,10 @@ async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Respons
                 connections: services::resilience::cooldowns(app, None),
                 locks: services::resilience::model_locks(app),
                 settings: services::resilience::get_settings(app),
+                others: services::settings::list(app)
+                    .into_iter()
+                    .filter(|s| OTHER_SETTINGS.iter().any(|p| s.key.starts_with(p)))
+                    .collect(),
             };
             dash.render(
                 &session,
@@ -516,9 +534,16 @@ pub fn render(r: &Resilience, csrf: &str) -> String {
 <p class="hint">Clearing ends cooldowns and model locks; connections in a terminal state are counted and left as they are.</p>
 {clear}</section>
 <section aria-labelledby="settings"><h2 id="settings">Settings</h2>
-{settings}</section>"#,
+{settings}<h3 id="other-settings">Queues, waits and stalls</h3>
+{others}</section>"#,
         live = live("resilience-live", PAGE, 30, &changing),
         clear = clear_forms(r, csrf),
         settings = settings(&r.settings, csrf),
+        others = crate::settings::table(
+            "Other resilience settings",
+            &r.others.iter().collect::<Vec<_>>(),
+            csrf,
+            PAGE
+        ),
     )
 }

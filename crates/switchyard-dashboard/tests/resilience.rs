@@ -396,6 +396,28 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
                "apiKey": {"failureThreshold": 6, "failureWindowMs": 30000, "cooldownMs": 50000}})
     );
 
+    // The other resilience settings are set through the settings service and come back.
+    assert!(saved.contains(
+        "<tr><td>streamStallCooldown.enabled</td><td>false</td><td>default</td><td>STREAM_STALL_COOLDOWN_ENABLED</td>"
+    ), "{saved}");
+    let r = s
+        .post(
+            "/dashboard/settings",
+            &[
+                ("key", "streamStallCooldown.enabled"),
+                ("value", "true"),
+                ("back", PAGE),
+            ],
+        )
+        .await;
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()["location"], PAGE);
+    let stall = page(&s).await;
+    assert!(stall.contains(&done("streamStallCooldown.enabled saved.")));
+    assert!(
+        stall.contains("<tr><td>streamStallCooldown.enabled</td><td>true</td><td>database</td>")
+    );
+
     // A 404 for one model locks it on the connection for the base minute.
     s.h.rule(
         json!({"times": 1, "match": {"credential": CRED_ALPHA, "model": "mock-large"},
