@@ -3,7 +3,10 @@
 //! HTML of hidden fields, labelled inputs, state labels and dates.
 
 use crate::html::escape;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use std::time::{Duration, UNIX_EPOCH};
+use switchyard_gateway::error::ApiError;
 
 /// A posted form's fields in order, repeated names included.
 pub type Fields = Vec<(String, String)>;
@@ -38,6 +41,27 @@ pub fn comma_list(text: &str) -> Vec<String> {
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
         .collect()
+}
+
+/// A field's trimmed value, or `None` when it is blank.
+pub fn non_blank(text: &str) -> Option<String> {
+    let t = text.trim();
+    (!t.is_empty()).then(|| t.to_owned())
+}
+
+/// A number field as JSON: absent when blank, a number when it is one, else the text
+/// (which the input type then refuses, naming the field).
+pub fn number(text: &str) -> Value {
+    match non_blank(text) {
+        None => Value::Null,
+        Some(t) => t.parse::<u64>().map_or(Value::String(t), Value::from),
+    }
+}
+
+/// `fields` (a JSON object built from a form) read as the management API's input type
+/// `T`; a mismatch is the `400 invalid_json` the API answers, with serde's message.
+pub fn parse<T: DeserializeOwned>(fields: Value) -> Result<T, ApiError> {
+    serde_json::from_value(fields).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))
 }
 
 /// A hidden form field.
@@ -104,6 +128,11 @@ mod tests {
         assert_eq!(all(&f, "a"), ["1", "2"]);
         assert_eq!(some_if_any(all(&f, "c")), None);
         assert_eq!(comma_list(" m1, ,m2 "), ["m1", "m2"]);
+        assert_eq!(non_blank("  "), None);
+        assert_eq!(non_blank(" x "), Some("x".to_owned()));
+        assert_eq!(number(""), Value::Null);
+        assert_eq!(number(" 4 "), Value::from(4));
+        assert_eq!(number("four"), Value::from("four"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod fields;
 mod html;
 mod keys;
 mod overview;
+mod providers;
 mod resilience;
 mod session;
 mod settings;
@@ -68,6 +69,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .merge(resilience::routes())
         .merge(keys::routes())
         .merge(settings::routes())
+        .merge(providers::routes())
         .layer(map_response(security_headers))
         .with_state(dash)
 }
