@@ -15,6 +15,7 @@
 
 mod assets;
 mod charts;
+mod combos;
 mod fields;
 mod html;
 mod keys;
@@ -70,6 +71,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .merge(keys::routes())
         .merge(settings::routes())
         .merge(providers::routes())
+        .merge(combos::routes())
         .layer(map_response(security_headers))
         .with_state(dash)
 }
