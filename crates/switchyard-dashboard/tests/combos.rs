@@ -1,11 +1,6 @@
 //! The combos page end to end: the fixture's combo, creating, reordering and deleting a
 //! combo (seen in the gateway's routing), and bad input refused with the API's message.
 
-#![expect(
-    clippy::unwrap_used,
-    reason = "test helpers outside #[test] functions fail loudly on purpose"
-)]
-
 mod common;
 
 use common::Signed;
