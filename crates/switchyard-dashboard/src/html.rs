@@ -261,6 +261,14 @@ mod tests {
         );
     }
 
+    #[test]
+    fn table_html_keeps_its_cells_and_escapes_the_rest() {
+        assert_eq!(
+            table_html("A&B", &["<x>"], &[vec!["<b>1</b>".into()]], "None."),
+            r#"<div class="table-wrap"><table><caption>A&amp;B</caption><thead><tr><th scope="col">&lt;x&gt;</th></tr></thead><tbody><tr><td><b>1</b></td></tr></tbody></table></div>"#
+        );
+    }
+
     fn layout() -> Layout {
         Layout {
             css: "/dashboard/assets/app.css".into(),
