@@ -188,6 +188,22 @@ pub fn form(action: &str, token: &str, class: &str, fields: &str, button: &str) 
 /// A table with `caption`, the column `headers` and `rows` of cells (each escaped); an
 /// empty table says `empty` in one row instead.
 pub fn table(caption: &str, headers: &[&str], rows: &[Vec<String>], empty: &str) -> String {
+    table_with(caption, headers, rows, empty, escape)
+}
+
+/// A table like [`table`] whose cells are HTML already (state labels, forms, inputs):
+/// the caller escapes every value in them. The caption and headers are escaped here.
+pub fn table_html(caption: &str, headers: &[&str], rows: &[Vec<String>], empty: &str) -> String {
+    table_with(caption, headers, rows, empty, str::to_owned)
+}
+
+fn table_with(
+    caption: &str,
+    headers: &[&str],
+    rows: &[Vec<String>],
+    empty: &str,
+    cell: fn(&str) -> String,
+) -> String {
     let mut out = format!(
         r#"<div class="table-wrap"><table><caption>{}</caption><thead><tr>"#,
         escape(caption)
@@ -206,8 +222,8 @@ pub fn table(caption: &str, headers: &[&str], rows: &[Vec<String>], empty: &str)
     }
     for row in rows {
         out.push_str("<tr>");
-        for cell in row {
-            let _ = write!(out, "<td>{}</td>", escape(cell));
+        for c in row {
+            let _ = write!(out, "<td>{}</td>", cell(c));
         }
         out.push_str("</tr>");
     }
@@ -242,6 +258,14 @@ mod tests {
         assert_eq!(
             table("Keys", &["Id"], &[], "No keys."),
             r#"<div class="table-wrap"><table><caption>Keys</caption><thead><tr><th scope="col">Id</th></tr></thead><tbody><tr><td colspan="1">No keys.</td></tr></tbody></table></div>"#
+        );
+    }
+
+    #[test]
+    fn table_html_keeps_its_cells_and_escapes_the_rest() {
+        assert_eq!(
+            table_html("A&B", &["<x>"], &[vec!["<b>1</b>".into()]], "None."),
+            r#"<div class="table-wrap"><table><caption>A&amp;B</caption><thead><tr><th scope="col">&lt;x&gt;</th></tr></thead><tbody><tr><td><b>1</b></td></tr></tbody></table></div>"#
         );
     }
 

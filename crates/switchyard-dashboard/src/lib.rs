@@ -15,11 +15,17 @@
 
 mod assets;
 mod charts;
+mod combos;
+mod fields;
 mod html;
+mod keys;
 mod overview;
 mod plans;
 mod quota_share;
+mod providers;
+mod resilience;
 mod session;
+mod settings;
 mod web;
 
 use axum::extract::rejection::FormRejection;
@@ -65,6 +71,11 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route("/dashboard/{*rest}", any(unknown))
         .merge(quota_share::routes())
         .merge(plans::routes())
+        .merge(resilience::routes())
+        .merge(keys::routes())
+        .merge(settings::routes())
+        .merge(providers::routes())
+        .merge(combos::routes())
         .layer(map_response(security_headers))
         .with_state(dash)
 }

@@ -59,7 +59,7 @@ async fn gather(app: &AppState) -> Result<Overview, ApiError> {
 }
 
 /// A duration in milliseconds as whole seconds, rounded up (`0 s` only for zero).
-fn seconds(ms: u64) -> String {
+pub(crate) fn seconds(ms: u64) -> String {
     format!("{} s", ms.div_ceil(1000))
 }
 

@@ -53,6 +53,18 @@ pub struct Resilience {
     dirty: Mutex<Dirty>,
 }
 
+/// One provider's breaker as the operator views show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerStatus {
+    pub provider: String,
+    pub state: breaker::State,
+    /// Consecutive counted failures.
+    pub failures: u32,
+    /// How long until the breaker lets a probe through: the time left while it is open,
+    /// `0` when half-open (a probe may go now), `None` while it serves.
+    pub probe_in_ms: Option<u64>,
+}
+
 /// The model an attempt is for, on its connection.
 #[derive(Debug, Clone, Copy)]
 pub struct Attempt<'a> {
@@ -477,21 +489,31 @@ impl Resilience {
         ids.len()
     }
 
-    /// Every provider with a breaker: `(provider, state, consecutive failures)` at `now`,
-    /// read with each provider's profile (`class_of`).
+    /// Every provider with a breaker at `now`, read with each provider's profile
+    /// (`class_of`), sorted by provider.
     pub fn breakers(
         &self,
         class_of: impl Fn(&str) -> switchyard_core::domain::AuthClass,
         now: UnixMillis,
-    ) -> Vec<(String, breaker::State, u32)> {
-        let mut out: Vec<(String, breaker::State, u32)> = lock(&self.breakers)
+    ) -> Vec<BreakerStatus> {
+        let mut out: Vec<BreakerStatus> = lock(&self.breakers)
             .iter_mut()
             .map(|(p, b)| {
                 let profile = breaker::Profile::for_class(class_of(p));
-                (p.clone(), b.state(&profile, now), b.failures())
+                let state = b.state(&profile, now);
+                BreakerStatus {
+                    provider: p.clone(),
+                    state,
+                    failures: b.failures(),
+                    probe_in_ms: match state {
+                        breaker::State::Open => Some(b.reopens_at(&profile).saturating_sub(now)),
+                        breaker::State::HalfOpen => Some(0),
+                        breaker::State::Closed | breaker::State::Degraded => None,
+                    },
+                }
             })
             .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.sort_by(|a, b| a.provider.cmp(&b.provider));
         out
     }
 
@@ -692,5 +714,41 @@ mod tests {
         r.record(attempt, &Outcome::Success, &settings, probe, half_open);
         let after = r.check(attempt, &settings, half_open).unwrap();
         assert!(!after.is_probe());
+    }
+
+    #[test]
+    fn the_breakers_view_says_when_an_open_breaker_lets_a_probe_through() {
+        let settings = resolve(&Layers::default()).unwrap().settings.resilience;
+        let r = Resilience::default();
+        let conn = local();
+        let attempt = Attempt {
+            conn: &conn,
+            model: "m",
+            may_defer: false,
+            budget_ms: 1_000,
+        };
+        let failure = Outcome::Failure {
+            failure: AttemptFailure::Connect,
+            body: "",
+            reset_at: None,
+        };
+        let view = |now| r.breakers(|_| AuthClass::Local, now);
+        let status = |state, failures, probe_in_ms| {
+            vec![BreakerStatus {
+                provider: "p".into(),
+                state,
+                failures,
+                probe_in_ms,
+            }]
+        };
+        let admitted = r.check(attempt, &settings, 0).unwrap();
+        r.record(attempt, &failure, &settings, admitted, 0);
+        assert_eq!(view(1), status(breaker::State::Degraded, 1, None));
+        // The second failure opens it at 1 ms for 15 s.
+        let admitted = r.check(attempt, &settings, 1).unwrap();
+        r.record(attempt, &failure, &settings, admitted, 1);
+        assert_eq!(view(1), status(breaker::State::Open, 2, Some(15_000)));
+        assert_eq!(view(10_001), status(breaker::State::Open, 2, Some(5_000)));
+        assert_eq!(view(15_001), status(breaker::State::HalfOpen, 2, Some(0)));
     }
 }

@@ -35,6 +35,10 @@ pub struct BreakerView {
     /// `CLOSED`, `DEGRADED`, `OPEN` or `HALF_OPEN`.
     pub state: &'static str,
     pub failures: u32,
+    /// Milliseconds until an open breaker lets a probe through; `0` when half-open (a
+    /// probe may go now); absent while the breaker serves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_in_ms: Option<u64>,
 }
 
 /// The gateway's health now.
@@ -73,10 +77,11 @@ pub fn health(state: &AppState) -> Health {
                 state.clock.now_ms(),
             )
             .into_iter()
-            .map(|(provider, s, failures)| BreakerView {
-                provider,
-                state: s.as_str(),
-                failures,
+            .map(|b| BreakerView {
+                provider: b.provider,
+                state: b.state.as_str(),
+                failures: b.failures,
+                probe_in_ms: b.probe_in_ms,
             })
             .collect(),
     }

@@ -216,10 +216,16 @@ async fn health_shows_breakers_and_the_reset_closes_them() {
     for _ in 0..2 {
         h.chat(chat_body("local/m", false)).await;
     }
-    let health: Value = h.admin_json("/api/monitoring/health").await;
+    let mut health: Value = h.admin_json("/api/monitoring/health").await;
+    // An open breaker says when it lets a probe through (a local server's: 15 s).
+    let probe_in_ms = health["breakers"][0]["probe_in_ms"]
+        .take()
+        .as_u64()
+        .unwrap();
+    assert!((10_000..=15_000).contains(&probe_in_ms), "{probe_in_ms}");
     assert_eq!(
         health["breakers"],
-        json!([{"provider": "local", "state": "OPEN", "failures": 2}])
+        json!([{"provider": "local", "state": "OPEN", "failures": 2, "probe_in_ms": null}])
     );
     let r = h
         .admin_send(

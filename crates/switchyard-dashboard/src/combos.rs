@@ -1,0 +1,238 @@
+//! The combos page (SPEC D4): each combo's strategy and targets in order, a create form
+//! and an edit form per combo (targets one per line), and delete buttons. Forms are
+//! read into the management API's `ComboRecord` and saved through `services::config`,
+//! which validates them as the API does.
+
+use crate::fields::{input, one, parse, Fields};
+use crate::html::{escape, form, table_html, Nav};
+use crate::web::{Dash, Posted, Signed, View};
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use switchyard_gateway::error::ApiError;
+use switchyard_gateway::services;
+use switchyard_store::{ComboRecord, SaveMode, TargetRecord};
+
+/// The page's path.
+const PAGE: &str = "/dashboard/combos";
+
+/// The strategies a combo may use.
+const STRATEGIES: [&str; 1] = ["priority"];
+
+/// The page's routes.
+pub fn routes() -> Router<Arc<Dash>> {
+    Router::new()
+        .route(PAGE, get(page))
+        .route("/dashboard/combos/create", post(create))
+        .route("/dashboard/combos/{name}/update", post(update))
+        .route("/dashboard/combos/{name}/delete", post(delete))
+}
+
+/// `GET /dashboard/combos`.
+async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Response {
+    match services::config::combos(&dash.app).await {
+        Ok(c) => dash.render(
+            &session,
+            View::ok("Combos", Nav::Combos, &render(&c, &session.csrf)),
+        ),
+        Err(e) => dash.failed(&session, "Combos", Nav::Combos, &e),
+    }
+}
+
+/// One line of the targets field as a target's JSON: `provider/model` then optional
+/// `name=value` words (`connection`, `weight`, `cost`), which `TargetRecord` checks.
+fn target(line: &str) -> Value {
+    let mut words = line.split_whitespace();
+    let mut t = Map::new();
+    t.insert("model".into(), words.next().unwrap_or_default().into());
+    for w in words {
+        let (k, v) = w.split_once('=').unwrap_or((w, ""));
+        let value = match k {
+            "weight" => v
+                .parse::<u64>()
+                .map_or_else(|_| Value::from(v), Value::from),
+            "cost" => v
+                .parse::<f64>()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+                .map_or_else(|| Value::from(v), Value::Number),
+            _ => Value::from(v),
+        };
+        t.insert(k.to_owned(), value);
+    }
+    Value::Object(t)
+}
+
+/// A target as its line in the targets field.
+fn line(t: &TargetRecord) -> String {
+    let mut out = t.model.clone();
+    if let Some(c) = &t.connection {
+        out.push_str(&format!(" connection={c}"));
+    }
+    if t.weight != 1 {
+        out.push_str(&format!(" weight={}", t.weight));
+    }
+    if let Some(c) = t.cost {
+        out.push_str(&format!(" cost={c}"));
+    }
+    out
+}
+
+/// A combo form as the API's `ComboRecord` named `name`.
+fn combo_of(f: &Fields, name: String) -> Result<ComboRecord, ApiError> {
+    let targets: Vec<Value> = one(f, "targets")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(target)
+        .collect();
+    parse(json!({"name": name, "strategy": one(f, "strategy"), "targets": targets}))
+}
+
+/// `POST /dashboard/combos/create`.
+async fn create(State(dash): State<Arc<Dash>>, Posted(session, f): Posted<Fields>) -> Response {
+    let outcome = match combo_of(&f, one(&f, "name").trim().to_owned()) {
+        Ok(c) => services::config::save_combo(&dash.app, c, SaveMode::Create).await,
+        Err(e) => Err(e),
+    };
+    dash.done(&session, PAGE, outcome, |c| {
+        format!("Combo {} created.", c.name)
+    })
+}
+
+/// `POST /dashboard/combos/{name}/update`.
+async fn update(
+    State(dash): State<Arc<Dash>>,
+    Path(name): Path<String>,
+    Posted(session, f): Posted<Fields>,
+) -> Response {
+    let outcome = match combo_of(&f, name) {
+        Ok(c) => services::config::save_combo(&dash.app, c, SaveMode::Update).await,
+        Err(e) => Err(e),
+    };
+    dash.done(&session, PAGE, outcome, |c| {
+        format!("Combo {} saved.", c.name)
+    })
+}
+
+/// A form with no fields but the CSRF token.
+#[derive(Debug, Deserialize)]
+struct Empty {}
+
+/// `POST /dashboard/combos/{name}/delete`.
+async fn delete(
+    State(dash): State<Arc<Dash>>,
+    Path(name): Path<String>,
+    Posted(session, Empty {}): Posted<Empty>,
+) -> Response {
+    let outcome = services::config::delete_combo(&dash.app, name.clone()).await;
+    dash.done(&session, PAGE, outcome, |()| {
+        format!("Combo {name} deleted.")
+    })
+}
+
+/// A combo form's fields; `c` fills them in for an edit (`prefix` keeps ids unique).
+fn fields(prefix: &str, c: Option<&ComboRecord>) -> String {
+    let name = match c {
+        Some(_) => String::new(),
+        None => input(
+            &format!("{prefix}-name"),
+            "name",
+            "Name",
+            "text",
+            "",
+            " required",
+        ),
+    };
+    let current = c.map_or("priority", |c| c.strategy.as_str());
+    let options: String = STRATEGIES
+        .iter()
+        .map(|s| {
+            format!(
+                r#"<option value="{s}"{}>{s}</option>"#,
+                if *s == current { " selected" } else { "" }
+            )
+        })
+        .collect();
+    let targets: Vec<String> = c.map_or_else(Vec::new, |c| c.targets.iter().map(line).collect());
+    format!(
+        r#"{name}<label for="{p}-strategy">Strategy</label><select id="{p}-strategy" name="strategy">{options}</select><label for="{p}-targets">Targets, in order, one per line</label><textarea id="{p}-targets" name="targets" rows="4" required>{targets}</textarea><p class="hint">Each line: <code>provider/model</code>, optionally followed by <code>connection=id</code>, <code>weight=n</code> or <code>cost=x</code>.</p>"#,
+        p = escape(prefix),
+        targets = escape(&targets.join("\n")),
+    )
+}
+
+/// The page's `<main>` content.
+pub fn render(combos: &[ComboRecord], csrf: &str) -> String {
+    let rows: Vec<Vec<String>> = combos
+        .iter()
+        .map(|c| {
+            let targets: String = c
+                .targets
+                .iter()
+                .map(|t| format!("<li>{}</li>", escape(&line(t))))
+                .collect();
+            vec![
+                escape(&c.name),
+                escape(c.strategy.as_str()),
+                format!("<ol>{targets}</ol>"),
+                format!(
+                    r#"<details><summary>Edit {name}</summary>{edit}</details>{delete}"#,
+                    name = escape(&c.name),
+                    edit = form(
+                        &format!("/dashboard/combos/{}/update", c.name),
+                        csrf,
+                        "stack",
+                        &fields(&format!("combo-{}", c.name), Some(c)),
+                        "Save combo"
+                    ),
+                    delete = form(
+                        &format!("/dashboard/combos/{}/delete", c.name),
+                        csrf,
+                        "inline",
+                        "",
+                        "Delete"
+                    ),
+                ),
+            ]
+        })
+        .collect();
+    format!(
+        r#"<section aria-labelledby="combos"><h2 id="combos">Combos</h2>
+{table}</section>
+<section aria-labelledby="new-combo"><h2 id="new-combo">New combo</h2>
+{create}</section>"#,
+        table = table_html(
+            "Combos and their targets, in the order they are tried",
+            &["Combo", "Strategy", "Targets", "Actions"],
+            &rows,
+            "No combos.",
+        ),
+        create = form(
+            "/dashboard/combos/create",
+            csrf,
+            "stack",
+            &fields("new-combo", None),
+            "Create combo"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_lines_round_trip() {
+        let t: TargetRecord =
+            parse(target("alpha/m1 connection=alpha-1 weight=3 cost=0.5")).unwrap();
+        assert_eq!(line(&t), "alpha/m1 connection=alpha-1 weight=3 cost=0.5");
+        let t: TargetRecord = parse(target("beta/m2")).unwrap();
+        assert_eq!(line(&t), "beta/m2");
+        let bad = parse::<TargetRecord>(target("beta/m2 colour=red")).unwrap_err();
+        assert!(bad.to_string().contains("unknown field `colour`"), "{bad}");
+    }
+}

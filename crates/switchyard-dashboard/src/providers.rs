@@ -1,0 +1,530 @@
+//! The providers and connections page (SPEC D4): both lists, a create form and an edit
+//! form per row, and delete buttons. Forms are read into the management API's own input
+//! types (`ProviderRecord`, `ConnectionSpec`) and saved through `services::config`,
+//! which validates them as the API does. A connection's credential is write-only: the
+//! page says whether one is set, its field is never filled in, and leaving it empty on
+//! an edit keeps the stored one.
+
+use crate::fields::{checkbox, comma_list, input, non_blank, number, one, parse, Fields};
+use crate::html::{escape, form, table_html, Nav};
+use crate::web::{Dash, Posted, Signed, View};
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use switchyard_gateway::config::ConnectionSpec;
+use switchyard_gateway::error::ApiError;
+use switchyard_gateway::services;
+use switchyard_store::{ConnectionRecord, ProviderRecord, SaveMode};
+
+/// The page's path.
+const PAGE: &str = "/dashboard/providers";
+
+/// The wire formats a provider may speak.
+const FORMATS: [&str; 3] = ["openai", "anthropic", "responses"];
+
+/// The auth classes of a connection.
+const AUTH_CLASSES: [&str; 3] = ["apikey", "oauth", "local"];
+
+/// The page's routes.
+pub fn routes() -> Router<Arc<Dash>> {
+    Router::new()
+        .route(PAGE, get(page))
+        .route("/dashboard/providers/create", post(create_provider))
+        .route("/dashboard/providers/{id}/update", post(update_provider))
+        .route("/dashboard/providers/{id}/delete", post(delete_provider))
+        .route("/dashboard/connections/create", post(create_connection))
+        .route(
+            "/dashboard/connections/{id}/update",
+            post(update_connection),
+        )
+        .route(
+            "/dashboard/connections/{id}/delete",
+            post(delete_connection),
+        )
+}
+
+/// What the page shows.
+#[derive(Debug)]
+pub struct Providers {
+    pub providers: Vec<ProviderRecord>,
+    pub connections: Vec<ConnectionRecord>,
+}
+
+/// `GET /dashboard/providers`.
+async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Response {
+    let gathered = async {
+        Ok::<_, ApiError>(Providers {
+            providers: services::config::providers(&dash.app).await?,
+            connections: services::config::connections(&dash.app).await?,
+        })
+    };
+    match gathered.await {
+        Ok(p) => dash.render(
+            &session,
+            View::ok(
+                "Providers and connections",
+                Nav::Providers,
+                &render(&p, &session.csrf),
+            ),
+        ),
+        Err(e) => dash.failed(&session, "Providers and connections", Nav::Providers, &e),
+    }
+}
+
+/// A provider form as the API's `ProviderRecord` with `id`; prices and output-token
+/// limits are `kept` (the form does not edit them).
+fn provider_of(
+    f: &Fields,
+    id: String,
+    kept: Option<ProviderRecord>,
+) -> Result<ProviderRecord, ApiError> {
+    let mut p: ProviderRecord = parse(json!({
+        "id": id,
+        "format": one(f, "format"),
+        "base_url": one(f, "base_url").trim(),
+        "models": comma_list(&one(f, "models")),
+        "max_concurrent": number(&one(f, "max_concurrent")),
+    }))?;
+    if let Some(k) = kept {
+        p.prices = k.prices;
+        p.max_output_tokens = k.max_output_tokens;
+    }
+    Ok(p)
+}
+
+/// `POST /dashboard/providers/create`.
+async fn create_provider(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, f): Posted<Fields>,
+) -> Response {
+    let outcome = match provider_of(&f, one(&f, "id").trim().to_owned(), None) {
+        Ok(p) => services::config::save_provider(&dash.app, p, SaveMode::Create).await,
+        Err(e) => Err(e),
+    };
+    dash.done(&session, PAGE, outcome, |p| {
+        format!("Provider {} created.", p.id)
+    })
+}
+
+/// `POST /dashboard/providers/{id}/update`.
+async fn update_provider(
+    State(dash): State<Arc<Dash>>,
+    Path(id): Path<String>,
+    Posted(session, f): Posted<Fields>,
+) -> Response {
+    let outcome = async {
+        let stored = services::config::provider(&dash.app, id.clone()).await?;
+        let p = provider_of(&f, id, Some(stored))?;
+        services::config::save_provider(&dash.app, p, SaveMode::Update).await
+    };
+    let outcome = outcome.await;
+    dash.done(&session, PAGE, outcome, |p| {
+        format!("Provider {} saved.", p.id)
+    })
+}
+
+/// A form with no fields but the CSRF token.
+#[derive(Debug, Deserialize)]
+struct Empty {}
+
+/// `POST /dashboard/providers/{id}/delete`.
+async fn delete_provider(
+    State(dash): State<Arc<Dash>>,
+    Path(id): Path<String>,
+    Posted(session, Empty {}): Posted<Empty>,
+) -> Response {
+    let outcome = services::config::delete_provider(&dash.app, id.clone()).await;
+    dash.done(&session, PAGE, outcome, |()| {
+        format!("Provider {id} deleted.")
+    })
+}
+
+/// A connection form as the API's `ConnectionSpec` with `id`: an empty credential is
+/// left out (the stored one is kept); the rate-limit overrides and provider-specific
+/// data are `kept` (the form does not edit them).
+fn connection_of(
+    f: &Fields,
+    id: String,
+    kept: Option<ConnectionRecord>,
+) -> Result<ConnectionSpec, ApiError> {
+    let mut spec = Map::new();
+    spec.insert("id".into(), id.into());
+    spec.insert("provider".into(), one(f, "provider").into());
+    spec.insert("auth_class".into(), one(f, "auth_class").into());
+    if let Some(format) = non_blank(&one(f, "format")) {
+        spec.insert("format".into(), format.into());
+    }
+    if let Some(url) = non_blank(&one(f, "base_url")) {
+        spec.insert("base_url".into(), url.into());
+    }
+    let credential = one(f, "credential");
+    if !credential.is_empty() {
+        spec.insert("credential".into(), credential.into());
+    }
+    spec.insert(
+        "enabled".into(),
+        f.iter().any(|(k, _)| k == "enabled").into(),
+    );
+    spec.insert(
+        "disable_cooling".into(),
+        f.iter().any(|(k, _)| k == "disable_cooling").into(),
+    );
+    spec.insert("max_concurrent".into(), number(&one(f, "max_concurrent")));
+    if let Some(k) = kept {
+        spec.insert(
+            "rate_limit_overrides".into(),
+            k.rate_limit_overrides.unwrap_or(Value::Null),
+        );
+        spec.insert(
+            "provider_specific_data".into(),
+            k.provider_specific_data.unwrap_or(Value::Null),
+        );
+    }
+    parse(Value::Object(spec))
+}
+
+/// `POST /dashboard/connections/create`.
+async fn create_connection(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, f): Posted<Fields>,
+) -> Response {
+    let outcome = match connection_of(&f, one(&f, "id").trim().to_owned(), None) {
+        Ok(c) => services::config::save_connection(&dash.app, c, SaveMode::Create).await,
+        Err(e) => Err(e),
+    };
+    dash.done(&session, PAGE, outcome, |c| {
+        format!("Connection {} created.", c.id)
+    })
+}
+
+/// `POST /dashboard/connections/{id}/update`.
+async fn update_connection(
+    State(dash): State<Arc<Dash>>,
+    Path(id): Path<String>,
+    Posted(session, f): Posted<Fields>,
+) -> Response {
+    let outcome = async {
+        let stored = services::config::connection(&dash.app, id.clone()).await?;
+        let c = connection_of(&f, id, Some(stored))?;
+        services::config::save_connection(&dash.app, c, SaveMode::Update).await
+    };
+    let outcome = outcome.await;
+    dash.done(&session, PAGE, outcome, |c| {
+        format!("Connection {} saved.", c.id)
+    })
+}
+
+/// `POST /dashboard/connections/{id}/delete`.
+async fn delete_connection(
+    State(dash): State<Arc<Dash>>,
+    Path(id): Path<String>,
+    Posted(session, Empty {}): Posted<Empty>,
+) -> Response {
+    let outcome = services::config::delete_connection(&dash.app, id.clone()).await;
+    dash.done(&session, PAGE, outcome, |()| {
+        format!("Connection {id} deleted.")
+    })
+}
+
+/// A labelled `<select>` of `options` with `selected` chosen; `blank` adds a first
+/// option with an empty value and that label.
+fn select(
+    id: &str,
+    name: &str,
+    label: &str,
+    options: &[&str],
+    selected: &str,
+    blank: Option<&str>,
+) -> String {
+    let mut out = format!(
+        r#"<label for="{id}">{label}</label><select id="{id}" name="{name}">"#,
+        id = escape(id),
+        label = escape(label),
+        name = escape(name),
+    );
+    if let Some(b) = blank {
+        out.push_str(&format!(r#"<option value="">{}</option>"#, escape(b)));
+    }
+    for o in options {
+        out.push_str(&format!(
+            r#"<option value="{o}"{}>{o}</option>"#,
+            if *o == selected { " selected" } else { "" },
+            o = escape(o),
+        ));
+    }
+    out.push_str("</select>");
+    out
+}
+
+/// A provider form's fields; `p` fills them in for an edit (`prefix` keeps ids unique).
+fn provider_fields(prefix: &str, p: Option<&ProviderRecord>) -> String {
+    let id = |f: &str| format!("{prefix}-{f}");
+    let id_field = match p {
+        Some(_) => String::new(),
+        None => input(&id("id"), "id", "Id", "text", "", " required"),
+    };
+    format!(
+        "{id_field}{format}{url}{models}{max}",
+        format = select(
+            &id("format"),
+            "format",
+            "Format",
+            &FORMATS,
+            p.map_or("openai", |p| p.format.as_str()),
+            None
+        ),
+        url = input(
+            &id("base_url"),
+            "base_url",
+            "Base URL",
+            "url",
+            p.map_or("", |p| &p.base_url),
+            " required"
+        ),
+        models = input(
+            &id("models"),
+            "models",
+            "Models (comma separated; empty passes any name through)",
+            "text",
+            &p.map_or_else(String::new, |p| p.models.join(", ")),
+            ""
+        ),
+        max = input(
+            &id("max_concurrent"),
+            "max_concurrent",
+            "Most requests in flight (empty = no limit)",
+            "number",
+            &p.and_then(|p| p.max_concurrent)
+                .map_or_else(String::new, |n| n.to_string()),
+            ""
+        ),
+    )
+}
+
+/// A connection form's fields; `c` fills them in for an edit, except the credential.
+fn connection_fields(prefix: &str, providers: &[&str], c: Option<&ConnectionRecord>) -> String {
+    let id = |f: &str| format!("{prefix}-{f}");
+    let id_field = match c {
+        Some(_) => String::new(),
+        None => input(&id("id"), "id", "Id", "text", "", " required"),
+    };
+    let credential_hint = match c {
+        Some(_) => "Write-only. Leave empty to keep the stored credential.",
+        None => "Write-only: it is stored and never shown again.",
+    };
+    format!(
+        r#"{id_field}{provider}{auth}{format}{url}<label for="{cred}">Credential</label><input type="password" id="{cred}" name="credential" autocomplete="new-password"><p class="hint">{credential_hint}</p>{max}<div>{enabled}</div><div>{cooling}</div>"#,
+        provider = select(
+            &id("provider"),
+            "provider",
+            "Provider",
+            providers,
+            c.map_or("", |c| &c.provider),
+            None
+        ),
+        auth = select(
+            &id("auth_class"),
+            "auth_class",
+            "Auth class",
+            &AUTH_CLASSES,
+            c.map_or("apikey", |c| c.auth_class.as_str()),
+            None
+        ),
+        format = select(
+            &id("format"),
+            "format",
+            "Format",
+            &FORMATS,
+            c.and_then(|c| c.format).map_or("", |f| f.as_str()),
+            Some("the provider's")
+        ),
+        url = input(
+            &id("base_url"),
+            "base_url",
+            "Base URL (empty = the provider's)",
+            "url",
+            c.and_then(|c| c.base_url.as_deref()).unwrap_or(""),
+            ""
+        ),
+        cred = escape(&id("credential")),
+        max = input(
+            &id("max_concurrent"),
+            "max_concurrent",
+            "Most requests in flight (empty = no limit)",
+            "number",
+            &c.and_then(|c| c.max_concurrent)
+                .map_or_else(String::new, |n| n.to_string()),
+            ""
+        ),
+        enabled = checkbox(
+            &id("enabled"),
+            "enabled",
+            "true",
+            "Enabled",
+            c.is_none_or(|c| c.enabled)
+        ),
+        cooling = checkbox(
+            &id("disable_cooling"),
+            "disable_cooling",
+            "true",
+            "Failures do not cool it down",
+            c.is_some_and(|c| c.disable_cooling)
+        ),
+    )
+}
+
+/// An edit form folded in a `<details>`, and the delete button.
+fn edit_and_delete(what: &str, base: &str, id: &str, fields: &str, csrf: &str) -> String {
+    format!(
+        r#"<details><summary>Edit {id_text}</summary>{edit}</details>{delete}"#,
+        id_text = escape(id),
+        edit = form(
+            &format!("{base}/{id}/update"),
+            csrf,
+            "stack",
+            fields,
+            &format!("Save {what}")
+        ),
+        delete = form(&format!("{base}/{id}/delete"), csrf, "inline", "", "Delete"),
+    )
+}
+
+/// The page's `<main>` content.
+pub fn render(p: &Providers, csrf: &str) -> String {
+    let ids: Vec<&str> = p.providers.iter().map(|x| x.id.as_str()).collect();
+    let providers: Vec<Vec<String>> = p
+        .providers
+        .iter()
+        .map(|x| {
+            vec![
+                escape(&x.id),
+                escape(x.format.as_str()),
+                escape(&x.base_url),
+                escape(&if x.models.is_empty() {
+                    "any".to_owned()
+                } else {
+                    x.models.join(", ")
+                }),
+                escape(
+                    &x.max_concurrent
+                        .map_or_else(|| "—".to_owned(), |n| n.to_string()),
+                ),
+                edit_and_delete(
+                    "provider",
+                    "/dashboard/providers",
+                    &x.id,
+                    &provider_fields(&format!("provider-{}", x.id), Some(x)),
+                    csrf,
+                ),
+            ]
+        })
+        .collect();
+    let connections: Vec<Vec<String>> = p
+        .connections
+        .iter()
+        .map(|c| {
+            vec![
+                escape(&c.id),
+                escape(&c.provider),
+                escape(c.auth_class.as_str()),
+                escape(c.format.map_or("provider's", |f| f.as_str())),
+                escape(c.base_url.as_deref().unwrap_or("provider's")),
+                if c.enabled { "yes" } else { "no" }.to_owned(),
+                if c.has_credential { "set" } else { "not set" }.to_owned(),
+                edit_and_delete(
+                    "connection",
+                    "/dashboard/connections",
+                    &c.id,
+                    &connection_fields(&format!("connection-{}", c.id), &ids, Some(c)),
+                    csrf,
+                ),
+            ]
+        })
+        .collect();
+    format!(
+        r#"<section aria-labelledby="providers"><h2 id="providers">Providers</h2>
+{providers}
+<h3 id="new-provider">New provider</h3>
+{new_provider}<p class="hint">Prices and output-token limits are kept on an edit; change them through the management API.</p></section>
+<section aria-labelledby="connections"><h2 id="connections">Connections</h2>
+{connections}
+<h3 id="new-connection">New connection</h3>
+{new_connection}<p class="hint">Rate-limit overrides and provider-specific data are kept on an edit; change them through the management API.</p></section>"#,
+        providers = table_html(
+            "Providers",
+            &[
+                "Provider",
+                "Format",
+                "Base URL",
+                "Models",
+                "Max in flight",
+                "Actions"
+            ],
+            &providers,
+            "No providers.",
+        ),
+        new_provider = form(
+            "/dashboard/providers/create",
+            csrf,
+            "stack",
+            &provider_fields("new-provider", None),
+            "Create provider"
+        ),
+        connections = table_html(
+            "Connections (credentials are never shown)",
+            &[
+                "Connection",
+                "Provider",
+                "Auth",
+                "Format",
+                "Base URL",
+                "Enabled",
+                "Credential",
+                "Actions"
+            ],
+            &connections,
+            "No connections.",
+        ),
+        new_connection = form(
+            "/dashboard/connections/create",
+            csrf,
+            "stack",
+            &connection_fields("new-connection", &ids, None),
+            "Create connection"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_credential_is_left_out_and_checkboxes_are_read() {
+        let f: Fields = vec![
+            ("provider".into(), "alpha".into()),
+            ("auth_class".into(), "apikey".into()),
+            ("format".into(), "".into()),
+            ("credential".into(), "".into()),
+            ("max_concurrent".into(), "".into()),
+        ];
+        let c = connection_of(&f, "c1".into(), None).unwrap();
+        assert!(c.credential.is_none());
+        assert!(!c.enabled);
+        assert!(c.format.is_none());
+        assert_eq!(c.max_concurrent, None);
+        let bad = connection_of(
+            &[("auth_class".to_owned(), "root".to_owned())].to_vec(),
+            "c1".into(),
+            None,
+        );
+        assert!(bad
+            .unwrap_err()
+            .to_string()
+            .contains("unknown variant `root`"));
+    }
+}

@@ -1,0 +1,549 @@
+//! The resilience page (SPEC D3): provider breakers with their reset, the cooldown
+//! manager (connection cooldowns, model locks, terminal states) with its clears, and
+//! the model-lockout and provider-cooldown settings. Handlers parse forms and call
+//! `services::resilience`; what is cleared, skipped or refused is decided there.
+
+use crate::fields::{all, hidden, state_label, Fields};
+use crate::html::{csrf_field, escape, form, live, table, table_html, Nav};
+use crate::overview::seconds;
+use crate::web::{Dash, Posted, Signed, View};
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+use switchyard_gateway::error::ApiError;
+use switchyard_gateway::services;
+use switchyard_gateway::services::resilience::{
+    ClearResult, ClearTarget, ConnectionState, ModelLockView, ResilienceView,
+};
+use switchyard_gateway::services::settings::SettingView;
+use switchyard_gateway::services::system::BreakerView;
+use switchyard_store::ProviderRecord;
+
+/// The page's path.
+const PAGE: &str = "/dashboard/resilience";
+
+/// The settings (SPEC D3) the page offers besides the lockout and provider-cooldown
+/// forms, by key prefix: stream-stall cooldown, request queue, concurrency, combo
+/// cooldown wait and the quota-share concurrency limit.
+const OTHER_SETTINGS: [&str; 5] = [
+    "streamStallCooldown.",
+    "requestQueue.",
+    "concurrency.",
+    "comboCooldownWait.",
+    "quotaShareConcurrencyLimit.",
+];
+
+/// The resilience page's routes.
+pub fn routes() -> Router<Arc<Dash>> {
+    Router::new()
+        .route(PAGE, get(page))
+        .route("/dashboard/resilience/reset", post(reset))
+        .route("/dashboard/resilience/clear", post(clear_selected))
+        .route("/dashboard/resilience/clear-provider", post(clear_provider))
+        .route("/dashboard/resilience/clear-all", post(clear_all))
+        .route("/dashboard/resilience/re-enable", post(re_enable))
+        .route("/dashboard/resilience/model-lockout", post(model_lockout))
+        .route(
+            "/dashboard/resilience/provider-cooldown",
+            post(provider_cooldown),
+        )
+}
+
+/// What the page shows.
+#[derive(Debug)]
+pub struct Resilience {
+    pub providers: Vec<ProviderRecord>,
+    pub breakers: Vec<BreakerView>,
+    pub connections: Vec<ConnectionState>,
+    pub locks: Vec<ModelLockView>,
+    pub settings: ResilienceView,
+    /// The [`OTHER_SETTINGS`], as the settings page lists them.
+    pub others: Vec<SettingView>,
+}
+
+/// `GET /dashboard/resilience`.
+async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Response {
+    let app = &dash.app;
+    match services::config::providers(app).await {
+        Ok(providers) => {
+            let r = Resilience {
+                providers,
+                breakers: services::system::health(app).breakers,
+                connections: services::resilience::cooldowns(app, None),
+                locks: services::resilience::model_locks(app),
+                settings: services::resilience::get_settings(app),
+                others: services::settings::list(app)
+                    .into_iter()
+                    .filter(|s| OTHER_SETTINGS.iter().any(|p| s.key.starts_with(p)))
+                    .collect(),
+            };
+            dash.render(
+                &session,
+                View::ok("Resilience", Nav::Resilience, &render(&r, &session.csrf)),
+            )
+        }
+        Err(e) => dash.failed(&session, "Resilience", Nav::Resilience, &e),
+    }
+}
+
+/// A form naming one provider.
+#[derive(Debug, Deserialize)]
+struct ProviderForm {
+    #[serde(default)]
+    provider: String,
+}
+
+/// `POST /dashboard/resilience/reset`: resets one provider's breaker.
+async fn reset(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, f): Posted<ProviderForm>,
+) -> Response {
+    let outcome = services::resilience::reset(&dash.app, Some(&f.provider), &[]);
+    dash.done(&session, PAGE, outcome, |r| {
+        format!("{}: {} breaker reset.", f.provider, r.breakers_reset)
+    })
+}
+
+/// The notice of a clear.
+fn cleared(r: &ClearResult) -> String {
+    format!(
+        "{} cleared, {} unchanged, {} skipped as terminal; {} model locks cleared.",
+        r.cleared, r.unchanged, r.skipped_terminal, r.lockouts_cleared
+    )
+}
+
+/// `POST /dashboard/resilience/clear`: clears the checked connections (`connection`
+/// fields, repeated).
+async fn clear_selected(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, fields): Posted<Fields>,
+) -> Response {
+    let ids = all(&fields, "connection");
+    let outcome = services::resilience::clear_cooldowns(&dash.app, ClearTarget::Connections(ids));
+    dash.done(&session, PAGE, outcome, |r| cleared(&r))
+}
+
+/// `POST /dashboard/resilience/clear-provider`: clears every connection of a provider.
+async fn clear_provider(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, f): Posted<ProviderForm>,
+) -> Response {
+    let target = ClearTarget::All {
+        provider: Some(f.provider),
+    };
+    let outcome = services::resilience::clear_cooldowns(&dash.app, target);
+    dash.done(&session, PAGE, outcome, |r| cleared(&r))
+}
+
+/// A form with no fields but the CSRF token.
+#[derive(Debug, Deserialize)]
+struct Empty {}
+
+/// `POST /dashboard/resilience/clear-all`: clears every connection.
+async fn clear_all(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, Empty {}): Posted<Empty>,
+) -> Response {
+    let outcome =
+        services::resilience::clear_cooldowns(&dash.app, ClearTarget::All { provider: None });
+    dash.done(&session, PAGE, outcome, |r| cleared(&r))
+}
+
+/// The re-enable form: a lock's provider, connection and family or model.
+#[derive(Debug, Deserialize)]
+struct ReEnable {
+    provider: String,
+    connection: String,
+    model: String,
+}
+
+/// `POST /dashboard/resilience/re-enable`: clears the locks covering a model.
+async fn re_enable(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, f): Posted<ReEnable>,
+) -> Response {
+    let r =
+        services::resilience::clear_model_locks(&dash.app, &f.provider, &f.connection, &f.model);
+    dash.done(&session, PAGE, Ok::<_, ApiError>(r), |r| {
+        format!(
+            "{} re-enabled on {}: {} lock cleared.",
+            f.model, f.connection, r.cleared
+        )
+    })
+}
+
+/// A settings form's fields (all but the CSRF token) as the patch's JSON fields.
+fn patch_fields(fields: Fields) -> Map<String, Value> {
+    fields
+        .into_iter()
+        .filter(|(k, _)| k != "csrf")
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect()
+}
+
+/// `POST /dashboard/resilience/model-lockout`: the model-lockout settings, validated as
+/// `PATCH /api/resilience` validates `modelLockout`.
+async fn model_lockout(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, fields): Posted<Fields>,
+) -> Response {
+    let outcome =
+        services::resilience::patch_settings(&dash.app, &patch_fields(fields), &Map::new()).await;
+    dash.done(&session, PAGE, outcome, |_| {
+        "Model lockout settings saved.".to_owned()
+    })
+}
+
+/// `POST /dashboard/resilience/provider-cooldown`: the provider-cooldown settings,
+/// validated as `PATCH /api/resilience` validates `providerCooldown`.
+async fn provider_cooldown(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, fields): Posted<Fields>,
+) -> Response {
+    let outcome =
+        services::resilience::patch_settings(&dash.app, &Map::new(), &patch_fields(fields)).await;
+    dash.done(&session, PAGE, outcome, |_| {
+        "Provider cooldown settings saved.".to_owned()
+    })
+}
+
+/// A duration left, or an em dash when nothing is left.
+fn left(ms: u64) -> String {
+    if ms == 0 {
+        "—".to_owned()
+    } else {
+        seconds(ms)
+    }
+}
+
+/// A labelled input of a settings form; its id is the form's prefix and the name.
+fn input(prefix: &str, name: &str, label: &str, kind: &str, value: &str) -> String {
+    let id = format!("{prefix}-{}", name.replace('.', "-"));
+    crate::fields::input(&id, name, label, kind, value, "")
+}
+
+/// A labelled true/false select of a settings form.
+fn yes_no(prefix: &str, name: &str, label: &str, value: bool) -> String {
+    let id = format!("{prefix}-{}", name.replace('.', "-"));
+    let option = |v: bool| {
+        format!(
+            r#"<option value="{v}"{}>{}</option>"#,
+            if v == value { " selected" } else { "" },
+            if v { "on" } else { "off" }
+        )
+    };
+    format!(
+        r#"<label for="{id}">{label}</label><select id="{id}" name="{name}">{}{}</select>"#,
+        option(true),
+        option(false),
+        id = escape(&id),
+        label = escape(label),
+        name = escape(name),
+    )
+}
+
+/// The provider breakers' table: every provider, `CLOSED` unless its breaker has seen
+/// failures, with a reset button.
+fn breakers(r: &Resilience, csrf: &str) -> String {
+    let by_provider: HashMap<&str, &BreakerView> = r
+        .breakers
+        .iter()
+        .map(|b| (b.provider.as_str(), b))
+        .collect();
+    let rows: Vec<Vec<String>> = r
+        .providers
+        .iter()
+        .map(|p| {
+            let b = by_provider.get(p.id.as_str());
+            let probe = match b.and_then(|b| b.probe_in_ms) {
+                Some(0) => "now".to_owned(),
+                Some(ms) => seconds(ms),
+                None => "—".to_owned(),
+            };
+            vec![
+                escape(&p.id),
+                state_label(b.map_or("CLOSED", |b| b.state)),
+                b.map_or(0, |b| b.failures).to_string(),
+                probe,
+                form(
+                    "/dashboard/resilience/reset",
+                    csrf,
+                    "inline",
+                    &hidden("provider", &p.id),
+                    "Reset",
+                ),
+            ]
+        })
+        .collect();
+    table_html(
+        "Provider circuit breakers",
+        &["Provider", "State", "Failures", "Next probe in", "Action"],
+        &rows,
+        "No providers.",
+    )
+}
+
+/// The connection cooldowns, each with a checkbox of the clear-by-selection form.
+fn cooldowns(r: &Resilience, csrf: &str) -> String {
+    let rows: Vec<Vec<String>> = r
+        .connections
+        .iter()
+        .map(|c| {
+            let id = format!("select-{}", c.connection_id);
+            vec![
+                format!(
+                    r#"<input type="checkbox" name="connection" value="{v}" id="{id}"> <label for="{id}">{v}</label>"#,
+                    v = escape(&c.connection_id),
+                    id = escape(&id),
+                ),
+                escape(&c.provider),
+                escape(c.auth_class),
+                state_label(c.state),
+                escape(&left(c.remaining_ms)),
+                c.backoff_level.to_string(),
+                escape(c.last_error.as_deref().unwrap_or("—")),
+            ]
+        })
+        .collect();
+    format!(
+        r#"<form method="post" action="/dashboard/resilience/clear" id="clear-selected">{csrf}{table}<button type="submit">Clear selected</button></form>"#,
+        csrf = csrf_field(csrf),
+        table = table_html(
+            "Connection cooldowns (terminal states are never cleared)",
+            &[
+                "Connection",
+                "Provider",
+                "Auth",
+                "State",
+                "Time left",
+                "Backoff level",
+                "Last error"
+            ],
+            &rows,
+            "No connections.",
+        ),
+    )
+}
+
+/// The clear-by-provider and clear-all forms.
+fn clear_forms(r: &Resilience, csrf: &str) -> String {
+    let options: String = r
+        .providers
+        .iter()
+        .map(|p| format!(r#"<option value="{0}">{0}</option>"#, escape(&p.id)))
+        .collect();
+    format!(
+        "{}{}",
+        form(
+            "/dashboard/resilience/clear-provider",
+            csrf,
+            "row",
+            &format!(
+                r#"<label for="clear-provider">Provider</label><select id="clear-provider" name="provider">{options}</select>"#
+            ),
+            "Clear provider's cooldowns",
+        ),
+        form(
+            "/dashboard/resilience/clear-all",
+            csrf,
+            "row",
+            "",
+            "Clear all cooldowns"
+        ),
+    )
+}
+
+/// The model locks, each with a re-enable button.
+fn locks(r: &Resilience, csrf: &str) -> String {
+    let rows: Vec<Vec<String>> = r
+        .locks
+        .iter()
+        .map(|l| {
+            vec![
+                escape(&l.provider),
+                escape(&l.connection),
+                escape(l.scope),
+                escape(&l.name),
+                l.failures.to_string(),
+                l.status.to_string(),
+                escape(&left(l.remaining_ms)),
+                form(
+                    "/dashboard/resilience/re-enable",
+                    csrf,
+                    "inline",
+                    &format!(
+                        "{}{}{}",
+                        hidden("provider", &l.provider),
+                        hidden("connection", &l.connection),
+                        hidden("model", &l.name)
+                    ),
+                    "Re-enable",
+                ),
+            ]
+        })
+        .collect();
+    table_html(
+        "Model cooldowns (locked models)",
+        &[
+            "Provider",
+            "Connection",
+            "Scope",
+            "Model or family",
+            "Failures",
+            "Status",
+            "Time left",
+            "Action",
+        ],
+        &rows,
+        "No model is locked.",
+    )
+}
+
+/// The connections in a terminal state.
+fn terminal(r: &Resilience) -> String {
+    let rows: Vec<Vec<String>> = r
+        .connections
+        .iter()
+        .filter(|c| !matches!(c.state, "active" | "cooling"))
+        .map(|c| {
+            vec![
+                c.connection_id.clone(),
+                c.provider.clone(),
+                c.state.to_owned(),
+                c.last_error.clone().unwrap_or_else(|| "—".to_owned()),
+            ]
+        })
+        .collect();
+    table(
+        "Terminal states (a new credential ends them)",
+        &["Connection", "Provider", "State", "Last error"],
+        &rows,
+        "No connection is in a terminal state.",
+    )
+}
+
+/// The model-lockout and provider-cooldown settings forms.
+fn settings(s: &ResilienceView, csrf: &str) -> String {
+    let l = &s.model_lockout;
+    let codes: Vec<String> = l.error_codes.iter().map(u16::to_string).collect();
+    let lockout = [
+        yes_no("lockout", "enabled", "Lock failing models", l.enabled),
+        input(
+            "lockout",
+            "errorCodes",
+            "Statuses that lock a model (comma separated)",
+            "text",
+            &codes.join(","),
+        ),
+        input(
+            "lockout",
+            "baseCooldownMs",
+            "First lock (ms)",
+            "number",
+            &l.base_cooldown_ms.to_string(),
+        ),
+        input(
+            "lockout",
+            "maxCooldownMs",
+            "Longest lock (ms)",
+            "number",
+            &l.max_cooldown_ms.to_string(),
+        ),
+        input(
+            "lockout",
+            "maxBackoffSteps",
+            "Most doublings",
+            "number",
+            &l.max_backoff_steps.to_string(),
+        ),
+        yes_no(
+            "lockout",
+            "useExponentialBackoff",
+            "Double repeated locks",
+            l.use_exponential_backoff,
+        ),
+    ]
+    .concat();
+    let p = &s.provider_cooldown;
+    let mut cooldown = yes_no("cooldown", "enabled", "Provider cooldown", p.enabled);
+    for (class, label, g) in [
+        ("oauth", "OAuth", &p.oauth),
+        ("apiKey", "API key", &p.api_key),
+    ] {
+        for (field, what, value) in [
+            (
+                "failureThreshold",
+                "failures that trip it",
+                g.failure_threshold.into(),
+            ),
+            (
+                "failureWindowMs",
+                "failure window (ms)",
+                g.failure_window_ms,
+            ),
+            ("cooldownMs", "cooldown (ms)", g.cooldown_ms),
+        ] {
+            cooldown.push_str(&input(
+                "cooldown",
+                &format!("{class}.{field}"),
+                &format!("{label}: {what}"),
+                "number",
+                &value.to_string(),
+            ));
+        }
+    }
+    format!(
+        r#"<h3 id="lockout-settings">Model lockout</h3>{}<h3 id="cooldown-settings">Provider cooldown</h3>{}"#,
+        form(
+            "/dashboard/resilience/model-lockout",
+            csrf,
+            "stack",
+            &lockout,
+            "Save model lockout"
+        ),
+        form(
+            "/dashboard/resilience/provider-cooldown",
+            csrf,
+            "stack",
+            &cooldown,
+            "Save provider cooldown"
+        ),
+    )
+}
+
+/// The page's `<main>` content; the tables that change refresh every 30 s.
+pub fn render(r: &Resilience, csrf: &str) -> String {
+    let changing = format!(
+        r#"<section aria-labelledby="breakers"><h2 id="breakers">Provider breakers</h2>
+{breakers}</section>
+<section aria-labelledby="cooldowns"><h2 id="cooldowns">Cooldown manager</h2>
+{cooldowns}{locks}{terminal}</section>"#,
+        breakers = breakers(r, csrf),
+        cooldowns = cooldowns(r, csrf),
+        locks = locks(r, csrf),
+        terminal = terminal(r),
+    );
+    format!(
+        r#"{live}
+<section aria-labelledby="clear"><h2 id="clear">Clear cooldowns</h2>
+<p class="hint">Clearing ends cooldowns and model locks; connections in a terminal state are counted and left as they are.</p>
+{clear}</section>
+<section aria-labelledby="settings"><h2 id="settings">Settings</h2>
+{settings}<h3 id="other-settings">Queues, waits and stalls</h3>
+{others}</section>"#,
+        live = live("resilience-live", PAGE, 30, &changing),
+        clear = clear_forms(r, csrf),
+        settings = settings(&r.settings, csrf),
+        others = crate::settings::table(
+            "Other resilience settings",
+            &r.others.iter().collect::<Vec<_>>(),
+            csrf,
+            PAGE
+        ),
+    )
+}
