@@ -17,6 +17,7 @@ mod assets;
 mod charts;
 mod html;
 mod overview;
+mod requests;
 mod session;
 mod web;
 
@@ -61,6 +62,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .route(&css.path.clone(), get(move || asset(css)).fallback(unknown))
         .route(&js.path.clone(), get(move || asset(js)).fallback(unknown))
         .route("/dashboard/{*rest}", any(unknown))
+        .merge(requests::routes())
         .layer(map_response(security_headers))
         .with_state(dash)
 }
