@@ -21,6 +21,13 @@ mod requests;
 mod session;
 mod web;
 
+/// The pure renderers the `render` benchmark measures; not part of the crate's API.
+#[doc(hidden)]
+pub mod bench_api {
+    pub use crate::overview::{render as overview, Overview};
+    pub use crate::requests::{render as requests, Choices, Filters};
+}
+
 use axum::extract::rejection::FormRejection;
 use axum::extract::State;
 use axum::http::header::{
