@@ -24,9 +24,17 @@ mod plans;
 mod quota_share;
 mod providers;
 mod resilience;
+mod requests;
 mod session;
 mod settings;
 mod web;
+
+/// The pure renderers the `render` benchmark measures; not part of the crate's API.
+#[doc(hidden)]
+pub mod bench_api {
+    pub use crate::overview::{render as overview, Overview};
+    pub use crate::requests::{render as requests, Choices, Filters};
+}
 
 use axum::extract::rejection::FormRejection;
 use axum::extract::State;
@@ -76,6 +84,7 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .merge(settings::routes())
         .merge(providers::routes())
         .merge(combos::routes())
+        .merge(requests::routes())
         .layer(map_response(security_headers))
         .with_state(dash)
 }

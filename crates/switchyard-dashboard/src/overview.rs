@@ -1,24 +1,33 @@
-//! The overview page's content: providers with their breakers, connections with their
-//! cooldowns, quota pools, the keys count and the newest request-log rows. Rendering
-//! only; the data comes from the gateway's `services`.
+//! The overview page's content: requests in flight and open breakers, per-minute charts
+//! of the last hour (requests and errors, per provider, per key), providers with their
+//! breakers, connections with their cooldowns, quota pools, the keys count and the
+//! newest request-log rows. Rendering only; the data comes from the gateway's
+//! `services`. The whole content refreshes itself every 30 s.
 
-use crate::html::{escape, table, Nav};
+use crate::charts::{line_chart, Series};
+use crate::html::{escape, live, table, Nav};
 use crate::web::{Dash, Signed, View};
 use axum::extract::State;
 use axum::response::Response;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
 use switchyard_gateway::services::quota::PoolView;
 use switchyard_gateway::services::resilience::ConnectionState;
-use switchyard_gateway::services::system::Health;
+use switchyard_gateway::services::system::{Health, InFlight};
 use switchyard_gateway::state::AppState;
-use switchyard_store::{KeyRecord, LogRow, ProviderRecord};
+use switchyard_store::{KeyRecord, LogRow, ProviderRecord, SeriesRow};
 
 /// Request-log rows the overview shows.
 pub const LOG_ROWS: u32 = 20;
+
+/// A chart bucket: one minute.
+pub const MINUTE_MS: u64 = 60 * 1000;
+
+/// Minutes the charts show, the newest one (the minute of now) last.
+pub const MINUTES: usize = 60;
 
 /// What the overview shows.
 #[derive(Debug)]
@@ -29,12 +38,78 @@ pub struct Overview {
     pub pools: Vec<PoolView>,
     pub keys: Vec<KeyRecord>,
     pub logs: Vec<LogRow>,
+    pub in_flight: InFlight,
+    /// Requests of the last hour per minute, provider, connection and key.
+    pub series: Vec<SeriesRow>,
+    /// When the data was read (Unix milliseconds): the charts end at its minute.
+    pub now_ms: u64,
+}
+
+/// Requests per minute over [`MINUTES`] minutes, oldest first: in all, errors, and per
+/// provider and per key (each sorted by label; rows without one count as `(none)`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Minutes {
+    pub requests: Vec<f64>,
+    pub errors: Vec<f64>,
+    pub by_provider: Vec<(String, Vec<f64>)>,
+    pub by_key: Vec<(String, Vec<f64>)>,
+}
+
+/// `rows` (per-minute buckets, as `services::logs::series` gives them) as per-minute
+/// vectors of the [`MINUTES`] minutes ending with the minute of `now_ms`; minutes
+/// without requests are zeros, rows outside those minutes are left out.
+pub fn per_minute(rows: &[SeriesRow], now_ms: u64) -> Minutes {
+    let last = now_ms - now_ms % MINUTE_MS;
+    let zeros = || vec![0.0; MINUTES];
+    let mut requests = zeros();
+    let mut errors = zeros();
+    let mut by_provider: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut by_key: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in rows {
+        let Some(back) = last.checked_sub(r.bucket_ms - r.bucket_ms % MINUTE_MS) else {
+            continue;
+        };
+        let Some(i) = usize::try_from(back / MINUTE_MS)
+            .ok()
+            .and_then(|b| (MINUTES - 1).checked_sub(b))
+        else {
+            continue;
+        };
+        let n = r.requests as f64;
+        requests[i] += n;
+        errors[i] += r.errors as f64;
+        let label = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".to_owned());
+        by_provider.entry(label(&r.provider)).or_insert_with(zeros)[i] += n;
+        by_key.entry(label(&r.key_id)).or_insert_with(zeros)[i] += n;
+    }
+    Minutes {
+        requests,
+        errors,
+        by_provider: by_provider.into_iter().collect(),
+        by_key: by_key.into_iter().collect(),
+    }
+}
+
+/// A per-minute line chart of the last hour with one line per `(label, points)`.
+fn minute_chart(title: &str, lines: &[(String, Vec<f64>)]) -> String {
+    let series: Vec<Series<'_>> = lines
+        .iter()
+        .map(|(label, points)| Series { label, points })
+        .collect();
+    line_chart(title, "requests per minute", "60 min ago", "now", &series)
 }
 
 /// `GET /dashboard`: the overview.
 pub async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Response {
     match gather(&dash.app).await {
-        Ok(o) => dash.render(&session, View::ok("Overview", Nav::Overview, &render(&o))),
+        Ok(o) => dash.render(
+            &session,
+            View::ok(
+                "Overview",
+                Nav::Overview,
+                &live("overview-live", "/dashboard", 30, &render(&o)),
+            ),
+        ),
         Err(e) => dash.failed(&session, "Overview", Nav::Overview, &e),
     }
 }
@@ -55,6 +130,9 @@ async fn gather(app: &AppState) -> Result<Overview, ApiError> {
             },
         )
         .await?,
+        in_flight: services::system::in_flight(app),
+        series: services::logs::series(app, MINUTES as u64 * MINUTE_MS, MINUTE_MS).await?,
+        now_ms: app.clock.now_ms(),
     })
 }
 
@@ -141,12 +219,20 @@ pub fn render(o: &Overview) -> String {
         })
         .collect();
     let revoked = o.keys.iter().filter(|k| k.revoked_at.is_some()).count();
+    let m = per_minute(&o.series, o.now_ms);
+    let totals = [
+        ("requests".to_owned(), m.requests),
+        ("errors".to_owned(), m.errors),
+    ];
     format!(
         r#"<ul class="summary" aria-label="Summary">
 <li>Status: {status}</li>
+<li>In flight: {in_flight} ({queued} waiting for a slot)</li>
 <li>Keys: {keys} ({revoked} revoked)</li>
 <li>Open breakers: {open}</li>
 </ul>
+<section aria-labelledby="traffic"><h2 id="traffic">The last hour</h2>
+<div class="charts">{totals}{by_provider}{by_key}</div></section>
 <section aria-labelledby="providers"><h2 id="providers">Providers</h2>
 {providers}</section>
 <section aria-labelledby="connections"><h2 id="connections">Connections</h2>
@@ -156,6 +242,11 @@ pub fn render(o: &Overview) -> String {
 <section aria-labelledby="requests"><h2 id="requests">Recent requests</h2>
 {logs}</section>"#,
         status = escape(o.health.status),
+        in_flight = o.in_flight.requests,
+        queued = o.in_flight.queued,
+        totals = minute_chart("Requests and errors per minute", &totals),
+        by_provider = minute_chart("Requests per minute by provider", &m.by_provider),
+        by_key = minute_chart("Requests per minute by key", &m.by_key),
         keys = o.keys.len(),
         open = o
             .health
@@ -210,6 +301,61 @@ pub fn render(o: &Overview) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn bucket(minute: u64, provider: Option<&str>, key: &str, requests: u64) -> SeriesRow {
+        SeriesRow {
+            bucket_ms: minute * MINUTE_MS,
+            provider: provider.map(str::to_owned),
+            connection_id: None,
+            key_id: Some(key.to_owned()),
+            requests,
+            errors: requests / 2,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+        }
+    }
+
+    #[test]
+    fn minutes_without_requests_are_zeros() {
+        // Now is 30 s into minute 100: the charts cover minutes 41 to 100.
+        let now = 100 * MINUTE_MS + 30_000;
+        let rows = [
+            bucket(40, Some("alpha"), "k1", 9),
+            bucket(41, Some("alpha"), "k1", 2),
+            bucket(41, Some("beta"), "k1", 1),
+            bucket(99, None, "ops", 4),
+            bucket(100, Some("beta"), "ops", 3),
+            bucket(101, Some("beta"), "ops", 5),
+        ];
+        let m = per_minute(&rows, now);
+        let at = |pairs: &[(usize, f64)]| {
+            let mut v = vec![0.0; MINUTES];
+            for (i, n) in pairs {
+                v[*i] = *n;
+            }
+            v
+        };
+        assert_eq!(m.requests, at(&[(0, 3.0), (58, 4.0), (59, 3.0)]));
+        assert_eq!(m.errors, at(&[(0, 1.0), (58, 2.0), (59, 1.0)]));
+        assert_eq!(
+            m.by_provider,
+            vec![
+                ("(none)".to_owned(), at(&[(58, 4.0)])),
+                ("alpha".to_owned(), at(&[(0, 2.0)])),
+                ("beta".to_owned(), at(&[(0, 1.0), (59, 3.0)])),
+            ]
+        );
+        assert_eq!(
+            m.by_key,
+            vec![
+                ("k1".to_owned(), at(&[(0, 3.0)])),
+                ("ops".to_owned(), at(&[(58, 4.0), (59, 3.0)])),
+            ]
+        );
+        let empty = per_minute(&[], now);
+        assert_eq!(empty.requests, vec![0.0; MINUTES]);
+        assert!(empty.by_provider.is_empty() && empty.by_key.is_empty());
+    }
 
     #[test]
     fn seconds_round_up() {

@@ -125,6 +125,11 @@ impl Gates {
         st.machine.used(&gate) + st.waiting_on(connection)
     }
 
+    /// Requests waiting for slots, over every gate.
+    pub fn waiting(&self) -> usize {
+        lock(&self.state).machine.waiting()
+    }
+
     /// Forgets the service times of connections that no longer exist.
     pub fn retain(&self, live: impl Fn(&str) -> bool) {
         lock(&self.state).service_ms.retain(|c, _| live(c));
@@ -362,6 +367,28 @@ mod tests {
         let d = g.acquire(ask("k", 2, LONG_MS)).await.unwrap();
         drop((b, d));
         assert_eq!(g.load("c"), 0);
+    }
+
+    #[tokio::test]
+    async fn waiting_counts_the_queued_requests_only() {
+        let g = gates();
+        let held = g.acquire(ask("k", 1, LONG_MS)).await.unwrap();
+        assert_eq!(g.waiting(), 0);
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let g = Arc::clone(&g);
+                tokio::spawn(async move { g.acquire(ask("k", 1, LONG_MS)).await.is_ok() })
+            })
+            .collect();
+        while g.waiting() < 2 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(g.waiting(), 2);
+        drop(held);
+        for w in waiters {
+            assert!(w.await.unwrap());
+        }
+        assert_eq!(g.waiting(), 0);
     }
 
     #[tokio::test]

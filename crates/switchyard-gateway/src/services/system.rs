@@ -41,6 +41,24 @@ pub struct BreakerView {
     pub probe_in_ms: Option<u64>,
 }
 
+/// Requests the gateway is working on now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+pub struct InFlight {
+    /// Requests received and not answered yet (the `switchyard_requests_in_flight`
+    /// gauge), queued ones included.
+    pub requests: u64,
+    /// Of those, the ones waiting for concurrency slots.
+    pub queued: u64,
+}
+
+/// The requests in flight now, from the request gauge and the concurrency gates.
+pub fn in_flight(state: &AppState) -> InFlight {
+    InFlight {
+        requests: u64::try_from(state.telemetry.metrics.in_flight.get()).unwrap_or(0),
+        queued: u64::try_from(state.runtime.gates.waiting()).unwrap_or(u64::MAX),
+    }
+}
+
 /// The gateway's health now.
 pub fn health(state: &AppState) -> Health {
     let snap = state.snapshot();

@@ -1,0 +1,193 @@
+//! Criterion benchmark of the dashboard's heaviest pages over a realistic store (issue
+//! 14: a page renders in under 50 ms with 100 pools and 10 000 log rows). A SQLite
+//! file store is seeded with 10 000 request-log rows spread over the last hour (ten
+//! keys, five providers, one request in twenty an error), then each benchmark reads
+//! what the page's handler reads and renders its `<main>`:
+//!
+//! - `requests (key + errors)`: `Store::query_logs` for one key's errors of the last
+//!   hour (a page of 50 plus one, as `services::logs::search` asks; 500 rows match),
+//!   then the request log page;
+//! - `requests (no match)`: a model no row has, the worst case (every row is read);
+//! - `requests (no filter)`: the newest 50 rows, then the page;
+//! - `overview`: `Store::log_series` over the hour (all 10 000 rows, per minute), then
+//!   the overview with its three charts and its newest 20 rows.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use std::hint::black_box;
+use switchyard_dashboard::bench_api::{overview, requests, Choices, Filters, Overview};
+use switchyard_gateway::runtime::quota::StoreStatus;
+use switchyard_gateway::services::logs::LogPage;
+use switchyard_gateway::services::system::{Health, InFlight};
+use switchyard_store::{Keyring, LogQuery, LogRow, StatusFilter, Store};
+
+/// The benchmark's "now" (Unix milliseconds): rows are seeded relative to it.
+const NOW_MS: u64 = 1_764_606_653_000;
+
+/// Log rows seeded.
+const ROWS: u64 = 10_000;
+
+const KEYS: u64 = 10;
+const PROVIDERS: u64 = 5;
+
+fn row(i: u64) -> LogRow {
+    let error = i.is_multiple_of(20);
+    LogRow {
+        // Oldest first, evenly over the last hour (row ids follow time, as in the log).
+        ts: NOW_MS - (ROWS - i) * 3_600_000 / ROWS,
+        request_id: format!("req-{i:08}"),
+        key_id: Some(format!("k{}", i % KEYS)),
+        requested_model: "fast".to_owned(),
+        provider: Some(format!("provider-{}", i % PROVIDERS)),
+        connection_id: Some(format!("provider-{}-1", i % PROVIDERS)),
+        model: Some("model-small".to_owned()),
+        status: if error { 429 } else { 200 },
+        error_code: error.then(|| "rate_limited".to_owned()),
+        stream: i.is_multiple_of(2),
+        client_format: "openai".to_owned(),
+        attempts: 1,
+        latency_ms: 120 + i % 300,
+        ttfb_ms: Some(40 + i % 50),
+        prompt_tokens: Some(500 + i % 100),
+        completion_tokens: Some(80 + i % 40),
+        egress_ip: None,
+    }
+}
+
+fn health() -> Health {
+    Health {
+        status: "ok",
+        version: "bench",
+        uptime_ms: 3_600_000,
+        config_version: 1,
+        providers: PROVIDERS as usize,
+        connections: PROVIDERS as usize,
+        connections_enabled: PROVIDERS as usize,
+        combos: 1,
+        quota_pools: 0,
+        quota_store: "sqlite",
+        quota_store_status: StoreStatus {
+            driver: "sqlite",
+            requested: "sqlite",
+            state: "ok",
+            reason: "selected",
+            breaker: None,
+        },
+        breakers: Vec::new(),
+    }
+}
+
+/// A page of `limit` rows as `services::logs::search` makes it from `limit + 1`.
+fn page_of(mut rows: Vec<(i64, LogRow)>, limit: usize) -> LogPage {
+    let next = if rows.len() > limit {
+        rows.truncate(limit);
+        rows.last().map(|(id, _)| *id)
+    } else {
+        None
+    };
+    LogPage { rows, next }
+}
+
+fn benches(c: &mut Criterion) {
+    let Ok(dir) = tempfile::tempdir() else {
+        return;
+    };
+    let Ok(keys) = Keyring::ephemeral() else {
+        return;
+    };
+    let Ok(store) = Store::open(&dir.path().join("bench.db"), keys) else {
+        return;
+    };
+    let rows: Vec<LogRow> = (0..ROWS).map(row).collect();
+    for chunk in rows.chunks(1000) {
+        if store.insert_log_batch(chunk).is_err() {
+            return;
+        }
+    }
+    let choices = Choices {
+        keys: (0..KEYS)
+            .map(|k| (format!("k{k}"), format!("key {k}")))
+            .collect(),
+        providers: (0..PROVIDERS).map(|p| format!("provider-{p}")).collect(),
+    };
+
+    let Ok(filtered) = Filters::parse("key=k0&status=errors&last=1h") else {
+        return;
+    };
+    c.bench_function(
+        "requests: query_logs (key + errors + last hour) + render, 10 000 rows",
+        |b| {
+            b.iter(|| {
+                let q = LogQuery {
+                    key_id: Some("k0".to_owned()),
+                    status: Some(StatusFilter::Errors),
+                    since_ms: Some(NOW_MS - 3_600_000),
+                    limit: 51,
+                    ..LogQuery::default()
+                };
+                let found = store.query_logs(&q).map(|r| page_of(r, 50));
+                black_box(found.map(|p| requests(&filtered, &choices, Ok(&p))))
+            });
+        },
+    );
+    let Ok(nothing) = Filters::parse("model=no-such-model") else {
+        return;
+    };
+    c.bench_function(
+        "requests: query_logs (no match: every row read) + render, 10 000 rows",
+        |b| {
+            b.iter(|| {
+                let q = LogQuery {
+                    model: Some("no-such-model".to_owned()),
+                    limit: 51,
+                    ..LogQuery::default()
+                };
+                let found = store.query_logs(&q).map(|r| page_of(r, 50));
+                black_box(found.map(|p| requests(&nothing, &choices, Ok(&p))))
+            });
+        },
+    );
+    let everything = Filters::default();
+    c.bench_function(
+        "requests: query_logs (no filter) + render, 10 000 rows",
+        |b| {
+            b.iter(|| {
+                let q = LogQuery {
+                    limit: 51,
+                    ..LogQuery::default()
+                };
+                let found = store.query_logs(&q).map(|r| page_of(r, 50));
+                black_box(found.map(|p| requests(&everything, &choices, Ok(&p))))
+            });
+        },
+    );
+    c.bench_function(
+        "overview: log_series (1 h per minute) + render, 10 000 rows",
+        |b| {
+            b.iter(|| {
+                let series = store.log_series(NOW_MS - 3_600_000, 60_000);
+                let logs = store.recent_logs(20, None);
+                black_box(series.and_then(|series| {
+                    logs.map(|logs| {
+                        overview(&Overview {
+                            health: health(),
+                            providers: Vec::new(),
+                            connections: Vec::new(),
+                            pools: Vec::new(),
+                            keys: Vec::new(),
+                            logs,
+                            in_flight: InFlight {
+                                requests: 3,
+                                queued: 0,
+                            },
+                            series,
+                            now_ms: NOW_MS,
+                        })
+                    })
+                }))
+            });
+        },
+    );
+}
+
+criterion_group!(render_benches, benches);
+criterion_main!(render_benches);

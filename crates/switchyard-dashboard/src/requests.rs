@@ -1,0 +1,536 @@
+//! The request log page, `/dashboard/requests`: a `GET` filter form (key, provider,
+//! model, status, time window), the matching rows newest first, and paging by cursor.
+//!
+//! The filters travel in the query string, so a filtered page can be bookmarked:
+//! `key` and `provider` (ids; empty for any), `model` (requested or resolved), `status`
+//! (`429`, `4xx`, `errors`: as [`services::logs::parse_status`] reads it), `last` (the
+//! time window ending now: `15m`, `1h`, `24h`, or empty for all time), `limit` (rows
+//! per page, 1 to [`MAX_PAGE`], default [`DEFAULT_PAGE`]) and `before` (the cursor of
+//! an older page, set by the "Older" link). A bad filter shows the search's message
+//! with its status and no rows. The first page refreshes itself every 30 s; older
+//! pages stay put.
+
+use crate::html::{escape, live, Nav};
+use crate::web::{Dash, Signed, View};
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write;
+use std::sync::Arc;
+use switchyard_gateway::error::ApiError;
+use switchyard_gateway::services;
+use switchyard_gateway::services::logs::{LogPage, LogSearch};
+use switchyard_gateway::state::AppState;
+use switchyard_store::LogRow;
+
+/// The page's path.
+pub const PATH: &str = "/dashboard/requests";
+
+/// Rows per page unless `limit` says otherwise.
+pub const DEFAULT_PAGE: u32 = 50;
+
+/// Most rows one page shows.
+pub const MAX_PAGE: u32 = 200;
+
+/// The time windows the form offers: the `last` value, its label and its length.
+const WINDOWS: [(&str, &str, u64); 3] = [
+    ("15m", "last 15 min", 15 * 60 * 1000),
+    ("1h", "last 1 h", 60 * 60 * 1000),
+    ("24h", "last 24 h", 24 * 60 * 60 * 1000),
+];
+
+/// The page's routes.
+pub fn routes() -> Router<Arc<Dash>> {
+    Router::new().route(PATH, get(page))
+}
+
+/// The filters as the query string carries them (and the form shows them back).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Filters {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub provider: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub limit: String,
+    /// The page's cursor; never carried into the links the page builds.
+    #[serde(default, skip_serializing)]
+    pub before: String,
+}
+
+/// An invalid query parameter of this page, with the message people read.
+fn invalid(field: &str, message: String) -> ApiError {
+    ApiError::InvalidField {
+        field: field.to_owned(),
+        message,
+    }
+}
+
+/// `text` trimmed, or `None` when that leaves nothing.
+fn present(text: &str) -> Option<String> {
+    let t = text.trim();
+    (!t.is_empty()).then(|| t.to_owned())
+}
+
+impl Filters {
+    /// The filters of a query string; a query that cannot be read (a field given
+    /// twice) is refused with the reason.
+    pub fn parse(query: &str) -> Result<Self, ApiError> {
+        serde_urlencoded::from_str(query)
+            .map_err(|e| invalid("query", format!("the filters could not be read: {e}")))
+    }
+
+    /// The search these filters ask for, with time windows ending at `now_ms`.
+    pub fn search(&self, now_ms: u64) -> Result<LogSearch, ApiError> {
+        let since_ms = match self.last.trim() {
+            "" | "all" => None,
+            w => match WINDOWS.iter().find(|(value, _, _)| *value == w) {
+                Some((_, _, len)) => Some(now_ms.saturating_sub(*len)),
+                None => {
+                    return Err(invalid(
+                        "last",
+                        format!("last: `{w}` is not one of 15m, 1h, 24h or all"),
+                    ))
+                }
+            },
+        };
+        let before = present(&self.before)
+            .map(|b| {
+                b.parse::<i64>()
+                    .map_err(|_| invalid("before", format!("before: `{b}` is not a page cursor")))
+            })
+            .transpose()?;
+        let limit = match present(&self.limit) {
+            None => DEFAULT_PAGE,
+            Some(l) => match l.parse::<u32>() {
+                Ok(n @ 1..=MAX_PAGE) => n,
+                _ => {
+                    return Err(invalid(
+                        "limit",
+                        format!("limit: `{l}` is not a number of rows from 1 to {MAX_PAGE}"),
+                    ))
+                }
+            },
+        };
+        Ok(LogSearch {
+            key_id: present(&self.key),
+            provider: present(&self.provider),
+            model: present(&self.model),
+            status: present(&self.status),
+            since_ms,
+            until_ms: None,
+            before,
+            limit: Some(limit),
+        })
+    }
+
+    /// This page's URL with these filters and `before` as the cursor.
+    fn url(&self, before: Option<i64>) -> String {
+        let mut query = serde_urlencoded::to_string(self).unwrap_or_default();
+        if let Some(b) = before {
+            if !query.is_empty() {
+                query.push('&');
+            }
+            let _ = write!(query, "before={b}");
+        }
+        if query.is_empty() {
+            PATH.to_owned()
+        } else {
+            format!("{PATH}?{query}")
+        }
+    }
+}
+
+/// What the filter form offers: the keys (id, name) and the provider ids.
+#[derive(Debug, Default)]
+pub struct Choices {
+    pub keys: Vec<(String, String)>,
+    pub providers: Vec<String>,
+}
+
+/// `GET /dashboard/requests`.
+async fn page(
+    State(dash): State<Arc<Dash>>,
+    Signed(session): Signed,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let choices = match choices(&dash.app).await {
+        Ok(c) => c,
+        Err(e) => return dash.failed(&session, "Requests", Nav::Requests, &e),
+    };
+    let (filters, found) = match Filters::parse(query.as_deref().unwrap_or_default()) {
+        Ok(f) => {
+            let found = match f.search(dash.now()) {
+                Ok(search) => services::logs::search(&dash.app, search).await,
+                Err(e) => Err(e),
+            };
+            (f, found)
+        }
+        Err(e) => (Filters::default(), Err(e)),
+    };
+    let (status, outcome) = match &found {
+        Ok(p) => (StatusCode::OK, Ok(p)),
+        Err(e) => (e.parts().0, Err(e.to_string())),
+    };
+    let main = render(&filters, &choices, outcome);
+    dash.render(
+        &session,
+        View {
+            status,
+            title: "Requests",
+            nav: Nav::Requests,
+            main: &main,
+        },
+    )
+}
+
+/// The form's choices, from the services the management API uses.
+async fn choices(app: &AppState) -> Result<Choices, ApiError> {
+    Ok(Choices {
+        keys: services::keys::list(app)
+            .await?
+            .into_iter()
+            .map(|k| (k.id, k.name))
+            .collect(),
+        providers: services::config::providers(app)
+            .await?
+            .into_iter()
+            .map(|p| p.id)
+            .collect(),
+    })
+}
+
+/// A time in Unix milliseconds as UTC `YYYY-MM-DD HH:MM:SS`.
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm), in the proleptic
+    // Gregorian calendar; eras are 400 years long.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// An `<option>`, selected when `value` is `current`.
+fn option(value: &str, label: &str, current: &str) -> String {
+    let selected = if value == current.trim() {
+        " selected"
+    } else {
+        ""
+    };
+    format!(
+        r#"<option value="{}"{selected}>{}</option>"#,
+        escape(value),
+        escape(label)
+    )
+}
+
+/// The filter form, showing `f` back.
+fn filter_form(f: &Filters, choices: &Choices) -> String {
+    let mut keys = option("", "any", &f.key);
+    for (id, name) in &choices.keys {
+        keys.push_str(&option(id, &format!("{id} ({name})"), &f.key));
+    }
+    let mut providers = option("", "any", &f.provider);
+    for id in &choices.providers {
+        providers.push_str(&option(id, id, &f.provider));
+    }
+    let mut windows = String::new();
+    for (value, label, _) in WINDOWS {
+        windows.push_str(&option(value, label, &f.last));
+    }
+    windows.push_str(&option("", "all time", &f.last));
+    let limit = present(&f.limit).map_or_else(String::new, |l| {
+        format!(
+            r#"<input type="hidden" name="limit" value="{}">"#,
+            escape(&l)
+        )
+    });
+    format!(
+        r#"<form method="get" action="{PATH}" class="row" aria-label="Filters">
+<label for="f-key">Key<select id="f-key" name="key">{keys}</select></label>
+<label for="f-provider">Provider<select id="f-provider" name="provider">{providers}</select></label>
+<label for="f-model">Model<input type="text" id="f-model" name="model" value="{model}"></label>
+<label for="f-status">Status<input type="text" id="f-status" name="status" value="{status}" aria-describedby="f-status-hint"></label>
+<label for="f-last">Time<select id="f-last" name="last">{windows}</select></label>
+{limit}<button type="submit">Filter</button>
+</form>
+<p class="hint" id="f-status-hint">Status: an exact status such as <code>429</code>, a class such as <code>4xx</code>, or <code>errors</code> (every status from 400). Model matches the requested or the resolved model.</p>
+"#,
+        model = escape(&f.model),
+        status = escape(&f.status),
+    )
+}
+
+/// `value`, or an em dash when absent.
+fn or_dash<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(|| "—".to_owned(), |v| v.to_string())
+}
+
+/// Column headers of the results table.
+const HEADERS: [&str; 14] = [
+    "Time (UTC)",
+    "Request",
+    "Key",
+    "Client",
+    "Requested model",
+    "Provider",
+    "Connection",
+    "Model",
+    "Status",
+    "Error",
+    "Attempts",
+    "Latency (ms)",
+    "TTFB (ms)",
+    "Tokens (in / out)",
+];
+
+/// One results row; errors' statuses carry the `status-error` class.
+fn row_html(out: &mut String, r: &LogRow) {
+    let tokens = if r.prompt_tokens.is_none() && r.completion_tokens.is_none() {
+        "—".to_owned()
+    } else {
+        format!(
+            "{} / {}",
+            or_dash(r.prompt_tokens),
+            or_dash(r.completion_tokens)
+        )
+    };
+    let status_class = if r.status >= 400 {
+        r#" class="status-error""#
+    } else {
+        ""
+    };
+    let cells = [
+        utc(r.ts),
+        r.request_id.clone(),
+        or_dash(r.key_id.as_deref()),
+        r.client_format.clone(),
+        r.requested_model.clone(),
+        or_dash(r.provider.as_deref()),
+        or_dash(r.connection_id.as_deref()),
+        or_dash(r.model.as_deref()),
+    ];
+    out.push_str("<tr>");
+    for c in &cells {
+        let _ = write!(out, "<td>{}</td>", escape(c));
+    }
+    let _ = write!(out, "<td{status_class}>{}</td>", r.status);
+    for c in [
+        or_dash(r.error_code.as_deref()),
+        r.attempts.to_string(),
+        r.latency_ms.to_string(),
+        or_dash(r.ttfb_ms),
+        tokens,
+    ] {
+        let _ = write!(out, "<td>{}</td>", escape(&c));
+    }
+    out.push_str("</tr>");
+}
+
+/// The results table and the paging links.
+fn results(f: &Filters, page: &LogPage) -> String {
+    let mut out = String::from(
+        r#"<div class="table-wrap"><table><caption>Matching requests, newest first</caption><thead><tr>"#,
+    );
+    for h in HEADERS {
+        let _ = write!(out, r#"<th scope="col">{h}</th>"#);
+    }
+    out.push_str("</tr></thead><tbody>");
+    if page.rows.is_empty() {
+        let _ = write!(
+            out,
+            r#"<tr><td colspan="{}">No requests match these filters.</td></tr>"#,
+            HEADERS.len()
+        );
+    }
+    for (_, r) in &page.rows {
+        row_html(&mut out, r);
+    }
+    out.push_str("</tbody></table></div>");
+    let newest = present(&f.before).map(|_| {
+        format!(
+            r#"<a href="{}" id="page-newest">Newest</a>"#,
+            escape(&f.url(None))
+        )
+    });
+    let older = page.next.map(|n| {
+        format!(
+            r#"<a href="{}" id="page-older" rel="next">Older</a>"#,
+            escape(&f.url(Some(n)))
+        )
+    });
+    if newest.is_some() || older.is_some() {
+        let _ = write!(
+            out,
+            r#"<nav class="pager" aria-label="Pages">{}{}</nav>"#,
+            newest.unwrap_or_default(),
+            older.unwrap_or_default()
+        );
+    }
+    out
+}
+
+/// The page's `<main>` content: the form with `f`, then the rows of `outcome` or the
+/// search's error message. The first page (no cursor) refreshes itself.
+pub fn render(f: &Filters, choices: &Choices, outcome: Result<&LogPage, String>) -> String {
+    let form = filter_form(f, choices);
+    match outcome {
+        Err(message) => format!(
+            r#"{form}<p class="notice error" role="alert" id="filter-error">Error: {}</p>"#,
+            escape(&message)
+        ),
+        Ok(page) => {
+            let rows = results(f, page);
+            if present(&f.before).is_some() {
+                format!("{form}{rows}")
+            } else {
+                format!("{form}{}", live("requests-live", &f.url(None), 30, &rows))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(status: u16) -> LogRow {
+        LogRow {
+            ts: 1_764_606_653_000,
+            request_id: "req<1>".into(),
+            key_id: Some("k1".into()),
+            requested_model: "fast".into(),
+            provider: Some("alpha".into()),
+            connection_id: Some("alpha-1".into()),
+            model: Some("mock-small".into()),
+            status,
+            error_code: (status >= 400).then(|| "rate_limited".into()),
+            stream: false,
+            client_format: "openai".into(),
+            attempts: 1,
+            latency_ms: 12,
+            ttfb_ms: None,
+            prompt_tokens: Some(7),
+            completion_tokens: Some(5),
+            egress_ip: None,
+        }
+    }
+
+    #[test]
+    fn times_read_as_utc() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(utc(1_764_606_653_999), "2025-12-01 16:30:53");
+        assert_eq!(utc(4_107_542_399_000), "2100-02-28 23:59:59");
+    }
+
+    #[test]
+    fn filters_become_a_search() {
+        let f = Filters::parse("key=k1&provider=&model=+fast+&status=4xx&last=1h&limit=2").unwrap();
+        let s = f.search(10_000_000).unwrap();
+        assert_eq!(s.key_id.as_deref(), Some("k1"));
+        assert_eq!(s.provider, None);
+        assert_eq!(s.model.as_deref(), Some("fast"));
+        assert_eq!(s.status.as_deref(), Some("4xx"));
+        assert_eq!(s.since_ms, Some(10_000_000 - 3_600_000));
+        assert_eq!(s.limit, Some(2));
+        assert_eq!(s.before, None);
+        let all = Filters::parse("last=all&before=17")
+            .unwrap()
+            .search(5)
+            .unwrap();
+        assert_eq!(
+            (all.since_ms, all.before, all.limit),
+            (None, Some(17), Some(50))
+        );
+        for (query, message) in [
+            ("last=2h", "last: `2h` is not one of 15m, 1h, 24h or all"),
+            ("before=x", "before: `x` is not a page cursor"),
+            (
+                "limit=0",
+                "limit: `0` is not a number of rows from 1 to 200",
+            ),
+            (
+                "limit=201",
+                "limit: `201` is not a number of rows from 1 to 200",
+            ),
+        ] {
+            let e = Filters::parse(query).unwrap().search(5).unwrap_err();
+            assert_eq!(e.to_string(), message, "{query}");
+        }
+        assert!(Filters::parse("key=a&key=b").is_err());
+    }
+
+    #[test]
+    fn links_carry_the_filters_but_not_the_cursor() {
+        let f = Filters::parse("key=k%261&status=errors&before=9").unwrap();
+        assert_eq!(f.url(None), "/dashboard/requests?key=k%261&status=errors");
+        assert_eq!(
+            f.url(Some(4)),
+            "/dashboard/requests?key=k%261&status=errors&before=4"
+        );
+        assert_eq!(
+            Filters::default().url(Some(3)),
+            "/dashboard/requests?before=3"
+        );
+        assert_eq!(Filters::default().url(None), "/dashboard/requests");
+    }
+
+    #[test]
+    fn rows_render_escaped_with_errors_marked() {
+        let page = LogPage {
+            rows: vec![(2, row(429)), (1, row(200))],
+            next: Some(1),
+        };
+        let choices = Choices {
+            keys: vec![("k1".into(), "tester".into())],
+            providers: vec!["alpha".into()],
+        };
+        let f = Filters::parse("key=k1").unwrap();
+        let html = render(&f, &choices, Ok(&page));
+        assert!(html.contains(
+            "<tr><td>2025-12-01 16:30:53</td><td>req&lt;1&gt;</td><td>k1</td><td>openai</td><td>fast</td><td>alpha</td><td>alpha-1</td><td>mock-small</td><td class=\"status-error\">429</td><td>rate_limited</td><td>1</td><td>12</td><td>—</td><td>7 / 5</td></tr>"
+        ), "{html}");
+        assert!(html.contains("<td>200</td><td>—</td>"));
+        assert!(html.contains(r#"<option value="k1" selected>k1 (tester)</option>"#));
+        assert!(html.contains(
+            r#"<option value="" selected>any</option><option value="alpha">alpha</option>"#
+        ));
+        assert!(html.contains(r#"<nav class="pager" aria-label="Pages"><a href="/dashboard/requests?key=k1&amp;before=1" id="page-older" rel="next">Older</a></nav>"#));
+        assert!(html.contains(r##"hx-get="/dashboard/requests?key=k1" hx-trigger="every 30s""##));
+        let older = Filters::parse("key=k1&before=1").unwrap();
+        let last = LogPage {
+            rows: vec![],
+            next: None,
+        };
+        let html = render(&older, &choices, Ok(&last));
+        assert!(html.contains(r#"<td colspan="14">No requests match these filters.</td>"#));
+        assert!(html.contains(r#"<nav class="pager" aria-label="Pages"><a href="/dashboard/requests?key=k1" id="page-newest">Newest</a></nav>"#));
+        assert!(!html.contains("hx-get"));
+        let bad = render(&f, &choices, Err("status: `6xx` is bad".into()));
+        assert!(bad.contains(r#"<p class="notice error" role="alert" id="filter-error">Error: status: `6xx` is bad</p>"#));
+        assert!(!bad.contains("<table"));
+    }
+}
