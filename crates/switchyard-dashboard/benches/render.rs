@@ -10,13 +10,26 @@
 //! - `requests (no match)`: a model no row has, the worst case (every row is read);
 //! - `requests (no filter)`: the newest 50 rows, then the page;
 //! - `overview`: `Store::log_series` over the hour (all 10 000 rows, per minute), then
-//!   the overview with its three charts and its newest 20 rows.
+//!   the overview with its three charts and its newest 20 rows;
+//! - `quota share`: the pools list with 100 pools, each on its own connection with
+//!   two dimensions and four keys' usage (what the handler reads from the quota
+//!   engine, built here as the engine reports it).
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use std::collections::HashMap;
 use std::hint::black_box;
-use switchyard_dashboard::bench_api::{overview, requests, Choices, Filters, Overview};
+use switchyard_core::quota::burn::BurnReport;
+use switchyard_core::quota::decide::{Mode, Policy, Unit};
+use switchyard_core::quota::plan::Dimension;
+use switchyard_core::quota::pool::{AllocationInput, DimensionInput};
+use switchyard_core::quota::window::Window;
+use switchyard_dashboard::bench_api::{
+    overview, quota_share, requests, Choice, Choices, Filters, Overview,
+};
+use switchyard_gateway::runtime::quota::views::{DimensionUsage, KeyUsage, PoolUsage};
 use switchyard_gateway::runtime::quota::StoreStatus;
 use switchyard_gateway::services::logs::LogPage;
+use switchyard_gateway::services::quota::PoolView;
 use switchyard_gateway::services::system::{Health, InFlight};
 use switchyard_store::{Keyring, LogQuery, LogRow, StatusFilter, Store};
 
@@ -73,6 +86,98 @@ fn health() -> Health {
             breaker: None,
         },
         breakers: Vec::new(),
+    }
+}
+
+/// Pools on the quota-share list.
+const POOLS: usize = 100;
+
+/// Keys allocated in each pool.
+const POOL_KEYS: usize = 4;
+
+/// Pool `i`: its own connection, two dimensions, [`POOL_KEYS`] equal allocations.
+fn pool(i: usize) -> PoolView {
+    let dims = [
+        Dimension::new(Unit::Requests, Window::Hourly, 1000.0),
+        Dimension::new(Unit::Tokens, Window::Daily, 2_000_000.0),
+    ];
+    PoolView {
+        id: format!("pool-{i:03}"),
+        name: format!("Team {i}"),
+        connection_ids: vec![format!("conn-{i:03}")],
+        dimensions: vec![
+            DimensionInput {
+                unit: "requests".to_owned(),
+                window: "hourly".to_owned(),
+                limit: 1000.0,
+            },
+            DimensionInput {
+                unit: "tokens".to_owned(),
+                window: "daily".to_owned(),
+                limit: 2_000_000.0,
+            },
+        ],
+        effective_dimensions: dims.to_vec(),
+        allocations: (0..POOL_KEYS)
+            .map(|k| AllocationInput {
+                api_key_id: format!("k{k}"),
+                allocation_weight: 1.0,
+                cap_value: None,
+                cap_unit: None,
+                policy: "hard".to_owned(),
+            })
+            .collect(),
+    }
+}
+
+/// Pool `i`'s usage: each key has used a different part of its fair share.
+fn usage(i: usize) -> PoolUsage {
+    let dimension = |key: &str, unit, window, limit: f64| {
+        let fair = limit / POOL_KEYS as f64;
+        let keys: Vec<KeyUsage> = (0..POOL_KEYS)
+            .map(|k| {
+                let consumed = fair * (k as f64 + 1.0) / 3.0;
+                KeyUsage {
+                    api_key_id: format!("k{k}"),
+                    allocated: true,
+                    policy: Policy::Hard,
+                    allocation_weight: 1.0,
+                    consumed,
+                    fair_share: fair,
+                    surplus: fair - consumed,
+                    borrowing: consumed > fair,
+                    cap: None,
+                    burn_rate: BurnReport {
+                        tokens_per_second: 0.5,
+                        time_to_exhaustion_ms: Some(3_600_000),
+                    },
+                }
+            })
+            .collect();
+        let used: f64 = keys.iter().map(|k| k.consumed).sum();
+        DimensionUsage {
+            key: key.to_owned(),
+            unit,
+            window,
+            limit,
+            global_used: used,
+            used_fraction: used / limit,
+            provider_signal: None,
+            mode: if used / limit > 0.8 {
+                Mode::Strict
+            } else {
+                Mode::Lenient
+            },
+            keys,
+        }
+    };
+    PoolUsage {
+        pool_id: format!("pool-{i:03}"),
+        at: NOW_MS,
+        dimensions: vec![
+            dimension("requests:hourly", Unit::Requests, "hourly", 1000.0),
+            dimension("tokens:daily", Unit::Tokens, "daily", 2_000_000.0),
+        ],
     }
 }
 
@@ -189,5 +294,22 @@ fn benches(c: &mut Criterion) {
     );
 }
 
-criterion_group!(render_benches, benches);
+fn quota_share_bench(c: &mut Criterion) {
+    let pools: Vec<PoolView> = (0..POOLS).map(pool).collect();
+    let usage: HashMap<String, PoolUsage> = (0..POOLS)
+        .map(|i| (format!("pool-{i:03}"), usage(i)))
+        .collect();
+    let connections: Vec<Choice> = (0..POOLS)
+        .map(|i| Choice {
+            id: format!("conn-{i:03}"),
+            provider: format!("provider-{}", i % 5),
+        })
+        .collect();
+    let keys: Vec<String> = (0..POOL_KEYS).map(|k| format!("k{k}")).collect();
+    c.bench_function("quota share: list render, 100 pools", |b| {
+        b.iter(|| black_box(quota_share(&pools, &usage, &connections, &keys, "csrf")));
+    });
+}
+
+criterion_group!(render_benches, benches, quota_share_bench);
 criterion_main!(render_benches);

@@ -21,10 +21,10 @@ mod html;
 mod keys;
 mod overview;
 mod plans;
-mod quota_share;
 mod providers;
-mod resilience;
+mod quota_share;
 mod requests;
+mod resilience;
 mod session;
 mod settings;
 mod web;
@@ -33,6 +33,7 @@ mod web;
 #[doc(hidden)]
 pub mod bench_api {
     pub use crate::overview::{render as overview, Overview};
+    pub use crate::quota_share::{render_list as quota_share, Choice};
     pub use crate::requests::{render as requests, Choices, Filters};
 }
 

@@ -257,7 +257,7 @@ const CONCEPT: &str = r#"<details class="card concept" open><summary>What is a q
 
 /// The list page's `<main>`: the concept card, the create form and a card per pool
 /// (refreshed every 30 s).
-pub(crate) fn render_list(
+pub fn render_list(
     pools: &[PoolView],
     usage: &HashMap<String, PoolUsage>,
     connections: &[Choice],
