@@ -26,10 +26,19 @@ const STRATEGIES: [&str; 1] = ["priority"];
 /// The page's routes.
 pub fn routes() -> Router<Arc<Dash>> {
     Router::new()
-        .route(PAGE, get(page))
-        .route("/dashboard/combos/create", post(create))
-        .route("/dashboard/combos/{name}/update", post(update))
-        .route("/dashboard/combos/{name}/delete", post(delete))
+        .route(PAGE, get(page).fallback(crate::unknown))
+        .route(
+            "/dashboard/combos/create",
+            post(create).fallback(crate::unknown),
+        )
+        .route(
+            "/dashboard/combos/{name}/update",
+            post(update).fallback(crate::unknown),
+        )
+        .route(
+            "/dashboard/combos/{name}/delete",
+            post(delete).fallback(crate::unknown),
+        )
 }
 
 /// `GET /dashboard/combos`.

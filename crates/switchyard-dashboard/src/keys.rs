@@ -26,8 +26,11 @@ const PAGE: &str = "/dashboard/keys";
 /// The keys page's routes.
 pub fn routes() -> Router<Arc<Dash>> {
     Router::new()
-        .route(PAGE, get(page).post(create))
-        .route("/dashboard/keys/{id}/revoke", post(revoke))
+        .route(PAGE, get(page).post(create).fallback(crate::unknown))
+        .route(
+            "/dashboard/keys/{id}/revoke",
+            post(revoke).fallback(crate::unknown),
+        )
 }
 
 /// What the page shows.

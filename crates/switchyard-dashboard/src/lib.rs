@@ -40,8 +40,8 @@ pub mod bench_api {
 use axum::extract::rejection::FormRejection;
 use axum::extract::State;
 use axum::http::header::{
-    AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, SET_COOKIE,
-    X_FRAME_OPTIONS,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, SET_COOKIE,
+    X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::map_response;
@@ -51,6 +51,7 @@ use axum::{Form, Router};
 use serde::Deserialize;
 use session::{Sessions, SESSION_TTL_SECS};
 use std::sync::Arc;
+use switchyard_core::apikey::KeyHash;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::pipeline::auth;
 use switchyard_gateway::state::AppState;
@@ -90,15 +91,18 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .with_state(dash)
 }
 
+/// The content security policy of every dashboard response: only the dashboard's own
+/// assets, no inline script or style, forms post only here, no framing.
+const CSP: &str = "default-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
 /// The headers every dashboard response carries; `Cache-Control: no-store` unless the
 /// response set its own (the assets).
 async fn security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(
-        CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'self'"),
-    );
+    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers
         .entry(CACHE_CONTROL)
         .or_insert(HeaderValue::from_static("no-store"));
@@ -118,7 +122,46 @@ async fn asset(a: assets::Asset) -> Response {
         .into_response()
 }
 
+/// Whether the request reached the gateway over HTTPS, as a reverse proxy in front of
+/// it reports (`X-Forwarded-Proto` or `Forwarded: proto=https`).
+fn over_https(headers: &HeaderMap) -> bool {
+    let says_https = |name: &str, find: fn(&str) -> bool| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(find)
+    };
+    says_https("x-forwarded-proto", |v| {
+        v.split(',')
+            .next()
+            .is_some_and(|p| p.trim().eq_ignore_ascii_case("https"))
+    }) || says_https("forwarded", |v| {
+        v.split([';', ','])
+            .any(|p| p.trim().eq_ignore_ascii_case("proto=https"))
+    })
+}
+
+/// The session cookie for `id`, `Secure` when the browser reached us over HTTPS.
+fn session_cookie(id: &str, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{COOKIE_NAME}={id}; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age={SESSION_TTL_SECS}{secure}"
+    )
+}
+
 impl Dash {
+    /// Opens a session for `credential` (already checked) and sends the browser to the
+    /// overview with its cookie.
+    fn open_session(&self, headers: &HeaderMap, credential: KeyHash) -> Response {
+        let (id, _) = self.sessions.create(self.now(), credential);
+        let mut r = see_other("/dashboard");
+        if let Ok(v) = HeaderValue::from_str(&session_cookie(&id, over_https(headers))) {
+            r.headers_mut().insert(SET_COOKIE, v);
+        }
+        r
+    }
+
     fn sign_in_page(&self, status: StatusCode, error: Option<&str>) -> Response {
         let error = error.map_or_else(String::new, |e| {
             format!(
@@ -152,29 +195,13 @@ struct SignIn {
 /// `POST /dashboard/sign-in`: the admin token or an admin-scoped key opens a session.
 async fn sign_in(
     State(dash): State<Arc<Dash>>,
+    headers: HeaderMap,
     form: Result<Form<SignIn>, FormRejection>,
 ) -> Response {
     let token = form.map(|Form(f)| f.token).unwrap_or_default();
-    let mut headers = HeaderMap::new();
-    let checked = match HeaderValue::from_str(&format!("Bearer {}", token.trim())) {
-        Ok(v) => {
-            headers.insert(AUTHORIZATION, v);
-            auth::check_admin(&dash.app.config, &headers)
-        }
-        Err(_) => Err(ApiError::AdminRequired),
-    };
-    match checked {
-        Ok(()) => {
-            let (id, _) = dash.sessions.create(dash.now());
-            let cookie = format!(
-                "{COOKIE_NAME}={id}; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age={SESSION_TTL_SECS}"
-            );
-            let mut r = see_other("/dashboard");
-            if let Ok(v) = HeaderValue::from_str(&cookie) {
-                r.headers_mut().insert(SET_COOKIE, v);
-            }
-            r
-        }
+    let credential = KeyHash::of(token.trim());
+    match auth::check_admin_hash(&dash.app.config, &credential) {
+        Ok(()) => dash.open_session(&headers, credential),
         Err(ApiError::AdminScopeMissing) => dash.sign_in_page(
             StatusCode::UNAUTHORIZED,
             Some("This key is valid but does not have the admin scope."),
@@ -218,4 +245,48 @@ async fn unknown(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Resp
             main: r#"<p>There is no such dashboard page. <a href="/dashboard">Back to the overview</a>.</p>"#,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn https_is_what_the_proxy_says() {
+        assert!(!over_https(&headers(&[])));
+        assert!(over_https(&headers(&[("x-forwarded-proto", "https")])));
+        assert!(over_https(&headers(&[(
+            "x-forwarded-proto",
+            "HTTPS, http"
+        )])));
+        assert!(!over_https(&headers(&[(
+            "x-forwarded-proto",
+            "http, https"
+        )])));
+        assert!(over_https(&headers(&[(
+            "forwarded",
+            "for=1.2.3.4;proto=https"
+        )])));
+        assert!(!over_https(&headers(&[("forwarded", "proto=http")])));
+    }
+
+    #[test]
+    fn the_cookie_is_secure_over_https_only() {
+        assert_eq!(
+            session_cookie("abc", false),
+            "sy_session=abc; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age=28800"
+        );
+        assert_eq!(
+            session_cookie("abc", true),
+            "sy_session=abc; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age=28800; Secure"
+        );
+    }
 }

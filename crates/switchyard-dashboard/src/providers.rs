@@ -32,18 +32,30 @@ const AUTH_CLASSES: [&str; 3] = ["apikey", "oauth", "local"];
 /// The page's routes.
 pub fn routes() -> Router<Arc<Dash>> {
     Router::new()
-        .route(PAGE, get(page))
-        .route("/dashboard/providers/create", post(create_provider))
-        .route("/dashboard/providers/{id}/update", post(update_provider))
-        .route("/dashboard/providers/{id}/delete", post(delete_provider))
-        .route("/dashboard/connections/create", post(create_connection))
+        .route(PAGE, get(page).fallback(crate::unknown))
+        .route(
+            "/dashboard/providers/create",
+            post(create_provider).fallback(crate::unknown),
+        )
+        .route(
+            "/dashboard/providers/{id}/update",
+            post(update_provider).fallback(crate::unknown),
+        )
+        .route(
+            "/dashboard/providers/{id}/delete",
+            post(delete_provider).fallback(crate::unknown),
+        )
+        .route(
+            "/dashboard/connections/create",
+            post(create_connection).fallback(crate::unknown),
+        )
         .route(
             "/dashboard/connections/{id}/update",
-            post(update_connection),
+            post(update_connection).fallback(crate::unknown),
         )
         .route(
             "/dashboard/connections/{id}/delete",
-            post(delete_connection),
+            post(delete_connection).fallback(crate::unknown),
         )
 }
 

@@ -44,7 +44,7 @@ const WINDOWS: [(&str, &str, u64); 3] = [
 
 /// The page's routes.
 pub fn routes() -> Router<Arc<Dash>> {
-    Router::new().route(PATH, get(page))
+    Router::new().route(PATH, get(page).fallback(crate::unknown))
 }
 
 /// The filters as the query string carries them (and the form shows them back).

@@ -41,16 +41,34 @@ const OTHER_SETTINGS: [&str; 5] = [
 /// The resilience page's routes.
 pub fn routes() -> Router<Arc<Dash>> {
     Router::new()
-        .route(PAGE, get(page))
-        .route("/dashboard/resilience/reset", post(reset))
-        .route("/dashboard/resilience/clear", post(clear_selected))
-        .route("/dashboard/resilience/clear-provider", post(clear_provider))
-        .route("/dashboard/resilience/clear-all", post(clear_all))
-        .route("/dashboard/resilience/re-enable", post(re_enable))
-        .route("/dashboard/resilience/model-lockout", post(model_lockout))
+        .route(PAGE, get(page).fallback(crate::unknown))
+        .route(
+            "/dashboard/resilience/reset",
+            post(reset).fallback(crate::unknown),
+        )
+        .route(
+            "/dashboard/resilience/clear",
+            post(clear_selected).fallback(crate::unknown),
+        )
+        .route(
+            "/dashboard/resilience/clear-provider",
+            post(clear_provider).fallback(crate::unknown),
+        )
+        .route(
+            "/dashboard/resilience/clear-all",
+            post(clear_all).fallback(crate::unknown),
+        )
+        .route(
+            "/dashboard/resilience/re-enable",
+            post(re_enable).fallback(crate::unknown),
+        )
+        .route(
+            "/dashboard/resilience/model-lockout",
+            post(model_lockout).fallback(crate::unknown),
+        )
         .route(
             "/dashboard/resilience/provider-cooldown",
-            post(provider_cooldown),
+            post(provider_cooldown).fallback(crate::unknown),
         )
 }
 

@@ -8,6 +8,7 @@ use rand::RngCore;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use subtle::ConstantTimeEq;
+use switchyard_core::apikey::KeyHash;
 
 /// How long a session lasts, in seconds (the cookie's `Max-Age`).
 pub const SESSION_TTL_SECS: u64 = 8 * 60 * 60;
@@ -39,6 +40,8 @@ pub fn hex(bytes: &[u8]) -> String {
 struct Session {
     expires_at: u64,
     csrf: String,
+    /// The hash of the credential the session was opened with (never the credential).
+    credential: KeyHash,
     /// The notice to show on the next page (set by an action, taken once).
     notice: Option<Notice>,
 }
@@ -50,8 +53,9 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// Opens a session at `now` (Unix milliseconds); returns its id and its CSRF token.
-    pub fn create(&self, now: u64) -> (String, String) {
+    /// Opens a session at `now` (Unix milliseconds) for the credential whose hash is
+    /// `credential`; returns its id and its CSRF token.
+    pub fn create(&self, now: u64, credential: KeyHash) -> (String, String) {
         let (id, csrf) = (random_token(), random_token());
         let mut map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         map.retain(|_, s| s.expires_at > now);
@@ -69,18 +73,25 @@ impl Sessions {
             Session {
                 expires_at: now.saturating_add(SESSION_TTL_MS),
                 csrf: csrf.clone(),
+                credential,
                 notice: None,
             },
         );
         (id, csrf)
     }
 
-    /// The CSRF token of the live session `id` at `now`.
-    pub fn csrf(&self, id: &str, now: u64) -> Option<String> {
+    /// The CSRF token and the credential's hash of the live session `id` at `now`.
+    pub fn get(&self, id: &str, now: u64) -> Option<(String, KeyHash)> {
         let map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         map.get(id)
             .filter(|s| s.expires_at > now)
-            .map(|s| s.csrf.clone())
+            .map(|s| (s.csrf.clone(), s.credential))
+    }
+
+    /// The CSRF token of the live session `id` at `now`.
+    #[cfg(test)]
+    fn csrf(&self, id: &str, now: u64) -> Option<String> {
+        self.get(id, now).map(|(csrf, _)| csrf)
     }
 
     /// Keeps `notice` for the session `id`'s next page.
@@ -131,6 +142,10 @@ pub fn csrf_matches(expected: &str, presented: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn cred() -> KeyHash {
+        KeyHash::of("sk-test")
+    }
+
     #[test]
     fn hex_is_lowercase_two_digits_a_byte() {
         assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
@@ -146,8 +161,8 @@ mod tests {
     fn sessions_expire_and_end() {
         let s = Sessions::default();
         let now = 1_000_000;
-        let (id, csrf) = s.create(now);
-        assert_eq!(s.csrf(&id, now), Some(csrf.clone()));
+        let (id, csrf) = s.create(now, cred());
+        assert_eq!(s.get(&id, now), Some((csrf.clone(), cred())));
         assert_eq!(s.csrf(&id, now + 28_800_000 - 1), Some(csrf));
         assert_eq!(s.csrf(&id, now + 28_800_000), None);
         assert_eq!(s.csrf("unknown", now), None);
@@ -159,23 +174,23 @@ mod tests {
     fn the_store_is_bounded_and_prunes_expired_sessions() {
         let s = Sessions::default();
         let start = 1_000_000;
-        let (first, _) = s.create(start);
+        let (first, _) = s.create(start, cred());
         for i in 1..MAX_SESSIONS {
-            s.create(start + u64::try_from(i).unwrap());
+            s.create(start + u64::try_from(i).unwrap(), cred());
         }
         assert_eq!(s.held(), MAX_SESSIONS);
-        let (newest, _) = s.create(start + 5_000);
+        let (newest, _) = s.create(start + 5_000, cred());
         assert_eq!(s.held(), MAX_SESSIONS);
         assert_eq!(s.csrf(&first, start), None);
         assert!(s.csrf(&newest, start + 5_000).is_some());
-        s.create(start + 28_800_000 + 5_001);
+        s.create(start + 28_800_000 + 5_001, cred());
         assert_eq!(s.held(), 1);
     }
 
     #[test]
     fn a_notice_is_shown_once() {
         let s = Sessions::default();
-        let (id, _) = s.create(1);
+        let (id, _) = s.create(1, cred());
         assert_eq!(s.take_notice(&id), None);
         s.set_notice(&id, Notice::Done("Saved.".into()));
         s.set_notice("unknown", Notice::Done("x".into()));

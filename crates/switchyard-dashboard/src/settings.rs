@@ -25,8 +25,11 @@ const BACK_TO: [&str; 2] = [PAGE, "/dashboard/resilience"];
 /// The settings page's routes.
 pub fn routes() -> Router<Arc<Dash>> {
     Router::new()
-        .route(PAGE, get(page).post(set))
-        .route("/dashboard/settings/reset", post(reset))
+        .route(PAGE, get(page).post(set).fallback(crate::unknown))
+        .route(
+            "/dashboard/settings/reset",
+            post(reset).fallback(crate::unknown),
+        )
 }
 
 /// `GET /dashboard/settings`.

@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
+use switchyard_gateway::pipeline::auth;
 use switchyard_gateway::state::AppState;
 
 /// Where signed-out visitors are sent.
@@ -25,6 +26,9 @@ const FORM_LIMIT: usize = 64 * 1024;
 /// The header htmx requests carry the CSRF token in (`hx-headers` on `<body>`).
 const CSRF_HEADER: &str = "x-csrf-token";
 
+/// The header htmx sets on its own requests.
+const HX_REQUEST: &str = "hx-request";
+
 /// The dashboard's state: the gateway's, the sessions and the page layout.
 #[derive(Debug)]
 pub struct Dash {
@@ -33,11 +37,13 @@ pub struct Dash {
     pub layout: Layout,
 }
 
-/// A live session: its id and its CSRF token.
+/// A live session: its id and its CSRF token, and whether this request is htmx's
+/// refresh of a live region.
 #[derive(Debug)]
 pub struct Session {
     pub id: String,
     pub csrf: String,
+    pub htmx: bool,
 }
 
 /// A rendered page's parts, for [`Dash::render`].
@@ -66,19 +72,31 @@ impl Dash {
         self.app.clock.now_ms()
     }
 
-    /// The live session the request's cookie names.
+    /// The live session the request's cookie names, while the credential it was opened
+    /// with is still the admin token or a live admin-scoped key (a session whose
+    /// credential was revoked or replaced is ended here).
     pub fn session(&self, headers: &HeaderMap) -> Option<Session> {
         let id = session_cookie(headers)?;
-        let csrf = self.sessions.csrf(id, self.now())?;
+        let (csrf, credential) = self.sessions.get(id, self.now())?;
+        if auth::check_admin_hash(&self.app.config, &credential).is_err() {
+            self.sessions.remove(id);
+            return None;
+        }
         Some(Session {
             id: id.to_owned(),
             csrf,
+            htmx: headers.contains_key(HX_REQUEST),
         })
     }
 
-    /// A signed-in page, with the notice an earlier action left for it.
+    /// A signed-in page, with the notice an earlier action left for it (kept for the
+    /// next full page when this is a live region's refresh, which would drop it).
     pub fn render(&self, session: &Session, view: View<'_>) -> Response {
-        let notice = self.sessions.take_notice(&session.id);
+        let notice = if session.htmx {
+            None
+        } else {
+            self.sessions.take_notice(&session.id)
+        };
         html_response(
             view.status,
             self.layout.page(&Page {
@@ -150,7 +168,7 @@ impl Dash {
     /// The answer to a request without a live session: htmx is told to load the
     /// sign-in page, a `GET` is sent there, anything else is `403`.
     fn signed_out(&self, method: &Method, headers: &HeaderMap) -> Response {
-        if headers.contains_key("hx-request") {
+        if headers.contains_key(HX_REQUEST) {
             return (StatusCode::OK, [("hx-redirect", SIGN_IN)]).into_response();
         }
         if method == Method::GET {

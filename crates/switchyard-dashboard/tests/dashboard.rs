@@ -189,3 +189,119 @@ async fn the_stylesheet_is_content_hashed_and_immutable() {
     let stale = get(&h, &c, "/dashboard/assets/app-000000000000.css", None).await;
     assert_eq!(stale.status(), 303);
 }
+
+#[tokio::test]
+async fn a_session_ends_when_its_key_is_revoked() {
+    let (h, c) = start().await;
+    let ops = session_of(&sign_in(&h, &c, OPS_KEY).await);
+    let admin = session_of(&sign_in(&h, &c, ADMIN).await);
+    assert_eq!(get(&h, &c, "/dashboard", Some(&ops)).await.status(), 200);
+    let revoked = h
+        .admin_send(
+            reqwest::Method::POST,
+            "/api/keys/ops/revoke",
+            serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(revoked.status(), 200);
+    let after = get(&h, &c, "/dashboard", Some(&ops)).await;
+    assert_eq!(after.status(), 303);
+    assert_eq!(after.headers()[LOCATION], "/dashboard/sign-in");
+    assert_eq!(get(&h, &c, "/dashboard", Some(&admin)).await.status(), 200);
+    let again = sign_in(&h, &c, OPS_KEY).await;
+    assert_eq!(again.status(), 401);
+}
+
+#[tokio::test]
+async fn htmx_refreshes_keep_the_notice_and_signed_out_refreshes_are_redirected() {
+    let s = common::Signed::start().await;
+    // An action leaves a notice; a live region's refresh must not consume it.
+    let r = s
+        .post(
+            "/dashboard/settings",
+            &[("key", "no.such.setting"), ("value", "1")],
+        )
+        .await;
+    assert_eq!(r.status(), 303);
+    let refresh =
+        s.c.get(s.h.url("/dashboard"))
+            .header("cookie", &s.cookie)
+            .header("hx-request", "true")
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(refresh.status(), 200);
+    assert!(!refresh.text().await.unwrap().contains(r#"id="notice""#));
+    let (_, page) = s.page("/dashboard/settings").await;
+    assert!(
+        page.contains(r#"<p class="notice error" role="alert" id="notice">Error: "#),
+        "{page}"
+    );
+    let (_, page) = s.page("/dashboard/settings").await;
+    assert!(!page.contains(r#"id="notice""#));
+
+    let signed_out =
+        s.c.get(s.h.url("/dashboard"))
+            .header("hx-request", "true")
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(signed_out.status(), 200);
+    assert_eq!(signed_out.headers()["hx-redirect"], "/dashboard/sign-in");
+}
+
+#[tokio::test]
+async fn the_csrf_token_may_come_in_the_htmx_header() {
+    let s = common::Signed::start().await;
+    let by_header =
+        s.c.post(s.h.url("/dashboard/sign-out"))
+            .header("cookie", &s.cookie)
+            .header("x-csrf-token", &s.csrf)
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(by_header.status(), 303);
+    assert_eq!(s.page("/dashboard").await.0, 303);
+}
+
+#[tokio::test]
+async fn a_form_over_64_kib_is_refused() {
+    let s = common::Signed::start().await;
+    let big = "x".repeat(70 * 1024);
+    let r = s
+        .post("/dashboard/settings", &[("key", "a"), ("value", &big)])
+        .await;
+    assert_eq!(r.status(), 413);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("Error: the form is larger than 64 KiB."));
+}
+
+#[tokio::test]
+async fn action_paths_answer_other_methods_like_unknown_pages() {
+    let (h, c) = start().await;
+    let actions = [
+        "/dashboard/resilience/reset",
+        "/dashboard/resilience/clear",
+        "/dashboard/keys/k1/revoke",
+        "/dashboard/providers/create",
+        "/dashboard/connections/alpha-1/delete",
+        "/dashboard/combos/create",
+        "/dashboard/settings/reset",
+    ];
+    for path in actions {
+        let r = get(&h, &c, path, None).await;
+        assert_eq!(r.status(), 303, "GET {path} signed out");
+        assert_eq!(r.headers()[LOCATION], "/dashboard/sign-in");
+    }
+    let cookie = session_of(&sign_in(&h, &c, ADMIN).await);
+    for path in actions {
+        assert_eq!(
+            get(&h, &c, path, Some(&cookie)).await.status(),
+            404,
+            "GET {path}"
+        );
+    }
+}

@@ -51,7 +51,12 @@ pub fn assert_page_headers(r: &Response) {
     assert_eq!(r.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
     assert_eq!(r.headers()[CACHE_CONTROL], "no-store");
     assert_eq!(r.headers()[X_FRAME_OPTIONS], "DENY");
-    assert_eq!(r.headers()[CONTENT_SECURITY_POLICY], "default-src 'self'");
+    assert_eq!(
+        r.headers()[CONTENT_SECURITY_POLICY],
+        "default-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    );
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    assert_eq!(r.headers()["referrer-policy"], "no-referrer");
 }
 
 /// The value of the hidden `csrf` field in `page`.

@@ -47,7 +47,14 @@ pub fn client_key<'a>(catalog: &'a Catalog, headers: &HeaderMap) -> Result<&'a A
 /// the scope is `403` (the caller is known, the permission is missing).
 pub fn check_admin(config: &LiveConfig, headers: &HeaderMap) -> Result<(), ApiError> {
     let token = presented_token(headers).ok_or(ApiError::AdminRequired)?;
-    let hash = KeyHash::of(token);
+    check_admin_hash(config, &KeyHash::of(token))
+}
+
+/// [`check_admin`] for a credential known by its hash: the dashboard keeps only the
+/// hash of the credential a session was opened with, and checks it again on every
+/// request, so revoking the key or changing the admin token ends the session.
+pub fn check_admin_hash(config: &LiveConfig, hash: &KeyHash) -> Result<(), ApiError> {
+    let hash = *hash;
     let snap = config.snapshot();
     let admin = config.configured_admin.or(snap.admin_hash);
     if admin.is_some_and(|a| hash.ct_eq(&a)) {
