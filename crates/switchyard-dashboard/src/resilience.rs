@@ -306,19 +306,14 @@ fn breakers(r: &Resilience, csrf: &str) -> String {
     )
 }
 
-/// The connection cooldowns, each with a checkbox of the clear-by-selection form.
-fn cooldowns(r: &Resilience, csrf: &str) -> String {
+/// The connection cooldowns (refreshed with the live region).
+fn cooldowns(r: &Resilience) -> String {
     let rows: Vec<Vec<String>> = r
         .connections
         .iter()
         .map(|c| {
-            let id = format!("select-{}", c.connection_id);
             vec![
-                format!(
-                    r#"<input type="checkbox" name="connection" value="{v}" id="{id}"> <label for="{id}">{v}</label>"#,
-                    v = escape(&c.connection_id),
-                    id = escape(&id),
-                ),
+                escape(&c.connection_id),
                 escape(&c.provider),
                 escape(c.auth_class),
                 state_label(c.state),
@@ -328,23 +323,40 @@ fn cooldowns(r: &Resilience, csrf: &str) -> String {
             ]
         })
         .collect();
+    table_html(
+        "Connection cooldowns (terminal states are never cleared)",
+        &[
+            "Connection",
+            "Provider",
+            "Auth",
+            "State",
+            "Time left",
+            "Backoff level",
+            "Last error",
+        ],
+        &rows,
+        "No connections.",
+    )
+}
+
+/// The clear-by-selection form: a checkbox per connection, with its state when the
+/// page loaded. It sits outside the live region, so a refresh never clears the ticks.
+fn select_form(r: &Resilience, csrf: &str) -> String {
+    let boxes: String = r
+        .connections
+        .iter()
+        .map(|c| {
+            format!(
+                r#"<div class="check"><input type="checkbox" name="connection" value="{v}" id="{id}"><label for="{id}">{v} ({state})</label></div>"#,
+                v = escape(&c.connection_id),
+                id = escape(&format!("select-{}", c.connection_id)),
+                state = escape(c.state),
+            )
+        })
+        .collect();
     format!(
-        r#"<form method="post" action="/dashboard/resilience/clear" id="clear-selected">{csrf}{table}<button type="submit">Clear selected</button></form>"#,
+        r#"<form method="post" action="/dashboard/resilience/clear" id="clear-selected" class="stack">{csrf}<fieldset><legend>Connections to clear</legend>{boxes}</fieldset><button type="submit">Clear selected</button></form>"#,
         csrf = csrf_field(csrf),
-        table = table_html(
-            "Connection cooldowns (terminal states are never cleared)",
-            &[
-                "Connection",
-                "Provider",
-                "Auth",
-                "State",
-                "Time left",
-                "Backoff level",
-                "Last error"
-            ],
-            &rows,
-            "No connections.",
-        ),
     )
 }
 
@@ -542,19 +554,20 @@ pub fn render(r: &Resilience, csrf: &str) -> String {
 <section aria-labelledby="cooldowns"><h2 id="cooldowns">Cooldown manager</h2>
 {cooldowns}{locks}{terminal}</section>"#,
         breakers = breakers(r, csrf),
-        cooldowns = cooldowns(r, csrf),
+        cooldowns = cooldowns(r),
         locks = locks(r, csrf),
         terminal = terminal(r),
     );
     format!(
         r#"{live}
 <section aria-labelledby="clear"><h2 id="clear">Clear cooldowns</h2>
-<p class="hint">Clearing ends cooldowns and model locks; connections in a terminal state are counted and left as they are.</p>
-{clear}</section>
+<p class="hint">Clearing ends cooldowns and model locks; connections in a terminal state are counted and left as they are. The states below are as of the page load; the tables above refresh every 30 s.</p>
+{select}{clear}</section>
 <section aria-labelledby="settings"><h2 id="settings">Settings</h2>
 {settings}<h3 id="other-settings">Queues, waits and stalls</h3>
 {others}</section>"#,
         live = live("resilience-live", PAGE, 30, &changing),
+        select = select_form(r, csrf),
         clear = clear_forms(r, csrf),
         settings = settings(&r.settings, csrf),
         others = crate::settings::table(
