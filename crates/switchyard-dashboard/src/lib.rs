@@ -8,7 +8,9 @@
 //! `SameSite=Strict` cookie holding a random 256-bit id, valid for eight hours. Every
 //! other page needs a live session (without one, a `GET` is sent to sign-in and
 //! anything else is refused with `403`), and every form carries the session's CSRF
-//! token ([`web::Posted`] checks it). Pages are rendered with `format!` and
+//! token ([`web::Posted`] checks it). A one-time link
+//! (`/dashboard/sign-in/once?t=…`, see [`OneTimeLinks`]) opens the same session once,
+//! for the binary's banner. Pages are rendered with `format!` and
 //! [`html::escape`]; credentials are never rendered. Assets (the stylesheet, the
 //! vendored htmx that refreshes live regions) are embedded and served under
 //! content-hashed names.
@@ -16,12 +18,13 @@
 mod assets;
 mod charts;
 mod html;
+mod once;
 mod overview;
 mod session;
 mod web;
 
 use axum::extract::rejection::FormRejection;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::header::{
     AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, SET_COOKIE,
     X_FRAME_OPTIONS,
@@ -39,12 +42,31 @@ use switchyard_gateway::pipeline::auth;
 use switchyard_gateway::state::AppState;
 use web::{see_other, Dash, Posted, Signed, SIGN_IN};
 
+pub use once::OneTimeLinks;
+
 /// The session cookie's name.
 const COOKIE_NAME: &str = "sy_session";
 
 /// The dashboard's routes, all under `/dashboard`, with no fallback of their own (the
 /// gateway's answers paths outside them).
 pub fn routes(state: Arc<AppState>) -> Router {
+    dashboard(state).router
+}
+
+/// The dashboard's routes and the handle that mints one-time sign-in links for them.
+#[derive(Debug)]
+pub struct Dashboard {
+    pub router: Router,
+    pub links: OneTimeLinks,
+}
+
+/// The dashboard's routes (as [`routes`]) with their one-time sign-in links.
+pub fn dashboard(state: Arc<AppState>) -> Dashboard {
+    let links = OneTimeLinks {
+        links: Arc::default(),
+        clock: Arc::clone(&state.clock),
+    };
+    let once = Arc::clone(&links.links);
     let (css, js) = (assets::css(), assets::htmx());
     let dash = Arc::new(Dash {
         app: state,
@@ -54,15 +76,20 @@ pub fn routes(state: Arc<AppState>) -> Router {
             js: js.path.clone(),
         },
     });
-    Router::new()
+    let router = Router::new()
         .route("/dashboard", get(overview::page).fallback(unknown))
         .route(SIGN_IN, get(sign_in_form).post(sign_in).fallback(unknown))
+        .route(
+            once::ONCE_PATH,
+            get(move |dash, query| sign_in_once(dash, Arc::clone(&once), query)).fallback(unknown),
+        )
         .route("/dashboard/sign-out", post(sign_out).fallback(unknown))
         .route(&css.path.clone(), get(move || asset(css)).fallback(unknown))
         .route(&js.path.clone(), get(move || asset(js)).fallback(unknown))
         .route("/dashboard/{*rest}", any(unknown))
         .layer(map_response(security_headers))
-        .with_state(dash)
+        .with_state(dash);
+    Dashboard { router, links }
 }
 
 /// The headers every dashboard response carries; `Cache-Control: no-store` unless the
@@ -139,17 +166,7 @@ async fn sign_in(
         Err(_) => Err(ApiError::AdminRequired),
     };
     match checked {
-        Ok(()) => {
-            let (id, _) = dash.sessions.create(dash.now());
-            let cookie = format!(
-                "{COOKIE_NAME}={id}; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age={SESSION_TTL_SECS}"
-            );
-            let mut r = see_other("/dashboard");
-            if let Ok(v) = HeaderValue::from_str(&cookie) {
-                r.headers_mut().insert(SET_COOKIE, v);
-            }
-            r
-        }
+        Ok(()) => open_session(&dash),
         Err(ApiError::AdminScopeMissing) => dash.sign_in_page(
             StatusCode::UNAUTHORIZED,
             Some("This key is valid but does not have the admin scope."),
@@ -158,6 +175,46 @@ async fn sign_in(
             StatusCode::UNAUTHORIZED,
             Some("That is neither the admin token nor an admin-scoped key."),
         ),
+    }
+}
+
+/// Opens a session: its cookie and a `303` to the overview.
+fn open_session(dash: &Dash) -> Response {
+    let (id, _) = dash.sessions.create(dash.now());
+    let cookie = format!(
+        "{COOKIE_NAME}={id}; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age={SESSION_TTL_SECS}"
+    );
+    let mut r = see_other("/dashboard");
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        r.headers_mut().insert(SET_COOKIE, v);
+    }
+    r
+}
+
+/// The query of a one-time link.
+#[derive(Debug, Default, Deserialize)]
+struct Once {
+    #[serde(default)]
+    t: String,
+}
+
+/// `GET /dashboard/sign-in/once?t=…`: a live one-time link opens a session, as sign-in
+/// does, and is used up; any other token gets the sign-in page with an error.
+async fn sign_in_once(
+    State(dash): State<Arc<Dash>>,
+    links: Arc<once::Links>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let token = serde_urlencoded::from_str::<Once>(query.as_deref().unwrap_or_default())
+        .unwrap_or_default()
+        .t;
+    if links.consume(&token, dash.now()) {
+        open_session(&dash)
+    } else {
+        dash.sign_in_page(
+            StatusCode::UNAUTHORIZED,
+            Some("This sign-in link has already been used, has expired or is unknown. Sign in with the admin token."),
+        )
     }
 }
 

@@ -250,8 +250,10 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     say("The Anthropic-format provider `claude` (claude/claude-opus) and the Responses-format provider `codex` (codex/gpt-5-codex) are on the same mock; the combo `demo-claude` fails over from claude to alpha/mock-small, translating the request.");
     say(&format!("Demo API key: {secret}"));
     say(&admin_note(&prepared.admin));
+    let dashboard = switchyard_dashboard::dashboard(Arc::clone(&prepared.state));
     say(&format!(
-        "Dashboard: http://{addr}/dashboard (sign in with the admin token)"
+        "Dashboard: http://{addr}{} (a one-time sign-in link, valid for 10 minutes; afterwards sign in at http://{addr}/dashboard with the admin token)",
+        dashboard.links.mint()
     ));
     say("");
     say("Stream an answer:");
@@ -296,7 +298,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         }))
     };
     say("Press Ctrl-C to stop.");
-    let served = run_with_dashboard(listener, prepared).await;
+    let served = run_with_dashboard(listener, prepared, dashboard).await;
     if let Some(task) = simulation {
         task.abort();
     }
