@@ -47,9 +47,9 @@ const DEMO_POOL_LIMIT: u32 = 240;
 
 /// The allocation weights in the demo pool (percent of its limit): the newcomer's key,
 /// the bursty simulated key, and each steady one.
-const DEMO_KEY_WEIGHT: f64 = 10.0;
+const DEMO_KEY_WEIGHT: f64 = 30.0;
 const BURST_WEIGHT: f64 = 10.0;
-const STEADY_WEIGHT: f64 = 40.0;
+const STEADY_WEIGHT: f64 = 25.0;
 
 /// An allocation of the demo pool.
 fn allocation(api_key_id: &str, weight: f64) -> AllocationInput {
