@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command. Prepares what the tests need on a fresh machine — a Redis
 # for the quota-store tests and a Python virtualenv with the official `openai` and
-# `anthropic` clients
+# `anthropic` clients and `selenium` for the dashboard's browser test
 # (pinned in crates/switchyard-gateway/tests/requirements.txt) — then runs the whole
 # suite. Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p switchyard-core`).
 #
@@ -54,7 +54,7 @@ fi
 requirements=crates/switchyard-gateway/tests/requirements.txt
 stamp=.venv/.requirements
 if [ ! -x .venv/bin/python ] || ! cmp -s "$requirements" "$stamp"; then
-  echo "Setting up .venv with the Python test client..."
+  echo "Setting up .venv with the Python test clients..."
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check -r "$requirements"
   cp "$requirements" "$stamp"

@@ -8,7 +8,9 @@
 //! `SameSite=Strict` cookie holding a random 256-bit id, valid for eight hours. Every
 //! other page needs a live session (without one, a `GET` is sent to sign-in and
 //! anything else is refused with `403`), and every form carries the session's CSRF
-//! token ([`web::Posted`] checks it). Pages are rendered with `format!` and
+//! token ([`web::Posted`] checks it). A one-time link
+//! (`/dashboard/sign-in/once?t=…`, see [`OneTimeLinks`]) opens the same session once,
+//! for the binary's banner. Pages are rendered with `format!` and
 //! [`html::escape`]; credentials are never rendered. Assets (the stylesheet, the
 //! vendored htmx that refreshes live regions) are embedded and served under
 //! content-hashed names.
@@ -19,6 +21,7 @@ mod combos;
 mod fields;
 mod html;
 mod keys;
+mod once;
 mod overview;
 mod plans;
 mod providers;
@@ -38,7 +41,7 @@ pub mod bench_api {
 }
 
 use axum::extract::rejection::FormRejection;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::header::{
     CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, SET_COOKIE,
     X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
@@ -57,12 +60,31 @@ use switchyard_gateway::pipeline::auth;
 use switchyard_gateway::state::AppState;
 use web::{see_other, Dash, Posted, Signed, SIGN_IN};
 
+pub use once::OneTimeLinks;
+
 /// The session cookie's name.
 const COOKIE_NAME: &str = "sy_session";
 
 /// The dashboard's routes, all under `/dashboard`, with no fallback of their own (the
 /// gateway's answers paths outside them).
 pub fn routes(state: Arc<AppState>) -> Router {
+    dashboard(state).router
+}
+
+/// The dashboard's routes and the handle that mints one-time sign-in links for them.
+#[derive(Debug)]
+pub struct Dashboard {
+    pub router: Router,
+    pub links: OneTimeLinks,
+}
+
+/// The dashboard's routes (as [`routes`]) with their one-time sign-in links.
+pub fn dashboard(state: Arc<AppState>) -> Dashboard {
+    let links = OneTimeLinks {
+        links: Arc::default(),
+        clock: Arc::clone(&state.clock),
+    };
+    let once = Arc::clone(&links.links);
     let (css, js) = (assets::css(), assets::htmx());
     let dash = Arc::new(Dash {
         app: state,
@@ -72,9 +94,14 @@ pub fn routes(state: Arc<AppState>) -> Router {
             js: js.path.clone(),
         },
     });
-    Router::new()
+    let router = Router::new()
         .route("/dashboard", get(overview::page).fallback(unknown))
         .route(SIGN_IN, get(sign_in_form).post(sign_in).fallback(unknown))
+        .route(
+            once::ONCE_PATH,
+            get(move |dash, headers, query| sign_in_once(dash, Arc::clone(&once), headers, query))
+                .fallback(unknown),
+        )
         .route("/dashboard/sign-out", post(sign_out).fallback(unknown))
         .route(&css.path.clone(), get(move || asset(css)).fallback(unknown))
         .route(&js.path.clone(), get(move || asset(js)).fallback(unknown))
@@ -88,7 +115,8 @@ pub fn routes(state: Arc<AppState>) -> Router {
         .merge(combos::routes())
         .merge(requests::routes())
         .layer(map_response(security_headers))
-        .with_state(dash)
+        .with_state(dash);
+    Dashboard { router, links }
 }
 
 /// The content security policy of every dashboard response: only the dashboard's own
@@ -210,6 +238,36 @@ async fn sign_in(
             StatusCode::UNAUTHORIZED,
             Some("That is neither the admin token nor an admin-scoped key."),
         ),
+    }
+}
+
+/// The query of a one-time link.
+#[derive(Debug, Default, Deserialize)]
+struct Once {
+    #[serde(default)]
+    t: String,
+}
+
+/// `GET /dashboard/sign-in/once?t=…`: a live one-time link opens a session, as sign-in
+/// does, and is used up; any other token gets the sign-in page with an error.
+/// The session is the admin token's: it ends when the token changes.
+async fn sign_in_once(
+    State(dash): State<Arc<Dash>>,
+    links: Arc<once::Links>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let token = serde_urlencoded::from_str::<Once>(query.as_deref().unwrap_or_default())
+        .unwrap_or_default()
+        .t;
+    let admin = auth::admin_hash(&dash.app.config);
+    if let Some(admin) = admin.filter(|_| links.consume(&token, dash.now())) {
+        dash.open_session(&headers, admin)
+    } else {
+        dash.sign_in_page(
+            StatusCode::UNAUTHORIZED,
+            Some("This sign-in link has already been used, has expired or is unknown. Sign in with the admin token."),
+        )
     }
 }
 

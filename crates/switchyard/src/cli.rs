@@ -72,6 +72,11 @@ pub struct DemoArgs {
     /// Log as JSON lines.
     #[arg(long)]
     pub log_json: bool,
+    /// Do not simulate traffic (by default three simulated keys send a few requests a
+    /// second and alpha fails for 30 s every 2 minutes, so the dashboard has something
+    /// to show).
+    #[arg(long)]
+    pub no_traffic: bool,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -244,22 +249,23 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         "Dashboard: http://{addr}/dashboard (sign in with the admin token)"
     ));
     say(&admin_note(&prepared.admin));
-    run_with_dashboard(listener, prepared).await
+    let dashboard = switchyard_dashboard::dashboard(Arc::clone(&prepared.state));
+    run_with_dashboard(listener, prepared, dashboard).await
 }
 
-/// Serves the gateway with the dashboard mounted under `/dashboard` until Ctrl-C or
-/// SIGTERM.
+/// Serves the gateway with `dashboard` (built on `prepared`'s state) mounted under
+/// `/dashboard` until Ctrl-C or SIGTERM.
 pub async fn run_with_dashboard(
     listener: TcpListener,
     prepared: bootstrap::Prepared,
+    dashboard: switchyard_dashboard::Dashboard,
 ) -> anyhow::Result<()> {
-    let dashboard = switchyard_dashboard::routes(Arc::clone(&prepared.state));
     switchyard_gateway::run_with(
         listener,
         prepared.state,
         prepared.writer,
         shutdown_signal(),
-        dashboard,
+        dashboard.router,
     )
     .await?;
     Ok(())

@@ -15,6 +15,9 @@ use switchyard_gateway::keys::{new_key, NewKey};
 use switchyard_mock::{MockServer, Rule};
 use switchyard_store::{ComboRecord, ConnectionRecord, ProviderRecord, SaveMode, TargetRecord};
 use tokio::net::TcpListener;
+use traffic::Client;
+
+mod traffic;
 
 /// Simulated OpenAI-format providers: (provider id, connection id, credential the mock
 /// sees).
@@ -37,10 +40,44 @@ const DEMO_OUTPUT_LIMIT: u64 = 16_384;
 const DEMO_CHUNKS: u32 = 16;
 const DEMO_CHUNK_INTERVAL_MS: u64 = 120;
 
-/// The demo's quota pool and its hourly request limit: small enough that a newcomer can
-/// watch the share shrink, large enough not to block a first exploration.
+/// The demo's quota pool and its hourly request limit: small enough that the simulated
+/// traffic saturates it within a minute, large enough not to block a first exploration.
 const DEMO_POOL: &str = "demo-team";
-const DEMO_POOL_LIMIT: u32 = 100;
+const DEMO_POOL_LIMIT: u32 = 240;
+
+/// The allocation weights in the demo pool (percent of its limit): the newcomer's key,
+/// the bursty simulated key, and each steady one.
+const DEMO_KEY_WEIGHT: f64 = 30.0;
+const BURST_WEIGHT: f64 = 10.0;
+const STEADY_WEIGHT: f64 = 25.0;
+
+/// An allocation of the demo pool.
+fn allocation(api_key_id: &str, weight: f64) -> AllocationInput {
+    AllocationInput {
+        api_key_id: api_key_id.to_owned(),
+        allocation_weight: weight,
+        cap_value: None,
+        cap_unit: None,
+        policy: "hard".to_owned(),
+    }
+}
+
+/// The weight of a simulated client's key in the demo pool.
+fn weight_of(client: Client) -> f64 {
+    match client {
+        Client::Burst => BURST_WEIGHT,
+        Client::SteadyOne | Client::SteadyTwo => STEADY_WEIGHT,
+    }
+}
+
+/// The mock's answer to every request: slow enough to watch it stream.
+fn answer_rule() -> Rule {
+    Rule {
+        chunks: Some(DEMO_CHUNKS),
+        chunk_interval_ms: Some(DEMO_CHUNK_INTERVAL_MS),
+        ..Rule::default()
+    }
+}
 
 fn demo_pool() -> PoolInput {
     PoolInput {
@@ -52,13 +89,14 @@ fn demo_pool() -> PoolInput {
             window: "hourly".to_owned(),
             limit: f64::from(DEMO_POOL_LIMIT),
         }],
-        allocations: vec![AllocationInput {
-            api_key_id: "demo".to_owned(),
-            allocation_weight: 50.0,
-            cap_value: None,
-            cap_unit: None,
-            policy: "hard".to_owned(),
-        }],
+        allocations: [allocation("demo", DEMO_KEY_WEIGHT)]
+            .into_iter()
+            .chain(
+                Client::ALL
+                    .iter()
+                    .map(|c| allocation(c.key_id(), weight_of(*c))),
+            )
+            .collect(),
     }
 }
 
@@ -69,11 +107,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         LogFormat::Text
     });
     let mock = MockServer::start_local().await?;
-    mock.state.add_rule(Rule {
-        chunks: Some(DEMO_CHUNKS),
-        chunk_interval_ms: Some(DEMO_CHUNK_INTERVAL_MS),
-        ..Rule::default()
-    });
+    mock.state.add_rule(answer_rule());
     let env: BTreeMap<String, String> = BTreeMap::from([(
         "SWITCHYARD_DATA_DIR".to_owned(),
         a.data_dir.display().to_string(),
@@ -123,7 +157,9 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
                 max_concurrent: None,
                 rate_limit_overrides: None,
                 provider_specific_data: None,
-                disable_cooling: false,
+                // Alpha's failures must reach its breaker (the simulation's failure
+                // window), not cool the connection down first.
+                disable_cooling: provider == PROVIDERS[0].0,
                 has_credential: true,
             },
             Some(&SecretString::from(credential)),
@@ -176,6 +212,24 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     .map_err(anyhow::Error::msg)?;
     let secret = secret.expose_secret();
     store.save_key(&key, SaveMode::Upsert)?;
+    let mut secrets = Vec::new();
+    for client in Client::ALL {
+        let (record, sim_secret) = new_key(
+            NewKey {
+                id: Some(client.key_id().to_owned()),
+                name: format!("{} (simulated)", client.key_id()),
+                ..NewKey::default()
+            },
+            now,
+        )
+        .map_err(anyhow::Error::msg)?;
+        store.save_key(&record, SaveMode::Upsert)?;
+        secrets.push((client, sim_secret.expose_secret().to_owned()));
+    }
+    // Every demo starts with an empty pool: deleting it drops its counted use.
+    if store.get_pool(DEMO_POOL).is_ok() {
+        store.delete_pool(DEMO_POOL)?;
+    }
     store.save_pool(&demo_pool(), SaveMode::Upsert, now)?;
     drop(store);
 
@@ -196,8 +250,10 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     say("The Anthropic-format provider `claude` (claude/claude-opus) and the Responses-format provider `codex` (codex/gpt-5-codex) are on the same mock; the combo `demo-claude` fails over from claude to alpha/mock-small, translating the request.");
     say(&format!("Demo API key: {secret}"));
     say(&admin_note(&prepared.admin));
+    let dashboard = switchyard_dashboard::dashboard(Arc::clone(&prepared.state));
     say(&format!(
-        "Dashboard: http://{addr}/dashboard (sign in with the admin token)"
+        "Dashboard: http://{addr}{} (a one-time sign-in link, valid for 10 minutes; afterwards sign in at http://{addr}/dashboard with the admin token)",
+        dashboard.links.mint()
     ));
     say("");
     say("Stream an answer:");
@@ -216,13 +272,36 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         "  [model_providers.switchyard] base_url = \"http://{addr}/v1\", env_key = \"SWITCHYARD_API_KEY\", wire_api = \"responses\"; then SWITCHYARD_API_KEY={secret} codex exec 'Hello'"
     ));
     say(&format!(
-        "Quota pool `{DEMO_POOL}` shares alpha's account: the demo key's fair share is half of {DEMO_POOL_LIMIT} requests an hour. See the x-ratelimit-* headers with curl -i, and the pool with:"
+        "Quota pool `{DEMO_POOL}` shares alpha's account: the demo key's fair share is {DEMO_KEY_WEIGHT}% of {DEMO_POOL_LIMIT} requests an hour. See the x-ratelimit-* headers with curl -i, and the pool with:"
     ));
     say(&format!(
         "  curl http://{addr}/api/quota/pools/{DEMO_POOL}/usage -H 'Authorization: Bearer <admin token>'"
     ));
+    let simulation = if a.no_traffic {
+        say("No simulated traffic (--no-traffic).");
+        None
+    } else {
+        say(&format!(
+            "Simulated traffic: `{}` bursts to alpha/mock-small and is soon refused by the strict pool (429), `{}` and `{}` use the combo `demo`; alpha fails for {} s every {} minutes, so its breaker opens and the combo fails over to beta (pass --no-traffic to turn this off).",
+            Client::Burst.key_id(),
+            Client::SteadyOne.key_id(),
+            Client::SteadyTwo.key_id(),
+            traffic::FAIL_MS / 1000,
+            traffic::CYCLE_MS / 60_000,
+        ));
+        Some(traffic::spawn(traffic::Target {
+            gateway: format!("http://{addr}"),
+            mock: mock.base_url(),
+            alpha_credential: PROVIDERS[0].2.to_owned(),
+            answer: answer_rule(),
+            secrets,
+        }))
+    };
     say("Press Ctrl-C to stop.");
-    run_with_dashboard(listener, prepared).await?;
+    let served = run_with_dashboard(listener, prepared, dashboard).await;
+    if let Some(task) = simulation {
+        task.abort();
+    }
     mock.stop();
-    Ok(())
+    served
 }

@@ -50,13 +50,18 @@ pub fn check_admin(config: &LiveConfig, headers: &HeaderMap) -> Result<(), ApiEr
     check_admin_hash(config, &KeyHash::of(token))
 }
 
+/// The hash of the admin token in force: the configured one, or the generated one.
+pub fn admin_hash(config: &LiveConfig) -> Option<KeyHash> {
+    config.configured_admin.or(config.snapshot().admin_hash)
+}
+
 /// [`check_admin`] for a credential known by its hash: the dashboard keeps only the
 /// hash of the credential a session was opened with, and checks it again on every
 /// request, so revoking the key or changing the admin token ends the session.
 pub fn check_admin_hash(config: &LiveConfig, hash: &KeyHash) -> Result<(), ApiError> {
     let hash = *hash;
     let snap = config.snapshot();
-    let admin = config.configured_admin.or(snap.admin_hash);
+    let admin = admin_hash(config);
     if admin.is_some_and(|a| hash.ct_eq(&a)) {
         return Ok(());
     }

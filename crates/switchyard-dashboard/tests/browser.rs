@@ -1,0 +1,96 @@
+//! The dashboard in a real browser: `tests/browser.py` drives headless Debian Chromium
+//! through Selenium against a gateway with the dashboard mounted, and leaves a
+//! screenshot of every navigation page at 1280 and 390 px in
+//! `target/dashboard-screenshots/`.
+//!
+//! The interpreter comes from `SWITCHYARD_TEST_PYTHON`, or `.venv/bin/python` at the
+//! repository root (both set up by `scripts/test.sh`, which installs `selenium`).
+//! Chromium and its driver come from Debian (`.ci/run` installs them); without
+//! `/usr/bin/chromedriver` the test fails and says how to install them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use switchyard_test_support::{Harness, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
+
+/// Where the script finds the driver (it also uses `/usr/bin/chromium`).
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// The longest the script may take.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The repository's root.
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap_or(Path::new("."))
+}
+
+fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("SWITCHYARD_TEST_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = root().join(".venv/bin/python");
+    assert!(
+        venv.exists(),
+        "the selenium Python package is needed: run scripts/test.sh (it creates .venv), or set SWITCHYARD_TEST_PYTHON"
+    );
+    venv
+}
+
+#[tokio::test]
+async fn the_dashboard_works_in_headless_chromium() {
+    assert!(
+        Path::new(CHROMEDRIVER).exists(),
+        "{CHROMEDRIVER} is missing: install Chromium and its driver with `apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver` (.ci/run does this)"
+    );
+    let h = Harness::start_mounted(switchyard_dashboard::routes).await;
+    let out = root().join("target/dashboard-screenshots");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser.py");
+    let run = tokio::process::Command::new(python())
+        .arg(script)
+        .arg(&h.base)
+        .arg(ADMIN)
+        .arg(&out)
+        .kill_on_drop(true)
+        .output();
+    let done = tokio::time::timeout(SCRIPT_TIMEOUT, run)
+        .await
+        .expect("the browser script did not finish within five minutes")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert!(done.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    // The script reads the pages from the navigation: as many as it links to.
+    let links: usize = stdout
+        .strip_prefix("signed in: ")
+        .and_then(|rest| rest.split_once(" navigation links\n"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no navigation count: {stdout}"));
+    assert!(links >= 9, "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("page ")).count(),
+        2 * links,
+        "{stdout}"
+    );
+    for width in [1280, 390] {
+        let line = format!(
+            "page overview at {width} px: fits, built, {}\n",
+            out.join(format!("overview-{width}.png")).display()
+        );
+        assert!(stdout.contains(&line), "{line} missing: {stdout}");
+        let png = std::fs::read(out.join(format!("overview-{width}.png"))).unwrap();
+        assert_eq!(png[..8], *b"\x89PNG\r\n\x1a\n");
+    }
+    assert!(
+        stdout.ends_with(&format!(
+            "keyboard: Tab reaches the skip link, then {links} navigation links in order\n\
+             sign out: /dashboard then lands on the sign-in page\n\
+             all flows passed\n"
+        )),
+        "{stdout}"
+    );
+    for secret in [CRED_ALPHA, CRED_BETA, ADMIN, KEY, OPS_KEY] {
+        assert!(!stdout.contains(secret));
+    }
+}
