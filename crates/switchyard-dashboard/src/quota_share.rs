@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 use switchyard_core::quota::decide::{Mode, Unit};
 use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
-use switchyard_core::settings::SettingValue;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::runtime::quota::views::{DecisionRecord, DimensionUsage, PoolUsage};
 use switchyard_gateway::services;
@@ -35,9 +34,6 @@ pub const LIST: &str = "/dashboard/costs/quota-share";
 /// The burn-rate chart's span and resolution.
 const SERIES_WINDOW_MS: u64 = 60 * 60 * 1000;
 const SERIES_BUCKET_MS: u64 = 60 * 1000;
-
-/// The setting holding the used fraction at which a dimension turns strict.
-const THRESHOLD_SETTING: &str = "quota.saturationThreshold";
 
 /// The pages' routes.
 pub fn routes() -> Router<Arc<Dash>> {
@@ -418,7 +414,7 @@ async fn pool_page(
             usage,
             decisions,
             series,
-            threshold: saturation_threshold(app),
+            threshold: services::quota::saturation_threshold(app),
             now: dash.now(),
             keys: key_ids(app).await?,
         })
@@ -432,18 +428,6 @@ async fn pool_page(
         }
         Err(e) => dash.failed(&session, "Pool", Nav::QuotaShare, &e),
     }
-}
-
-/// The saturation threshold in force, from the settings service.
-fn saturation_threshold(app: &AppState) -> f64 {
-    services::settings::list(app)
-        .into_iter()
-        .find(|s| s.key == THRESHOLD_SETTING)
-        .and_then(|s| match s.value {
-            SettingValue::Float(f) => Some(f),
-            _ => None,
-        })
-        .unwrap_or(0.5)
 }
 
 /// A duration for people: `45 s`, `12 min`, `3 h 20 min`, `2 d 4 h`.

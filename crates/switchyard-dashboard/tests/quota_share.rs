@@ -516,3 +516,23 @@ async fn forms_without_the_csrf_token_are_refused_and_change_nothing() {
         "empty"
     );
 }
+
+#[tokio::test]
+async fn the_pool_page_uses_the_saturation_threshold_in_force() {
+    let s = Signed::start().await;
+    create_team(&s).await;
+    let r =
+        s.h.admin_send(
+            Method::PUT,
+            "/api/settings/quota.saturationThreshold",
+            json!({"value": 0.75}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let (_, page) = s.page("/dashboard/costs/quota-share/team").await;
+    assert!(
+        page.contains("<li>Saturation threshold: 75 % of each limit</li>"),
+        "{page}"
+    );
+    assert!(page.contains(">saturation threshold (75 %) 3</text>"));
+}

@@ -121,6 +121,12 @@ pub async fn usage(state: &AppState, id: String) -> Result<PoolUsage, ApiError> 
         })
 }
 
+/// The used fraction of a limit from which a dimension is strict (the setting
+/// `quota.saturationThreshold` in force).
+pub fn saturation_threshold(state: &AppState) -> f64 {
+    state.snapshot().settings.quota.saturation_threshold
+}
+
 /// A pool's recent decisions, or only `api_key_id`'s.
 pub fn decisions(
     state: &AppState,
