@@ -430,14 +430,28 @@ async fn pool_page(
     }
 }
 
-/// A duration for people: `45 s`, `12 min`, `3 h 20 min`, `2 d 4 h`.
+/// A duration for people, never shorter than it is: `45 s`, `1 min 59 s`, `3 h 20 min`,
+/// `2 d 4 h`. Seconds are rounded up; from an hour on the smaller unit is rounded up
+/// (so 1 h and 1 ms reads `1 h 1 min`) and a zero smaller unit is left out.
 fn duration(ms: u64) -> String {
+    let two = |big: u64, big_name: &str, small: u64, small_name: &str| {
+        if small == 0 {
+            format!("{big} {big_name}")
+        } else {
+            format!("{big} {big_name} {small} {small_name}")
+        }
+    };
     let s = ms.div_ceil(1000);
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s / 60),
-        3600..86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
-        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    let minutes = s.div_ceil(60);
+    if s < 60 {
+        format!("{s} s")
+    } else if s < 3600 {
+        two(s / 60, "min", s % 60, "s")
+    } else if minutes < 24 * 60 {
+        two(minutes / 60, "h", minutes % 60, "min")
+    } else {
+        let hours = s.div_ceil(3600);
+        two(hours / 24, "d", hours % 24, "h")
     }
 }
 
@@ -1029,13 +1043,20 @@ mod tests {
     }
 
     #[test]
-    fn durations_read_as_people_say_them() {
+    fn durations_read_as_people_say_them_rounded_up() {
         assert_eq!(duration(0), "0 s");
         assert_eq!(duration(1), "1 s");
         assert_eq!(duration(59_000), "59 s");
-        assert_eq!(duration(125_000), "2 min");
+        assert_eq!(duration(59_999), "1 min");
+        assert_eq!(duration(60_000), "1 min");
+        assert_eq!(duration(119_000), "1 min 59 s");
+        assert_eq!(duration(125_000), "2 min 5 s");
+        assert_eq!(duration(3_599_001), "1 h");
+        assert_eq!(duration(3_600_001), "1 h 1 min");
         assert_eq!(duration(3_600_000 + 20 * 60_000), "1 h 20 min");
+        assert_eq!(duration(86_400_000 - 1), "1 d");
         assert_eq!(duration(2 * 86_400_000 + 4 * 3_600_000), "2 d 4 h");
+        assert_eq!(duration(2 * 86_400_000 + 4 * 3_600_000 + 1), "2 d 5 h");
     }
 
     fn pool(id: &str) -> PoolView {
@@ -1149,8 +1170,8 @@ mod tests {
         assert!(html.contains(r#"<rect class="s0" x="0.0" y="4" width="360.0" height="24"><title>k1: 6</title></rect>"#));
         assert!(html.contains(">saturation threshold (50 %) 5</text>"));
         assert!(html.contains(">fair share of k1, k2 5</text>"));
-        assert!(html.contains("<tr><td>k1</td><td>6</td><td>5</td><td>shortfall 1</td><td>yes</td><td>hard</td><td>—</td><td>6 requests/min</td><td>1 min</td></tr>"));
-        assert!(html.contains("<td>k1</td><td>blocked</td><td>requests:hourly</td><td>fair_share</td><td>strict</td><td>hard</td><td>1 min</td></tr>"));
+        assert!(html.contains("<tr><td>k1</td><td>6</td><td>5</td><td>shortfall 1</td><td>yes</td><td>hard</td><td>—</td><td>6 requests/min</td><td>1 min 30 s</td></tr>"));
+        assert!(html.contains("<td>k1</td><td>blocked</td><td>requests:hourly</td><td>fair_share</td><td>strict</td><td>hard</td><td>1 min 1 s</td></tr>"));
         // k1's line: 0 until the last two minutes (2 then 3); k2 is on another connection.
         assert!(
             html.contains(
