@@ -880,19 +880,12 @@ async fn save_allocations(
     Path(id): Path<String>,
     Posted(session, fields): Posted<Vec<(String, String)>>,
 ) -> Response {
-    let outcome = async {
-        let allocations = allocations_from_rows(&fields)?;
-        let pool = services::quota::pool(&dash.app, id.clone()).await?;
-        let input = PoolInput {
-            id: pool.id,
-            name: pool.name,
-            connection_ids: pool.connection_ids,
-            dimensions: pool.dimensions,
-            allocations,
-        };
-        services::quota::save_pool(&dash.app, input, SaveMode::Update).await
-    }
-    .await;
+    let outcome = match allocations_from_rows(&fields) {
+        Ok(allocations) => {
+            services::quota::set_allocations(&dash.app, id.clone(), allocations).await
+        }
+        Err(e) => Err(e),
+    };
     dash.done(&session, &pool_path(&id), outcome, |v| {
         format!(
             "Pool `{}` now has {} allocation(s).",

@@ -536,3 +536,74 @@ async fn the_pool_page_uses_the_saturation_threshold_in_force() {
     );
     assert!(page.contains(">saturation threshold (75 %) 3</text>"));
 }
+
+#[tokio::test]
+async fn saving_allocations_keeps_a_name_changed_since_the_form_was_shown() {
+    let s = Signed::start().await;
+    create_team(&s).await;
+    let path = "/dashboard/costs/quota-share/team";
+    let (_, form) = s.page(path).await;
+    assert!(form.contains(r#"<input type="hidden" name="key-1" value="ops">"#));
+    let r =
+        s.h.admin_send(
+            Method::PUT,
+            "/api/quota/pools/team",
+            json!({
+                "id": "team", "name": "Renamed", "connectionIds": ["alpha-1"],
+                "dimensions": [{"unit": "requests", "window": "hourly", "limit": 6}],
+                "allocations": [{"apiKeyId": "k1", "allocationWeight": 50, "policy": "hard"}]
+            }),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let page = s
+        .act(
+            &format!("{path}/allocations"),
+            &[
+                ("key-0", "k1"),
+                ("weight-0", "20"),
+                ("policy-0", "soft"),
+                ("key-1", "ops"),
+                ("weight-1", "80"),
+                ("policy-1", "hard"),
+            ],
+        )
+        .await;
+    assert!(
+        page.contains(&done("Pool `team` now has 2 allocation(s).")),
+        "{page}"
+    );
+    assert!(page.contains("<title>Pool Renamed · Switchyard</title>"));
+    assert_eq!(
+        s.h.admin_json("/api/quota/pools/team").await,
+        json!({
+            "id": "team",
+            "name": "Renamed",
+            "connectionIds": ["alpha-1"],
+            "dimensions": [{"unit": "requests", "window": "hourly", "limit": 6.0}],
+            "effectiveDimensions": [{"unit": "requests", "window": "hourly", "limit": 6.0}],
+            "allocations": [
+                {"apiKeyId": "k1", "allocationWeight": 20.0, "capValue": null, "capUnit": null, "policy": "soft"},
+                {"apiKeyId": "ops", "allocationWeight": 80.0, "capValue": null, "capUnit": null, "policy": "hard"},
+            ],
+        })
+    );
+    let r = s
+        .post(
+            "/dashboard/costs/quota-share/ghost/allocations",
+            &[("key-0", "k1"), ("policy-0", "hard")],
+        )
+        .await;
+    assert_eq!(r.status(), 303);
+    let (status, missing) = s.page("/dashboard/costs/quota-share/ghost").await;
+    assert_eq!(status, 404);
+    assert!(
+        missing.contains(&failed("pool `ghost` not found")),
+        "{missing}"
+    );
+    assert_eq!(
+        s.h.admin_json("/api/quota/pools").await[1],
+        Value::Null,
+        "no pool `ghost` was created"
+    );
+}

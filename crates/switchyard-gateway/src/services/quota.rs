@@ -11,6 +11,7 @@ use crate::runtime::quota::index::{validate_plan, QuotaConfigError};
 use crate::runtime::quota::views::{DecisionRecord, PoolUsage};
 use crate::state::{blocking, AppState};
 use serde::Serialize;
+use std::sync::{Arc, OnceLock};
 use switchyard_core::quota::plan::{Dimension, PlanSource};
 use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
 use switchyard_store::{PlanRecord, SaveMode};
@@ -79,6 +80,45 @@ pub async fn save_pool(
     )
     .await?;
     Ok(view(state, p))
+}
+
+/// Replaces pool `pool_id`'s allocations and nothing else: the pool is read under the
+/// admin lock, so a name, connections or dimensions changed meanwhile are kept.
+pub async fn set_allocations(
+    state: &AppState,
+    pool_id: String,
+    allocations: Vec<AllocationInput>,
+) -> Result<PoolView, ApiError> {
+    let edited = Arc::new(OnceLock::new());
+    let (found, t) = (Arc::clone(&edited), state.clock.now_ms());
+    let saved = apply_change(
+        state,
+        |rows| {
+            let pool = rows
+                .pools
+                .iter_mut()
+                .find(|p| p.id == pool_id)
+                .ok_or_else(|| ApiError::NotFound {
+                    kind: "pool",
+                    id: pool_id.clone(),
+                })?;
+            pool.allocations = allocations;
+            found.get_or_init(|| pool.clone());
+            Ok(())
+        },
+        move |s| {
+            edited
+                .get()
+                .map(|p| s.save_pool(p, SaveMode::Update, t).map(|()| p.clone()))
+                .transpose()
+        },
+    )
+    .await?;
+    let pool = saved.ok_or(ApiError::NotFound {
+        kind: "pool",
+        id: pool_id,
+    })?;
+    Ok(view(state, pool))
 }
 
 /// Deletes a pool and drops its counters.
