@@ -9,6 +9,7 @@
 
 use crate::charts::{self, Mark, Segment, Series};
 use crate::html::{self, escape, table, Nav};
+use crate::overview::{self, MINUTES, MINUTE_MS};
 use crate::web::{Dash, Posted, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -30,10 +31,6 @@ use switchyard_store::{SaveMode, SeriesRow};
 
 /// The list's path.
 pub const LIST: &str = "/dashboard/costs/quota-share";
-
-/// The burn-rate chart's span and resolution.
-const SERIES_WINDOW_MS: u64 = 60 * 60 * 1000;
-const SERIES_BUCKET_MS: u64 = 60 * 1000;
 
 /// The pages' routes.
 pub fn routes() -> Router<Arc<Dash>> {
@@ -408,7 +405,7 @@ async fn pool_page(
             .await
             .map_err(|e| e.to_string());
         let decisions = services::quota::decisions(app, id.clone(), None).unwrap_or_default();
-        let series = services::logs::series(app, SERIES_WINDOW_MS, SERIES_BUCKET_MS).await?;
+        let series = services::logs::series(app, MINUTES as u64 * MINUTE_MS, MINUTE_MS).await?;
         Ok::<_, ApiError>(PoolPage {
             pool,
             usage,
@@ -568,33 +565,22 @@ fn allocation_table(d: &DimensionUsage) -> String {
 /// connections, a point per minute of the last hour.
 fn burn_chart(page: &PoolPage, unit: Unit) -> String {
     let tokens = unit == Unit::Tokens;
-    let last = page.now / SERIES_BUCKET_MS;
-    let buckets = (SERIES_WINDOW_MS / SERIES_BUCKET_MS) as usize;
-    let mut lines: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for r in &page.series {
-        let on_pool = r
-            .connection_id
+    let lines = overview::minute_lines(&page.series, page.now, |r| {
+        r.connection_id
             .as_ref()
-            .is_some_and(|c| page.pool.connection_ids.contains(c));
-        // Minutes before the current one: the newest bucket is the line's last point.
-        let age = last.checked_sub(r.bucket_ms / SERIES_BUCKET_MS);
-        let Some(i) = age
-            .and_then(|a| usize::try_from(a).ok())
-            .and_then(|a| (buckets - 1).checked_sub(a))
-            .filter(|_| on_pool)
-        else {
-            continue;
-        };
-        let key = r.key_id.clone().unwrap_or_else(|| "no key".to_owned());
-        let points = lines.entry(key).or_insert_with(|| vec![0.0; buckets]);
-        if let Some(p) = points.get_mut(i) {
-            *p += if tokens {
-                (r.prompt_tokens + r.completion_tokens) as f64
-            } else {
-                r.requests as f64
-            };
-        }
-    }
+            .is_some_and(|c| page.pool.connection_ids.contains(c))
+            .then(|| {
+                let value = if tokens {
+                    r.prompt_tokens + r.completion_tokens
+                } else {
+                    r.requests
+                };
+                (
+                    r.key_id.clone().unwrap_or_else(|| "no key".to_owned()),
+                    value as f64,
+                )
+            })
+    });
     let series: Vec<Series<'_>> = lines
         .iter()
         .map(|(label, points)| Series { label, points })
@@ -1124,9 +1110,9 @@ mod tests {
 
     #[test]
     fn the_pool_page_draws_each_key_and_buckets_the_log_per_minute() {
-        let now = 10 * SERIES_BUCKET_MS + 30_000;
+        let now = 10 * MINUTE_MS + 30_000;
         let row = |bucket: u64, conn: &str, key: &str, requests: u64| SeriesRow {
-            bucket_ms: bucket * SERIES_BUCKET_MS,
+            bucket_ms: bucket * MINUTE_MS,
             provider: Some("openai".into()),
             connection_id: Some(conn.into()),
             key_id: Some(key.into()),
