@@ -305,6 +305,14 @@ fn use_of(d: &DimensionUsage) -> String {
     }
 }
 
+/// `, provider reports N %` when the provider's latest reading of the dimension is known
+/// (the engine counts the larger of it and the keys' use), or nothing.
+fn provider_reading(d: &DimensionUsage) -> String {
+    d.provider_signal.map_or_else(String::new, |f| {
+        format!(", provider reports {} %", charts::number(f * 100.0))
+    })
+}
+
 /// One pool's card.
 fn pool_card(p: &PoolView, usage: Option<&PoolUsage>) -> String {
     let dims = match usage {
@@ -313,9 +321,10 @@ fn pool_card(p: &PoolView, usage: Option<&PoolUsage>) -> String {
             for d in &u.dimensions {
                 let _ = write!(
                     out,
-                    "<li>{}: {}, {}</li>",
+                    "<li>{}: {}{}, {}</li>",
                     escape(&d.key),
                     use_of(d),
+                    provider_reading(d),
                     mode_badge(d.mode)
                 );
             }
@@ -457,8 +466,9 @@ fn at(ms: u64) -> String {
     httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(ms))
 }
 
-/// One dimension's bar: each key's consumption, a mark per distinct fair share (naming
-/// its keys) and the saturation threshold.
+/// One dimension's bar: each key's consumption, the saturation threshold, the global
+/// use the mode is judged by (the larger of the keys' use and the provider's reading)
+/// and a mark per distinct fair share (naming its keys).
 fn dimension_bar(d: &DimensionUsage, threshold: f64) -> String {
     let segments: Vec<Segment<'_>> = d
         .keys
@@ -492,6 +502,10 @@ fn dimension_bar(d: &DimensionUsage, threshold: f64) -> String {
             label: &threshold_label,
             value: d.limit * threshold,
         });
+        marks.push(Mark {
+            label: "global use",
+            value: d.limit * d.used_fraction,
+        });
     }
     marks.extend(labels.iter().map(|(label, value)| Mark {
         label,
@@ -502,7 +516,13 @@ fn dimension_bar(d: &DimensionUsage, threshold: f64) -> String {
     } else {
         d.global_used
     };
-    let title = format!("{}: {}, {}", d.key, use_of(d), d.mode.as_str());
+    let title = format!(
+        "{}: {}{}, {}",
+        d.key,
+        use_of(d),
+        provider_reading(d),
+        d.mode.as_str()
+    );
     charts::stacked_bar(&title, max, &segments, &marks)
 }
 
@@ -662,9 +682,10 @@ pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
             for d in &u.dimensions {
                 let _ = write!(
                     usage,
-                    r#"<section class="dimension" aria-label="{k}"><h3>{k}: {used}, {mode}</h3>{bar}{table}</section>"#,
+                    r#"<section class="dimension" aria-label="{k}"><h3>{k}: {used}{provider}, {mode}</h3>{bar}{table}</section>"#,
                     k = escape(&d.key),
                     used = use_of(d),
+                    provider = provider_reading(d),
                     mode = mode_badge(d.mode),
                     bar = dimension_bar(d, page.threshold),
                     table = allocation_table(d),
@@ -1148,6 +1169,7 @@ mod tests {
         assert!(html.contains("<title>requests:hourly: 7 of 10 requests used, strict</title>"));
         assert!(html.contains(r#"<rect class="s0" x="0.0" y="4" width="360.0" height="24"><title>k1: 6</title></rect>"#));
         assert!(html.contains(">saturation threshold (50 %) 5</text>"));
+        assert!(html.contains(">global use 7</text>"));
         assert!(html.contains(">fair share of k1, k2 5</text>"));
         assert!(html.contains("<tr><td>k1</td><td>6</td><td>5</td><td>shortfall 1</td><td>yes</td><td>hard</td><td>—</td><td>6 requests/min</td><td>1 min 30 s</td></tr>"));
         assert!(html.contains("<td>k1</td><td>blocked</td><td>requests:hourly</td><td>fair_share</td><td>strict</td><td>hard</td><td>1 min 1 s</td></tr>"));
@@ -1163,5 +1185,45 @@ mod tests {
         assert!(html.contains(r#"<input type="hidden" name="key-2" value="k3">"#));
         assert!(html.contains(r#"<select name="policy-2" aria-label="Policy of k3"><option value="" selected>not in the pool</option>"#));
         assert!(!html.contains("style="));
+    }
+
+    /// Pool `team` with one request counted, strict because the provider reports 70 %.
+    fn strict_by_provider() -> PoolUsage {
+        let mut u = usage("team");
+        let d = &mut u.dimensions[0];
+        d.global_used = 1.0;
+        d.provider_signal = Some(0.7);
+        d.keys = vec![key("k1", 1.0, Policy::Hard)];
+        u
+    }
+
+    #[test]
+    fn a_pool_strict_by_the_providers_reading_says_so_on_the_bar_and_the_card() {
+        let cards = render_list(
+            &[pool("team")],
+            &[("team".to_owned(), strict_by_provider())]
+                .into_iter()
+                .collect(),
+            &[],
+            &[],
+            "tok",
+        );
+        assert!(cards.contains(r#"<li>requests:hourly: 1 of 10 requests used, provider reports 70 %, <span class="state state-strict">strict</span></li>"#), "{cards}");
+        let page = PoolPage {
+            pool: pool("team"),
+            usage: Ok(strict_by_provider()),
+            decisions: vec![],
+            series: vec![],
+            threshold: 0.5,
+            now: 0,
+            keys: vec![],
+        };
+        let html = render_pool(&page, "tok");
+        assert!(html.contains(r#"<h3>requests:hourly: 1 of 10 requests used, provider reports 70 %, <span class="state state-strict">strict</span></h3>"#), "{html}");
+        assert!(html.contains(
+            "<title>requests:hourly: 1 of 10 requests used, provider reports 70 %, strict</title>"
+        ));
+        assert!(html.contains(">saturation threshold (50 %) 5</text>"));
+        assert!(html.contains(">global use 7</text>"));
     }
 }

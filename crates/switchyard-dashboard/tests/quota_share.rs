@@ -607,3 +607,51 @@ async fn saving_allocations_keeps_a_name_changed_since_the_form_was_shown() {
         "no pool `ghost` was created"
     );
 }
+
+#[tokio::test]
+async fn a_pool_made_strict_by_the_providers_reading_reads_strict_everywhere() {
+    let s = Signed::start().await;
+    s.act(
+        LIST,
+        &[
+            ("id", "team"),
+            ("name", "Team"),
+            ("connection", "alpha-1"),
+            ("dimensions", "requests:hourly=10"),
+            ("allocations", "k1 100"),
+        ],
+    )
+    .await;
+    // The provider says 70 of its 100 requests are used; the gateway counted one.
+    s.h.rule(json!({"headers": {
+        "x-ratelimit-limit-requests": "100",
+        "x-ratelimit-remaining-requests": "30"
+    }}))
+    .await;
+    assert_eq!(
+        s.h.chat(chat_body("alpha/mock-small", false))
+            .await
+            .status(),
+        200
+    );
+    let path = "/dashboard/costs/quota-share/team";
+    eventually("the pool counts the request", || async {
+        s.page(path).await.1.contains("<title>k1: 1</title>")
+    })
+    .await;
+    let usage = s.h.admin_json("/api/quota/pools/team/usage").await;
+    assert_eq!(usage["dimensions"][0]["globalUsed"], 1.0);
+    assert_eq!(usage["dimensions"][0]["providerSignal"], 0.7);
+    assert_eq!(usage["dimensions"][0]["mode"], "strict");
+    let (_, page) = s.page(path).await;
+    assert!(page.contains(r#"<h3>requests:hourly: 1 of 10 requests used, provider reports 70 %, <span class="state state-strict">strict</span></h3>"#), "{page}");
+    assert!(page.contains(
+        "<title>requests:hourly: 1 of 10 requests used, provider reports 70 %, strict</title>"
+    ));
+    assert!(page.contains(">global use 7</text>"), "{page}");
+    assert!(page.contains(">saturation threshold (50 %) 5</text>"));
+    let (_, list) = s.page(LIST).await;
+    assert!(list.contains(r#"<li>requests:hourly: 1 of 10 requests used, provider reports 70 %, <span class="state state-strict">strict</span></li>"#), "{list}");
+    assert_no_credential(&page);
+    assert_no_credential(&list);
+}
