@@ -55,38 +55,59 @@ pub struct Minutes {
     pub by_key: Vec<(String, Vec<f64>)>,
 }
 
+/// The place of `bucket_ms`'s minute among the [`MINUTES`] minutes ending with the
+/// minute of `now_ms` (0 the oldest), or `None` outside them.
+pub(crate) fn minute_slot(bucket_ms: u64, now_ms: u64) -> Option<usize> {
+    let back = (now_ms / MINUTE_MS).checked_sub(bucket_ms / MINUTE_MS)?;
+    usize::try_from(back)
+        .ok()
+        .and_then(|b| (MINUTES - 1).checked_sub(b))
+}
+
+/// Lines of the [`MINUTES`] minutes ending with the minute of `now_ms`, sorted by label:
+/// `point` gives each row's label and value (`None` leaves the row out), and the values
+/// are summed per label and minute. Rows outside those minutes are left out, and a
+/// label only they have gets no line.
+pub(crate) fn minute_lines(
+    rows: &[SeriesRow],
+    now_ms: u64,
+    point: impl Fn(&SeriesRow) -> Option<(String, f64)>,
+) -> Vec<(String, Vec<f64>)> {
+    let mut lines: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for r in rows {
+        let Some(i) = minute_slot(r.bucket_ms, now_ms) else {
+            continue;
+        };
+        let Some((label, value)) = point(r) else {
+            continue;
+        };
+        lines.entry(label).or_insert_with(|| vec![0.0; MINUTES])[i] += value;
+    }
+    lines.into_iter().collect()
+}
+
 /// `rows` (per-minute buckets, as `services::logs::series` gives them) as per-minute
 /// vectors of the [`MINUTES`] minutes ending with the minute of `now_ms`; minutes
 /// without requests are zeros, rows outside those minutes are left out.
 pub fn per_minute(rows: &[SeriesRow], now_ms: u64) -> Minutes {
-    let last = now_ms - now_ms % MINUTE_MS;
-    let zeros = || vec![0.0; MINUTES];
-    let mut requests = zeros();
-    let mut errors = zeros();
-    let mut by_provider: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut by_key: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut requests = vec![0.0; MINUTES];
+    let mut errors = vec![0.0; MINUTES];
     for r in rows {
-        let Some(back) = last.checked_sub(r.bucket_ms - r.bucket_ms % MINUTE_MS) else {
-            continue;
-        };
-        let Some(i) = usize::try_from(back / MINUTE_MS)
-            .ok()
-            .and_then(|b| (MINUTES - 1).checked_sub(b))
-        else {
-            continue;
-        };
-        let n = r.requests as f64;
-        requests[i] += n;
-        errors[i] += r.errors as f64;
-        let label = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".to_owned());
-        by_provider.entry(label(&r.provider)).or_insert_with(zeros)[i] += n;
-        by_key.entry(label(&r.key_id)).or_insert_with(zeros)[i] += n;
+        if let Some(i) = minute_slot(r.bucket_ms, now_ms) {
+            requests[i] += r.requests as f64;
+            errors[i] += r.errors as f64;
+        }
     }
+    let label = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".to_owned());
     Minutes {
         requests,
         errors,
-        by_provider: by_provider.into_iter().collect(),
-        by_key: by_key.into_iter().collect(),
+        by_provider: minute_lines(rows, now_ms, |r| {
+            Some((label(&r.provider), r.requests as f64))
+        }),
+        by_key: minute_lines(rows, now_ms, |r| {
+            Some((label(&r.key_id), r.requests as f64))
+        }),
     }
 }
 
@@ -355,6 +376,43 @@ mod tests {
         let empty = per_minute(&[], now);
         assert_eq!(empty.requests, vec![0.0; MINUTES]);
         assert!(empty.by_provider.is_empty() && empty.by_key.is_empty());
+    }
+
+    #[test]
+    fn minute_slots_count_back_from_the_minute_of_now() {
+        let now = 100 * MINUTE_MS + 30_000;
+        assert_eq!(minute_slot(100 * MINUTE_MS + 59_999, now), Some(59));
+        assert_eq!(minute_slot(100 * MINUTE_MS, now), Some(59));
+        assert_eq!(minute_slot(99 * MINUTE_MS + 1, now), Some(58));
+        assert_eq!(minute_slot(41 * MINUTE_MS, now), Some(0));
+        assert_eq!(minute_slot(41 * MINUTE_MS - 1, now), None);
+        assert_eq!(minute_slot(101 * MINUTE_MS, now), None);
+        assert_eq!(minute_slot(0, 30_000), Some(59));
+    }
+
+    #[test]
+    fn minute_lines_sum_per_label_and_leave_rows_out() {
+        let now = 100 * MINUTE_MS + 30_000;
+        let rows = [
+            bucket(100, Some("alpha"), "k1", 2),
+            bucket(100, Some("alpha"), "k1", 3),
+            bucket(60, Some("beta"), "k1", 7),
+            bucket(99, Some("alpha"), "k2", 4),
+            bucket(40, Some("alpha"), "old", 1),
+        ];
+        let lines = minute_lines(&rows, now, |r| {
+            (r.provider.as_deref() == Some("alpha")).then(|| {
+                (
+                    r.key_id.clone().unwrap_or_default(),
+                    r.requests as f64 * 10.0,
+                )
+            })
+        });
+        let mut k1 = vec![0.0; MINUTES];
+        k1[59] = 50.0;
+        let mut k2 = vec![0.0; MINUTES];
+        k2[58] = 40.0;
+        assert_eq!(lines, vec![("k1".to_owned(), k1), ("k2".to_owned(), k2)]);
     }
 
     #[test]

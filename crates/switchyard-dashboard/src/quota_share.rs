@@ -9,6 +9,7 @@
 
 use crate::charts::{self, Mark, Segment, Series};
 use crate::html::{self, escape, table, Nav};
+use crate::overview::{self, MINUTES, MINUTE_MS};
 use crate::web::{Dash, Posted, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -21,7 +22,6 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 use switchyard_core::quota::decide::{Mode, Unit};
 use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
-use switchyard_core::settings::SettingValue;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::runtime::quota::views::{DecisionRecord, DimensionUsage, PoolUsage};
 use switchyard_gateway::services;
@@ -31,13 +31,6 @@ use switchyard_store::{SaveMode, SeriesRow};
 
 /// The list's path.
 pub const LIST: &str = "/dashboard/costs/quota-share";
-
-/// The burn-rate chart's span and resolution.
-const SERIES_WINDOW_MS: u64 = 60 * 60 * 1000;
-const SERIES_BUCKET_MS: u64 = 60 * 1000;
-
-/// The setting holding the used fraction at which a dimension turns strict.
-const THRESHOLD_SETTING: &str = "quota.saturationThreshold";
 
 /// The pages' routes.
 pub fn routes() -> Router<Arc<Dash>> {
@@ -312,6 +305,14 @@ fn use_of(d: &DimensionUsage) -> String {
     }
 }
 
+/// `, provider reports N %` when the provider's latest reading of the dimension is known
+/// (the engine counts the larger of it and the keys' use), or nothing.
+fn provider_reading(d: &DimensionUsage) -> String {
+    d.provider_signal.map_or_else(String::new, |f| {
+        format!(", provider reports {} %", charts::number(f * 100.0))
+    })
+}
+
 /// One pool's card.
 fn pool_card(p: &PoolView, usage: Option<&PoolUsage>) -> String {
     let dims = match usage {
@@ -320,9 +321,10 @@ fn pool_card(p: &PoolView, usage: Option<&PoolUsage>) -> String {
             for d in &u.dimensions {
                 let _ = write!(
                     out,
-                    "<li>{}: {}, {}</li>",
+                    "<li>{}: {}{}, {}</li>",
                     escape(&d.key),
                     use_of(d),
+                    provider_reading(d),
                     mode_badge(d.mode)
                 );
             }
@@ -412,13 +414,13 @@ async fn pool_page(
             .await
             .map_err(|e| e.to_string());
         let decisions = services::quota::decisions(app, id.clone(), None).unwrap_or_default();
-        let series = services::logs::series(app, SERIES_WINDOW_MS, SERIES_BUCKET_MS).await?;
+        let series = services::logs::series(app, MINUTES as u64 * MINUTE_MS, MINUTE_MS).await?;
         Ok::<_, ApiError>(PoolPage {
             pool,
             usage,
             decisions,
             series,
-            threshold: saturation_threshold(app),
+            threshold: services::quota::saturation_threshold(app),
             now: dash.now(),
             keys: key_ids(app).await?,
         })
@@ -434,26 +436,28 @@ async fn pool_page(
     }
 }
 
-/// The saturation threshold in force, from the settings service.
-fn saturation_threshold(app: &AppState) -> f64 {
-    services::settings::list(app)
-        .into_iter()
-        .find(|s| s.key == THRESHOLD_SETTING)
-        .and_then(|s| match s.value {
-            SettingValue::Float(f) => Some(f),
-            _ => None,
-        })
-        .unwrap_or(0.5)
-}
-
-/// A duration for people: `45 s`, `12 min`, `3 h 20 min`, `2 d 4 h`.
+/// A duration for people, never shorter than it is: `45 s`, `1 min 59 s`, `3 h 20 min`,
+/// `2 d 4 h`. Seconds are rounded up; from an hour on the smaller unit is rounded up
+/// (so 1 h and 1 ms reads `1 h 1 min`) and a zero smaller unit is left out.
 fn duration(ms: u64) -> String {
+    let two = |big: u64, big_name: &str, small: u64, small_name: &str| {
+        if small == 0 {
+            format!("{big} {big_name}")
+        } else {
+            format!("{big} {big_name} {small} {small_name}")
+        }
+    };
     let s = ms.div_ceil(1000);
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s / 60),
-        3600..86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
-        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    let minutes = s.div_ceil(60);
+    if s < 60 {
+        format!("{s} s")
+    } else if s < 3600 {
+        two(s / 60, "min", s % 60, "s")
+    } else if minutes < 24 * 60 {
+        two(minutes / 60, "h", minutes % 60, "min")
+    } else {
+        let hours = s.div_ceil(3600);
+        two(hours / 24, "d", hours % 24, "h")
     }
 }
 
@@ -462,8 +466,9 @@ fn at(ms: u64) -> String {
     httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(ms))
 }
 
-/// One dimension's bar: each key's consumption, a mark per distinct fair share (naming
-/// its keys) and the saturation threshold.
+/// One dimension's bar: each key's consumption, the saturation threshold, the global
+/// use the mode is judged by (the larger of the keys' use and the provider's reading)
+/// and a mark per distinct fair share (naming its keys).
 fn dimension_bar(d: &DimensionUsage, threshold: f64) -> String {
     let segments: Vec<Segment<'_>> = d
         .keys
@@ -497,6 +502,10 @@ fn dimension_bar(d: &DimensionUsage, threshold: f64) -> String {
             label: &threshold_label,
             value: d.limit * threshold,
         });
+        marks.push(Mark {
+            label: "global use",
+            value: d.limit * d.used_fraction,
+        });
     }
     marks.extend(labels.iter().map(|(label, value)| Mark {
         label,
@@ -507,7 +516,13 @@ fn dimension_bar(d: &DimensionUsage, threshold: f64) -> String {
     } else {
         d.global_used
     };
-    let title = format!("{}: {}, {}", d.key, use_of(d), d.mode.as_str());
+    let title = format!(
+        "{}: {}{}, {}",
+        d.key,
+        use_of(d),
+        provider_reading(d),
+        d.mode.as_str()
+    );
     charts::stacked_bar(&title, max, &segments, &marks)
 }
 
@@ -570,33 +585,22 @@ fn allocation_table(d: &DimensionUsage) -> String {
 /// connections, a point per minute of the last hour.
 fn burn_chart(page: &PoolPage, unit: Unit) -> String {
     let tokens = unit == Unit::Tokens;
-    let last = page.now / SERIES_BUCKET_MS;
-    let buckets = (SERIES_WINDOW_MS / SERIES_BUCKET_MS) as usize;
-    let mut lines: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for r in &page.series {
-        let on_pool = r
-            .connection_id
+    let lines = overview::minute_lines(&page.series, page.now, |r| {
+        r.connection_id
             .as_ref()
-            .is_some_and(|c| page.pool.connection_ids.contains(c));
-        // Minutes before the current one: the newest bucket is the line's last point.
-        let age = last.checked_sub(r.bucket_ms / SERIES_BUCKET_MS);
-        let Some(i) = age
-            .and_then(|a| usize::try_from(a).ok())
-            .and_then(|a| (buckets - 1).checked_sub(a))
-            .filter(|_| on_pool)
-        else {
-            continue;
-        };
-        let key = r.key_id.clone().unwrap_or_else(|| "no key".to_owned());
-        let points = lines.entry(key).or_insert_with(|| vec![0.0; buckets]);
-        if let Some(p) = points.get_mut(i) {
-            *p += if tokens {
-                (r.prompt_tokens + r.completion_tokens) as f64
-            } else {
-                r.requests as f64
-            };
-        }
-    }
+            .is_some_and(|c| page.pool.connection_ids.contains(c))
+            .then(|| {
+                let value = if tokens {
+                    r.prompt_tokens + r.completion_tokens
+                } else {
+                    r.requests
+                };
+                (
+                    r.key_id.clone().unwrap_or_else(|| "no key".to_owned()),
+                    value as f64,
+                )
+            })
+    });
     let series: Vec<Series<'_>> = lines
         .iter()
         .map(|(label, points)| Series { label, points })
@@ -678,9 +682,10 @@ pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
             for d in &u.dimensions {
                 let _ = write!(
                     usage,
-                    r#"<section class="dimension" aria-label="{k}"><h3>{k}: {used}, {mode}</h3>{bar}{table}</section>"#,
+                    r#"<section class="dimension" aria-label="{k}"><h3>{k}: {used}{provider}, {mode}</h3>{bar}{table}</section>"#,
                     k = escape(&d.key),
                     used = use_of(d),
+                    provider = provider_reading(d),
                     mode = mode_badge(d.mode),
                     bar = dimension_bar(d, page.threshold),
                     table = allocation_table(d),
@@ -882,19 +887,12 @@ async fn save_allocations(
     Path(id): Path<String>,
     Posted(session, fields): Posted<Vec<(String, String)>>,
 ) -> Response {
-    let outcome = async {
-        let allocations = allocations_from_rows(&fields)?;
-        let pool = services::quota::pool(&dash.app, id.clone()).await?;
-        let input = PoolInput {
-            id: pool.id,
-            name: pool.name,
-            connection_ids: pool.connection_ids,
-            dimensions: pool.dimensions,
-            allocations,
-        };
-        services::quota::save_pool(&dash.app, input, SaveMode::Update).await
-    }
-    .await;
+    let outcome = match allocations_from_rows(&fields) {
+        Ok(allocations) => {
+            services::quota::set_allocations(&dash.app, id.clone(), allocations).await
+        }
+        Err(e) => Err(e),
+    };
     dash.done(&session, &pool_path(&id), outcome, |v| {
         format!(
             "Pool `{}` now has {} allocation(s).",
@@ -1045,13 +1043,20 @@ mod tests {
     }
 
     #[test]
-    fn durations_read_as_people_say_them() {
+    fn durations_read_as_people_say_them_rounded_up() {
         assert_eq!(duration(0), "0 s");
         assert_eq!(duration(1), "1 s");
         assert_eq!(duration(59_000), "59 s");
-        assert_eq!(duration(125_000), "2 min");
+        assert_eq!(duration(59_999), "1 min");
+        assert_eq!(duration(60_000), "1 min");
+        assert_eq!(duration(119_000), "1 min 59 s");
+        assert_eq!(duration(125_000), "2 min 5 s");
+        assert_eq!(duration(3_599_001), "1 h");
+        assert_eq!(duration(3_600_001), "1 h 1 min");
         assert_eq!(duration(3_600_000 + 20 * 60_000), "1 h 20 min");
+        assert_eq!(duration(86_400_000 - 1), "1 d");
         assert_eq!(duration(2 * 86_400_000 + 4 * 3_600_000), "2 d 4 h");
+        assert_eq!(duration(2 * 86_400_000 + 4 * 3_600_000 + 1), "2 d 5 h");
     }
 
     fn pool(id: &str) -> PoolView {
@@ -1126,9 +1131,9 @@ mod tests {
 
     #[test]
     fn the_pool_page_draws_each_key_and_buckets_the_log_per_minute() {
-        let now = 10 * SERIES_BUCKET_MS + 30_000;
+        let now = 10 * MINUTE_MS + 30_000;
         let row = |bucket: u64, conn: &str, key: &str, requests: u64| SeriesRow {
-            bucket_ms: bucket * SERIES_BUCKET_MS,
+            bucket_ms: bucket * MINUTE_MS,
             provider: Some("openai".into()),
             connection_id: Some(conn.into()),
             key_id: Some(key.into()),
@@ -1164,9 +1169,10 @@ mod tests {
         assert!(html.contains("<title>requests:hourly: 7 of 10 requests used, strict</title>"));
         assert!(html.contains(r#"<rect class="s0" x="0.0" y="4" width="360.0" height="24"><title>k1: 6</title></rect>"#));
         assert!(html.contains(">saturation threshold (50 %) 5</text>"));
+        assert!(html.contains(">global use 7</text>"));
         assert!(html.contains(">fair share of k1, k2 5</text>"));
-        assert!(html.contains("<tr><td>k1</td><td>6</td><td>5</td><td>shortfall 1</td><td>yes</td><td>hard</td><td>—</td><td>6 requests/min</td><td>1 min</td></tr>"));
-        assert!(html.contains("<td>k1</td><td>blocked</td><td>requests:hourly</td><td>fair_share</td><td>strict</td><td>hard</td><td>1 min</td></tr>"));
+        assert!(html.contains("<tr><td>k1</td><td>6</td><td>5</td><td>shortfall 1</td><td>yes</td><td>hard</td><td>—</td><td>6 requests/min</td><td>1 min 30 s</td></tr>"));
+        assert!(html.contains("<td>k1</td><td>blocked</td><td>requests:hourly</td><td>fair_share</td><td>strict</td><td>hard</td><td>1 min 1 s</td></tr>"));
         // k1's line: 0 until the last two minutes (2 then 3); k2 is on another connection.
         assert!(
             html.contains(
@@ -1179,5 +1185,45 @@ mod tests {
         assert!(html.contains(r#"<input type="hidden" name="key-2" value="k3">"#));
         assert!(html.contains(r#"<select name="policy-2" aria-label="Policy of k3"><option value="" selected>not in the pool</option>"#));
         assert!(!html.contains("style="));
+    }
+
+    /// Pool `team` with one request counted, strict because the provider reports 70 %.
+    fn strict_by_provider() -> PoolUsage {
+        let mut u = usage("team");
+        let d = &mut u.dimensions[0];
+        d.global_used = 1.0;
+        d.provider_signal = Some(0.7);
+        d.keys = vec![key("k1", 1.0, Policy::Hard)];
+        u
+    }
+
+    #[test]
+    fn a_pool_strict_by_the_providers_reading_says_so_on_the_bar_and_the_card() {
+        let cards = render_list(
+            &[pool("team")],
+            &[("team".to_owned(), strict_by_provider())]
+                .into_iter()
+                .collect(),
+            &[],
+            &[],
+            "tok",
+        );
+        assert!(cards.contains(r#"<li>requests:hourly: 1 of 10 requests used, provider reports 70 %, <span class="state state-strict">strict</span></li>"#), "{cards}");
+        let page = PoolPage {
+            pool: pool("team"),
+            usage: Ok(strict_by_provider()),
+            decisions: vec![],
+            series: vec![],
+            threshold: 0.5,
+            now: 0,
+            keys: vec![],
+        };
+        let html = render_pool(&page, "tok");
+        assert!(html.contains(r#"<h3>requests:hourly: 1 of 10 requests used, provider reports 70 %, <span class="state state-strict">strict</span></h3>"#), "{html}");
+        assert!(html.contains(
+            "<title>requests:hourly: 1 of 10 requests used, provider reports 70 %, strict</title>"
+        ));
+        assert!(html.contains(">saturation threshold (50 %) 5</text>"));
+        assert!(html.contains(">global use 7</text>"));
     }
 }

@@ -516,3 +516,142 @@ async fn forms_without_the_csrf_token_are_refused_and_change_nothing() {
         "empty"
     );
 }
+
+#[tokio::test]
+async fn the_pool_page_uses_the_saturation_threshold_in_force() {
+    let s = Signed::start().await;
+    create_team(&s).await;
+    let r =
+        s.h.admin_send(
+            Method::PUT,
+            "/api/settings/quota.saturationThreshold",
+            json!({"value": 0.75}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let (_, page) = s.page("/dashboard/costs/quota-share/team").await;
+    assert!(
+        page.contains("<li>Saturation threshold: 75 % of each limit</li>"),
+        "{page}"
+    );
+    assert!(page.contains(">saturation threshold (75 %) 3</text>"));
+}
+
+#[tokio::test]
+async fn saving_allocations_keeps_a_name_changed_since_the_form_was_shown() {
+    let s = Signed::start().await;
+    create_team(&s).await;
+    let path = "/dashboard/costs/quota-share/team";
+    let (_, form) = s.page(path).await;
+    assert!(form.contains(r#"<input type="hidden" name="key-1" value="ops">"#));
+    let r =
+        s.h.admin_send(
+            Method::PUT,
+            "/api/quota/pools/team",
+            json!({
+                "id": "team", "name": "Renamed", "connectionIds": ["alpha-1"],
+                "dimensions": [{"unit": "requests", "window": "hourly", "limit": 6}],
+                "allocations": [{"apiKeyId": "k1", "allocationWeight": 50, "policy": "hard"}]
+            }),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let page = s
+        .act(
+            &format!("{path}/allocations"),
+            &[
+                ("key-0", "k1"),
+                ("weight-0", "20"),
+                ("policy-0", "soft"),
+                ("key-1", "ops"),
+                ("weight-1", "80"),
+                ("policy-1", "hard"),
+            ],
+        )
+        .await;
+    assert!(
+        page.contains(&done("Pool `team` now has 2 allocation(s).")),
+        "{page}"
+    );
+    assert!(page.contains("<title>Pool Renamed · Switchyard</title>"));
+    assert_eq!(
+        s.h.admin_json("/api/quota/pools/team").await,
+        json!({
+            "id": "team",
+            "name": "Renamed",
+            "connectionIds": ["alpha-1"],
+            "dimensions": [{"unit": "requests", "window": "hourly", "limit": 6.0}],
+            "effectiveDimensions": [{"unit": "requests", "window": "hourly", "limit": 6.0}],
+            "allocations": [
+                {"apiKeyId": "k1", "allocationWeight": 20.0, "capValue": null, "capUnit": null, "policy": "soft"},
+                {"apiKeyId": "ops", "allocationWeight": 80.0, "capValue": null, "capUnit": null, "policy": "hard"},
+            ],
+        })
+    );
+    let r = s
+        .post(
+            "/dashboard/costs/quota-share/ghost/allocations",
+            &[("key-0", "k1"), ("policy-0", "hard")],
+        )
+        .await;
+    assert_eq!(r.status(), 303);
+    let (status, missing) = s.page("/dashboard/costs/quota-share/ghost").await;
+    assert_eq!(status, 404);
+    assert!(
+        missing.contains(&failed("pool `ghost` not found")),
+        "{missing}"
+    );
+    assert_eq!(
+        s.h.admin_json("/api/quota/pools").await[1],
+        Value::Null,
+        "no pool `ghost` was created"
+    );
+}
+
+#[tokio::test]
+async fn a_pool_made_strict_by_the_providers_reading_reads_strict_everywhere() {
+    let s = Signed::start().await;
+    s.act(
+        LIST,
+        &[
+            ("id", "team"),
+            ("name", "Team"),
+            ("connection", "alpha-1"),
+            ("dimensions", "requests:hourly=10"),
+            ("allocations", "k1 100"),
+        ],
+    )
+    .await;
+    // The provider says 70 of its 100 requests are used; the gateway counted one.
+    s.h.rule(json!({"headers": {
+        "x-ratelimit-limit-requests": "100",
+        "x-ratelimit-remaining-requests": "30"
+    }}))
+    .await;
+    assert_eq!(
+        s.h.chat(chat_body("alpha/mock-small", false))
+            .await
+            .status(),
+        200
+    );
+    let path = "/dashboard/costs/quota-share/team";
+    eventually("the pool counts the request", || async {
+        s.page(path).await.1.contains("<title>k1: 1</title>")
+    })
+    .await;
+    let usage = s.h.admin_json("/api/quota/pools/team/usage").await;
+    assert_eq!(usage["dimensions"][0]["globalUsed"], 1.0);
+    assert_eq!(usage["dimensions"][0]["providerSignal"], 0.7);
+    assert_eq!(usage["dimensions"][0]["mode"], "strict");
+    let (_, page) = s.page(path).await;
+    assert!(page.contains(r#"<h3>requests:hourly: 1 of 10 requests used, provider reports 70 %, <span class="state state-strict">strict</span></h3>"#), "{page}");
+    assert!(page.contains(
+        "<title>requests:hourly: 1 of 10 requests used, provider reports 70 %, strict</title>"
+    ));
+    assert!(page.contains(">global use 7</text>"), "{page}");
+    assert!(page.contains(">saturation threshold (50 %) 5</text>"));
+    let (_, list) = s.page(LIST).await;
+    assert!(list.contains(r#"<li>requests:hourly: 1 of 10 requests used, provider reports 70 %, <span class="state state-strict">strict</span></li>"#), "{list}");
+    assert_no_credential(&page);
+    assert_no_credential(&list);
+}

@@ -11,6 +11,7 @@ use crate::runtime::quota::index::{validate_plan, QuotaConfigError};
 use crate::runtime::quota::views::{DecisionRecord, PoolUsage};
 use crate::state::{blocking, AppState};
 use serde::Serialize;
+use std::sync::{Arc, OnceLock};
 use switchyard_core::quota::plan::{Dimension, PlanSource};
 use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
 use switchyard_store::{PlanRecord, SaveMode};
@@ -81,6 +82,45 @@ pub async fn save_pool(
     Ok(view(state, p))
 }
 
+/// Replaces pool `pool_id`'s allocations and nothing else: the pool is read under the
+/// admin lock, so a name, connections or dimensions changed meanwhile are kept.
+pub async fn set_allocations(
+    state: &AppState,
+    pool_id: String,
+    allocations: Vec<AllocationInput>,
+) -> Result<PoolView, ApiError> {
+    let edited = Arc::new(OnceLock::new());
+    let (found, t) = (Arc::clone(&edited), state.clock.now_ms());
+    let saved = apply_change(
+        state,
+        |rows| {
+            let pool = rows
+                .pools
+                .iter_mut()
+                .find(|p| p.id == pool_id)
+                .ok_or_else(|| ApiError::NotFound {
+                    kind: "pool",
+                    id: pool_id.clone(),
+                })?;
+            pool.allocations = allocations;
+            found.get_or_init(|| pool.clone());
+            Ok(())
+        },
+        move |s| {
+            edited
+                .get()
+                .map(|p| s.save_pool(p, SaveMode::Update, t).map(|()| p.clone()))
+                .transpose()
+        },
+    )
+    .await?;
+    let pool = saved.ok_or(ApiError::NotFound {
+        kind: "pool",
+        id: pool_id,
+    })?;
+    Ok(view(state, pool))
+}
+
 /// Deletes a pool and drops its counters.
 pub async fn delete_pool(state: &AppState, id: String) -> Result<(), ApiError> {
     let (target, deleted) = (id.clone(), id.clone());
@@ -119,6 +159,12 @@ pub async fn usage(state: &AppState, id: String) -> Result<PoolUsage, ApiError> 
         .map_err(|e| ApiError::QuotaStoreUnavailable {
             reason: e.reason.as_str(),
         })
+}
+
+/// The used fraction of a limit from which a dimension is strict (the setting
+/// `quota.saturationThreshold` in force).
+pub fn saturation_threshold(state: &AppState) -> f64 {
+    state.snapshot().settings.quota.saturation_threshold
 }
 
 /// A pool's recent decisions, or only `api_key_id`'s.
@@ -270,4 +316,138 @@ pub async fn import(state: &AppState, pools: Vec<PoolInput>) -> Result<ImportRes
 /// Every pool as declared, in the form [`import`] takes.
 pub async fn export(state: &AppState) -> Result<Vec<PoolInput>, ApiError> {
     Ok(blocking(&state.store, |s| s.list_pools()).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::keys::NewKey;
+    use serde_json::json;
+    use switchyard_core::settings::Layers;
+    use switchyard_store::{ConnectionRecord, ProviderRecord, Store};
+
+    /// A state over an in-memory database with provider `p`, connection `c1` and pool
+    /// `team` (k1 and k2 with half each), resolving settings from `layers`.
+    async fn state(layers: Layers) -> Arc<AppState> {
+        let store = Store::open_in_memory().unwrap();
+        let provider: ProviderRecord = serde_json::from_value(
+            json!({"id": "p", "format": "openai", "base_url": "http://127.0.0.1:9"}),
+        )
+        .unwrap();
+        store.save_provider(&provider, SaveMode::Create, 0).unwrap();
+        let connection: ConnectionRecord = serde_json::from_value(json!({
+            "id": "c1", "provider": "p", "auth_class": "apikey", "format": null,
+            "base_url": null, "enabled": true, "max_concurrent": null,
+            "rate_limit_overrides": null, "provider_specific_data": null,
+            "disable_cooling": false, "has_credential": false
+        }))
+        .unwrap();
+        store
+            .save_connection(&connection, None, SaveMode::Create, 0)
+            .unwrap();
+        let (state, _writers) = AppState::new(Arc::new(store), Arc::new(SystemClock), layers, None)
+            .await
+            .unwrap();
+        for id in ["k1", "k2"] {
+            let key = NewKey {
+                id: Some(id.into()),
+                name: id.into(),
+                ..NewKey::default()
+            };
+            super::super::keys::create(&state, key).await.unwrap();
+        }
+        save_pool(&state, team("Team", 50.0), SaveMode::Create)
+            .await
+            .unwrap();
+        state
+    }
+
+    fn allocation(key: &str, weight: f64, policy: &str) -> AllocationInput {
+        AllocationInput {
+            api_key_id: key.into(),
+            allocation_weight: weight,
+            cap_value: None,
+            cap_unit: None,
+            policy: policy.into(),
+        }
+    }
+
+    fn team(name: &str, weight: f64) -> PoolInput {
+        PoolInput {
+            id: "team".into(),
+            name: name.into(),
+            connection_ids: vec!["c1".into()],
+            dimensions: vec![DimensionInput {
+                unit: "requests".into(),
+                window: "hourly".into(),
+                limit: 10.0,
+            }],
+            allocations: vec![
+                allocation("k1", weight, "hard"),
+                allocation("k2", 100.0 - weight, "hard"),
+            ],
+        }
+    }
+
+    #[tokio::test]
+    async fn the_saturation_threshold_is_the_setting_in_force() {
+        assert_eq!(saturation_threshold(&*state(Layers::default()).await), 0.5);
+        let layers = Layers {
+            file: [("quota.saturationThreshold".to_owned(), json!(0.8))].into(),
+            ..Layers::default()
+        };
+        assert_eq!(saturation_threshold(&*state(layers).await), 0.8);
+    }
+
+    #[tokio::test]
+    async fn set_allocations_keeps_what_changed_since_the_pool_was_read() {
+        let state = state(Layers::default()).await;
+        // Read by a form, then renamed (and re-weighted) by someone else.
+        let shown = pool(&state, "team".into()).await.unwrap();
+        assert_eq!(shown.name, "Team");
+        let mut renamed = team("Renamed", 30.0);
+        renamed.dimensions[0].limit = 6.0;
+        save_pool(&state, renamed, SaveMode::Update).await.unwrap();
+        let wanted = vec![
+            allocation("k1", 20.0, "soft"),
+            allocation("k2", 80.0, "burst"),
+        ];
+        let saved = set_allocations(&state, "team".into(), wanted.clone())
+            .await
+            .unwrap();
+        assert_eq!(saved.name, "Renamed");
+        assert_eq!(saved.allocations, wanted);
+        let stored = export(&state).await.unwrap();
+        assert_eq!(
+            stored,
+            vec![PoolInput {
+                id: "team".into(),
+                name: "Renamed".into(),
+                connection_ids: vec!["c1".into()],
+                dimensions: vec![DimensionInput {
+                    unit: "requests".into(),
+                    window: "hourly".into(),
+                    limit: 6.0,
+                }],
+                allocations: wanted,
+            }]
+        );
+        let e = set_allocations(&state, "ghost".into(), vec![])
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "pool `ghost` not found");
+        let e = set_allocations(
+            &state,
+            "team".into(),
+            vec![allocation("k1", 5.0, "sometimes")],
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "quota pool `team`: allocations[0].policy: unknown policy `sometimes` (expected hard, soft or burst)"
+        );
+        assert_eq!(export(&state).await.unwrap(), stored);
+    }
 }
