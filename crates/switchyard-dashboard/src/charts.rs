@@ -51,9 +51,19 @@ fn x_of(value: f64, max: f64) -> f64 {
     (value / max).clamp(0.0, 1.0) * BAR_WIDTH
 }
 
+/// The `stroke-dasharray` attribute of series or mark `i` (none for the first).
+fn dash_attr(i: usize) -> String {
+    match DASHES[i % DASHES.len()] {
+        "" => String::new(),
+        d => format!(r#" stroke-dasharray="{d}""#),
+    }
+}
+
 /// A horizontal bar scaled to `max` with `segments` stacked left to right and `marks`
-/// drawn across it (each labelled under the bar). Use beyond `max` is drawn to the end
-/// of the bar; the description says the real total.
+/// drawn across it, each mark with its own dash pattern. The legend under the bar names
+/// every segment and mark with its value in text, so nothing depends on colour or on
+/// hovering. Use beyond `max` is drawn to the end of the bar; the description and the
+/// legend say the real values.
 pub fn stacked_bar(title: &str, max: f64, segments: &[Segment<'_>], marks: &[Mark<'_>]) -> String {
     let total: f64 = segments.iter().map(|s| s.value.max(0.0)).sum();
     let mut desc = format!("Total {} of {}.", number(total), number(max));
@@ -63,41 +73,48 @@ pub fn stacked_bar(title: &str, max: f64, segments: &[Segment<'_>], marks: &[Mar
     for m in marks {
         let _ = write!(desc, " {} at {}.", m.label, number(m.value));
     }
-    let height = 40 + 16 * marks.len();
     let mut out = format!(
-        r#"<svg class="chart bar" viewBox="0 0 {w} {height}" width="100%" role="img" preserveAspectRatio="none"><title>{t}</title><desc>{d}</desc><rect class="track" x="0" y="4" width="{w}" height="24"/>"#,
+        r#"<figure class="bar-chart"><svg class="chart bar" viewBox="0 0 {w} 32" width="100%" role="img" preserveAspectRatio="none"><title>{t}</title><desc>{d}</desc><rect class="track" x="0" y="4" width="{w}" height="24"/>"#,
         w = BAR_WIDTH,
         t = escape(title),
         d = escape(&desc),
     );
+    let mut legend = String::new();
     let mut at = 0.0_f64;
     for (i, s) in segments.iter().enumerate() {
         let start = x_of(at, max);
         at += s.value.max(0.0);
         let width = x_of(at, max) - start;
+        let (c, l, v) = (i % PALETTE, escape(s.label), number(s.value));
         if width > 0.0 {
             let _ = write!(
                 out,
                 r#"<rect class="s{c}" x="{start:.1}" y="4" width="{width:.1}" height="24"><title>{l}: {v}</title></rect>"#,
-                c = i % PALETTE,
-                l = escape(s.label),
-                v = number(s.value),
             );
         }
+        let _ = write!(
+            legend,
+            r#"<li><svg class="swatch" viewBox="0 0 12 12" width="12" height="12" aria-hidden="true"><rect class="s{c}" x="0" y="0" width="12" height="12"/></svg>{l}: {v}</li>"#,
+        );
     }
     for (i, m) in marks.iter().enumerate() {
         let x = x_of(m.value, max);
-        let y = 44 + 16 * i;
-        let anchor = if x > BAR_WIDTH * 0.7 { "end" } else { "start" };
+        let dash = dash_attr(i);
         let _ = write!(
             out,
-            r#"<line class="mark m{i}" x1="{x:.1}" x2="{x:.1}" y1="0" y2="{y2}"/><text class="mark-label" x="{x:.1}" y="{y}" text-anchor="{anchor}">{l} {v}</text>"#,
-            y2 = y - 10,
+            r#"<line class="mark" x1="{x:.1}" x2="{x:.1}" y1="0" y2="32"{dash}/>"#,
+        );
+        let _ = write!(
+            legend,
+            r#"<li><svg class="swatch" viewBox="0 0 24 8" width="24" height="8" aria-hidden="true"><line class="mark" x1="0" x2="24" y1="4" y2="4"{dash}/></svg>{l}: {v}</li>"#,
             l = escape(m.label),
             v = number(m.value),
         );
     }
-    out.push_str("</svg>");
+    let _ = write!(
+        out,
+        r#"</svg><figcaption><ul class="legend">{legend}</ul></figcaption></figure>"#
+    );
     out
 }
 
@@ -195,12 +212,7 @@ pub fn line_chart(title: &str, unit: &str, from: &str, to: &str, series: &[Serie
                 )
             })
             .collect();
-        let dash = DASHES[i % DASHES.len()];
-        let dash = if dash.is_empty() {
-            String::new()
-        } else {
-            format!(r#" stroke-dasharray="{dash}""#)
-        };
+        let dash = dash_attr(i);
         let _ = write!(
             out,
             r#"<polyline class="l{c}" fill="none"{dash} points="{p}"><title>{l}</title></polyline>"#,
@@ -211,12 +223,7 @@ pub fn line_chart(title: &str, unit: &str, from: &str, to: &str, series: &[Serie
     }
     out.push_str(r#"</svg><figcaption><ul class="legend">"#);
     for (i, s) in series.iter().enumerate() {
-        let dash = DASHES[i % DASHES.len()];
-        let dash = if dash.is_empty() {
-            String::new()
-        } else {
-            format!(r#" stroke-dasharray="{dash}""#)
-        };
+        let dash = dash_attr(i);
         let _ = write!(
             out,
             r#"<li><svg class="swatch" viewBox="0 0 24 8" width="24" height="8" aria-hidden="true"><line class="l{c}" x1="0" x2="24" y1="4" y2="4"{dash}/></svg>{l}</li>"#,
@@ -290,9 +297,14 @@ mod tests {
         assert!(svg.contains(r#"<rect class="s0" x="0.0" y="4" width="150.0" height="24"><title>k1: 25</title></rect>"#));
         assert!(svg.contains(r#"<rect class="s1" x="150.0" y="4" width="300.0" height="24"><title>k&lt;2&gt;: 50</title></rect>"#));
         assert!(!svg.contains("empty: 0</title>"));
-        assert!(svg.contains(r#"<line class="mark m0" x1="300.0" x2="300.0" y1="0" y2="34"/><text class="mark-label" x="300.0" y="44" text-anchor="start">fair share 50</text>"#));
+        assert!(svg.contains(r#"<line class="mark" x1="300.0" x2="300.0" y1="0" y2="32"/><line class="mark" x1="480.0" x2="480.0" y1="0" y2="32" stroke-dasharray="6 3"/></svg>"#));
+        assert!(svg.contains(r#"<ul class="legend"><li><svg class="swatch" viewBox="0 0 12 12" width="12" height="12" aria-hidden="true"><rect class="s0" x="0" y="0" width="12" height="12"/></svg>k1: 25</li>"#));
         assert!(svg.contains(
-            r#"<text class="mark-label" x="480.0" y="60" text-anchor="end">threshold 80</text>"#
+            r#"<rect class="s2" x="0" y="0" width="12" height="12"/></svg>empty: 0</li>"#
+        ));
+        assert!(svg.contains(r#"<li><svg class="swatch" viewBox="0 0 24 8" width="24" height="8" aria-hidden="true"><line class="mark" x1="0" x2="24" y1="4" y2="4"/></svg>fair share: 50</li>"#));
+        assert!(svg.contains(
+            r#"y2="4" stroke-dasharray="6 3"/></svg>threshold: 80</li></ul></figcaption></figure>"#
         ));
         assert!(!svg.contains("style="));
     }

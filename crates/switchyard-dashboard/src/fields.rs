@@ -5,7 +5,6 @@
 use crate::html::escape;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use std::time::{Duration, UNIX_EPOCH};
 use switchyard_gateway::error::ApiError;
 
 /// A posted form's fields in order, repeated names included.
@@ -105,11 +104,6 @@ pub fn state_label(state: &str) -> String {
         escape(&state.to_ascii_lowercase().replace('_', "-")),
         escape(state)
     )
-}
-
-/// Unix milliseconds as an HTTP date.
-pub fn date(ms: u64) -> String {
-    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(ms))
 }
 
 #[cfg(test)]

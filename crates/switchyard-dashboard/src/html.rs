@@ -231,6 +231,29 @@ fn table_with(
     out
 }
 
+/// A time in Unix milliseconds as UTC `YYYY-MM-DD HH:MM:SS`.
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm), in the proleptic
+    // Gregorian calendar; eras are 400 years long.
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,5 +344,13 @@ mod tests {
             Notice::Done("Saved.".into()).render(),
             r#"<p class="notice done" role="status" id="notice">Done: Saved.</p>"#
         );
+    }
+
+    #[test]
+    fn times_read_as_utc() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(utc(1_764_606_653_999), "2025-12-01 16:30:53");
+        assert_eq!(utc(4_107_542_399_000), "2100-02-28 23:59:59");
     }
 }

@@ -3,9 +3,7 @@
 //! answer to the create form itself (not a redirect), and is kept nowhere: not in the
 //! session, not in a notice.
 
-use crate::fields::{
-    all, checkbox, comma_list, date, input, one, some_if_any, state_label, Fields,
-};
+use crate::fields::{all, checkbox, comma_list, input, one, some_if_any, state_label, Fields};
 use crate::html::{escape, form, table_html, Nav};
 use crate::web::{Dash, Posted, Session, Signed, View};
 use axum::extract::{Path, State};
@@ -122,7 +120,11 @@ pub fn render(k: &Keys, created: Option<(&str, &SecretString)>, csrf: &str) -> S
         .map(|key| {
             let (state, action) = match key.revoked_at {
                 Some(at) => (
-                    format!("{} {}", state_label("revoked"), escape(&date(at))),
+                    format!(
+                        "{} {}",
+                        state_label("revoked"),
+                        escape(&crate::html::utc(at))
+                    ),
                     String::new(),
                 ),
                 None => (
@@ -142,7 +144,7 @@ pub fn render(k: &Keys, created: Option<(&str, &SecretString)>, csrf: &str) -> S
                 escape(&key.scopes.join(", ")),
                 escape(&restriction(key.allowed_models.as_ref())),
                 escape(&restriction(key.allowed_connections.as_ref())),
-                escape(&date(key.created_at)),
+                escape(&crate::html::utc(key.created_at)),
                 state,
                 action,
             ]

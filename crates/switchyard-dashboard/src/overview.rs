@@ -11,7 +11,6 @@ use axum::extract::State;
 use axum::response::Response;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
 use switchyard_gateway::services::quota::PoolView;
@@ -19,6 +18,10 @@ use switchyard_gateway::services::resilience::ConnectionState;
 use switchyard_gateway::services::system::{Health, InFlight};
 use switchyard_gateway::state::AppState;
 use switchyard_store::{KeyRecord, LogRow, ProviderRecord, SeriesRow};
+
+/// The series label of requests with no provider (refused before any was tried) or
+/// no key.
+const NO_LABEL: &str = "none (refused before routing)";
 
 /// Request-log rows the overview shows.
 pub const LOG_ROWS: u32 = 20;
@@ -46,7 +49,7 @@ pub struct Overview {
 }
 
 /// Requests per minute over [`MINUTES`] minutes, oldest first: in all, errors, and per
-/// provider and per key (each sorted by label; rows without one count as `(none)`).
+/// provider and per key (each sorted by label; rows without one count under [`NO_LABEL`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Minutes {
     pub requests: Vec<f64>,
@@ -98,7 +101,7 @@ pub fn per_minute(rows: &[SeriesRow], now_ms: u64) -> Minutes {
             errors[i] += r.errors as f64;
         }
     }
-    let label = |v: &Option<String>| v.clone().unwrap_or_else(|| "(none)".to_owned());
+    let label = |v: &Option<String>| v.clone().unwrap_or_else(|| NO_LABEL.to_owned());
     Minutes {
         requests,
         errors,
@@ -228,7 +231,7 @@ pub fn render(o: &Overview) -> String {
         .iter()
         .map(|r| {
             vec![
-                httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(r.ts)),
+                crate::html::utc(r.ts),
                 r.request_id.clone(),
                 or_dash(r.key_id.as_deref()),
                 r.requested_model.clone(),
@@ -361,9 +364,9 @@ mod tests {
         assert_eq!(
             m.by_provider,
             vec![
-                ("(none)".to_owned(), at(&[(58, 4.0)])),
                 ("alpha".to_owned(), at(&[(0, 2.0)])),
                 ("beta".to_owned(), at(&[(0, 1.0), (59, 3.0)])),
+                (NO_LABEL.to_owned(), at(&[(58, 4.0)])),
             ]
         );
         assert_eq!(

@@ -19,7 +19,6 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
 use switchyard_core::quota::decide::{Mode, Unit};
 use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
 use switchyard_gateway::error::ApiError;
@@ -461,11 +460,6 @@ fn duration(ms: u64) -> String {
     }
 }
 
-/// A time of day for the tables.
-fn at(ms: u64) -> String {
-    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_millis(ms))
-}
-
 /// One dimension's bar: each key's consumption, the saturation threshold, the global
 /// use the mode is judged by (the larger of the keys' use and the provider's reading)
 /// and a mark per distinct fair share (naming its keys).
@@ -620,10 +614,14 @@ fn burn_chart(page: &PoolPage, unit: Unit) -> String {
     )
 }
 
-/// The decisions table.
+/// Decisions the pool page shows (the API lists every one the engine keeps).
+const DECISIONS_SHOWN: usize = 30;
+
+/// The decisions table: the newest [`DECISIONS_SHOWN`].
 fn decisions_table(decisions: &[DecisionRecord]) -> String {
     let rows: Vec<Vec<String>> = decisions
         .iter()
+        .take(DECISIONS_SHOWN)
         .map(|d| {
             let outcome = if !d.admitted {
                 "blocked"
@@ -634,7 +632,7 @@ fn decisions_table(decisions: &[DecisionRecord]) -> String {
             };
             let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "—".to_owned());
             vec![
-                at(d.at),
+                crate::html::utc(d.at),
                 d.api_key_id.clone(),
                 outcome.to_owned(),
                 or_dash(&d.dimension),
@@ -645,8 +643,16 @@ fn decisions_table(decisions: &[DecisionRecord]) -> String {
             ]
         })
         .collect();
+    let caption = if decisions.len() > DECISIONS_SHOWN {
+        format!(
+            "Recent decisions, newest first: {DECISIONS_SHOWN} of {} (all through GET /api/quota/pools/{{id}}/decisions)",
+            decisions.len()
+        )
+    } else {
+        "Recent decisions, newest first".to_owned()
+    };
     table(
-        "Recent decisions, newest first",
+        &caption,
         &[
             "Time",
             "Key",
@@ -927,6 +933,29 @@ mod tests {
     use switchyard_core::quota::window::Window;
     use switchyard_gateway::runtime::quota::views::KeyUsage;
 
+    #[test]
+    fn the_decisions_table_shows_the_newest_thirty() {
+        let decision = |n: u64| DecisionRecord {
+            at: n * 1000,
+            api_key_id: format!("k{n}"),
+            admitted: true,
+            deprioritized: false,
+            dimension: None,
+            reason: None,
+            mode: None,
+            policy: "hard".into(),
+            retry_after_ms: None,
+        };
+        let many: Vec<DecisionRecord> = (0..31).map(decision).collect();
+        let html = decisions_table(&many);
+        assert!(html.contains("<caption>Recent decisions, newest first: 30 of 31 (all through GET /api/quota/pools/{id}/decisions)</caption>"), "{html}");
+        assert!(html.contains("<td>k29</td>"));
+        assert!(!html.contains("<td>k30</td>"));
+        let few = decisions_table(&many[..2]);
+        assert!(few.contains("<caption>Recent decisions, newest first</caption>"));
+        assert_eq!(few.matches("<tr><td>").count(), 2);
+    }
+
     fn alloc(key: &str, weight: f64, policy: &str) -> AllocationInput {
         AllocationInput {
             api_key_id: key.into(),
@@ -1168,9 +1197,9 @@ mod tests {
         let html = render_pool(&page, "tok");
         assert!(html.contains("<title>requests:hourly: 7 of 10 requests used, strict</title>"));
         assert!(html.contains(r#"<rect class="s0" x="0.0" y="4" width="360.0" height="24"><title>k1: 6</title></rect>"#));
-        assert!(html.contains(">saturation threshold (50 %) 5</text>"));
-        assert!(html.contains(">global use 7</text>"));
-        assert!(html.contains(">fair share of k1, k2 5</text>"));
+        assert!(html.contains("</svg>saturation threshold (50 %): 5</li>"));
+        assert!(html.contains("</svg>global use: 7</li>"));
+        assert!(html.contains("</svg>fair share of k1, k2: 5</li>"));
         assert!(html.contains("<tr><td>k1</td><td>6</td><td>5</td><td>shortfall 1</td><td>yes</td><td>hard</td><td>—</td><td>6 requests/min</td><td>1 min 30 s</td></tr>"));
         assert!(html.contains("<td>k1</td><td>blocked</td><td>requests:hourly</td><td>fair_share</td><td>strict</td><td>hard</td><td>1 min 1 s</td></tr>"));
         // k1's line: 0 until the last two minutes (2 then 3); k2 is on another connection.
@@ -1223,7 +1252,7 @@ mod tests {
         assert!(html.contains(
             "<title>requests:hourly: 1 of 10 requests used, provider reports 70 %, strict</title>"
         ));
-        assert!(html.contains(">saturation threshold (50 %) 5</text>"));
-        assert!(html.contains(">global use 7</text>"));
+        assert!(html.contains("</svg>saturation threshold (50 %): 5</li>"));
+        assert!(html.contains("</svg>global use: 7</li>"));
     }
 }

@@ -209,29 +209,6 @@ async fn choices(app: &AppState) -> Result<Choices, ApiError> {
     })
 }
 
-/// A time in Unix milliseconds as UTC `YYYY-MM-DD HH:MM:SS`.
-pub fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm), in the proleptic
-    // Gregorian calendar; eras are 400 years long.
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// An `<option>`, selected when `value` is `current`.
 fn option(value: &str, label: &str, current: &str) -> String {
     let selected = if value == current.trim() {
@@ -323,7 +300,7 @@ fn row_html(out: &mut String, r: &LogRow) {
         ""
     };
     let cells = [
-        utc(r.ts),
+        crate::html::utc(r.ts),
         r.request_id.clone(),
         or_dash(r.key_id.as_deref()),
         r.client_format.clone(),
@@ -436,14 +413,6 @@ mod tests {
             completion_tokens: Some(5),
             egress_ip: None,
         }
-    }
-
-    #[test]
-    fn times_read_as_utc() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00");
-        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
-        assert_eq!(utc(1_764_606_653_999), "2025-12-01 16:30:53");
-        assert_eq!(utc(4_107_542_399_000), "2100-02-28 23:59:59");
     }
 
     #[test]

@@ -238,8 +238,8 @@ async fn traffic_moves_the_pool_page_and_a_blocked_request_is_a_decision() {
     assert!(page.contains(
         r#"<rect class="s0" x="0.0" y="4" width="300.0" height="24"><title>k1: 2</title></rect>"#
     ));
-    assert!(page.contains(">saturation threshold (50 %) 2</text>"));
-    assert!(page.contains(">fair share of k1, ops 2</text>"));
+    assert!(page.contains("</svg>saturation threshold (50 %): 2</li>"));
+    assert!(page.contains("</svg>fair share of k1, ops: 2</li>"));
     assert!(page.contains(r#"<span class="state state-strict">strict</span>"#));
     assert!(page.contains("<tr><td>k1</td><td>2</td><td>2</td><td>surplus 0</td><td>no</td><td>hard</td><td>—</td>"), "{page}");
     assert!(page.contains("<tr><td>ops</td><td>0</td><td>2</td><td>surplus 2</td><td>no</td><td>soft</td><td>—</td><td>0 requests/min</td><td>—</td></tr>"));
@@ -534,7 +534,7 @@ async fn the_pool_page_uses_the_saturation_threshold_in_force() {
         page.contains("<li>Saturation threshold: 75 % of each limit</li>"),
         "{page}"
     );
-    assert!(page.contains(">saturation threshold (75 %) 3</text>"));
+    assert!(page.contains("</svg>saturation threshold (75 %): 3</li>"));
 }
 
 #[tokio::test]
@@ -648,8 +648,8 @@ async fn a_pool_made_strict_by_the_providers_reading_reads_strict_everywhere() {
     assert!(page.contains(
         "<title>requests:hourly: 1 of 10 requests used, provider reports 70 %, strict</title>"
     ));
-    assert!(page.contains(">global use 7</text>"), "{page}");
-    assert!(page.contains(">saturation threshold (50 %) 5</text>"));
+    assert!(page.contains("</svg>global use: 7</li>"), "{page}");
+    assert!(page.contains("</svg>saturation threshold (50 %): 5</li>"));
     let (_, list) = s.page(LIST).await;
     assert!(list.contains(r#"<li>requests:hourly: 1 of 10 requests used, provider reports 70 %, <span class="state state-strict">strict</span></li>"#), "{list}");
     assert_no_credential(&page);
