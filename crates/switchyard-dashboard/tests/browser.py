@@ -1,7 +1,12 @@
 """Drives the dashboard in headless Chromium (Debian's `chromium` and
 `/usr/bin/chromedriver`) through Selenium.
 
-Usage: browser.py BASE_URL ADMIN_TOKEN SCREENSHOT_DIR
+Usage: browser.py BASE_URL ADMIN_TOKEN SCREENSHOT_DIR MOCK_URL CLIENT_KEY ALPHA_CREDENTIAL
+
+The gateway at BASE_URL serves the test harness's standard configuration (providers
+`alpha` and `beta`, connections `alpha-1` and `beta-1`, keys `k1` (CLIENT_KEY) and
+`ops`); MOCK_URL is its mock upstream, whose rules the flows set to make `alpha` fail
+(matching ALPHA_CREDENTIAL, the credential alpha's requests carry).
 
 Each flow is a function taking the `Run` (driver, base URL, token, output folder); `FLOWS`
 lists them in the order they run. A flow raises `AssertionError` on a failure; the
@@ -11,9 +16,12 @@ Pages come from the `<nav>` links of the signed-in overview, so a page added to 
 navigation is screenshotted and checked without touching this script.
 """
 
+import base64
+import json
 import os
 import sys
-import base64
+import urllib.error
+import urllib.request
 
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
@@ -34,11 +42,14 @@ HEIGHT = 900
 class Run:
     """What every flow works with."""
 
-    def __init__(self, driver, base, token, out):
+    def __init__(self, driver, base, token, out, mock="", key="", alpha=""):
         self.driver = driver
         self.base = base.rstrip("/")
         self.token = token
         self.out = out
+        self.mock = mock.rstrip("/")
+        self.key = key
+        self.alpha = alpha
         # (name, path, label) of the navigation's pages, filled by `sign_in`.
         self.pages = []
 
@@ -81,11 +92,44 @@ class Run:
         with open(file, "wb") as f:
             f.write(base64.b64decode(shot["data"]))
 
+    def wait_for(self, text, seconds=15):
+        """Waits until the page shows `text` in its source, without reloading it (what
+        htmx's refresh of a live region brings in counts)."""
+        WebDriverWait(self.driver, seconds).until(lambda d: text in d.page_source)
+
+    def notice(self):
+        return self.driver.find_element(By.ID, "notice").text
+
+    def chat(self, model, key=None):
+        """Sends one chat completion through the gateway; answers its HTTP status."""
+        return post_json(
+            self.base + "/v1/chat/completions",
+            {"model": model, "messages": [{"role": "user", "content": "Hello from the browser test"}]},
+            {"Authorization": "Bearer " + (key or self.key)},
+        )
+
     def h1(self):
         return self.driver.find_element(By.TAG_NAME, "h1").text
 
     def no_secret(self, where):
         assert self.token not in self.driver.page_source, f"{where}: the admin token is on the page"
+
+
+def post_json(url, body, headers=None):
+    """POSTs `body` as JSON; answers the HTTP status."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **(headers or {})},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            r.read()
+            return r.status
+    except urllib.error.HTTPError as e:
+        e.read()
+        return e.code
 
 
 def is_attached(element):
@@ -168,6 +212,86 @@ def keyboard_reaches_skip_link_then_nav(run):
     print(f"keyboard: Tab reaches the skip link, then {len(run.pages)} navigation links in order")
 
 
+def create_a_pool_and_watch_traffic_move_it(run):
+    """Creates a pool through the form, then sends requests as `k1` and sees the pool
+    page's bar and allocation table change by themselves (the live region's refresh)."""
+    run.viewport(WIDTHS[0])
+    run.open("/dashboard/costs/quota-share")
+    d = run.driver
+    d.find_element(By.ID, "pool-id").send_keys("browser")
+    d.find_element(By.ID, "pool-name").send_keys("Browser team")
+    d.find_element(By.CSS_SELECTOR, "input[name=connection][value=alpha-1]").click()
+    d.find_element(By.ID, "pool-dims").send_keys("requests:hourly=10")
+    d.find_element(By.ID, "pool-allocs").send_keys("k1 50\nops 50")
+    run.click_and_wait(
+        d.find_element(By.CSS_SELECTOR, "form[action='/dashboard/costs/quota-share'] button[type=submit]"),
+        "/dashboard/costs/quota-share",
+    )
+    assert run.notice() == "Done: Pool `browser` created.", run.notice()
+    run.click_and_wait(d.find_element(By.LINK_TEXT, "Browser team"), "/dashboard/costs/quota-share/browser")
+    assert "k1: 0</li>" in d.page_source, "k1 has used nothing yet"
+    for _ in range(3):
+        status = run.chat("alpha/mock-small")
+        assert status == 200, status
+    run.wait_for("k1: 3</li>")
+    row = d.find_element(By.XPATH, "//table[caption='Allocations on requests:hourly']//tr[td[1]='k1']")
+    cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[:5] == ["k1", "3", "5", "surplus 2", "no"], cells
+    run.screenshot(os.path.join(run.out, "pool-browser-1280.png"))
+    print("pool: created through the form; three requests moved the bar and the table to k1: 3 of a fair share of 5")
+
+
+def clear_a_cooldown(run):
+    """Turns cooling on for `alpha-1` on the providers page (the harness turns it off),
+    makes alpha answer a 429 with a two-minute retry-after, sees `alpha-1` cooling on
+    the resilience page, clears it by selection, and sees it active again."""
+    run.viewport(WIDTHS[0])
+    run.open("/dashboard/providers")
+    d = run.driver
+    edit = "form[action='/dashboard/connections/alpha-1/update']"
+    d.find_element(By.XPATH, "//summary[.='Edit alpha-1']").click()
+    no_cooling = d.find_element(By.CSS_SELECTOR, edit + " input[name=disable_cooling]")
+    assert no_cooling.is_selected(), "the harness's alpha-1 starts with cooling off"
+    no_cooling.click()
+    run.click_and_wait(d.find_element(By.CSS_SELECTOR, edit + " button[type=submit]"), "/dashboard/providers")
+    assert run.notice() == "Done: Connection alpha-1 saved.", run.notice()
+    rule = {"times": 1, "match": {"credential": run.alpha}, "status": 429, "headers": {"retry-after": "120"}}
+    status = post_json(run.mock + "/_mock/rules", rule)
+    assert status == 200, f"the mock refused the rule: {status}"
+    status = run.chat("alpha/mock-small")
+    assert status == 429, status
+    run.open("/dashboard/resilience")
+    selection = d.find_element(By.ID, "clear-selected").text
+    assert "alpha-1 (cooling)" in selection, d.find_element(By.ID, "resilience-live").text
+    d.find_element(By.ID, "select-alpha-1").click()
+    run.click_and_wait(
+        d.find_element(By.CSS_SELECTOR, "#clear-selected button[type=submit]"), "/dashboard/resilience"
+    )
+    assert run.notice() == "Done: 1 cleared, 0 unchanged, 0 skipped as terminal; 0 model locks cleared.", run.notice()
+    selection = d.find_element(By.ID, "clear-selected").text
+    assert "alpha-1 (active)" in selection, selection
+    status = run.chat("alpha/mock-small")
+    assert status == 200, status
+    print("cooldown: alpha-1 cooled by a 429, cleared by selection, and serving again")
+
+
+def a_new_keys_secret_is_shown_once(run):
+    """Creates a key: its secret is on the answer, works, and is on no page afterwards."""
+    run.viewport(WIDTHS[0])
+    run.open("/dashboard/keys")
+    d = run.driver
+    d.find_element(By.ID, "key-name").send_keys("browser key")
+    d.find_element(By.CSS_SELECTOR, "form[action='/dashboard/keys'] button[type=submit]").click()
+    WebDriverWait(d, 10).until(lambda d: d.find_elements(By.ID, "new-secret"))
+    secret = d.find_element(By.ID, "new-secret").text.strip()
+    assert secret.startswith("sy-") and len(secret) > 20, secret
+    assert run.chat("fast", key=secret) == 200
+    for _, path, _ in run.pages:
+        run.open(path)
+        assert secret not in d.page_source, f"the new key's secret is on {path}"
+    print(f"key: the secret was shown once, works, and is on none of the {len(run.pages)} pages afterwards")
+
+
 def sign_out_ends_the_session(run):
     """Sign out, then `/dashboard` lands on the sign-in page."""
     run.open("/dashboard")
@@ -181,6 +305,13 @@ def sign_out_ends_the_session(run):
     assert run.path() == "/dashboard/sign-in", run.path()
     assert run.driver.find_element(By.ID, "token").get_attribute("type") == "password"
     assert not run.driver.find_elements(By.TAG_NAME, "nav")
+    # A form of the old session is refused.
+    run.driver.back()
+    run.driver.back()
+    forms = run.driver.find_elements(By.CSS_SELECTOR, "form[action='/dashboard/sign-out'] button")
+    if forms:
+        forms[0].click()
+        WebDriverWait(run.driver, 10).until(lambda d: d.find_element(By.TAG_NAME, "h1").text == "Forbidden")
     print("sign out: /dashboard then lands on the sign-in page")
 
 
@@ -188,6 +319,9 @@ FLOWS = [
     sign_in,
     pages_fit_and_are_screenshotted,
     keyboard_reaches_skip_link_then_nav,
+    create_a_pool_and_watch_traffic_move_it,
+    clear_a_cooldown,
+    a_new_keys_secret_is_shown_once,
     sign_out_ends_the_session,
 ]
 
@@ -204,10 +338,10 @@ def driver():
 
 
 def main():
-    base, token, out = sys.argv[1:4]
+    base, token, out, mock, key, alpha = sys.argv[1:7]
     d = driver()
     try:
-        run = Run(d, base, token, out)
+        run = Run(d, base, token, out, mock, key, alpha)
         for flow in FLOWS:
             try:
                 flow(run)

@@ -52,6 +52,9 @@ async fn the_dashboard_works_in_headless_chromium() {
         .arg(&h.base)
         .arg(ADMIN)
         .arg(&out)
+        .arg(h.mock.base_url())
+        .arg(KEY)
+        .arg(CRED_ALPHA)
         .kill_on_drop(true)
         .output();
     let done = tokio::time::timeout(SCRIPT_TIMEOUT, run)
@@ -85,6 +88,9 @@ async fn the_dashboard_works_in_headless_chromium() {
     assert!(
         stdout.ends_with(&format!(
             "keyboard: Tab reaches the skip link, then {links} navigation links in order\n\
+             pool: created through the form; three requests moved the bar and the table to k1: 3 of a fair share of 5\n\
+             cooldown: alpha-1 cooled by a 429, cleared by selection, and serving again\n\
+             key: the secret was shown once, works, and is on none of the {links} pages afterwards\n\
              sign out: /dashboard then lands on the sign-in page\n\
              all flows passed\n"
         )),
