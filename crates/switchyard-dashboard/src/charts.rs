@@ -154,12 +154,14 @@ pub fn line_chart(title: &str, unit: &str, from: &str, to: &str, series: &[Serie
     let plot_w = W - LEFT - 8.0;
     let mut desc = format!("{unit}, from {from} to {to}.");
     for s in series {
+        let total: f64 = s.points.iter().copied().filter(|v| v.is_finite()).sum();
         let last = s.points.last().copied().unwrap_or(0.0);
         let peak = s.points.iter().copied().fold(0.0_f64, f64::max);
         let _ = write!(
             desc,
-            " {}: last {}, peak {}.",
+            " {}: total {}, last {}, peak {}.",
             s.label,
+            number(total),
             number(last),
             number(peak)
         );
@@ -356,7 +358,7 @@ mod tests {
         assert!(svg.contains(r#"<polyline class="l1" fill="none" stroke-dasharray="6 3" points="48.0,136.0"><title>k2</title></polyline>"#));
         assert!(svg.contains(">10</text>"));
         assert!(svg.contains(">5</text>"));
-        assert!(svg.contains("<desc>tokens per minute, from 60 min ago to now. k1: last 10, peak 10. k2: last 2, peak 2.</desc>"));
+        assert!(svg.contains("<desc>tokens per minute, from 60 min ago to now. k1: total 15, last 10, peak 10. k2: total 2, last 2, peak 2.</desc>"));
         assert!(svg.contains(
             r#"<line class="l1" x1="0" x2="24" y1="4" y2="4" stroke-dasharray="6 3"/></svg>k2</li>"#
         ));

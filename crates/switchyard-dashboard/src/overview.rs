@@ -56,6 +56,9 @@ pub struct Minutes {
     pub errors: Vec<f64>,
     pub by_provider: Vec<(String, Vec<f64>)>,
     pub by_key: Vec<(String, Vec<f64>)>,
+    /// Errors (status 400 and above) per provider and per key.
+    pub errors_by_provider: Vec<(String, Vec<f64>)>,
+    pub errors_by_key: Vec<(String, Vec<f64>)>,
 }
 
 /// The place of `bucket_ms`'s minute among the [`MINUTES`] minutes ending with the
@@ -111,6 +114,10 @@ pub fn per_minute(rows: &[SeriesRow], now_ms: u64) -> Minutes {
         by_key: minute_lines(rows, now_ms, |r| {
             Some((label(&r.key_id), r.requests as f64))
         }),
+        errors_by_provider: minute_lines(rows, now_ms, |r| {
+            Some((label(&r.provider), r.errors as f64))
+        }),
+        errors_by_key: minute_lines(rows, now_ms, |r| Some((label(&r.key_id), r.errors as f64))),
     }
 }
 
@@ -256,7 +263,7 @@ pub fn render(o: &Overview) -> String {
 <li>Open breakers: {open}</li>
 </ul>
 <section aria-labelledby="traffic"><h2 id="traffic">The last hour</h2>
-<div class="charts">{totals}{by_provider}{by_key}</div></section>
+<div class="charts">{totals}{by_provider}{by_key}{errors_by_provider}{errors_by_key}</div></section>
 <section aria-labelledby="providers"><h2 id="providers">Providers</h2>
 {providers}</section>
 <section aria-labelledby="connections"><h2 id="connections">Connections</h2>
@@ -271,6 +278,8 @@ pub fn render(o: &Overview) -> String {
         totals = minute_chart("Requests and errors per minute", &totals),
         by_provider = minute_chart("Requests per minute by provider", &m.by_provider),
         by_key = minute_chart("Requests per minute by key", &m.by_key),
+        errors_by_provider = minute_chart("Errors per minute by provider", &m.errors_by_provider),
+        errors_by_key = minute_chart("Errors per minute by key", &m.errors_by_key),
         keys = o.keys.len(),
         open = o
             .health
@@ -374,6 +383,21 @@ mod tests {
             vec![
                 ("k1".to_owned(), at(&[(0, 3.0)])),
                 ("ops".to_owned(), at(&[(58, 4.0), (59, 3.0)])),
+            ]
+        );
+        assert_eq!(
+            m.errors_by_provider,
+            vec![
+                ("alpha".to_owned(), at(&[(0, 1.0)])),
+                ("beta".to_owned(), at(&[(59, 1.0)])),
+                (NO_LABEL.to_owned(), at(&[(58, 2.0)])),
+            ]
+        );
+        assert_eq!(
+            m.errors_by_key,
+            vec![
+                ("k1".to_owned(), at(&[(0, 1.0)])),
+                ("ops".to_owned(), at(&[(58, 2.0), (59, 1.0)])),
             ]
         );
         let empty = per_minute(&[], now);

@@ -1205,7 +1205,7 @@ mod tests {
         // k1's line: 0 until the last two minutes (2 then 3); k2 is on another connection.
         assert!(
             html.contains(
-                "<desc>requests per minute, from 60 min ago to now. k1: last 3, peak 3.</desc>"
+                "<desc>requests per minute, from 60 min ago to now. k1: total 5, last 3, peak 3.</desc>"
             ),
             "{html}"
         );
