@@ -167,7 +167,7 @@ pub fn line_chart(title: &str, unit: &str, from: &str, to: &str, series: &[Serie
         );
     }
     let mut out = format!(
-        r#"<figure class="line-chart"><svg class="chart line" viewBox="0 0 {W} {h}" width="100%" role="img"><title>{t}</title><desc>{d}</desc>"#,
+        r#"<figure class="line-chart"><p class="chart-title" aria-hidden="true">{t}</p><svg class="chart line" viewBox="0 0 {W} {h}" width="100%" role="img"><title>{t}</title><desc>{d}</desc>"#,
         h = H + 24.0,
         t = escape(title),
         d = escape(&desc),
@@ -362,6 +362,7 @@ mod tests {
         assert!(svg.contains(
             r#"<line class="l1" x1="0" x2="24" y1="4" y2="4" stroke-dasharray="6 3"/></svg>k2</li>"#
         ));
+        assert!(svg.starts_with(r#"<figure class="line-chart"><p class="chart-title" aria-hidden="true">Burn rate</p><svg class="chart line""#));
         assert!(!svg.contains("style="));
     }
 }
