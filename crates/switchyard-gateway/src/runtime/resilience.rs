@@ -674,22 +674,32 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_probe_slot_is_given_back_when_its_admission_drops_and_settled_when_recorded() {
-        let settings = resolve(&Layers::default()).unwrap().settings.resilience;
-        let r = Resilience::default();
-        let conn = local();
-        let attempt = Attempt {
-            conn: &conn,
+    fn defaults() -> switchyard_core::settings::ResilienceSettings {
+        resolve(&Layers::default()).unwrap().settings.resilience
+    }
+
+    /// An attempt at model `m` on `conn`.
+    fn attempt_on(conn: &Connection) -> Attempt<'_> {
+        Attempt {
+            conn,
             model: "m",
             may_defer: false,
             budget_ms: 1_000,
-        };
-        let failure = Outcome::Failure {
-            failure: AttemptFailure::Connect,
-            body: "",
-            reset_at: None,
-        };
+        }
+    }
+
+    /// A connection that could not be made.
+    const CONNECT_FAILED: Outcome<'static> = Outcome::Failure {
+        failure: AttemptFailure::Connect,
+        body: "",
+        reset_at: None,
+    };
+
+    #[test]
+    fn a_probe_slot_is_given_back_when_its_admission_drops_and_settled_when_recorded() {
+        let (settings, r, conn) = (defaults(), Resilience::default(), local());
+        let attempt = attempt_on(&conn);
+        let failure = CONNECT_FAILED;
         // A local server's breaker opens at its second failure and resets after 15 s.
         for now in [0, 1] {
             let admitted = r.check(attempt, &settings, now).unwrap();
@@ -718,20 +728,9 @@ mod tests {
 
     #[test]
     fn the_breakers_view_says_when_an_open_breaker_lets_a_probe_through() {
-        let settings = resolve(&Layers::default()).unwrap().settings.resilience;
-        let r = Resilience::default();
-        let conn = local();
-        let attempt = Attempt {
-            conn: &conn,
-            model: "m",
-            may_defer: false,
-            budget_ms: 1_000,
-        };
-        let failure = Outcome::Failure {
-            failure: AttemptFailure::Connect,
-            body: "",
-            reset_at: None,
-        };
+        let (settings, r, conn) = (defaults(), Resilience::default(), local());
+        let attempt = attempt_on(&conn);
+        let failure = CONNECT_FAILED;
         let view = |now| r.breakers(|_| AuthClass::Local, now);
         let status = |state, failures, probe_in_ms| {
             vec![BreakerStatus {
