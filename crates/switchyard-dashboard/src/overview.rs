@@ -153,14 +153,18 @@ async fn gather(app: &AppState) -> Result<Overview, ApiError> {
         connections: services::resilience::cooldowns(app, None),
         pools: services::quota::pools(app).await?,
         keys: services::keys::list(app).await?,
-        logs: services::logs::recent(
+        logs: services::logs::search(
             app,
-            services::logs::LogFilter {
+            services::logs::LogSearch {
                 limit: Some(LOG_ROWS),
-                key_id: None,
+                ..services::logs::LogSearch::default()
             },
         )
-        .await?,
+        .await?
+        .rows
+        .into_iter()
+        .map(|(_, row)| row)
+        .collect(),
         in_flight: services::system::in_flight(app),
         series: services::logs::series(app, MINUTES as u64 * MINUTE_MS, MINUTE_MS).await?,
         now_ms: app.clock.now_ms(),

@@ -5,35 +5,76 @@
 
 use crate::error::{ApiError, ApiQuery};
 use crate::services;
-use crate::services::logs::LogFilter;
+use crate::services::logs::LogSearch;
 use crate::services::system::Health;
 use crate::state::AppState;
 use axum::extract::State;
+use axum::response::{AppendHeaders, IntoResponse};
 use axum::Json;
 use serde::Deserialize;
 use std::sync::Arc;
 use switchyard_store::LogRow;
 use utoipa::IntoParams;
 
+/// The response header naming the cursor of the next (older) page of `/api/logs`.
+const NEXT_BEFORE: &str = "x-next-before";
+
+/// Rows `/api/logs` returns when the query names no `limit`.
+const DEFAULT_LIMIT: u32 = 100;
+
+/// Query of `/api/logs`: every present parameter narrows the rows.
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct LogQuery {
     /// Rows to return, newest first (default 100, at most 1000).
     pub limit: Option<u32>,
     /// Only rows of this key.
     pub key_id: Option<String>,
+    /// Only rows served (or last tried) by this provider.
+    pub provider: Option<String>,
+    /// Only rows whose requested or resolved model is this.
+    pub model: Option<String>,
+    /// Only rows with this status: `429` (exactly), `4xx` (a class, `1xx`–`5xx`) or
+    /// `errors` (400 and above).
+    pub status: Option<String>,
+    /// Only rows at or after this time (Unix milliseconds).
+    pub since: Option<u64>,
+    /// Only rows at or before this time (Unix milliseconds).
+    pub until: Option<u64>,
+    /// Only rows older than this cursor: the previous page's `x-next-before` header.
+    pub before: Option<i64>,
 }
 
 #[utoipa::path(get, path = "/api/logs", tag = "logs", params(LogQuery),
-    responses((status = 200, body = Vec<LogRow>)), security(("bearer" = [])))]
+    responses(
+        (status = 200, body = Vec<LogRow>, description = "The matching rows, newest first.",
+            headers(("x-next-before" = i64,
+                description = "The cursor of the next (older) page, to pass as `before`; \
+                    absent on the last page."))),
+        (status = 400, description = "A parameter is invalid (`status` `6xx`, `since` \
+            after `until`, a non-number).")),
+    security(("bearer" = [])))]
 pub async fn logs(
     State(state): State<Arc<AppState>>,
     ApiQuery(q): ApiQuery<LogQuery>,
-) -> Result<Json<Vec<LogRow>>, ApiError> {
-    let filter = LogFilter {
-        limit: q.limit,
+) -> Result<impl IntoResponse, ApiError> {
+    let search = LogSearch {
         key_id: q.key_id,
+        provider: q.provider,
+        model: q.model,
+        status: q.status,
+        since_ms: q.since,
+        until_ms: q.until,
+        before: q.before,
+        limit: Some(q.limit.unwrap_or(DEFAULT_LIMIT)),
     };
-    Ok(Json(services::logs::recent(&state, filter).await?))
+    let page = services::logs::search(&state, search).await?;
+    let next = page
+        .next
+        .map(|id| (NEXT_BEFORE, id.to_string()))
+        .into_iter()
+        .collect::<Vec<_>>();
+    let rows: Vec<LogRow> = page.rows.into_iter().map(|(_, row)| row).collect();
+    Ok((AppendHeaders(next), Json(rows)))
 }
 
 #[utoipa::path(get, path = "/api/monitoring/health", tag = "monitoring",

@@ -1,7 +1,7 @@
-//! The request log as the management API and the dashboard read it: the newest rows,
-//! a filtered search paged by cursor, and per-bucket counts for charts. Only reads the
-//! store; nothing here writes it or touches the configuration, and nothing here runs on
-//! the request path (the store's reads use their own pooled connection).
+//! The request log as the management API and the dashboard read it: a filtered search
+//! paged by cursor, and per-bucket counts for charts. Only reads the store; nothing here
+//! writes it or touches the configuration, and nothing here runs on the request path
+//! (the store's reads use their own pooled connection).
 
 use crate::error::ApiError;
 use crate::state::{blocking, AppState};
@@ -12,24 +12,6 @@ const MAX_LOG_ROWS: u32 = 1000;
 
 /// Longest window [`series`] reads: a day.
 const MAX_SERIES_WINDOW_MS: u64 = 24 * 60 * 60 * 1000;
-
-/// Which rows [`recent`] returns.
-#[derive(Debug, Default)]
-pub struct LogFilter {
-    /// Rows to return, newest first (default 100, at most 1000).
-    pub limit: Option<u32>,
-    /// Only rows of this key.
-    pub key_id: Option<String>,
-}
-
-/// The newest rows matching `filter`, newest first.
-pub async fn recent(state: &AppState, filter: LogFilter) -> Result<Vec<LogRow>, ApiError> {
-    let limit = filter.limit.unwrap_or(100).clamp(1, MAX_LOG_ROWS);
-    Ok(blocking(&state.store, move |s| {
-        s.recent_logs(limit, filter.key_id.as_deref())
-    })
-    .await?)
-}
 
 /// A search of the log: every present field narrows it (see [`LogQuery`]).
 #[derive(Debug, Default, Clone)]

@@ -588,3 +588,153 @@ async fn openapi_document_matches_the_routes() {
         assert!(!(status == 404 && body.is_empty()), "{entry} is not routed");
     }
 }
+
+/// `GET /api/logs` as `(status, body, x-next-before)`.
+async fn logs_page(h: &Harness, query: &str) -> (u16, Value, Option<String>) {
+    let r = h.admin_get(&format!("/api/logs?{query}")).await;
+    let next = r
+        .headers()
+        .get("x-next-before")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (r.status().as_u16(), r.json().await.unwrap(), next)
+}
+
+/// The request ids of a `/api/logs` body, in its order.
+fn request_ids(rows: &Value) -> Vec<String> {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["request_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn logs_search_narrows_by_each_filter_pages_by_the_header_cursor_and_rejects_bad_filters() {
+    use switchyard_gateway::clock::{Clock, ManualClock, SystemClock};
+    let t0 = SystemClock.now_ms();
+    let clock = std::sync::Arc::new(ManualClock::new(t0));
+    let h = Harness::start_with_clock(Config::standard, &[], clock.clone()).await;
+    h.rule(json!({"match": {"model": "mock-large"}, "status": 429}))
+        .await;
+    // One request a second: k1 `fast` (alpha, 200), k1 `beta/mock-small` (beta, 200),
+    // ops `alpha/mock-large` (alpha, 429), ops `fast` (alpha, 200).
+    let mut ids = Vec::new();
+    for (i, (key, model, status)) in [
+        (KEY, "fast", 200),
+        (KEY, "beta/mock-small", 200),
+        (OPS_KEY, "alpha/mock-large", 429),
+        (OPS_KEY, "fast", 200),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        clock.set(t0 + 1000 * i as u64);
+        let r = h.chat_as(key, chat_body(model, false)).await;
+        assert_eq!(r.status(), status, "{model}");
+        ids.push(r.headers()["x-request-id"].to_str().unwrap().to_owned());
+    }
+    eventually("the four log rows", || async {
+        h.admin_json("/api/logs").await.as_array().map(Vec::len) == Some(4)
+    })
+    .await;
+    let want = |rows: &[usize]| -> Vec<String> { rows.iter().map(|i| ids[*i].clone()).collect() };
+
+    // Unfiltered: every row, newest first, as a bare array; no older page.
+    let (status, all, next) = logs_page(&h, "").await;
+    assert_eq!((status, next), (200, None));
+    assert_eq!(request_ids(&all), want(&[3, 2, 1, 0]));
+    assert_eq!(all[1]["status"], 429);
+    assert_eq!(all[1]["key_id"], "ops");
+    assert_eq!(all[1]["provider"], "alpha");
+    assert_eq!(all[1]["ts"], t0 + 2000);
+
+    let (since, until) = (t0 + 1000, t0 + 2000);
+    for (query, expected) in [
+        ("key_id=ops".to_owned(), vec![3, 2]),
+        ("key_id=k1".to_owned(), vec![1, 0]),
+        ("provider=beta".to_owned(), vec![1]),
+        ("provider=alpha".to_owned(), vec![3, 2, 0]),
+        ("model=mock-large".to_owned(), vec![2]),
+        ("model=fast".to_owned(), vec![3, 0]),
+        ("status=429".to_owned(), vec![2]),
+        ("status=4xx".to_owned(), vec![2]),
+        ("status=errors".to_owned(), vec![2]),
+        ("status=200".to_owned(), vec![3, 1, 0]),
+        ("status=5xx".to_owned(), vec![]),
+        (format!("since={since}"), vec![3, 2, 1]),
+        (format!("until={until}"), vec![2, 1, 0]),
+        (format!("since={since}&until={until}"), vec![2, 1]),
+        (format!("since={until}&until={until}"), vec![2]),
+        ("key_id=ops&status=200".to_owned(), vec![3]),
+        ("model=no-such-model".to_owned(), vec![]),
+        ("limit=2".to_owned(), vec![3, 2]),
+    ] {
+        let (status, rows, _) = logs_page(&h, &query).await;
+        assert_eq!(status, 200, "{query}");
+        assert_eq!(request_ids(&rows), want(&expected), "{query}");
+    }
+
+    // Paging: each page's header is the cursor of exactly the older rows.
+    let (_, first, cursor) = logs_page(&h, "limit=2").await;
+    assert_eq!(request_ids(&first), want(&[3, 2]));
+    let cursor = cursor.expect("a first page of two has an older page");
+    let (status, second, next) = logs_page(&h, &format!("limit=2&before={cursor}")).await;
+    assert_eq!((status, next), (200, None));
+    assert_eq!(request_ids(&second), want(&[1, 0]));
+    // Filters hold across pages.
+    let mut walked = Vec::new();
+    let mut query = "provider=alpha&limit=1".to_owned();
+    loop {
+        let (status, rows, next) = logs_page(&h, &query).await;
+        assert_eq!(status, 200, "{query}");
+        walked.extend(request_ids(&rows));
+        match next {
+            Some(before) => query = format!("provider=alpha&limit=1&before={before}"),
+            None => break,
+        }
+    }
+    assert_eq!(walked, want(&[3, 2, 0]));
+
+    // Bad filters: 400 with the search's own message, naming the parameter.
+    for (query, param, message) in [
+        (
+            "status=6xx".to_owned(),
+            "status",
+            "status: `6xx` is not a status (100-599), a class (1xx-5xx) or `errors`",
+        ),
+        (
+            format!("since={until}&until={since}"),
+            "since",
+            "since: the start of the time range is after its end",
+        ),
+    ] {
+        let (status, body, next) = logs_page(&h, &query).await;
+        assert_eq!((status, next), (400, None), "{query}");
+        assert_eq!(body["error"]["message"], message, "{query}");
+        assert_eq!(body["error"]["param"], param, "{query}");
+    }
+    let (status, body, _) = logs_page(&h, "before=abc").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_query"))
+    );
+
+    // The OpenAPI document names every parameter and the cursor header.
+    let doc: Value = h.admin_json("/api/openapi.json").await;
+    let op = &doc["paths"]["/api/logs"]["get"];
+    let params: Vec<&str> = op["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        params,
+        ["limit", "key_id", "provider", "model", "status", "since", "until", "before"]
+    );
+    assert_eq!(
+        op["responses"]["200"]["headers"]["x-next-before"]["schema"]["type"],
+        "integer"
+    );
+    assert!(op["responses"]["400"].is_object());
+}
