@@ -8,7 +8,7 @@
 //! leaving it empty on an edit keeps the stored one.
 
 use crate::fields::{checkbox, comma_list, input, non_blank, number, one, parse, Fields};
-use crate::html::{escape, form, table_html, Nav};
+use crate::html::{confirm_form, escape, form, table_html, Nav};
 use crate::web::{Dash, Posted, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -375,7 +375,7 @@ fn connection_fields(prefix: &str, providers: &[&str], c: Option<&ConnectionReco
     )
 }
 
-/// An edit form folded in a `<details>`, and the delete button.
+/// An edit form folded in a `<details>`, and the delete button behind a confirmation.
 fn edit_and_delete(what: &str, base: &str, id: &str, fields: &str, csrf: &str) -> String {
     format!(
         r#"<details><summary>Edit {id_text}</summary>{edit}</details>{delete}"#,
@@ -387,7 +387,12 @@ fn edit_and_delete(what: &str, base: &str, id: &str, fields: &str, csrf: &str) -
             fields,
             &format!("Save {what}")
         ),
-        delete = form(&format!("{base}/{id}/delete"), csrf, "inline", "", "Delete"),
+        delete = confirm_form(
+            &format!("{base}/{id}/delete"),
+            csrf,
+            &format!("Delete {id}…"),
+            &format!("Delete {what} {id} for good"),
+        ),
     )
 }
 

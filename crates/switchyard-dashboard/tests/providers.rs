@@ -269,6 +269,16 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
         200
     );
 
+    // Deleting takes two steps: the summary unfolds the button that deletes.
+    for (base, what, id) in [
+        ("connections", "connection", "gamma-1"),
+        ("providers", "provider", "gamma"),
+    ] {
+        assert!(edited.contains(&format!(
+            r#"<details class="confirm"><summary>Delete {id}…</summary><form method="post" action="/dashboard/{base}/{id}/delete"><input type="hidden" name="csrf" value="{}"><button type="submit">Delete {what} {id} for good</button></form></details>"#,
+            s.csrf
+        )), "{edited}");
+    }
     let deleted = s.act("/dashboard/connections/gamma-1/delete", &[]).await;
     assert!(deleted.contains(&done("Connection gamma-1 deleted.")));
     assert!(!deleted.contains("<tr><td>gamma-1</td>"));
