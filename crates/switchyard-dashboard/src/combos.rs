@@ -4,7 +4,7 @@
 //! which validates them as the API does.
 
 use crate::fields::{input, one, parse, Fields};
-use crate::html::{escape, form, table_html, Nav};
+use crate::html::{confirm_form, escape, form, table_html, Nav};
 use crate::web::{Dash, Posted, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -198,12 +198,11 @@ pub fn render(combos: &[ComboRecord], csrf: &str) -> String {
                         &fields(&format!("combo-{}", c.name), Some(c)),
                         "Save combo"
                     ),
-                    delete = form(
+                    delete = confirm_form(
                         &format!("/dashboard/combos/{}/delete", c.name),
                         csrf,
-                        "inline",
-                        "",
-                        "Delete"
+                        &format!("Delete {}…", c.name),
+                        &format!("Delete combo {} for good", c.name),
                     ),
                 ),
             ]

@@ -185,6 +185,19 @@ pub fn form(action: &str, token: &str, class: &str, fields: &str, button: &str) 
     )
 }
 
+/// A destructive action in two steps without JavaScript: a `<details>` whose
+/// `summary` (keyboard-focusable) unfolds a form posting to `action` with the CSRF
+/// field and one submit button labelled `button`, which says what happens for good.
+pub fn confirm_form(action: &str, token: &str, summary: &str, button: &str) -> String {
+    format!(
+        r#"<details class="confirm"><summary>{summary}</summary><form method="post" action="{action}">{csrf}<button type="submit">{button}</button></form></details>"#,
+        summary = escape(summary),
+        action = escape(action),
+        csrf = csrf_field(token),
+        button = escape(button),
+    )
+}
+
 /// A table with `caption`, the column `headers` and `rows` of cells (each escaped); an
 /// empty table says `empty` in one row instead.
 pub fn table(caption: &str, headers: &[&str], rows: &[Vec<String>], empty: &str) -> String {
@@ -339,6 +352,15 @@ mod tests {
         assert_eq!(
             form("/dashboard/keys/k1/revoke", "tok", "inline", "", "Revoke"),
             r#"<form method="post" action="/dashboard/keys/k1/revoke" class="inline"><input type="hidden" name="csrf" value="tok"><button type="submit">Revoke</button></form>"#
+        );
+        assert_eq!(
+            confirm_form(
+                "/dashboard/combos/a&b/delete",
+                "tok",
+                "Delete a&b…",
+                "Delete combo a&b for good"
+            ),
+            r#"<details class="confirm"><summary>Delete a&amp;b…</summary><form method="post" action="/dashboard/combos/a&amp;b/delete"><input type="hidden" name="csrf" value="tok"><button type="submit">Delete combo a&amp;b for good</button></form></details>"#
         );
         assert_eq!(
             Notice::Done("Saved.".into()).render(),

@@ -4,7 +4,7 @@
 //! session, not in a notice.
 
 use crate::fields::{all, checkbox, comma_list, input, one, some_if_any, state_label, Fields};
-use crate::html::{escape, form, table_html, Nav};
+use crate::html::{confirm_form, escape, form, table_html, Nav};
 use crate::web::{Dash, Posted, Session, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -129,12 +129,11 @@ pub fn render(k: &Keys, created: Option<(&str, &SecretString)>, csrf: &str) -> S
                 ),
                 None => (
                     state_label("active"),
-                    form(
+                    confirm_form(
                         &format!("/dashboard/keys/{}/revoke", key.id),
                         csrf,
-                        "inline",
-                        "",
-                        "Revoke",
+                        &format!("Revoke {}…", key.id),
+                        &format!("Revoke key {} for good", key.id),
                     ),
                 ),
             };

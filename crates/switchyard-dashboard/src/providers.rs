@@ -1,19 +1,21 @@
 //! The providers and connections page (SPEC D4): both lists, a create form and an edit
-//! form per row, and delete buttons. Forms are read into the management API's own input
-//! types (`ProviderRecord`, `ConnectionSpec`) and saved through `services::config`,
-//! which validates them as the API does. A connection's credential is write-only: the
-//! page says whether one is set, its field is never filled in, and leaving it empty on
-//! an edit keeps the stored one.
+//! form per row, and delete buttons. Create forms are read into the management API's own
+//! input types (`ProviderRecord`, `ConnectionSpec`), edit forms into
+//! `services::config`'s `ProviderEdit` and `ConnectionEdit` (the fields the form edits
+//! only, so the rest of the record is kept as stored), and saved through
+//! `services::config`, which validates them as the API does. A connection's credential
+//! is write-only: the page says whether one is set, its field is never filled in, and
+//! leaving it empty on an edit keeps the stored one.
 
 use crate::fields::{checkbox, comma_list, input, non_blank, number, one, parse, Fields};
-use crate::html::{escape, form, table_html, Nav};
+use crate::html::{confirm_form, escape, form, table_html, Nav};
 use crate::web::{Dash, Posted, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::sync::Arc;
 use switchyard_gateway::config::ConnectionSpec;
 use switchyard_gateway::error::ApiError;
@@ -87,25 +89,22 @@ async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Respons
     }
 }
 
-/// A provider form as the API's `ProviderRecord` with `id`; prices and output-token
-/// limits are `kept` (the form does not edit them).
-fn provider_of(
-    f: &Fields,
-    id: String,
-    kept: Option<ProviderRecord>,
-) -> Result<ProviderRecord, ApiError> {
-    let mut p: ProviderRecord = parse(json!({
-        "id": id,
-        "format": one(f, "format"),
-        "base_url": one(f, "base_url").trim(),
-        "models": comma_list(&one(f, "models")),
-        "max_concurrent": number(&one(f, "max_concurrent")),
-    }))?;
-    if let Some(k) = kept {
-        p.prices = k.prices;
-        p.max_output_tokens = k.max_output_tokens;
-    }
-    Ok(p)
+/// A provider form's edited fields as JSON, in the API's names.
+fn provider_json(f: &Fields) -> Map<String, Value> {
+    let mut p = Map::new();
+    p.insert("format".into(), one(f, "format").into());
+    p.insert("base_url".into(), one(f, "base_url").trim().into());
+    p.insert("models".into(), comma_list(&one(f, "models")).into());
+    p.insert("max_concurrent".into(), number(&one(f, "max_concurrent")));
+    p
+}
+
+/// A new provider's form as the API's `ProviderRecord` with `id` (no prices and no
+/// output-token limits: the form does not set them).
+fn provider_of(f: &Fields, id: String) -> Result<ProviderRecord, ApiError> {
+    let mut p = provider_json(f);
+    p.insert("id".into(), id.into());
+    parse(Value::Object(p))
 }
 
 /// `POST /dashboard/providers/create`.
@@ -113,7 +112,7 @@ async fn create_provider(
     State(dash): State<Arc<Dash>>,
     Posted(session, f): Posted<Fields>,
 ) -> Response {
-    let outcome = match provider_of(&f, one(&f, "id").trim().to_owned(), None) {
+    let outcome = match provider_of(&f, one(&f, "id").trim().to_owned()) {
         Ok(p) => services::config::save_provider(&dash.app, p, SaveMode::Create).await,
         Err(e) => Err(e),
     };
@@ -128,12 +127,10 @@ async fn update_provider(
     Path(id): Path<String>,
     Posted(session, f): Posted<Fields>,
 ) -> Response {
-    let outcome = async {
-        let stored = services::config::provider(&dash.app, id.clone()).await?;
-        let p = provider_of(&f, id, Some(stored))?;
-        services::config::save_provider(&dash.app, p, SaveMode::Update).await
+    let outcome = match parse(Value::Object(provider_json(&f))) {
+        Ok(edit) => services::config::update_provider(&dash.app, id, edit).await,
+        Err(e) => Err(e),
     };
-    let outcome = outcome.await;
     dash.done(&session, PAGE, outcome, |p| {
         format!("Provider {} saved.", p.id)
     })
@@ -155,16 +152,10 @@ async fn delete_provider(
     })
 }
 
-/// A connection form as the API's `ConnectionSpec` with `id`: an empty credential is
-/// left out (the stored one is kept); the rate-limit overrides and provider-specific
-/// data are `kept` (the form does not edit them).
-fn connection_of(
-    f: &Fields,
-    id: String,
-    kept: Option<ConnectionRecord>,
-) -> Result<ConnectionSpec, ApiError> {
+/// A connection form's edited fields as JSON, in the API's names: an empty credential
+/// is left out (an edit then keeps the stored one).
+fn connection_json(f: &Fields) -> Map<String, Value> {
     let mut spec = Map::new();
-    spec.insert("id".into(), id.into());
     spec.insert("provider".into(), one(f, "provider").into());
     spec.insert("auth_class".into(), one(f, "auth_class").into());
     if let Some(format) = non_blank(&one(f, "format")) {
@@ -186,16 +177,13 @@ fn connection_of(
         f.iter().any(|(k, _)| k == "disable_cooling").into(),
     );
     spec.insert("max_concurrent".into(), number(&one(f, "max_concurrent")));
-    if let Some(k) = kept {
-        spec.insert(
-            "rate_limit_overrides".into(),
-            k.rate_limit_overrides.unwrap_or(Value::Null),
-        );
-        spec.insert(
-            "provider_specific_data".into(),
-            k.provider_specific_data.unwrap_or(Value::Null),
-        );
-    }
+    spec
+}
+
+/// A new connection's form as the API's `ConnectionSpec` with `id`.
+fn connection_of(f: &Fields, id: String) -> Result<ConnectionSpec, ApiError> {
+    let mut spec = connection_json(f);
+    spec.insert("id".into(), id.into());
     parse(Value::Object(spec))
 }
 
@@ -204,7 +192,7 @@ async fn create_connection(
     State(dash): State<Arc<Dash>>,
     Posted(session, f): Posted<Fields>,
 ) -> Response {
-    let outcome = match connection_of(&f, one(&f, "id").trim().to_owned(), None) {
+    let outcome = match connection_of(&f, one(&f, "id").trim().to_owned()) {
         Ok(c) => services::config::save_connection(&dash.app, c, SaveMode::Create).await,
         Err(e) => Err(e),
     };
@@ -219,12 +207,10 @@ async fn update_connection(
     Path(id): Path<String>,
     Posted(session, f): Posted<Fields>,
 ) -> Response {
-    let outcome = async {
-        let stored = services::config::connection(&dash.app, id.clone()).await?;
-        let c = connection_of(&f, id, Some(stored))?;
-        services::config::save_connection(&dash.app, c, SaveMode::Update).await
+    let outcome = match parse(Value::Object(connection_json(&f))) {
+        Ok(edit) => services::config::update_connection(&dash.app, id, edit).await,
+        Err(e) => Err(e),
     };
-    let outcome = outcome.await;
     dash.done(&session, PAGE, outcome, |c| {
         format!("Connection {} saved.", c.id)
     })
@@ -389,7 +375,7 @@ fn connection_fields(prefix: &str, providers: &[&str], c: Option<&ConnectionReco
     )
 }
 
-/// An edit form folded in a `<details>`, and the delete button.
+/// An edit form folded in a `<details>`, and the delete button behind a confirmation.
 fn edit_and_delete(what: &str, base: &str, id: &str, fields: &str, csrf: &str) -> String {
     format!(
         r#"<details><summary>Edit {id_text}</summary>{edit}</details>{delete}"#,
@@ -401,7 +387,12 @@ fn edit_and_delete(what: &str, base: &str, id: &str, fields: &str, csrf: &str) -
             fields,
             &format!("Save {what}")
         ),
-        delete = form(&format!("{base}/{id}/delete"), csrf, "inline", "", "Delete"),
+        delete = confirm_form(
+            &format!("{base}/{id}/delete"),
+            csrf,
+            &format!("Delete {id}…"),
+            &format!("Delete {what} {id} for good"),
+        ),
     )
 }
 
@@ -515,6 +506,8 @@ pub fn render(p: &Providers, csrf: &str) -> String {
 mod tests {
     use super::*;
 
+    use switchyard_gateway::services::config::ConnectionEdit;
+
     #[test]
     fn an_empty_credential_is_left_out_and_checkboxes_are_read() {
         let f: Fields = vec![
@@ -524,15 +517,17 @@ mod tests {
             ("credential".into(), "".into()),
             ("max_concurrent".into(), "".into()),
         ];
-        let c = connection_of(&f, "c1".into(), None).unwrap();
+        let c = connection_of(&f, "c1".into()).unwrap();
         assert!(c.credential.is_none());
         assert!(!c.enabled);
         assert!(c.format.is_none());
         assert_eq!(c.max_concurrent, None);
+        let edit: ConnectionEdit = parse(Value::Object(connection_json(&f))).unwrap();
+        assert!(edit.credential.is_none());
+        assert!(!edit.enabled);
         let bad = connection_of(
             &[("auth_class".to_owned(), "root".to_owned())].to_vec(),
             "c1".into(),
-            None,
         );
         assert!(bad
             .unwrap_err()

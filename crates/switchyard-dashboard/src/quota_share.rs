@@ -745,7 +745,12 @@ pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
         &allocations_fields(p, &page.keys),
         "Save allocations",
     );
-    let delete = html::form(&format!("{path}/delete"), csrf, "inline", "", "Delete pool");
+    let delete = html::confirm_form(
+        &format!("{path}/delete"),
+        csrf,
+        "Delete pool…",
+        &format!("Delete pool {} for good", p.id),
+    );
     format!(
         r#"<p><a href="{LIST}">All pools</a></p>
 <ul class="summary" aria-label="Pool">

@@ -4,7 +4,7 @@
 //! `services::resilience`; what is cleared, skipped or refused is decided there.
 
 use crate::fields::{all, hidden, state_label, Fields};
-use crate::html::{csrf_field, escape, form, live, table, table_html, Nav};
+use crate::html::{confirm_form, csrf_field, escape, form, live, table, table_html, Nav};
 use crate::overview::seconds;
 use crate::web::{Dash, Posted, Signed, View};
 use axum::extract::State;
@@ -378,12 +378,11 @@ fn clear_forms(r: &Resilience, csrf: &str) -> String {
             ),
             "Clear provider's cooldowns",
         ),
-        form(
+        confirm_form(
             "/dashboard/resilience/clear-all",
             csrf,
-            "row",
-            "",
-            "Clear all cooldowns"
+            "Clear all cooldowns…",
+            "Clear every connection's cooldowns and model locks"
         ),
     )
 }

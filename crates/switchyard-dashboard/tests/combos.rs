@@ -109,6 +109,12 @@ beta/mock-small</textarea>"#
     assert_eq!(forged.status(), 403);
     assert_eq!(s.h.admin_get("/api/combos/cheap").await.status(), 200);
 
+    // Deleting takes two steps: the summary unfolds the button that deletes.
+    let (_, listed) = s.page("/dashboard/combos").await;
+    assert!(listed.contains(&format!(
+        r#"<details class="confirm"><summary>Delete cheap…</summary><form method="post" action="/dashboard/combos/cheap/delete"><input type="hidden" name="csrf" value="{}"><button type="submit">Delete combo cheap for good</button></form></details>"#,
+        s.csrf
+    )), "{listed}");
     let deleted = s.act("/dashboard/combos/cheap/delete", &[]).await;
     assert!(deleted.contains(&done("Combo cheap deleted.")));
     assert!(!deleted.contains("<tr><td>cheap</td>"));

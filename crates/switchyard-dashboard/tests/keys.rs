@@ -41,9 +41,11 @@ async fn the_fixtures_keys_are_listed_without_secrets() {
         body.contains("<tr><td>k1</td><td>tester</td><td></td><td>all</td><td>all</td><td>"),
         "{body}"
     );
-    assert!(body.contains(
-        r#"<td><span class="state state-active">active</span></td><td><form method="post" action="/dashboard/keys/k1/revoke" class="inline">"#
-    ));
+    // Revoking takes two steps: the summary unfolds the button that revokes.
+    assert!(body.contains(&format!(
+        r#"<td><span class="state state-active">active</span></td><td><details class="confirm"><summary>Revoke k1…</summary><form method="post" action="/dashboard/keys/k1/revoke"><input type="hidden" name="csrf" value="{}"><button type="submit">Revoke key k1 for good</button></form></details></td>"#,
+        s.csrf
+    )));
     assert!(body.contains("<tr><td>ops</td><td>ops</td><td>admin</td><td>all</td><td>all</td>"));
     assert!(body.contains(
         r#"<input type="checkbox" name="scope" value="admin" id="scope-admin"> <label for="scope-admin">admin</label>"#

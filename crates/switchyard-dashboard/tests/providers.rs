@@ -1,6 +1,7 @@
 //! The providers and connections page end to end: the fixtures' rows, creating,
-//! editing and deleting a provider and a connection (whose credential is write-only and
-//! used by the gateway), and bad input refused with the API's message.
+//! editing (keeping the fields the forms do not edit, even when changed through the API
+//! meanwhile) and deleting a provider and a connection (whose credential is write-only
+//! and used by the gateway), and bad input refused with the API's message.
 
 #![expect(
     clippy::unwrap_used,
@@ -154,6 +155,18 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
     );
     assert_eq!(s.h.by_credential(CRED_GAMMA).await, 1);
 
+    // Rate-limit overrides set through the API after the page was shown survive an
+    // edit through the dashboard.
+    let r =
+        s.h.admin_send(
+            Method::PUT,
+            "/api/connections/gamma-1",
+            json!({"id": "gamma-1", "provider": "gamma", "auth_class": "apikey",
+                "max_concurrent": 3, "rate_limit_overrides": {"maxConcurrent": 2}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+
     // An edit with an empty credential keeps it; unchecked means disabled.
     let edited = s
         .act(
@@ -173,14 +186,12 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
     assert!(edited.contains(
         "<tr><td>gamma-1</td><td>gamma</td><td>apikey</td><td>provider&#39;s</td><td>provider&#39;s</td><td>no</td><td>set</td>"
     ));
-    let api = s.h.admin_json("/api/connections/gamma-1").await;
     assert_eq!(
-        (
-            api["has_credential"].clone(),
-            api["enabled"].clone(),
-            api["max_concurrent"].clone()
-        ),
-        (json!(true), json!(false), Value::Null)
+        s.h.admin_json("/api/connections/gamma-1").await,
+        json!({"id": "gamma-1", "provider": "gamma", "auth_class": "apikey", "format": null,
+            "base_url": null, "enabled": false, "max_concurrent": null,
+            "rate_limit_overrides": {"maxConcurrent": 2}, "provider_specific_data": null,
+            "disable_cooling": false, "has_credential": true})
     );
     assert_ne!(
         s.h.chat(chat_body("gamma/mock-small", false))
@@ -210,6 +221,19 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
     assert_eq!(s.h.by_credential(CRED_GAMMA_2).await, 1);
     assert_eq!(s.h.by_credential(CRED_GAMMA).await, 1);
 
+    // Prices and output-token limits set through the API after the page was shown
+    // survive an edit through the dashboard.
+    let r =
+        s.h.admin_send(
+            Method::PUT,
+            "/api/providers/gamma",
+            json!({"id": "gamma", "format": "openai", "base_url": mock,
+                "models": ["mock-small"],
+                "prices": {"mock-small": {"input_per_mtok": 1.5, "output_per_mtok": 6.0}},
+                "max_output_tokens": {"mock-small": 1000}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
     let edited = s
         .act(
             "/dashboard/providers/gamma/update",
@@ -226,8 +250,11 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
         "<tr><td>gamma</td><td>openai</td><td>{mock}</td><td>mock-small, mock-large</td><td>5</td>"
     )));
     assert_eq!(
-        s.h.admin_json("/api/providers/gamma").await["models"],
-        json!(["mock-small", "mock-large"])
+        s.h.admin_json("/api/providers/gamma").await,
+        json!({"id": "gamma", "format": "openai", "base_url": mock,
+            "models": ["mock-small", "mock-large"], "max_concurrent": 5,
+            "prices": {"mock-small": {"input_per_mtok": 1.5, "output_per_mtok": 6.0}},
+            "max_output_tokens": {"mock-small": 1000}})
     );
 
     let forged =
@@ -242,6 +269,16 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
         200
     );
 
+    // Deleting takes two steps: the summary unfolds the button that deletes.
+    for (base, what, id) in [
+        ("connections", "connection", "gamma-1"),
+        ("providers", "provider", "gamma"),
+    ] {
+        assert!(edited.contains(&format!(
+            r#"<details class="confirm"><summary>Delete {id}…</summary><form method="post" action="/dashboard/{base}/{id}/delete"><input type="hidden" name="csrf" value="{}"><button type="submit">Delete {what} {id} for good</button></form></details>"#,
+            s.csrf
+        )), "{edited}");
+    }
     let deleted = s.act("/dashboard/connections/gamma-1/delete", &[]).await;
     assert!(deleted.contains(&done("Connection gamma-1 deleted.")));
     assert!(!deleted.contains("<tr><td>gamma-1</td>"));

@@ -360,6 +360,11 @@ async fn allocations_are_edited_and_the_pool_deleted() {
         json!([{"apiKeyId": "ops", "allocationWeight": 0.0, "capValue": null, "capUnit": null, "policy": "soft"}])
     );
 
+    // Deleting takes two steps: the summary unfolds the button that deletes.
+    assert!(page.contains(&format!(
+        r#"<details class="confirm"><summary>Delete pool…</summary><form method="post" action="/dashboard/costs/quota-share/team/delete"><input type="hidden" name="csrf" value="{}"><button type="submit">Delete pool team for good</button></form></details>"#,
+        s.csrf
+    )), "{page}");
     let page = s.act(&format!("{path}/delete"), &[]).await;
     assert!(page.contains(&done("Pool `team` deleted.")), "{page}");
     assert!(page.contains("<p>No pools yet.</p>"));

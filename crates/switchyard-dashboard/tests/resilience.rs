@@ -271,6 +271,11 @@ async fn the_cooldown_manager_clears_cooldowns_but_never_terminal_states() {
 
     // All.
     cool_alpha(&s).await;
+    // Clearing all takes two steps: the summary unfolds the button that clears.
+    assert!(by_provider.contains(&format!(
+        r#"<details class="confirm"><summary>Clear all cooldowns…</summary><form method="post" action="/dashboard/resilience/clear-all"><input type="hidden" name="csrf" value="{}"><button type="submit">Clear every connection&#39;s cooldowns and model locks</button></form></details>"#,
+        s.csrf
+    )), "{by_provider}");
     let all = s.act("/dashboard/resilience/clear-all", &[]).await;
     assert!(all.contains(&done(
         "1 cleared, 0 unchanged, 1 skipped as terminal; 0 model locks cleared."
