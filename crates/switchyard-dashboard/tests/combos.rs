@@ -3,40 +3,19 @@
 
 mod common;
 
-use common::Signed;
+use common::{assert_no_credential, done, failed, Signed};
 use reqwest::Method;
 use serde_json::{json, Value};
-use switchyard_test_support::{chat_body, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
+use switchyard_test_support::{chat_body, CRED_ALPHA, CRED_BETA};
 
 const PAGE: &str = "/dashboard/combos";
-
-fn no_credential(body: &str) {
-    for secret in [CRED_ALPHA, CRED_BETA, ADMIN, KEY, OPS_KEY] {
-        assert!(!body.contains(secret), "a credential on the page");
-    }
-}
-
-fn done(message: &str) -> String {
-    format!(r#"<p class="notice done" role="status" id="notice">Done: {message}</p>"#)
-}
-
-/// The error notice of `message`, escaped as the page escapes it.
-fn failed(message: &str) -> String {
-    let message = message
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;");
-    format!(r#"<p class="notice error" role="alert" id="notice">Error: {message}</p>"#)
-}
 
 #[tokio::test]
 async fn combos_are_listed_created_reordered_and_deleted() {
     let s = Signed::start().await;
     let (status, body) = s.page(PAGE).await;
     assert_eq!(status, 200);
-    no_credential(&body);
+    assert_no_credential(&body);
     assert!(body.contains(
         "<tr><td>fast</td><td>priority</td><td><ol><li>alpha/mock-small</li><li>beta/mock-small</li></ol></td>"
     ), "{body}");
@@ -58,7 +37,7 @@ beta/mock-small</textarea>"#
             ],
         )
         .await;
-    no_credential(&created);
+    assert_no_credential(&created);
     assert!(created.contains(&done("Combo cheap created.")), "{created}");
     assert!(created.contains(
         "<tr><td>cheap</td><td>priority</td><td><ol><li>beta/mock-small</li><li>alpha/mock-small connection=alpha-1</li></ol></td>"

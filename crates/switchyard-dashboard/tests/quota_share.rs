@@ -9,42 +9,13 @@
 
 mod common;
 
-use common::Signed;
+use common::{assert_no_credential, done, escaped, failed, Signed};
 use reqwest::Method;
 use serde_json::{json, Value};
-use switchyard_test_support::{chat_body, eventually, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
+use switchyard_test_support::{chat_body, eventually};
 
 const LIST: &str = "/dashboard/costs/quota-share";
 const PLANS: &str = "/dashboard/costs/quota-share/plans";
-
-/// `page` shows no credential of the standard configuration.
-fn assert_no_credential(page: &str) {
-    for secret in [CRED_ALPHA, CRED_BETA, ADMIN, KEY, OPS_KEY] {
-        assert!(!page.contains(secret), "a page shows {secret}");
-    }
-}
-
-/// The one-time success notice saying `message`.
-fn done(message: &str) -> String {
-    format!(r#"<p class="notice done" role="status" id="notice">Done: {message}</p>"#)
-}
-
-/// `text` as a page shows it.
-fn escaped(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
-}
-
-/// The one-time error notice saying `message`.
-fn failed(message: &str) -> String {
-    format!(
-        r#"<p class="notice error" role="alert" id="notice">Error: {}</p>"#,
-        escaped(message)
-    )
-}
 
 /// The message of an API error answer, which must be a `400`.
 async fn api_error(r: reqwest::Response) -> String {

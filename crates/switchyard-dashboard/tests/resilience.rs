@@ -9,10 +9,10 @@
 
 mod common;
 
-use common::Signed;
+use common::{assert_no_credential, done, failed, Signed};
 use reqwest::Method;
 use serde_json::{json, Value};
-use switchyard_test_support::{chat_body, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
+use switchyard_test_support::{chat_body, CRED_ALPHA, CRED_BETA};
 
 const PAGE: &str = "/dashboard/resilience";
 
@@ -20,41 +20,8 @@ const PAGE: &str = "/dashboard/resilience";
 async fn page(s: &Signed) -> String {
     let (status, body) = s.page(PAGE).await;
     assert_eq!(status, 200, "{body}");
-    no_credential(&body);
+    assert_no_credential(&body);
     body
-}
-
-fn no_credential(body: &str) {
-    for secret in [CRED_ALPHA, CRED_BETA, ADMIN, KEY, OPS_KEY] {
-        assert!(!body.contains(secret), "a credential on the page");
-    }
-}
-
-fn done(message: &str) -> String {
-    format!(r#"<p class="notice done" role="status" id="notice">Done: {message}</p>"#)
-}
-
-/// The error notice of `message`, escaped as the page escapes it.
-fn failed(message: &str) -> String {
-    let message = message
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;");
-    format!(r#"<p class="notice error" role="alert" id="notice">Error: {message}</p>"#)
-}
-
-/// `POST path` without the CSRF token: refused.
-async fn refused_without_csrf(s: &Signed, path: &str, fields: &[(&str, &str)]) {
-    let r =
-        s.c.post(s.h.url(path))
-            .header("cookie", &s.cookie)
-            .form(fields)
-            .send()
-            .await
-            .unwrap();
-    assert_eq!(r.status(), 403, "POST {path} without its token");
 }
 
 /// One connection's state as `GET /api/resilience/cooldowns` shows it.
@@ -129,7 +96,8 @@ async fn breakers_show_their_state_and_next_probe_and_reset_closes_them() {
         r#"<tr><td>beta</td><td><span class="state state-closed">CLOSED</span></td><td>0</td><td>—</td><td><form method="post" action="/dashboard/resilience/reset" class="inline">"#
     ));
 
-    refused_without_csrf(&s, "/dashboard/resilience/reset", &[("provider", "alpha")]).await;
+    s.refused_without_csrf("/dashboard/resilience/reset", &[("provider", "alpha")])
+        .await;
     assert_eq!(s.h.health().await["breakers"][0]["state"], "OPEN");
 
     let bad = s
@@ -144,7 +112,7 @@ async fn breakers_show_their_state_and_next_probe_and_reset_closes_them() {
     let after = s
         .act("/dashboard/resilience/reset", &[("provider", "alpha")])
         .await;
-    no_credential(&after);
+    assert_no_credential(&after);
     assert!(after.contains(&done("alpha: 1 breaker reset.")), "{after}");
     assert!(after.contains(
         r#"<tr><td>alpha</td><td><span class="state state-closed">CLOSED</span></td><td>0</td><td>—</td>"#
@@ -217,15 +185,11 @@ async fn the_cooldown_manager_clears_cooldowns_but_never_terminal_states() {
         .act("/dashboard/resilience/clear", &[("connection", "nope")])
         .await;
     assert!(unknown.contains(&failed("connectionIds: unknown connection `nope`")));
-    refused_without_csrf(
-        &s,
-        "/dashboard/resilience/clear",
-        &[("connection", "alpha-1")],
-    )
-    .await;
-    refused_without_csrf(&s, "/dashboard/resilience/clear-all", &[]).await;
-    refused_without_csrf(
-        &s,
+    s.refused_without_csrf("/dashboard/resilience/clear", &[("connection", "alpha-1")])
+        .await;
+    s.refused_without_csrf("/dashboard/resilience/clear-all", &[])
+        .await;
+    s.refused_without_csrf(
         "/dashboard/resilience/clear-provider",
         &[("provider", "alpha")],
     )
@@ -239,7 +203,7 @@ async fn the_cooldown_manager_clears_cooldowns_but_never_terminal_states() {
             &[("connection", "alpha-1"), ("connection", "beta-1")],
         )
         .await;
-    no_credential(&cleared);
+    assert_no_credential(&cleared);
     assert!(
         cleared.contains(&done(
             "1 cleared, 0 unchanged, 1 skipped as terminal; 0 model locks cleared."
@@ -344,8 +308,7 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
         )
         .await;
     assert!(bad.contains(&failed(&message)), "{bad}");
-    refused_without_csrf(
-        &s,
+    s.refused_without_csrf(
         "/dashboard/resilience/model-lockout",
         &[("enabled", "true")],
     )
@@ -456,8 +419,7 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
             || locked.contains(&format!("{row}<td>59 s</td>")),
         "{locked}"
     );
-    refused_without_csrf(
-        &s,
+    s.refused_without_csrf(
         "/dashboard/resilience/re-enable",
         &[
             ("provider", "alpha"),
@@ -476,7 +438,7 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
             ],
         )
         .await;
-    no_credential(&re_enabled);
+    assert_no_credential(&re_enabled);
     assert!(re_enabled.contains(&done("mock-large re-enabled on alpha-1: 1 lock cleared.")));
     assert!(re_enabled.contains("No model is locked."));
     assert_eq!(

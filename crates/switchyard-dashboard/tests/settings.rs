@@ -8,29 +8,11 @@
 
 mod common;
 
-use common::Signed;
+use common::{assert_no_credential, failed, Signed};
 use reqwest::Method;
 use serde_json::{json, Value};
-use switchyard_test_support::{ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
 
 const PAGE: &str = "/dashboard/settings";
-
-fn no_credential(body: &str) {
-    for secret in [CRED_ALPHA, CRED_BETA, ADMIN, KEY, OPS_KEY] {
-        assert!(!body.contains(secret), "a credential on the page");
-    }
-}
-
-/// The error notice of `message`, escaped as the page escapes it.
-fn failed(message: &str) -> String {
-    let message = message
-        .replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;");
-    format!(r#"<p class="notice error" role="alert" id="notice">Error: {message}</p>"#)
-}
 
 /// One setting as `GET /api/settings` shows it.
 async fn api_setting(s: &Signed, key: &str) -> Value {
@@ -50,7 +32,7 @@ async fn settings_are_listed_set_and_reset() {
     let s = Signed::start().await;
     let (status, body) = s.page(PAGE).await;
     assert_eq!(status, 200);
-    no_credential(&body);
+    assert_no_credential(&body);
     assert!(body.contains(
         "<tr><td>requestQueue.maxWaitMs</td><td>30000</td><td>default</td><td>RATE_LIMIT_MAX_WAIT_MS</td><td>30000</td><td>a whole number (brought into 1..=86400000)</td><td>Longest a request waits for a concurrency slot (SEMAPHORE_TIMEOUT).</td>"
     ), "{body}");
@@ -68,7 +50,7 @@ async fn settings_are_listed_set_and_reset() {
             &[("key", "quota.saturationThreshold"), ("value", "0.8")],
         )
         .await;
-    no_credential(&set);
+    assert_no_credential(&set);
     assert!(set.contains(
         r#"<p class="notice done" role="status" id="notice">Done: quota.saturationThreshold saved.</p>"#
     ));

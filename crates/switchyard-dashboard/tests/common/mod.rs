@@ -14,7 +14,7 @@ use reqwest::header::{
     CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, SET_COOKIE, X_FRAME_OPTIONS,
 };
 use reqwest::{redirect, Client, Response};
-use switchyard_test_support::{Harness, ADMIN};
+use switchyard_test_support::{Harness, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
 
 pub async fn start() -> (Harness, Client) {
     let h = Harness::start_mounted(switchyard_dashboard::routes).await;
@@ -119,5 +119,57 @@ impl Signed {
         let (status, body) = self.page(&to).await;
         assert_eq!(status, 200, "GET {to}: {body}");
         body
+    }
+}
+
+/// Asserts `page` shows none of the standard configuration's credentials.
+pub fn assert_no_credential(page: &str) {
+    assert_none_of(page, &[]);
+}
+
+/// Asserts `page` shows none of the standard configuration's credentials nor `extra`.
+pub fn assert_none_of(page: &str, extra: &[&str]) {
+    for secret in [CRED_ALPHA, CRED_BETA, ADMIN, KEY, OPS_KEY]
+        .iter()
+        .chain(extra)
+    {
+        assert!(!page.contains(secret), "a credential is on the page");
+    }
+}
+
+/// `text` as a page shows it (escaped as `html::escape` escapes).
+pub fn escaped(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+/// The one-time success notice saying `message`.
+pub fn done(message: &str) -> String {
+    format!(r#"<p class="notice done" role="status" id="notice">Done: {message}</p>"#)
+}
+
+/// The one-time error notice saying `message`.
+pub fn failed(message: &str) -> String {
+    format!(
+        r#"<p class="notice error" role="alert" id="notice">Error: {}</p>"#,
+        escaped(message)
+    )
+}
+
+impl Signed {
+    /// Asserts that `POST path` with `fields` but without the CSRF token is refused.
+    pub async fn refused_without_csrf(&self, path: &str, fields: &[(&str, &str)]) {
+        let r = self
+            .c
+            .post(self.h.url(path))
+            .header("cookie", &self.cookie)
+            .form(fields)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "POST {path} without its token");
     }
 }
