@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_page_headers, csrf_in, get, session_of, sign_in, start};
+use common::{assert_page_headers, get, session_of, sign_in, start};
 use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
 use switchyard_test_support::{eventually, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
 
@@ -121,14 +121,7 @@ async fn the_overview_needs_a_session_and_shows_no_credential() {
 
 #[tokio::test]
 async fn sign_out_checks_the_csrf_token_and_ends_the_session() {
-    let (h, c) = start().await;
-    let cookie = session_of(&sign_in(&h, &c, ADMIN).await);
-    let page = get(&h, &c, "/dashboard", Some(&cookie))
-        .await
-        .text()
-        .await
-        .unwrap();
-    let csrf = csrf_in(&page);
+    let common::Signed { h, c, cookie, csrf } = common::Signed::start().await;
     let sign_out = |form: Vec<(&'static str, String)>| {
         c.post(h.url("/dashboard/sign-out"))
             .header("cookie", &cookie)
