@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Client compatibility check: runs the real clients our users run against
-# `switchyard demo` on 127.0.0.1 and says, per check, PASS or FAIL with what the client
+# `switchyard demo --no-traffic` on 127.0.0.1 (the simulated traffic makes alpha fail
+# on a schedule) and says, per check, PASS or FAIL with what the client
 # printed. Run it before resolving a client-format issue; CI does not (the clients are
 # large and change weekly).
 #
@@ -44,7 +45,7 @@ echo "node $(node --version), Claude Code $(claude --version), $(codex --version
 cargo build --quiet -p switchyard
 scratch=$(mktemp -d)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-target/debug/switchyard demo --listen "127.0.0.1:$port" --data-dir "$scratch/data" > "$scratch/demo.log" 2>&1 &
+target/debug/switchyard demo --no-traffic --listen "127.0.0.1:$port" --data-dir "$scratch/data" > "$scratch/demo.log" 2>&1 &
 demo_pid=$!
 trap 'kill "$demo_pid" 2>/dev/null || true; wait "$demo_pid" 2>/dev/null || true; rm -rf "$scratch"' EXIT
 key=""
