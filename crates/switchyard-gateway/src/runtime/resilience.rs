@@ -213,7 +213,7 @@ impl Resilience {
                 });
             }
         }
-        let profile = breaker::Profile::for_class(conn.auth_class);
+        let profile = settings.breaker.get(conn.auth_class);
         let mut breakers = lock(&self.breakers);
         let admit = breakers
             .get_mut(&conn.provider)
@@ -299,7 +299,7 @@ impl Resilience {
     ) {
         let probe = admitted.settle();
         let conn = a.conn;
-        let profile = breaker::Profile::for_class(conn.auth_class);
+        let profile = settings.breaker.get(conn.auth_class);
         match outcome {
             Outcome::Success => {
                 if settings.lockout.enabled {
@@ -402,7 +402,7 @@ impl Resilience {
                     reset_at: *reset_at,
                     message: failure.label().to_owned(),
                 };
-                let cprofile = cooldown::Profile::for_class(conn.auth_class);
+                let cprofile = settings.cooldown.get(conn.auth_class);
                 let change = lock(&self.health)
                     .entry(conn.id.clone())
                     .or_default()
@@ -438,7 +438,7 @@ impl Resilience {
     /// A stream stalled past the idle timeout: the connection cools down as after a
     /// transient failure; the provider's breaker is not involved (the provider did
     /// answer).
-    pub fn record_stall(&self, conn: &Connection, now: UnixMillis) {
+    pub fn record_stall(&self, conn: &Connection, settings: &ResilienceSettings, now: UnixMillis) {
         if conn.disable_cooling {
             return;
         }
@@ -448,7 +448,7 @@ impl Resilience {
             reset_at: None,
             message: "stream stalled".to_owned(),
         };
-        let profile = cooldown::Profile::for_class(conn.auth_class);
+        let profile = settings.cooldown.get(conn.auth_class);
         let change = lock(&self.health)
             .entry(conn.id.clone())
             .or_default()
@@ -489,17 +489,18 @@ impl Resilience {
         ids.len()
     }
 
-    /// Every provider with a breaker at `now`, read with each provider's profile
-    /// (`class_of`), sorted by provider.
+    /// Every provider with a breaker at `now`, read with each provider's profile (of its
+    /// auth class, `class_of`, in `profiles`), sorted by provider.
     pub fn breakers(
         &self,
+        profiles: &breaker::Profiles,
         class_of: impl Fn(&str) -> switchyard_core::domain::AuthClass,
         now: UnixMillis,
     ) -> Vec<BreakerStatus> {
         let mut out: Vec<BreakerStatus> = lock(&self.breakers)
             .iter_mut()
             .map(|(p, b)| {
-                let profile = breaker::Profile::for_class(class_of(p));
+                let profile = profiles.get(class_of(p));
                 let state = b.state(&profile, now);
                 BreakerStatus {
                     provider: p.clone(),
@@ -731,7 +732,7 @@ mod tests {
         let (settings, r, conn) = (defaults(), Resilience::default(), local());
         let attempt = attempt_on(&conn);
         let failure = CONNECT_FAILED;
-        let view = |now| r.breakers(|_| AuthClass::Local, now);
+        let view = |now| r.breakers(&settings.breaker, |_| AuthClass::Local, now);
         let status = |state, failures, probe_in_ms| {
             vec![BreakerStatus {
                 provider: "p".into(),
