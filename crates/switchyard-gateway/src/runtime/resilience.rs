@@ -728,6 +728,57 @@ mod tests {
     }
 
     #[test]
+    fn breaker_and_cooldown_profiles_are_read_from_the_settings() {
+        let mut settings = defaults();
+        settings.cooldown.apikey = cooldown::Profile {
+            base_ms: 1_000,
+            steps: 0,
+        };
+        settings.breaker.local = breaker::Profile {
+            degrade_at: 3,
+            open_at: 3,
+            reset_ms: 5_000,
+            double_after: 1,
+            max_multiplier: 1,
+        };
+        let r = Resilience::default();
+        let cooling = Connection {
+            disable_cooling: false,
+            ..local()
+        };
+        let attempt = attempt_on(&cooling);
+        let cooling_for = |now| match r.check(attempt, &settings, now) {
+            Err(Reason::CoolingDown { retry_after_ms, .. }) => Some(retry_after_ms),
+            _ => None,
+        };
+        // A local connection cools like an API key: 1 s, never doubled (0 steps).
+        for now in [0, 1_000] {
+            let admitted = r.check(attempt, &settings, now).unwrap();
+            r.record(attempt, &CONNECT_FAILED, &settings, admitted, now);
+            assert_eq!(cooling_for(now + 999), Some(1), "at {now}");
+        }
+        r.record_stall(&cooling, &settings, 2_000);
+        assert_eq!(cooling_for(2_999), Some(1));
+        // The provider's third counted failure opens its breaker for 5 s.
+        let admitted = r.check(attempt, &settings, 3_000).unwrap();
+        r.record(attempt, &CONNECT_FAILED, &settings, admitted, 3_000);
+        let other = Connection {
+            id: "c2".into(),
+            ..local()
+        };
+        assert!(matches!(
+            r.check(attempt_on(&other), &settings, 3_001),
+            Err(Reason::CircuitOpen { .. })
+        ));
+        let state = |profiles: &breaker::Profiles, now| {
+            r.breakers(profiles, |_| AuthClass::Local, now)[0].state
+        };
+        assert_eq!(state(&settings.breaker, 7_999), breaker::State::Open);
+        assert_eq!(state(&defaults().breaker, 8_000), breaker::State::Open);
+        assert_eq!(state(&settings.breaker, 8_000), breaker::State::HalfOpen);
+    }
+
+    #[test]
     fn the_breakers_view_says_when_an_open_breaker_lets_a_probe_through() {
         let (settings, r, conn) = (defaults(), Resilience::default(), local());
         let attempt = attempt_on(&conn);
