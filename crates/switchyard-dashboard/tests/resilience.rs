@@ -541,7 +541,7 @@ async fn breaker_and_cooldown_profiles_are_set_on_the_page_and_checked_together(
     let bad = set("breaker.apiKey.openAt", "3").await;
     assert!(bad.contains(&failed(&message)), "{bad}");
     assert_eq!(
-        api_setting(&s, "breaker.apiKey.openAt").await,
+        api_setting(s, "breaker.apiKey.openAt").await,
         (json!(12), json!("default"))
     );
 
@@ -560,11 +560,11 @@ async fn breaker_and_cooldown_profiles_are_set_on_the_page_and_checked_together(
         "<tr><td>breaker.apiKey.openAt</td><td>3</td><td>database</td><td>SWITCHYARD_BREAKER_API_KEY_OPEN_AT</td><td>12</td>"
     ), "{saved}");
     assert_eq!(
-        api_setting(&s, "breaker.apiKey.openAt").await,
+        api_setting(s, "breaker.apiKey.openAt").await,
         (json!(3), json!("database"))
     );
     assert_eq!(
-        api_setting(&s, "breaker.apiKey.degradeAt").await,
+        api_setting(s, "breaker.apiKey.degradeAt").await,
         (json!(2), json!("database"))
     );
 }
