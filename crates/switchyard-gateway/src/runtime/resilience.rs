@@ -436,8 +436,8 @@ impl Resilience {
     }
 
     /// A stream stalled past the idle timeout: the connection cools down as after a
-    /// transient failure; the provider's breaker is not involved (the provider did
-    /// answer).
+    /// transient failure, with its class's profile in `settings.cooldown`; the
+    /// provider's breaker is not involved (the provider did answer).
     pub fn record_stall(&self, conn: &Connection, settings: &ResilienceSettings, now: UnixMillis) {
         if conn.disable_cooling {
             return;
