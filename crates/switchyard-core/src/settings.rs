@@ -161,6 +161,160 @@ const DAY_MS: u64 = 86_400_000;
 /// All settings. Keep sorted by key.
 pub const DEFS: &[SettingDef] = &[
     SettingDef {
+        key: "breaker.apiKey.degradeAt",
+        env: "SWITCHYARD_BREAKER_API_KEY_DEGRADE_AT",
+        // SPEC R1's API-key profile: 7 / 12 / 30 s, doubling after 3 cycles up to 4×.
+        kind: Kind::Int {
+            default: 7,
+            min: 1,
+            max: 10_000,
+        },
+        doc: "Consecutive provider-level failures after which an API-key provider's breaker shows DEGRADED (<= openAt).",
+    },
+    SettingDef {
+        key: "breaker.apiKey.doubleAfter",
+        env: "SWITCHYARD_BREAKER_API_KEY_DOUBLE_AFTER",
+        kind: Kind::Int {
+            default: 3,
+            min: 1,
+            max: 20,
+        },
+        doc: "Open cycles without a successful close after which an API-key provider's reset timeout starts doubling.",
+    },
+    SettingDef {
+        key: "breaker.apiKey.maxMultiplier",
+        env: "SWITCHYARD_BREAKER_API_KEY_MAX_MULTIPLIER",
+        kind: Kind::Int {
+            default: 4,
+            min: 1,
+            max: 64,
+        },
+        doc: "Most times the base reset timeout an API-key provider's doubling may reach.",
+    },
+    SettingDef {
+        key: "breaker.apiKey.openAt",
+        env: "SWITCHYARD_BREAKER_API_KEY_OPEN_AT",
+        kind: Kind::Int {
+            default: 12,
+            min: 1,
+            max: 10_000,
+        },
+        doc: "Consecutive provider-level failures that open an API-key provider's breaker (routing skips it).",
+    },
+    SettingDef {
+        key: "breaker.apiKey.resetMs",
+        env: "SWITCHYARD_BREAKER_API_KEY_RESET_MS",
+        kind: Kind::Int {
+            default: 30_000,
+            min: 1_000,
+            max: 3_600_000,
+        },
+        doc: "How long an API-key provider's open breaker waits before it lets a probe through.",
+    },
+    SettingDef {
+        key: "breaker.local.degradeAt",
+        env: "SWITCHYARD_BREAKER_LOCAL_DEGRADE_AT",
+        // SPEC R1's local profile: open at 2, degrade at the first failure ("derived":
+        // half the open threshold), 15 s, doubling like API keys.
+        kind: Kind::Int {
+            default: 1,
+            min: 1,
+            max: 10_000,
+        },
+        doc: "Consecutive provider-level failures after which a local provider's breaker shows DEGRADED (<= openAt).",
+    },
+    SettingDef {
+        key: "breaker.local.doubleAfter",
+        env: "SWITCHYARD_BREAKER_LOCAL_DOUBLE_AFTER",
+        kind: Kind::Int {
+            default: 3,
+            min: 1,
+            max: 20,
+        },
+        doc: "Open cycles without a successful close after which a local provider's reset timeout starts doubling.",
+    },
+    SettingDef {
+        key: "breaker.local.maxMultiplier",
+        env: "SWITCHYARD_BREAKER_LOCAL_MAX_MULTIPLIER",
+        kind: Kind::Int {
+            default: 4,
+            min: 1,
+            max: 64,
+        },
+        doc: "Most times the base reset timeout a local provider's doubling may reach.",
+    },
+    SettingDef {
+        key: "breaker.local.openAt",
+        env: "SWITCHYARD_BREAKER_LOCAL_OPEN_AT",
+        kind: Kind::Int {
+            default: 2,
+            min: 1,
+            max: 10_000,
+        },
+        doc: "Consecutive provider-level failures that open a local provider's breaker (routing skips it).",
+    },
+    SettingDef {
+        key: "breaker.local.resetMs",
+        env: "SWITCHYARD_BREAKER_LOCAL_RESET_MS",
+        kind: Kind::Int {
+            default: 15_000,
+            min: 1_000,
+            max: 3_600_000,
+        },
+        doc: "How long a local provider's open breaker waits before it lets a probe through.",
+    },
+    SettingDef {
+        key: "breaker.oauth.degradeAt",
+        env: "SWITCHYARD_BREAKER_OAUTH_DEGRADE_AT",
+        // SPEC R1's OAuth profile: 5 / 8 / 60 s, doubling after 2 cycles up to 8×.
+        kind: Kind::Int {
+            default: 5,
+            min: 1,
+            max: 10_000,
+        },
+        doc: "Consecutive provider-level failures after which an OAuth provider's breaker shows DEGRADED (<= openAt).",
+    },
+    SettingDef {
+        key: "breaker.oauth.doubleAfter",
+        env: "SWITCHYARD_BREAKER_OAUTH_DOUBLE_AFTER",
+        kind: Kind::Int {
+            default: 2,
+            min: 1,
+            max: 20,
+        },
+        doc: "Open cycles without a successful close after which an OAuth provider's reset timeout starts doubling.",
+    },
+    SettingDef {
+        key: "breaker.oauth.maxMultiplier",
+        env: "SWITCHYARD_BREAKER_OAUTH_MAX_MULTIPLIER",
+        kind: Kind::Int {
+            default: 8,
+            min: 1,
+            max: 64,
+        },
+        doc: "Most times the base reset timeout an OAuth provider's doubling may reach.",
+    },
+    SettingDef {
+        key: "breaker.oauth.openAt",
+        env: "SWITCHYARD_BREAKER_OAUTH_OPEN_AT",
+        kind: Kind::Int {
+            default: 8,
+            min: 1,
+            max: 10_000,
+        },
+        doc: "Consecutive provider-level failures that open an OAuth provider's breaker (routing skips it).",
+    },
+    SettingDef {
+        key: "breaker.oauth.resetMs",
+        env: "SWITCHYARD_BREAKER_OAUTH_RESET_MS",
+        kind: Kind::Int {
+            default: 60_000,
+            min: 1_000,
+            max: 3_600_000,
+        },
+        doc: "How long an OAuth provider's open breaker waits before it lets a probe through.",
+    },
+    SettingDef {
         key: "comboCooldownWait.budgetMs",
         env: "COMBO_COOLDOWN_WAIT_BUDGET_MS",
         // SPEC R9's default: five minutes in all for one request, waits included.
@@ -220,6 +374,48 @@ pub const DEFS: &[SettingDef] = &[
             max: 1_000_000,
         },
         doc: "Most requests waiting for any one concurrency gate; beyond it SEMAPHORE_QUEUE_FULL.",
+    },
+    SettingDef {
+        key: "cooldown.apiKey.backoffSteps",
+        env: "SWITCHYARD_COOLDOWN_API_KEY_BACKOFF_STEPS",
+        kind: Kind::Int {
+            default: 5,
+            min: 0,
+            max: 20,
+        },
+        doc: "Most doublings of an API-key and local connection's cooldown (base × 2^min(level, steps), capped at 30 min).",
+    },
+    SettingDef {
+        key: "cooldown.apiKey.baseMs",
+        env: "SWITCHYARD_COOLDOWN_API_KEY_BASE_MS",
+        // SPEC R3: API key (and local) 3 s with 5 backoff steps.
+        kind: Kind::Int {
+            default: 3_000,
+            min: 100,
+            max: 600_000,
+        },
+        doc: "First cooldown of an API-key and local connection after a failure.",
+    },
+    SettingDef {
+        key: "cooldown.oauth.backoffSteps",
+        env: "SWITCHYARD_COOLDOWN_OAUTH_BACKOFF_STEPS",
+        kind: Kind::Int {
+            default: 8,
+            min: 0,
+            max: 20,
+        },
+        doc: "Most doublings of an OAuth connection's cooldown (base × 2^min(level, steps), capped at 30 min).",
+    },
+    SettingDef {
+        key: "cooldown.oauth.baseMs",
+        env: "SWITCHYARD_COOLDOWN_OAUTH_BASE_MS",
+        // SPEC R3: OAuth 5 s with 8 backoff steps.
+        kind: Kind::Int {
+            default: 5_000,
+            min: 100,
+            max: 600_000,
+        },
+        doc: "First cooldown of an OAuth connection after a failure.",
     },
     SettingDef {
         key: "providerCooldown.apiKey.cooldownMs",
@@ -629,9 +825,13 @@ pub struct ConcurrencySettings {
     pub queue: crate::resilience::admission::Limits,
 }
 
-/// Resilience settings (SPEC R2, R5).
+/// Resilience settings (SPEC R1, R2, R3, R5).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResilienceSettings {
+    /// `breaker.*`: the provider breaker's profile of each auth class (SPEC R1).
+    pub breaker: crate::resilience::breaker::Profiles,
+    /// `cooldown.*`: the connection cooldown's profile of each auth class (SPEC R3).
+    pub cooldown: crate::resilience::cooldown::Profiles,
     pub lockout: crate::resilience::lockout::Settings,
     pub provider_cooldown_enabled: bool,
     pub provider_cooldown_oauth: crate::resilience::provider_cooldown::Profile,
@@ -836,6 +1036,12 @@ pub struct Resolution {
     pub ignored: Vec<SettingError>,
 }
 
+/// The `origin` of an ignored [`SettingError::Invalid`] that is about several settings
+/// together (e.g. a maximum below its base) rather than one value; its `key` names the
+/// setting (or group) and `got` the problem. The management API refuses a write that
+/// would cause one.
+pub const COMBINED: &str = "combined settings";
+
 /// The lockout settings if they hold together (maximum ≥ base); otherwise the
 /// defaults, with the problem reported among the ignored values.
 fn lockout_settings(
@@ -847,11 +1053,34 @@ fn lockout_settings(
         Err(message) => {
             ignored.push(SettingError::Invalid {
                 key: "resilience.modelLockout".to_owned(),
-                origin: "combined settings",
+                origin: COMBINED,
                 constraint: "consistent".to_owned(),
                 got: message,
             });
             crate::resilience::lockout::Settings::default()
+        }
+    }
+}
+
+/// The breaker profile under `prefix` (e.g. `breaker.apiKey`) if it holds together
+/// (degradeAt ≤ openAt); otherwise `fallback`, the class's default, with the problem
+/// reported among the ignored values under `{prefix}.degradeAt`.
+fn breaker_profile(
+    prefix: &str,
+    p: crate::resilience::breaker::Profile,
+    fallback: crate::resilience::breaker::Profile,
+    ignored: &mut Vec<SettingError>,
+) -> crate::resilience::breaker::Profile {
+    match p.check(prefix) {
+        Ok(()) => p,
+        Err(message) => {
+            ignored.push(SettingError::Invalid {
+                key: format!("{prefix}.degradeAt"),
+                origin: COMBINED,
+                constraint: "consistent".to_owned(),
+                got: message,
+            });
+            fallback
         }
     }
 }
@@ -912,6 +1141,39 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         Some(SettingValue::Text(v)) => v.clone(),
         _ => String::new(),
     };
+    let count = |key: &str| u32::try_from(int(key)).unwrap_or(u32::MAX);
+    let breaker_settings = |prefix: &str| crate::resilience::breaker::Profile {
+        degrade_at: count(&format!("{prefix}.degradeAt")),
+        open_at: count(&format!("{prefix}.openAt")),
+        reset_ms: int(&format!("{prefix}.resetMs")),
+        double_after: count(&format!("{prefix}.doubleAfter")),
+        max_multiplier: int(&format!("{prefix}.maxMultiplier")),
+    };
+    let cooldown_settings = |prefix: &str| crate::resilience::cooldown::Profile {
+        base_ms: int(&format!("{prefix}.baseMs")),
+        steps: count(&format!("{prefix}.backoffSteps")),
+    };
+    let defaults = crate::resilience::breaker::Profiles::default();
+    let breaker = crate::resilience::breaker::Profiles {
+        oauth: breaker_profile(
+            "breaker.oauth",
+            breaker_settings("breaker.oauth"),
+            defaults.oauth,
+            &mut ignored,
+        ),
+        apikey: breaker_profile(
+            "breaker.apiKey",
+            breaker_settings("breaker.apiKey"),
+            defaults.apikey,
+            &mut ignored,
+        ),
+        local: breaker_profile(
+            "breaker.local",
+            breaker_settings("breaker.local"),
+            defaults.local,
+            &mut ignored,
+        ),
+    };
     let settings = Settings {
         max_body_bytes: int("request.max_body_bytes"),
         io_threads: int("server.io_threads"),
@@ -924,6 +1186,11 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         first_byte_timeout_ms: int("upstream.first_byte_timeout_ms"),
         stream_idle_timeout_ms: int("upstream.stream_idle_timeout_ms"),
         resilience: ResilienceSettings {
+            breaker,
+            cooldown: crate::resilience::cooldown::Profiles {
+                oauth: cooldown_settings("cooldown.oauth"),
+                apikey: cooldown_settings("cooldown.apiKey"),
+            },
             lockout: lockout_settings(
                 crate::resilience::lockout::Settings {
                     enabled: boolean("resilience.modelLockout.enabled"),
@@ -1214,6 +1481,158 @@ mod tests {
             .insert("resilience.modelLockout.maxCooldownMs".into(), json!(5_000));
         let r = resolve(&l).unwrap();
         assert_eq!(r.settings.resilience.lockout.max_cooldown_ms, 1_800_000);
+        assert_eq!(r.ignored.len(), 1);
+    }
+
+    #[test]
+    fn breaker_and_cooldown_profiles_resolve_per_class_from_every_layer() {
+        use crate::domain::AuthClass;
+        use crate::resilience::{breaker, cooldown};
+        let r = resolve(&Layers::default()).unwrap();
+        assert!(r.ignored.is_empty());
+        let s = r.settings.resilience;
+        // The defaults are SPEC R1's and R3's, and the same as the built-in profiles.
+        assert_eq!(s.breaker, breaker::Profiles::default());
+        assert_eq!(s.cooldown, cooldown::Profiles::default());
+        let profile =
+            |degrade_at, open_at, reset_ms, double_after, max_multiplier| breaker::Profile {
+                degrade_at,
+                open_at,
+                reset_ms,
+                double_after,
+                max_multiplier,
+            };
+        assert_eq!(s.breaker.get(AuthClass::Oauth), profile(5, 8, 60_000, 2, 8));
+        assert_eq!(
+            s.breaker.get(AuthClass::Apikey),
+            profile(7, 12, 30_000, 3, 4)
+        );
+        assert_eq!(s.breaker.get(AuthClass::Local), profile(1, 2, 15_000, 3, 4));
+        let backoff = |base_ms, steps| cooldown::Profile { base_ms, steps };
+        assert_eq!(s.cooldown.get(AuthClass::Oauth), backoff(5_000, 8));
+        assert_eq!(s.cooldown.get(AuthClass::Apikey), backoff(3_000, 5));
+        assert_eq!(s.cooldown.get(AuthClass::Local), backoff(3_000, 5));
+
+        let mut l = Layers::default();
+        l.file.insert("breaker.oauth.resetMs".into(), json!(90_000));
+        l.env
+            .insert("SWITCHYARD_BREAKER_LOCAL_OPEN_AT".into(), "4".into());
+        l.env
+            .insert("SWITCHYARD_COOLDOWN_OAUTH_BACKOFF_STEPS".into(), "0".into());
+        for (key, value) in [
+            ("breaker.apiKey.degradeAt", json!(2)),
+            ("breaker.apiKey.openAt", json!(3)),
+            ("breaker.apiKey.doubleAfter", json!("1")),
+            ("breaker.apiKey.maxMultiplier", json!(64)),
+            ("breaker.oauth.maxMultiplier", json!(65)),
+            ("cooldown.apiKey.baseMs", json!(1_500)),
+            ("cooldown.apiKey.backoffSteps", json!(20)),
+            ("cooldown.oauth.baseMs", json!(99)),
+        ] {
+            l.database.insert(key.into(), value);
+        }
+        let r = resolve(&l).unwrap();
+        let s = r.settings.resilience;
+        assert_eq!(s.breaker.get(AuthClass::Oauth), profile(5, 8, 90_000, 2, 8));
+        assert_eq!(
+            s.breaker.get(AuthClass::Apikey),
+            profile(2, 3, 30_000, 1, 64)
+        );
+        assert_eq!(s.breaker.get(AuthClass::Local), profile(1, 4, 15_000, 3, 4));
+        assert_eq!(s.cooldown.get(AuthClass::Oauth), backoff(5_000, 0));
+        // Local connections follow the API-key cooldown.
+        assert_eq!(s.cooldown.get(AuthClass::Local), backoff(1_500, 20));
+        let ignored: Vec<String> = r.ignored.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            ignored,
+            [
+                "setting `breaker.oauth.maxMultiplier` (from database) must be an integer between 1 and 64, got 65",
+                "setting `cooldown.oauth.baseMs` (from database) must be an integer between 100 and 600000, got 99",
+            ]
+        );
+        for (key, bad, good) in [
+            ("breaker.apiKey.resetMs", 999, 1_000),
+            ("breaker.apiKey.resetMs", 3_600_001, 3_600_000),
+            ("breaker.oauth.degradeAt", 0, 1),
+            ("breaker.local.openAt", 0, 1),
+            ("breaker.local.doubleAfter", 0, 20),
+            ("breaker.oauth.maxMultiplier", 0, 1),
+            ("cooldown.apiKey.baseMs", 600_001, 600_000),
+            ("cooldown.oauth.backoffSteps", 21, 0),
+        ] {
+            assert!(
+                validate(key, &json!(bad), Source::Database).is_err(),
+                "{key}"
+            );
+            assert_eq!(
+                validate(key, &json!(good), Source::Database),
+                Ok(SettingValue::Int(good)),
+                "{key}"
+            );
+        }
+        // From the environment, an out-of-bounds value stops the start.
+        let mut l = Layers::default();
+        l.env
+            .insert("SWITCHYARD_BREAKER_API_KEY_RESET_MS".into(), "10".into());
+        assert_eq!(
+            resolve(&l).unwrap_err().to_string(),
+            "setting `breaker.apiKey.resetMs` (from environment) must be an integer between 1000 and 3600000, got \"10\""
+        );
+    }
+
+    #[test]
+    fn a_breaker_that_degrades_after_it_opens_falls_back_to_its_class_default() {
+        use crate::resilience::breaker;
+        let mut l = Layers::default();
+        // openAt 3 alone leaves the API-key degradeAt (7) above it.
+        l.database.insert("breaker.apiKey.openAt".into(), json!(3));
+        l.database
+            .insert("breaker.apiKey.resetMs".into(), json!(45_000));
+        l.env
+            .insert("SWITCHYARD_BREAKER_LOCAL_DEGRADE_AT".into(), "3".into());
+        l.database
+            .insert("breaker.oauth.degradeAt".into(), json!(8));
+        let r = resolve(&l).unwrap();
+        let defaults = breaker::Profiles::default();
+        // The whole profile falls back, as inconsistent lockout settings do; an equal
+        // degrade and open threshold is consistent.
+        assert_eq!(r.settings.resilience.breaker.apikey, defaults.apikey);
+        assert_eq!(r.settings.resilience.breaker.local, defaults.local);
+        assert_eq!(r.settings.resilience.breaker.oauth.degrade_at, 8);
+        let problem = |key: &str, got: &str| SettingError::Invalid {
+            key: key.into(),
+            origin: COMBINED,
+            constraint: "consistent".into(),
+            got: got.into(),
+        };
+        assert_eq!(
+            r.ignored,
+            [
+                problem(
+                    "breaker.apiKey.degradeAt",
+                    "breaker.apiKey.degradeAt (7) must be <= breaker.apiKey.openAt (3)"
+                ),
+                problem(
+                    "breaker.local.degradeAt",
+                    "breaker.local.degradeAt (3) must be <= breaker.local.openAt (2)"
+                ),
+            ]
+        );
+        // The resolved view still shows the values as set: the operator sees what to fix.
+        let value = |k: &str| {
+            r.resolved
+                .iter()
+                .find(|x| x.def.key == k)
+                .unwrap()
+                .value
+                .clone()
+        };
+        assert_eq!(value("breaker.apiKey.openAt"), SettingValue::Int(3));
+        l.database
+            .insert("breaker.apiKey.degradeAt".into(), json!(3));
+        let r = resolve(&l).unwrap();
+        assert_eq!(r.settings.resilience.breaker.apikey.open_at, 3);
+        assert_eq!(r.settings.resilience.breaker.apikey.reset_ms, 45_000);
         assert_eq!(r.ignored.len(), 1);
     }
 

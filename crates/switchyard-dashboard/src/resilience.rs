@@ -28,9 +28,12 @@ use switchyard_store::ProviderRecord;
 const PAGE: &str = "/dashboard/resilience";
 
 /// The settings (SPEC D3) the page offers besides the lockout and provider-cooldown
-/// forms, by key prefix: stream-stall cooldown, request queue, concurrency, combo
-/// cooldown wait and the quota-share concurrency limit.
-const OTHER_SETTINGS: [&str; 5] = [
+/// forms, by key prefix: breaker profiles, connection cooldown bases and backoff steps,
+/// stream-stall cooldown, request queue, concurrency, combo cooldown wait and the
+/// quota-share concurrency limit.
+const OTHER_SETTINGS: [&str; 7] = [
+    "breaker.",
+    "cooldown.",
     "streamStallCooldown.",
     "requestQueue.",
     "concurrency.",

@@ -452,3 +452,86 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
         200
     );
 }
+
+/// `key`'s value and source as `GET /api/settings` shows them.
+async fn api_setting(s: &Signed, key: &str) -> (Value, Value) {
+    let all = s.h.admin_json("/api/settings").await;
+    let v = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["key"] == key)
+        .unwrap()
+        .clone();
+    (v["value"].clone(), v["source"].clone())
+}
+
+#[tokio::test]
+async fn breaker_and_cooldown_profiles_are_set_on_the_page_and_checked_together() {
+    let s = Signed::start().await;
+    let body = page(&s).await;
+    assert!(body.contains(
+        "<tr><td>breaker.apiKey.openAt</td><td>12</td><td>default</td><td>SWITCHYARD_BREAKER_API_KEY_OPEN_AT</td><td>12</td><td>an integer between 1 and 10000</td><td>Consecutive provider-level failures that open an API-key provider&#39;s breaker (routing skips it).</td>"
+    ), "{body}");
+    assert!(body.contains(
+        r#"<input type="hidden" name="key" value="breaker.apiKey.openAt"><input type="hidden" name="back" value="/dashboard/resilience"><label for="value-breaker-apiKey-openAt">New value</label> <input type="text" id="value-breaker-apiKey-openAt" name="value"> <button type="submit">Set</button></form></td></tr>"#
+    ), "{body}");
+    assert!(body.contains(
+        "<tr><td>cooldown.apiKey.baseMs</td><td>3000</td><td>default</td><td>SWITCHYARD_COOLDOWN_API_KEY_BASE_MS</td><td>3000</td><td>an integer between 100 and 600000</td>"
+    ), "{body}");
+    assert!(body.contains("<tr><td>breaker.local.degradeAt</td><td>1</td><td>default</td>"));
+    assert!(body.contains("<tr><td>cooldown.oauth.backoffSteps</td><td>8</td><td>default</td>"));
+
+    // openAt 3 below the API-key degradeAt (7): the API's message, nothing written.
+    let r =
+        s.h.admin_send(
+            Method::PUT,
+            "/api/settings/breaker.apiKey.openAt",
+            json!({"value": 3}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    let message = e["error"]["message"].as_str().unwrap().to_owned();
+    assert_eq!(
+        message,
+        "breaker.apiKey.degradeAt (7) must be <= breaker.apiKey.openAt (3)"
+    );
+    let s = &s;
+    let set = |key: &'static str, value: &'static str| async move {
+        s.act(
+            "/dashboard/settings",
+            &[("key", key), ("value", value), ("back", PAGE)],
+        )
+        .await
+    };
+    let bad = set("breaker.apiKey.openAt", "3").await;
+    assert!(bad.contains(&failed(&message)), "{bad}");
+    assert_eq!(
+        api_setting(s, "breaker.apiKey.openAt").await,
+        (json!(12), json!("default"))
+    );
+
+    let saved = set("breaker.apiKey.degradeAt", "2").await;
+    assert!(
+        saved.contains(&done("breaker.apiKey.degradeAt saved.")),
+        "{saved}"
+    );
+    let saved = set("breaker.apiKey.openAt", "3").await;
+    no_credential(&saved);
+    assert!(
+        saved.contains(&done("breaker.apiKey.openAt saved.")),
+        "{saved}"
+    );
+    assert!(saved.contains(
+        "<tr><td>breaker.apiKey.openAt</td><td>3</td><td>database</td><td>SWITCHYARD_BREAKER_API_KEY_OPEN_AT</td><td>12</td>"
+    ), "{saved}");
+    assert_eq!(
+        api_setting(s, "breaker.apiKey.openAt").await,
+        (json!(3), json!("database"))
+    );
+    assert_eq!(
+        api_setting(s, "breaker.apiKey.degradeAt").await,
+        (json!(2), json!("database"))
+    );
+}

@@ -58,7 +58,8 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// OAuth 5 / 8 / 60 s, doubling after 2 cycles up to 8×; API key 7 / 12 / 30 s,
+    /// SPEC R1's defaults (the `breaker.*` settings override them): OAuth 5 / 8 / 60 s,
+    /// doubling after 2 cycles up to 8×; API key 7 / 12 / 30 s,
     /// after 3 cycles up to 4×; local servers degrade at their first failure (half of
     /// their open threshold, the "derived" value) and open at 2, reset 15 s, doubling
     /// like API keys.
@@ -88,11 +89,54 @@ impl Profile {
         }
     }
 
+    /// Why the profile does not hold together, naming the fields by their setting keys
+    /// under `prefix` (e.g. `breaker.apiKey`): degrading after the breaker would open
+    /// means it never degrades.
+    pub fn check(&self, prefix: &str) -> Result<(), String> {
+        if self.degrade_at > self.open_at {
+            return Err(format!(
+                "{prefix}.degradeAt ({}) must be <= {prefix}.openAt ({})",
+                self.degrade_at, self.open_at
+            ));
+        }
+        Ok(())
+    }
+
     /// The reset timeout after `cycles` consecutive open cycles (1 = first opening).
     pub fn reset_timeout_ms(&self, cycles: u32) -> u64 {
         let extra = cycles.saturating_sub(self.double_after).min(16);
         let multiplier = (1u64 << extra).min(self.max_multiplier);
         self.reset_ms * multiplier
+    }
+}
+
+/// The profile of each auth class, as the `breaker.*` settings resolve them; the
+/// default is SPEC R1's ([`Profile::for_class`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Profiles {
+    pub oauth: Profile,
+    pub apikey: Profile,
+    pub local: Profile,
+}
+
+impl Default for Profiles {
+    fn default() -> Self {
+        Self {
+            oauth: Profile::for_class(AuthClass::Oauth),
+            apikey: Profile::for_class(AuthClass::Apikey),
+            local: Profile::for_class(AuthClass::Local),
+        }
+    }
+}
+
+impl Profiles {
+    /// The profile of `class`.
+    pub fn get(&self, class: AuthClass) -> Profile {
+        match class {
+            AuthClass::Oauth => self.oauth,
+            AuthClass::Apikey => self.apikey,
+            AuthClass::Local => self.local,
+        }
     }
 }
 
@@ -253,6 +297,28 @@ impl Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn profiles_default_to_each_class_and_a_late_degrade_threshold_is_named() {
+        let p = Profiles::default();
+        for class in [AuthClass::Oauth, AuthClass::Apikey, AuthClass::Local] {
+            assert_eq!(p.get(class), Profile::for_class(class));
+        }
+        assert_eq!(p.local.check("breaker.local"), Ok(()));
+        let even = Profile {
+            degrade_at: 12,
+            ..p.apikey
+        };
+        assert_eq!(even.check("breaker.apiKey"), Ok(()));
+        let late = Profile {
+            degrade_at: 13,
+            ..p.apikey
+        };
+        assert_eq!(
+            late.check("breaker.apiKey"),
+            Err("breaker.apiKey.degradeAt (13) must be <= breaker.apiKey.openAt (12)".to_owned())
+        );
+    }
 
     const T0: u64 = 1_800_000_000_000;
     const E503: AttemptFailure = AttemptFailure::Status(503);

@@ -115,7 +115,8 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// OAuth 5 s with 8 backoff steps; API key 3 s with 5; local servers like API keys.
+    /// SPEC R3's defaults (the `cooldown.*` settings override them): OAuth 5 s with 8
+    /// backoff steps; API key 3 s with 5; local servers like API keys.
     pub fn for_class(class: AuthClass) -> Self {
         match class {
             AuthClass::Oauth => Self {
@@ -133,6 +134,34 @@ impl Profile {
     pub fn backoff_ms(&self, level: u32) -> u64 {
         let exp = level.min(self.steps).min(40);
         self.base_ms.saturating_mul(1u64 << exp).min(BACKOFF_CAP_MS)
+    }
+}
+
+/// The profile of each auth class, as the `cooldown.*` settings resolve them; local
+/// connections use the API-key profile. The default is SPEC R3's
+/// ([`Profile::for_class`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Profiles {
+    pub oauth: Profile,
+    pub apikey: Profile,
+}
+
+impl Default for Profiles {
+    fn default() -> Self {
+        Self {
+            oauth: Profile::for_class(AuthClass::Oauth),
+            apikey: Profile::for_class(AuthClass::Apikey),
+        }
+    }
+}
+
+impl Profiles {
+    /// The profile of `class`.
+    pub fn get(&self, class: AuthClass) -> Profile {
+        match class {
+            AuthClass::Oauth => self.oauth,
+            AuthClass::Apikey | AuthClass::Local => self.apikey,
+        }
     }
 }
 

@@ -178,10 +178,11 @@ impl Finisher {
             return;
         };
         if let Some(conn) = snap.catalog.connection(conn_id) {
-            i.parts
-                .runtime
-                .resilience
-                .record_stall(conn, i.clock.now_ms());
+            i.parts.runtime.resilience.record_stall(
+                conn,
+                &snap.settings.resilience,
+                i.clock.now_ms(),
+            );
         }
     }
 

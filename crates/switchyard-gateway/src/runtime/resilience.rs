@@ -213,7 +213,7 @@ impl Resilience {
                 });
             }
         }
-        let profile = breaker::Profile::for_class(conn.auth_class);
+        let profile = settings.breaker.get(conn.auth_class);
         let mut breakers = lock(&self.breakers);
         let admit = breakers
             .get_mut(&conn.provider)
@@ -299,7 +299,7 @@ impl Resilience {
     ) {
         let probe = admitted.settle();
         let conn = a.conn;
-        let profile = breaker::Profile::for_class(conn.auth_class);
+        let profile = settings.breaker.get(conn.auth_class);
         match outcome {
             Outcome::Success => {
                 if settings.lockout.enabled {
@@ -402,7 +402,7 @@ impl Resilience {
                     reset_at: *reset_at,
                     message: failure.label().to_owned(),
                 };
-                let cprofile = cooldown::Profile::for_class(conn.auth_class);
+                let cprofile = settings.cooldown.get(conn.auth_class);
                 let change = lock(&self.health)
                     .entry(conn.id.clone())
                     .or_default()
@@ -436,9 +436,9 @@ impl Resilience {
     }
 
     /// A stream stalled past the idle timeout: the connection cools down as after a
-    /// transient failure; the provider's breaker is not involved (the provider did
-    /// answer).
-    pub fn record_stall(&self, conn: &Connection, now: UnixMillis) {
+    /// transient failure, with its class's profile in `settings.cooldown`; the
+    /// provider's breaker is not involved (the provider did answer).
+    pub fn record_stall(&self, conn: &Connection, settings: &ResilienceSettings, now: UnixMillis) {
         if conn.disable_cooling {
             return;
         }
@@ -448,7 +448,7 @@ impl Resilience {
             reset_at: None,
             message: "stream stalled".to_owned(),
         };
-        let profile = cooldown::Profile::for_class(conn.auth_class);
+        let profile = settings.cooldown.get(conn.auth_class);
         let change = lock(&self.health)
             .entry(conn.id.clone())
             .or_default()
@@ -489,17 +489,18 @@ impl Resilience {
         ids.len()
     }
 
-    /// Every provider with a breaker at `now`, read with each provider's profile
-    /// (`class_of`), sorted by provider.
+    /// Every provider with a breaker at `now`, read with each provider's profile (of its
+    /// auth class, `class_of`, in `profiles`), sorted by provider.
     pub fn breakers(
         &self,
+        profiles: &breaker::Profiles,
         class_of: impl Fn(&str) -> switchyard_core::domain::AuthClass,
         now: UnixMillis,
     ) -> Vec<BreakerStatus> {
         let mut out: Vec<BreakerStatus> = lock(&self.breakers)
             .iter_mut()
             .map(|(p, b)| {
-                let profile = breaker::Profile::for_class(class_of(p));
+                let profile = profiles.get(class_of(p));
                 let state = b.state(&profile, now);
                 BreakerStatus {
                     provider: p.clone(),
@@ -727,11 +728,62 @@ mod tests {
     }
 
     #[test]
+    fn breaker_and_cooldown_profiles_are_read_from_the_settings() {
+        let mut settings = defaults();
+        settings.cooldown.apikey = cooldown::Profile {
+            base_ms: 1_000,
+            steps: 0,
+        };
+        settings.breaker.local = breaker::Profile {
+            degrade_at: 3,
+            open_at: 3,
+            reset_ms: 5_000,
+            double_after: 1,
+            max_multiplier: 1,
+        };
+        let r = Resilience::default();
+        let cooling = Connection {
+            disable_cooling: false,
+            ..local()
+        };
+        let attempt = attempt_on(&cooling);
+        let cooling_for = |now| match r.check(attempt, &settings, now) {
+            Err(Reason::CoolingDown { retry_after_ms, .. }) => Some(retry_after_ms),
+            _ => None,
+        };
+        // A local connection cools like an API key: 1 s, never doubled (0 steps).
+        for now in [0, 1_000] {
+            let admitted = r.check(attempt, &settings, now).unwrap();
+            r.record(attempt, &CONNECT_FAILED, &settings, admitted, now);
+            assert_eq!(cooling_for(now + 999), Some(1), "at {now}");
+        }
+        r.record_stall(&cooling, &settings, 2_000);
+        assert_eq!(cooling_for(2_999), Some(1));
+        // The provider's third counted failure opens its breaker for 5 s.
+        let admitted = r.check(attempt, &settings, 3_000).unwrap();
+        r.record(attempt, &CONNECT_FAILED, &settings, admitted, 3_000);
+        let other = Connection {
+            id: "c2".into(),
+            ..local()
+        };
+        assert!(matches!(
+            r.check(attempt_on(&other), &settings, 3_001),
+            Err(Reason::CircuitOpen { .. })
+        ));
+        let state = |profiles: &breaker::Profiles, now| {
+            r.breakers(profiles, |_| AuthClass::Local, now)[0].state
+        };
+        assert_eq!(state(&settings.breaker, 7_999), breaker::State::Open);
+        assert_eq!(state(&defaults().breaker, 8_000), breaker::State::Open);
+        assert_eq!(state(&settings.breaker, 8_000), breaker::State::HalfOpen);
+    }
+
+    #[test]
     fn the_breakers_view_says_when_an_open_breaker_lets_a_probe_through() {
         let (settings, r, conn) = (defaults(), Resilience::default(), local());
         let attempt = attempt_on(&conn);
         let failure = CONNECT_FAILED;
-        let view = |now| r.breakers(|_| AuthClass::Local, now);
+        let view = |now| r.breakers(&settings.breaker, |_| AuthClass::Local, now);
         let status = |state, failures, probe_in_ms| {
             vec![BreakerStatus {
                 provider: "p".into(),

@@ -46,13 +46,14 @@ pub(crate) async fn apply_change<T: Send + 'static>(
     Ok(out)
 }
 
-/// Rejects settings that would leave the model-lockout settings inconsistent (maximum
-/// below base): resolution would otherwise quietly fall back to the defaults.
-pub(crate) fn check_lockout(
+/// Rejects settings that would not hold together (the model-lockout maximum below its
+/// base, a breaker degrading after it opens): resolution would otherwise quietly fall
+/// back to the defaults. The error names the field.
+pub(crate) fn check_consistency(
     rows: &ConfigRows,
     base: &switchyard_core::settings::Layers,
 ) -> Result<(), ApiError> {
-    use switchyard_core::settings::{resolve, Layers, SettingError};
+    use switchyard_core::settings::{resolve, Layers, SettingError, COMBINED};
     let layers = Layers {
         database: rows
             .settings
@@ -65,12 +66,18 @@ pub(crate) fn check_lockout(
         return Ok(());
     };
     match r.ignored.iter().find_map(|e| match e {
-        SettingError::Invalid { key, got, .. } if key == "resilience.modelLockout" => Some(got),
+        SettingError::Invalid {
+            key, origin, got, ..
+        } if *origin == COMBINED => Some((key, got)),
         _ => None,
     }) {
-        Some(problem) => Err(ApiError::InvalidField {
+        Some((key, problem)) if key == "resilience.modelLockout" => Err(ApiError::InvalidField {
             field: "modelLockout".to_owned(),
             message: format!("modelLockout: {problem}"),
+        }),
+        Some((key, problem)) => Err(ApiError::InvalidField {
+            field: key.clone(),
+            message: problem.clone(),
         }),
         None => Ok(()),
     }

@@ -5,7 +5,7 @@
 //! runtime state only, and settings go through `apply_change`. Nothing here returns a
 //! credential or touches the quota engine.
 
-use super::{apply_change, check_lockout, upsert_setting};
+use super::{apply_change, check_consistency, upsert_setting};
 use crate::error::ApiError;
 use crate::state::AppState;
 use serde::Serialize;
@@ -395,8 +395,8 @@ pub async fn patch_settings(
             for (key, value) in preview {
                 upsert_setting(rows, &key, value);
             }
-            // The lockout settings must hold together (maximum >= base).
-            check_lockout(rows, &base)
+            // The settings must hold together (e.g. lockout maximum >= base).
+            check_consistency(rows, &base)
         },
         move |s| {
             s.batch(|b| {

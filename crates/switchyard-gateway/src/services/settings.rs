@@ -3,7 +3,7 @@
 //! The list is read from the snapshot; a change goes through `apply_change` only and
 //! takes effect with the snapshot it rebuilds. Nothing here touches the runtime state.
 
-use super::{apply_change, check_lockout, upsert_setting};
+use super::{apply_change, check_consistency, upsert_setting};
 use crate::error::ApiError;
 use crate::state::AppState;
 use serde::Serialize;
@@ -68,7 +68,7 @@ pub async fn put(
         state,
         move |rows| {
             upsert_setting(rows, &preview_key, preview_value);
-            check_lockout(rows, &base)
+            check_consistency(rows, &base)
         },
         move |s| s.put_setting(&key, &value.to_json(), t),
     )
@@ -83,7 +83,7 @@ pub async fn delete(state: &AppState, key: String) -> Result<(), ApiError> {
         state,
         move |rows| {
             rows.settings.retain(|s| s.key != gone);
-            check_lockout(rows, &base)
+            check_consistency(rows, &base)
         },
         move |s| s.delete_setting(&key),
     )

@@ -86,6 +86,7 @@ pub fn health(state: &AppState) -> Health {
             .runtime
             .resilience
             .breakers(
+                &snap.settings.resilience.breaker,
                 |p| {
                     snap.catalog
                         .provider_connections(p)

@@ -556,3 +556,79 @@ async fn a_stalled_stream_cools_the_account_only_when_enabled() {
     .await;
     assert_eq!(stall_once(&h).await, "cooling");
 }
+
+#[tokio::test]
+async fn breaker_profiles_are_settings_an_api_key_breaker_set_to_open_at_3_opens_after_3() {
+    let h = Harness::start().await;
+    let h = &h;
+    let put = |key: &'static str, value: u64| async move {
+        h.admin_send(
+            reqwest::Method::PUT,
+            &format!("/api/settings/{key}"),
+            json!({"value": value}),
+        )
+        .await
+    };
+    // openAt 3 alone would leave the API-key degradeAt (7) above it: refused, naming
+    // the field, and nothing is written.
+    let r = put("breaker.apiKey.openAt", 3).await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["param"], "breaker.apiKey.degradeAt");
+    assert_eq!(
+        e["error"]["message"],
+        "breaker.apiKey.degradeAt (7) must be <= breaker.apiKey.openAt (3)"
+    );
+    let list: Value = h.admin_json("/api/settings").await;
+    let setting = |list: &Value, key: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["key"] == key)
+            .map(|s| (s["value"].clone(), s["source"].clone()))
+            .unwrap()
+    };
+    assert_eq!(
+        setting(&list, "breaker.apiKey.openAt"),
+        (json!(12), json!("default"))
+    );
+    assert_eq!(put("breaker.apiKey.degradeAt", 2).await.status(), 200);
+    assert_eq!(put("breaker.apiKey.openAt", 3).await.status(), 200);
+    let list: Value = h.admin_json("/api/settings").await;
+    assert_eq!(
+        setting(&list, "breaker.apiKey.openAt"),
+        (json!(3), json!("database"))
+    );
+
+    h.rule(json!({"times": 3, "match": {"credential": CRED_ALPHA}, "status": 502}))
+        .await;
+    let breaker = |health: &Value| {
+        health["breakers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["provider"] == "alpha")
+            .map(|b| (b["state"].clone(), b["failures"].clone()))
+            .unwrap()
+    };
+    for (failures, state) in [(1, "CLOSED"), (2, "DEGRADED"), (3, "OPEN")] {
+        assert_eq!(
+            h.chat(chat_body("alpha/mock-small", false)).await.status(),
+            502
+        );
+        assert_eq!(
+            breaker(&h.health().await),
+            (json!(state), json!(failures)),
+            "after {failures} failures"
+        );
+    }
+    // Open after 3 (not 12): the next request is refused without reaching alpha, for
+    // the API-key reset of 30 s.
+    let r = h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 503);
+    let retry = retry_after(&r);
+    assert!((29..=30).contains(&retry), "{retry}");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "provider_circuit_open");
+    assert_eq!(h.by_credential(CRED_ALPHA).await, 3);
+}
