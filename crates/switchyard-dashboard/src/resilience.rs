@@ -566,7 +566,7 @@ pub fn render(r: &Resilience, csrf: &str) -> String {
 <p class="hint">Clearing ends cooldowns and model locks; connections in a terminal state are counted and left as they are. The states below are as of the page load; the tables above refresh every 30 s.</p>
 {select}{clear}</section>
 <section aria-labelledby="settings"><h2 id="settings">Settings</h2>
-{settings}<h3 id="other-settings">Queues, waits and stalls</h3>
+{settings}<h3 id="other-settings">Breaker and cooldown profiles, queues, waits and stalls</h3>
 {others}</section>"#,
         live = live("resilience-live", PAGE, 30, &changing),
         select = select_form(r, csrf),
