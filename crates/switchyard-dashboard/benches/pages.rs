@@ -15,7 +15,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use reqwest::{redirect, Client, Method};
 use serde_json::json;
 use std::hint::black_box;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+use switchyard_gateway::clock::{Clock, SystemClock};
 use switchyard_store::LogRow;
 use switchyard_test_support::{Harness, ADMIN};
 use tokio::runtime::Runtime;
@@ -31,9 +32,9 @@ fn row(i: u64, now: u64) -> LogRow {
     LogRow {
         ts: now - (ROWS - i) * 3_600_000 / ROWS,
         request_id: format!("req-{i:08}"),
-        key_id: Some(if i % 2 == 0 { "k1" } else { "ops" }.to_owned()),
+        key_id: Some(if i.is_multiple_of(2) { "k1" } else { "ops" }.to_owned()),
         requested_model: "fast".to_owned(),
-        provider: Some(if i % 3 == 0 { "beta" } else { "alpha" }.to_owned()),
+        provider: Some(if i.is_multiple_of(3) { "beta" } else { "alpha" }.to_owned()),
         connection_id: Some(format!("c{:03}", i % POOLS as u64)),
         model: Some("mock-small".to_owned()),
         status: if error { 429 } else { 200 },
@@ -81,13 +82,7 @@ async fn setup() -> (Harness, Client, String) {
             r.text().await.unwrap_or_default()
         );
     }
-    let now = u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("the clock")
-            .as_millis(),
-    )
-    .expect("milliseconds");
+    let now = SystemClock.now_ms();
     let rows: Vec<LogRow> = (0..ROWS).map(|i| row(i, now)).collect();
     for chunk in rows.chunks(1000) {
         h.store().insert_log_batch(chunk).expect("the log rows");

@@ -518,7 +518,7 @@ async fn breaker_and_cooldown_profiles_are_set_on_the_page_and_checked_together(
         "{saved}"
     );
     let saved = set("breaker.apiKey.openAt", "3").await;
-    no_credential(&saved);
+    assert_no_credential(&saved);
     assert!(
         saved.contains(&done("breaker.apiKey.openAt saved.")),
         "{saved}"
