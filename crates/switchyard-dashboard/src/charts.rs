@@ -12,7 +12,7 @@ use std::fmt::Write;
 const PALETTE: usize = 8;
 
 /// Dash patterns for lines, by series index.
-const DASHES: [&str; 4] = ["", "6 3", "2 3", "10 3 2 3"];
+const DASHES: [&str; 6] = ["", "6 3", "2 3", "10 3 2 3", "1 6", "14 4"];
 
 /// `value` for people: whole numbers as such, others with up to two decimals.
 pub fn number(value: f64) -> String {
