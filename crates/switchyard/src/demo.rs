@@ -231,6 +231,16 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         store.delete_pool(DEMO_POOL)?;
     }
     store.save_pool(&demo_pool(), SaveMode::Upsert, now)?;
+    // The simulation runs with a quicker API-key breaker; without it the demo keeps
+    // (or goes back to) the defaults.
+    let stored: Vec<String> = store.list_settings()?.into_iter().map(|s| s.key).collect();
+    for (key, value) in traffic::BREAKER_SETTINGS {
+        if !a.no_traffic {
+            store.put_setting(key, &serde_json::json!(value), now)?;
+        } else if stored.iter().any(|k| k == key) {
+            store.delete_setting(key)?;
+        }
+    }
     drop(store);
 
     let listener = TcpListener::bind(a.listen).await.with_context(|| {
@@ -282,7 +292,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         None
     } else {
         say(&format!(
-            "Simulated traffic: `{}` bursts to alpha/mock-small and is soon refused by the strict pool (429), `{}` and `{}` use the combo `demo`; alpha fails for {} s every {} minutes, so its breaker opens and the combo fails over to beta (pass --no-traffic to turn this off).",
+            "Simulated traffic: `{}` bursts to alpha/mock-small and is soon refused by the strict pool (429), `{}` and `{}` use the combo `demo`; alpha fails for {} s every {} minutes, so its breaker opens (the demo's API-key breaker opens at 5 failures and probes after 10 s) and the combo fails over to beta (pass --no-traffic to turn this off).",
             Client::Burst.key_id(),
             Client::SteadyOne.key_id(),
             Client::SteadyTwo.key_id(),

@@ -36,8 +36,18 @@ pub const BURST_MS: u64 = 30_000;
 pub const STEADY_EVERY_TICKS: u64 = 12;
 
 /// When alpha starts failing in each cycle, and for how long.
-pub const FAIL_AT_MS: u64 = 35_000;
-pub const FAIL_MS: u64 = 30_000;
+pub const FAIL_AT_MS: u64 = 33_000;
+pub const FAIL_MS: u64 = 15_000;
+
+/// The API-key breaker profile the simulation runs with (settings, stored in the demo's
+/// database), quicker than the default (7, 12, 30 s) so that a failure window opens
+/// alpha's breaker within seconds and a probe closes it before the first minute is
+/// out: degraded at 3 consecutive failures, open at 5, probing after 10 s.
+pub const BREAKER_SETTINGS: [(&str, u64); 3] = [
+    ("breaker.apiKey.degradeAt", 3),
+    ("breaker.apiKey.openAt", 5),
+    ("breaker.apiKey.resetMs", 10_000),
+];
 
 /// Requests of the simulation in flight at most; a send finding them all busy is
 /// skipped, never queued.
@@ -281,23 +291,46 @@ mod tests {
     }
 
     #[test]
-    fn alpha_fails_from_35_to_65_seconds_of_every_two_minutes() {
+    fn the_breaker_settings_are_valid_and_open_within_the_failure_window() {
+        use switchyard_core::settings::{resolve, Layers};
+        let layers = Layers {
+            database: BREAKER_SETTINGS
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), serde_json::json!(v)))
+                .collect(),
+            ..Layers::default()
+        };
+        let resolved = resolve(&layers).unwrap();
+        assert!(resolved.ignored.is_empty(), "{:?}", resolved.ignored);
+        let p = resolved.settings.resilience.breaker.apikey;
+        assert_eq!((p.degrade_at, p.open_at, p.reset_ms), (3, 5, 10_000));
+        // The steady keys send to the combo every 1.5 s between them: five failures
+        // take 7.5 s, well inside the window, and the probe comes after it.
+        let steady_gap_ms = STEADY_EVERY_TICKS * TICK_MS / 2;
+        let opens_at = FAIL_AT_MS + u64::from(p.open_at) * steady_gap_ms;
+        assert!(opens_at < FAIL_AT_MS + FAIL_MS);
+        assert!(opens_at + p.reset_ms > FAIL_AT_MS + FAIL_MS);
+        assert!(opens_at + p.reset_ms < 60_000);
+    }
+
+    #[test]
+    fn alpha_fails_from_33_to_48_seconds_of_every_two_minutes() {
         let changes: Vec<(u64, Alpha)> = (0..2 * CYCLE_MS / TICK_MS + 1)
             .filter_map(|t| step(t).alpha.map(|a| (t * TICK_MS, a)))
             .collect();
         assert_eq!(
             changes,
             vec![
-                (35_000, Alpha::Fails),
-                (65_000, Alpha::Recovers),
-                (155_000, Alpha::Fails),
-                (185_000, Alpha::Recovers),
+                (33_000, Alpha::Fails),
+                (48_000, Alpha::Recovers),
+                (153_000, Alpha::Fails),
+                (168_000, Alpha::Recovers),
             ]
         );
-        assert!(!alpha_failing(34_999));
-        assert!(alpha_failing(35_000));
-        assert!(alpha_failing(64_999));
-        assert!(!alpha_failing(65_000));
+        assert!(!alpha_failing(32_999));
+        assert!(alpha_failing(33_000));
+        assert!(alpha_failing(47_999));
+        assert!(!alpha_failing(48_000));
         assert!(alpha_failing(120_000 + 40_000));
     }
 
