@@ -160,12 +160,11 @@ fn plan_section(p: &PlanView, csrf: &str) -> String {
     let delete = if p.source == PlanSource::Manual {
         format!(
             r#"<p class="hint">Deleting the override makes the catalog's plan (or none) apply again.</p>{}"#,
-            html::form(
+            html::confirm_form(
                 &format!("{path}/delete"),
                 csrf,
-                "inline",
-                "",
-                "Delete override"
+                "Delete override…",
+                &format!("Delete the override of {} for good", p.connection_id)
             )
         )
     } else {

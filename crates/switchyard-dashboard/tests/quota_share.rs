@@ -413,6 +413,10 @@ async fn plans_are_shown_overridden_and_reverted() {
         s.h.admin_json("/api/quota/plans/alpha-1").await["source"],
         "manual"
     );
+    assert!(page.contains(&format!(
+        r#"<details class="confirm"><summary>Delete override…</summary><form method="post" action="/dashboard/costs/quota-share/plans/alpha-1/delete"><input type="hidden" name="csrf" value="{}"><button type="submit">Delete the override of alpha-1 for good</button></form></details>"#,
+        s.csrf
+    )));
 
     let page = s.act(&format!("{PLANS}/alpha-1/delete"), &[]).await;
     assert!(
