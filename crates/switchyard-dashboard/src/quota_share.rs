@@ -390,7 +390,10 @@ pub struct PoolPage {
     pub pool: PoolView,
     /// The usage now, or why it cannot be read.
     pub usage: Result<PoolUsage, String>,
+    /// The newest decisions (at most [`DECISIONS_SHOWN`]).
     pub decisions: Vec<DecisionRecord>,
+    /// How many decisions the engine keeps for the pool.
+    pub decisions_kept: usize,
     /// Per-minute request counts of the last hour (all connections).
     pub series: Vec<SeriesRow>,
     /// The used fraction from which a dimension is strict.
@@ -412,12 +415,14 @@ async fn pool_page(
         let usage = services::quota::usage(app, id.clone())
             .await
             .map_err(|e| e.to_string());
-        let decisions = services::quota::decisions(app, id.clone(), None).unwrap_or_default();
+        let (decisions_kept, decisions) =
+            services::quota::newest_decisions(app, id.clone(), DECISIONS_SHOWN)?;
         let series = services::logs::series(app, MINUTES as u64 * MINUTE_MS, MINUTE_MS).await?;
         Ok::<_, ApiError>(PoolPage {
             pool,
             usage,
             decisions,
+            decisions_kept,
             series,
             threshold: services::quota::saturation_threshold(app),
             now: dash.now(),
@@ -617,8 +622,8 @@ fn burn_chart(page: &PoolPage, unit: Unit) -> String {
 /// Decisions the pool page shows (the API lists every one the engine keeps).
 const DECISIONS_SHOWN: usize = 30;
 
-/// The decisions table: the newest [`DECISIONS_SHOWN`].
-fn decisions_table(decisions: &[DecisionRecord]) -> String {
+/// The decisions table: the newest [`DECISIONS_SHOWN`] of the `kept` ones.
+fn decisions_table(decisions: &[DecisionRecord], kept: usize) -> String {
     let rows: Vec<Vec<String>> = decisions
         .iter()
         .take(DECISIONS_SHOWN)
@@ -643,10 +648,10 @@ fn decisions_table(decisions: &[DecisionRecord]) -> String {
             ]
         })
         .collect();
-    let caption = if decisions.len() > DECISIONS_SHOWN {
+    let shown = decisions.len().min(DECISIONS_SHOWN);
+    let caption = if kept > shown {
         format!(
-            "Recent decisions, newest first: {DECISIONS_SHOWN} of {} (all through GET /api/quota/pools/{{id}}/decisions)",
-            decisions.len()
+            "Recent decisions, newest first: {shown} of {kept} (all through GET /api/quota/pools/{{id}}/decisions)"
         )
     } else {
         "Recent decisions, newest first".to_owned()
@@ -727,7 +732,7 @@ pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
     let _ = write!(
         usage,
         "<h3>Decisions</h3>{}",
-        decisions_table(&page.decisions)
+        decisions_table(&page.decisions, page.decisions_kept)
     );
     let declared = if p.dimensions.is_empty() {
         "none (the connections' plan applies)".to_owned()
@@ -952,11 +957,11 @@ mod tests {
             retry_after_ms: None,
         };
         let many: Vec<DecisionRecord> = (0..31).map(decision).collect();
-        let html = decisions_table(&many);
+        let html = decisions_table(&many, 31);
         assert!(html.contains("<caption>Recent decisions, newest first: 30 of 31 (all through GET /api/quota/pools/{id}/decisions)</caption>"), "{html}");
         assert!(html.contains("<td>k29</td>"));
         assert!(!html.contains("<td>k30</td>"));
-        let few = decisions_table(&many[..2]);
+        let few = decisions_table(&many[..2], 2);
         assert!(few.contains("<caption>Recent decisions, newest first</caption>"));
         assert_eq!(few.matches("<tr><td>").count(), 2);
     }
@@ -1190,6 +1195,7 @@ mod tests {
                 policy: "hard".into(),
                 retry_after_ms: Some(61_000),
             }],
+            decisions_kept: 1,
             series: vec![
                 row(10, "c1", "k1", 3),
                 row(9, "c1", "k1", 2),
@@ -1247,6 +1253,7 @@ mod tests {
             pool: pool("team"),
             usage: Ok(strict_by_provider()),
             decisions: vec![],
+            decisions_kept: 0,
             series: vec![],
             threshold: 0.5,
             now: 0,

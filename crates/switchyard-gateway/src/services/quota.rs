@@ -179,6 +179,18 @@ pub fn decisions(
     Ok(state.runtime.quota.decisions(&id, api_key_id))
 }
 
+/// A pool's newest `n` decisions, and how many the engine keeps for it.
+pub fn newest_decisions(
+    state: &AppState,
+    id: String,
+    n: usize,
+) -> Result<(usize, Vec<DecisionRecord>), ApiError> {
+    if state.snapshot().quota.pool(&id).is_none() {
+        return Err(ApiError::NotFound { kind: "pool", id });
+    }
+    Ok(state.runtime.quota.newest_decisions(&id, n))
+}
+
 /// A connection's resolved plan.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]

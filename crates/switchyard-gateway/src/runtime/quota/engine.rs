@@ -363,6 +363,16 @@ impl QuotaEngine {
         q.push_back(rec);
     }
 
+    /// The newest `n` decisions of a pool and how many it keeps: only those `n` are
+    /// copied under the lock admissions take, so a page showing a few holds it briefly.
+    pub fn newest_decisions(&self, pool_id: &str, n: usize) -> (usize, Vec<DecisionRecord>) {
+        lock(&self.decisions)
+            .get(pool_id)
+            .map_or((0, Vec::new()), |q| {
+                (q.len(), q.iter().rev().take(n).cloned().collect())
+            })
+    }
+
     /// Recent decisions of a pool, newest first, optionally for one key.
     pub fn decisions(&self, pool_id: &str, key_id: Option<&str>) -> Vec<DecisionRecord> {
         lock(&self.decisions)
