@@ -92,7 +92,7 @@ pub(crate) fn minute_lines(
     lines.into_iter().collect()
 }
 
-/// `rows` (per-minute buckets, as `services::logs::series` gives them) as per-minute
+/// `rows` (per-minute buckets, as `services::logs::last_hour` gives them) as per-minute
 /// vectors of the [`MINUTES`] minutes ending with the minute of `now_ms`; minutes
 /// without requests are zeros, rows outside those minutes are left out.
 pub fn per_minute(rows: &[SeriesRow], now_ms: u64) -> Minutes {
@@ -166,7 +166,7 @@ async fn gather(app: &AppState) -> Result<Overview, ApiError> {
         .map(|(_, row)| row)
         .collect(),
         in_flight: services::system::in_flight(app),
-        series: services::logs::series(app, MINUTES as u64 * MINUTE_MS, MINUTE_MS).await?,
+        series: services::logs::last_hour(app),
         now_ms: app.clock.now_ms(),
     })
 }

@@ -9,7 +9,7 @@
 
 use crate::charts::{self, Mark, Segment, Series};
 use crate::html::{self, escape, table, Nav};
-use crate::overview::{self, MINUTES, MINUTE_MS};
+use crate::overview;
 use crate::web::{Dash, Posted, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -417,7 +417,7 @@ async fn pool_page(
             .map_err(|e| e.to_string());
         let (decisions_kept, decisions) =
             services::quota::newest_decisions(app, id.clone(), DECISIONS_SHOWN)?;
-        let series = services::logs::series(app, MINUTES as u64 * MINUTE_MS, MINUTE_MS).await?;
+        let series = services::logs::last_hour(app);
         Ok::<_, ApiError>(PoolPage {
             pool,
             usage,
@@ -937,6 +937,7 @@ async fn delete(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::overview::MINUTE_MS;
     use switchyard_core::quota::burn::BurnReport;
     use switchyard_core::quota::decide::Policy;
     use switchyard_core::quota::plan::Dimension;

@@ -272,3 +272,19 @@ async fn the_overview_counts_requests_in_flight() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_overview_keeps_the_last_hour_across_a_restart() {
+    let mut s = Signed::start().await;
+    four_requests(&s).await;
+    s.h.restart().await;
+    // The restarted gateway has new dashboard sessions: sign in again.
+    let again = Signed::on(s.h).await;
+    let (status, page) = again.page("/dashboard").await;
+    assert_eq!(status, 200);
+    let head = "<title>Requests per minute by key</title><desc>requests per minute, from 60 min ago to now.";
+    let at = page.find(head).unwrap();
+    let desc = &page[at..at + page[at..].find("</desc>").unwrap()];
+    assert!(desc.contains("k1: total 2,"), "{desc}");
+    assert!(desc.contains("ops: total 2,"), "{desc}");
+}

@@ -13,6 +13,7 @@ use crate::runtime::Runtime;
 use crate::snapshot::{LiveConfig, Snapshot, SnapshotError};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::reqlog::{LogWriter, RequestLog};
+use crate::telemetry::series::{MINUTES_KEPT, MINUTE_MS};
 use crate::telemetry::Telemetry;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -109,7 +110,10 @@ impl AppState {
         let (breakers, health) = blocking(&store, Store::load_resilience).await?;
         resilience.load(breakers, health);
         let gates = Gates::new(metrics.gates.clone());
-        let (log, log_writer) = RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone());
+        let hour_ago = clock.now_ms().saturating_sub(MINUTES_KEPT * MINUTE_MS);
+        let recent = blocking(&store, move |s| s.log_series(hour_ago, MINUTE_MS)).await?;
+        let (log, log_writer) =
+            RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone(), &recent);
         let config = Arc::new(LiveConfig::new(snapshot, layers, configured_admin));
         let runtime = Arc::new(Runtime {
             resilience,

@@ -78,6 +78,19 @@ impl Signed {
     /// Starts a gateway and signs in with the admin token.
     pub async fn start() -> Self {
         let (h, c) = start().await;
+        Self::signed_in(h, c).await
+    }
+
+    /// Signs in to the running gateway `h` with the admin token.
+    pub async fn on(h: Harness) -> Self {
+        let c = Client::builder()
+            .redirect(redirect::Policy::none())
+            .build()
+            .unwrap();
+        Self::signed_in(h, c).await
+    }
+
+    async fn signed_in(h: Harness, c: Client) -> Self {
         let cookie = session_of(&sign_in(&h, &c, ADMIN).await);
         let page = get(&h, &c, "/dashboard", Some(&cookie))
             .await

@@ -1,7 +1,7 @@
 //! The request log as the management API and the dashboard read it: a filtered search
-//! paged by cursor, and per-bucket counts for charts. Only reads the store; nothing here
-//! writes it or touches the configuration, and nothing here runs on the request path
-//! (the store's reads use their own pooled connection).
+//! paged by cursor, and the last hour's per-minute counts for charts (kept in memory by
+//! the log writer). Only reads; nothing here writes the log or touches the
+//! configuration, and nothing here runs on the request path.
 
 use crate::error::ApiError;
 use crate::state::{blocking, AppState};
@@ -10,8 +10,8 @@ use switchyard_store::{LogQuery, LogRow, SeriesRow, StatusFilter};
 /// Most rows one log query returns.
 const MAX_LOG_ROWS: u32 = 1000;
 
-/// Longest window [`series`] reads: a day.
-const MAX_SERIES_WINDOW_MS: u64 = 24 * 60 * 60 * 1000;
+/// The window of [`last_hour`].
+const HOUR_MS: u64 = 60 * 60 * 1000;
 
 /// A search of the log: every present field narrows it (see [`LogQuery`]).
 #[derive(Debug, Default, Clone)]
@@ -93,18 +93,12 @@ pub async fn search(state: &AppState, search: LogSearch) -> Result<LogPage, ApiE
     Ok(LogPage { rows, next })
 }
 
-/// Requests of the last `window_ms` (at most a day) counted per `bucket_ms`, provider,
-/// connection and key, oldest first; buckets start at multiples of `bucket_ms`.
-pub async fn series(
-    state: &AppState,
-    window_ms: u64,
-    bucket_ms: u64,
-) -> Result<Vec<SeriesRow>, ApiError> {
-    let since = state
-        .clock
-        .now_ms()
-        .saturating_sub(window_ms.min(MAX_SERIES_WINDOW_MS));
-    Ok(blocking(&state.store, move |s| s.log_series(since, bucket_ms)).await?)
+/// Requests of the last hour per minute, provider, connection and key, oldest first
+/// (minutes start at multiples of a minute), from the counters the log writer keeps in
+/// memory: no store read, however many rows the hour holds.
+pub fn last_hour(state: &AppState) -> Vec<SeriesRow> {
+    let since = state.clock.now_ms().saturating_sub(HOUR_MS);
+    state.telemetry.log.series_since(since)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod metrics;
 pub mod reqlog;
+pub mod series;
 
 use metrics::Metrics;
 use reqlog::RequestLog;

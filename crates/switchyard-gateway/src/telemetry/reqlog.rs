@@ -6,10 +6,15 @@
 //! writer drains the channel in batches, one SQLite transaction per batch: after the first
 //! row of a batch it lingers briefly so that, under load, one transaction carries hundreds
 //! of rows instead of a handful. On shutdown the writer drains what is buffered and exits.
+//! The writer also counts every row into the last hour's per-minute [`MinuteSeries`],
+//! which the dashboard's charts read (its lock is shared by the writer and the readers,
+//! never by the request path).
 
+use super::series::MinuteSeries;
+use crate::sync::lock;
 use prometheus_client::metrics::counter::Counter;
-use std::sync::Arc;
-use switchyard_store::{LogRow, Store};
+use std::sync::{Arc, Mutex};
+use switchyard_store::{LogRow, SeriesRow, Store};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -31,6 +36,7 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(100);
 pub struct RequestLog {
     tx: mpsc::Sender<LogRow>,
     dropped: Counter,
+    series: Arc<Mutex<MinuteSeries>>,
 }
 
 /// The writer side; `finish` flushes and stops it.
@@ -41,12 +47,28 @@ pub struct LogWriter {
 }
 
 impl RequestLog {
-    /// Creates the log and starts its writer.
-    pub fn start(store: Arc<Store>, dropped: Counter) -> (Self, LogWriter) {
+    /// Creates the log and starts its writer; `recent` (the stored log's last hour per
+    /// minute) seeds the per-minute series.
+    pub fn start(store: Arc<Store>, dropped: Counter, recent: &[SeriesRow]) -> (Self, LogWriter) {
         let (tx, rx) = mpsc::channel(BUFFER_ROWS);
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(write_loop(store, rx, stop_rx));
-        (Self { tx, dropped }, LogWriter { stop, task })
+        let mut series = MinuteSeries::default();
+        series.seed(recent);
+        let series = Arc::new(Mutex::new(series));
+        let task = tokio::spawn(write_loop(store, Arc::clone(&series), rx, stop_rx));
+        (
+            Self {
+                tx,
+                dropped,
+                series,
+            },
+            LogWriter { stop, task },
+        )
+    }
+
+    /// The per-minute counters from `since_ms` on (see [`MinuteSeries::rows`]).
+    pub fn series_since(&self, since_ms: u64) -> Vec<SeriesRow> {
+        lock(&self.series).rows(since_ms)
     }
 
     /// Records a row without waiting.
@@ -75,6 +97,7 @@ impl LogWriter {
 
 async fn write_loop(
     store: Arc<Store>,
+    series: Arc<Mutex<MinuteSeries>>,
     mut rx: mpsc::Receiver<LogRow>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -99,18 +122,24 @@ async fn write_loop(
                         }
                     }
                 }
-                flush(&store, &mut batch).await;
+                flush(&store, &series, &mut batch).await;
             }
             r = stop.changed() => stopping = r.is_err() || *stop.borrow(),
         }
     }
     rx.close();
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        flush(&store, &mut batch).await;
+        flush(&store, &series, &mut batch).await;
     }
 }
 
-async fn flush(store: &Arc<Store>, batch: &mut Vec<LogRow>) {
+async fn flush(store: &Arc<Store>, series: &Mutex<MinuteSeries>, batch: &mut Vec<LogRow>) {
+    {
+        let mut s = lock(series);
+        for row in batch.iter() {
+            s.add(row);
+        }
+    }
     let rows = std::mem::take(batch);
     let count = rows.len();
     let store = Arc::clone(store);

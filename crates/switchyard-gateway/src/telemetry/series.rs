@@ -1,0 +1,239 @@
+//! Requests per minute of the last hour, per provider, connection and key, kept in
+//! memory by the request-log writer (never by the request path) so that the dashboard's
+//! charts read a few hundred counters instead of scanning an hour of the log, however
+//! busy the gateway is. Seeded from the stored log at start, so a restart keeps the
+//! hour's history.
+
+use std::collections::{BTreeMap, HashMap};
+use switchyard_store::{LogRow, SeriesRow};
+
+/// A minute in milliseconds.
+pub const MINUTE_MS: u64 = 60_000;
+
+/// Minutes kept: the last hour and the minute in progress.
+pub const MINUTES_KEPT: u64 = 61;
+
+/// Most (provider, connection, key) combinations counted in one minute; rows of further
+/// combinations in that minute are left out (and counted in [`MinuteSeries::dropped`]).
+pub const MAX_PER_MINUTE: usize = 10_000;
+
+type Labels = (Option<String>, Option<String>, Option<String>);
+
+/// Counts of one minute and combination.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Counts {
+    requests: u64,
+    errors: u64,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+}
+
+/// The counters, by minute (its number since the epoch) and combination.
+#[derive(Debug, Default)]
+pub struct MinuteSeries {
+    minutes: BTreeMap<u64, HashMap<Labels, Counts>>,
+    dropped: u64,
+}
+
+impl MinuteSeries {
+    /// Counts `row`, then forgets minutes older than [`MINUTES_KEPT`] before the newest.
+    pub fn add(&mut self, row: &LogRow) {
+        let minute = row.ts / MINUTE_MS;
+        let newest = self.minutes.keys().next_back().copied().unwrap_or(minute);
+        if minute.saturating_add(MINUTES_KEPT) <= newest {
+            return;
+        }
+        let per = self.minutes.entry(minute).or_default();
+        let labels = (
+            row.provider.clone(),
+            row.connection_id.clone(),
+            row.key_id.clone(),
+        );
+        if !per.contains_key(&labels) && per.len() >= MAX_PER_MINUTE {
+            self.dropped = self.dropped.saturating_add(1);
+            return;
+        }
+        let c = per.entry(labels).or_default();
+        c.requests = c.requests.saturating_add(1);
+        c.errors = c.errors.saturating_add(u64::from(row.status >= 400));
+        c.prompt_tokens = c
+            .prompt_tokens
+            .saturating_add(row.prompt_tokens.unwrap_or(0));
+        c.completion_tokens = c
+            .completion_tokens
+            .saturating_add(row.completion_tokens.unwrap_or(0));
+        let newest = newest.max(minute);
+        let keep_from = newest.saturating_sub(MINUTES_KEPT - 1);
+        self.minutes = self.minutes.split_off(&keep_from);
+    }
+
+    /// Adds what the stored log holds (rows of [`Store::log_series`] per minute).
+    ///
+    /// [`Store::log_series`]: switchyard_store::Store::log_series
+    pub fn seed(&mut self, rows: &[SeriesRow]) {
+        for r in rows {
+            let per = self.minutes.entry(r.bucket_ms / MINUTE_MS).or_default();
+            if per.len() >= MAX_PER_MINUTE {
+                continue;
+            }
+            let c = per
+                .entry((
+                    r.provider.clone(),
+                    r.connection_id.clone(),
+                    r.key_id.clone(),
+                ))
+                .or_default();
+            c.requests = c.requests.saturating_add(r.requests);
+            c.errors = c.errors.saturating_add(r.errors);
+            c.prompt_tokens = c.prompt_tokens.saturating_add(r.prompt_tokens);
+            c.completion_tokens = c.completion_tokens.saturating_add(r.completion_tokens);
+        }
+    }
+
+    /// The counters of the minutes from `since_ms` on, oldest first, as the store's
+    /// `log_series` orders them (by minute, then provider, connection and key).
+    pub fn rows(&self, since_ms: u64) -> Vec<SeriesRow> {
+        let mut out: Vec<SeriesRow> = self
+            .minutes
+            .range(since_ms / MINUTE_MS..)
+            .flat_map(|(minute, per)| {
+                per.iter()
+                    .map(move |((provider, connection_id, key_id), c)| SeriesRow {
+                        bucket_ms: minute * MINUTE_MS,
+                        provider: provider.clone(),
+                        connection_id: connection_id.clone(),
+                        key_id: key_id.clone(),
+                        requests: c.requests,
+                        errors: c.errors,
+                        prompt_tokens: c.prompt_tokens,
+                        completion_tokens: c.completion_tokens,
+                    })
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            (a.bucket_ms, &a.provider, &a.connection_id, &a.key_id).cmp(&(
+                b.bucket_ms,
+                &b.provider,
+                &b.connection_id,
+                &b.key_id,
+            ))
+        });
+        out
+    }
+
+    /// Rows left out because their minute already counted [`MAX_PER_MINUTE`]
+    /// combinations.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(ts: u64, provider: &str, key: &str, status: u16) -> LogRow {
+        LogRow {
+            ts,
+            request_id: format!("r{ts}"),
+            key_id: Some(key.into()),
+            requested_model: "m".into(),
+            provider: Some(provider.into()),
+            connection_id: Some(format!("{provider}-1")),
+            model: Some("m".into()),
+            status,
+            error_code: None,
+            stream: false,
+            client_format: "openai".into(),
+            attempts: 1,
+            latency_ms: 1,
+            ttfb_ms: None,
+            prompt_tokens: Some(10),
+            completion_tokens: Some(ts % 7),
+            egress_ip: None,
+        }
+    }
+
+    fn series(minute: u64, provider: &str, key: &str, counts: [u64; 4]) -> SeriesRow {
+        SeriesRow {
+            bucket_ms: minute * MINUTE_MS,
+            provider: Some(provider.into()),
+            connection_id: Some(format!("{provider}-1")),
+            key_id: Some(key.into()),
+            requests: counts[0],
+            errors: counts[1],
+            prompt_tokens: counts[2],
+            completion_tokens: counts[3],
+        }
+    }
+
+    #[test]
+    fn rows_are_counted_per_minute_and_combination_as_the_store_counts_them() {
+        let mut s = MinuteSeries::default();
+        for r in [
+            row(60_000, "alpha", "k1", 200),
+            row(61_000, "alpha", "k1", 500),
+            row(62_000, "beta", "k1", 200),
+            row(125_000, "alpha", "k2", 429),
+        ] {
+            s.add(&r);
+        }
+        assert_eq!(
+            s.rows(0),
+            vec![
+                series(1, "alpha", "k1", [2, 1, 20, 60_000 % 7 + 61_000 % 7]),
+                series(1, "beta", "k1", [1, 0, 10, 62_000 % 7]),
+                series(2, "alpha", "k2", [1, 1, 10, 125_000 % 7]),
+            ]
+        );
+        assert_eq!(
+            s.rows(120_000),
+            vec![series(2, "alpha", "k2", [1, 1, 10, 125_000 % 7])]
+        );
+        assert_eq!(s.rows(180_000), vec![]);
+    }
+
+    #[test]
+    fn only_the_last_hour_is_kept() {
+        let mut s = MinuteSeries::default();
+        s.add(&row(0, "alpha", "k1", 200));
+        s.add(&row(60 * MINUTE_MS, "alpha", "k1", 200));
+        assert_eq!(
+            s.rows(0).len(),
+            2,
+            "minute 0 is 60 minutes before minute 60"
+        );
+        s.add(&row(61 * MINUTE_MS, "alpha", "k1", 200));
+        assert_eq!(s.rows(0).first().map(|r| r.bucket_ms), Some(MINUTE_MS * 60));
+        // A late row of a forgotten minute is not counted again.
+        s.add(&row(0, "alpha", "k1", 200));
+        assert_eq!(s.rows(0).len(), 2);
+        assert_eq!(s.minutes.len(), 2);
+    }
+
+    #[test]
+    fn a_minute_counts_a_bounded_number_of_combinations() {
+        let mut s = MinuteSeries::default();
+        for i in 0..=MAX_PER_MINUTE {
+            s.add(&row(0, "p", &format!("k{i}"), 200));
+        }
+        s.add(&row(1, "p", "k0", 200));
+        assert_eq!(s.rows(0).len(), MAX_PER_MINUTE);
+        assert_eq!(s.dropped(), 1);
+        assert_eq!(
+            s.rows(0).iter().map(|r| r.requests).sum::<u64>(),
+            MAX_PER_MINUTE as u64 + 1
+        );
+    }
+
+    #[test]
+    fn seeding_adds_the_stored_counts() {
+        let mut s = MinuteSeries::default();
+        s.seed(&[series(1, "alpha", "k1", [3, 1, 30, 9])]);
+        s.add(&row(60_500, "alpha", "k1", 200));
+        assert_eq!(
+            s.rows(0),
+            vec![series(1, "alpha", "k1", [4, 1, 40, 9 + 60_500 % 7])]
+        );
+    }
+}
