@@ -51,14 +51,17 @@ load() {
 import json, sys
 d = json.load(sys.stdin)
 s, p = d["summary"], d["latencyPercentiles"]
-ok = d.get("statusCodeDistribution", {}).get("200", 0) / max(1, sum(d.get("statusCodeDistribution", {}).values()))
-print(f"{s["requestsPerSec"]:.0f} {p["p50"] * 1000:.3f} {p["p99"] * 1000:.3f} {ok:.4f}")'
+codes = d.get("statusCodeDistribution", {})
+ok = codes.get("200", 0) / max(1, sum(codes.values()))
+rps, p50, p99 = s["requestsPerSec"], p["p50"] * 1000, p["p99"] * 1000
+print(f"{rps:.0f} {p50:.3f} {p99:.3f} {ok:.4f}")'
 }
 
 # Fetches the pool's page and the overview POLLS_PER_SECOND times a second each, until
 # killed; every answer must be a 200 page.
+# Writes a line to $work/polls.log per pair of pages fetched.
 poll() {
-  python3 - "$POOL_PORT" "$cookie" "$POLLS_PER_SECOND" <<'PY'
+  exec python3 - "$POOL_PORT" "$cookie" "$POLLS_PER_SECOND" >> "$work/polls.log" <<'PY'
 import http.client, sys, time
 port, cookie, rate = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 while True:
@@ -70,6 +73,7 @@ while True:
         r.read()
         assert r.status == 200, (path, r.status)
         c.close()
+    print("polled", flush=True)
     time.sleep(max(0.0, 1.0 / rate - (time.monotonic() - start)))
 PY
 }
@@ -77,6 +81,7 @@ PY
 load > /dev/null  # warm-up
 declare -A RPS P50 P99 OK
 for m in alone polled; do RPS[$m]="" P50[$m]="" P99[$m]="" OK[$m]=""; done
+: > "$work/polls.log"
 for round in $(seq 1 "$ROUNDS"); do
   order="alone polled"
   [ $((round % 2)) = 0 ] && order="polled alone"
@@ -97,6 +102,7 @@ printf '%-8s %10s %9s %9s %8s\n' load "req/s" "p50 ms" "p99 ms" "success"
 for m in alone polled; do
   printf '%-8s %10s %9s %9s %8s\n' $m "$(median "${RPS[$m]}")" "$(median "${P50[$m]}")" "$(median "${P99[$m]}")" "$(minimum "${OK[$m]}")"
 done
+echo "pages fetched while polling: $(( $(wc -l < "$work/polls.log") * 2 )) (every one a 200)"
 python3 - "$(median "${RPS[alone]}")" "$(median "${RPS[polled]}")" "$(median "${P99[alone]}")" "$(median "${P99[polled]}")" <<'PY'
 import sys
 ra, rp, pa, pp = map(float, sys.argv[1:])
