@@ -8,10 +8,10 @@
 //! `SameSite=Strict` cookie holding a random 256-bit id, valid for eight hours. Every
 //! other page needs a live session (without one, a `GET` is sent to sign-in and
 //! anything else is refused with `403`), and every form carries the session's CSRF
-//! token ([`web::Posted`] checks it). A one-time link
+//! token (`web::Posted` checks it). A one-time link
 //! (`/dashboard/sign-in/once?t=…`, see [`OneTimeLinks`]) opens the same session once,
 //! for the binary's banner. Pages are rendered with `format!` and
-//! [`html::escape`]; credentials are never rendered. Assets (the stylesheet, the
+//! `html::escape`; credentials are never rendered. Assets (the stylesheet, the
 //! vendored htmx that refreshes live regions) are embedded and served under
 //! content-hashed names.
 
