@@ -331,7 +331,7 @@ impl Snapshot {
                 count_url,
                 oauth: conn.auth_class == AuthClass::Oauth,
                 codex_backend: adapter.format() == Format::Responses
-                    && url.ends_with("/backend-api/codex/responses"),
+                    && crate::upstream::is_codex_backend(&url),
                 host,
                 h2c,
                 auth,

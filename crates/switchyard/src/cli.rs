@@ -73,7 +73,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub log_json: bool,
     /// Do not simulate traffic (by default three simulated keys send a few requests a
-    /// second and alpha fails for 30 s every 2 minutes, so the dashboard has something
+    /// second and alpha fails for 15 s every 2 minutes, so the dashboard has something
     /// to show).
     #[arg(long)]
     pub no_traffic: bool,

@@ -36,35 +36,38 @@ pub struct MinuteSeries {
 }
 
 impl MinuteSeries {
-    /// Counts `row`, then forgets minutes older than [`MINUTES_KEPT`] before the newest.
+    /// Counts `row`; a row of a newer minute forgets the minutes more than
+    /// [`MINUTES_KEPT`] before it, and a row of a forgotten minute is left out.
     pub fn add(&mut self, row: &LogRow) {
         let minute = row.ts / MINUTE_MS;
         let newest = self.minutes.keys().next_back().copied().unwrap_or(minute);
         if minute.saturating_add(MINUTES_KEPT) <= newest {
             return;
         }
-        let per = self.minutes.entry(minute).or_default();
         let labels = (
             row.provider.clone(),
             row.connection_id.clone(),
             row.key_id.clone(),
         );
-        if !per.contains_key(&labels) && per.len() >= MAX_PER_MINUTE {
+        let counts = Counts {
+            requests: 1,
+            errors: u64::from(row.status >= 400),
+            prompt_tokens: row.prompt_tokens.unwrap_or(0),
+            completion_tokens: row.completion_tokens.unwrap_or(0),
+        };
+        if !self.count(minute, labels, counts) {
             self.dropped = self.dropped.saturating_add(1);
-            return;
         }
-        let c = per.entry(labels).or_default();
-        c.requests = c.requests.saturating_add(1);
-        c.errors = c.errors.saturating_add(u64::from(row.status >= 400));
-        c.prompt_tokens = c
-            .prompt_tokens
-            .saturating_add(row.prompt_tokens.unwrap_or(0));
-        c.completion_tokens = c
-            .completion_tokens
-            .saturating_add(row.completion_tokens.unwrap_or(0));
-        let newest = newest.max(minute);
-        let keep_from = newest.saturating_sub(MINUTES_KEPT - 1);
-        self.minutes = self.minutes.split_off(&keep_from);
+        if minute > newest {
+            let keep_from = minute.saturating_sub(MINUTES_KEPT - 1);
+            while self
+                .minutes
+                .first_key_value()
+                .is_some_and(|(m, _)| *m < keep_from)
+            {
+                self.minutes.pop_first();
+            }
+        }
     }
 
     /// Adds what the stored log holds (rows of [`Store::log_series`] per minute).
@@ -72,22 +75,34 @@ impl MinuteSeries {
     /// [`Store::log_series`]: switchyard_store::Store::log_series
     pub fn seed(&mut self, rows: &[SeriesRow]) {
         for r in rows {
-            let per = self.minutes.entry(r.bucket_ms / MINUTE_MS).or_default();
-            if per.len() >= MAX_PER_MINUTE {
-                continue;
-            }
-            let c = per
-                .entry((
-                    r.provider.clone(),
-                    r.connection_id.clone(),
-                    r.key_id.clone(),
-                ))
-                .or_default();
-            c.requests = c.requests.saturating_add(r.requests);
-            c.errors = c.errors.saturating_add(r.errors);
-            c.prompt_tokens = c.prompt_tokens.saturating_add(r.prompt_tokens);
-            c.completion_tokens = c.completion_tokens.saturating_add(r.completion_tokens);
+            let labels = (
+                r.provider.clone(),
+                r.connection_id.clone(),
+                r.key_id.clone(),
+            );
+            let counts = Counts {
+                requests: r.requests,
+                errors: r.errors,
+                prompt_tokens: r.prompt_tokens,
+                completion_tokens: r.completion_tokens,
+            };
+            self.count(r.bucket_ms / MINUTE_MS, labels, counts);
         }
+    }
+
+    /// Adds `counts` to `minute`'s `labels`; false (nothing added) when the minute
+    /// already counts [`MAX_PER_MINUTE`] other combinations.
+    fn count(&mut self, minute: u64, labels: Labels, counts: Counts) -> bool {
+        let per = self.minutes.entry(minute).or_default();
+        if !per.contains_key(&labels) && per.len() >= MAX_PER_MINUTE {
+            return false;
+        }
+        let c = per.entry(labels).or_default();
+        c.requests = c.requests.saturating_add(counts.requests);
+        c.errors = c.errors.saturating_add(counts.errors);
+        c.prompt_tokens = c.prompt_tokens.saturating_add(counts.prompt_tokens);
+        c.completion_tokens = c.completion_tokens.saturating_add(counts.completion_tokens);
+        true
     }
 
     /// The counters of the minutes from `since_ms` on, oldest first, as the store's

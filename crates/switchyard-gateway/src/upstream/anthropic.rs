@@ -6,10 +6,9 @@
 //! one exception to SPEC G6: an Anthropic client's values are forwarded (merged with
 //! the OAuth beta); a client of another format gets [`DEFAULT_VERSION`].
 
-use super::{endpoint, Adapter, ProtocolHeaders};
+use super::{endpoint, sensitive, Adapter, ProtocolHeaders};
 use axum::http::header::InvalidHeaderValue;
 use axum::http::{HeaderMap, HeaderValue};
-use secrecy::zeroize::Zeroizing;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::format::Format;
 
@@ -41,18 +40,10 @@ impl Adapter for Anthropic {
         credential: &str,
         auth_class: AuthClass,
     ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue> {
-        let (name, text) = match auth_class {
-            AuthClass::Oauth => (
-                "authorization",
-                Zeroizing::new(format!("Bearer {credential}")),
-            ),
-            AuthClass::Apikey | AuthClass::Local => {
-                ("x-api-key", Zeroizing::new(credential.to_owned()))
-            }
-        };
-        let mut value = HeaderValue::from_str(&text)?;
-        value.set_sensitive(true);
-        Ok(vec![(name, value)])
+        Ok(vec![match auth_class {
+            AuthClass::Oauth => sensitive("authorization", &format!("Bearer {credential}"))?,
+            AuthClass::Apikey | AuthClass::Local => sensitive("x-api-key", credential)?,
+        }])
     }
 
     fn protocol_headers(&self, client: &ProtocolHeaders, oauth: bool, headers: &mut HeaderMap) {

@@ -9,6 +9,8 @@ mod anthropic;
 mod openai;
 mod responses;
 
+pub(crate) use responses::is_codex_backend;
+
 use crate::client;
 use crate::telemetry::metrics::ProviderMetrics;
 use axum::http::header::InvalidHeaderValue;
@@ -16,11 +18,24 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri}
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
+use secrecy::zeroize::Zeroizing;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::format::Format;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::resilience::usage_wall::{self, Flags};
 use tokio::time::Instant;
+
+/// The header `name: text`, marked sensitive (kept out of logs and debug output); the
+/// text is wiped from memory once the value is built.
+pub fn sensitive(
+    name: &'static str,
+    text: &str,
+) -> Result<(&'static str, HeaderValue), InvalidHeaderValue> {
+    let text = Zeroizing::new(text.to_owned());
+    let mut value = HeaderValue::from_str(&text)?;
+    value.set_sensitive(true);
+    Ok((name, value))
+}
 
 /// An upstream wire format: see the module docs.
 pub trait Adapter: Sync + std::fmt::Debug {
@@ -36,12 +51,17 @@ pub trait Adapter: Sync + std::fmt::Debug {
     }
 
     /// The headers that authenticate with `credential` for an account of `auth_class`,
-    /// marked sensitive.
+    /// marked sensitive; by default `Authorization: Bearer`.
     fn auth_headers(
         &self,
         credential: &str,
-        auth_class: AuthClass,
-    ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue>;
+        _auth_class: AuthClass,
+    ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue> {
+        Ok(vec![sensitive(
+            "authorization",
+            &format!("Bearer {credential}"),
+        )?])
+    }
 
     /// Headers an account of `auth_class` needs beside its credential, from its
     /// `provider_specific_data` (a Codex subscription's account id).

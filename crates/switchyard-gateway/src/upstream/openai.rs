@@ -5,10 +5,6 @@
 //! (`super`).
 
 use super::{endpoint, Adapter};
-use axum::http::header::InvalidHeaderValue;
-use axum::http::HeaderValue;
-use secrecy::zeroize::Zeroizing;
-use switchyard_core::domain::AuthClass;
 use switchyard_core::format::Format;
 
 /// See the module docs.
@@ -23,22 +19,12 @@ impl Adapter for OpenAi {
     fn endpoint(&self, base_url: &str) -> String {
         endpoint(base_url, "/chat/completions")
     }
-
-    fn auth_headers(
-        &self,
-        credential: &str,
-        _auth_class: AuthClass,
-    ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue> {
-        let header = Zeroizing::new(format!("Bearer {credential}"));
-        let mut value = HeaderValue::from_str(&header)?;
-        value.set_sensitive(true);
-        Ok(vec![("authorization", value)])
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchyard_core::domain::AuthClass;
 
     #[test]
     fn the_endpoint_and_bearer_header() {

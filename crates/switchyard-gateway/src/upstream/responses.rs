@@ -8,12 +8,18 @@
 use super::{endpoint, Adapter};
 use axum::http::header::InvalidHeaderValue;
 use axum::http::HeaderValue;
-use secrecy::zeroize::Zeroizing;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::format::Format;
 
 /// The path of a Codex subscription backend.
 const CODEX_BACKEND: &str = "/backend-api/codex";
+
+/// Whether `endpoint` (as [`Responses`] builds it) is a Codex subscription backend's.
+pub fn is_codex_backend(endpoint: &str) -> bool {
+    endpoint
+        .strip_suffix("/responses")
+        .is_some_and(|base| base.ends_with(CODEX_BACKEND))
+}
 
 /// The `provider_specific_data` key of a Codex subscription's account id.
 pub const ACCOUNT_KEY: &str = "chatgptAccountId";
@@ -40,17 +46,6 @@ impl Adapter for Responses {
         } else {
             endpoint(base, "/responses")
         }
-    }
-
-    fn auth_headers(
-        &self,
-        credential: &str,
-        _auth_class: AuthClass,
-    ) -> Result<Vec<(&'static str, HeaderValue)>, InvalidHeaderValue> {
-        let header = Zeroizing::new(format!("Bearer {credential}"));
-        let mut value = HeaderValue::from_str(&header)?;
-        value.set_sensitive(true);
-        Ok(vec![("authorization", value)])
     }
 
     fn account_headers(
@@ -83,6 +78,20 @@ impl Adapter for Responses {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn codex_backend_endpoints_are_recognised() {
+        for base in [
+            "https://chatgpt.com/backend-api/codex",
+            "https://chatgpt.com/backend-api/",
+        ] {
+            assert!(is_codex_backend(&Responses.endpoint(base)), "{base}");
+        }
+        assert!(!is_codex_backend(
+            &Responses.endpoint("https://api.openai.com")
+        ));
+        assert!(!is_codex_backend("https://h/backend-api/codex"));
+    }
 
     #[test]
     fn api_and_codex_backend_endpoints() {
