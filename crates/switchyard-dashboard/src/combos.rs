@@ -5,12 +5,11 @@
 
 use crate::fields::{input, one, parse, Fields};
 use crate::html::{confirm_form, escape, form, table_html, Nav};
-use crate::web::{Dash, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
@@ -126,10 +125,6 @@ async fn update(
         format!("Combo {} saved.", c.name)
     })
 }
-
-/// A form with no fields but the CSRF token.
-#[derive(Debug, Deserialize)]
-struct Empty {}
 
 /// `POST /dashboard/combos/{name}/delete`.
 async fn delete(

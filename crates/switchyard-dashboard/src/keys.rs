@@ -5,13 +5,12 @@
 
 use crate::fields::{all, checkbox, comma_list, input, one, some_if_any, state_label, Fields};
 use crate::html::{confirm_form, escape, form, table_html, Nav};
-use crate::web::{Dash, Posted, Session, Signed, View};
+use crate::web::{Dash, Empty, Posted, Session, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
 use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::keys::{NewKey, KNOWN_SCOPES};
@@ -80,10 +79,6 @@ async fn create(State(dash): State<Arc<Dash>>, Posted(session, f): Posted<Fields
         Err(e) => dash.done(&session, PAGE, Err::<(), _>(e), |()| String::new()),
     }
 }
-
-/// A form with no fields but the CSRF token.
-#[derive(Debug, Deserialize)]
-struct Empty {}
 
 /// `POST /dashboard/keys/{id}/revoke`.
 async fn revoke(

@@ -58,7 +58,7 @@ use switchyard_core::apikey::KeyHash;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::pipeline::auth;
 use switchyard_gateway::state::AppState;
-use web::{see_other, Dash, Posted, Signed, SIGN_IN};
+use web::{see_other, Dash, Empty, Posted, Signed, SIGN_IN};
 
 pub use once::OneTimeLinks;
 
@@ -270,10 +270,6 @@ async fn sign_in_once(
         )
     }
 }
-
-/// A form with no fields but the CSRF token.
-#[derive(Debug, Deserialize)]
-struct Empty {}
 
 /// `POST /dashboard/sign-out`: ends the session and clears its cookie.
 async fn sign_out(

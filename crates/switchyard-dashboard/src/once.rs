@@ -3,10 +3,10 @@
 //! at most [`MAX_LINKS`] (expired ones are pruned on every mint; when it is still full
 //! the link closest to expiry makes room), and a token is consumed by its first use.
 
-use crate::session::{hex, random_token};
-use sha2::{Digest, Sha256};
+use crate::session::random_token;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use switchyard_core::apikey::KeyHash;
 use switchyard_gateway::clock::Clock;
 
 /// How long a link stays valid, in milliseconds: ten minutes.
@@ -20,7 +20,7 @@ pub const ONCE_PATH: &str = "/dashboard/sign-in/once";
 
 /// The SHA-256 of a token, as hex.
 fn digest(token: &str) -> String {
-    hex(&Sha256::digest(token.as_bytes()))
+    KeyHash::of(token).to_hex()
 }
 
 /// The links not used yet: token digest → expiry (Unix milliseconds).

@@ -5,7 +5,7 @@
 use crate::charts;
 use crate::html::{self, escape, table, Nav};
 use crate::quota_share::{dimension_lines, parse_dimensions, Choice};
-use crate::web::{Dash, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Signed, View};
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -217,10 +217,6 @@ async fn save(
         )
     })
 }
-
-/// A form with no field but the CSRF token.
-#[derive(Debug, Deserialize)]
-struct Empty {}
 
 /// `POST /dashboard/costs/quota-share/plans/{connection}/delete`: removes the override.
 async fn delete(

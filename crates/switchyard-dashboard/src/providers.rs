@@ -9,12 +9,11 @@
 
 use crate::fields::{checkbox, comma_list, input, non_blank, number, one, parse, Fields};
 use crate::html::{confirm_form, escape, form, table_html, Nav};
-use crate::web::{Dash, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use switchyard_gateway::config::ConnectionSpec;
@@ -135,10 +134,6 @@ async fn update_provider(
         format!("Provider {} saved.", p.id)
     })
 }
-
-/// A form with no fields but the CSRF token.
-#[derive(Debug, Deserialize)]
-struct Empty {}
 
 /// `POST /dashboard/providers/{id}/delete`.
 async fn delete_provider(

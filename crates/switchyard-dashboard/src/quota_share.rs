@@ -10,12 +10,11 @@
 use crate::charts::{self, Mark, Segment, Series};
 use crate::html::{self, escape, table, Nav};
 use crate::overview;
-use crate::web::{Dash, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::sync::Arc;
@@ -917,10 +916,6 @@ async fn save_allocations(
         )
     })
 }
-
-/// A form with no field but the CSRF token.
-#[derive(Debug, Deserialize)]
-struct Empty {}
 
 /// `POST /dashboard/costs/quota-share/{id}/delete`: deletes the pool.
 async fn delete(

@@ -6,7 +6,7 @@
 use crate::fields::{all, hidden, state_label, Fields};
 use crate::html::{confirm_form, csrf_field, escape, form, live, table, table_html, Nav};
 use crate::overview::seconds;
-use crate::web::{Dash, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Signed, View};
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -160,10 +160,6 @@ async fn clear_provider(
     let outcome = services::resilience::clear_cooldowns(&dash.app, target);
     dash.done(&session, PAGE, outcome, |r| cleared(&r))
 }
-
-/// A form with no fields but the CSRF token.
-#[derive(Debug, Deserialize)]
-struct Empty {}
 
 /// `POST /dashboard/resilience/clear-all`: clears every connection.
 async fn clear_all(

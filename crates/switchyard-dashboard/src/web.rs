@@ -224,6 +224,10 @@ struct CsrfField {
     csrf: String,
 }
 
+/// A form with no fields but the CSRF token (an action button).
+#[derive(Debug, Deserialize)]
+pub struct Empty {}
+
 /// A form posted by a signed-in session with its CSRF token (the `csrf` field or the
 /// `x-csrf-token` header), and its fields parsed as `T`. Without a session or with a
 /// wrong token the answer is `403`; a body that is not `T` gets a `400` page naming
