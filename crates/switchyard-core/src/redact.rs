@@ -2,13 +2,25 @@
 //!
 //! An upstream error page or body may echo what it received — a proxy repeating the
 //! `Authorization` header, a provider quoting the key it refused. Relayed as it is, that
-//! hands the connection's credential to whichever client key made the request. Before an
-//! upstream error body leaves the gateway, every occurrence of the connection's own
-//! credentials is replaced by [`REDACTED`], and so is anything shaped like a bearer
-//! token: the word after `Bearer`, and runs that start like a well-known API key.
+//! hands the connection's credential to whichever client key made the request. Before
+//! upstream error text leaves the gateway, every occurrence of the connection's own
+//! credentials ([`Secrets`]) is replaced by [`REDACTED`], and so is anything shaped like
+//! a bearer token: the word after `Bearer`, and runs that start like a well-known API key.
 //!
-//! It is given the body and the secrets to hide: it holds no credential, reads none from
-//! configuration, and does no I/O.
+//! Error text reaches a client three ways, and each passes through here:
+//! - an error body before any stream ([`redact`], on the body as read);
+//! - an error event inside a `200` stream, in any of the three upstream formats: every
+//!   upstream stream goes through a [`StreamScrubber`] before anything else reads it, so
+//!   the pass-through relay and the translators alike only ever see redacted error
+//!   events;
+//! - a `200` body that carries an error (a failed Responses object, a chat body with an
+//!   `error` member): [`scrub_body`].
+//!
+//! It is given the text and the secrets to hide: it holds no credential of its own, reads
+//! none from configuration, and does no I/O.
+
+use crate::sse::{find_event_end, parse_event, MAX_EVENT_BYTES};
+use std::sync::Arc;
 
 /// What a redacted secret is replaced with.
 pub const REDACTED: &[u8] = b"[REDACTED]";
@@ -31,14 +43,188 @@ fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'+' | b'/' | b'=')
 }
 
+/// A connection's credentials as sent upstream, to be hidden from what is relayed back.
+/// Built once per connection when the configuration is loaded, shared by its requests;
+/// `Debug` shows only how many there are.
+#[derive(Clone, Default)]
+pub struct Secrets(Arc<[Box<[u8]>]>);
+
+impl Secrets {
+    /// The secrets long enough to search for (see [`MIN_SECRET_LEN`]).
+    pub fn new<'a>(secrets: impl IntoIterator<Item = &'a [u8]>) -> Self {
+        Self(
+            secrets
+                .into_iter()
+                .filter(|s| s.len() >= MIN_SECRET_LEN)
+                .map(Box::from)
+                .collect(),
+        )
+    }
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secrets({} hidden)", self.0.len())
+    }
+}
+
 /// `body` with every occurrence of each of `secrets` and every bearer-like token
 /// replaced by [`REDACTED`].
-pub fn redact(body: &[u8], secrets: &[&[u8]]) -> Vec<u8> {
+pub fn redact(body: &[u8], secrets: &Secrets) -> Vec<u8> {
     let mut out = body.to_vec();
-    for secret in secrets.iter().filter(|s| s.len() >= MIN_SECRET_LEN) {
+    for secret in secrets.0.iter() {
         out = replace_all(&out, secret);
     }
     redact_tokens(&out)
+}
+
+/// Whether a JSON text says it is an error: a top-level `error` that is not `null`, or a
+/// `type` of `error` (Anthropic) or `response.failed` (Responses), or a `status` of
+/// `failed` (a Responses object). Text without a quoted `"error"` or `failed"` is never
+/// parsed: inside a JSON string a quote is escaped, so generated text that merely
+/// mentions an error never matches, and an ordinary delta costs one substring search.
+fn says_error(json: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        #[serde(default, borrow, rename = "type")]
+        kind: Option<std::borrow::Cow<'a, str>>,
+        #[serde(default, borrow)]
+        status: Option<std::borrow::Cow<'a, str>>,
+        #[serde(default)]
+        error: Option<serde::de::IgnoredAny>,
+    }
+    if !contains(json, b"\"error\"") && !contains(json, b"failed\"") {
+        return false;
+    }
+    // `error: null` deserializes as `None`, as an absent member does.
+    serde_json::from_slice::<Top>(json).is_ok_and(|top| {
+        top.error.is_some()
+            || matches!(top.kind.as_deref(), Some("error" | "response.failed"))
+            || top.status.as_deref() == Some("failed")
+    })
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Whether one raw event (its text without the blank line) is an error event in any of
+/// the upstream formats: an `event: error` or `event: response.failed` (Anthropic,
+/// Responses), or data that [`says_error`] (a chat `{"error":…}` chunk).
+fn is_error_event(raw: &[u8]) -> bool {
+    let Some(event) = parse_event(raw) else {
+        return false;
+    };
+    matches!(event.event.as_deref(), Some("error" | "response.failed"))
+        || says_error(event.data.as_bytes())
+}
+
+/// A `200` body with its error text redacted, when the body is an error (see
+/// [`says_error`]); `None` for an ordinary answer, which is relayed as it is.
+pub fn scrub_body(body: &[u8], secrets: &Secrets) -> Option<Vec<u8>> {
+    says_error(body).then(|| redact(body, secrets))
+}
+
+/// What to relay of a chunk fed to a [`StreamScrubber`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scrubbed {
+    /// The chunk as it came: it ends at an event boundary, nothing was held back before
+    /// it, and it holds no error event.
+    AsIs,
+    /// These bytes instead (possibly none): the complete events so far, error events
+    /// redacted; an event still incomplete is held until its end arrives.
+    Bytes(Vec<u8>),
+}
+
+/// Redacts the error events of an upstream event stream, whatever its format and however
+/// its bytes are chunked; every other event passes byte for byte. Events are relayed
+/// whole: the bytes of an event still arriving are held until its blank line (a client
+/// reads no event before that anyway), at most [`MAX_EVENT_BYTES`] of them — beyond, what
+/// is held goes out (redacted, if it could be an error) so that a huge event is neither
+/// buffered without bound nor lost. A pure state machine: no I/O, no clock.
+#[derive(Debug)]
+pub struct StreamScrubber {
+    secrets: Secrets,
+    held: Vec<u8>,
+    /// How far `held` has been searched for an event boundary.
+    scanned: usize,
+}
+
+impl StreamScrubber {
+    pub fn new(secrets: Secrets) -> Self {
+        Self {
+            secrets,
+            held: Vec::new(),
+            scanned: 0,
+        }
+    }
+
+    /// Reads an upstream chunk; says what to relay in its place.
+    pub fn feed(&mut self, chunk: &[u8]) -> Scrubbed {
+        if self.held.is_empty() && ends_an_event(chunk) && !might_hold_error(chunk) {
+            return Scrubbed::AsIs;
+        }
+        self.held.extend_from_slice(chunk);
+        let mut out = Vec::with_capacity(self.held.len());
+        let mut start = 0;
+        let mut from = self.scanned.saturating_sub(2);
+        while let Some((end, next)) = find_event_end(&self.held[start..], from) {
+            let raw = &self.held[start..start + end];
+            let whole = &self.held[start..start + next];
+            if is_error_event(raw) {
+                out.extend_from_slice(&redact(whole, &self.secrets));
+            } else {
+                out.extend_from_slice(whole);
+            }
+            start += next;
+            from = 0;
+        }
+        self.held.drain(..start);
+        self.scanned = self.held.len();
+        if self.held.len() > MAX_EVENT_BYTES {
+            out.extend_from_slice(&self.release());
+        }
+        Scrubbed::Bytes(out)
+    }
+
+    /// The upstream ended: what is still held (an event without its blank line),
+    /// redacted if it could be an error.
+    pub fn finish(&mut self) -> Vec<u8> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Vec<u8> {
+        let held = std::mem::take(&mut self.held);
+        self.scanned = 0;
+        if might_hold_error(&held) {
+            redact(&held, &self.secrets)
+        } else {
+            held
+        }
+    }
+}
+
+/// Whether a chunk ends with an event's blank line.
+fn ends_an_event(chunk: &[u8]) -> bool {
+    chunk.ends_with(b"\n\n") || chunk.ends_with(b"\n\r\n")
+}
+
+/// Whether a chunk could hold (part of) an error event, by the words every error event
+/// of the three formats carries; `false` means it certainly holds none.
+fn might_hold_error(chunk: &[u8]) -> bool {
+    contains(chunk, b"error") || contains(chunk, b"failed")
+}
+
+/// Scrubs a whole upstream stream read at once (a stream collected for a client that
+/// asked for none).
+pub fn scrub_stream(stream: &[u8], secrets: &Secrets) -> Vec<u8> {
+    let mut scrubber = StreamScrubber::new(secrets.clone());
+    let mut out = match scrubber.feed(stream) {
+        Scrubbed::AsIs => stream.to_vec(),
+        Scrubbed::Bytes(bytes) => bytes,
+    };
+    out.extend_from_slice(&scrubber.finish());
+    out
 }
 
 fn replace_all(haystack: &[u8], needle: &[u8]) -> Vec<u8> {
@@ -106,9 +292,12 @@ fn starts_with_ignore_case(text: &[u8], prefix: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn r(body: &str, secrets: &[&str]) -> String {
-        let secrets: Vec<&[u8]> = secrets.iter().map(|s| s.as_bytes()).collect();
-        String::from_utf8(redact(body.as_bytes(), &secrets)).unwrap()
+    fn secrets(secrets: &[&str]) -> Secrets {
+        Secrets::new(secrets.iter().map(|s| s.as_bytes()))
+    }
+
+    fn r(body: &str, hidden: &[&str]) -> String {
+        String::from_utf8(redact(body.as_bytes(), &secrets(hidden))).unwrap()
     }
 
     #[test]
@@ -167,6 +356,185 @@ mod tests {
             "",
         ] {
             assert_eq!(r(body, &["short"]), body, "{body}");
+        }
+    }
+
+    const CRED: &str = "cred-alpha-1-secret-value";
+
+    /// One error event of each upstream format, quoting the credential, a bearer token
+    /// and a key-shaped token.
+    fn error_events() -> Vec<String> {
+        let quote = format!(
+            "bad key {CRED}; Authorization: Bearer abcdefgh12345678; sk-proj-abcdefghijklmnop"
+        );
+        vec![
+            format!("event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"{quote}\"}}}}\n\n"),
+            format!("data: {{\"error\":{{\"message\":\"{quote}\",\"type\":\"server_error\",\"code\":null}}}}\n\n"),
+            format!("event: response.failed\ndata: {{\"type\":\"response.failed\",\"response\":{{\"status\":\"failed\",\"error\":{{\"code\":\"server_error\",\"message\":\"{quote}\"}}}}}}\n\n"),
+            format!("event: error\ndata: {{\"type\":\"error\",\"code\":\"bad\",\"message\":\"{quote}\"}}\n\n"),
+            // Without an event line, CRLF-framed.
+            format!("data: {{\"type\":\"error\",\"error\":{{\"message\":\"{quote}\"}}}}\r\n\r\n"),
+        ]
+    }
+
+    /// Ordinary events, one of which mentions a key in generated text: answers are not
+    /// rewritten.
+    const ORDINARY: [&str; 4] = [
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"an error: use sk-proj-abcdefghijklmnop \\\"error\\\"\"}}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"content\":\"failed\"},\"finish_reason\":null}]}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"error\":null}}\n\n",
+        ": ping\n\n",
+    ];
+
+    fn scrub_chunks(chunks: &[&[u8]]) -> Vec<u8> {
+        let mut s = StreamScrubber::new(secrets(&[CRED]));
+        let mut out = Vec::new();
+        for c in chunks {
+            match s.feed(c) {
+                Scrubbed::AsIs => out.extend_from_slice(c),
+                Scrubbed::Bytes(b) => out.extend_from_slice(&b),
+            }
+        }
+        out.extend_from_slice(&s.finish());
+        out
+    }
+
+    #[test]
+    fn error_events_of_every_format_are_redacted_and_others_pass_byte_for_byte() {
+        for event in error_events() {
+            let out = String::from_utf8(scrub_chunks(&[event.as_bytes()])).unwrap();
+            assert!(!out.contains(CRED), "{out}");
+            assert!(!out.contains("abcdefgh12345678"), "{out}");
+            assert!(!out.contains("sk-proj"), "{out}");
+            assert_eq!(out.matches("[REDACTED]").count(), 3, "{out}");
+            assert!(
+                out.contains("bad key [REDACTED]; Authorization: Bearer [REDACTED]; [REDACTED]"),
+                "{out}"
+            );
+        }
+        for event in ORDINARY {
+            let mut s = StreamScrubber::new(secrets(&[CRED]));
+            assert_eq!(
+                s.feed(event.as_bytes()),
+                if event.contains("error") || event.contains("failed") {
+                    Scrubbed::Bytes(event.as_bytes().to_vec())
+                } else {
+                    Scrubbed::AsIs
+                },
+                "{event}"
+            );
+            assert_eq!(s.finish(), b"");
+        }
+    }
+
+    #[test]
+    fn an_incomplete_event_is_held_until_its_end_and_released_at_the_finish() {
+        let mut s = StreamScrubber::new(secrets(&[CRED]));
+        assert_eq!(
+            s.feed(b"data: {\"a\":1}\n\ndata: {\"er"),
+            Scrubbed::Bytes(b"data: {\"a\":1}\n\n".to_vec())
+        );
+        assert_eq!(
+            s.feed(format!("ror\":{{\"message\":\"{CRED}\"}}}}\n\n").as_bytes()),
+            Scrubbed::Bytes(b"data: {\"error\":{\"message\":\"[REDACTED]\"}}\n\n".to_vec())
+        );
+        assert_eq!(
+            s.feed(format!("data: {{\"error\":\"{CRED}").as_bytes()),
+            Scrubbed::Bytes(Vec::new())
+        );
+        assert_eq!(s.finish(), b"data: {\"error\":\"[REDACTED]".to_vec());
+    }
+
+    #[test]
+    fn an_oversized_event_is_released_not_buffered_without_bound() {
+        let mut s = StreamScrubber::new(secrets(&[CRED]));
+        let big = vec![b'x'; MAX_EVENT_BYTES + 1];
+        assert_eq!(s.feed(b"data: "), Scrubbed::Bytes(Vec::new()));
+        let Scrubbed::Bytes(out) = s.feed(&big) else {
+            panic!("held")
+        };
+        assert_eq!(out.len(), MAX_EVENT_BYTES + 7);
+        // Nothing is held any more: a chunk ending at an event boundary goes as it is.
+        assert_eq!(s.feed(b"\n\ndata: ok\n\n"), Scrubbed::AsIs);
+    }
+
+    #[test]
+    fn bodies_that_are_errors_are_redacted_and_answers_are_not() {
+        let s = secrets(&[CRED]);
+        let failed = format!("{{\"id\":\"resp_1\",\"status\":\"failed\",\"error\":{{\"message\":\"bad token {CRED}\"}}}}");
+        assert_eq!(
+            scrub_body(failed.as_bytes(), &s).map(String::from_utf8),
+            Some(Ok("{\"id\":\"resp_1\",\"status\":\"failed\",\"error\":{\"message\":\"bad token [REDACTED]\"}}".to_owned()))
+        );
+        let chat = format!("{{\"error\":{{\"message\":\"{CRED}\"}}}}");
+        assert_eq!(
+            scrub_body(chat.as_bytes(), &s),
+            Some(b"{\"error\":{\"message\":\"[REDACTED]\"}}".to_vec())
+        );
+        for answer in [
+            "{\"id\":\"resp_1\",\"status\":\"completed\",\"error\":null,\"output\":[]}",
+            "{\"choices\":[{\"message\":{\"content\":\"sk-proj-abcdefghijklmnop \\\"error\\\"\"}}]}",
+            "{\"type\":\"message\",\"content\":[{\"type\":\"text\",\"text\":\"failed\"}]}",
+        ] {
+            assert_eq!(scrub_body(answer.as_bytes(), &s), None, "{answer}");
+        }
+        let stream = format!("event: response.failed\ndata: {{\"type\":\"response.failed\",\"response\":{{\"status\":\"failed\",\"error\":{{\"message\":\"bad token {CRED}\"}}}}}}\n\n");
+        let out = String::from_utf8(scrub_stream(stream.as_bytes(), &s)).unwrap();
+        assert!(
+            out.ends_with("\"message\":\"bad token [REDACTED]\"}}}\n\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn secrets_debug_shows_no_secret() {
+        assert_eq!(
+            format!("{:?}", secrets(&[CRED, "short"])),
+            "Secrets(1 hidden)"
+        );
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// However a stream of ordinary and error events is cut into chunks, the output
+        /// is the same, holds no credential, and every ordinary event is in it unchanged.
+        #[test]
+        fn the_frame_path_redacts_every_error_event_at_any_chunking(
+            picks in proptest::collection::vec(0usize..9, 1..12),
+            cuts in proptest::collection::vec(0usize..4000, 0..16),
+        ) {
+            let errors = error_events();
+            let events: Vec<String> = picks
+                .iter()
+                .map(|p| match p.checked_sub(ORDINARY.len()) {
+                    None => ORDINARY[*p].to_owned(),
+                    Some(e) => errors[e].clone(),
+                })
+                .collect();
+            let stream = events.concat().into_bytes();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (stream.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut pieces: Vec<&[u8]> = Vec::new();
+            let mut last = 0;
+            for c in cuts {
+                pieces.push(&stream[last..c]);
+                last = c;
+            }
+            pieces.push(&stream[last..]);
+            let whole = scrub_chunks(&[&stream]);
+            prop_assert_eq!(&scrub_chunks(&pieces), &whole);
+            let text = String::from_utf8(whole).unwrap();
+            prop_assert!(!text.contains(CRED));
+            prop_assert!(!text.contains("abcdefgh12345678"));
+            let mut rest = text.as_str();
+            for (event, pick) in events.iter().zip(&picks) {
+                if *pick < ORDINARY.len() {
+                    let at = rest.find(event.as_str());
+                    prop_assert!(at.is_some(), "{} not relayed as is", event);
+                    rest = &rest[at.unwrap_or(0) + event.len()..];
+                }
+            }
         }
     }
 }

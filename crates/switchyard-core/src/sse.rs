@@ -97,7 +97,7 @@ impl SseParser {
 
 /// Finds the first blank line at or after `from`. Returns (end of the event's text,
 /// start of what follows).
-fn find_event_end(b: &[u8], from: usize) -> Option<(usize, usize)> {
+pub(crate) fn find_event_end(b: &[u8], from: usize) -> Option<(usize, usize)> {
     let mut i = from;
     while i < b.len() {
         if b[i] == b'\n' {
@@ -113,7 +113,7 @@ fn find_event_end(b: &[u8], from: usize) -> Option<(usize, usize)> {
     None
 }
 
-fn parse_event(raw: &[u8]) -> Option<SseEvent> {
+pub(crate) fn parse_event(raw: &[u8]) -> Option<SseEvent> {
     let text = String::from_utf8_lossy(raw);
     let mut ev = SseEvent::default();
     let mut has_data = false;

@@ -334,6 +334,7 @@ impl Snapshot {
                     && crate::upstream::is_codex_backend(&url),
                 host,
                 h2c,
+                secrets: upstream::secrets(cred, &auth),
                 auth,
                 metrics: metrics.for_provider(&conn.provider),
             });

@@ -59,6 +59,7 @@
 //! | `stall_after_chunks` | `{"stall_after_chunks": 2}` | stop sending after this many frames, holding the connection open |
 //! | `reset_after_chunks` | `{"reset_after_chunks": 2, "chunk_interval_ms": 5}` | reset the connection after this many frames |
 //! | `end_after_chunks` | `{"end_after_chunks": 2}` | end the stream cleanly after this many frames, without its tail (no finish reason, no usage, no `[DONE]`/`message_stop`/`response.completed`) |
+//! | `stream_error` | `{"stream_error": {"type": "overloaded_error", "message": "busy"}}` | end the stream with the API's error event (chat `data: {"error":…}`, Messages `event: error`, Responses `response.failed` with `type` as its `code`) instead of its tail; after `end_after_chunks` frames when that is set |
 //! | `quota` | `{"quota": {"limit": 3, "window_ms": 60000}}` | the first `limit` requests of each window pass, the rest get 429 with `Retry-After`; both carry `x-ratelimit-{limit,remaining,reset}-requests` |
 //! | `cache_read_input_tokens` | `{"cache_read_input_tokens": 7}` | Anthropic `usage.cache_read_input_tokens` (default 0) |
 //! | `cache_creation_input_tokens` | `{"cache_creation_input_tokens": 3}` | Anthropic `usage.cache_creation_input_tokens` (default 0) |
@@ -275,6 +276,6 @@ pub mod rules;
 mod server;
 pub mod wall;
 
-pub use rules::{Match, QuotaSpec, ResetPoint, Rule};
+pub use rules::{Match, QuotaSpec, ResetPoint, Rule, StreamErrorSpec};
 pub use server::{router, serve_until, MockServer, MockState};
 pub use wall::{ResetProgram, SlowLane, Wall};

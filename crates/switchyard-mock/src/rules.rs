@@ -38,6 +38,16 @@ pub struct QuotaSpec {
     pub window_ms: u64,
 }
 
+/// An error event a stream ends with: the API's error `type` (Responses: `code`) and
+/// message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamErrorSpec {
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub message: String,
+}
+
 /// One scripted behaviour.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -82,6 +92,10 @@ pub struct Rule {
     /// Responses: `response.completed`): an answer cut short.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub end_after_chunks: Option<u32>,
+    /// End the stream with the API's own error event carrying this error, instead of
+    /// the stream's tail (after `end_after_chunks` frames, when it is set too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_error: Option<StreamErrorSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<QuotaSpec>,
     /// Anthropic `usage.cache_read_input_tokens` of successful answers (default 0).

@@ -3,7 +3,7 @@
 
 use crate::answer::{Answer, StreamParts};
 use crate::journal::{self, Received};
-use crate::rules::{self, QuotaState, ResetPoint, Rule, StoredRule};
+use crate::rules::{self, QuotaState, ResetPoint, Rule, StoredRule, StreamErrorSpec};
 use crate::wall::{self, Lane, Wall, Walls};
 use crate::{anthropic, openai, responses};
 use axum::body::Body;
@@ -624,11 +624,15 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
     });
     let end_after = rule.end_after_chunks;
     let content = content.take(end_after.map_or(usize::MAX, |n| n as usize));
+    let (tail, keep_tail) = match &rule.stream_error {
+        Some(error) => (error_event(api, error), true),
+        None => (tail, end_after.is_none()),
+    };
     let tail = stream::once(async move {
         drop(guard);
         Ok(Bytes::from(tail))
     })
-    .filter(move |_| std::future::ready(end_after.is_none()));
+    .filter(move |_| std::future::ready(keep_tail));
     let body = stream::once(async move { Ok(Bytes::from(head)) })
         .chain(content)
         .chain(tail);
@@ -643,6 +647,30 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
     r.headers_mut()
         .insert("cache-control", HeaderValue::from_static("no-cache"));
     r
+}
+
+/// The error event that ends a stream in `api`'s format, as each API sends it.
+fn error_event(api: Api, error: &StreamErrorSpec) -> String {
+    let message = &error.message;
+    match api {
+        Api::OpenAi => {
+            let kind = error.kind.as_deref().unwrap_or("server_error");
+            let data = json!({"error": {"message": message, "type": kind, "code": null}});
+            format!("data: {data}\n\n")
+        }
+        Api::Anthropic => {
+            let kind = error.kind.as_deref().unwrap_or("api_error");
+            let data = json!({"type": "error", "error": {"type": kind, "message": message}});
+            format!("event: error\ndata: {data}\n\n")
+        }
+        Api::Responses => {
+            let code = error.kind.as_deref().unwrap_or("server_error");
+            let data = json!({"type": "response.failed", "response": {
+                "id": "resp_mock_failed", "object": "response", "status": "failed",
+                "error": {"code": code, "message": message}, "output": []}});
+            format!("event: response.failed\ndata: {data}\n\n")
+        }
+    }
 }
 
 impl MockState {

@@ -11,6 +11,7 @@ use super::finish::Finisher;
 use super::{concurrency, quota};
 use crate::body::deadline::DeadlineBody;
 use crate::body::metered::MeteredBody;
+use crate::body::scrub::ScrubBody;
 use crate::body::translate::TranslateBody;
 use crate::clock::{RequestClock, Stopwatch};
 use crate::runtime::gate::Permit;
@@ -33,6 +34,7 @@ use switchyard_core::format::{translate, Format};
 use switchyard_core::llm;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::quota::cost::Estimate;
+use switchyard_core::redact::{self, Secrets, StreamScrubber};
 use switchyard_core::resilience::admission;
 use switchyard_core::resilience::cooldown;
 use switchyard_core::routing::{strategy, Candidate, Exclusion, Reason};
@@ -377,7 +379,7 @@ struct Expect<'a> {
     deadline: tokio::time::Instant,
     execution_deadline: tokio::time::Instant,
     idle_timeout: Duration,
-    /// The connection, whose credentials are redacted from relayed error bodies.
+    /// The connection, whose secrets are redacted from relayed error text.
     upstream: &'a crate::upstream::Upstream,
     /// The client's format, for stream error frames and translation.
     client: Format,
@@ -431,7 +433,10 @@ async fn handle_response(
         }
         if stream {
             guards.hand_over(finisher);
-            let upstream = DeadlineBody::new(body, idle_timeout, execution_deadline);
+            let upstream = ScrubBody::new(
+                DeadlineBody::new(body, idle_timeout, execution_deadline),
+                StreamScrubber::new(target.secrets.clone()),
+            );
             let reader = client.stream_reader();
             let body = match translate::Stream::new(client, upstream_format, now_s) {
                 None => Body::new(MeteredBody::new(
@@ -465,7 +470,8 @@ async fn handle_response(
         };
         // A Codex subscription backend streamed what the client asked for whole.
         let bytes = if target.codex_backend {
-            match switchyard_core::format::responses::final_response(&bytes) {
+            let stream = redact::scrub_stream(&bytes, &target.secrets);
+            match switchyard_core::format::responses::final_response(&stream) {
                 Some(response) => Bytes::from(response),
                 None => return Err(AttemptFailure::InvalidResponse.into()),
             }
@@ -475,6 +481,11 @@ async fn handle_response(
         if !is_json_object(&bytes) {
             return Err(AttemptFailure::InvalidResponse.into());
         }
+        // An answer that is an error (a failed Responses object) is relayed redacted.
+        let bytes = match redact::scrub_body(&bytes, &target.secrets) {
+            Some(scrubbed) => Bytes::from(scrubbed),
+            None => bytes,
+        };
         let bytes = if client == upstream_format {
             bytes
         } else {
@@ -511,8 +522,8 @@ async fn handle_response(
     if failure.is_retryable() {
         // A 429's body may say when the window resets, or that credits are gone.
         let body_hint = if status == StatusCode::TOO_MANY_REQUESTS {
-            String::from_utf8_lossy(&read_limited(body, BODY_HINT_BYTES, deadline).await)
-                .into_owned()
+            let text = read_error_text(body, BODY_HINT_BYTES, deadline, &target.secrets).await;
+            String::from_utf8_lossy(&text).into_owned()
         } else {
             String::new()
         };
@@ -524,10 +535,7 @@ async fn handle_response(
             body_hint,
         });
     }
-    let redacted = switchyard_core::redact::redact(
-        &read_limited(body, MAX_ERROR_BODY_BYTES, deadline).await,
-        &crate::upstream::credentials(target),
-    );
+    let redacted = read_error_text(body, MAX_ERROR_BODY_BYTES, deadline, &target.secrets).await;
     let (body, content_type) = if client == upstream_format {
         (Bytes::from(redacted), content_type)
     } else {
@@ -552,6 +560,18 @@ async fn handle_response(
         reset_at: announced_reset(&parts.headers, &body_hint, now),
         body_hint,
     })
+}
+
+/// An upstream error body as the gateway may use it: at most `limit` bytes, read until
+/// `deadline`, with `secrets` and token-shaped text redacted. The only reader of error
+/// bodies, so no unredacted upstream error text reaches a client, a log or a decision.
+async fn read_error_text(
+    body: Incoming,
+    limit: usize,
+    deadline: tokio::time::Instant,
+    secrets: &Secrets,
+) -> Vec<u8> {
+    redact::redact(&read_limited(body, limit, deadline).await, secrets)
 }
 
 /// Reads at most `limit` bytes of a body until `deadline`; what does not fit is dropped.

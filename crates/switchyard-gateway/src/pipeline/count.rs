@@ -106,6 +106,9 @@ async fn count(
         .await;
         if let Ok(Ok(collected)) = read {
             let bytes = collected.to_bytes();
+            // An answer that also carries an error goes out redacted, as on every route.
+            let bytes = switchyard_core::redact::scrub_body(&bytes, &target.secrets)
+                .map_or(bytes, bytes::Bytes::from);
             if serde_json::from_slice::<serde_json::Value>(&bytes)
                 .is_ok_and(|v| v["input_tokens"].is_u64())
             {

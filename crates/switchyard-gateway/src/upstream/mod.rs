@@ -22,6 +22,7 @@ use secrecy::zeroize::Zeroizing;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::format::Format;
 use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::redact::Secrets;
 use switchyard_core::resilience::usage_wall::{self, Flags};
 use tokio::time::Instant;
 
@@ -123,6 +124,9 @@ pub struct Upstream {
     /// account's data (never per request); the secret ones are marked sensitive so they
     /// are never logged; left out of `Debug`.
     pub auth: Vec<(&'static str, HeaderValue)>,
+    /// What upstream text relayed back must not show: the credential, and the values of
+    /// the sensitive authentication headers (a bearer token without its scheme).
+    pub secrets: Secrets,
     /// This connection's provider's metric handles.
     pub metrics: ProviderMetrics,
 }
@@ -277,18 +281,15 @@ pub async fn send(
 /// The `User-Agent` of upstream requests.
 const USER_AGENT: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
 
-/// The connection's credentials as sent: the values of its sensitive authentication
-/// headers, a bearer token without its scheme.
-pub fn credentials(upstream: &Upstream) -> Vec<&[u8]> {
-    upstream
-        .auth
-        .iter()
-        .filter(|(_, v)| v.is_sensitive())
-        .map(|(_, v)| {
-            let raw = v.as_bytes();
-            raw.strip_prefix(b"Bearer ").unwrap_or(raw)
-        })
-        .collect()
+/// The secrets of a connection whose credential is `credential` and whose
+/// authentication headers are `auth`: the credential itself, and each sensitive header's
+/// value (a bearer token without its scheme).
+pub fn secrets(credential: &str, auth: &[(&'static str, HeaderValue)]) -> Secrets {
+    let headers = auth.iter().filter(|(_, v)| v.is_sensitive()).map(|(_, v)| {
+        let raw = v.as_bytes();
+        raw.strip_prefix(b"Bearer ").unwrap_or(raw)
+    });
+    Secrets::new(std::iter::once(credential.as_bytes()).chain(headers))
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ mod lifecycle;
 mod python;
 mod quota;
 mod quota_store;
+mod redaction;
 mod resilience;
 mod responses;
 mod secrets;
