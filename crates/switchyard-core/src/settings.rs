@@ -1,7 +1,11 @@
 //! The registry of runtime settings and their resolution.
 //!
-//! Every tunable number has one definition here: key, environment variable, default,
-//! bounds and a sentence of documentation. Values resolve by precedence (highest first):
+//! Every tunable number has one definition here, a `pub const` [`Setting`]: key,
+//! environment variable, typed kind (default and bounds), when a change applies
+//! ([`Applies`]) and a sentence of documentation. [`DEFS`] lists them all, and
+//! [`resolve`] builds the typed [`Settings`] by reading each const, so a misspelt setting
+//! does not compile and one listed but never read fails a test. Values resolve by
+//! precedence (highest first):
 //! settings stored in the database (changed through the management API) → environment
 //! variable → config file → built-in default. Per-connection overrides, where a setting
 //! has them, are applied later by the stage that uses the setting.
@@ -22,30 +26,95 @@ pub enum Source {
     Database,
 }
 
-/// The type and bounds of a setting.
+/// When a changed value takes effect in the running gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Applies {
+    /// Read from the settings in force each time it is used (a request, a cleanup run, a
+    /// shutdown): the next use has the new value.
+    Live,
+    /// Read when a client connection is accepted: connections already open keep the
+    /// value they were accepted with.
+    NewConnections,
+    /// Read once at start: a change applies after a restart.
+    Restart,
+}
+
+impl Applies {
+    /// The name the settings API and the docs use.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Live => "live",
+            Self::NewConnections => "new_connections",
+            Self::Restart => "restart",
+        }
+    }
+}
+
+/// An integer in `min..=max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Int {
+    pub default: u64,
+    pub min: u64,
+    pub max: u64,
+}
+
+/// An integer brought into `min..=max`: values outside are clamped, not refused (SPEC
+/// R10's queue limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Clamped {
+    pub default: u64,
+    pub min: u64,
+    pub max: u64,
+}
+
+/// A number in `0..=1`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Fraction {
+    pub default: f64,
+}
+
+/// `true` or `false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bool {
+    pub default: bool,
+}
+
+/// One of a fixed set of names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Choice {
+    pub default: &'static str,
+    pub options: &'static [&'static str],
+}
+
+/// A name: 1-64 letters, digits, `-`, `_`, `.` or `:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Name {
+    pub default: &'static str,
+}
+
+/// A list of HTTP error statuses (400–599), as `"403,404"` or a JSON array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Statuses {
+    pub default: &'static str,
+}
+
+/// A `redis://` or `rediss://` URL, or empty for none (the default). It may carry a
+/// password, so views redact it and errors never echo it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisUrl;
+
+/// The type and bounds of a setting, as the registry holds them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Kind {
-    /// An integer in `min..=max`.
-    Int { default: u64, min: u64, max: u64 },
-    /// An integer brought into `min..=max`: values outside are clamped, not refused
-    /// (SPEC R10's queue limits).
-    Clamped { default: u64, min: u64, max: u64 },
-    /// A number in `0..=1`.
-    Fraction { default: f64 },
-    /// `true` or `false`.
-    Bool { default: bool },
-    /// One of a fixed set of names.
-    Choice {
-        default: &'static str,
-        options: &'static [&'static str],
-    },
-    /// A name: 1-64 letters, digits, `-`, `_`, `.` or `:`.
-    Name { default: &'static str },
-    /// A list of HTTP error statuses (400–599), as `"403,404"` or a JSON array.
-    Statuses { default: &'static str },
-    /// A `redis://` or `rediss://` URL, or empty for none. It may carry a password, so
-    /// views redact it and errors never echo it.
-    RedisUrl,
+    Int(Int),
+    Clamped(Clamped),
+    Fraction(Fraction),
+    Bool(Bool),
+    Choice(Choice),
+    Name(Name),
+    Statuses(Statuses),
+    RedisUrl(RedisUrl),
 }
 
 /// A setting's value.
@@ -70,48 +139,216 @@ impl SettingValue {
     }
 }
 
-/// One setting's definition.
+/// A kind whose resolved values read as one Rust type: what [`Settings`] is built from.
+pub trait Typed: Copy {
+    type Value;
+    /// The default, typed.
+    fn default_value(self) -> Self::Value;
+    /// A resolved value, typed. Resolution gives every setting a value of its own kind;
+    /// any other reads as the default.
+    fn read(self, value: &SettingValue) -> Self::Value;
+}
+
+impl Typed for Int {
+    type Value = u64;
+    fn default_value(self) -> u64 {
+        self.default
+    }
+    fn read(self, value: &SettingValue) -> u64 {
+        match value {
+            SettingValue::Int(v) => *v,
+            _ => self.default,
+        }
+    }
+}
+
+impl Typed for Clamped {
+    type Value = u64;
+    fn default_value(self) -> u64 {
+        self.default
+    }
+    fn read(self, value: &SettingValue) -> u64 {
+        match value {
+            SettingValue::Int(v) => *v,
+            _ => self.default,
+        }
+    }
+}
+
+impl Typed for Fraction {
+    type Value = f64;
+    fn default_value(self) -> f64 {
+        self.default
+    }
+    fn read(self, value: &SettingValue) -> f64 {
+        match value {
+            SettingValue::Float(v) => *v,
+            _ => self.default,
+        }
+    }
+}
+
+impl Typed for Bool {
+    type Value = bool;
+    fn default_value(self) -> bool {
+        self.default
+    }
+    fn read(self, value: &SettingValue) -> bool {
+        match value {
+            SettingValue::Bool(v) => *v,
+            _ => self.default,
+        }
+    }
+}
+
+impl Typed for Choice {
+    type Value = String;
+    fn default_value(self) -> String {
+        self.default.to_owned()
+    }
+    fn read(self, value: &SettingValue) -> String {
+        match value {
+            SettingValue::Text(v) => v.clone(),
+            _ => self.default_value(),
+        }
+    }
+}
+
+impl Typed for Name {
+    type Value = String;
+    fn default_value(self) -> String {
+        self.default.to_owned()
+    }
+    fn read(self, value: &SettingValue) -> String {
+        match value {
+            SettingValue::Text(v) => v.clone(),
+            _ => self.default_value(),
+        }
+    }
+}
+
+/// The statuses as numbers (the text form is validated, `403,404`).
+fn statuses(list: &str) -> Vec<u16> {
+    list.split(',').filter_map(|c| c.parse().ok()).collect()
+}
+
+impl Typed for Statuses {
+    type Value = Vec<u16>;
+    fn default_value(self) -> Vec<u16> {
+        statuses(self.default)
+    }
+    fn read(self, value: &SettingValue) -> Vec<u16> {
+        match value {
+            SettingValue::Text(v) => statuses(v),
+            _ => self.default_value(),
+        }
+    }
+}
+
+impl Typed for RedisUrl {
+    type Value = String;
+    fn default_value(self) -> String {
+        String::new()
+    }
+    fn read(self, value: &SettingValue) -> String {
+        match value {
+            SettingValue::Text(v) => v.clone(),
+            _ => self.default_value(),
+        }
+    }
+}
+
+/// One setting, declared once: its key, environment variable, typed kind (type, default
+/// and bounds), when a change applies and a sentence of documentation. [`DEFS`] lists
+/// each one's [`SettingDef`]; [`resolve`] reads each one by its const, so the value has
+/// the kind's type and a misspelt name does not compile.
+///
+/// ```
+/// use switchyard_core::settings::{SettingValue, Typed, REQUEST_MAX_BODY_BYTES};
+/// let limit: u64 = REQUEST_MAX_BODY_BYTES.kind.read(&SettingValue::Int(2048));
+/// assert_eq!(limit, 2048);
+/// ```
+///
+/// An integer setting does not read as a flag:
+///
+/// ```compile_fail
+/// use switchyard_core::settings::{SettingValue, Typed, REQUEST_MAX_BODY_BYTES};
+/// let on: bool = REQUEST_MAX_BODY_BYTES.kind.read(&SettingValue::Int(2048));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Setting<K> {
+    pub key: &'static str,
+    pub env: &'static str,
+    pub kind: K,
+    pub applies: Applies,
+    pub doc: &'static str,
+}
+
+/// `Setting::def` for each kind (a `const fn` cannot be generic over a trait yet).
+macro_rules! registry_entries {
+    ($($kind:ident),*) => {$(
+        impl Setting<$kind> {
+            /// The setting as [`DEFS`] lists it.
+            pub const fn def(&self) -> SettingDef {
+                SettingDef {
+                    key: self.key,
+                    env: self.env,
+                    kind: Kind::$kind(self.kind),
+                    applies: self.applies,
+                    doc: self.doc,
+                }
+            }
+        }
+    )*};
+}
+
+registry_entries!(Int, Clamped, Fraction, Bool, Choice, Name, Statuses, RedisUrl);
+
+/// One setting as the registry lists it, whatever its kind.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SettingDef {
     pub key: &'static str,
     pub env: &'static str,
     pub kind: Kind,
+    pub applies: Applies,
     pub doc: &'static str,
 }
 
 impl SettingDef {
     pub fn default_value(&self) -> SettingValue {
         match self.kind {
-            Kind::Int { default, .. } | Kind::Clamped { default, .. } => SettingValue::Int(default),
-            Kind::Fraction { default } => SettingValue::Float(default),
-            Kind::Bool { default } => SettingValue::Bool(default),
-            Kind::Choice { default, .. } | Kind::Name { default } | Kind::Statuses { default } => {
-                SettingValue::Text(default.to_owned())
+            Kind::Int(Int { default, .. }) | Kind::Clamped(Clamped { default, .. }) => {
+                SettingValue::Int(default)
             }
-            Kind::RedisUrl => SettingValue::Text(String::new()),
+            Kind::Fraction(Fraction { default }) => SettingValue::Float(default),
+            Kind::Bool(Bool { default }) => SettingValue::Bool(default),
+            Kind::Choice(Choice { default, .. })
+            | Kind::Name(Name { default })
+            | Kind::Statuses(Statuses { default }) => SettingValue::Text(default.to_owned()),
+            Kind::RedisUrl(RedisUrl) => SettingValue::Text(String::new()),
         }
     }
 
     /// What values are accepted, in words.
     pub fn constraint(&self) -> String {
         match self.kind {
-            Kind::Int { min, max, .. } => format!("an integer between {min} and {max}"),
-            Kind::Clamped { min, max, .. } => {
+            Kind::Int(Int { min, max, .. }) => format!("an integer between {min} and {max}"),
+            Kind::Clamped(Clamped { min, max, .. }) => {
                 format!("a whole number (brought into {min}..={max})")
             }
-            Kind::Fraction { .. } => "a number between 0 and 1".to_owned(),
-            Kind::Bool { .. } => "true or false".to_owned(),
-            Kind::Choice { options, .. } => format!("one of {}", options.join(", ")),
-            Kind::Name { .. } => "1-64 letters, digits, `-`, `_`, `.` or `:`".to_owned(),
-            Kind::Statuses { .. } => "a list of HTTP error statuses (400-599)".to_owned(),
-            Kind::RedisUrl => "a redis:// or rediss:// URL, or empty".to_owned(),
+            Kind::Fraction(_) => "a number between 0 and 1".to_owned(),
+            Kind::Bool(_) => "true or false".to_owned(),
+            Kind::Choice(Choice { options, .. }) => format!("one of {}", options.join(", ")),
+            Kind::Name(_) => "1-64 letters, digits, `-`, `_`, `.` or `:`".to_owned(),
+            Kind::Statuses(_) => "a list of HTTP error statuses (400-599)".to_owned(),
+            Kind::RedisUrl(_) => "a redis:// or rediss:// URL, or empty".to_owned(),
         }
     }
 
     /// The value as views show it: URLs without their password.
     pub fn display(&self, v: &SettingValue) -> SettingValue {
         match (self.kind, v) {
-            (Kind::RedisUrl, SettingValue::Text(url)) => SettingValue::Text(redact_url(url)),
+            (Kind::RedisUrl(_), SettingValue::Text(url)) => SettingValue::Text(redact_url(url)),
             _ => v.clone(),
         }
     }
@@ -158,645 +395,904 @@ pub fn redact_url(url: &str) -> String {
 /// configuration mistakes, not intentions.
 const DAY_MS: u64 = 86_400_000;
 
-/// All settings. Keep sorted by key.
+pub const BREAKER_API_KEY_DEGRADE_AT: Setting<Int> = Setting {
+    key: "breaker.apiKey.degradeAt",
+    env: "SWITCHYARD_BREAKER_API_KEY_DEGRADE_AT",
+    // SPEC R1's API-key profile: 7 / 12 / 30 s, doubling after 3 cycles up to 4×.
+    kind: Int {
+        default: 7,
+        min: 1,
+        max: 10_000,
+    },
+    applies: Applies::Live,
+    doc: "Consecutive provider-level failures after which an API-key provider's breaker shows DEGRADED (<= openAt).",
+};
+
+pub const BREAKER_API_KEY_DOUBLE_AFTER: Setting<Int> = Setting {
+    key: "breaker.apiKey.doubleAfter",
+    env: "SWITCHYARD_BREAKER_API_KEY_DOUBLE_AFTER",
+    kind: Int {
+        default: 3,
+        min: 1,
+        max: 20,
+    },
+    applies: Applies::Live,
+    doc: "Open cycles without a successful close after which an API-key provider's reset timeout starts doubling.",
+};
+
+pub const BREAKER_API_KEY_MAX_MULTIPLIER: Setting<Int> = Setting {
+    key: "breaker.apiKey.maxMultiplier",
+    env: "SWITCHYARD_BREAKER_API_KEY_MAX_MULTIPLIER",
+    kind: Int {
+        default: 4,
+        min: 1,
+        max: 64,
+    },
+    applies: Applies::Live,
+    doc: "Most times the base reset timeout an API-key provider's doubling may reach.",
+};
+
+pub const BREAKER_API_KEY_OPEN_AT: Setting<Int> = Setting {
+    key: "breaker.apiKey.openAt",
+    env: "SWITCHYARD_BREAKER_API_KEY_OPEN_AT",
+    kind: Int {
+        default: 12,
+        min: 1,
+        max: 10_000,
+    },
+    applies: Applies::Live,
+    doc: "Consecutive provider-level failures that open an API-key provider's breaker (routing skips it).",
+};
+
+pub const BREAKER_API_KEY_RESET_MS: Setting<Int> = Setting {
+    key: "breaker.apiKey.resetMs",
+    env: "SWITCHYARD_BREAKER_API_KEY_RESET_MS",
+    kind: Int {
+        default: 30_000,
+        min: 1_000,
+        max: 3_600_000,
+    },
+    applies: Applies::Live,
+    doc: "How long an API-key provider's open breaker waits before it lets a probe through.",
+};
+
+pub const BREAKER_LOCAL_DEGRADE_AT: Setting<Int> = Setting {
+    key: "breaker.local.degradeAt",
+    env: "SWITCHYARD_BREAKER_LOCAL_DEGRADE_AT",
+    // SPEC R1's local profile: open at 2, degrade at the first failure ("derived":
+    // half the open threshold), 15 s, doubling like API keys.
+    kind: Int {
+        default: 1,
+        min: 1,
+        max: 10_000,
+    },
+    applies: Applies::Live,
+    doc: "Consecutive provider-level failures after which a local provider's breaker shows DEGRADED (<= openAt).",
+};
+
+pub const BREAKER_LOCAL_DOUBLE_AFTER: Setting<Int> = Setting {
+    key: "breaker.local.doubleAfter",
+    env: "SWITCHYARD_BREAKER_LOCAL_DOUBLE_AFTER",
+    kind: Int {
+        default: 3,
+        min: 1,
+        max: 20,
+    },
+    applies: Applies::Live,
+    doc: "Open cycles without a successful close after which a local provider's reset timeout starts doubling.",
+};
+
+pub const BREAKER_LOCAL_MAX_MULTIPLIER: Setting<Int> = Setting {
+    key: "breaker.local.maxMultiplier",
+    env: "SWITCHYARD_BREAKER_LOCAL_MAX_MULTIPLIER",
+    kind: Int {
+        default: 4,
+        min: 1,
+        max: 64,
+    },
+    applies: Applies::Live,
+    doc: "Most times the base reset timeout a local provider's doubling may reach.",
+};
+
+pub const BREAKER_LOCAL_OPEN_AT: Setting<Int> = Setting {
+    key: "breaker.local.openAt",
+    env: "SWITCHYARD_BREAKER_LOCAL_OPEN_AT",
+    kind: Int {
+        default: 2,
+        min: 1,
+        max: 10_000,
+    },
+    applies: Applies::Live,
+    doc: "Consecutive provider-level failures that open a local provider's breaker (routing skips it).",
+};
+
+pub const BREAKER_LOCAL_RESET_MS: Setting<Int> = Setting {
+    key: "breaker.local.resetMs",
+    env: "SWITCHYARD_BREAKER_LOCAL_RESET_MS",
+    kind: Int {
+        default: 15_000,
+        min: 1_000,
+        max: 3_600_000,
+    },
+    applies: Applies::Live,
+    doc: "How long a local provider's open breaker waits before it lets a probe through.",
+};
+
+pub const BREAKER_OAUTH_DEGRADE_AT: Setting<Int> = Setting {
+    key: "breaker.oauth.degradeAt",
+    env: "SWITCHYARD_BREAKER_OAUTH_DEGRADE_AT",
+    // SPEC R1's OAuth profile: 5 / 8 / 60 s, doubling after 2 cycles up to 8×.
+    kind: Int {
+        default: 5,
+        min: 1,
+        max: 10_000,
+    },
+    applies: Applies::Live,
+    doc: "Consecutive provider-level failures after which an OAuth provider's breaker shows DEGRADED (<= openAt).",
+};
+
+pub const BREAKER_OAUTH_DOUBLE_AFTER: Setting<Int> = Setting {
+    key: "breaker.oauth.doubleAfter",
+    env: "SWITCHYARD_BREAKER_OAUTH_DOUBLE_AFTER",
+    kind: Int {
+        default: 2,
+        min: 1,
+        max: 20,
+    },
+    applies: Applies::Live,
+    doc: "Open cycles without a successful close after which an OAuth provider's reset timeout starts doubling.",
+};
+
+pub const BREAKER_OAUTH_MAX_MULTIPLIER: Setting<Int> = Setting {
+    key: "breaker.oauth.maxMultiplier",
+    env: "SWITCHYARD_BREAKER_OAUTH_MAX_MULTIPLIER",
+    kind: Int {
+        default: 8,
+        min: 1,
+        max: 64,
+    },
+    applies: Applies::Live,
+    doc: "Most times the base reset timeout an OAuth provider's doubling may reach.",
+};
+
+pub const BREAKER_OAUTH_OPEN_AT: Setting<Int> = Setting {
+    key: "breaker.oauth.openAt",
+    env: "SWITCHYARD_BREAKER_OAUTH_OPEN_AT",
+    kind: Int {
+        default: 8,
+        min: 1,
+        max: 10_000,
+    },
+    applies: Applies::Live,
+    doc: "Consecutive provider-level failures that open an OAuth provider's breaker (routing skips it).",
+};
+
+pub const BREAKER_OAUTH_RESET_MS: Setting<Int> = Setting {
+    key: "breaker.oauth.resetMs",
+    env: "SWITCHYARD_BREAKER_OAUTH_RESET_MS",
+    kind: Int {
+        default: 60_000,
+        min: 1_000,
+        max: 3_600_000,
+    },
+    applies: Applies::Live,
+    doc: "How long an OAuth provider's open breaker waits before it lets a probe through.",
+};
+
+pub const COMBO_COOLDOWN_WAIT_BUDGET_MS: Setting<Int> = Setting {
+    key: "comboCooldownWait.budgetMs",
+    env: "COMBO_COOLDOWN_WAIT_BUDGET_MS",
+    // SPEC R9's default: five minutes in all for one request, waits included.
+    kind: Int {
+        default: 300_000,
+        min: 0,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "Longest a combo request may take in all when it waits out cooldowns.",
+};
+
+pub const COMBO_COOLDOWN_WAIT_ENABLED: Setting<Bool> = Setting {
+    key: "comboCooldownWait.enabled",
+    env: "COMBO_COOLDOWN_WAIT_ENABLED",
+    kind: Bool { default: true },
+    applies: Applies::Live,
+    doc: "Combo requests wait out short transient cooldowns and are dispatched again instead of failing.",
+};
+
+pub const COMBO_COOLDOWN_WAIT_MAX_ATTEMPTS: Setting<Int> = Setting {
+    key: "comboCooldownWait.maxAttempts",
+    env: "COMBO_COOLDOWN_WAIT_MAX_ATTEMPTS",
+    kind: Int {
+        default: 5,
+        min: 0,
+        max: 100,
+    },
+    applies: Applies::Live,
+    doc: "Most cooldown waits per combo request.",
+};
+
+pub const COMBO_COOLDOWN_WAIT_MAX_WAIT_MS: Setting<Int> = Setting {
+    key: "comboCooldownWait.maxWaitMs",
+    env: "COMBO_COOLDOWN_WAIT_MAX_WAIT_MS",
+    // SPEC R9's default covers a provider's one-minute rate window.
+    kind: Int {
+        default: 90_000,
+        min: 0,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "Longest single cooldown wait of a combo request; longer cooldowns answer 429 at once.",
+};
+
+pub const CONCURRENCY_GLOBAL_MAX: Setting<Int> = Setting {
+    key: "concurrency.globalMax",
+    env: "SWITCHYARD_MAX_CONCURRENT",
+    // SPEC R7's global gate; off unless the operator sizes the whole gateway.
+    kind: Int {
+        default: 0,
+        min: 0,
+        max: 1_000_000,
+    },
+    applies: Applies::Live,
+    doc: "Requests in flight upstream across the whole gateway; 0 = no limit.",
+};
+
+pub const CONCURRENCY_MAX_WAITERS: Setting<Int> = Setting {
+    key: "concurrency.maxWaiters",
+    env: "SWITCHYARD_GATE_MAX_WAITERS",
+    // A memory bound, not a policy (that is requestQueue.maxQueueDepth): every gate's
+    // queue is finite even when the operator sets no depth.
+    kind: Int {
+        default: 10_000,
+        min: 1,
+        max: 1_000_000,
+    },
+    applies: Applies::Live,
+    doc: "Most requests waiting for any one concurrency gate; beyond it SEMAPHORE_QUEUE_FULL.",
+};
+
+pub const COOLDOWN_API_KEY_BACKOFF_STEPS: Setting<Int> = Setting {
+    key: "cooldown.apiKey.backoffSteps",
+    env: "SWITCHYARD_COOLDOWN_API_KEY_BACKOFF_STEPS",
+    kind: Int {
+        default: 5,
+        min: 0,
+        max: 20,
+    },
+    applies: Applies::Live,
+    doc: "Most doublings of an API-key and local connection's cooldown (base × 2^min(level, steps), capped at 30 min).",
+};
+
+pub const COOLDOWN_API_KEY_BASE_MS: Setting<Int> = Setting {
+    key: "cooldown.apiKey.baseMs",
+    env: "SWITCHYARD_COOLDOWN_API_KEY_BASE_MS",
+    // SPEC R3: API key (and local) 3 s with 5 backoff steps.
+    kind: Int {
+        default: 3_000,
+        min: 100,
+        max: 600_000,
+    },
+    applies: Applies::Live,
+    doc: "First cooldown of an API-key and local connection after a failure.",
+};
+
+pub const COOLDOWN_OAUTH_BACKOFF_STEPS: Setting<Int> = Setting {
+    key: "cooldown.oauth.backoffSteps",
+    env: "SWITCHYARD_COOLDOWN_OAUTH_BACKOFF_STEPS",
+    kind: Int {
+        default: 8,
+        min: 0,
+        max: 20,
+    },
+    applies: Applies::Live,
+    doc: "Most doublings of an OAuth connection's cooldown (base × 2^min(level, steps), capped at 30 min).",
+};
+
+pub const COOLDOWN_OAUTH_BASE_MS: Setting<Int> = Setting {
+    key: "cooldown.oauth.baseMs",
+    env: "SWITCHYARD_COOLDOWN_OAUTH_BASE_MS",
+    // SPEC R3: OAuth 5 s with 8 backoff steps.
+    kind: Int {
+        default: 5_000,
+        min: 100,
+        max: 600_000,
+    },
+    applies: Applies::Live,
+    doc: "First cooldown of an OAuth connection after a failure.",
+};
+
+pub const PROVIDER_COOLDOWN_API_KEY_COOLDOWN_MS: Setting<Int> = Setting {
+    key: "providerCooldown.apiKey.cooldownMs",
+    env: "OMNIROUTE_PROVIDER_BREAKER_API_KEY_COOLDOWN_MS",
+    // SPEC R2's API-key profile: 10 minutes.
+    kind: Int {
+        default: 600_000,
+        min: 1_000,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "How long an API-key provider is skipped once the provider cooldown trips.",
+};
+
+pub const PROVIDER_COOLDOWN_API_KEY_FAILURE_THRESHOLD: Setting<Int> = Setting {
+    key: "providerCooldown.apiKey.failureThreshold",
+    env: "OMNIROUTE_PROVIDER_BREAKER_API_KEY_FAILURE_THRESHOLD",
+    kind: Int {
+        default: 15,
+        min: 1,
+        max: 10_000,
+    },
+    applies: Applies::Live,
+    doc: "Provider-level failures within the window that trip an API-key provider's cooldown.",
+};
+
+pub const PROVIDER_COOLDOWN_API_KEY_FAILURE_WINDOW_MS: Setting<Int> = Setting {
+    key: "providerCooldown.apiKey.failureWindowMs",
+    env: "OMNIROUTE_PROVIDER_BREAKER_API_KEY_FAILURE_WINDOW_MS",
+    kind: Int {
+        default: 1_800_000,
+        min: 1_000,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "The window an API-key provider's failures are counted in.",
+};
+
+pub const PROVIDER_COOLDOWN_ENABLED: Setting<Bool> = Setting {
+    key: "providerCooldown.enabled",
+    env: "PROVIDER_COOLDOWN_ENABLED",
+    // Opt-in (SPEC R2): the breaker already contains failing providers; this gate is
+    // for operators who want a slower, window-based one on top.
+    kind: Bool { default: false },
+    applies: Applies::Live,
+    doc: "Cool a provider after N failures within a window (beside the breaker).",
+};
+
+pub const PROVIDER_COOLDOWN_OAUTH_COOLDOWN_MS: Setting<Int> = Setting {
+    key: "providerCooldown.oauth.cooldownMs",
+    env: "OMNIROUTE_PROVIDER_BREAKER_OAUTH_COOLDOWN_MS",
+    // SPEC R2's OAuth profile: 5 minutes.
+    kind: Int {
+        default: 300_000,
+        min: 1_000,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "How long an OAuth provider is skipped once the provider cooldown trips.",
+};
+
+pub const PROVIDER_COOLDOWN_OAUTH_FAILURE_THRESHOLD: Setting<Int> = Setting {
+    key: "providerCooldown.oauth.failureThreshold",
+    env: "OMNIROUTE_PROVIDER_BREAKER_OAUTH_FAILURE_THRESHOLD",
+    kind: Int {
+        default: 10,
+        min: 1,
+        max: 10_000,
+    },
+    applies: Applies::Live,
+    doc: "Provider-level failures within the window that trip an OAuth provider's cooldown.",
+};
+
+pub const PROVIDER_COOLDOWN_OAUTH_FAILURE_WINDOW_MS: Setting<Int> = Setting {
+    key: "providerCooldown.oauth.failureWindowMs",
+    env: "OMNIROUTE_PROVIDER_BREAKER_OAUTH_FAILURE_WINDOW_MS",
+    kind: Int {
+        default: 900_000,
+        min: 1_000,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "The window an OAuth provider's failures are counted in.",
+};
+
+pub const QUOTA_CONSUMPTION_RETENTION_DAYS: Setting<Int> = Setting {
+    key: "quota.consumptionRetentionDays",
+    env: "QUOTA_CONSUMPTION_RETENTION_DAYS",
+    // Two weeks of history for the usage views; slots still inside their window
+    // (a 30-day month) are kept regardless.
+    kind: Int {
+        default: 14,
+        min: 1,
+        max: 3_650,
+    },
+    applies: Applies::Live,
+    doc: "Days quota consumption slots are kept after they leave their window.",
+};
+
+pub const QUOTA_SATURATION_THRESHOLD: Setting<Fraction> = Setting {
+    key: "quota.saturationThreshold",
+    env: "QUOTA_SATURATION_THRESHOLD",
+    // Half used: from here on the remaining half is shared by fair share, so keys
+    // that borrowed early cannot starve the others (SPEC Q2).
+    kind: Fraction { default: 0.5 },
+    applies: Applies::Live,
+    doc: "Used fraction of a pool dimension at which fair shares become strict.",
+};
+
+pub const QUOTA_SOFT_DEPRIORITIZE_FACTOR: Setting<Fraction> = Setting {
+    key: "quota.softDeprioritizeFactor",
+    env: "QUOTA_SOFT_DEPRIORITIZE_FACTOR",
+    // SPEC Q7's default: a soft-penalized target still wins over one scored 30 %
+    // lower, so the penalty reorders near-ties without starving anyone.
+    kind: Fraction { default: 0.7 },
+    applies: Applies::Live,
+    doc: "Score multiplier for targets where the key is over its soft share.",
+};
+
+pub const QUOTA_SHARE_CONCURRENCY_LIMIT_ENABLED: Setting<Bool> = Setting {
+    key: "quotaShareConcurrencyLimit.enabled",
+    env: "QUOTA_SHARE_CONCURRENCY_LIMIT_ENABLED",
+    // SPEC R8: subscription accounts accept one to three requests at a time; a
+    // qtSd/ dispatch waits for a slot instead of flooding them.
+    kind: Bool { default: true },
+    applies: Applies::Live,
+    doc: "qtSd/ dispatches wait for a slot on connections with max_concurrent (fair across keys).",
+};
+
+pub const QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_QUEUE: Setting<Int> = Setting {
+    key: "quotaShareConcurrencyLimit.maxQueue",
+    env: "QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_QUEUE",
+    // Bounds memory per connection; a longer queue would wait minutes anyway.
+    kind: Int {
+        default: 1_000,
+        min: 1,
+        max: 100_000,
+    },
+    applies: Applies::Live,
+    doc: "Most qtSd/ requests waiting for one connection; beyond it they go ahead without a slot.",
+};
+
+pub const QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_WAIT_MS: Setting<Int> = Setting {
+    key: "quotaShareConcurrencyLimit.maxWaitMs",
+    env: "QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_WAIT_MS",
+    // Long enough for a few queued completions to finish ahead, short enough that a
+    // stuck account does not hold clients for minutes; then fail open (SPEC R8).
+    kind: Int {
+        default: 60_000,
+        min: 0,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "Longest a qtSd/ request waits for a connection slot before going ahead without one.",
+};
+
+pub const QUOTA_STORE_DRIVER: Setting<Choice> = Setting {
+    key: "quotaStore.driver",
+    env: "QUOTA_STORE_DRIVER",
+    // SQLite needs nothing set up; Redis is for several gateway replicas.
+    kind: Choice {
+        default: "sqlite",
+        options: &["sqlite", "redis"],
+    },
+    applies: Applies::Restart,
+    doc: "Where quota counters live. Read at start; an unreachable Redis falls back to SQLite.",
+};
+
+pub const QUOTA_STORE_REDIS_PREFIX: Setting<Name> = Setting {
+    key: "quotaStore.redisPrefix",
+    env: "QUOTA_STORE_REDIS_PREFIX",
+    // Namespaces the counters, so several deployments can share one Redis.
+    kind: Name {
+        default: "switchyard",
+    },
+    applies: Applies::Restart,
+    doc: "Prefix of every Redis key the quota store writes. Read at start.",
+};
+
+pub const QUOTA_STORE_REDIS_URL: Setting<RedisUrl> = Setting {
+    key: "quotaStore.redisUrl",
+    env: "QUOTA_STORE_REDIS_URL",
+    kind: RedisUrl,
+    applies: Applies::Restart,
+    doc: "Redis URL for the redis quota store. Read at start.",
+};
+
+pub const QUOTA_STORE_REQUIRE_REDIS: Setting<Bool> = Setting {
+    key: "quotaStore.requireRedis",
+    env: "QUOTA_STORE_REQUIRE_REDIS",
+    // Off: one gateway runs on without Redis. On for several replicas, where a
+    // replica counting on its own would let each of them use the whole limit.
+    kind: Bool { default: false },
+    applies: Applies::Restart,
+    doc: "With the redis driver, refuse to start when Redis is unset, invalid or unreachable instead of falling back to SQLite. Read at start.",
+};
+
+pub const REQUEST_MAX_BODY_BYTES: Setting<Int> = Setting {
+    key: "request.max_body_bytes",
+    env: "SWITCHYARD_MAX_BODY_BYTES",
+    // 10 MiB holds long multi-turn contexts with inline images; larger bodies are
+    // almost always mistakes that would only cost upstream money.
+    kind: Int {
+        default: 10 * 1024 * 1024,
+        min: 1024,
+        max: 512 * 1024 * 1024,
+    },
+    applies: Applies::Live,
+    doc: "Largest accepted client request body, in bytes; larger bodies get 413.",
+};
+
+pub const REQUEST_QUEUE_EXECUTION_MAX_WAIT_MS: Setting<Clamped> = Setting {
+    key: "requestQueue.executionMaxWaitMs",
+    env: "RATE_LIMIT_EXECUTION_MAX_WAIT_MS",
+    // SPEC R10: a last bound on an upstream exchange after dispatch; raised to
+    // upstream.first_byte_timeout_ms when that is longer.
+    kind: Clamped {
+        default: 600_000,
+        min: 1,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "Longest an upstream exchange may run after dispatch (RATE_LIMIT_EXECUTION_TIMEOUT, 504).",
+};
+
+pub const REQUEST_QUEUE_MAX_QUEUE_DEPTH: Setting<Clamped> = Setting {
+    key: "requestQueue.maxQueueDepth",
+    env: "RATE_LIMIT_MAX_QUEUE_DEPTH",
+    // SPEC R10: 0 keeps the queue unbounded (up to concurrency.maxWaiters).
+    kind: Clamped {
+        default: 0,
+        min: 0,
+        max: 100_000,
+    },
+    applies: Applies::Live,
+    doc: "Requests waiting for one connection beyond which new ones are refused at once (RATE_LIMIT_QUEUE_FULL); 0 = no limit.",
+};
+
+pub const REQUEST_QUEUE_MAX_WAIT_MS: Setting<Clamped> = Setting {
+    key: "requestQueue.maxWaitMs",
+    env: "RATE_LIMIT_MAX_WAIT_MS",
+    // SPEC R10's default: half a minute in a queue, then SEMAPHORE_TIMEOUT.
+    kind: Clamped {
+        default: 30_000,
+        min: 1,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "Longest a request waits for a concurrency slot (SEMAPHORE_TIMEOUT).",
+};
+
+pub const RESILIENCE_MODEL_LOCKOUT_BASE_COOLDOWN_MS: Setting<Int> = Setting {
+    key: "resilience.modelLockout.baseCooldownMs",
+    env: "MODEL_LOCKOUT_BASE_COOLDOWN_MS",
+    // SPEC R5: two minutes for a first lock.
+    kind: Int {
+        default: 120_000,
+        min: 1_000,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "First lock of a failing model on a connection.",
+};
+
+pub const RESILIENCE_MODEL_LOCKOUT_ENABLED: Setting<Bool> = Setting {
+    key: "resilience.modelLockout.enabled",
+    env: "MODEL_LOCKOUT_ENABLED",
+    // Off by default (SPEC R5): connection cooldowns already cover most failures.
+    kind: Bool { default: false },
+    applies: Applies::Live,
+    doc: "Lock a failing model on one connection while the account keeps serving others.",
+};
+
+pub const RESILIENCE_MODEL_LOCKOUT_ERROR_CODES: Setting<Statuses> = Setting {
+    key: "resilience.modelLockout.errorCodes",
+    env: "MODEL_LOCKOUT_ERROR_CODES",
+    kind: Statuses {
+        default: "403,404,429,502,503,504",
+    },
+    applies: Applies::Live,
+    doc: "Upstream statuses that lock a model.",
+};
+
+pub const RESILIENCE_MODEL_LOCKOUT_MAX_BACKOFF_STEPS: Setting<Int> = Setting {
+    key: "resilience.modelLockout.maxBackoffSteps",
+    env: "MODEL_LOCKOUT_MAX_BACKOFF_STEPS",
+    kind: Int {
+        default: 10,
+        min: 0,
+        max: 20,
+    },
+    applies: Applies::Live,
+    doc: "Most doublings of a repeated lock.",
+};
+
+pub const RESILIENCE_MODEL_LOCKOUT_MAX_COOLDOWN_MS: Setting<Int> = Setting {
+    key: "resilience.modelLockout.maxCooldownMs",
+    env: "MODEL_LOCKOUT_MAX_COOLDOWN_MS",
+    // SPEC R5: half an hour at most; must not be below the base.
+    kind: Int {
+        default: 1_800_000,
+        min: 1_000,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "Longest lock of a model (>= the base).",
+};
+
+pub const RESILIENCE_MODEL_LOCKOUT_USE_EXPONENTIAL_BACKOFF: Setting<Bool> = Setting {
+    key: "resilience.modelLockout.useExponentialBackoff",
+    env: "MODEL_LOCKOUT_USE_EXPONENTIAL_BACKOFF",
+    kind: Bool { default: true },
+    applies: Applies::Live,
+    doc: "Double the lock on each repeated failure (else every lock is the base).",
+};
+
+pub const SERVER_BODY_READ_TIMEOUT_MS: Setting<Int> = Setting {
+    key: "server.body_read_timeout_ms",
+    env: "SWITCHYARD_BODY_READ_TIMEOUT_MS",
+    // A deadline for the whole body, not a gap between frames: a gap lets a client
+    // drip one byte per gap and hold the request forever. One minute moves the
+    // largest accepted body (10 MiB) at under 2 Mbit/s; chat bodies take milliseconds.
+    kind: Int {
+        default: 60_000,
+        min: 100,
+        max: DAY_MS,
+    },
+    applies: Applies::NewConnections,
+    doc: "Deadline for a request's whole body, from its head; a late body gets 408 request_body_timeout.",
+};
+
+pub const SERVER_HEADER_READ_TIMEOUT_MS: Setting<Int> = Setting {
+    key: "server.header_read_timeout_ms",
+    env: "SWITCHYARD_HEADER_READ_TIMEOUT_MS",
+    // A request head is a few KiB: ten seconds is ample on any link, and short
+    // enough that silent or half-sent heads cannot pile up.
+    kind: Int {
+        default: 10_000,
+        min: 100,
+        max: DAY_MS,
+    },
+    applies: Applies::NewConnections,
+    doc: "Deadline for a request head, from accept (or from the first byte of the next request on a kept-alive connection).",
+};
+
+pub const SERVER_IO_THREADS: Setting<Int> = Setting {
+    key: "server.io_threads",
+    env: "SWITCHYARD_IO_THREADS",
+    // 0 = one per CPU core: each I/O thread runs its own single-threaded runtime, so
+    // a request's tasks never hop between threads.
+    kind: Int {
+        default: 0,
+        min: 0,
+        max: 256,
+    },
+    applies: Applies::Restart,
+    doc: "I/O threads serving requests (0 = one per core). Read at start.",
+};
+
+pub const SERVER_KEEPALIVE_IDLE_TIMEOUT_MS: Setting<Int> = Setting {
+    key: "server.keepalive_idle_timeout_ms",
+    env: "SWITCHYARD_KEEPALIVE_IDLE_TIMEOUT_MS",
+    // Longer than the 60 s idle timeout of common load balancers, so they close an
+    // idle connection before the gateway does and never reuse one it just closed
+    // (nginx uses 75 s for the same reason).
+    kind: Int {
+        default: 75_000,
+        min: 100,
+        max: DAY_MS,
+    },
+    applies: Applies::NewConnections,
+    doc:
+        "How long a client connection may stay open with no request in flight and nothing received.",
+};
+
+pub const SERVER_MAX_CONNECTIONS: Setting<Int> = Setting {
+    key: "server.max_connections",
+    env: "SWITCHYARD_MAX_CONNECTIONS",
+    // Well above what a gateway behind a pooling load balancer or a fleet of SDK
+    // clients keeps open, well below the memory such connections cost; keep it under
+    // the process's file-descriptor limit (each request also needs an upstream one).
+    kind: Int {
+        default: 10_000,
+        min: 1,
+        max: 1_000_000,
+    },
+    applies: Applies::Restart,
+    doc: "Most open client connections; beyond, new connections are closed at once. Read at start.",
+};
+
+pub const SERVER_SHUTDOWN_GRACE_MS: Setting<Int> = Setting {
+    key: "server.shutdown_grace_ms",
+    env: "SWITCHYARD_SHUTDOWN_GRACE_MS",
+    // Long enough for typical completions to finish, short enough for orchestrators
+    // (Kubernetes defaults to 30 s before SIGKILL).
+    kind: Int {
+        default: 25_000,
+        min: 0,
+        max: 600_000,
+    },
+    applies: Applies::Live,
+    doc: "On SIGINT/SIGTERM, how long in-flight requests may run before they are cut.",
+};
+
+pub const STREAM_STALL_COOLDOWN_ENABLED: Setting<Bool> = Setting {
+    key: "streamStallCooldown.enabled",
+    env: "STREAM_STALL_COOLDOWN_ENABLED",
+    // Off (SPEC R3): a stall is usually one slow generation, not a sick account.
+    kind: Bool { default: false },
+    applies: Applies::Live,
+    doc: "Cool the connection down when its stream stalls past upstream.stream_idle_timeout_ms.",
+};
+
+pub const UPSTREAM_CONNECT_TIMEOUT_MS: Setting<Int> = Setting {
+    key: "upstream.connect_timeout_ms",
+    env: "SWITCHYARD_UPSTREAM_CONNECT_TIMEOUT_MS",
+    // A TCP+TLS handshake that has not finished in 10 s will not; fail over instead.
+    kind: Int {
+        default: 10_000,
+        min: 100,
+        max: 300_000,
+    },
+    applies: Applies::Live,
+    doc: "Deadline for establishing an upstream connection.",
+};
+
+pub const UPSTREAM_FIRST_BYTE_TIMEOUT_MS: Setting<Int> = Setting {
+    key: "upstream.first_byte_timeout_ms",
+    env: "SWITCHYARD_UPSTREAM_FIRST_BYTE_TIMEOUT_MS",
+    // Non-streaming completions of long answers routinely take minutes; ten minutes
+    // matches the execution bound of SPEC R10.
+    kind: Int {
+        default: 600_000,
+        min: 100,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "Deadline for the upstream's response headers after the request was sent.",
+};
+
+pub const UPSTREAM_STREAM_IDLE_TIMEOUT_MS: Setting<Int> = Setting {
+    key: "upstream.stream_idle_timeout_ms",
+    env: "SWITCHYARD_UPSTREAM_STREAM_IDLE_TIMEOUT_MS",
+    // A backstop against streams that stall forever, not a quality monitor (that is
+    // R11's content-stall budget): five minutes outlasts any real pause between
+    // frames, including long reasoning phases and keep-alive gaps.
+    kind: Int {
+        default: 300_000,
+        min: 100,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "Longest silence between two frames of an upstream stream before it is cut.",
+};
+
+/// All settings, as the registry lists them. Keep sorted by key.
 pub const DEFS: &[SettingDef] = &[
-    SettingDef {
-        key: "breaker.apiKey.degradeAt",
-        env: "SWITCHYARD_BREAKER_API_KEY_DEGRADE_AT",
-        // SPEC R1's API-key profile: 7 / 12 / 30 s, doubling after 3 cycles up to 4×.
-        kind: Kind::Int {
-            default: 7,
-            min: 1,
-            max: 10_000,
-        },
-        doc: "Consecutive provider-level failures after which an API-key provider's breaker shows DEGRADED (<= openAt).",
-    },
-    SettingDef {
-        key: "breaker.apiKey.doubleAfter",
-        env: "SWITCHYARD_BREAKER_API_KEY_DOUBLE_AFTER",
-        kind: Kind::Int {
-            default: 3,
-            min: 1,
-            max: 20,
-        },
-        doc: "Open cycles without a successful close after which an API-key provider's reset timeout starts doubling.",
-    },
-    SettingDef {
-        key: "breaker.apiKey.maxMultiplier",
-        env: "SWITCHYARD_BREAKER_API_KEY_MAX_MULTIPLIER",
-        kind: Kind::Int {
-            default: 4,
-            min: 1,
-            max: 64,
-        },
-        doc: "Most times the base reset timeout an API-key provider's doubling may reach.",
-    },
-    SettingDef {
-        key: "breaker.apiKey.openAt",
-        env: "SWITCHYARD_BREAKER_API_KEY_OPEN_AT",
-        kind: Kind::Int {
-            default: 12,
-            min: 1,
-            max: 10_000,
-        },
-        doc: "Consecutive provider-level failures that open an API-key provider's breaker (routing skips it).",
-    },
-    SettingDef {
-        key: "breaker.apiKey.resetMs",
-        env: "SWITCHYARD_BREAKER_API_KEY_RESET_MS",
-        kind: Kind::Int {
-            default: 30_000,
-            min: 1_000,
-            max: 3_600_000,
-        },
-        doc: "How long an API-key provider's open breaker waits before it lets a probe through.",
-    },
-    SettingDef {
-        key: "breaker.local.degradeAt",
-        env: "SWITCHYARD_BREAKER_LOCAL_DEGRADE_AT",
-        // SPEC R1's local profile: open at 2, degrade at the first failure ("derived":
-        // half the open threshold), 15 s, doubling like API keys.
-        kind: Kind::Int {
-            default: 1,
-            min: 1,
-            max: 10_000,
-        },
-        doc: "Consecutive provider-level failures after which a local provider's breaker shows DEGRADED (<= openAt).",
-    },
-    SettingDef {
-        key: "breaker.local.doubleAfter",
-        env: "SWITCHYARD_BREAKER_LOCAL_DOUBLE_AFTER",
-        kind: Kind::Int {
-            default: 3,
-            min: 1,
-            max: 20,
-        },
-        doc: "Open cycles without a successful close after which a local provider's reset timeout starts doubling.",
-    },
-    SettingDef {
-        key: "breaker.local.maxMultiplier",
-        env: "SWITCHYARD_BREAKER_LOCAL_MAX_MULTIPLIER",
-        kind: Kind::Int {
-            default: 4,
-            min: 1,
-            max: 64,
-        },
-        doc: "Most times the base reset timeout a local provider's doubling may reach.",
-    },
-    SettingDef {
-        key: "breaker.local.openAt",
-        env: "SWITCHYARD_BREAKER_LOCAL_OPEN_AT",
-        kind: Kind::Int {
-            default: 2,
-            min: 1,
-            max: 10_000,
-        },
-        doc: "Consecutive provider-level failures that open a local provider's breaker (routing skips it).",
-    },
-    SettingDef {
-        key: "breaker.local.resetMs",
-        env: "SWITCHYARD_BREAKER_LOCAL_RESET_MS",
-        kind: Kind::Int {
-            default: 15_000,
-            min: 1_000,
-            max: 3_600_000,
-        },
-        doc: "How long a local provider's open breaker waits before it lets a probe through.",
-    },
-    SettingDef {
-        key: "breaker.oauth.degradeAt",
-        env: "SWITCHYARD_BREAKER_OAUTH_DEGRADE_AT",
-        // SPEC R1's OAuth profile: 5 / 8 / 60 s, doubling after 2 cycles up to 8×.
-        kind: Kind::Int {
-            default: 5,
-            min: 1,
-            max: 10_000,
-        },
-        doc: "Consecutive provider-level failures after which an OAuth provider's breaker shows DEGRADED (<= openAt).",
-    },
-    SettingDef {
-        key: "breaker.oauth.doubleAfter",
-        env: "SWITCHYARD_BREAKER_OAUTH_DOUBLE_AFTER",
-        kind: Kind::Int {
-            default: 2,
-            min: 1,
-            max: 20,
-        },
-        doc: "Open cycles without a successful close after which an OAuth provider's reset timeout starts doubling.",
-    },
-    SettingDef {
-        key: "breaker.oauth.maxMultiplier",
-        env: "SWITCHYARD_BREAKER_OAUTH_MAX_MULTIPLIER",
-        kind: Kind::Int {
-            default: 8,
-            min: 1,
-            max: 64,
-        },
-        doc: "Most times the base reset timeout an OAuth provider's doubling may reach.",
-    },
-    SettingDef {
-        key: "breaker.oauth.openAt",
-        env: "SWITCHYARD_BREAKER_OAUTH_OPEN_AT",
-        kind: Kind::Int {
-            default: 8,
-            min: 1,
-            max: 10_000,
-        },
-        doc: "Consecutive provider-level failures that open an OAuth provider's breaker (routing skips it).",
-    },
-    SettingDef {
-        key: "breaker.oauth.resetMs",
-        env: "SWITCHYARD_BREAKER_OAUTH_RESET_MS",
-        kind: Kind::Int {
-            default: 60_000,
-            min: 1_000,
-            max: 3_600_000,
-        },
-        doc: "How long an OAuth provider's open breaker waits before it lets a probe through.",
-    },
-    SettingDef {
-        key: "comboCooldownWait.budgetMs",
-        env: "COMBO_COOLDOWN_WAIT_BUDGET_MS",
-        // SPEC R9's default: five minutes in all for one request, waits included.
-        kind: Kind::Int {
-            default: 300_000,
-            min: 0,
-            max: DAY_MS,
-        },
-        doc: "Longest a combo request may take in all when it waits out cooldowns.",
-    },
-    SettingDef {
-        key: "comboCooldownWait.enabled",
-        env: "COMBO_COOLDOWN_WAIT_ENABLED",
-        kind: Kind::Bool { default: true },
-        doc: "Combo requests wait out short transient cooldowns and are dispatched again instead of failing.",
-    },
-    SettingDef {
-        key: "comboCooldownWait.maxAttempts",
-        env: "COMBO_COOLDOWN_WAIT_MAX_ATTEMPTS",
-        kind: Kind::Int {
-            default: 5,
-            min: 0,
-            max: 100,
-        },
-        doc: "Most cooldown waits per combo request.",
-    },
-    SettingDef {
-        key: "comboCooldownWait.maxWaitMs",
-        env: "COMBO_COOLDOWN_WAIT_MAX_WAIT_MS",
-        // SPEC R9's default covers a provider's one-minute rate window.
-        kind: Kind::Int {
-            default: 90_000,
-            min: 0,
-            max: DAY_MS,
-        },
-        doc: "Longest single cooldown wait of a combo request; longer cooldowns answer 429 at once.",
-    },
-    SettingDef {
-        key: "concurrency.globalMax",
-        env: "SWITCHYARD_MAX_CONCURRENT",
-        // SPEC R7's global gate; off unless the operator sizes the whole gateway.
-        kind: Kind::Int {
-            default: 0,
-            min: 0,
-            max: 1_000_000,
-        },
-        doc: "Requests in flight upstream across the whole gateway; 0 = no limit.",
-    },
-    SettingDef {
-        key: "concurrency.maxWaiters",
-        env: "SWITCHYARD_GATE_MAX_WAITERS",
-        // A memory bound, not a policy (that is requestQueue.maxQueueDepth): every gate's
-        // queue is finite even when the operator sets no depth.
-        kind: Kind::Int {
-            default: 10_000,
-            min: 1,
-            max: 1_000_000,
-        },
-        doc: "Most requests waiting for any one concurrency gate; beyond it SEMAPHORE_QUEUE_FULL.",
-    },
-    SettingDef {
-        key: "cooldown.apiKey.backoffSteps",
-        env: "SWITCHYARD_COOLDOWN_API_KEY_BACKOFF_STEPS",
-        kind: Kind::Int {
-            default: 5,
-            min: 0,
-            max: 20,
-        },
-        doc: "Most doublings of an API-key and local connection's cooldown (base × 2^min(level, steps), capped at 30 min).",
-    },
-    SettingDef {
-        key: "cooldown.apiKey.baseMs",
-        env: "SWITCHYARD_COOLDOWN_API_KEY_BASE_MS",
-        // SPEC R3: API key (and local) 3 s with 5 backoff steps.
-        kind: Kind::Int {
-            default: 3_000,
-            min: 100,
-            max: 600_000,
-        },
-        doc: "First cooldown of an API-key and local connection after a failure.",
-    },
-    SettingDef {
-        key: "cooldown.oauth.backoffSteps",
-        env: "SWITCHYARD_COOLDOWN_OAUTH_BACKOFF_STEPS",
-        kind: Kind::Int {
-            default: 8,
-            min: 0,
-            max: 20,
-        },
-        doc: "Most doublings of an OAuth connection's cooldown (base × 2^min(level, steps), capped at 30 min).",
-    },
-    SettingDef {
-        key: "cooldown.oauth.baseMs",
-        env: "SWITCHYARD_COOLDOWN_OAUTH_BASE_MS",
-        // SPEC R3: OAuth 5 s with 8 backoff steps.
-        kind: Kind::Int {
-            default: 5_000,
-            min: 100,
-            max: 600_000,
-        },
-        doc: "First cooldown of an OAuth connection after a failure.",
-    },
-    SettingDef {
-        key: "providerCooldown.apiKey.cooldownMs",
-        env: "OMNIROUTE_PROVIDER_BREAKER_API_KEY_COOLDOWN_MS",
-        // SPEC R2's API-key profile: 10 minutes.
-        kind: Kind::Int {
-            default: 600_000,
-            min: 1_000,
-            max: DAY_MS,
-        },
-        doc: "How long an API-key provider is skipped once the provider cooldown trips.",
-    },
-    SettingDef {
-        key: "providerCooldown.apiKey.failureThreshold",
-        env: "OMNIROUTE_PROVIDER_BREAKER_API_KEY_FAILURE_THRESHOLD",
-        kind: Kind::Int {
-            default: 15,
-            min: 1,
-            max: 10_000,
-        },
-        doc: "Provider-level failures within the window that trip an API-key provider's cooldown.",
-    },
-    SettingDef {
-        key: "providerCooldown.apiKey.failureWindowMs",
-        env: "OMNIROUTE_PROVIDER_BREAKER_API_KEY_FAILURE_WINDOW_MS",
-        kind: Kind::Int {
-            default: 1_800_000,
-            min: 1_000,
-            max: DAY_MS,
-        },
-        doc: "The window an API-key provider's failures are counted in.",
-    },
-    SettingDef {
-        key: "providerCooldown.enabled",
-        env: "PROVIDER_COOLDOWN_ENABLED",
-        // Opt-in (SPEC R2): the breaker already contains failing providers; this gate is
-        // for operators who want a slower, window-based one on top.
-        kind: Kind::Bool { default: false },
-        doc: "Cool a provider after N failures within a window (beside the breaker).",
-    },
-    SettingDef {
-        key: "providerCooldown.oauth.cooldownMs",
-        env: "OMNIROUTE_PROVIDER_BREAKER_OAUTH_COOLDOWN_MS",
-        // SPEC R2's OAuth profile: 5 minutes.
-        kind: Kind::Int {
-            default: 300_000,
-            min: 1_000,
-            max: DAY_MS,
-        },
-        doc: "How long an OAuth provider is skipped once the provider cooldown trips.",
-    },
-    SettingDef {
-        key: "providerCooldown.oauth.failureThreshold",
-        env: "OMNIROUTE_PROVIDER_BREAKER_OAUTH_FAILURE_THRESHOLD",
-        kind: Kind::Int {
-            default: 10,
-            min: 1,
-            max: 10_000,
-        },
-        doc: "Provider-level failures within the window that trip an OAuth provider's cooldown.",
-    },
-    SettingDef {
-        key: "providerCooldown.oauth.failureWindowMs",
-        env: "OMNIROUTE_PROVIDER_BREAKER_OAUTH_FAILURE_WINDOW_MS",
-        kind: Kind::Int {
-            default: 900_000,
-            min: 1_000,
-            max: DAY_MS,
-        },
-        doc: "The window an OAuth provider's failures are counted in.",
-    },
-    SettingDef {
-        key: "quota.consumptionRetentionDays",
-        env: "QUOTA_CONSUMPTION_RETENTION_DAYS",
-        // Two weeks of history for the usage views; slots still inside their window
-        // (a 30-day month) are kept regardless.
-        kind: Kind::Int {
-            default: 14,
-            min: 1,
-            max: 3_650,
-        },
-        doc: "Days quota consumption slots are kept after they leave their window.",
-    },
-    SettingDef {
-        key: "quota.saturationThreshold",
-        env: "QUOTA_SATURATION_THRESHOLD",
-        // Half used: from here on the remaining half is shared by fair share, so keys
-        // that borrowed early cannot starve the others (SPEC Q2).
-        kind: Kind::Fraction { default: 0.5 },
-        doc: "Used fraction of a pool dimension at which fair shares become strict.",
-    },
-    SettingDef {
-        key: "quota.softDeprioritizeFactor",
-        env: "QUOTA_SOFT_DEPRIORITIZE_FACTOR",
-        // SPEC Q7's default: a soft-penalized target still wins over one scored 30 %
-        // lower, so the penalty reorders near-ties without starving anyone.
-        kind: Kind::Fraction { default: 0.7 },
-        doc: "Score multiplier for targets where the key is over its soft share.",
-    },
-    SettingDef {
-        key: "quotaShareConcurrencyLimit.enabled",
-        env: "QUOTA_SHARE_CONCURRENCY_LIMIT_ENABLED",
-        // SPEC R8: subscription accounts accept one to three requests at a time; a
-        // qtSd/ dispatch waits for a slot instead of flooding them.
-        kind: Kind::Bool { default: true },
-        doc: "qtSd/ dispatches wait for a slot on connections with max_concurrent (fair across keys).",
-    },
-    SettingDef {
-        key: "quotaShareConcurrencyLimit.maxQueue",
-        env: "QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_QUEUE",
-        // Bounds memory per connection; a longer queue would wait minutes anyway.
-        kind: Kind::Int {
-            default: 1_000,
-            min: 1,
-            max: 100_000,
-        },
-        doc: "Most qtSd/ requests waiting for one connection; beyond it they go ahead without a slot.",
-    },
-    SettingDef {
-        key: "quotaShareConcurrencyLimit.maxWaitMs",
-        env: "QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_WAIT_MS",
-        // Long enough for a few queued completions to finish ahead, short enough that a
-        // stuck account does not hold clients for minutes; then fail open (SPEC R8).
-        kind: Kind::Int {
-            default: 60_000,
-            min: 0,
-            max: DAY_MS,
-        },
-        doc: "Longest a qtSd/ request waits for a connection slot before going ahead without one.",
-    },
-    SettingDef {
-        key: "quotaStore.driver",
-        env: "QUOTA_STORE_DRIVER",
-        // SQLite needs nothing set up; Redis is for several gateway replicas.
-        kind: Kind::Choice {
-            default: "sqlite",
-            options: &["sqlite", "redis"],
-        },
-        doc: "Where quota counters live. Read at start; an unreachable Redis falls back to SQLite.",
-    },
-    SettingDef {
-        key: "quotaStore.redisPrefix",
-        env: "QUOTA_STORE_REDIS_PREFIX",
-        // Namespaces the counters, so several deployments can share one Redis.
-        kind: Kind::Name {
-            default: "switchyard",
-        },
-        doc: "Prefix of every Redis key the quota store writes. Read at start.",
-    },
-    SettingDef {
-        key: "quotaStore.redisUrl",
-        env: "QUOTA_STORE_REDIS_URL",
-        kind: Kind::RedisUrl,
-        doc: "Redis URL for the redis quota store. Read at start.",
-    },
-    SettingDef {
-        key: "quotaStore.requireRedis",
-        env: "QUOTA_STORE_REQUIRE_REDIS",
-        // Off: one gateway runs on without Redis. On for several replicas, where a
-        // replica counting on its own would let each of them use the whole limit.
-        kind: Kind::Bool { default: false },
-        doc: "With the redis driver, refuse to start when Redis is unset, invalid or unreachable instead of falling back to SQLite. Read at start.",
-    },
-    SettingDef {
-        key: "request.max_body_bytes",
-        env: "SWITCHYARD_MAX_BODY_BYTES",
-        // 10 MiB holds long multi-turn contexts with inline images; larger bodies are
-        // almost always mistakes that would only cost upstream money.
-        kind: Kind::Int {
-            default: 10 * 1024 * 1024,
-            min: 1024,
-            max: 512 * 1024 * 1024,
-        },
-        doc: "Largest accepted client request body, in bytes; larger bodies get 413.",
-    },
-    SettingDef {
-        key: "requestQueue.executionMaxWaitMs",
-        env: "RATE_LIMIT_EXECUTION_MAX_WAIT_MS",
-        // SPEC R10: a last bound on an upstream exchange after dispatch; raised to
-        // upstream.first_byte_timeout_ms when that is longer.
-        kind: Kind::Clamped {
-            default: 600_000,
-            min: 1,
-            max: DAY_MS,
-        },
-        doc: "Longest an upstream exchange may run after dispatch (RATE_LIMIT_EXECUTION_TIMEOUT, 504).",
-    },
-    SettingDef {
-        key: "requestQueue.maxQueueDepth",
-        env: "RATE_LIMIT_MAX_QUEUE_DEPTH",
-        // SPEC R10: 0 keeps the queue unbounded (up to concurrency.maxWaiters).
-        kind: Kind::Clamped {
-            default: 0,
-            min: 0,
-            max: 100_000,
-        },
-        doc: "Requests waiting for one connection beyond which new ones are refused at once (RATE_LIMIT_QUEUE_FULL); 0 = no limit.",
-    },
-    SettingDef {
-        key: "requestQueue.maxWaitMs",
-        env: "RATE_LIMIT_MAX_WAIT_MS",
-        // SPEC R10's default: half a minute in a queue, then SEMAPHORE_TIMEOUT.
-        kind: Kind::Clamped {
-            default: 30_000,
-            min: 1,
-            max: DAY_MS,
-        },
-        doc: "Longest a request waits for a concurrency slot (SEMAPHORE_TIMEOUT).",
-    },
-    SettingDef {
-        key: "resilience.modelLockout.baseCooldownMs",
-        env: "MODEL_LOCKOUT_BASE_COOLDOWN_MS",
-        // SPEC R5: two minutes for a first lock.
-        kind: Kind::Int {
-            default: 120_000,
-            min: 1_000,
-            max: DAY_MS,
-        },
-        doc: "First lock of a failing model on a connection.",
-    },
-    SettingDef {
-        key: "resilience.modelLockout.enabled",
-        env: "MODEL_LOCKOUT_ENABLED",
-        // Off by default (SPEC R5): connection cooldowns already cover most failures.
-        kind: Kind::Bool { default: false },
-        doc: "Lock a failing model on one connection while the account keeps serving others.",
-    },
-    SettingDef {
-        key: "resilience.modelLockout.errorCodes",
-        env: "MODEL_LOCKOUT_ERROR_CODES",
-        kind: Kind::Statuses {
-            default: "403,404,429,502,503,504",
-        },
-        doc: "Upstream statuses that lock a model.",
-    },
-    SettingDef {
-        key: "resilience.modelLockout.maxBackoffSteps",
-        env: "MODEL_LOCKOUT_MAX_BACKOFF_STEPS",
-        kind: Kind::Int {
-            default: 10,
-            min: 0,
-            max: 20,
-        },
-        doc: "Most doublings of a repeated lock.",
-    },
-    SettingDef {
-        key: "resilience.modelLockout.maxCooldownMs",
-        env: "MODEL_LOCKOUT_MAX_COOLDOWN_MS",
-        // SPEC R5: half an hour at most; must not be below the base.
-        kind: Kind::Int {
-            default: 1_800_000,
-            min: 1_000,
-            max: DAY_MS,
-        },
-        doc: "Longest lock of a model (>= the base).",
-    },
-    SettingDef {
-        key: "resilience.modelLockout.useExponentialBackoff",
-        env: "MODEL_LOCKOUT_USE_EXPONENTIAL_BACKOFF",
-        kind: Kind::Bool { default: true },
-        doc: "Double the lock on each repeated failure (else every lock is the base).",
-    },
-    SettingDef {
-        key: "server.body_read_timeout_ms",
-        env: "SWITCHYARD_BODY_READ_TIMEOUT_MS",
-        // A deadline for the whole body, not a gap between frames: a gap lets a client
-        // drip one byte per gap and hold the request forever. One minute moves the
-        // largest accepted body (10 MiB) at under 2 Mbit/s; chat bodies take milliseconds.
-        kind: Kind::Int {
-            default: 60_000,
-            min: 100,
-            max: DAY_MS,
-        },
-        doc: "Deadline for a request's whole body, from its head; a late body gets 408 request_body_timeout.",
-    },
-    SettingDef {
-        key: "server.header_read_timeout_ms",
-        env: "SWITCHYARD_HEADER_READ_TIMEOUT_MS",
-        // A request head is a few KiB: ten seconds is ample on any link, and short
-        // enough that silent or half-sent heads cannot pile up.
-        kind: Kind::Int {
-            default: 10_000,
-            min: 100,
-            max: DAY_MS,
-        },
-        doc: "Deadline for a request head, from accept (or from the first byte of the next request on a kept-alive connection).",
-    },
-    SettingDef {
-        key: "server.io_threads",
-        env: "SWITCHYARD_IO_THREADS",
-        // 0 = one per CPU core: each I/O thread runs its own single-threaded runtime, so
-        // a request's tasks never hop between threads.
-        kind: Kind::Int {
-            default: 0,
-            min: 0,
-            max: 256,
-        },
-        doc: "I/O threads serving requests (0 = one per core). Read at start.",
-    },
-    SettingDef {
-        key: "server.keepalive_idle_timeout_ms",
-        env: "SWITCHYARD_KEEPALIVE_IDLE_TIMEOUT_MS",
-        // Longer than the 60 s idle timeout of common load balancers, so they close an
-        // idle connection before the gateway does and never reuse one it just closed
-        // (nginx uses 75 s for the same reason).
-        kind: Kind::Int {
-            default: 75_000,
-            min: 100,
-            max: DAY_MS,
-        },
-        doc: "How long a client connection may stay open with no request in flight and nothing received.",
-    },
-    SettingDef {
-        key: "server.max_connections",
-        env: "SWITCHYARD_MAX_CONNECTIONS",
-        // Well above what a gateway behind a pooling load balancer or a fleet of SDK
-        // clients keeps open, well below the memory such connections cost; keep it under
-        // the process's file-descriptor limit (each request also needs an upstream one).
-        kind: Kind::Int {
-            default: 10_000,
-            min: 1,
-            max: 1_000_000,
-        },
-        doc: "Most open client connections; beyond, new connections are closed at once. Read at start.",
-    },
-    SettingDef {
-        key: "server.shutdown_grace_ms",
-        env: "SWITCHYARD_SHUTDOWN_GRACE_MS",
-        // Long enough for typical completions to finish, short enough for orchestrators
-        // (Kubernetes defaults to 30 s before SIGKILL).
-        kind: Kind::Int {
-            default: 25_000,
-            min: 0,
-            max: 600_000,
-        },
-        doc: "On SIGINT/SIGTERM, how long in-flight requests may run before they are cut.",
-    },
-    SettingDef {
-        key: "streamStallCooldown.enabled",
-        env: "STREAM_STALL_COOLDOWN_ENABLED",
-        // Off (SPEC R3): a stall is usually one slow generation, not a sick account.
-        kind: Kind::Bool { default: false },
-        doc: "Cool the connection down when its stream stalls past upstream.stream_idle_timeout_ms.",
-    },
-    SettingDef {
-        key: "upstream.connect_timeout_ms",
-        env: "SWITCHYARD_UPSTREAM_CONNECT_TIMEOUT_MS",
-        // A TCP+TLS handshake that has not finished in 10 s will not; fail over instead.
-        kind: Kind::Int {
-            default: 10_000,
-            min: 100,
-            max: 300_000,
-        },
-        doc: "Deadline for establishing an upstream connection.",
-    },
-    SettingDef {
-        key: "upstream.first_byte_timeout_ms",
-        env: "SWITCHYARD_UPSTREAM_FIRST_BYTE_TIMEOUT_MS",
-        // Non-streaming completions of long answers routinely take minutes; ten minutes
-        // matches the execution bound of SPEC R10.
-        kind: Kind::Int {
-            default: 600_000,
-            min: 100,
-            max: DAY_MS,
-        },
-        doc: "Deadline for the upstream's response headers after the request was sent.",
-    },
-    SettingDef {
-        key: "upstream.stream_idle_timeout_ms",
-        env: "SWITCHYARD_UPSTREAM_STREAM_IDLE_TIMEOUT_MS",
-        // A backstop against streams that stall forever, not a quality monitor (that is
-        // R11's content-stall budget): five minutes outlasts any real pause between
-        // frames, including long reasoning phases and keep-alive gaps.
-        kind: Kind::Int {
-            default: 300_000,
-            min: 100,
-            max: DAY_MS,
-        },
-        doc: "Longest silence between two frames of an upstream stream before it is cut.",
-    },
+    BREAKER_API_KEY_DEGRADE_AT.def(),
+    BREAKER_API_KEY_DOUBLE_AFTER.def(),
+    BREAKER_API_KEY_MAX_MULTIPLIER.def(),
+    BREAKER_API_KEY_OPEN_AT.def(),
+    BREAKER_API_KEY_RESET_MS.def(),
+    BREAKER_LOCAL_DEGRADE_AT.def(),
+    BREAKER_LOCAL_DOUBLE_AFTER.def(),
+    BREAKER_LOCAL_MAX_MULTIPLIER.def(),
+    BREAKER_LOCAL_OPEN_AT.def(),
+    BREAKER_LOCAL_RESET_MS.def(),
+    BREAKER_OAUTH_DEGRADE_AT.def(),
+    BREAKER_OAUTH_DOUBLE_AFTER.def(),
+    BREAKER_OAUTH_MAX_MULTIPLIER.def(),
+    BREAKER_OAUTH_OPEN_AT.def(),
+    BREAKER_OAUTH_RESET_MS.def(),
+    COMBO_COOLDOWN_WAIT_BUDGET_MS.def(),
+    COMBO_COOLDOWN_WAIT_ENABLED.def(),
+    COMBO_COOLDOWN_WAIT_MAX_ATTEMPTS.def(),
+    COMBO_COOLDOWN_WAIT_MAX_WAIT_MS.def(),
+    CONCURRENCY_GLOBAL_MAX.def(),
+    CONCURRENCY_MAX_WAITERS.def(),
+    COOLDOWN_API_KEY_BACKOFF_STEPS.def(),
+    COOLDOWN_API_KEY_BASE_MS.def(),
+    COOLDOWN_OAUTH_BACKOFF_STEPS.def(),
+    COOLDOWN_OAUTH_BASE_MS.def(),
+    PROVIDER_COOLDOWN_API_KEY_COOLDOWN_MS.def(),
+    PROVIDER_COOLDOWN_API_KEY_FAILURE_THRESHOLD.def(),
+    PROVIDER_COOLDOWN_API_KEY_FAILURE_WINDOW_MS.def(),
+    PROVIDER_COOLDOWN_ENABLED.def(),
+    PROVIDER_COOLDOWN_OAUTH_COOLDOWN_MS.def(),
+    PROVIDER_COOLDOWN_OAUTH_FAILURE_THRESHOLD.def(),
+    PROVIDER_COOLDOWN_OAUTH_FAILURE_WINDOW_MS.def(),
+    QUOTA_CONSUMPTION_RETENTION_DAYS.def(),
+    QUOTA_SATURATION_THRESHOLD.def(),
+    QUOTA_SOFT_DEPRIORITIZE_FACTOR.def(),
+    QUOTA_SHARE_CONCURRENCY_LIMIT_ENABLED.def(),
+    QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_QUEUE.def(),
+    QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_WAIT_MS.def(),
+    QUOTA_STORE_DRIVER.def(),
+    QUOTA_STORE_REDIS_PREFIX.def(),
+    QUOTA_STORE_REDIS_URL.def(),
+    QUOTA_STORE_REQUIRE_REDIS.def(),
+    REQUEST_MAX_BODY_BYTES.def(),
+    REQUEST_QUEUE_EXECUTION_MAX_WAIT_MS.def(),
+    REQUEST_QUEUE_MAX_QUEUE_DEPTH.def(),
+    REQUEST_QUEUE_MAX_WAIT_MS.def(),
+    RESILIENCE_MODEL_LOCKOUT_BASE_COOLDOWN_MS.def(),
+    RESILIENCE_MODEL_LOCKOUT_ENABLED.def(),
+    RESILIENCE_MODEL_LOCKOUT_ERROR_CODES.def(),
+    RESILIENCE_MODEL_LOCKOUT_MAX_BACKOFF_STEPS.def(),
+    RESILIENCE_MODEL_LOCKOUT_MAX_COOLDOWN_MS.def(),
+    RESILIENCE_MODEL_LOCKOUT_USE_EXPONENTIAL_BACKOFF.def(),
+    SERVER_BODY_READ_TIMEOUT_MS.def(),
+    SERVER_HEADER_READ_TIMEOUT_MS.def(),
+    SERVER_IO_THREADS.def(),
+    SERVER_KEEPALIVE_IDLE_TIMEOUT_MS.def(),
+    SERVER_MAX_CONNECTIONS.def(),
+    SERVER_SHUTDOWN_GRACE_MS.def(),
+    STREAM_STALL_COOLDOWN_ENABLED.def(),
+    UPSTREAM_CONNECT_TIMEOUT_MS.def(),
+    UPSTREAM_FIRST_BYTE_TIMEOUT_MS.def(),
+    UPSTREAM_STREAM_IDLE_TIMEOUT_MS.def(),
 ];
+
+/// The `breaker.*` settings of one auth class (SPEC R1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerKeys {
+    pub degrade_at: &'static Setting<Int>,
+    pub open_at: &'static Setting<Int>,
+    pub reset_ms: &'static Setting<Int>,
+    pub double_after: &'static Setting<Int>,
+    pub max_multiplier: &'static Setting<Int>,
+}
+
+pub const BREAKER_OAUTH: BreakerKeys = BreakerKeys {
+    degrade_at: &BREAKER_OAUTH_DEGRADE_AT,
+    open_at: &BREAKER_OAUTH_OPEN_AT,
+    reset_ms: &BREAKER_OAUTH_RESET_MS,
+    double_after: &BREAKER_OAUTH_DOUBLE_AFTER,
+    max_multiplier: &BREAKER_OAUTH_MAX_MULTIPLIER,
+};
+
+pub const BREAKER_API_KEY: BreakerKeys = BreakerKeys {
+    degrade_at: &BREAKER_API_KEY_DEGRADE_AT,
+    open_at: &BREAKER_API_KEY_OPEN_AT,
+    reset_ms: &BREAKER_API_KEY_RESET_MS,
+    double_after: &BREAKER_API_KEY_DOUBLE_AFTER,
+    max_multiplier: &BREAKER_API_KEY_MAX_MULTIPLIER,
+};
+
+pub const BREAKER_LOCAL: BreakerKeys = BreakerKeys {
+    degrade_at: &BREAKER_LOCAL_DEGRADE_AT,
+    open_at: &BREAKER_LOCAL_OPEN_AT,
+    reset_ms: &BREAKER_LOCAL_RESET_MS,
+    double_after: &BREAKER_LOCAL_DOUBLE_AFTER,
+    max_multiplier: &BREAKER_LOCAL_MAX_MULTIPLIER,
+};
+
+/// The `cooldown.*` settings of one auth class (SPEC R3); local connections use the
+/// API-key ones.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CooldownKeys {
+    pub base_ms: &'static Setting<Int>,
+    pub backoff_steps: &'static Setting<Int>,
+}
+
+pub const COOLDOWN_OAUTH: CooldownKeys = CooldownKeys {
+    base_ms: &COOLDOWN_OAUTH_BASE_MS,
+    backoff_steps: &COOLDOWN_OAUTH_BACKOFF_STEPS,
+};
+
+pub const COOLDOWN_API_KEY: CooldownKeys = CooldownKeys {
+    base_ms: &COOLDOWN_API_KEY_BASE_MS,
+    backoff_steps: &COOLDOWN_API_KEY_BACKOFF_STEPS,
+};
+
+/// The `providerCooldown.*` settings of one auth class (SPEC R2).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProviderCooldownKeys {
+    pub failure_threshold: &'static Setting<Int>,
+    pub failure_window_ms: &'static Setting<Int>,
+    pub cooldown_ms: &'static Setting<Int>,
+}
+
+pub const PROVIDER_COOLDOWN_OAUTH: ProviderCooldownKeys = ProviderCooldownKeys {
+    failure_threshold: &PROVIDER_COOLDOWN_OAUTH_FAILURE_THRESHOLD,
+    failure_window_ms: &PROVIDER_COOLDOWN_OAUTH_FAILURE_WINDOW_MS,
+    cooldown_ms: &PROVIDER_COOLDOWN_OAUTH_COOLDOWN_MS,
+};
+
+pub const PROVIDER_COOLDOWN_API_KEY: ProviderCooldownKeys = ProviderCooldownKeys {
+    failure_threshold: &PROVIDER_COOLDOWN_API_KEY_FAILURE_THRESHOLD,
+    failure_window_ms: &PROVIDER_COOLDOWN_API_KEY_FAILURE_WINDOW_MS,
+    cooldown_ms: &PROVIDER_COOLDOWN_API_KEY_COOLDOWN_MS,
+};
 
 /// Resolved settings, typed.
 #[derive(Debug, Clone, PartialEq)]
@@ -929,28 +1425,28 @@ fn parse(kind: Kind, value: &Value) -> Option<SettingValue> {
         _ => None,
     };
     match kind {
-        Kind::Int { min, max, .. } => {
+        Kind::Int(Int { min, max, .. }) => {
             let v = match value {
                 Value::Number(n) => n.as_u64(),
                 _ => text.and_then(|t| t.parse::<u64>().ok()),
             }?;
             (min..=max).contains(&v).then_some(SettingValue::Int(v))
         }
-        Kind::Clamped { min, max, .. } => {
+        Kind::Clamped(Clamped { min, max, .. }) => {
             let v = match value {
                 Value::Number(n) => n.as_u64(),
                 _ => text.and_then(|t| t.parse::<u64>().ok()),
             }?;
             Some(SettingValue::Int(v.clamp(min, max)))
         }
-        Kind::Fraction { .. } => {
+        Kind::Fraction(_) => {
             let v = match value {
                 Value::Number(n) => n.as_f64(),
                 _ => text.and_then(|t| t.parse::<f64>().ok()),
             }?;
             (0.0..=1.0).contains(&v).then_some(SettingValue::Float(v))
         }
-        Kind::Bool { .. } => match value {
+        Kind::Bool(_) => match value {
             Value::Bool(b) => Some(SettingValue::Bool(*b)),
             _ => match text? {
                 "true" | "1" | "on" => Some(SettingValue::Bool(true)),
@@ -958,13 +1454,13 @@ fn parse(kind: Kind, value: &Value) -> Option<SettingValue> {
                 _ => None,
             },
         },
-        Kind::Choice { options, .. } => {
+        Kind::Choice(Choice { options, .. }) => {
             let t = text?;
             options
                 .contains(&t)
                 .then(|| SettingValue::Text(t.to_owned()))
         }
-        Kind::Name { .. } => {
+        Kind::Name(_) => {
             let t = text?;
             (!t.is_empty()
                 && t.len() <= 64
@@ -972,7 +1468,7 @@ fn parse(kind: Kind, value: &Value) -> Option<SettingValue> {
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':')))
             .then(|| SettingValue::Text(t.to_owned()))
         }
-        Kind::Statuses { .. } => {
+        Kind::Statuses(_) => {
             let codes: Vec<u64> = match value {
                 Value::Array(items) => items.iter().map(Value::as_u64).collect::<Option<_>>()?,
                 _ => text?
@@ -986,7 +1482,7 @@ fn parse(kind: Kind, value: &Value) -> Option<SettingValue> {
             let list: Vec<String> = codes.iter().map(u64::to_string).collect();
             Some(SettingValue::Text(list.join(",")))
         }
-        Kind::RedisUrl => {
+        Kind::RedisUrl(_) => {
             let t = text?;
             (t.is_empty() || t.starts_with("redis://") || t.starts_with("rediss://"))
                 .then(|| SettingValue::Text(t.to_owned()))
@@ -1002,7 +1498,7 @@ pub fn validate(key: &str, value: &Value, source: Source) -> Result<SettingValue
         origin: source_name(source),
         constraint: d.constraint(),
         got: match d.kind {
-            Kind::RedisUrl => "a value that is not one".to_owned(),
+            Kind::RedisUrl(_) => "a value that is not one".to_owned(),
             _ => value.to_string(),
         },
     })
@@ -1062,20 +1558,73 @@ fn lockout_settings(
     }
 }
 
-/// The breaker profile under `prefix` (e.g. `breaker.apiKey`) if it holds together
-/// (degradeAt ≤ openAt); otherwise `fallback`, the class's default, with the problem
-/// reported among the ignored values under `{prefix}.degradeAt`.
+/// Reads resolved values by their settings' consts, typed.
+struct Reader<'a> {
+    resolved: &'a [Resolved],
+    /// The first setting read that [`DEFS`] does not list (a mistake in this module,
+    /// which `resolve` reports instead of inventing a value).
+    unlisted: Option<&'static str>,
+}
+
+impl Reader<'_> {
+    fn get<K: Typed>(&mut self, s: &Setting<K>) -> K::Value {
+        match self.resolved.iter().find(|r| r.def.key == s.key) {
+            Some(r) => s.kind.read(&r.value),
+            None => {
+                self.unlisted.get_or_insert(s.key);
+                s.kind.default_value()
+            }
+        }
+    }
+
+    /// An integer setting that counts something small (its bounds fit a `u32`).
+    fn count(&mut self, s: &Setting<Int>) -> u32 {
+        u32::try_from(self.get(s)).unwrap_or(u32::MAX)
+    }
+
+    fn breaker(&mut self, k: &BreakerKeys) -> crate::resilience::breaker::Profile {
+        crate::resilience::breaker::Profile {
+            degrade_at: self.count(k.degrade_at),
+            open_at: self.count(k.open_at),
+            reset_ms: self.get(k.reset_ms),
+            double_after: self.count(k.double_after),
+            max_multiplier: self.get(k.max_multiplier),
+        }
+    }
+
+    fn cooldown(&mut self, k: &CooldownKeys) -> crate::resilience::cooldown::Profile {
+        crate::resilience::cooldown::Profile {
+            base_ms: self.get(k.base_ms),
+            steps: self.count(k.backoff_steps),
+        }
+    }
+
+    fn provider_cooldown(
+        &mut self,
+        k: &ProviderCooldownKeys,
+    ) -> crate::resilience::provider_cooldown::Profile {
+        crate::resilience::provider_cooldown::Profile {
+            threshold: self.count(k.failure_threshold),
+            window_ms: self.get(k.failure_window_ms),
+            cooldown_ms: self.get(k.cooldown_ms),
+        }
+    }
+}
+
+/// The breaker profile of `keys`' class if it holds together (degradeAt ≤ openAt);
+/// otherwise `fallback`, the class's default, with the problem reported among the
+/// ignored values under the class's degradeAt key.
 fn breaker_profile(
-    prefix: &str,
+    keys: &BreakerKeys,
     p: crate::resilience::breaker::Profile,
     fallback: crate::resilience::breaker::Profile,
     ignored: &mut Vec<SettingError>,
 ) -> crate::resilience::breaker::Profile {
-    match p.check(prefix) {
+    match p.check(keys.degrade_at.key, keys.open_at.key) {
         Ok(()) => p,
         Err(message) => {
             ignored.push(SettingError::Invalid {
-                key: format!("{prefix}.degradeAt"),
+                key: keys.degrade_at.key.to_owned(),
                 origin: COMBINED,
                 constraint: "consistent".to_owned(),
                 got: message,
@@ -1127,133 +1676,93 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
             .filter(|k| def(k).is_none())
             .map(|k| SettingError::Unknown(k.clone())),
     );
-    let get = |key: &str| resolved.iter().find(|r| r.def.key == key).map(|r| &r.value);
-    let int = |key: &str| match get(key) {
-        Some(SettingValue::Int(v)) => *v,
-        _ => 0,
-    };
-    let float = |key: &str| match get(key) {
-        Some(SettingValue::Float(v)) => *v,
-        _ => 0.0,
-    };
-    let boolean = |key: &str| matches!(get(key), Some(SettingValue::Bool(true)));
-    let text = |key: &str| match get(key) {
-        Some(SettingValue::Text(v)) => v.clone(),
-        _ => String::new(),
-    };
-    let count = |key: &str| u32::try_from(int(key)).unwrap_or(u32::MAX);
-    let breaker_settings = |prefix: &str| crate::resilience::breaker::Profile {
-        degrade_at: count(&format!("{prefix}.degradeAt")),
-        open_at: count(&format!("{prefix}.openAt")),
-        reset_ms: int(&format!("{prefix}.resetMs")),
-        double_after: count(&format!("{prefix}.doubleAfter")),
-        max_multiplier: int(&format!("{prefix}.maxMultiplier")),
-    };
-    let cooldown_settings = |prefix: &str| crate::resilience::cooldown::Profile {
-        base_ms: int(&format!("{prefix}.baseMs")),
-        steps: count(&format!("{prefix}.backoffSteps")),
+    let mut r = Reader {
+        resolved: &resolved,
+        unlisted: None,
     };
     let defaults = crate::resilience::breaker::Profiles::default();
     let breaker = crate::resilience::breaker::Profiles {
         oauth: breaker_profile(
-            "breaker.oauth",
-            breaker_settings("breaker.oauth"),
+            &BREAKER_OAUTH,
+            r.breaker(&BREAKER_OAUTH),
             defaults.oauth,
             &mut ignored,
         ),
         apikey: breaker_profile(
-            "breaker.apiKey",
-            breaker_settings("breaker.apiKey"),
+            &BREAKER_API_KEY,
+            r.breaker(&BREAKER_API_KEY),
             defaults.apikey,
             &mut ignored,
         ),
         local: breaker_profile(
-            "breaker.local",
-            breaker_settings("breaker.local"),
+            &BREAKER_LOCAL,
+            r.breaker(&BREAKER_LOCAL),
             defaults.local,
             &mut ignored,
         ),
     };
+    let lockout = crate::resilience::lockout::Settings {
+        enabled: r.get(&RESILIENCE_MODEL_LOCKOUT_ENABLED),
+        error_codes: r.get(&RESILIENCE_MODEL_LOCKOUT_ERROR_CODES),
+        base_cooldown_ms: r.get(&RESILIENCE_MODEL_LOCKOUT_BASE_COOLDOWN_MS),
+        max_cooldown_ms: r.get(&RESILIENCE_MODEL_LOCKOUT_MAX_COOLDOWN_MS),
+        max_backoff_steps: r.count(&RESILIENCE_MODEL_LOCKOUT_MAX_BACKOFF_STEPS),
+        use_exponential_backoff: r.get(&RESILIENCE_MODEL_LOCKOUT_USE_EXPONENTIAL_BACKOFF),
+    };
     let settings = Settings {
-        max_body_bytes: int("request.max_body_bytes"),
-        io_threads: int("server.io_threads"),
-        shutdown_grace_ms: int("server.shutdown_grace_ms"),
-        header_read_timeout_ms: int("server.header_read_timeout_ms"),
-        body_read_timeout_ms: int("server.body_read_timeout_ms"),
-        keepalive_idle_timeout_ms: int("server.keepalive_idle_timeout_ms"),
-        max_connections: int("server.max_connections"),
-        connect_timeout_ms: int("upstream.connect_timeout_ms"),
-        first_byte_timeout_ms: int("upstream.first_byte_timeout_ms"),
-        stream_idle_timeout_ms: int("upstream.stream_idle_timeout_ms"),
+        max_body_bytes: r.get(&REQUEST_MAX_BODY_BYTES),
+        io_threads: r.get(&SERVER_IO_THREADS),
+        shutdown_grace_ms: r.get(&SERVER_SHUTDOWN_GRACE_MS),
+        header_read_timeout_ms: r.get(&SERVER_HEADER_READ_TIMEOUT_MS),
+        body_read_timeout_ms: r.get(&SERVER_BODY_READ_TIMEOUT_MS),
+        keepalive_idle_timeout_ms: r.get(&SERVER_KEEPALIVE_IDLE_TIMEOUT_MS),
+        max_connections: r.get(&SERVER_MAX_CONNECTIONS),
+        connect_timeout_ms: r.get(&UPSTREAM_CONNECT_TIMEOUT_MS),
+        first_byte_timeout_ms: r.get(&UPSTREAM_FIRST_BYTE_TIMEOUT_MS),
+        stream_idle_timeout_ms: r.get(&UPSTREAM_STREAM_IDLE_TIMEOUT_MS),
         resilience: ResilienceSettings {
             breaker,
             cooldown: crate::resilience::cooldown::Profiles {
-                oauth: cooldown_settings("cooldown.oauth"),
-                apikey: cooldown_settings("cooldown.apiKey"),
+                oauth: r.cooldown(&COOLDOWN_OAUTH),
+                apikey: r.cooldown(&COOLDOWN_API_KEY),
             },
-            lockout: lockout_settings(
-                crate::resilience::lockout::Settings {
-                    enabled: boolean("resilience.modelLockout.enabled"),
-                    error_codes: text("resilience.modelLockout.errorCodes")
-                        .split(',')
-                        .filter_map(|c| c.parse().ok())
-                        .collect(),
-                    base_cooldown_ms: int("resilience.modelLockout.baseCooldownMs"),
-                    max_cooldown_ms: int("resilience.modelLockout.maxCooldownMs"),
-                    max_backoff_steps: u32::try_from(int(
-                        "resilience.modelLockout.maxBackoffSteps",
-                    ))
-                    .unwrap_or(0),
-                    use_exponential_backoff: boolean(
-                        "resilience.modelLockout.useExponentialBackoff",
-                    ),
-                },
-                &mut ignored,
-            ),
-            provider_cooldown_enabled: boolean("providerCooldown.enabled"),
-            stream_stall_cooldown: boolean("streamStallCooldown.enabled"),
+            lockout: lockout_settings(lockout, &mut ignored),
+            provider_cooldown_enabled: r.get(&PROVIDER_COOLDOWN_ENABLED),
+            stream_stall_cooldown: r.get(&STREAM_STALL_COOLDOWN_ENABLED),
             combo_wait: crate::resilience::combo_wait::Settings {
-                enabled: boolean("comboCooldownWait.enabled"),
-                max_wait_ms: int("comboCooldownWait.maxWaitMs"),
-                max_attempts: u32::try_from(int("comboCooldownWait.maxAttempts"))
-                    .unwrap_or(u32::MAX),
-                budget_ms: int("comboCooldownWait.budgetMs"),
+                enabled: r.get(&COMBO_COOLDOWN_WAIT_ENABLED),
+                max_wait_ms: r.get(&COMBO_COOLDOWN_WAIT_MAX_WAIT_MS),
+                max_attempts: r.count(&COMBO_COOLDOWN_WAIT_MAX_ATTEMPTS),
+                budget_ms: r.get(&COMBO_COOLDOWN_WAIT_BUDGET_MS),
             },
-            provider_cooldown_oauth: crate::resilience::provider_cooldown::Profile {
-                threshold: u32::try_from(int("providerCooldown.oauth.failureThreshold"))
-                    .unwrap_or(u32::MAX),
-                window_ms: int("providerCooldown.oauth.failureWindowMs"),
-                cooldown_ms: int("providerCooldown.oauth.cooldownMs"),
-            },
-            provider_cooldown_apikey: crate::resilience::provider_cooldown::Profile {
-                threshold: u32::try_from(int("providerCooldown.apiKey.failureThreshold"))
-                    .unwrap_or(u32::MAX),
-                window_ms: int("providerCooldown.apiKey.failureWindowMs"),
-                cooldown_ms: int("providerCooldown.apiKey.cooldownMs"),
-            },
+            provider_cooldown_oauth: r.provider_cooldown(&PROVIDER_COOLDOWN_OAUTH),
+            provider_cooldown_apikey: r.provider_cooldown(&PROVIDER_COOLDOWN_API_KEY),
         },
         concurrency: ConcurrencySettings {
-            global_max: int("concurrency.globalMax"),
-            max_waiters: int("concurrency.maxWaiters"),
+            global_max: r.get(&CONCURRENCY_GLOBAL_MAX),
+            max_waiters: r.get(&CONCURRENCY_MAX_WAITERS),
             queue: crate::resilience::admission::Limits {
-                max_wait_ms: int("requestQueue.maxWaitMs"),
-                execution_max_wait_ms: int("requestQueue.executionMaxWaitMs"),
-                max_queue_depth: int("requestQueue.maxQueueDepth"),
+                max_wait_ms: r.get(&REQUEST_QUEUE_MAX_WAIT_MS),
+                execution_max_wait_ms: r.get(&REQUEST_QUEUE_EXECUTION_MAX_WAIT_MS),
+                max_queue_depth: r.get(&REQUEST_QUEUE_MAX_QUEUE_DEPTH),
             },
         },
         quota: QuotaSettings {
-            store_driver: text("quotaStore.driver"),
-            redis_url: text("quotaStore.redisUrl"),
-            redis_prefix: text("quotaStore.redisPrefix"),
-            require_redis: boolean("quotaStore.requireRedis"),
-            saturation_threshold: float("quota.saturationThreshold"),
-            soft_deprioritize_factor: float("quota.softDeprioritizeFactor"),
-            retention_days: int("quota.consumptionRetentionDays"),
-            share_gate_enabled: boolean("quotaShareConcurrencyLimit.enabled"),
-            share_gate_max_queue: int("quotaShareConcurrencyLimit.maxQueue"),
-            share_gate_max_wait_ms: int("quotaShareConcurrencyLimit.maxWaitMs"),
+            store_driver: r.get(&QUOTA_STORE_DRIVER),
+            redis_url: r.get(&QUOTA_STORE_REDIS_URL),
+            redis_prefix: r.get(&QUOTA_STORE_REDIS_PREFIX),
+            require_redis: r.get(&QUOTA_STORE_REQUIRE_REDIS),
+            saturation_threshold: r.get(&QUOTA_SATURATION_THRESHOLD),
+            soft_deprioritize_factor: r.get(&QUOTA_SOFT_DEPRIORITIZE_FACTOR),
+            retention_days: r.get(&QUOTA_CONSUMPTION_RETENTION_DAYS),
+            share_gate_enabled: r.get(&QUOTA_SHARE_CONCURRENCY_LIMIT_ENABLED),
+            share_gate_max_queue: r.get(&QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_QUEUE),
+            share_gate_max_wait_ms: r.get(&QUOTA_SHARE_CONCURRENCY_LIMIT_MAX_WAIT_MS),
         },
     };
+    if let Some(key) = r.unlisted {
+        return Err(SettingError::Unknown(key.to_owned()));
+    }
     Ok(Resolution {
         settings,
         resolved,
@@ -1398,6 +1907,194 @@ mod tests {
                 "{}",
                 d.key
             );
+        }
+    }
+
+    /// A valid value of `d` other than its default.
+    fn another_value(d: &SettingDef) -> Value {
+        match d.kind {
+            Kind::Int(Int { default, max, .. }) | Kind::Clamped(Clamped { default, max, .. }) => {
+                json!(if default < max {
+                    default + 1
+                } else {
+                    default - 1
+                })
+            }
+            Kind::Fraction(Fraction { default }) => {
+                json!(if default <= 0.5 {
+                    default + 0.25
+                } else {
+                    default - 0.25
+                })
+            }
+            Kind::Bool(Bool { default }) => json!(!default),
+            Kind::Choice(Choice { default, options }) => {
+                json!(options.iter().find(|o| **o != default).unwrap())
+            }
+            Kind::Name(Name { default }) => json!(format!("{default}-other")),
+            Kind::Statuses(Statuses { default }) => {
+                json!(if default == "500" { "501" } else { "500" })
+            }
+            Kind::RedisUrl(RedisUrl) => json!("redis://127.0.0.1:6390/1"),
+        }
+    }
+
+    #[test]
+    fn every_listed_setting_is_read_into_the_typed_settings() {
+        let defaults = resolve(&Layers::default()).unwrap().settings;
+        for d in DEFS {
+            let mut l = Layers::default();
+            l.database.insert(d.key.into(), another_value(d));
+            let r = resolve(&l).unwrap();
+            assert_eq!(r.ignored, [], "{}", d.key);
+            assert_ne!(
+                r.settings, defaults,
+                "`{}` is listed in DEFS but resolve never reads it",
+                d.key
+            );
+        }
+    }
+
+    #[test]
+    fn a_setting_read_but_not_listed_is_reported_not_invented() {
+        const UNLISTED: Setting<Int> = Setting {
+            key: "test.unlisted",
+            env: "SWITCHYARD_TEST_UNLISTED",
+            kind: Int {
+                default: 7,
+                min: 0,
+                max: 10,
+            },
+            applies: Applies::Live,
+            doc: "Not in DEFS.",
+        };
+        let resolved = resolve(&Layers::default()).unwrap().resolved;
+        let mut r = Reader {
+            resolved: &resolved,
+            unlisted: None,
+        };
+        assert_eq!(r.get(&SERVER_MAX_CONNECTIONS), 10_000);
+        assert_eq!(r.unlisted, None);
+        assert_eq!(r.get(&UNLISTED), 7);
+        assert_eq!(r.get(&SERVER_IO_THREADS), 0);
+        assert_eq!(r.unlisted, Some("test.unlisted"));
+    }
+
+    #[test]
+    fn typed_reads_have_the_kinds_types() {
+        let mut l = Layers::default();
+        l.database.insert(
+            RESILIENCE_MODEL_LOCKOUT_ERROR_CODES.key.into(),
+            json!([429, 503]),
+        );
+        let resolved = resolve(&l).unwrap().resolved;
+        let mut r = Reader {
+            resolved: &resolved,
+            unlisted: None,
+        };
+        let codes: Vec<u16> = r.get(&RESILIENCE_MODEL_LOCKOUT_ERROR_CODES);
+        let limit: u64 = r.get(&REQUEST_MAX_BODY_BYTES);
+        let share: f64 = r.get(&QUOTA_SATURATION_THRESHOLD);
+        let on: bool = r.get(&COMBO_COOLDOWN_WAIT_ENABLED);
+        let driver: String = r.get(&QUOTA_STORE_DRIVER);
+        assert_eq!(
+            (codes, limit, share, on, driver.as_str()),
+            (vec![429, 503], 10 * 1024 * 1024, 0.5, true, "sqlite")
+        );
+        // A value of another kind (resolution never gives one) reads as the default.
+        assert_eq!(
+            REQUEST_MAX_BODY_BYTES.kind.read(&SettingValue::Bool(true)),
+            10_485_760
+        );
+        assert_eq!(
+            RESILIENCE_MODEL_LOCKOUT_ERROR_CODES
+                .kind
+                .read(&SettingValue::Int(1)),
+            [403, 404, 429, 502, 503, 504]
+        );
+    }
+
+    #[test]
+    fn the_profile_consts_name_their_class_settings() {
+        for (keys, class) in [
+            (BREAKER_OAUTH, "oauth"),
+            (BREAKER_API_KEY, "apiKey"),
+            (BREAKER_LOCAL, "local"),
+        ] {
+            let got = [
+                keys.degrade_at.key,
+                keys.open_at.key,
+                keys.reset_ms.key,
+                keys.double_after.key,
+                keys.max_multiplier.key,
+            ];
+            let want = [
+                "degradeAt",
+                "openAt",
+                "resetMs",
+                "doubleAfter",
+                "maxMultiplier",
+            ]
+            .map(|f| format!("breaker.{class}.{f}"));
+            assert_eq!(got, want);
+        }
+        for (keys, class) in [(COOLDOWN_OAUTH, "oauth"), (COOLDOWN_API_KEY, "apiKey")] {
+            assert_eq!(
+                [keys.base_ms.key, keys.backoff_steps.key],
+                ["baseMs", "backoffSteps"].map(|f| format!("cooldown.{class}.{f}"))
+            );
+        }
+        for (keys, class) in [
+            (PROVIDER_COOLDOWN_OAUTH, "oauth"),
+            (PROVIDER_COOLDOWN_API_KEY, "apiKey"),
+        ] {
+            assert_eq!(
+                [
+                    keys.failure_threshold.key,
+                    keys.failure_window_ms.key,
+                    keys.cooldown_ms.key
+                ],
+                ["failureThreshold", "failureWindowMs", "cooldownMs"]
+                    .map(|f| format!("providerCooldown.{class}.{f}"))
+            );
+        }
+    }
+
+    #[test]
+    fn settings_read_at_start_or_per_connection_say_so() {
+        let applying = |a: Applies| -> Vec<&str> {
+            DEFS.iter()
+                .filter(|d| d.applies == a)
+                .map(|d| d.key)
+                .collect()
+        };
+        assert_eq!(
+            applying(Applies::Restart),
+            [
+                "quotaStore.driver",
+                "quotaStore.redisPrefix",
+                "quotaStore.redisUrl",
+                "quotaStore.requireRedis",
+                "server.io_threads",
+                "server.max_connections",
+            ]
+        );
+        assert_eq!(
+            applying(Applies::NewConnections),
+            [
+                "server.body_read_timeout_ms",
+                "server.header_read_timeout_ms",
+                "server.keepalive_idle_timeout_ms",
+            ]
+        );
+        assert_eq!(applying(Applies::Live).len(), DEFS.len() - 9);
+        assert_eq!(
+            serde_json::to_value([Applies::Live, Applies::NewConnections, Applies::Restart])
+                .unwrap(),
+            json!(["live", "new_connections", "restart"])
+        );
+        for a in [Applies::Live, Applies::NewConnections, Applies::Restart] {
+            assert_eq!(json!(a.as_str()), serde_json::to_value(a).unwrap());
         }
     }
 

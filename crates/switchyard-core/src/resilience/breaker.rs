@@ -90,12 +90,12 @@ impl Profile {
     }
 
     /// Why the profile does not hold together, naming the fields by their setting keys
-    /// under `prefix` (e.g. `breaker.apiKey`): degrading after the breaker would open
-    /// means it never degrades.
-    pub fn check(&self, prefix: &str) -> Result<(), String> {
+    /// (e.g. `breaker.apiKey.degradeAt` and `breaker.apiKey.openAt`): degrading after the
+    /// breaker would open means it never degrades.
+    pub fn check(&self, degrade_at_key: &str, open_at_key: &str) -> Result<(), String> {
         if self.degrade_at > self.open_at {
             return Err(format!(
-                "{prefix}.degradeAt ({}) must be <= {prefix}.openAt ({})",
+                "{degrade_at_key} ({}) must be <= {open_at_key} ({})",
                 self.degrade_at, self.open_at
             ));
         }
@@ -304,18 +304,25 @@ mod tests {
         for class in [AuthClass::Oauth, AuthClass::Apikey, AuthClass::Local] {
             assert_eq!(p.get(class), Profile::for_class(class));
         }
-        assert_eq!(p.local.check("breaker.local"), Ok(()));
+        assert_eq!(
+            p.local
+                .check("breaker.local.degradeAt", "breaker.local.openAt"),
+            Ok(())
+        );
         let even = Profile {
             degrade_at: 12,
             ..p.apikey
         };
-        assert_eq!(even.check("breaker.apiKey"), Ok(()));
+        assert_eq!(
+            even.check("breaker.apiKey.degradeAt", "breaker.apiKey.openAt"),
+            Ok(())
+        );
         let late = Profile {
             degrade_at: 13,
             ..p.apikey
         };
         assert_eq!(
-            late.check("breaker.apiKey"),
+            late.check("breaker.apiKey.degradeAt", "breaker.apiKey.openAt"),
             Err("breaker.apiKey.degradeAt (13) must be <= breaker.apiKey.openAt (12)".to_owned())
         );
     }

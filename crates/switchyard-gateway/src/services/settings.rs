@@ -25,6 +25,11 @@ pub struct SettingView {
     pub default: settings::SettingValue,
     /// The accepted values, in words.
     pub constraint: String,
+    /// When a change takes effect: `live` (the next request or use), `new_connections`
+    /// (client connections accepted after it) or `restart` (the value is stored now and
+    /// read at the next start).
+    #[schema(value_type = String)]
+    pub applies: settings::Applies,
     pub doc: String,
 }
 
@@ -47,6 +52,7 @@ pub fn list(state: &AppState) -> Vec<SettingView> {
             env: r.def.env.to_owned(),
             default: r.def.default_value(),
             constraint: r.def.constraint(),
+            applies: r.def.applies,
             doc: r.def.doc.to_owned(),
         })
         .collect()

@@ -426,6 +426,46 @@ async fn settings_show_value_and_source_and_take_effect_at_once() {
 }
 
 #[tokio::test]
+async fn settings_say_whether_a_change_applies_live_to_new_connections_or_after_a_restart() {
+    let h = Harness::start().await;
+    let applies = |list: &Value, key: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["key"] == key)
+            .unwrap()["applies"]
+            .clone()
+    };
+    let list: Value = h.admin_json("/api/settings").await;
+    assert_eq!(applies(&list, "upstream.first_byte_timeout_ms"), "live");
+    assert_eq!(
+        applies(&list, "server.header_read_timeout_ms"),
+        "new_connections"
+    );
+    assert_eq!(applies(&list, "server.max_connections"), "restart");
+    // A restart-only setting is stored and answered as such, with 200.
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/settings/server.max_connections",
+            json!({"value": 5}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let list: Value = r.json().await.unwrap();
+    let s = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "server.max_connections")
+        .unwrap();
+    assert_eq!(
+        (&s["value"], &s["source"], &s["applies"]),
+        (&json!(5), &json!("database"), &json!("restart"))
+    );
+}
+
+#[tokio::test]
 async fn credentials_never_appear_in_any_management_response() {
     let h = Harness::start().await;
     let secret_cred = "sk-very-secret-credential-987654321";

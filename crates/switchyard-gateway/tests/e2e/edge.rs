@@ -287,6 +287,57 @@ async fn over_the_connection_cap_a_new_connection_is_closed_while_open_ones_are_
     assert!(served, "no connection was served after one closed");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_changed_header_timeout_applies_to_new_connections_only() {
+    let h = Harness::start_paused(
+        Config::standard,
+        &[("SWITCHYARD_HEADER_READ_TIMEOUT_MS", "300")],
+    )
+    .await;
+    let mut before = connect(&h).await;
+    let opened = Instant::now();
+    let closed = tokio::spawn(async move {
+        assert_eq!(read_until_closed(&mut before).await, "");
+        opened.elapsed()
+    });
+    let r = h
+        .admin_send(
+            reqwest::Method::PUT,
+            "/api/settings/server.header_read_timeout_ms",
+            json!({"value": 1000}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let mut after = connect(&h).await;
+    let opened = Instant::now();
+    assert_eq!(read_until_closed(&mut after).await, "");
+    // Under paused time: to the millisecond.
+    assert_eq!(opened.elapsed(), Duration::from_millis(1000));
+    assert_eq!(closed.await.unwrap(), Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn a_stored_connection_cap_waits_for_a_restart() {
+    let h = Harness::start_with(Config::standard, &[("SWITCHYARD_MAX_CONNECTIONS", "3")]).await;
+    let r = h
+        .admin_send(
+            reqwest::Method::PUT,
+            "/api/settings/server.max_connections",
+            json!({"value": 1}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    // The cap read at start (3) still holds: two more connections are served.
+    let mut first = connect(&h).await;
+    let mut second = connect(&h).await;
+    assert_eq!(get(&mut first, "/api/monitoring/health").await.0, 200);
+    assert_eq!(get(&mut second, "/api/monitoring/health").await.0, 200);
+    assert_eq!(
+        metric(&mut second, "switchyard_client_connections_refused_total").await,
+        0.0
+    );
+}
+
 #[tokio::test]
 async fn shutdown_closes_half_sent_requests_at_once_and_serves_the_rest() {
     let mut h = Harness::start_with(
