@@ -843,3 +843,41 @@ async fn thinking_a_translated_route_made_is_not_sent_back_to_anthropic() {
         ]})
     );
 }
+
+/// The last `data:` line of an event stream, as JSON.
+fn last_error_data(text: &str) -> Value {
+    let line = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .rfind(|d| d.contains("\"error\""))
+        .unwrap_or_else(|| panic!("no error frame in {text}"));
+    serde_json::from_str(line).unwrap()
+}
+
+#[tokio::test]
+async fn mid_stream_errors_keep_their_kind_across_translation_both_ways() {
+    let h = Harness::start_with(Config::anthropic, &[]).await;
+    // A chat upstream's rate-limit error, to an Anthropic client.
+    h.rule(
+        json!({"times": 1, "match": {"model": "mock-small"}, "end_after_chunks": 1,
+                  "stream_error": {"type": "requests", "message": "Rate limit reached"}}),
+    )
+    .await;
+    let r = h.messages(messages_body("alpha/mock-small", true)).await;
+    assert_eq!(r.status(), 200);
+    let error = last_error_data(&r.text().await.unwrap());
+    assert_eq!(
+        error,
+        json!({"type": "error", "error": {"type": "rate_limit_error", "message": "Rate limit reached"}})
+    );
+    // An Anthropic upstream's overloaded error, to a chat client, and back the same.
+    h.rule(
+        json!({"times": 1, "match": {"model": "claude-opus"}, "end_after_chunks": 1,
+                  "stream_error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    )
+    .await;
+    let r = h.chat(chat_body("claude/claude-opus", true)).await;
+    let error = last_error_data(&r.text().await.unwrap());
+    assert_eq!(error["error"]["type"], "overloaded_error");
+    assert_eq!(error["error"]["message"], "Overloaded");
+}

@@ -7,21 +7,129 @@ use serde_json::{json, Value};
 /// relayed whole.
 pub const MAX_ERROR_MESSAGE: usize = 1024;
 
+/// What an error means, whichever format says it: the kinds Anthropic's error `type`s
+/// name, which chat and Responses errors say with their `type` or `code`. Translation
+/// keeps the kind both ways, in error bodies and in stream error events (a stream's
+/// error has no status to go by).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    InvalidRequest,
+    Authentication,
+    Billing,
+    Permission,
+    NotFound,
+    RequestTooLarge,
+    RateLimit,
+    Api,
+    Overloaded,
+    Timeout,
+}
+
+impl ErrorKind {
+    /// Every kind, for tables.
+    pub const ALL: [Self; 10] = [
+        Self::InvalidRequest,
+        Self::Authentication,
+        Self::Billing,
+        Self::Permission,
+        Self::NotFound,
+        Self::RequestTooLarge,
+        Self::RateLimit,
+        Self::Api,
+        Self::Overloaded,
+        Self::Timeout,
+    ];
+
+    /// The kind of an HTTP status (as Anthropic's SDKs choose their exception by it).
+    pub fn of_status(status: u16) -> Self {
+        match status {
+            401 => Self::Authentication,
+            402 => Self::Billing,
+            403 => Self::Permission,
+            404 => Self::NotFound,
+            413 => Self::RequestTooLarge,
+            429 => Self::RateLimit,
+            503 | 529 => Self::Overloaded,
+            504 => Self::Timeout,
+            500.. => Self::Api,
+            _ => Self::InvalidRequest,
+        }
+    }
+
+    /// The kind an error `type` or `code` names, in any of the three formats: Anthropic's
+    /// types, OpenAI's types and codes (`invalid_api_key`, `insufficient_quota`,
+    /// `rate_limit_exceeded`, `model_not_found`, `server_error`, …) and the names some
+    /// OpenAI-compatible providers use. `None` for a name that says nothing of the kind.
+    pub fn of_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "invalid_request_error" | "invalid_prompt" | "context_length_exceeded" => {
+                Self::InvalidRequest
+            }
+            "authentication_error" | "invalid_api_key" | "unauthorized" => Self::Authentication,
+            "billing_error" | "insufficient_quota" => Self::Billing,
+            "permission_error" | "permission_denied" | "unsupported_country_region_territory" => {
+                Self::Permission
+            }
+            "not_found_error" | "not_found" | "model_not_found" => Self::NotFound,
+            "request_too_large" | "payload_too_large" => Self::RequestTooLarge,
+            "rate_limit_error" | "rate_limit_exceeded" | "requests" | "tokens" => Self::RateLimit,
+            "api_error" | "server_error" | "internal_error" => Self::Api,
+            "overloaded_error" | "overloaded" | "server_overloaded" => Self::Overloaded,
+            "timeout_error" | "timeout" => Self::Timeout,
+            _ => return None,
+        })
+    }
+
+    /// The kind of an error object in chat or Responses form: by its `code` first (more
+    /// specific: `invalid_request_error` with `invalid_api_key` is an authentication
+    /// failure), then its `type`.
+    pub fn of_error(error: &Value) -> Option<Self> {
+        let name = |key: &str| {
+            error
+                .get(key)
+                .and_then(Value::as_str)
+                .and_then(Self::of_name)
+        };
+        name("code").or_else(|| name("type"))
+    }
+
+    /// Anthropic's error `type`.
+    pub fn anthropic_type(self) -> &'static str {
+        match self {
+            Self::InvalidRequest => "invalid_request_error",
+            Self::Authentication => "authentication_error",
+            Self::Billing => "billing_error",
+            Self::Permission => "permission_error",
+            Self::NotFound => "not_found_error",
+            Self::RequestTooLarge => "request_too_large",
+            Self::RateLimit => "rate_limit_error",
+            Self::Api => "api_error",
+            Self::Overloaded => "overloaded_error",
+            Self::Timeout => "timeout_error",
+        }
+    }
+
+    /// The HTTP status Anthropic answers the kind with (`529` for overloaded).
+    pub fn anthropic_status(self) -> u16 {
+        match self {
+            Self::InvalidRequest => 400,
+            Self::Authentication => 401,
+            Self::Billing => 402,
+            Self::Permission => 403,
+            Self::NotFound => 404,
+            Self::RequestTooLarge => 413,
+            Self::RateLimit => 429,
+            Self::Api => 500,
+            Self::Overloaded => 529,
+            Self::Timeout => 504,
+        }
+    }
+}
+
 /// Anthropic's error `type` for an HTTP status (its SDKs choose the exception by the
 /// status; the type says the same in the body).
 pub fn anthropic_error_type(status: u16) -> &'static str {
-    match status {
-        401 => "authentication_error",
-        402 => "billing_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        503 | 529 => "overloaded_error",
-        504 => "timeout_error",
-        500.. => "api_error",
-        _ => "invalid_request_error",
-    }
+    ErrorKind::of_status(status).anthropic_type()
 }
 
 /// The message of an error body in either format — `error.message`, `error` as a
@@ -200,6 +308,122 @@ impl Tokens {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_kinds_map_both_ways_between_the_formats() {
+        use ErrorKind::*;
+        // kind, Anthropic type, Anthropic status, and the chat / Responses names that
+        // mean it (a `code` or a `type`).
+        let table: [(ErrorKind, &str, u16, &[&str]); 10] = [
+            (
+                InvalidRequest,
+                "invalid_request_error",
+                400,
+                &[
+                    "invalid_request_error",
+                    "invalid_prompt",
+                    "context_length_exceeded",
+                ],
+            ),
+            (
+                Authentication,
+                "authentication_error",
+                401,
+                &["authentication_error", "invalid_api_key", "unauthorized"],
+            ),
+            (
+                Billing,
+                "billing_error",
+                402,
+                &["billing_error", "insufficient_quota"],
+            ),
+            (
+                Permission,
+                "permission_error",
+                403,
+                &[
+                    "permission_error",
+                    "permission_denied",
+                    "unsupported_country_region_territory",
+                ],
+            ),
+            (
+                NotFound,
+                "not_found_error",
+                404,
+                &["not_found_error", "not_found", "model_not_found"],
+            ),
+            (
+                RequestTooLarge,
+                "request_too_large",
+                413,
+                &["request_too_large", "payload_too_large"],
+            ),
+            (
+                RateLimit,
+                "rate_limit_error",
+                429,
+                &[
+                    "rate_limit_error",
+                    "rate_limit_exceeded",
+                    "requests",
+                    "tokens",
+                ],
+            ),
+            (
+                Api,
+                "api_error",
+                500,
+                &["api_error", "server_error", "internal_error"],
+            ),
+            (
+                Overloaded,
+                "overloaded_error",
+                529,
+                &["overloaded_error", "overloaded", "server_overloaded"],
+            ),
+            (Timeout, "timeout_error", 504, &["timeout_error", "timeout"]),
+        ];
+        assert_eq!(table.map(|row| row.0), ErrorKind::ALL);
+        for (kind, anthropic, status, names) in table {
+            assert_eq!(kind.anthropic_type(), anthropic);
+            assert_eq!(kind.anthropic_status(), status);
+            assert_eq!(ErrorKind::of_status(status), kind, "{status}");
+            // Anthropic's type read back, as a chat client's error carries it.
+            assert_eq!(ErrorKind::of_name(anthropic), Some(kind));
+            for name in names {
+                assert_eq!(ErrorKind::of_name(name), Some(kind), "{name}");
+                assert_eq!(
+                    ErrorKind::of_error(&json!({"type": name})),
+                    Some(kind),
+                    "{name}"
+                );
+                assert_eq!(
+                    ErrorKind::of_error(&json!({"code": name})),
+                    Some(kind),
+                    "{name}"
+                );
+            }
+        }
+        // The code decides over the type; unknown names say nothing.
+        assert_eq!(
+            ErrorKind::of_error(
+                &json!({"type": "invalid_request_error", "code": "invalid_api_key"})
+            ),
+            Some(Authentication)
+        );
+        assert_eq!(
+            ErrorKind::of_error(&json!({"type": "server_error", "code": "unknown_code"})),
+            Some(Api)
+        );
+        assert_eq!(
+            ErrorKind::of_error(&json!({"type": "new_kind", "code": 7})),
+            None
+        );
+        assert_eq!(ErrorKind::of_status(503), Overloaded);
+        assert_eq!(ErrorKind::of_status(418), InvalidRequest);
+        assert_eq!(ErrorKind::of_status(502), Api);
+    }
 
     #[test]
     fn stop_reasons_map_both_ways() {

@@ -57,10 +57,13 @@
 //!
 //! # Error body
 //!
-//! `{"type":"error","error":{"type","message"}}`: the type from the status (400
-//! `invalid_request_error`, 401 `authentication_error`, 403 `permission_error`, 404
-//! `not_found_error`, 413 `request_too_large`, 429 `rate_limit_error`, 529
-//! `overloaded_error`, other 5xx `api_error`, other 4xx `invalid_request_error`); the
+//! `{"type":"error","error":{"type","message"}}`: the type of the kind the upstream's
+//! error `code` or `type` names ([`ErrorKind::of_error`]: `invalid_api_key` is
+//! `authentication_error`, `rate_limit_exceeded` `rate_limit_error`, `overloaded`
+//! `overloaded_error`, …), else of the status (400 `invalid_request_error`, 401
+//! `authentication_error`, 403 `permission_error`, 404 `not_found_error`, 413
+//! `request_too_large`, 429 `rate_limit_error`, 503 and 529 `overloaded_error`, other
+//! 5xx `api_error`, other 4xx `invalid_request_error`); the
 //! message is the upstream's (`error.message`, an `error` string or a top-level
 //! `message`), else the body's text, trimmed and cut to 1 KiB.
 //!
@@ -73,8 +76,8 @@
 //! when another begins or the choice finishes, a thinking block after a
 //! `signature_delta` giving it [`UNSIGNED`]; `message_delta`
 //! (the stop reason, the usage of the last chunk that carried one) and `message_stop`
-//! at `[DONE]`. An error chunk becomes an `error` event (`api_error`, the upstream's
-//! message) and ends the translation; so does an upstream event larger than
+//! at `[DONE]`. An error chunk becomes an `error` event (the type of the kind its `code`
+//! or `type` names, else `api_error`; the upstream's message) and ends the translation; so does an upstream event larger than
 //! [`MAX_EVENT_BYTES`](crate::sse::MAX_EVENT_BYTES), which the parser skips (its content
 //! would be lost from a message that looks whole), with the message "an upstream event
 //! was larger than 1 MiB and could not be translated". [`Stream::ended_by_error`] says
@@ -87,7 +90,7 @@
 
 use super::chat::{self, ChunkReader, End, Fragment, Part, EVENT_TOO_LARGE, JOIN};
 use super::json::{self, get, invalid, member, optional_string, str_at, string, text_member};
-use super::map::{anthropic_error_type, stop_reason_of, upstream_message, Tokens};
+use super::map::{error_object, stop_reason_of, upstream_message, ErrorKind, Tokens};
 use super::unsigned::UNSIGNED;
 use super::TranslateError;
 use crate::format::anthropic_messages::push_event;
@@ -469,7 +472,11 @@ fn tool_input(arguments: &str) -> Value {
 /// The Anthropic error body for an upstream error answer with `status` and `body`.
 pub fn error(status: u16, body: &[u8]) -> Vec<u8> {
     let message = upstream_message(status, body);
-    json!({"type": "error", "error": {"type": anthropic_error_type(status), "message": message}})
+    let kind = error_object(body)
+        .as_ref()
+        .and_then(ErrorKind::of_error)
+        .unwrap_or_else(|| ErrorKind::of_status(status));
+    json!({"type": "error", "error": {"type": kind.anthropic_type(), "message": message}})
         .to_string()
         .into_bytes()
 }
@@ -576,12 +583,13 @@ impl ChunkReader for State {
         self.ended = Some(End::Done);
     }
 
-    fn error(&mut self, _id: &str, _model: &str, _error: &Value, message: &str, out: &mut String) {
-        self.fail(message, out);
+    fn error(&mut self, _id: &str, _model: &str, error: &Value, message: &str, out: &mut String) {
+        let kind = ErrorKind::of_error(error).unwrap_or(ErrorKind::Api);
+        self.fail(kind, message, out);
     }
 
     fn too_large(&mut self, out: &mut String) {
-        self.fail(EVENT_TOO_LARGE, out);
+        self.fail(ErrorKind::Api, EVENT_TOO_LARGE, out);
     }
 
     fn usage(&mut self, tokens: Tokens) {
@@ -643,15 +651,16 @@ impl ChunkReader for State {
 }
 
 impl State {
-    /// An `error` event with `message`, which ends the translation, unless it has ended.
-    fn fail(&mut self, message: &str, out: &mut String) {
+    /// An `error` event of `kind` with `message`, which ends the translation, unless it
+    /// has ended.
+    fn fail(&mut self, kind: ErrorKind, message: &str, out: &mut String) {
         if self.ended.is_some() {
             return;
         }
         push_event(
             out,
             "error",
-            &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+            &json!({"type": "error", "error": {"type": kind.anthropic_type(), "message": message}}),
         );
         self.ended = Some(End::Failed);
     }
@@ -1380,6 +1389,52 @@ mod tests {
         let mut out = Vec::new();
         stream.feed(input.as_bytes(), &mut out);
         assert!(stream.ended_by_error());
+
+        // The kind the chunk's code or type names is kept (a stream has no status).
+        for (error, kind) in [
+            (
+                r#"{"message":"m","type":"server_error","code":"overloaded"}"#,
+                "overloaded_error",
+            ),
+            (
+                r#"{"message":"m","type":"requests","code":"rate_limit_exceeded"}"#,
+                "rate_limit_error",
+            ),
+            (
+                r#"{"message":"m","type":"invalid_request_error","code":"invalid_api_key"}"#,
+                "authentication_error",
+            ),
+            (
+                r#"{"message":"m","type":"invalid_request_error","code":"context_length_exceeded"}"#,
+                "invalid_request_error",
+            ),
+            (
+                r#"{"message":"m","type":"permission_error"}"#,
+                "permission_error",
+            ),
+            (
+                r#"{"message":"m","code":"model_not_found"}"#,
+                "not_found_error",
+            ),
+            (
+                r#"{"message":"m","type":"request_too_large"}"#,
+                "request_too_large",
+            ),
+            (
+                r#"{"message":"m","type":"insufficient_quota"}"#,
+                "billing_error",
+            ),
+            (r#"{"message":"m","type":"something_new"}"#, "api_error"),
+        ] {
+            assert_eq!(
+                translate_whole_and_bytewise(&format!("data: {{\"error\":{error}}}\n\n")),
+                frame(
+                    "error",
+                    &format!(r#"{{"type":"error","error":{{"type":"{kind}","message":"m"}}}}"#)
+                ),
+                "{error}"
+            );
+        }
 
         let bare = "data: {\"error\":{\"code\":500}}\n\n";
         assert_eq!(
