@@ -47,9 +47,18 @@ impl Request {
             return translate::request(self, upstream, model, max_tokens);
         }
         let clamped = self.max_tokens.zip(max_tokens).filter(|(a, m)| a != m);
-        let bound = clamped.map(|(_, bound)| bound.to_string());
+        // Anthropic requires an output bound: a client that gave none (or `null`) gets
+        // the model's limit, else the default, as a translated request does.
+        let required = (self.format == Format::AnthropicMessages && self.max_tokens.is_none())
+            .then(|| output_limit.unwrap_or(translate::DEFAULT_MAX_TOKENS));
+        let bound_tokens = clamped.map(|(_, bound)| bound).or(required);
+        let bound = bound_tokens.map(|bound| bound.to_string());
         let mut overrides: Vec<(&str, Option<String>)> = Vec::new();
-        if let Some(bound) = &bound {
+        let mut added: Vec<(&str, String)> = Vec::new();
+        if let (Some(bound), Some(_)) = (&bound, required) {
+            overrides.push(("max_tokens", Some(bound.clone())));
+            added.push(("max_tokens", bound.clone()));
+        } else if let Some(bound) = &bound {
             overrides.push(("max_tokens", Some(bound.clone())));
             overrides.push(("max_completion_tokens", Some(bound.clone())));
             overrides.push(("max_output_tokens", Some(bound.clone())));
@@ -73,8 +82,8 @@ impl Request {
                 // a turn that lost one cannot continue with thinking on.
                 overrides.push(("messages", Some(messages)));
                 overrides.push(("thinking", None));
-            } else if let (Some((_, bound)), Some(thinking)) =
-                (clamped, self.body.member("thinking"))
+            } else if let (Some(bound), Some(thinking)) =
+                (bound_tokens, self.body.member("thinking"))
             {
                 if let Some(fitted) = anthropic_messages::fit_thinking(thinking, bound) {
                     overrides.push(("thinking", fitted));
@@ -84,7 +93,7 @@ impl Request {
         Ok(if overrides.is_empty() {
             self.body.with_model(model)
         } else {
-            self.body.rewritten(model, &overrides)
+            self.body.rewritten_adding(model, &overrides, &added)
         })
     }
 }
@@ -161,6 +170,16 @@ impl RawObject {
     /// As [`Self::with_model`], with each member named in `overrides` that the object
     /// has given the raw JSON text there, or left out for `None`.
     pub fn rewritten(&self, model: &str, overrides: &[(&str, Option<String>)]) -> Vec<u8> {
+        self.rewritten_adding(model, overrides, &[])
+    }
+
+    /// As [`Self::rewritten`], with each member of `added` the object lacks appended.
+    pub fn rewritten_adding(
+        &self,
+        model: &str,
+        overrides: &[(&str, Option<String>)],
+        added: &[(&str, String)],
+    ) -> Vec<u8> {
         let len: usize = self
             .0
             .iter()
@@ -186,6 +205,17 @@ impl RawObject {
                 out.extend_from_slice(text.as_bytes());
             } else {
                 out.extend_from_slice(value.get().as_bytes());
+            }
+        }
+        for (key, text) in added {
+            if self.member(key).is_none() {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                write_json_string(&mut out, key);
+                out.push(b':');
+                out.extend_from_slice(text.as_bytes());
             }
         }
         out.push(b'}');

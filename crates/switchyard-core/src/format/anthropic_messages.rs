@@ -267,6 +267,38 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_pass_through_without_a_bound_gets_the_models_limit_or_the_default() {
+        for (body, limit, want) in [
+            (
+                r#"{"model":"a/b","messages":[{"role":"user","content":"hi"}]}"#,
+                None,
+                r#"{"model":"up","messages":[{"role":"user","content":"hi"}],"max_tokens":8192}"#,
+            ),
+            (
+                r#"{"model":"a/b","max_tokens":null,"messages":[{"role":"user","content":"hi"}]}"#,
+                Some(4096),
+                r#"{"model":"up","max_tokens":4096,"messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+            (
+                r#"{"model":"a/b","thinking":{"type":"enabled","budget_tokens":9000},"messages":[{"role":"user","content":"hi"}]}"#,
+                None,
+                r#"{"model":"up","thinking":{"type":"enabled","budget_tokens":8191},"messages":[{"role":"user","content":"hi"}],"max_tokens":8192}"#,
+            ),
+            (
+                r#"{"model":"a/b","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#,
+                None,
+                r#"{"model":"up","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}"#,
+            ),
+        ] {
+            let r = decode(body.as_bytes()).unwrap();
+            let sent = r
+                .upstream_body(Format::AnthropicMessages, "up", limit)
+                .unwrap();
+            assert_eq!(String::from_utf8(sent).unwrap(), want, "{body}");
+        }
+    }
+
     const STREAM: &str = concat!(
         "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"m\",\"usage\":{\"input_tokens\":12,\"output_tokens\":1}}}\n\n",
         "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
