@@ -330,6 +330,18 @@ impl RedisCounters {
         Ok((now, amounts))
     }
 
+    /// Whether Redis answers: one `PING` (the connection manager reconnects first when
+    /// the connection was lost).
+    pub async fn ping(&self) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let pong: String = redis::cmd("PING").query_async(&mut conn).await?;
+        if pong == "PONG" {
+            Ok(())
+        } else {
+            Err(RedisStoreError::Reply(pong))
+        }
+    }
+
     /// Deletes every counter under this store's prefix (tests and resets).
     pub async fn clear(&self) -> Result<()> {
         self.delete_matching(&format!("{}:q1:*", self.prefix)).await

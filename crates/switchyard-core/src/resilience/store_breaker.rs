@@ -11,7 +11,10 @@
 //!   to `max_backoff_ms`). A probe that never reports (its request was cancelled) is
 //!   replaced by a new one after `probe_timeout_ms`, so a lost probe cannot wedge it.
 //!
-//! Any success closes the breaker, whatever its state: the store answered.
+//! Any success closes the breaker, whatever its state: the store answered. While the
+//! breaker is not closed the shell also probes the store off the request path
+//! ([`StoreBreaker::wants_probe`]), so that metering resumes as soon as the store answers
+//! again, not only when the back-off ends.
 
 use crate::UnixMillis;
 
@@ -85,6 +88,12 @@ impl StoreBreaker {
             State::Open { .. } => "open",
             State::Probing { .. } => "half_open",
         }
+    }
+
+    /// Whether the shell should probe the store off the request path: it is not known to
+    /// answer (open or probing).
+    pub fn wants_probe(&self) -> bool {
+        !matches!(self.state, State::Closed { .. })
     }
 
     /// Whether a call made at `now` may go to the store.
@@ -187,6 +196,25 @@ mod tests {
             }
         );
         assert_eq!(b.state_name(), "open");
+    }
+
+    #[test]
+    fn it_wants_probes_off_the_request_path_while_not_closed_and_one_success_closes_it() {
+        let mut b = StoreBreaker::new(CONFIG);
+        assert!(!b.wants_probe());
+        b.failure(0);
+        b.failure(1);
+        assert!(!b.wants_probe(), "still closed after two failures");
+        assert_eq!(b.failure(2), Change::Opened { backoff_ms: 1_000 });
+        assert!(b.wants_probe());
+        assert_eq!(b.admit(1_002), Verdict::Probe);
+        assert!(b.wants_probe(), "probing");
+        assert_eq!(b.failure(1_003), Change::Opened { backoff_ms: 2_000 });
+        // Long before the back-off ends, a probe that got an answer closes it.
+        assert_eq!(b.admit(1_004), Verdict::Reject);
+        assert_eq!(b.success(), Change::Closed);
+        assert!(!b.wants_probe());
+        assert_eq!(b.admit(1_005), Verdict::Call);
     }
 
     #[test]

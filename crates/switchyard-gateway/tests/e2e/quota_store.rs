@@ -164,8 +164,11 @@ async fn while_redis_is_down_requests_go_ahead_unmetered_and_the_open_breaker_st
     let down = h.health().await;
     assert_eq!(down["status"], "degraded");
     assert_eq!(down["quota_store"], "redis");
+    // (Whether a probe off the request path has been made yet depends on the time.)
+    let mut status = down["quota_store_status"].clone();
+    status.as_object_mut().unwrap().remove("last_probe");
     assert_eq!(
-        down["quota_store_status"],
+        status,
         json!({"driver": "redis", "requested": "redis", "state": "unavailable",
                "reason": "breaker_open", "breaker": "open"})
     );
@@ -188,6 +191,63 @@ async fn while_redis_is_down_requests_go_ahead_unmetered_and_the_open_breaker_st
     // Two metered requests are booked (one before the outage, the probe): two of four
     // left.
     assert_eq!(burst(&h, KEY, "alpha/mock-small", 4).await.0, 2);
+}
+
+/// Redis down for `outage` of the gateway's clock, with a request each second of it (so
+/// the breaker probes after each back-off, fails, and doubles it); then Redis answers
+/// again. The gateway's clock stands still from then on, so the breaker's back-off cannot
+/// end: only the probe made off the request path can resume metering. Returns how long
+/// that took in real time, and what health said while Redis was down.
+async fn metering_after_an_outage_of(outage: Duration) -> (Duration, Value) {
+    let clock = Arc::new(ManualClock::new(SystemClock.now_ms()));
+    let proxy = RedisProxy::start(Mode::Forward).await;
+    let h = Harness::start_with_clock(small_burst_pool, &proxy.store().env(), clock.clone()).await;
+    assert!(metered(&h).await);
+    assert_eq!(
+        h.health().await["quota_store_status"].get("last_probe"),
+        None
+    );
+    proxy.set(Mode::Refuse);
+    for _ in 0..outage.as_secs() {
+        assert!(!metered(&h).await);
+        clock.advance(Duration::from_secs(1));
+    }
+    assert_eq!(h.health().await["quota_store_status"]["breaker"], "open");
+    // The probes off the request path see Redis down, and change nothing.
+    eventually("a probe sees Redis down", || async {
+        h.health().await["quota_store_status"]["last_probe"]["ok"] == false
+    })
+    .await;
+    let down = h.health().await["quota_store_status"].clone();
+    assert!(!metered(&h).await);
+
+    proxy.set(Mode::Forward);
+    let back = std::time::Instant::now();
+    eventually("a request is metered again", || async { metered(&h).await }).await;
+    let resumed = back.elapsed();
+    let status = h.health().await["quota_store_status"].clone();
+    assert_eq!(status["breaker"], "closed");
+    assert_eq!(status["state"], "ok");
+    assert_eq!(status["last_probe"]["ok"], true);
+    assert_eq!(status["last_probe"]["at_ms"], json!(clock.now_ms()));
+    (resumed, down)
+}
+
+#[tokio::test]
+async fn metering_resumes_when_redis_answers_a_probe_whatever_the_outage_and_back_off() {
+    for outage in [Duration::from_secs(5), Duration::from_secs(60)] {
+        let (resumed, down) = metering_after_an_outage_of(outage).await;
+        assert_eq!(down["breaker"], "open", "{down}");
+        assert_eq!(down["state"], "unavailable", "{down}");
+        assert_eq!(down["last_probe"]["ok"], false, "{down}");
+        // Printed for the record; the assertion above (the back-off cannot end on a
+        // clock that stands still) is what the test checks.
+        println!(
+            "after a {} s outage, metering resumed {} ms after Redis answered",
+            outage.as_secs(),
+            resumed.as_millis()
+        );
+    }
 }
 
 #[tokio::test]

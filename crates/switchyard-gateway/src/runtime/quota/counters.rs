@@ -19,6 +19,7 @@
 
 use super::index::{KeyShare, PoolRuntime, QuotaIndex};
 use super::signals::PoolSignals;
+use super::views::Probe;
 use crate::clock::Clock;
 use crate::sync::lock;
 use std::collections::HashMap;
@@ -422,6 +423,14 @@ const BREAKER: store_breaker::Config = store_breaker::Config {
     probe_timeout_ms: 5_000,
 };
 
+/// How often Redis is probed off the request path while its breaker is not closed, so
+/// metering resumes within about this long of Redis answering again, however long the
+/// outage and the breaker's back-off were.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Deadline of one probe: less than the interval, so probes never pile up.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(750);
+
 /// Deadline of a call on the request path (reserve, peek). A healthy Redis answers a
 /// reservation in well under a millisecond; a quarter of a second is the most latency a
 /// request should pay before going ahead unmetered — four times less than the
@@ -455,6 +464,8 @@ struct Guarded {
     clock: Arc<dyn Clock>,
     breaker: Mutex<StoreBreaker>,
     pending: Pending,
+    /// The newest probe off the request path.
+    last_probe: Mutex<Option<Probe>>,
 }
 
 /// This gateway's settlements queued for the worker but not applied yet, counted per
@@ -581,6 +592,34 @@ impl Guarded {
     }
 }
 
+/// Probes Redis every [`PROBE_INTERVAL`] while its breaker is not closed, until the store
+/// closes: a `PING` that gets an answer closes the breaker (metering resumes); one that
+/// does not changes nothing (the request path's own probes keep the back-off).
+async fn probe_while_open(redis: Arc<Guarded>, mut close: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(PROBE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = close.wait_for(|c| *c) => return,
+        }
+        if !lock(&redis.breaker).wants_probe() {
+            continue;
+        }
+        let answered = matches!(
+            tokio::time::timeout(PROBE_TIMEOUT, redis.counters.ping()).await,
+            Ok(Ok(()))
+        );
+        *lock(&redis.last_probe) = Some(Probe {
+            at_ms: redis.clock.now_ms(),
+            ok: answered,
+        });
+        if answered {
+            redis.record(true);
+        }
+    }
+}
+
 /// One settlement for the Redis worker.
 #[derive(Debug)]
 struct SettleJob {
@@ -677,8 +716,16 @@ pub struct RedisStore {
     settle: mpsc::Sender<SettleJob>,
     close: watch::Sender<bool>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// The probe task ([`probe_while_open`]); aborted when the store is dropped.
+    prober: JoinHandle<()>,
     /// Settlements that could not be queued are warned about at most once per interval.
     dropped_warn: WarnThrottle,
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        self.prober.abort();
+    }
 }
 
 impl RedisStore {
@@ -690,15 +737,18 @@ impl RedisStore {
             clock,
             breaker: Mutex::new(StoreBreaker::new(BREAKER)),
             pending: Pending::default(),
+            last_probe: Mutex::new(None),
         });
         let (tx, rx) = mpsc::channel(SETTLE_QUEUE);
         let (close, closed) = watch::channel(false);
+        let prober = tokio::spawn(probe_while_open(Arc::clone(&redis), closed.clone()));
         let worker = tokio::spawn(settle_worker(Arc::clone(&redis), rx, closed));
         Self {
             redis,
             settle: tx,
             close,
             worker: Mutex::new(Some(worker)),
+            prober,
             dropped_warn: WarnThrottle::default(),
         }
     }
@@ -706,6 +756,11 @@ impl RedisStore {
     /// `closed`, `open` or `half_open`.
     pub fn breaker_state(&self) -> &'static str {
         lock(&self.redis.breaker).state_name()
+    }
+
+    /// The newest probe made off the request path, if any.
+    pub fn last_probe(&self) -> Option<Probe> {
+        *lock(&self.redis.last_probe)
     }
 
     /// Settlements waiting for the worker.

@@ -196,6 +196,7 @@ impl QuotaEngine {
                     state: if ok { "ok" } else { "unavailable" },
                     reason: if ok { "selected" } else { "breaker_open" },
                     breaker: Some(breaker),
+                    last_probe: r.last_probe(),
                 }
             }
             None if self.redis_requested => StoreStatus {
@@ -204,6 +205,7 @@ impl QuotaEngine {
                 state: "fallback",
                 reason: self.fallback.as_str(),
                 breaker: None,
+                last_probe: None,
             },
             None => StoreStatus {
                 driver: "sqlite",
@@ -211,6 +213,7 @@ impl QuotaEngine {
                 state: "ok",
                 reason: "selected",
                 breaker: None,
+                last_probe: None,
             },
         }
     }

@@ -222,4 +222,17 @@ pub struct StoreStatus {
     pub reason: &'static str,
     /// The Redis breaker: `closed`, `open` or `half_open` (Redis only).
     pub breaker: Option<&'static str>,
+    /// The newest probe made off the request path while the breaker was not closed
+    /// (Redis only; none since start when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_probe: Option<Probe>,
+}
+
+/// One probe of the Redis quota store off the request path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct Probe {
+    /// When it was made (Unix milliseconds).
+    pub at_ms: u64,
+    /// Whether Redis answered.
+    pub ok: bool,
 }
