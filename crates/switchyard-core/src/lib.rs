@@ -12,6 +12,7 @@ pub mod client_conn;
 pub mod dispatch;
 pub mod domain;
 pub mod format;
+pub mod health;
 pub mod llm;
 pub mod outcome;
 pub mod quota;

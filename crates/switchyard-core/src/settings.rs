@@ -786,6 +786,19 @@ pub const PROVIDER_COOLDOWN_OAUTH_FAILURE_WINDOW_MS: Setting<Int> = Setting {
     doc: "The window an OAuth provider's failures are counted in.",
 };
 
+pub const MONITORING_ACCESS: Setting<Choice> = Setting {
+    key: "monitoring.access",
+    env: "SWITCHYARD_MONITORING_ACCESS",
+    // Open by default, as Prometheus scrapers expect; the health detail is behind the
+    // admin credential whatever this says.
+    kind: Choice {
+        default: "none",
+        options: &["none", "admin"],
+    },
+    applies: Applies::Live,
+    doc: "What `GET /metrics` needs: `none` (open, for Prometheus) or `admin` (the admin credential). The health status is always public, its detail always needs the admin credential.",
+};
+
 pub const QUOTA_CONSUMPTION_RETENTION_DAYS: Setting<Int> = Setting {
     key: "quota.consumptionRetentionDays",
     env: "QUOTA_CONSUMPTION_RETENTION_DAYS",
@@ -896,6 +909,33 @@ pub const QUOTA_STORE_REQUIRE_REDIS: Setting<Bool> = Setting {
     kind: Bool { default: false },
     applies: Applies::Restart,
     doc: "With the redis driver, refuse to start when Redis is unset, invalid or unreachable instead of falling back to SQLite. Read at start.",
+};
+
+pub const REQUEST_LOG_MAX_ROWS: Setting<Int> = Setting {
+    key: "requestLog.maxRows",
+    env: "SWITCHYARD_REQUEST_LOG_MAX_ROWS",
+    // A million rows is a few hundred MiB of SQLite and keeps the dashboard's queries
+    // fast; the oldest rows go first.
+    kind: Int {
+        default: 1_000_000,
+        min: 1_000,
+        max: 1_000_000_000,
+    },
+    applies: Applies::Live,
+    doc: "Most request-log rows kept; the oldest beyond it are pruned in small batches off the request path.",
+};
+
+pub const REQUEST_LOG_RETENTION_DAYS: Setting<Int> = Setting {
+    key: "requestLog.retentionDays",
+    env: "SWITCHYARD_REQUEST_LOG_RETENTION_DAYS",
+    // A month of history for the dashboard and audits.
+    kind: Int {
+        default: 30,
+        min: 1,
+        max: 3_650,
+    },
+    applies: Applies::Live,
+    doc: "Days request-log rows are kept; older rows are pruned in small batches off the request path.",
 };
 
 pub const REQUEST_MAX_BODY_BYTES: Setting<Int> = Setting {
@@ -1183,6 +1223,7 @@ pub const DEFS: &[SettingDef] = &[
     COOLDOWN_API_KEY_BASE_MS.def(),
     COOLDOWN_OAUTH_BACKOFF_STEPS.def(),
     COOLDOWN_OAUTH_BASE_MS.def(),
+    MONITORING_ACCESS.def(),
     PROVIDER_COOLDOWN_API_KEY_COOLDOWN_MS.def(),
     PROVIDER_COOLDOWN_API_KEY_FAILURE_THRESHOLD.def(),
     PROVIDER_COOLDOWN_API_KEY_FAILURE_WINDOW_MS.def(),
@@ -1201,6 +1242,8 @@ pub const DEFS: &[SettingDef] = &[
     QUOTA_STORE_REDIS_URL.def(),
     QUOTA_STORE_REQUIRE_REDIS.def(),
     REQUEST_MAX_BODY_BYTES.def(),
+    REQUEST_LOG_MAX_ROWS.def(),
+    REQUEST_LOG_RETENTION_DAYS.def(),
     REQUEST_QUEUE_EXECUTION_MAX_WAIT_MS.def(),
     REQUEST_QUEUE_MAX_QUEUE_DEPTH.def(),
     REQUEST_QUEUE_MAX_WAIT_MS.def(),
@@ -1298,6 +1341,10 @@ pub const PROVIDER_COOLDOWN_API_KEY: ProviderCooldownKeys = ProviderCooldownKeys
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     pub max_body_bytes: u64,
+    /// `monitoring.access`: `/metrics` needs the admin credential.
+    pub metrics_need_admin: bool,
+    /// `requestLog.*`: how long and how many request-log rows are kept.
+    pub request_log: RequestLogRetention,
     pub io_threads: u64,
     pub shutdown_grace_ms: u64,
     pub header_read_timeout_ms: u64,
@@ -1310,6 +1357,13 @@ pub struct Settings {
     pub quota: QuotaSettings,
     pub resilience: ResilienceSettings,
     pub concurrency: ConcurrencySettings,
+}
+
+/// How much of the request log is kept (`requestLog.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLogRetention {
+    pub days: u64,
+    pub max_rows: u64,
 }
 
 /// Concurrency gates and request-queue admission (SPEC R7, R10).
@@ -1711,6 +1765,11 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
     };
     let settings = Settings {
         max_body_bytes: r.get(&REQUEST_MAX_BODY_BYTES),
+        metrics_need_admin: r.get(&MONITORING_ACCESS) == "admin",
+        request_log: RequestLogRetention {
+            days: r.get(&REQUEST_LOG_RETENTION_DAYS),
+            max_rows: r.get(&REQUEST_LOG_MAX_ROWS),
+        },
         io_threads: r.get(&SERVER_IO_THREADS),
         shutdown_grace_ms: r.get(&SERVER_SHUTDOWN_GRACE_MS),
         header_read_timeout_ms: r.get(&SERVER_HEADER_READ_TIMEOUT_MS),

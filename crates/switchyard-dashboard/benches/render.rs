@@ -74,6 +74,8 @@ fn row(i: u64) -> LogRow {
 fn health() -> Health {
     Health {
         status: "ok",
+        reasons: Vec::new(),
+        database: "ok",
         version: "bench",
         uptime_ms: 3_600_000,
         config_version: 1,
@@ -89,8 +91,10 @@ fn health() -> Health {
             state: "ok",
             reason: "selected",
             breaker: None,
+            last_probe: None,
         },
         breakers: Vec::new(),
+        terminal_connections: Vec::new(),
     }
 }
 

@@ -148,7 +148,7 @@ pub async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Res
 /// The overview's data, from the services the management API uses.
 async fn gather(app: &AppState) -> Result<Overview, ApiError> {
     Ok(Overview {
-        health: services::system::health(app),
+        health: services::system::health(app).await,
         providers: services::config::providers(app).await?,
         connections: services::resilience::cooldowns(app, None),
         pools: services::quota::pools(app).await?,

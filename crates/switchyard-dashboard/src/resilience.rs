@@ -94,7 +94,7 @@ async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Respons
         Ok(providers) => {
             let r = Resilience {
                 providers,
-                breakers: services::system::health(app).breakers,
+                breakers: services::system::breakers(app),
                 connections: services::resilience::cooldowns(app, None),
                 locks: services::resilience::model_locks(app),
                 settings: services::resilience::get_settings(app),

@@ -140,10 +140,18 @@ async fn method_not_allowed(
     })
 }
 
-/// `GET /metrics` in the Prometheus text format.
+/// `GET /metrics` in the Prometheus text format; behind the admin credential when
+/// `monitoring.access` is `admin`.
 #[utoipa::path(get, path = "/metrics", tag = "monitoring",
-    responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain")))]
-pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    responses(
+        (status = 200, description = "Prometheus text exposition", content_type = "text/plain"),
+        (status = 401, description = "`monitoring.access` is `admin` and no admin credential was given.")))]
+pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if state.snapshot().settings.metrics_need_admin {
+        if let Err(e) = auth::check_admin(&state.config, &headers) {
+            return e.into_response();
+        }
+    }
     let mut r = state.telemetry.metrics.encode().into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -320,14 +320,9 @@ impl Harness {
         );
     }
 
-    /// `GET /api/monitoring/health` as JSON.
+    /// `GET /api/monitoring/health` as JSON, in detail (with the admin token).
     pub async fn health(&self) -> Value {
-        let r = self
-            .http
-            .get(self.url("/api/monitoring/health"))
-            .send()
-            .await;
-        r.unwrap().json().await.unwrap()
+        self.admin_json("/api/monitoring/health").await
     }
 
     /// `GET /metrics` as text.

@@ -113,6 +113,7 @@ async fn two_gateway_processes_share_quota_through_redis() {
     let http = reqwest::Client::new();
     let health: Value = http
         .get(format!("{url_a}/api/monitoring/health"))
+        .bearer_auth(ADMIN)
         .send()
         .await
         .unwrap()
@@ -158,6 +159,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
 async fn config_version(http: &reqwest::Client, base: &str) -> i64 {
     let health: Value = http
         .get(format!("{base}/api/monitoring/health"))
+        .bearer_auth(ADMIN)
         .send()
         .await
         .unwrap()

@@ -1,15 +1,18 @@
-//! `/api/logs` (admin) and `/api/monitoring/health` (public): thin handlers over
+//! `/api/logs` (admin) and `/api/monitoring/health` (its status public, its detail for
+//! the admin credential): thin handlers over
 //! [`services::logs`] and [`services::system`].
 //!
 //! Both only read; nothing here writes the store or the configuration.
 
 use crate::error::{ApiError, ApiQuery};
+use crate::pipeline::auth;
 use crate::services;
 use crate::services::logs::LogSearch;
-use crate::services::system::Health;
+use crate::services::system::{Health, Status};
 use crate::state::AppState;
 use axum::extract::State;
-use axum::response::{AppendHeaders, IntoResponse};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{AppendHeaders, IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -77,8 +80,29 @@ pub async fn logs(
     Ok((AppendHeaders(next), Json(rows)))
 }
 
+/// The health status for anyone (a load balancer's probe), the detail for the admin
+/// credential only: it names providers and connections. `503` while `down`.
 #[utoipa::path(get, path = "/api/monitoring/health", tag = "monitoring",
-    responses((status = 200, body = Health)))]
-pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
-    Json(services::system::health(&state))
+    responses(
+        (status = 200, body = Health, description = "`ok` or `degraded`: the detail with the \
+            admin credential, else only `{\"status\"}`."),
+        (status = 503, body = Health, description = "`down`: no configured provider can serve.")))]
+pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let health = services::system::health(&state).await;
+    let code = if health.status == "down" {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    if auth::check_admin(&state.config, &headers).is_ok() {
+        (code, Json(health)).into_response()
+    } else {
+        (
+            code,
+            Json(Status {
+                status: health.status,
+            }),
+        )
+            .into_response()
+    }
 }

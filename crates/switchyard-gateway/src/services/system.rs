@@ -1,17 +1,36 @@
-//! The health summary: read from the snapshot and the runtime state only; nothing here
-//! writes the store, the configuration or the runtime state.
+//! The health summary: read from the snapshot, the runtime state and one read of the
+//! database; nothing here writes the store, the configuration or the runtime state. The
+//! status is [`switchyard_core::health::judge`]'s over every component.
 
 use crate::runtime::quota::StoreStatus;
-use crate::state::AppState;
+use crate::runtime::resilience::BreakerStatus;
+use crate::state::{self, AppState};
 use serde::Serialize;
 use switchyard_core::domain::AuthClass;
+use switchyard_core::health::{self, Components};
 use utoipa::ToSchema;
+
+/// The health status alone: what `GET /api/monitoring/health` answers without the admin
+/// credential.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Status {
+    /// `ok`, `degraded` or `down` (see [`Health::status`]).
+    pub status: &'static str,
+}
 
 /// Health summary.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
-    /// `ok`, or `degraded` when the quota store is not the one asked for or is failing.
+    /// `down` when providers are configured and none can serve (each one's breaker is
+    /// open, or it has no enabled connection out of a terminal state); `degraded` when
+    /// the quota store is not the one asked for or is failing, the database does not
+    /// answer, a provider's breaker is open or probing, a provider has no usable
+    /// connection, or a connection is in a terminal state; else `ok`.
     pub status: &'static str,
+    /// Why the status is not `ok`, one sentence per fault.
+    pub reasons: Vec<String>,
+    /// Whether the database answered a read just now.
+    pub database: &'static str,
     pub version: &'static str,
     pub uptime_ms: u64,
     pub config_version: i64,
@@ -26,6 +45,18 @@ pub struct Health {
     pub quota_store_status: StoreStatus,
     /// Provider circuit breakers that have seen failures.
     pub breakers: Vec<BreakerView>,
+    /// Connections in a terminal state (banned, expired, out of credits): they serve
+    /// nothing until an operator acts.
+    pub terminal_connections: Vec<TerminalView>,
+}
+
+/// A connection in a terminal state.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TerminalView {
+    pub connection_id: String,
+    pub provider: String,
+    /// `banned`, `expired` or `credits_exhausted`.
+    pub state: &'static str,
 }
 
 /// One provider's circuit breaker.
@@ -59,19 +90,89 @@ pub fn in_flight(state: &AppState) -> InFlight {
     }
 }
 
+/// Every provider's circuit breaker that has seen failures, by provider.
+pub fn breakers(state: &AppState) -> Vec<BreakerView> {
+    breaker_states(state)
+        .into_iter()
+        .map(BreakerView::from)
+        .collect()
+}
+
+fn breaker_states(state: &AppState) -> Vec<BreakerStatus> {
+    let snap = state.snapshot();
+    state.runtime.resilience.breakers(
+        &snap.settings.resilience.breaker,
+        |p| {
+            snap.catalog
+                .provider_connections(p)
+                .next()
+                .map_or(AuthClass::Apikey, |c| c.auth_class)
+        },
+        state.clock.now_ms(),
+    )
+}
+
+impl From<BreakerStatus> for BreakerView {
+    fn from(b: BreakerStatus) -> Self {
+        Self {
+            provider: b.provider,
+            state: b.state.as_str(),
+            failures: b.failures,
+            probe_in_ms: b.probe_in_ms,
+        }
+    }
+}
+
 /// The gateway's health now.
-pub fn health(state: &AppState) -> Health {
+pub async fn health(state: &AppState) -> Health {
+    let database_ok = state::blocking(&state.store, |s| s.config_version())
+        .await
+        .is_ok();
     let snap = state.snapshot();
     let conns = snap.catalog.connections();
     let quota_store = state.runtime.quota.store_status();
+    let breakers = breaker_states(state);
+    let terminal: Vec<TerminalView> = conns
+        .iter()
+        .filter_map(|c| {
+            let t = state.runtime.resilience.health_of(&c.id).terminal?;
+            Some(TerminalView {
+                connection_id: c.id.clone(),
+                provider: c.provider.clone(),
+                state: t.as_str(),
+            })
+        })
+        .collect();
+    let providers = snap
+        .catalog
+        .providers()
+        .map(|p| {
+            let id = p.id.as_str();
+            let enabled: Vec<_> = snap
+                .catalog
+                .provider_connections(id)
+                .filter(|c| c.enabled)
+                .collect();
+            health::Provider {
+                id,
+                breaker: breakers.iter().find(|b| b.provider == id).map(|b| b.state),
+                enabled: enabled.len(),
+                terminal: enabled
+                    .iter()
+                    .filter(|c| terminal.iter().any(|t| t.connection_id == c.id))
+                    .count(),
+            }
+        })
+        .collect();
+    let (status, reasons) = health::judge(&Components {
+        quota_store_ok: quota_store.state == "ok",
+        database_ok,
+        providers,
+    });
     Health {
-        // Redis asked for but not in use, or failing: several replicas no longer share
-        // their counters, or requests go unmetered.
-        status: if quota_store.state == "ok" {
-            "ok"
-        } else {
-            "degraded"
-        },
+        status: status.as_str(),
+        reasons,
+        database: if database_ok { "ok" } else { "down" },
         version: env!("CARGO_PKG_VERSION"),
         uptime_ms: state.clock.now_ms().saturating_sub(state.started_at_ms),
         config_version: snap.version,
@@ -82,26 +183,7 @@ pub fn health(state: &AppState) -> Health {
         quota_pools: snap.quota.pools.len(),
         quota_store: quota_store.driver,
         quota_store_status: quota_store,
-        breakers: state
-            .runtime
-            .resilience
-            .breakers(
-                &snap.settings.resilience.breaker,
-                |p| {
-                    snap.catalog
-                        .provider_connections(p)
-                        .next()
-                        .map_or(AuthClass::Apikey, |c| c.auth_class)
-                },
-                state.clock.now_ms(),
-            )
-            .into_iter()
-            .map(|b| BreakerView {
-                provider: b.provider,
-                state: b.state.as_str(),
-                failures: b.failures,
-                probe_in_ms: b.probe_in_ms,
-            })
-            .collect(),
+        breakers: breakers.into_iter().map(BreakerView::from).collect(),
+        terminal_connections: terminal,
     }
 }

@@ -15,6 +15,7 @@ mod combo_wait;
 mod concurrency;
 mod edge;
 mod failover;
+mod health;
 mod lifecycle;
 mod python;
 mod quota;
