@@ -4,7 +4,9 @@
 //! Every `FLUSH_EVERY` the writer collects what changed and writes it in one
 //! transaction each, off the request path. A crash loses at most that interval; a
 //! graceful stop flushes everything. Once an hour it deletes quota slots that have left
-//! their window and are older than the retention setting.
+//! their window and are older than the retention setting; at start and every minute it
+//! prunes the request log to its retention (`requestLog.retentionDays`,
+//! `requestLog.maxRows`), in small batches so the log writer is never held up long.
 //!
 //! The writer takes the runtime parts, the live configuration (read only) and the store,
 //! not `AppState`. Each write runs on the blocking pool after the changed rows have been
@@ -26,6 +28,15 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// How often expired slots are garbage-collected.
 const GC_EVERY: Duration = Duration::from_secs(3_600);
+
+/// How often the request log is pruned to its retention.
+const LOG_PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// Request-log rows deleted per transaction: a few milliseconds of holding the database.
+const LOG_PRUNE_BATCH: u32 = 1_000;
+
+/// Pause between two pruning batches, so the log writer's inserts interleave with them.
+const LOG_PRUNE_PAUSE: Duration = Duration::from_millis(10);
 
 const DAY_MS: u64 = 86_400_000;
 
@@ -78,6 +89,8 @@ async fn write_loop(state: Parts, mut stop: watch::Receiver<bool>) {
     flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut gc = tokio::time::interval(GC_EVERY);
     gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut prune = tokio::time::interval(LOG_PRUNE_EVERY);
+    prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = flush.tick() => {
@@ -85,6 +98,7 @@ async fn write_loop(state: Parts, mut stop: watch::Receiver<bool>) {
                 flush_resilience(&state).await;
             }
             _ = gc.tick() => collect_garbage(&state).await,
+            _ = prune.tick() => prune_request_log(&state).await,
             r = stop.changed() => {
                 if r.is_err() || *stop.borrow() {
                     break;
@@ -160,5 +174,48 @@ async fn collect_garbage(state: &Parts) {
         Ok(Ok(n)) => tracing::info!(deleted = n, "Deleted expired quota consumption slots."),
         Ok(Err(e)) => tracing::warn!(error = %e, "Quota retention cleanup failed."),
         Err(e) => tracing::warn!(error = %e, "Quota retention task failed."),
+    }
+}
+
+/// Deletes request-log rows past their retention, a batch at a time, until a batch finds
+/// less than a whole one to delete.
+async fn prune_request_log(state: &Parts) {
+    let retention = state.config.snapshot().settings.request_log;
+    let older_than = state
+        .clock
+        .now_ms()
+        .saturating_sub(retention.days.saturating_mul(DAY_MS));
+    let mut deleted: usize = 0;
+    loop {
+        let store = Arc::clone(&state.store);
+        let batch = tokio::task::spawn_blocking(move || {
+            store.prune_logs(older_than, retention.max_rows, LOG_PRUNE_BATCH)
+        })
+        .await;
+        match batch {
+            Ok(Ok(n)) => {
+                deleted = deleted.saturating_add(n);
+                if n < LOG_PRUNE_BATCH as usize {
+                    break;
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "Request-log pruning failed; retrying at the next run.");
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "Request-log pruning task failed.");
+                break;
+            }
+        }
+        tokio::time::sleep(LOG_PRUNE_PAUSE).await;
+    }
+    if deleted > 0 {
+        tracing::info!(
+            deleted,
+            retention_days = retention.days,
+            max_rows = retention.max_rows,
+            "Pruned the request log to its retention."
+        );
     }
 }

@@ -159,4 +159,15 @@ ALTER TABLE providers ADD COLUMN max_concurrent INTEGER;
 ALTER TABLE providers ADD COLUMN max_output_tokens TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE request_log ADD COLUMN client_format TEXT NOT NULL DEFAULT 'openai';
 "#,
+    // v6: the indexes the request log's filters need (key, provider, model, status), each
+    // ending in the row id so a filtered page is read newest first without a sort. Rows
+    // are written in batches off the request path, so the indexes cost the writer, not
+    // requests; time filters and retention still walk the rowid, which is time order.
+    r#"
+CREATE INDEX request_log_key ON request_log (key_id, id);
+CREATE INDEX request_log_provider ON request_log (provider, id);
+CREATE INDEX request_log_requested_model ON request_log (requested_model, id);
+CREATE INDEX request_log_model ON request_log (model, id);
+CREATE INDEX request_log_status ON request_log (status, id);
+"#,
 ];

@@ -144,6 +144,16 @@ pub struct LogRow {
     pub egress_ip: Option<String>,
 }
 
+/// The request log's size ([`Store::log_size`](crate::Store::log_size)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct LogSize {
+    pub rows: u64,
+    /// When the oldest row kept was written (Unix milliseconds); none when empty.
+    pub oldest_ts: Option<u64>,
+    /// The database file's size in bytes.
+    pub database_bytes: u64,
+}
+
 /// Which request-log rows [`Store::query_logs`](crate::Store::query_logs) returns.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogQuery {

@@ -669,6 +669,47 @@ impl Store {
         Ok(rows)
     }
 
+    /// Deletes up to `batch` of the oldest request-log rows that are older than
+    /// `older_than_ms` or beyond the newest `max_rows`; returns how many went. Only the
+    /// oldest `batch` rows are read (rows are in time order by row id), so a call that
+    /// finds nothing to delete costs as little as one that does; call it again while it
+    /// deletes a whole batch.
+    pub fn prune_logs(&self, older_than_ms: u64, max_rows: u64, batch: u32) -> Result<usize> {
+        let conn = self.lock();
+        let newest: i64 =
+            conn.query_row("SELECT coalesce(max(id), 0) FROM request_log", [], |r| {
+                r.get(0)
+            })?;
+        // Row ids grow by one per row and only the oldest are ever deleted, so the rows
+        // above this id are at most `max_rows`.
+        let keep_above = newest.saturating_sub(i64_of(max_rows));
+        Ok(conn.execute(
+            "DELETE FROM request_log WHERE id IN (
+               SELECT id FROM (SELECT id, ts FROM request_log ORDER BY id LIMIT ?3)
+               WHERE id <= ?1 OR ts < ?2)",
+            params![keep_above, i64_of(older_than_ms), batch],
+        )?)
+    }
+
+    /// The request log's size: its rows, the time of the oldest, and the database file's
+    /// bytes (the log is most of it).
+    pub fn log_size(&self) -> Result<LogSize> {
+        let conn = self.lock();
+        let rows: i64 = conn.query_row("SELECT count(*) FROM request_log", [], |r| r.get(0))?;
+        let oldest: Option<i64> = conn
+            .query_row("SELECT ts FROM request_log ORDER BY id LIMIT 1", [], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+        let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        Ok(LogSize {
+            rows: u64::try_from(rows).unwrap_or(0),
+            oldest_ts: oldest.and_then(|t| u64::try_from(t).ok()),
+            database_bytes: u64::try_from(pages.saturating_mul(page_size)).unwrap_or(0),
+        })
+    }
+
     /// Requests since `since_ms`, counted per `bucket_ms`-long bucket, provider,
     /// connection and key, oldest bucket first. Only the rows of the window are read:
     /// rows are in time order, so the scan starts after the newest row older than it.
@@ -1441,6 +1482,68 @@ mod tests {
             prompt_tokens: Some(10),
             completion_tokens: Some(ts),
             egress_ip: None,
+        }
+    }
+
+    #[test]
+    fn pruning_holds_the_row_cap_and_the_age_in_batches_newest_kept() {
+        let s = Store::open_in_memory().unwrap();
+        let rows: Vec<LogRow> = (1..=1_500)
+            .map(|ts| logged(ts, "k1", "alpha", "m", 200))
+            .collect();
+        s.insert_log_batch(&rows).unwrap();
+        assert_eq!(s.log_size().unwrap().rows, 1_500);
+        // A cap of 1 000, in batches of 200: three full batches, then the rest.
+        let mut deleted = Vec::new();
+        loop {
+            let n = s.prune_logs(0, 1_000, 200).unwrap();
+            deleted.push(n);
+            if n < 200 {
+                break;
+            }
+        }
+        assert_eq!(deleted, [200, 200, 100, 0]);
+        let size = s.log_size().unwrap();
+        assert_eq!((size.rows, size.oldest_ts), (1_000, Some(501)));
+        assert!(size.database_bytes > 0);
+        // More rows come: the cap holds at the newest 1 000.
+        let more: Vec<LogRow> = (1_501..=1_750)
+            .map(|ts| logged(ts, "k1", "alpha", "m", 200))
+            .collect();
+        s.insert_log_batch(&more).unwrap();
+        assert_eq!(s.prune_logs(0, 1_000, 500).unwrap(), 250);
+        assert_eq!(s.log_size().unwrap().oldest_ts, Some(751));
+        assert_eq!(s.recent_logs(1, None).unwrap()[0].ts, 1_750);
+        // By age: everything before 1 200 goes, a batch of 300, then the rest.
+        assert_eq!(s.prune_logs(1_200, 1_000, 300).unwrap(), 300);
+        assert_eq!(s.prune_logs(1_200, 1_000, 300).unwrap(), 149);
+        assert_eq!(s.prune_logs(1_200, 1_000, 300).unwrap(), 0);
+        let size = s.log_size().unwrap();
+        assert_eq!((size.rows, size.oldest_ts), (551, Some(1_200)));
+        // An empty log has nothing to prune and no oldest row.
+        let empty = Store::open_in_memory().unwrap();
+        assert_eq!(empty.prune_logs(u64::MAX, 1_000, 10).unwrap(), 0);
+        assert_eq!(empty.log_size().unwrap().oldest_ts, None);
+    }
+
+    #[test]
+    fn the_log_filters_use_their_indexes() {
+        let s = Store::open_in_memory().unwrap();
+        let conn = s.lock();
+        for (column, index) in [
+            ("key_id", "request_log_key"),
+            ("provider", "request_log_provider"),
+            ("requested_model", "request_log_requested_model"),
+            ("model", "request_log_model"),
+        ] {
+            let plan: String = conn
+                .query_row(
+                    &format!("EXPLAIN QUERY PLAN SELECT id FROM request_log WHERE {column} = 'x' ORDER BY id DESC LIMIT 50"),
+                    [],
+                    |r| r.get(3),
+                )
+                .unwrap();
+            assert!(plan.contains(index), "{column}: {plan}");
         }
     }
 

@@ -44,6 +44,7 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(settings::list))
         .routes(routes!(settings::put, settings::delete))
         .routes(routes!(system::logs))
+        .routes(routes!(system::log_stats))
         .routes(routes!(quota::list_pools, quota::create_pool))
         .routes(routes!(
             quota::get_pool,

@@ -7,7 +7,7 @@
 use crate::error::{ApiError, ApiQuery};
 use crate::pipeline::auth;
 use crate::services;
-use crate::services::logs::LogSearch;
+use crate::services::logs::{LogSearch, LogStats};
 use crate::services::system::{Health, Status};
 use crate::state::AppState;
 use axum::extract::State;
@@ -78,6 +78,14 @@ pub async fn logs(
         .collect::<Vec<_>>();
     let rows: Vec<LogRow> = page.rows.into_iter().map(|(_, row)| row).collect();
     Ok((AppendHeaders(next), Json(rows)))
+}
+
+#[utoipa::path(get, path = "/api/logs/stats", tag = "logs",
+    responses((status = 200, body = LogStats,
+        description = "The request log's rows, oldest row and database size, and its retention.")),
+    security(("bearer" = [])))]
+pub async fn log_stats(State(state): State<Arc<AppState>>) -> Result<Json<LogStats>, ApiError> {
+    Ok(Json(services::logs::stats(&state).await?))
 }
 
 /// The health status for anyone (a load balancer's probe), the detail for the admin

@@ -5,7 +5,9 @@
 
 use crate::error::ApiError;
 use crate::state::{blocking, AppState};
-use switchyard_store::{LogQuery, LogRow, SeriesRow, StatusFilter};
+use serde::Serialize;
+use switchyard_store::{LogQuery, LogRow, LogSize, SeriesRow, StatusFilter};
+use utoipa::ToSchema;
 
 /// Most rows one log query returns.
 const MAX_LOG_ROWS: u32 = 1000;
@@ -35,6 +37,28 @@ pub struct LogPage {
     pub rows: Vec<(i64, LogRow)>,
     /// The cursor of the next (older) page, when there is one.
     pub next: Option<i64>,
+}
+
+/// The request log's size and the retention that bounds it.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct LogStats {
+    #[serde(flatten)]
+    pub size: LogSize,
+    /// `requestLog.retentionDays`.
+    pub retention_days: u64,
+    /// `requestLog.maxRows`.
+    pub max_rows: u64,
+}
+
+/// The request log's size now, with its retention settings.
+pub async fn stats(state: &AppState) -> Result<LogStats, ApiError> {
+    let size = blocking(&state.store, |s| s.log_size()).await?;
+    let retention = state.snapshot().settings.request_log;
+    Ok(LogStats {
+        size,
+        retention_days: retention.days,
+        max_rows: retention.max_rows,
+    })
 }
 
 /// A status filter as people write it: `429`, `4xx`, `errors`.

@@ -21,6 +21,7 @@ mod python;
 mod quota;
 mod quota_store;
 mod redaction;
+mod request_log;
 mod resilience;
 mod responses;
 mod secrets;
