@@ -2,8 +2,11 @@
 //!
 //! Keys are 256-bit random secrets, so a single SHA-256 is a sound storage hash: there is
 //! nothing to brute-force that a slow KDF would protect. The store keeps only the hash and
-//! a short display prefix. Lookups go through a map keyed by the hash; the final equality
-//! check is constant-time so that timing never reveals how much of a hash matched.
+//! a short display prefix. Client keys are found through a map keyed by the hash, with
+//! ordinary comparisons: what timing could reveal is how much of a stored *digest* a
+//! presented key's digest matched, and steering a digest byte by byte would take a
+//! SHA-256 preimage. The one credential compared against a single known value, the admin
+//! token, is compared in constant time ([`KeyHash::ct_eq`]).
 //!
 //! Generating a key needs randomness and is the gateway's work; this module only hashes,
 //! parses and compares what it is given, with no I/O.

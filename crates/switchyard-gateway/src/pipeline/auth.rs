@@ -1,7 +1,8 @@
 //! Authentication: client API keys for `/v1`, the admin credential for `/api`.
 //!
-//! Keys are looked up in the in-memory catalog by their SHA-256 (no database read); the
-//! digest comparison is constant-time. Both `Authorization: Bearer` and the Anthropic
+//! Keys are looked up in the in-memory catalog by their SHA-256 (no database read; see
+//! `switchyard_core::apikey` on timing); the admin token's digest is compared in
+//! constant time. Both `Authorization: Bearer` and the Anthropic
 //! `x-api-key` header are accepted.
 
 use crate::error::ApiError;
