@@ -215,9 +215,23 @@ async fn a_soft_key_is_deprioritized_never_blocked_by_its_share() {
             Some("strict")
         )
     );
+    // The factor is a score (SPEC Q7): at 0.9 the pooled first target (1 × 0.9) still
+    // beats the unpooled second (0.8), and is tried first again.
+    let r = h
+        .admin_send(
+            reqwest::Method::PUT,
+            "/api/settings/quota.softDeprioritizeFactor",
+            json!({"value": 0.9}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(h.chat(chat_body("fast", false)).await.status(), 200);
+    let stats = h.mock_stats().await;
+    assert_eq!(stats["by_credential"][CRED_BETA], 1);
+    assert_eq!(stats["by_credential"][CRED_ALPHA], 6);
     // ... and asked for directly it is still served, up to the pool's limit.
     let (ok, body) = burst(&h, KEY, "alpha/mock-small", 10).await;
-    assert_eq!(ok, 5);
+    assert_eq!(ok, 4);
     assert_eq!(body.unwrap()["error"]["quota"]["reason"], "global_limit");
 }
 
