@@ -43,6 +43,12 @@ impl Price {
     }
 }
 
+/// Whether a request can be metered in `units` at `price`: a `usd` dimension needs the
+/// model's price (without one it would meter $0, and a budget would never be enforced).
+pub fn priced_enough(units: impl IntoIterator<Item = Unit>, price: Option<Price>) -> bool {
+    price.is_some() || !units.into_iter().any(|u| u == Unit::Usd)
+}
+
 /// The token estimate of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Estimate {
@@ -187,6 +193,18 @@ mod tests {
         assert_eq!(e.cost(Unit::Tokens, None), 151.0);
         assert_eq!(e.cost(Unit::Percent, None), 0.0);
         assert_eq!(e.cost(Unit::Usd, None), 0.0);
+        // Which is why a `usd` dimension refuses an unpriced model instead.
+        let price = Price {
+            input_per_mtok: 1.0,
+            output_per_mtok: 1.0,
+        };
+        assert!(!priced_enough([Unit::Requests, Unit::Usd], None));
+        assert!(priced_enough([Unit::Requests, Unit::Usd], Some(price)));
+        assert!(priced_enough(
+            [Unit::Requests, Unit::Tokens, Unit::Percent],
+            None
+        ));
+        assert!(priced_enough([], None));
         let price = Price {
             input_per_mtok: 2.0,
             output_per_mtok: 10.0,

@@ -56,6 +56,8 @@ pub enum Reason {
     SlotRefused(Refusal),
     /// The request cannot be expressed in the candidate's upstream format.
     Untranslatable,
+    /// The candidate's quota pool meters `usd` and its model has no price (SPEC Q5).
+    Unpriced,
 }
 
 impl Reason {
@@ -73,6 +75,7 @@ impl Reason {
             Self::QuotaBlocked { .. } => "quota_exceeded",
             Self::SlotRefused(r) => r.code(),
             Self::Untranslatable => "untranslatable",
+            Self::Unpriced => "model_unpriced",
         }
     }
 
@@ -91,7 +94,8 @@ impl Reason {
             | Self::NotAllowedForKey
             | Self::Terminal(_)
             | Self::SlotRefused(_)
-            | Self::Untranslatable => None,
+            | Self::Untranslatable
+            | Self::Unpriced => None,
         }
     }
 
@@ -108,7 +112,8 @@ impl Reason {
             | Self::Terminal(_)
             | Self::QuotaBlocked { .. }
             | Self::SlotRefused(_)
-            | Self::Untranslatable => false,
+            | Self::Untranslatable
+            | Self::Unpriced => false,
         }
     }
 
@@ -128,8 +133,9 @@ mod tests {
     #[test]
     fn every_reason_has_its_name_retry_after_and_hold() {
         let t = |retry_after_ms| Hold::Transient { retry_after_ms };
-        let cases: [(Reason, &str, Option<u64>, Hold); 16] = [
+        let cases: [(Reason, &str, Option<u64>, Hold); 17] = [
             (Reason::Disabled, "disabled", None, Hold::Lasting),
+            (Reason::Unpriced, "model_unpriced", None, Hold::Lasting),
             (
                 Reason::Untranslatable,
                 "untranslatable",

@@ -168,6 +168,9 @@ pub enum ApiError {
     },
     #[error("{}", .0.message())]
     QuotaExceeded(Box<crate::runtime::quota::QuotaBlock>),
+    /// The only candidates are on pools that meter `usd`, and the model has no price.
+    #[error("{0}")]
+    UnpricedModel(String),
     /// A concurrency gate or the request queue refused the request (SPEC R7, R10).
     #[error("{}", queue_message(*refusal, connection))]
     Queue {
@@ -290,6 +293,7 @@ impl ApiError {
                 AttemptFailure::Status(_) => (S::BAD_GATEWAY, "upstream_error", "upstream_error"),
             },
             Self::QuotaExceeded(_) => (S::TOO_MANY_REQUESTS, "rate_limit_error", "quota_exceeded"),
+            Self::UnpricedModel(_) => (S::FORBIDDEN, "permission_error", "model_unpriced"),
             Self::Queue { refusal, .. } => match refusal {
                 Refusal::ExecutionTimeout => (S::GATEWAY_TIMEOUT, "timeout_error", refusal.code()),
                 _ => (S::TOO_MANY_REQUESTS, "rate_limit_error", refusal.code()),

@@ -74,6 +74,8 @@ pub struct Ctx<'a> {
     pub protocol: &'a ProtocolHeaders,
     /// Why the first candidate that could not take the request in its format could not.
     pub untranslatable: std::sync::OnceLock<String>,
+    /// Why the first candidate whose pool meters `usd` could not price the model.
+    pub unpriced: std::sync::OnceLock<String>,
     pub candidates: &'a [Candidate],
     pub strategy: strategy::Kind,
     pub estimate: Estimate,
@@ -207,14 +209,20 @@ async fn attempt(
     let pooled = snap.quota.pool_of(conn.index);
     let (quota, quota_headers) = quota::admit(ctx, candidate, output_limit, finisher.request_id())
         .await
-        .map_err(|block| Report::QuotaBlocked {
-            exclusion: excluded(
-                candidate,
-                Reason::QuotaBlocked {
-                    retry_after_ms: block.retry_after_ms,
-                },
-            ),
-            block,
+        .map_err(|refusal| match refusal {
+            quota::Refusal::Blocked(block) => Report::QuotaBlocked {
+                exclusion: excluded(
+                    candidate,
+                    Reason::QuotaBlocked {
+                        retry_after_ms: block.retry_after_ms,
+                    },
+                ),
+                block,
+            },
+            quota::Refusal::Unpriced(message) => {
+                let _ = ctx.unpriced.set(message);
+                Report::Excluded(excluded(candidate, Reason::Unpriced))
+            }
         })?;
     guards.quota = quota;
     finisher.attempt(

@@ -163,6 +163,7 @@ async fn run(
         request: &request,
         protocol: &protocol,
         untranslatable: std::sync::OnceLock::new(),
+        unpriced: std::sync::OnceLock::new(),
         candidates: &plan.candidates,
         strategy: plan.strategy,
         estimate,
@@ -200,7 +201,14 @@ async fn run(
                 );
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
-            Step::Done(end) => return ended(end, &request.model, ctx.untranslatable.get()),
+            Step::Done(end) => {
+                return ended(
+                    end,
+                    &request.model,
+                    ctx.untranslatable.get(),
+                    ctx.unpriced.get(),
+                )
+            }
         }
     }
 }
@@ -210,17 +218,21 @@ fn ended(
     end: End<Box<crate::runtime::quota::QuotaBlock>, Response, attempt::UpstreamFailure>,
     model: &str,
     untranslatable: Option<&String>,
+    unpriced: Option<&String>,
 ) -> Result<Response, ApiError> {
     let model = model.to_owned();
-    // Nothing could take the request in its format: that is the client's error.
-    if let (End::AllSkipped { excluded } | End::NoExecutable { excluded }, Some(message)) =
-        (&end, untranslatable)
-    {
-        if excluded.iter().all(|e| e.reason == Reason::Untranslatable) {
+    if let End::AllSkipped { excluded } | End::NoExecutable { excluded } = &end {
+        let all = |reason| excluded.iter().all(|e| e.reason == reason);
+        // Nothing could take the request in its format: that is the client's error.
+        if let (true, Some(message)) = (all(Reason::Untranslatable), untranslatable) {
             return Err(ApiError::InvalidRequest {
                 param: None,
                 message: message.clone(),
             });
+        }
+        // Every candidate is on a `usd` pool without the model's price.
+        if let (true, Some(message)) = (all(Reason::Unpriced), unpriced) {
+            return Err(ApiError::UnpricedModel(message.clone()));
         }
     }
     Err(match end {

@@ -14,6 +14,15 @@ use switchyard_core::routing::Candidate;
 /// Quota headers for a successful response.
 pub type Headers = Vec<(HeaderName, HeaderValue)>;
 
+/// Why the pool refused a candidate.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The key's share, the pool's limit or its cap.
+    Blocked(Box<QuotaBlock>),
+    /// The pool meters `usd` and the model has no price; says so.
+    Unpriced(String),
+}
+
 /// Reserves quota for an attempt on `candidate`. `Ok` carries the reservation (none when
 /// the connection is in no pool or the pool does not enforce) and the headers to add to
 /// a successful response; `Err` is the pool's refusal, and the caller moves on to the
@@ -24,7 +33,7 @@ pub async fn admit(
     candidate: &Candidate,
     output_limit: Option<u64>,
     request_id: &str,
-) -> Result<(Option<QuotaGuard>, Headers), Box<QuotaBlock>> {
+) -> Result<(Option<QuotaGuard>, Headers), Refusal> {
     let (runtime, snap, key, mut estimate) = (ctx.runtime, ctx.snap, ctx.key, ctx.estimate);
     let conn = &candidate.connection;
     let Some(pool) = snap.quota.pool_of(conn.index) else {
@@ -48,6 +57,14 @@ pub async fn admit(
     {
         Admission::Admitted { guard, headers } => Ok((Some(guard), headers)),
         Admission::Unenforced(_) => Ok((None, Vec::new())),
+        Admission::Unpriced => {
+            let message = format!(
+                "quota pool `{}` meters `usd`, but model `{}/{}` has no price: set its price on provider `{}` (`price`), or use another model",
+                pool.pool.id, conn.provider, candidate.upstream_model, conn.provider
+            );
+            tracing::warn!(request_id, key_id = %key.id, connection_id = %conn.id, %message, "Quota pool refused an unpriced model.");
+            Err(Refusal::Unpriced(message))
+        }
         Admission::Blocked(block) => {
             tracing::info!(
                 request_id,
@@ -59,7 +76,7 @@ pub async fn admit(
                 retry_after_ms = block.retry_after_ms,
                 "Quota pool blocked a candidate."
             );
-            Err(Box::new(block))
+            Err(Refusal::Blocked(Box::new(block)))
         }
     }
 }

@@ -31,6 +31,7 @@ pub mod names {
     pub const CLIENT_CONNECTIONS_REFUSED: &str = "switchyard_client_connections_refused";
     pub const CLIENT_TIMEOUTS: &str = "switchyard_client_timeouts";
     pub const QUOTA_UNMETERED: &str = "switchyard_quota_unmetered";
+    pub const QUOTA_UNPRICED: &str = "switchyard_quota_unpriced";
     pub const QUOTA_STORE_INFO: &str = "switchyard_quota_store_info";
 }
 
@@ -130,7 +131,13 @@ pub struct StoreInfoLabels {
 #[derive(Debug, Clone, Default)]
 pub struct QuotaMetrics {
     unmetered: Family<UnmeteredLabels, Counter>,
+    unpriced: Family<PoolLabels, Counter>,
     store_info: Family<StoreInfoLabels, Gauge>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub pool: String,
 }
 
 impl QuotaMetrics {
@@ -140,6 +147,15 @@ impl QuotaMetrics {
             .get_or_create(&UnmeteredLabels {
                 pool: pool.to_owned(),
                 reason,
+            })
+            .inc();
+    }
+
+    /// Counts a request refused on a `usd` pool because its model has no price.
+    pub fn unpriced(&self, pool: &str) {
+        self.unpriced
+            .get_or_create(&PoolLabels {
+                pool: pool.to_owned(),
             })
             .inc();
     }
@@ -293,6 +309,11 @@ impl Metrics {
             names::QUOTA_UNMETERED,
             "Requests let through without a quota reservation, by pool and reason",
             quota.unmetered.clone(),
+        );
+        registry.register(
+            names::QUOTA_UNPRICED,
+            "Requests refused on a pool that meters usd because their model has no price, by pool",
+            quota.unpriced.clone(),
         );
         registry.register(
             names::QUOTA_STORE_INFO,

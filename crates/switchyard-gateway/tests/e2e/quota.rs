@@ -718,15 +718,41 @@ async fn usd_dimensions_are_metered_with_the_model_price() {
     let expected = 2.0 * prompt + completion;
     let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
     assert_eq!(usage["dimensions"][0]["keys"][0]["consumed"], expected);
-    // A model without a price costs nothing in usd.
     let provider: Value = h.admin_json("/api/providers/alpha").await;
     assert_eq!(
         provider["prices"]["mock-small"],
         json!({"input_per_mtok": 2000000.0, "output_per_mtok": 1000000.0})
     );
-    h.chat(chat_body("alpha/mock-large", false)).await;
+    // A model without a price would meter $0 and never meet the budget: it is refused
+    // on this pool, with a typed error naming it, and counted.
+    let r = h.chat(chat_body("alpha/mock-large", false)).await;
+    let (status, e) = status_and_json(r).await;
+    assert_eq!(status, 403);
+    assert_eq!(e["error"]["code"], "model_unpriced");
+    assert_eq!(e["error"]["type"], "permission_error");
+    assert_eq!(
+        e["error"]["message"],
+        "quota pool `team` meters `usd`, but model `alpha/mock-large` has no price: set its price on provider `alpha` (`price`), or use another model"
+    );
+    assert_eq!(
+        h.metric(r#"switchyard_quota_unpriced_total{pool="team"}"#)
+            .await,
+        Some(1.0)
+    );
+    assert_eq!(h.mock_stats().await["by_credential"][CRED_ALPHA], 1);
     let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
     assert_eq!(usage["dimensions"][0]["keys"][0]["consumed"], expected);
+    // Priced, it is metered like the other.
+    let mut provider = provider;
+    provider["prices"]["mock-large"] = json!({"input_per_mtok": 1.0, "output_per_mtok": 1.0});
+    let r = h
+        .admin_send(reqwest::Method::PUT, "/api/providers/alpha", provider)
+        .await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    eventually("the price applies", || async {
+        h.chat(chat_body("alpha/mock-large", false)).await.status() == 200
+    })
+    .await;
 }
 
 pub const CRED_ALPHA2: &str = "cred-alpha-2-secret-value";

@@ -32,7 +32,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_core::quota::burn::BurnRate;
-use switchyard_core::quota::cost::{Estimate, Price};
+use switchyard_core::quota::cost::{self, Estimate, Price};
 use switchyard_core::quota::decide::{decide, fair_share, BlockReason, Mode};
 use switchyard_core::quota::ledger::Reservation;
 use switchyard_core::settings::QuotaSettings;
@@ -89,6 +89,9 @@ pub enum Admission {
         headers: Vec<(http::HeaderName, http::HeaderValue)>,
     },
     Blocked(QuotaBlock),
+    /// The pool meters `usd` and the model has no price: the request is refused on
+    /// this pool rather than metered at $0.
+    Unpriced,
     /// The counter store could not meter the request; it goes ahead unmetered
     /// (fail-open).
     Unenforced(UnmeteredReason),
@@ -430,6 +433,10 @@ impl QuotaEngine {
         (estimate, price): (Estimate, Option<Price>),
         settings: &QuotaSettings,
     ) -> Admission {
+        if !cost::priced_enough(pool.dims.iter().map(|d| d.unit), price) {
+            self.metrics.unpriced(&pool.pool.id);
+            return Admission::Unpriced;
+        }
         let costs = costs(pool, &estimate, price);
         let threshold = settings.saturation_threshold;
         let (outcome, retry, booked_in) =
