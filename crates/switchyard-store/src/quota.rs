@@ -60,10 +60,6 @@ impl Store {
         })
     }
 
-    pub fn list_plans(&self) -> Result<Vec<PlanRecord>> {
-        query_plans(&self.lock())
-    }
-
     pub fn save_plan(&self, plan: &PlanRecord, now: u64) -> Result<()> {
         self.batch(|b| b.save_plan(plan, now))
     }
@@ -453,7 +449,7 @@ mod tests {
         )
         .unwrap();
         s.delete_connection("c1").unwrap();
-        assert!(s.list_plans().unwrap().is_empty());
+        assert!(s.load_config().unwrap().plans.is_empty());
     }
 
     #[test]
@@ -469,9 +465,9 @@ mod tests {
         };
         s.save_plan(&plan, 1).unwrap();
         s.save_plan(&plan, 2).unwrap();
-        assert_eq!(s.list_plans().unwrap(), vec![plan]);
+        assert_eq!(s.load_config().unwrap().plans, vec![plan]);
         s.delete_plan("c1").unwrap();
-        assert!(s.list_plans().unwrap().is_empty());
+        assert!(s.load_config().unwrap().plans.is_empty());
         assert!(matches!(
             s.delete_plan("c1"),
             Err(StoreError::NotFound { .. })

@@ -76,12 +76,6 @@ impl Policy {
             .into_iter()
             .find(|p| p.as_str() == s)
     }
-
-    /// Reads a stored policy; an unknown name is treated as `hard` (SPEC Q2), the
-    /// conservative reading of a row written by another version.
-    pub fn parse_or_hard(s: &str) -> Self {
-        Self::parse(s).unwrap_or(Self::Hard)
-    }
 }
 
 /// Lenient while the pool has room to spare, strict once it is saturated.
@@ -590,9 +584,10 @@ mod tests {
     }
 
     #[test]
-    fn unknown_policy_names_read_as_hard() {
-        assert_eq!(Policy::parse_or_hard("greedy"), Policy::Hard);
-        assert_eq!(Policy::parse_or_hard("burst"), Policy::Burst);
+    fn policies_parse_by_name_and_unknown_names_do_not() {
+        for p in [Policy::Hard, Policy::Soft, Policy::Burst] {
+            assert_eq!(Policy::parse(p.as_str()), Some(p));
+        }
         assert_eq!(Policy::parse("greedy"), None);
     }
 

@@ -332,35 +332,6 @@ impl Pool {
             .map(|d| Dimension::new(d.unit, d.window, d.limit * n))
             .collect()
     }
-
-    /// Back to the submitted form (for export and for updates that edit one field).
-    pub fn to_input(&self) -> PoolInput {
-        PoolInput {
-            id: self.id.clone(),
-            name: self.name.clone(),
-            connection_ids: self.connection_ids.clone(),
-            dimensions: self
-                .dimensions
-                .iter()
-                .map(|d| DimensionInput {
-                    unit: d.unit.as_str().to_owned(),
-                    window: d.window.as_str().to_owned(),
-                    limit: d.limit,
-                })
-                .collect(),
-            allocations: self
-                .allocations
-                .iter()
-                .map(|a| AllocationInput {
-                    api_key_id: a.api_key_id.clone(),
-                    allocation_weight: a.allocation_weight,
-                    cap_value: a.cap_value,
-                    cap_unit: a.cap_unit.map(|u| u.as_str().to_owned()),
-                    policy: a.policy.as_str().to_owned(),
-                })
-                .collect(),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -425,10 +396,6 @@ mod tests {
             })
         );
         assert_eq!(pool.allocations[1].policy, Policy::Soft);
-        assert_eq!(
-            validate(serde_json::to_value(pool.to_input()).unwrap()),
-            Ok(pool)
-        );
     }
 
     #[test]
