@@ -48,7 +48,7 @@ use axum::http::header::{
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::map_response;
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{any, get, post};
 use axum::{Form, Router};
 use serde::Deserialize;
@@ -66,7 +66,9 @@ pub use once::OneTimeLinks;
 const COOKIE_NAME: &str = "sy_session";
 
 /// The dashboard's routes, all under `/dashboard`, with no fallback of their own (the
-/// gateway's answers paths outside them).
+/// gateway's answers paths outside them). `/dashboard/` is sent to `/dashboard` (a
+/// `308`), and every answer under `/dashboard`, an unknown path's included, carries
+/// the dashboard's security headers.
 pub fn routes(state: Arc<AppState>) -> Router {
     dashboard(state).router
 }
@@ -96,6 +98,10 @@ pub fn dashboard(state: Arc<AppState>) -> Dashboard {
     });
     let router = Router::new()
         .route("/dashboard", get(overview::page).fallback(unknown))
+        .route(
+            "/dashboard/",
+            any(|| async { Redirect::permanent("/dashboard") }),
+        )
         .route(SIGN_IN, get(sign_in_form).post(sign_in).fallback(unknown))
         .route(
             once::ONCE_PATH,

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_page_headers, get, session_of, sign_in, start};
+use common::{assert_page_headers, assert_security_headers, get, session_of, sign_in, start};
 use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
 use switchyard_test_support::{eventually, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
 
@@ -296,5 +296,44 @@ async fn action_paths_answer_other_methods_like_unknown_pages() {
             404,
             "GET {path}"
         );
+    }
+}
+
+#[tokio::test]
+async fn the_trailing_slash_redirects_and_every_answer_carries_the_security_headers() {
+    let (h, c) = start().await;
+    let slash = get(&h, &c, "/dashboard/", None).await;
+    assert_eq!(slash.status(), 308);
+    assert_eq!(slash.headers()[LOCATION], "/dashboard");
+    assert_security_headers(&slash);
+    let posted = c.post(h.url("/dashboard/")).send().await.unwrap();
+    assert_eq!(posted.status(), 308);
+    assert_eq!(posted.headers()[LOCATION], "/dashboard");
+    assert_security_headers(&posted);
+    let unknown = [
+        "/dashboard/no-such-page",
+        "/dashboard/costs/quota-share/",
+        "/dashboard/keys/",
+        "/dashboard//",
+    ];
+    for path in unknown {
+        let r = get(&h, &c, path, None).await;
+        assert_eq!(r.status(), 303, "GET {path} signed out");
+        assert_eq!(r.headers()[LOCATION], "/dashboard/sign-in");
+        assert_security_headers(&r);
+        let r = c.post(h.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 403, "POST {path} signed out");
+        assert_page_headers(&r);
+    }
+    let cookie = session_of(&sign_in(&h, &c, ADMIN).await);
+    let followed = get(&h, &c, "/dashboard/", Some(&cookie)).await;
+    assert_eq!(followed.status(), 308);
+    assert_eq!(get(&h, &c, "/dashboard", Some(&cookie)).await.status(), 200);
+    for path in unknown {
+        let r = get(&h, &c, path, Some(&cookie)).await;
+        assert_eq!(r.status(), 404, "GET {path}");
+        assert_page_headers(&r);
+        let body = r.text().await.unwrap();
+        assert!(body.contains("<h1>Not found</h1>"), "{path}: {body}");
     }
 }

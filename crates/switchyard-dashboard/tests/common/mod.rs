@@ -49,7 +49,13 @@ pub async fn get(h: &Harness, c: &Client, path: &str, cookie: Option<&str>) -> R
 
 pub fn assert_page_headers(r: &Response) {
     assert_eq!(r.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
-    assert_eq!(r.headers()[CACHE_CONTROL], "no-store");
+    assert_security_headers(r);
+}
+
+/// Asserts `r` carries the headers every dashboard answer carries (a page, a redirect,
+/// an unknown path), `Cache-Control: no-store` included.
+pub fn assert_security_headers(r: &Response) {
+    assert_eq!(r.headers()[CACHE_CONTROL], "no-store", "{}", r.url());
     assert_eq!(r.headers()[X_FRAME_OPTIONS], "DENY");
     assert_eq!(
         r.headers()[CONTENT_SECURITY_POLICY],
