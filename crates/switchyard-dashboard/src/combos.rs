@@ -5,11 +5,9 @@
 
 use crate::fields::{input, one, parse, Fields};
 use crate::html::{confirm_form, escape, form, table_html, Nav};
-use crate::web::{Dash, Empty, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Routes, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
@@ -23,21 +21,12 @@ const PAGE: &str = "/dashboard/combos";
 const STRATEGIES: [&str; 1] = ["priority"];
 
 /// The page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PAGE, get(page).fallback(crate::unknown))
-        .route(
-            "/dashboard/combos/create",
-            post(create).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/combos/{name}/update",
-            post(update).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/combos/{name}/delete",
-            post(delete).fallback(crate::unknown),
-        )
+pub fn routes() -> Routes {
+    Routes::default()
+        .page(PAGE, page)
+        .form("/dashboard/combos/create", create)
+        .form("/dashboard/combos/{name}/update", update)
+        .form("/dashboard/combos/{name}/delete", delete)
 }
 
 /// `GET /dashboard/combos`.

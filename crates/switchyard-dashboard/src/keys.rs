@@ -5,11 +5,9 @@
 
 use crate::fields::{all, checkbox, comma_list, input, one, some_if_any, state_label, Fields};
 use crate::html::{confirm_form, escape, form, table_html, Nav};
-use crate::web::{Dash, Empty, Posted, Session, Signed, View};
+use crate::web::{Dash, Empty, Posted, Routes, Session, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
@@ -21,13 +19,10 @@ use switchyard_store::{ConnectionRecord, KeyRecord};
 const PAGE: &str = "/dashboard/keys";
 
 /// The keys page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PAGE, get(page).post(create).fallback(crate::unknown))
-        .route(
-            "/dashboard/keys/{id}/revoke",
-            post(revoke).fallback(crate::unknown),
-        )
+pub fn routes() -> Routes {
+    Routes::default()
+        .page_and_form(PAGE, page, create)
+        .form("/dashboard/keys/{id}/revoke", revoke)
 }
 
 /// What the page shows.

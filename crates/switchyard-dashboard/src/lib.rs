@@ -49,7 +49,7 @@ use axum::http::header::{
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::map_response;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{any, get};
 use axum::{Form, Router};
 use serde::Deserialize;
 use session::{Sessions, SESSION_TTL_SECS};
@@ -58,7 +58,7 @@ use switchyard_core::apikey::KeyHash;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::pipeline::auth;
 use switchyard_gateway::state::AppState;
-use web::{see_other, Dash, Empty, Posted, Signed, SIGN_IN};
+use web::{see_other, Dash, Empty, Posted, Routes, Signed, SIGN_IN};
 
 pub use once::OneTimeLinks;
 
@@ -86,32 +86,40 @@ pub fn dashboard(state: Arc<AppState>) -> Dashboard {
         links: Arc::default(),
         clock: Arc::clone(&state.clock),
     };
-    let once = Arc::clone(&links.links);
     let (css, js) = (assets::css(), assets::htmx());
+    let layout = html::Layout {
+        css: css.path.clone(),
+        js: js.path.clone(),
+    };
     let dash = Arc::new(Dash {
         app: state,
         sessions: Sessions::default(),
-        layout: html::Layout {
-            css: css.path.clone(),
-            js: js.path.clone(),
-        },
+        layout,
     });
-    let router = Router::new()
-        .route("/dashboard", get(overview::page).fallback(unknown))
-        .route(
+    let router = table(Arc::clone(&links.links), css, js)
+        .router
+        .layer(map_response(security_headers))
+        .with_state(dash);
+    Dashboard { router, links }
+}
+
+/// The dashboard's route table, which [`dashboard`] builds its router from.
+fn table(once: Arc<once::Links>, css: assets::Asset, js: assets::Asset) -> Routes {
+    let (css_path, js_path) = (css.path.clone(), js.path.clone());
+    Routes::default()
+        .page("/dashboard", overview::page)
+        .other(
             "/dashboard/",
             any(|| async { Redirect::permanent("/dashboard") }),
         )
-        .route(SIGN_IN, get(sign_in_form).post(sign_in).fallback(unknown))
-        .route(
-            once::ONCE_PATH,
-            get(move |dash, headers, query| sign_in_once(dash, Arc::clone(&once), headers, query))
-                .fallback(unknown),
-        )
-        .route("/dashboard/sign-out", post(sign_out).fallback(unknown))
-        .route(&css.path.clone(), get(move || asset(css)).fallback(unknown))
-        .route(&js.path.clone(), get(move || asset(js)).fallback(unknown))
-        .route("/dashboard/{*rest}", any(unknown))
+        .other(SIGN_IN, get(sign_in_form).post(sign_in).fallback(unknown))
+        .page(once::ONCE_PATH, move |dash, headers, query| {
+            sign_in_once(dash, Arc::clone(&once), headers, query)
+        })
+        .form("/dashboard/sign-out", sign_out)
+        .page(&css_path, move || asset(css))
+        .page(&js_path, move || asset(js))
+        .other("/dashboard/{*rest}", any(unknown))
         .merge(quota_share::routes())
         .merge(plans::routes())
         .merge(resilience::routes())
@@ -120,9 +128,13 @@ pub fn dashboard(state: Arc<AppState>) -> Dashboard {
         .merge(providers::routes())
         .merge(combos::routes())
         .merge(requests::routes())
-        .layer(map_response(security_headers))
-        .with_state(dash);
-    Dashboard { router, links }
+}
+
+/// The paths whose `POST` is a signed-in form (each refused without its session's CSRF
+/// token), from the table the router is built from; for tests, not part of the API.
+#[doc(hidden)]
+pub fn post_routes() -> Vec<&'static str> {
+    table(Arc::default(), assets::css(), assets::htmx()).forms
 }
 
 /// The content security policy of every dashboard response: only the dashboard's own

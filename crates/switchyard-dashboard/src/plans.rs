@@ -5,11 +5,9 @@
 use crate::charts;
 use crate::html::{self, escape, table, Nav};
 use crate::quota_share::{dimension_lines, parse_dimensions, Choice};
-use crate::web::{Dash, Empty, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Routes, Signed, View};
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use serde::Deserialize;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -22,16 +20,13 @@ use switchyard_gateway::services::quota::PlanView;
 pub const PLANS: &str = "/dashboard/costs/quota-share/plans";
 
 /// The page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PLANS, get(page).fallback(crate::unknown))
-        .route(
-            "/dashboard/costs/quota-share/plans/{connection}",
-            post(save).fallback(crate::unknown),
-        )
-        .route(
+pub fn routes() -> Routes {
+    Routes::default()
+        .page(PLANS, page)
+        .form("/dashboard/costs/quota-share/plans/{connection}", save)
+        .form(
             "/dashboard/costs/quota-share/plans/{connection}/delete",
-            post(delete).fallback(crate::unknown),
+            delete,
         )
 }
 

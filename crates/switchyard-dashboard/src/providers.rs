@@ -9,11 +9,9 @@
 
 use crate::fields::{checkbox, comma_list, input, non_blank, number, one, parse, Fields};
 use crate::html::{confirm_form, escape, form, table_html, Nav};
-use crate::web::{Dash, Empty, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Routes, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use switchyard_gateway::config::ConnectionSpec;
@@ -31,33 +29,15 @@ const FORMATS: [&str; 3] = ["openai", "anthropic", "responses"];
 const AUTH_CLASSES: [&str; 3] = ["apikey", "oauth", "local"];
 
 /// The page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PAGE, get(page).fallback(crate::unknown))
-        .route(
-            "/dashboard/providers/create",
-            post(create_provider).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/providers/{id}/update",
-            post(update_provider).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/providers/{id}/delete",
-            post(delete_provider).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/connections/create",
-            post(create_connection).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/connections/{id}/update",
-            post(update_connection).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/connections/{id}/delete",
-            post(delete_connection).fallback(crate::unknown),
-        )
+pub fn routes() -> Routes {
+    Routes::default()
+        .page(PAGE, page)
+        .form("/dashboard/providers/create", create_provider)
+        .form("/dashboard/providers/{id}/update", update_provider)
+        .form("/dashboard/providers/{id}/delete", delete_provider)
+        .form("/dashboard/connections/create", create_connection)
+        .form("/dashboard/connections/{id}/update", update_connection)
+        .form("/dashboard/connections/{id}/delete", delete_connection)
 }
 
 /// What the page shows.

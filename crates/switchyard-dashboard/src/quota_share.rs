@@ -10,11 +10,9 @@
 use crate::charts::{self, Mark, Segment, Series};
 use crate::html::{self, escape, table, Nav};
 use crate::overview;
-use crate::web::{Dash, Empty, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Routes, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::sync::Arc;
@@ -31,21 +29,15 @@ use switchyard_store::{SaveMode, SeriesRow};
 pub const LIST: &str = "/dashboard/costs/quota-share";
 
 /// The pages' routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(LIST, get(list_page).post(create).fallback(crate::unknown))
-        .route(
-            "/dashboard/costs/quota-share/{id}",
-            get(pool_page).fallback(crate::unknown),
-        )
-        .route(
+pub fn routes() -> Routes {
+    Routes::default()
+        .page_and_form(LIST, list_page, create)
+        .page("/dashboard/costs/quota-share/{id}", pool_page)
+        .form(
             "/dashboard/costs/quota-share/{id}/allocations",
-            post(save_allocations).fallback(crate::unknown),
+            save_allocations,
         )
-        .route(
-            "/dashboard/costs/quota-share/{id}/delete",
-            post(delete).fallback(crate::unknown),
-        )
+        .form("/dashboard/costs/quota-share/{id}/delete", delete)
 }
 
 /// The page of pool `id`.

@@ -11,12 +11,10 @@
 //! pages stay put.
 
 use crate::html::{escape, live, Nav};
-use crate::web::{Dash, Signed, View};
+use crate::web::{Dash, Routes, Signed, View};
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::get;
-use axum::Router;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::sync::Arc;
@@ -43,8 +41,8 @@ const WINDOWS: [(&str, &str, u64); 3] = [
 ];
 
 /// The page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new().route(PATH, get(page).fallback(crate::unknown))
+pub fn routes() -> Routes {
+    Routes::default().page(PATH, page)
 }
 
 /// The filters as the query string carries them (and the form shows them back).

@@ -6,11 +6,9 @@
 use crate::fields::{all, hidden, state_label, Fields};
 use crate::html::{confirm_form, csrf_field, escape, form, live, table, table_html, Nav};
 use crate::overview::seconds;
-use crate::web::{Dash, Empty, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Routes, Signed, View};
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -42,37 +40,16 @@ const OTHER_SETTINGS: [&str; 7] = [
 ];
 
 /// The resilience page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PAGE, get(page).fallback(crate::unknown))
-        .route(
-            "/dashboard/resilience/reset",
-            post(reset).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/clear",
-            post(clear_selected).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/clear-provider",
-            post(clear_provider).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/clear-all",
-            post(clear_all).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/re-enable",
-            post(re_enable).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/model-lockout",
-            post(model_lockout).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/provider-cooldown",
-            post(provider_cooldown).fallback(crate::unknown),
-        )
+pub fn routes() -> Routes {
+    Routes::default()
+        .page(PAGE, page)
+        .form("/dashboard/resilience/reset", reset)
+        .form("/dashboard/resilience/clear", clear_selected)
+        .form("/dashboard/resilience/clear-provider", clear_provider)
+        .form("/dashboard/resilience/clear-all", clear_all)
+        .form("/dashboard/resilience/re-enable", re_enable)
+        .form("/dashboard/resilience/model-lockout", model_lockout)
+        .form("/dashboard/resilience/provider-cooldown", provider_cooldown)
 }
 
 /// What the page shows.

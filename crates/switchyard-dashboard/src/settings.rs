@@ -5,11 +5,9 @@
 
 use crate::fields::{hidden, one, Fields};
 use crate::html::{escape, form, table_html, Nav};
-use crate::web::{Dash, Posted, Signed, View};
+use crate::web::{Dash, Posted, Routes, Signed, View};
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
 use serde_json::Value;
 use std::sync::Arc;
 use switchyard_core::settings::SettingValue;
@@ -23,13 +21,10 @@ pub const PAGE: &str = "/dashboard/settings";
 const BACK_TO: [&str; 2] = [PAGE, "/dashboard/resilience"];
 
 /// The settings page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PAGE, get(page).post(set).fallback(crate::unknown))
-        .route(
-            "/dashboard/settings/reset",
-            post(reset).fallback(crate::unknown),
-        )
+pub fn routes() -> Routes {
+    Routes::default()
+        .page_and_form(PAGE, page, set)
+        .form("/dashboard/settings/reset", reset)
 }
 
 /// `GET /dashboard/settings`.

@@ -6,10 +6,13 @@
 use crate::html::{Layout, Nav, Notice, Page};
 use crate::session::{csrf_matches, Sessions};
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::handler::Handler;
 use axum::http::header::{CONTENT_TYPE, COOKIE, LOCATION};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{self, MethodRouter};
+use axum::Router;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -44,6 +47,62 @@ pub struct Session {
     pub id: String,
     pub csrf: String,
     pub htmx: bool,
+}
+
+/// The dashboard's route table: its router, and the paths whose `POST` is a signed-in
+/// form (checked by [`Posted`]), so that tests can reach every form from the table the
+/// router is built from. Every route answers other methods as an unknown page.
+#[derive(Debug, Default)]
+pub struct Routes {
+    pub router: Router<Arc<Dash>>,
+    pub forms: Vec<&'static str>,
+}
+
+impl Routes {
+    fn add(mut self, path: &str, method: MethodRouter<Arc<Dash>>) -> Self {
+        self.router = self.router.route(path, method.fallback(crate::unknown));
+        self
+    }
+
+    /// A page: `GET path`.
+    pub fn page<H: Handler<T, Arc<Dash>>, T: 'static>(self, path: &str, get: H) -> Self {
+        self.add(path, routing::get(get))
+    }
+
+    /// A signed-in form's action: `POST path`.
+    pub fn form<H: Handler<T, Arc<Dash>>, T: 'static>(
+        mut self,
+        path: &'static str,
+        post: H,
+    ) -> Self {
+        self.forms.push(path);
+        self.add(path, routing::post(post))
+    }
+
+    /// A page whose own form posts back to it: `GET path` and `POST path`.
+    pub fn page_and_form<G, Tg, P, Tp>(mut self, path: &'static str, get: G, post: P) -> Self
+    where
+        G: Handler<Tg, Arc<Dash>>,
+        P: Handler<Tp, Arc<Dash>>,
+        Tg: 'static,
+        Tp: 'static,
+    {
+        self.forms.push(path);
+        self.add(path, routing::get(get).post(post))
+    }
+
+    /// A route outside the table's forms, as given (sign-in, which opens the session
+    /// the forms need; the paths that answer every method).
+    pub fn other(mut self, path: &str, method: MethodRouter<Arc<Dash>>) -> Self {
+        self.router = self.router.route(path, method);
+        self
+    }
+
+    pub fn merge(mut self, other: Routes) -> Self {
+        self.router = self.router.merge(other.router);
+        self.forms.extend(other.forms);
+        self
+    }
 }
 
 /// A rendered page's parts, for [`Dash::render`].
