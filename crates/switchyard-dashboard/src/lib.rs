@@ -10,7 +10,8 @@
 //! anything else is refused with `403`), and every form carries the session's CSRF
 //! token (`web::Posted` checks it). A one-time link
 //! (`/dashboard/sign-in/once?t=…`, see [`OneTimeLinks`]) opens the same session once,
-//! for the binary's banner. Pages are rendered with `format!` and
+//! for the binary's banner. Sign-in attempts are throttled per client address and
+//! globally (`429` with `Retry-After`; the one-time link is exempt). Pages are rendered with `format!` and
 //! `html::escape`; credentials are never rendered. Assets (the stylesheet, the
 //! vendored htmx that refreshes live regions) are embedded and served under
 //! content-hashed names.
@@ -30,6 +31,7 @@ mod requests;
 mod resilience;
 mod session;
 mod settings;
+mod throttle;
 mod web;
 
 /// The pure renderers the `render` benchmark measures; not part of the crate's API.
@@ -41,23 +43,25 @@ pub mod bench_api {
 }
 
 use axum::extract::rejection::FormRejection;
-use axum::extract::{RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, SET_COOKIE,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, RETRY_AFTER, SET_COOKIE,
     X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::map_response;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{any, get};
-use axum::{Form, Router};
+use axum::{Extension, Form, Router};
 use serde::Deserialize;
 use session::{Sessions, SESSION_TTL_SECS};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use switchyard_core::apikey::KeyHash;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::pipeline::auth;
 use switchyard_gateway::state::AppState;
+use throttle::{Client, Throttle};
 use web::{see_other, Dash, Empty, Posted, Routes, Signed, SIGN_IN};
 
 pub use once::OneTimeLinks;
@@ -94,6 +98,7 @@ pub fn dashboard(state: Arc<AppState>) -> Dashboard {
     let dash = Arc::new(Dash {
         app: state,
         sessions: Sessions::default(),
+        throttle: Throttle::default(),
         layout,
     });
     let router = table(Arc::clone(&links.links), css, js)
@@ -239,11 +244,25 @@ struct SignIn {
 }
 
 /// `POST /dashboard/sign-in`: the admin token or an admin-scoped key opens a session.
+/// Attempts are throttled per client address and globally (see `throttle`): past the
+/// limit the answer is `429` with `Retry-After`, whatever the token.
 async fn sign_in(
     State(dash): State<Arc<Dash>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     form: Result<Form<SignIn>, FormRejection>,
 ) -> Response {
+    let client = Client::of(peer.map(|Extension(ConnectInfo(addr))| addr.ip()));
+    if let Err(wait) = dash.throttle.attempt(client) {
+        let mut r = dash.sign_in_page(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&format!(
+                "Too many sign-in attempts. Try again in {wait} s."
+            )),
+        );
+        r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(wait));
+        return r;
+    }
     let token = form.map(|Form(f)| f.token).unwrap_or_default();
     let credential = KeyHash::of(token.trim());
     match auth::check_admin_hash(&dash.app.config, &credential) {

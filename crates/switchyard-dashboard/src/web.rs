@@ -5,6 +5,7 @@
 
 use crate::html::{Layout, Nav, Notice, Page};
 use crate::session::{csrf_matches, Sessions};
+use crate::throttle::Throttle;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::handler::Handler;
 use axum::http::header::{CONTENT_TYPE, COOKIE, LOCATION};
@@ -32,11 +33,13 @@ const CSRF_HEADER: &str = "x-csrf-token";
 /// The header htmx sets on its own requests.
 const HX_REQUEST: &str = "hx-request";
 
-/// The dashboard's state: the gateway's, the sessions and the page layout.
+/// The dashboard's state: the gateway's, the sessions, the sign-in throttle and the
+/// page layout.
 #[derive(Debug)]
 pub struct Dash {
     pub app: Arc<AppState>,
     pub sessions: Sessions,
+    pub throttle: Throttle,
     pub layout: Layout,
 }
 

@@ -3,8 +3,10 @@
 
 mod common;
 
-use common::{assert_page_headers, assert_security_headers, get, session_of, sign_in, start};
-use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use common::{
+    assert_page_headers, assert_security_headers, get, session_of, sign_in, start, texts,
+};
+use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, RETRY_AFTER, SET_COOKIE};
 use switchyard_test_support::{eventually, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
 
 #[tokio::test]
@@ -336,4 +338,41 @@ async fn the_trailing_slash_redirects_and_every_answer_carries_the_security_head
         let body = r.text().await.unwrap();
         assert!(body.contains("<h1>Not found</h1>"), "{path}: {body}");
     }
+}
+
+#[tokio::test]
+async fn sign_in_attempts_are_throttled_per_address_without_locking_the_admin_out() {
+    let (h, c) = start().await;
+    let mut statuses = Vec::new();
+    let mut first_wait = None;
+    for _ in 0..40 {
+        let r = sign_in(&h, &c, "not-the-token").await;
+        assert!(r.headers().get(SET_COOKIE).is_none());
+        assert_page_headers(&r);
+        statuses.push(r.status().as_u16());
+        if r.status() == 429 {
+            let wait = r.headers()[RETRY_AFTER].to_str().unwrap().to_owned();
+            let body = r.text().await.unwrap();
+            assert_eq!(
+                texts(&body, "#sign-in-error"),
+                [format!(
+                    "Error: Too many sign-in attempts. Try again in {wait} s."
+                )]
+            );
+            first_wait.get_or_insert(wait);
+        }
+    }
+    let expected: Vec<u16> = [401; 5].into_iter().chain([429; 35]).collect();
+    assert_eq!(statuses, expected);
+    assert_eq!(first_wait.as_deref(), Some("2"));
+    // Throttled, even the admin token waits (a throttled guess learns nothing)...
+    assert_eq!(sign_in(&h, &c, ADMIN).await.status(), 429);
+    // ...for one refill of the address's bucket, and no longer.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let r = sign_in(&h, &c, ADMIN).await;
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()[LOCATION], "/dashboard");
+    // The one-time link is not throttled: an unknown one still gets its own answer.
+    let once = get(&h, &c, "/dashboard/sign-in/once?t=unknown", None).await;
+    assert_eq!(once.status(), 401);
 }
