@@ -11,8 +11,8 @@
 //! token (`web::Posted` checks it). A one-time link
 //! (`/dashboard/sign-in/once?t=…`, see [`OneTimeLinks`]) opens the same session once,
 //! for the binary's banner. Sign-in attempts are throttled per client address and
-//! globally (`429` with `Retry-After`; the one-time link is exempt). Pages are rendered with `format!` and
-//! `html::escape`; credentials are never rendered. Assets (the stylesheet, the
+//! globally (`429` with `Retry-After`; the one-time link is exempt). Pages are maud
+//! markup, escaped by the type; credentials are never rendered. Assets (the stylesheet, the
 //! vendored htmx that refreshes live regions) are embedded and served under
 //! content-hashed names.
 
@@ -53,6 +53,7 @@ use axum::middleware::map_response;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{any, get};
 use axum::{Extension, Form, Router};
+use maud::html;
 use serde::Deserialize;
 use session::{Sessions, SESSION_TTL_SECS};
 use std::net::SocketAddr;
@@ -214,20 +215,15 @@ impl Dash {
     }
 
     fn sign_in_page(&self, status: StatusCode, error: Option<&str>) -> Response {
-        let error = error.map_or_else(String::new, |e| {
-            format!(
-                r#"<p class="notice error" role="alert" id="sign-in-error">Error: {}</p>"#,
-                html::escape(e)
-            )
-        });
-        let main = format!(
-            r#"{error}<form class="sign-in" method="post" action="/dashboard/sign-in">
-<label for="token">Admin token or admin-scoped key</label>
-<input type="password" id="token" name="token" autocomplete="current-password" required autofocus>
-<button type="submit">Sign in</button>
-</form>"#
-        );
-        self.public(status, "Sign in", &main)
+        let main = html! {
+            @if let Some(e) = error { (html::error_notice(Some("sign-in-error"), e)) }
+            form.sign-in method="post" action=(SIGN_IN) {
+                label for="token" { "Admin token or admin-scoped key" }
+                input type="password" id="token" name="token" autocomplete="current-password" required autofocus;
+                button type="submit" { "Sign in" }
+            }
+        };
+        self.public(status, "Sign in", main)
     }
 }
 
@@ -333,7 +329,13 @@ async fn unknown(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Resp
             status: StatusCode::NOT_FOUND,
             title: "Not found",
             nav: html::Nav::None,
-            main: r#"<p>There is no such dashboard page. <a href="/dashboard">Back to the overview</a>.</p>"#,
+            main: html! {
+                p {
+                    "There is no such dashboard page. "
+                    a href="/dashboard" { "Back to the overview" }
+                    "."
+                }
+            },
         },
     )
 }

@@ -3,13 +3,13 @@
 //! (the catalog's plan, or none, applies again).
 
 use crate::charts;
-use crate::html::{self, escape, table, Nav};
+use crate::html::{self, error_notice, table, text, Nav};
 use crate::quota_share::{dimension_lines, parse_dimensions, Choice};
 use crate::web::{Dash, Empty, Posted, Routes, Signed, View};
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
+use maud::{html, Markup};
 use serde::Deserialize;
-use std::fmt::Write;
 use std::sync::Arc;
 use switchyard_core::quota::plan::PlanSource;
 use switchyard_gateway::error::ApiError;
@@ -69,7 +69,7 @@ async fn page(
         plan.as_ref(),
         &session.csrf,
     );
-    dash.render(&session, View::ok(title, Nav::Plans, &main))
+    dash.render(&session, View::ok(title, Nav::Plans, main))
 }
 
 /// A plan's source as text.
@@ -87,52 +87,43 @@ pub(crate) fn render(
     selected: Option<&str>,
     plan: Option<&Result<PlanView, String>>,
     csrf: &str,
-) -> String {
-    let mut options = String::new();
-    for c in connections {
-        let chosen = if Some(c.id.as_str()) == selected {
-            " selected"
-        } else {
-            ""
-        };
-        let _ = write!(
-            options,
-            r#"<option value="{id}"{chosen}>{id} ({provider})</option>"#,
-            id = escape(&c.id),
-            provider = escape(&c.provider),
-        );
-    }
-    let mut out = format!(
-        r#"<form method="get" action="{PLANS}" class="row"><label for="plan-connection">Connection<select id="plan-connection" name="connection">{options}</select></label><button type="submit">Show plan</button></form>"#
-    );
-    match plan {
-        None => out.push_str(r#"<p class="hint">Pick a connection to see its plan.</p>"#),
-        Some(Err(e)) => {
-            let _ = write!(
-                out,
-                r#"<p class="notice error" role="alert">Error: {}</p>"#,
-                escape(e)
-            );
+) -> Markup {
+    html! {
+        form method="get" action=(PLANS) class="row" {
+            label for="plan-connection" {
+                "Connection"
+                select id="plan-connection" name="connection" {
+                    @for c in connections {
+                        option value=(c.id) selected[Some(c.id.as_str()) == selected] {
+                            (c.id) " (" (c.provider) ")"
+                        }
+                    }
+                }
+            }
+            button type="submit" { "Show plan" }
         }
-        Some(Ok(p)) => out.push_str(&plan_section(p, csrf)),
+        @match plan {
+            None => p.hint { "Pick a connection to see its plan." },
+            Some(Err(e)) => (error_notice(None, e)),
+            Some(Ok(p)) => (plan_section(p, csrf)),
+        }
     }
-    out
 }
 
 /// One connection's plan, the override form and (for a manual plan) its removal.
-fn plan_section(p: &PlanView, csrf: &str) -> String {
-    let rows: Vec<Vec<String>> = p
+fn plan_section(p: &PlanView, csrf: &str) -> Markup {
+    let rows: Vec<Vec<Markup>> = p
         .dimensions
         .iter()
         .map(|d| {
             vec![
-                d.unit.as_str().to_owned(),
-                d.window.as_str().to_owned(),
-                if d.limit > 0.0 {
+                text(d.unit.as_str()),
+                text(d.window.as_str()),
+                text(if d.limit > 0.0 {
                     charts::number(d.limit)
                 } else {
                     "0 (unknown)".to_owned()
-                },
+                }),
             ]
         })
         .collect();
@@ -146,40 +137,39 @@ fn plan_section(p: &PlanView, csrf: &str) -> String {
         &path,
         csrf,
         "stack",
-        &format!(
-            r#"<label for="plan-dims">Dimensions</label><textarea id="plan-dims" name="dimensions" aria-describedby="plan-dims-hint">{}</textarea><p class="hint" id="plan-dims-hint">One per line: <code>unit:window=limit</code>, e.g. <code>tokens:5h=400000</code>. Units: requests, tokens, percent, usd; windows: 5h, hourly, daily, weekly, monthly; a limit of 0 means unknown. Saving stores a manual override for this connection.</p>"#,
-            escape(&lines)
-        ),
+        html! {
+            label for="plan-dims" { "Dimensions" }
+            textarea id="plan-dims" name="dimensions" aria-describedby="plan-dims-hint" { (lines) }
+            p.hint id="plan-dims-hint" {
+                "One per line: " code { "unit:window=limit" } ", e.g. " code { "tokens:5h=400000" }
+                ". Units: requests, tokens, percent, usd; windows: 5h, hourly, daily, weekly, monthly; a limit of 0 means unknown. Saving stores a manual override for this connection."
+            }
+        },
         "Save override",
     );
-    let delete = if p.source == PlanSource::Manual {
-        format!(
-            r#"<p class="hint">Deleting the override makes the catalog's plan (or none) apply again.</p>{}"#,
-            html::confirm_form(
-                &format!("{path}/delete"),
-                csrf,
-                "Delete override…",
-                &format!("Delete the override of {} for good", p.connection_id)
-            )
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        r#"<section aria-labelledby="plan-h"><h2 id="plan-h">Plan of {id}</h2>
-<p id="plan-source">Source: {source}</p>
-{table}
-<h3>Override</h3>
-{edit}{delete}</section>"#,
-        id = escape(&p.connection_id),
-        source = source(p.source),
-        table = table(
-            &format!("Dimensions of {}", p.connection_id),
-            &["Unit", "Window", "Limit"],
-            &rows,
-            "No dimensions.",
-        ),
-    )
+    html! {
+        section aria-labelledby="plan-h" {
+            h2 id="plan-h" { "Plan of " (p.connection_id) }
+            p id="plan-source" { "Source: " (source(p.source)) }
+            (table(
+                &format!("Dimensions of {}", p.connection_id),
+                &["Unit", "Window", "Limit"],
+                &rows,
+                "No dimensions.",
+            ))
+            h3 { "Override" }
+            (edit)
+            @if p.source == PlanSource::Manual {
+                p.hint { "Deleting the override makes the catalog's plan (or none) apply again." }
+                (html::confirm_form(
+                    &format!("{path}/delete"),
+                    csrf,
+                    "Delete override…",
+                    &format!("Delete the override of {} for good", p.connection_id),
+                ))
+            }
+        }
+    }
 }
 
 /// The override form.
@@ -250,7 +240,7 @@ mod tests {
             source: PlanSource::Catalog,
             dimensions: vec![Dimension::new(Unit::Requests, Window::Hourly, 1500.0)],
         });
-        let html = render(&choices(), Some("c1"), Some(&plan), "tok");
+        let html = render(&choices(), Some("c1"), Some(&plan), "tok").into_string();
         assert!(html.contains(r#"<option value="c1" selected>c1 (kimi)</option><option value="c&lt;2&gt;">c&lt;2&gt; (kimi)</option>"#));
         assert!(html.contains(
             r#"<p id="plan-source">Source: catalog (the built-in plan of the provider)</p>"#
@@ -268,10 +258,10 @@ mod tests {
             source: PlanSource::Manual,
             dimensions: vec![],
         });
-        let html = render(&choices(), Some("c1"), Some(&plan), "tok");
+        let html = render(&choices(), Some("c1"), Some(&plan), "tok").into_string();
         assert!(html.contains(r#"action="/dashboard/costs/quota-share/plans/c1/delete""#));
         assert!(html.contains("<tr><td colspan=\"3\">No dimensions.</td></tr>"));
-        let html = render(&choices(), Some("x"), Some(&Err("no <x>".into())), "tok");
+        let html = render(&choices(), Some("x"), Some(&Err("no <x>".into())), "tok").into_string();
         assert!(html.contains(r#"<p class="notice error" role="alert">Error: no &lt;x&gt;</p>"#));
         assert!(!html.contains(" selected"));
         assert_eq!(

@@ -3,7 +3,7 @@
 //! [`Posted`] (a form), calls the gateway's `services`, and answers with
 //! [`Dash::render`] or [`Dash::done`]; it never checks sessions or CSRF tokens itself.
 
-use crate::html::{Layout, Nav, Notice, Page};
+use crate::html::{error_notice, Layout, Nav, Notice, Page};
 use crate::session::{csrf_matches, Sessions};
 use crate::throttle::Throttle;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -14,6 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{self, MethodRouter};
 use axum::Router;
+use maud::{html, Markup};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -114,12 +115,12 @@ pub struct View<'a> {
     pub status: StatusCode,
     pub title: &'a str,
     pub nav: Nav,
-    pub main: &'a str,
+    pub main: Markup,
 }
 
 impl<'a> View<'a> {
     /// A `200 OK` page.
-    pub fn ok(title: &'a str, nav: Nav, main: &'a str) -> Self {
+    pub fn ok(title: &'a str, nav: Nav, main: Markup) -> Self {
         Self {
             status: StatusCode::OK,
             title,
@@ -173,23 +174,19 @@ impl Dash {
 
     /// A signed-in page saying `error` could not be read, with the error's status.
     pub fn failed(&self, session: &Session, title: &str, nav: Nav, error: &ApiError) -> Response {
-        let main = format!(
-            r#"<p class="notice error" role="alert">Error: {}</p>"#,
-            crate::html::escape(&error.to_string())
-        );
         self.render(
             session,
             View {
                 status: error.parts().0,
                 title,
                 nav,
-                main: &main,
+                main: error_notice(None, &error.to_string()),
             },
         )
     }
 
     /// A page for a signed-out visitor.
-    pub fn public(&self, status: StatusCode, title: &str, main: &str) -> Response {
+    pub fn public(&self, status: StatusCode, title: &str, main: Markup) -> Response {
         html_response(
             status,
             self.layout.page(&Page {
@@ -223,7 +220,13 @@ impl Dash {
         self.public(
             StatusCode::FORBIDDEN,
             "Forbidden",
-            r#"<p>This action needs a signed-in session and its form token. <a href="/dashboard/sign-in">Sign in</a> and try again.</p>"#,
+            html! {
+                p {
+                    "This action needs a signed-in session and its form token. "
+                    a href=(SIGN_IN) { "Sign in" }
+                    " and try again."
+                }
+            },
         )
     }
 
@@ -242,8 +245,13 @@ impl Dash {
 }
 
 /// An HTML response.
-pub fn html_response(status: StatusCode, body: String) -> Response {
-    (status, [(CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+pub fn html_response(status: StatusCode, body: Markup) -> Response {
+    (
+        status,
+        [(CONTENT_TYPE, "text/html; charset=utf-8")],
+        body.into_string(),
+    )
+        .into_response()
 }
 
 /// The value of the `sy_session` cookie, if the request sends one.
@@ -312,7 +320,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<Dash>> for Posted<T> {
                     status: StatusCode::PAYLOAD_TOO_LARGE,
                     title: "Form too large",
                     nav: Nav::None,
-                    main: "<p class=\"notice error\" role=\"alert\">Error: the form is larger than 64 KiB.</p>",
+                    main: error_notice(None, "the form is larger than 64 KiB."),
                 },
             )
         })?;
@@ -329,21 +337,15 @@ impl<T: DeserializeOwned> FromRequest<Arc<Dash>> for Posted<T> {
         }
         match serde_urlencoded::from_bytes::<T>(&bytes) {
             Ok(form) => Ok(Posted(session, form)),
-            Err(e) => {
-                let main = format!(
-                    r#"<p class="notice error" role="alert">Error: the form could not be read: {}</p>"#,
-                    crate::html::escape(&e.to_string())
-                );
-                Err(dash.render(
-                    &session,
-                    View {
-                        status: StatusCode::BAD_REQUEST,
-                        title: "Bad form",
-                        nav: Nav::None,
-                        main: &main,
-                    },
-                ))
-            }
+            Err(e) => Err(dash.render(
+                &session,
+                View {
+                    status: StatusCode::BAD_REQUEST,
+                    title: "Bad form",
+                    nav: Nav::None,
+                    main: error_notice(None, &format!("the form could not be read: {e}")),
+                },
+            )),
         }
     }
 }

@@ -9,17 +9,20 @@ use common::{
 use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, RETRY_AFTER, SET_COOKIE};
 use switchyard_test_support::{eventually, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
 
+/// The overview's table of the newest requests.
+const LOG: &str = "The newest requests, newest first";
+
 #[tokio::test]
 async fn wrong_tokens_are_refused_without_a_cookie() {
     let (h, c) = start().await;
     let form = get(&h, &c, "/dashboard/sign-in", None).await;
     assert_eq!(form.status(), 200);
     assert_page_headers(&form);
-    assert!(form
-        .text()
-        .await
-        .unwrap()
-        .contains(r#"<input type="password" id="token" name="token""#));
+    let form = form.text().await.unwrap();
+    assert_eq!(
+        common::attr(&form, "input#token[name=token]", "type").as_deref(),
+        Some("password")
+    );
     for (token, message) in [
         (
             "not-the-token",
@@ -35,7 +38,7 @@ async fn wrong_tokens_are_refused_without_a_cookie() {
         assert!(r.headers().get(SET_COOKIE).is_none());
         assert_page_headers(&r);
         let body = r.text().await.unwrap();
-        assert!(body.contains(message), "{body}");
+        assert_eq!(texts(&body, "#sign-in-error"), [message]);
         assert!(!body.contains(token));
     }
 }
@@ -96,7 +99,9 @@ async fn the_overview_needs_a_session_and_shows_no_credential() {
     // The request log is written in batches: wait for the request's row.
     eventually("the request-log row on the overview", || async {
         let page = get(&h, &c, "/dashboard", Some(&cookie)).await;
-        page.text().await.unwrap().contains("<td>fast</td>")
+        common::table_rows(&page.text().await.unwrap(), LOG)
+            .iter()
+            .any(|r| r.get(3).is_some_and(|m| m == "fast"))
     })
     .await;
     let page = get(&h, &c, "/dashboard", Some(&cookie))
@@ -104,17 +109,23 @@ async fn the_overview_needs_a_session_and_shows_no_credential() {
         .text()
         .await
         .unwrap();
-    for id in ["alpha", "beta", "alpha-1", "beta-1"] {
-        assert!(
-            page.contains(&format!("<td>{id}</td>")),
-            "{id} missing: {page}"
+    assert_eq!(
+        common::table_rows(&page, "Providers and their circuit breakers"),
+        [
+            ["alpha", "openai", "CLOSED", "0"],
+            ["beta", "openai", "CLOSED", "0"]
+        ]
+    );
+    for (id, provider) in [("alpha-1", "alpha"), ("beta-1", "beta")] {
+        assert_eq!(
+            common::row(&page, "Connections and their cooldowns", id).unwrap(),
+            [id, provider, "apikey", "active", "—", "0", "—"]
         );
     }
-    assert!(page.contains("<td>CLOSED</td>"));
-    assert!(page.contains("<td>active</td>"));
-    assert!(page.contains("<li>Keys: 2 (0 revoked)</li>"));
-    assert!(
-        page.contains(r#"<meta name="viewport" content="width=device-width, initial-scale=1">"#)
+    assert!(texts(&page, "ul.summary li").contains(&"Keys: 2 (0 revoked)".to_owned()));
+    assert_eq!(
+        common::attr(&page, "meta[name=viewport]", "content").as_deref(),
+        Some("width=device-width, initial-scale=1")
     );
     for secret in [CRED_ALPHA, CRED_BETA, ADMIN, KEY, OPS_KEY] {
         assert!(!page.contains(secret));
@@ -161,9 +172,8 @@ async fn the_stylesheet_is_content_hashed_and_immutable() {
         .text()
         .await
         .unwrap();
-    let marker = r#"<link rel="stylesheet" href=""#;
-    let at = page.find(marker).unwrap() + marker.len();
-    let href = &page[at..at + page[at..].find('"').unwrap()];
+    let href = common::attr(&page, "link[rel=stylesheet]", "href").unwrap();
+    let href = href.as_str();
     let hash = href
         .strip_prefix("/dashboard/assets/app-")
         .and_then(|p| p.strip_suffix(".css"))
@@ -226,14 +236,11 @@ async fn htmx_refreshes_keep_the_notice_and_signed_out_refreshes_are_redirected(
             .await
             .unwrap();
     assert_eq!(refresh.status(), 200);
-    assert!(!refresh.text().await.unwrap().contains(r#"id="notice""#));
+    assert_eq!(common::notice(&refresh.text().await.unwrap()), "");
     let (_, page) = s.page("/dashboard/settings").await;
-    assert!(
-        page.contains(r#"<p class="notice error" role="alert" id="notice">Error: "#),
-        "{page}"
-    );
+    assert!(common::notice(&page).starts_with("Error: "), "{page}");
     let (_, page) = s.page("/dashboard/settings").await;
-    assert!(!page.contains(r#"id="notice""#));
+    assert_eq!(common::notice(&page), "");
 
     let signed_out =
         s.c.get(s.h.url("/dashboard"))
@@ -267,11 +274,10 @@ async fn a_form_over_64_kib_is_refused() {
         .post("/dashboard/settings", &[("key", "a"), ("value", &big)])
         .await;
     assert_eq!(r.status(), 413);
-    assert!(r
-        .text()
-        .await
-        .unwrap()
-        .contains("Error: the form is larger than 64 KiB."));
+    assert_eq!(
+        texts(&r.text().await.unwrap(), "p.notice.error"),
+        ["Error: the form is larger than 64 KiB."]
+    );
 }
 
 #[tokio::test]
@@ -336,7 +342,7 @@ async fn the_trailing_slash_redirects_and_every_answer_carries_the_security_head
         assert_eq!(r.status(), 404, "GET {path}");
         assert_page_headers(&r);
         let body = r.text().await.unwrap();
-        assert!(body.contains("<h1>Not found</h1>"), "{path}: {body}");
+        assert_eq!(texts(&body, "h1"), ["Not found"], "{path}");
     }
 }
 

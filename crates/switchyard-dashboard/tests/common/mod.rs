@@ -65,11 +65,9 @@ pub fn assert_security_headers(r: &Response) {
     assert_eq!(r.headers()["referrer-policy"], "no-referrer");
 }
 
-/// The value of the hidden `csrf` field in `page`.
+/// The value of the sign-out form's `csrf` field in `page`.
 pub fn csrf_in(page: &str) -> String {
-    let marker = r#"name="csrf" value=""#;
-    let at = page.find(marker).unwrap() + marker.len();
-    page[at..at + 64].to_owned()
+    field(page, "form[action='/dashboard/sign-out']", "csrf").unwrap()
 }
 
 /// A signed-in session: the harness, the client, the cookie and the CSRF token.
@@ -156,26 +154,50 @@ pub fn assert_none_of(page: &str, extra: &[&str]) {
     }
 }
 
-/// `text` as a page shows it (escaped as `html::escape` escapes).
-pub fn escaped(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
+/// The one-time notice's text on `page` (`Done: …` or `Error: …`), or empty.
+pub fn notice(page: &str) -> String {
+    texts(page, "#notice").concat()
 }
 
-/// The one-time success notice saying `message`.
+/// The one-time success notice's text saying `message`.
 pub fn done(message: &str) -> String {
-    format!(r#"<p class="notice done" role="status" id="notice">Done: {message}</p>"#)
+    format!("Done: {message}")
 }
 
-/// The one-time error notice saying `message`.
+/// The one-time error notice's text saying `message`.
 pub fn failed(message: &str) -> String {
-    format!(
-        r#"<p class="notice error" role="alert" id="notice">Error: {}</p>"#,
-        escaped(message)
-    )
+    format!("Error: {message}")
+}
+
+/// The cells of the row whose first cell is `first` in the table captioned `caption`,
+/// if there is one.
+pub fn row(html: &str, caption: &str, first: &str) -> Option<Vec<String>> {
+    table_rows(html, caption)
+        .into_iter()
+        .find(|r| r.first().is_some_and(|c| c == first))
+}
+
+/// The first `n` cells of [`row`].
+pub fn row_head(html: &str, caption: &str, first: &str, n: usize) -> Option<Vec<String>> {
+    row(html, caption, first).map(|mut r| {
+        r.truncate(n);
+        r
+    })
+}
+
+/// The value of attribute `attr` of the first element matching `css` in `html`.
+pub fn attr(html: &str, css: &str, attr: &str) -> Option<String> {
+    scraper::Html::parse_document(html)
+        .select(&selector(css))
+        .next()
+        .and_then(|e| e.value().attr(attr).map(str::to_owned))
+}
+
+/// How many elements match `css` in `html`.
+pub fn count(html: &str, css: &str) -> usize {
+    scraper::Html::parse_document(html)
+        .select(&selector(css))
+        .count()
 }
 
 impl Signed {
