@@ -20,6 +20,7 @@ mod assets;
 mod charts;
 mod combos;
 mod fields;
+mod forms;
 mod html;
 mod keys;
 mod once;
@@ -38,7 +39,7 @@ mod web;
 #[doc(hidden)]
 pub mod bench_api {
     pub use crate::overview::{render as overview, Overview};
-    pub use crate::quota_share::{render_list as quota_share, Choice};
+    pub use crate::quota_share::{render_list as quota_share, Choice, CreateForm};
     pub use crate::requests::{render as requests, Choices, Filters};
 }
 

@@ -3,10 +3,12 @@
 //! (the catalog's plan, or none, applies again).
 
 use crate::charts;
+use crate::forms::{self, DimRow, Placed};
 use crate::html::{self, error_notice, table, text, Nav};
-use crate::quota_share::{dimension_lines, parse_dimensions, Choice};
-use crate::web::{Dash, Empty, Posted, Routes, Signed, View};
+use crate::quota_share::Choice;
+use crate::web::{Dash, Empty, Posted, Routes, Session, Signed, View};
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -48,6 +50,26 @@ async fn page(
     Signed(session): Signed,
     Query(pick): Query<Pick>,
 ) -> Response {
+    let selected = pick.connection.filter(|c| !c.is_empty());
+    show(&dash, &session, selected, None, StatusCode::OK).await
+}
+
+/// The override form as posted: its rows and the error placed on them.
+#[derive(Debug)]
+pub struct Override {
+    pub rows: Vec<DimRow>,
+    pub error: Option<Placed>,
+}
+
+/// The page of `selected`'s plan, its override form showing `edit` when given (else
+/// the plan's dimensions), answered with `status`.
+async fn show(
+    dash: &Dash,
+    session: &Session,
+    selected: Option<String>,
+    edit: Option<&Override>,
+    status: StatusCode,
+) -> Response {
     let title = "Plans";
     let connections = match services::config::connections(&dash.app).await {
         Ok(c) => c
@@ -57,9 +79,8 @@ async fn page(
                 provider: c.provider,
             })
             .collect::<Vec<_>>(),
-        Err(e) => return dash.failed(&session, title, Nav::Plans, &e),
+        Err(e) => return dash.failed(session, title, Nav::Plans, &e),
     };
-    let selected = pick.connection.filter(|c| !c.is_empty());
     let plan = selected
         .clone()
         .map(|c| services::quota::plan(&dash.app, c).map_err(|e| e.to_string()));
@@ -67,9 +88,18 @@ async fn page(
         &connections,
         selected.as_deref(),
         plan.as_ref(),
+        edit,
         &session.csrf,
     );
-    dash.render(&session, View::ok(title, Nav::Plans, main))
+    dash.render(
+        session,
+        View {
+            status,
+            title,
+            nav: Nav::Plans,
+            main,
+        },
+    )
 }
 
 /// A plan's source as text.
@@ -86,6 +116,7 @@ pub(crate) fn render(
     connections: &[Choice],
     selected: Option<&str>,
     plan: Option<&Result<PlanView, String>>,
+    edit: Option<&Override>,
     csrf: &str,
 ) -> Markup {
     html! {
@@ -105,13 +136,13 @@ pub(crate) fn render(
         @match plan {
             None => p.hint { "Pick a connection to see its plan." },
             Some(Err(e)) => (error_notice(None, e)),
-            Some(Ok(p)) => (plan_section(p, csrf)),
+            Some(Ok(p)) => (plan_section(p, edit, csrf)),
         }
     }
 }
 
 /// One connection's plan, the override form and (for a manual plan) its removal.
-fn plan_section(p: &PlanView, csrf: &str) -> Markup {
+fn plan_section(p: &PlanView, edit: Option<&Override>, csrf: &str) -> Markup {
     let rows: Vec<Vec<Markup>> = p
         .dimensions
         .iter()
@@ -128,21 +159,33 @@ fn plan_section(p: &PlanView, csrf: &str) -> Markup {
         })
         .collect();
     let path = format!("{PLANS}/{}", p.connection_id);
-    let lines = dimension_lines(
-        p.dimensions
-            .iter()
-            .map(|d| (d.unit.as_str(), d.window.as_str(), d.limit)),
-    );
+    let mut shown: Vec<DimRow> = p
+        .dimensions
+        .iter()
+        .map(|d| DimRow {
+            unit: d.unit.as_str().to_owned(),
+            window: d.window.as_str().to_owned(),
+            limit: charts::number(d.limit),
+        })
+        .collect();
+    if shown.is_empty() {
+        shown.push(DimRow::default());
+    }
+    let (form_rows, placed) = edit.map_or((shown.as_slice(), None), |e| {
+        (e.rows.as_slice(), e.error.as_ref())
+    });
     let edit = html::form(
         &path,
         csrf,
         "stack",
         html! {
-            label for="plan-dims" { "Dimensions" }
-            textarea id="plan-dims" name="dimensions" aria-describedby="plan-dims-hint" { (lines) }
+            (forms::default_submit("Save override"))
+            @if let Some(e) = placed.filter(|e| e.row.is_none()) {
+                p.notice.error role="alert" id="plan-error" { "Error: " (e.message) }
+            }
+            (forms::dimension_rows(form_rows, placed))
             p.hint id="plan-dims-hint" {
-                "One per line: " code { "unit:window=limit" } ", e.g. " code { "tokens:5h=400000" }
-                ". Units: requests, tokens, percent, usd; windows: 5h, hourly, daily, weekly, monthly; a limit of 0 means unknown. Saving stores a manual override for this connection."
+                "A limit of 0 means unknown; a row without a limit is left out. Saving stores a manual override for this connection."
             }
         },
         "Save override",
@@ -172,35 +215,51 @@ fn plan_section(p: &PlanView, csrf: &str) -> Markup {
     }
 }
 
-/// The override form.
-#[derive(Debug, Deserialize)]
-struct PlanForm {
-    #[serde(default)]
-    dimensions: String,
-}
-
-/// `POST /dashboard/costs/quota-share/plans/{connection}`: stores a manual plan.
+/// `POST /dashboard/costs/quota-share/plans/{connection}`: a row button shows the
+/// form again with one row more or less; otherwise stores a manual plan. A refused
+/// plan shows the form again as posted, with the API's error beside its row.
 async fn save(
     State(dash): State<Arc<Dash>>,
     Path(connection): Path<String>,
-    Posted(session, form): Posted<PlanForm>,
+    Posted(session, fields): Posted<Vec<(String, String)>>,
 ) -> Response {
-    let outcome = match parse_dimensions(&form.dimensions) {
+    let mut edit = Override {
+        rows: forms::dim_rows(&fields),
+        error: None,
+    };
+    if let Some(e) = forms::edit(&fields) {
+        forms::apply(e, &mut edit.rows, &mut Vec::new());
+        return show(
+            &dash,
+            &session,
+            Some(connection),
+            Some(&edit),
+            StatusCode::OK,
+        )
+        .await;
+    }
+    let outcome = match forms::dimensions(&edit.rows) {
         Ok(dims) => services::quota::save_plan(&dash.app, connection.clone(), dims).await,
         Err(e) => Err(e),
     };
-    dash.done(&session, &plan_path(&connection), outcome, |p| {
-        format!(
-            "Plan of `{}` saved: {} dimension(s), source {}.",
-            p.connection_id,
-            p.dimensions.len(),
-            match p.source {
-                PlanSource::Manual => "manual",
-                PlanSource::Catalog => "catalog",
-                PlanSource::Empty => "empty",
-            }
-        )
-    })
+    match outcome {
+        Ok(p) => dash.done(&session, &plan_path(&connection), Ok(p), |p| {
+            format!(
+                "Plan of `{}` saved: {} dimension(s), source {}.",
+                p.connection_id,
+                p.dimensions.len(),
+                match p.source {
+                    PlanSource::Manual => "manual",
+                    PlanSource::Catalog => "catalog",
+                    PlanSource::Empty => "empty",
+                }
+            )
+        }),
+        Err(e) => {
+            edit.error = Some(forms::place(&e, &forms::dim_from(&edit.rows), &[]));
+            show(&dash, &session, Some(connection), Some(&edit), e.parts().0).await
+        }
+    }
 }
 
 /// `POST /dashboard/costs/quota-share/plans/{connection}/delete`: removes the override.
@@ -240,13 +299,14 @@ mod tests {
             source: PlanSource::Catalog,
             dimensions: vec![Dimension::new(Unit::Requests, Window::Hourly, 1500.0)],
         });
-        let html = render(&choices(), Some("c1"), Some(&plan), "tok").into_string();
+        let html = render(&choices(), Some("c1"), Some(&plan), None, "tok").into_string();
         assert!(html.contains(r#"<option value="c1" selected>c1 (kimi)</option><option value="c&lt;2&gt;">c&lt;2&gt; (kimi)</option>"#));
         assert!(html.contains(
             r#"<p id="plan-source">Source: catalog (the built-in plan of the provider)</p>"#
         ));
         assert!(html.contains("<tr><td>requests</td><td>hourly</td><td>1500</td></tr>"));
-        assert!(html.contains(">requests:hourly=1500\n</textarea>"));
+        assert!(html.contains(r#"<input type="number" name="dim[0].limit" value="1500" min="0" step="any" aria-label="Limit of dimension 1">"#));
+        assert!(html.contains(r#"<select name="dim[0].window" aria-label="Window of dimension 1"><option value="5h">5h</option><option value="hourly" selected>hourly</option>"#));
         assert!(html.contains(r#"action="/dashboard/costs/quota-share/plans/c1""#));
         assert!(!html.contains("Delete override"));
     }
@@ -258,10 +318,17 @@ mod tests {
             source: PlanSource::Manual,
             dimensions: vec![],
         });
-        let html = render(&choices(), Some("c1"), Some(&plan), "tok").into_string();
+        let html = render(&choices(), Some("c1"), Some(&plan), None, "tok").into_string();
         assert!(html.contains(r#"action="/dashboard/costs/quota-share/plans/c1/delete""#));
         assert!(html.contains("<tr><td colspan=\"3\">No dimensions.</td></tr>"));
-        let html = render(&choices(), Some("x"), Some(&Err("no <x>".into())), "tok").into_string();
+        let html = render(
+            &choices(),
+            Some("x"),
+            Some(&Err("no <x>".into())),
+            None,
+            "tok",
+        )
+        .into_string();
         assert!(html.contains(r#"<p class="notice error" role="alert">Error: no &lt;x&gt;</p>"#));
         assert!(!html.contains(" selected"));
         assert_eq!(

@@ -2,23 +2,24 @@
 //! page with its usage per dimension (a stacked bar per dimension, the allocation
 //! table, the burn-rate chart, recent decisions), its allocations form and its removal.
 //!
-//! The create form takes short lines (`unit:window=limit` for a dimension,
-//! `key weight [policy] [cap unit]` for an allocation); the allocations form has a row
-//! per key. The handlers only map the fields to the API's input structs and
-//! `services::quota` validates them, so an error reads as the management API's.
+//! The create form has rows of fields for the dimensions and the allocations (see
+//! `forms`), the allocations form a row per key. The handlers only map the fields to
+//! the API's input structs and `services::quota` validates them, so an error reads as
+//! the management API's, beside the row it names.
 
 use crate::charts::{self, Mark, Segment, Series};
+use crate::forms::{self, AllocRow, DimRow, Placed};
 use crate::html::{self, table, text, Nav};
 use crate::overview;
-use crate::web::{Dash, Empty, Posted, Routes, Signed, View};
+use crate::web::{Dash, Empty, Posted, Routes, Session, Signed, View};
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::Response;
 use maud::{html, Markup};
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write;
 use std::sync::Arc;
 use switchyard_core::quota::decide::{Mode, Unit};
-use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
+use switchyard_core::quota::pool::{AllocationInput, PoolInput};
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::runtime::quota::views::{DecisionRecord, DimensionUsage, PoolUsage};
 use switchyard_gateway::services;
@@ -55,6 +56,16 @@ pub struct Choice {
 
 /// `GET /dashboard/costs/quota-share`: the concept card, the create form and the pools.
 async fn list_page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Response {
+    show_list(&dash, &session, StatusCode::OK, &CreateForm::blank()).await
+}
+
+/// The list page with the create form as `form` says, answered with `status`.
+async fn show_list(
+    dash: &Dash,
+    session: &Session,
+    status: StatusCode,
+    form: &CreateForm,
+) -> Response {
     let title = "Quota share";
     let gathered = async {
         let pools = services::quota::pools(&dash.app).await?;
@@ -78,10 +89,18 @@ async fn list_page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Re
                     usage.insert(p.id.clone(), u);
                 }
             }
-            let main = render_list(&pools, &usage, &connections, &keys, &session.csrf);
-            dash.render(&session, View::ok(title, Nav::QuotaShare, main))
+            let main = render_list(&pools, &usage, &connections, &keys, form, &session.csrf);
+            dash.render(
+                session,
+                View {
+                    status,
+                    title,
+                    nav: Nav::QuotaShare,
+                    main,
+                },
+            )
         }
-        Err(e) => dash.failed(&session, title, Nav::QuotaShare, &e),
+        Err(e) => dash.failed(session, title, Nav::QuotaShare, &e),
     }
 }
 
@@ -95,141 +114,89 @@ async fn key_ids(app: &AppState) -> Result<Vec<String>, ApiError> {
         .collect())
 }
 
-/// `POST /dashboard/costs/quota-share`: creates a pool from the form.
+/// The create form's values as posted (or blank) and the error placed on it.
+#[derive(Debug, Default)]
+pub struct CreateForm {
+    pub id: String,
+    pub name: String,
+    pub connections: Vec<String>,
+    pub dims: Vec<DimRow>,
+    pub allocs: Vec<AllocRow>,
+    pub error: Option<Placed>,
+}
+
+impl CreateForm {
+    /// A new form: one blank dimension row and one blank allocation row.
+    pub fn blank() -> Self {
+        Self {
+            dims: vec![DimRow::default()],
+            allocs: vec![AllocRow::default()],
+            ..Self::default()
+        }
+    }
+
+    fn posted(fields: &[(String, String)]) -> Self {
+        let one = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map_or("", |(_, v)| v.trim())
+                .to_owned()
+        };
+        Self {
+            id: one("id"),
+            name: one("name"),
+            connections: fields
+                .iter()
+                .filter(|(k, _)| k == "connection")
+                .map(|(_, v)| v.clone())
+                .collect(),
+            dims: forms::dim_rows(fields),
+            allocs: forms::alloc_rows(fields),
+            error: None,
+        }
+    }
+
+    /// The pool the form describes; the rows are only mapped to fields here, the
+    /// service judges them.
+    fn pool(&self) -> Result<PoolInput, ApiError> {
+        Ok(PoolInput {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            connection_ids: self.connections.clone(),
+            dimensions: forms::dimensions(&self.dims)?,
+            allocations: forms::allocations(&self.allocs)?,
+        })
+    }
+}
+
+/// `POST /dashboard/costs/quota-share`: a row button (`add`, `remove`) shows the form
+/// again with one row more or less; otherwise creates the pool. A refused pool shows
+/// the form again as posted, with the API's error beside the row it names.
 async fn create(
     State(dash): State<Arc<Dash>>,
     Posted(session, fields): Posted<Vec<(String, String)>>,
 ) -> Response {
-    let outcome = match pool_input(&fields) {
+    let mut form = CreateForm::posted(&fields);
+    if let Some(edit) = forms::edit(&fields) {
+        forms::apply(edit, &mut form.dims, &mut form.allocs);
+        return show_list(&dash, &session, StatusCode::OK, &form).await;
+    }
+    let outcome = match form.pool() {
         Ok(p) => services::quota::save_pool(&dash.app, p, SaveMode::Create).await,
         Err(e) => Err(e),
     };
-    dash.done(&session, LIST, outcome, |v| {
-        format!("Pool `{}` created.", v.id)
-    })
-}
-
-/// The pool the create form describes; the text is only split into fields here, the
-/// service judges them.
-pub(crate) fn pool_input(fields: &[(String, String)]) -> Result<PoolInput, ApiError> {
-    let one = |name: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == name)
-            .map_or("", |(_, v)| v.as_str())
-    };
-    Ok(PoolInput {
-        id: one("id").trim().to_owned(),
-        name: one("name").trim().to_owned(),
-        connection_ids: fields
-            .iter()
-            .filter(|(k, _)| k == "connection")
-            .map(|(_, v)| v.clone())
-            .collect(),
-        dimensions: parse_dimensions(one("dimensions"))?,
-        allocations: parse_allocations(one("allocations"))?,
-    })
-}
-
-/// A form's field the text could not be mapped from, named like the API's fields.
-fn unreadable(field: &str, message: String) -> ApiError {
-    ApiError::InvalidField {
-        field: field.to_owned(),
-        message: format!("{field}: {message}"),
-    }
-}
-
-/// `text` as a number, or the error naming its line.
-fn number_in(field: &str, line: usize, what: &str, text: &str) -> Result<f64, ApiError> {
-    text.parse::<f64>().map_err(|_| {
-        unreadable(
-            field,
-            format!("line {line}: {what} `{text}` is not a number"),
-        )
-    })
-}
-
-/// Dimension lines `unit:window=limit` (blank lines skipped).
-pub(crate) fn parse_dimensions(text: &str) -> Result<Vec<DimensionInput>, ApiError> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
+    match outcome {
+        Ok(v) => dash.done(&session, LIST, Ok(v), |v| {
+            format!("Pool `{}` created.", v.id)
+        }),
+        Err(e) => {
+            let dims = forms::dim_from(&form.dims);
+            let allocs = forms::alloc_from(&form.allocs);
+            form.error = Some(forms::place(&e, &dims, &allocs));
+            show_list(&dash, &session, e.parts().0, &form).await
         }
-        let parsed = line
-            .split_once('=')
-            .and_then(|(dim, limit)| dim.split_once(':').map(|(u, w)| (u, w, limit)));
-        let Some((unit, window, limit)) = parsed else {
-            return Err(unreadable(
-                "dimensions",
-                format!(
-                    "line {}: `{line}` is not `unit:window=limit` (e.g. `requests:hourly=100`)",
-                    i + 1
-                ),
-            ));
-        };
-        out.push(DimensionInput {
-            unit: unit.trim().to_owned(),
-            window: window.trim().to_owned(),
-            limit: number_in("dimensions", i + 1, "limit", limit.trim())?,
-        });
     }
-    Ok(out)
-}
-
-/// Allocation lines `key weight [policy] [cap unit]` (blank lines skipped): the weight
-/// is a percentage (0 for every key = an equal split), the policy `hard` (the default),
-/// `soft` or `burst`, and the cap an absolute limit in one of the pool's units.
-pub(crate) fn parse_allocations(text: &str) -> Result<Vec<AllocationInput>, ApiError> {
-    const FIELD: &str = "allocations";
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let Some((key, rest)) = words.split_first() else {
-            continue;
-        };
-        let mut rest = rest.iter().copied().peekable();
-        let allocation_weight = match rest.next() {
-            Some(w) => number_in(FIELD, i + 1, "weight", w)?,
-            None => 0.0,
-        };
-        let policy = rest
-            .next_if(|p| p.parse::<f64>().is_err())
-            .unwrap_or("hard")
-            .to_owned();
-        let cap_value = match rest.next() {
-            Some(v) => Some(number_in(FIELD, i + 1, "cap", v)?),
-            None => None,
-        };
-        let cap_unit = rest.next().map(str::to_owned);
-        if let Some(extra) = rest.next() {
-            return Err(unreadable(
-                FIELD,
-                format!(
-                    "line {}: `{extra}` is one word too many (write `key weight [policy] [cap unit]`)",
-                    i + 1
-                ),
-            ));
-        }
-        out.push(AllocationInput {
-            api_key_id: (*key).to_owned(),
-            allocation_weight,
-            cap_value,
-            cap_unit,
-            policy,
-        });
-    }
-    Ok(out)
-}
-
-/// `dims` as the dimension lines the forms take.
-pub(crate) fn dimension_lines<'a>(dims: impl Iterator<Item = (&'a str, &'a str, f64)>) -> String {
-    let mut out = String::new();
-    for (unit, window, limit) in dims {
-        let _ = writeln!(out, "{unit}:{window}={}", charts::number(limit));
-    }
-    out
 }
 
 /// The concept card: what a pool is, in a few plain sentences.
@@ -264,6 +231,7 @@ pub fn render_list(
     usage: &HashMap<String, PoolUsage>,
     connections: &[Choice],
     keys: &[String],
+    form: &CreateForm,
     csrf: &str,
 ) -> Markup {
     let cards = html! {
@@ -281,7 +249,7 @@ pub fn render_list(
         }
         section aria-labelledby="create-h" {
             h2 id="create-h" { "Create a pool" }
-            (create_form(connections, keys, csrf))
+            (create_form(connections, keys, form, csrf))
         }
     }
 }
@@ -347,30 +315,24 @@ fn pool_card(p: &PoolView, usage: Option<&PoolUsage>) -> Markup {
     }
 }
 
-/// The hint naming the allocation line format and the keys there are.
-fn allocations_hint(id: &str, keys: &[String]) -> Markup {
-    html! {
-        p.hint id=(id) {
-            "One key per line: " code { "key weight [policy] [cap unit]" } ", e.g. " code { "k1 60 soft 500 tokens" }
-            ". The weight is a percentage of every limit (all 0 = equal split); the policy is "
-            code { "hard" } " (default), " code { "soft" } " or " code { "burst" }
-            "; the optional cap is an absolute limit in one of the pool's units. Keys: " (keys.join(", ")) "."
-        }
-    }
-}
-
-/// The create form.
-fn create_form(connections: &[Choice], keys: &[String], csrf: &str) -> Markup {
+/// The create form, showing `form` back.
+fn create_form(connections: &[Choice], keys: &[String], form: &CreateForm, csrf: &str) -> Markup {
+    let placed = form.error.as_ref();
     let fields = html! {
+        (forms::default_submit("Create pool"))
+        @if let Some(p) = placed.filter(|p| p.row.is_none()) {
+            p.notice.error role="alert" id="create-error" { "Error: " (p.message) }
+        }
         label for="pool-id" { "Id" }
-        input id="pool-id" name="id" required maxlength="64";
+        input id="pool-id" name="id" value=(form.id) required maxlength="64";
         label for="pool-name" { "Name" }
-        input id="pool-name" name="name" required maxlength="128";
+        input id="pool-name" name="name" value=(form.name) required maxlength="128";
         fieldset {
             legend { "Connections (of one provider account)" }
             @for (i, c) in connections.iter().enumerate() {
                 div.check {
-                    input type="checkbox" id={ "pool-conn-" (i) } name="connection" value=(c.id);
+                    input type="checkbox" id={ "pool-conn-" (i) } name="connection" value=(c.id)
+                        checked[form.connections.contains(&c.id)];
                     label for={ "pool-conn-" (i) } { (c.id) " (" (c.provider) ")" }
                 }
             }
@@ -378,17 +340,16 @@ fn create_form(connections: &[Choice], keys: &[String], csrf: &str) -> Markup {
                 p.hint { "No connections yet: add one first." }
             }
         }
-        label for="pool-dims" { "Dimensions" }
-        textarea id="pool-dims" name="dimensions" aria-describedby="pool-dims-hint" {}
+        (forms::dimension_rows(&form.dims, placed))
         p.hint id="pool-dims-hint" {
-            "One per line: " code { "unit:window=limit" } ", e.g. " code { "requests:hourly=100" }
-            ". Units: requests, tokens, percent, usd; windows: 5h, hourly, daily, weekly, monthly. Leave empty to use the connections' plan."
+            "A dimension is a limit per rolling window. A row without a limit is left out; leave them all empty to use the connections' plan."
         }
-        label for="pool-allocs" { "Initial allocations" }
-        textarea id="pool-allocs" name="allocations" aria-describedby="pool-allocs-hint" {}
-        (allocations_hint("pool-allocs-hint", keys))
+        (forms::allocation_rows(&form.allocs, keys, placed))
+        p.hint id="pool-allocs-hint" {
+            "The weight is a percentage of every limit (all 0 = an equal split); the policy says what happens past the share; the optional cap is an absolute limit in one of the pool's units. A row without a key is left out."
+        }
     };
-    html::form(LIST, csrf, "stack", fields, "Create pool")
+    html::form(LIST, csrf, "stack wide", fields, "Create pool")
 }
 
 /// What a pool's page shows.
@@ -880,9 +841,9 @@ pub(crate) fn allocations_from_rows(
     };
     let number = |key: &str, what: &str, text: &str| {
         text.parse::<f64>().map_err(|_| {
-            unreadable(
-                "allocations",
-                format!("{what} of `{key}`: `{text}` is not a number"),
+            forms::unreadable(
+                "allocations".to_owned(),
+                &format!("{what} of `{key}`: `{text}` is not a number"),
             )
         })
     };
@@ -992,77 +953,6 @@ mod tests {
             cap_unit: None,
             policy: policy.into(),
         }
-    }
-
-    #[test]
-    fn allocation_lines_map_to_inputs_word_by_word() {
-        let parsed =
-            parse_allocations("k1 60 soft 500 tokens\n\n  k2  \nk3 40 7 requests\nk4 10 burst")
-                .unwrap();
-        assert_eq!(
-            parsed,
-            vec![
-                AllocationInput {
-                    cap_value: Some(500.0),
-                    cap_unit: Some("tokens".into()),
-                    ..alloc("k1", 60.0, "soft")
-                },
-                alloc("k2", 0.0, "hard"),
-                AllocationInput {
-                    cap_value: Some(7.0),
-                    cap_unit: Some("requests".into()),
-                    ..alloc("k3", 40.0, "hard")
-                },
-                alloc("k4", 10.0, "burst"),
-            ]
-        );
-        assert_eq!(
-            parse_allocations("k1 5 hard 3 tokens extra").unwrap_err().to_string(),
-            "allocations: line 1: `extra` is one word too many (write `key weight [policy] [cap unit]`)"
-        );
-        assert_eq!(
-            parse_allocations("\nk1 5 soft lots")
-                .unwrap_err()
-                .to_string(),
-            "allocations: line 2: cap `lots` is not a number"
-        );
-    }
-
-    #[test]
-    fn dimension_lines_map_to_inputs_and_back() {
-        let dims = parse_dimensions(" requests:hourly = 30 \n\ntokens:5h=1.5\n").unwrap();
-        assert_eq!(
-            dims,
-            vec![
-                DimensionInput {
-                    unit: "requests".into(),
-                    window: "hourly".into(),
-                    limit: 30.0
-                },
-                DimensionInput {
-                    unit: "tokens".into(),
-                    window: "5h".into(),
-                    limit: 1.5
-                },
-            ]
-        );
-        assert_eq!(
-            dimension_lines(
-                dims.iter()
-                    .map(|d| (d.unit.as_str(), d.window.as_str(), d.limit))
-            ),
-            "requests:hourly=30\ntokens:5h=1.5\n"
-        );
-        assert_eq!(
-            parse_dimensions("requests:hourly=many")
-                .unwrap_err()
-                .to_string(),
-            "dimensions: line 1: limit `many` is not a number"
-        );
-        assert_eq!(
-            parse_dimensions("requests=3").unwrap_err().to_string(),
-            "dimensions: line 1: `requests=3` is not `unit:window=limit` (e.g. `requests:hourly=100`)"
-        );
     }
 
     #[test]
@@ -1176,6 +1066,7 @@ mod tests {
                 provider: "openai".into(),
             }],
             &["k1".into()],
+            &CreateForm::blank(),
             "tok",
         )
         .into_string();
@@ -1265,6 +1156,7 @@ mod tests {
                 .collect(),
             &[],
             &[],
+            &CreateForm::blank(),
             "tok",
         )
         .into_string();

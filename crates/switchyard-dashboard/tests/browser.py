@@ -29,7 +29,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -237,10 +237,28 @@ def create_a_pool_and_watch_traffic_move_it(run):
     d.find_element(By.ID, "pool-id").send_keys("browser")
     d.find_element(By.ID, "pool-name").send_keys("Browser team")
     d.find_element(By.CSS_SELECTOR, "input[name=connection][value=alpha-1]").click()
-    d.find_element(By.ID, "pool-dims").send_keys("requests:hourly=10")
-    d.find_element(By.ID, "pool-allocs").send_keys("k1 50\nops 50")
+    Select(d.find_element(By.NAME, "dim[0].unit")).select_by_value("requests")
+    Select(d.find_element(By.NAME, "dim[0].window")).select_by_value("hourly")
+    d.find_element(By.NAME, "dim[0].limit").send_keys("10")
+    Select(d.find_element(By.NAME, "alloc[0].key")).select_by_value("k1")
+    d.find_element(By.NAME, "alloc[0].weight").send_keys("50")
+    # One more allocation row: the form comes back with every value kept.
     run.click_and_wait(
-        d.find_element(By.CSS_SELECTOR, "form[action='/dashboard/costs/quota-share'] button[type=submit]"),
+        d.find_element(By.CSS_SELECTOR, "button[name=add][value=alloc]"), "/dashboard/costs/quota-share"
+    )
+    rows = len(d.find_elements(By.CSS_SELECTOR, "#alloc-rows tbody tr"))
+    assert rows == 2, rows
+    kept = [
+        d.find_element(By.ID, "pool-id").get_attribute("value"),
+        d.find_element(By.NAME, "dim[0].limit").get_attribute("value"),
+        Select(d.find_element(By.NAME, "alloc[0].key")).first_selected_option.get_attribute("value"),
+        d.find_element(By.CSS_SELECTOR, "input[name=connection][value=alpha-1]").is_selected(),
+    ]
+    assert kept == ["browser", "10", "k1", True], kept
+    Select(d.find_element(By.NAME, "alloc[1].key")).select_by_value("ops")
+    d.find_element(By.NAME, "alloc[1].weight").send_keys("50")
+    run.click_and_wait(
+        d.find_element(By.XPATH, "//form[@action='/dashboard/costs/quota-share']/button[.='Create pool'][last()]"),
         "/dashboard/costs/quota-share",
     )
     assert run.notice() == "Done: Pool `browser` created.", run.notice()
@@ -254,7 +272,10 @@ def create_a_pool_and_watch_traffic_move_it(run):
     cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
     assert cells[:5] == ["k1", "3", "5", "surplus 2", "no"], cells
     run.screenshot(os.path.join(run.out, "pool-browser-1280.png"))
-    print("pool: created through the form; three requests moved the bar and the table to k1: 3 of a fair share of 5")
+    print(
+        "pool: created through the form's rows, one added in the browser; "
+        "three requests moved the bar and the table to k1: 3 of a fair share of 5"
+    )
 
 
 def clear_a_cooldown(run):

@@ -104,7 +104,7 @@ async fn the_dashboard_works_in_headless_chromium() {
     assert!(
         stdout.ends_with(&format!(
             "keyboard: Tab reaches the skip link, then {links} navigation links in order\n\
-             pool: created through the form; three requests moved the bar and the table to k1: 3 of a fair share of 5\n\
+             pool: created through the form's rows, one added in the browser; three requests moved the bar and the table to k1: 3 of a fair share of 5\n\
              cooldown: alpha-1 cooled by a 429, cleared by selection, and serving again\n\
              key: the secret was shown once, works, and is on none of the {links} pages afterwards\n\
              sign out: /dashboard then lands on the sign-in page\n\

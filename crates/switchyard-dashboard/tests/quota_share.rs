@@ -10,7 +10,7 @@
 mod common;
 
 use common::{
-    assert_no_credential, attr, done, failed, field, form_fields, notice, row, row_head,
+    assert_no_credential, attr, count, done, failed, field, form_fields, notice, row, row_head,
     table_rows, texts, Signed,
 };
 use reqwest::Method;
@@ -51,19 +51,45 @@ async fn api_error(r: reqwest::Response) -> String {
     body["error"]["message"].as_str().unwrap().to_owned()
 }
 
-/// Pool `team` on `alpha-1`: 4 requests an hour, k1 and ops with half each.
+/// The create form's fields for pool `team` on `alpha-1`: 4 requests an hour, k1 and
+/// ops with half each (a blank allocation row between them is left out).
+const TEAM: [(&str, &str); 15] = [
+    ("id", "team"),
+    ("name", "Team <A>"),
+    ("connection", "alpha-1"),
+    ("dim[0].unit", "requests"),
+    ("dim[0].window", "hourly"),
+    ("dim[0].limit", "4"),
+    ("alloc[0].key", "k1"),
+    ("alloc[0].weight", "50"),
+    ("alloc[0].policy", "hard"),
+    ("alloc[1].key", ""),
+    ("alloc[1].weight", ""),
+    ("alloc[1].policy", "hard"),
+    ("alloc[2].key", "ops"),
+    ("alloc[2].weight", "50"),
+    ("alloc[2].policy", "soft"),
+];
+
+/// Pool `team` (see [`TEAM`]), created through the form.
 async fn create_team(s: &Signed) -> String {
-    s.act(
-        LIST,
-        &[
-            ("id", "team"),
-            ("name", "Team <A>"),
-            ("connection", "alpha-1"),
-            ("dimensions", "requests:hourly=4\n"),
-            ("allocations", "k1 50\n\nops 50 soft\n"),
-        ],
-    )
-    .await
+    s.act(LIST, &TEAM).await
+}
+
+/// Posts the create form with `fields`: the status and the page it answers with
+/// (a refused pool or a row button shows the form again, without a redirect).
+async fn post_create(s: &Signed, fields: &[(&str, &str)]) -> (u16, String) {
+    let r = s.post(LIST, fields).await;
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// A refused create form: its fields, the same pool as the API takes it, and the
+/// selector of the place its error shows.
+type Case<'a> = (&'a [(&'a str, &'a str)], Value, &'a str);
+
+/// The text of the error shown beside row `id` (`dim-1`, `alloc-0`).
+fn row_error(page: &str, id: &str) -> Vec<String> {
+    texts(page, &format!("p.field-error#{id}-error"))
 }
 
 #[tokio::test]
@@ -97,7 +123,16 @@ async fn a_pool_created_through_the_form_is_listed_and_in_the_api() {
         );
         assert_eq!(texts(&empty, &format!("label[for=pool-conn-{i}]")), [conn]);
     }
-    assert!(texts(&empty, "#pool-allocs-hint")[0].ends_with("Keys: k1, ops."));
+    assert_eq!(
+        texts(&empty, r#"select[name="alloc[0].key"] option"#),
+        ["no key", "k1", "ops"]
+    );
+    assert_eq!(
+        texts(&empty, r#"select[name="dim[0].unit"] option"#),
+        ["requests", "tokens", "percent", "usd"]
+    );
+    assert_eq!(count(&empty, "#dim-rows tbody tr"), 1);
+    assert_eq!(count(&empty, "#alloc-rows tbody tr"), 1);
     assert_no_credential(&empty);
 
     let page = create_team(&s).await;
@@ -144,8 +179,9 @@ async fn a_pool_created_through_the_form_is_listed_and_in_the_api() {
         }])
     );
 
-    // The same id again is refused with the API's message.
-    let page = create_team(&s).await;
+    // The same id again is refused with the API's message, above the form.
+    let (status, page) = post_create(&s, &TEAM).await;
+    assert_eq!(status, 409);
     let api =
         s.h.admin_send(
             Method::POST,
@@ -158,83 +194,182 @@ async fn a_pool_created_through_the_form_is_listed_and_in_the_api() {
         .as_str()
         .unwrap()
         .to_owned();
-    assert_eq!(notice(&page), failed(&message));
+    assert_eq!(texts(&page, "#create-error"), [failed(&message)]);
+    assert_eq!(
+        field(&page, "form[action='/dashboard/costs/quota-share']", "name").as_deref(),
+        Some("Team <A>")
+    );
 }
 
 #[tokio::test]
 async fn an_invalid_pool_shows_the_apis_message_and_creates_nothing() {
     let s = Signed::start().await;
-    let cases: [(&[(&str, &str)], Value); 4] = [
+    // Each case: the form, the same pool as the API takes it, and where the error shows.
+    let cases: [Case; 4] = [
         (
             &[("id", "p1"), ("name", "P"), ("connection", "nope")],
             json!({"id": "p1", "name": "P", "connectionIds": ["nope"]}),
+            "#create-error",
         ),
         (
             &[
                 ("id", "p1"),
                 ("name", "P"),
                 ("connection", "alpha-1"),
-                ("dimensions", "bogus:hourly=5"),
+                ("dim[0].unit", "bogus"),
+                ("dim[0].window", "hourly"),
+                ("dim[0].limit", "5"),
             ],
             json!({"id": "p1", "name": "P", "connectionIds": ["alpha-1"],
                 "dimensions": [{"unit": "bogus", "window": "hourly", "limit": 5.0}]}),
+            "#dim-0-error",
         ),
         (
             &[
                 ("id", "p1"),
                 ("name", "P"),
                 ("connection", "alpha-1"),
-                ("dimensions", "requests:hourly=5"),
-                ("allocations", "k1 50 hard 3"),
+                ("dim[0].unit", "requests"),
+                ("dim[0].window", "hourly"),
+                ("dim[0].limit", "5"),
+                ("alloc[0].key", ""),
+                ("alloc[1].key", "k1"),
+                ("alloc[1].weight", "50"),
+                ("alloc[1].policy", "hard"),
+                ("alloc[1].cap", "3"),
             ],
             json!({"id": "p1", "name": "P", "connectionIds": ["alpha-1"],
                 "dimensions": [{"unit": "requests", "window": "hourly", "limit": 5.0}],
                 "allocations": [{"apiKeyId": "k1", "allocationWeight": 50.0, "capValue": 3.0}]}),
+            "#alloc-1-error",
         ),
         (
             &[("id", "p 1"), ("name", "P"), ("connection", "alpha-1")],
             json!({"id": "p 1", "name": "P", "connectionIds": ["alpha-1"]}),
+            "#create-error",
         ),
     ];
-    for (form, body) in cases {
-        let page = s.act(LIST, form).await;
+    for (form, body, at) in cases {
+        let (status, page) = post_create(&s, form).await;
+        assert_eq!(status, 400, "{at}");
         let message = api_error(s.h.admin_send(Method::POST, "/api/quota/pools", body).await).await;
-        assert_eq!(notice(&page), failed(&message));
+        assert_eq!(texts(&page, at), [failed(&message)]);
+        assert_eq!(
+            count(&page, "[role=alert]"),
+            1,
+            "{at}: one error, in its place"
+        );
     }
-    // Text that is not a line of the format is named by its line.
-    let page = s
-        .act(
-            LIST,
-            &[
-                ("id", "p1"),
-                ("name", "P"),
-                ("connection", "alpha-1"),
-                ("dimensions", "requests:hourly=5\nrequests hourly 5"),
-            ],
+    // A bad limit: the API's exact error beside its row (the third; the blank second
+    // row is left out, so the API names dimensions[1]), the values kept.
+    let bad_limit = [
+        ("id", "p1"),
+        ("name", "P"),
+        ("connection", "alpha-1"),
+        ("dim[0].unit", "requests"),
+        ("dim[0].window", "hourly"),
+        ("dim[0].limit", "5"),
+        ("dim[1].unit", "requests"),
+        ("dim[1].window", "5h"),
+        ("dim[1].limit", ""),
+        ("dim[2].unit", "tokens"),
+        ("dim[2].window", "daily"),
+        ("dim[2].limit", "-1"),
+    ];
+    let (status, page) = post_create(&s, &bad_limit).await;
+    assert_eq!(status, 400);
+    let message = api_error(
+        s.h.admin_send(
+            Method::POST,
+            "/api/quota/pools",
+            json!({"id": "p1", "name": "P", "connectionIds": ["alpha-1"], "dimensions": [
+                {"unit": "requests", "window": "hourly", "limit": 5.0},
+                {"unit": "tokens", "window": "daily", "limit": -1.0}]}),
         )
-        .await;
+        .await,
+    )
+    .await;
+    assert!(message.contains("dimensions[1].limit: "), "{message}");
+    assert_eq!(row_error(&page, "dim-2"), [failed(&message)]);
+    assert_eq!(row_error(&page, "dim-0"), Vec::<String>::new());
     assert_eq!(
-        notice(&page),
-        failed("dimensions: line 2: `requests hourly 5` is not `unit:window=limit` (e.g. `requests:hourly=100`)")
+        attr(&page, r#"input[name="dim[2].limit"]"#, "aria-describedby").as_deref(),
+        Some("dim-2-error")
     );
-    let page = s
-        .act(
-            LIST,
-            &[
-                ("id", "p1"),
-                ("name", "P"),
-                ("connection", "alpha-1"),
-                ("allocations", "k1 half"),
-            ],
-        )
-        .await;
+    let create = "form[action='/dashboard/costs/quota-share']";
     assert_eq!(
-        notice(&page),
-        failed("allocations: line 1: weight `half` is not a number")
+        ["dim[2].unit", "dim[2].window", "dim[2].limit", "id"].map(|n| field(&page, create, n)),
+        [
+            Some("tokens".to_owned()),
+            Some("daily".to_owned()),
+            Some("-1".to_owned()),
+            Some("p1".to_owned())
+        ]
+    );
+    // A weight that is not a number is named as the API names its field.
+    let (status, page) = post_create(
+        &s,
+        &[
+            ("id", "p1"),
+            ("name", "P"),
+            ("connection", "alpha-1"),
+            ("alloc[0].key", "k1"),
+            ("alloc[0].weight", "half"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        row_error(&page, "alloc-0"),
+        [failed(
+            "allocations[0].allocationWeight: `half` is not a number"
+        )]
     );
     assert_eq!(s.h.admin_json("/api/quota/pools").await, json!([]));
     let (_, list) = s.page(LIST).await;
     assert_eq!(texts(&list, "#pools p"), ["No pools yet."]);
+}
+
+#[tokio::test]
+async fn row_buttons_add_and_remove_rows_keeping_the_values_and_creating_nothing() {
+    let s = Signed::start().await;
+    let create = "form[action='/dashboard/costs/quota-share']";
+    let mut fields = TEAM.to_vec();
+    fields.push(("add", "dim"));
+    let (status, page) = post_create(&s, &fields).await;
+    assert_eq!(status, 200);
+    assert_eq!(count(&page, "#dim-rows tbody tr"), 2);
+    assert_eq!(
+        ["dim[0].limit", "dim[1].limit", "dim[1].unit"].map(|n| field(&page, create, n)),
+        [
+            Some("4".to_owned()),
+            Some(String::new()),
+            Some("requests".to_owned())
+        ]
+    );
+    assert_eq!(
+        field(&page, create, "connection").as_deref(),
+        Some("alpha-1")
+    );
+    assert_eq!(count(&page, "#alloc-rows tbody tr"), 3);
+    fields.pop();
+    fields.push(("remove", "alloc-0"));
+    let (status, page) = post_create(&s, &fields).await;
+    assert_eq!(status, 200);
+    assert_eq!(count(&page, "#alloc-rows tbody tr"), 2);
+    assert_eq!(
+        ["alloc[0].key", "alloc[1].key", "alloc[1].policy"].map(|n| field(&page, create, n)),
+        [
+            Some(String::new()),
+            Some("ops".to_owned()),
+            Some("soft".to_owned())
+        ]
+    );
+    fields.pop();
+    fields.push(("add", "alloc"));
+    let (_, page) = post_create(&s, &fields).await;
+    assert_eq!(count(&page, "#alloc-rows tbody tr"), 4);
+    assert_eq!(s.h.admin_json("/api/quota/pools").await, json!([]));
 }
 
 #[tokio::test]
@@ -552,7 +687,14 @@ async fn plans_are_shown_overridden_and_reverted() {
     let page = s
         .act(
             &format!("{PLANS}/alpha-1"),
-            &[("dimensions", "requests:hourly=100\ntokens:5h=0")],
+            &[
+                ("dim[0].unit", "requests"),
+                ("dim[0].window", "hourly"),
+                ("dim[0].limit", "100"),
+                ("dim[1].unit", "tokens"),
+                ("dim[1].window", "5h"),
+                ("dim[1].limit", "0"),
+            ],
         )
         .await;
     assert_eq!(
@@ -570,14 +712,18 @@ async fn plans_are_shown_overridden_and_reverted() {
             ["tokens", "5h", "0 (unknown)"]
         ]
     );
+    let plan_form = "form[action='/dashboard/costs/quota-share/plans/alpha-1']";
     assert_eq!(
-        field(
-            &page,
-            "form[action='/dashboard/costs/quota-share/plans/alpha-1']",
-            "dimensions"
-        )
-        .as_deref(),
-        Some("requests:hourly=100\ntokens:5h=0\n")
+        form_fields(&page, plan_form)[1..],
+        [
+            ("dim[0].unit", "requests"),
+            ("dim[0].window", "hourly"),
+            ("dim[0].limit", "100"),
+            ("dim[1].unit", "tokens"),
+            ("dim[1].window", "5h"),
+            ("dim[1].limit", "0"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
     );
     assert_eq!(
         s.h.admin_json("/api/quota/plans/alpha-1").await,
@@ -588,12 +734,18 @@ async fn plans_are_shown_overridden_and_reverted() {
     );
 
     // An invalid override says what the API says and changes nothing.
-    let page = s
-        .act(
+    let r = s
+        .post(
             &format!("{PLANS}/alpha-1"),
-            &[("dimensions", "requests:yearly=5")],
+            &[
+                ("dim[0].unit", "requests"),
+                ("dim[0].window", "yearly"),
+                ("dim[0].limit", "5"),
+            ],
         )
         .await;
+    assert_eq!(r.status(), 400);
+    let page = r.text().await.unwrap();
     let message = api_error(
         s.h.admin_send(
             Method::PUT,
@@ -603,7 +755,14 @@ async fn plans_are_shown_overridden_and_reverted() {
         .await,
     )
     .await;
-    assert_eq!(notice(&page), failed(&message));
+    assert_eq!(
+        texts(&page, "p.field-error#dim-0-error"),
+        [failed(&message)]
+    );
+    assert_eq!(
+        field(&page, plan_form, "dim[0].window").as_deref(),
+        Some("yearly")
+    );
     assert_eq!(
         s.h.admin_json("/api/quota/plans/alpha-1").await["source"],
         "manual"
@@ -785,8 +944,11 @@ async fn a_pool_made_strict_by_the_providers_reading_reads_strict_everywhere() {
             ("id", "team"),
             ("name", "Team"),
             ("connection", "alpha-1"),
-            ("dimensions", "requests:hourly=10"),
-            ("allocations", "k1 100"),
+            ("dim[0].unit", "requests"),
+            ("dim[0].window", "hourly"),
+            ("dim[0].limit", "10"),
+            ("alloc[0].key", "k1"),
+            ("alloc[0].weight", "100"),
         ],
     )
     .await;
