@@ -29,7 +29,7 @@ use switchyard_core::quota::plan::Dimension;
 use switchyard_core::quota::pool::{AllocationInput, DimensionInput};
 use switchyard_core::quota::window::Window;
 use switchyard_dashboard::bench_api::{
-    overview, quota_share, requests, Choice, Choices, Filters, Overview,
+    overview, quota_share, requests, Choice, Choices, CreateForm, Filters, Overview,
 };
 use switchyard_gateway::runtime::quota::views::{DimensionUsage, KeyUsage, PoolUsage};
 use switchyard_gateway::runtime::quota::StoreStatus;
@@ -304,7 +304,17 @@ fn quota_share_bench(c: &mut Criterion) {
         .collect();
     let keys: Vec<String> = (0..POOL_KEYS).map(|k| format!("k{k}")).collect();
     c.bench_function("quota share: list render, 100 pools", |b| {
-        b.iter(|| black_box(quota_share(&pools, &usage, &connections, &keys, "csrf")));
+        let form = CreateForm::blank();
+        b.iter(|| {
+            black_box(quota_share(
+                &pools,
+                &usage,
+                &connections,
+                &keys,
+                &form,
+                "csrf",
+            ))
+        });
     });
 }
 

@@ -5,7 +5,7 @@
 //! text title and description, so nothing is told by colour alone. Presentation is in
 //! attributes, not `style`, so the page's `default-src 'self'` policy holds.
 
-use crate::html::escape;
+use maud::{html, Markup};
 use std::fmt::Write;
 
 /// Distinct colour classes (`s0`…`s7` for bars, `l0`…`l7` for lines).
@@ -51,12 +51,14 @@ fn x_of(value: f64, max: f64) -> f64 {
     (value / max).clamp(0.0, 1.0) * BAR_WIDTH
 }
 
-/// The `stroke-dasharray` attribute of series or mark `i` (none for the first).
-fn dash_attr(i: usize) -> String {
-    match DASHES[i % DASHES.len()] {
-        "" => String::new(),
-        d => format!(r#" stroke-dasharray="{d}""#),
-    }
+/// The `stroke-dasharray` of series or mark `i` (none for the first).
+fn dash(i: usize) -> Option<&'static str> {
+    Some(DASHES[i % DASHES.len()]).filter(|d| !d.is_empty())
+}
+
+/// A coordinate with one decimal, as the charts write them.
+fn at(v: f64) -> String {
+    format!("{v:.1}")
 }
 
 /// A horizontal bar scaled to `max` with `segments` stacked left to right and `marks`
@@ -64,7 +66,7 @@ fn dash_attr(i: usize) -> String {
 /// every segment and mark with its value in text, so nothing depends on colour or on
 /// hovering. Use beyond `max` is drawn to the end of the bar; the description and the
 /// legend say the real values.
-pub fn stacked_bar(title: &str, max: f64, segments: &[Segment<'_>], marks: &[Mark<'_>]) -> String {
+pub fn stacked_bar(title: &str, max: f64, segments: &[Segment<'_>], marks: &[Mark<'_>]) -> Markup {
     let total: f64 = segments.iter().map(|s| s.value.max(0.0)).sum();
     let mut desc = format!("Total {} of {}.", number(total), number(max));
     for s in segments {
@@ -73,49 +75,55 @@ pub fn stacked_bar(title: &str, max: f64, segments: &[Segment<'_>], marks: &[Mar
     for m in marks {
         let _ = write!(desc, " {} at {}.", m.label, number(m.value));
     }
-    let mut out = format!(
-        r#"<figure class="bar-chart"><svg class="chart bar" viewBox="0 0 {w} 32" width="100%" role="img" preserveAspectRatio="none"><title>{t}</title><desc>{d}</desc><rect class="track" x="0" y="4" width="{w}" height="24"/>"#,
-        w = BAR_WIDTH,
-        t = escape(title),
-        d = escape(&desc),
-    );
-    let mut legend = String::new();
-    let mut at = 0.0_f64;
-    for (i, s) in segments.iter().enumerate() {
-        let start = x_of(at, max);
-        at += s.value.max(0.0);
-        let width = x_of(at, max) - start;
-        let (c, l, v) = (i % PALETTE, escape(s.label), number(s.value));
-        if width > 0.0 {
-            let _ = write!(
-                out,
-                r#"<rect class="s{c}" x="{start:.1}" y="4" width="{width:.1}" height="24"><title>{l}: {v}</title></rect>"#,
-            );
+    // Each segment's start and width on the bar.
+    let mut end = 0.0_f64;
+    let placed: Vec<(f64, f64)> = segments
+        .iter()
+        .map(|s| {
+            let start = x_of(end, max);
+            end += s.value.max(0.0);
+            (start, x_of(end, max) - start)
+        })
+        .collect();
+    html! {
+        figure.bar-chart {
+            svg.chart.bar viewBox={ "0 0 " (BAR_WIDTH) " 32" } width="100%" role="img" preserveAspectRatio="none" {
+                title { (title) }
+                desc { (desc) }
+                rect.track x="0" y="4" width=(BAR_WIDTH) height="24" {}
+                @for (i, (s, (start, width))) in segments.iter().zip(&placed).enumerate() {
+                    @if *width > 0.0 {
+                        rect class={ "s" (i % PALETTE) } x=(at(*start)) y="4" width=(at(*width)) height="24" {
+                            title { (s.label) ": " (number(s.value)) }
+                        }
+                    }
+                }
+                @for (i, m) in marks.iter().enumerate() {
+                    line.mark x1=(at(x_of(m.value, max))) x2=(at(x_of(m.value, max))) y1="0" y2="32" stroke-dasharray=[dash(i)] {}
+                }
+            }
+            figcaption {
+                ul.legend {
+                    @for (i, s) in segments.iter().enumerate() {
+                        li {
+                            svg.swatch viewBox="0 0 12 12" width="12" height="12" aria-hidden="true" {
+                                rect class={ "s" (i % PALETTE) } x="0" y="0" width="12" height="12" {}
+                            }
+                            (s.label) ": " (number(s.value))
+                        }
+                    }
+                    @for (i, m) in marks.iter().enumerate() {
+                        li {
+                            svg.swatch viewBox="0 0 24 8" width="24" height="8" aria-hidden="true" {
+                                line.mark x1="0" x2="24" y1="4" y2="4" stroke-dasharray=[dash(i)] {}
+                            }
+                            (m.label) ": " (number(m.value))
+                        }
+                    }
+                }
+            }
         }
-        let _ = write!(
-            legend,
-            r#"<li><svg class="swatch" viewBox="0 0 12 12" width="12" height="12" aria-hidden="true"><rect class="s{c}" x="0" y="0" width="12" height="12"/></svg>{l}: {v}</li>"#,
-        );
     }
-    for (i, m) in marks.iter().enumerate() {
-        let x = x_of(m.value, max);
-        let dash = dash_attr(i);
-        let _ = write!(
-            out,
-            r#"<line class="mark" x1="{x:.1}" x2="{x:.1}" y1="0" y2="32"{dash}/>"#,
-        );
-        let _ = write!(
-            legend,
-            r#"<li><svg class="swatch" viewBox="0 0 24 8" width="24" height="8" aria-hidden="true"><line class="mark" x1="0" x2="24" y1="4" y2="4"{dash}/></svg>{l}: {v}</li>"#,
-            l = escape(m.label),
-            v = number(m.value),
-        );
-    }
-    let _ = write!(
-        out,
-        r#"</svg><figcaption><ul class="legend">{legend}</ul></figcaption></figure>"#
-    );
-    out
 }
 
 /// One line of a line chart: its label and its points, evenly spaced left to right.
@@ -140,7 +148,7 @@ pub fn axis_max(top: f64) -> f64 {
 
 /// A line chart titled `title`, with `series` over a time axis labelled `from` at the
 /// left and `to` at the right, values in `unit`, and a legend naming every line.
-pub fn line_chart(title: &str, unit: &str, from: &str, to: &str, series: &[Series<'_>]) -> String {
+pub fn line_chart(title: &str, unit: &str, from: &str, to: &str, series: &[Series<'_>]) -> Markup {
     const W: f64 = 600.0;
     const H: f64 = 160.0;
     const LEFT: f64 = 48.0;
@@ -166,39 +174,16 @@ pub fn line_chart(title: &str, unit: &str, from: &str, to: &str, series: &[Serie
             number(peak)
         );
     }
-    let mut out = format!(
-        r#"<figure class="line-chart"><p class="chart-title" aria-hidden="true">{t}</p><svg class="chart line" viewBox="0 0 {W} {h}" width="100%" role="img"><title>{t}</title><desc>{d}</desc>"#,
-        h = H + 24.0,
-        t = escape(title),
-        d = escape(&desc),
-    );
-    for (frac, label) in [
+    let grid = [
         (0.0, "0".to_owned()),
         (0.5, number(max / 2.0)),
         (1.0, number(max)),
-    ] {
-        let y = TOP + H * (1.0 - frac);
-        let _ = write!(
-            out,
-            r#"<line class="grid" x1="{LEFT}" x2="{x2}" y1="{y:.1}" y2="{y:.1}"/><text class="axis" x="{lx}" y="{ty:.1}" text-anchor="end">{label}</text>"#,
-            x2 = W - 8.0,
-            lx = LEFT - 4.0,
-            ty = y + 4.0,
-        );
-    }
-    let _ = write!(
-        out,
-        r#"<text class="axis" x="{LEFT}" y="{y}">{from}</text><text class="axis" x="{x}" y="{y}" text-anchor="end">{to}</text>"#,
-        y = TOP + H + 16.0,
-        x = W - 8.0,
-        from = escape(from),
-        to = escape(to),
-    );
-    for (i, s) in series.iter().enumerate() {
+    ]
+    .map(|(frac, label)| (TOP + H * (1.0 - frac), label));
+    let points = |s: &Series<'_>| {
         let n = s.points.len();
         let step = if n > 1 { plot_w / (n - 1) as f64 } else { 0.0 };
-        let points: Vec<String> = s
-            .points
+        s.points
             .iter()
             .enumerate()
             .map(|(j, v)| {
@@ -213,28 +198,41 @@ pub fn line_chart(title: &str, unit: &str, from: &str, to: &str, series: &[Serie
                     TOP + H * (1.0 - v / max)
                 )
             })
-            .collect();
-        let dash = dash_attr(i);
-        let _ = write!(
-            out,
-            r#"<polyline class="l{c}" fill="none"{dash} points="{p}"><title>{l}</title></polyline>"#,
-            c = i % PALETTE,
-            p = points.join(" "),
-            l = escape(s.label),
-        );
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    html! {
+        figure.line-chart {
+            p.chart-title aria-hidden="true" { (title) }
+            svg.chart.line viewBox={ "0 0 " (W) " " (H + 24.0) } width="100%" role="img" {
+                title { (title) }
+                desc { (desc) }
+                @for (y, label) in &grid {
+                    line.grid x1=(LEFT) x2=(W - 8.0) y1=(at(*y)) y2=(at(*y)) {}
+                    text.axis x=(LEFT - 4.0) y=(at(y + 4.0)) text-anchor="end" { (label) }
+                }
+                text.axis x=(LEFT) y=(TOP + H + 16.0) { (from) }
+                text.axis x=(W - 8.0) y=(TOP + H + 16.0) text-anchor="end" { (to) }
+                @for (i, s) in series.iter().enumerate() {
+                    polyline class={ "l" (i % PALETTE) } fill="none" stroke-dasharray=[dash(i)] points=(points(s)) {
+                        title { (s.label) }
+                    }
+                }
+            }
+            figcaption {
+                ul.legend {
+                    @for (i, s) in series.iter().enumerate() {
+                        li {
+                            svg.swatch viewBox="0 0 24 8" width="24" height="8" aria-hidden="true" {
+                                line class={ "l" (i % PALETTE) } x1="0" x2="24" y1="4" y2="4" stroke-dasharray=[dash(i)] {}
+                            }
+                            (s.label)
+                        }
+                    }
+                }
+            }
+        }
     }
-    out.push_str(r#"</svg><figcaption><ul class="legend">"#);
-    for (i, s) in series.iter().enumerate() {
-        let dash = dash_attr(i);
-        let _ = write!(
-            out,
-            r#"<li><svg class="swatch" viewBox="0 0 24 8" width="24" height="8" aria-hidden="true"><line class="l{c}" x1="0" x2="24" y1="4" y2="4"{dash}/></svg>{l}</li>"#,
-            c = i % PALETTE,
-            l = escape(s.label),
-        );
-    }
-    out.push_str("</ul></figcaption></figure>");
-    out
 }
 
 #[cfg(test)]
@@ -291,7 +289,8 @@ mod tests {
                     value: 80.0,
                 },
             ],
-        );
+        )
+        .into_string();
         assert!(svg.contains("<title>requests:1m</title>"));
         assert!(svg.contains(
             "<desc>Total 75 of 100. k1: 25. k&lt;2&gt;: 50. empty: 0. fair share at 50. threshold at 80.</desc>"
@@ -299,14 +298,14 @@ mod tests {
         assert!(svg.contains(r#"<rect class="s0" x="0.0" y="4" width="150.0" height="24"><title>k1: 25</title></rect>"#));
         assert!(svg.contains(r#"<rect class="s1" x="150.0" y="4" width="300.0" height="24"><title>k&lt;2&gt;: 50</title></rect>"#));
         assert!(!svg.contains("empty: 0</title>"));
-        assert!(svg.contains(r#"<line class="mark" x1="300.0" x2="300.0" y1="0" y2="32"/><line class="mark" x1="480.0" x2="480.0" y1="0" y2="32" stroke-dasharray="6 3"/></svg>"#));
-        assert!(svg.contains(r#"<ul class="legend"><li><svg class="swatch" viewBox="0 0 12 12" width="12" height="12" aria-hidden="true"><rect class="s0" x="0" y="0" width="12" height="12"/></svg>k1: 25</li>"#));
+        assert!(svg.contains(r#"<line class="mark" x1="300.0" x2="300.0" y1="0" y2="32"></line><line class="mark" x1="480.0" x2="480.0" y1="0" y2="32" stroke-dasharray="6 3"></line></svg>"#));
+        assert!(svg.contains(r#"<ul class="legend"><li><svg class="swatch" viewBox="0 0 12 12" width="12" height="12" aria-hidden="true"><rect class="s0" x="0" y="0" width="12" height="12"></rect></svg>k1: 25</li>"#));
         assert!(svg.contains(
-            r#"<rect class="s2" x="0" y="0" width="12" height="12"/></svg>empty: 0</li>"#
+            r#"<rect class="s2" x="0" y="0" width="12" height="12"></rect></svg>empty: 0</li>"#
         ));
-        assert!(svg.contains(r#"<li><svg class="swatch" viewBox="0 0 24 8" width="24" height="8" aria-hidden="true"><line class="mark" x1="0" x2="24" y1="4" y2="4"/></svg>fair share: 50</li>"#));
+        assert!(svg.contains(r#"<li><svg class="swatch" viewBox="0 0 24 8" width="24" height="8" aria-hidden="true"><line class="mark" x1="0" x2="24" y1="4" y2="4"></line></svg>fair share: 50</li>"#));
         assert!(svg.contains(
-            r#"y2="4" stroke-dasharray="6 3"/></svg>threshold: 80</li></ul></figcaption></figure>"#
+            r#"y2="4" stroke-dasharray="6 3"></line></svg>threshold: 80</li></ul></figcaption></figure>"#
         ));
         assert!(!svg.contains("style="));
     }
@@ -321,7 +320,8 @@ mod tests {
                 value: 30.0,
             }],
             &[],
-        );
+        )
+        .into_string();
         assert!(svg.contains(r#"width="600.0" height="24"><title>a: 30</title>"#));
         assert!(svg.contains("<desc>Total 30 of 10. a: 30.</desc>"));
         let zero = stacked_bar(
@@ -332,7 +332,8 @@ mod tests {
                 value: 3.0,
             }],
             &[],
-        );
+        )
+        .into_string();
         assert!(!zero.contains("<title>a: 3</title>"));
     }
 
@@ -353,14 +354,15 @@ mod tests {
                     points: &[2.0],
                 },
             ],
-        );
+        )
+        .into_string();
         assert!(svg.contains(r#"<polyline class="l0" fill="none" points="48.0,168.0 320.0,88.0 592.0,8.0"><title>k1</title></polyline>"#), "{svg}");
         assert!(svg.contains(r#"<polyline class="l1" fill="none" stroke-dasharray="6 3" points="48.0,136.0"><title>k2</title></polyline>"#));
         assert!(svg.contains(">10</text>"));
         assert!(svg.contains(">5</text>"));
         assert!(svg.contains("<desc>tokens per minute, from 60 min ago to now. k1: total 15, last 10, peak 10. k2: total 2, last 2, peak 2.</desc>"));
         assert!(svg.contains(
-            r#"<line class="l1" x1="0" x2="24" y1="4" y2="4" stroke-dasharray="6 3"/></svg>k2</li>"#
+            r#"<line class="l1" x1="0" x2="24" y1="4" y2="4" stroke-dasharray="6 3"></line></svg>k2</li>"#
         ));
         assert!(svg.starts_with(r#"<figure class="line-chart"><p class="chart-title" aria-hidden="true">Burn rate</p><svg class="chart line""#));
         assert!(!svg.contains("style="));

@@ -4,12 +4,11 @@
 //! which validates them as the API does.
 
 use crate::fields::{input, one, parse, Fields};
-use crate::html::{confirm_form, escape, form, table_html, Nav};
-use crate::web::{Dash, Empty, Posted, Signed, View};
+use crate::html::{confirm_form, form, table, text, Nav};
+use crate::web::{Dash, Empty, Posted, Routes, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
+use maud::{html, Markup};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
@@ -23,21 +22,12 @@ const PAGE: &str = "/dashboard/combos";
 const STRATEGIES: [&str; 1] = ["priority"];
 
 /// The page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PAGE, get(page).fallback(crate::unknown))
-        .route(
-            "/dashboard/combos/create",
-            post(create).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/combos/{name}/update",
-            post(update).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/combos/{name}/delete",
-            post(delete).fallback(crate::unknown),
-        )
+pub fn routes() -> Routes {
+    Routes::default()
+        .page(PAGE, page)
+        .form("/dashboard/combos/create", create)
+        .form("/dashboard/combos/{name}/update", update)
+        .form("/dashboard/combos/{name}/delete", delete)
 }
 
 /// `GET /dashboard/combos`.
@@ -45,7 +35,7 @@ async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Respons
     match services::config::combos(&dash.app).await {
         Ok(c) => dash.render(
             &session,
-            View::ok("Combos", Nav::Combos, &render(&c, &session.csrf)),
+            View::ok("Combos", Nav::Combos, render(&c, &session.csrf)),
         ),
         Err(e) => dash.failed(&session, "Combos", Nav::Combos, &e),
     }
@@ -139,89 +129,70 @@ async fn delete(
 }
 
 /// A combo form's fields; `c` fills them in for an edit (`prefix` keeps ids unique).
-fn fields(prefix: &str, c: Option<&ComboRecord>) -> String {
-    let name = match c {
-        Some(_) => String::new(),
-        None => input(
-            &format!("{prefix}-name"),
-            "name",
-            "Name",
-            "text",
-            "",
-            " required",
-        ),
-    };
+fn fields(prefix: &str, c: Option<&ComboRecord>) -> Markup {
     let current = c.map_or("priority", |c| c.strategy.as_str());
-    let options: String = STRATEGIES
-        .iter()
-        .map(|s| {
-            format!(
-                r#"<option value="{s}"{}>{s}</option>"#,
-                if *s == current { " selected" } else { "" }
-            )
-        })
-        .collect();
     let targets: Vec<String> = c.map_or_else(Vec::new, |c| c.targets.iter().map(line).collect());
-    format!(
-        r#"{name}<label for="{p}-strategy">Strategy</label><select id="{p}-strategy" name="strategy">{options}</select><label for="{p}-targets">Targets, in order, one per line</label><textarea id="{p}-targets" name="targets" rows="4" required>{targets}</textarea><p class="hint">Each line: <code>provider/model</code>, optionally followed by <code>connection=id</code>, <code>weight=n</code> or <code>cost=x</code>.</p>"#,
-        p = escape(prefix),
-        targets = escape(&targets.join("\n")),
-    )
+    let id = |what: &str| format!("{prefix}-{what}");
+    html! {
+        @if c.is_none() { (input(&id("name"), "name", "Name", "text", "", true)) }
+        label for=(id("strategy")) { "Strategy" }
+        select id=(id("strategy")) name="strategy" {
+            @for s in STRATEGIES { option value=(s) selected[s == current] { (s) } }
+        }
+        label for=(id("targets")) { "Targets, in order, one per line" }
+        textarea id=(id("targets")) name="targets" rows="4" required { (targets.join("\n")) }
+        p.hint {
+            "Each line: " code { "provider/model" } ", optionally followed by "
+            code { "connection=id" } ", " code { "weight=n" } " or " code { "cost=x" } "."
+        }
+    }
 }
 
 /// The page's `<main>` content.
-pub fn render(combos: &[ComboRecord], csrf: &str) -> String {
-    let rows: Vec<Vec<String>> = combos
+pub fn render(combos: &[ComboRecord], csrf: &str) -> Markup {
+    let rows: Vec<Vec<Markup>> = combos
         .iter()
         .map(|c| {
-            let targets: String = c
-                .targets
-                .iter()
-                .map(|t| format!("<li>{}</li>", escape(&line(t))))
-                .collect();
             vec![
-                escape(&c.name),
-                escape(c.strategy.as_str()),
-                format!("<ol>{targets}</ol>"),
-                format!(
-                    r#"<details><summary>Edit {name}</summary>{edit}</details>{delete}"#,
-                    name = escape(&c.name),
-                    edit = form(
-                        &format!("/dashboard/combos/{}/update", c.name),
-                        csrf,
-                        "stack",
-                        &fields(&format!("combo-{}", c.name), Some(c)),
-                        "Save combo"
-                    ),
-                    delete = confirm_form(
+                text(&c.name),
+                text(c.strategy.as_str()),
+                html! { ol { @for t in &c.targets { li { (line(t)) } } } },
+                html! {
+                    details {
+                        summary { "Edit " (c.name) }
+                        (form(
+                            &format!("/dashboard/combos/{}/update", c.name),
+                            csrf,
+                            "stack",
+                            fields(&format!("combo-{}", c.name), Some(c)),
+                            "Save combo",
+                        ))
+                    }
+                    (confirm_form(
                         &format!("/dashboard/combos/{}/delete", c.name),
                         csrf,
                         &format!("Delete {}…", c.name),
                         &format!("Delete combo {} for good", c.name),
-                    ),
-                ),
+                    ))
+                },
             ]
         })
         .collect();
-    format!(
-        r#"<section aria-labelledby="combos"><h2 id="combos">Combos</h2>
-{table}</section>
-<section aria-labelledby="new-combo"><h2 id="new-combo">New combo</h2>
-{create}</section>"#,
-        table = table_html(
-            "Combos and their targets, in the order they are tried",
-            &["Combo", "Strategy", "Targets", "Actions"],
-            &rows,
-            "No combos.",
-        ),
-        create = form(
-            "/dashboard/combos/create",
-            csrf,
-            "stack",
-            &fields("new-combo", None),
-            "Create combo"
-        ),
-    )
+    html! {
+        section aria-labelledby="combos" {
+            h2 id="combos" { "Combos" }
+            (table(
+                "Combos and their targets, in the order they are tried",
+                &["Combo", "Strategy", "Targets", "Actions"],
+                &rows,
+                "No combos.",
+            ))
+        }
+        section aria-labelledby="new-combo" {
+            h2 id="new-combo" { "New combo" }
+            (form("/dashboard/combos/create", csrf, "stack", fields("new-combo", None), "Create combo"))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! Small pieces the management pages share: reading a posted form's fields (repeated
 //! keys included, which `serde_urlencoded` cannot put into a struct's `Vec`), and the
-//! HTML of hidden fields, labelled inputs, state labels and dates.
+//! markup of hidden fields, labelled inputs, state labels and dates.
 
-use crate::html::escape;
+use maud::{html, Markup};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use switchyard_gateway::error::ApiError;
@@ -64,46 +64,32 @@ pub fn parse<T: DeserializeOwned>(fields: Value) -> Result<T, ApiError> {
 }
 
 /// A hidden form field.
-pub fn hidden(name: &str, value: &str) -> String {
-    format!(
-        r#"<input type="hidden" name="{}" value="{}">"#,
-        escape(name),
-        escape(value)
-    )
+pub fn hidden(name: &str, value: &str) -> Markup {
+    html! { input type="hidden" name=(name) value=(value); }
 }
 
-/// A `<label for>` and its `<input>`: `kind` is the input's type, `extra` more
-/// attributes (HTML, e.g. ` required`).
-pub fn input(id: &str, name: &str, label: &str, kind: &str, value: &str, extra: &str) -> String {
-    format!(
-        r#"<label for="{id}">{label}</label><input type="{kind}" id="{id}" name="{name}" value="{value}"{extra}>"#,
-        id = escape(id),
-        label = escape(label),
-        kind = escape(kind),
-        name = escape(name),
-        value = escape(value),
-    )
+/// A `<label for>` and its `<input>` of type `kind`.
+pub fn input(id: &str, name: &str, label: &str, kind: &str, value: &str, required: bool) -> Markup {
+    html! {
+        label for=(id) { (label) }
+        input type=(kind) id=(id) name=(name) value=(value) required[required];
+    }
 }
 
 /// A checkbox followed by its `<label for>`.
-pub fn checkbox(id: &str, name: &str, value: &str, label: &str, checked: bool) -> String {
-    format!(
-        r#"<input type="checkbox" name="{name}" value="{value}" id="{id}"{checked}> <label for="{id}">{label}</label>"#,
-        id = escape(id),
-        name = escape(name),
-        value = escape(value),
-        label = escape(label),
-        checked = if checked { " checked" } else { "" },
-    )
+pub fn checkbox(id: &str, name: &str, value: &str, label: &str, checked: bool) -> Markup {
+    html! {
+        input type="checkbox" name=(name) value=(value) id=(id) checked[checked];
+        " "
+        label for=(id) { (label) }
+    }
 }
 
 /// A state as a text label with its class: `HALF_OPEN` → `state state-half-open`.
-pub fn state_label(state: &str) -> String {
-    format!(
-        r#"<span class="state state-{}">{}</span>"#,
-        escape(&state.to_ascii_lowercase().replace('_', "-")),
-        escape(state)
-    )
+pub fn state_label(state: &str) -> Markup {
+    html! {
+        span class={ "state state-" (state.to_ascii_lowercase().replace('_', "-")) } { (state) }
+    }
 }
 
 #[cfg(test)]
@@ -132,15 +118,15 @@ mod tests {
     #[test]
     fn states_are_text_labels_with_a_class() {
         assert_eq!(
-            state_label("HALF_OPEN"),
+            state_label("HALF_OPEN").into_string(),
             r#"<span class="state state-half-open">HALF_OPEN</span>"#
         );
         assert_eq!(
-            state_label("credits_exhausted"),
+            state_label("credits_exhausted").into_string(),
             r#"<span class="state state-credits-exhausted">credits_exhausted</span>"#
         );
         assert_eq!(
-            checkbox("s-a", "scope", "a\"", "A", true),
+            checkbox("s-a", "scope", "a\"", "A", true).into_string(),
             r#"<input type="checkbox" name="scope" value="a&quot;" id="s-a" checked> <label for="s-a">A</label>"#
         );
     }

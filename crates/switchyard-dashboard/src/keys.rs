@@ -4,12 +4,11 @@
 //! session, not in a notice.
 
 use crate::fields::{all, checkbox, comma_list, input, one, some_if_any, state_label, Fields};
-use crate::html::{confirm_form, escape, form, table_html, Nav};
-use crate::web::{Dash, Empty, Posted, Session, Signed, View};
+use crate::html::{confirm_form, form, table, text, Nav};
+use crate::web::{Dash, Empty, Posted, Routes, Session, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
+use maud::{html, Markup};
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
@@ -21,13 +20,10 @@ use switchyard_store::{ConnectionRecord, KeyRecord};
 const PAGE: &str = "/dashboard/keys";
 
 /// The keys page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PAGE, get(page).post(create).fallback(crate::unknown))
-        .route(
-            "/dashboard/keys/{id}/revoke",
-            post(revoke).fallback(crate::unknown),
-        )
+pub fn routes() -> Routes {
+    Routes::default()
+        .page_and_form(PAGE, page, create)
+        .form("/dashboard/keys/{id}/revoke", revoke)
 }
 
 /// What the page shows.
@@ -51,7 +47,7 @@ async fn show(dash: &Dash, session: &Session, created: Option<(&str, &SecretStri
     match gather(dash).await {
         Ok(k) => dash.render(
             session,
-            View::ok("Keys", Nav::Keys, &render(&k, created, &session.csrf)),
+            View::ok("Keys", Nav::Keys, render(&k, created, &session.csrf)),
         ),
         Err(e) => dash.failed(session, "Keys", Nav::Keys, &e),
     }
@@ -98,29 +94,15 @@ fn restriction(list: Option<&Vec<String>>) -> String {
 }
 
 /// The page's `<main>` content.
-pub fn render(k: &Keys, created: Option<(&str, &SecretString)>, csrf: &str) -> String {
-    let secret = created.map_or_else(String::new, |(id, secret)| {
-        format!(
-            r#"<section aria-labelledby="new-key" class="card"><h2 id="new-key">Key {id} created</h2>
-<p class="secret" id="new-secret">{secret}</p>
-<p class="hint" role="alert">Copy this secret now: it will not be shown again.</p></section>
-"#,
-            id = escape(id),
-            secret = escape(secret.expose_secret()),
-        )
-    });
-    let rows: Vec<Vec<String>> = k
+pub fn render(k: &Keys, created: Option<(&str, &SecretString)>, csrf: &str) -> Markup {
+    let rows: Vec<Vec<Markup>> = k
         .keys
         .iter()
         .map(|key| {
             let (state, action) = match key.revoked_at {
                 Some(at) => (
-                    format!(
-                        "{} {}",
-                        state_label("revoked"),
-                        escape(&crate::html::utc(at))
-                    ),
-                    String::new(),
+                    html! { (state_label("revoked")) " " (crate::html::utc(at)) },
+                    html! {},
                 ),
                 None => (
                     state_label("active"),
@@ -133,59 +115,53 @@ pub fn render(k: &Keys, created: Option<(&str, &SecretString)>, csrf: &str) -> S
                 ),
             };
             vec![
-                escape(&key.id),
-                escape(&key.name),
-                escape(&key.scopes.join(", ")),
-                escape(&restriction(key.allowed_models.as_ref())),
-                escape(&restriction(key.allowed_connections.as_ref())),
-                escape(&crate::html::utc(key.created_at)),
+                text(&key.id),
+                text(&key.name),
+                text(key.scopes.join(", ")),
+                text(restriction(key.allowed_models.as_ref())),
+                text(restriction(key.allowed_connections.as_ref())),
+                text(crate::html::utc(key.created_at)),
                 state,
                 action,
             ]
         })
         .collect();
-    let scopes: String = KNOWN_SCOPES
-        .iter()
-        .map(|s| checkbox(&format!("scope-{s}"), "scope", s, s, false))
-        .collect();
-    let connections: String = k
-        .connections
-        .iter()
-        .map(|c| {
-            checkbox(
-                &format!("connection-{}", c.id),
-                "connection",
-                &c.id,
-                &c.id,
-                false,
-            )
-        })
-        .collect();
-    let fields = format!(
-        r#"{name}<fieldset><legend>Scopes</legend>{scopes}</fieldset>{models}<p class="hint">Comma separated; empty allows every model.</p><fieldset><legend>Allowed connections</legend>{connections}<p class="hint">None checked allows every connection.</p></fieldset>"#,
-        name = input("key-name", "name", "Name", "text", "", " required"),
-        models = input("key-models", "models", "Allowed models", "text", "", ""),
-    );
-    format!(
-        r#"{secret}<section aria-labelledby="keys"><h2 id="keys">Keys</h2>
-{table}</section>
-<section aria-labelledby="create"><h2 id="create">Create a key</h2>
-{create}</section>"#,
-        table = table_html(
-            "Client API keys",
-            &[
-                "Id",
-                "Name",
-                "Scopes",
-                "Allowed models",
-                "Allowed connections",
-                "Created",
-                "State",
-                "Action"
-            ],
-            &rows,
-            "No keys.",
-        ),
-        create = form(PAGE, csrf, "stack", &fields, "Create key"),
-    )
+    let fields = html! {
+        (input("key-name", "name", "Name", "text", "", true))
+        fieldset {
+            legend { "Scopes" }
+            @for s in KNOWN_SCOPES { (checkbox(&format!("scope-{s}"), "scope", s, s, false)) }
+        }
+        (input("key-models", "models", "Allowed models", "text", "", false))
+        p.hint { "Comma separated; empty allows every model." }
+        fieldset {
+            legend { "Allowed connections" }
+            @for c in &k.connections {
+                (checkbox(&format!("connection-{}", c.id), "connection", &c.id, &c.id, false))
+            }
+            p.hint { "None checked allows every connection." }
+        }
+    };
+    html! {
+        @if let Some((id, secret)) = created {
+            section aria-labelledby="new-key" class="card" {
+                h2 id="new-key" { "Key " (id) " created" }
+                p.secret id="new-secret" { (secret.expose_secret()) }
+                p.hint role="alert" { "Copy this secret now: it will not be shown again." }
+            }
+        }
+        section aria-labelledby="keys" {
+            h2 id="keys" { "Keys" }
+            (table(
+                "Client API keys",
+                &["Id", "Name", "Scopes", "Allowed models", "Allowed connections", "Created", "State", "Action"],
+                &rows,
+                "No keys.",
+            ))
+        }
+        section aria-labelledby="create" {
+            h2 id="create" { "Create a key" }
+            (form(PAGE, csrf, "stack", fields, "Create key"))
+        }
+    }
 }

@@ -10,8 +10,9 @@
 //! anything else is refused with `403`), and every form carries the session's CSRF
 //! token (`web::Posted` checks it). A one-time link
 //! (`/dashboard/sign-in/once?t=…`, see [`OneTimeLinks`]) opens the same session once,
-//! for the binary's banner. Pages are rendered with `format!` and
-//! `html::escape`; credentials are never rendered. Assets (the stylesheet, the
+//! for the binary's banner. Sign-in attempts are throttled per client address and
+//! globally (`429` with `Retry-After`; the one-time link is exempt). Pages are maud
+//! markup, escaped by the type; credentials are never rendered. Assets (the stylesheet, the
 //! vendored htmx that refreshes live regions) are embedded and served under
 //! content-hashed names.
 
@@ -19,6 +20,7 @@ mod assets;
 mod charts;
 mod combos;
 mod fields;
+mod forms;
 mod html;
 mod keys;
 mod once;
@@ -30,35 +32,39 @@ mod requests;
 mod resilience;
 mod session;
 mod settings;
+mod throttle;
 mod web;
 
 /// The pure renderers the `render` benchmark measures; not part of the crate's API.
 #[doc(hidden)]
 pub mod bench_api {
     pub use crate::overview::{render as overview, Overview};
-    pub use crate::quota_share::{render_list as quota_share, Choice};
+    pub use crate::quota_share::{render_list as quota_share, Choice, CreateForm};
     pub use crate::requests::{render as requests, Choices, Filters};
 }
 
 use axum::extract::rejection::FormRejection;
-use axum::extract::{RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, SET_COOKIE,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, RETRY_AFTER, SET_COOKIE,
     X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::map_response;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
-use axum::{Form, Router};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{any, get};
+use axum::{Extension, Form, Router};
+use maud::html;
 use serde::Deserialize;
 use session::{Sessions, SESSION_TTL_SECS};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use switchyard_core::apikey::KeyHash;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::pipeline::auth;
 use switchyard_gateway::state::AppState;
-use web::{see_other, Dash, Empty, Posted, Signed, SIGN_IN};
+use throttle::{Client, Throttle};
+use web::{see_other, Dash, Empty, Posted, Routes, Signed, SIGN_IN};
 
 pub use once::OneTimeLinks;
 
@@ -66,7 +72,9 @@ pub use once::OneTimeLinks;
 const COOKIE_NAME: &str = "sy_session";
 
 /// The dashboard's routes, all under `/dashboard`, with no fallback of their own (the
-/// gateway's answers paths outside them).
+/// gateway's answers paths outside them). `/dashboard/` is sent to `/dashboard` (a
+/// `308`), and every answer under `/dashboard`, an unknown path's included, carries
+/// the dashboard's security headers.
 pub fn routes(state: Arc<AppState>) -> Router {
     dashboard(state).router
 }
@@ -84,28 +92,41 @@ pub fn dashboard(state: Arc<AppState>) -> Dashboard {
         links: Arc::default(),
         clock: Arc::clone(&state.clock),
     };
-    let once = Arc::clone(&links.links);
     let (css, js) = (assets::css(), assets::htmx());
+    let layout = html::Layout {
+        css: css.path.clone(),
+        js: js.path.clone(),
+    };
     let dash = Arc::new(Dash {
         app: state,
         sessions: Sessions::default(),
-        layout: html::Layout {
-            css: css.path.clone(),
-            js: js.path.clone(),
-        },
+        throttle: Throttle::default(),
+        layout,
     });
-    let router = Router::new()
-        .route("/dashboard", get(overview::page).fallback(unknown))
-        .route(SIGN_IN, get(sign_in_form).post(sign_in).fallback(unknown))
-        .route(
-            once::ONCE_PATH,
-            get(move |dash, headers, query| sign_in_once(dash, Arc::clone(&once), headers, query))
-                .fallback(unknown),
+    let router = table(Arc::clone(&links.links), css, js)
+        .router
+        .layer(map_response(security_headers))
+        .with_state(dash);
+    Dashboard { router, links }
+}
+
+/// The dashboard's route table, which [`dashboard`] builds its router from.
+fn table(once: Arc<once::Links>, css: assets::Asset, js: assets::Asset) -> Routes {
+    let (css_path, js_path) = (css.path.clone(), js.path.clone());
+    Routes::default()
+        .page("/dashboard", overview::page)
+        .other(
+            "/dashboard/",
+            any(|| async { Redirect::permanent("/dashboard") }),
         )
-        .route("/dashboard/sign-out", post(sign_out).fallback(unknown))
-        .route(&css.path.clone(), get(move || asset(css)).fallback(unknown))
-        .route(&js.path.clone(), get(move || asset(js)).fallback(unknown))
-        .route("/dashboard/{*rest}", any(unknown))
+        .other(SIGN_IN, get(sign_in_form).post(sign_in).fallback(unknown))
+        .page(once::ONCE_PATH, move |dash, headers, query| {
+            sign_in_once(dash, Arc::clone(&once), headers, query)
+        })
+        .form("/dashboard/sign-out", sign_out)
+        .page(&css_path, move || asset(css))
+        .page(&js_path, move || asset(js))
+        .other("/dashboard/{*rest}", any(unknown))
         .merge(quota_share::routes())
         .merge(plans::routes())
         .merge(resilience::routes())
@@ -114,9 +135,13 @@ pub fn dashboard(state: Arc<AppState>) -> Dashboard {
         .merge(providers::routes())
         .merge(combos::routes())
         .merge(requests::routes())
-        .layer(map_response(security_headers))
-        .with_state(dash);
-    Dashboard { router, links }
+}
+
+/// The paths whose `POST` is a signed-in form (each refused without its session's CSRF
+/// token), from the table the router is built from; for tests, not part of the API.
+#[doc(hidden)]
+pub fn post_routes() -> Vec<&'static str> {
+    table(Arc::default(), assets::css(), assets::htmx()).forms
 }
 
 /// The content security policy of every dashboard response: only the dashboard's own
@@ -191,20 +216,15 @@ impl Dash {
     }
 
     fn sign_in_page(&self, status: StatusCode, error: Option<&str>) -> Response {
-        let error = error.map_or_else(String::new, |e| {
-            format!(
-                r#"<p class="notice error" role="alert" id="sign-in-error">Error: {}</p>"#,
-                html::escape(e)
-            )
-        });
-        let main = format!(
-            r#"{error}<form class="sign-in" method="post" action="/dashboard/sign-in">
-<label for="token">Admin token or admin-scoped key</label>
-<input type="password" id="token" name="token" autocomplete="current-password" required autofocus>
-<button type="submit">Sign in</button>
-</form>"#
-        );
-        self.public(status, "Sign in", &main)
+        let main = html! {
+            @if let Some(e) = error { (html::error_notice(Some("sign-in-error"), e)) }
+            form.sign-in method="post" action=(SIGN_IN) {
+                label for="token" { "Admin token or admin-scoped key" }
+                input type="password" id="token" name="token" autocomplete="current-password" required autofocus;
+                button type="submit" { "Sign in" }
+            }
+        };
+        self.public(status, "Sign in", main)
     }
 }
 
@@ -221,11 +241,25 @@ struct SignIn {
 }
 
 /// `POST /dashboard/sign-in`: the admin token or an admin-scoped key opens a session.
+/// Attempts are throttled per client address and globally (see `throttle`): past the
+/// limit the answer is `429` with `Retry-After`, whatever the token.
 async fn sign_in(
     State(dash): State<Arc<Dash>>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     form: Result<Form<SignIn>, FormRejection>,
 ) -> Response {
+    let client = Client::of(peer.map(|Extension(ConnectInfo(addr))| addr.ip()));
+    if let Err(wait) = dash.throttle.attempt(client) {
+        let mut r = dash.sign_in_page(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&format!(
+                "Too many sign-in attempts. Try again in {wait} s."
+            )),
+        );
+        r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(wait));
+        return r;
+    }
     let token = form.map(|Form(f)| f.token).unwrap_or_default();
     let credential = KeyHash::of(token.trim());
     match auth::check_admin_hash(&dash.app.config, &credential) {
@@ -296,7 +330,13 @@ async fn unknown(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Resp
             status: StatusCode::NOT_FOUND,
             title: "Not found",
             nav: html::Nav::None,
-            main: r#"<p>There is no such dashboard page. <a href="/dashboard">Back to the overview</a>.</p>"#,
+            main: html! {
+                p {
+                    "There is no such dashboard page. "
+                    a href="/dashboard" { "Back to the overview" }
+                    "."
+                }
+            },
         },
     )
 }

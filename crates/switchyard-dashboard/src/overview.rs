@@ -5,10 +5,11 @@
 //! `services`. The whole content refreshes itself every 30 s.
 
 use crate::charts::{line_chart, Series};
-use crate::html::{escape, live, table, Nav};
+use crate::html::{live, table, text, Nav};
 use crate::web::{Dash, Signed, View};
 use axum::extract::State;
 use axum::response::Response;
+use maud::{html, Markup};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
@@ -122,7 +123,7 @@ pub fn per_minute(rows: &[SeriesRow], now_ms: u64) -> Minutes {
 }
 
 /// A per-minute line chart of the last hour with one line per `(label, points)`.
-fn minute_chart(title: &str, lines: &[(String, Vec<f64>)]) -> String {
+fn minute_chart(title: &str, lines: &[(String, Vec<f64>)]) -> Markup {
     let series: Vec<Series<'_>> = lines
         .iter()
         .map(|(label, points)| Series { label, points })
@@ -138,7 +139,7 @@ pub async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Res
             View::ok(
                 "Overview",
                 Nav::Overview,
-                &live("overview-live", "/dashboard", 30, &render(&o)),
+                live("overview-live", "/dashboard", 30, render(&o)),
             ),
         ),
         Err(e) => dash.failed(&session, "Overview", Nav::Overview, &e),
@@ -182,14 +183,14 @@ fn or_dash(value: Option<&str>) -> String {
 }
 
 /// The overview's `<main>` content.
-pub fn render(o: &Overview) -> String {
+pub fn render(o: &Overview) -> Markup {
     let breakers: HashMap<&str, (&str, u32)> = o
         .health
         .breakers
         .iter()
         .map(|b| (b.provider.as_str(), (b.state, b.failures)))
         .collect();
-    let providers: Vec<Vec<String>> = o
+    let providers: Vec<Vec<Markup>> = o
         .providers
         .iter()
         .map(|p| {
@@ -198,58 +199,58 @@ pub fn render(o: &Overview) -> String {
                 .copied()
                 .unwrap_or(("CLOSED", 0));
             vec![
-                p.id.clone(),
-                p.format.as_str().to_owned(),
-                state.to_owned(),
-                failures.to_string(),
+                text(&p.id),
+                text(p.format.as_str()),
+                text(state),
+                text(failures.to_string()),
             ]
         })
         .collect();
-    let connections: Vec<Vec<String>> = o
+    let connections: Vec<Vec<Markup>> = o
         .connections
         .iter()
         .map(|c| {
             vec![
-                c.connection_id.clone(),
-                c.provider.clone(),
-                c.auth_class.to_owned(),
-                c.state.to_owned(),
-                if c.remaining_ms == 0 {
+                text(&c.connection_id),
+                text(&c.provider),
+                text(c.auth_class),
+                text(c.state),
+                text(if c.remaining_ms == 0 {
                     "—".to_owned()
                 } else {
                     seconds(c.remaining_ms)
-                },
-                c.model_locks.len().to_string(),
-                or_dash(c.last_error.as_deref()),
+                }),
+                text(c.model_locks.len().to_string()),
+                text(or_dash(c.last_error.as_deref())),
             ]
         })
         .collect();
-    let pools: Vec<Vec<String>> = o
+    let pools: Vec<Vec<Markup>> = o
         .pools
         .iter()
         .map(|p| {
             vec![
-                p.id.clone(),
-                p.name.clone(),
-                p.connection_ids.join(", "),
-                p.effective_dimensions.len().to_string(),
-                p.allocations.len().to_string(),
+                text(&p.id),
+                text(&p.name),
+                text(p.connection_ids.join(", ")),
+                text(p.effective_dimensions.len().to_string()),
+                text(p.allocations.len().to_string()),
             ]
         })
         .collect();
-    let logs: Vec<Vec<String>> = o
+    let logs: Vec<Vec<Markup>> = o
         .logs
         .iter()
         .map(|r| {
             vec![
-                crate::html::utc(r.ts),
-                r.request_id.clone(),
-                or_dash(r.key_id.as_deref()),
-                r.requested_model.clone(),
-                or_dash(r.provider.as_deref()),
-                or_dash(r.connection_id.as_deref()),
-                r.status.to_string(),
-                r.latency_ms.to_string(),
+                text(crate::html::utc(r.ts)),
+                text(&r.request_id),
+                text(or_dash(r.key_id.as_deref())),
+                text(&r.requested_model),
+                text(or_dash(r.provider.as_deref())),
+                text(or_dash(r.connection_id.as_deref())),
+                text(r.status.to_string()),
+                text(r.latency_ms.to_string()),
             ]
         })
         .collect();
@@ -259,80 +260,66 @@ pub fn render(o: &Overview) -> String {
         ("requests".to_owned(), m.requests),
         ("errors".to_owned(), m.errors),
     ];
-    format!(
-        r#"<ul class="summary" aria-label="Summary">
-<li>Status: {status}</li>
-<li>In flight: {in_flight} ({queued} waiting for a slot)</li>
-<li>Keys: {keys} ({revoked} revoked)</li>
-<li>Open breakers: {open}</li>
-</ul>
-<section aria-labelledby="traffic"><h2 id="traffic">The last hour</h2>
-<div class="charts">{totals}{by_provider}{by_key}{errors_by_provider}{errors_by_key}</div></section>
-<section aria-labelledby="providers"><h2 id="providers">Providers</h2>
-{providers}</section>
-<section aria-labelledby="connections"><h2 id="connections">Connections</h2>
-{connections}</section>
-<section aria-labelledby="pools"><h2 id="pools">Quota pools</h2>
-{pools}</section>
-<section aria-labelledby="requests"><h2 id="requests">Recent requests</h2>
-{logs}</section>"#,
-        status = escape(o.health.status),
-        in_flight = o.in_flight.requests,
-        queued = o.in_flight.queued,
-        totals = minute_chart("Requests and errors per minute", &totals),
-        by_provider = minute_chart("Requests per minute by provider", &m.by_provider),
-        by_key = minute_chart("Requests per minute by key", &m.by_key),
-        errors_by_provider = minute_chart("Errors per minute by provider", &m.errors_by_provider),
-        errors_by_key = minute_chart("Errors per minute by key", &m.errors_by_key),
-        keys = o.keys.len(),
-        open = o
-            .health
-            .breakers
-            .iter()
-            .filter(|b| b.state == "OPEN")
-            .count(),
-        providers = table(
-            "Providers and their circuit breakers",
-            &["Provider", "Format", "Breaker", "Failures"],
-            &providers,
-            "No providers."
-        ),
-        connections = table(
-            "Connections and their cooldowns",
-            &[
-                "Connection",
-                "Provider",
-                "Auth",
-                "State",
-                "Cooldown left",
-                "Model locks",
-                "Last error"
-            ],
-            &connections,
-            "No connections."
-        ),
-        pools = table(
-            "Quota pools",
-            &["Pool", "Name", "Connections", "Dimensions", "Allocations"],
-            &pools,
-            "No quota pools."
-        ),
-        logs = table(
-            "The newest requests, newest first",
-            &[
-                "Time",
-                "Request",
-                "Key",
-                "Model",
-                "Provider",
-                "Connection",
-                "Status",
-                "Latency (ms)"
-            ],
-            &logs,
-            "No requests yet."
-        ),
-    )
+    let open = o
+        .health
+        .breakers
+        .iter()
+        .filter(|b| b.state == "OPEN")
+        .count();
+    html! {
+        ul.summary aria-label="Summary" {
+            li { "Status: " (o.health.status) }
+            li { "In flight: " (o.in_flight.requests) " (" (o.in_flight.queued) " waiting for a slot)" }
+            li { "Keys: " (o.keys.len()) " (" (revoked) " revoked)" }
+            li { "Open breakers: " (open) }
+        }
+        section aria-labelledby="traffic" {
+            h2 id="traffic" { "The last hour" }
+            div.charts {
+                (minute_chart("Requests and errors per minute", &totals))
+                (minute_chart("Requests per minute by provider", &m.by_provider))
+                (minute_chart("Requests per minute by key", &m.by_key))
+                (minute_chart("Errors per minute by provider", &m.errors_by_provider))
+                (minute_chart("Errors per minute by key", &m.errors_by_key))
+            }
+        }
+        section aria-labelledby="providers" {
+            h2 id="providers" { "Providers" }
+            (table(
+                "Providers and their circuit breakers",
+                &["Provider", "Format", "Breaker", "Failures"],
+                &providers,
+                "No providers.",
+            ))
+        }
+        section aria-labelledby="connections" {
+            h2 id="connections" { "Connections" }
+            (table(
+                "Connections and their cooldowns",
+                &["Connection", "Provider", "Auth", "State", "Cooldown left", "Model locks", "Last error"],
+                &connections,
+                "No connections.",
+            ))
+        }
+        section aria-labelledby="pools" {
+            h2 id="pools" { "Quota pools" }
+            (table(
+                "Quota pools",
+                &["Pool", "Name", "Connections", "Dimensions", "Allocations"],
+                &pools,
+                "No quota pools.",
+            ))
+        }
+        section aria-labelledby="requests" {
+            h2 id="requests" { "Recent requests" }
+            (table(
+                "The newest requests, newest first",
+                &["Time", "Request", "Key", "Model", "Provider", "Connection", "Status", "Latency (ms)"],
+                &logs,
+                "No requests yet.",
+            ))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,15 +3,15 @@
 //! (the catalog's plan, or none, applies again).
 
 use crate::charts;
-use crate::html::{self, escape, table, Nav};
-use crate::quota_share::{dimension_lines, parse_dimensions, Choice};
-use crate::web::{Dash, Empty, Posted, Signed, View};
+use crate::forms::{self, DimRow, Placed};
+use crate::html::{self, error_notice, table, text, Nav};
+use crate::quota_share::Choice;
+use crate::web::{Dash, Empty, Posted, Routes, Session, Signed, View};
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
+use maud::{html, Markup};
 use serde::Deserialize;
-use std::fmt::Write;
 use std::sync::Arc;
 use switchyard_core::quota::plan::PlanSource;
 use switchyard_gateway::error::ApiError;
@@ -22,16 +22,13 @@ use switchyard_gateway::services::quota::PlanView;
 pub const PLANS: &str = "/dashboard/costs/quota-share/plans";
 
 /// The page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PLANS, get(page).fallback(crate::unknown))
-        .route(
-            "/dashboard/costs/quota-share/plans/{connection}",
-            post(save).fallback(crate::unknown),
-        )
-        .route(
+pub fn routes() -> Routes {
+    Routes::default()
+        .page(PLANS, page)
+        .form("/dashboard/costs/quota-share/plans/{connection}", save)
+        .form(
             "/dashboard/costs/quota-share/plans/{connection}/delete",
-            post(delete).fallback(crate::unknown),
+            delete,
         )
 }
 
@@ -53,6 +50,26 @@ async fn page(
     Signed(session): Signed,
     Query(pick): Query<Pick>,
 ) -> Response {
+    let selected = pick.connection.filter(|c| !c.is_empty());
+    show(&dash, &session, selected, None, StatusCode::OK).await
+}
+
+/// The override form as posted: its rows and the error placed on them.
+#[derive(Debug)]
+pub struct Override {
+    pub rows: Vec<DimRow>,
+    pub error: Option<Placed>,
+}
+
+/// The page of `selected`'s plan, its override form showing `edit` when given (else
+/// the plan's dimensions), answered with `status`.
+async fn show(
+    dash: &Dash,
+    session: &Session,
+    selected: Option<String>,
+    edit: Option<&Override>,
+    status: StatusCode,
+) -> Response {
     let title = "Plans";
     let connections = match services::config::connections(&dash.app).await {
         Ok(c) => c
@@ -62,9 +79,8 @@ async fn page(
                 provider: c.provider,
             })
             .collect::<Vec<_>>(),
-        Err(e) => return dash.failed(&session, title, Nav::Plans, &e),
+        Err(e) => return dash.failed(session, title, Nav::Plans, &e),
     };
-    let selected = pick.connection.filter(|c| !c.is_empty());
     let plan = selected
         .clone()
         .map(|c| services::quota::plan(&dash.app, c).map_err(|e| e.to_string()));
@@ -72,9 +88,18 @@ async fn page(
         &connections,
         selected.as_deref(),
         plan.as_ref(),
+        edit,
         &session.csrf,
     );
-    dash.render(&session, View::ok(title, Nav::Plans, &main))
+    dash.render(
+        session,
+        View {
+            status,
+            title,
+            nav: Nav::Plans,
+            main,
+        },
+    )
 }
 
 /// A plan's source as text.
@@ -91,131 +116,150 @@ pub(crate) fn render(
     connections: &[Choice],
     selected: Option<&str>,
     plan: Option<&Result<PlanView, String>>,
+    edit: Option<&Override>,
     csrf: &str,
-) -> String {
-    let mut options = String::new();
-    for c in connections {
-        let chosen = if Some(c.id.as_str()) == selected {
-            " selected"
-        } else {
-            ""
-        };
-        let _ = write!(
-            options,
-            r#"<option value="{id}"{chosen}>{id} ({provider})</option>"#,
-            id = escape(&c.id),
-            provider = escape(&c.provider),
-        );
-    }
-    let mut out = format!(
-        r#"<form method="get" action="{PLANS}" class="row"><label for="plan-connection">Connection<select id="plan-connection" name="connection">{options}</select></label><button type="submit">Show plan</button></form>"#
-    );
-    match plan {
-        None => out.push_str(r#"<p class="hint">Pick a connection to see its plan.</p>"#),
-        Some(Err(e)) => {
-            let _ = write!(
-                out,
-                r#"<p class="notice error" role="alert">Error: {}</p>"#,
-                escape(e)
-            );
+) -> Markup {
+    html! {
+        form method="get" action=(PLANS) class="row" {
+            label for="plan-connection" {
+                "Connection"
+                select id="plan-connection" name="connection" {
+                    @for c in connections {
+                        option value=(c.id) selected[Some(c.id.as_str()) == selected] {
+                            (c.id) " (" (c.provider) ")"
+                        }
+                    }
+                }
+            }
+            button type="submit" { "Show plan" }
         }
-        Some(Ok(p)) => out.push_str(&plan_section(p, csrf)),
+        @match plan {
+            None => p.hint { "Pick a connection to see its plan." },
+            Some(Err(e)) => (error_notice(None, e)),
+            Some(Ok(p)) => (plan_section(p, edit, csrf)),
+        }
     }
-    out
 }
 
 /// One connection's plan, the override form and (for a manual plan) its removal.
-fn plan_section(p: &PlanView, csrf: &str) -> String {
-    let rows: Vec<Vec<String>> = p
+fn plan_section(p: &PlanView, edit: Option<&Override>, csrf: &str) -> Markup {
+    let rows: Vec<Vec<Markup>> = p
         .dimensions
         .iter()
         .map(|d| {
             vec![
-                d.unit.as_str().to_owned(),
-                d.window.as_str().to_owned(),
-                if d.limit > 0.0 {
+                text(d.unit.as_str()),
+                text(d.window.as_str()),
+                text(if d.limit > 0.0 {
                     charts::number(d.limit)
                 } else {
                     "0 (unknown)".to_owned()
-                },
+                }),
             ]
         })
         .collect();
     let path = format!("{PLANS}/{}", p.connection_id);
-    let lines = dimension_lines(
-        p.dimensions
-            .iter()
-            .map(|d| (d.unit.as_str(), d.window.as_str(), d.limit)),
-    );
+    let mut shown: Vec<DimRow> = p
+        .dimensions
+        .iter()
+        .map(|d| DimRow {
+            unit: d.unit.as_str().to_owned(),
+            window: d.window.as_str().to_owned(),
+            limit: charts::number(d.limit),
+        })
+        .collect();
+    if shown.is_empty() {
+        shown.push(DimRow::default());
+    }
+    let (form_rows, placed) = edit.map_or((shown.as_slice(), None), |e| {
+        (e.rows.as_slice(), e.error.as_ref())
+    });
     let edit = html::form(
         &path,
         csrf,
         "stack",
-        &format!(
-            r#"<label for="plan-dims">Dimensions</label><textarea id="plan-dims" name="dimensions" aria-describedby="plan-dims-hint">{}</textarea><p class="hint" id="plan-dims-hint">One per line: <code>unit:window=limit</code>, e.g. <code>tokens:5h=400000</code>. Units: requests, tokens, percent, usd; windows: 5h, hourly, daily, weekly, monthly; a limit of 0 means unknown. Saving stores a manual override for this connection.</p>"#,
-            escape(&lines)
-        ),
+        html! {
+            (forms::default_submit("Save override"))
+            @if let Some(e) = placed.filter(|e| e.row.is_none()) {
+                p.notice.error role="alert" id="plan-error" { "Error: " (e.message) }
+            }
+            (forms::dimension_rows(form_rows, placed))
+            p.hint id="plan-dims-hint" {
+                "A limit of 0 means unknown; a row without a limit is left out. Saving stores a manual override for this connection."
+            }
+        },
         "Save override",
     );
-    let delete = if p.source == PlanSource::Manual {
-        format!(
-            r#"<p class="hint">Deleting the override makes the catalog's plan (or none) apply again.</p>{}"#,
-            html::confirm_form(
-                &format!("{path}/delete"),
-                csrf,
-                "Delete override…",
-                &format!("Delete the override of {} for good", p.connection_id)
-            )
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        r#"<section aria-labelledby="plan-h"><h2 id="plan-h">Plan of {id}</h2>
-<p id="plan-source">Source: {source}</p>
-{table}
-<h3>Override</h3>
-{edit}{delete}</section>"#,
-        id = escape(&p.connection_id),
-        source = source(p.source),
-        table = table(
-            &format!("Dimensions of {}", p.connection_id),
-            &["Unit", "Window", "Limit"],
-            &rows,
-            "No dimensions.",
-        ),
-    )
+    html! {
+        section aria-labelledby="plan-h" {
+            h2 id="plan-h" { "Plan of " (p.connection_id) }
+            p id="plan-source" { "Source: " (source(p.source)) }
+            (table(
+                &format!("Dimensions of {}", p.connection_id),
+                &["Unit", "Window", "Limit"],
+                &rows,
+                "No dimensions.",
+            ))
+            h3 { "Override" }
+            (edit)
+            @if p.source == PlanSource::Manual {
+                p.hint { "Deleting the override makes the catalog's plan (or none) apply again." }
+                (html::confirm_form(
+                    &format!("{path}/delete"),
+                    csrf,
+                    "Delete override…",
+                    &format!("Delete the override of {} for good", p.connection_id),
+                ))
+            }
+        }
+    }
 }
 
-/// The override form.
-#[derive(Debug, Deserialize)]
-struct PlanForm {
-    #[serde(default)]
-    dimensions: String,
-}
-
-/// `POST /dashboard/costs/quota-share/plans/{connection}`: stores a manual plan.
+/// `POST /dashboard/costs/quota-share/plans/{connection}`: a row button shows the
+/// form again with one row more or less; otherwise stores a manual plan. A refused
+/// plan shows the form again as posted, with the API's error beside its row.
 async fn save(
     State(dash): State<Arc<Dash>>,
     Path(connection): Path<String>,
-    Posted(session, form): Posted<PlanForm>,
+    Posted(session, fields): Posted<Vec<(String, String)>>,
 ) -> Response {
-    let outcome = match parse_dimensions(&form.dimensions) {
+    let mut edit = Override {
+        rows: forms::dim_rows(&fields),
+        error: None,
+    };
+    if let Some(e) = forms::edit(&fields) {
+        forms::apply(e, &mut edit.rows, &mut Vec::new());
+        return show(
+            &dash,
+            &session,
+            Some(connection),
+            Some(&edit),
+            StatusCode::OK,
+        )
+        .await;
+    }
+    let outcome = match forms::dimensions(&edit.rows) {
         Ok(dims) => services::quota::save_plan(&dash.app, connection.clone(), dims).await,
         Err(e) => Err(e),
     };
-    dash.done(&session, &plan_path(&connection), outcome, |p| {
-        format!(
-            "Plan of `{}` saved: {} dimension(s), source {}.",
-            p.connection_id,
-            p.dimensions.len(),
-            match p.source {
-                PlanSource::Manual => "manual",
-                PlanSource::Catalog => "catalog",
-                PlanSource::Empty => "empty",
-            }
-        )
-    })
+    match outcome {
+        Ok(p) => dash.done(&session, &plan_path(&connection), Ok(p), |p| {
+            format!(
+                "Plan of `{}` saved: {} dimension(s), source {}.",
+                p.connection_id,
+                p.dimensions.len(),
+                match p.source {
+                    PlanSource::Manual => "manual",
+                    PlanSource::Catalog => "catalog",
+                    PlanSource::Empty => "empty",
+                }
+            )
+        }),
+        Err(e) => {
+            edit.error = Some(forms::place(&e, &forms::dim_from(&edit.rows), &[]));
+            show(&dash, &session, Some(connection), Some(&edit), e.parts().0).await
+        }
+    }
 }
 
 /// `POST /dashboard/costs/quota-share/plans/{connection}/delete`: removes the override.
@@ -255,13 +299,14 @@ mod tests {
             source: PlanSource::Catalog,
             dimensions: vec![Dimension::new(Unit::Requests, Window::Hourly, 1500.0)],
         });
-        let html = render(&choices(), Some("c1"), Some(&plan), "tok");
+        let html = render(&choices(), Some("c1"), Some(&plan), None, "tok").into_string();
         assert!(html.contains(r#"<option value="c1" selected>c1 (kimi)</option><option value="c&lt;2&gt;">c&lt;2&gt; (kimi)</option>"#));
         assert!(html.contains(
             r#"<p id="plan-source">Source: catalog (the built-in plan of the provider)</p>"#
         ));
         assert!(html.contains("<tr><td>requests</td><td>hourly</td><td>1500</td></tr>"));
-        assert!(html.contains(">requests:hourly=1500\n</textarea>"));
+        assert!(html.contains(r#"<input type="number" name="dim[0].limit" value="1500" min="0" step="any" aria-label="Limit of dimension 1">"#));
+        assert!(html.contains(r#"<select name="dim[0].window" aria-label="Window of dimension 1"><option value="5h">5h</option><option value="hourly" selected>hourly</option>"#));
         assert!(html.contains(r#"action="/dashboard/costs/quota-share/plans/c1""#));
         assert!(!html.contains("Delete override"));
     }
@@ -273,10 +318,17 @@ mod tests {
             source: PlanSource::Manual,
             dimensions: vec![],
         });
-        let html = render(&choices(), Some("c1"), Some(&plan), "tok");
+        let html = render(&choices(), Some("c1"), Some(&plan), None, "tok").into_string();
         assert!(html.contains(r#"action="/dashboard/costs/quota-share/plans/c1/delete""#));
         assert!(html.contains("<tr><td colspan=\"3\">No dimensions.</td></tr>"));
-        let html = render(&choices(), Some("x"), Some(&Err("no <x>".into())), "tok");
+        let html = render(
+            &choices(),
+            Some("x"),
+            Some(&Err("no <x>".into())),
+            None,
+            "tok",
+        )
+        .into_string();
         assert!(html.contains(r#"<p class="notice error" role="alert">Error: no &lt;x&gt;</p>"#));
         assert!(!html.contains(" selected"));
         assert_eq!(

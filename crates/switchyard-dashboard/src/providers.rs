@@ -8,12 +8,11 @@
 //! leaving it empty on an edit keeps the stored one.
 
 use crate::fields::{checkbox, comma_list, input, non_blank, number, one, parse, Fields};
-use crate::html::{confirm_form, escape, form, table_html, Nav};
-use crate::web::{Dash, Empty, Posted, Signed, View};
+use crate::html::{confirm_form, form, table, text, Nav};
+use crate::web::{Dash, Empty, Posted, Routes, Signed, View};
 use axum::extract::{Path, State};
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
+use maud::{html, Markup};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use switchyard_gateway::config::ConnectionSpec;
@@ -31,33 +30,15 @@ const FORMATS: [&str; 3] = ["openai", "anthropic", "responses"];
 const AUTH_CLASSES: [&str; 3] = ["apikey", "oauth", "local"];
 
 /// The page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PAGE, get(page).fallback(crate::unknown))
-        .route(
-            "/dashboard/providers/create",
-            post(create_provider).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/providers/{id}/update",
-            post(update_provider).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/providers/{id}/delete",
-            post(delete_provider).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/connections/create",
-            post(create_connection).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/connections/{id}/update",
-            post(update_connection).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/connections/{id}/delete",
-            post(delete_connection).fallback(crate::unknown),
-        )
+pub fn routes() -> Routes {
+    Routes::default()
+        .page(PAGE, page)
+        .form("/dashboard/providers/create", create_provider)
+        .form("/dashboard/providers/{id}/update", update_provider)
+        .form("/dashboard/providers/{id}/delete", delete_provider)
+        .form("/dashboard/connections/create", create_connection)
+        .form("/dashboard/connections/{id}/update", update_connection)
+        .form("/dashboard/connections/{id}/delete", delete_connection)
 }
 
 /// What the page shows.
@@ -81,7 +62,7 @@ async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Respons
             View::ok(
                 "Providers and connections",
                 Nav::Providers,
-                &render(&p, &session.csrf),
+                render(&p, &session.csrf),
             ),
         ),
         Err(e) => dash.failed(&session, "Providers and connections", Nav::Providers, &e),
@@ -232,269 +213,209 @@ fn select(
     options: &[&str],
     selected: &str,
     blank: Option<&str>,
-) -> String {
-    let mut out = format!(
-        r#"<label for="{id}">{label}</label><select id="{id}" name="{name}">"#,
-        id = escape(id),
-        label = escape(label),
-        name = escape(name),
-    );
-    if let Some(b) = blank {
-        out.push_str(&format!(r#"<option value="">{}</option>"#, escape(b)));
+) -> Markup {
+    html! {
+        label for=(id) { (label) }
+        select id=(id) name=(name) {
+            @if let Some(b) = blank { option value="" { (b) } }
+            @for o in options { option value=(o) selected[*o == selected] { (o) } }
+        }
     }
-    for o in options {
-        out.push_str(&format!(
-            r#"<option value="{o}"{}>{o}</option>"#,
-            if *o == selected { " selected" } else { "" },
-            o = escape(o),
-        ));
-    }
-    out.push_str("</select>");
-    out
 }
 
 /// A provider form's fields; `p` fills them in for an edit (`prefix` keeps ids unique).
-fn provider_fields(prefix: &str, p: Option<&ProviderRecord>) -> String {
+fn provider_fields(prefix: &str, p: Option<&ProviderRecord>) -> Markup {
     let id = |f: &str| format!("{prefix}-{f}");
-    let id_field = match p {
-        Some(_) => String::new(),
-        None => input(&id("id"), "id", "Id", "text", "", " required"),
-    };
-    format!(
-        "{id_field}{format}{url}{models}{max}",
-        format = select(
+    html! {
+        @if p.is_none() { (input(&id("id"), "id", "Id", "text", "", true)) }
+        (select(
             &id("format"),
             "format",
             "Format",
             &FORMATS,
             p.map_or("openai", |p| p.format.as_str()),
-            None
-        ),
-        url = input(
-            &id("base_url"),
-            "base_url",
-            "Base URL",
-            "url",
-            p.map_or("", |p| &p.base_url),
-            " required"
-        ),
-        models = input(
+            None,
+        ))
+        (input(&id("base_url"), "base_url", "Base URL", "url", p.map_or("", |p| &p.base_url), true))
+        (input(
             &id("models"),
             "models",
             "Models (comma separated; empty passes any name through)",
             "text",
             &p.map_or_else(String::new, |p| p.models.join(", ")),
-            ""
-        ),
-        max = input(
+            false,
+        ))
+        (input(
             &id("max_concurrent"),
             "max_concurrent",
             "Most requests in flight (empty = no limit)",
             "number",
             &p.and_then(|p| p.max_concurrent)
                 .map_or_else(String::new, |n| n.to_string()),
-            ""
-        ),
-    )
+            false,
+        ))
+    }
 }
 
 /// A connection form's fields; `c` fills them in for an edit, except the credential.
-fn connection_fields(prefix: &str, providers: &[&str], c: Option<&ConnectionRecord>) -> String {
+fn connection_fields(prefix: &str, providers: &[&str], c: Option<&ConnectionRecord>) -> Markup {
     let id = |f: &str| format!("{prefix}-{f}");
-    let id_field = match c {
-        Some(_) => String::new(),
-        None => input(&id("id"), "id", "Id", "text", "", " required"),
-    };
     let credential_hint = match c {
         Some(_) => "Write-only. Leave empty to keep the stored credential.",
         None => "Write-only: it is stored and never shown again.",
     };
-    format!(
-        r#"{id_field}{provider}{auth}{format}{url}<label for="{cred}">Credential</label><input type="password" id="{cred}" name="credential" autocomplete="new-password"><p class="hint">{credential_hint}</p>{max}<div>{enabled}</div><div>{cooling}</div>"#,
-        provider = select(
-            &id("provider"),
-            "provider",
-            "Provider",
-            providers,
-            c.map_or("", |c| &c.provider),
-            None
-        ),
-        auth = select(
+    html! {
+        @if c.is_none() { (input(&id("id"), "id", "Id", "text", "", true)) }
+        (select(&id("provider"), "provider", "Provider", providers, c.map_or("", |c| &c.provider), None))
+        (select(
             &id("auth_class"),
             "auth_class",
             "Auth class",
             &AUTH_CLASSES,
             c.map_or("apikey", |c| c.auth_class.as_str()),
-            None
-        ),
-        format = select(
+            None,
+        ))
+        (select(
             &id("format"),
             "format",
             "Format",
             &FORMATS,
             c.and_then(|c| c.format).map_or("", |f| f.as_str()),
-            Some("the provider's")
-        ),
-        url = input(
+            Some("the provider's"),
+        ))
+        (input(
             &id("base_url"),
             "base_url",
             "Base URL (empty = the provider's)",
             "url",
             c.and_then(|c| c.base_url.as_deref()).unwrap_or(""),
-            ""
-        ),
-        cred = escape(&id("credential")),
-        max = input(
+            false,
+        ))
+        label for=(id("credential")) { "Credential" }
+        input type="password" id=(id("credential")) name="credential" autocomplete="new-password";
+        p.hint { (credential_hint) }
+        (input(
             &id("max_concurrent"),
             "max_concurrent",
             "Most requests in flight (empty = no limit)",
             "number",
             &c.and_then(|c| c.max_concurrent)
                 .map_or_else(String::new, |n| n.to_string()),
-            ""
-        ),
-        enabled = checkbox(
-            &id("enabled"),
-            "enabled",
-            "true",
-            "Enabled",
-            c.is_none_or(|c| c.enabled)
-        ),
-        cooling = checkbox(
-            &id("disable_cooling"),
-            "disable_cooling",
-            "true",
-            "Failures do not cool it down",
-            c.is_some_and(|c| c.disable_cooling)
-        ),
-    )
+            false,
+        ))
+        div { (checkbox(&id("enabled"), "enabled", "true", "Enabled", c.is_none_or(|c| c.enabled))) }
+        div {
+            (checkbox(
+                &id("disable_cooling"),
+                "disable_cooling",
+                "true",
+                "Failures do not cool it down",
+                c.is_some_and(|c| c.disable_cooling),
+            ))
+        }
+    }
 }
 
 /// An edit form folded in a `<details>`, and the delete button behind a confirmation.
-fn edit_and_delete(what: &str, base: &str, id: &str, fields: &str, csrf: &str) -> String {
-    format!(
-        r#"<details><summary>Edit {id_text}</summary>{edit}</details>{delete}"#,
-        id_text = escape(id),
-        edit = form(
-            &format!("{base}/{id}/update"),
-            csrf,
-            "stack",
-            fields,
-            &format!("Save {what}")
-        ),
-        delete = confirm_form(
+fn edit_and_delete(what: &str, base: &str, id: &str, fields: Markup, csrf: &str) -> Markup {
+    html! {
+        details {
+            summary { "Edit " (id) }
+            (form(&format!("{base}/{id}/update"), csrf, "stack", fields, &format!("Save {what}")))
+        }
+        (confirm_form(
             &format!("{base}/{id}/delete"),
             csrf,
             &format!("Delete {id}…"),
             &format!("Delete {what} {id} for good"),
-        ),
-    )
+        ))
+    }
 }
 
 /// The page's `<main>` content.
-pub fn render(p: &Providers, csrf: &str) -> String {
+pub fn render(p: &Providers, csrf: &str) -> Markup {
     let ids: Vec<&str> = p.providers.iter().map(|x| x.id.as_str()).collect();
-    let providers: Vec<Vec<String>> = p
+    let providers: Vec<Vec<Markup>> = p
         .providers
         .iter()
         .map(|x| {
             vec![
-                escape(&x.id),
-                escape(x.format.as_str()),
-                escape(&x.base_url),
-                escape(&if x.models.is_empty() {
+                text(&x.id),
+                text(x.format.as_str()),
+                text(&x.base_url),
+                text(if x.models.is_empty() {
                     "any".to_owned()
                 } else {
                     x.models.join(", ")
                 }),
-                escape(
-                    &x.max_concurrent
+                text(
+                    x.max_concurrent
                         .map_or_else(|| "—".to_owned(), |n| n.to_string()),
                 ),
                 edit_and_delete(
                     "provider",
                     "/dashboard/providers",
                     &x.id,
-                    &provider_fields(&format!("provider-{}", x.id), Some(x)),
+                    provider_fields(&format!("provider-{}", x.id), Some(x)),
                     csrf,
                 ),
             ]
         })
         .collect();
-    let connections: Vec<Vec<String>> = p
+    let connections: Vec<Vec<Markup>> = p
         .connections
         .iter()
         .map(|c| {
             vec![
-                escape(&c.id),
-                escape(&c.provider),
-                escape(c.auth_class.as_str()),
-                escape(c.format.map_or("provider's", |f| f.as_str())),
-                escape(c.base_url.as_deref().unwrap_or("provider's")),
-                if c.enabled { "yes" } else { "no" }.to_owned(),
-                if c.has_credential { "set" } else { "not set" }.to_owned(),
+                text(&c.id),
+                text(&c.provider),
+                text(c.auth_class.as_str()),
+                text(c.format.map_or("provider's", |f| f.as_str())),
+                text(c.base_url.as_deref().unwrap_or("provider's")),
+                text(if c.enabled { "yes" } else { "no" }),
+                text(if c.has_credential { "set" } else { "not set" }),
                 edit_and_delete(
                     "connection",
                     "/dashboard/connections",
                     &c.id,
-                    &connection_fields(&format!("connection-{}", c.id), &ids, Some(c)),
+                    connection_fields(&format!("connection-{}", c.id), &ids, Some(c)),
                     csrf,
                 ),
             ]
         })
         .collect();
-    format!(
-        r#"<section aria-labelledby="providers"><h2 id="providers">Providers</h2>
-{providers}
-<h3 id="new-provider">New provider</h3>
-{new_provider}<p class="hint">Prices and output-token limits are kept on an edit; change them through the management API.</p></section>
-<section aria-labelledby="connections"><h2 id="connections">Connections</h2>
-{connections}
-<h3 id="new-connection">New connection</h3>
-{new_connection}<p class="hint">Rate-limit overrides and provider-specific data are kept on an edit; change them through the management API.</p></section>"#,
-        providers = table_html(
-            "Providers",
-            &[
-                "Provider",
-                "Format",
-                "Base URL",
-                "Models",
-                "Max in flight",
-                "Actions"
-            ],
-            &providers,
-            "No providers.",
-        ),
-        new_provider = form(
-            "/dashboard/providers/create",
-            csrf,
-            "stack",
-            &provider_fields("new-provider", None),
-            "Create provider"
-        ),
-        connections = table_html(
-            "Connections (credentials are never shown)",
-            &[
-                "Connection",
-                "Provider",
-                "Auth",
-                "Format",
-                "Base URL",
-                "Enabled",
-                "Credential",
-                "Actions"
-            ],
-            &connections,
-            "No connections.",
-        ),
-        new_connection = form(
-            "/dashboard/connections/create",
-            csrf,
-            "stack",
-            &connection_fields("new-connection", &ids, None),
-            "Create connection"
-        ),
-    )
+    html! {
+        section aria-labelledby="providers" {
+            h2 id="providers" { "Providers" }
+            (table(
+                "Providers",
+                &["Provider", "Format", "Base URL", "Models", "Max in flight", "Actions"],
+                &providers,
+                "No providers.",
+            ))
+            h3 id="new-provider" { "New provider" }
+            (form("/dashboard/providers/create", csrf, "stack", provider_fields("new-provider", None), "Create provider"))
+            p.hint { "Prices and output-token limits are kept on an edit; change them through the management API." }
+        }
+        section aria-labelledby="connections" {
+            h2 id="connections" { "Connections" }
+            (table(
+                "Connections (credentials are never shown)",
+                &["Connection", "Provider", "Auth", "Format", "Base URL", "Enabled", "Credential", "Actions"],
+                &connections,
+                "No connections.",
+            ))
+            h3 id="new-connection" { "New connection" }
+            (form(
+                "/dashboard/connections/create",
+                csrf,
+                "stack",
+                connection_fields("new-connection", &ids, None),
+                "Create connection",
+            ))
+            p.hint { "Rate-limit overrides and provider-specific data are kept on an edit; change them through the management API." }
+        }
+    }
 }
 
 #[cfg(test)]

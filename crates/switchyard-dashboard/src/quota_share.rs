@@ -2,24 +2,24 @@
 //! page with its usage per dimension (a stacked bar per dimension, the allocation
 //! table, the burn-rate chart, recent decisions), its allocations form and its removal.
 //!
-//! The create form takes short lines (`unit:window=limit` for a dimension,
-//! `key weight [policy] [cap unit]` for an allocation); the allocations form has a row
-//! per key. The handlers only map the fields to the API's input structs and
-//! `services::quota` validates them, so an error reads as the management API's.
+//! The create form has rows of fields for the dimensions and the allocations (see
+//! `forms`), the allocations form a row per key. The handlers only map the fields to
+//! the API's input structs and `services::quota` validates them, so an error reads as
+//! the management API's, beside the row it names.
 
 use crate::charts::{self, Mark, Segment, Series};
-use crate::html::{self, escape, table, Nav};
+use crate::forms::{self, AllocRow, DimRow, Placed};
+use crate::html::{self, table, text, Nav};
 use crate::overview;
-use crate::web::{Dash, Empty, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Routes, Session, Signed, View};
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
+use maud::{html, Markup};
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write;
 use std::sync::Arc;
 use switchyard_core::quota::decide::{Mode, Unit};
-use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
+use switchyard_core::quota::pool::{AllocationInput, PoolInput};
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::runtime::quota::views::{DecisionRecord, DimensionUsage, PoolUsage};
 use switchyard_gateway::services;
@@ -31,21 +31,15 @@ use switchyard_store::{SaveMode, SeriesRow};
 pub const LIST: &str = "/dashboard/costs/quota-share";
 
 /// The pages' routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(LIST, get(list_page).post(create).fallback(crate::unknown))
-        .route(
-            "/dashboard/costs/quota-share/{id}",
-            get(pool_page).fallback(crate::unknown),
-        )
-        .route(
+pub fn routes() -> Routes {
+    Routes::default()
+        .page_and_form(LIST, list_page, create)
+        .page("/dashboard/costs/quota-share/{id}", pool_page)
+        .form(
             "/dashboard/costs/quota-share/{id}/allocations",
-            post(save_allocations).fallback(crate::unknown),
+            save_allocations,
         )
-        .route(
-            "/dashboard/costs/quota-share/{id}/delete",
-            post(delete).fallback(crate::unknown),
-        )
+        .form("/dashboard/costs/quota-share/{id}/delete", delete)
 }
 
 /// The page of pool `id`.
@@ -62,6 +56,16 @@ pub struct Choice {
 
 /// `GET /dashboard/costs/quota-share`: the concept card, the create form and the pools.
 async fn list_page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Response {
+    show_list(&dash, &session, StatusCode::OK, &CreateForm::blank()).await
+}
+
+/// The list page with the create form as `form` says, answered with `status`.
+async fn show_list(
+    dash: &Dash,
+    session: &Session,
+    status: StatusCode,
+    form: &CreateForm,
+) -> Response {
     let title = "Quota share";
     let gathered = async {
         let pools = services::quota::pools(&dash.app).await?;
@@ -85,10 +89,18 @@ async fn list_page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Re
                     usage.insert(p.id.clone(), u);
                 }
             }
-            let main = render_list(&pools, &usage, &connections, &keys, &session.csrf);
-            dash.render(&session, View::ok(title, Nav::QuotaShare, &main))
+            let main = render_list(&pools, &usage, &connections, &keys, form, &session.csrf);
+            dash.render(
+                session,
+                View {
+                    status,
+                    title,
+                    nav: Nav::QuotaShare,
+                    main,
+                },
+            )
         }
-        Err(e) => dash.failed(&session, title, Nav::QuotaShare, &e),
+        Err(e) => dash.failed(session, title, Nav::QuotaShare, &e),
     }
 }
 
@@ -102,149 +114,115 @@ async fn key_ids(app: &AppState) -> Result<Vec<String>, ApiError> {
         .collect())
 }
 
-/// `POST /dashboard/costs/quota-share`: creates a pool from the form.
+/// The create form's values as posted (or blank) and the error placed on it.
+#[derive(Debug, Default)]
+pub struct CreateForm {
+    pub id: String,
+    pub name: String,
+    pub connections: Vec<String>,
+    pub dims: Vec<DimRow>,
+    pub allocs: Vec<AllocRow>,
+    pub error: Option<Placed>,
+}
+
+impl CreateForm {
+    /// A new form: one blank dimension row and one blank allocation row.
+    pub fn blank() -> Self {
+        Self {
+            dims: vec![DimRow::default()],
+            allocs: vec![AllocRow::default()],
+            ..Self::default()
+        }
+    }
+
+    fn posted(fields: &[(String, String)]) -> Self {
+        let one = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map_or("", |(_, v)| v.trim())
+                .to_owned()
+        };
+        Self {
+            id: one("id"),
+            name: one("name"),
+            connections: fields
+                .iter()
+                .filter(|(k, _)| k == "connection")
+                .map(|(_, v)| v.clone())
+                .collect(),
+            dims: forms::dim_rows(fields),
+            allocs: forms::alloc_rows(fields),
+            error: None,
+        }
+    }
+
+    /// The pool the form describes; the rows are only mapped to fields here, the
+    /// service judges them.
+    fn pool(&self) -> Result<PoolInput, ApiError> {
+        Ok(PoolInput {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            connection_ids: self.connections.clone(),
+            dimensions: forms::dimensions(&self.dims)?,
+            allocations: forms::allocations(&self.allocs)?,
+        })
+    }
+}
+
+/// `POST /dashboard/costs/quota-share`: a row button (`add`, `remove`) shows the form
+/// again with one row more or less; otherwise creates the pool. A refused pool shows
+/// the form again as posted, with the API's error beside the row it names.
 async fn create(
     State(dash): State<Arc<Dash>>,
     Posted(session, fields): Posted<Vec<(String, String)>>,
 ) -> Response {
-    let outcome = match pool_input(&fields) {
+    let mut form = CreateForm::posted(&fields);
+    if let Some(edit) = forms::edit(&fields) {
+        forms::apply(edit, &mut form.dims, &mut form.allocs);
+        return show_list(&dash, &session, StatusCode::OK, &form).await;
+    }
+    let outcome = match form.pool() {
         Ok(p) => services::quota::save_pool(&dash.app, p, SaveMode::Create).await,
         Err(e) => Err(e),
     };
-    dash.done(&session, LIST, outcome, |v| {
-        format!("Pool `{}` created.", v.id)
-    })
-}
-
-/// The pool the create form describes; the text is only split into fields here, the
-/// service judges them.
-pub(crate) fn pool_input(fields: &[(String, String)]) -> Result<PoolInput, ApiError> {
-    let one = |name: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == name)
-            .map_or("", |(_, v)| v.as_str())
-    };
-    Ok(PoolInput {
-        id: one("id").trim().to_owned(),
-        name: one("name").trim().to_owned(),
-        connection_ids: fields
-            .iter()
-            .filter(|(k, _)| k == "connection")
-            .map(|(_, v)| v.clone())
-            .collect(),
-        dimensions: parse_dimensions(one("dimensions"))?,
-        allocations: parse_allocations(one("allocations"))?,
-    })
-}
-
-/// A form's field the text could not be mapped from, named like the API's fields.
-fn unreadable(field: &str, message: String) -> ApiError {
-    ApiError::InvalidField {
-        field: field.to_owned(),
-        message: format!("{field}: {message}"),
-    }
-}
-
-/// `text` as a number, or the error naming its line.
-fn number_in(field: &str, line: usize, what: &str, text: &str) -> Result<f64, ApiError> {
-    text.parse::<f64>().map_err(|_| {
-        unreadable(
-            field,
-            format!("line {line}: {what} `{text}` is not a number"),
-        )
-    })
-}
-
-/// Dimension lines `unit:window=limit` (blank lines skipped).
-pub(crate) fn parse_dimensions(text: &str) -> Result<Vec<DimensionInput>, ApiError> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
+    match outcome {
+        Ok(v) => dash.done(&session, LIST, Ok(v), |v| {
+            format!("Pool `{}` created.", v.id)
+        }),
+        Err(e) => {
+            let dims = forms::dim_from(&form.dims);
+            let allocs = forms::alloc_from(&form.allocs);
+            form.error = Some(forms::place(&e, &dims, &allocs));
+            show_list(&dash, &session, e.parts().0, &form).await
         }
-        let parsed = line
-            .split_once('=')
-            .and_then(|(dim, limit)| dim.split_once(':').map(|(u, w)| (u, w, limit)));
-        let Some((unit, window, limit)) = parsed else {
-            return Err(unreadable(
-                "dimensions",
-                format!(
-                    "line {}: `{line}` is not `unit:window=limit` (e.g. `requests:hourly=100`)",
-                    i + 1
-                ),
-            ));
-        };
-        out.push(DimensionInput {
-            unit: unit.trim().to_owned(),
-            window: window.trim().to_owned(),
-            limit: number_in("dimensions", i + 1, "limit", limit.trim())?,
-        });
     }
-    Ok(out)
-}
-
-/// Allocation lines `key weight [policy] [cap unit]` (blank lines skipped): the weight
-/// is a percentage (0 for every key = an equal split), the policy `hard` (the default),
-/// `soft` or `burst`, and the cap an absolute limit in one of the pool's units.
-pub(crate) fn parse_allocations(text: &str) -> Result<Vec<AllocationInput>, ApiError> {
-    const FIELD: &str = "allocations";
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let Some((key, rest)) = words.split_first() else {
-            continue;
-        };
-        let mut rest = rest.iter().copied().peekable();
-        let allocation_weight = match rest.next() {
-            Some(w) => number_in(FIELD, i + 1, "weight", w)?,
-            None => 0.0,
-        };
-        let policy = rest
-            .next_if(|p| p.parse::<f64>().is_err())
-            .unwrap_or("hard")
-            .to_owned();
-        let cap_value = match rest.next() {
-            Some(v) => Some(number_in(FIELD, i + 1, "cap", v)?),
-            None => None,
-        };
-        let cap_unit = rest.next().map(str::to_owned);
-        if let Some(extra) = rest.next() {
-            return Err(unreadable(
-                FIELD,
-                format!(
-                    "line {}: `{extra}` is one word too many (write `key weight [policy] [cap unit]`)",
-                    i + 1
-                ),
-            ));
-        }
-        out.push(AllocationInput {
-            api_key_id: (*key).to_owned(),
-            allocation_weight,
-            cap_value,
-            cap_unit,
-            policy,
-        });
-    }
-    Ok(out)
-}
-
-/// `dims` as the dimension lines the forms take.
-pub(crate) fn dimension_lines<'a>(dims: impl Iterator<Item = (&'a str, &'a str, f64)>) -> String {
-    let mut out = String::new();
-    for (unit, window, limit) in dims {
-        let _ = writeln!(out, "{unit}:{window}={}", charts::number(limit));
-    }
-    out
 }
 
 /// The concept card: what a pool is, in a few plain sentences.
-const CONCEPT: &str = r#"<details class="card concept" open><summary>What is a quota pool?</summary>
-<p>A <strong>pool</strong> lets several API keys share the quota of one upstream account (one or more of its connections). The pool has <strong>dimensions</strong>: a limit of requests, tokens, percent or USD per rolling window (5h, hourly, daily, weekly, monthly). Leave them out and the pool uses the connections' plan.</p>
-<p>Each key gets a <strong>fair share</strong> of every limit in proportion to its <strong>weight</strong> (a percentage; all weights 0 means an equal split). While the pool is used below the <strong>saturation threshold</strong> (a setting, half the limit by default) the pool is <em>lenient</em>: a key may <strong>borrow</strong> the share others leave unused. Past the threshold it is <em>strict</em>: a key over its share is blocked with a 429 if its policy is <strong>hard</strong>, only given lower priority if it is <strong>soft</strong>, and let through while any room is left if it is <strong>burst</strong>.</p>
-<p>A <strong>cap</strong> is an absolute limit for one key that blocks whatever the mode. The pool's own limit is never exceeded.</p>
-</details>"#;
+fn concept() -> Markup {
+    html! {
+        details.card.concept open {
+            summary { "What is a quota pool?" }
+            p {
+                "A " strong { "pool" } " lets several API keys share the quota of one upstream account (one or more of its connections). The pool has "
+                strong { "dimensions" } ": a limit of requests, tokens, percent or USD per rolling window (5h, hourly, daily, weekly, monthly). Leave them out and the pool uses the connections' plan."
+            }
+            p {
+                "Each key gets a " strong { "fair share" } " of every limit in proportion to its " strong { "weight" }
+                " (a percentage; all weights 0 means an equal split). While the pool is used below the "
+                strong { "saturation threshold" } " (a setting, half the limit by default) the pool is " em { "lenient" }
+                ": a key may " strong { "borrow" } " the share others leave unused. Past the threshold it is " em { "strict" }
+                ": a key over its share is blocked with a 429 if its policy is " strong { "hard" }
+                ", only given lower priority if it is " strong { "soft" } ", and let through while any room is left if it is "
+                strong { "burst" } "."
+            }
+            p {
+                "A " strong { "cap" } " is an absolute limit for one key that blocks whatever the mode. The pool's own limit is never exceeded."
+            }
+        }
+    }
+}
 
 /// The list page's `<main>`: the concept card, the create form and a card per pool
 /// (refreshed every 30 s).
@@ -253,36 +231,36 @@ pub fn render_list(
     usage: &HashMap<String, PoolUsage>,
     connections: &[Choice],
     keys: &[String],
+    form: &CreateForm,
     csrf: &str,
-) -> String {
-    let mut cards = String::new();
-    if pools.is_empty() {
-        cards.push_str("<p>No pools yet.</p>");
-    } else {
-        cards.push_str(r#"<div class="cards">"#);
-        for p in pools {
-            cards.push_str(&pool_card(p, usage.get(&p.id)));
+) -> Markup {
+    let cards = html! {
+        @if pools.is_empty() {
+            p { "No pools yet." }
+        } @else {
+            div.cards { @for p in pools { (pool_card(p, usage.get(&p.id))) } }
         }
-        cards.push_str("</div>");
+    };
+    html! {
+        (concept())
+        section aria-labelledby="pools-h" {
+            h2 id="pools-h" { "Pools" }
+            (html::live("pools", LIST, 30, cards))
+        }
+        section aria-labelledby="create-h" {
+            h2 id="create-h" { "Create a pool" }
+            (create_form(connections, keys, form, csrf))
+        }
     }
-    format!(
-        r#"{CONCEPT}
-<section aria-labelledby="pools-h"><h2 id="pools-h">Pools</h2>
-{list}</section>
-<section aria-labelledby="create-h"><h2 id="create-h">Create a pool</h2>
-{form}</section>"#,
-        list = html::live("pools", LIST, 30, &cards),
-        form = create_form(connections, keys, csrf),
-    )
 }
 
 /// A mode as text, styled by its class.
-fn mode_badge(mode: Mode) -> String {
+fn mode_badge(mode: Mode) -> Markup {
     let class = match mode {
         Mode::Lenient => "state-normal",
         Mode::Strict => "state-strict",
     };
-    format!(r#"<span class="state {class}">{}</span>"#, mode.as_str())
+    html! { span class={ "state " (class) } { (mode.as_str()) } }
 }
 
 /// `used of limit unit` (or `limit unknown` for a limit of 0).
@@ -311,76 +289,67 @@ fn provider_reading(d: &DimensionUsage) -> String {
     })
 }
 
+/// One dimension's headline: its key, its use and its mode.
+fn dimension_line(d: &DimensionUsage) -> Markup {
+    html! { (d.key) ": " (use_of(d)) (provider_reading(d)) ", " (mode_badge(d.mode)) }
+}
+
 /// One pool's card.
-fn pool_card(p: &PoolView, usage: Option<&PoolUsage>) -> String {
-    let dims = match usage {
-        Some(u) if !u.dimensions.is_empty() => {
-            let mut out = String::from(r#"<ul class="pool-dims">"#);
-            for d in &u.dimensions {
-                let _ = write!(
-                    out,
-                    "<li>{}: {}{}, {}</li>",
-                    escape(&d.key),
-                    use_of(d),
-                    provider_reading(d),
-                    mode_badge(d.mode)
-                );
+fn pool_card(p: &PoolView, usage: Option<&PoolUsage>) -> Markup {
+    html! {
+        article.card.pool-card id={ "pool-" (p.id) } {
+            h3 { a href=(pool_path(&p.id)) { (p.name) } }
+            p {
+                "Id: " code { (p.id) } br;
+                "Connections: " (p.connection_ids.join(", ")) br;
+                "Allocations: " (p.allocations.len())
             }
-            out.push_str("</ul>");
-            out
+            @match usage {
+                Some(u) if !u.dimensions.is_empty() => {
+                    ul.pool-dims { @for d in &u.dimensions { li { (dimension_line(d)) } } }
+                }
+                Some(_) => p.hint { "No dimensions: the connections' plan is empty." },
+                None => p.hint { "Usage is unavailable right now." },
+            }
         }
-        Some(_) => {
-            r#"<p class="hint">No dimensions: the connections' plan is empty.</p>"#.to_owned()
+    }
+}
+
+/// The create form, showing `form` back.
+fn create_form(connections: &[Choice], keys: &[String], form: &CreateForm, csrf: &str) -> Markup {
+    let placed = form.error.as_ref();
+    let fields = html! {
+        (forms::default_submit("Create pool"))
+        @if let Some(p) = placed.filter(|p| p.row.is_none()) {
+            p.notice.error role="alert" id="create-error" { "Error: " (p.message) }
         }
-        None => r#"<p class="hint">Usage is unavailable right now.</p>"#.to_owned(),
+        label for="pool-id" { "Id" }
+        input id="pool-id" name="id" value=(form.id) required maxlength="64";
+        label for="pool-name" { "Name" }
+        input id="pool-name" name="name" value=(form.name) required maxlength="128";
+        fieldset {
+            legend { "Connections (of one provider account)" }
+            @for (i, c) in connections.iter().enumerate() {
+                div.check {
+                    input type="checkbox" id={ "pool-conn-" (i) } name="connection" value=(c.id)
+                        checked[form.connections.contains(&c.id)];
+                    label for={ "pool-conn-" (i) } { (c.id) " (" (c.provider) ")" }
+                }
+            }
+            @if connections.is_empty() {
+                p.hint { "No connections yet: add one first." }
+            }
+        }
+        (forms::dimension_rows(&form.dims, placed))
+        p.hint id="pool-dims-hint" {
+            "A dimension is a limit per rolling window. A row without a limit is left out; leave them all empty to use the connections' plan."
+        }
+        (forms::allocation_rows(&form.allocs, keys, placed))
+        p.hint id="pool-allocs-hint" {
+            "The weight is a percentage of every limit (all 0 = an equal split); the policy says what happens past the share; the optional cap is an absolute limit in one of the pool's units. A row without a key is left out."
+        }
     };
-    format!(
-        r#"<article class="card pool-card" id="pool-{id}"><h3><a href="{href}">{name}</a></h3>
-<p>Id: <code>{id}</code><br>Connections: {conns}<br>Allocations: {n}</p>
-{dims}</article>"#,
-        id = escape(&p.id),
-        href = escape(&pool_path(&p.id)),
-        name = escape(&p.name),
-        conns = escape(&p.connection_ids.join(", ")),
-        n = p.allocations.len(),
-    )
-}
-
-/// The hint naming the allocation line format and the keys there are.
-fn allocations_hint(id: &str, keys: &[String]) -> String {
-    format!(
-        r#"<p class="hint" id="{id}">One key per line: <code>key weight [policy] [cap unit]</code>, e.g. <code>k1 60 soft 500 tokens</code>. The weight is a percentage of every limit (all 0 = equal split); the policy is <code>hard</code> (default), <code>soft</code> or <code>burst</code>; the optional cap is an absolute limit in one of the pool's units. Keys: {}.</p>"#,
-        escape(&keys.join(", "))
-    )
-}
-
-/// The create form.
-fn create_form(connections: &[Choice], keys: &[String], csrf: &str) -> String {
-    let mut boxes = String::new();
-    for (i, c) in connections.iter().enumerate() {
-        let _ = write!(
-            boxes,
-            r#"<div class="check"><input type="checkbox" id="pool-conn-{i}" name="connection" value="{id}"><label for="pool-conn-{i}">{id} ({provider})</label></div>"#,
-            id = escape(&c.id),
-            provider = escape(&c.provider),
-        );
-    }
-    if connections.is_empty() {
-        boxes.push_str(r#"<p class="hint">No connections yet: add one first.</p>"#);
-    }
-    let fields = format!(
-        r#"<label for="pool-id">Id</label><input id="pool-id" name="id" required maxlength="64">
-<label for="pool-name">Name</label><input id="pool-name" name="name" required maxlength="128">
-<fieldset><legend>Connections (of one provider account)</legend>{boxes}</fieldset>
-<label for="pool-dims">Dimensions</label>
-<textarea id="pool-dims" name="dimensions" aria-describedby="pool-dims-hint"></textarea>
-<p class="hint" id="pool-dims-hint">One per line: <code>unit:window=limit</code>, e.g. <code>requests:hourly=100</code>. Units: requests, tokens, percent, usd; windows: 5h, hourly, daily, weekly, monthly. Leave empty to use the connections' plan.</p>
-<label for="pool-allocs">Initial allocations</label>
-<textarea id="pool-allocs" name="allocations" aria-describedby="pool-allocs-hint"></textarea>
-{hint}"#,
-        hint = allocations_hint("pool-allocs-hint", keys),
-    );
-    html::form(LIST, csrf, "stack", &fields, "Create pool")
+    html::form(LIST, csrf, "stack wide", fields, "Create pool")
 }
 
 /// What a pool's page shows.
@@ -433,7 +402,7 @@ async fn pool_page(
         Ok(page) => {
             let title = format!("Pool {}", page.pool.name);
             let main = render_pool(&page, &session.csrf);
-            dash.render(&session, View::ok(&title, Nav::QuotaShare, &main))
+            dash.render(&session, View::ok(&title, Nav::QuotaShare, main))
         }
         Err(e) => dash.failed(&session, "Pool", Nav::QuotaShare, &e),
     }
@@ -467,7 +436,7 @@ fn duration(ms: u64) -> String {
 /// One dimension's bar: each key's consumption, the saturation threshold, the global
 /// use the mode is judged by (the larger of the keys' use and the provider's reading)
 /// and a mark per distinct fair share (naming its keys).
-fn dimension_bar(d: &DimensionUsage, threshold: f64) -> String {
+fn dimension_bar(d: &DimensionUsage, threshold: f64) -> Markup {
     let segments: Vec<Segment<'_>> = d
         .keys
         .iter()
@@ -525,9 +494,9 @@ fn dimension_bar(d: &DimensionUsage, threshold: f64) -> String {
 }
 
 /// One dimension's allocation table.
-fn allocation_table(d: &DimensionUsage) -> String {
+fn allocation_table(d: &DimensionUsage) -> Markup {
     let unit = d.unit.as_str();
-    let rows: Vec<Vec<String>> = d
+    let rows: Vec<Vec<Markup>> = d
         .keys
         .iter()
         .map(|k| {
@@ -538,7 +507,7 @@ fn allocation_table(d: &DimensionUsage) -> String {
             } else {
                 format!("shortfall {}", charts::number(-k.surplus))
             };
-            vec![
+            [
                 k.api_key_id.clone(),
                 charts::number(k.consumed),
                 charts::number(k.fair_share),
@@ -558,6 +527,9 @@ fn allocation_table(d: &DimensionUsage) -> String {
                     .time_to_exhaustion_ms
                     .map_or_else(|| "—".to_owned(), duration),
             ]
+            .into_iter()
+            .map(text)
+            .collect()
         })
         .collect();
     table(
@@ -581,7 +553,7 @@ fn allocation_table(d: &DimensionUsage) -> String {
 /// The burn-rate chart in tokens (for `Unit::Tokens`) or requests (any other unit; the
 /// request log counts neither percent nor USD): one line per key over the pool's
 /// connections, a point per minute of the last hour.
-fn burn_chart(page: &PoolPage, unit: Unit) -> String {
+fn burn_chart(page: &PoolPage, unit: Unit) -> Markup {
     let tokens = unit == Unit::Tokens;
     let lines = overview::minute_lines(&page.series, page.now, |r| {
         r.connection_id
@@ -605,9 +577,9 @@ fn burn_chart(page: &PoolPage, unit: Unit) -> String {
         .collect();
     let what = if tokens { "tokens" } else { "requests" };
     if series.is_empty() {
-        return format!(
-            r#"<p class="hint">No {what} through this pool's connections in the last hour.</p>"#
-        );
+        return html::hint(&format!(
+            "No {what} through this pool's connections in the last hour."
+        ));
     }
     charts::line_chart(
         &format!("Burn rate: {what} per minute by key"),
@@ -622,8 +594,8 @@ fn burn_chart(page: &PoolPage, unit: Unit) -> String {
 const DECISIONS_SHOWN: usize = 30;
 
 /// The decisions table: the newest [`DECISIONS_SHOWN`] of the `kept` ones.
-fn decisions_table(decisions: &[DecisionRecord], kept: usize) -> String {
-    let rows: Vec<Vec<String>> = decisions
+fn decisions_table(decisions: &[DecisionRecord], kept: usize) -> Markup {
+    let rows: Vec<Vec<Markup>> = decisions
         .iter()
         .take(DECISIONS_SHOWN)
         .map(|d| {
@@ -635,7 +607,7 @@ fn decisions_table(decisions: &[DecisionRecord], kept: usize) -> String {
                 "admitted"
             };
             let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "—".to_owned());
-            vec![
+            [
                 crate::html::utc(d.at),
                 d.api_key_id.clone(),
                 outcome.to_owned(),
@@ -645,6 +617,9 @@ fn decisions_table(decisions: &[DecisionRecord], kept: usize) -> String {
                 d.policy.clone(),
                 d.retry_after_ms.map_or_else(|| "—".to_owned(), duration),
             ]
+            .into_iter()
+            .map(text)
+            .collect()
         })
         .collect();
     let shown = decisions.len().min(DECISIONS_SHOWN);
@@ -673,66 +648,20 @@ fn decisions_table(decisions: &[DecisionRecord], kept: usize) -> String {
 }
 
 /// A pool page's `<main>`: the usage (refreshed every 5 s), then the forms.
-pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
+pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> Markup {
     let p = &page.pool;
     let path = pool_path(&p.id);
-    let mut usage = String::new();
-    match &page.usage {
-        Err(e) => {
-            let _ = write!(
-                usage,
-                r#"<p class="notice error" role="alert">Error: {}</p>"#,
-                escape(e)
-            );
+    let usage = html! {
+        @match &page.usage {
+            Err(e) => (html::error_notice(None, e)),
+            Ok(u) if u.dimensions.is_empty() => {
+                p.hint { "This pool has no dimensions: it declares none and its connections' plan is empty." }
+            }
+            Ok(u) => (dimensions_usage(page, u)),
         }
-        Ok(u) if u.dimensions.is_empty() => usage.push_str(
-            r#"<p class="hint">This pool has no dimensions: it declares none and its connections' plan is empty.</p>"#,
-        ),
-        Ok(u) => {
-            for d in &u.dimensions {
-                let _ = write!(
-                    usage,
-                    r#"<section class="dimension" aria-label="{k}"><h3>{k}: {used}{provider}, {mode}</h3>{bar}{table}</section>"#,
-                    k = escape(&d.key),
-                    used = use_of(d),
-                    provider = provider_reading(d),
-                    mode = mode_badge(d.mode),
-                    bar = dimension_bar(d, page.threshold),
-                    table = allocation_table(d),
-                );
-            }
-            let mut units: Vec<Unit> = u
-                .dimensions
-                .iter()
-                .map(|d| if d.unit == Unit::Tokens { Unit::Tokens } else { Unit::Requests })
-                .collect();
-            units.sort();
-            units.dedup();
-            usage.push_str(r#"<h3>Burn rate</h3>"#);
-            for unit in units {
-                usage.push_str(&burn_chart(page, unit));
-            }
-            let mut uncounted: Vec<&str> = u
-                .dimensions
-                .iter()
-                .filter(|d| matches!(d.unit, Unit::Percent | Unit::Usd))
-                .map(|d| d.unit.as_str())
-                .collect();
-            uncounted.dedup();
-            if !uncounted.is_empty() {
-                let _ = write!(
-                    usage,
-                    r#"<p class="hint">The request log does not count {}: those dimensions are charted in requests.</p>"#,
-                    uncounted.join(", ")
-                );
-            }
-        }
-    }
-    let _ = write!(
-        usage,
-        "<h3>Decisions</h3>{}",
-        decisions_table(&page.decisions, page.decisions_kept)
-    );
+        h3 { "Decisions" }
+        (decisions_table(&page.decisions, page.decisions_kept))
+    };
     let declared = if p.dimensions.is_empty() {
         "none (the connections' plan applies)".to_owned()
     } else {
@@ -746,7 +675,7 @@ pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
         &format!("{path}/allocations"),
         csrf,
         "stack wide",
-        &allocations_fields(p, &page.keys),
+        allocations_fields(p, &page.keys),
         "Save allocations",
     );
     let delete = html::confirm_form(
@@ -755,33 +684,72 @@ pub(crate) fn render_pool(page: &PoolPage, csrf: &str) -> String {
         "Delete pool…",
         &format!("Delete pool {} for good", p.id),
     );
-    format!(
-        r#"<p><a href="{LIST}">All pools</a></p>
-<ul class="summary" aria-label="Pool">
-<li>Id: <code>{id}</code></li>
-<li>Connections: {conns}</li>
-<li>Declared dimensions: {declared}</li>
-<li>Saturation threshold: {threshold} % of each limit</li>
-</ul>
-<section aria-labelledby="usage-h"><h2 id="usage-h">Usage</h2>
-{usage}</section>
-<section aria-labelledby="edit-h"><h2 id="edit-h">Edit allocations</h2>
-<p class="hint">Saving replaces every allocation of the pool with these rows. A key whose policy is “not in the pool” has no allocation (the pool treats it as weight 0, hard). Weights are percentages of every limit (all 0 = an equal split); a cap is an absolute limit in one of the pool's units that blocks whatever the mode.</p>
-{edit}</section>
-<section aria-labelledby="delete-h"><h2 id="delete-h">Delete the pool</h2>
-<p class="hint">Its keys are no longer limited by it, and its counters are dropped.</p>
-{delete}</section>"#,
-        id = escape(&p.id),
-        conns = escape(&p.connection_ids.join(", ")),
-        declared = escape(&declared),
-        threshold = charts::number(page.threshold * 100.0),
-        usage = html::live("pool-usage", &path, 5, &usage),
-    )
+    html! {
+        p { a href=(LIST) { "All pools" } }
+        ul.summary aria-label="Pool" {
+            li { "Id: " code { (p.id) } }
+            li { "Connections: " (p.connection_ids.join(", ")) }
+            li { "Declared dimensions: " (declared) }
+            li { "Saturation threshold: " (charts::number(page.threshold * 100.0)) " % of each limit" }
+        }
+        section aria-labelledby="usage-h" {
+            h2 id="usage-h" { "Usage" }
+            (html::live("pool-usage", &path, 5, usage))
+        }
+        section aria-labelledby="edit-h" {
+            h2 id="edit-h" { "Edit allocations" }
+            p.hint { "Saving replaces every allocation of the pool with these rows. A key whose policy is “not in the pool” has no allocation (the pool treats it as weight 0, hard). Weights are percentages of every limit (all 0 = an equal split); a cap is an absolute limit in one of the pool's units that blocks whatever the mode." }
+            (edit)
+        }
+        section aria-labelledby="delete-h" {
+            h2 id="delete-h" { "Delete the pool" }
+            p.hint { "Its keys are no longer limited by it, and its counters are dropped." }
+            (delete)
+        }
+    }
+}
+
+/// Each dimension's bar and allocation table, then the burn-rate charts.
+fn dimensions_usage(page: &PoolPage, u: &PoolUsage) -> Markup {
+    let mut units: Vec<Unit> = u
+        .dimensions
+        .iter()
+        .map(|d| {
+            if d.unit == Unit::Tokens {
+                Unit::Tokens
+            } else {
+                Unit::Requests
+            }
+        })
+        .collect();
+    units.sort();
+    units.dedup();
+    let mut uncounted: Vec<&str> = u
+        .dimensions
+        .iter()
+        .filter(|d| matches!(d.unit, Unit::Percent | Unit::Usd))
+        .map(|d| d.unit.as_str())
+        .collect();
+    uncounted.dedup();
+    html! {
+        @for d in &u.dimensions {
+            section.dimension aria-label=(d.key) {
+                h3 { (dimension_line(d)) }
+                (dimension_bar(d, page.threshold))
+                (allocation_table(d))
+            }
+        }
+        h3 { "Burn rate" }
+        @for unit in units { (burn_chart(page, unit)) }
+        @if !uncounted.is_empty() {
+            p.hint { "The request log does not count " (uncounted.join(", ")) ": those dimensions are charted in requests." }
+        }
+    }
 }
 
 /// The per-key fields of the allocations form: row `i` posts `key-i`, `weight-i`,
 /// `policy-i` (empty = no allocation), `cap-i` and `capunit-i`.
-fn allocations_fields(p: &PoolView, keys: &[String]) -> String {
+fn allocations_fields(p: &PoolView, keys: &[String]) -> Markup {
     let mut ids: Vec<&str> = p
         .allocations
         .iter()
@@ -800,49 +768,64 @@ fn allocations_fields(p: &PoolView, keys: &[String]) -> String {
     units.extend(p.allocations.iter().filter_map(|a| a.cap_unit.as_deref()));
     units.sort_unstable();
     units.dedup();
-    let mut rows = String::new();
-    for (i, key) in ids.iter().enumerate() {
-        let a = p.allocations.iter().find(|a| a.api_key_id == *key);
-        let policy = a.map_or("", |a| a.policy.as_str());
-        let mut policies = String::new();
-        for (value, label) in [
-            ("", "not in the pool"),
-            ("hard", "hard"),
-            ("soft", "soft"),
-            ("burst", "burst"),
-        ] {
-            let _ = write!(
-                policies,
-                r#"<option value="{value}"{}>{label}</option>"#,
-                if value == policy { " selected" } else { "" }
-            );
+    let policies = [
+        ("", "not in the pool"),
+        ("hard", "hard"),
+        ("soft", "soft"),
+        ("burst", "burst"),
+    ];
+    html! {
+        div.table-wrap {
+            table {
+                caption { "Allocations" }
+                thead {
+                    tr {
+                        th scope="col" { "Key" }
+                        th scope="col" { "Weight (%)" }
+                        th scope="col" { "Policy" }
+                        th scope="col" { "Cap" }
+                        th scope="col" { "Cap unit" }
+                    }
+                }
+                tbody {
+                    @for (i, key) in ids.iter().enumerate() {
+                        @let a = p.allocations.iter().find(|a| a.api_key_id == *key);
+                        @let policy = a.map_or("", |a| a.policy.as_str());
+                        @let cap_unit = a.and_then(|a| a.cap_unit.as_deref()).unwrap_or("");
+                        tr {
+                            th scope="row" {
+                                (key)
+                                input type="hidden" name={ "key-" (i) } value=(key);
+                            }
+                            td {
+                                input type="number" name={ "weight-" (i) }
+                                    value=(a.map_or_else(String::new, |a| charts::number(a.allocation_weight)))
+                                    min="0" max="100" step="any" aria-label={ "Weight of " (key) " (%)" };
+                            }
+                            td {
+                                select name={ "policy-" (i) } aria-label={ "Policy of " (key) } {
+                                    @for (value, label) in policies {
+                                        option value=(value) selected[value == policy] { (label) }
+                                    }
+                                }
+                            }
+                            td {
+                                input type="number" name={ "cap-" (i) }
+                                    value=(a.and_then(|a| a.cap_value).map_or_else(String::new, charts::number))
+                                    min="0" step="any" aria-label={ "Cap of " (key) };
+                            }
+                            td {
+                                select name={ "capunit-" (i) } aria-label={ "Cap unit of " (key) } {
+                                    option value="" selected[cap_unit.is_empty()] { "no cap" }
+                                    @for u in &units { option value=(u) selected[*u == cap_unit] { (u) } }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
         }
-        let cap_unit = a.and_then(|a| a.cap_unit.as_deref()).unwrap_or("");
-        let mut cap_units = format!(
-            r#"<option value=""{}>no cap</option>"#,
-            if cap_unit.is_empty() { " selected" } else { "" }
-        );
-        for u in &units {
-            let _ = write!(
-                cap_units,
-                r#"<option value="{u}"{}>{u}</option>"#,
-                if *u == cap_unit { " selected" } else { "" },
-                u = escape(u),
-            );
-        }
-        let _ = write!(
-            rows,
-            r#"<tr><th scope="row">{k}<input type="hidden" name="key-{i}" value="{k}"></th><td><input type="number" name="weight-{i}" value="{weight}" min="0" max="100" step="any" aria-label="Weight of {k} (%)"></td><td><select name="policy-{i}" aria-label="Policy of {k}">{policies}</select></td><td><input type="number" name="cap-{i}" value="{cap}" min="0" step="any" aria-label="Cap of {k}"></td><td><select name="capunit-{i}" aria-label="Cap unit of {k}">{cap_units}</select></td></tr>"#,
-            k = escape(key),
-            weight = a.map_or_else(String::new, |a| charts::number(a.allocation_weight)),
-            cap = a
-                .and_then(|a| a.cap_value)
-                .map_or_else(String::new, charts::number),
-        );
     }
-    format!(
-        r#"<div class="table-wrap"><table><caption>Allocations</caption><thead><tr><th scope="col">Key</th><th scope="col">Weight (%)</th><th scope="col">Policy</th><th scope="col">Cap</th><th scope="col">Cap unit</th></tr></thead><tbody>{rows}</tbody></table></div>"#
-    )
 }
 
 /// The allocations the form's rows describe (see [`allocations_fields`]); rows without
@@ -858,9 +841,9 @@ pub(crate) fn allocations_from_rows(
     };
     let number = |key: &str, what: &str, text: &str| {
         text.parse::<f64>().map_err(|_| {
-            unreadable(
-                "allocations",
-                format!("{what} of `{key}`: `{text}` is not a number"),
+            forms::unreadable(
+                "allocations".to_owned(),
+                &format!("{what} of `{key}`: `{text}` is not a number"),
             )
         })
     };
@@ -953,11 +936,11 @@ mod tests {
             retry_after_ms: None,
         };
         let many: Vec<DecisionRecord> = (0..31).map(decision).collect();
-        let html = decisions_table(&many, 31);
+        let html = decisions_table(&many, 31).into_string();
         assert!(html.contains("<caption>Recent decisions, newest first: 30 of 31 (all through GET /api/quota/pools/{id}/decisions)</caption>"), "{html}");
         assert!(html.contains("<td>k29</td>"));
         assert!(!html.contains("<td>k30</td>"));
-        let few = decisions_table(&many[..2], 2);
+        let few = decisions_table(&many[..2], 2).into_string();
         assert!(few.contains("<caption>Recent decisions, newest first</caption>"));
         assert_eq!(few.matches("<tr><td>").count(), 2);
     }
@@ -970,77 +953,6 @@ mod tests {
             cap_unit: None,
             policy: policy.into(),
         }
-    }
-
-    #[test]
-    fn allocation_lines_map_to_inputs_word_by_word() {
-        let parsed =
-            parse_allocations("k1 60 soft 500 tokens\n\n  k2  \nk3 40 7 requests\nk4 10 burst")
-                .unwrap();
-        assert_eq!(
-            parsed,
-            vec![
-                AllocationInput {
-                    cap_value: Some(500.0),
-                    cap_unit: Some("tokens".into()),
-                    ..alloc("k1", 60.0, "soft")
-                },
-                alloc("k2", 0.0, "hard"),
-                AllocationInput {
-                    cap_value: Some(7.0),
-                    cap_unit: Some("requests".into()),
-                    ..alloc("k3", 40.0, "hard")
-                },
-                alloc("k4", 10.0, "burst"),
-            ]
-        );
-        assert_eq!(
-            parse_allocations("k1 5 hard 3 tokens extra").unwrap_err().to_string(),
-            "allocations: line 1: `extra` is one word too many (write `key weight [policy] [cap unit]`)"
-        );
-        assert_eq!(
-            parse_allocations("\nk1 5 soft lots")
-                .unwrap_err()
-                .to_string(),
-            "allocations: line 2: cap `lots` is not a number"
-        );
-    }
-
-    #[test]
-    fn dimension_lines_map_to_inputs_and_back() {
-        let dims = parse_dimensions(" requests:hourly = 30 \n\ntokens:5h=1.5\n").unwrap();
-        assert_eq!(
-            dims,
-            vec![
-                DimensionInput {
-                    unit: "requests".into(),
-                    window: "hourly".into(),
-                    limit: 30.0
-                },
-                DimensionInput {
-                    unit: "tokens".into(),
-                    window: "5h".into(),
-                    limit: 1.5
-                },
-            ]
-        );
-        assert_eq!(
-            dimension_lines(
-                dims.iter()
-                    .map(|d| (d.unit.as_str(), d.window.as_str(), d.limit))
-            ),
-            "requests:hourly=30\ntokens:5h=1.5\n"
-        );
-        assert_eq!(
-            parse_dimensions("requests:hourly=many")
-                .unwrap_err()
-                .to_string(),
-            "dimensions: line 1: limit `many` is not a number"
-        );
-        assert_eq!(
-            parse_dimensions("requests=3").unwrap_err().to_string(),
-            "dimensions: line 1: `requests=3` is not `unit:window=limit` (e.g. `requests:hourly=100`)"
-        );
     }
 
     #[test]
@@ -1154,8 +1066,10 @@ mod tests {
                 provider: "openai".into(),
             }],
             &["k1".into()],
+            &CreateForm::blank(),
             "tok",
-        );
+        )
+        .into_string();
         assert!(html.contains(r#"<a href="/dashboard/costs/quota-share/p0">Pool &lt;p0&gt;</a>"#));
         assert!(html.contains(r#"<li>requests:hourly: 7 of 10 requests used, <span class="state state-strict">strict</span></li>"#));
         assert!(html.contains(r#"<article class="card pool-card" id="pool-p99">"#));
@@ -1201,7 +1115,7 @@ mod tests {
             now,
             keys: vec!["k1".into(), "k2".into(), "k3".into()],
         };
-        let html = render_pool(&page, "tok");
+        let html = render_pool(&page, "tok").into_string();
         assert!(html.contains("<title>requests:hourly: 7 of 10 requests used, strict</title>"));
         assert!(html.contains(r#"<rect class="s0" x="0.0" y="4" width="360.0" height="24"><title>k1: 6</title></rect>"#));
         assert!(html.contains("</svg>saturation threshold (50 %): 5</li>"));
@@ -1242,8 +1156,10 @@ mod tests {
                 .collect(),
             &[],
             &[],
+            &CreateForm::blank(),
             "tok",
-        );
+        )
+        .into_string();
         assert!(cards.contains(r#"<li>requests:hourly: 1 of 10 requests used, provider reports 70 %, <span class="state state-strict">strict</span></li>"#), "{cards}");
         let page = PoolPage {
             pool: pool("team"),
@@ -1255,7 +1171,7 @@ mod tests {
             now: 0,
             keys: vec![],
         };
-        let html = render_pool(&page, "tok");
+        let html = render_pool(&page, "tok").into_string();
         assert!(html.contains(r#"<h3>requests:hourly: 1 of 10 requests used, provider reports 70 %, <span class="state state-strict">strict</span></h3>"#), "{html}");
         assert!(html.contains(
             "<title>requests:hourly: 1 of 10 requests used, provider reports 70 %, strict</title>"

@@ -10,13 +10,12 @@
 //! with its status and no rows. The first page refreshes itself every 30 s; older
 //! pages stay put.
 
-use crate::html::{escape, live, Nav};
-use crate::web::{Dash, Signed, View};
+use crate::html::{error_notice, live, Nav};
+use crate::web::{Dash, Routes, Signed, View};
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::get;
-use axum::Router;
+use maud::{html, Markup};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::sync::Arc;
@@ -43,8 +42,8 @@ const WINDOWS: [(&str, &str, u64); 3] = [
 ];
 
 /// The page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new().route(PATH, get(page).fallback(crate::unknown))
+pub fn routes() -> Routes {
+    Routes::default().page(PATH, page)
 }
 
 /// The filters as the query string carries them (and the form shows them back).
@@ -188,7 +187,7 @@ async fn page(
             status,
             title: "Requests",
             nav: Nav::Requests,
-            main: &main,
+            main,
         },
     )
 }
@@ -210,54 +209,57 @@ async fn choices(app: &AppState) -> Result<Choices, ApiError> {
 }
 
 /// An `<option>`, selected when `value` is `current`.
-fn option(value: &str, label: &str, current: &str) -> String {
-    let selected = if value == current.trim() {
-        " selected"
-    } else {
-        ""
-    };
-    format!(
-        r#"<option value="{}"{selected}>{}</option>"#,
-        escape(value),
-        escape(label)
-    )
+fn option(value: &str, label: &str, current: &str) -> Markup {
+    html! {
+        option value=(value) selected[value == current.trim()] { (label) }
+    }
 }
 
 /// The filter form, showing `f` back.
-fn filter_form(f: &Filters, choices: &Choices) -> String {
-    let mut keys = option("", "any", &f.key);
-    for (id, name) in &choices.keys {
-        keys.push_str(&option(id, &format!("{id} ({name})"), &f.key));
+fn filter_form(f: &Filters, choices: &Choices) -> Markup {
+    html! {
+        form method="get" action=(PATH) class="row" aria-label="Filters" {
+            label for="f-key" {
+                "Key"
+                select id="f-key" name="key" {
+                    (option("", "any", &f.key))
+                    @for (id, name) in &choices.keys {
+                        (option(id, &format!("{id} ({name})"), &f.key))
+                    }
+                }
+            }
+            label for="f-provider" {
+                "Provider"
+                select id="f-provider" name="provider" {
+                    (option("", "any", &f.provider))
+                    @for id in &choices.providers { (option(id, id, &f.provider)) }
+                }
+            }
+            label for="f-model" {
+                "Model"
+                input type="text" id="f-model" name="model" value=(f.model);
+            }
+            label for="f-status" {
+                "Status"
+                input type="text" id="f-status" name="status" value=(f.status) aria-describedby="f-status-hint";
+            }
+            label for="f-last" {
+                "Time"
+                select id="f-last" name="last" {
+                    @for (value, label, _) in WINDOWS { (option(value, label, &f.last)) }
+                    (option("", "all time", &f.last))
+                }
+            }
+            @if let Some(l) = present(&f.limit) {
+                input type="hidden" name="limit" value=(l);
+            }
+            button type="submit" { "Filter" }
+        }
+        p.hint id="f-status-hint" {
+            "Status: an exact status such as " code { "429" } ", a class such as " code { "4xx" }
+            ", or " code { "errors" } " (every status from 400). Model matches the requested or the resolved model."
+        }
     }
-    let mut providers = option("", "any", &f.provider);
-    for id in &choices.providers {
-        providers.push_str(&option(id, id, &f.provider));
-    }
-    let mut windows = String::new();
-    for (value, label, _) in WINDOWS {
-        windows.push_str(&option(value, label, &f.last));
-    }
-    windows.push_str(&option("", "all time", &f.last));
-    let limit = present(&f.limit).map_or_else(String::new, |l| {
-        format!(
-            r#"<input type="hidden" name="limit" value="{}">"#,
-            escape(&l)
-        )
-    });
-    format!(
-        r#"<form method="get" action="{PATH}" class="row" aria-label="Filters">
-<label for="f-key">Key<select id="f-key" name="key">{keys}</select></label>
-<label for="f-provider">Provider<select id="f-provider" name="provider">{providers}</select></label>
-<label for="f-model">Model<input type="text" id="f-model" name="model" value="{model}"></label>
-<label for="f-status">Status<input type="text" id="f-status" name="status" value="{status}" aria-describedby="f-status-hint"></label>
-<label for="f-last">Time<select id="f-last" name="last">{windows}</select></label>
-{limit}<button type="submit">Filter</button>
-</form>
-<p class="hint" id="f-status-hint">Status: an exact status such as <code>429</code>, a class such as <code>4xx</code>, or <code>errors</code> (every status from 400). Model matches the requested or the resolved model.</p>
-"#,
-        model = escape(&f.model),
-        status = escape(&f.status),
-    )
 }
 
 /// `value`, or an em dash when absent.
@@ -284,7 +286,7 @@ const HEADERS: [&str; 14] = [
 ];
 
 /// One results row; errors' statuses carry the `status-error` class.
-fn row_html(out: &mut String, r: &LogRow) {
+fn row_html(r: &LogRow) -> Markup {
     let tokens = if r.prompt_tokens.is_none() && r.completion_tokens.is_none() {
         "—".to_owned()
     } else {
@@ -294,12 +296,7 @@ fn row_html(out: &mut String, r: &LogRow) {
             or_dash(r.completion_tokens)
         )
     };
-    let status_class = if r.status >= 400 {
-        r#" class="status-error""#
-    } else {
-        ""
-    };
-    let cells = [
+    let before = [
         crate::html::utc(r.ts),
         r.request_id.clone(),
         or_dash(r.key_id.as_deref()),
@@ -309,81 +306,61 @@ fn row_html(out: &mut String, r: &LogRow) {
         or_dash(r.connection_id.as_deref()),
         or_dash(r.model.as_deref()),
     ];
-    out.push_str("<tr>");
-    for c in &cells {
-        let _ = write!(out, "<td>{}</td>", escape(c));
-    }
-    let _ = write!(out, "<td{status_class}>{}</td>", r.status);
-    for c in [
+    let after = [
         or_dash(r.error_code.as_deref()),
         r.attempts.to_string(),
         r.latency_ms.to_string(),
         or_dash(r.ttfb_ms),
         tokens,
-    ] {
-        let _ = write!(out, "<td>{}</td>", escape(&c));
+    ];
+    html! {
+        tr {
+            @for c in &before { td { (c) } }
+            td class=[(r.status >= 400).then_some("status-error")] { (r.status) }
+            @for c in &after { td { (c) } }
+        }
     }
-    out.push_str("</tr>");
 }
 
 /// The results table and the paging links.
-fn results(f: &Filters, page: &LogPage) -> String {
-    let mut out = String::from(
-        r#"<div class="table-wrap"><table><caption>Matching requests, newest first</caption><thead><tr>"#,
-    );
-    for h in HEADERS {
-        let _ = write!(out, r#"<th scope="col">{h}</th>"#);
+fn results(f: &Filters, page: &LogPage) -> Markup {
+    let newest = present(&f.before).map(|_| f.url(None));
+    let older = page.next.map(|n| f.url(Some(n)));
+    html! {
+        div.table-wrap {
+            table {
+                caption { "Matching requests, newest first" }
+                thead { tr { @for h in HEADERS { th scope="col" { (h) } } } }
+                tbody {
+                    @if page.rows.is_empty() {
+                        tr { td colspan=(HEADERS.len()) { "No requests match these filters." } }
+                    }
+                    @for (_, r) in &page.rows { (row_html(r)) }
+                }
+            }
+        }
+        @if newest.is_some() || older.is_some() {
+            nav.pager aria-label="Pages" {
+                @if let Some(href) = &newest { a href=(href) id="page-newest" { "Newest" } }
+                @if let Some(href) = &older { a href=(href) id="page-older" rel="next" { "Older" } }
+            }
+        }
     }
-    out.push_str("</tr></thead><tbody>");
-    if page.rows.is_empty() {
-        let _ = write!(
-            out,
-            r#"<tr><td colspan="{}">No requests match these filters.</td></tr>"#,
-            HEADERS.len()
-        );
-    }
-    for (_, r) in &page.rows {
-        row_html(&mut out, r);
-    }
-    out.push_str("</tbody></table></div>");
-    let newest = present(&f.before).map(|_| {
-        format!(
-            r#"<a href="{}" id="page-newest">Newest</a>"#,
-            escape(&f.url(None))
-        )
-    });
-    let older = page.next.map(|n| {
-        format!(
-            r#"<a href="{}" id="page-older" rel="next">Older</a>"#,
-            escape(&f.url(Some(n)))
-        )
-    });
-    if newest.is_some() || older.is_some() {
-        let _ = write!(
-            out,
-            r#"<nav class="pager" aria-label="Pages">{}{}</nav>"#,
-            newest.unwrap_or_default(),
-            older.unwrap_or_default()
-        );
-    }
-    out
 }
 
 /// The page's `<main>` content: the form with `f`, then the rows of `outcome` or the
 /// search's error message. The first page (no cursor) refreshes itself.
-pub fn render(f: &Filters, choices: &Choices, outcome: Result<&LogPage, String>) -> String {
-    let form = filter_form(f, choices);
-    match outcome {
-        Err(message) => format!(
-            r#"{form}<p class="notice error" role="alert" id="filter-error">Error: {}</p>"#,
-            escape(&message)
-        ),
-        Ok(page) => {
-            let rows = results(f, page);
-            if present(&f.before).is_some() {
-                format!("{form}{rows}")
-            } else {
-                format!("{form}{}", live("requests-live", &f.url(None), 30, &rows))
+pub fn render(f: &Filters, choices: &Choices, outcome: Result<&LogPage, String>) -> Markup {
+    html! {
+        (filter_form(f, choices))
+        @match outcome {
+            Err(message) => (error_notice(Some("filter-error"), &message)),
+            Ok(page) => {
+                @if present(&f.before).is_some() {
+                    (results(f, page))
+                } @else {
+                    (live("requests-live", &f.url(None), 30, results(f, page)))
+                }
             }
         }
     }
@@ -478,7 +455,7 @@ mod tests {
             providers: vec!["alpha".into()],
         };
         let f = Filters::parse("key=k1").unwrap();
-        let html = render(&f, &choices, Ok(&page));
+        let html = render(&f, &choices, Ok(&page)).into_string();
         assert!(html.contains(
             "<tr><td>2025-12-01 16:30:53</td><td>req&lt;1&gt;</td><td>k1</td><td>openai</td><td>fast</td><td>alpha</td><td>alpha-1</td><td>mock-small</td><td class=\"status-error\">429</td><td>rate_limited</td><td>1</td><td>12</td><td>—</td><td>7 / 5</td></tr>"
         ), "{html}");
@@ -494,11 +471,11 @@ mod tests {
             rows: vec![],
             next: None,
         };
-        let html = render(&older, &choices, Ok(&last));
+        let html = render(&older, &choices, Ok(&last)).into_string();
         assert!(html.contains(r#"<td colspan="14">No requests match these filters.</td>"#));
         assert!(html.contains(r#"<nav class="pager" aria-label="Pages"><a href="/dashboard/requests?key=k1" id="page-newest">Newest</a></nav>"#));
         assert!(!html.contains("hx-get"));
-        let bad = render(&f, &choices, Err("status: `6xx` is bad".into()));
+        let bad = render(&f, &choices, Err("status: `6xx` is bad".into())).into_string();
         assert!(bad.contains(r#"<p class="notice error" role="alert" id="filter-error">Error: status: `6xx` is bad</p>"#));
         assert!(!bad.contains("<table"));
     }

@@ -4,13 +4,12 @@
 //! `services::resilience`; what is cleared, skipped or refused is decided there.
 
 use crate::fields::{all, hidden, state_label, Fields};
-use crate::html::{confirm_form, csrf_field, escape, form, live, table, table_html, Nav};
+use crate::html::{confirm_form, csrf_field, form, live, table, text, Nav};
 use crate::overview::seconds;
-use crate::web::{Dash, Empty, Posted, Signed, View};
+use crate::web::{Dash, Empty, Posted, Routes, Signed, View};
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
+use maud::{html, Markup};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -42,37 +41,16 @@ const OTHER_SETTINGS: [&str; 7] = [
 ];
 
 /// The resilience page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PAGE, get(page).fallback(crate::unknown))
-        .route(
-            "/dashboard/resilience/reset",
-            post(reset).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/clear",
-            post(clear_selected).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/clear-provider",
-            post(clear_provider).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/clear-all",
-            post(clear_all).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/re-enable",
-            post(re_enable).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/model-lockout",
-            post(model_lockout).fallback(crate::unknown),
-        )
-        .route(
-            "/dashboard/resilience/provider-cooldown",
-            post(provider_cooldown).fallback(crate::unknown),
-        )
+pub fn routes() -> Routes {
+    Routes::default()
+        .page(PAGE, page)
+        .form("/dashboard/resilience/reset", reset)
+        .form("/dashboard/resilience/clear", clear_selected)
+        .form("/dashboard/resilience/clear-provider", clear_provider)
+        .form("/dashboard/resilience/clear-all", clear_all)
+        .form("/dashboard/resilience/re-enable", re_enable)
+        .form("/dashboard/resilience/model-lockout", model_lockout)
+        .form("/dashboard/resilience/provider-cooldown", provider_cooldown)
 }
 
 /// What the page shows.
@@ -105,7 +83,7 @@ async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Respons
             };
             dash.render(
                 &session,
-                View::ok("Resilience", Nav::Resilience, &render(&r, &session.csrf)),
+                View::ok("Resilience", Nav::Resilience, render(&r, &session.csrf)),
             )
         }
         Err(e) => dash.failed(&session, "Resilience", Nav::Resilience, &e),
@@ -239,40 +217,33 @@ fn left(ms: u64) -> String {
 }
 
 /// A labelled input of a settings form; its id is the form's prefix and the name.
-fn input(prefix: &str, name: &str, label: &str, kind: &str, value: &str) -> String {
+fn input(prefix: &str, name: &str, label: &str, kind: &str, value: &str) -> Markup {
     let id = format!("{prefix}-{}", name.replace('.', "-"));
-    crate::fields::input(&id, name, label, kind, value, "")
+    crate::fields::input(&id, name, label, kind, value, false)
 }
 
 /// A labelled true/false select of a settings form.
-fn yes_no(prefix: &str, name: &str, label: &str, value: bool) -> String {
+fn yes_no(prefix: &str, name: &str, label: &str, value: bool) -> Markup {
     let id = format!("{prefix}-{}", name.replace('.', "-"));
-    let option = |v: bool| {
-        format!(
-            r#"<option value="{v}"{}>{}</option>"#,
-            if v == value { " selected" } else { "" },
-            if v { "on" } else { "off" }
-        )
-    };
-    format!(
-        r#"<label for="{id}">{label}</label><select id="{id}" name="{name}">{}{}</select>"#,
-        option(true),
-        option(false),
-        id = escape(&id),
-        label = escape(label),
-        name = escape(name),
-    )
+    html! {
+        label for=(id) { (label) }
+        select id=(id) name=(name) {
+            @for v in [true, false] {
+                option value=(v) selected[v == value] { (if v { "on" } else { "off" }) }
+            }
+        }
+    }
 }
 
 /// The provider breakers' table: every provider, `CLOSED` unless its breaker has seen
 /// failures, with a reset button.
-fn breakers(r: &Resilience, csrf: &str) -> String {
+fn breakers(r: &Resilience, csrf: &str) -> Markup {
     let by_provider: HashMap<&str, &BreakerView> = r
         .breakers
         .iter()
         .map(|b| (b.provider.as_str(), b))
         .collect();
-    let rows: Vec<Vec<String>> = r
+    let rows: Vec<Vec<Markup>> = r
         .providers
         .iter()
         .map(|p| {
@@ -283,21 +254,21 @@ fn breakers(r: &Resilience, csrf: &str) -> String {
                 None => "—".to_owned(),
             };
             vec![
-                escape(&p.id),
+                text(&p.id),
                 state_label(b.map_or("CLOSED", |b| b.state)),
-                b.map_or(0, |b| b.failures).to_string(),
-                probe,
+                text(b.map_or(0, |b| b.failures).to_string()),
+                text(probe),
                 form(
                     "/dashboard/resilience/reset",
                     csrf,
                     "inline",
-                    &hidden("provider", &p.id),
+                    hidden("provider", &p.id),
                     "Reset",
                 ),
             ]
         })
         .collect();
-    table_html(
+    table(
         "Provider circuit breakers",
         &["Provider", "State", "Failures", "Next probe in", "Action"],
         &rows,
@@ -306,23 +277,23 @@ fn breakers(r: &Resilience, csrf: &str) -> String {
 }
 
 /// The connection cooldowns (refreshed with the live region).
-fn cooldowns(r: &Resilience) -> String {
-    let rows: Vec<Vec<String>> = r
+fn cooldowns(r: &Resilience) -> Markup {
+    let rows: Vec<Vec<Markup>> = r
         .connections
         .iter()
         .map(|c| {
             vec![
-                escape(&c.connection_id),
-                escape(&c.provider),
-                escape(c.auth_class),
+                text(&c.connection_id),
+                text(&c.provider),
+                text(c.auth_class),
                 state_label(c.state),
-                escape(&left(c.remaining_ms)),
-                c.backoff_level.to_string(),
-                escape(c.last_error.as_deref().unwrap_or("—")),
+                text(left(c.remaining_ms)),
+                text(c.backoff_level.to_string()),
+                text(c.last_error.as_deref().unwrap_or("—")),
             ]
         })
         .collect();
-    table_html(
+    table(
         "Connection cooldowns (terminal states are never cleared)",
         &[
             "Connection",
@@ -340,82 +311,78 @@ fn cooldowns(r: &Resilience) -> String {
 
 /// The clear-by-selection form: a checkbox per connection, with its state when the
 /// page loaded. It sits outside the live region, so a refresh never clears the ticks.
-fn select_form(r: &Resilience, csrf: &str) -> String {
-    let boxes: String = r
-        .connections
-        .iter()
-        .map(|c| {
-            format!(
-                r#"<div class="check"><input type="checkbox" name="connection" value="{v}" id="{id}"><label for="{id}">{v} ({state})</label></div>"#,
-                v = escape(&c.connection_id),
-                id = escape(&format!("select-{}", c.connection_id)),
-                state = escape(c.state),
-            )
-        })
-        .collect();
-    format!(
-        r#"<form method="post" action="/dashboard/resilience/clear" id="clear-selected" class="stack">{csrf}<fieldset><legend>Connections to clear</legend>{boxes}</fieldset><button type="submit">Clear selected</button></form>"#,
-        csrf = csrf_field(csrf),
-    )
+fn select_form(r: &Resilience, csrf: &str) -> Markup {
+    html! {
+        form method="post" action="/dashboard/resilience/clear" id="clear-selected" class="stack" {
+            (csrf_field(csrf))
+            fieldset {
+                legend { "Connections to clear" }
+                @for c in &r.connections {
+                    @let id = format!("select-{}", c.connection_id);
+                    div.check {
+                        input type="checkbox" name="connection" value=(c.connection_id) id=(id);
+                        label for=(id) { (c.connection_id) " (" (c.state) ")" }
+                    }
+                }
+            }
+            button type="submit" { "Clear selected" }
+        }
+    }
 }
 
 /// The clear-by-provider and clear-all forms.
-fn clear_forms(r: &Resilience, csrf: &str) -> String {
-    let options: String = r
-        .providers
-        .iter()
-        .map(|p| format!(r#"<option value="{0}">{0}</option>"#, escape(&p.id)))
-        .collect();
-    format!(
-        "{}{}",
-        form(
+fn clear_forms(r: &Resilience, csrf: &str) -> Markup {
+    html! {
+        (form(
             "/dashboard/resilience/clear-provider",
             csrf,
             "row",
-            &format!(
-                r#"<label for="clear-provider">Provider</label><select id="clear-provider" name="provider">{options}</select>"#
-            ),
+            html! {
+                label for="clear-provider" { "Provider" }
+                select id="clear-provider" name="provider" {
+                    @for p in &r.providers { option value=(p.id) { (p.id) } }
+                }
+            },
             "Clear provider's cooldowns",
-        ),
-        confirm_form(
+        ))
+        (confirm_form(
             "/dashboard/resilience/clear-all",
             csrf,
             "Clear all cooldowns…",
-            "Clear every connection's cooldowns and model locks"
-        ),
-    )
+            "Clear every connection's cooldowns and model locks",
+        ))
+    }
 }
 
 /// The model locks, each with a re-enable button.
-fn locks(r: &Resilience, csrf: &str) -> String {
-    let rows: Vec<Vec<String>> = r
+fn locks(r: &Resilience, csrf: &str) -> Markup {
+    let rows: Vec<Vec<Markup>> = r
         .locks
         .iter()
         .map(|l| {
             vec![
-                escape(&l.provider),
-                escape(&l.connection),
-                escape(l.scope),
-                escape(&l.name),
-                l.failures.to_string(),
-                l.status.to_string(),
-                escape(&left(l.remaining_ms)),
+                text(&l.provider),
+                text(&l.connection),
+                text(l.scope),
+                text(&l.name),
+                text(l.failures.to_string()),
+                text(l.status.to_string()),
+                text(left(l.remaining_ms)),
                 form(
                     "/dashboard/resilience/re-enable",
                     csrf,
                     "inline",
-                    &format!(
-                        "{}{}{}",
-                        hidden("provider", &l.provider),
-                        hidden("connection", &l.connection),
-                        hidden("model", &l.name)
-                    ),
+                    html! {
+                        (hidden("provider", &l.provider))
+                        (hidden("connection", &l.connection))
+                        (hidden("model", &l.name))
+                    },
                     "Re-enable",
                 ),
             ]
         })
         .collect();
-    table_html(
+    table(
         "Model cooldowns (locked models)",
         &[
             "Provider",
@@ -433,17 +400,17 @@ fn locks(r: &Resilience, csrf: &str) -> String {
 }
 
 /// The connections in a terminal state.
-fn terminal(r: &Resilience) -> String {
-    let rows: Vec<Vec<String>> = r
+fn terminal(r: &Resilience) -> Markup {
+    let rows: Vec<Vec<Markup>> = r
         .connections
         .iter()
         .filter(|c| !matches!(c.state, "active" | "cooling"))
         .map(|c| {
             vec![
-                c.connection_id.clone(),
-                c.provider.clone(),
-                c.state.to_owned(),
-                c.last_error.clone().unwrap_or_else(|| "—".to_owned()),
+                text(&c.connection_id),
+                text(&c.provider),
+                text(c.state),
+                text(c.last_error.as_deref().unwrap_or("—")),
             ]
         })
         .collect();
@@ -456,123 +423,86 @@ fn terminal(r: &Resilience) -> String {
 }
 
 /// The model-lockout and provider-cooldown settings forms.
-fn settings(s: &ResilienceView, csrf: &str) -> String {
+fn settings(s: &ResilienceView, csrf: &str) -> Markup {
     let l = &s.model_lockout;
     let codes: Vec<String> = l.error_codes.iter().map(u16::to_string).collect();
-    let lockout = [
-        yes_no("lockout", "enabled", "Lock failing models", l.enabled),
-        input(
+    let lockout = html! {
+        (yes_no("lockout", "enabled", "Lock failing models", l.enabled))
+        (input(
             "lockout",
             "errorCodes",
             "Statuses that lock a model (comma separated)",
             "text",
             &codes.join(","),
-        ),
-        input(
-            "lockout",
-            "baseCooldownMs",
-            "First lock (ms)",
-            "number",
-            &l.base_cooldown_ms.to_string(),
-        ),
-        input(
-            "lockout",
-            "maxCooldownMs",
-            "Longest lock (ms)",
-            "number",
-            &l.max_cooldown_ms.to_string(),
-        ),
-        input(
-            "lockout",
-            "maxBackoffSteps",
-            "Most doublings",
-            "number",
-            &l.max_backoff_steps.to_string(),
-        ),
-        yes_no(
-            "lockout",
-            "useExponentialBackoff",
-            "Double repeated locks",
-            l.use_exponential_backoff,
-        ),
-    ]
-    .concat();
+        ))
+        (input("lockout", "baseCooldownMs", "First lock (ms)", "number", &l.base_cooldown_ms.to_string()))
+        (input("lockout", "maxCooldownMs", "Longest lock (ms)", "number", &l.max_cooldown_ms.to_string()))
+        (input("lockout", "maxBackoffSteps", "Most doublings", "number", &l.max_backoff_steps.to_string()))
+        (yes_no("lockout", "useExponentialBackoff", "Double repeated locks", l.use_exponential_backoff))
+    };
     let p = &s.provider_cooldown;
-    let mut cooldown = yes_no("cooldown", "enabled", "Provider cooldown", p.enabled);
-    for (class, label, g) in [
+    let groups = [
         ("oauth", "OAuth", &p.oauth),
         ("apiKey", "API key", &p.api_key),
-    ] {
-        for (field, what, value) in [
-            (
-                "failureThreshold",
-                "failures that trip it",
-                g.failure_threshold.into(),
-            ),
-            (
-                "failureWindowMs",
-                "failure window (ms)",
-                g.failure_window_ms,
-            ),
-            ("cooldownMs", "cooldown (ms)", g.cooldown_ms),
-        ] {
-            cooldown.push_str(&input(
-                "cooldown",
-                &format!("{class}.{field}"),
-                &format!("{label}: {what}"),
-                "number",
-                &value.to_string(),
-            ));
+    ];
+    let cooldown = html! {
+        (yes_no("cooldown", "enabled", "Provider cooldown", p.enabled))
+        @for (class, label, g) in groups {
+            @for (field, what, value) in [
+                ("failureThreshold", "failures that trip it", u64::from(g.failure_threshold)),
+                ("failureWindowMs", "failure window (ms)", g.failure_window_ms),
+                ("cooldownMs", "cooldown (ms)", g.cooldown_ms),
+            ] {
+                (input(
+                    "cooldown",
+                    &format!("{class}.{field}"),
+                    &format!("{label}: {what}"),
+                    "number",
+                    &value.to_string(),
+                ))
+            }
         }
+    };
+    html! {
+        h3 id="lockout-settings" { "Model lockout" }
+        (form("/dashboard/resilience/model-lockout", csrf, "stack", lockout, "Save model lockout"))
+        h3 id="cooldown-settings" { "Provider cooldown" }
+        (form("/dashboard/resilience/provider-cooldown", csrf, "stack", cooldown, "Save provider cooldown"))
     }
-    format!(
-        r#"<h3 id="lockout-settings">Model lockout</h3>{}<h3 id="cooldown-settings">Provider cooldown</h3>{}"#,
-        form(
-            "/dashboard/resilience/model-lockout",
-            csrf,
-            "stack",
-            &lockout,
-            "Save model lockout"
-        ),
-        form(
-            "/dashboard/resilience/provider-cooldown",
-            csrf,
-            "stack",
-            &cooldown,
-            "Save provider cooldown"
-        ),
-    )
 }
 
 /// The page's `<main>` content; the tables that change refresh every 30 s.
-pub fn render(r: &Resilience, csrf: &str) -> String {
-    let changing = format!(
-        r#"<section aria-labelledby="breakers"><h2 id="breakers">Provider breakers</h2>
-{breakers}</section>
-<section aria-labelledby="cooldowns"><h2 id="cooldowns">Cooldown manager</h2>
-{cooldowns}{locks}{terminal}</section>"#,
-        breakers = breakers(r, csrf),
-        cooldowns = cooldowns(r),
-        locks = locks(r, csrf),
-        terminal = terminal(r),
-    );
-    format!(
-        r#"{live}
-<section aria-labelledby="clear"><h2 id="clear">Clear cooldowns</h2>
-<p class="hint">Clearing ends cooldowns and model locks; connections in a terminal state are counted and left as they are. The states below are as of the page load; the tables above refresh every 30 s.</p>
-{select}{clear}</section>
-<section aria-labelledby="settings"><h2 id="settings">Settings</h2>
-{settings}<h3 id="other-settings">Breaker and cooldown profiles, queues, waits and stalls</h3>
-{others}</section>"#,
-        live = live("resilience-live", PAGE, 30, &changing),
-        select = select_form(r, csrf),
-        clear = clear_forms(r, csrf),
-        settings = settings(&r.settings, csrf),
-        others = crate::settings::table(
-            "Other resilience settings",
-            &r.others.iter().collect::<Vec<_>>(),
-            csrf,
-            PAGE
-        ),
-    )
+pub fn render(r: &Resilience, csrf: &str) -> Markup {
+    let changing = html! {
+        section aria-labelledby="breakers" {
+            h2 id="breakers" { "Provider breakers" }
+            (breakers(r, csrf))
+        }
+        section aria-labelledby="cooldowns" {
+            h2 id="cooldowns" { "Cooldown manager" }
+            (cooldowns(r))
+            (locks(r, csrf))
+            (terminal(r))
+        }
+    };
+    html! {
+        (live("resilience-live", PAGE, 30, changing))
+        section aria-labelledby="clear" {
+            h2 id="clear" { "Clear cooldowns" }
+            p.hint { "Clearing ends cooldowns and model locks; connections in a terminal state are counted and left as they are. The states below are as of the page load; the tables above refresh every 30 s." }
+            (select_form(r, csrf))
+            (clear_forms(r, csrf))
+        }
+        section aria-labelledby="settings" {
+            h2 id="settings" { "Settings" }
+            (settings(&r.settings, csrf))
+            h3 id="other-settings" { "Breaker and cooldown profiles, queues, waits and stalls" }
+            (crate::settings::table(
+                "Other resilience settings",
+                &r.others.iter().collect::<Vec<_>>(),
+                csrf,
+                PAGE,
+            ))
+        }
+    }
 }

@@ -4,12 +4,11 @@
 //! reset (removed). Validation is `services::settings`', as for `PUT /api/settings`.
 
 use crate::fields::{hidden, one, Fields};
-use crate::html::{escape, form, table_html, Nav};
-use crate::web::{Dash, Posted, Signed, View};
+use crate::html::{form, text, Nav};
+use crate::web::{Dash, Posted, Routes, Signed, View};
 use axum::extract::State;
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::Router;
+use maud::{html, Markup};
 use serde_json::Value;
 use std::sync::Arc;
 use switchyard_core::settings::SettingValue;
@@ -23,13 +22,10 @@ pub const PAGE: &str = "/dashboard/settings";
 const BACK_TO: [&str; 2] = [PAGE, "/dashboard/resilience"];
 
 /// The settings page's routes.
-pub fn routes() -> Router<Arc<Dash>> {
-    Router::new()
-        .route(PAGE, get(page).post(set).fallback(crate::unknown))
-        .route(
-            "/dashboard/settings/reset",
-            post(reset).fallback(crate::unknown),
-        )
+pub fn routes() -> Routes {
+    Routes::default()
+        .page_and_form(PAGE, page, set)
+        .form("/dashboard/settings/reset", reset)
 }
 
 /// `GET /dashboard/settings`.
@@ -37,7 +33,7 @@ async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Respons
     let list = services::settings::list(&dash.app);
     dash.render(
         &session,
-        View::ok("Settings", Nav::Settings, &render(&list, &session.csrf)),
+        View::ok("Settings", Nav::Settings, render(&list, &session.csrf)),
     )
 }
 
@@ -70,7 +66,7 @@ async fn reset(State(dash): State<Arc<Dash>>, Posted(session, f): Posted<Fields>
 }
 
 /// A setting's value as text.
-fn text(v: &SettingValue) -> String {
+fn value_text(v: &SettingValue) -> String {
     match v {
         SettingValue::Text(t) => t.clone(),
         other => other.to_json().to_string(),
@@ -79,40 +75,47 @@ fn text(v: &SettingValue) -> String {
 
 /// The table of `settings`, each row with its set form and, for a database value, its
 /// reset form; the forms send their answer back to `back` (one of [`BACK_TO`]).
-pub fn table(caption: &str, settings: &[&SettingView], csrf: &str, back: &str) -> String {
-    let rows: Vec<Vec<String>> = settings
+pub fn table(caption: &str, settings: &[&SettingView], csrf: &str, back: &str) -> Markup {
+    let rows: Vec<Vec<Markup>> = settings
         .iter()
         .map(|s| {
             let id = format!("value-{}", s.key.replace('.', "-"));
-            let keyed = format!("{}{}", hidden("key", &s.key), hidden("back", back));
+            let keyed = html! { (hidden("key", &s.key)) (hidden("back", back)) };
             let set = form(
                 PAGE,
                 csrf,
                 "inline",
-                &format!(
-                    r#"{keyed}<label for="{id}">New value</label> <input type="text" id="{id}" name="value"> "#,
-                    id = escape(&id),
-                ),
+                html! {
+                    (keyed)
+                    label for=(id) { "New value" }
+                    " "
+                    input type="text" id=(id) name="value";
+                    " "
+                },
                 "Set",
             );
-            let reset = if s.source == "database" {
-                form("/dashboard/settings/reset", csrf, "inline", &keyed, "Reset")
-            } else {
-                String::new()
-            };
+            let reset = (s.source == "database").then(|| {
+                form(
+                    "/dashboard/settings/reset",
+                    csrf,
+                    "inline",
+                    keyed.clone(),
+                    "Reset",
+                )
+            });
             vec![
-                escape(&s.key),
-                escape(&text(&s.value)),
-                escape(&s.source),
-                escape(&s.env),
-                escape(&text(&s.default)),
-                escape(&s.constraint),
-                escape(&s.doc),
-                format!("{set}{reset}"),
+                text(&s.key),
+                text(value_text(&s.value)),
+                text(&s.source),
+                text(&s.env),
+                text(value_text(&s.default)),
+                text(&s.constraint),
+                text(&s.doc),
+                html! { (set) @if let Some(r) = reset { (r) } },
             ]
         })
         .collect();
-    table_html(
+    crate::html::table(
         caption,
         &[
             "Key",
@@ -130,11 +133,10 @@ pub fn table(caption: &str, settings: &[&SettingView], csrf: &str, back: &str) -
 }
 
 /// The page's `<main>` content.
-pub fn render(list: &[SettingView], csrf: &str) -> String {
+pub fn render(list: &[SettingView], csrf: &str) -> Markup {
     let all: Vec<&SettingView> = list.iter().collect();
-    format!(
-        r#"<p class="hint">A value set here is stored in the database and overrides the environment, the config file and the default; Reset removes it.</p>
-{}"#,
-        table("Runtime settings", &all, csrf, PAGE)
-    )
+    html! {
+        p.hint { "A value set here is stored in the database and overrides the environment, the config file and the default; Reset removes it." }
+        (table("Runtime settings", &all, csrf, PAGE))
+    }
 }

@@ -3,13 +3,18 @@
 //! [`Posted`] (a form), calls the gateway's `services`, and answers with
 //! [`Dash::render`] or [`Dash::done`]; it never checks sessions or CSRF tokens itself.
 
-use crate::html::{Layout, Nav, Notice, Page};
+use crate::html::{error_notice, Layout, Nav, Notice, Page};
 use crate::session::{csrf_matches, Sessions};
+use crate::throttle::Throttle;
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::handler::Handler;
 use axum::http::header::{CONTENT_TYPE, COOKIE, LOCATION};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{self, MethodRouter};
+use axum::Router;
+use maud::{html, Markup};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -29,11 +34,13 @@ const CSRF_HEADER: &str = "x-csrf-token";
 /// The header htmx sets on its own requests.
 const HX_REQUEST: &str = "hx-request";
 
-/// The dashboard's state: the gateway's, the sessions and the page layout.
+/// The dashboard's state: the gateway's, the sessions, the sign-in throttle and the
+/// page layout.
 #[derive(Debug)]
 pub struct Dash {
     pub app: Arc<AppState>,
     pub sessions: Sessions,
+    pub throttle: Throttle,
     pub layout: Layout,
 }
 
@@ -46,18 +53,74 @@ pub struct Session {
     pub htmx: bool,
 }
 
+/// The dashboard's route table: its router, and the paths whose `POST` is a signed-in
+/// form (checked by [`Posted`]), so that tests can reach every form from the table the
+/// router is built from. Every route answers other methods as an unknown page.
+#[derive(Debug, Default)]
+pub struct Routes {
+    pub router: Router<Arc<Dash>>,
+    pub forms: Vec<&'static str>,
+}
+
+impl Routes {
+    fn add(mut self, path: &str, method: MethodRouter<Arc<Dash>>) -> Self {
+        self.router = self.router.route(path, method.fallback(crate::unknown));
+        self
+    }
+
+    /// A page: `GET path`.
+    pub fn page<H: Handler<T, Arc<Dash>>, T: 'static>(self, path: &str, get: H) -> Self {
+        self.add(path, routing::get(get))
+    }
+
+    /// A signed-in form's action: `POST path`.
+    pub fn form<H: Handler<T, Arc<Dash>>, T: 'static>(
+        mut self,
+        path: &'static str,
+        post: H,
+    ) -> Self {
+        self.forms.push(path);
+        self.add(path, routing::post(post))
+    }
+
+    /// A page whose own form posts back to it: `GET path` and `POST path`.
+    pub fn page_and_form<G, Tg, P, Tp>(mut self, path: &'static str, get: G, post: P) -> Self
+    where
+        G: Handler<Tg, Arc<Dash>>,
+        P: Handler<Tp, Arc<Dash>>,
+        Tg: 'static,
+        Tp: 'static,
+    {
+        self.forms.push(path);
+        self.add(path, routing::get(get).post(post))
+    }
+
+    /// A route outside the table's forms, as given (sign-in, which opens the session
+    /// the forms need; the paths that answer every method).
+    pub fn other(mut self, path: &str, method: MethodRouter<Arc<Dash>>) -> Self {
+        self.router = self.router.route(path, method);
+        self
+    }
+
+    pub fn merge(mut self, other: Routes) -> Self {
+        self.router = self.router.merge(other.router);
+        self.forms.extend(other.forms);
+        self
+    }
+}
+
 /// A rendered page's parts, for [`Dash::render`].
 #[derive(Debug)]
 pub struct View<'a> {
     pub status: StatusCode,
     pub title: &'a str,
     pub nav: Nav,
-    pub main: &'a str,
+    pub main: Markup,
 }
 
 impl<'a> View<'a> {
     /// A `200 OK` page.
-    pub fn ok(title: &'a str, nav: Nav, main: &'a str) -> Self {
+    pub fn ok(title: &'a str, nav: Nav, main: Markup) -> Self {
         Self {
             status: StatusCode::OK,
             title,
@@ -111,23 +174,19 @@ impl Dash {
 
     /// A signed-in page saying `error` could not be read, with the error's status.
     pub fn failed(&self, session: &Session, title: &str, nav: Nav, error: &ApiError) -> Response {
-        let main = format!(
-            r#"<p class="notice error" role="alert">Error: {}</p>"#,
-            crate::html::escape(&error.to_string())
-        );
         self.render(
             session,
             View {
                 status: error.parts().0,
                 title,
                 nav,
-                main: &main,
+                main: error_notice(None, &error.to_string()),
             },
         )
     }
 
     /// A page for a signed-out visitor.
-    pub fn public(&self, status: StatusCode, title: &str, main: &str) -> Response {
+    pub fn public(&self, status: StatusCode, title: &str, main: Markup) -> Response {
         html_response(
             status,
             self.layout.page(&Page {
@@ -161,7 +220,13 @@ impl Dash {
         self.public(
             StatusCode::FORBIDDEN,
             "Forbidden",
-            r#"<p>This action needs a signed-in session and its form token. <a href="/dashboard/sign-in">Sign in</a> and try again.</p>"#,
+            html! {
+                p {
+                    "This action needs a signed-in session and its form token. "
+                    a href=(SIGN_IN) { "Sign in" }
+                    " and try again."
+                }
+            },
         )
     }
 
@@ -180,8 +245,13 @@ impl Dash {
 }
 
 /// An HTML response.
-pub fn html_response(status: StatusCode, body: String) -> Response {
-    (status, [(CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+pub fn html_response(status: StatusCode, body: Markup) -> Response {
+    (
+        status,
+        [(CONTENT_TYPE, "text/html; charset=utf-8")],
+        body.into_string(),
+    )
+        .into_response()
 }
 
 /// The value of the `sy_session` cookie, if the request sends one.
@@ -250,7 +320,7 @@ impl<T: DeserializeOwned> FromRequest<Arc<Dash>> for Posted<T> {
                     status: StatusCode::PAYLOAD_TOO_LARGE,
                     title: "Form too large",
                     nav: Nav::None,
-                    main: "<p class=\"notice error\" role=\"alert\">Error: the form is larger than 64 KiB.</p>",
+                    main: error_notice(None, "the form is larger than 64 KiB."),
                 },
             )
         })?;
@@ -267,21 +337,15 @@ impl<T: DeserializeOwned> FromRequest<Arc<Dash>> for Posted<T> {
         }
         match serde_urlencoded::from_bytes::<T>(&bytes) {
             Ok(form) => Ok(Posted(session, form)),
-            Err(e) => {
-                let main = format!(
-                    r#"<p class="notice error" role="alert">Error: the form could not be read: {}</p>"#,
-                    crate::html::escape(&e.to_string())
-                );
-                Err(dash.render(
-                    &session,
-                    View {
-                        status: StatusCode::BAD_REQUEST,
-                        title: "Bad form",
-                        nav: Nav::None,
-                        main: &main,
-                    },
-                ))
-            }
+            Err(e) => Err(dash.render(
+                &session,
+                View {
+                    status: StatusCode::BAD_REQUEST,
+                    title: "Bad form",
+                    nav: Nav::None,
+                    main: error_notice(None, &format!("the form could not be read: {e}")),
+                },
+            )),
         }
     }
 }

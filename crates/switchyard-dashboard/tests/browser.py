@@ -29,7 +29,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -183,10 +183,26 @@ def pages_fit_and_are_screenshotted(run):
             fits = scroll <= inner
             if not fits:
                 overflowing.append(f"{name} at {width} px ({scroll} > {inner})")
-            assert title != "Not found", f"{path} answers Not found"
-            state = "built"
+            state = page_state(run, label)
             print(f"page {name} at {width} px: {'fits' if fits else 'OVERFLOWS'}, {state}, {file}")
     assert not overflowing, "horizontal overflow: " + ", ".join(overflowing)
+
+
+def page_state(run, label):
+    """What the open page is, as `h1 "…", current nav "…", N main, N alerts`, after
+    checking it is the page of the navigation link `label`: the link marked
+    `aria-current` is that one, the h1 starts with its label, there is one `<main>`
+    landmark and no error banner (`role=alert`)."""
+    d = run.driver
+    h1 = run.h1()
+    current = [a.text for a in d.find_elements(By.CSS_SELECTOR, "nav a[aria-current=page]")]
+    mains = len(d.find_elements(By.CSS_SELECTOR, "main#main"))
+    alerts = [e.text for e in d.find_elements(By.CSS_SELECTOR, "[role=alert]")]
+    assert current == [label], f"{label}: the current section is {current}"
+    assert h1.startswith(label), f"{label}: the h1 is {h1!r}"
+    assert mains == 1, f"{label}: {mains} main landmarks"
+    assert not alerts, f"{label}: error banners {alerts}"
+    return f'h1 "{h1}", current nav "{current[0]}", {mains} main, {len(alerts)} alerts'
 
 
 def keyboard_reaches_skip_link_then_nav(run):
@@ -221,10 +237,28 @@ def create_a_pool_and_watch_traffic_move_it(run):
     d.find_element(By.ID, "pool-id").send_keys("browser")
     d.find_element(By.ID, "pool-name").send_keys("Browser team")
     d.find_element(By.CSS_SELECTOR, "input[name=connection][value=alpha-1]").click()
-    d.find_element(By.ID, "pool-dims").send_keys("requests:hourly=10")
-    d.find_element(By.ID, "pool-allocs").send_keys("k1 50\nops 50")
+    Select(d.find_element(By.NAME, "dim[0].unit")).select_by_value("requests")
+    Select(d.find_element(By.NAME, "dim[0].window")).select_by_value("hourly")
+    d.find_element(By.NAME, "dim[0].limit").send_keys("10")
+    Select(d.find_element(By.NAME, "alloc[0].key")).select_by_value("k1")
+    d.find_element(By.NAME, "alloc[0].weight").send_keys("50")
+    # One more allocation row: the form comes back with every value kept.
     run.click_and_wait(
-        d.find_element(By.CSS_SELECTOR, "form[action='/dashboard/costs/quota-share'] button[type=submit]"),
+        d.find_element(By.CSS_SELECTOR, "button[name=add][value=alloc]"), "/dashboard/costs/quota-share"
+    )
+    rows = len(d.find_elements(By.CSS_SELECTOR, "#alloc-rows tbody tr"))
+    assert rows == 2, rows
+    kept = [
+        d.find_element(By.ID, "pool-id").get_attribute("value"),
+        d.find_element(By.NAME, "dim[0].limit").get_attribute("value"),
+        Select(d.find_element(By.NAME, "alloc[0].key")).first_selected_option.get_attribute("value"),
+        d.find_element(By.CSS_SELECTOR, "input[name=connection][value=alpha-1]").is_selected(),
+    ]
+    assert kept == ["browser", "10", "k1", True], kept
+    Select(d.find_element(By.NAME, "alloc[1].key")).select_by_value("ops")
+    d.find_element(By.NAME, "alloc[1].weight").send_keys("50")
+    run.click_and_wait(
+        d.find_element(By.XPATH, "//form[@action='/dashboard/costs/quota-share']/button[.='Create pool'][last()]"),
         "/dashboard/costs/quota-share",
     )
     assert run.notice() == "Done: Pool `browser` created.", run.notice()
@@ -238,7 +272,10 @@ def create_a_pool_and_watch_traffic_move_it(run):
     cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
     assert cells[:5] == ["k1", "3", "5", "surplus 2", "no"], cells
     run.screenshot(os.path.join(run.out, "pool-browser-1280.png"))
-    print("pool: created through the form; three requests moved the bar and the table to k1: 3 of a fair share of 5")
+    print(
+        "pool: created through the form's rows, one added in the browser; "
+        "three requests moved the bar and the table to k1: 3 of a fair share of 5"
+    )
 
 
 def clear_a_cooldown(run):
@@ -292,27 +329,80 @@ def a_new_keys_secret_is_shown_once(run):
     print(f"key: the secret was shown once, works, and is on none of the {len(run.pages)} pages afterwards")
 
 
+def form_of(run, action):
+    """The action and the CSRF field of the open page's form posting to `action`."""
+    form = run.driver.find_element(By.CSS_SELECTOR, f"form[action='{action}']")
+    csrf = form.find_element(By.CSS_SELECTOR, "input[type=hidden][name=csrf]").get_attribute("value")
+    assert len(csrf) == 64, csrf
+    return form.get_attribute("action"), {"csrf": csrf}
+
+
+def submit_injected(run, action, fields):
+    """Submits a form built from `action` and `fields` on the open page (WebDriver's
+    script runs outside the page's CSP, the form posts to the dashboard itself)."""
+    run.driver.execute_script(
+        """
+        const [action, fields] = arguments;
+        const form = document.createElement("form");
+        form.method = "post";
+        form.action = action;
+        for (const [name, value] of Object.entries(fields)) {
+            const input = document.createElement("input");
+            input.type = "hidden";
+            input.name = name;
+            input.value = value;
+            form.appendChild(input);
+        }
+        document.body.appendChild(form);
+        form.submit();
+        """,
+        action,
+        fields,
+    )
+
+
 def sign_out_ends_the_session(run):
-    """Sign out, then `/dashboard` lands on the sign-in page."""
+    """Captures the key form (its action and CSRF token) while signed in, signs out,
+    sees `/dashboard` land on the sign-in page, submits the captured form there: the
+    old session's form is refused (403 Forbidden) and made no key. Then a wrong token is
+    refused with its message, and the admin token signs in again at once."""
+    d = run.driver
+    run.viewport(WIDTHS[0])
+    run.open("/dashboard/keys")
+    action, fields = form_of(run, "/dashboard/keys")
+    fields["name"] = "stale form key"
     run.open("/dashboard")
     run.click_and_wait(
-        run.driver.find_element(
-            By.CSS_SELECTOR, "form[action='/dashboard/sign-out'] button[type=submit]"
-        ),
+        d.find_element(By.CSS_SELECTOR, "form[action='/dashboard/sign-out'] button[type=submit]"),
         "/dashboard/sign-in",
     )
     run.open("/dashboard")
     assert run.path() == "/dashboard/sign-in", run.path()
-    assert run.driver.find_element(By.ID, "token").get_attribute("type") == "password"
-    assert not run.driver.find_elements(By.TAG_NAME, "nav")
-    # A form of the old session is refused.
-    run.driver.back()
-    run.driver.back()
-    forms = run.driver.find_elements(By.CSS_SELECTOR, "form[action='/dashboard/sign-out'] button")
-    if forms:
-        forms[0].click()
-        WebDriverWait(run.driver, 10).until(lambda d: d.find_element(By.TAG_NAME, "h1").text == "Forbidden")
+    assert d.find_element(By.ID, "token").get_attribute("type") == "password"
+    assert not d.find_elements(By.TAG_NAME, "nav")
     print("sign out: /dashboard then lands on the sign-in page")
+
+    before = d.find_element(By.TAG_NAME, "html")
+    submit_injected(run, action, fields)
+    WebDriverWait(d, 10).until(lambda d: not is_attached(before))
+    assert run.path() == "/dashboard/keys", run.path()
+    assert d.title == "Forbidden · Switchyard", d.title
+    assert run.h1() == "Forbidden", run.h1()
+    refusal = d.find_element(By.CSS_SELECTOR, "main p").text
+    assert refusal == "This action needs a signed-in session and its form token. Sign in and try again.", refusal
+    print(f"old session: its form to {action[len(run.base):]} answers \"{run.h1()}\"")
+
+    run.open("/dashboard/sign-in")
+    d.find_element(By.ID, "token").send_keys("not-the-admin-token")
+    run.click_and_wait(d.find_element(By.CSS_SELECTOR, "form.sign-in button[type=submit]"), "/dashboard/sign-in")
+    wrong = d.find_element(By.ID, "sign-in-error").text
+    d.find_element(By.ID, "token").send_keys(run.token)
+    run.click_and_wait(d.find_element(By.CSS_SELECTOR, "form.sign-in button[type=submit]"), "/dashboard")
+    assert run.h1() == "Overview", run.h1()
+    run.open("/dashboard/keys")
+    names = [td.text for td in d.find_elements(By.CSS_SELECTOR, "table td:nth-child(2)")]
+    assert "stale form key" not in names, names
+    print(f"sign in again: a wrong token says \"{wrong}\", then the admin token opens the overview; no stale form key")
 
 
 FLOWS = [

@@ -76,22 +76,40 @@ async fn the_dashboard_works_in_headless_chromium() {
         2 * links,
         "{stdout}"
     );
+    // Each navigation page is what its link says: it marks that link current, its h1
+    // starts with the link's label, it has one main landmark and no error banner.
+    let pages = [
+        ("overview", "Overview", "Overview"),
+        ("costs-quota-share", "Quota share", "Quota share"),
+        ("costs-quota-share-plans", "Plans", "Plans"),
+        ("resilience", "Resilience", "Resilience"),
+        ("keys", "Keys", "Keys"),
+        ("providers", "Providers and connections", "Providers"),
+        ("combos", "Combos", "Combos"),
+        ("settings", "Settings", "Settings"),
+        ("requests", "Requests", "Requests"),
+    ];
     for width in [1280, 390] {
-        let line = format!(
-            "page overview at {width} px: fits, built, {}\n",
-            out.join(format!("overview-{width}.png")).display()
-        );
-        assert!(stdout.contains(&line), "{line} missing: {stdout}");
-        let png = std::fs::read(out.join(format!("overview-{width}.png"))).unwrap();
-        assert_eq!(png[..8], *b"\x89PNG\r\n\x1a\n");
+        for (name, h1, label) in pages {
+            let png = out.join(format!("{name}-{width}.png"));
+            let line = format!(
+                "page {name} at {width} px: fits, h1 \"{h1}\", current nav \"{label}\", 1 main, 0 alerts, {}\n",
+                png.display()
+            );
+            assert!(stdout.contains(&line), "{line} missing: {stdout}");
+            let png = std::fs::read(png).unwrap();
+            assert_eq!(png[..8], *b"\x89PNG\r\n\x1a\n");
+        }
     }
     assert!(
         stdout.ends_with(&format!(
             "keyboard: Tab reaches the skip link, then {links} navigation links in order\n\
-             pool: created through the form; three requests moved the bar and the table to k1: 3 of a fair share of 5\n\
+             pool: created through the form's rows, one added in the browser; three requests moved the bar and the table to k1: 3 of a fair share of 5\n\
              cooldown: alpha-1 cooled by a 429, cleared by selection, and serving again\n\
              key: the secret was shown once, works, and is on none of the {links} pages afterwards\n\
              sign out: /dashboard then lands on the sign-in page\n\
+             old session: its form to /dashboard/keys answers \"Forbidden\"\n\
+             sign in again: a wrong token says \"Error: That is neither the admin token nor an admin-scoped key.\", then the admin token opens the overview; no stale form key\n\
              all flows passed\n"
         )),
         "{stdout}"

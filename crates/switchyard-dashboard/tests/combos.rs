@@ -3,12 +3,24 @@
 
 mod common;
 
-use common::{assert_no_credential, done, failed, Signed};
+use common::{assert_no_credential, done, failed, field, form_fields, notice, row, texts, Signed};
 use reqwest::Method;
 use serde_json::{json, Value};
 use switchyard_test_support::{chat_body, CRED_ALPHA, CRED_BETA};
 
 const PAGE: &str = "/dashboard/combos";
+
+const TABLE: &str = "Combos and their targets, in the order they are tried";
+
+/// The targets listed in combo `name`'s row, in order.
+#[expect(clippy::unwrap_used, reason = "a missing row fails the test")]
+fn targets(body: &str, name: &str) -> Vec<String> {
+    let at = common::table_rows(body, TABLE)
+        .iter()
+        .position(|r| r[0] == name)
+        .unwrap();
+    texts(body, &format!("table tbody tr:nth-child({}) ol li", at + 1))
+}
 
 #[tokio::test]
 async fn combos_are_listed_created_reordered_and_deleted() {
@@ -16,13 +28,23 @@ async fn combos_are_listed_created_reordered_and_deleted() {
     let (status, body) = s.page(PAGE).await;
     assert_eq!(status, 200);
     assert_no_credential(&body);
-    assert!(body.contains(
-        "<tr><td>fast</td><td>priority</td><td><ol><li>alpha/mock-small</li><li>beta/mock-small</li></ol></td>"
-    ), "{body}");
-    assert!(body.contains(
-        r#"<textarea id="combo-fast-targets" name="targets" rows="4" required>alpha/mock-small
-beta/mock-small</textarea>"#
-    ));
+    assert_eq!(
+        row(&body, TABLE, "fast").unwrap()[..2],
+        ["fast", "priority"]
+    );
+    assert_eq!(
+        targets(&body, "fast"),
+        ["alpha/mock-small", "beta/mock-small"]
+    );
+    assert_eq!(
+        field(
+            &body,
+            "form[action='/dashboard/combos/fast/update']",
+            "targets"
+        )
+        .as_deref(),
+        Some("alpha/mock-small\nbeta/mock-small")
+    );
 
     let created = s
         .act(
@@ -38,10 +60,12 @@ beta/mock-small</textarea>"#
         )
         .await;
     assert_no_credential(&created);
-    assert!(created.contains(&done("Combo cheap created.")), "{created}");
-    assert!(created.contains(
-        "<tr><td>cheap</td><td>priority</td><td><ol><li>beta/mock-small</li><li>alpha/mock-small connection=alpha-1</li></ol></td>"
-    ));
+    assert_eq!(notice(&created), done("Combo cheap created."));
+    assert_eq!(row(&created, TABLE, "cheap").unwrap()[1], "priority");
+    assert_eq!(
+        targets(&created, "cheap"),
+        ["beta/mock-small", "alpha/mock-small connection=alpha-1"]
+    );
     assert_eq!(
         s.h.admin_json("/api/combos/cheap").await,
         json!({"name": "cheap", "strategy": "priority", "targets": [
@@ -66,10 +90,11 @@ beta/mock-small</textarea>"#
             ],
         )
         .await;
-    assert!(saved.contains(&done("Combo cheap saved.")));
-    assert!(saved.contains(
-        "<tr><td>cheap</td><td>priority</td><td><ol><li>alpha/mock-small</li><li>beta/mock-small</li></ol></td>"
-    ));
+    assert_eq!(notice(&saved), done("Combo cheap saved."));
+    assert_eq!(
+        targets(&saved, "cheap"),
+        ["alpha/mock-small", "beta/mock-small"]
+    );
     assert_eq!(s.h.chat(chat_body("cheap", false)).await.status(), 200);
     assert_eq!(
         (
@@ -90,13 +115,19 @@ beta/mock-small</textarea>"#
 
     // Deleting takes two steps: the summary unfolds the button that deletes.
     let (_, listed) = s.page("/dashboard/combos").await;
-    assert!(listed.contains(&format!(
-        r#"<details class="confirm"><summary>Delete cheap…</summary><form method="post" action="/dashboard/combos/cheap/delete"><input type="hidden" name="csrf" value="{}"><button type="submit">Delete combo cheap for good</button></form></details>"#,
-        s.csrf
-    )), "{listed}");
+    let delete = "details.confirm form[action='/dashboard/combos/cheap/delete']";
+    assert_eq!(
+        form_fields(&listed, delete),
+        [("csrf".to_owned(), s.csrf.clone())]
+    );
+    assert_eq!(
+        texts(&listed, &format!("{delete} button")),
+        ["Delete combo cheap for good"]
+    );
+    assert!(texts(&listed, "details.confirm summary").contains(&"Delete cheap…".to_owned()));
     let deleted = s.act("/dashboard/combos/cheap/delete", &[]).await;
-    assert!(deleted.contains(&done("Combo cheap deleted.")));
-    assert!(!deleted.contains("<tr><td>cheap</td>"));
+    assert_eq!(notice(&deleted), done("Combo cheap deleted."));
+    assert_eq!(row(&deleted, TABLE, "cheap"), None);
     assert_eq!(s.h.admin_get("/api/combos/cheap").await.status(), 404);
     assert_ne!(s.h.chat(chat_body("cheap", false)).await.status(), 200);
 }
@@ -129,7 +160,7 @@ async fn bad_combos_show_the_apis_message_and_change_nothing() {
                 ],
             )
             .await;
-        assert!(after.contains(&failed(&message)), "{message}: {after}");
+        assert_eq!(notice(&after), failed(&message));
     }
     let after = s
         .act(
@@ -141,7 +172,11 @@ async fn bad_combos_show_the_apis_message_and_change_nothing() {
             ],
         )
         .await;
-    assert!(after.contains("Error: unknown field `colour`"), "{after}");
+    assert!(
+        notice(&after).starts_with("Error: unknown field `colour`"),
+        "{}",
+        notice(&after)
+    );
     let forged =
         s.c.post(s.h.url("/dashboard/combos/create"))
             .header("cookie", &s.cookie)

@@ -3,9 +3,14 @@
 
 mod common;
 
-use common::{assert_page_headers, get, session_of, sign_in, start};
-use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use common::{
+    assert_page_headers, assert_security_headers, get, session_of, sign_in, start, texts,
+};
+use reqwest::header::{CACHE_CONTROL, CONTENT_TYPE, LOCATION, RETRY_AFTER, SET_COOKIE};
 use switchyard_test_support::{eventually, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
+
+/// The overview's table of the newest requests.
+const LOG: &str = "The newest requests, newest first";
 
 #[tokio::test]
 async fn wrong_tokens_are_refused_without_a_cookie() {
@@ -13,11 +18,11 @@ async fn wrong_tokens_are_refused_without_a_cookie() {
     let form = get(&h, &c, "/dashboard/sign-in", None).await;
     assert_eq!(form.status(), 200);
     assert_page_headers(&form);
-    assert!(form
-        .text()
-        .await
-        .unwrap()
-        .contains(r#"<input type="password" id="token" name="token""#));
+    let form = form.text().await.unwrap();
+    assert_eq!(
+        common::attr(&form, "input#token[name=token]", "type").as_deref(),
+        Some("password")
+    );
     for (token, message) in [
         (
             "not-the-token",
@@ -33,7 +38,7 @@ async fn wrong_tokens_are_refused_without_a_cookie() {
         assert!(r.headers().get(SET_COOKIE).is_none());
         assert_page_headers(&r);
         let body = r.text().await.unwrap();
-        assert!(body.contains(message), "{body}");
+        assert_eq!(texts(&body, "#sign-in-error"), [message]);
         assert!(!body.contains(token));
     }
 }
@@ -94,7 +99,9 @@ async fn the_overview_needs_a_session_and_shows_no_credential() {
     // The request log is written in batches: wait for the request's row.
     eventually("the request-log row on the overview", || async {
         let page = get(&h, &c, "/dashboard", Some(&cookie)).await;
-        page.text().await.unwrap().contains("<td>fast</td>")
+        common::table_rows(&page.text().await.unwrap(), LOG)
+            .iter()
+            .any(|r| r.get(3).is_some_and(|m| m == "fast"))
     })
     .await;
     let page = get(&h, &c, "/dashboard", Some(&cookie))
@@ -102,17 +109,23 @@ async fn the_overview_needs_a_session_and_shows_no_credential() {
         .text()
         .await
         .unwrap();
-    for id in ["alpha", "beta", "alpha-1", "beta-1"] {
-        assert!(
-            page.contains(&format!("<td>{id}</td>")),
-            "{id} missing: {page}"
+    assert_eq!(
+        common::table_rows(&page, "Providers and their circuit breakers"),
+        [
+            ["alpha", "openai", "CLOSED", "0"],
+            ["beta", "openai", "CLOSED", "0"]
+        ]
+    );
+    for (id, provider) in [("alpha-1", "alpha"), ("beta-1", "beta")] {
+        assert_eq!(
+            common::row(&page, "Connections and their cooldowns", id).unwrap(),
+            [id, provider, "apikey", "active", "—", "0", "—"]
         );
     }
-    assert!(page.contains("<td>CLOSED</td>"));
-    assert!(page.contains("<td>active</td>"));
-    assert!(page.contains("<li>Keys: 2 (0 revoked)</li>"));
-    assert!(
-        page.contains(r#"<meta name="viewport" content="width=device-width, initial-scale=1">"#)
+    assert!(texts(&page, "ul.summary li").contains(&"Keys: 2 (0 revoked)".to_owned()));
+    assert_eq!(
+        common::attr(&page, "meta[name=viewport]", "content").as_deref(),
+        Some("width=device-width, initial-scale=1")
     );
     for secret in [CRED_ALPHA, CRED_BETA, ADMIN, KEY, OPS_KEY] {
         assert!(!page.contains(secret));
@@ -159,9 +172,8 @@ async fn the_stylesheet_is_content_hashed_and_immutable() {
         .text()
         .await
         .unwrap();
-    let marker = r#"<link rel="stylesheet" href=""#;
-    let at = page.find(marker).unwrap() + marker.len();
-    let href = &page[at..at + page[at..].find('"').unwrap()];
+    let href = common::attr(&page, "link[rel=stylesheet]", "href").unwrap();
+    let href = href.as_str();
     let hash = href
         .strip_prefix("/dashboard/assets/app-")
         .and_then(|p| p.strip_suffix(".css"))
@@ -224,14 +236,11 @@ async fn htmx_refreshes_keep_the_notice_and_signed_out_refreshes_are_redirected(
             .await
             .unwrap();
     assert_eq!(refresh.status(), 200);
-    assert!(!refresh.text().await.unwrap().contains(r#"id="notice""#));
+    assert_eq!(common::notice(&refresh.text().await.unwrap()), "");
     let (_, page) = s.page("/dashboard/settings").await;
-    assert!(
-        page.contains(r#"<p class="notice error" role="alert" id="notice">Error: "#),
-        "{page}"
-    );
+    assert!(common::notice(&page).starts_with("Error: "), "{page}");
     let (_, page) = s.page("/dashboard/settings").await;
-    assert!(!page.contains(r#"id="notice""#));
+    assert_eq!(common::notice(&page), "");
 
     let signed_out =
         s.c.get(s.h.url("/dashboard"))
@@ -265,11 +274,10 @@ async fn a_form_over_64_kib_is_refused() {
         .post("/dashboard/settings", &[("key", "a"), ("value", &big)])
         .await;
     assert_eq!(r.status(), 413);
-    assert!(r
-        .text()
-        .await
-        .unwrap()
-        .contains("Error: the form is larger than 64 KiB."));
+    assert_eq!(
+        texts(&r.text().await.unwrap(), "p.notice.error"),
+        ["Error: the form is larger than 64 KiB."]
+    );
 }
 
 #[tokio::test]
@@ -297,4 +305,80 @@ async fn action_paths_answer_other_methods_like_unknown_pages() {
             "GET {path}"
         );
     }
+}
+
+#[tokio::test]
+async fn the_trailing_slash_redirects_and_every_answer_carries_the_security_headers() {
+    let (h, c) = start().await;
+    let slash = get(&h, &c, "/dashboard/", None).await;
+    assert_eq!(slash.status(), 308);
+    assert_eq!(slash.headers()[LOCATION], "/dashboard");
+    assert_security_headers(&slash);
+    let posted = c.post(h.url("/dashboard/")).send().await.unwrap();
+    assert_eq!(posted.status(), 308);
+    assert_eq!(posted.headers()[LOCATION], "/dashboard");
+    assert_security_headers(&posted);
+    let unknown = [
+        "/dashboard/no-such-page",
+        "/dashboard/costs/quota-share/",
+        "/dashboard/keys/",
+        "/dashboard//",
+    ];
+    for path in unknown {
+        let r = get(&h, &c, path, None).await;
+        assert_eq!(r.status(), 303, "GET {path} signed out");
+        assert_eq!(r.headers()[LOCATION], "/dashboard/sign-in");
+        assert_security_headers(&r);
+        let r = c.post(h.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 403, "POST {path} signed out");
+        assert_page_headers(&r);
+    }
+    let cookie = session_of(&sign_in(&h, &c, ADMIN).await);
+    let followed = get(&h, &c, "/dashboard/", Some(&cookie)).await;
+    assert_eq!(followed.status(), 308);
+    assert_eq!(get(&h, &c, "/dashboard", Some(&cookie)).await.status(), 200);
+    for path in unknown {
+        let r = get(&h, &c, path, Some(&cookie)).await;
+        assert_eq!(r.status(), 404, "GET {path}");
+        assert_page_headers(&r);
+        let body = r.text().await.unwrap();
+        assert_eq!(texts(&body, "h1"), ["Not found"], "{path}");
+    }
+}
+
+#[tokio::test]
+async fn sign_in_attempts_are_throttled_per_address_without_locking_the_admin_out() {
+    let (h, c) = start().await;
+    let mut statuses = Vec::new();
+    let mut first_wait = None;
+    for _ in 0..40 {
+        let r = sign_in(&h, &c, "not-the-token").await;
+        assert!(r.headers().get(SET_COOKIE).is_none());
+        assert_page_headers(&r);
+        statuses.push(r.status().as_u16());
+        if r.status() == 429 {
+            let wait = r.headers()[RETRY_AFTER].to_str().unwrap().to_owned();
+            let body = r.text().await.unwrap();
+            assert_eq!(
+                texts(&body, "#sign-in-error"),
+                [format!(
+                    "Error: Too many sign-in attempts. Try again in {wait} s."
+                )]
+            );
+            first_wait.get_or_insert(wait);
+        }
+    }
+    let expected: Vec<u16> = [401; 5].into_iter().chain([429; 35]).collect();
+    assert_eq!(statuses, expected);
+    assert_eq!(first_wait.as_deref(), Some("2"));
+    // Throttled, even the admin token waits (a throttled guess learns nothing)...
+    assert_eq!(sign_in(&h, &c, ADMIN).await.status(), 429);
+    // ...for one refill of the address's bucket, and no longer.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let r = sign_in(&h, &c, ADMIN).await;
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()[LOCATION], "/dashboard");
+    // The one-time link is not throttled: an unknown one still gets its own answer.
+    let once = get(&h, &c, "/dashboard/sign-in/once?t=unknown", None).await;
+    assert_eq!(once.status(), 401);
 }

@@ -1,14 +1,11 @@
 //! The keys page end to end: the fixtures' keys, creating a key whose secret is shown
 //! once and works through the gateway, revoking it, and bad input.
 
-#![expect(
-    clippy::unwrap_used,
-    reason = "test helpers outside #[test] functions fail loudly on purpose"
-)]
-
 mod common;
 
-use common::{assert_no_credential, Signed};
+use common::{
+    assert_no_credential, attr, done, failed, form_fields, notice, row, row_head, texts, Signed,
+};
 use serde_json::{json, Value};
 use switchyard_test_support::chat_body;
 
@@ -21,33 +18,41 @@ async fn page(s: &Signed, path: &str) -> String {
     body
 }
 
-/// The text between `start` and the next `end` in `body`.
-fn between<'a>(body: &'a str, start: &str, end: &str) -> &'a str {
-    let at = body.find(start).unwrap() + start.len();
-    &body[at..at + body[at..].find(end).unwrap()]
-}
+const TABLE: &str = "Client API keys";
 
 #[tokio::test]
 async fn the_fixtures_keys_are_listed_without_secrets() {
     let s = Signed::start().await;
     let body = page(&s, PAGE).await;
-    assert!(
-        body.contains("<tr><td>k1</td><td>tester</td><td></td><td>all</td><td>all</td><td>"),
-        "{body}"
-    );
+    let k1 = row(&body, TABLE, "k1").unwrap();
+    assert_eq!(k1[..5], ["k1", "tester", "", "all", "all"]);
+    assert_eq!(k1[6..], ["active", "Revoke k1…Revoke key k1 for good"]);
     // Revoking takes two steps: the summary unfolds the button that revokes.
-    assert!(body.contains(&format!(
-        r#"<td><span class="state state-active">active</span></td><td><details class="confirm"><summary>Revoke k1…</summary><form method="post" action="/dashboard/keys/k1/revoke"><input type="hidden" name="csrf" value="{}"><button type="submit">Revoke key k1 for good</button></form></details></td>"#,
-        s.csrf
-    )));
-    assert!(body.contains("<tr><td>ops</td><td>ops</td><td>admin</td><td>all</td><td>all</td>"));
-    assert!(body.contains(
-        r#"<input type="checkbox" name="scope" value="admin" id="scope-admin"> <label for="scope-admin">admin</label>"#
-    ));
-    assert!(body.contains(
-        r#"<input type="checkbox" name="connection" value="alpha-1" id="connection-alpha-1"> <label for="connection-alpha-1">alpha-1</label>"#
-    ));
-    assert!(!body.contains("new-secret"));
+    let revoke = "td details.confirm form[action='/dashboard/keys/k1/revoke']";
+    assert_eq!(
+        form_fields(&body, revoke),
+        [("csrf".to_owned(), s.csrf.clone())]
+    );
+    assert_eq!(
+        texts(&body, &format!("{revoke} button")),
+        ["Revoke key k1 for good"]
+    );
+    assert_eq!(
+        row_head(&body, TABLE, "ops", 5).unwrap(),
+        ["ops", "ops", "admin", "all", "all"]
+    );
+    for (id, value) in [("scope-admin", "admin"), ("connection-alpha-1", "alpha-1")] {
+        assert_eq!(
+            attr(&body, &format!("input#{id}"), "type").as_deref(),
+            Some("checkbox")
+        );
+        assert_eq!(
+            attr(&body, &format!("input#{id}"), "value").as_deref(),
+            Some(value)
+        );
+        assert_eq!(texts(&body, &format!("label[for={id}]")), [value]);
+    }
+    assert_eq!(common::count(&body, "#new-secret"), 0);
 }
 
 #[tokio::test]
@@ -66,11 +71,12 @@ async fn a_new_keys_secret_is_shown_once_works_and_stops_working_when_revoked() 
     assert_eq!(r.status(), 200);
     let created = r.text().await.unwrap();
     assert_no_credential(&created);
-    let secret = between(&created, r#"<p class="secret" id="new-secret">"#, "</p>").to_owned();
+    let secret = texts(&created, "p.secret#new-secret").concat();
     assert!(secret.starts_with("sy-"), "{secret}");
-    assert!(created.contains(
-        r#"<p class="hint" role="alert">Copy this secret now: it will not be shown again.</p>"#
-    ));
+    assert_eq!(
+        texts(&created, "p.hint[role=alert]"),
+        ["Copy this secret now: it will not be shown again."]
+    );
     assert_eq!(created.matches(secret.as_str()).count(), 1);
     let keys = s.h.admin_json("/api/keys").await;
     let key = keys
@@ -87,9 +93,16 @@ async fn a_new_keys_secret_is_shown_once_works_and_stops_working_when_revoked() 
     );
     assert_eq!(key["allowed_connections"], json!(["alpha-1"]));
     assert_eq!(key["scopes"], json!([]));
-    assert!(created.contains(&format!(
-        "<tr><td>{id}</td><td>ci runner</td><td></td><td>mock-small, alpha/mock-small</td><td>alpha-1</td>"
-    )));
+    assert_eq!(
+        row_head(&created, TABLE, &id, 5).unwrap(),
+        [
+            id.as_str(),
+            "ci runner",
+            "",
+            "mock-small, alpha/mock-small",
+            "alpha-1"
+        ]
+    );
 
     // Never again: not on the keys page, not on the overview, not in the API.
     for path in [PAGE, "/dashboard", "/dashboard/resilience"] {
@@ -129,16 +142,11 @@ async fn a_new_keys_secret_is_shown_once_works_and_stops_working_when_revoked() 
 
     let revoked = s.act(&format!("/dashboard/keys/{id}/revoke"), &[]).await;
     assert_no_credential(&revoked);
-    assert!(revoked.contains(&format!(
-        r#"<p class="notice done" role="status" id="notice">Done: Key {id} revoked.</p>"#
-    )));
+    assert_eq!(notice(&revoked), done(&format!("Key {id} revoked.")));
     assert!(!revoked.contains(&secret));
-    let row = between(&revoked, &format!("<tr><td>{id}</td>"), "</tr>");
-    assert!(
-        row.contains(r#"<span class="state state-revoked">revoked</span> "#),
-        "{row}"
-    );
-    assert!(!row.contains("Revoke"));
+    let cells = row(&revoked, TABLE, &id).unwrap();
+    assert!(cells[6].starts_with("revoked 20"), "{cells:?}");
+    assert_eq!(cells[7], "", "no revoke button");
     assert!(s.h.admin_json(&format!("/api/keys/{id}")).await["revoked_at"].is_u64());
     assert_eq!(
         s.h.chat_as(&secret, chat_body("alpha/mock-small", false))
@@ -170,13 +178,8 @@ async fn bad_input_shows_the_apis_message_and_creates_nothing() {
         let e: Value = r.json().await.unwrap();
         let message = e["error"]["message"].as_str().unwrap().to_owned();
         let after = s.act(PAGE, &fields).await;
-        assert!(
-            after.contains(&format!(
-                r#"<p class="notice error" role="alert" id="notice">Error: {message}</p>"#
-            )),
-            "{message}: {after}"
-        );
-        assert!(!after.contains("new-secret"));
+        assert_eq!(notice(&after), failed(&message));
+        assert_eq!(common::count(&after, "#new-secret"), 0);
     }
     let forged =
         s.c.post(s.h.url(PAGE))

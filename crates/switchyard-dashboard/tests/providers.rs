@@ -10,12 +10,24 @@
 
 mod common;
 
-use common::{assert_none_of, done, failed, Signed};
+use common::{assert_none_of, done, failed, field, notice, row_head, texts, Signed};
 use reqwest::Method;
 use serde_json::{json, Value};
 use switchyard_test_support::chat_body;
 
 const PAGE: &str = "/dashboard/providers";
+const PROVIDERS: &str = "Providers";
+const CONNECTIONS: &str = "Connections (credentials are never shown)";
+
+/// The first five cells of provider `id`'s row.
+fn provider_row(body: &str, id: &str) -> Option<Vec<String>> {
+    row_head(body, PROVIDERS, id, 5)
+}
+
+/// The first seven cells of connection `id`'s row.
+fn connection_row(body: &str, id: &str) -> Option<Vec<String>> {
+    row_head(body, CONNECTIONS, id, 7)
+}
 const CRED_GAMMA: &str = "cred-gamma-1-secret-value";
 const CRED_GAMMA_2: &str = "cred-gamma-2-secret-value";
 
@@ -44,26 +56,46 @@ async fn the_fixtures_are_listed_without_credentials() {
     let s = Signed::start().await;
     let body = page(&s).await;
     let mock = s.h.mock.base_url();
-    assert!(
-        body.contains(&format!(
-        "<tr><td>alpha</td><td>openai</td><td>{mock}</td><td>mock-small, mock-large</td><td>—</td>"
-    )),
-        "{body}"
+    assert_eq!(
+        provider_row(&body, "alpha").unwrap(),
+        ["alpha", "openai", &mock, "mock-small, mock-large", "—"]
     );
-    assert!(body.contains(&format!(
-        "<tr><td>beta</td><td>openai</td><td>{mock}/v1</td><td>mock-small</td><td>—</td>"
-    )));
-    assert!(body.contains(
-        "<tr><td>alpha-1</td><td>alpha</td><td>apikey</td><td>provider&#39;s</td><td>provider&#39;s</td><td>yes</td><td>set</td>"
-    ));
-    assert!(body.contains(
-        "<tr><td>beta-1</td><td>beta</td><td>apikey</td><td>provider&#39;s</td><td>provider&#39;s</td><td>yes</td><td>set</td>"
-    ));
+    assert_eq!(
+        provider_row(&body, "beta").unwrap(),
+        ["beta", "openai", &format!("{mock}/v1"), "mock-small", "—"]
+    );
+    for (id, provider) in [("alpha-1", "alpha"), ("beta-1", "beta")] {
+        assert_eq!(
+            connection_row(&body, id).unwrap(),
+            [
+                id,
+                provider,
+                "apikey",
+                "provider's",
+                "provider's",
+                "yes",
+                "set"
+            ]
+        );
+    }
     // The credential field is never filled in.
-    assert!(body.contains(
-        r#"<label for="connection-alpha-1-credential">Credential</label><input type="password" id="connection-alpha-1-credential" name="credential" autocomplete="new-password"><p class="hint">Write-only. Leave empty to keep the stored credential.</p>"#
-    ));
-    assert!(body.contains(r#"<input type="checkbox" name="disable_cooling" value="true" id="connection-alpha-1-disable_cooling" checked>"#));
+    let edit = "form[action='/dashboard/connections/alpha-1/update']";
+    assert_eq!(field(&body, edit, "credential").as_deref(), Some(""));
+    assert_eq!(
+        common::attr(&body, "#connection-alpha-1-credential", "type").as_deref(),
+        Some("password")
+    );
+    assert_eq!(
+        texts(
+            &body,
+            &format!("{edit} #connection-alpha-1-credential + p.hint")
+        ),
+        ["Write-only. Leave empty to keep the stored credential."]
+    );
+    assert_eq!(
+        field(&body, edit, "disable_cooling").as_deref(),
+        Some("true")
+    );
 }
 
 #[tokio::test]
@@ -82,13 +114,11 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
             ],
         )
         .await;
-    assert!(
-        created.contains(&done("Provider gamma created.")),
-        "{created}"
+    assert_eq!(notice(&created), done("Provider gamma created."));
+    assert_eq!(
+        provider_row(&created, "gamma").unwrap(),
+        ["gamma", "openai", &mock, "mock-small", "—"]
     );
-    assert!(created.contains(&format!(
-        "<tr><td>gamma</td><td>openai</td><td>{mock}</td><td>mock-small</td><td>—</td>"
-    )));
     assert_eq!(
         s.h.admin_json("/api/providers/gamma").await,
         json!({"id": "gamma", "format": "openai", "base_url": mock, "models": ["mock-small"]})
@@ -110,13 +140,19 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
         )
         .await;
     no_credential(&created);
-    assert!(
-        created.contains(&done("Connection gamma-1 created.")),
-        "{created}"
+    assert_eq!(notice(&created), done("Connection gamma-1 created."));
+    assert_eq!(
+        connection_row(&created, "gamma-1").unwrap(),
+        [
+            "gamma-1",
+            "gamma",
+            "apikey",
+            "provider's",
+            "provider's",
+            "yes",
+            "set"
+        ]
     );
-    assert!(created.contains(
-        "<tr><td>gamma-1</td><td>gamma</td><td>apikey</td><td>provider&#39;s</td><td>provider&#39;s</td><td>yes</td><td>set</td>"
-    ));
     let api = s.h.admin_json("/api/connections/gamma-1").await;
     assert_eq!(
         (api["has_credential"].clone(), api["max_concurrent"].clone()),
@@ -158,10 +194,19 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
         )
         .await;
     no_credential(&edited);
-    assert!(edited.contains(&done("Connection gamma-1 saved.")));
-    assert!(edited.contains(
-        "<tr><td>gamma-1</td><td>gamma</td><td>apikey</td><td>provider&#39;s</td><td>provider&#39;s</td><td>no</td><td>set</td>"
-    ));
+    assert_eq!(notice(&edited), done("Connection gamma-1 saved."));
+    assert_eq!(
+        connection_row(&edited, "gamma-1").unwrap(),
+        [
+            "gamma-1",
+            "gamma",
+            "apikey",
+            "provider's",
+            "provider's",
+            "no",
+            "set"
+        ]
+    );
     assert_eq!(
         s.h.admin_json("/api/connections/gamma-1").await,
         json!({"id": "gamma-1", "provider": "gamma", "auth_class": "apikey", "format": null,
@@ -221,10 +266,11 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
             ],
         )
         .await;
-    assert!(edited.contains(&done("Provider gamma saved.")));
-    assert!(edited.contains(&format!(
-        "<tr><td>gamma</td><td>openai</td><td>{mock}</td><td>mock-small, mock-large</td><td>5</td>"
-    )));
+    assert_eq!(notice(&edited), done("Provider gamma saved."));
+    assert_eq!(
+        provider_row(&edited, "gamma").unwrap(),
+        ["gamma", "openai", &mock, "mock-small, mock-large", "5"]
+    );
     assert_eq!(
         s.h.admin_json("/api/providers/gamma").await,
         json!({"id": "gamma", "format": "openai", "base_url": mock,
@@ -250,21 +296,27 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
         ("connections", "connection", "gamma-1"),
         ("providers", "provider", "gamma"),
     ] {
-        assert!(edited.contains(&format!(
-            r#"<details class="confirm"><summary>Delete {id}…</summary><form method="post" action="/dashboard/{base}/{id}/delete"><input type="hidden" name="csrf" value="{}"><button type="submit">Delete {what} {id} for good</button></form></details>"#,
-            s.csrf
-        )), "{edited}");
+        let form = format!("details.confirm form[action='/dashboard/{base}/{id}/delete']");
+        assert_eq!(
+            common::form_fields(&edited, &form),
+            [("csrf".to_owned(), s.csrf.clone())]
+        );
+        assert_eq!(
+            texts(&edited, &format!("{form} button")),
+            [format!("Delete {what} {id} for good")]
+        );
+        assert!(texts(&edited, "details.confirm summary").contains(&format!("Delete {id}…")));
     }
     let deleted = s.act("/dashboard/connections/gamma-1/delete", &[]).await;
-    assert!(deleted.contains(&done("Connection gamma-1 deleted.")));
-    assert!(!deleted.contains("<tr><td>gamma-1</td>"));
+    assert_eq!(notice(&deleted), done("Connection gamma-1 deleted."));
+    assert_eq!(connection_row(&deleted, "gamma-1"), None);
     assert_eq!(
         s.h.admin_get("/api/connections/gamma-1").await.status(),
         404
     );
     let deleted = s.act("/dashboard/providers/gamma/delete", &[]).await;
-    assert!(deleted.contains(&done("Provider gamma deleted.")));
-    assert!(!deleted.contains("<tr><td>gamma</td>"));
+    assert_eq!(notice(&deleted), done("Provider gamma deleted."));
+    assert_eq!(provider_row(&deleted, "gamma"), None);
     assert_eq!(s.h.admin_get("/api/providers/gamma").await.status(), 404);
 }
 
@@ -296,7 +348,7 @@ async fn bad_input_shows_the_apis_message_and_changes_nothing() {
         (status, message.as_str()),
         (400, "provider: unknown provider `nope`")
     );
-    assert!(after.contains(&failed(&message)), "{after}");
+    assert_eq!(notice(&after), failed(&message));
 
     let after = s
         .act(
@@ -316,12 +368,12 @@ async fn bad_input_shows_the_apis_message_and_changes_nothing() {
     )
     .await;
     assert_eq!(status, 400);
-    assert!(after.contains(&failed(&message)), "{message}: {after}");
+    assert_eq!(notice(&after), failed(&message));
 
     let after = s.act("/dashboard/providers/alpha/delete", &[]).await;
     let (status, message) = api_error(&s, Method::DELETE, "/api/providers/alpha", json!({})).await;
     assert_eq!(status, 409);
-    assert!(after.contains(&failed(&message)), "{message}: {after}");
+    assert_eq!(notice(&after), failed(&message));
 
     let forged =
         s.c.post(s.h.url("/dashboard/providers/create"))

@@ -8,28 +8,30 @@
 
 mod common;
 
-use common::{assert_no_credential, Signed};
+use common::{assert_no_credential, attr, count, field, table_rows, texts, Signed};
 use serde_json::json;
 use switchyard_test_support::{chat_body, eventually, KEY, OPS_KEY};
 
-/// The request ids in the results table of `page`, in its order.
+const RESULTS: &str = "Matching requests, newest first";
+
+/// The request ids in the results table of `page` (of those in `all`), in its order.
 fn ids_in(page: &str, all: &[String]) -> Vec<String> {
-    let mut found: Vec<(usize, String)> = all
-        .iter()
-        .filter_map(|id| {
-            page.find(&format!("<td>{id}</td>"))
-                .map(|at| (at, id.clone()))
-        })
-        .collect();
-    found.sort();
-    found.into_iter().map(|(_, id)| id).collect()
+    table_rows(page, RESULTS)
+        .into_iter()
+        .filter_map(|r| r.get(1).filter(|id| all.contains(id)).cloned())
+        .collect()
 }
 
-/// The `href` of the link with `id` in `page`, unescaped.
+/// The `href` of the link with `id` in `page`.
 fn link(page: &str, id: &str) -> Option<String> {
-    let end = page.find(&format!(r#"" id="{id}""#))?;
-    let start = page[..end].rfind("href=\"")? + "href=\"".len();
-    Some(page[start..end].replace("&amp;", "&"))
+    attr(page, &format!("a#{id}"), "href")
+}
+
+/// The chart titled `title`'s description.
+fn desc_of(page: &str, title: &str) -> String {
+    let titles = texts(page, "svg.chart > title");
+    let at = titles.iter().position(|t| t == title).unwrap();
+    texts(page, "svg.chart > desc").swap_remove(at)
 }
 
 /// Sends four requests: k1 `fast` (alpha, 200), k1 `beta/mock-small` (beta, 200), ops
@@ -51,10 +53,10 @@ async fn four_requests(s: &Signed) -> Vec<String> {
     }
     let last = ids[3].clone();
     eventually("the log rows", || async {
-        s.page("/dashboard/requests")
-            .await
-            .1
-            .contains(&format!("<td>{last}</td>"))
+        ids_in(
+            &s.page("/dashboard/requests").await.1,
+            std::slice::from_ref(&last),
+        ) == [last.clone()]
     })
     .await;
     ids
@@ -69,24 +71,72 @@ async fn each_filter_narrows_the_log_to_its_rows() {
     assert_no_credential(&all);
     let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
     assert_eq!(ids_in(&all, &ids), newest_first);
-    assert!(all.contains(r#"<option value="k1">k1 (tester)</option>"#));
-    assert!(all.contains(r#"<option value="ops">ops (ops)</option>"#));
-    assert!(all.contains(r#"<option value="beta">beta</option>"#));
-    assert!(all.contains(r#"<label for="f-status">Status<input type="text" id="f-status" name="status" value="" aria-describedby="f-status-hint"></label>"#));
-    assert!(all.contains(
-        r##"<div id="requests-live" hx-get="/dashboard/requests" hx-trigger="every 30s""##
-    ));
-    // The failed request's row, cell by cell after its id.
-    let failed = format!(
-        "<td>{}</td><td>ops</td><td>openai</td><td>alpha/mock-large</td><td>alpha</td><td>alpha-1</td><td>mock-large</td><td class=\"status-error\">429</td>",
-        ids[2]
+    assert_eq!(
+        texts(&all, "#f-key option"),
+        ["any", "k1 (tester)", "ops (ops)"]
     );
-    assert!(all.contains(&failed), "{all}");
-    let ok = format!(
-        "<td>{}</td><td>k1</td><td>openai</td><td>beta/mock-small</td><td>beta</td><td>beta-1</td><td>mock-small</td><td>200</td><td>—</td><td>1</td>",
-        ids[1]
+    assert_eq!(
+        ["k1", "ops"].map(|k| attr(&all, &format!("#f-key option[value={k}]"), "value")),
+        [Some("k1".to_owned()), Some("ops".to_owned())]
     );
-    assert!(all.contains(&ok), "{all}");
+    assert_eq!(texts(&all, "#f-provider option"), ["any", "alpha", "beta"]);
+    assert_eq!(
+        field(&all, "form[aria-label=Filters]", "status").as_deref(),
+        Some("")
+    );
+    assert_eq!(
+        attr(
+            &all,
+            "label[for=f-status] > input#f-status",
+            "aria-describedby"
+        )
+        .as_deref(),
+        Some("f-status-hint")
+    );
+    assert_eq!(
+        ["hx-get", "hx-trigger"].map(|a| attr(&all, "#requests-live", a)),
+        [
+            Some("/dashboard/requests".to_owned()),
+            Some("every 30s".to_owned())
+        ]
+    );
+    // The failed request's row, cell by cell after its time.
+    let cells = |id: &str| {
+        table_rows(&all, RESULTS)
+            .into_iter()
+            .find(|r| r[1] == id)
+            .unwrap()
+    };
+    assert_eq!(
+        cells(&ids[2])[1..9],
+        [
+            ids[2].as_str(),
+            "ops",
+            "openai",
+            "alpha/mock-large",
+            "alpha",
+            "alpha-1",
+            "mock-large",
+            "429"
+        ]
+    );
+    assert_eq!(count(&all, "td.status-error"), 1);
+    assert_eq!(texts(&all, "td.status-error"), ["429"]);
+    assert_eq!(
+        cells(&ids[1])[1..11],
+        [
+            ids[1].as_str(),
+            "k1",
+            "openai",
+            "beta/mock-small",
+            "beta",
+            "beta-1",
+            "mock-small",
+            "200",
+            "—",
+            "1"
+        ]
+    );
     for (query, expected) in [
         ("key=ops", vec![3, 2]),
         ("key=k1", vec![1, 0]),
@@ -108,13 +158,20 @@ async fn each_filter_narrows_the_log_to_its_rows() {
         assert_eq!(ids_in(&page, &ids), want, "{query}");
     }
     let (_, selected) = s.page("/dashboard/requests?key=ops&last=1h").await;
-    assert!(selected.contains(r#"<option value="ops" selected>ops (ops)</option>"#));
-    assert!(selected.contains(r#"<option value="1h" selected>last 1 h</option>"#));
+    assert_eq!(
+        ["key", "last"].map(|n| field(&selected, "form[aria-label=Filters]", n)),
+        [Some("ops".to_owned()), Some("1h".to_owned())]
+    );
+    assert_eq!(texts(&selected, "#f-last option[selected]"), ["last 1 h"]);
 
     let (status, none) = s.page("/dashboard/requests?model=no-such-model").await;
     assert_eq!(status, 200);
-    assert!(none.contains("<td colspan=\"14\">No requests match these filters.</td>"));
-    assert!(!none.contains("page-older"));
+    assert_eq!(
+        table_rows(&none, RESULTS),
+        [["No requests match these filters."]]
+    );
+    assert_eq!(attr(&none, "td[colspan]", "colspan").as_deref(), Some("14"));
+    assert_eq!(link(&none, "page-older"), None);
 }
 
 #[tokio::test]
@@ -138,18 +195,23 @@ async fn a_bad_filter_shows_the_search_message_and_no_rows() {
     ] {
         let (status, page) = s.page(&format!("/dashboard/requests?{query}")).await;
         assert_eq!(status, 400, "{query}");
-        assert!(
-            page.contains(&format!(
-                r#"<p class="notice error" role="alert" id="filter-error">{message}</p>"#
-            )),
-            "{query}: {page}"
+        assert_eq!(
+            texts(&page, "p.notice.error[role=alert]#filter-error"),
+            [message],
+            "{query}"
         );
-        assert!(!page.contains("<table"), "{query}");
+        assert_eq!(count(&page, "table"), 0, "{query}");
         assert!(ids_in(&page, &ids).is_empty(), "{query}");
-        assert!(page.contains(r#"<form method="get" action="/dashboard/requests""#));
+        assert_eq!(
+            count(&page, "form[method=get][action='/dashboard/requests']"),
+            1
+        );
     }
     let (_, kept) = s.page("/dashboard/requests?status=6xx").await;
-    assert!(kept.contains(r#"name="status" value="6xx""#));
+    assert_eq!(
+        field(&kept, "form[aria-label=Filters]", "status").as_deref(),
+        Some("6xx")
+    );
 }
 
 #[tokio::test]
@@ -161,7 +223,7 @@ async fn paging_walks_to_the_oldest_rows_and_back() {
         ids_in(&first, &ids),
         vec![ids[3].clone(), ids[2].clone(), ids[1].clone()]
     );
-    assert!(!first.contains("page-newest"));
+    assert_eq!(link(&first, "page-newest"), None);
     let older = link(&first, "page-older").unwrap();
     assert!(
         older.starts_with("/dashboard/requests?limit=3&before="),
@@ -170,14 +232,12 @@ async fn paging_walks_to_the_oldest_rows_and_back() {
     let (status, second) = s.page(&older).await;
     assert_eq!(status, 200);
     assert_eq!(ids_in(&second, &ids), vec![ids[0].clone()]);
-    assert!(
-        !second.contains("page-older"),
+    assert_eq!(
+        link(&second, "page-older"),
+        None,
         "the last page links no older one"
     );
-    assert!(
-        !second.contains("hx-get=\"/dashboard/requests"),
-        "older pages stay put"
-    );
+    assert_eq!(count(&second, "[hx-get]"), 0, "older pages stay put");
     assert_eq!(
         link(&second, "page-newest").unwrap(),
         "/dashboard/requests?limit=3"
@@ -192,8 +252,16 @@ async fn paging_walks_to_the_oldest_rows_and_back() {
     );
     let (_, last) = s.page(&older).await;
     assert_eq!(ids_in(&last, &ids), vec![ids[0].clone()]);
-    assert!(!last.contains("page-older"));
-    assert!(last.contains(r#"<input type="hidden" name="limit" value="1">"#));
+    assert_eq!(link(&last, "page-older"), None);
+    assert_eq!(
+        attr(
+            &last,
+            "form[aria-label=Filters] input[type=hidden][name=limit]",
+            "value"
+        )
+        .as_deref(),
+        Some("1")
+    );
     assert_no_credential(&last);
 }
 
@@ -204,7 +272,15 @@ async fn the_overview_charts_the_last_hour() {
     let (status, page) = s.page("/dashboard").await;
     assert_eq!(status, 200);
     assert_no_credential(&page);
-    assert!(page.contains(r##"<div id="overview-live" hx-get="/dashboard" hx-trigger="every 30s" hx-select="#overview-live" hx-swap="outerHTML">"##));
+    assert_eq!(
+        ["hx-get", "hx-trigger", "hx-select", "hx-swap"].map(|a| attr(&page, "#overview-live", a)),
+        [
+            Some("/dashboard".to_owned()),
+            Some("every 30s".to_owned()),
+            Some("#overview-live".to_owned()),
+            Some("outerHTML".to_owned())
+        ]
+    );
     // The requests may straddle a minute: the totals over the hour are exact.
     for (title, totals) in [
         (
@@ -228,27 +304,26 @@ async fn the_overview_charts_the_last_hour() {
             &["k1: total 0,", "ops: total 1,"],
         ),
     ] {
-        let head =
-            format!("<title>{title}</title><desc>requests per minute, from 60 min ago to now.");
-        let at = page
-            .find(&head)
-            .unwrap_or_else(|| panic!("{title}: {page}"));
-        let desc = &page[at..at + page[at..].find("</desc>").unwrap()];
+        let desc = desc_of(&page, title);
+        assert!(
+            desc.starts_with("requests per minute, from 60 min ago to now."),
+            "{desc}"
+        );
         for total in totals {
             assert!(desc.contains(total), "{title}: {total} in {desc}");
         }
         assert_eq!(desc.matches(": total ").count(), totals.len(), "{desc}");
     }
     // Sixty points per line, the minutes before these requests at zero.
-    let points = page
-        .split(r#"<polyline class="l0" fill="none" points=""#)
-        .nth(1)
-        .unwrap();
-    let points = &points[..points.find('"').unwrap()];
+    let points = attr(&page, "polyline.l0", "points").unwrap();
     assert_eq!(points.split(' ').count(), 60);
     assert!(points.starts_with("48.0,168.0 "), "{points}");
-    assert!(page.contains("<li>In flight: 0 (0 waiting for a slot)</li>"));
-    assert!(page.contains("<li>Open breakers: 0</li>"));
+    let summary = texts(&page, "ul.summary li");
+    assert!(
+        summary.contains(&"In flight: 0 (0 waiting for a slot)".to_owned()),
+        "{summary:?}"
+    );
+    assert!(summary.contains(&"Open breakers: 0".to_owned()));
 }
 
 #[tokio::test]
@@ -257,18 +332,14 @@ async fn the_overview_counts_requests_in_flight() {
     s.h.rule(json!({"latency_ms": 3000})).await;
     let slow = s.h.spawn_chat(KEY, chat_body("fast", false));
     eventually("a request in flight", || async {
-        s.page("/dashboard")
-            .await
-            .1
-            .contains("<li>In flight: 1 (0 waiting for a slot)</li>")
+        texts(&s.page("/dashboard").await.1, "ul.summary li")
+            .contains(&"In flight: 1 (0 waiting for a slot)".to_owned())
     })
     .await;
     assert_eq!(slow.await.unwrap().status(), 200);
     eventually("no request in flight", || async {
-        s.page("/dashboard")
-            .await
-            .1
-            .contains("<li>In flight: 0 (0 waiting for a slot)</li>")
+        texts(&s.page("/dashboard").await.1, "ul.summary li")
+            .contains(&"In flight: 0 (0 waiting for a slot)".to_owned())
     })
     .await;
 }
@@ -282,9 +353,7 @@ async fn the_overview_keeps_the_last_hour_across_a_restart() {
     let again = Signed::on(s.h).await;
     let (status, page) = again.page("/dashboard").await;
     assert_eq!(status, 200);
-    let head = "<title>Requests per minute by key</title><desc>requests per minute, from 60 min ago to now.";
-    let at = page.find(head).unwrap();
-    let desc = &page[at..at + page[at..].find("</desc>").unwrap()];
+    let desc = desc_of(&page, "Requests per minute by key");
     assert!(desc.contains("k1: total 2,"), "{desc}");
     assert!(desc.contains("ops: total 2,"), "{desc}");
 }

@@ -9,12 +9,22 @@
 
 mod common;
 
-use common::{assert_no_credential, done, failed, Signed};
+use common::{
+    assert_no_credential, attr, count, done, failed, field, form_fields, notice, row, row_head,
+    table_rows, texts, Signed,
+};
 use reqwest::Method;
 use serde_json::{json, Value};
 use switchyard_test_support::{chat_body, CRED_ALPHA, CRED_BETA};
 
 const PAGE: &str = "/dashboard/resilience";
+const BREAKERS: &str = "Provider circuit breakers";
+const COOLDOWNS: &str = "Connection cooldowns (terminal states are never cleared)";
+const TERMINAL: &str = "Terminal states (a new credential ends them)";
+const LOCKS: &str = "Model cooldowns (locked models)";
+const OTHERS: &str = "Other resilience settings";
+const LOCKOUT: &str = "form[action='/dashboard/resilience/model-lockout']";
+const COOLDOWN: &str = "form[action='/dashboard/resilience/provider-cooldown']";
 
 /// The page, checked to carry no credential.
 async fn page(s: &Signed) -> String {
@@ -64,12 +74,27 @@ async fn cool_alpha(s: &Signed) {
 async fn breakers_show_their_state_and_next_probe_and_reset_closes_them() {
     let s = Signed::start().await;
     let before = page(&s).await;
-    assert!(before.contains(
-        r##"<div id="resilience-live" hx-get="/dashboard/resilience" hx-trigger="every 30s" hx-select="#resilience-live" hx-swap="outerHTML">"##
-    ));
-    assert!(before.contains(
-        r#"<tr><td>alpha</td><td><span class="state state-closed">CLOSED</span></td><td>0</td><td>—</td>"#
-    ));
+    assert_eq!(
+        ["hx-get", "hx-trigger", "hx-select", "hx-swap"].map(|a| attr(
+            &before,
+            "#resilience-live",
+            a
+        )),
+        [
+            Some(PAGE.to_owned()),
+            Some("every 30s".to_owned()),
+            Some("#resilience-live".to_owned()),
+            Some("outerHTML".to_owned())
+        ]
+    );
+    assert_eq!(
+        row_head(&before, BREAKERS, "alpha", 4).unwrap(),
+        ["alpha", "CLOSED", "0", "—"]
+    );
+    assert_eq!(
+        texts(&before, "#resilience-live span.state.state-closed"),
+        ["CLOSED", "CLOSED"]
+    );
     // An API-key provider's breaker opens at its twelfth consecutive failure.
     s.h.rule(json!({"times": 12, "match": {"credential": CRED_ALPHA}, "status": 503}))
         .await;
@@ -84,17 +109,19 @@ async fn breakers_show_their_state_and_next_probe_and_reset_closes_them() {
     let health = s.h.health().await;
     assert_eq!(health["breakers"][0]["state"], "OPEN");
     let open = page(&s).await;
-    let row = r#"<tr><td>alpha</td><td><span class="state state-open">OPEN</span></td><td>12</td>"#;
-    assert!(open.contains(row), "{open}");
+    let alpha = row_head(&open, BREAKERS, "alpha", 4).unwrap();
+    assert_eq!(alpha[..3], ["alpha", "OPEN", "12"]);
+    assert_eq!(texts(&open, "span.state.state-open"), ["OPEN"]);
     // It lets a probe through 30 s after it opened.
-    assert!(
-        open.contains(&format!("{row}<td>30 s</td>"))
-            || open.contains(&format!("{row}<td>29 s</td>")),
-        "{open}"
+    assert!(["30 s", "29 s"].contains(&alpha[3].as_str()), "{alpha:?}");
+    assert_eq!(
+        row(&open, BREAKERS, "beta").unwrap(),
+        ["beta", "CLOSED", "0", "—", "Reset"]
     );
-    assert!(open.contains(
-        r#"<tr><td>beta</td><td><span class="state state-closed">CLOSED</span></td><td>0</td><td>—</td><td><form method="post" action="/dashboard/resilience/reset" class="inline">"#
-    ));
+    assert_eq!(
+        form_fields(&open, "form.inline[action='/dashboard/resilience/reset']")[1..],
+        [("provider".to_owned(), "alpha".to_owned())]
+    );
 
     s.refused_without_csrf("/dashboard/resilience/reset", &[("provider", "alpha")])
         .await;
@@ -103,20 +130,18 @@ async fn breakers_show_their_state_and_next_probe_and_reset_closes_them() {
     let bad = s
         .act("/dashboard/resilience/reset", &[("provider", "nope")])
         .await;
-    assert!(
-        bad.contains(&failed("provider: unknown provider `nope`")),
-        "{bad}"
-    );
+    assert_eq!(notice(&bad), failed("provider: unknown provider `nope`"));
     assert_eq!(s.h.health().await["breakers"][0]["state"], "OPEN");
 
     let after = s
         .act("/dashboard/resilience/reset", &[("provider", "alpha")])
         .await;
     assert_no_credential(&after);
-    assert!(after.contains(&done("alpha: 1 breaker reset.")), "{after}");
-    assert!(after.contains(
-        r#"<tr><td>alpha</td><td><span class="state state-closed">CLOSED</span></td><td>0</td><td>—</td>"#
-    ));
+    assert_eq!(notice(&after), done("alpha: 1 breaker reset."));
+    assert_eq!(
+        row_head(&after, BREAKERS, "alpha", 4).unwrap(),
+        ["alpha", "CLOSED", "0", "—"]
+    );
     assert_eq!(s.h.health().await["breakers"], json!([]));
     assert_eq!(
         s.h.chat(chat_body("alpha/mock-small", false))
@@ -125,7 +150,7 @@ async fn breakers_show_their_state_and_next_probe_and_reset_closes_them() {
         200
     );
     // The notice is shown once.
-    assert!(!page(&s).await.contains("id=\"notice\""));
+    assert_eq!(notice(&page(&s).await), "");
 }
 
 #[tokio::test]
@@ -147,44 +172,59 @@ async fn the_cooldown_manager_clears_cooldowns_but_never_terminal_states() {
 
     let cooling = page(&s).await;
     let alpha = api_state(&s, "alpha-1").await;
-    let alpha_row = r#"<tr><td>alpha-1</td><td>alpha</td><td>apikey</td><td><span class="state state-cooling">cooling</span></td>"#;
-    assert!(cooling.contains(alpha_row), "{cooling}");
+    let cells = row(&cooling, COOLDOWNS, "alpha-1").unwrap();
+    assert_eq!(cells[..4], ["alpha-1", "alpha", "apikey", "cooling"]);
+    assert!(["120 s", "119 s"].contains(&cells[4].as_str()), "{cells:?}");
+    assert_eq!(
+        cells[5..],
+        [
+            alpha["backoffLevel"].to_string(),
+            alpha["lastError"].as_str().unwrap().to_owned()
+        ]
+    );
+    assert_eq!(
+        texts(&cooling, "#resilience-live span.state-cooling"),
+        ["cooling"]
+    );
     // The selection form lies outside the live region, so a refresh keeps its ticks.
-    let checkbox = r#"<input type="checkbox" name="connection" value="alpha-1" id="select-alpha-1"><label for="select-alpha-1">alpha-1 (cooling)</label>"#;
-    let live_ends = cooling.find(r#"<h2 id="clear">"#).unwrap();
-    assert!(cooling[live_ends..].contains(checkbox), "{cooling}");
-    assert!(!cooling[..live_ends].contains("checkbox"));
-    let rest = format!(
-        "<td>{}</td><td>{}</td></tr>",
-        alpha["backoffLevel"],
-        alpha["lastError"].as_str().unwrap()
+    let select = "form#clear-selected[action='/dashboard/resilience/clear']";
+    assert_eq!(
+        attr(&cooling, &format!("{select} input#select-alpha-1"), "value").as_deref(),
+        Some("alpha-1")
     );
-    assert!(
-        cooling.contains(&format!("{alpha_row}<td>120 s</td>{rest}"))
-            || cooling.contains(&format!("{alpha_row}<td>119 s</td>{rest}")),
-        "{cooling}"
+    assert_eq!(
+        texts(&cooling, &format!("{select} label[for=select-alpha-1]")),
+        ["alpha-1 (cooling)"]
     );
-    assert!(cooling.contains(
-        r#"<td><span class="state state-credits-exhausted">credits_exhausted</span></td>"#
-    ));
+    assert_eq!(count(&cooling, "#resilience-live input[type=checkbox]"), 0);
+    assert_eq!(
+        texts(&cooling, "#resilience-live span.state-credits-exhausted"),
+        ["credits_exhausted"]
+    );
     let beta = api_state(&s, "beta-1").await;
-    assert!(cooling.contains(&format!(
-        "<tr><td>beta-1</td><td>beta</td><td>credits_exhausted</td><td>{}</td></tr>",
-        beta["lastError"].as_str().unwrap()
-    )));
+    assert_eq!(
+        table_rows(&cooling, TERMINAL),
+        [[
+            "beta-1",
+            "beta",
+            "credits_exhausted",
+            beta["lastError"].as_str().unwrap()
+        ]]
+    );
 
     // Nothing selected: the API's message, nothing cleared.
     let none = s.act("/dashboard/resilience/clear", &[]).await;
-    assert!(
-        none.contains(&failed(
-            "connectionIds: list the connections, or set all: true"
-        )),
-        "{none}"
+    assert_eq!(
+        notice(&none),
+        failed("connectionIds: list the connections, or set all: true")
     );
     let unknown = s
         .act("/dashboard/resilience/clear", &[("connection", "nope")])
         .await;
-    assert!(unknown.contains(&failed("connectionIds: unknown connection `nope`")));
+    assert_eq!(
+        notice(&unknown),
+        failed("connectionIds: unknown connection `nope`")
+    );
     s.refused_without_csrf("/dashboard/resilience/clear", &[("connection", "alpha-1")])
         .await;
     s.refused_without_csrf("/dashboard/resilience/clear-all", &[])
@@ -204,13 +244,14 @@ async fn the_cooldown_manager_clears_cooldowns_but_never_terminal_states() {
         )
         .await;
     assert_no_credential(&cleared);
-    assert!(
-        cleared.contains(&done(
-            "1 cleared, 0 unchanged, 1 skipped as terminal; 0 model locks cleared."
-        )),
-        "{cleared}"
+    assert_eq!(
+        notice(&cleared),
+        done("1 cleared, 0 unchanged, 1 skipped as terminal; 0 model locks cleared.")
     );
-    assert!(cleared.contains(r#"<tr><td>alpha-1</td><td>alpha</td><td>apikey</td><td><span class="state state-active">active</span></td><td>—</td>"#));
+    assert_eq!(
+        row_head(&cleared, COOLDOWNS, "alpha-1", 5).unwrap(),
+        ["alpha-1", "alpha", "apikey", "active", "—"]
+    );
     assert_eq!(api_state(&s, "alpha-1").await["state"], "active");
     assert_eq!(api_state(&s, "beta-1").await["state"], "credits_exhausted");
     assert_eq!(
@@ -228,25 +269,38 @@ async fn the_cooldown_manager_clears_cooldowns_but_never_terminal_states() {
             &[("provider", "alpha")],
         )
         .await;
-    assert!(by_provider.contains(&done(
-        "1 cleared, 0 unchanged, 0 skipped as terminal; 0 model locks cleared."
-    )));
+    assert_eq!(
+        notice(&by_provider),
+        done("1 cleared, 0 unchanged, 0 skipped as terminal; 0 model locks cleared.")
+    );
     assert_eq!(api_state(&s, "alpha-1").await["state"], "active");
 
     // All.
     cool_alpha(&s).await;
     // Clearing all takes two steps: the summary unfolds the button that clears.
-    assert!(by_provider.contains(&format!(
-        r#"<details class="confirm"><summary>Clear all cooldowns…</summary><form method="post" action="/dashboard/resilience/clear-all"><input type="hidden" name="csrf" value="{}"><button type="submit">Clear every connection&#39;s cooldowns and model locks</button></form></details>"#,
-        s.csrf
-    )), "{by_provider}");
+    let clear_all = "details.confirm form[action='/dashboard/resilience/clear-all']";
+    assert_eq!(
+        form_fields(&by_provider, clear_all),
+        [("csrf".to_owned(), s.csrf.clone())]
+    );
+    assert_eq!(
+        texts(&by_provider, &format!("{clear_all} button")),
+        ["Clear every connection's cooldowns and model locks"]
+    );
+    assert!(
+        texts(&by_provider, "details.confirm summary").contains(&"Clear all cooldowns…".to_owned())
+    );
     let all = s.act("/dashboard/resilience/clear-all", &[]).await;
-    assert!(all.contains(&done(
-        "1 cleared, 0 unchanged, 1 skipped as terminal; 0 model locks cleared."
-    )));
+    assert_eq!(
+        notice(&all),
+        done("1 cleared, 0 unchanged, 1 skipped as terminal; 0 model locks cleared.")
+    );
     assert_eq!(api_state(&s, "alpha-1").await["state"], "active");
     assert_eq!(api_state(&s, "beta-1").await["state"], "credits_exhausted");
-    assert!(all.contains("<tr><td>beta-1</td><td>beta</td><td>credits_exhausted</td>"));
+    assert_eq!(
+        row_head(&all, TERMINAL, "beta-1", 3).unwrap(),
+        ["beta-1", "beta", "credits_exhausted"]
+    );
     assert_eq!(
         s.h.chat(chat_body("alpha/mock-small", false))
             .await
@@ -268,9 +322,24 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
     let s = Signed::start().await;
     let defaults = s.h.admin_json("/api/resilience").await;
     let form = page(&s).await;
-    assert!(form.contains(r#"<label for="lockout-baseCooldownMs">First lock (ms)</label><input type="number" id="lockout-baseCooldownMs" name="baseCooldownMs" value="120000">"#));
-    assert!(form.contains(r#"<select id="lockout-enabled" name="enabled"><option value="true">on</option><option value="false" selected>off</option></select>"#));
-    assert!(form.contains(r#"<input type="number" id="cooldown-apiKey-failureThreshold" name="apiKey.failureThreshold" value=""#));
+    assert_eq!(
+        texts(&form, "label[for=lockout-baseCooldownMs]"),
+        ["First lock (ms)"]
+    );
+    assert_eq!(
+        attr(&form, "input#lockout-baseCooldownMs", "type").as_deref(),
+        Some("number")
+    );
+    assert_eq!(
+        field(&form, LOCKOUT, "baseCooldownMs").as_deref(),
+        Some("120000")
+    );
+    assert_eq!(field(&form, LOCKOUT, "enabled").as_deref(), Some("false"));
+    assert_eq!(texts(&form, "select#lockout-enabled option"), ["on", "off"]);
+    assert_eq!(
+        field(&form, COOLDOWN, "apiKey.failureThreshold"),
+        Some(defaults["providerCooldown"]["apiKey"]["failureThreshold"].to_string())
+    );
 
     // Invalid values: the API's message, nothing changed.
     for (field, value) in [("baseCooldownMs", "abc"), ("maxCooldownMs", "500")] {
@@ -278,7 +347,7 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
         let bad = s
             .act("/dashboard/resilience/model-lockout", &[(field, value)])
             .await;
-        assert!(bad.contains(&failed(&message)), "{message}: {bad}");
+        assert_eq!(notice(&bad), failed(&message));
     }
     let message = api_error(
         &s,
@@ -295,7 +364,7 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
             &[("baseCooldownMs", "600000"), ("maxCooldownMs", "60000")],
         )
         .await;
-    assert!(bad.contains(&failed(&message)), "{bad}");
+    assert_eq!(notice(&bad), failed(&message));
     let message = api_error(
         &s,
         json!({"providerCooldown": {"oauth.failureThreshold": "x"}}),
@@ -307,7 +376,7 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
             &[("oauth.failureThreshold", "x")],
         )
         .await;
-    assert!(bad.contains(&failed(&message)), "{bad}");
+    assert_eq!(notice(&bad), failed(&message));
     s.refused_without_csrf(
         "/dashboard/resilience/model-lockout",
         &[("enabled", "true")],
@@ -328,15 +397,15 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
             ],
         )
         .await;
-    assert!(
-        saved.contains(&done("Model lockout settings saved.")),
-        "{saved}"
+    assert_eq!(notice(&saved), done("Model lockout settings saved."));
+    assert_eq!(
+        ["baseCooldownMs", "errorCodes", "enabled"].map(|n| field(&saved, LOCKOUT, n)),
+        [
+            Some("60000".to_owned()),
+            Some("404,503".to_owned()),
+            Some("true".to_owned())
+        ]
     );
-    assert!(saved.contains(r#"name="baseCooldownMs" value="60000">"#));
-    assert!(saved.contains(r#"name="errorCodes" value="404,503">"#));
-    assert!(saved.contains(
-        r#"<select id="lockout-enabled" name="enabled"><option value="true" selected>on</option>"#
-    ));
     let settings = s.h.admin_json("/api/resilience").await;
     assert_eq!(
         settings["modelLockout"],
@@ -357,11 +426,11 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
             ],
         )
         .await;
-    assert!(
-        saved.contains(&done("Provider cooldown settings saved.")),
-        "{saved}"
+    assert_eq!(notice(&saved), done("Provider cooldown settings saved."));
+    assert_eq!(
+        field(&saved, COOLDOWN, "apiKey.cooldownMs").as_deref(),
+        Some("50000")
     );
-    assert!(saved.contains(r#"name="apiKey.cooldownMs" value="50000">"#));
     assert_eq!(
         s.h.admin_json("/api/resilience").await["providerCooldown"],
         json!({"enabled": false,
@@ -370,9 +439,15 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
     );
 
     // The other resilience settings are set through the settings service and come back.
-    assert!(saved.contains(
-        "<tr><td>streamStallCooldown.enabled</td><td>false</td><td>default</td><td>STREAM_STALL_COOLDOWN_ENABLED</td>"
-    ), "{saved}");
+    assert_eq!(
+        row_head(&saved, OTHERS, "streamStallCooldown.enabled", 4).unwrap(),
+        [
+            "streamStallCooldown.enabled",
+            "false",
+            "default",
+            "STREAM_STALL_COOLDOWN_ENABLED"
+        ]
+    );
     let r = s
         .post(
             "/dashboard/settings",
@@ -386,9 +461,10 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
     assert_eq!(r.status(), 303);
     assert_eq!(r.headers()["location"], PAGE);
     let stall = page(&s).await;
-    assert!(stall.contains(&done("streamStallCooldown.enabled saved.")));
-    assert!(
-        stall.contains("<tr><td>streamStallCooldown.enabled</td><td>true</td><td>database</td>")
+    assert_eq!(notice(&stall), done("streamStallCooldown.enabled saved."));
+    assert_eq!(
+        row_head(&stall, OTHERS, "streamStallCooldown.enabled", 3).unwrap(),
+        ["streamStallCooldown.enabled", "true", "database"]
     );
 
     // A 404 for one model locks it on the connection for the base minute.
@@ -412,12 +488,21 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
         1
     );
     let locked = page(&s).await;
-    let row =
-        "<tr><td>alpha</td><td>alpha-1</td><td>model</td><td>mock-large</td><td>1</td><td>404</td>";
-    assert!(
-        locked.contains(&format!("{row}<td>60 s</td>"))
-            || locked.contains(&format!("{row}<td>59 s</td>")),
-        "{locked}"
+    let lock = table_rows(&locked, LOCKS).swap_remove(0);
+    assert_eq!(
+        lock[..6],
+        ["alpha", "alpha-1", "model", "mock-large", "1", "404"]
+    );
+    assert!(["60 s", "59 s"].contains(&lock[6].as_str()), "{lock:?}");
+    assert_eq!(lock[7], "Re-enable");
+    assert_eq!(
+        form_fields(&locked, "form[action='/dashboard/resilience/re-enable']")[1..],
+        [
+            ("provider", "alpha"),
+            ("connection", "alpha-1"),
+            ("model", "mock-large")
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
     );
     s.refused_without_csrf(
         "/dashboard/resilience/re-enable",
@@ -439,8 +524,11 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
         )
         .await;
     assert_no_credential(&re_enabled);
-    assert!(re_enabled.contains(&done("mock-large re-enabled on alpha-1: 1 lock cleared.")));
-    assert!(re_enabled.contains("No model is locked."));
+    assert_eq!(
+        notice(&re_enabled),
+        done("mock-large re-enabled on alpha-1: 1 lock cleared.")
+    );
+    assert_eq!(table_rows(&re_enabled, LOCKS), [["No model is locked."]]);
     assert_eq!(
         s.h.admin_json("/api/resilience/model-cooldowns").await,
         json!([])
@@ -470,17 +558,58 @@ async fn api_setting(s: &Signed, key: &str) -> (Value, Value) {
 async fn breaker_and_cooldown_profiles_are_set_on_the_page_and_checked_together() {
     let s = Signed::start().await;
     let body = page(&s).await;
-    assert!(body.contains(
-        "<tr><td>breaker.apiKey.openAt</td><td>12</td><td>default</td><td>SWITCHYARD_BREAKER_API_KEY_OPEN_AT</td><td>12</td><td>an integer between 1 and 10000</td><td>Consecutive provider-level failures that open an API-key provider&#39;s breaker (routing skips it).</td>"
-    ), "{body}");
-    assert!(body.contains(
-        r#"<input type="hidden" name="key" value="breaker.apiKey.openAt"><input type="hidden" name="back" value="/dashboard/resilience"><label for="value-breaker-apiKey-openAt">New value</label> <input type="text" id="value-breaker-apiKey-openAt" name="value"> <button type="submit">Set</button></form></td></tr>"#
-    ), "{body}");
-    assert!(body.contains(
-        "<tr><td>cooldown.apiKey.baseMs</td><td>3000</td><td>default</td><td>SWITCHYARD_COOLDOWN_API_KEY_BASE_MS</td><td>3000</td><td>an integer between 100 and 600000</td>"
-    ), "{body}");
-    assert!(body.contains("<tr><td>breaker.local.degradeAt</td><td>1</td><td>default</td>"));
-    assert!(body.contains("<tr><td>cooldown.oauth.backoffSteps</td><td>8</td><td>default</td>"));
+    assert_eq!(
+        row(&body, OTHERS, "breaker.apiKey.openAt").unwrap(),
+        [
+            "breaker.apiKey.openAt",
+            "12",
+            "default",
+            "SWITCHYARD_BREAKER_API_KEY_OPEN_AT",
+            "12",
+            "an integer between 1 and 10000",
+            "Consecutive provider-level failures that open an API-key provider's breaker (routing skips it).",
+            "New value Set"
+        ]
+    );
+    let rows = table_rows(&body, OTHERS);
+    let at = rows
+        .iter()
+        .position(|r| r[0] == "breaker.apiKey.openAt")
+        .unwrap();
+    assert_eq!(
+        form_fields(
+            &body,
+            &format!(
+                "tbody tr:nth-child({}) form[action='/dashboard/settings']",
+                at + 1
+            )
+        )[1..],
+        [
+            ("key", "breaker.apiKey.openAt"),
+            ("back", PAGE),
+            ("value", "")
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    );
+    assert_eq!(
+        row_head(&body, OTHERS, "cooldown.apiKey.baseMs", 6).unwrap(),
+        [
+            "cooldown.apiKey.baseMs",
+            "3000",
+            "default",
+            "SWITCHYARD_COOLDOWN_API_KEY_BASE_MS",
+            "3000",
+            "an integer between 100 and 600000"
+        ]
+    );
+    assert_eq!(
+        row_head(&body, OTHERS, "breaker.local.degradeAt", 3).unwrap(),
+        ["breaker.local.degradeAt", "1", "default"]
+    );
+    assert_eq!(
+        row_head(&body, OTHERS, "cooldown.oauth.backoffSteps", 3).unwrap(),
+        ["cooldown.oauth.backoffSteps", "8", "default"]
+    );
 
     // openAt 3 below the API-key degradeAt (7): the API's message, nothing written.
     let r =
@@ -506,26 +635,27 @@ async fn breaker_and_cooldown_profiles_are_set_on_the_page_and_checked_together(
         .await
     };
     let bad = set("breaker.apiKey.openAt", "3").await;
-    assert!(bad.contains(&failed(&message)), "{bad}");
+    assert_eq!(notice(&bad), failed(&message));
     assert_eq!(
         api_setting(s, "breaker.apiKey.openAt").await,
         (json!(12), json!("default"))
     );
 
     let saved = set("breaker.apiKey.degradeAt", "2").await;
-    assert!(
-        saved.contains(&done("breaker.apiKey.degradeAt saved.")),
-        "{saved}"
-    );
+    assert_eq!(notice(&saved), done("breaker.apiKey.degradeAt saved."));
     let saved = set("breaker.apiKey.openAt", "3").await;
     assert_no_credential(&saved);
-    assert!(
-        saved.contains(&done("breaker.apiKey.openAt saved.")),
-        "{saved}"
+    assert_eq!(notice(&saved), done("breaker.apiKey.openAt saved."));
+    assert_eq!(
+        row_head(&saved, OTHERS, "breaker.apiKey.openAt", 5).unwrap(),
+        [
+            "breaker.apiKey.openAt",
+            "3",
+            "database",
+            "SWITCHYARD_BREAKER_API_KEY_OPEN_AT",
+            "12"
+        ]
     );
-    assert!(saved.contains(
-        "<tr><td>breaker.apiKey.openAt</td><td>3</td><td>database</td><td>SWITCHYARD_BREAKER_API_KEY_OPEN_AT</td><td>12</td>"
-    ), "{saved}");
     assert_eq!(
         api_setting(s, "breaker.apiKey.openAt").await,
         (json!(3), json!("database"))

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{assert_no_credential, failed, Signed};
+use common::{assert_no_credential, done, failed, form_fields, notice, row, row_head, Signed};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -25,7 +25,24 @@ async fn api_setting(s: &Signed, key: &str) -> Value {
         .clone()
 }
 
-const ROW: &str = "<tr><td>quota.saturationThreshold</td>";
+const TABLE: &str = "Runtime settings";
+const KEY: &str = "quota.saturationThreshold";
+
+/// The set form (or the reset form) of `key`, as posted.
+fn form_of(body: &str, action: &str, key: &str) -> Vec<(String, String)> {
+    let rows = common::table_rows(body, TABLE);
+    let at = rows.iter().position(|r| r[0] == key).unwrap();
+    form_fields(
+        body,
+        &format!("tbody tr:nth-child({}) form[action='{action}']", at + 1),
+    )
+}
+
+fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+    p.iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
 
 #[tokio::test]
 async fn settings_are_listed_set_and_reset() {
@@ -33,16 +50,36 @@ async fn settings_are_listed_set_and_reset() {
     let (status, body) = s.page(PAGE).await;
     assert_eq!(status, 200);
     assert_no_credential(&body);
-    assert!(body.contains(
-        "<tr><td>requestQueue.maxWaitMs</td><td>30000</td><td>default</td><td>RATE_LIMIT_MAX_WAIT_MS</td><td>30000</td><td>a whole number (brought into 1..=86400000)</td><td>Longest a request waits for a concurrency slot (SEMAPHORE_TIMEOUT).</td>"
-    ), "{body}");
-    let row = format!(
-        "{ROW}<td>0.5</td><td>default</td><td>QUOTA_SATURATION_THRESHOLD</td><td>0.5</td><td>a number between 0 and 1</td>"
+    assert_eq!(
+        row_head(&body, TABLE, "requestQueue.maxWaitMs", 7).unwrap(),
+        [
+            "requestQueue.maxWaitMs",
+            "30000",
+            "default",
+            "RATE_LIMIT_MAX_WAIT_MS",
+            "30000",
+            "a whole number (brought into 1..=86400000)",
+            "Longest a request waits for a concurrency slot (SEMAPHORE_TIMEOUT)."
+        ]
     );
-    assert!(body.contains(&row), "{body}");
-    assert!(body.contains(
-        r#"<input type="hidden" name="key" value="quota.saturationThreshold"><input type="hidden" name="back" value="/dashboard/settings"><label for="value-quota-saturationThreshold">New value</label> <input type="text" id="value-quota-saturationThreshold" name="value"> <button type="submit">Set</button></form></td></tr>"#
-    ));
+    let defaults = row_head(&body, TABLE, KEY, 6).unwrap();
+    assert_eq!(
+        defaults,
+        [
+            KEY,
+            "0.5",
+            "default",
+            "QUOTA_SATURATION_THRESHOLD",
+            "0.5",
+            "a number between 0 and 1"
+        ]
+    );
+    assert_eq!(
+        form_of(&body, PAGE, KEY)[1..],
+        pairs(&[("key", KEY), ("back", PAGE), ("value", "")])
+    );
+    assert_eq!(row(&body, TABLE, KEY).unwrap()[7], "New value Set");
+    assert_eq!(form_of(&body, "/dashboard/settings/reset", KEY), []);
 
     let set = s
         .act(
@@ -51,14 +88,14 @@ async fn settings_are_listed_set_and_reset() {
         )
         .await;
     assert_no_credential(&set);
-    assert!(set.contains(
-        r#"<p class="notice done" role="status" id="notice">Done: quota.saturationThreshold saved.</p>"#
-    ));
-    assert!(set.contains(&format!(
-        "{ROW}<td>0.8</td><td>database</td><td>QUOTA_SATURATION_THRESHOLD</td><td>0.5</td>"
-    )));
-    assert!(
-        set.contains(r#"<form method="post" action="/dashboard/settings/reset" class="inline">"#)
+    assert_eq!(notice(&set), done("quota.saturationThreshold saved."));
+    assert_eq!(
+        row_head(&set, TABLE, KEY, 5).unwrap(),
+        [KEY, "0.8", "database", "QUOTA_SATURATION_THRESHOLD", "0.5"]
+    );
+    assert_eq!(
+        form_of(&set, "/dashboard/settings/reset", KEY)[1..],
+        pairs(&[("key", KEY), ("back", PAGE)])
     );
     let api = api_setting(&s, "quota.saturationThreshold").await;
     assert_eq!(
@@ -85,10 +122,11 @@ async fn settings_are_listed_set_and_reset() {
             &[("key", "quota.saturationThreshold")],
         )
         .await;
-    assert!(reset.contains(
-        r#"<p class="notice done" role="status" id="notice">Done: quota.saturationThreshold reset: the database value is gone.</p>"#
-    ));
-    assert!(reset.contains(&row));
+    assert_eq!(
+        notice(&reset),
+        done("quota.saturationThreshold reset: the database value is gone.")
+    );
+    assert_eq!(row_head(&reset, TABLE, KEY, 6).unwrap(), defaults);
     let api = api_setting(&s, "quota.saturationThreshold").await;
     assert_eq!(
         (api["value"].clone(), api["source"].clone()),
@@ -144,7 +182,7 @@ async fn bad_values_show_the_apis_message_and_change_nothing() {
         let e: Value = r.json().await.unwrap();
         let message = e["error"]["message"].as_str().unwrap().to_owned();
         let after = s.act(PAGE, &[("key", key), ("value", value)]).await;
-        assert!(after.contains(&failed(&message)), "{message}: {after}");
+        assert_eq!(notice(&after), failed(&message));
     }
     let forged =
         s.c.post(s.h.url(PAGE))

@@ -29,6 +29,7 @@ use crate::clock::Stopwatch;
 use crate::sync::lock;
 use crate::telemetry::metrics::EdgeMetrics;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::Router;
 use bytes::Bytes;
 use http::{Request, Response, Version};
@@ -39,6 +40,7 @@ use hyper_util::server::conn::auto;
 use prometheus_client::metrics::counter::Counter;
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -140,6 +142,7 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let accepted = Stopwatch::start();
+    let peer = stream.peer_addr().ok();
     let shared = Arc::new(Shared {
         state: Mutex::new(ClientConn::new(accepted.elapsed_ms())),
         accepted,
@@ -155,6 +158,7 @@ pub async fn serve(
         app,
         shared: Arc::clone(&shared),
         body_read_ms: limits.body_read_ms,
+        peer,
     };
     let builder = auto::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection(io, service);
@@ -272,6 +276,9 @@ struct ConnService {
     app: Router,
     shared: Arc<Shared>,
     body_read_ms: u64,
+    /// The client's address, given to every request as axum's `ConnectInfo` (the
+    /// dashboard throttles sign-in attempts by it).
+    peer: Option<SocketAddr>,
 }
 
 impl hyper::service::Service<Request<Incoming>> for ConnService {
@@ -284,7 +291,10 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         self.shared
             .update(|c, now| c.request_started(multiplexed, now));
         let in_flight = InFlight(Arc::clone(&self.shared));
-        let request = request.map(|body| self.timed(body, multiplexed));
+        let mut request = request.map(|body| self.timed(body, multiplexed));
+        if let Some(peer) = self.peer {
+            request.extensions_mut().insert(ConnectInfo(peer));
+        }
         let response = self.app.clone().oneshot(request);
         Box::pin(async move {
             let response = response.await?;

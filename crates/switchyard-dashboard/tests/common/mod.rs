@@ -49,7 +49,13 @@ pub async fn get(h: &Harness, c: &Client, path: &str, cookie: Option<&str>) -> R
 
 pub fn assert_page_headers(r: &Response) {
     assert_eq!(r.headers()[CONTENT_TYPE], "text/html; charset=utf-8");
-    assert_eq!(r.headers()[CACHE_CONTROL], "no-store");
+    assert_security_headers(r);
+}
+
+/// Asserts `r` carries the headers every dashboard answer carries (a page, a redirect,
+/// an unknown path), `Cache-Control: no-store` included.
+pub fn assert_security_headers(r: &Response) {
+    assert_eq!(r.headers()[CACHE_CONTROL], "no-store", "{}", r.url());
     assert_eq!(r.headers()[X_FRAME_OPTIONS], "DENY");
     assert_eq!(
         r.headers()[CONTENT_SECURITY_POLICY],
@@ -59,11 +65,9 @@ pub fn assert_page_headers(r: &Response) {
     assert_eq!(r.headers()["referrer-policy"], "no-referrer");
 }
 
-/// The value of the hidden `csrf` field in `page`.
+/// The value of the sign-out form's `csrf` field in `page`.
 pub fn csrf_in(page: &str) -> String {
-    let marker = r#"name="csrf" value=""#;
-    let at = page.find(marker).unwrap() + marker.len();
-    page[at..at + 64].to_owned()
+    field(page, "form[action='/dashboard/sign-out']", "csrf").unwrap()
 }
 
 /// A signed-in session: the harness, the client, the cookie and the CSRF token.
@@ -150,26 +154,50 @@ pub fn assert_none_of(page: &str, extra: &[&str]) {
     }
 }
 
-/// `text` as a page shows it (escaped as `html::escape` escapes).
-pub fn escaped(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
+/// The one-time notice's text on `page` (`Done: …` or `Error: …`), or empty.
+pub fn notice(page: &str) -> String {
+    texts(page, "#notice").concat()
 }
 
-/// The one-time success notice saying `message`.
+/// The one-time success notice's text saying `message`.
 pub fn done(message: &str) -> String {
-    format!(r#"<p class="notice done" role="status" id="notice">Done: {message}</p>"#)
+    format!("Done: {message}")
 }
 
-/// The one-time error notice saying `message`.
+/// The one-time error notice's text saying `message`.
 pub fn failed(message: &str) -> String {
-    format!(
-        r#"<p class="notice error" role="alert" id="notice">Error: {}</p>"#,
-        escaped(message)
-    )
+    format!("Error: {message}")
+}
+
+/// The cells of the row whose first cell is `first` in the table captioned `caption`,
+/// if there is one.
+pub fn row(html: &str, caption: &str, first: &str) -> Option<Vec<String>> {
+    table_rows(html, caption)
+        .into_iter()
+        .find(|r| r.first().is_some_and(|c| c == first))
+}
+
+/// The first `n` cells of [`row`].
+pub fn row_head(html: &str, caption: &str, first: &str, n: usize) -> Option<Vec<String>> {
+    row(html, caption, first).map(|mut r| {
+        r.truncate(n);
+        r
+    })
+}
+
+/// The value of attribute `attr` of the first element matching `css` in `html`.
+pub fn attr(html: &str, css: &str, attr: &str) -> Option<String> {
+    scraper::Html::parse_document(html)
+        .select(&selector(css))
+        .next()
+        .and_then(|e| e.value().attr(attr).map(str::to_owned))
+}
+
+/// How many elements match `css` in `html`.
+pub fn count(html: &str, css: &str) -> usize {
+    scraper::Html::parse_document(html)
+        .select(&selector(css))
+        .count()
 }
 
 impl Signed {
@@ -185,4 +213,124 @@ impl Signed {
             .unwrap();
         assert_eq!(r.status(), 403, "POST {path} without its token");
     }
+}
+
+/// The selector `css` (a test's own, valid by construction).
+fn selector(css: &str) -> scraper::Selector {
+    scraper::Selector::parse(css).unwrap()
+}
+
+/// An element's text with its whitespace runs collapsed to one space, trimmed.
+fn text_of(e: scraper::ElementRef<'_>) -> String {
+    e.text()
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The text of each body row's cells (`th` and `td`) of the first table matching
+/// `table` in `html`; empty when no table matches.
+pub fn cells(html: &str, table: &str) -> Vec<Vec<String>> {
+    let doc = scraper::Html::parse_document(html);
+    let (rows, cell) = (selector("tbody tr"), selector("th, td"));
+    doc.select(&selector(table))
+        .next()
+        .map(|t| {
+            t.select(&rows)
+                .map(|r| r.select(&cell).map(text_of).collect())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The body rows of the table whose caption is `caption` (see [`cells`]).
+pub fn table_rows(html: &str, caption: &str) -> Vec<Vec<String>> {
+    let doc = scraper::Html::parse_document(html);
+    let (rows, cell) = (selector("tbody tr"), selector("th, td"));
+    doc.select(&selector("table"))
+        .find(|t| {
+            t.select(&selector("caption"))
+                .next()
+                .is_some_and(|c| text_of(c) == caption)
+        })
+        .map(|t| {
+            t.select(&rows)
+                .map(|r| r.select(&cell).map(text_of).collect())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The text of every element matching `css` in `html`.
+pub fn texts(html: &str, css: &str) -> Vec<String> {
+    scraper::Html::parse_document(html)
+        .select(&selector(css))
+        .map(text_of)
+        .collect()
+}
+
+/// The value the first form matching `form` in `html` would post for its field `name`:
+/// an input's value (a checkbox's or radio's only when checked), a select's selected
+/// (or first) option's, a textarea's text. `None` when there is no such field.
+pub fn field(html: &str, form: &str, name: &str) -> Option<String> {
+    form_fields(html, form)
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+}
+
+/// Every field the first form matching `form` in `html` would post, in order (see
+/// [`field`]).
+pub fn form_fields(html: &str, form: &str) -> Vec<(String, String)> {
+    let doc = scraper::Html::parse_document(html);
+    doc.select(&selector(form))
+        .next()
+        .map(|f| fields_of(f))
+        .unwrap_or_default()
+}
+
+/// Every post form in `html`: its action and its fields (see [`field`]).
+pub fn post_forms(html: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let doc = scraper::Html::parse_document(html);
+    doc.select(&selector("form[method=post]"))
+        .map(|f| {
+            (
+                f.value().attr("action").unwrap_or_default().to_owned(),
+                fields_of(f),
+            )
+        })
+        .collect()
+}
+
+fn fields_of(form: scraper::ElementRef<'_>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for e in form.select(&selector("input[name], select[name], textarea[name]")) {
+        let v = e.value();
+        let name = v.attr("name").unwrap_or_default().to_owned();
+        let value = match v.name() {
+            "select" => {
+                let options: Vec<_> = e.select(&selector("option")).collect();
+                options
+                    .iter()
+                    .find(|o| o.value().attr("selected").is_some())
+                    .or(options.first())
+                    .map(|o| {
+                        o.value()
+                            .attr("value")
+                            .map_or_else(|| text_of(*o), str::to_owned)
+                    })
+            }
+            "textarea" => Some(e.text().collect()),
+            _ => match v.attr("type") {
+                Some("checkbox" | "radio") if v.attr("checked").is_none() => None,
+                Some("submit") => None,
+                _ => Some(v.attr("value").unwrap_or_default().to_owned()),
+            },
+        };
+        if let Some(value) = value {
+            out.push((name, value));
+        }
+    }
+    out
 }
