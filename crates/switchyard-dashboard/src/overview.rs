@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
+use switchyard_gateway::services::logs::LogStats;
 use switchyard_gateway::services::quota::PoolView;
 use switchyard_gateway::services::resilience::ConnectionState;
 use switchyard_gateway::services::system::{Health, InFlight};
@@ -37,6 +38,8 @@ pub const MINUTES: usize = 60;
 #[derive(Debug)]
 pub struct Overview {
     pub health: Health,
+    /// The request log's size and retention.
+    pub log: LogStats,
     pub providers: Vec<ProviderRecord>,
     pub connections: Vec<ConnectionState>,
     pub pools: Vec<PoolView>,
@@ -150,6 +153,7 @@ pub async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Res
 async fn gather(app: &AppState) -> Result<Overview, ApiError> {
     Ok(Overview {
         health: services::system::health(app).await,
+        log: services::logs::stats(app).await?,
         providers: services::config::providers(app).await?,
         connections: services::resilience::cooldowns(app, None),
         pools: services::quota::pools(app).await?,
@@ -180,6 +184,33 @@ pub(crate) fn seconds(ms: u64) -> String {
 /// `value`, or an em dash when absent.
 fn or_dash(value: Option<&str>) -> String {
     value.unwrap_or("—").to_owned()
+}
+
+/// A size in bytes, in the largest binary unit that keeps it at 1 or more.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// The quota store line: its driver and state, the Redis breaker and its newest probe.
+fn quota_store(h: &Health) -> Markup {
+    let q = &h.quota_store_status;
+    html! {
+        (q.driver) " (" (q.state) ")"
+        @if let Some(breaker) = q.breaker { ", breaker " (breaker) }
+        @if let Some(p) = q.last_probe {
+            ", last probe " (crate::html::utc(p.at_ms)) " " (if p.ok { "answered" } else { "failed" })
+        }
+    }
 }
 
 /// The overview's `<main>` content.
@@ -266,12 +297,24 @@ pub fn render(o: &Overview) -> Markup {
         .iter()
         .filter(|b| b.state == "OPEN")
         .count();
+    let log = &o.log;
     html! {
         ul.summary aria-label="Summary" {
-            li { "Status: " (o.health.status) }
+            li id="status" { "Status: " (o.health.status) }
+            li id="quota-store" { "Quota store: " (quota_store(&o.health)) }
+            li id="request-log" {
+                "Request log: " (log.size.rows) " of at most " (log.max_rows) " rows, "
+                (bytes(log.size.database_bytes)) " on disk, kept " (log.retention_days) " days"
+                @if let Some(ts) = log.size.oldest_ts { ", oldest " (crate::html::utc(ts)) }
+            }
             li { "In flight: " (o.in_flight.requests) " (" (o.in_flight.queued) " waiting for a slot)" }
             li { "Keys: " (o.keys.len()) " (" (revoked) " revoked)" }
             li { "Open breakers: " (open) }
+        }
+        @if !o.health.reasons.is_empty() {
+            ul id="health-reasons" aria-label="Why the status is not ok" {
+                @for reason in &o.health.reasons { li { (reason) } }
+            }
         }
         section aria-labelledby="traffic" {
             h2 id="traffic" { "The last hour" }
@@ -431,6 +474,15 @@ mod tests {
         let mut k2 = vec![0.0; MINUTES];
         k2[58] = 40.0;
         assert_eq!(lines, vec![("k1".to_owned(), k1), ("k2".to_owned(), k2)]);
+    }
+
+    #[test]
+    fn byte_sizes_read_in_binary_units() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(5 * 1024 * 1024), "5.0 MiB");
+        assert_eq!(bytes(3 * 1024 * 1024 * 1024), "3.0 GiB");
     }
 
     #[test]

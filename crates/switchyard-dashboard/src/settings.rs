@@ -107,6 +107,7 @@ pub fn table(caption: &str, settings: &[&SettingView], csrf: &str, back: &str) -
                 text(&s.key),
                 text(value_text(&s.value)),
                 text(&s.source),
+                text(s.applies.as_str()),
                 text(&s.env),
                 text(value_text(&s.default)),
                 text(&s.constraint),
@@ -121,6 +122,7 @@ pub fn table(caption: &str, settings: &[&SettingView], csrf: &str, back: &str) -
             "Key",
             "Value",
             "Source",
+            "Applies",
             "Environment variable",
             "Default",
             "Accepted values",
@@ -136,7 +138,7 @@ pub fn table(caption: &str, settings: &[&SettingView], csrf: &str, back: &str) -
 pub fn render(list: &[SettingView], csrf: &str) -> Markup {
     let all: Vec<&SettingView> = list.iter().collect();
     html! {
-        p.hint { "A value set here is stored in the database and overrides the environment, the config file and the default; Reset removes it." }
+        p.hint { "A value set here is stored in the database and overrides the environment, the config file and the default; Reset removes it. Applies says when a change takes effect: live (the next request), new_connections (client connections accepted after it) or restart." }
         (table("Runtime settings", &all, csrf, PAGE))
     }
 }

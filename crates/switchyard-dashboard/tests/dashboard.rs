@@ -123,6 +123,16 @@ async fn the_overview_needs_a_session_and_shows_no_credential() {
         );
     }
     assert!(texts(&page, "ul.summary li").contains(&"Keys: 2 (0 revoked)".to_owned()));
+    assert_eq!(texts(&page, "#status"), ["Status: ok"]);
+    assert_eq!(texts(&page, "#quota-store"), ["Quota store: sqlite (ok)"]);
+    let log = texts(&page, "#request-log");
+    assert_eq!(log.len(), 1);
+    assert!(
+        log[0].starts_with("Request log: 1 of at most 1000000 rows, ")
+            && log[0].contains(" on disk, kept 30 days, oldest "),
+        "{log:?}"
+    );
+    assert_eq!(texts(&page, "#health-reasons li"), Vec::<String>::new());
     assert_eq!(
         common::attr(&page, "meta[name=viewport]", "content").as_deref(),
         Some("width=device-width, initial-scale=1")

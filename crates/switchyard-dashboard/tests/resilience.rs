@@ -108,6 +108,13 @@ async fn breakers_show_their_state_and_next_probe_and_reset_closes_them() {
     }
     let health = s.h.health().await;
     assert_eq!(health["breakers"][0]["state"], "OPEN");
+    // The overview says the gateway is degraded, and why.
+    let (_, overview) = s.page("/dashboard").await;
+    assert_eq!(texts(&overview, "#status"), ["Status: degraded"]);
+    assert_eq!(
+        texts(&overview, "#health-reasons li"),
+        ["provider `alpha`: circuit breaker open"]
+    );
     let open = page(&s).await;
     let alpha = row_head(&open, BREAKERS, "alpha", 4).unwrap();
     assert_eq!(alpha[..3], ["alpha", "OPEN", "12"]);
@@ -440,11 +447,12 @@ async fn settings_forms_validate_as_the_api_and_model_locks_are_re_enabled() {
 
     // The other resilience settings are set through the settings service and come back.
     assert_eq!(
-        row_head(&saved, OTHERS, "streamStallCooldown.enabled", 4).unwrap(),
+        row_head(&saved, OTHERS, "streamStallCooldown.enabled", 5).unwrap(),
         [
             "streamStallCooldown.enabled",
             "false",
             "default",
+            "live",
             "STREAM_STALL_COOLDOWN_ENABLED"
         ]
     );
@@ -564,6 +572,7 @@ async fn breaker_and_cooldown_profiles_are_set_on_the_page_and_checked_together(
             "breaker.apiKey.openAt",
             "12",
             "default",
+            "live",
             "SWITCHYARD_BREAKER_API_KEY_OPEN_AT",
             "12",
             "an integer between 1 and 10000",
@@ -592,11 +601,12 @@ async fn breaker_and_cooldown_profiles_are_set_on_the_page_and_checked_together(
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
     );
     assert_eq!(
-        row_head(&body, OTHERS, "cooldown.apiKey.baseMs", 6).unwrap(),
+        row_head(&body, OTHERS, "cooldown.apiKey.baseMs", 7).unwrap(),
         [
             "cooldown.apiKey.baseMs",
             "3000",
             "default",
+            "live",
             "SWITCHYARD_COOLDOWN_API_KEY_BASE_MS",
             "3000",
             "an integer between 100 and 600000"
@@ -647,11 +657,12 @@ async fn breaker_and_cooldown_profiles_are_set_on_the_page_and_checked_together(
     assert_no_credential(&saved);
     assert_eq!(notice(&saved), done("breaker.apiKey.openAt saved."));
     assert_eq!(
-        row_head(&saved, OTHERS, "breaker.apiKey.openAt", 5).unwrap(),
+        row_head(&saved, OTHERS, "breaker.apiKey.openAt", 6).unwrap(),
         [
             "breaker.apiKey.openAt",
             "3",
             "database",
+            "live",
             "SWITCHYARD_BREAKER_API_KEY_OPEN_AT",
             "12"
         ]

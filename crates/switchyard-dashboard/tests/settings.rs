@@ -51,24 +51,35 @@ async fn settings_are_listed_set_and_reset() {
     assert_eq!(status, 200);
     assert_no_credential(&body);
     assert_eq!(
-        row_head(&body, TABLE, "requestQueue.maxWaitMs", 7).unwrap(),
+        row_head(&body, TABLE, "requestQueue.maxWaitMs", 8).unwrap(),
         [
             "requestQueue.maxWaitMs",
             "30000",
             "default",
+            "live",
             "RATE_LIMIT_MAX_WAIT_MS",
             "30000",
             "a whole number (brought into 1..=86400000)",
             "Longest a request waits for a concurrency slot (SEMAPHORE_TIMEOUT)."
         ]
     );
-    let defaults = row_head(&body, TABLE, KEY, 6).unwrap();
+    // When a change applies, as the registry says: at once, for new connections, or
+    // after a restart.
+    for (key, applies) in [
+        ("server.header_read_timeout_ms", "new_connections"),
+        ("server.io_threads", "restart"),
+        ("quotaStore.driver", "restart"),
+    ] {
+        assert_eq!(row(&body, TABLE, key).unwrap()[3], applies, "{key}");
+    }
+    let defaults = row_head(&body, TABLE, KEY, 7).unwrap();
     assert_eq!(
         defaults,
         [
             KEY,
             "0.5",
             "default",
+            "live",
             "QUOTA_SATURATION_THRESHOLD",
             "0.5",
             "a number between 0 and 1"
@@ -78,7 +89,7 @@ async fn settings_are_listed_set_and_reset() {
         form_of(&body, PAGE, KEY)[1..],
         pairs(&[("key", KEY), ("back", PAGE), ("value", "")])
     );
-    assert_eq!(row(&body, TABLE, KEY).unwrap()[7], "New value Set");
+    assert_eq!(row(&body, TABLE, KEY).unwrap()[8], "New value Set");
     assert_eq!(form_of(&body, "/dashboard/settings/reset", KEY), []);
 
     let set = s
@@ -90,8 +101,15 @@ async fn settings_are_listed_set_and_reset() {
     assert_no_credential(&set);
     assert_eq!(notice(&set), done("quota.saturationThreshold saved."));
     assert_eq!(
-        row_head(&set, TABLE, KEY, 5).unwrap(),
-        [KEY, "0.8", "database", "QUOTA_SATURATION_THRESHOLD", "0.5"]
+        row_head(&set, TABLE, KEY, 6).unwrap(),
+        [
+            KEY,
+            "0.8",
+            "database",
+            "live",
+            "QUOTA_SATURATION_THRESHOLD",
+            "0.5"
+        ]
     );
     assert_eq!(
         form_of(&set, "/dashboard/settings/reset", KEY)[1..],
@@ -126,7 +144,7 @@ async fn settings_are_listed_set_and_reset() {
         notice(&reset),
         done("quota.saturationThreshold reset: the database value is gone.")
     );
-    assert_eq!(row_head(&reset, TABLE, KEY, 6).unwrap(), defaults);
+    assert_eq!(row_head(&reset, TABLE, KEY, 7).unwrap(), defaults);
     let api = api_setting(&s, "quota.saturationThreshold").await;
     assert_eq!(
         (api["value"].clone(), api["source"].clone()),
