@@ -199,7 +199,8 @@ pub struct KeyRotation {
 /// previous key until the re-encryption is committed.
 ///
 /// With `SWITCHYARD_SECRET_KEY` set this is refused: a running gateway cannot learn a
-/// key from this command, so that rotation is done by a restart (README).
+/// key from this command, so that rotation is done by a restart (docs/configuration.md,
+/// "Secrets at rest").
 pub fn rotate_secret_key(config: &GatewayConfig) -> Result<KeyRotation, BootError> {
     if config.secret_keys.is_some() {
         return Err(BootError::SecretKey(format!(

@@ -132,7 +132,7 @@ enum AdminTokenCommand {
 enum SecretKeyCommand {
     /// Re-encrypt every credential with a new key, in one transaction, and put the new
     /// key in <data_dir>/secret-key; a running gateway switches to it within a second.
-    /// With SWITCHYARD_SECRET_KEY set, rotate by restarting instead (see the README).
+    /// With SWITCHYARD_SECRET_KEY set, rotate by restarting instead (see docs/configuration.md).
     Rotate {
         #[command(flatten)]
         common: Common,

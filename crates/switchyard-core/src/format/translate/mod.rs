@@ -11,7 +11,7 @@
 //! client.
 //!
 //! Pure functions and state machines over bytes: no I/O, no clock. A member with no
-//! counterpart in the other format is dropped (the README's translation table lists
+//! counterpart in the other format is dropped (docs/formats.md's translation tables list
 //! them); when client and upstream speak the same format nothing here runs and the
 //! body passes through ([`crate::llm::Request::upstream_body`]).
 
