@@ -78,30 +78,48 @@ pub fn redact(body: &[u8], secrets: &Secrets) -> Vec<u8> {
     redact_tokens(&out)
 }
 
-/// Whether a JSON text says it is an error: a top-level `error` that is not `null`, or a
-/// `type` of `error` (Anthropic) or `response.failed` (Responses), or a `status` of
+/// Whether a JSON text says it is an error: an object (or an array holding one) with an
+/// `error` member that is not `null`, a `type` of `error` (Anthropic) or
+/// `response.failed` (Responses), an `object` of `error` (vLLM), or a `status` of
 /// `failed` (a Responses object). Text without a quoted `"error"` or `failed"` is never
 /// parsed: inside a JSON string a quote is escaped, so generated text that merely
 /// mentions an error never matches, and an ordinary delta costs one substring search.
 fn says_error(json: &[u8]) -> bool {
+    /// The members that tell; anything else is skipped unread.
     #[derive(serde::Deserialize)]
-    struct Top<'a> {
-        #[serde(default, borrow, rename = "type")]
-        kind: Option<std::borrow::Cow<'a, str>>,
-        #[serde(default, borrow)]
-        status: Option<std::borrow::Cow<'a, str>>,
+    struct Top {
+        #[serde(default, rename = "type")]
+        kind: Option<serde_json::Value>,
+        #[serde(default)]
+        status: Option<serde_json::Value>,
+        #[serde(default)]
+        object: Option<serde_json::Value>,
         #[serde(default)]
         error: Option<serde::de::IgnoredAny>,
+    }
+    impl Top {
+        fn is_error(&self) -> bool {
+            let is = |v: &Option<serde_json::Value>, names: &[&str]| {
+                v.as_ref()
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(|s| names.contains(&s))
+            };
+            // `error: null` deserializes as `None`, as an absent member does.
+            self.error.is_some()
+                || is(&self.kind, &["error", "response.failed"])
+                || is(&self.object, &["error"])
+                || is(&self.status, &["failed"])
+        }
     }
     if !contains(json, b"\"error\"") && !contains(json, b"failed\"") {
         return false;
     }
-    // `error: null` deserializes as `None`, as an absent member does.
-    serde_json::from_slice::<Top>(json).is_ok_and(|top| {
-        top.error.is_some()
-            || matches!(top.kind.as_deref(), Some("error" | "response.failed"))
-            || top.status.as_deref() == Some("failed")
-    })
+    // (Read by its first byte: serde would take an array for a struct's fields in order.)
+    if json.trim_ascii_start().first() == Some(&b'[') {
+        serde_json::from_slice::<Vec<Top>>(json).is_ok_and(|all| all.iter().any(Top::is_error))
+    } else {
+        serde_json::from_slice::<Top>(json).is_ok_and(|top| top.is_error())
+    }
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -139,16 +157,26 @@ pub enum Scrubbed {
 /// Redacts the error events of an upstream event stream, whatever its format and however
 /// its bytes are chunked; every other event passes byte for byte. Events are relayed
 /// whole: the bytes of an event still arriving are held until its blank line (a client
-/// reads no event before that anyway), at most [`MAX_EVENT_BYTES`] of them — beyond, what
-/// is held goes out (redacted, if it could be an error) so that a huge event is neither
-/// buffered without bound nor lost. A pure state machine: no I/O, no clock.
+/// reads no event before that anyway), at most [`MAX_EVENT_BYTES`] of them. An event
+/// larger than that goes out in parts, each redacted if the event's start could be an
+/// error, with the last [`CARRY`] bytes (or more, up to a byte no token contains) kept
+/// back each time so that a secret across two parts is still whole when redacted; so a
+/// huge event is neither buffered without bound nor let through unredacted. A pure state
+/// machine: no I/O, no clock.
 #[derive(Debug)]
 pub struct StreamScrubber {
     secrets: Secrets,
     held: Vec<u8>,
     /// How far `held` has been searched for an event boundary.
     scanned: usize,
+    /// Inside an event larger than [`MAX_EVENT_BYTES`] whose start has gone out: whether
+    /// its parts are redacted.
+    oversized: Option<bool>,
 }
+
+/// Bytes of an oversized event kept back each time a part of it goes out: longer than
+/// any credential or token.
+const CARRY: usize = 512;
 
 impl StreamScrubber {
     pub fn new(secrets: Secrets) -> Self {
@@ -156,12 +184,14 @@ impl StreamScrubber {
             secrets,
             held: Vec::new(),
             scanned: 0,
+            oversized: None,
         }
     }
 
     /// Reads an upstream chunk; says what to relay in its place.
     pub fn feed(&mut self, chunk: &[u8]) -> Scrubbed {
-        if self.held.is_empty() && ends_an_event(chunk) && !might_hold_error(chunk) {
+        let idle = self.held.is_empty() && self.oversized.is_none();
+        if idle && ends_an_event(chunk) && !might_hold_error(chunk) {
             return Scrubbed::AsIs;
         }
         self.held.extend_from_slice(chunk);
@@ -169,9 +199,13 @@ impl StreamScrubber {
         let mut start = 0;
         let mut from = self.scanned.saturating_sub(2);
         while let Some((end, next)) = find_event_end(&self.held[start..], from) {
-            let raw = &self.held[start..start + end];
             let whole = &self.held[start..start + next];
-            if is_error_event(raw) {
+            // The rest of an oversized event is judged as its start was.
+            let redacts = match self.oversized.take() {
+                Some(redacts) => redacts,
+                None => is_error_event(&self.held[start..start + end]),
+            };
+            if redacts {
                 out.extend_from_slice(&redact(whole, &self.secrets));
             } else {
                 out.extend_from_slice(whole);
@@ -182,7 +216,7 @@ impl StreamScrubber {
         self.held.drain(..start);
         self.scanned = self.held.len();
         if self.held.len() > MAX_EVENT_BYTES {
-            out.extend_from_slice(&self.release());
+            out.extend_from_slice(&self.release_part());
         }
         Scrubbed::Bytes(out)
     }
@@ -190,18 +224,46 @@ impl StreamScrubber {
     /// The upstream ended: what is still held (an event without its blank line),
     /// redacted if it could be an error.
     pub fn finish(&mut self) -> Vec<u8> {
-        self.release()
-    }
-
-    fn release(&mut self) -> Vec<u8> {
+        let redacts = match self.oversized.take() {
+            Some(redacts) => redacts,
+            None => might_hold_error(&self.held),
+        };
         let held = std::mem::take(&mut self.held);
         self.scanned = 0;
-        if might_hold_error(&held) {
+        if redacts {
             redact(&held, &self.secrets)
         } else {
             held
         }
     }
+
+    /// Sends out the start of an oversized event held, keeping [`CARRY`] bytes or more.
+    fn release_part(&mut self) -> Vec<u8> {
+        let redacts = match self.oversized {
+            Some(redacts) => redacts,
+            None => might_hold_error(&self.held),
+        };
+        self.oversized = Some(redacts);
+        let cut = safe_cut(&self.held, self.held.len().saturating_sub(CARRY));
+        let part: Vec<u8> = self.held.drain(..cut).collect();
+        self.scanned = self.held.len();
+        if redacts {
+            redact(&part, &self.secrets)
+        } else {
+            part
+        }
+    }
+}
+
+/// Where to cut `buf` at or before `at` so that no token is cut: after the last byte
+/// before `at` that no token contains, looking back at most [`CARRY`] bytes (else at
+/// `at`).
+fn safe_cut(buf: &[u8], at: usize) -> usize {
+    let floor = at.saturating_sub(CARRY);
+    (floor..=at)
+        .rev()
+        .find(|&i| i == 0 || !is_token_byte(buf[i - 1]))
+        .unwrap_or(at)
 }
 
 /// Whether a chunk ends with an event's blank line.
@@ -446,16 +508,65 @@ mod tests {
     }
 
     #[test]
-    fn an_oversized_event_is_released_not_buffered_without_bound() {
+    fn an_oversized_event_is_released_in_parts_not_buffered_without_bound() {
         let mut s = StreamScrubber::new(secrets(&[CRED]));
         let big = vec![b'x'; MAX_EVENT_BYTES + 1];
         assert_eq!(s.feed(b"data: "), Scrubbed::Bytes(Vec::new()));
         let Scrubbed::Bytes(out) = s.feed(&big) else {
             panic!("held")
         };
-        assert_eq!(out.len(), MAX_EVENT_BYTES + 7);
+        // All but the carry went out, unchanged: nothing in it could be an error.
+        assert_eq!(out.len(), MAX_EVENT_BYTES + 7 - CARRY);
+        let Scrubbed::Bytes(rest) = s.feed(b"\n\ndata: ok\n\n") else {
+            panic!("held")
+        };
+        assert_eq!(rest.len(), CARRY + 12);
+        assert!(rest.ends_with(b"x\n\ndata: ok\n\n"));
         // Nothing is held any more: a chunk ending at an event boundary goes as it is.
-        assert_eq!(s.feed(b"\n\ndata: ok\n\n"), Scrubbed::AsIs);
+        assert_eq!(s.feed(b"data: ok\n\n"), Scrubbed::AsIs);
+    }
+
+    #[test]
+    fn the_tail_of_an_oversized_error_event_is_redacted_too() {
+        // A proxy echoing a huge request in its error: the credential well past the
+        // first part, another across the point where the first part is cut, and a
+        // tail that on its own says nothing of an error.
+        let filler = "a ".repeat(MAX_EVENT_BYTES / 2 - 8);
+        let event = format!(
+            "event: error\ndata: {{\"error\":{{\"message\":\"{filler}{CRED} {}{CRED}\"}}}}\n\n",
+            "b ".repeat(300_000)
+        );
+        let bytes = event.as_bytes();
+        for step in [1_000, 4_096, 65_536, bytes.len()] {
+            let pieces: Vec<&[u8]> = bytes.chunks(step).collect();
+            let out = String::from_utf8(scrub_chunks(&pieces)).unwrap();
+            assert!(!out.contains(CRED), "chunks of {step}");
+            assert_eq!(out.matches("[REDACTED]").count(), 2, "chunks of {step}");
+            assert!(out.ends_with("[REDACTED]\"}}\n\n"), "chunks of {step}");
+        }
+        // A huge ordinary event still passes byte for byte.
+        let ordinary = format!("data: {{\"delta\":\"{filler}{filler}{CRED}\"}}\n\n");
+        let pieces: Vec<&[u8]> = ordinary.as_bytes().chunks(70_000).collect();
+        assert_eq!(scrub_chunks(&pieces), ordinary.as_bytes());
+    }
+
+    #[test]
+    fn error_shapes_beyond_the_three_formats_are_recognised() {
+        let s = secrets(&[CRED]);
+        for body in [
+            format!("{{\"error\":\"bad key {CRED}\",\"status\":500}}"),
+            format!("{{\"type\":7,\"error\":{{\"message\":\"{CRED}\"}}}}"),
+            format!("[{{\"error\":{{\"message\":\"{CRED}\"}}}}]"),
+            format!("{{\"object\":\"error\",\"message\":\"{CRED}\",\"type\":\"BadRequestError\"}}"),
+        ] {
+            let scrubbed = scrub_body(body.as_bytes(), &s).map(String::from_utf8);
+            assert!(
+                scrubbed
+                    .as_ref()
+                    .is_some_and(|b| b.as_ref().is_ok_and(|b| !b.contains(CRED))),
+                "{body}: {scrubbed:?}"
+            );
+        }
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //! Every `FLUSH_EVERY` the writer collects what changed and writes it in one
 //! transaction each, off the request path. A crash loses at most that interval; a
 //! graceful stop flushes everything. Once an hour it deletes quota slots that have left
-//! their window and are older than the retention setting; at start and every minute it
-//! prunes the request log to its retention (`requestLog.retentionDays`,
-//! `requestLog.maxRows`), in small batches so the log writer is never held up long.
+//! their window and are older than the retention setting. A task of its own prunes the
+//! request log to its retention (`requestLog.retentionDays`, `requestLog.maxRows`) at
+//! start and every minute, in small batches so neither the log writer nor the flushes
+//! are held up.
 //!
 //! The writer takes the runtime parts, the live configuration (read only) and the store,
 //! not `AppState`. Each write runs on the blocking pool after the changed rows have been
@@ -45,6 +46,9 @@ const DAY_MS: u64 = 86_400_000;
 pub struct StateWriter {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    /// The request-log pruner: a task of its own, so a long backlog (a lowered
+    /// `requestLog.maxRows`, an upgrade) never holds up the flushes.
+    pruner: JoinHandle<()>,
 }
 
 /// What the writer reads and writes.
@@ -66,31 +70,35 @@ impl StateWriter {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let (stop, stop_rx) = watch::channel(false);
-        let parts = Parts {
+        let parts = Arc::new(Parts {
             runtime,
             config,
             store,
             clock,
-        };
+        });
+        let pruner = tokio::spawn(prune_loop(Arc::clone(&parts), stop_rx.clone()));
         let task = tokio::spawn(write_loop(parts, stop_rx));
-        Self { stop, task }
+        Self { stop, task, pruner }
     }
 
     pub async fn finish(self) {
         self.stop.send_replace(true);
-        if let Err(e) = self.task.await {
-            tracing::error!(error = %e, "State writer task failed.");
+        for (task, what) in [
+            (self.task, "State writer"),
+            (self.pruner, "Request-log pruner"),
+        ] {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, "{what} task failed.");
+            }
         }
     }
 }
 
-async fn write_loop(state: Parts, mut stop: watch::Receiver<bool>) {
+async fn write_loop(state: Arc<Parts>, mut stop: watch::Receiver<bool>) {
     let mut flush = tokio::time::interval(FLUSH_EVERY);
     flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut gc = tokio::time::interval(GC_EVERY);
     gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut prune = tokio::time::interval(LOG_PRUNE_EVERY);
-    prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = flush.tick() => {
@@ -98,7 +106,6 @@ async fn write_loop(state: Parts, mut stop: watch::Receiver<bool>) {
                 flush_resilience(&state).await;
             }
             _ = gc.tick() => collect_garbage(&state).await,
-            _ = prune.tick() => prune_request_log(&state).await,
             r = stop.changed() => {
                 if r.is_err() || *stop.borrow() {
                     break;
@@ -177,16 +184,32 @@ async fn collect_garbage(state: &Parts) {
     }
 }
 
+/// Prunes the request log at start and every [`LOG_PRUNE_EVERY`] until stopped.
+async fn prune_loop(state: Arc<Parts>, mut stop: watch::Receiver<bool>) {
+    let mut prune = tokio::time::interval(LOG_PRUNE_EVERY);
+    prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = prune.tick() => prune_request_log(&state, &stop).await,
+            r = stop.changed() => {
+                if r.is_err() || *stop.borrow() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
 /// Deletes request-log rows past their retention, a batch at a time, until a batch finds
-/// less than a whole one to delete.
-async fn prune_request_log(state: &Parts) {
+/// less than a whole one to delete or the writer is stopped.
+async fn prune_request_log(state: &Parts, stop: &watch::Receiver<bool>) {
     let retention = state.config.snapshot().settings.request_log;
     let older_than = state
         .clock
         .now_ms()
         .saturating_sub(retention.days.saturating_mul(DAY_MS));
     let mut deleted: usize = 0;
-    loop {
+    while !*stop.borrow() {
         let store = Arc::clone(&state.store);
         let batch = tokio::task::spawn_blocking(move || {
             store.prune_logs(older_than, retention.max_rows, LOG_PRUNE_BATCH)

@@ -160,9 +160,10 @@ ALTER TABLE providers ADD COLUMN max_output_tokens TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE request_log ADD COLUMN client_format TEXT NOT NULL DEFAULT 'openai';
 "#,
     // v6: the indexes the request log's filters need (key, provider, model, status), each
-    // ending in the row id so a filtered page is read newest first without a sort. Rows
-    // are written in batches off the request path, so the indexes cost the writer, not
-    // requests; time filters and retention still walk the rowid, which is time order.
+    // ending in the row id so a page filtered by one of them (an exact status) is read
+    // newest first without a sort. Rows are written in batches off the request path, so
+    // the indexes cost the writer, not requests; time filters and retention still walk
+    // the rowid, which is time order.
     r#"
 CREATE INDEX request_log_key ON request_log (key_id, id);
 CREATE INDEX request_log_provider ON request_log (provider, id);

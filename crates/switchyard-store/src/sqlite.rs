@@ -611,60 +611,38 @@ impl Store {
     /// The newest rows matching `q`, newest first, each with its row id (the cursor
     /// for the next page: pass the last one as `before`).
     pub fn query_logs(&self, q: &LogQuery) -> Result<Vec<(i64, LogRow)>> {
-        let (status_lo, status_hi) = q.status.map_or((0, u16::MAX), StatusFilter::bounds);
+        let (sql, args) = log_query(q);
         let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
-            "SELECT id, ts, request_id, key_id, requested_model, provider, connection_id, model,
-               status, error_code, stream, attempts, latency_ms, ttfb_ms, prompt_tokens,
-               completion_tokens, egress_ip, client_format
-             FROM request_log
-             WHERE (?1 IS NULL OR key_id = ?1) AND (?2 IS NULL OR provider = ?2)
-               AND (?3 IS NULL OR requested_model = ?3 OR model = ?3)
-               AND status BETWEEN ?4 AND ?5 AND ts BETWEEN ?6 AND ?7 AND id < ?8
-             ORDER BY id DESC LIMIT ?9",
-        )?;
+        let mut stmt = conn.prepare_cached(&sql)?;
         let rows = stmt
-            .query_map(
-                params![
-                    q.key_id,
-                    q.provider,
-                    q.model,
-                    status_lo,
-                    status_hi,
-                    i64_of(q.since_ms.unwrap_or(0)),
-                    i64_of(q.until_ms.unwrap_or(u64::MAX)),
-                    q.before.unwrap_or(i64::MAX),
-                    q.limit,
-                ],
-                |r| {
-                    let opt_u64 = |i: usize| -> rusqlite::Result<Option<u64>> {
-                        Ok(r.get::<_, Option<i64>>(i)?
-                            .map(|v| u64::try_from(v).unwrap_or(0)))
-                    };
-                    Ok((
-                        r.get(0)?,
-                        LogRow {
-                            ts: u64_col(r, 1)?,
-                            request_id: r.get(2)?,
-                            key_id: r.get(3)?,
-                            requested_model: r.get(4)?,
-                            provider: r.get(5)?,
-                            connection_id: r.get(6)?,
-                            model: r.get(7)?,
-                            status: r.get(8)?,
-                            error_code: r.get(9)?,
-                            stream: r.get(10)?,
-                            attempts: r.get(11)?,
-                            latency_ms: u64_col(r, 12)?,
-                            ttfb_ms: opt_u64(13)?,
-                            prompt_tokens: opt_u64(14)?,
-                            completion_tokens: opt_u64(15)?,
-                            egress_ip: r.get(16)?,
-                            client_format: r.get(17)?,
-                        },
-                    ))
-                },
-            )?
+            .query_map(rusqlite::params_from_iter(args), |r| {
+                let opt_u64 = |i: usize| -> rusqlite::Result<Option<u64>> {
+                    Ok(r.get::<_, Option<i64>>(i)?
+                        .map(|v| u64::try_from(v).unwrap_or(0)))
+                };
+                Ok((
+                    r.get(0)?,
+                    LogRow {
+                        ts: u64_col(r, 1)?,
+                        request_id: r.get(2)?,
+                        key_id: r.get(3)?,
+                        requested_model: r.get(4)?,
+                        provider: r.get(5)?,
+                        connection_id: r.get(6)?,
+                        model: r.get(7)?,
+                        status: r.get(8)?,
+                        error_code: r.get(9)?,
+                        stream: r.get(10)?,
+                        attempts: r.get(11)?,
+                        latency_ms: u64_col(r, 12)?,
+                        ttfb_ms: opt_u64(13)?,
+                        prompt_tokens: opt_u64(14)?,
+                        completion_tokens: opt_u64(15)?,
+                        egress_ip: r.get(16)?,
+                        client_format: r.get(17)?,
+                    },
+                ))
+            })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
@@ -993,6 +971,55 @@ fn seal_stored(conn: &mut Connection, keys: &Keyring) -> Result<()> {
         tracing::info!(count = resealed, key = %current.id(), "Re-encrypted credentials sealed with a previous secret key.");
     }
     Ok(())
+}
+
+/// The statement and arguments of [`Store::query_logs`]: only the filters `q` sets are in
+/// it (a `? IS NULL OR` branch would keep SQLite from using the filter's index), each
+/// equality on a column whose index ends in the row id, so a page is read newest first
+/// without a sort. Statements are cached per shape (at most 2^5 shapes).
+pub(crate) fn log_query(q: &LogQuery) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value as V;
+    let mut sql = String::from(
+        "SELECT id, ts, request_id, key_id, requested_model, provider, connection_id, model,
+           status, error_code, stream, attempts, latency_ms, ttfb_ms, prompt_tokens,
+           completion_tokens, egress_ip, client_format
+         FROM request_log WHERE id < ?",
+    );
+    let mut args = vec![V::Integer(q.before.unwrap_or(i64::MAX))];
+    if let Some(key) = &q.key_id {
+        sql.push_str(" AND key_id = ?");
+        args.push(V::Text(key.clone()));
+    }
+    if let Some(provider) = &q.provider {
+        sql.push_str(" AND provider = ?");
+        args.push(V::Text(provider.clone()));
+    }
+    if let Some(model) = &q.model {
+        sql.push_str(" AND (requested_model = ? OR model = ?)");
+        args.push(V::Text(model.clone()));
+        args.push(V::Text(model.clone()));
+    }
+    match q.status {
+        Some(StatusFilter::Exact(status)) => {
+            sql.push_str(" AND status = ?");
+            args.push(V::Integer(i64::from(status)));
+        }
+        Some(range) => {
+            let (lo, hi) = range.bounds();
+            sql.push_str(" AND status BETWEEN ? AND ?");
+            args.push(V::Integer(i64::from(lo)));
+            args.push(V::Integer(i64::from(hi)));
+        }
+        None => {}
+    }
+    if q.since_ms.is_some() || q.until_ms.is_some() {
+        sql.push_str(" AND ts BETWEEN ? AND ?");
+        args.push(V::Integer(i64_of(q.since_ms.unwrap_or(0))));
+        args.push(V::Integer(i64_of(q.until_ms.unwrap_or(u64::MAX))));
+    }
+    sql.push_str(" ORDER BY id DESC LIMIT ?");
+    args.push(V::Integer(i64::from(q.limit)));
+    (sql, args)
 }
 
 fn migrate(conn: &mut Connection) -> Result<()> {
@@ -1528,24 +1555,75 @@ mod tests {
     }
 
     #[test]
-    fn the_log_filters_use_their_indexes() {
+    fn the_log_queries_use_their_filters_indexes() {
         let s = Store::open_in_memory().unwrap();
         let conn = s.lock();
-        for (column, index) in [
-            ("key_id", "request_log_key"),
-            ("provider", "request_log_provider"),
-            ("requested_model", "request_log_requested_model"),
-            ("model", "request_log_model"),
-        ] {
-            let plan: String = conn
-                .query_row(
-                    &format!("EXPLAIN QUERY PLAN SELECT id FROM request_log WHERE {column} = 'x' ORDER BY id DESC LIMIT 50"),
-                    [],
-                    |r| r.get(3),
-                )
+        let some = |v: &str| Some(v.to_owned());
+        let plan = |q: LogQuery| -> String {
+            let (sql, args) = log_query(&q);
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))
                 .unwrap();
-            assert!(plan.contains(index), "{column}: {plan}");
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .unwrap()
+                .join("; ")
+        };
+        let base = || LogQuery {
+            limit: 50,
+            ..LogQuery::default()
+        };
+        for (q, index) in [
+            (
+                LogQuery {
+                    key_id: some("k1"),
+                    ..base()
+                },
+                "request_log_key",
+            ),
+            (
+                LogQuery {
+                    provider: some("alpha"),
+                    ..base()
+                },
+                "request_log_provider",
+            ),
+            (
+                LogQuery {
+                    status: Some(StatusFilter::Exact(429)),
+                    ..base()
+                },
+                "request_log_status",
+            ),
+            (
+                LogQuery {
+                    model: some("m"),
+                    ..base()
+                },
+                "request_log_requested_model",
+            ),
+            (
+                LogQuery {
+                    model: some("m"),
+                    ..base()
+                },
+                "request_log_model",
+            ),
+        ] {
+            let plan = plan(q);
+            assert!(plan.contains(index), "{index}: {plan}");
         }
+        // A single filter's page needs no sort: its index ends in the row id.
+        assert!(!plan(LogQuery {
+            key_id: some("k1"),
+            ..base()
+        })
+        .contains("TEMP B-TREE"));
+        // No filter: the newest rows by the row id alone.
+        assert_eq!(
+            plan(base()),
+            "SEARCH request_log USING INTEGER PRIMARY KEY (rowid<?)"
+        );
     }
 
     #[test]

@@ -48,7 +48,11 @@ where
             }
             let out = match Pin::new(&mut this.inner).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Err(cut))) => return Poll::Ready(Some(Err(cut))),
+                Poll::Ready(Some(Err(cut))) => {
+                    // What was held of an unfinished event goes with the stream.
+                    this.ended = true;
+                    return Poll::Ready(Some(Err(cut)));
+                }
                 Poll::Ready(Some(Ok(frame))) => {
                     let Ok(chunk) = frame.into_data() else {
                         continue;

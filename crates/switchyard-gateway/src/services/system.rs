@@ -1,5 +1,6 @@
 //! The health summary: read from the snapshot, the runtime state and one read of the
-//! database; nothing here writes the store, the configuration or the runtime state. The
+//! database; nothing here writes the store or the configuration (reading a breaker
+//! moves an open one whose timeout passed to half-open, as any look at it does). The
 //! status is [`switchyard_core::health::judge`]'s over every component.
 
 use crate::runtime::quota::StoreStatus;
@@ -9,6 +10,9 @@ use serde::Serialize;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::health::{self, Components};
 use utoipa::ToSchema;
+
+/// How long health waits for the database's answer.
+const DATABASE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The health status alone: what `GET /api/monitoring/health` answers without the admin
 /// credential.
@@ -125,9 +129,13 @@ impl From<BreakerStatus> for BreakerView {
 
 /// The gateway's health now.
 pub async fn health(state: &AppState) -> Health {
-    let database_ok = state::blocking(&state.store, |s| s.config_version())
-        .await
-        .is_ok();
+    // A database that does not answer within the deadline counts as not answering: a
+    // load balancer's probe must not hang behind a long write.
+    let read = state::blocking(&state.store, |s| s.config_version());
+    let database_ok = matches!(
+        tokio::time::timeout(DATABASE_DEADLINE, read).await,
+        Ok(Ok(_))
+    );
     let snap = state.snapshot();
     let conns = snap.catalog.connections();
     let quota_store = state.runtime.quota.store_status();

@@ -562,6 +562,7 @@ async fn openapi_document_matches_the_routes() {
         "GET /api/keys",
         "GET /api/keys/{id}",
         "GET /api/logs",
+        "GET /api/logs/stats",
         "GET /api/monitoring/health",
         "GET /api/providers",
         "GET /api/providers/{id}",

@@ -26,20 +26,6 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// Every kind, for tables.
-    pub const ALL: [Self; 10] = [
-        Self::InvalidRequest,
-        Self::Authentication,
-        Self::Billing,
-        Self::Permission,
-        Self::NotFound,
-        Self::RequestTooLarge,
-        Self::RateLimit,
-        Self::Api,
-        Self::Overloaded,
-        Self::Timeout,
-    ];
-
     /// The kind of an HTTP status (as Anthropic's SDKs choose their exception by it).
     pub fn of_status(status: u16) -> Self {
         match status {
@@ -106,22 +92,6 @@ impl ErrorKind {
             Self::Api => "api_error",
             Self::Overloaded => "overloaded_error",
             Self::Timeout => "timeout_error",
-        }
-    }
-
-    /// The HTTP status Anthropic answers the kind with (`529` for overloaded).
-    pub fn anthropic_status(self) -> u16 {
-        match self {
-            Self::InvalidRequest => 400,
-            Self::Authentication => 401,
-            Self::Billing => 402,
-            Self::Permission => 403,
-            Self::NotFound => 404,
-            Self::RequestTooLarge => 413,
-            Self::RateLimit => 429,
-            Self::Api => 500,
-            Self::Overloaded => 529,
-            Self::Timeout => 504,
         }
     }
 }
@@ -312,8 +282,9 @@ mod tests {
     #[test]
     fn error_kinds_map_both_ways_between_the_formats() {
         use ErrorKind::*;
-        // kind, Anthropic type, Anthropic status, and the chat / Responses names that
-        // mean it (a `code` or a `type`).
+        // kind, Anthropic type, the status Anthropic answers it with (529 for
+        // overloaded), and the chat / Responses names that mean it (a `code` or a
+        // `type`).
         let table: [(ErrorKind, &str, u16, &[&str]); 10] = [
             (
                 InvalidRequest,
@@ -384,10 +355,8 @@ mod tests {
             ),
             (Timeout, "timeout_error", 504, &["timeout_error", "timeout"]),
         ];
-        assert_eq!(table.map(|row| row.0), ErrorKind::ALL);
         for (kind, anthropic, status, names) in table {
             assert_eq!(kind.anthropic_type(), anthropic);
-            assert_eq!(kind.anthropic_status(), status);
             assert_eq!(ErrorKind::of_status(status), kind, "{status}");
             // Anthropic's type read back, as a chat client's error carries it.
             assert_eq!(ErrorKind::of_name(anthropic), Some(kind));

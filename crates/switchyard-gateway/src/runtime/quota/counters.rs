@@ -412,10 +412,12 @@ impl CounterStore for Ledgers {
 }
 
 /// The breaker in front of Redis. Three failures in a row: one may be a blip (a
-/// reconnect), three mean Redis is down or hanging. The back-off starts at one second,
-/// so a short blip costs about a second of unmetered traffic, and doubles up to 30 s, so
-/// a long outage costs one probe per 30 s. A probe may take 5 s (more than a reconnect
-/// plus a response timeout) before another is let through.
+/// reconnect), three mean Redis is down or hanging. The back-off starts at one second
+/// and doubles up to 30 s: the request path lets one probe through per back-off, while
+/// [`probe_while_open`] pings each [`PROBE_INTERVAL`] off the request path, so metering
+/// resumes within about a second of Redis answering however long the back-off has grown.
+/// A request-path probe may take 5 s (more than a reconnect plus a response timeout)
+/// before another is let through.
 const BREAKER: store_breaker::Config = store_breaker::Config {
     open_after: 3,
     backoff_ms: 1_000,
@@ -427,9 +429,6 @@ const BREAKER: store_breaker::Config = store_breaker::Config {
 /// metering resumes within about this long of Redis answering again, however long the
 /// outage and the breaker's back-off were.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Deadline of one probe: less than the interval, so probes never pile up.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(750);
 
 /// Deadline of a call on the request path (reserve, peek). A healthy Redis answers a
 /// reservation in well under a millisecond; a quarter of a second is the most latency a
@@ -607,7 +606,8 @@ async fn probe_while_open(redis: Arc<Guarded>, mut close: watch::Receiver<bool>)
             continue;
         }
         let answered = matches!(
-            tokio::time::timeout(PROBE_TIMEOUT, redis.counters.ping()).await,
+            // The request path's deadline: a Redis too slow for requests stays open.
+            tokio::time::timeout(REQUEST_CALL_TIMEOUT, redis.counters.ping()).await,
             Ok(Ok(()))
         );
         *lock(&redis.last_probe) = Some(Probe {
