@@ -78,6 +78,13 @@ pub fn redact(body: &[u8], secrets: &Secrets) -> Vec<u8> {
     redact_tokens(&out)
 }
 
+/// [`redact`] for text cut short at its end (a body read up to a limit): the run of token
+/// bytes at the cut may be the start of a secret, too short to recognise, so it goes too.
+pub fn redact_truncated(text: &[u8], secrets: &Secrets) -> Vec<u8> {
+    let tail = text.iter().rev().take_while(|b| is_token_byte(**b)).count();
+    redact(&text[..text.len() - tail], secrets)
+}
+
 /// Whether a JSON text says it is an error: an object (or an array holding one) with an
 /// `error` member that is not `null`, a `type` of `error` (Anthropic) or
 /// `response.failed` (Responses), an `object` of `error` (vLLM), or a `status` of
@@ -594,6 +601,18 @@ mod tests {
         assert!(
             out.ends_with("\"message\":\"bad token [REDACTED]\"}}}\n\n"),
             "{out}"
+        );
+    }
+
+    #[test]
+    fn text_cut_in_a_secret_loses_the_cut_run() {
+        let s = secrets(&[CRED]);
+        let body = format!("{{\"error\":\"bad key {CRED}\"}}");
+        let cut = &body.as_bytes()[..body.find("secret").unwrap()];
+        assert_eq!(redact_truncated(cut, &s), b"{\"error\":\"bad key ".to_vec());
+        assert_eq!(
+            redact_truncated(b"ends with a space ", &s),
+            b"ends with a space ".to_vec()
         );
     }
 

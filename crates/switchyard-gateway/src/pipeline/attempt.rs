@@ -579,11 +579,20 @@ async fn read_error_text(
     deadline: tokio::time::Instant,
     secrets: &Secrets,
 ) -> Vec<u8> {
-    redact::redact(&read_limited(body, limit, deadline).await, secrets)
+    match read_limited(body, limit, deadline).await {
+        (text, false) => redact::redact(&text, secrets),
+        // Cut at the limit, perhaps inside a secret.
+        (text, true) => redact::redact_truncated(&text, secrets),
+    }
 }
 
 /// Reads at most `limit` bytes of a body until `deadline`; what does not fit is dropped.
-async fn read_limited(mut body: Incoming, limit: usize, deadline: tokio::time::Instant) -> Bytes {
+/// Says whether the limit was reached (the body may go on).
+async fn read_limited(
+    mut body: Incoming,
+    limit: usize,
+    deadline: tokio::time::Instant,
+) -> (Bytes, bool) {
     let mut buf = Vec::new();
     let read = async {
         while let Some(Ok(frame)) = body.frame().await {
@@ -597,5 +606,6 @@ async fn read_limited(mut body: Incoming, limit: usize, deadline: tokio::time::I
         }
     };
     let _ = tokio::time::timeout_at(deadline, read).await;
-    Bytes::from(buf)
+    let full = buf.len() >= limit;
+    (Bytes::from(buf), full)
 }
