@@ -118,7 +118,7 @@ fn says_error(json: &[u8]) -> bool {
                 || is(&self.status, &["failed"])
         }
     }
-    if !contains(json, b"\"error\"") && !contains(json, b"failed\"") {
+    if !contains(json, b"failed\"") && !has_error_member(json) {
         return false;
     }
     // (Read by its first byte: serde would take an array for a struct's fields in order.)
@@ -127,6 +127,20 @@ fn says_error(json: &[u8]) -> bool {
     } else {
         serde_json::from_slice::<Top>(json).is_ok_and(|top| top.is_error())
     }
+}
+
+/// Whether a quoted `"error"` occurs other than as `"error":null` (every Responses object
+/// carries that one: it is not parsed for it).
+fn has_error_member(json: &[u8]) -> bool {
+    const NEEDLE: &[u8] = b"\"error\"";
+    json.windows(NEEDLE.len())
+        .enumerate()
+        .filter(|(_, w)| *w == NEEDLE)
+        .any(|(at, _)| {
+            let rest = json[at + NEEDLE.len()..].trim_ascii_start();
+            let value = rest.strip_prefix(b":").map(<[u8]>::trim_ascii_start);
+            !value.is_some_and(|v| v.starts_with(b"null"))
+        })
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -285,15 +299,15 @@ fn might_hold_error(chunk: &[u8]) -> bool {
 }
 
 /// Scrubs a whole upstream stream read at once (a stream collected for a client that
-/// asked for none).
-pub fn scrub_stream(stream: &[u8], secrets: &Secrets) -> Vec<u8> {
+/// asked for none); borrowed when nothing in it needed redacting.
+pub fn scrub_stream<'a>(stream: &'a [u8], secrets: &Secrets) -> std::borrow::Cow<'a, [u8]> {
     let mut scrubber = StreamScrubber::new(secrets.clone());
     let mut out = match scrubber.feed(stream) {
-        Scrubbed::AsIs => stream.to_vec(),
+        Scrubbed::AsIs => return std::borrow::Cow::Borrowed(stream),
         Scrubbed::Bytes(bytes) => bytes,
     };
     out.extend_from_slice(&scrubber.finish());
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 fn replace_all(haystack: &[u8], needle: &[u8]) -> Vec<u8> {
@@ -597,7 +611,7 @@ mod tests {
             assert_eq!(scrub_body(answer.as_bytes(), &s), None, "{answer}");
         }
         let stream = format!("event: response.failed\ndata: {{\"type\":\"response.failed\",\"response\":{{\"status\":\"failed\",\"error\":{{\"message\":\"bad token {CRED}\"}}}}}}\n\n");
-        let out = String::from_utf8(scrub_stream(stream.as_bytes(), &s)).unwrap();
+        let out = String::from_utf8(scrub_stream(stream.as_bytes(), &s).into_owned()).unwrap();
         assert!(
             out.ends_with("\"message\":\"bad token [REDACTED]\"}}}\n\n"),
             "{out}"
@@ -614,6 +628,16 @@ mod tests {
             redact_truncated(b"ends with a space ", &s),
             b"ends with a space ".to_vec()
         );
+    }
+
+    #[test]
+    fn a_null_error_member_alone_is_not_parsed_for() {
+        assert!(!has_error_member(
+            b"{\"id\":\"r\",\"error\":null,\"error\" : null}"
+        ));
+        assert!(has_error_member(b"{\"error\":null,\"x\":{\"error\":{}}}"));
+        assert!(has_error_member(b"{\"type\":\"error\"}"));
+        assert!(has_error_member(b"{\"error\""));
     }
 
     #[test]
@@ -643,15 +667,7 @@ mod tests {
                 })
                 .collect();
             let stream = events.concat().into_bytes();
-            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (stream.len() + 1)).collect();
-            cuts.sort_unstable();
-            let mut pieces: Vec<&[u8]> = Vec::new();
-            let mut last = 0;
-            for c in cuts {
-                pieces.push(&stream[last..c]);
-                last = c;
-            }
-            pieces.push(&stream[last..]);
+            let pieces = crate::sse::split_at(&stream, cuts);
             let whole = scrub_chunks(&[&stream]);
             prop_assert_eq!(&scrub_chunks(&pieces), &whole);
             let text = String::from_utf8(whole).unwrap();

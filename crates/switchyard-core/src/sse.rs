@@ -141,6 +141,22 @@ pub(crate) fn parse_event(raw: &[u8]) -> Option<SseEvent> {
     (has_data || ev.event.is_some()).then_some(ev)
 }
 
+/// `bytes` cut at each of `cuts` (taken modulo its length + 1, in order): the chunks of
+/// the chunking property tests.
+#[cfg(test)]
+pub(crate) fn split_at(bytes: &[u8], cuts: Vec<usize>) -> Vec<&[u8]> {
+    let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+    cuts.sort_unstable();
+    let mut pieces = Vec::with_capacity(cuts.len() + 1);
+    let mut last = 0;
+    for c in cuts {
+        pieces.push(&bytes[last..c]);
+        last = c;
+    }
+    pieces.push(&bytes[last..]);
+    pieces
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,16 +251,7 @@ mod tests {
                 stream.extend_from_slice(format!("data: {p}\n\n").as_bytes());
             }
             let whole = collect(&[&stream]);
-            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (stream.len() + 1)).collect();
-            cuts.sort_unstable();
-            let mut pieces: Vec<&[u8]> = Vec::new();
-            let mut last = 0;
-            for c in cuts {
-                pieces.push(&stream[last..c]);
-                last = c;
-            }
-            pieces.push(&stream[last..]);
-            prop_assert_eq!(collect(&pieces), whole.clone());
+            prop_assert_eq!(collect(&split_at(&stream, cuts)), whole.clone());
             prop_assert_eq!(whole.len(), payloads.len());
         }
     }

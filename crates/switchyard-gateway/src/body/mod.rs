@@ -12,11 +12,13 @@
 //!    for usage and completeness, grows the quota reservation, ends a cut stream with
 //!    an error frame in the client's format, and finishes the request exactly once.
 //!
-//! Each wrapper does one thing and is tested on its own; none buffers beyond the event in
+//! The two rewriting layers share their body in [`rewrite::RewriteBody`]. Each wrapper
+//! does one thing and is tested on its own; none buffers beyond the event in
 //! hand, and dropping the stack drops the upstream response, which cancels the upstream
 //! request.
 
 pub mod deadline;
 pub mod metered;
+pub mod rewrite;
 pub mod scrub;
 pub mod translate;

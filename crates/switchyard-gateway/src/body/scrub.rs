@@ -5,87 +5,35 @@
 //! `Bytes`); an event still arriving is held until its end. Cuts pass through; what was
 //! held of an unfinished event is dropped with the stream.
 
-use super::deadline::Cut;
+use super::rewrite::{Rewrite, RewriteBody};
 use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use switchyard_core::redact::{Scrubbed, StreamScrubber};
 
 /// See the module docs.
-#[derive(Debug)]
-pub struct ScrubBody<B> {
-    inner: B,
-    scrubber: StreamScrubber,
-    ended: bool,
-}
+pub type ScrubBody<B> = RewriteBody<B, StreamScrubber>;
 
-impl<B> ScrubBody<B> {
-    pub fn new(inner: B, scrubber: StreamScrubber) -> Self {
-        Self {
-            inner,
-            scrubber,
-            ended: false,
-        }
-    }
-}
-
-impl<B> Body for ScrubBody<B>
-where
-    B: Body<Data = Bytes, Error = Cut> + Unpin,
-{
-    type Data = Bytes;
-    type Error = Cut;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Cut>>> {
-        let this = self.get_mut();
-        loop {
-            if this.ended {
-                return Poll::Ready(None);
-            }
-            let out = match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Err(cut))) => {
-                    // What was held of an unfinished event goes with the stream.
-                    this.ended = true;
-                    return Poll::Ready(Some(Err(cut)));
-                }
-                Poll::Ready(Some(Ok(frame))) => {
-                    let Ok(chunk) = frame.into_data() else {
-                        continue;
-                    };
-                    match this.scrubber.feed(&chunk) {
-                        Scrubbed::AsIs => chunk,
-                        Scrubbed::Bytes(bytes) => Bytes::from(bytes),
-                    }
-                }
-                Poll::Ready(None) => {
-                    this.ended = true;
-                    Bytes::from(this.scrubber.finish())
-                }
-            };
-            if !out.is_empty() {
-                return Poll::Ready(Some(Ok(Frame::data(out))));
-            }
+impl Rewrite for StreamScrubber {
+    fn feed(&mut self, chunk: Bytes) -> Bytes {
+        match StreamScrubber::feed(self, &chunk) {
+            Scrubbed::AsIs => chunk,
+            Scrubbed::Bytes(bytes) => Bytes::from(bytes),
         }
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.ended
+    fn finish(&mut self) -> Bytes {
+        Bytes::from(StreamScrubber::finish(self))
     }
 
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+    fn ended(&self) -> bool {
+        false
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::body::deadline::tests::Fed;
+    use crate::body::deadline::{tests::Fed, Cut};
+    use http_body::{Body, Frame};
     use http_body_util::BodyExt;
     use switchyard_core::redact::Secrets;
     use tokio::sync::mpsc;

@@ -6,82 +6,36 @@
 //! what closes a complete answer, and nothing for a truncated one. Once the translator
 //! has ended the answer with an error frame, the upstream is read no further.
 
-use super::deadline::Cut;
+use super::rewrite::{Rewrite, RewriteBody};
 use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use switchyard_core::format::translate::Stream;
 
 /// See the module docs.
-#[derive(Debug)]
-pub struct TranslateBody<B> {
-    inner: B,
-    translator: Stream,
-    ended: bool,
-}
+pub type TranslateBody<B> = RewriteBody<B, Stream>;
 
-impl<B> TranslateBody<B> {
-    pub fn new(inner: B, translator: Stream) -> Self {
-        Self {
-            inner,
-            translator,
-            ended: false,
-        }
-    }
-}
-
-impl<B> Body for TranslateBody<B>
-where
-    B: Body<Data = Bytes, Error = Cut> + Unpin,
-{
-    type Data = Bytes;
-    type Error = Cut;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Cut>>> {
-        let this = self.get_mut();
-        loop {
-            if this.ended {
-                return Poll::Ready(None);
-            }
-            let mut out = Vec::new();
-            match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Err(cut))) => return Poll::Ready(Some(Err(cut))),
-                Poll::Ready(Some(Ok(frame))) => {
-                    let Ok(chunk) = frame.into_data() else {
-                        continue;
-                    };
-                    this.translator.feed(&chunk, &mut out);
-                    this.ended = this.translator.ended_by_error();
-                }
-                Poll::Ready(None) => {
-                    this.ended = true;
-                    this.translator.finish(&mut out);
-                }
-            }
-            if !out.is_empty() {
-                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
-            }
-        }
+impl Rewrite for Stream {
+    fn feed(&mut self, chunk: Bytes) -> Bytes {
+        let mut out = Vec::new();
+        Stream::feed(self, &chunk, &mut out);
+        Bytes::from(out)
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.ended
+    fn finish(&mut self) -> Bytes {
+        let mut out = Vec::new();
+        Stream::finish(self, &mut out);
+        Bytes::from(out)
     }
 
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+    fn ended(&self) -> bool {
+        self.ended_by_error()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::body::deadline::tests::Fed;
+    use crate::body::deadline::{tests::Fed, Cut};
+    use http_body::{Body, Frame};
     use http_body_util::BodyExt;
     use switchyard_core::format::Format;
     use tokio::sync::mpsc;
