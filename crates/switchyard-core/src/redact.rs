@@ -133,18 +133,15 @@ fn says_error(json: &[u8]) -> bool {
 /// carries that one: it is not parsed for it).
 fn has_error_member(json: &[u8]) -> bool {
     const NEEDLE: &[u8] = b"\"error\"";
-    json.windows(NEEDLE.len())
-        .enumerate()
-        .filter(|(_, w)| *w == NEEDLE)
-        .any(|(at, _)| {
-            let rest = json[at + NEEDLE.len()..].trim_ascii_start();
-            let value = rest.strip_prefix(b":").map(<[u8]>::trim_ascii_start);
-            !value.is_some_and(|v| v.starts_with(b"null"))
-        })
+    memchr::memmem::find_iter(json, NEEDLE).any(|at| {
+        let rest = json[at + NEEDLE.len()..].trim_ascii_start();
+        let value = rest.strip_prefix(b":").map(<[u8]>::trim_ascii_start);
+        !value.is_some_and(|v| v.starts_with(b"null"))
+    })
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(haystack, needle).is_some()
 }
 
 /// Whether one raw event (its text without the blank line) is an error event in any of
