@@ -307,19 +307,63 @@ pub fn scrub_stream<'a>(stream: &'a [u8], secrets: &Secrets) -> std::borrow::Cow
     std::borrow::Cow::Owned(out)
 }
 
+/// `haystack` with every occurrence of `needle` replaced by [`REDACTED`], whether written
+/// as it is or with JSON escapes (see [`escaped_len`]): a client decoding the JSON reads
+/// the same secret either way.
 fn replace_all(haystack: &[u8], needle: &[u8]) -> Vec<u8> {
+    let escapes = memchr::memchr(b'\\', haystack).is_some();
     let mut out = Vec::with_capacity(haystack.len());
     let mut i = 0;
     while i < haystack.len() {
-        if haystack[i..].starts_with(needle) {
-            out.extend_from_slice(REDACTED);
-            i += needle.len();
+        let found = if haystack[i..].starts_with(needle) {
+            Some(needle.len())
+        } else if escapes {
+            escaped_len(&haystack[i..], needle)
         } else {
-            out.push(haystack[i]);
-            i += 1;
+            None
+        };
+        match found {
+            Some(len) => {
+                out.extend_from_slice(REDACTED);
+                i += len;
+            }
+            None => {
+                out.push(haystack[i]);
+                i += 1;
+            }
         }
     }
     out
+}
+
+/// How many bytes at the start of `text` spell `secret` with some of its characters as
+/// JSON escapes — `\uXXXX` for any ASCII character, `\/`, `\\` or `\"` for those
+/// three — as JSON writers may emit them (PHP's escapes every `/`); `None` when they do
+/// not.
+fn escaped_len(text: &[u8], secret: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    for &want in secret {
+        let got = *text.get(at)?;
+        if got == want {
+            at += 1;
+            continue;
+        }
+        if got != b'\\' {
+            return None;
+        }
+        match *text.get(at + 1)? {
+            b'/' | b'\\' | b'"' if text[at + 1] == want => at += 2,
+            b'u' => {
+                let hex = std::str::from_utf8(text.get(at + 2..at + 6)?).ok()?;
+                if want >= 0x80 || u32::from_str_radix(hex, 16).ok()? != u32::from(want) {
+                    return None;
+                }
+                at += 6;
+            }
+            _ => return None,
+        }
+    }
+    Some(at)
 }
 
 /// Whether `b` continues a word: a token starts only where none does.
@@ -378,6 +422,30 @@ mod tests {
 
     fn r(body: &str, hidden: &[&str]) -> String {
         String::from_utf8(redact(body.as_bytes(), &secrets(hidden))).unwrap()
+    }
+
+    #[test]
+    fn a_credential_written_with_json_escapes_is_replaced_too() {
+        // Found by the translate_error fuzz target: the escaped form passed, and a client
+        // decoding the JSON (or a translator re-writing it) read the credential.
+        let hidden = ["cred/alpha-1-secret"];
+        for written in [
+            r"cred\/alpha-1-secret",
+            r"\u0063red/alpha-1-secret",
+            r"\u0063\u0072\u0065\u0064\u002F\u0061lpha-1-secret",
+        ] {
+            let body = format!(r#"{{"error":{{"message":"bad key {written}!"}}}}"#);
+            assert_eq!(
+                r(&body, &hidden),
+                r#"{"error":{"message":"bad key [REDACTED]!"}}"#,
+                "{written}"
+            );
+        }
+        // Other escapes stay as they were, and a near miss is not a match.
+        assert_eq!(
+            r(r#"{"m":"a\n\u0063red/alpha-1-secreT"}"#, &hidden),
+            r#"{"m":"a\n\u0063red/alpha-1-secreT"}"#
+        );
     }
 
     #[test]

@@ -48,7 +48,6 @@ use std::time::Duration;
 use switchyard_core::client_conn::{self, ClientConn, Expiry};
 use switchyard_core::settings::Settings;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::{watch, Notify};
 use tower::ServiceExt;
 
@@ -126,23 +125,27 @@ impl Shared {
     }
 }
 
-/// Serves one client connection (HTTP/1.1, or HTTP/2 with prior knowledge) until it
-/// closes, its deadline passes, or — once `stop` is set — its requests in flight are
-/// done. Connections with nothing in flight close at once on `stop`.
+/// Serves one client connection (HTTP/1.1, or HTTP/2 with prior knowledge) from `peer`
+/// until it closes, its deadline passes, or — once `stop` is set — its requests in
+/// flight are done. Connections with nothing in flight close at once on `stop`. The
+/// connection is any byte stream: a TCP socket, or an in-memory pipe (the fuzz target
+/// that drives the whole gateway).
 ///
 /// The watchdog wakes at the connection's deadline, and at the latest after
 /// `recheck`: events on the request path (bytes, requests starting and finishing)
 /// only update the state, without waking anything, and the next look comes no later
 /// than any deadline they set. Only a drain wakes it at once.
-pub async fn serve(
-    stream: TcpStream,
+pub async fn serve<S>(
+    stream: S,
+    peer: Option<SocketAddr>,
     app: Router,
     limits: Limits,
     metrics: EdgeMetrics,
     mut stop: watch::Receiver<bool>,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let accepted = Stopwatch::start();
-    let peer = stream.peer_addr().ok();
     let shared = Arc::new(Shared {
         state: Mutex::new(ClientConn::new(accepted.elapsed_ms())),
         accepted,
@@ -218,12 +221,12 @@ fn recheck(limits: &client_conn::Limits, draining: bool) -> u64 {
 }
 
 /// The client socket, reporting received bytes to the connection's state.
-struct Tracked {
-    io: TcpStream,
+struct Tracked<S> {
+    io: S,
     shared: Arc<Shared>,
 }
 
-impl AsyncRead for Tracked {
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -239,7 +242,7 @@ impl AsyncRead for Tracked {
     }
 }
 
-impl AsyncWrite for Tracked {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

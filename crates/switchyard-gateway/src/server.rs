@@ -499,6 +499,7 @@ async fn serve_connections(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "Could not set TCP_NODELAY on a client connection.");
         }
+        let peer = stream.peer_addr().ok();
         let limits = edge::Limits::from_settings(&state.snapshot().settings);
         let (app, metrics, stop, held) = (
             app.clone(),
@@ -507,7 +508,7 @@ async fn serve_connections(
             open.subscribe(),
         );
         tokio::spawn(async move {
-            edge::serve(stream, app, limits, metrics, stop).await;
+            edge::serve(stream, peer, app, limits, metrics, stop).await;
             drop((slot, held));
         });
     }

@@ -86,6 +86,8 @@ pub struct StreamReader {
     stopped: bool,
     /// An `error` event was seen.
     errored: bool,
+    /// `message_start` was seen: the client holds a message to end.
+    started: bool,
 }
 
 impl StreamReader {
@@ -99,6 +101,7 @@ impl StreamReader {
             open_block,
             stopped,
             errored,
+            started,
         } = self;
         parser.feed(chunk, |event| {
             let Ok(parsed) = serde_json::from_str::<Event>(&event.data) else {
@@ -106,6 +109,7 @@ impl StreamReader {
             };
             match parsed.kind.as_str() {
                 "message_stop" => *complete = true,
+                "message_start" => *started = true,
                 "content_block_start" => *open_block = parsed.index,
                 "content_block_stop" => *open_block = None,
                 "message_delta" => *stopped = true,
@@ -135,9 +139,16 @@ impl StreamReader {
     }
 
     /// Closes the open content block, ends the message as cut for length (unless its
-    /// stop reason is already out), then the `error` event and `message_stop`.
+    /// stop reason is already out), then the `error` event and `message_stop`. Before
+    /// any `message_start`, only the `error` event, as Anthropic sends an error before a
+    /// message: the SDKs refuse a `message_delta` or `message_stop` with no message
+    /// ("Unexpected event order").
     pub fn cut_frames(&mut self, error: &serde_json::Value) -> String {
         let mut out = String::new();
+        if !self.started {
+            push_event(&mut out, "error", error);
+            return out;
+        }
         if let Some(index) = self.open_block.take() {
             push_event(
                 &mut out,
@@ -353,5 +364,20 @@ mod tests {
                 "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
             )
         );
+    }
+
+    #[test]
+    fn a_cut_before_the_message_started_is_the_error_alone() {
+        // Found by the translate_stream fuzz target: an upstream that ended before its
+        // first event gave an Anthropic client `message_delta` with no `message_start`.
+        let error = json!({"type": "error", "error": {"type": "api_error", "message": "m"}});
+        for before in ["", "event: ping\ndata: {\"type\":\"ping\"}\n\n"] {
+            let mut r = StreamReader::default();
+            r.feed(before.as_bytes());
+            assert_eq!(
+                r.cut_frames(&error),
+                "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"m\"}}\n\n"
+            );
+        }
     }
 }

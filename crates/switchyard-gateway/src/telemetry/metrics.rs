@@ -32,6 +32,7 @@ pub mod names {
     pub const CLIENT_TIMEOUTS: &str = "switchyard_client_timeouts";
     pub const QUOTA_UNMETERED: &str = "switchyard_quota_unmetered";
     pub const QUOTA_UNPRICED: &str = "switchyard_quota_unpriced";
+    pub const QUOTA_RESERVATIONS_OPEN: &str = "switchyard_quota_reservations_open";
     pub const QUOTA_STORE_INFO: &str = "switchyard_quota_store_info";
 }
 
@@ -133,6 +134,9 @@ pub struct QuotaMetrics {
     unmetered: Family<UnmeteredLabels, Counter>,
     unpriced: Family<PoolLabels, Counter>,
     store_info: Family<StoreInfoLabels, Gauge>,
+    /// Reservations held by requests in flight: back to 0 when nothing is in flight, or
+    /// a path leaks one.
+    reservations_open: Gauge,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -141,6 +145,21 @@ pub struct PoolLabels {
 }
 
 impl QuotaMetrics {
+    /// A request took a reservation.
+    pub fn reservation_opened(&self) {
+        self.reservations_open.inc();
+    }
+
+    /// A request's reservation was settled or released.
+    pub fn reservation_closed(&self) {
+        self.reservations_open.dec();
+    }
+
+    /// Reservations held now.
+    pub fn reservations_open(&self) -> i64 {
+        self.reservations_open.get()
+    }
+
     /// Counts a request let through without a reservation.
     pub fn unmetered(&self, pool: &str, reason: &'static str) {
         self.unmetered
@@ -314,6 +333,11 @@ impl Metrics {
             names::QUOTA_UNPRICED,
             "Requests refused on a pool that meters usd because their model has no price, by pool",
             quota.unpriced.clone(),
+        );
+        registry.register(
+            names::QUOTA_RESERVATIONS_OPEN,
+            "Quota reservations held by requests in flight",
+            quota.reservations_open.clone(),
         );
         registry.register(
             names::QUOTA_STORE_INFO,

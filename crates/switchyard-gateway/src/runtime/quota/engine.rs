@@ -169,6 +169,15 @@ impl QuotaEngine {
         engine
     }
 
+    /// Reservations held by requests in flight now (see [`super::guard::QuotaGuard`]).
+    pub fn reservations_open(&self) -> i64 {
+        self.metrics.reservations_open()
+    }
+
+    pub(super) fn metrics(&self) -> &QuotaMetrics {
+        &self.metrics
+    }
+
     pub fn now(&self) -> UnixMillis {
         self.clock.now_ms()
     }

@@ -77,6 +77,7 @@ impl QuotaGuard {
         (estimate, price, threshold): (Estimate, Option<Price>, f64),
         percent_base: Vec<Option<f64>>,
     ) -> Self {
+        engine.metrics().reservation_opened();
         Self {
             engine,
             pool,
@@ -246,6 +247,7 @@ fn split<'a>(
 impl Drop for QuotaGuard {
     fn drop(&mut self) {
         self.release_inner();
+        self.engine.metrics().reservation_closed();
     }
 }
 

@@ -1,0 +1,164 @@
+//! Header parsers, settings values, the configuration file loader and the client
+//! connection's state machine, driven with arbitrary input.
+
+use crate::input::Input;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use switchyard_core::client_conn::{ClientConn, Expiry, Limits, Phase};
+use switchyard_core::quota::signals;
+use switchyard_core::resilience::{cooldown, usage_wall::UnifiedHeaders};
+use switchyard_core::settings::{self, Layers, Source, DEFS};
+
+/// A `now` late enough that an HTTP-date in the past is before it.
+const NOW_MS: u64 = 1_767_225_600_000;
+
+/// Input: `name: value` lines. Retry-After, the rate-limit and reset headers and
+/// Anthropic's unified headers read them without panicking, whatever the numbers;
+/// every reading is a fraction in 0–1 with a reset no earlier than now, and a
+/// Retry-After is never before now.
+pub fn headers(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let pairs: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim(), v.trim()))
+        .collect();
+    for (_, value) in &pairs {
+        if let Some(at) = cooldown::retry_after(value, NOW_MS) {
+            assert!(
+                at >= NOW_MS,
+                "Retry-After {value:?} reads as {at}, before now"
+            );
+        }
+        let _ = signals::parse_duration_ms(value);
+    }
+    for s in signals::parse(&pairs, NOW_MS) {
+        assert!(
+            (0.0..=1.0).contains(&s.used),
+            "a used fraction of {} from {pairs:?}",
+            s.used
+        );
+        if let Some(at) = s.reset_at {
+            assert!(at >= NOW_MS, "a reset at {at}, before now, from {pairs:?}");
+        }
+    }
+    let _ = UnifiedHeaders::from_pairs(&pairs);
+}
+
+/// Input: a setting choice, a layer choice, and a value (JSON, or text for the
+/// environment). A value one layer accepts validates again to itself from its stored
+/// form, and resolving the layers never panics: a bad value is reported and its default
+/// kept.
+pub fn setting(data: &[u8]) {
+    let mut input = Input::new(data);
+    let def = &DEFS[usize::from(input.byte()) % DEFS.len()];
+    let layer = input.byte() % 3;
+    let raw = String::from_utf8_lossy(input.rest()).into_owned();
+    let mut layers = Layers {
+        file: BTreeMap::new(),
+        env: BTreeMap::new(),
+        database: BTreeMap::new(),
+    };
+    if layer == 1 {
+        layers.env.insert(def.env.to_owned(), raw);
+    } else {
+        let Ok(value) = serde_json::from_str::<Value>(&raw) else {
+            return;
+        };
+        if let Ok(accepted) = settings::validate(def.key, &value, Source::File) {
+            let again = settings::validate(def.key, &accepted.to_json(), Source::Database);
+            assert_eq!(
+                again.ok(),
+                Some(accepted),
+                "{}: the stored form of an accepted value",
+                def.key
+            );
+        }
+        if layer == 0 {
+            layers.file.insert(def.key.to_owned(), value);
+        } else {
+            layers.database.insert(def.key.to_owned(), value);
+        }
+    }
+    let _ = settings::resolve(&layers);
+}
+
+/// Input: a configuration file. Parsing and resolving it never panics; a file that
+/// resolves builds a configuration snapshot or a typed error.
+pub fn config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(file) = switchyard_gateway::config::FileConfig::parse(text) else {
+        return;
+    };
+    let env = BTreeMap::from([("SWITCHYARD_DATA_DIR".to_owned(), "/nonexistent".to_owned())]);
+    let _ = switchyard_gateway::config::resolve(file, &env);
+}
+
+/// Input: a sequence of events on one client connection, each a byte (what happens) and
+/// a byte (tenths of a second since the last). The connection's state stays consistent
+/// with what happened: no deadline while a request is in flight, the head deadline while
+/// a head is arriving, the idle one between requests, the drain linger once draining; no
+/// deadline further than the longest timeout from now; and bytes trickling in during a
+/// head never move its deadline (a client sending a byte at a time cannot hold the
+/// connection).
+pub fn client_conn(data: &[u8]) {
+    let limits = Limits {
+        header_read_ms: 10_000,
+        keepalive_idle_ms: 60_000,
+        drain_linger_ms: 1_000,
+    };
+    let mut now = 0u64;
+    let mut conn = ClientConn::new(now);
+    let mut in_flight = 0u32;
+    let mut drained = false;
+    let mut head_deadline = conn.deadline(&limits).map(|d| d.at_ms);
+    for op in data.chunks(2) {
+        now += u64::from(op.get(1).copied().unwrap_or(0)) * 100;
+        let before = conn.phase();
+        match op[0] % 4 {
+            0 => conn.bytes_received(now),
+            1 => {
+                conn.request_started(op[0] & 0x80 != 0, now);
+                in_flight += 1;
+            }
+            2 if in_flight > 0 => {
+                conn.request_finished(now);
+                in_flight -= 1;
+            }
+            3 => {
+                conn.drain(now);
+                drained = true;
+            }
+            _ => {}
+        }
+        assert_eq!(conn.is_draining(), drained, "draining");
+        let deadline = conn.deadline(&limits);
+        let expected = match (conn.phase(), drained) {
+            (Phase::Busy, _) => None,
+            (_, true) => Some(Expiry::Drained),
+            (Phase::Head, false) => Some(Expiry::HeaderRead),
+            (Phase::Idle, false) => Some(Expiry::KeepAliveIdle),
+        };
+        assert_eq!(
+            deadline.map(|d| d.expiry),
+            expected,
+            "after {op:?} at {now}"
+        );
+        assert_eq!(conn.phase() == Phase::Busy, in_flight > 0, "busy");
+        if let Some(d) = deadline {
+            assert!(
+                d.at_ms <= now + limits.keepalive_idle_ms,
+                "deadline {d:?} at {now}"
+            );
+        }
+        if conn.phase() == Phase::Head && !drained {
+            let at = deadline.map(|d| d.at_ms);
+            if before == Phase::Head {
+                assert_eq!(at, head_deadline, "bytes during a head moved its deadline");
+            }
+            head_deadline = at;
+        }
+    }
+}
