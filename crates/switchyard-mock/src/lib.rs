@@ -53,7 +53,10 @@
 //! | `status` | `{"status": 429}` | answer this status with the API's error body |
 //! | `body` | `{"status": 400, "body": {"error": {"message": "bad"}}}` | the body for `status`: JSON, or a string sent as is |
 //! | `headers` | `{"headers": {"retry-after": "9"}}` | extra response headers, on errors and successes; they override the mock's own |
-//! | `reset` | `{"reset": "before_headers"}` | reset the TCP connection before any byte |
+//! | `reset` | `{"reset": "before_headers"}` | reset the TCP connection (zero linger: an RST, not a FIN) before any byte; `"after_headers"`: send a completion's status line and headers, then reset before any body byte |
+//! | `stall` | `{"stall": "after_headers"}` | send a completion's status line and headers (with the answer's `content-length` when not streamed), then nothing, holding the connection open |
+//! | `trickle_bytes` | `{"trickle_bytes": 8, "trickle_interval_ms": 20}` | send a completion's body — the whole answer when not streamed, each stream frame when streamed — this many bytes at a time |
+//! | `trickle_interval_ms` | `{"trickle_bytes": 8, "trickle_interval_ms": 20}` | the gap before each write of `trickle_bytes` (default 0) |
 //! | `chunks` | `{"chunks": 200}` | words of the canned answer (default 5); also keeps the answer whole whatever the request's `max_tokens` |
 //! | `chunk_interval_ms` | `{"chunk_interval_ms": 10}` | delay before each stream frame |
 //! | `stall_after_chunks` | `{"stall_after_chunks": 2}` | stop sending after this many frames, holding the connection open |
@@ -276,6 +279,6 @@ pub mod rules;
 mod server;
 pub mod wall;
 
-pub use rules::{Match, QuotaSpec, ResetPoint, Rule, StreamErrorSpec};
+pub use rules::{Match, QuotaSpec, ResetPoint, Rule, StallPoint, StreamErrorSpec};
 pub use server::{router, serve_until, MockServer, MockState};
 pub use wall::{ResetProgram, SlowLane, Wall};

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use tokio::time::Instant;
 
 /// Which requests a rule applies to. Absent fields match anything.
@@ -26,6 +27,18 @@ pub struct Match {
 pub enum ResetPoint {
     /// The TCP connection is reset before any response byte.
     BeforeHeaders,
+    /// The completion's status line and headers are sent, then the TCP connection is
+    /// reset before any body byte.
+    AfterHeaders,
+}
+
+/// Where a scripted stall happens: from there on nothing is sent and the connection is
+/// held open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StallPoint {
+    /// After the completion's status line and headers, before any body byte.
+    AfterHeaders,
 }
 
 /// A request quota: the first `limit` matching requests in each window pass, the rest
@@ -72,6 +85,16 @@ pub struct Rule {
     pub headers: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset: Option<ResetPoint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall: Option<StallPoint>,
+    /// Send the completion's body (the whole answer when not streamed, each stream frame
+    /// when streamed) this many bytes at a time, each write `trickle_interval_ms` after
+    /// the one before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trickle_bytes: Option<NonZeroU32>,
+    /// The gap before each write of `trickle_bytes` (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trickle_interval_ms: Option<u64>,
     /// Number of words of the canned answer (one token and one stream delta each).
     /// Setting it also keeps the answer whole whatever the request's `max_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,7 +3,7 @@
 
 use crate::answer::{Answer, StreamParts};
 use crate::journal::{self, Received};
-use crate::rules::{self, QuotaState, ResetPoint, Rule, StoredRule, StreamErrorSpec};
+use crate::rules::{self, QuotaState, ResetPoint, Rule, StallPoint, StoredRule, StreamErrorSpec};
 use crate::wall::{self, Lane, Wall, Walls};
 use crate::{anthropic, openai, responses};
 use axum::body::Body;
@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use bytes::Bytes;
-use futures_util::stream::{self, StreamExt};
+use futures_util::stream::{self, Stream, StreamExt};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use serde_json::{json, Value};
@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tower::ServiceExt;
@@ -91,7 +91,7 @@ impl Drop for InFlight {
     }
 }
 
-/// Closes the underlying TCP connection with a reset when notified.
+/// Resets the underlying TCP connection when notified.
 #[derive(Clone)]
 struct ConnKill(Arc<Notify>);
 
@@ -199,6 +199,13 @@ async fn accept_loop(listener: TcpListener, app: Router, mut shutdown: watch::Re
             _ = shutdown.changed() => return,
         };
         let _ = stream.set_nodelay(true);
+        let (stream, twin) = match with_twin(stream) {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!(error = %e, "Mock provider could not duplicate a connection's socket.");
+                continue;
+            }
+        };
         let app = app.clone();
         tokio::spawn(async move {
             let kill = ConnKill(Arc::new(Notify::new()));
@@ -208,15 +215,35 @@ async fn accept_loop(listener: TcpListener, app: Router, mut shutdown: watch::Re
                     req.extensions_mut().insert(kill.clone());
                     app.clone().oneshot(req.map(Body::new))
                 });
-            let std_stream = stream;
             let builder = auto::Builder::new(TokioExecutor::new());
-            let io = TokioIo::new(std_stream);
+            let io = TokioIo::new(stream);
             let conn = builder.serve_connection(io, service);
             tokio::select! {
                 _ = conn => {}
-                () = notified.notified() => {}
+                () = notified.notified() => reset_connection(twin),
             }
         });
+    }
+}
+
+/// `stream` and a second handle on its socket, kept by the connection's task to reset
+/// it: the socket closes when both are dropped.
+fn with_twin(stream: TcpStream) -> std::io::Result<(TcpStream, std::net::TcpStream)> {
+    let stream = stream.into_std()?;
+    let twin = stream.try_clone()?;
+    Ok((TcpStream::from_std(stream)?, twin))
+}
+
+/// Resets a connection whose serving half was dropped: with a zero linger, closing the
+/// last handle on the socket sends a TCP reset instead of a FIN.
+fn reset_connection(twin: std::net::TcpStream) {
+    match TcpStream::from_std(twin) {
+        Ok(twin) => {
+            if let Err(e) = twin.set_zero_linger() {
+                tracing::warn!(error = %e, "Mock provider could not arm a connection reset.");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "Mock provider could not arm a connection reset."),
     }
 }
 
@@ -528,7 +555,7 @@ async fn handle(
     } else if let Some(status) = rule.status {
         scripted_status(api, status, rule.body.as_ref())
     } else {
-        success(api, &inc, &rule, guard)
+        success(api, &inc, &rule, guard, kill)
     };
     insert_headers(response.headers_mut(), lane_headers);
     if let Some(q) = quota {
@@ -576,7 +603,7 @@ fn add_quota_headers(h: &mut HeaderMap, q: QuotaState) {
     insert_headers(h, pairs.iter().map(|(k, v)| (*k, v.as_str())));
 }
 
-fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
+fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight, kill: ConnKill) -> Response {
     let chunks = rule.chunks.unwrap_or(DEFAULT_CHUNKS);
     // A rule's `chunks` fixes the answer's length: the request's max_tokens does not cut it.
     let honour_max_tokens = rule.chunks.is_none();
@@ -596,8 +623,23 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
             Api::Anthropic => anthropic::message_of(&inc.model, &answer, usage),
             Api::Responses => responses::response_of(&inc.model, &answer, inc.prompt),
         };
-        drop(guard);
-        return Json(body).into_response();
+        if !disturbs_delivery(rule) {
+            drop(guard);
+            return Json(body).into_response();
+        }
+        let bytes = Bytes::from(body.to_string());
+        let length = HeaderValue::from(bytes.len());
+        // The request stays in flight until the body is sent, or the connection gone.
+        let mut guard = Some(guard);
+        let body = stream::once(async move { Ok(bytes) }).chain(stream::poll_fn(move |_| {
+            guard.take();
+            std::task::Poll::Ready(None)
+        }));
+        let mut r = Response::new(deliver(body, rule, kill));
+        let h = r.headers_mut();
+        h.insert("content-type", HeaderValue::from_static("application/json"));
+        h.insert("content-length", length);
+        return r;
     }
     let StreamParts { head, frames, tail } = match api {
         Api::OpenAi => openai::stream_of(&inc.model, &answer, inc.prompt, inc.include_usage),
@@ -636,7 +678,7 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
     let body = stream::once(async move { Ok(Bytes::from(head)) })
         .chain(content)
         .chain(tail);
-    let mut r = Response::new(Body::from_stream(body));
+    let mut r = Response::new(deliver(body, rule, kill));
     // A Codex subscription backend streams without a Content-Type, as the real one does.
     if inc.path != CODEX_BACKEND_RESPONSES {
         r.headers_mut().insert(
@@ -647,6 +689,55 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight) -> Response {
     r.headers_mut()
         .insert("cache-control", HeaderValue::from_static("no-cache"));
     r
+}
+
+/// Whether `rule` changes how a completion's body is sent (see [`deliver`]).
+fn disturbs_delivery(rule: &Rule) -> bool {
+    rule.reset == Some(ResetPoint::AfterHeaders)
+        || rule.stall == Some(StallPoint::AfterHeaders)
+        || rule.trickle_bytes.is_some()
+}
+
+/// A completion's body as `rule` sends it: not at all after the headers (a stall holds
+/// the connection open; a reset ends it — the body's first poll comes after the head is
+/// written, and hyper flushes the head before the connection's task sees the kill),
+/// `trickle_bytes` at a time, or as it comes. A withheld `body` is kept, not dropped, so
+/// what it holds lives as long as the connection.
+fn deliver<S>(body: S, rule: &Rule, kill: ConnKill) -> Body
+where
+    S: Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+{
+    let reset = rule.reset == Some(ResetPoint::AfterHeaders);
+    if reset || rule.stall == Some(StallPoint::AfterHeaders) {
+        let silence = stream::once(async move {
+            if reset {
+                kill.0.notify_one();
+            }
+            std::future::pending::<std::io::Result<Bytes>>().await
+        });
+        return Body::from_stream(silence.chain(body));
+    }
+    let Some(size) = rule.trickle_bytes else {
+        return Body::from_stream(body);
+    };
+    let size = usize::try_from(size.get()).unwrap_or(usize::MAX);
+    let gap = Duration::from_millis(rule.trickle_interval_ms.unwrap_or(0));
+    let pieces = body
+        .flat_map(move |item| {
+            let pieces: Vec<std::io::Result<Bytes>> = match item {
+                Ok(bytes) => (0..bytes.len())
+                    .step_by(size)
+                    .map(|at| Ok(bytes.slice(at..bytes.len().min(at + size))))
+                    .collect(),
+                Err(e) => vec![Err(e)],
+            };
+            stream::iter(pieces)
+        })
+        .then(move |piece| async move {
+            tokio::time::sleep(gap).await;
+            piece
+        });
+    Body::from_stream(pieces)
 }
 
 /// The error event that ends a stream in `api`'s format, as each API sends it.

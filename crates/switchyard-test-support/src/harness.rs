@@ -103,14 +103,17 @@ impl Harness {
         config_for: impl FnOnce(&str) -> Config,
         env: &[(&str, &str)],
     ) -> Self {
-        Self::boot(
-            config_for,
-            env,
-            Arc::new(SystemClock),
-            Placement::Caller,
-            None,
-        )
-        .await
+        Self::start_paused_with_clock(config_for, env, Arc::new(SystemClock)).await
+    }
+
+    /// [`Harness::start_paused`] with a wall clock of the test's choosing: tokio's paused
+    /// time runs the gateway's deadlines and a `ManualClock` its breakers and cooldowns.
+    pub async fn start_paused_with_clock(
+        config_for: impl FnOnce(&str) -> Config,
+        env: &[(&str, &str)],
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self::boot(config_for, env, clock, Placement::Caller, None).await
     }
 
     async fn boot(

@@ -10,6 +10,7 @@
 )]
 mod admin;
 mod anthropic;
+mod chaos;
 mod chat;
 mod combo_wait;
 mod concurrency;

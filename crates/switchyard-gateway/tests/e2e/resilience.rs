@@ -432,79 +432,11 @@ async fn concurrent_failures_of_one_connection_raise_its_backoff_once() {
     assert!(list[0]["remainingMs"].as_u64().unwrap() <= 3_000);
 }
 
-/// A local provider that fails in every way, a healthy one beside it, and a combo.
-fn chaos(mock_url: &str) -> Config {
-    Config::new()
-        .setting("upstream.first_byte_timeout_ms", 300)
-        .provider(Provider::openai("flaky", mock_url).models(["mock-small"]))
-        .provider(Provider::openai("steady", mock_url).models(["mock-small"]))
-        .connection(
-            Connection::local("flaky-1", "flaky")
-                .credential("cred-flaky")
-                .disable_cooling(),
-        )
-        .connection(Connection::apikey("steady-1", "steady").credential("cred-steady"))
-        .combo(Combo::priority(
-            "both",
-            ["flaky/mock-small", "steady/mock-small"],
-        ))
-        .key(Key::new("k1", "tester", KEY))
-}
-
-#[tokio::test]
-async fn chaos_on_one_provider_opens_its_breaker_loses_no_request_and_a_probe_closes_it() {
-    use switchyard_gateway::clock::{Clock, ManualClock, SystemClock};
-    let clock = std::sync::Arc::new(ManualClock::new(SystemClock.now_ms()));
-    let h = Harness::start_with_clock(chaos, &[], clock.clone()).await;
-    for rule in [
-        json!({"times": 1, "match": {"credential": "cred-flaky"}, "latency_ms": 2000}),
-        json!({"times": 1, "match": {"credential": "cred-flaky"}, "status": 503}),
-        json!({"times": 1, "match": {"credential": "cred-flaky"}, "reset": "before_headers"}),
-        json!({"times": 5, "match": {"credential": "cred-flaky"}, "status": 502}),
-    ] {
-        h.rule(rule).await;
-    }
-    let mut statuses = Vec::new();
-    for _ in 0..20 {
-        statuses.push(h.chat(chat_body("both", false)).await.status().as_u16());
-    }
-    // Every request was answered, by the healthy provider when the flaky one failed.
-    assert_eq!(statuses, vec![200; 20]);
-    let health: Value = h.admin_json("/api/monitoring/health").await;
-    let flaky = health["breakers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["provider"] == "flaky")
-        .unwrap()
-        .clone();
-    assert_eq!(flaky["state"], "OPEN");
-    let tried = h.by_credential("cred-flaky").await;
-    // The breaker opened after two counted failures (the timeout and the 503) and the
-    // flaky provider was not tried again while open.
-    assert_eq!(tried, 2);
-    // After the reset timeout (15 s for local servers) one probe goes through; the
-    // flaky provider has recovered (its injected 502s are still queued, so the probe
-    // fails and re-opens the breaker for longer).
-    clock.advance(std::time::Duration::from_secs(15));
-    assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
-    assert_eq!(h.by_credential("cred-flaky").await, tried + 1);
-    let health: Value = h.admin_json("/api/monitoring/health").await;
-    assert_eq!(health["breakers"][0]["state"], "OPEN");
-    // Clear the remaining faults; the next probe succeeds and closes the breaker.
-    h.reset_mock().await;
-    clock.advance(std::time::Duration::from_secs(15));
-    assert_eq!(h.chat(chat_body("both", false)).await.status(), 200);
-    assert_eq!(h.by_credential("cred-flaky").await, 1);
-    let health: Value = h.admin_json("/api/monitoring/health").await;
-    assert_eq!(health["breakers"][0]["state"], "CLOSED");
-}
-
 #[tokio::test]
 async fn a_recovered_provider_gets_a_growing_share_of_traffic() {
     use switchyard_gateway::clock::{Clock, ManualClock, SystemClock};
     let clock = std::sync::Arc::new(ManualClock::new(SystemClock.now_ms()));
-    let h = Harness::start_with_clock(chaos, &[], clock.clone()).await;
+    let h = Harness::start_with_clock(crate::chaos::chaos, &[], clock.clone()).await;
     h.rule(json!({"times": 2, "match": {"credential": "cred-flaky"}, "status": 503}))
         .await;
     for _ in 0..2 {
