@@ -7,14 +7,16 @@
 //! no request itself, and it never imports an upstream adapter.
 
 use crate::admin;
+use crate::admin::openapi::ErrorResponses;
 use crate::edge;
+use crate::error::render::ErrorBody;
 use crate::error::{render, ApiError};
 use crate::frontends;
 use crate::pipeline::auth;
 use crate::state::AppState;
 use crate::state::Writers;
 use crate::telemetry::metrics::EdgeMetrics;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
@@ -43,8 +45,10 @@ const CONFIG_POLL_INTERVAL: Duration = Duration::from_secs(1);
         title = "Switchyard",
         description = "LLM API gateway: client API (`/v1`) and management API (`/api`)."
     ),
-    // Documented here and routed by hand: its id may span two path segments.
-    paths(crate::frontends::models::model),
+    // Documented here and routed by hand: the models entry because its id may span two
+    // path segments, the document because it is built from the others.
+    paths(crate::frontends::models::model, openapi_json),
+    components(schemas(ErrorBody)),
     modifiers(&BearerAuth)
 )]
 struct ApiDoc;
@@ -144,8 +148,10 @@ async fn method_not_allowed(
 /// `monitoring.access` is `admin`.
 #[utoipa::path(get, path = "/metrics", tag = "monitoring",
     responses(
-        (status = 200, description = "Prometheus text exposition", content_type = "text/plain"),
-        (status = 401, description = "`monitoring.access` is `admin` and no admin credential was given.")))]
+        (status = 200, description = "The metrics in the OpenMetrics text format",
+            content_type = "application/openmetrics-text"),
+        (status = 401, description = "`monitoring.access` is `admin` and no admin credential was given."),
+        (status = 403, description = "`monitoring.access` is `admin` and the client key lacks the `admin` scope.")))]
 pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     if state.snapshot().settings.metrics_need_admin {
         if let Err(e) = auth::check_admin(&state.config, &headers) {
@@ -160,24 +166,31 @@ pub async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> 
     r
 }
 
+/// `GET /api/openapi.json`: the OpenAPI document of every route, this one included.
+#[utoipa::path(get, path = "/api/openapi.json", tag = "monitoring",
+    responses((status = 200, body = Object, description = "This OpenAPI document (3.1).")))]
+async fn openapi_json(
+    Extension(doc): Extension<Arc<utoipa::openapi::OpenApi>>,
+) -> Json<utoipa::openapi::OpenApi> {
+    Json(doc.as_ref().clone())
+}
+
 /// The whole application router.
 pub fn app(state: Arc<AppState>) -> Router {
     let admin_routes =
         admin::routes().route_layer(from_fn_with_state(Arc::clone(&state), auth::require_admin));
-    let (router, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (router, mut openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(frontends::routes())
         .routes(routes!(admin::system::health))
         .routes(routes!(metrics))
         .merge(admin_routes)
         .split_for_parts();
-    let doc = Arc::new(openapi);
+    // After the merge: it documents the answers every merged operation may give.
+    ErrorResponses.modify(&mut openapi);
     router
         .route(
             "/api/openapi.json",
-            get(move || {
-                let doc = Arc::clone(&doc);
-                async move { Json(doc.as_ref().clone()) }
-            }),
+            get(openapi_json).layer(Extension(Arc::new(openapi))),
         )
         // `provider/model` ids sent unencoded span two segments.
         .route("/v1/models/{*id}", get(frontends::models::model))

@@ -7,6 +7,7 @@
 
 mod config;
 mod keys;
+pub mod openapi;
 mod quota;
 mod resilience;
 mod settings;

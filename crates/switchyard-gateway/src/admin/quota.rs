@@ -4,7 +4,7 @@
 //!
 //! A pool error answers 400 with the offending field in `param`.
 
-use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
+use crate::error::{ApiError, ApiJson, ApiJsonArray, ApiPath, ApiQuery};
 use crate::runtime::quota::views::{DecisionRecord, PoolUsage};
 use crate::services::quota::{self as svc, ImportResult, PlanView, PoolView};
 use crate::state::AppState;
@@ -86,6 +86,7 @@ pub async fn pool_usage(
 
 /// Query of the decisions endpoint.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionQuery {
     /// Only this key's decisions.
@@ -150,7 +151,7 @@ pub async fn delete_plan(
     responses((status = 200, body = ImportResult), (status = 400)), security(("bearer" = [])))]
 pub async fn import_pools(
     State(state): State<Arc<AppState>>,
-    ApiJson(pools): ApiJson<Vec<PoolInput>>,
+    ApiJsonArray(pools): ApiJsonArray<PoolInput>,
 ) -> Result<Json<ImportResult>, ApiError> {
     Ok(Json(svc::import(&state, pools).await?))
 }

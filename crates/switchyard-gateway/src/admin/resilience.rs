@@ -17,6 +17,7 @@ use utoipa::{IntoParams, ToSchema};
 
 /// Filter of the cooldown list.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct CooldownQuery {
     /// Only this provider's connections.
     pub provider: Option<String>,

@@ -8,11 +8,11 @@ use crate::error::{ApiError, ApiQuery};
 use crate::pipeline::auth;
 use crate::services;
 use crate::services::logs::{LogSearch, LogStats};
-use crate::services::system::{Health, Status};
+use crate::services::system::{HealthAnswer, Status};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{AppendHeaders, IntoResponse, Response};
+use axum::response::{AppendHeaders, IntoResponse};
 use axum::Json;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -25,10 +25,13 @@ const NEXT_BEFORE: &str = "x-next-before";
 /// Rows `/api/logs` returns when the query names no `limit`.
 const DEFAULT_LIMIT: u32 = 100;
 
-/// Query of `/api/logs`: every present parameter narrows the rows.
+/// Query of `/api/logs`: every present parameter narrows the rows. The unsigned
+/// parameters say so in their format: utoipa would document them as signed.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct LogQuery {
     /// Rows to return, newest first (default 100, at most 1000).
+    #[param(format = "uint32")]
     pub limit: Option<u32>,
     /// Only rows of this key.
     pub key_id: Option<String>,
@@ -40,8 +43,10 @@ pub struct LogQuery {
     /// `errors` (400 and above).
     pub status: Option<String>,
     /// Only rows at or after this time (Unix milliseconds).
+    #[param(format = "uint64")]
     pub since: Option<u64>,
     /// Only rows at or before this time (Unix milliseconds).
+    #[param(format = "uint64")]
     pub until: Option<u64>,
     /// Only rows older than this cursor: the previous page's `x-next-before` header.
     pub before: Option<i64>,
@@ -92,25 +97,26 @@ pub async fn log_stats(State(state): State<Arc<AppState>>) -> Result<Json<LogSta
 /// credential only: it names providers and connections. `503` while `down`.
 #[utoipa::path(get, path = "/api/monitoring/health", tag = "monitoring",
     responses(
-        (status = 200, body = Health, description = "`ok` or `degraded`: the detail with the \
-            admin credential, else only `{\"status\"}`."),
-        (status = 503, body = Health, description = "`down`: no configured provider can serve.")))]
-pub async fn health(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+        (status = 200, body = HealthAnswer, description = "`ok` or `degraded`: the detail \
+            with the admin credential, else only `{\"status\"}`."),
+        (status = 503, body = HealthAnswer, description = "`down`: no configured provider can \
+            serve; the detail with the admin credential, else only `{\"status\"}`.")))]
+pub async fn health(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> (StatusCode, Json<HealthAnswer>) {
     let health = services::system::health(&state).await;
     let code = if health.status == "down" {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK
     };
-    if auth::check_admin(&state.config, &headers).is_ok() {
-        (code, Json(health)).into_response()
+    let answer = if auth::check_admin(&state.config, &headers).is_ok() {
+        HealthAnswer::Detail(Box::new(health))
     } else {
-        (
-            code,
-            Json(Status {
-                status: health.status,
-            }),
-        )
-            .into_response()
-    }
+        HealthAnswer::Status(Status {
+            status: health.status,
+        })
+    };
+    (code, Json(answer))
 }

@@ -16,8 +16,10 @@ use switchyard_core::resilience::admission::Refusal;
 use switchyard_core::routing::{Exclusion, RouteError};
 use switchyard_store::StoreError;
 
-/// A JSON body extractor whose rejections (malformed JSON, wrong types, unknown fields,
-/// wrong content type) are typed API errors with the OpenAI-style body, not plain text.
+/// A JSON object body extractor whose rejections (malformed JSON, wrong types, unknown
+/// fields, not an object, wrong content type) are typed API errors with the OpenAI-style
+/// body, not plain text. A body that is a JSON array is refused, though serde would
+/// read a struct from the array of its fields in order.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApiJson<T>(pub T);
 
@@ -29,17 +31,65 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
-        use axum::extract::rejection::JsonRejection;
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(Self(v)),
-            Err(JsonRejection::MissingJsonContentType(_)) => {
-                Err(ApiError::UnsupportedMediaType(String::new()))
-            }
-            Err(rejection) => Err(match BodyCut::find(&rejection) {
-                Some(cut) => cut.into(),
-                None => ApiError::bad_request("invalid_json", rejection.body_text()),
-            }),
+        json_body::<JsonObject<T>, S>(req, state)
+            .await
+            .map(|JsonObject(v)| Self(v))
+    }
+}
+
+/// [`ApiJson`] for a body that is a JSON array.
+#[derive(Debug, Clone, Default)]
+pub struct ApiJsonArray<T>(pub Vec<T>);
+
+impl<S, T> axum::extract::FromRequest<S> for ApiJsonArray<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        json_body::<Vec<T>, S>(req, state).await.map(Self)
+    }
+}
+
+/// The request's JSON body as a `T`, or the typed error.
+async fn json_body<T, S>(req: axum::extract::Request, state: &S) -> Result<T, ApiError>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    use axum::extract::rejection::JsonRejection;
+    use axum::extract::FromRequest;
+    match Json::<T>::from_request(req, state).await {
+        Ok(Json(v)) => Ok(v),
+        Err(JsonRejection::MissingJsonContentType(_)) => {
+            Err(ApiError::UnsupportedMediaType(String::new()))
         }
+        Err(rejection) => Err(match BodyCut::find(&rejection) {
+            Some(cut) => cut.into(),
+            None => ApiError::bad_request("invalid_json", rejection.body_text()),
+        }),
+    }
+}
+
+/// A `T` read from a JSON object only.
+struct JsonObject<T>(T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for JsonObject<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Fields<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Fields(std::marker::PhantomData))
+            .map(Self)
     }
 }
 

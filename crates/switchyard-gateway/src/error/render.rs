@@ -79,6 +79,30 @@ pub fn stream_frame(e: StreamError, format: Format, reader: &mut StreamReader) -
     }
 }
 
+/// The OpenAI-style error body as the OpenAPI document describes it: what
+/// [`body`] renders in [`Format::OpenAiChat`], the management API's error shape.
+#[derive(Debug, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// The `error` member of [`ErrorBody`]. Facts of some errors (diagnostics, quota,
+/// retry hints) sit beside these four members.
+#[derive(Debug, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// What went wrong, in words.
+    pub message: String,
+    /// The OpenAI error type: `invalid_request_error`, `permission_error`,
+    /// `rate_limit_error`, `server_error`, ...
+    #[schema(rename = "type")]
+    pub kind: String,
+    /// The typed code: `admin_required`, `not_found`, `invalid_json`, ...
+    pub code: String,
+    /// The member of the request at fault, when one is.
+    #[schema(required = true)]
+    pub param: Option<String>,
+}
+
 /// The OpenAI-style body `{"error":{"message","type","code","param"}}`, with the
 /// error's facts (diagnostics, quota, retry hints) beside them.
 fn openai_body(e: &ApiError) -> Value {

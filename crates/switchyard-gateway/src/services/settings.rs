@@ -9,19 +9,20 @@ use crate::state::AppState;
 use serde::Serialize;
 use serde_json::Value;
 use switchyard_core::settings::{self, Source};
+use utoipa::openapi::schema::{Object, SchemaType, Type};
 use utoipa::ToSchema;
 
 /// One setting as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SettingView {
     pub key: String,
-    /// A number or a string; URLs are shown without their password.
-    #[schema(value_type = Object)]
+    /// A boolean, a number or a string; URLs are shown without their password.
+    #[schema(schema_with = setting_value)]
     pub value: settings::SettingValue,
     /// `default`, `file`, `env` or `database`.
     pub source: String,
     pub env: String,
-    #[schema(value_type = Object)]
+    #[schema(schema_with = setting_value)]
     pub default: settings::SettingValue,
     /// The accepted values, in words.
     pub constraint: String,
@@ -31,6 +32,15 @@ pub struct SettingView {
     #[schema(value_type = String)]
     pub applies: settings::Applies,
     pub doc: String,
+}
+
+/// The schema of a setting's value: a boolean, a number or a string.
+fn setting_value() -> Object {
+    Object::with_type(SchemaType::Array(vec![
+        Type::Boolean,
+        Type::Number,
+        Type::String,
+    ]))
 }
 
 /// Every setting, in force now.

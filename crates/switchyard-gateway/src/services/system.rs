@@ -14,9 +14,20 @@ use utoipa::ToSchema;
 /// How long health waits for the database's answer.
 const DATABASE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The health status alone: what `GET /api/monitoring/health` answers without the admin
-/// credential.
+/// What `GET /api/monitoring/health` answers: the whole summary for the admin
+/// credential, the status alone for anyone else.
 #[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum HealthAnswer {
+    Detail(Box<Health>),
+    Status(Status),
+}
+
+/// The health status alone: what `GET /api/monitoring/health` answers without the admin
+/// credential. Nothing else may be in it (the document says so, which tells it apart
+/// from [`Health`]).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Status {
     /// `ok`, `degraded` or `down` (see [`Health::status`]).
     pub status: &'static str,

@@ -564,6 +564,7 @@ async fn openapi_document_matches_the_routes() {
         "GET /api/logs",
         "GET /api/logs/stats",
         "GET /api/monitoring/health",
+        "GET /api/openapi.json",
         "GET /api/providers",
         "GET /api/providers/{id}",
         "GET /api/quota/export",
@@ -628,6 +629,216 @@ async fn openapi_document_matches_the_routes() {
         assert_ne!(status, 405, "{entry}");
         assert!(!(status == 404 && body.is_empty()), "{entry} is not routed");
     }
+}
+
+/// The operation `method path` of the OpenAPI document.
+fn operation<'a>(doc: &'a Value, method: &str, path: &str) -> &'a Value {
+    let op = &doc["paths"][path][method];
+    assert!(op.is_object(), "{method} {path} is not documented");
+    op
+}
+
+/// `(name, in, required, format)` of each parameter of an operation, in order.
+fn parameters(op: &Value) -> Vec<(&str, &str, bool, Option<&str>)> {
+    op["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap(),
+                p["in"].as_str().unwrap(),
+                p["required"].as_bool().unwrap(),
+                p["schema"]["format"].as_str(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn openapi_documents_query_parameters_in_the_query_as_optional_with_unsigned_formats() {
+    let h = Harness::start().await;
+    let doc = h.admin_json("/api/openapi.json").await;
+    assert_eq!(
+        parameters(operation(&doc, "get", "/api/logs")),
+        [
+            ("limit", "query", false, Some("uint32")),
+            ("key_id", "query", false, None),
+            ("provider", "query", false, None),
+            ("model", "query", false, None),
+            ("status", "query", false, None),
+            ("since", "query", false, Some("uint64")),
+            ("until", "query", false, Some("uint64")),
+            ("before", "query", false, Some("int64")),
+        ]
+    );
+    assert_eq!(
+        parameters(operation(&doc, "get", "/api/resilience/cooldowns")),
+        [("provider", "query", false, None)]
+    );
+    assert_eq!(
+        parameters(operation(&doc, "get", "/api/quota/pools/{id}/decisions")),
+        [
+            ("id", "path", true, None),
+            ("apiKeyId", "query", false, None)
+        ]
+    );
+    // As documented: the whole unsigned range, beyond the signed one.
+    let r = h
+        .admin_get("/api/logs?until=18446744073709551615&limit=4294967295")
+        .await;
+    assert_eq!(status_and_json(r).await, (200, json!([])));
+}
+
+#[tokio::test]
+async fn openapi_documents_the_error_body_and_the_admin_refusals_of_every_management_operation() {
+    let h = Harness::start().await;
+    let doc = h.admin_json("/api/openapi.json").await;
+    assert_eq!(
+        doc["components"]["schemas"]["ErrorDetail"],
+        json!({
+            "type": "object",
+            "description": "The `error` member of [`ErrorBody`]. Facts of some errors (diagnostics, quota,\nretry hints) sit beside these four members.",
+            "required": ["message", "type", "code", "param"],
+            "properties": {
+                "message": {"type": "string", "description": "What went wrong, in words."},
+                "type": {"type": "string", "description": "The OpenAI error type: `invalid_request_error`, `permission_error`,\n`rate_limit_error`, `server_error`, ..."},
+                "code": {"type": "string", "description": "The typed code: `admin_required`, `not_found`, `invalid_json`, ..."},
+                "param": {"type": ["string", "null"], "description": "The member of the request at fault, when one is."},
+            }
+        })
+    );
+    let error_body =
+        json!({"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}});
+    let mut refused = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let responses = op["responses"].as_object().unwrap();
+            if path.starts_with("/api/") && op.get("security").is_some() {
+                refused += 1;
+                for status in ["401", "403"] {
+                    assert!(responses.contains_key(status), "{method} {path} {status}");
+                }
+            }
+            if !path.starts_with("/api/") && path != "/metrics" {
+                continue;
+            }
+            for (status, response) in responses {
+                if status.starts_with(['4', '5']) && path != "/api/monitoring/health" {
+                    assert_eq!(response["content"], error_body, "{method} {path} {status}");
+                }
+            }
+        }
+    }
+    // Every operation under `/api` but the public health and document.
+    assert_eq!(refused, 45);
+    // What is sent is that shape.
+    let r = h.http.get(h.url("/api/keys")).send().await.unwrap();
+    assert_eq!(
+        status_and_json(r).await,
+        (
+            401,
+            json!({"error": {
+                "message": "management API requires the admin token or a key with the `admin` scope",
+                "type": "invalid_request_error",
+                "code": "admin_required",
+                "param": null,
+            }})
+        )
+    );
+}
+
+#[tokio::test]
+async fn openapi_documents_the_health_status_alone_as_answered_without_a_credential() {
+    let h = Harness::start().await;
+    let doc = h.admin_json("/api/openapi.json").await;
+    let op = operation(&doc, "get", "/api/monitoring/health");
+    let answer =
+        json!({"application/json": {"schema": {"$ref": "#/components/schemas/HealthAnswer"}}});
+    assert_eq!(op["responses"]["200"]["content"], answer);
+    assert_eq!(op["responses"]["503"]["content"], answer);
+    assert_eq!(
+        doc["components"]["schemas"]["HealthAnswer"],
+        json!({
+            "oneOf": [
+                {"$ref": "#/components/schemas/Health"},
+                {"$ref": "#/components/schemas/Status"},
+            ],
+            "description": "What `GET /api/monitoring/health` answers: the whole summary for the admin\ncredential, the status alone for anyone else.",
+        })
+    );
+    assert_eq!(
+        doc["components"]["schemas"]["Status"]["additionalProperties"],
+        false
+    );
+    let r = h
+        .http
+        .get(h.url("/api/monitoring/health"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(status_and_json(r).await, (200, json!({"status": "ok"})));
+}
+
+#[tokio::test]
+async fn openapi_documents_setting_values_as_scalars_and_metrics_as_openmetrics() {
+    let h = Harness::start().await;
+    let doc = h.admin_json("/api/openapi.json").await;
+    let view = &doc["components"]["schemas"]["SettingView"]["properties"];
+    let scalar = json!(["boolean", "number", "string"]);
+    assert_eq!(view["value"]["type"], scalar);
+    assert_eq!(view["default"]["type"], scalar);
+    let settings = h.admin_json("/api/settings").await;
+    let degrade_at = settings
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "breaker.apiKey.degradeAt")
+        .unwrap();
+    assert_eq!(
+        (&degrade_at["value"], &degrade_at["default"]),
+        (&json!(7), &json!(7))
+    );
+
+    let metrics = operation(&doc, "get", "/metrics");
+    let documented: Vec<&String> = metrics["responses"]["200"]["content"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(documented, ["application/openmetrics-text"]);
+    let r = h.http.get(h.url("/metrics")).send().await.unwrap();
+    assert_eq!(
+        r.headers()["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+}
+
+#[tokio::test]
+async fn a_json_array_is_not_taken_for_an_object_body() {
+    let h = Harness::start().await;
+    let before = h.admin_json("/api/keys/k1").await;
+    let r = h
+        .admin_send(Method::PATCH, "/api/keys/k1", json!([null, null]))
+        .await;
+    assert_eq!(
+        status_and_json(r).await,
+        (
+            400,
+            json!({"error": {
+                "message": "Failed to deserialize the JSON body into the target type: invalid type: sequence, expected a JSON object at line 1 column 0",
+                "type": "invalid_request_error",
+                "code": "invalid_json",
+                "param": null,
+            }})
+        )
+    );
+    assert_eq!(h.admin_json("/api/keys/k1").await, before);
+    // A list body is still a list.
+    let r = h
+        .admin_send(Method::POST, "/api/quota/import", json!({}))
+        .await;
+    assert_eq!(r.status(), 400);
 }
 
 /// `GET /api/logs` as `(status, body, x-next-before)`.

@@ -25,4 +25,5 @@ mod redaction;
 mod request_log;
 mod resilience;
 mod responses;
+mod schema;
 mod secrets;
