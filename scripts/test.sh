@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command. Prepares what the tests need on a fresh machine — a Redis
 # for the quota-store tests and a Python virtualenv with the official `openai` and
-# `anthropic` clients and `selenium` for the dashboard's browser test
-# (pinned in crates/switchyard-gateway/tests/requirements.txt) — then runs the whole
+# `anthropic` clients, `selenium` for the dashboard's browser test and `schemathesis`
+# for the API schema suite (pinned in crates/switchyard-gateway/tests/requirements.txt)
+# — then runs the whole
 # suite. Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p switchyard-core`).
 #
 # Redis: the tests use SWITCHYARD_TEST_REDIS_URL. When it is not set, a Redis answering

@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 use switchyard_test_support::*;
 
-fn python() -> PathBuf {
+/// The interpreter of the Python test clients (and schemathesis).
+pub(crate) fn python() -> PathBuf {
     if let Ok(p) = std::env::var("SWITCHYARD_TEST_PYTHON") {
         return PathBuf::from(p);
     }
@@ -14,7 +15,7 @@ fn python() -> PathBuf {
     let venv = root.join(".venv/bin/python");
     assert!(
         venv.exists(),
-        "the openai Python client is needed: run scripts/test.sh (it creates .venv), or set SWITCHYARD_TEST_PYTHON"
+        "the Python test clients are needed: run scripts/test.sh (it creates .venv), or set SWITCHYARD_TEST_PYTHON"
     );
     venv
 }
