@@ -18,12 +18,11 @@ MOCK_PORT=19190 POOL_PORT=19193
 KEY=sy-bench-key-000000000000000000000001
 ADMIN=bench-admin-token-0123456789
 
-OHA=$root/bench/.tools/bin/oha
-[ -x "$OHA" ] || cargo install oha --locked --root "$root/bench/.tools"
+source "$root/bench/lib.sh"
+ensure_oha
 cargo build --release -q -p switchyard
 BIN=$root/target/release/switchyard
 
-source "$root/bench/lib.sh"
 setup_work
 
 "$BIN" mock --listen 127.0.0.1:$MOCK_PORT > "$work/mock.log" 2>&1 & pids+=($!)

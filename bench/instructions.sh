@@ -22,13 +22,11 @@ KEY=sy-bench-key-000000000000000000000001
 
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends valgrind; }
 command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx; }
-OHA=$root/bench/.tools/bin/oha
-[ -x "$OHA" ] || cargo install oha --locked --root "$root/bench/.tools"
+source "$root/bench/lib.sh"
+ensure_oha
 cargo build --release -q -p switchyard
 cargo build --release -q -p switchyard-gateway --example floor
 BIN=$root/target/release/switchyard
-
-source "$root/bench/lib.sh"
 
 KEEP_WORK=1  # the callgrind files stay for callgrind_annotate
 setup_work

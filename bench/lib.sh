@@ -18,6 +18,20 @@ cleanup_work() {
   [ "${KEEP_WORK:-0}" = 1 ] || rm -rf "$work"
 }
 
+# oha, the load generator, pinned so that its flags and JSON output stay the same: built
+# from crates.io on first use into a cache outside the checkout, shared by every clone on
+# the machine (a cold `cargo install` takes about four minutes on two cores). Sets $OHA.
+# SWITCHYARD_BENCH_TOOLS moves the cache; CARGO overrides the build command.
+OHA_VERSION=1.16.0
+ensure_oha() {
+  local tools=${SWITCHYARD_BENCH_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/switchyard-bench}
+  OHA=$tools/bin/oha
+  if [ ! -x "$OHA" ] || [ "$("$OHA" --version | awk '{print $2}')" != "$OHA_VERSION" ]; then
+    echo "Installing oha $OHA_VERSION into $tools..." >&2
+    ${CARGO:-cargo} install oha --version "$OHA_VERSION" --locked --force --root "$tools" >&2
+  fi
+}
+
 wait_port() { # port
   for _ in $(seq 1 300); do
     (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0

@@ -7,7 +7,7 @@
 #   bench/run.sh                     # 3 interleaved rounds (about 4 minutes after the build)
 #   DURATION=10s ROUNDS=5 bench/run.sh
 #
-# Installs nginx (Debian package) and oha (crates.io, into bench/.tools) when missing.
+# Installs nginx (Debian package) when missing, and oha as bench/lib.sh says.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -20,14 +20,12 @@ MOCK_PORT=19090 NGINX_PORT=19091 GW_PORT=19092 POOL_PORT=19093 FLOOR_PORT=19094
 KEY=sy-bench-key-000000000000000000000001
 
 command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx; }
-OHA=$root/bench/.tools/bin/oha
-[ -x "$OHA" ] || cargo install oha --locked --root "$root/bench/.tools"
+source "$root/bench/lib.sh"
+ensure_oha
 cargo build --release -q -p switchyard
 cargo build --release -q -p switchyard-gateway --example floor
 BIN=$root/target/release/switchyard
 FLOOR=$root/target/release/examples/floor
-
-source "$root/bench/lib.sh"
 
 setup_work
 
