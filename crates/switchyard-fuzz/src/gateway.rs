@@ -9,6 +9,7 @@
 //! quota reservation.
 
 use crate::input::{chunks, Input};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use switchyard_gateway::clock::SystemClock;
@@ -28,6 +29,9 @@ const HANG: Duration = Duration::from_secs(20);
 
 /// The upstream credentials, none of which may reach a client.
 const CREDENTIALS: [&str; 4] = [CRED_ALPHA, CRED_BETA, CRED_CLAUDE, CRED_CODEX];
+
+/// Which of [`CREDENTIALS`] some input has sent as a client.
+static EVER_SENT: [AtomicBool; 4] = [const { AtomicBool::new(false) }; 4];
 
 /// Connections with a concurrency gate, whose slots must all be free afterwards.
 const GATED: [&str; 4] = ["alpha-1", "beta-1", "claude-1", "codex-1"];
@@ -427,7 +431,19 @@ fn judge(wire: &Wire, answers: &[Answer]) {
             || serde_json::from_slice::<serde_json::Value>(&wire.body)
                 .is_ok_and(|v| crate::json::strings_contain(&v, cred))
     };
-    let hidden: Vec<&str> = CREDENTIALS.into_iter().filter(|c| !sent(c)).collect();
+    // And once a client sent one, the request log holds it as the model it asked for,
+    // which the operator may read back.
+    for (cred, ever) in CREDENTIALS.iter().zip(&EVER_SENT) {
+        if sent(cred) {
+            ever.store(true, Ordering::Relaxed);
+        }
+    }
+    let hidden: Vec<&str> = CREDENTIALS
+        .iter()
+        .zip(&EVER_SENT)
+        .filter(|(_, ever)| !ever.load(Ordering::Relaxed))
+        .map(|(cred, _)| *cred)
+        .collect();
     for a in answers {
         for cred in &hidden {
             crate::json::assert_hidden(&a.body, cred, &format!("answer {}", a.status));
