@@ -22,7 +22,10 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked --quiet
 fi
 
-cargo run --quiet --locked -p switchyard-fuzz --bin seeds -- fuzz/corpus
+# The seeds, written by an ignored test, built as the whole suite is (so nothing is
+# built again after scripts/test.sh).
+SWITCHYARD_FUZZ_CORPUS=$PWD/fuzz/corpus cargo test --quiet --locked --workspace \
+  --test corpus -- --ignored --exact write_seed_corpus
 
 # The instrumented build (its own target directory, fuzz/target).
 (cd fuzz && cargo fuzz build --sanitizer none)

@@ -36,6 +36,29 @@ fn run(target: &str) {
     }
 }
 
+/// Writes every target's seed corpus into `$SWITCHYARD_FUZZ_CORPUS/<target>/`, for
+/// `scripts/fuzz.sh`, which runs it after the suite so that nothing is built again.
+#[test]
+#[ignore = "writes the seed corpus for scripts/fuzz.sh"]
+fn write_seed_corpus() {
+    let dir = std::path::PathBuf::from(
+        std::env::var_os("SWITCHYARD_FUZZ_CORPUS")
+            .expect("SWITCHYARD_FUZZ_CORPUS names the corpus directory"),
+    );
+    for (target, seeds) in switchyard_fuzz::seeds::all() {
+        let target_dir = dir.join(target);
+        std::fs::create_dir_all(&target_dir).unwrap();
+        for (i, seed) in seeds.iter().enumerate() {
+            std::fs::write(target_dir.join(format!("seed-{i:04}")), seed).unwrap();
+        }
+        eprintln!(
+            "{target}: {} seeds in {}",
+            seeds.len(),
+            target_dir.display()
+        );
+    }
+}
+
 macro_rules! targets {
     ($($name:ident),* $(,)?) => {
         $(#[test] fn $name() { run(stringify!($name)); })*
