@@ -92,40 +92,67 @@ pub fn redact_truncated(text: &[u8], secrets: &Secrets) -> Vec<u8> {
 /// parsed: inside a JSON string a quote is escaped, so generated text that merely
 /// mentions an error never matches, and an ordinary delta costs one substring search.
 fn says_error(json: &[u8]) -> bool {
-    /// The members that tell; anything else is skipped unread.
-    #[derive(serde::Deserialize)]
-    struct Top {
-        #[serde(default, rename = "type")]
-        kind: Option<serde_json::Value>,
-        #[serde(default)]
-        status: Option<serde_json::Value>,
-        #[serde(default)]
-        object: Option<serde_json::Value>,
-        #[serde(default)]
-        error: Option<serde::de::IgnoredAny>,
-    }
-    impl Top {
-        fn is_error(&self) -> bool {
-            let is = |v: &Option<serde_json::Value>, names: &[&str]| {
-                v.as_ref()
-                    .and_then(serde_json::Value::as_str)
-                    .is_some_and(|s| names.contains(&s))
-            };
-            // `error: null` deserializes as `None`, as an absent member does.
-            self.error.is_some()
-                || is(&self.kind, &["error", "response.failed"])
-                || is(&self.object, &["error"])
-                || is(&self.status, &["failed"])
-        }
-    }
     if !contains(json, b"failed\"") && !has_error_member(json) {
         return false;
     }
-    // (Read by its first byte: serde would take an array for a struct's fields in order.)
+    // An array is read as the objects it holds.
     if json.trim_ascii_start().first() == Some(&b'[') {
         serde_json::from_slice::<Vec<Top>>(json).is_ok_and(|all| all.iter().any(Top::is_error))
     } else {
         serde_json::from_slice::<Top>(json).is_ok_and(|top| top.is_error())
+    }
+}
+
+/// The members of a JSON object that tell whether it is an error; anything else is
+/// skipped unread. Read by hand, not derived: a derived reader refuses an object that
+/// names a member twice, and an upstream error event with a duplicated `error` or
+/// `status` would then pass unredacted while a client (or a translator), reading the last
+/// occurrence, sees the error. Here every occurrence counts.
+#[derive(Default)]
+struct Top {
+    error: bool,
+    named_error: bool,
+}
+
+impl Top {
+    fn is_error(&self) -> bool {
+        self.error || self.named_error
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Top {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = Top;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+                let mut top = Top::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    let names: &[&str] = match key.as_ref() {
+                        "type" => &["error", "response.failed"],
+                        "object" => &["error"],
+                        "status" => &["failed"],
+                        "error" => {
+                            // `error: null` is no error (every Responses object has one).
+                            let value = map.next_value::<Option<serde::de::IgnoredAny>>()?;
+                            top.error |= value.is_some();
+                            continue;
+                        }
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    let value = map.next_value::<serde_json::Value>()?;
+                    top.named_error |= value.as_str().is_some_and(|v| names.contains(&v));
+                }
+                Ok(top)
+            }
+        }
+        d.deserialize_map(Members)
     }
 }
 
@@ -422,6 +449,30 @@ mod tests {
 
     fn r(body: &str, hidden: &[&str]) -> String {
         String::from_utf8(redact(body.as_bytes(), &secrets(hidden))).unwrap()
+    }
+
+    #[test]
+    fn an_error_that_names_a_member_twice_is_still_an_error() {
+        // Found by the translate_stream fuzz target: serde's derived reader refused the
+        // duplicate, so the event passed unredacted, and the translator (reading the last
+        // `error`) relayed its message.
+        for body in [
+            r#"{"error":null,"status":"completed","status":"failed","error":{"message":"k cred-a-secret-1"}}"#,
+            r#"{"error":{"message":"k cred-a-secret-1"},"error":{"message":"again"}}"#,
+            r#"[{"type":"ping"},{"type":"x","type":"error","error":{"message":"k cred-a-secret-1"}}]"#,
+        ] {
+            assert!(says_error(body.as_bytes()), "{body}");
+            let scrubbed = scrub_body(body.as_bytes(), &secrets(&["cred-a-secret-1"])).unwrap();
+            assert!(
+                !String::from_utf8(scrubbed)
+                    .unwrap()
+                    .contains("cred-a-secret-1"),
+                "{body}"
+            );
+        }
+        assert!(!says_error(
+            br#"{"error":null,"error":null,"status":"completed"}"#
+        ));
     }
 
     #[test]
