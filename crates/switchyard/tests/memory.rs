@@ -36,15 +36,16 @@
     reason = "test code fails loudly on purpose"
 )]
 
+mod common;
+
+use common::start;
 use serde_json::{json, Value};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_test_support::{sample, Config, Connection, Key, Provider, Server};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
 
 const KEY: &str = "sy-memory-test-key-0000000001";
 const ADMIN: &str = "memory-test-admin-token-01";
@@ -60,32 +61,6 @@ const MAX_KIB_PER_STREAM: u64 = 80;
 const MAX_OPEN_GROWTH_KIB: u64 = 4 * 1024;
 const MAX_KEPT_GROWTH_KIB: u64 = 4 * 1024;
 const MAX_RETAINED_KIB: u64 = 12 * 1024;
-
-/// Starts `switchyard <args>` and returns it with the URL from its "listening on" line.
-async fn start(args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_switchyard"));
-    cmd.args(args)
-        .env("SWITCHYARD_LOG", "warn")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(at) = line.find("listening on ") {
-                return line[at + "listening on ".len()..].trim().to_owned();
-            }
-        }
-        panic!("{args:?} exited before listening");
-    })
-    .await
-    .expect("no listening line within 30 s");
-    // Keep draining stdout so the process never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, url)
-}
 
 /// The process's resident memory, KiB.
 fn rss_kib(pid: u32) -> u64 {
