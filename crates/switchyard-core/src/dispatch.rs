@@ -16,6 +16,9 @@
 //! - A non-retryable upstream answer (401, 403, 400 …) is returned as it is at once —
 //!   unless a deferred candidate is still queued: then it is parked, the round goes on
 //!   (saturated candidates included), and it is returned when nothing better answers.
+//! - An attempt that may be repeated on the same account ([`Report::RetrySame`], a stream
+//!   abandoned before anything reached the client, SPEC R12) is tried again at once, once;
+//!   a second such report counts as its failure.
 //! - After a round without an answer, a combo (not a quota-share one) whose targets are
 //!   all held back by something brief, or that ended on a 429, asks for the current holds
 //!   ([`Step::CheckHolds`]) and waits for the earliest to end, within the R9 bounds.
@@ -59,6 +62,8 @@ pub struct Try {
     pub slot: Slot,
     /// A recovering target may be passed over (other candidates remain).
     pub may_defer: bool,
+    /// Nothing else is queued in this round: no other candidate to fail over to.
+    pub last: bool,
 }
 
 /// How an attempt takes its concurrency slots.
@@ -92,6 +97,9 @@ pub enum Report<B, P, F> {
     },
     /// The upstream answered with an error that is the client's to see.
     Rejected(P),
+    /// The upstream failed before anything reached the client in a way the same account
+    /// may not repeat (a crawling stream, SPEC R12): try it once more, then go on.
+    RetrySame { failure: AttemptFailure, detail: F },
 }
 
 /// How a request ends without a successful answer.
@@ -140,6 +148,8 @@ struct Entry {
     deferrable: bool,
     /// Waits for its slots.
     wait: bool,
+    /// Already repeated once on the same account ([`Report::RetrySame`]).
+    retried: bool,
 }
 
 /// What the machine waits for after a round.
@@ -174,6 +184,7 @@ impl<B, P, F> Round<B, P, F> {
                     candidate,
                     deferrable: true,
                     wait: false,
+                    retried: false,
                 })
                 .collect(),
             saturated: Vec::new(),
@@ -272,6 +283,15 @@ impl<B, P, F> Dispatch<B, P, F> {
                 round.parked = Some(answer);
             }
             Report::Rejected(answer) => round.rejected = Some(answer),
+            Report::RetrySame { failure, detail } => {
+                round.last = Some((failure, false, detail));
+                if !entry.retried {
+                    round.queue.push_front(Entry {
+                        retried: true,
+                        ..entry
+                    });
+                }
+            }
         }
     }
 
@@ -309,6 +329,7 @@ impl<B, P, F> Dispatch<B, P, F> {
                     candidate,
                     deferrable: false,
                     wait: true,
+                    retried: false,
                 }));
         }
         if let Some(entry) = round.queue.pop_front() {
@@ -323,6 +344,7 @@ impl<B, P, F> Dispatch<B, P, F> {
                     Slot::IfFree
                 },
                 may_defer: entry.deferrable && !round.queue.is_empty(),
+                last: round.queue.is_empty() && round.saturated.is_empty(),
             });
         }
         self.round_over()
@@ -470,19 +492,33 @@ mod tests {
         Dispatch::new(n, Vec::new(), true, true, WAIT, 1_000)
     }
 
+    /// A first try in a round without saturated candidates: the last one is the one
+    /// that may not be deferred.
     fn try_now(candidate: usize, may_defer: bool) -> S {
         Step::Try(Try {
             candidate,
             slot: Slot::IfFree,
             may_defer,
+            last: !may_defer,
         })
     }
 
-    fn try_waiting(candidate: usize, waited_ms: u64) -> S {
+    /// The last try that may start at once while saturated candidates wait.
+    fn try_before_waiting(candidate: usize) -> S {
+        Step::Try(Try {
+            candidate,
+            slot: Slot::IfFree,
+            may_defer: false,
+            last: false,
+        })
+    }
+
+    fn try_waiting(candidate: usize, waited_ms: u64, last: bool) -> S {
         Step::Try(Try {
             candidate,
             slot: Slot::Wait { waited_ms },
             may_defer: false,
+            last,
         })
     }
 
@@ -589,12 +625,12 @@ mod tests {
         d.report(Report::Busy);
         assert_eq!(d.step(), try_now(1, true));
         d.report(Report::Busy);
-        assert_eq!(d.step(), try_now(2, false));
+        assert_eq!(d.step(), try_before_waiting(2));
         d.report(failed(AttemptFailure::Status(503), false, "third"));
-        assert_eq!(d.step(), try_waiting(0, 0));
+        assert_eq!(d.step(), try_waiting(0, 0, false));
         d.waited_for_slot(40);
         d.report(refused("c0", Refusal::QueueTimeout));
-        assert_eq!(d.step(), try_waiting(1, 40));
+        assert_eq!(d.step(), try_waiting(1, 40, true));
         d.waited_for_slot(10);
         d.report(refused("c1", Refusal::QueueFull));
         // The upstream failure outranks the queue refusals.
@@ -608,9 +644,9 @@ mod tests {
         d.report(Report::Busy);
         d.step();
         d.report(Report::Busy);
-        assert_eq!(d.step(), try_waiting(0, 0));
+        assert_eq!(d.step(), try_waiting(0, 0, false));
         d.report(refused("c0", Refusal::QueueTimeout));
-        assert_eq!(d.step(), try_waiting(1, 0));
+        assert_eq!(d.step(), try_waiting(1, 0, true));
         d.report(refused("c1", Refusal::QueueFull));
         assert_eq!(
             d.step(),
@@ -634,6 +670,42 @@ mod tests {
         assert_eq!(d.step(), try_now(0, false));
         d.report(failed(AttemptFailure::Status(502), false, "zero"));
         assert_eq!(d.step(), Step::CheckHolds);
+    }
+
+    #[test]
+    fn a_stream_abandoned_before_commit_is_retried_once_on_the_same_account() {
+        let mut d = direct(2);
+        assert_eq!(d.step(), try_now(0, true));
+        let crawl = AttemptFailure::Stream(crate::outcome::StreamCut::Throughput);
+        d.report(Report::RetrySame {
+            failure: crawl,
+            detail: "crawl",
+        });
+        assert_eq!(d.step(), try_now(0, true));
+        d.report(Report::RetrySame {
+            failure: crawl,
+            detail: "crawl again",
+        });
+        assert_eq!(d.step(), try_now(1, false));
+        d.report(Report::RetrySame {
+            failure: crawl,
+            detail: "crawl on c1",
+        });
+        assert_eq!(d.step(), try_now(1, false));
+        d.report(Report::RetrySame {
+            failure: crawl,
+            detail: "crawl on c1 again",
+        });
+        assert_eq!(d.step(), Step::CheckHolds);
+        d.holds(None, 2_000);
+        assert_eq!(
+            d.step(),
+            Step::Done(End::Upstream {
+                failure: crawl,
+                detail: "crawl on c1 again",
+                soonest_ms: Some(0),
+            })
+        );
     }
 
     #[test]
@@ -674,9 +746,9 @@ mod tests {
         d.report(Report::Excluded(ex("c1", Reason::Warming)));
         assert_eq!(d.step(), try_now(2, true));
         d.report(Report::Rejected("401 body"));
-        assert_eq!(d.step(), try_now(1, false));
+        assert_eq!(d.step(), try_before_waiting(1));
         d.report(failed(AttemptFailure::Status(500), false, "c1"));
-        assert_eq!(d.step(), try_waiting(0, 0));
+        assert_eq!(d.step(), try_waiting(0, 0, true));
         d.report(failed(AttemptFailure::Status(502), false, "c0"));
         assert_eq!(d.step(), Step::Done(End::Answer("401 body")));
 
@@ -684,7 +756,7 @@ mod tests {
         let mut d = direct(2);
         d.step();
         d.report(Report::Busy);
-        assert_eq!(d.step(), try_now(1, false));
+        assert_eq!(d.step(), try_before_waiting(1));
         d.report(Report::Rejected("403 body"));
         assert_eq!(d.step(), Step::Done(End::Answer("403 body")));
     }

@@ -21,6 +21,7 @@ pub mod resilience;
 pub mod routing;
 pub mod settings;
 pub mod sse;
+pub mod stream;
 pub mod usage;
 
 /// Milliseconds since the Unix epoch: the one time unit decisions use.

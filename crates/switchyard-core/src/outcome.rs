@@ -25,13 +25,82 @@ pub enum AttemptFailure {
     /// that is not JSON, or not an event stream when a stream was asked for. Treated like
     /// a 502 from the provider (the gateway's own quality 502 of SPEC R5).
     InvalidResponse,
+    /// A stream that was answering failed (SPEC R11, R12): before it committed, the next
+    /// candidate is tried; after, the client gets its format's terminal frame.
+    Stream(StreamCut),
+}
+
+/// How a stream failed after its response headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamCut {
+    /// No output event within the first-output budget (R11).
+    FirstOutput,
+    /// No output or reasoning event for the idle budget after the first output (R11).
+    OutputIdle,
+    /// The attempt ran past its total bound (R10's execution bound).
+    Total,
+    /// Useful output below the throughput watchdog's minimum (R12).
+    Throughput,
+    /// No byte at all for `upstream.stream_idle_timeout_ms` (the backstop).
+    Silent,
+    /// The connection broke, or the stream ended before its end event.
+    Broken,
+    /// The upstream sent its own error event.
+    Error,
+}
+
+impl StreamCut {
+    /// Short label for logs, metrics and the request log.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::FirstOutput => "first_output_timeout",
+            Self::OutputIdle => "output_idle_timeout",
+            Self::Total => "total_timeout",
+            Self::Throughput => "throughput_low",
+            Self::Silent => "stream_idle_timeout",
+            Self::Broken => "stream_broken",
+            Self::Error => "stream_error",
+        }
+    }
+
+    /// Every cut, for metrics and docs.
+    pub const ALL: [Self; 7] = [
+        Self::FirstOutput,
+        Self::OutputIdle,
+        Self::Total,
+        Self::Throughput,
+        Self::Silent,
+        Self::Broken,
+        Self::Error,
+    ];
+
+    /// A stall (rather than a break or an error): what `streamStallCooldown` cools.
+    pub fn is_stall(self) -> bool {
+        !matches!(self, Self::Broken | Self::Error)
+    }
+}
+
+impl From<crate::stream::watchdog::Trip> for StreamCut {
+    fn from(trip: crate::stream::watchdog::Trip) -> Self {
+        use crate::stream::watchdog::Trip;
+        match trip {
+            Trip::FirstOutput { .. } => Self::FirstOutput,
+            Trip::Idle { .. } => Self::OutputIdle,
+            Trip::Total { .. } => Self::Total,
+            Trip::Throughput { .. } => Self::Throughput,
+        }
+    }
 }
 
 impl AttemptFailure {
     /// Whether the next candidate may be tried.
     pub fn is_retryable(self) -> bool {
         match self {
-            Self::Connect | Self::FirstByteTimeout | Self::Reset | Self::InvalidResponse => true,
+            Self::Connect
+            | Self::FirstByteTimeout
+            | Self::Reset
+            | Self::InvalidResponse
+            | Self::Stream(_) => true,
             Self::Status(s) => is_retryable_status(s),
         }
     }
@@ -42,7 +111,7 @@ impl AttemptFailure {
         match self {
             Self::Status(s) => Some(s),
             Self::InvalidResponse => Some(502),
-            Self::Connect | Self::FirstByteTimeout | Self::Reset => None,
+            Self::Connect | Self::FirstByteTimeout | Self::Reset | Self::Stream(_) => None,
         }
     }
 
@@ -53,6 +122,7 @@ impl AttemptFailure {
             Self::FirstByteTimeout => "timeout",
             Self::Reset => "connection_reset",
             Self::InvalidResponse => "invalid_response",
+            Self::Stream(cut) => cut.label(),
             Self::Status(429) => "rate_limited",
             Self::Status(s) if s >= 500 => "server_error",
             Self::Status(_) => "client_error",
@@ -92,5 +162,32 @@ mod tests {
         assert_eq!(AttemptFailure::InvalidResponse.status(), Some(502));
         assert_eq!(AttemptFailure::Status(404).status(), Some(404));
         assert_eq!(AttemptFailure::Reset.status(), None);
+    }
+
+    #[test]
+    fn stream_cuts_fail_over_and_lock_nothing() {
+        for cut in StreamCut::ALL {
+            let f = AttemptFailure::Stream(cut);
+            assert!(f.is_retryable(), "{cut:?}");
+            assert_eq!(f.status(), None);
+            assert_eq!(f.label(), cut.label());
+        }
+        let stalls: Vec<_> = StreamCut::ALL
+            .into_iter()
+            .filter(|c| c.is_stall())
+            .collect();
+        assert_eq!(stalls.len(), 5);
+        use crate::stream::watchdog::Trip;
+        let trips = [
+            Trip::FirstOutput { budget_ms: 1 },
+            Trip::Idle { idle_ms: 1 },
+            Trip::Total { total_ms: 1 },
+            Trip::Throughput {
+                bytes: 0,
+                window_ms: 1,
+            },
+        ];
+        let cuts: Vec<_> = trips.into_iter().map(StreamCut::from).collect();
+        assert_eq!(cuts, StreamCut::ALL[..4]);
     }
 }

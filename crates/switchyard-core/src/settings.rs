@@ -1145,6 +1145,55 @@ pub const SERVER_SHUTDOWN_GRACE_MS: Setting<Int> = Setting {
     doc: "On SIGINT/SIGTERM, how long in-flight requests may run before they are cut.",
 };
 
+pub const STREAM_CONTENT_STALL_ADAPTIVE: Setting<Bool> = Setting {
+    key: "streamContentStall.adaptive",
+    env: "STREAM_FIRST_OUTPUT_ADAPTIVE",
+    // On (SPEC R11): long histories, many tools and reasoning models are slow to start.
+    kind: Bool { default: true },
+    applies: Applies::Live,
+    doc: "Raise the first-output budget for long histories, many tools, long prompts, high reasoning effort, thinking models and third-party Claude-format providers, up to streamContentStall.firstOutputMaxMs.",
+};
+
+pub const STREAM_CONTENT_STALL_FIRST_OUTPUT_MAX_MS: Setting<Int> = Setting {
+    key: "streamContentStall.firstOutputMaxMs",
+    env: "STREAM_FIRST_OUTPUT_MAX_MS",
+    // The seed engine's cap: three minutes covers a high-effort reasoning model's start.
+    kind: Int {
+        default: 180_000,
+        min: 1_000,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "Cap of the adaptive first-output budget.",
+};
+
+pub const STREAM_CONTENT_STALL_FIRST_OUTPUT_MS: Setting<Int> = Setting {
+    key: "streamContentStall.firstOutputMs",
+    env: "STREAM_FIRST_OUTPUT_TIMEOUT_MS",
+    // The seed engine's base (SPEC R11): a stream with no output event in 80 s fails over.
+    kind: Int {
+        default: 80_000,
+        min: 0,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "How long a streamed attempt may go without its first output event (text or tool call; reasoning restarts the budget, heartbeats do not) before the next candidate is tried. The last candidate is never cut for it. 0 = off.",
+};
+
+pub const STREAM_CONTENT_STALL_IDLE_MS: Setting<Int> = Setting {
+    key: "streamContentStall.idleMs",
+    env: "STREAM_CONTENT_STALL_TIMEOUT_MS",
+    // Output events of a healthy stream come seconds apart; reasoning restarts it, so
+    // two minutes only ends streams that stopped producing while staying connected.
+    kind: Int {
+        default: 120_000,
+        min: 0,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "Longest gap between output (or reasoning) events of a stream once it has produced output; heartbeats do not count. 0 = off.",
+};
+
 pub const STREAM_STALL_COOLDOWN_ENABLED: Setting<Bool> = Setting {
     key: "streamStallCooldown.enabled",
     env: "STREAM_STALL_COOLDOWN_ENABLED",
@@ -1152,6 +1201,52 @@ pub const STREAM_STALL_COOLDOWN_ENABLED: Setting<Bool> = Setting {
     kind: Bool { default: false },
     applies: Applies::Live,
     doc: "Cool the connection down when its stream stalls past upstream.stream_idle_timeout_ms.",
+};
+
+pub const STREAM_THROUGHPUT_WATCHDOG_ENABLED: Setting<Bool> = Setting {
+    key: "streamThroughputWatchdog.enabled",
+    env: "STREAM_THROUGHPUT_WATCHDOG_ENABLED",
+    // Off (SPEC R12): a slow stream is often just a long answer from a slow model.
+    kind: Bool { default: false },
+    applies: Applies::Live,
+    doc: "Abort a streamed attempt whose useful output (bytes of text) over a rolling window is below streamThroughputWatchdog.minBytesPerSecond, after the warm-up; paused while a tool call or reasoning is open.",
+};
+
+pub const STREAM_THROUGHPUT_WATCHDOG_MIN_BYTES_PER_SECOND: Setting<Int> = Setting {
+    key: "streamThroughputWatchdog.minBytesPerSecond",
+    env: "STREAM_THROUGHPUT_MIN_BYTES_PER_SECOND",
+    // SPEC R12's default: a stream that adds less than a byte a second is not answering.
+    kind: Int {
+        default: 1,
+        min: 1,
+        max: 1_000_000,
+    },
+    applies: Applies::Live,
+    doc: "The throughput watchdog's minimum useful output rate.",
+};
+
+pub const STREAM_THROUGHPUT_WATCHDOG_WARMUP_MS: Setting<Int> = Setting {
+    key: "streamThroughputWatchdog.warmupMs",
+    env: "STREAM_THROUGHPUT_WARMUP_MS",
+    kind: Int {
+        default: 30_000,
+        min: 0,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "Time from the attempt's start before the throughput watchdog's first window begins.",
+};
+
+pub const STREAM_THROUGHPUT_WATCHDOG_WINDOW_MS: Setting<Int> = Setting {
+    key: "streamThroughputWatchdog.windowMs",
+    env: "STREAM_THROUGHPUT_WINDOW_MS",
+    kind: Int {
+        default: 30_000,
+        min: 1_000,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "The throughput watchdog's rolling window.",
 };
 
 pub const UPSTREAM_CONNECT_TIMEOUT_MS: Setting<Int> = Setting {
@@ -1259,7 +1354,15 @@ pub const DEFS: &[SettingDef] = &[
     SERVER_KEEPALIVE_IDLE_TIMEOUT_MS.def(),
     SERVER_MAX_CONNECTIONS.def(),
     SERVER_SHUTDOWN_GRACE_MS.def(),
+    STREAM_CONTENT_STALL_ADAPTIVE.def(),
+    STREAM_CONTENT_STALL_FIRST_OUTPUT_MAX_MS.def(),
+    STREAM_CONTENT_STALL_FIRST_OUTPUT_MS.def(),
+    STREAM_CONTENT_STALL_IDLE_MS.def(),
     STREAM_STALL_COOLDOWN_ENABLED.def(),
+    STREAM_THROUGHPUT_WATCHDOG_ENABLED.def(),
+    STREAM_THROUGHPUT_WATCHDOG_MIN_BYTES_PER_SECOND.def(),
+    STREAM_THROUGHPUT_WATCHDOG_WARMUP_MS.def(),
+    STREAM_THROUGHPUT_WATCHDOG_WINDOW_MS.def(),
     UPSTREAM_CONNECT_TIMEOUT_MS.def(),
     UPSTREAM_FIRST_BYTE_TIMEOUT_MS.def(),
     UPSTREAM_STREAM_IDLE_TIMEOUT_MS.def(),
@@ -1354,9 +1457,23 @@ pub struct Settings {
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
     pub stream_idle_timeout_ms: u64,
+    /// `streamContentStall.*` and `streamThroughputWatchdog.*` (SPEC R11, R12).
+    pub stream: StreamSettings,
     pub quota: QuotaSettings,
     pub resilience: ResilienceSettings,
     pub concurrency: ConcurrencySettings,
+}
+
+/// The stream watchdogs' settings (SPEC R11, R12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// The first-output budget; its base 0 = off.
+    pub first_output: crate::stream::budget::Budget,
+    /// 0 = off.
+    pub idle_ms: u64,
+    /// The throughput watchdog is on (R12).
+    pub throughput_enabled: bool,
+    pub throughput: crate::stream::watchdog::Throughput,
 }
 
 /// How much of the request log is kept (`requestLog.*`).
@@ -1779,6 +1896,20 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         connect_timeout_ms: r.get(&UPSTREAM_CONNECT_TIMEOUT_MS),
         first_byte_timeout_ms: r.get(&UPSTREAM_FIRST_BYTE_TIMEOUT_MS),
         stream_idle_timeout_ms: r.get(&UPSTREAM_STREAM_IDLE_TIMEOUT_MS),
+        stream: StreamSettings {
+            first_output: crate::stream::budget::Budget {
+                base_ms: r.get(&STREAM_CONTENT_STALL_FIRST_OUTPUT_MS),
+                max_ms: r.get(&STREAM_CONTENT_STALL_FIRST_OUTPUT_MAX_MS),
+                adaptive: r.get(&STREAM_CONTENT_STALL_ADAPTIVE),
+            },
+            idle_ms: r.get(&STREAM_CONTENT_STALL_IDLE_MS),
+            throughput_enabled: r.get(&STREAM_THROUGHPUT_WATCHDOG_ENABLED),
+            throughput: crate::stream::watchdog::Throughput {
+                warmup_ms: r.get(&STREAM_THROUGHPUT_WATCHDOG_WARMUP_MS),
+                window_ms: r.get(&STREAM_THROUGHPUT_WATCHDOG_WINDOW_MS),
+                min_bytes_per_s: r.get(&STREAM_THROUGHPUT_WATCHDOG_MIN_BYTES_PER_SECOND),
+            },
+        },
         resilience: ResilienceSettings {
             breaker,
             cooldown: crate::resilience::cooldown::Profiles {

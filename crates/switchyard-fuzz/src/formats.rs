@@ -67,9 +67,15 @@ pub fn request(data: &[u8]) {
         0 => None,
         n => Some(u64::from(n) * 1000),
     };
-    let Ok(request) = client.decode(input.rest()) else {
+    let input_body = input.rest();
+    let Ok(request) = client.decode(input_body) else {
         return;
     };
+    // JSON that serde reads as a value (not, say, a number beyond f64) stays so; the
+    // rest passes on as the client wrote it.
+    if serde_json::from_slice::<Value>(input_body).is_err() {
+        return;
+    }
     let what = context("request", client, upstream);
     let Ok(body) = request.upstream_body(upstream, MODEL, limit) else {
         return;
@@ -262,8 +268,11 @@ pub fn reader(data: &[u8]) {
     let body = input.rest();
     let read = |chunks: &[&[u8]]| {
         let mut r = format.stream_reader();
-        let chars: usize = chunks.iter().map(|c| r.feed(c)).sum();
-        (chars, r.usage(), r.complete(), r.errored())
+        let mut progress = switchyard_core::stream::Progress::default();
+        for c in chunks {
+            progress.merge(&r.feed(c));
+        }
+        (progress, r.usage(), r.complete(), r.errored())
     };
     assert_eq!(
         read(&input::chunks(body, plan)),

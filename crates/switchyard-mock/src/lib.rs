@@ -59,7 +59,8 @@
 //! | `trickle_interval_ms` | `{"trickle_bytes": 8, "trickle_interval_ms": 20}` | the gap before each write of `trickle_bytes` (default 0) |
 //! | `chunks` | `{"chunks": 200}` | words of the canned answer (default 5); also keeps the answer whole whatever the request's `max_tokens` |
 //! | `chunk_interval_ms` | `{"chunk_interval_ms": 10}` | delay before each stream frame |
-//! | `stall_after_chunks` | `{"stall_after_chunks": 2}` | stop sending after this many frames, holding the connection open |
+//! | `stall_after_chunks` | `{"stall_after_chunks": 2}` | stop sending after this many frames (0: after the stream's head, before any delta), holding the connection open |
+//! | `heartbeat_ms` | `{"stall_after_chunks": 0, "heartbeat_ms": 15000}` | while stalled, send a heartbeat this often: Anthropic `event: ping`, a `: keep-alive` comment on chat and Responses |
 //! | `reset_after_chunks` | `{"reset_after_chunks": 2, "chunk_interval_ms": 5}` | reset the connection after this many frames |
 //! | `end_after_chunks` | `{"end_after_chunks": 2}` | end the stream cleanly after this many frames, without its tail (no finish reason, no usage, no `[DONE]`/`message_stop`/`response.completed`) |
 //! | `stream_error` | `{"stream_error": {"type": "overloaded_error", "message": "busy"}}` | end the stream with the API's error event (chat `data: {"error":…}`, Messages `event: error`, Responses `response.failed` with `type` as its `code`) instead of its tail; after `end_after_chunks` frames when that is set |

@@ -105,6 +105,10 @@ pub struct Rule {
     /// Stop sending after this many content chunks and hold the connection open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_after_chunks: Option<u32>,
+    /// While stalled (`stall_after_chunks`), send a heartbeat this often: Anthropic
+    /// `ping` events, SSE comments on the other APIs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_ms: Option<u64>,
     /// Reset the connection after this many content chunks. Combine with
     /// `chunk_interval_ms` so the chunks before the reset are flushed to the client
     /// (the reset happens after the interval).

@@ -647,37 +647,58 @@ fn success(api: Api, inc: &Incoming, rule: &Rule, guard: InFlight, kill: ConnKil
         Api::Responses => responses::stream_of(&inc.model, &answer, inc.prompt),
     };
     let interval = rule.chunk_interval_ms.map(Duration::from_millis);
-    let stall_after = rule.stall_after_chunks;
     let reset_after = rule.reset_after_chunks;
-    let content = stream::iter(frames.into_iter().zip(0u32..)).then(move |(frame, i)| async move {
-        if stall_after == Some(i) {
-            std::future::pending::<()>().await;
-        }
-        if let Some(d) = interval {
-            tokio::time::sleep(d).await;
-        }
-        if reset_after == Some(i) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "mock scripted reset",
-            ));
-        }
-        Ok(Bytes::from(frame))
-    });
-    let end_after = rule.end_after_chunks;
-    let content = content.take(end_after.map_or(usize::MAX, |n| n as usize));
+    // Frames sent: up to a stall, or the scripted end, whichever comes first.
+    let count = frames.len();
+    let stall_at = rule
+        .stall_after_chunks
+        .map(|n| n as usize)
+        .filter(|n| *n < count);
+    let end_at = rule.end_after_chunks.map(|n| n as usize);
+    let stalls = stall_at.is_some_and(|s| end_at.is_none_or(|e| s < e));
+    let shown = [stall_at, end_at]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(count);
+    let content = stream::iter(frames.into_iter().zip(0u32..).take(shown)).then(
+        move |(frame, i)| async move {
+            if let Some(d) = interval {
+                tokio::time::sleep(d).await;
+            }
+            if reset_after == Some(i) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "mock scripted reset",
+                ));
+            }
+            Ok(Bytes::from(frame))
+        },
+    );
     let (tail, keep_tail) = match &rule.stream_error {
         Some(error) => (error_event(api, error), true),
-        None => (tail, end_after.is_none()),
+        None => (tail, end_at.is_none()),
     };
-    let tail = stream::once(async move {
-        drop(guard);
-        Ok(Bytes::from(tail))
-    })
-    .filter(move |_| std::future::ready(keep_tail));
-    let body = stream::once(async move { Ok(Bytes::from(head)) })
-        .chain(content)
-        .chain(tail);
+    let head = stream::once(async move { Ok(Bytes::from(head)) }).chain(content);
+    let body = if stalls {
+        // Nothing more but heartbeats, if any, while the connection lives.
+        let heartbeat = rule.heartbeat_ms.map(Duration::from_millis);
+        let silence = stream::unfold(guard, move |guard| async move {
+            let Some(gap) = heartbeat else {
+                return std::future::pending().await;
+            };
+            tokio::time::sleep(gap).await;
+            Some((Ok(Bytes::from_static(heartbeat_event(api))), guard))
+        });
+        head.chain(silence).boxed()
+    } else {
+        let tail = stream::once(async move {
+            drop(guard);
+            Ok(Bytes::from(tail))
+        })
+        .filter(move |_| std::future::ready(keep_tail));
+        head.chain(tail).boxed()
+    };
     let mut r = Response::new(deliver(body, rule, kill));
     // A Codex subscription backend streams without a Content-Type, as the real one does.
     if inc.path != CODEX_BACKEND_RESPONSES {
@@ -738,6 +759,14 @@ where
             piece
         });
     Body::from_stream(pieces)
+}
+
+/// A heartbeat in `api`'s stream: Anthropic's `ping` event, an SSE comment elsewhere.
+fn heartbeat_event(api: Api) -> &'static [u8] {
+    match api {
+        Api::Anthropic => b"event: ping\ndata: {\"type\": \"ping\"}\n\n",
+        Api::OpenAi | Api::Responses => b": keep-alive\n\n",
+    }
 }
 
 /// The error event that ends a stream in `api`'s format, as each API sends it.

@@ -7,10 +7,11 @@
 //! usage from `message_start` and `message_delta`, completeness from `message_stop`, and
 //! which content block is open, so a cut can close it.
 
-use super::DecodeError;
+use super::{DecodeError, Text};
 use crate::llm::{RawObject, Request};
 use crate::sse::SseParser;
-use crate::usage::{generated_chars, Usage};
+use crate::stream::Progress;
+use crate::usage::Usage;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -64,24 +65,72 @@ pub fn fit_thinking(thinking: &str, bound: u64) -> Option<Option<String>> {
     Some(Some(value.to_string()))
 }
 
-/// What a cut stream's closing events repeat of the upstream's.
+/// What the reader needs of an event: its type, the block's index, the started
+/// block's type, and the delta.
 #[derive(Debug, Deserialize)]
-struct Event {
-    #[serde(rename = "type")]
-    kind: String,
+struct Event<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
     #[serde(default)]
     index: Option<u64>,
+    #[serde(default, borrow)]
+    content_block: Option<Block<'a>>,
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
 }
 
-/// Reads a Messages event stream: usage (merged across `message_start` and
-/// `message_delta`), generated text, completeness (`message_stop`), and the open block.
+#[derive(Debug, Deserialize)]
+struct Block<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Text<'a>,
+}
+
+/// A `content_block_delta`'s delta: `text_delta` (`text`), `input_json_delta`
+/// (`partial_json`), `thinking_delta` (`thinking`), `signature_delta`.
+#[derive(Debug, Deserialize)]
+struct Delta<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Text<'a>,
+    #[serde(default, borrow)]
+    text: Text<'a>,
+    #[serde(default, borrow)]
+    partial_json: Text<'a>,
+    #[serde(default, borrow)]
+    thinking: Text<'a>,
+}
+
+/// The kind of a content block, as the watchdogs see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockKind {
+    Text,
+    /// `tool_use`, `server_tool_use`, `mcp_tool_use`.
+    Tool,
+    /// `thinking`, `redacted_thinking`.
+    Reasoning,
+}
+
+impl BlockKind {
+    fn of(kind: &str) -> Self {
+        if kind.contains("thinking") {
+            Self::Reasoning
+        } else if kind.ends_with("tool_use") {
+            Self::Tool
+        } else {
+            Self::Text
+        }
+    }
+}
+
+/// Reads a Messages event stream: what each chunk carried, usage (merged across
+/// `message_start` and `message_delta`), completeness (`message_stop`), and the open
+/// block.
 #[derive(Debug, Default)]
 pub struct StreamReader {
     parser: SseParser,
     usage: Option<Usage>,
     complete: bool,
-    /// The content block started and not yet stopped.
-    open_block: Option<u64>,
+    /// The content block started and not yet stopped, and its kind.
+    open_block: Option<(u64, BlockKind)>,
     /// `message_delta` was seen: the answer's stop reason is already out.
     stopped: bool,
     /// An `error` event was seen.
@@ -91,9 +140,9 @@ pub struct StreamReader {
 }
 
 impl StreamReader {
-    /// Reads a relayed chunk; returns the characters of generated text in it.
-    pub fn feed(&mut self, chunk: &[u8]) -> usize {
-        let mut generated = 0;
+    /// Reads a relayed chunk: what it carried.
+    pub fn feed(&mut self, chunk: &[u8]) -> Progress {
+        let mut progress = Progress::default();
         let Self {
             parser,
             usage,
@@ -104,26 +153,54 @@ impl StreamReader {
             started,
         } = self;
         parser.feed(chunk, |event| {
-            let Ok(parsed) = serde_json::from_str::<Event>(&event.data) else {
+            let Ok(parsed) = serde_json::from_str::<Event<'_>>(&event.data) else {
                 return;
             };
-            match parsed.kind.as_str() {
+            let p = &mut progress;
+            let before = (p.output, p.reasoning, p.heartbeats);
+            match parsed.kind.as_ref() {
                 "message_stop" => *complete = true,
                 "message_start" => *started = true,
-                "content_block_start" => *open_block = parsed.index,
+                "content_block_start" => {
+                    let kind = parsed
+                        .content_block
+                        .as_ref()
+                        .map_or(BlockKind::Text, |b| BlockKind::of(b.kind.as_str()));
+                    *open_block = parsed.index.map(|i| (i, kind));
+                    match kind {
+                        BlockKind::Tool => p.tool(true, ""),
+                        BlockKind::Reasoning => p.reasoning(""),
+                        BlockKind::Text => {}
+                    }
+                }
                 "content_block_stop" => *open_block = None,
                 "message_delta" => *stopped = true,
                 "error" => *errored = true,
-                "content_block_delta" => generated += generated_chars(&event.data),
+                "content_block_delta" => {
+                    if let Some(d) = &parsed.delta {
+                        match d.kind.as_str() {
+                            "thinking_delta" => p.reasoning(d.thinking.as_str()),
+                            "signature_delta" => p.reasoning(""),
+                            "input_json_delta" => p.tool(false, d.partial_json.as_str()),
+                            _ => p.text(d.text.as_str()),
+                        }
+                    }
+                }
                 _ => {}
             }
-            if matches!(parsed.kind.as_str(), "message_start" | "message_delta") {
+            if (p.output, p.reasoning, p.heartbeats) == before {
+                p.heartbeat();
+            }
+            if matches!(parsed.kind.as_ref(), "message_start" | "message_delta") {
                 if let Some(u) = Usage::from_json_bytes(event.data.as_bytes()) {
                     usage.get_or_insert_with(Usage::default).merge(u);
                 }
             }
         });
-        generated
+        let open = open_block.map(|(_, kind)| kind);
+        progress.tool_open = open == Some(BlockKind::Tool);
+        progress.reasoning_open = open == Some(BlockKind::Reasoning);
+        progress
     }
 
     pub fn usage(&self) -> Option<Usage> {
@@ -149,7 +226,7 @@ impl StreamReader {
             push_event(&mut out, "error", error);
             return out;
         }
-        if let Some(index) = self.open_block.take() {
+        if let Some((index, _)) = self.open_block.take() {
             push_event(
                 &mut out,
                 "content_block_stop",
@@ -317,10 +394,84 @@ mod tests {
         "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\n",
     );
 
+    fn event(name: &str, data: &str) -> String {
+        format!("event: {name}\ndata: {data}\n\n")
+    }
+
+    #[test]
+    fn each_event_is_classified_for_the_watchdogs() {
+        let mut r = StreamReader::default();
+        let start = r.feed(STREAM.as_bytes());
+        // message_start, the text block's start and the ping carry nothing.
+        assert_eq!(
+            start,
+            Progress {
+                output: 1,
+                heartbeats: 3,
+                text_bytes: 5,
+                chars: 5,
+                ..Progress::default()
+            }
+        );
+        let mut r = StreamReader::default();
+        let thinking = r.feed(
+            format!(
+                "{}{}{}",
+                event("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#),
+                event("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":""}}"#),
+                event("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"s"}}"#),
+            )
+            .as_bytes(),
+        );
+        assert_eq!(
+            thinking,
+            Progress {
+                reasoning: 3,
+                reasoning_open: true,
+                ..Progress::default()
+            }
+        );
+        let closed = r.feed(
+            event(
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":0}"#,
+            )
+            .as_bytes(),
+        );
+        assert_eq!(
+            closed,
+            Progress {
+                heartbeats: 1,
+                ..Progress::default()
+            }
+        );
+        let tool = r.feed(
+            format!(
+                "{}{}{}",
+                event("content_block_start", r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#),
+                event("content_block_delta", r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}"#),
+                event("content_block_delta", r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}}"#),
+            )
+            .as_bytes(),
+        );
+        assert_eq!(
+            tool,
+            Progress {
+                output: 2,
+                heartbeats: 1,
+                chars: 4,
+                tool_open: true,
+                ..Progress::default()
+            }
+        );
+        let whitespace = r.feed(event("content_block_delta", r#"{"type":"content_block_delta","index":2,"delta":{"type":"text_delta","text":"  "}}"#).as_bytes());
+        assert_eq!((whitespace.output, whitespace.text_bytes), (1, 0));
+    }
+
     #[test]
     fn reads_usage_text_and_the_end() {
         let mut r = StreamReader::default();
-        assert_eq!(r.feed(STREAM.as_bytes()), 5);
+        assert_eq!(r.feed(STREAM.as_bytes()).chars, 5);
         assert_eq!(
             r.usage(),
             Some(Usage {
@@ -334,7 +485,7 @@ mod tests {
             "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":9}}\n\n",
             "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
         );
-        assert_eq!(r.feed(tail.as_bytes()), 0);
+        assert_eq!(r.feed(tail.as_bytes()).chars, 0);
         assert!(r.complete());
         assert!(!r.errored());
         let mut e = StreamReader::default();

@@ -11,6 +11,7 @@ pub mod translate;
 
 use crate::domain::UpstreamFormat;
 use crate::llm::{RawObjectError, Request};
+use crate::stream::Progress;
 use crate::usage::Usage;
 
 /// An API format.
@@ -116,8 +117,9 @@ impl DecodeError {
 /// quota estimate overflow, and is refused before any upstream is charged.
 pub const MAX_COMPLETION_TOKENS: u64 = 1 << 20;
 
-/// Reads an upstream stream, chunk by chunk as relayed, for what the gateway must know
-/// of it: usage, generated text, whether the answer completed.
+/// Reads a stream, chunk by chunk as relayed, for what the gateway must know of it: the
+/// [`Progress`] of each chunk (output, reasoning, heartbeats, text; the watchdogs and
+/// the quota read it), usage, whether the answer completed or carried an error.
 #[derive(Debug)]
 pub enum StreamReader {
     OpenAiChat(openai_chat::StreamReader),
@@ -126,8 +128,8 @@ pub enum StreamReader {
 }
 
 impl StreamReader {
-    /// Reads a relayed chunk; returns the characters of generated text in it.
-    pub fn feed(&mut self, chunk: &[u8]) -> usize {
+    /// Reads a relayed chunk: what it carried.
+    pub fn feed(&mut self, chunk: &[u8]) -> Progress {
         match self {
             Self::OpenAiChat(r) => r.feed(chunk),
             Self::AnthropicMessages(r) => r.feed(chunk),
@@ -172,5 +174,75 @@ impl StreamReader {
             Self::AnthropicMessages(r) => r.cut_frames(error),
             Self::Responses(r) => r.cut_frames(error),
         }
+    }
+}
+
+/// A stream event's member read as text when it is a string, and as nothing when it is
+/// anything else (`null`, a number, an object): a reader must not lose a whole event to
+/// one member an upstream shapes its own way. Borrowed when the text has no escapes.
+#[derive(Debug, Default)]
+pub(crate) struct Text<'a>(pub Option<std::borrow::Cow<'a, str>>);
+
+impl Text<'_> {
+    /// The text, empty when there is none.
+    pub(crate) fn as_str(&self) -> &str {
+        self.0.as_deref().unwrap_or_default()
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+        use std::borrow::Cow;
+        use std::marker::PhantomData;
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Some(Cow::Owned(v.to_owned()))))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Some(Cow::Owned(v))))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(Text(None))
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<Self::Value, D::Error> {
+                <Text<'a> as serde::Deserialize<'de>>::deserialize(d)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
     }
 }

@@ -5,9 +5,10 @@
 //! 400 before any upstream is charged), and keeps every member's raw text in order for
 //! the passthrough. Streams are read beside the relay, never rewritten.
 
-use super::{DecodeError, MAX_COMPLETION_TOKENS};
+use super::{DecodeError, Text, MAX_COMPLETION_TOKENS};
 use crate::llm::{RawObject, Request};
 use crate::sse::SseParser;
+use crate::stream::Progress;
 use crate::usage::{generated_chars, Usage};
 use serde::Deserialize;
 
@@ -101,6 +102,9 @@ pub struct StreamReader {
     ident: Option<ChunkIdent>,
     /// An error chunk (`{"error": …}`) was seen.
     errored: bool,
+    /// A tool call, and reasoning, open: begun and not yet followed by text or a
+    /// finish reason.
+    open: (bool, bool),
 }
 
 /// The member that makes a chunk an error chunk.
@@ -109,27 +113,124 @@ struct ErrorProbe {
     error: Option<serde::de::IgnoredAny>,
 }
 
+/// What the reader classifies of a chunk: its choices' deltas and finish reasons.
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Vec<Choice<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Text<'a>,
+}
+
+/// A chunk's delta: text, reasoning (`reasoning_content`, or `reasoning` as some
+/// providers send it), a refusal, tool-call pieces.
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Text<'a>,
+    #[serde(default, borrow)]
+    reasoning_content: Text<'a>,
+    #[serde(default, borrow)]
+    reasoning: Text<'a>,
+    #[serde(default, borrow)]
+    refusal: Text<'a>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ToolCallDelta<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDelta<'a> {
+    #[serde(default, borrow)]
+    id: Text<'a>,
+    #[serde(default, borrow)]
+    function: Option<FunctionDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta<'a> {
+    #[serde(default, borrow)]
+    arguments: Text<'a>,
+}
+
+/// Classifies one chunk's data into `p`; `open` is (tool call, reasoning) open.
+fn classify(data: &str, p: &mut Progress, open: &mut (bool, bool)) {
+    let Ok(chunk) = serde_json::from_str::<Chunk<'_>>(data) else {
+        // A chunk of another shape: whatever text it carries is output.
+        let chars = generated_chars(data);
+        if chars > 0 {
+            p.output = p.output.saturating_add(1);
+            p.chars = p.chars.saturating_add(chars);
+            p.text_bytes = p
+                .text_bytes
+                .saturating_add(u64::try_from(chars).unwrap_or(u64::MAX));
+        } else {
+            p.heartbeat();
+        }
+        return;
+    };
+    let before = (p.output, p.reasoning, p.heartbeats);
+    for choice in &chunk.choices {
+        if let Some(d) = &choice.delta {
+            for reasoning in [&d.reasoning_content, &d.reasoning] {
+                if let Some(text) = &reasoning.0 {
+                    p.reasoning(text);
+                    open.1 = true;
+                }
+            }
+            for text in [&d.content, &d.refusal] {
+                if text.0.is_some() {
+                    p.text(text.as_str());
+                    if !text.as_str().is_empty() {
+                        *open = (false, false);
+                    }
+                }
+            }
+            for call in d.tool_calls.iter().flatten() {
+                let input = call.function.as_ref().map_or("", |f| f.arguments.as_str());
+                p.tool(call.id.0.is_some(), input);
+                *open = (true, false);
+            }
+        }
+        if choice.finish_reason.0.is_some() {
+            *open = (false, false);
+        }
+    }
+    if (p.output, p.reasoning, p.heartbeats) == before {
+        p.heartbeat();
+    }
+}
+
 impl StreamReader {
-    /// Reads a relayed chunk; returns the characters of generated text in it.
-    pub fn feed(&mut self, chunk: &[u8]) -> usize {
+    /// Reads a relayed chunk: what it carried.
+    pub fn feed(&mut self, chunk: &[u8]) -> Progress {
         let (usage, complete, ident) = (&mut self.usage, &mut self.complete, &mut self.ident);
-        let errored = &mut self.errored;
-        let mut generated = 0;
+        let (errored, open) = (&mut self.errored, &mut self.open);
+        let mut progress = Progress::default();
         self.parser.feed(chunk, |event| {
             *complete |= event.ends_answer();
+            if event.is_done() {
+                return;
+            }
             if event.data.contains("\"error\"") {
                 *errored |= serde_json::from_str::<ErrorProbe>(&event.data)
                     .is_ok_and(|p| p.error.is_some());
             }
-            if ident.is_none() && !event.is_done() {
+            if ident.is_none() {
                 *ident = serde_json::from_str(&event.data).ok();
             }
             if let Some(u) = Usage::from_json_bytes(event.data.as_bytes()) {
                 usage.get_or_insert_with(Usage::default).merge(u);
             }
-            generated += generated_chars(&event.data);
+            classify(&event.data, &mut progress, open);
         });
-        generated
+        (progress.tool_open, progress.reasoning_open) = self.open;
+        progress
     }
 
     pub fn usage(&self) -> Option<Usage> {
@@ -281,13 +382,122 @@ mod tests {
         assert!(!r.stream);
     }
 
+    fn chunk(delta: &str) -> String {
+        format!("data: {{\"id\":\"c\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n")
+    }
+
+    #[test]
+    fn each_chunk_is_classified_for_the_watchdogs() {
+        let cases = [
+            (
+                r#"{"content":"Hé "}"#,
+                Progress {
+                    output: 1,
+                    text_bytes: 4,
+                    chars: 3,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"content":"\n "}"#,
+                Progress {
+                    output: 1,
+                    chars: 2,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"role":"assistant","content":""}"#,
+                Progress {
+                    heartbeats: 1,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{}"#,
+                Progress {
+                    heartbeats: 1,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"reasoning_content":""}"#,
+                Progress {
+                    reasoning: 1,
+                    reasoning_open: true,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"reasoning":"hm"}"#,
+                Progress {
+                    reasoning: 1,
+                    chars: 2,
+                    reasoning_open: true,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"refusal":"no"}"#,
+                Progress {
+                    output: 1,
+                    text_bytes: 2,
+                    chars: 2,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]}"#,
+                Progress {
+                    output: 1,
+                    tool_open: true,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"content":{"odd":"shape"}}"#,
+                Progress {
+                    heartbeats: 1,
+                    ..Progress::default()
+                },
+            ),
+        ];
+        for (delta, want) in cases {
+            let mut r = StreamReader::default();
+            assert_eq!(r.feed(chunk(delta).as_bytes()), want, "{delta}");
+        }
+        // Tool input deltas keep the call open until the finish reason.
+        let mut r = StreamReader::default();
+        r.feed(
+            chunk(r#"{"tool_calls":[{"index":0,"id":"call_1","function":{"name":"f"}}]}"#)
+                .as_bytes(),
+        );
+        let args = r.feed(
+            chunk(r#"{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":1}"}}]}"#)
+                .as_bytes(),
+        );
+        assert_eq!((args.output, args.chars, args.tool_open), (1, 7, true));
+        let end = r.feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n");
+        assert_eq!(
+            end,
+            Progress {
+                heartbeats: 1,
+                ..Progress::default()
+            }
+        );
+        // A chunk of another shape still counts its text.
+        let mut odd = StreamReader::default();
+        let p = odd.feed(b"data: {\"choices\":\"x\",\"content\":\"hey\"}\n\n");
+        assert_eq!((p.output, p.chars), (1, 3));
+    }
+
     #[test]
     fn the_stream_reader_merges_usage_counts_text_and_sees_the_end() {
         let mut r = StreamReader::default();
         let first = br#"data: {"id":"c1","created":7,"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}
 
 "#;
-        assert_eq!(r.feed(first), 3);
+        assert_eq!(r.feed(first).chars, 3);
         assert!(!r.complete());
         assert_eq!(r.usage(), None);
         let last = br#"data: {"id":"c1","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6}}
@@ -295,7 +505,7 @@ mod tests {
 data: [DONE]
 
 "#;
-        assert_eq!(r.feed(last), 2);
+        assert_eq!(r.feed(last).chars, 2);
         assert!(r.complete());
         assert!(!r.errored());
         let mut e = StreamReader::default();

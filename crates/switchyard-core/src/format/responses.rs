@@ -23,9 +23,10 @@
 
 use super::openai_chat::{is_non_empty_array, max_tokens_of, model_of, stream_of};
 use super::translate::map::Tokens;
-use super::DecodeError;
+use super::{DecodeError, Text};
 use crate::llm::{RawObject, Request};
 use crate::sse::SseParser;
+use crate::stream::Progress;
 use crate::usage::Usage;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -150,12 +151,42 @@ fn is_input(raw: &str) -> bool {
     is_non_empty_array(raw) || (raw.starts_with('"') && raw != "\"\"")
 }
 
-/// What a reader needs of an event: its type and sequence number.
+/// What a reader needs of an event: its type, sequence number, delta and item type.
 #[derive(Deserialize)]
-struct Event {
-    #[serde(rename = "type")]
-    kind: String,
+struct Event<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
     sequence_number: Option<u64>,
+    #[serde(default, borrow)]
+    delta: Text<'a>,
+    #[serde(default, borrow)]
+    item: Option<Item<'a>>,
+}
+
+/// The item of `response.output_item.added` and `.done`.
+#[derive(Deserialize)]
+struct Item<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Text<'a>,
+}
+
+/// What an output item is, as the watchdogs see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ItemKind {
+    Message,
+    /// `function_call`, `custom_tool_call` and the other tool calls.
+    Tool,
+    Reasoning,
+}
+
+impl ItemKind {
+    fn of(kind: &str) -> Self {
+        match kind {
+            "message" => Self::Message,
+            "reasoning" => Self::Reasoning,
+            _ => Self::Tool,
+        }
+    }
 }
 
 /// What a cut stream's `response.failed` repeats of `response.created`.
@@ -215,12 +246,14 @@ pub struct StreamReader {
     ident: Ident,
     /// The sequence number of the next event.
     next_sequence: u64,
+    /// The output item added and not yet done, and its kind.
+    open: Option<ItemKind>,
 }
 
 impl StreamReader {
-    /// Reads a relayed chunk; returns the characters of generated text in it.
-    pub fn feed(&mut self, chunk: &[u8]) -> usize {
-        let mut generated = 0;
+    /// Reads a relayed chunk: what it carried.
+    pub fn feed(&mut self, chunk: &[u8]) -> Progress {
+        let mut progress = Progress::default();
         let Self {
             parser,
             usage,
@@ -228,34 +261,52 @@ impl StreamReader {
             errored,
             ident,
             next_sequence,
+            open,
         } = self;
         parser.feed(chunk, |event| {
-            let Ok(parsed) = serde_json::from_str::<Event>(&event.data) else {
+            let Ok(parsed) = serde_json::from_str::<Event<'_>>(&event.data) else {
                 return;
             };
             if let Some(n) = parsed.sequence_number {
                 *next_sequence = n.saturating_add(1);
             }
-            match parsed.kind.as_str() {
+            let p = &mut progress;
+            let delta = parsed.delta.as_str();
+            match parsed.kind.as_ref() {
                 "response.created" => {
                     if let Ok(created) = serde_json::from_str::<Created>(&event.data) {
                         *ident = created.response;
                     }
+                    p.heartbeat();
                 }
-                "response.output_text.delta"
-                | "response.reasoning_summary_text.delta"
+                "response.output_item.added" => {
+                    let kind = parsed
+                        .item
+                        .as_ref()
+                        .map_or(ItemKind::Message, |i| ItemKind::of(i.kind.as_str()));
+                    match kind {
+                        ItemKind::Tool => p.tool(true, ""),
+                        ItemKind::Reasoning => p.reasoning(""),
+                        ItemKind::Message => p.heartbeat(),
+                    }
+                    *open = Some(kind);
+                }
+                "response.output_item.done" => {
+                    *open = None;
+                    p.heartbeat();
+                }
+                "response.output_text.delta" | "response.refusal.delta" => p.text(delta),
+                "response.reasoning_summary_text.delta"
                 | "response.reasoning_text.delta"
-                | "response.refusal.delta"
-                | "response.function_call_arguments.delta"
-                | "response.custom_tool_call_input.delta" => {
-                    generated += delta_chars(&event.data);
-                }
+                | "response.reasoning_summary_part.added" => p.reasoning(delta),
+                "response.function_call_arguments.delta"
+                | "response.custom_tool_call_input.delta" => p.tool(false, delta),
                 "response.completed" | "response.incomplete" => *complete = true,
                 "response.failed" | "error" => *errored = true,
-                _ => {}
+                _ => p.heartbeat(),
             }
             if matches!(
-                parsed.kind.as_str(),
+                parsed.kind.as_ref(),
                 "response.completed" | "response.incomplete" | "response.failed"
             ) {
                 if let Some(u) = response_usage(&event.data) {
@@ -263,7 +314,9 @@ impl StreamReader {
                 }
             }
         });
-        generated
+        progress.tool_open = *open == Some(ItemKind::Tool);
+        progress.reasoning_open = *open == Some(ItemKind::Reasoning);
+        progress
     }
 
     pub fn usage(&self) -> Option<Usage> {
@@ -325,34 +378,6 @@ impl StreamReader {
         out.push_str(&format!("event: response.failed\ndata: {failed}\n\n"));
         out
     }
-}
-
-/// Characters of the `delta` string of an event's data; an escape (`\n`, `\u00e9`)
-/// counts as one.
-fn delta_chars(data: &str) -> usize {
-    let needle = "\"delta\"";
-    let Some(at) = data.find(needle) else {
-        return 0;
-    };
-    let value = data[at + needle.len()..]
-        .trim_start()
-        .strip_prefix(':')
-        .map(str::trim_start)
-        .and_then(|v| v.strip_prefix('"'));
-    let Some(value) = value else {
-        return 0;
-    };
-    let mut chars = value.chars();
-    let mut count = 0;
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => break,
-            '\\' if chars.next() == Some('u') => chars.by_ref().take(4).for_each(drop),
-            _ => {}
-        }
-        count += 1;
-    }
-    count
 }
 
 #[cfg(test)]
@@ -553,12 +578,12 @@ mod tests {
         let cut = STREAM.find("event: response.completed").unwrap();
         let mut r = StreamReader::default();
         assert_eq!(
-            r.feed(&STREAM.as_bytes()[..cut]),
+            r.feed(&STREAM.as_bytes()[..cut]).chars,
             "Hi there".len() + r#"{"city":"Paris"}"#.len()
         );
         assert_eq!(r.usage(), None);
         assert!(!r.complete());
-        assert_eq!(r.feed(&STREAM.as_bytes()[cut..]), 0);
+        assert_eq!(r.feed(&STREAM.as_bytes()[cut..]).chars, 0);
         assert!(r.complete());
         assert!(!r.errored());
         assert_eq!(
@@ -569,8 +594,11 @@ mod tests {
             })
         );
         let mut bytewise = StreamReader::default();
-        let generated: usize = STREAM.as_bytes().chunks(1).map(|b| bytewise.feed(b)).sum();
-        assert_eq!(generated, 24);
+        let mut generated = Progress::default();
+        for b in STREAM.as_bytes().chunks(1) {
+            generated.merge(&bytewise.feed(b));
+        }
+        assert_eq!(generated.chars, 24);
         assert_eq!(bytewise.usage(), r.usage());
     }
 
@@ -660,17 +688,85 @@ mod tests {
     }
 
     #[test]
-    fn generated_characters_are_those_of_the_delta_string() {
-        for (data, chars) in [
-            (r#"{"type":"x","delta":"Hello"}"#, 5),
-            (r#"{"type":"x","delta" : "a\"b\\c\u00e9"}"#, 6),
-            (r#"{"type":"x","delta":""}"#, 0),
-            (r#"{"type":"x","delta":null}"#, 0),
-            (r#"{"type":"x"}"#, 0),
-            (r#"{"type":"x","delta":"unterminated"#, 12),
-        ] {
-            assert_eq!(delta_chars(data), chars, "{data}");
+    fn each_event_is_classified_for_the_watchdogs() {
+        let cases: [(&str, Progress); 8] = [
+            (
+                r#"{"type":"response.output_text.delta","delta":"a\"b\u00e9 "}"#,
+                Progress {
+                    output: 1,
+                    text_bytes: 6,
+                    chars: 5,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"type":"response.output_text.delta","delta":""}"#,
+                Progress {
+                    heartbeats: 1,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"type":"response.reasoning_summary_text.delta","delta":"hm"}"#,
+                Progress {
+                    reasoning: 1,
+                    chars: 2,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"type":"response.output_item.added","item":{"type":"function_call"}}"#,
+                Progress {
+                    output: 1,
+                    tool_open: true,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"type":"response.output_item.added","item":{"type":"reasoning"}}"#,
+                Progress {
+                    reasoning: 1,
+                    reasoning_open: true,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"type":"response.function_call_arguments.delta","delta":"{}"}"#,
+                Progress {
+                    output: 1,
+                    chars: 2,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"type":"response.in_progress"}"#,
+                Progress {
+                    heartbeats: 1,
+                    ..Progress::default()
+                },
+            ),
+            (
+                r#"{"type":"response.output_text.delta","delta":{"odd":1}}"#,
+                Progress {
+                    heartbeats: 1,
+                    ..Progress::default()
+                },
+            ),
+        ];
+        for (data, want) in cases {
+            let mut r = StreamReader::default();
+            assert_eq!(r.feed(frame(data).as_bytes()), want, "{data}");
         }
+        let mut r = StreamReader::default();
+        r.feed(
+            frame(r#"{"type":"response.output_item.added","item":{"type":"custom_tool_call"}}"#)
+                .as_bytes(),
+        );
+        let done = r.feed(
+            frame(r#"{"type":"response.output_item.done","item":{"type":"custom_tool_call"}}"#)
+                .as_bytes(),
+        );
+        assert!(!done.tool_open);
     }
 
     #[test]

@@ -140,9 +140,12 @@ impl Profiles {
     }
 }
 
-/// Whether a failure counts against the provider.
+/// Whether a failure counts against the provider. A stream that answered and then
+/// failed counts too (SPEC R11: the connection records the error), unless it was only
+/// slow: a crawl is a long answer more often than a sick provider.
 pub fn counts(failure: AttemptFailure) -> bool {
     match failure {
+        AttemptFailure::Stream(cut) => cut != crate::outcome::StreamCut::Throughput,
         AttemptFailure::Status(s) => matches!(s, 408 | 500 | 502 | 503 | 504 | 529),
         AttemptFailure::Connect
         | AttemptFailure::FirstByteTimeout

@@ -100,6 +100,8 @@ pub fn classify(failure: AttemptFailure, body: &str) -> Option<ErrorType> {
         AttemptFailure::Status(403) => Some(ErrorType::RequestRejected),
         AttemptFailure::Status(s) if s == 408 || s >= 500 => Some(ErrorType::Transient),
         AttemptFailure::Status(_) => None,
+        // No cooldown by default (SPEC R11); `streamStallCooldown` is the shell's.
+        AttemptFailure::Stream(_) => None,
         AttemptFailure::Connect
         | AttemptFailure::FirstByteTimeout
         | AttemptFailure::Reset

@@ -1,8 +1,8 @@
-//! Deadlines on a streaming upstream body: the idle timeout (no data frame for that long)
-//! and the execution bound (a deadline for the whole stream, SPEC R10, checked before
-//! every read so an upstream that never pauses is cut too). A transport error becomes a
-//! typed cut as well. This wrapper only measures time and passes frames on; what the
-//! client sees of a cut is the metering layer's business.
+//! The byte-level backstop on a streaming upstream body: the idle timeout (no data frame
+//! at all for that long, heartbeats included). What the stream says is judged above, by
+//! the watchdog ([`super::watch`]), whose trips share this layer's [`Cut`]. A transport
+//! error becomes a typed cut as well. This wrapper only measures time and passes frames
+//! on; what the client sees of a cut is the metering layer's business.
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -10,6 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use switchyard_core::stream::watchdog::Trip;
 use tokio::time::{Instant, Sleep};
 
 /// Why a stream stopped before its end.
@@ -17,10 +18,10 @@ use tokio::time::{Instant, Sleep};
 pub enum Cut {
     /// No data for longer than the idle timeout (`timeout_ms`).
     Idle { timeout_ms: u64 },
-    /// The execution bound passed.
-    Execution,
     /// The upstream connection failed; the transport's message.
     Broken(String),
+    /// The stream watchdog abandoned it (SPEC R11, R12; the total bound of R10).
+    Trip(Trip),
 }
 
 /// See the module docs.
@@ -29,17 +30,15 @@ pub struct DeadlineBody<B> {
     inner: B,
     idle: Pin<Box<Sleep>>,
     idle_timeout: Duration,
-    execution: Pin<Box<Sleep>>,
 }
 
 impl<B> DeadlineBody<B> {
-    /// `inner` with `idle_timeout` between data frames, ending at `execution_deadline`.
-    pub fn new(inner: B, idle_timeout: Duration, execution_deadline: Instant) -> Self {
+    /// `inner` with `idle_timeout` between data frames.
+    pub fn new(inner: B, idle_timeout: Duration) -> Self {
         Self {
             inner,
             idle: Box::pin(tokio::time::sleep(idle_timeout)),
             idle_timeout,
-            execution: Box::pin(tokio::time::sleep_until(execution_deadline)),
         }
     }
 }
@@ -57,14 +56,8 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Cut>>> {
         let this = self.get_mut();
-        if this.execution.is_elapsed() {
-            return Poll::Ready(Some(Err(Cut::Execution)));
-        }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Pending => {
-                if this.execution.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Some(Err(Cut::Execution)));
-                }
                 if this.idle.as_mut().poll(cx).is_ready() {
                     let timeout_ms =
                         u64::try_from(this.idle_timeout.as_millis()).unwrap_or(u64::MAX);
@@ -133,11 +126,7 @@ pub(crate) mod tests {
     #[tokio::test(start_paused = true)]
     async fn frames_pass_through_until_the_end() {
         let (tx, rx) = fed();
-        let mut b = DeadlineBody::new(
-            rx,
-            Duration::from_secs(5),
-            Instant::now() + Duration::from_secs(60),
-        );
+        let mut b = DeadlineBody::new(rx, Duration::from_secs(5));
         tx.send(data("a")).unwrap();
         tx.send(data("b")).unwrap();
         drop(tx);
@@ -150,7 +139,7 @@ pub(crate) mod tests {
     async fn silence_longer_than_the_idle_timeout_cuts_at_exactly_that_time() {
         let (tx, rx) = fed();
         let start = Instant::now();
-        let mut b = DeadlineBody::new(rx, Duration::from_secs(5), start + Duration::from_secs(60));
+        let mut b = DeadlineBody::new(rx, Duration::from_secs(5));
         tx.send(data("a")).unwrap();
         assert_eq!(next(&mut b).await, Some(Ok(Bytes::from_static(b"a"))));
         assert_eq!(
@@ -164,7 +153,7 @@ pub(crate) mod tests {
     async fn each_data_frame_restarts_the_idle_timer() {
         let (tx, rx) = fed();
         let start = Instant::now();
-        let mut b = DeadlineBody::new(rx, Duration::from_secs(5), start + Duration::from_secs(60));
+        let mut b = DeadlineBody::new(rx, Duration::from_secs(5));
         let feeder = tokio::spawn(async move {
             for _ in 0..3 {
                 tokio::time::sleep(Duration::from_secs(4)).await;
@@ -185,39 +174,9 @@ pub(crate) mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn the_execution_bound_cuts_a_stream_that_never_pauses() {
-        let (tx, rx) = fed();
-        let start = Instant::now();
-        let mut b = DeadlineBody::new(rx, Duration::from_secs(5), start + Duration::from_secs(10));
-        let feeder = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                if tx.send(data("x")).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut frames = 0;
-        let cut = loop {
-            match next(&mut b).await {
-                Some(Ok(_)) => frames += 1,
-                other => break other,
-            }
-        };
-        assert_eq!(cut, Some(Err(Cut::Execution)));
-        assert_eq!(start.elapsed(), Duration::from_secs(10));
-        assert_eq!(frames, 9);
-        feeder.abort();
-    }
-
-    #[tokio::test(start_paused = true)]
     async fn a_transport_error_is_a_broken_cut() {
         let (tx, rx) = fed();
-        let mut b = DeadlineBody::new(
-            rx,
-            Duration::from_secs(5),
-            Instant::now() + Duration::from_secs(60),
-        );
+        let mut b = DeadlineBody::new(rx, Duration::from_secs(5));
         tx.send(Err("connection reset".into())).unwrap();
         assert_eq!(
             next(&mut b).await,

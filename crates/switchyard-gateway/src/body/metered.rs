@@ -1,16 +1,20 @@
-//! The outer layer of the streaming body: frames go to the client unchanged and in order,
-//! as they arrive. Beside the relay, the upstream format's [`StreamReader`] reads them
-//! for usage, generated text and completeness; generated text past the quota
-//! reservation asks the pool for the next increment before more is relayed (SPEC Q6).
-//! A stream that ends early — cut by the deadlines, broken, truncated, or refused by the
-//! quota — ends with an error frame in the client's format. The request's bookkeeping
-//! (a [`Meter`]: the pipeline's finisher) lives here, so the request is finished exactly
-//! once: when the stream ends, fails, or is dropped because the client went away.
+//! The outer layer of the streaming body, once the attempt committed: what the judge
+//! held back goes first, then frames go to the client unchanged and in order, as they
+//! arrive. The watched layer below ([`super::watch`]) has read each for its
+//! [`Progress`]; generated text past the quota reservation asks the pool for the next
+//! increment before more is relayed (SPEC Q6). A stream that ends early — cut by the
+//! watchdog or the byte-level deadline, broken, truncated, or refused by the quota —
+//! ends with its format's terminal frames, and a failure of the upstream's is reported
+//! to resilience (SPEC R11). The request's bookkeeping (a [`Meter`]: the pipeline's
+//! finisher) lives here, so the request is finished exactly once: when the stream ends,
+//! fails, or is dropped because the client went away (which is never the upstream's
+//! failure).
 //!
 //! It knows the finisher only through the `Meter` trait and does not import the pipeline;
-//! a stream cut after the first byte ends here and is never retried on another upstream.
+//! a stream cut after it committed ends here and is never replayed on another upstream.
 
 use super::deadline::Cut;
+use super::watch::{Event, Watched};
 use crate::error::{render, ApiError, StreamError};
 use crate::runtime::quota::engine::Growth;
 use crate::runtime::quota::guard::GrowthRequest;
@@ -21,7 +25,10 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use switchyard_core::format::{Format, StreamReader};
+use switchyard_core::format::Format;
+use switchyard_core::outcome::StreamCut;
+use switchyard_core::stream::watchdog::Trip;
+use switchyard_core::stream::Progress;
 use switchyard_core::usage::Usage;
 
 /// The request-log code of a stream the quota pool cut.
@@ -44,19 +51,19 @@ pub trait Meter {
     fn quota_growth(&self) -> Option<GrowthRequest>;
     /// Applies a decided increment; a refusal ends the stream.
     fn apply_quota_growth(&mut self, decided: (Growth, u64)) -> Option<Box<QuotaBlock>>;
-    /// The upstream fell silent.
-    fn stream_stalled(&self);
+    /// The upstream's stream ended, after it committed: whole, or failed with `cut`.
+    fn stream_ended(&self, cut: Option<StreamCut>);
     /// The request ended.
     fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>);
 }
 
 /// See the module docs.
 pub struct MeteredBody<B, M> {
-    /// `None` once the stream was cut: dropping it cancels the upstream request.
-    upstream: Option<B>,
+    upstream: Watched<B>,
+    /// What the judge held back, sent first.
+    held: Option<(Bytes, Progress)>,
     /// The decision on the next quota increment; nothing more is relayed until it is in.
     growing: Option<PendingGrowth>,
-    reader: StreamReader,
     /// The client's format, for error frames.
     client: Format,
     finisher: M,
@@ -74,42 +81,44 @@ impl<B, M: Meter> std::fmt::Debug for MeteredBody<B, M> {
 }
 
 impl<B, M: Meter> MeteredBody<B, M> {
-    /// Relays `upstream`, read as `reader`, to a client speaking `client`.
-    pub fn new(upstream: B, reader: StreamReader, client: Format, finisher: M) -> Self {
+    /// Relays `upstream` to a client speaking `client`, starting with `held` (what the
+    /// judge held back, and its progress).
+    pub fn new(upstream: Watched<B>, held: (Bytes, Progress), client: Format, finisher: M) -> Self {
         Self {
-            upstream: Some(upstream),
+            upstream,
+            held: Some(held),
             growing: None,
-            reader,
             client,
             finisher,
             done: false,
         }
     }
 
-    /// Ends the stream with `error`'s frame, finishing the request with `status`.
+    /// Ends the stream with `error`'s frames, finishing the request with `status`.
     fn end(&mut self, error: StreamError, status: u16) -> Frame<Bytes> {
         self.done = true;
-        self.upstream = None;
-        if error == StreamError::Idle {
-            self.finisher.stream_stalled();
-        }
+        self.upstream.cancel();
+        let reader = self.upstream.reader();
         self.finisher
-            .finish(status, Some(error.code()), self.reader.usage());
-        Frame::data(render::stream_frame(error, self.client, &mut self.reader))
+            .finish(status, Some(error.code()), reader.usage());
+        Frame::data(render::stream_frame(error, self.client, reader))
     }
 
-    /// Ends the stream at a cut from the deadlines or the transport.
+    /// Ends the stream at a cut from the watchdog, the deadline or the transport.
     fn cut(&mut self, cut: Cut) -> Frame<Bytes> {
         let request_id = self.finisher.request_id();
+        let kind = StreamCut::from(cut.clone());
         match &cut {
             Cut::Idle { timeout_ms } => tracing::warn!(
                 request_id,
                 idle_timeout_ms = timeout_ms,
                 "Upstream stream fell silent; ending the client stream with an error frame."
             ),
-            Cut::Execution => tracing::warn!(
+            Cut::Trip(trip) => tracing::warn!(
                 request_id,
-                "Upstream stream ran past the execution bound; ending the client stream with an error frame."
+                trip = kind.label(),
+                detail = ?trip,
+                "Stream watchdog ended the upstream stream; ending the client stream with an error frame."
             ),
             Cut::Broken(error) => tracing::warn!(
                 request_id,
@@ -117,11 +126,13 @@ impl<B, M: Meter> MeteredBody<B, M> {
                 "Upstream stream broke after the response started; ending the client stream with an error frame."
             ),
         }
-        match cut {
-            Cut::Idle { .. } => self.end(StreamError::Idle, 200),
-            Cut::Execution => self.end(StreamError::Execution, 504),
-            Cut::Broken(_) => self.end(StreamError::Reset, 200),
-        }
+        self.finisher.stream_ended(Some(kind));
+        let status = if matches!(cut, Cut::Trip(Trip::Total { .. })) {
+            504
+        } else {
+            200
+        };
+        self.end(StreamError::from(kind), status)
     }
 
     /// Ends the stream because the quota pool refused its next increment (SPEC Q6): the
@@ -136,23 +147,54 @@ impl<B, M: Meter> MeteredBody<B, M> {
             "Quota pool refused a stream's next increment; ending the stream."
         );
         self.done = true;
-        self.upstream = None;
+        self.upstream.cancel();
         let error = render::body(&ApiError::QuotaExceeded(block), self.client);
-        let text = self.reader.cut_frames(&error);
+        let reader = self.upstream.reader();
+        let text = reader.cut_frames(&error);
         self.finisher
-            .finish(200, Some(QUOTA_CUT_CODE), self.reader.usage());
+            .finish(200, Some(QUOTA_CUT_CODE), reader.usage());
         Frame::data(Bytes::from(text))
     }
 
-    fn observe(&mut self, chunk: &[u8]) {
-        let generated = self.reader.feed(chunk);
+    /// A chunk goes to the client: notes its text for the quota.
+    fn relayed(&mut self, progress: &Progress) {
+        self.finisher.first_byte();
         // A whole answer grows no further: its last frames need no more quota.
-        if generated > 0 && !self.reader.complete() {
-            self.finisher.observe_output(generated);
+        if progress.chars > 0 && !self.upstream.reader().complete() {
+            self.finisher.observe_output(progress.chars);
             if let Some(request) = self.finisher.quota_growth() {
                 self.growing = Some(Box::pin(request.run()));
             }
         }
+    }
+
+    /// The upstream ended the stream.
+    fn ended(&mut self) -> Option<Frame<Bytes>> {
+        let reader = self.upstream.reader();
+        let (complete, errored, usage) = (reader.complete(), reader.errored(), reader.usage());
+        if errored && !complete {
+            // The upstream's own error frame already told the client.
+            tracing::warn!(
+                request_id = self.finisher.request_id(),
+                "Upstream ended the stream with an error event."
+            );
+            self.done = true;
+            self.finisher.stream_ended(Some(StreamCut::Error));
+            self.finisher.finish(200, Some(UPSTREAM_ERROR_CODE), usage);
+            return None;
+        }
+        if !complete {
+            tracing::warn!(
+                request_id = self.finisher.request_id(),
+                "Upstream ended the stream before the answer was complete; ending the client stream with an error frame."
+            );
+            self.finisher.stream_ended(Some(StreamCut::Broken));
+            return Some(self.end(StreamError::Truncated, 200));
+        }
+        self.done = true;
+        self.finisher.stream_ended(None);
+        self.finisher.finish(200, None, usage);
+        None
     }
 }
 
@@ -169,66 +211,42 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
-        loop {
-            if this.done {
-                return Poll::Ready(None);
+        if let Some((held, progress)) = this.held.take() {
+            if !held.is_empty() {
+                this.relayed(&progress);
+                return Poll::Ready(Some(Ok(Frame::data(held))));
             }
-            if let Some(growing) = this.growing.as_mut() {
-                let Poll::Ready(decided) = growing.as_mut().poll(cx) else {
-                    return Poll::Pending;
-                };
-                this.growing = None;
-                if let Some(block) = this.finisher.apply_quota_growth(decided) {
-                    return Poll::Ready(Some(Ok(this.cut_by_quota(block))));
-                }
-            }
-            let Some(upstream) = this.upstream.as_mut() else {
-                return Poll::Ready(None);
+        }
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if let Some(growing) = this.growing.as_mut() {
+            let Poll::Ready(decided) = growing.as_mut().poll(cx) else {
+                return Poll::Pending;
             };
-            match Pin::new(upstream).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Ok(frame))) => {
-                    // Trailers carry nothing a client needs; skip them.
-                    let Ok(chunk) = frame.into_data() else {
-                        continue;
-                    };
-                    this.finisher.first_byte();
-                    this.observe(&chunk);
-                    return Poll::Ready(Some(Ok(Frame::data(chunk))));
-                }
-                Poll::Ready(Some(Err(_))) if this.reader.complete() => {
-                    // The answer was whole before the upstream broke or stalled (an
-                    // upstream that never sends its end marker): nothing more to say.
-                    this.done = true;
-                    this.upstream = None;
-                    this.finisher.finish(200, None, this.reader.usage());
-                    return Poll::Ready(None);
-                }
-                Poll::Ready(Some(Err(cut))) => return Poll::Ready(Some(Ok(this.cut(cut)))),
-                Poll::Ready(None) if this.reader.errored() && !this.reader.complete() => {
-                    // The upstream's own error frame already told the client.
-                    tracing::warn!(
-                        request_id = this.finisher.request_id(),
-                        "Upstream ended the stream with an error event."
-                    );
-                    this.done = true;
-                    this.finisher
-                        .finish(200, Some(UPSTREAM_ERROR_CODE), this.reader.usage());
-                    return Poll::Ready(None);
-                }
-                Poll::Ready(None) if !this.reader.complete() => {
-                    tracing::warn!(
-                        request_id = this.finisher.request_id(),
-                        "Upstream ended the stream before the answer was complete; ending the client stream with an error frame."
-                    );
-                    return Poll::Ready(Some(Ok(this.end(StreamError::Truncated, 200))));
-                }
-                Poll::Ready(None) => {
-                    this.done = true;
-                    this.finisher.finish(200, None, this.reader.usage());
-                    return Poll::Ready(None);
-                }
+            this.growing = None;
+            if let Some(block) = this.finisher.apply_quota_growth(decided) {
+                return Poll::Ready(Some(Ok(this.cut_by_quota(block))));
             }
+        }
+        match this.upstream.poll_event(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Event::Chunk(chunk, progress)) => {
+                this.relayed(&progress);
+                Poll::Ready(Some(Ok(Frame::data(chunk))))
+            }
+            Poll::Ready(Event::Cut(_)) if this.upstream.reader().complete() => {
+                // The answer was whole before the upstream broke or stalled (an
+                // upstream that never sends its end marker): nothing more to say.
+                this.done = true;
+                this.upstream.cancel();
+                let usage = this.upstream.reader().usage();
+                this.finisher.stream_ended(None);
+                this.finisher.finish(200, None, usage);
+                Poll::Ready(None)
+            }
+            Poll::Ready(Event::Cut(cut)) => Poll::Ready(Some(Ok(this.cut(cut)))),
+            Poll::Ready(Event::End) => Poll::Ready(this.ended().map(Ok)),
         }
     }
 
@@ -247,6 +265,7 @@ mod tests {
     use crate::body::deadline::tests::Fed;
     use http_body_util::BodyExt;
     use std::sync::{Arc, Mutex};
+    use switchyard_core::stream::watchdog::Limits;
     use tokio::sync::mpsc;
 
     type Finished = Arc<Mutex<Vec<(u16, Option<String>, Option<Usage>)>>>;
@@ -257,7 +276,7 @@ mod tests {
         finished: Finished,
         first_bytes: usize,
         output: usize,
-        stalled: Arc<Mutex<bool>>,
+        ended: Arc<Mutex<Vec<Option<StreamCut>>>>,
     }
 
     impl Meter for Recorded {
@@ -276,8 +295,8 @@ mod tests {
         fn apply_quota_growth(&mut self, _: (Growth, u64)) -> Option<Box<QuotaBlock>> {
             None
         }
-        fn stream_stalled(&self) {
-            *self.stalled.lock().unwrap() = true;
+        fn stream_ended(&self, cut: Option<StreamCut>) {
+            self.ended.lock().unwrap().push(cut);
         }
         fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>) {
             self.finished
@@ -290,7 +309,8 @@ mod tests {
     const CHUNK: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
     const LAST: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n";
 
-    /// Runs a stream of `frames` to its end: what the client received, and the meter.
+    /// Runs a stream of `frames` to its end, the first one as held by the judge: what
+    /// the client received, and the meter.
     async fn run(frames: Vec<Result<Frame<Bytes>, Cut>>) -> (String, Recorded, Finished) {
         let (tx, rx) = mpsc::unbounded_channel();
         for f in frames {
@@ -299,12 +319,17 @@ mod tests {
         drop(tx);
         let meter = Recorded::default();
         let finished = Arc::clone(&meter.finished);
-        let mut body = MeteredBody::new(
+        let mut watched = Watched::new(
             Fed(rx),
             Format::OpenAiChat.stream_reader(),
-            Format::OpenAiChat,
-            meter,
+            Limits::default(),
+            tokio::time::Instant::now(),
         );
+        let held = match std::future::poll_fn(|cx| watched.poll_event(cx)).await {
+            Event::Chunk(chunk, progress) => (chunk, progress),
+            other => panic!("{other:?}"),
+        };
+        let mut body = MeteredBody::new(watched, held, Format::OpenAiChat, meter);
         let mut out = String::new();
         while let Some(frame) = body.frame().await {
             let data = frame.unwrap().into_data().unwrap();
@@ -318,16 +343,12 @@ mod tests {
         Ok(Frame::data(Bytes::from_static(s.as_bytes())))
     }
 
+    /// The terminal frames of `e` after [`CHUNK`].
     fn frame(e: StreamError) -> String {
-        String::from_utf8(
-            render::stream_frame(
-                e,
-                Format::OpenAiChat,
-                &mut Format::OpenAiChat.stream_reader(),
-            )
-            .to_vec(),
-        )
-        .unwrap()
+        let mut reader = Format::OpenAiChat.stream_reader();
+        reader.feed(CHUNK.as_bytes());
+        String::from_utf8(render::stream_frame(e, Format::OpenAiChat, &mut reader).to_vec())
+            .unwrap()
     }
 
     #[tokio::test]
@@ -341,17 +362,19 @@ mod tests {
             completion_tokens: 1,
         });
         assert_eq!(*finished.lock().unwrap(), vec![(200, None, usage)]);
+        assert_eq!(*meter.ended.lock().unwrap(), vec![None]);
     }
 
     #[tokio::test]
     async fn a_stream_the_upstream_ended_with_its_error_gets_no_second_error_frame() {
         const ERROR: &str = "data: {\"error\":{\"message\":\"overloaded\"}}\n\n";
-        let (out, _, finished) = run(vec![data(CHUNK), data(ERROR)]).await;
+        let (out, meter, finished) = run(vec![data(CHUNK), data(ERROR)]).await;
         assert_eq!(out, format!("{CHUNK}{ERROR}"));
         assert_eq!(
             *finished.lock().unwrap(),
             vec![(200, Some("upstream_stream_error".to_owned()), None)]
         );
+        assert_eq!(*meter.ended.lock().unwrap(), vec![Some(StreamCut::Error)]);
     }
 
     #[tokio::test]
@@ -365,7 +388,7 @@ mod tests {
         .await;
         assert_eq!(out, format!("{CHUNK}{finished_chunk}"));
         assert_eq!(*finished.lock().unwrap(), vec![(200, None, None)]);
-        assert!(!*meter.stalled.lock().unwrap());
+        assert_eq!(*meter.ended.lock().unwrap(), vec![None]);
     }
 
     #[tokio::test]
@@ -377,30 +400,62 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_stream_without_its_end_marker_ends_with_the_truncated_frame() {
-        let (out, _, finished) = run(vec![data(CHUNK)]).await;
+    async fn a_stream_without_its_end_marker_ends_with_the_truncated_frames() {
+        let (out, meter, finished) = run(vec![data(CHUNK)]).await;
         assert_eq!(out, format!("{CHUNK}{}", frame(StreamError::Truncated)));
         assert_eq!(
             *finished.lock().unwrap(),
             vec![(200, Some("upstream_stream_truncated".to_owned()), None)]
         );
+        assert_eq!(*meter.ended.lock().unwrap(), vec![Some(StreamCut::Broken)]);
     }
 
     #[tokio::test]
-    async fn cuts_end_with_their_frame_and_code_and_nothing_after() {
+    async fn cuts_end_with_their_frames_and_code_and_nothing_after() {
         let cases = [
-            (Cut::Idle { timeout_ms: 5 }, StreamError::Idle, 200, true),
-            (Cut::Execution, StreamError::Execution, 504, false),
-            (Cut::Broken("reset".into()), StreamError::Reset, 200, false),
+            (
+                Cut::Idle { timeout_ms: 5 },
+                StreamError::Idle,
+                200,
+                StreamCut::Silent,
+            ),
+            (
+                Cut::Trip(Trip::Total { total_ms: 5 }),
+                StreamError::Execution,
+                504,
+                StreamCut::Total,
+            ),
+            (
+                Cut::Trip(Trip::Idle { idle_ms: 5 }),
+                StreamError::OutputIdle,
+                200,
+                StreamCut::OutputIdle,
+            ),
+            (
+                Cut::Trip(Trip::Throughput {
+                    bytes: 0,
+                    window_ms: 5,
+                }),
+                StreamError::Throughput,
+                200,
+                StreamCut::Throughput,
+            ),
+            (
+                Cut::Broken("reset".into()),
+                StreamError::Reset,
+                200,
+                StreamCut::Broken,
+            ),
         ];
-        for (cut, error, status, stalled) in cases {
+        for (cut, error, status, kind) in cases {
             let (out, meter, finished) = run(vec![data(CHUNK), Err(cut), data(LAST)]).await;
             assert_eq!(out, format!("{CHUNK}{}", frame(error)));
+            assert!(out.ends_with("data: [DONE]\n\n"), "{out}");
             assert_eq!(
                 *finished.lock().unwrap(),
                 vec![(status, Some(error.code().to_owned()), None)]
             );
-            assert_eq!(*meter.stalled.lock().unwrap(), stalled);
+            assert_eq!(*meter.ended.lock().unwrap(), vec![Some(kind)]);
         }
     }
 }

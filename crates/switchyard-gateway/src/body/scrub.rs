@@ -81,8 +81,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_cut_passes_through_and_an_unfinished_event_ends_with_the_stream() {
-        let (out, cut) = run(vec![Ok("data: {\"a\"".to_owned()), Err(Cut::Execution)]).await;
-        assert_eq!((out, cut), (Vec::new(), Some(Cut::Execution)));
+        let (out, cut) = run(vec![
+            Ok("data: {\"a\"".to_owned()),
+            Err(Cut::Idle { timeout_ms: 7 }),
+        ])
+        .await;
+        assert_eq!((out, cut), (Vec::new(), Some(Cut::Idle { timeout_ms: 7 })));
         let (out, cut) = run(vec![Ok(format!("event: error\ndata: {CRED}"))]).await;
         assert_eq!(cut, None);
         assert_eq!(out, vec!["event: error\ndata: [REDACTED]".to_owned()]);

@@ -87,7 +87,7 @@ mod tests {
         let (out, cut) = run(vec![
             Ok(FIRST),
             Ok("data: {\"error\":{\"message\":\"overloaded\"}}\n\n"),
-            Err(Cut::Execution),
+            Err(Cut::Idle { timeout_ms: 7 }),
         ])
         .await;
         assert_eq!(cut, None);
@@ -100,9 +100,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_cut_passes_through_and_a_truncated_stream_gets_no_closing_events() {
-        let (out, cut) = run(vec![Ok(FIRST), Err(Cut::Execution)]).await;
+        let (out, cut) = run(vec![Ok(FIRST), Err(Cut::Idle { timeout_ms: 7 })]).await;
         assert_eq!(out.len(), 1);
-        assert_eq!(cut, Some(Cut::Execution));
+        assert_eq!(cut, Some(Cut::Idle { timeout_ms: 7 }));
         let (out, cut) = run(vec![Ok(FIRST)]).await;
         assert_eq!(cut, None);
         assert_eq!(out.len(), 1);

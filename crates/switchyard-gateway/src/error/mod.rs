@@ -11,7 +11,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use switchyard_core::format::Format;
-use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::outcome::{AttemptFailure, StreamCut};
 use switchyard_core::resilience::admission::Refusal;
 use switchyard_core::routing::{Exclusion, RouteError};
 use switchyard_store::StoreError;
@@ -341,6 +341,18 @@ impl ApiError {
                     "upstream_rate_limited",
                 ),
                 AttemptFailure::Status(_) => (S::BAD_GATEWAY, "upstream_error", "upstream_error"),
+                AttemptFailure::Stream(StreamCut::Error) => {
+                    (S::BAD_GATEWAY, "upstream_error", "upstream_stream_error")
+                }
+                AttemptFailure::Stream(StreamCut::Broken) => (
+                    S::BAD_GATEWAY,
+                    "upstream_error",
+                    "upstream_connection_reset",
+                ),
+                AttemptFailure::Stream(cut) => {
+                    let (_, kind, code) = StreamError::from(*cut).parts();
+                    (S::GATEWAY_TIMEOUT, kind, code)
+                }
             },
             Self::QuotaExceeded(_) => (S::TOO_MANY_REQUESTS, "rate_limit_error", "quota_exceeded"),
             Self::UnpricedModel(_) => (S::FORBIDDEN, "permission_error", "model_unpriced"),
@@ -449,6 +461,25 @@ pub enum StreamError {
     Execution,
     /// The upstream ended the stream before the answer was complete.
     Truncated,
+    /// No output within the first-output budget (SPEC R11).
+    FirstOutput,
+    /// No output for the idle budget after the first (SPEC R11).
+    OutputIdle,
+    /// Useful output below the throughput watchdog's minimum (SPEC R12).
+    Throughput,
+}
+
+impl From<StreamCut> for StreamError {
+    fn from(cut: StreamCut) -> Self {
+        match cut {
+            StreamCut::FirstOutput => Self::FirstOutput,
+            StreamCut::OutputIdle => Self::OutputIdle,
+            StreamCut::Total => Self::Execution,
+            StreamCut::Throughput => Self::Throughput,
+            StreamCut::Silent => Self::Idle,
+            StreamCut::Broken | StreamCut::Error => Self::Reset,
+        }
+    }
 }
 
 impl StreamError {
@@ -474,6 +505,21 @@ impl StreamError {
                 "the upstream ended the stream before the answer was complete",
                 "upstream_error",
                 "upstream_stream_truncated",
+            ),
+            Self::FirstOutput => (
+                "the upstream stream sent no output within streamContentStall.firstOutputMs",
+                "upstream_error",
+                "upstream_first_output_timeout",
+            ),
+            Self::OutputIdle => (
+                "the upstream stream stopped producing output for streamContentStall.idleMs",
+                "upstream_error",
+                "upstream_output_idle_timeout",
+            ),
+            Self::Throughput => (
+                "the upstream stream produced output below streamThroughputWatchdog.minBytesPerSecond",
+                "upstream_error",
+                "upstream_throughput_low",
             ),
         }
     }

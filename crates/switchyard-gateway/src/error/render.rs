@@ -52,31 +52,28 @@ pub fn response(e: &ApiError, format: Format) -> Response {
     resp
 }
 
-/// The frame that ends a stream in `format` with `e`; `reader` has read the stream so
-/// far (a Responses stream's failure continues its sequence and repeats its response).
+/// The frames that end a stream in `format` with `e`, as the format ends a failed
+/// answer (SPEC R11): chat a last chunk with its `finish_reason`, the `error` chunk and
+/// `[DONE]`; Anthropic the open block closed, `message_delta`, `event: error` and
+/// `message_stop` (Claude Code reports a stream without it as a connection closed
+/// mid-response); Responses `response.failed`. `reader` has read the stream so far, so
+/// the frames continue it (its ids, its sequence, its open block).
 pub fn stream_frame(e: StreamError, format: Format, reader: &mut StreamReader) -> Bytes {
     let (message, kind, code) = e.parts();
-    match format {
-        Format::OpenAiChat => {
-            let body =
-                json!({"error": {"message": message, "type": kind, "code": code, "param": null}});
-            Bytes::from(format!("data: {body}\n\n"))
-        }
-        Format::Responses => {
-            let error = json!({"error": {"code": code, "message": message}});
-            Bytes::from(reader.cut_frames(&error))
+    let error = match format {
+        Format::OpenAiChat | Format::Responses => {
+            json!({"error": {"message": message, "type": kind, "code": code, "param": null}})
         }
         Format::AnthropicMessages => {
-            let kind = if e == StreamError::Execution {
+            let kind = if kind == "timeout_error" {
                 "timeout_error"
             } else {
                 "api_error"
             };
-            let body =
-                json!({"type": "error", "error": {"type": kind, "message": message, "code": code}});
-            Bytes::from(format!("event: error\ndata: {body}\n\n"))
+            json!({"type": "error", "error": {"type": kind, "message": message, "code": code}})
         }
-    }
+    };
+    Bytes::from(reader.cut_frames(&error))
 }
 
 /// The OpenAI-style error body as the OpenAPI document describes it: what
@@ -183,35 +180,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stream_frames_are_openai_error_events() {
+    fn a_chat_stream_ends_with_its_finish_reason_the_error_and_done() {
         let cases = [
-            (
-                StreamError::Reset,
-                "data: {\"error\":{\"message\":\"upstream connection broke during the stream\",\"type\":\"upstream_error\",\"code\":\"upstream_connection_reset\",\"param\":null}}\n\n",
-            ),
-            (
-                StreamError::Idle,
-                "data: {\"error\":{\"message\":\"upstream stream stalled\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_idle_timeout\",\"param\":null}}\n\n",
-            ),
-            (
-                StreamError::Execution,
-                "data: {\"error\":{\"message\":\"the upstream exchange ran past requestQueue.executionMaxWaitMs\",\"type\":\"timeout_error\",\"code\":\"RATE_LIMIT_EXECUTION_TIMEOUT\",\"param\":null}}\n\n",
-            ),
-            (
-                StreamError::Truncated,
-                "data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\n",
-            ),
+            (StreamError::Reset, "upstream connection broke during the stream", "upstream_error", "upstream_connection_reset"),
+            (StreamError::Idle, "upstream stream stalled", "upstream_error", "upstream_stream_idle_timeout"),
+            (StreamError::Execution, "the upstream exchange ran past requestQueue.executionMaxWaitMs", "timeout_error", "RATE_LIMIT_EXECUTION_TIMEOUT"),
+            (StreamError::Truncated, "the upstream ended the stream before the answer was complete", "upstream_error", "upstream_stream_truncated"),
+            (StreamError::FirstOutput, "the upstream stream sent no output within streamContentStall.firstOutputMs", "upstream_error", "upstream_first_output_timeout"),
+            (StreamError::OutputIdle, "the upstream stream stopped producing output for streamContentStall.idleMs", "upstream_error", "upstream_output_idle_timeout"),
+            (StreamError::Throughput, "the upstream stream produced output below streamThroughputWatchdog.minBytesPerSecond", "upstream_error", "upstream_throughput_low"),
         ];
-        for (e, frame) in cases {
+        for (e, message, kind, code) in cases {
+            let mut reader = Format::OpenAiChat.stream_reader();
+            reader.feed(b"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n");
+            let want = format!(
+                "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":7,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"length\"}}]}}\n\n\
+                 data: {{\"error\":{{\"message\":\"{message}\",\"type\":\"{kind}\",\"code\":\"{code}\",\"param\":null}}}}\n\n\
+                 data: [DONE]\n\n"
+            );
             assert_eq!(
-                stream_frame(
-                    e,
-                    Format::OpenAiChat,
-                    &mut Format::OpenAiChat.stream_reader()
-                ),
-                Bytes::from_static(frame.as_bytes())
+                stream_frame(e, Format::OpenAiChat, &mut reader),
+                Bytes::from(want)
             );
         }
+    }
+
+    #[test]
+    fn an_anthropic_stream_ends_with_the_error_then_message_stop() {
+        let mut reader = Format::AnthropicMessages.stream_reader();
+        reader.feed(b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
+        assert_eq!(
+            stream_frame(StreamError::OutputIdle, Format::AnthropicMessages, &mut reader),
+            Bytes::from_static(concat!(
+                "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+                "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":1}}\n\n",
+                "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the upstream stream stopped producing output for streamContentStall.idleMs\",\"code\":\"upstream_output_idle_timeout\"}}\n\n",
+                "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+            ).as_bytes())
+        );
     }
 
     #[test]

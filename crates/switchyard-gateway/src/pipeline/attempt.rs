@@ -13,6 +13,7 @@ use crate::body::deadline::DeadlineBody;
 use crate::body::metered::MeteredBody;
 use crate::body::scrub::ScrubBody;
 use crate::body::translate::TranslateBody;
+use crate::body::watch::{self, Judged, Watched};
 use crate::clock::{RequestClock, Stopwatch};
 use crate::runtime::gate::Permit;
 use crate::runtime::quota::{QuotaBlock, QuotaGuard};
@@ -32,12 +33,14 @@ use switchyard_core::catalog::ApiKey;
 use switchyard_core::dispatch::{self, Slot, Try};
 use switchyard_core::format::{translate, Format};
 use switchyard_core::llm;
-use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::outcome::{AttemptFailure, StreamCut};
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::redact::{self, Secrets, StreamScrubber};
 use switchyard_core::resilience::admission;
 use switchyard_core::resilience::cooldown;
 use switchyard_core::routing::{strategy, Candidate, Exclusion, Reason};
+use switchyard_core::stream::budget::Facts;
+use switchyard_core::stream::watchdog::Limits;
 use switchyard_core::usage::Usage;
 
 /// Largest upstream error body relayed to the client; error bodies are short, and a
@@ -79,6 +82,8 @@ pub struct Ctx<'a> {
     pub candidates: &'a [Candidate],
     pub strategy: strategy::Kind,
     pub estimate: Estimate,
+    /// The request's facts for the first-output budget, read once when first needed.
+    pub facts: std::sync::OnceLock<Facts>,
 }
 
 /// An attempt's result, and how long it waited for its slots.
@@ -231,14 +236,34 @@ async fn attempt(
     );
     let watch = Stopwatch::start();
     // One budget per attempt for the headers and, when not streaming, the whole body; a
-    // stream is bounded by the execution limit (SPEC R10), never shorter than that.
+    // stream is bounded by the execution limit (SPEC R10), never shorter than that, and
+    // watched (R11, R12): its headers are due within its first-output budget too.
     let dispatched = tokio::time::Instant::now();
-    let deadline = dispatched + Duration::from_millis(snap.settings.first_byte_timeout_ms);
-    let execution_deadline = dispatched
-        + Duration::from_millis(admission::execution_bound_ms(
+    let mut deadline = dispatched + Duration::from_millis(snap.settings.first_byte_timeout_ms);
+    let limits = request.stream.then(|| {
+        let total_ms = admission::execution_bound_ms(
             &snap.settings.concurrency.queue.with(&conn.queue),
             snap.settings.first_byte_timeout_ms,
-        ));
+        );
+        let third_party_claude = upstream_format
+            == switchyard_core::format::Format::AnthropicMessages
+            && !conn.base_url.contains("api.anthropic.com");
+        let facts = || {
+            let f = *ctx.facts.get_or_init(|| Facts::of(request, false));
+            Facts {
+                slow_model: f.slow_model || third_party_claude,
+                ..f
+            }
+        };
+        switchyard_core::stream::limits(&snap.settings.stream, facts, t.last, total_ms)
+    });
+    let first_output_deadline = limits
+        .and_then(|l| l.first_output_ms)
+        .map(|ms| dispatched + Duration::from_millis(ms))
+        .filter(|d| *d < deadline);
+    if let Some(d) = first_output_deadline {
+        deadline = d;
+    }
     let sent = super::wall::send(
         ctx,
         target,
@@ -263,9 +288,8 @@ async fn attempt(
                 .latency
                 .observe(watch.elapsed().as_secs_f64());
             let expect = Expect {
-                stream: request.stream,
+                watch: limits.map(|l| (l, dispatched)),
                 deadline,
-                execution_deadline,
                 idle_timeout: Duration::from_millis(snap.settings.stream_idle_timeout_ms),
                 upstream: target,
                 client: request.format,
@@ -273,18 +297,24 @@ async fn attempt(
             };
             handle_response(response, expect, &mut guards, finisher, answered).await
         }
+        // Headers past the first-output budget: the stream did not start in time.
+        Err(AttemptFailure::FirstByteTimeout) if first_output_deadline.is_some() => {
+            Err(Failed::from(AttemptFailure::Stream(StreamCut::FirstOutput)))
+        }
         Err(failure) => Err(Failed::from(failure)),
     };
     let read = clock.now_ms();
     let failed = match outcome {
         Ok(mut response) => {
-            runtime.resilience.record(
-                attempt,
-                &resilience::Outcome::Success,
-                res_settings,
-                admitted,
-                read,
-            );
+            // A stream's outcome is known when it ends (the finisher records it).
+            let outcome = if request.stream {
+                resilience::Outcome::Answered
+            } else {
+                resilience::Outcome::Success
+            };
+            runtime
+                .resilience
+                .record(attempt, &outcome, res_settings, admitted, read);
             target.metrics.success.inc();
             quota::add_headers(&mut response, quota_headers);
             return Ok(response);
@@ -325,13 +355,22 @@ async fn attempt(
             other.label()
         ),
     };
+    let detail = UpstreamFailure {
+        message,
+        retry_after: failed.retry_after,
+    };
+    // A crawl before anything reached the client may be the account's bad moment: the
+    // same account is tried once more (SPEC R12).
+    if failed.failure == AttemptFailure::Stream(StreamCut::Throughput) {
+        return Err(Report::RetrySame {
+            failure: failed.failure,
+            detail,
+        });
+    }
     Err(Report::Failed {
         failure: failed.failure,
-        announced: failed.retry_after.is_some(),
-        detail: UpstreamFailure {
-            message,
-            retry_after: failed.retry_after,
-        },
+        announced: detail.retry_after.is_some(),
+        detail,
     })
 }
 
@@ -382,10 +421,11 @@ fn announced_reset(headers: &HeaderMap, body: &str, now: u64) -> Option<u64> {
 
 /// What an attempt expects of the upstream's answer, and the bounds it reads it in.
 struct Expect<'a> {
-    stream: bool,
+    /// A stream is expected: its watchdog's limits, from the time the attempt was sent.
+    watch: Option<(Limits, tokio::time::Instant)>,
     /// The first-byte deadline (and, when not streaming, the whole answer's).
     deadline: tokio::time::Instant,
-    execution_deadline: tokio::time::Instant,
+    /// The byte-level backstop between a stream's frames.
     idle_timeout: Duration,
     /// The connection, whose secrets are redacted from relayed error text.
     upstream: &'a crate::upstream::Upstream,
@@ -420,14 +460,14 @@ async fn handle_response(
     now: u64,
 ) -> Result<Response, Failed> {
     let Expect {
-        stream,
+        watch,
         deadline,
-        execution_deadline,
         idle_timeout,
         upstream: target,
         client,
         now_s,
     } = expect;
+    let stream = watch.is_some();
     let upstream_format = target.adapter.format();
     let (parts, body) = response.into_parts();
     let status = parts.status;
@@ -439,36 +479,27 @@ async fn handle_response(
             // Nothing has reached the client: another candidate may answer properly.
             return Err(AttemptFailure::InvalidResponse.into());
         }
-        if stream {
-            guards.hand_over(finisher);
+        if let Some((limits, origin)) = watch {
             let upstream = ScrubBody::new(
-                DeadlineBody::new(body, idle_timeout, execution_deadline),
+                DeadlineBody::new(body, idle_timeout),
                 StreamScrubber::new(target.secrets.clone()),
             );
-            let reader = client.stream_reader();
-            let body = match translate::Stream::new(client, upstream_format, now_s) {
-                None => Body::new(MeteredBody::new(
-                    upstream,
-                    reader,
-                    client,
-                    finisher.detach(),
-                )),
-                Some(translator) => Body::new(MeteredBody::new(
-                    TranslateBody::new(upstream, translator),
-                    reader,
-                    client,
-                    finisher.detach(),
-                )),
+            let committed = Committed {
+                guards,
+                finisher,
+                client,
             };
-            let mut out = Response::new(body);
-            let h = out.headers_mut();
-            h.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/event-stream"),
-            );
-            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-            return Ok(out);
+            return match translate::Stream::new(client, upstream_format, now_s) {
+                None => {
+                    let watched = Watched::new(upstream, client.stream_reader(), limits, origin);
+                    streamed(watched, committed).await
+                }
+                Some(translator) => {
+                    let inner = TranslateBody::new(upstream, translator);
+                    let watched = Watched::new(inner, client.stream_reader(), limits, origin);
+                    streamed(watched, committed).await
+                }
+            };
         }
         let limited = Limited::new(body, MAX_UPSTREAM_BODY_BYTES);
         let bytes = match tokio::time::timeout_at(deadline, limited.collect()).await {
@@ -568,6 +599,38 @@ async fn handle_response(
         reset_at: announced_reset(&parts.headers, &body_hint, now),
         body_hint,
     })
+}
+
+/// What a streamed attempt hands over once it commits.
+struct Committed<'a> {
+    guards: &'a mut Guards,
+    finisher: &'a mut Finisher,
+    client: Format,
+}
+
+/// Judges a stream before anything of it reaches the client (SPEC R11): on its first
+/// output it commits — the guards go to the finisher, which goes into the body — and
+/// the client gets what was held back and then the rest; a stream that fails before is
+/// a failed attempt, with nothing sent.
+async fn streamed<B>(mut watched: Watched<B>, c: Committed<'_>) -> Result<Response, Failed>
+where
+    B: http_body::Body<Data = Bytes, Error = crate::body::deadline::Cut> + Unpin + Send + 'static,
+{
+    let held = match watch::judge(&mut watched).await {
+        Judged::Commit { held, progress } => (held, progress),
+        Judged::Failed(cut) => return Err(AttemptFailure::Stream(cut).into()),
+    };
+    c.guards.hand_over(c.finisher);
+    let body = MeteredBody::new(watched, held, c.client, c.finisher.detach());
+    let mut out = Response::new(Body::new(body));
+    let h = out.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(out)
 }
 
 /// An upstream error body as the gateway may use it: at most `limit` bytes, read until

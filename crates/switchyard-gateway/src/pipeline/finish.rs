@@ -20,6 +20,7 @@ use axum::response::Response;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use switchyard_core::format::Format;
+use switchyard_core::outcome::{AttemptFailure, StreamCut};
 use switchyard_core::routing::Candidate;
 use switchyard_core::usage::Usage;
 use switchyard_store::LogRow;
@@ -164,22 +165,21 @@ impl Finisher {
             .and_then(|g| g.apply_growth(decided))
     }
 
-    /// The upstream stream stalled: with `streamStallCooldown.enabled` the connection
-    /// cools down like after a transient failure (SPEC R3).
-    pub fn stream_stalled(&self) {
+    /// The stream that reached the client ended whole (`None`) or failed with `cut`:
+    /// resilience records it against the answering connection (SPEC R11).
+    pub fn stream_ended(&self, cut: Option<StreamCut>) {
         let Some(i) = &self.0 else {
             return;
         };
-        let snap = i.parts.config.snapshot();
-        if !snap.settings.resilience.stream_stall_cooldown {
-            return;
-        }
-        let Some(conn_id) = &i.row.connection_id else {
+        let (Some(conn_id), Some(model)) = (&i.row.connection_id, &i.row.model) else {
             return;
         };
+        let snap = i.parts.config.snapshot();
         if let Some(conn) = snap.catalog.connection(conn_id) {
-            i.parts.runtime.resilience.record_stall(
+            i.parts.runtime.resilience.record_committed(
                 conn,
+                model,
+                cut.map(AttemptFailure::Stream),
                 &snap.settings.resilience,
                 i.clock.now_ms(),
             );
@@ -289,8 +289,8 @@ impl crate::body::metered::Meter for Finisher {
         Finisher::apply_quota_growth(self, decided)
     }
 
-    fn stream_stalled(&self) {
-        Finisher::stream_stalled(self);
+    fn stream_ended(&self, cut: Option<StreamCut>) {
+        Finisher::stream_ended(self, cut);
     }
 
     fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>) {

@@ -167,6 +167,7 @@ async fn run(
         candidates: &plan.candidates,
         strategy: plan.strategy,
         estimate,
+        facts: std::sync::OnceLock::new(),
     };
     let mut dispatch = Dispatch::new(
         plan.candidates.len(),

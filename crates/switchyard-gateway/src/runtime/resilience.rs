@@ -26,6 +26,10 @@ use switchyard_store::resilience::{StateChange, StateRows};
 #[derive(Debug, Clone)]
 pub enum Outcome<'a> {
     Success,
+    /// A stream committed to the client: the provider is up (a half-open probe closes
+    /// its breaker), but the breaker's count of failures waits for the stream's end,
+    /// so streams that keep failing after they start still open it (SPEC R11).
+    Answered,
     Failure {
         failure: AttemptFailure,
         /// The start of the upstream's error body (for reset text and credit errors).
@@ -301,7 +305,7 @@ impl Resilience {
         let conn = a.conn;
         let profile = settings.breaker.get(conn.auth_class);
         match outcome {
-            Outcome::Success => {
+            Outcome::Success | Outcome::Answered => {
                 if settings.lockout.enabled {
                     lock(&self.lockouts).on_success(&conn.provider, &conn.id, a.model);
                 }
@@ -309,7 +313,8 @@ impl Resilience {
                     g.on_success();
                 }
                 let mut breakers = lock(&self.breakers);
-                if let Some(b) = breakers.get_mut(&conn.provider) {
+                let counted = matches!(outcome, Outcome::Success) || probe;
+                if let Some(b) = breakers.get_mut(&conn.provider).filter(|_| counted) {
                     let before = b.state(&profile, now);
                     let moved = b.failures() > 0 && b.on_success(probe);
                     if moved || (before != breaker::State::Closed && probe) {
@@ -390,7 +395,13 @@ impl Resilience {
                         }
                     }
                 }
-                let Some(error_type) = cooldown::classify(*failure, body) else {
+                // A stalled stream cools its connection only when the operator asks
+                // (`streamStallCooldown`, SPEC R3); any other cut records the error only.
+                let stalled = matches!(failure, AttemptFailure::Stream(cut) if cut.is_stall())
+                    && settings.stream_stall_cooldown;
+                let classified =
+                    cooldown::classify(*failure, body).or(stalled.then_some(ErrorType::Transient));
+                let Some(error_type) = classified else {
                     return;
                 };
                 if conn.disable_cooling {
@@ -410,7 +421,12 @@ impl Resilience {
                 match change {
                     Change::None => {}
                     Change::Cooled { until, level } => {
-                        self.count_cooldown(&conn.id, error_type.as_str());
+                        let reason = if stalled {
+                            "stream_stall"
+                        } else {
+                            error_type.as_str()
+                        };
+                        self.count_cooldown(&conn.id, reason);
                         tracing::info!(
                         connection_id = %conn.id,
                         scope = "connection",
@@ -435,29 +451,33 @@ impl Resilience {
         }
     }
 
-    /// A stream stalled past the idle timeout: the connection cools down as after a
-    /// transient failure, with its class's profile in `settings.cooldown`; the
-    /// provider's breaker is not involved (the provider did answer).
-    pub fn record_stall(&self, conn: &Connection, settings: &ResilienceSettings, now: UnixMillis) {
-        if conn.disable_cooling {
-            return;
-        }
-        let report = Failure {
-            error_type: cooldown::ErrorType::Transient,
-            status: None,
-            reset_at: None,
-            message: "stream stalled".to_owned(),
+    /// Records how a stream on `conn` (for `model`) ended after it committed to the
+    /// client, when no probe is held any more: whole (`None`), or with `failure` (SPEC
+    /// R11: the connection records the error; it cools only when `streamStallCooldown`
+    /// says a stall should).
+    pub fn record_committed(
+        &self,
+        conn: &Connection,
+        model: &str,
+        failure: Option<AttemptFailure>,
+        settings: &ResilienceSettings,
+        now: UnixMillis,
+    ) {
+        let attempt = Attempt {
+            conn,
+            model,
+            may_defer: false,
+            budget_ms: 0,
         };
-        let profile = settings.cooldown.get(conn.auth_class);
-        let change = lock(&self.health)
-            .entry(conn.id.clone())
-            .or_default()
-            .on_failure(&profile, &report, now);
-        if let Change::Cooled { until, level } = change {
-            self.count_cooldown(&conn.id, "stream_stall");
-            tracing::info!(connection_id = %conn.id, scope = "connection", reason = "stream_stall", cooldown_ms = until.saturating_sub(now), backoff_level = level, "Connection cooling down after a stalled stream.");
-        }
-        lock(&self.dirty).health.insert(conn.id.clone());
+        let outcome = match failure {
+            None => Outcome::Success,
+            Some(failure) => Outcome::Failure {
+                failure,
+                body: "",
+                reset_at: None,
+            },
+        };
+        self.record(attempt, &outcome, settings, Admitted { probe: None }, now);
     }
 
     /// A connection's health (for the operator views).
@@ -657,6 +677,7 @@ impl Resilience {
 mod tests {
     use super::*;
     use switchyard_core::domain::UpstreamFormat;
+    use switchyard_core::outcome::StreamCut;
     use switchyard_core::settings::{resolve, Layers};
 
     fn local() -> Connection {
@@ -757,7 +778,15 @@ mod tests {
             r.record(attempt, &CONNECT_FAILED, &settings, admitted, now);
             assert_eq!(cooling_for(now + 999), Some(1), "at {now}");
         }
-        r.record_stall(&cooling, &settings, 2_000);
+        // A crawl cools it only with `streamStallCooldown`, and is not the provider's.
+        let crawl = AttemptFailure::Stream(StreamCut::Throughput);
+        r.record_committed(&cooling, "m", Some(crawl), &settings, 2_000);
+        assert_eq!(cooling_for(2_000), None);
+        let stalling = switchyard_core::settings::ResilienceSettings {
+            stream_stall_cooldown: true,
+            ..settings.clone()
+        };
+        r.record_committed(&cooling, "m", Some(crawl), &stalling, 2_000);
         assert_eq!(cooling_for(2_999), Some(1));
         // The provider's third counted failure opens its breaker for 5 s.
         let admitted = r.check(attempt, &settings, 3_000).unwrap();

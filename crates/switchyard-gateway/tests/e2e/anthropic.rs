@@ -538,10 +538,15 @@ async fn a_translated_stream_that_breaks_ends_with_an_error_event_in_the_clients
             "content_block_start",
             "content_block_delta",
             "content_block_delta",
-            "error"
+            "content_block_stop",
+            "message_delta",
+            "error",
+            "message_stop"
         ]
     );
-    assert!(text.ends_with("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"upstream connection broke during the stream\",\"code\":\"upstream_connection_reset\"}}\n\n"), "{text}");
+    // The error, then `message_stop` (else Claude Code reports a connection closed
+    // mid-response).
+    assert!(text.ends_with("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"upstream connection broke during the stream\",\"code\":\"upstream_connection_reset\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"), "{text}");
     h.rule(json!({"match": {"model": "claude-opus"}, "end_after_chunks": 1}))
         .await;
     let text = h
@@ -550,8 +555,8 @@ async fn a_translated_stream_that_breaks_ends_with_an_error_event_in_the_clients
         .text()
         .await
         .unwrap();
-    assert!(text.ends_with("data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\n"), "{text}");
-    assert!(!text.contains("[DONE]"));
+    assert!(text.ends_with("data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\ndata: [DONE]\n\n"), "{text}");
+    assert!(text.contains("\"finish_reason\":\"length\""), "{text}");
 }
 
 fn claude_pool(mock: &str) -> Config {

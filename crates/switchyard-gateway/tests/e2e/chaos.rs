@@ -2,11 +2,10 @@
 //! slow before its headers, a 503, a reset before its headers, a stall after them, a
 //! reset after them, a body that trickles — beside a healthy one, for chat, Anthropic
 //! Messages and Responses clients over an OpenAI-format upstream. Every request ends in
-//! a whole answer, a typed error, or — a stream already committed to the client — the
-//! error frame of the client's format and then the end of the stream. The failures the
-//! gateway sees before it commits count toward the breaker, which opens, keeps the
-//! provider out, lets a probe through after its reset timeout and closes once the
-//! provider answers whole again.
+//! a whole answer or a typed error: a stream commits to the client only on its first
+//! output (SPEC R11), so one that fails after its headers fails over unseen. The
+//! failures count toward the breaker, which opens, keeps the provider out, lets a probe
+//! through after its reset timeout and closes once the provider answers whole again.
 //!
 //! The tests of faults after the headers run under tokio's paused time (the deadlines)
 //! and a `ManualClock` (the breaker), so each takes milliseconds and every time is exact.
@@ -115,33 +114,6 @@ impl Client {
             Self::Responses => &answer["output"][0]["content"][0]["text"],
         };
         text.as_str().unwrap_or_default()
-    }
-
-    /// The frame that ends a stream with `code`, and nothing before it: the upstream
-    /// sent no byte of its body.
-    fn only_frame(self, code: &str, message: &str) -> String {
-        match self {
-            Self::Chat => format!(
-                "data: {}\n\n",
-                json!({"error": {"message": message, "type": "upstream_error", "code": code, "param": null}})
-            ),
-            Self::Messages => format!(
-                "event: error\ndata: {}\n\n",
-                json!({"type": "error", "error": {"type": "api_error", "message": message, "code": code}})
-            ),
-            // The response the stream never started, created and failed (with the
-            // placeholders of a response the upstream never named).
-            Self::Responses => format!(
-                "event: response.created\ndata: {}\n\nevent: response.failed\ndata: {}\n\n",
-                json!({"type": "response.created", "sequence_number": 0, "response": {
-                    "id": "", "object": "response", "created_at": 0, "status": "in_progress",
-                    "model": "", "output": []}}),
-                json!({"type": "response.failed", "sequence_number": 1, "response": {
-                    "id": "", "object": "response", "created_at": 0, "status": "failed",
-                    "model": "", "output": [],
-                    "error": {"code": code, "message": message}, "usage": null}})
-            ),
-        }
     }
 }
 
@@ -317,45 +289,48 @@ async fn a_direct_request_to_a_provider_cut_after_its_headers_gets_a_typed_error
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_stream_committed_at_its_headers_ends_in_the_clients_error_frame_and_is_not_counted() {
+async fn a_stream_that_fails_after_its_headers_before_any_output_fails_over_unseen_and_counts() {
     let (h, _clock) = start().await;
-    let stalled = ("upstream_stream_idle_timeout", "upstream stream stalled");
-    let broken = (
-        "upstream_connection_reset",
-        "upstream connection broke during the stream",
-    );
     let faults = [
-        (json!({"stall": "after_headers"}), stalled, ms(IDLE_MS)),
-        (json!({"reset": "after_headers"}), broken, Duration::ZERO),
+        (json!({"stall": "after_headers"}), ms(IDLE_MS)),
+        (json!({"reset": "after_headers"}), Duration::ZERO),
         // Slower than the idle timeout: the first 16 bytes would come after 1.5 s.
         (
             json!({"trickle_bytes": 16, "trickle_interval_ms": 1_500}),
-            stalled,
             ms(IDLE_MS),
         ),
     ];
-    for (fault, (code, message), after) in faults {
+    for (fault, after) in faults {
         for client in CLIENTS {
+            let want = healthy(&h, client, true).await;
             once(&h, fault.clone()).await;
             let sent = Instant::now();
             let r = client.send(&h, "both", true).await;
             assert_eq!(r.status(), 200, "{client:?} {fault}");
             assert_eq!(r.headers()["content-type"], "text/event-stream");
-            // The frame is all there is, and the stream ends after it.
+            // Nothing of the flaky stream reached the client (SPEC R11: an attempt
+            // commits on its first output): the healthy provider's whole answer did.
+            assert_eq!(r.text().await.unwrap(), want, "{client:?} {fault}");
+            assert_eq!(sent.elapsed(), after, "{client:?} {fault}");
+            // The failure counted toward the flaky provider's breaker.
             assert_eq!(
-                r.text().await.unwrap(),
-                client.only_frame(code, message),
+                breaker(&h).await.map(|(_, failures)| failures),
+                Some(1),
                 "{client:?} {fault}"
             );
-            assert_eq!(sent.elapsed(), after, "{client:?} {fault}");
+            let reset = h
+                .admin_send(
+                    reqwest::Method::POST,
+                    "/api/resilience/reset",
+                    json!({"provider": "flaky"}),
+                )
+                .await;
+            assert_eq!(reset.status(), 200);
         }
     }
-    // Each of the nine went to the flaky provider: once its headers reached the client
-    // the stream was committed (no failover to steady), and the attempt was recorded as
-    // a success at its headers, so no failure reached the breaker (issue 23 moves the
-    // commit to the first output and counts mid-stream failures).
-    assert_eq!(tried(&h).await, (9, 0));
-    assert_eq!(h.health().await["breakers"], json!([]));
+    // Each of the nine went to the flaky provider, then to the healthy one (plus the
+    // nine direct requests for the expected answers).
+    assert_eq!(tried(&h).await, (9, 18));
 }
 
 #[tokio::test(start_paused = true)]

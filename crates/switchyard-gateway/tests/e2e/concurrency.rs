@@ -335,14 +335,19 @@ async fn the_execution_bound_cuts_a_hanging_stream() {
     let text = r.text().await.unwrap();
     let frames: Vec<&str> = text.split("\n\n").filter(|f| !f.is_empty()).collect();
     // Cut at the bound to the millisecond: the four upstream frames sent by then (one
-    // every 100 ms from the start) passed, then the error frame.
+    // every 100 ms from the start) passed, then the terminal frames: the last chunk
+    // with its finish reason, the error and `[DONE]`.
     assert_eq!(sent.elapsed(), Duration::from_millis(400));
-    assert_eq!(frames.len(), 5, "{frames:?}");
-    let last = frames.last().unwrap();
+    assert_eq!(frames.len(), 7, "{frames:?}");
     assert!(
-        last.contains("\"code\":\"RATE_LIMIT_EXECUTION_TIMEOUT\""),
-        "{last}"
+        frames[4].contains("\"finish_reason\":\"length\""),
+        "{frames:?}"
     );
+    assert!(
+        frames[5].contains("\"code\":\"RATE_LIMIT_EXECUTION_TIMEOUT\""),
+        "{frames:?}"
+    );
+    assert_eq!(frames[6], "data: [DONE]");
     // Cut well before the upstream's 40 frames.
     assert!(frames.len() < 20, "{} frames", frames.len());
     eventually("the upstream stream is cancelled", || async {

@@ -17,11 +17,13 @@ fn single_provider(mock_url: &str) -> Config {
         .key(Key::new("k1", "tester", KEY))
 }
 
-/// The mock's stream of model `m` up to its first two content chunks, then `frame`.
-fn two_chunks_then(frame: &str) -> String {
+/// The mock's stream of model `m` up to its first two content chunks, then the
+/// terminal frames of a chat stream cut with `error` (a JSON error object): the last
+/// chunk with finish reason `length`, the error, and `[DONE]`.
+fn two_chunks_then(error: &str) -> String {
     use switchyard_mock::openai::{stream_content, stream_head};
     format!(
-        "{}{}{}{frame}",
+        "{}{}{}data: {{\"id\":\"chatcmpl-mock\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"length\"}}]}}\n\ndata: {error}\n\ndata: [DONE]\n\n",
         stream_head("m"),
         stream_content("m", 0),
         stream_content("m", 1)
@@ -85,7 +87,7 @@ async fn mid_stream_reset_ends_the_client_stream_with_a_typed_error_frame() {
     let text = r.text().await.unwrap();
     assert_eq!(
         text,
-        two_chunks_then("data: {\"error\":{\"message\":\"upstream connection broke during the stream\",\"type\":\"upstream_error\",\"code\":\"upstream_connection_reset\",\"param\":null}}\n\n")
+        two_chunks_then("{\"error\":{\"message\":\"upstream connection broke during the stream\",\"type\":\"upstream_error\",\"code\":\"upstream_connection_reset\",\"param\":null}}")
     );
 }
 
@@ -244,7 +246,7 @@ async fn a_stream_that_falls_silent_is_cut_with_a_typed_error_frame() {
     assert_eq!(sent.elapsed(), std::time::Duration::from_millis(300));
     assert_eq!(
         text,
-        two_chunks_then("data: {\"error\":{\"message\":\"upstream stream stalled\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_idle_timeout\",\"param\":null}}\n\n")
+        two_chunks_then("{\"error\":{\"message\":\"upstream stream stalled\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_idle_timeout\",\"param\":null}}")
     );
     eventually("the stalled upstream request is closed", || async {
         h.mock_stats().await["in_flight"] == 0
@@ -315,7 +317,7 @@ async fn a_stream_that_ends_without_done_or_finish_reason_gets_a_truncation_fram
     let text = r.text().await.unwrap();
     assert_eq!(
         text,
-        two_chunks_then("data: {\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}\n\n")
+        two_chunks_then("{\"error\":{\"message\":\"the upstream ended the stream before the answer was complete\",\"type\":\"upstream_error\",\"code\":\"upstream_stream_truncated\",\"param\":null}}")
     );
     // A whole stream gets no such frame.
     let r = h.chat(chat_body("solo/m", true)).await;

@@ -27,3 +27,4 @@ mod resilience;
 mod responses;
 mod schema;
 mod secrets;
+mod streams;

@@ -1777,7 +1777,7 @@ mod tests {
     #[test]
     fn the_golden_events_read_as_a_whole_answer_with_its_usage() {
         let mut reader = crate::format::responses::StreamReader::default();
-        let generated = reader.feed(TOOL_CALL_EVENTS.as_bytes());
+        let generated = reader.feed(TOOL_CALL_EVENTS.as_bytes()).chars;
         assert_eq!(
             generated,
             "Let me check the weather.".len() + r#"{"city":"Paris","unit":"c"}"#.len()

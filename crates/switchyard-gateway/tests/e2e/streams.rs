@@ -1,0 +1,256 @@
+//! Streams that stall or crawl (SPEC R11, R12), in every upstream format and every client
+//! format, under paused time: a stream that fails before its first output fails over
+//! with nothing sent; one that fails after ends with its client format's terminal frames.
+
+use serde_json::{json, Value};
+use std::time::Duration;
+use switchyard_test_support::*;
+use tokio::time::Instant;
+
+/// The upstream formats, as the mock's providers of each speak them.
+const UPSTREAMS: [&str; 3] = ["openai", "anthropic", "responses"];
+
+/// The client formats.
+const CLIENTS: [&str; 3] = ["chat", "messages", "responses"];
+
+const FIRST_OUTPUT_MS: i64 = 2_000;
+const IDLE_MS: i64 = 3_000;
+
+/// For each upstream format, two providers on the mock (`<format>-a` with credential
+/// `cred-<format>-a`, `<format>-b`), and a combo `pair-<format>` that fails over from the
+/// first to the second. The first-output and idle budgets are short and fixed.
+fn pairs(mock_url: &str) -> Config {
+    let mut config = Config::new()
+        .setting("streamContentStall.firstOutputMs", FIRST_OUTPUT_MS)
+        .setting("streamContentStall.adaptive", false)
+        .setting("streamContentStall.idleMs", IDLE_MS)
+        .key(Key::new("k1", "tester", KEY))
+        .key(Key::new("ops", "ops", OPS_KEY).scopes(["admin"]));
+    for format in UPSTREAMS {
+        for side in ["a", "b"] {
+            let id = format!("{format}-{side}");
+            let provider = match format {
+                "openai" => Provider::openai(&id, mock_url),
+                "anthropic" => Provider::anthropic(&id, mock_url),
+                _ => Provider::responses(&id, mock_url),
+            };
+            config = config.provider(provider).connection(
+                Connection::apikey(&format!("{id}-1"), &id)
+                    .credential(&format!("cred-{id}"))
+                    .disable_cooling(),
+            );
+        }
+        let (a, b) = (format!("{format}-a/m"), format!("{format}-b/m"));
+        config = config.combo(Combo::priority(
+            &format!("pair-{format}"),
+            [a.as_str(), b.as_str()],
+        ));
+    }
+    config
+}
+
+/// Sends a streamed request for `model` in `client`'s format: status and body text.
+async fn stream(h: &Harness, client: &str, model: &str) -> (u16, String) {
+    let r = match client {
+        "chat" => h.chat(chat_body(model, true)).await,
+        "messages" => h.messages(messages_body(model, true)).await,
+        _ => h.responses(responses_body(model, true)).await,
+    };
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap())
+}
+
+/// Whether `text` is a whole answer of the mock in `client`'s format.
+fn whole(client: &str, text: &str) -> bool {
+    match client {
+        "chat" => text.ends_with("data: [DONE]\n\n") && !text.contains("{\"error\""),
+        "messages" => {
+            text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+                && !text.contains("event: error")
+        }
+        _ => text.contains("event: response.completed\n") && !text.contains("response.failed"),
+    }
+}
+
+/// Asserts that `text` ends with `client`'s terminal frames for the typed `code`.
+fn assert_terminal(client: &str, text: &str, code: &str, what: &str) {
+    match client {
+        "chat" => {
+            let tail: Vec<&str> = text.trim_end().rsplit("\n\n").take(3).collect();
+            assert_eq!(tail[0], "data: [DONE]", "{what}: {text}");
+            let error: Value =
+                serde_json::from_str(tail[1].strip_prefix("data: ").unwrap()).unwrap();
+            assert_eq!(error["error"]["code"], code, "{what}");
+            let last: Value =
+                serde_json::from_str(tail[2].strip_prefix("data: ").unwrap()).unwrap();
+            assert_eq!(last["choices"][0]["finish_reason"], "length", "{what}");
+        }
+        "messages" => {
+            let tail: Vec<&str> = text.trim_end().rsplit("\n\n").take(2).collect();
+            assert_eq!(
+                tail[0], "event: message_stop\ndata: {\"type\":\"message_stop\"}",
+                "{what}: {text}"
+            );
+            let error: Value =
+                serde_json::from_str(tail[1].strip_prefix("event: error\ndata: ").unwrap())
+                    .unwrap();
+            assert_eq!(error["error"]["code"], code, "{what}");
+        }
+        _ => {
+            let last = text.trim_end().rsplit("\n\n").next().unwrap();
+            let failed: Value =
+                serde_json::from_str(last.strip_prefix("event: response.failed\ndata: ").unwrap())
+                    .unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
+            assert_eq!(failed["response"]["error"]["code"], code, "{what}");
+            assert_eq!(failed["response"]["status"], "failed", "{what}");
+        }
+    }
+}
+
+/// Requests sent to each credential of `format`'s pair: (first, second).
+async fn sent(h: &Harness, format: &str) -> (u64, u64) {
+    let stats = h.mock_stats().await;
+    let n = |side: &str| {
+        stats["by_credential"][format!("cred-{format}-{side}")]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    (n("a"), n("b"))
+}
+
+/// The newest request-log row, once `rows` rows are logged.
+async fn last_row(h: &Harness, rows: usize) -> Value {
+    let path = format!("/api/logs?limit={rows}");
+    eventually("the request is logged", || async {
+        let logs: Value = h.admin_json(&path).await;
+        logs.as_array().is_some_and(|l| l.len() == rows)
+    })
+    .await;
+    h.admin_json(&path).await[0].clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_never_answers_fails_over_at_its_first_output_budget_with_nothing_sent() {
+    let h = Harness::start_paused(pairs, &[]).await;
+    let mut rows = 0;
+    // Before any delta: silent, or with heartbeats only.
+    let faults = [
+        ("silent", json!({"stall_after_chunks": 0})),
+        (
+            "heartbeats",
+            json!({"stall_after_chunks": 0, "heartbeat_ms": 500}),
+        ),
+    ];
+    for upstream in UPSTREAMS {
+        for client in CLIENTS {
+            for (fault, rule) in &faults {
+                let what = format!("{fault}: {client} client, {upstream} upstream");
+                h.reset_mock().await;
+                let mut rule = rule.clone();
+                rule["times"] = json!(1);
+                rule["match"] = json!({"credential": format!("cred-{upstream}-a")});
+                h.rule(rule).await;
+                let started = Instant::now();
+                let (status, text) = stream(&h, client, &format!("pair-{upstream}")).await;
+                assert_eq!(status, 200, "{what}");
+                assert!(whole(client, &text), "{what}: {text}");
+                assert_eq!(
+                    started.elapsed(),
+                    Duration::from_millis(FIRST_OUTPUT_MS.unsigned_abs()),
+                    "{what}"
+                );
+                assert_eq!(sent(&h, upstream).await, (1, 1), "{what}");
+                rows += 1;
+                let row = last_row(&h, rows).await;
+                assert_eq!(
+                    (
+                        row["status"].as_u64(),
+                        row["attempts"].as_u64(),
+                        row["connection_id"].as_str()
+                    ),
+                    (Some(200), Some(2), Some(format!("{upstream}-b-1").as_str())),
+                    "{what}: {row}"
+                );
+                eventually("the abandoned upstream request is closed", || async {
+                    h.mock_stats().await["in_flight"] == 0
+                })
+                .await;
+            }
+        }
+    }
+    let metrics = h.metrics().await;
+    for upstream in UPSTREAMS {
+        let series = format!(
+            r#"switchyard_upstream_attempts_total{{provider="{upstream}-a",outcome="first_output_timeout"}} 6"#
+        );
+        assert!(metrics.contains(&series), "{series}\n{metrics}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_stalls_after_answering_ends_with_its_formats_terminal_frames() {
+    let h = Harness::start_paused(pairs, &[]).await;
+    let mut rows = 0;
+    for upstream in UPSTREAMS {
+        for client in CLIENTS {
+            let what = format!("{client} client, {upstream} upstream");
+            h.reset_mock().await;
+            h.rule(
+                json!({"times": 1, "stall_after_chunks": 2, "heartbeat_ms": 500,
+                          "match": {"credential": format!("cred-{upstream}-a")}}),
+            )
+            .await;
+            let started = Instant::now();
+            let (status, text) = stream(&h, client, &format!("pair-{upstream}")).await;
+            assert_eq!(status, 200, "{what}");
+            assert_terminal(client, &text, "upstream_output_idle_timeout", &what);
+            // Cut the idle budget after the second delta, which came at once.
+            assert_eq!(
+                started.elapsed(),
+                Duration::from_millis(IDLE_MS.unsigned_abs()),
+                "{what}"
+            );
+            // Committed: no replay on the second provider.
+            assert_eq!(sent(&h, upstream).await, (1, 0), "{what}");
+            rows += 1;
+            let row = last_row(&h, rows).await;
+            assert_eq!(
+                (
+                    row["status"].as_u64(),
+                    row["error_code"].as_str(),
+                    row["attempts"].as_u64()
+                ),
+                (Some(200), Some("upstream_output_idle_timeout"), Some(1)),
+                "{what}: {row}"
+            );
+            eventually("the stalled upstream request is closed", || async {
+                h.mock_stats().await["in_flight"] == 0
+            })
+            .await;
+        }
+    }
+    // Each cut counted against its provider's breaker, without cooling the connection.
+    let health = h.health().await;
+    for upstream in UPSTREAMS {
+        let breaker = health["breakers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["provider"] == format!("{upstream}-a"))
+            .unwrap_or_else(|| panic!("{upstream}: {health}"))
+            .clone();
+        assert_eq!(breaker["failures"], 3, "{upstream}: {breaker}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_last_candidate_is_never_cut_for_its_first_output() {
+    let h = Harness::start_paused(pairs, &[]).await;
+    // Direct to one provider: nothing to fail over to, so a slow start is waited out.
+    h.rule(json!({"times": 1, "latency_ms": 10_000})).await;
+    let started = Instant::now();
+    let (status, text) = stream(&h, "chat", "openai-a/m").await;
+    assert_eq!(status, 200);
+    assert!(whole("chat", &text), "{text}");
+    assert_eq!(started.elapsed(), Duration::from_millis(10_000));
+}
