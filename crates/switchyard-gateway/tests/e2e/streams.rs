@@ -254,3 +254,58 @@ async fn the_last_candidate_is_never_cut_for_its_first_output() {
     assert!(whole("chat", &text), "{text}");
     assert_eq!(started.elapsed(), Duration::from_millis(10_000));
 }
+
+/// [`pairs`] with the throughput watchdog on (no warm-up, a 2 s window, 10 bytes a
+/// second) and a first-output budget long enough to leave it the judging.
+fn crawling(mock_url: &str) -> Config {
+    pairs(mock_url)
+        .setting("streamContentStall.firstOutputMs", 60_000)
+        .setting("streamThroughputWatchdog.enabled", true)
+        .setting("streamThroughputWatchdog.warmupMs", 0)
+        .setting("streamThroughputWatchdog.windowMs", 2_000)
+        .setting("streamThroughputWatchdog.minBytesPerSecond", 10)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crawl_is_retried_once_on_the_same_account_before_it_commits_and_cut_after() {
+    let h = Harness::start_paused(crawling, &[]).await;
+    let mut rows = 0;
+    for upstream in UPSTREAMS {
+        for client in CLIENTS {
+            let what = format!("{client} client, {upstream} upstream");
+            let credential = format!("cred-{upstream}-a");
+            // Nothing in the first window: abandoned unseen, the same account again.
+            h.reset_mock().await;
+            h.rule(json!({"times": 1, "chunk_interval_ms": 5_000, "match": {"credential": credential}}))
+                .await;
+            let started = Instant::now();
+            let (status, text) = stream(&h, client, &format!("pair-{upstream}")).await;
+            assert_eq!(status, 200, "{what}");
+            assert!(whole(client, &text), "{what}: {text}");
+            assert_eq!(started.elapsed(), Duration::from_millis(2_000), "{what}");
+            assert_eq!(sent(&h, upstream).await, (2, 0), "{what}");
+            rows += 1;
+            let row = last_row(&h, rows).await;
+            assert_eq!(row["attempts"], 2, "{what}: {row}");
+            // A delta every 1.5 s (about 5 bytes each): under 10 bytes a second over the
+            // window once it has answered, so cut at the end of the first window.
+            h.reset_mock().await;
+            h.rule(json!({"times": 1, "chunk_interval_ms": 1_500, "match": {"credential": credential}}))
+                .await;
+            let started = Instant::now();
+            let (status, text) = stream(&h, client, &format!("pair-{upstream}")).await;
+            assert_eq!(status, 200, "{what}");
+            assert_terminal(client, &text, "upstream_throughput_low", &what);
+            assert_eq!(started.elapsed(), Duration::from_millis(2_000), "{what}");
+            assert_eq!(sent(&h, upstream).await, (1, 0), "{what}");
+            rows += 1;
+            let row = last_row(&h, rows).await;
+            assert_eq!(
+                row["error_code"], "upstream_throughput_low",
+                "{what}: {row}"
+            );
+        }
+    }
+    // A crawl is not the provider's failure: no breaker moved.
+    assert_eq!(h.health().await["breakers"], json!([]));
+}
