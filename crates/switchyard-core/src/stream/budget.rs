@@ -76,9 +76,8 @@ fn is_high(effort: &str) -> bool {
 }
 
 impl Facts {
-    /// The request's facts; `third_party_claude` says whether the candidate is a
-    /// Claude-format provider other than Anthropic's own API.
-    pub fn of(request: &Request, third_party_claude: bool) -> Self {
+    /// The request's facts (the same for every candidate).
+    pub fn of(request: &Request) -> Self {
         let body = &request.body;
         let items = body
             .member("messages")
@@ -103,15 +102,22 @@ impl Facts {
             .and_then(|raw| serde_json::from_str::<Thinking<'_>>(raw).ok())
             .and_then(|t| t.kind)
             .is_some_and(|k| k == "enabled" || k == "adaptive");
-        let slow_model = effort.is_some_and(is_high)
-            || thinking
-            || request.model.contains("thinking")
-            || third_party_claude;
+        let slow_model =
+            effort.is_some_and(is_high) || thinking || request.model.contains("thinking");
         Self {
             items,
             tools,
             prompt_chars: request.prompt_len,
             slow_model,
+        }
+    }
+
+    /// The facts for a candidate that is (`true`) or is not a Claude-format provider
+    /// other than Anthropic's own API: such providers are slow to start.
+    pub fn on_third_party_claude(self, third_party_claude: bool) -> Self {
+        Self {
+            slow_model: self.slow_model || third_party_claude,
+            ..self
         }
     }
 }
@@ -286,7 +292,7 @@ mod tests {
     }
 
     fn facts(format: Format, body: &str) -> Facts {
-        Facts::of(&format.decode(body.as_bytes()).unwrap(), false)
+        Facts::of(&format.decode(body.as_bytes()).unwrap())
     }
 
     #[test]
@@ -314,12 +320,12 @@ mod tests {
             r#"{"model":"kimi/k2-thinking","messages":[{"role":"user","content":"hi"}]}"#,
         );
         assert!(thinking_model.slow_model);
-        let third_party = Facts::of(
-            &Format::OpenAiChat
-                .decode(br#"{"model":"a/b","messages":[{"role":"user","content":"x"}]}"#)
-                .unwrap(),
-            true,
+        let plain = facts(
+            Format::OpenAiChat,
+            r#"{"model":"a/b","messages":[{"role":"user","content":"x"}]}"#,
         );
-        assert!(third_party.slow_model);
+        assert!(!plain.slow_model);
+        assert!(plain.on_third_party_claude(true).slow_model);
+        assert!(!plain.on_third_party_claude(false).slow_model);
     }
 }

@@ -245,15 +245,14 @@ async fn attempt(
             &snap.settings.concurrency.queue.with(&conn.queue),
             snap.settings.first_byte_timeout_ms,
         );
-        let third_party_claude = upstream_format
-            == switchyard_core::format::Format::AnthropicMessages
-            && !conn.base_url.contains("api.anthropic.com");
+        // Read only when the first-output budget adapts to them.
         let facts = || {
-            let f = *ctx.facts.get_or_init(|| Facts::of(request, false));
-            Facts {
-                slow_model: f.slow_model || third_party_claude,
-                ..f
-            }
+            let third_party_claude = upstream_format
+                == switchyard_core::format::Format::AnthropicMessages
+                && !conn.base_url.contains("api.anthropic.com");
+            ctx.facts
+                .get_or_init(|| Facts::of(request))
+                .on_third_party_claude(third_party_claude)
         };
         switchyard_core::stream::limits(&snap.settings.stream, facts, t.last, total_ms)
     });
