@@ -14,12 +14,13 @@
 //!    each attempt (`attempt`) takes its concurrency slots (`concurrency`), passes the
 //!    resilience check, reserves quota (`quota`) and calls the upstream adapter
 //!    ([`crate::upstream`]), owning what it holds until the answer goes to the client
-//! 6. respond — a buffered JSON body, or the streaming body stack ([`crate::body`]) that
-//!    owns the finisher
+//! 6. judge and respond — (`answer`) a buffered JSON body, or the streaming body stack
+//!    ([`crate::body`]) that commits on the stream's first output and owns the finisher
 //! 7. finish — exactly once: quota settlement, request log row, metrics ([`finish`])
 //!
 //! The pipeline decides nothing itself: decisions are core functions fed with the state.
 
+mod answer;
 mod attempt;
 pub mod auth;
 mod concurrency;

@@ -53,12 +53,9 @@ pub async fn send(
         let slow = walls.send_slow(connection, wall.account, wall.flags, ctx.clock.now_ms());
         let extra: &[_] = if slow { &slow_header } else { &[] };
         let response = upstream::send(timeout, target, call(body.clone(), extra), deadline).await?;
-        let pairs: Vec<(&str, &str)> = response
-            .headers()
-            .iter()
-            .filter(|(n, _)| n.as_str().starts_with("anthropic-ratelimit-unified"))
-            .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
-            .collect();
+        let pairs = upstream::header_pairs(response.headers(), |n| {
+            n.starts_with("anthropic-ratelimit-unified")
+        });
         let seen = usage_wall::Response {
             status: response.status().as_u16(),
             headers: UnifiedHeaders::from_pairs(&pairs),

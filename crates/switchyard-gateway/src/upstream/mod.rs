@@ -131,6 +131,46 @@ pub struct Upstream {
     pub metrics: ProviderMetrics,
 }
 
+impl Upstream {
+    /// The request body as this endpoint takes it: a Codex subscription backend refuses
+    /// some members and streams every answer.
+    pub fn request_body(&self, body: Vec<u8>, stream: bool) -> Vec<u8> {
+        if self.codex_backend {
+            switchyard_core::format::responses::for_codex_backend(body, stream)
+        } else {
+            body
+        }
+    }
+
+    /// Whether this is a Claude-compatible endpoint other than Anthropic's own, whose
+    /// thinking models start slower (the first-output budget adapts to it).
+    pub fn is_third_party_claude(&self) -> bool {
+        self.adapter.format() == Format::AnthropicMessages
+            && self.url.host() != Some("api.anthropic.com")
+    }
+
+    /// A whole (non-streamed) answer as the client asked for it, or `None` when the
+    /// endpoint's answer holds none: a Codex subscription backend streamed it, and its
+    /// final response event is the answer.
+    pub fn whole_answer(&self, bytes: Bytes) -> Option<Bytes> {
+        if !self.codex_backend {
+            return Some(bytes);
+        }
+        let stream = switchyard_core::redact::scrub_stream(&bytes, &self.secrets);
+        switchyard_core::format::responses::final_response(&stream).map(Bytes::from)
+    }
+}
+
+/// The headers of `headers` whose names `wanted` picks, as text pairs (a value that is
+/// not visible ASCII is left out), for the core functions that read them.
+pub fn header_pairs(headers: &HeaderMap, wanted: impl Fn(&str) -> bool) -> Vec<(&str, &str)> {
+    headers
+        .iter()
+        .filter(|(n, _)| wanted(n.as_str()))
+        .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
+        .collect()
+}
+
 /// A connection's usage-wall opt-ins and the account endpoints the limit reset calls.
 #[derive(Debug, Clone)]
 pub struct WallConfig {

@@ -1,0 +1,361 @@
+//! The judge step of an attempt (SPEC R11): the upstream's answer becomes the client
+//! response or a failure, and nothing reaches the client before it is judged. A whole
+//! answer is read, checked, redacted and translated; a stream goes through the body
+//! stack (byte backstop → scrub → translate → watch) and commits on its first output,
+//! handing the attempt's guards to the finisher; a refusal is read (bounded, redacted)
+//! for what it announces, or passed on when it is the client's error.
+
+use super::attempt::Guards;
+use super::finish::Finisher;
+use crate::body::deadline::DeadlineBody;
+use crate::body::metered::MeteredBody;
+use crate::body::scrub::ScrubBody;
+use crate::body::translate::TranslateBody;
+use crate::body::watch::{self, Judged, Watched};
+use crate::upstream::{self, Upstream};
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use std::time::Duration;
+use switchyard_core::format::{translate, Format};
+use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::redact::{self, Secrets, StreamScrubber};
+use switchyard_core::resilience::cooldown;
+use switchyard_core::stream::watchdog::Limits;
+use switchyard_core::usage::Usage;
+
+/// Largest upstream error body relayed to the client; error bodies are short, and a
+/// misbehaving upstream must not make the gateway buffer without bound.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// Largest non-streaming upstream answer the gateway buffers. Chat completions are a few
+/// KiB, long ones a few hundred; 64 MiB bounds memory per request against a misbehaving
+/// upstream while leaving room for large tool-call payloads.
+const MAX_UPSTREAM_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// A failed attempt.
+pub(super) struct Failed {
+    pub failure: AttemptFailure,
+    /// The upstream's `Retry-After`, relayed if this is the last failure.
+    pub retry_after: Option<HeaderValue>,
+    /// A non-retryable upstream answer, returned to the client as it is.
+    pub passthrough: Option<Response>,
+    /// The start of the upstream's error body (reset text, credit errors).
+    pub body_hint: String,
+    /// When the upstream said the account is usable again.
+    pub reset_at: Option<u64>,
+}
+
+impl From<AttemptFailure> for Failed {
+    fn from(failure: AttemptFailure) -> Self {
+        Self {
+            failure,
+            retry_after: None,
+            passthrough: None,
+            body_hint: String::new(),
+            reset_at: None,
+        }
+    }
+}
+
+/// Bytes of an upstream error body read for reset text and credit errors.
+const BODY_HINT_BYTES: usize = 4096;
+
+/// The announced reset of an upstream error answer (SPEC R3).
+fn announced_reset(headers: &HeaderMap, body: &str, now: u64) -> Option<u64> {
+    let pairs = upstream::header_pairs(headers, cooldown::may_announce_reset);
+    cooldown::announced_reset(&pairs, body, now)
+}
+
+/// What an attempt expects of the upstream's answer, and the bounds it reads it in.
+pub(super) struct Expect<'a> {
+    /// A stream is expected: its watchdog's limits, from the time the attempt was sent.
+    pub watch: Option<(Limits, tokio::time::Instant)>,
+    /// The first-byte deadline (and, when not streaming, the whole answer's).
+    pub deadline: tokio::time::Instant,
+    /// The byte-level backstop between a stream's frames.
+    pub idle_timeout: Duration,
+    /// The connection, whose secrets are redacted from relayed error text.
+    pub upstream: &'a Upstream,
+    /// The client's format, for stream error frames and translation.
+    pub client: Format,
+    /// The answer's time in unix seconds, for translated answers' `created`.
+    pub now_s: u64,
+}
+
+/// Whether a non-streamed answer is shaped like a JSON object (a chat completion always
+/// is): an HTML error page, plain text or an empty body is not. Checked by its first and
+/// last non-blank bytes, so a valid answer costs no second parse.
+fn is_json_object(body: &[u8]) -> bool {
+    let trimmed = body.trim_ascii();
+    trimmed.first() == Some(&b'{') && trimmed.last() == Some(&b'}')
+}
+
+/// Whether a `Content-Type` is an event stream.
+fn is_event_stream(content_type: Option<&HeaderValue>) -> bool {
+    content_type
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// Judges an upstream answer: a success becomes the client response (a stream once it
+/// commits on its first output), a retryable failure a [`Failed`] for the dispatch
+/// machine, and any other refusal a [`Failed`] carrying the answer to pass on.
+pub(super) async fn judge(
+    response: axum::http::Response<Incoming>,
+    expect: Expect<'_>,
+    guards: &mut Guards,
+    finisher: &mut Finisher,
+    now: u64,
+) -> Result<Response, Failed> {
+    let (parts, body) = response.into_parts();
+    if !parts.status.is_success() {
+        return Err(refused(&parts, body, &expect, now).await);
+    }
+    let content_type = parts.headers.get(header::CONTENT_TYPE);
+    match expect.watch {
+        Some((limits, origin)) => {
+            // A Codex subscription backend streams without a Content-Type: only one
+            // that says something else is refused. Nothing has reached the client:
+            // another candidate may answer properly.
+            if content_type.is_some() && !is_event_stream(content_type) {
+                return Err(AttemptFailure::InvalidResponse.into());
+            }
+            let committed = Committed {
+                guards,
+                finisher,
+                client: expect.client,
+            };
+            stream(body, &expect, limits, origin, committed).await
+        }
+        None => {
+            let content_type = content_type.cloned();
+            whole(body, content_type, &expect, guards, finisher).await
+        }
+    }
+}
+
+/// A stream, watched from the time it was sent (`origin`) and committed on its first
+/// output.
+async fn stream(
+    body: Incoming,
+    expect: &Expect<'_>,
+    limits: Limits,
+    origin: tokio::time::Instant,
+    committed: Committed<'_>,
+) -> Result<Response, Failed> {
+    let target = expect.upstream;
+    let client = expect.client;
+    let upstream = ScrubBody::new(
+        DeadlineBody::new(body, expect.idle_timeout),
+        StreamScrubber::new(target.secrets.clone()),
+    );
+    match translate::Stream::new(client, target.adapter.format(), expect.now_s) {
+        None => {
+            let watched = Watched::new(upstream, client.stream_reader(), limits, origin);
+            streamed(watched, committed).await
+        }
+        Some(translator) => {
+            let inner = TranslateBody::new(upstream, translator);
+            let watched = Watched::new(inner, client.stream_reader(), limits, origin);
+            streamed(watched, committed).await
+        }
+    }
+}
+
+/// A whole answer, read within the attempt's deadline, checked, redacted and translated
+/// before it goes to the client.
+async fn whole(
+    body: Incoming,
+    content_type: Option<HeaderValue>,
+    expect: &Expect<'_>,
+    guards: &mut Guards,
+    finisher: &mut Finisher,
+) -> Result<Response, Failed> {
+    let (target, client) = (expect.upstream, expect.client);
+    let upstream_format = target.adapter.format();
+    let limited = Limited::new(body, MAX_UPSTREAM_BODY_BYTES);
+    let bytes = match tokio::time::timeout_at(expect.deadline, limited.collect()).await {
+        Err(_) => return Err(AttemptFailure::FirstByteTimeout.into()),
+        Ok(Err(_)) => return Err(AttemptFailure::Reset.into()),
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    let Some(bytes) = target.whole_answer(bytes) else {
+        return Err(AttemptFailure::InvalidResponse.into());
+    };
+    if !is_json_object(&bytes) {
+        return Err(AttemptFailure::InvalidResponse.into());
+    }
+    // An answer that is an error (a failed Responses object) is relayed redacted.
+    let bytes = match redact::scrub_body(&bytes, &target.secrets) {
+        Some(scrubbed) => Bytes::from(scrubbed),
+        None => bytes,
+    };
+    let bytes = if client == upstream_format {
+        bytes
+    } else {
+        match translate::response(client, upstream_format, &bytes, expect.now_s) {
+            Ok(translated) => Bytes::from(translated),
+            Err(e) => {
+                tracing::warn!(
+                    request_id = finisher.request_id(),
+                    error = %e,
+                    "Upstream answer could not be translated; trying the next candidate."
+                );
+                return Err(AttemptFailure::InvalidResponse.into());
+            }
+        }
+    };
+    guards.hand_over(finisher);
+    finisher.first_byte();
+    let usage = Usage::from_json_bytes(&bytes);
+    if usage.is_none() {
+        // No usage block: the quota settles on the text the answer carries.
+        let text = std::str::from_utf8(&bytes).unwrap_or_default();
+        finisher.observe_output(switchyard_core::usage::generated_chars(text));
+    }
+    finisher.finish(StatusCode::OK.as_u16(), None, usage);
+    let content_type = match content_type {
+        Some(ct) if client == upstream_format => ct,
+        _ => HeaderValue::from_static("application/json"),
+    };
+    let mut out = Response::new(Body::from(bytes));
+    out.headers_mut().insert(header::CONTENT_TYPE, content_type);
+    Ok(out)
+}
+
+/// An upstream refusal: a retryable one with what it announced (when the account is
+/// usable again), any other with its redacted (and translated) answer to pass on.
+async fn refused(
+    parts: &axum::http::response::Parts,
+    body: Incoming,
+    expect: &Expect<'_>,
+    now: u64,
+) -> Failed {
+    let (target, client) = (expect.upstream, expect.client);
+    let upstream_format = target.adapter.format();
+    let status = parts.status;
+    let failure = AttemptFailure::Status(status.as_u16());
+    if failure.is_retryable() {
+        // A 429's body may say when the window resets, or that credits are gone.
+        let body_hint = if status == StatusCode::TOO_MANY_REQUESTS {
+            let text =
+                read_error_text(body, BODY_HINT_BYTES, expect.deadline, &target.secrets).await;
+            String::from_utf8_lossy(&text).into_owned()
+        } else {
+            String::new()
+        };
+        return Failed {
+            failure,
+            retry_after: parts.headers.get(header::RETRY_AFTER).cloned(),
+            passthrough: None,
+            reset_at: announced_reset(&parts.headers, &body_hint, now),
+            body_hint,
+        };
+    }
+    let redacted =
+        read_error_text(body, MAX_ERROR_BODY_BYTES, expect.deadline, &target.secrets).await;
+    let (body, content_type) = if client == upstream_format {
+        (
+            Bytes::from(redacted),
+            parts.headers.get(header::CONTENT_TYPE).cloned(),
+        )
+    } else {
+        let translated = translate::error(client, upstream_format, status.as_u16(), &redacted);
+        (
+            Bytes::from(translated),
+            Some(HeaderValue::from_static("application/json")),
+        )
+    };
+    let body_hint = String::from_utf8_lossy(&body[..body.len().min(BODY_HINT_BYTES)]).into_owned();
+    let mut out = Response::new(Body::from(body));
+    *out.status_mut() = status;
+    if let Some(ct) = content_type {
+        out.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    out.extensions_mut()
+        .insert(crate::error::ErrorCode("upstream_client_error"));
+    Failed {
+        failure,
+        retry_after: None,
+        passthrough: Some(out),
+        reset_at: announced_reset(&parts.headers, &body_hint, now),
+        body_hint,
+    }
+}
+
+/// What a streamed attempt hands over once it commits.
+struct Committed<'a> {
+    guards: &'a mut Guards,
+    finisher: &'a mut Finisher,
+    client: Format,
+}
+
+/// Judges a stream before anything of it reaches the client (SPEC R11): on its first
+/// output it commits — the guards go to the finisher, which goes into the body — and
+/// the client gets what was held back and then the rest; a stream that fails before is
+/// a failed attempt, with nothing sent.
+async fn streamed<B>(mut watched: Watched<B>, c: Committed<'_>) -> Result<Response, Failed>
+where
+    B: http_body::Body<Data = Bytes, Error = crate::body::deadline::Cut> + Unpin + Send + 'static,
+{
+    let held = match watch::judge(&mut watched).await {
+        Judged::Commit { held, progress } => (held, progress),
+        Judged::Failed(cut) => return Err(AttemptFailure::Stream(cut).into()),
+    };
+    c.guards.hand_over(c.finisher);
+    let body = MeteredBody::new(watched, held, c.client, c.finisher.detach());
+    let mut out = Response::new(Body::new(body));
+    let h = out.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(out)
+}
+
+/// An upstream error body as the gateway may use it: at most `limit` bytes, read until
+/// `deadline`, with `secrets` and token-shaped text redacted. The only reader of error
+/// bodies, so no unredacted upstream error text reaches a client, a log or a decision.
+async fn read_error_text(
+    body: Incoming,
+    limit: usize,
+    deadline: tokio::time::Instant,
+    secrets: &Secrets,
+) -> Vec<u8> {
+    match read_limited(body, limit, deadline).await {
+        (text, false) => redact::redact(&text, secrets),
+        // Cut at the limit, perhaps inside a secret.
+        (text, true) => redact::redact_truncated(&text, secrets),
+    }
+}
+
+/// Reads at most `limit` bytes of a body until `deadline`; what does not fit is dropped.
+/// Says whether the limit was reached (the body may go on).
+async fn read_limited(
+    mut body: Incoming,
+    limit: usize,
+    deadline: tokio::time::Instant,
+) -> (Bytes, bool) {
+    let mut buf = Vec::new();
+    let read = async {
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(chunk) = frame.into_data() {
+                let room = limit.saturating_sub(buf.len());
+                buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if buf.len() >= limit {
+                    break;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline, read).await;
+    let full = buf.len() >= limit;
+    (Bytes::from(buf), full)
+}
