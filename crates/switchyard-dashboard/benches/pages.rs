@@ -48,6 +48,7 @@ fn row(i: u64, now: u64) -> LogRow {
         prompt_tokens: Some(500),
         completion_tokens: Some(80),
         egress_ip: None,
+        failed_attempts: Vec::new(),
     }
 }
 

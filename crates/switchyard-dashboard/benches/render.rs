@@ -69,6 +69,7 @@ fn row(i: u64) -> LogRow {
         prompt_tokens: Some(500 + i % 100),
         completion_tokens: Some(80 + i % 40),
         egress_ip: None,
+        failed_attempts: Vec::new(),
     }
 }
 

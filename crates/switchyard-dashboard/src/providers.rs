@@ -18,7 +18,7 @@ use std::sync::Arc;
 use switchyard_gateway::config::ConnectionSpec;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
-use switchyard_store::{ConnectionRecord, ProviderRecord, SaveMode};
+use switchyard_store::{ConnectionRecord, ProviderRecord, SaveMode, StreamTimeouts};
 
 /// The page's path.
 const PAGE: &str = "/dashboard/providers";
@@ -76,8 +76,29 @@ fn provider_json(f: &Fields) -> Map<String, Value> {
     p.insert("base_url".into(), one(f, "base_url").trim().into());
     p.insert("models".into(), comma_list(&one(f, "models")).into());
     p.insert("max_concurrent".into(), number(&one(f, "max_concurrent")));
+    let timeouts: Map<String, Value> = STREAM_TIMEOUTS
+        .iter()
+        .map(|(name, _)| ((*name).to_owned(), number(&one(f, name))))
+        .collect();
+    p.insert("stream_timeouts".into(), Value::Object(timeouts));
     p
 }
+
+/// A provider's own stream deadlines (the API's `stream_timeouts`) and their labels.
+const STREAM_TIMEOUTS: [(&str, &str); 3] = [
+    (
+        "first_output_ms",
+        "First-output budget, ms (empty = streamContentStall.firstOutputMs)",
+    ),
+    (
+        "first_output_max_ms",
+        "Adaptive first-output cap, ms (empty = streamContentStall.firstOutputMaxMs)",
+    ),
+    (
+        "idle_ms",
+        "Longest gap between output events, ms (empty = streamContentStall.idleMs)",
+    ),
+];
 
 /// A new provider's form as the API's `ProviderRecord` with `id` (no prices and no
 /// output-token limits: the form does not set them).
@@ -254,6 +275,26 @@ fn provider_fields(prefix: &str, p: Option<&ProviderRecord>) -> Markup {
                 .map_or_else(String::new, |n| n.to_string()),
             false,
         ))
+        @for (name, label) in STREAM_TIMEOUTS {
+            (input(
+                &id(name),
+                name,
+                label,
+                "number",
+                &p.and_then(|p| stream_timeout(&p.stream_timeouts, name))
+                    .map_or_else(String::new, |n| n.to_string()),
+                false,
+            ))
+        }
+    }
+}
+
+/// The provider's own stream deadline `name`, if it sets one.
+fn stream_timeout(t: &StreamTimeouts, name: &str) -> Option<u64> {
+    match name {
+        "first_output_ms" => t.first_output_ms,
+        "first_output_max_ms" => t.first_output_max_ms,
+        _ => t.idle_ms,
     }
 }
 

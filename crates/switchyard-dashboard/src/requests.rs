@@ -306,17 +306,20 @@ fn row_html(r: &LogRow) -> Markup {
         or_dash(r.connection_id.as_deref()),
         or_dash(r.model.as_deref()),
     ];
-    let after = [
-        or_dash(r.error_code.as_deref()),
-        r.attempts.to_string(),
-        r.latency_ms.to_string(),
-        or_dash(r.ttfb_ms),
-        tokens,
-    ];
+    let after = [r.latency_ms.to_string(), or_dash(r.ttfb_ms), tokens];
     html! {
         tr {
             @for c in &before { td { (c) } }
             td class=[(r.status >= 400).then_some("status-error")] { (r.status) }
+            td { (or_dash(r.error_code.as_deref())) }
+            td {
+                (r.attempts)
+                // Why each attempt that did not answer ended.
+                @for f in &r.failed_attempts {
+                    br;
+                    small.failed-attempt { (f.connection_id) ": " (f.outcome) }
+                }
+            }
             @for c in &after { td { (c) } }
         }
     }
@@ -389,6 +392,7 @@ mod tests {
             prompt_tokens: Some(7),
             completion_tokens: Some(5),
             egress_ip: None,
+            failed_attempts: Vec::new(),
         }
     }
 

@@ -28,11 +28,13 @@ const PAGE: &str = "/dashboard/resilience";
 
 /// The settings (SPEC D3) the page offers besides the lockout and provider-cooldown
 /// forms, by key prefix: breaker profiles, connection cooldown bases and backoff steps,
-/// stream-stall cooldown, request queue, concurrency, combo cooldown wait and the
-/// quota-share concurrency limit.
-const OTHER_SETTINGS: [&str; 7] = [
+/// stream deadlines (first output, idle, throughput) and the stream-stall cooldown,
+/// request queue, concurrency, combo cooldown wait and the quota-share concurrency limit.
+const OTHER_SETTINGS: [&str; 9] = [
     "breaker.",
     "cooldown.",
+    "streamContentStall.",
+    "streamThroughputWatchdog.",
     "streamStallCooldown.",
     "requestQueue.",
     "concurrency.",
@@ -496,7 +498,7 @@ pub fn render(r: &Resilience, csrf: &str) -> Markup {
         section aria-labelledby="settings" {
             h2 id="settings" { "Settings" }
             (settings(&r.settings, csrf))
-            h3 id="other-settings" { "Breaker and cooldown profiles, queues, waits and stalls" }
+            h3 id="other-settings" { "Breaker and cooldown profiles, stream deadlines, queues, waits and stalls" }
             (crate::settings::table(
                 "Other resilience settings",
                 &r.others.iter().collect::<Vec<_>>(),

@@ -263,6 +263,9 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
                 ("base_url", &mock),
                 ("models", "mock-small, mock-large"),
                 ("max_concurrent", "5"),
+                ("first_output_ms", "90000"),
+                ("first_output_max_ms", ""),
+                ("idle_ms", "0"),
             ],
         )
         .await;
@@ -276,7 +279,36 @@ async fn providers_and_connections_are_created_edited_and_deleted() {
         json!({"id": "gamma", "format": "openai", "base_url": mock,
             "models": ["mock-small", "mock-large"], "max_concurrent": 5,
             "prices": {"mock-small": {"input_per_mtok": 1.5, "output_per_mtok": 6.0}},
-            "max_output_tokens": {"mock-small": 1000}})
+            "max_output_tokens": {"mock-small": 1000},
+            "stream_timeouts": {"first_output_ms": 90000, "idle_ms": 0}})
+    );
+    // The form shows them back, and one out of its setting's range is refused.
+    let shown = page(&s).await;
+    assert_eq!(
+        common::attr(&shown, "#provider-gamma-first_output_ms", "value").as_deref(),
+        Some("90000")
+    );
+    assert_eq!(
+        common::attr(&shown, "#provider-gamma-first_output_max_ms", "value").as_deref(),
+        Some("")
+    );
+    let refused = s
+        .act(
+            "/dashboard/providers/gamma/update",
+            &[
+                ("format", "openai"),
+                ("base_url", &mock),
+                ("first_output_max_ms", "5"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        notice(&refused),
+        failed("provider `gamma` stream_timeouts.first_output_max_ms: must be a whole number of milliseconds from 1000 to 86400000")
+    );
+    assert_eq!(
+        s.h.admin_json("/api/providers/gamma").await["stream_timeouts"],
+        json!({"first_output_ms": 90000, "idle_ms": 0})
     );
 
     let forged =

@@ -89,6 +89,8 @@ pub enum SnapshotError {
     Price { provider: String, model: String },
     #[error("provider `{provider}` max_output_tokens of `{model}`: must be a whole number from 1 to {MAX_COMPLETION_TOKENS}")]
     OutputLimit { provider: String, model: String },
+    #[error("provider `{provider}` stream_timeouts.{problem}")]
+    StreamTimeouts { provider: String, problem: String },
 }
 
 /// `provider_specific_data` flag that makes the gateway speak HTTP/2 without TLS
@@ -235,7 +237,21 @@ impl Snapshot {
         )?;
         let mut prices = HashMap::new();
         let mut output_limits = HashMap::new();
+        let mut stream_overrides = HashMap::new();
         for p in &rows.providers {
+            let t = p.stream_timeouts;
+            let overrides = switchyard_core::stream::Overrides {
+                first_output_ms: t.first_output_ms,
+                first_output_max_ms: t.first_output_max_ms,
+                idle_ms: t.idle_ms,
+            };
+            if let Some(problem) = overrides.problem() {
+                return Err(SnapshotError::StreamTimeouts {
+                    provider: p.id.clone(),
+                    problem,
+                });
+            }
+            stream_overrides.insert(p.id.as_str(), overrides);
             for (model, limit) in &p.max_output_tokens {
                 if *limit == 0 || *limit > MAX_COMPLETION_TOKENS {
                     return Err(SnapshotError::OutputLimit {
@@ -337,6 +353,10 @@ impl Snapshot {
                 secrets: upstream::secrets(cred, &auth),
                 auth,
                 metrics: metrics.for_provider(&conn.provider),
+                stream: stream_overrides
+                    .get(conn.provider.as_str())
+                    .copied()
+                    .unwrap_or_default(),
             });
         }
         Ok(Self {

@@ -171,4 +171,11 @@ CREATE INDEX request_log_requested_model ON request_log (requested_model, id);
 CREATE INDEX request_log_model ON request_log (model, id);
 CREATE INDEX request_log_status ON request_log (status, id);
 "#,
+    // v7: why each attempt of a logged request that did not answer ended (SPEC R11: which
+    // deadline cut a stream that failed over), as a JSON array, NULL when none failed;
+    // and a provider's own stream deadlines.
+    r#"
+ALTER TABLE request_log ADD COLUMN failed_attempts TEXT;
+ALTER TABLE providers ADD COLUMN stream_timeouts TEXT NOT NULL DEFAULT '{}';
+"#,
 ];

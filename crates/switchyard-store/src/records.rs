@@ -33,6 +33,32 @@ pub struct ProviderRecord {
     /// answer; a request asking for more is clamped to it (Claude Code asks 128 000).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub max_output_tokens: BTreeMap<String, u64>,
+    /// The provider's own stream deadlines, replacing the `streamContentStall.*`
+    /// settings for its streams; omit a field to follow the setting.
+    #[serde(default, skip_serializing_if = "StreamTimeouts::is_empty")]
+    pub stream_timeouts: StreamTimeouts,
+}
+
+/// A provider's stream deadlines (SPEC R11), each in milliseconds, 0 = off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamTimeouts {
+    /// `streamContentStall.firstOutputMs`: the first-output budget's base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_output_ms: Option<u64>,
+    /// `streamContentStall.firstOutputMaxMs`: the adaptive budget's cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_output_max_ms: Option<u64>,
+    /// `streamContentStall.idleMs`: the longest gap between output events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_ms: Option<u64>,
+}
+
+impl StreamTimeouts {
+    /// Nothing is overridden.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// A model's price in USD per million tokens.
@@ -142,6 +168,21 @@ pub struct LogRow {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub egress_ip: Option<String>,
+    /// The attempts that failed (to be retried or failed over), in order, and why each
+    /// ended (a stream cut names its deadline: `first_output_timeout`, `throughput_low`
+    /// …). An upstream refusal passed on to the client is the answer, not listed.
+    #[serde(default)]
+    pub failed_attempts: Vec<FailedAttempt>,
+}
+
+/// An attempt of a logged request that did not answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct FailedAttempt {
+    pub provider: String,
+    pub connection_id: String,
+    pub model: String,
+    /// What ended it, as the `outcome` label of `switchyard_upstream_attempts_total`.
+    pub outcome: String,
 }
 
 /// The request log's size ([`Store::log_size`](crate::Store::log_size)).

@@ -568,9 +568,10 @@ impl Store {
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO request_log (ts, request_id, key_id, requested_model, provider,
                    connection_id, model, status, error_code, stream, attempts, latency_ms,
-                   ttfb_ms, prompt_tokens, completion_tokens, egress_ip, client_format)
+                   ttfb_ms, prompt_tokens, completion_tokens, egress_ip, client_format,
+                   failed_attempts)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                   ?17)",
+                   ?17, ?18)",
             )?;
             for r in rows {
                 stmt.execute(params![
@@ -591,6 +592,7 @@ impl Store {
                     r.completion_tokens.map(i64_of),
                     r.egress_ip,
                     r.client_format,
+                    failed_attempts_json(&r.failed_attempts)?,
                 ])?;
             }
         }
@@ -640,6 +642,7 @@ impl Store {
                         completion_tokens: opt_u64(15)?,
                         egress_ip: r.get(16)?,
                         client_format: r.get(17)?,
+                        failed_attempts: failed_attempts_of(r.get(18)?),
                     },
                 ))
             })?
@@ -746,12 +749,13 @@ impl Batch<'_> {
         check_mode(tx, "providers", "id", &p.id, "provider", mode)?;
         tx.execute(
             "INSERT INTO providers (id, format, base_url, models, prices, max_concurrent,
-               max_output_tokens, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?7, ?7)
+               max_output_tokens, stream_timeouts, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?9, ?7, ?7)
              ON CONFLICT(id) DO UPDATE SET format = excluded.format,
                base_url = excluded.base_url, models = excluded.models,
                prices = excluded.prices, max_concurrent = excluded.max_concurrent,
                max_output_tokens = excluded.max_output_tokens,
+               stream_timeouts = excluded.stream_timeouts,
                updated_at = excluded.updated_at",
             params![
                 p.id,
@@ -761,7 +765,8 @@ impl Batch<'_> {
                 to_json(&p.prices)?,
                 p.max_concurrent,
                 i64_of(now),
-                to_json(&p.max_output_tokens)?
+                to_json(&p.max_output_tokens)?,
+                to_json(&p.stream_timeouts)?
             ],
         )?;
         Ok(())
@@ -973,6 +978,21 @@ fn seal_stored(conn: &mut Connection, keys: &Keyring) -> Result<()> {
     Ok(())
 }
 
+/// A row's failed attempts as stored: `NULL` when there are none (most rows).
+fn failed_attempts_json(attempts: &[FailedAttempt]) -> Result<Option<String>> {
+    if attempts.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(serde_json::to_string(attempts)?))
+}
+
+/// A row's failed attempts as read back; a value this build cannot read is shown as none
+/// rather than failing the page.
+fn failed_attempts_of(text: Option<String>) -> Vec<FailedAttempt> {
+    text.and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
 /// The statement and arguments of [`Store::query_logs`]: only the filters `q` sets are in
 /// it (a `? IS NULL OR` branch would keep SQLite from using the filter's index), each
 /// equality on a column whose index ends in the row id, so a page is read newest first
@@ -982,7 +1002,7 @@ pub(crate) fn log_query(q: &LogQuery) -> (String, Vec<rusqlite::types::Value>) {
     let mut sql = String::from(
         "SELECT id, ts, request_id, key_id, requested_model, provider, connection_id, model,
            status, error_code, stream, attempts, latency_ms, ttfb_ms, prompt_tokens,
-           completion_tokens, egress_ip, client_format
+           completion_tokens, egress_ip, client_format, failed_attempts
          FROM request_log WHERE id < ?",
     );
     let mut args = vec![V::Integer(q.before.unwrap_or(i64::MAX))];
@@ -1101,7 +1121,8 @@ fn first<T>(rows: Vec<T>, kind: &'static str, id: &str) -> Result<T> {
 
 fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRecord>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT id, format, base_url, models, prices, max_concurrent, max_output_tokens
+        "SELECT id, format, base_url, models, prices, max_concurrent, max_output_tokens,
+           stream_timeouts
          FROM providers
          WHERE (?1 IS NULL OR id = ?1) ORDER BY created_at, id",
     )?;
@@ -1115,12 +1136,13 @@ fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRe
                 r.get::<_, String>(4)?,
                 r.get::<_, Option<u32>>(5)?,
                 r.get::<_, String>(6)?,
+                r.get::<_, String>(7)?,
             ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     raw.into_iter()
         .map(
-            |(id, format, base_url, models, prices, max_concurrent, limits)| {
+            |(id, format, base_url, models, prices, max_concurrent, limits, timeouts)| {
                 Ok(ProviderRecord {
                     id,
                     format: enum_from_str(&format)?,
@@ -1129,6 +1151,7 @@ fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRe
                     prices: from_json(&prices)?,
                     max_concurrent,
                     max_output_tokens: from_json(&limits)?,
+                    stream_timeouts: from_json(&timeouts)?,
                 })
             },
         )
@@ -1301,6 +1324,7 @@ mod tests {
             models: vec!["m".into()],
             prices: Default::default(),
             max_output_tokens: Default::default(),
+            stream_timeouts: Default::default(),
             max_concurrent: None,
         }
     }
@@ -1482,6 +1506,7 @@ mod tests {
             prompt_tokens: Some(4),
             completion_tokens: Some(5),
             egress_ip: None,
+            failed_attempts: Vec::new(),
         };
         s.insert_log_batch(&[row(1), row(2), row(3)]).unwrap();
         let got = s.recent_logs(2, None).unwrap();
@@ -1509,6 +1534,7 @@ mod tests {
             prompt_tokens: Some(10),
             completion_tokens: Some(ts),
             egress_ip: None,
+            failed_attempts: Vec::new(),
         }
     }
 

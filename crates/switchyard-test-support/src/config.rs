@@ -225,6 +225,8 @@ pub struct Provider {
     prices: BTreeMap<String, Price>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     max_output_tokens: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    stream_timeouts: BTreeMap<String, u64>,
 }
 
 /// A model's price in USD per million tokens.
@@ -245,6 +247,7 @@ impl Provider {
             max_concurrent: None,
             prices: BTreeMap::new(),
             max_output_tokens: BTreeMap::new(),
+            stream_timeouts: BTreeMap::new(),
         }
     }
 
@@ -262,6 +265,13 @@ impl Provider {
             format: UpstreamFormat::Responses,
             ..Self::openai(id, base_url)
         }
+    }
+
+    /// Its own stream deadline `name` (`first_output_ms`, `first_output_max_ms`,
+    /// `idle_ms`), replacing the setting for its streams.
+    pub fn stream_timeout(mut self, name: &str, ms: u64) -> Self {
+        self.stream_timeouts.insert(name.to_owned(), ms);
+        self
     }
 
     /// Clamps requests for `model` to at most `n` output tokens.

@@ -141,6 +141,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
                 models: models.iter().map(|m| (*m).to_owned()).collect(),
                 prices: Default::default(),
                 max_output_tokens: limits,
+                stream_timeouts: Default::default(),
                 max_concurrent: None,
             },
             SaveMode::Upsert,

@@ -24,6 +24,60 @@ pub mod watchdog;
 
 use crate::settings::StreamSettings;
 
+/// A provider's own stream deadlines, each replacing the setting of the same name when
+/// set (SPEC R11's per-provider overrides): a provider whose models think for minutes
+/// before they answer gets a longer first-output budget without lengthening everyone's.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Overrides {
+    /// `streamContentStall.firstOutputMs`.
+    pub first_output_ms: Option<u64>,
+    /// `streamContentStall.firstOutputMaxMs`.
+    pub first_output_max_ms: Option<u64>,
+    /// `streamContentStall.idleMs`.
+    pub idle_ms: Option<u64>,
+}
+
+impl Overrides {
+    /// What is wrong with these overrides, if anything: each must be within its
+    /// setting's range.
+    pub fn problem(&self) -> Option<String> {
+        use crate::settings::{
+            STREAM_CONTENT_STALL_FIRST_OUTPUT_MAX_MS as MAX,
+            STREAM_CONTENT_STALL_FIRST_OUTPUT_MS as BASE, STREAM_CONTENT_STALL_IDLE_MS as IDLE,
+        };
+        let fields = [
+            ("first_output_ms", self.first_output_ms, BASE.kind),
+            ("first_output_max_ms", self.first_output_max_ms, MAX.kind),
+            ("idle_ms", self.idle_ms, IDLE.kind),
+        ];
+        fields.into_iter().find_map(|(name, value, range)| {
+            value
+                .filter(|v| !(range.min..=range.max).contains(v))
+                .map(|_| {
+                    format!(
+                        "{name}: must be a whole number of milliseconds from {} to {}",
+                        range.min, range.max
+                    )
+                })
+        })
+    }
+
+    /// `settings` with these overrides applied.
+    pub fn apply(&self, settings: &StreamSettings) -> StreamSettings {
+        let mut s = *settings;
+        if let Some(ms) = self.first_output_ms {
+            s.first_output.base_ms = ms;
+        }
+        if let Some(ms) = self.first_output_max_ms {
+            s.first_output.max_ms = ms;
+        }
+        if let Some(ms) = self.idle_ms {
+            s.idle_ms = ms;
+        }
+        s
+    }
+}
+
 /// The watchdog limits of a streamed attempt: the first-output budget for the request's
 /// `facts` (none for the `last` candidate: with nothing to fail over to it gets its
 /// whole time, SPEC R11), the idle budget, the attempt's total bound (`total_ms`, R10's
@@ -181,6 +235,53 @@ mod tests {
                     min_bytes_per_s: 1,
                 }),
             }
+        );
+    }
+
+    #[test]
+    fn a_providers_overrides_replace_only_what_they_set() {
+        let s = settings();
+        assert_eq!(Overrides::default().apply(&s), s);
+        let o = Overrides {
+            first_output_ms: Some(200_000),
+            first_output_max_ms: Some(400_000),
+            idle_ms: None,
+        };
+        let applied = o.apply(&s);
+        assert_eq!(
+            (
+                applied.first_output.base_ms,
+                applied.first_output.max_ms,
+                applied.first_output.adaptive,
+                applied.idle_ms,
+                applied.throughput_enabled
+            ),
+            (200_000, 400_000, true, 120_000, false)
+        );
+        let off = Overrides {
+            idle_ms: Some(0),
+            ..Overrides::default()
+        };
+        assert_eq!(off.apply(&s).idle_ms, 0);
+        assert_eq!(o.problem(), None);
+        assert_eq!(off.problem(), None);
+        let low_cap = Overrides {
+            first_output_max_ms: Some(999),
+            ..Overrides::default()
+        };
+        assert_eq!(
+            low_cap.problem().as_deref(),
+            Some(
+                "first_output_max_ms: must be a whole number of milliseconds from 1000 to 86400000"
+            )
+        );
+        let long = Overrides {
+            idle_ms: Some(86_400_001),
+            ..Overrides::default()
+        };
+        assert_eq!(
+            long.problem().as_deref(),
+            Some("idle_ms: must be a whole number of milliseconds from 0 to 86400000")
         );
     }
 

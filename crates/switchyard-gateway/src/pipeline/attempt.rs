@@ -226,7 +226,8 @@ async fn attempt(
                 .get_or_init(|| Facts::of(request))
                 .on_third_party_claude(target.is_third_party_claude())
         };
-        switchyard_core::stream::limits(&snap.settings.stream, facts, t.last, total_ms)
+        let settings = target.stream.apply(&snap.settings.stream);
+        switchyard_core::stream::limits(&settings, facts, t.last, total_ms)
     });
     let first_output_deadline = limits
         .and_then(|l| l.first_output_ms)
@@ -304,9 +305,13 @@ async fn attempt(
         read,
     );
     target.metrics.count_attempt(failed.failure.label());
+    if let AttemptFailure::Stream(cut) = failed.failure {
+        target.metrics.count_cut(cut, false);
+    }
     if let Some(response) = failed.passthrough {
         return Err(Report::Rejected(response));
     }
+    finisher.attempt_failed(failed.failure.label());
     tracing::warn!(
         request_id = finisher.request_id(),
         provider = %conn.provider,

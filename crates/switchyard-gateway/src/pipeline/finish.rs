@@ -23,7 +23,7 @@ use switchyard_core::format::Format;
 use switchyard_core::outcome::{AttemptFailure, StreamCut};
 use switchyard_core::routing::Candidate;
 use switchyard_core::usage::Usage;
-use switchyard_store::LogRow;
+use switchyard_store::{FailedAttempt, LogRow};
 
 /// Status recorded when the response was cut before it ended — the client disconnected
 /// (`client_closed_request`) or the shutdown grace period expired (`gateway_shutdown`).
@@ -99,6 +99,7 @@ impl Finisher {
                 prompt_tokens: None,
                 completion_tokens: None,
                 egress_ip: None,
+                failed_attempts: Vec::new(),
             },
         }))
     }
@@ -128,6 +129,24 @@ impl Finisher {
             i.row.provider = Some(candidate.connection.provider.clone());
             i.row.connection_id = Some(candidate.connection.id.clone());
             i.row.model = Some(logged_model(&candidate.upstream_model));
+        }
+    }
+
+    /// The attempt last begun did not answer, ended by `outcome`; the log row keeps why.
+    pub fn attempt_failed(&mut self, outcome: &'static str) {
+        if let Some(i) = &mut self.0 {
+            let row = &mut i.row;
+            let (Some(provider), Some(connection_id), Some(model)) =
+                (&row.provider, &row.connection_id, &row.model)
+            else {
+                return;
+            };
+            row.failed_attempts.push(FailedAttempt {
+                provider: provider.clone(),
+                connection_id: connection_id.clone(),
+                model: model.clone(),
+                outcome: outcome.to_owned(),
+            });
         }
     }
 
@@ -176,6 +195,9 @@ impl Finisher {
         };
         let snap = i.parts.config.snapshot();
         if let Some(conn) = snap.catalog.connection(conn_id) {
+            if let (Some(cut), Some(target)) = (cut, snap.upstreams.get(conn.index)) {
+                target.metrics.count_cut(cut, true);
+            }
             i.parts.runtime.resilience.record_committed(
                 conn,
                 model,

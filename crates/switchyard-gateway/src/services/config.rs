@@ -62,6 +62,9 @@ pub struct ProviderEdit {
     pub models: Vec<String>,
     /// Requests in flight across the provider's connections; `None` = no limit.
     pub max_concurrent: Option<u32>,
+    /// The provider's own stream deadlines; a field left out follows the setting.
+    #[serde(default)]
+    pub stream_timeouts: switchyard_store::StreamTimeouts,
 }
 
 /// Applies `edit` to provider `id` as stored when the admin lock is held, so the fields
@@ -88,6 +91,7 @@ pub async fn update_provider(
             p.base_url = edit.base_url;
             p.models = edit.models;
             p.max_concurrent = edit.max_concurrent;
+            p.stream_timeouts = edit.stream_timeouts;
             found.get_or_init(|| p.clone());
             Ok(())
         },
@@ -374,6 +378,7 @@ mod tests {
             base_url: base_url.into(),
             models: vec!["m1".into(), "m2".into()],
             max_concurrent: Some(4),
+            stream_timeouts: Default::default(),
         }
     }
 

@@ -14,6 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use switchyard_core::catalog::Catalog;
+use switchyard_core::outcome::StreamCut;
 
 /// Metric names, without the `_total` suffix the exposition adds to counters.
 pub mod names {
@@ -21,6 +22,7 @@ pub mod names {
     pub const IN_FLIGHT: &str = "switchyard_requests_in_flight";
     pub const UPSTREAM_LATENCY: &str = "switchyard_upstream_latency_seconds";
     pub const UPSTREAM_ATTEMPTS: &str = "switchyard_upstream_attempts";
+    pub const STREAM_CUTS: &str = "switchyard_stream_cuts";
     pub const LOG_DROPPED: &str = "switchyard_request_log_dropped";
     pub const BREAKER_TRANSITIONS: &str = "switchyard_breaker_transitions";
     pub const COOLDOWNS: &str = "switchyard_connection_cooldowns";
@@ -72,6 +74,16 @@ pub struct ProviderLabels {
 pub struct AttemptLabels {
     pub provider: String,
     pub outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CutLabels {
+    pub provider: String,
+    /// What ended the stream ([`StreamCut::label`]).
+    pub cut: &'static str,
+    /// `before_commit` (the attempt failed over, unseen) or `after_commit` (the client
+    /// got the terminal frames).
+    pub phase: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -239,6 +251,7 @@ pub struct ProviderMetrics {
     pub success: Counter,
     provider: String,
     attempts: Family<AttemptLabels, Counter>,
+    cuts: Family<CutLabels, Counter>,
 }
 
 impl ProviderMetrics {
@@ -248,6 +261,21 @@ impl ProviderMetrics {
             .get_or_create(&AttemptLabels {
                 provider: self.provider.clone(),
                 outcome,
+            })
+            .inc();
+    }
+
+    /// Counts a stream ended by `cut`, before or after it reached the client.
+    pub fn count_cut(&self, cut: StreamCut, committed: bool) {
+        self.cuts
+            .get_or_create(&CutLabels {
+                provider: self.provider.clone(),
+                cut: cut.label(),
+                phase: if committed {
+                    "after_commit"
+                } else {
+                    "before_commit"
+                },
             })
             .inc();
     }
@@ -267,6 +295,7 @@ pub struct Metrics {
     pub in_flight: Gauge,
     pub upstream_latency: HistogramFamily<ProviderLabels>,
     pub upstream_attempts: Family<AttemptLabels, Counter>,
+    pub stream_cuts: Family<CutLabels, Counter>,
     pub log_dropped: Counter,
     /// Breaker state changes by provider and new state.
     pub breaker_transitions: Family<BreakerLabels, Counter>,
@@ -291,6 +320,7 @@ impl Metrics {
         let upstream_latency: HistogramFamily<ProviderLabels> =
             Family::new_with_constructor(latency_histogram);
         let upstream_attempts = Family::<AttemptLabels, Counter>::default();
+        let stream_cuts = Family::<CutLabels, Counter>::default();
         let log_dropped = Counter::default();
         let breaker_transitions = Family::<BreakerLabels, Counter>::default();
         let cooldowns = Family::<CooldownLabels, Counter>::default();
@@ -390,6 +420,11 @@ impl Metrics {
             upstream_attempts.clone(),
         );
         registry.register(
+            names::STREAM_CUTS,
+            "Streams ended by a watchdog deadline, a break or an error event, by provider, cut and whether the client had seen the stream",
+            stream_cuts.clone(),
+        );
+        registry.register(
             names::LOG_DROPPED,
             "Request-log rows dropped because the write buffer was full",
             log_dropped.clone(),
@@ -400,6 +435,7 @@ impl Metrics {
             in_flight,
             upstream_latency,
             upstream_attempts,
+            stream_cuts,
             log_dropped,
             breaker_transitions,
             cooldowns,
@@ -426,6 +462,7 @@ impl Metrics {
                 .clone(),
             provider: provider.to_owned(),
             attempts: self.upstream_attempts.clone(),
+            cuts: self.stream_cuts.clone(),
         }
     }
 

@@ -166,6 +166,7 @@ mod tests {
             prompt_tokens: Some(10),
             completion_tokens: Some(ts % 7),
             egress_ip: None,
+            failed_attempts: Vec::new(),
         }
     }
 

@@ -129,6 +129,8 @@ pub struct Upstream {
     pub secrets: Secrets,
     /// This connection's provider's metric handles.
     pub metrics: ProviderMetrics,
+    /// Its provider's own stream deadlines.
+    pub stream: switchyard_core::stream::Overrides,
 }
 
 impl Upstream {

@@ -59,6 +59,7 @@ async fn request_log_rows_are_written_without_bodies_or_credentials() {
         prompt_tokens: None,
         completion_tokens: None,
         egress_ip: None,
+        failed_attempts: Vec::new(),
     };
     assert_eq!(
         rows,

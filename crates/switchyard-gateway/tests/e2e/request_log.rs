@@ -25,6 +25,7 @@ fn row(ts: u64, i: u64) -> LogRow {
         prompt_tokens: Some(1),
         completion_tokens: Some(1),
         egress_ip: None,
+        failed_attempts: Vec::new(),
     }
 }
 

@@ -171,6 +171,12 @@ async fn a_stream_that_never_answers_fails_over_at_its_first_output_budget_with_
                     (Some(200), Some(2), Some(format!("{upstream}-b-1").as_str())),
                     "{what}: {row}"
                 );
+                assert_eq!(
+                    row["failed_attempts"],
+                    json!([{"provider": format!("{upstream}-a"), "connection_id": format!("{upstream}-a-1"),
+                            "model": "m", "outcome": "first_output_timeout"}]),
+                    "{what}"
+                );
                 eventually("the abandoned upstream request is closed", || async {
                     h.mock_stats().await["in_flight"] == 0
                 })
@@ -180,10 +186,16 @@ async fn a_stream_that_never_answers_fails_over_at_its_first_output_budget_with_
     }
     let metrics = h.metrics().await;
     for upstream in UPSTREAMS {
-        let series = format!(
-            r#"switchyard_upstream_attempts_total{{provider="{upstream}-a",outcome="first_output_timeout"}} 6"#
-        );
-        assert!(metrics.contains(&series), "{series}\n{metrics}");
+        for series in [
+            format!(
+                r#"switchyard_upstream_attempts_total{{provider="{upstream}-a",outcome="first_output_timeout"}} 6"#
+            ),
+            format!(
+                r#"switchyard_stream_cuts_total{{provider="{upstream}-a",cut="first_output_timeout",phase="before_commit"}} 6"#
+            ),
+        ] {
+            assert!(metrics.contains(&series), "{series}\n{metrics}");
+        }
     }
 }
 
@@ -223,6 +235,7 @@ async fn a_stream_that_stalls_after_answering_ends_with_its_formats_terminal_fra
                 (Some(200), Some("upstream_output_idle_timeout"), Some(1)),
                 "{what}: {row}"
             );
+            assert_eq!(row["failed_attempts"], json!([]), "{what}");
             eventually("the stalled upstream request is closed", || async {
                 h.mock_stats().await["in_flight"] == 0
             })
@@ -241,6 +254,14 @@ async fn a_stream_that_stalls_after_answering_ends_with_its_formats_terminal_fra
             .clone();
         assert_eq!(breaker["failures"], 3, "{upstream}: {breaker}");
     }
+    let metrics = h.metrics().await;
+    for upstream in UPSTREAMS {
+        let series = format!(
+            r#"switchyard_stream_cuts_total{{provider="{upstream}-a",cut="output_idle_timeout",phase="after_commit"}} 3"#
+        );
+        assert!(metrics.contains(&series), "{series}\n{metrics}");
+    }
+    assert!(!metrics.contains("phase=\"before_commit\""), "{metrics}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -287,6 +308,12 @@ async fn a_crawl_is_retried_once_on_the_same_account_before_it_commits_and_cut_a
             rows += 1;
             let row = last_row(&h, rows).await;
             assert_eq!(row["attempts"], 2, "{what}: {row}");
+            assert_eq!(
+                row["failed_attempts"],
+                json!([{"provider": format!("{upstream}-a"), "connection_id": format!("{upstream}-a-1"),
+                        "model": "m", "outcome": "throughput_low"}]),
+                "{what}"
+            );
             // A delta every 1.5 s (about 5 bytes each): under 10 bytes a second over the
             // window once it has answered, so cut at the end of the first window.
             h.reset_mock().await;
@@ -308,4 +335,225 @@ async fn a_crawl_is_retried_once_on_the_same_account_before_it_commits_and_cut_a
     }
     // A crawl is not the provider's failure: no breaker moved.
     assert_eq!(h.health().await["breakers"], json!([]));
+    let metrics = h.metrics().await;
+    for upstream in UPSTREAMS {
+        for phase in ["before_commit", "after_commit"] {
+            let series = format!(
+                r#"switchyard_stream_cuts_total{{provider="{upstream}-a",cut="throughput_low",phase="{phase}"}} 3"#
+            );
+            assert!(metrics.contains(&series), "{series}\n{metrics}");
+        }
+    }
+}
+
+/// `client`'s streamed body for `model` asking the model to think.
+fn thinking_body(client: &str, model: &str) -> Value {
+    match client {
+        "chat" => {
+            let mut b = chat_body(model, true);
+            b["reasoning_effort"] = json!("high");
+            b
+        }
+        "messages" => {
+            let mut b = messages_body(model, true);
+            b["thinking"] = json!({"type": "enabled", "budget_tokens": 512});
+            b
+        }
+        _ => {
+            let mut b = responses_body(model, true);
+            b["reasoning"] = json!({"effort": "high"});
+            b
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_that_only_reasons_is_still_empty_and_is_cut_when_its_reasoning_stops() {
+    let h = Harness::start_paused(pairs, &[]).await;
+    let mut rows = 0;
+    for upstream in UPSTREAMS {
+        for client in CLIENTS {
+            let what = format!("{client} client, {upstream} upstream");
+            h.reset_mock().await;
+            // The mock's thinking is three deltas, 500 ms apart; then it stalls.
+            h.rule(
+                json!({"times": 1, "stall_after_chunks": 3, "chunk_interval_ms": 500,
+                          "match": {"credential": format!("cred-{upstream}-a")}}),
+            )
+            .await;
+            let started = Instant::now();
+            let body = thinking_body(client, &format!("pair-{upstream}"));
+            let r = match client {
+                "chat" => h.chat(body).await,
+                "messages" => h.messages(body).await,
+                _ => h.responses(body).await,
+            };
+            assert_eq!(r.status(), 200, "{what}");
+            let text = r.text().await.unwrap();
+            assert_terminal(client, &text, "upstream_first_output_timeout", &what);
+            // Each reasoning delta restarted the first-output budget: cut one budget
+            // after the last of them, not one after the request.
+            assert_eq!(
+                started.elapsed(),
+                Duration::from_millis(1_500 + FIRST_OUTPUT_MS.unsigned_abs()),
+                "{what}"
+            );
+            // The reasoning reached the client: committed, so not replayed elsewhere.
+            assert_eq!(sent(&h, upstream).await, (1, 0), "{what}");
+            rows += 1;
+            let row = last_row(&h, rows).await;
+            assert_eq!(
+                row["error_code"], "upstream_first_output_timeout",
+                "{what}: {row}"
+            );
+        }
+    }
+    let metrics = h.metrics().await;
+    for upstream in UPSTREAMS {
+        let series = format!(
+            r#"switchyard_stream_cuts_total{{provider="{upstream}-a",cut="first_output_timeout",phase="after_commit"}} 3"#
+        );
+        assert!(metrics.contains(&series), "{series}\n{metrics}");
+    }
+}
+
+/// [`crawling`] with a quota pool metering requests over both sides of `pair-openai`.
+fn pooled(mock_url: &str) -> Config {
+    crawling(mock_url).quota_pool(
+        QuotaPool::new("team", "Team", ["openai-a-1", "openai-b-1"])
+            .dimension(Dimension::new("requests", "daily", 1000))
+            .allocation(Allocation::new("k1")),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_stream_settles_its_quota_once_however_its_attempts_ended() {
+    let h = Harness::start_paused(pooled, &[]).await;
+    let credential = "cred-openai-a";
+    let faults = [
+        // Silent: fails over to the second account at the first-output budget.
+        json!({"stall_after_chunks": 0}),
+        // Stalls after answering: cut after the commit.
+        json!({"stall_after_chunks": 2}),
+        // Crawls before answering: the same account once more.
+        json!({"chunk_interval_ms": 5_000}),
+        // Crawls after answering: cut after the commit.
+        json!({"chunk_interval_ms": 1_500}),
+    ];
+    for (i, fault) in faults.iter().enumerate() {
+        h.reset_mock().await;
+        let mut rule = fault.clone();
+        rule["times"] = json!(1);
+        rule["match"] = json!({"credential": credential});
+        h.rule(rule).await;
+        let (status, _) = stream(&h, "chat", "pair-openai").await;
+        assert_eq!(status, 200, "{fault}");
+        last_row(&h, i + 1).await;
+    }
+    eventually("every request is settled", || async {
+        let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
+        usage["dimensions"][0]["globalUsed"] == 4.0
+    })
+    .await;
+    let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
+    assert_eq!(usage["dimensions"][0]["keys"][0]["consumed"], 4.0);
+    let metrics = h.metrics().await;
+    assert!(
+        metrics.contains("\nswitchyard_quota_reservations_open 0\n"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_goes_away_mid_stream_is_not_counted_against_the_provider() {
+    // Real time, and an idle budget no test run reaches, so only the client ends it.
+    let h = Harness::start_with(
+        |mock_url| pairs(mock_url).setting("streamContentStall.idleMs", 600_000),
+        &[],
+    )
+    .await;
+    for client in CLIENTS {
+        let body = match client {
+            "chat" => chat_body("openai-a/m", true),
+            "messages" => messages_body("openai-a/m", true),
+            _ => responses_body("openai-a/m", true),
+        };
+        h.rule(json!({"times": 1, "stall_after_chunks": 2})).await;
+        let mut r = match client {
+            "chat" => h.chat(body).await,
+            "messages" => h.messages(body).await,
+            _ => h.responses(body).await,
+        };
+        assert_eq!(r.status(), 200, "{client}");
+        let first = r.chunk().await.unwrap().unwrap();
+        assert!(!first.is_empty(), "{client}");
+        drop(r);
+        eventually("the abandoned upstream request is closed", || async {
+            h.mock_stats().await["in_flight"] == 0
+        })
+        .await;
+    }
+    let path = "/api/logs?limit=3";
+    eventually("the requests are logged", || async {
+        let logs: Value = h.admin_json(path).await;
+        logs.as_array().is_some_and(|l| l.len() == 3)
+    })
+    .await;
+    let logs: Value = h.admin_json(path).await;
+    for row in logs.as_array().unwrap() {
+        assert_eq!(
+            (row["status"].as_u64(), row["error_code"].as_str()),
+            (Some(499), Some("client_closed_request")),
+            "{row}"
+        );
+        assert_eq!(row["failed_attempts"], json!([]), "{row}");
+    }
+    // No breaker moved, no cut was counted, the connection is not cooling.
+    let health = h.health().await;
+    assert_eq!(health["breakers"], json!([]), "{health}");
+    let metrics = h.metrics().await;
+    assert!(
+        !metrics.contains("switchyard_stream_cuts_total{"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "\nswitchyard_upstream_attempts_total{provider=\"openai-a\",outcome=\"success\"} 3\n"
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_providers_own_deadlines_replace_the_settings_for_its_streams() {
+    let h = Harness::start_paused(pairs, &[]).await;
+    let path = "/api/providers/openai-a";
+    let mut record = json!({"id": "openai-a", "format": "openai", "base_url": h.mock.base_url(),
+                            "stream_timeouts": {"first_output_ms": 500}});
+    let r = h
+        .admin_send(reqwest::Method::PUT, path, record.clone())
+        .await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    h.rule(json!({"times": 1, "stall_after_chunks": 0, "match": {"credential": "cred-openai-a"}}))
+        .await;
+    let started = Instant::now();
+    let (status, text) = stream(&h, "chat", "pair-openai").await;
+    assert_eq!(status, 200);
+    assert!(whole("chat", &text), "{text}");
+    // The provider's 500 ms, not the setting's 2 s.
+    assert_eq!(started.elapsed(), Duration::from_millis(500));
+    assert_eq!(sent(&h, "openai").await, (1, 1));
+    // A deadline out of its setting's range is refused, and nothing changes.
+    record["stream_timeouts"] = json!({"first_output_ms": 500, "first_output_max_ms": 5});
+    let r = h.admin_send(reqwest::Method::PUT, path, record).await;
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["error"]["message"],
+        "provider `openai-a` stream_timeouts.first_output_max_ms: must be a whole number of milliseconds from 1000 to 86400000"
+    );
+    assert_eq!(
+        h.admin_json(path).await["stream_timeouts"],
+        json!({"first_output_ms": 500})
+    );
 }
