@@ -20,6 +20,16 @@
 #      translated chat route (alpha/mock-small), the tool being Codex's exec_command;
 #   9. and 10. `codex exec` on an Anthropic route (claude/claude-opus), translated
 #      Responses -> chat -> Messages and back.
+#
+# Then the stream faults of SPEC R11 and R12, each client through an upstream the mock
+# scripts to fail (the demo runs with 5 s first-output and idle budgets and the
+# throughput watchdog on: no warm-up, a 3 s window, 5 bytes a second):
+#   11. and 12. the first candidate of a combo pings but never answers: the failover to
+#      the second is not seen, the answer is the second's;
+#   13. and 14. it crawls before answering: tried once more, then the second answers;
+#   15. and 16. it stalls after its first words: the client gets its format's terminal
+#      frames with upstream_output_idle_timeout, and says so;
+#   17. and 18. it crawls after its first words: upstream_throughput_low.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -45,7 +55,11 @@ echo "node $(node --version), Claude Code $(claude --version), $(codex --version
 cargo build --quiet -p switchyard
 scratch=$(mktemp -d)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-target/debug/switchyard demo --no-traffic --listen "127.0.0.1:$port" --data-dir "$scratch/data" > "$scratch/demo.log" 2>&1 &
+STREAM_FIRST_OUTPUT_TIMEOUT_MS=5000 STREAM_FIRST_OUTPUT_ADAPTIVE=false \
+  STREAM_CONTENT_STALL_TIMEOUT_MS=5000 STREAM_THROUGHPUT_WATCHDOG_ENABLED=true \
+  STREAM_THROUGHPUT_WARMUP_MS=0 STREAM_THROUGHPUT_WINDOW_MS=3000 \
+  STREAM_THROUGHPUT_MIN_BYTES_PER_SECOND=5 \
+  target/debug/switchyard demo --no-traffic --listen "127.0.0.1:$port" --data-dir "$scratch/data" > "$scratch/demo.log" 2>&1 &
 demo_pid=$!
 trap 'kill "$demo_pid" 2>/dev/null || true; wait "$demo_pid" 2>/dev/null || true; rm -rf "$scratch"' EXIT
 key=""
@@ -64,14 +78,17 @@ check() {
   local name=$1 model=$2 expected=$3 prompt=$4
   shift 4
   local out
+  SECONDS=0
   out=$(cd "$scratch/work" && HOME="$scratch/home" \
     ANTHROPIC_BASE_URL="http://127.0.0.1:$port" ANTHROPIC_API_KEY="$key" \
     ANTHROPIC_MODEL="$model" ANTHROPIC_SMALL_FAST_MODEL="$model" \
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 \
     DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
     timeout 120 claude -p "$prompt" "$@" 2>"$scratch/stderr") || true
+  # An error the client reports may be on either stream.
+  out+=$(cat "$scratch/stderr")
   if [[ "$out" == *"$expected"* ]]; then
-    echo "PASS $name: $(echo "$out" | tr '\n' ' ' | cut -c1-160)"
+    echo "PASS $name ($SECONDS s): $(echo "$out" | tr '\n' ' ' | cut -c1-240)"
   else
     echo "FAIL $name: expected \"$expected\"; Claude Code printed:"
     echo "$out" | sed 's/^/    /'
@@ -91,6 +108,7 @@ check "claude-code tool turn, translated route" alpha/mock-small "tool said: swi
 # codex_check NAME MODEL EXPECTED PROMPT: runs `codex exec` and looks for EXPECTED.
 codex_check() {
   local name=$1 model=$2 expected=$3 prompt=$4
+  SECONDS=0
   cat > "$scratch/codex/config.toml" <<TOML
 model = "$model"
 model_provider = "switchyard"
@@ -107,8 +125,9 @@ TOML
   out=$(cd "$scratch/work" && HOME="$scratch/home" CODEX_HOME="$scratch/codex" \
     SWITCHYARD_API_KEY="$key" \
     timeout 120 codex exec --skip-git-repo-check --ephemeral "$prompt" 2>"$scratch/stderr") || true
+  out+=$(grep -v '^\s*$' "$scratch/stderr" | tail -5)
   if [[ "$out" == *"$expected"* ]]; then
-    echo "PASS $name: $(echo "$out" | tr '\n' ' ' | cut -c1-160)"
+    echo "PASS $name ($SECONDS s): $(echo "$out" | tr '\n' ' ' | cut -c1-240)"
   else
     echo "FAIL $name: expected \"$expected\"; Codex printed:"
     echo "$out" | sed 's/^/    /'
@@ -124,5 +143,40 @@ codex_check "codex tool turn, responses route" codex/gpt-5-codex "switchyard-too
 codex_check "codex tool turn, translated route" alpha/mock-small "switchyard-tool-ok" "$exec_tool"
 codex_check "codex via chat to an Anthropic route" claude/claude-opus "$answer" "say hi"
 codex_check "codex tool turn, via chat to an Anthropic route" claude/claude-opus "switchyard-tool-ok" "$exec_tool"
+
+# The stream faults. mock_fault CREDENTIAL RULE: every request of that account gets
+# RULE (a mock rule's JSON) until the next fault; the others the mock's plain answer.
+mock=$(awk '/Mock provider on/ {print $4}' "$scratch/demo.log")
+mock_fault() {
+  curl -sf -X DELETE "$mock/_mock/rules" > /dev/null
+  curl -sf -X POST "$mock/_mock/rules" -H 'content-type: application/json' \
+    -d "{\"match\": {\"credential\": \"$1\"}, $2}" > /dev/null
+}
+silent='"stall_after_chunks": 0, "heartbeat_ms": 1000'
+crawl_before='"chunk_interval_ms": 4000'
+stall_after='"stall_after_chunks": 3, "heartbeat_ms": 1000'
+crawl_after='"chunks": 40, "chunk_interval_ms": 1500'
+# Claude Code on demo-claude (claude/claude-opus, then alpha/mock-small translated);
+# Codex on demo (alpha/mock-small, then beta/mock-small).
+mock_fault demo-claude-credential "$silent"
+check "claude-code, first candidate pings and never answers" demo-claude "$answer" "say hi"
+mock_fault demo-alpha-credential "$silent"
+codex_check "codex, first candidate pings and never answers" demo "$answer" "say hi"
+mock_fault demo-claude-credential "$crawl_before"
+check "claude-code, first candidate crawls before answering" demo-claude "$answer" "say hi"
+mock_fault demo-alpha-credential "$crawl_before"
+codex_check "codex, first candidate crawls before answering" demo "$answer" "say hi"
+mock_fault demo-claude-credential "$stall_after"
+check "claude-code, the stream stalls after its first words" claude/claude-opus \
+  "upstream_output_idle_timeout" "say hi"
+mock_fault demo-codex-credential "$stall_after"
+codex_check "codex, the stream stalls after its first words" codex/gpt-5-codex \
+  "upstream_output_idle_timeout" "say hi"
+mock_fault demo-claude-credential "$crawl_after"
+check "claude-code, the stream crawls after its first words" claude/claude-opus \
+  "upstream_throughput_low" "say hi"
+mock_fault demo-codex-credential "$crawl_after"
+codex_check "codex, the stream crawls after its first words" codex/gpt-5-codex \
+  "upstream_throughput_low" "say hi"
 
 exit "$failed"

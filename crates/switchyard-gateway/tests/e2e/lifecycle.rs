@@ -6,7 +6,7 @@ use std::sync::Arc;
 use switchyard_gateway::bootstrap::{self, AdminToken};
 use switchyard_gateway::clock::SystemClock;
 use switchyard_gateway::keys::{new_key, NewKey};
-use switchyard_store::{LogRow, SaveMode};
+use switchyard_store::{FailedAttempt, LogRow, SaveMode};
 use switchyard_test_support::*;
 
 #[tokio::test]
@@ -93,6 +93,13 @@ async fn request_log_rows_are_written_without_bodies_or_credentials() {
                 ttfb_ms: Some(0),
                 prompt_tokens: Some(PROMPT_TOKENS),
                 completion_tokens: Some(5),
+                // The first attempt answered 500 and the combo failed over.
+                failed_attempts: vec![FailedAttempt {
+                    provider: "alpha".into(),
+                    connection_id: "alpha-1".into(),
+                    model: "mock-small".into(),
+                    outcome: "server_error".into(),
+                }],
                 ..base.clone()
             },
         ]
