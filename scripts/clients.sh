@@ -22,8 +22,9 @@
 #      Responses -> chat -> Messages and back.
 #
 # Then the stream faults of SPEC R11 and R12, each client through an upstream the mock
-# scripts to fail (the demo runs with 5 s first-output and idle budgets and the
-# throughput watchdog on: no warm-up, a 3 s window, 5 bytes a second):
+# scripts to fail, with 5 s first-output and idle budgets (set through the settings
+# API) and, for the crawls, the throughput watchdog on (no warm-up, a 3 s window, 5
+# bytes a second) and a first-output budget longer than its window:
 #   11. and 12. the first candidate of a combo pings but never answers: the failover to
 #      the second is not seen, the answer is the second's;
 #   13. and 14. it crawls before answering: tried once more, then the second answers;
@@ -55,11 +56,7 @@ echo "node $(node --version), Claude Code $(claude --version), $(codex --version
 cargo build --quiet -p switchyard
 scratch=$(mktemp -d)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-STREAM_FIRST_OUTPUT_TIMEOUT_MS=5000 STREAM_FIRST_OUTPUT_ADAPTIVE=false \
-  STREAM_CONTENT_STALL_TIMEOUT_MS=5000 STREAM_THROUGHPUT_WATCHDOG_ENABLED=true \
-  STREAM_THROUGHPUT_WARMUP_MS=0 STREAM_THROUGHPUT_WINDOW_MS=3000 \
-  STREAM_THROUGHPUT_MIN_BYTES_PER_SECOND=5 \
-  target/debug/switchyard demo --no-traffic --listen "127.0.0.1:$port" --data-dir "$scratch/data" > "$scratch/demo.log" 2>&1 &
+target/debug/switchyard demo --no-traffic --listen "127.0.0.1:$port" --data-dir "$scratch/data" > "$scratch/demo.log" 2>&1 &
 demo_pid=$!
 trap 'kill "$demo_pid" 2>/dev/null || true; wait "$demo_pid" 2>/dev/null || true; rm -rf "$scratch"' EXIT
 key=""
@@ -93,6 +90,7 @@ check() {
     echo "FAIL $name: expected \"$expected\"; Claude Code printed:"
     echo "$out" | sed 's/^/    /'
     sed 's/^/    stderr: /' "$scratch/stderr"
+    grep -E 'WARN|ERROR' "$scratch/demo.log" | tail -5 | sed 's/^/    gateway: /'
     failed=1
   fi
 }
@@ -132,6 +130,7 @@ TOML
     echo "FAIL $name: expected \"$expected\"; Codex printed:"
     echo "$out" | sed 's/^/    /'
     sed 's/^/    stderr: /' "$scratch/stderr" | tail -20
+    grep -E 'WARN|ERROR' "$scratch/demo.log" | tail -5 | sed 's/^/    gateway: /'
     failed=1
   fi
 }
@@ -147,6 +146,18 @@ codex_check "codex tool turn, via chat to an Anthropic route" claude/claude-opus
 # The stream faults. mock_fault CREDENTIAL RULE: every request of that account gets
 # RULE (a mock rule's JSON) until the next fault; the others the mock's plain answer.
 mock=$(awk '/Mock provider on/ {print $4}' "$scratch/demo.log")
+admin=$(cat "$scratch/data/admin-token")
+# setting KEY VALUE: sets a runtime setting through the API.
+setting() {
+  curl -sf -X PUT "http://127.0.0.1:$port/api/settings/$1" -H "authorization: Bearer $admin" \
+    -H 'content-type: application/json' -d "{\"value\": $2}" > /dev/null
+}
+setting streamContentStall.adaptive false
+setting streamContentStall.firstOutputMs 5000
+setting streamContentStall.idleMs 5000
+setting streamThroughputWatchdog.warmupMs 0
+setting streamThroughputWatchdog.windowMs 3000
+setting streamThroughputWatchdog.minBytesPerSecond 5
 mock_fault() {
   curl -sf -X DELETE "$mock/_mock/rules" > /dev/null
   curl -sf -X POST "$mock/_mock/rules" -H 'content-type: application/json' \
@@ -162,16 +173,21 @@ mock_fault demo-claude-credential "$silent"
 check "claude-code, first candidate pings and never answers" demo-claude "$answer" "say hi"
 mock_fault demo-alpha-credential "$silent"
 codex_check "codex, first candidate pings and never answers" demo "$answer" "say hi"
+setting streamThroughputWatchdog.enabled true
+setting streamContentStall.firstOutputMs 60000
 mock_fault demo-claude-credential "$crawl_before"
 check "claude-code, first candidate crawls before answering" demo-claude "$answer" "say hi"
 mock_fault demo-alpha-credential "$crawl_before"
 codex_check "codex, first candidate crawls before answering" demo "$answer" "say hi"
+setting streamThroughputWatchdog.enabled false
+setting streamContentStall.firstOutputMs 5000
 mock_fault demo-claude-credential "$stall_after"
 check "claude-code, the stream stalls after its first words" claude/claude-opus \
   "upstream_output_idle_timeout" "say hi"
 mock_fault demo-codex-credential "$stall_after"
 codex_check "codex, the stream stalls after its first words" codex/gpt-5-codex \
   "upstream_output_idle_timeout" "say hi"
+setting streamThroughputWatchdog.enabled true
 mock_fault demo-claude-credential "$crawl_after"
 check "claude-code, the stream crawls after its first words" claude/claude-opus \
   "upstream_throughput_low" "say hi"

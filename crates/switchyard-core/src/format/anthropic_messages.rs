@@ -131,8 +131,6 @@ pub struct StreamReader {
     complete: bool,
     /// The content block started and not yet stopped, and its kind.
     open_block: Option<(u64, BlockKind)>,
-    /// `message_delta` was seen: the answer's stop reason is already out.
-    stopped: bool,
     /// An `error` event was seen.
     errored: bool,
     /// `message_start` was seen: the client holds a message to end.
@@ -148,7 +146,6 @@ impl StreamReader {
             usage,
             complete,
             open_block,
-            stopped,
             errored,
             started,
         } = self;
@@ -174,7 +171,6 @@ impl StreamReader {
                     }
                 }
                 "content_block_stop" => *open_block = None,
-                "message_delta" => *stopped = true,
                 "error" => *errored = true,
                 "content_block_delta" => {
                     if let Some(d) = &parsed.delta {
@@ -215,11 +211,12 @@ impl StreamReader {
         self.errored
     }
 
-    /// Closes the open content block, ends the message as cut for length (unless its
-    /// stop reason is already out), then the `error` event and `message_stop`. Before
-    /// any `message_start`, only the `error` event, as Anthropic sends an error before a
-    /// message: the SDKs refuse a `message_delta` or `message_stop` with no message
-    /// ("Unexpected event order").
+    /// Closes the open content block, then the `error` event and `message_stop`: no
+    /// `message_delta` with a stop reason of the gateway's making, since Claude Code
+    /// reads `max_tokens` there as "the response exceeded the output token maximum"
+    /// and says so instead of the error. Before any `message_start`, only the `error`
+    /// event, as Anthropic sends an error before a message: the SDKs refuse a
+    /// `message_stop` with no message ("Unexpected event order").
     pub fn cut_frames(&mut self, error: &serde_json::Value) -> String {
         let mut out = String::new();
         if !self.started {
@@ -231,16 +228,6 @@ impl StreamReader {
                 &mut out,
                 "content_block_stop",
                 &json!({"type": "content_block_stop", "index": index}),
-            );
-        }
-        if !self.stopped {
-            let output = self.usage.map_or(0, |u| u.completion_tokens);
-            push_event(
-                &mut out,
-                "message_delta",
-                &json!({"type": "message_delta",
-                        "delta": {"stop_reason": "max_tokens", "stop_sequence": null},
-                        "usage": {"output_tokens": output}}),
             );
         }
         push_event(&mut out, "error", error);
@@ -423,10 +410,12 @@ mod tests {
             )
             .as_bytes(),
         );
+        // A thinking block's start, an empty delta and its signature carry no text:
+        // the block is open, and nothing is proven yet.
         assert_eq!(
             thinking,
             Progress {
-                reasoning: 3,
+                heartbeats: 3,
                 reasoning_open: true,
                 ..Progress::default()
             }
@@ -502,7 +491,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cut_closes_the_open_block_and_stops_for_length() {
+    fn a_cut_closes_the_open_block_and_ends_with_the_error() {
         let mut r = StreamReader::default();
         r.feed(STREAM.as_bytes());
         let error = json!({"type": "error", "error": {"type": "rate_limit_error", "message": "m"}});
@@ -510,7 +499,6 @@ mod tests {
             r.cut_frames(&error),
             concat!(
                 "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
-                "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":1}}\n\n",
                 "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"m\"}}\n\n",
                 "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
             )

@@ -423,7 +423,7 @@ mod tests {
             (
                 r#"{"reasoning_content":""}"#,
                 Progress {
-                    reasoning: 1,
+                    heartbeats: 1,
                     reasoning_open: true,
                     ..Progress::default()
                 },

@@ -725,7 +725,7 @@ mod tests {
             (
                 r#"{"type":"response.output_item.added","item":{"type":"reasoning"}}"#,
                 Progress {
-                    reasoning: 1,
+                    heartbeats: 1,
                     reasoning_open: true,
                     ..Progress::default()
                 },

@@ -8,11 +8,13 @@
 //! - *output*: a text, refusal or tool-call event that carries something (a tool call's
 //!   start, or a delta with content). The first one commits an attempt to the client
 //!   and satisfies the first-output budget.
-//! - *reasoning*: a reasoning or thinking event, empty ones included. It commits an
+//! - *reasoning*: a reasoning or thinking delta that carries text. It commits an
 //!   attempt (the client may show it) and restarts the output budgets, but it is not
 //!   output: a turn of reasoning alone still has not answered.
 //! - *heartbeat*: an event that carries nothing (a ping, an empty delta, a bare
-//!   progress notice). Heartbeats keep a connection busy and prove nothing.
+//!   progress notice, the start of a reasoning block, its signature). Heartbeats keep a
+//!   connection busy and prove nothing: a stream that opens a thinking block and stalls
+//!   has not started.
 //!
 //! Beside the classes: the UTF-8 bytes of text that is not only whitespace (R12's useful
 //! output), the characters of generated text of every kind (what the quota settles on
@@ -109,7 +111,7 @@ pub fn limits(
 pub struct Progress {
     /// Output events.
     pub output: u32,
-    /// Reasoning events, empty ones included.
+    /// Reasoning events that carried text.
     pub reasoning: u32,
     /// Events that carry nothing.
     pub heartbeats: u32,
@@ -144,8 +146,13 @@ impl Progress {
         }
     }
 
-    /// Notes one reasoning event of `text` (possibly empty).
+    /// Notes one reasoning event of `text`: reasoning when it is not empty, a heartbeat
+    /// when it is (a block's start, a signature).
     pub fn reasoning(&mut self, text: &str) {
+        if text.is_empty() {
+            self.heartbeats = self.heartbeats.saturating_add(1);
+            return;
+        }
         self.reasoning = self.reasoning.saturating_add(1);
         self.chars = self.chars.saturating_add(text.chars().count());
     }
@@ -308,8 +315,13 @@ mod tests {
     fn reasoning_commits_but_is_not_output() {
         let mut p = Progress::default();
         p.reasoning("");
+        assert_eq!((p.reasoning, p.heartbeats), (0, 1));
+        assert!(!p.commits(), "an empty reasoning event proves nothing");
         p.reasoning("so");
-        assert_eq!((p.output, p.reasoning, p.chars, p.text_bytes), (0, 2, 2, 0));
+        assert_eq!(
+            (p.output, p.reasoning, p.heartbeats, p.chars, p.text_bytes),
+            (0, 1, 1, 2, 0)
+        );
         assert!(p.commits());
     }
 

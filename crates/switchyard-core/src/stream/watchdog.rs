@@ -124,6 +124,7 @@ pub struct Watchdog {
     /// When the first-output or idle budget last (re)started.
     budget_from: u64,
     output_seen: bool,
+    reasoning_seen: bool,
     paused: bool,
     /// Throughput is judged from here on (warm-up, or a pause's end, plus a window).
     judged_from: u64,
@@ -141,6 +142,7 @@ impl Watchdog {
             started: now,
             budget_from: now,
             output_seen: false,
+            reasoning_seen: false,
             paused: false,
             judged_from,
             window: limits.throughput.map(|t| Window::new(t.window_ms)),
@@ -156,6 +158,9 @@ impl Watchdog {
     pub fn observe(&mut self, p: &Progress, now: u64) {
         if p.output > 0 {
             self.output_seen = true;
+        }
+        if p.reasoning > 0 {
+            self.reasoning_seen = true;
         }
         if p.output > 0 || p.reasoning > 0 {
             self.budget_from = self.budget_from.max(now);
@@ -177,21 +182,30 @@ impl Watchdog {
         self.paused = paused;
     }
 
-    /// The output budget's deadline: first output, or idle after it.
+    /// The output budget's deadline: first output (restarted by reasoning), or idle
+    /// after it. A stream without a first-output budget (the last candidate's, or with
+    /// it off) that has reasoned is bounded by the idle budget instead, so one that
+    /// reasons and then stalls is still cut.
     fn content_deadline(&self) -> Option<(u64, Trip)> {
+        let idle = (self.output_seen || self.reasoning_seen)
+            .then_some(self.limits.idle_ms)
+            .flatten()
+            .map(|idle_ms| {
+                (
+                    self.budget_from.saturating_add(idle_ms),
+                    Trip::Idle { idle_ms },
+                )
+            });
         if self.output_seen {
-            let idle_ms = self.limits.idle_ms?;
-            Some((
-                self.budget_from.saturating_add(idle_ms),
-                Trip::Idle { idle_ms },
-            ))
-        } else {
-            let budget_ms = self.limits.first_output_ms?;
-            Some((
+            return idle;
+        }
+        let first = self.limits.first_output_ms.map(|budget_ms| {
+            (
                 self.budget_from.saturating_add(budget_ms),
                 Trip::FirstOutput { budget_ms },
-            ))
-        }
+            )
+        });
+        first.or(idle)
     }
 
     fn total_deadline(&self) -> Option<(u64, Trip)> {
@@ -347,6 +361,23 @@ mod tests {
             w.check(150_000),
             Some(Trip::FirstOutput { budget_ms: FIRST })
         );
+    }
+
+    #[test]
+    fn without_a_first_output_budget_reasoning_is_bounded_by_the_idle_budget() {
+        let last = Limits {
+            first_output_ms: None,
+            ..r11()
+        };
+        let mut w = Watchdog::new(last, 0);
+        // Nothing yet: only the total bound.
+        w.observe(&ping(), 1_000);
+        assert_eq!(w.next_check(1_000), Some(TOTAL));
+        w.observe(&reasoning(true), 70_000);
+        assert!(!w.output_seen());
+        assert_eq!(w.next_check(70_000), Some(130_000));
+        assert_eq!(w.check(129_999), None);
+        assert_eq!(w.check(130_000), Some(Trip::Idle { idle_ms: 60_000 }));
     }
 
     #[test]

@@ -382,14 +382,8 @@ async fn a_turn_that_only_reasons_is_still_empty_and_is_cut_when_its_reasoning_s
             )
             .await;
             let started = Instant::now();
-            let body = thinking_body(client, &format!("pair-{upstream}"));
-            let r = match client {
-                "chat" => h.chat(body).await,
-                "messages" => h.messages(body).await,
-                _ => h.responses(body).await,
-            };
-            assert_eq!(r.status(), 200, "{what}");
-            let text = r.text().await.unwrap();
+            let (status, text) = think(&h, client, &format!("pair-{upstream}")).await;
+            assert_eq!(status, 200, "{what}");
             assert_terminal(client, &text, "upstream_first_output_timeout", &what);
             // Each reasoning delta restarted the first-output budget: cut one budget
             // after the last of them, not one after the request.
@@ -414,6 +408,70 @@ async fn a_turn_that_only_reasons_is_still_empty_and_is_cut_when_its_reasoning_s
             r#"switchyard_stream_cuts_total{{provider="{upstream}-a",cut="first_output_timeout",phase="after_commit"}} 3"#
         );
         assert!(metrics.contains(&series), "{series}\n{metrics}");
+    }
+}
+
+/// Sends `client`'s streamed thinking request for `model`: status and body text.
+async fn think(h: &Harness, client: &str, model: &str) -> (u16, String) {
+    let body = thinking_body(client, model);
+    let r = match client {
+        "chat" => h.chat(body).await,
+        "messages" => h.messages(body).await,
+        _ => h.responses(body).await,
+    };
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_that_opens_a_thinking_block_and_stalls_has_not_started() {
+    // What Claude Code met: a thinking model's stream that sends its head — a thinking
+    // block's start, a reasoning item — and then only pings. Nothing was said: it fails
+    // over unseen at the first-output budget.
+    let h = Harness::start_paused(pairs, &[]).await;
+    for upstream in UPSTREAMS {
+        for client in CLIENTS {
+            let what = format!("{client} client, {upstream} upstream");
+            h.reset_mock().await;
+            h.rule(json!({"times": 1, "stall_after_chunks": 0, "heartbeat_ms": 500,
+                          "match": {"credential": format!("cred-{upstream}-a")}}))
+                .await;
+            let started = Instant::now();
+            let (status, text) = think(&h, client, &format!("pair-{upstream}")).await;
+            assert_eq!(status, 200, "{what}");
+            assert!(whole(client, &text), "{what}: {text}");
+            assert_eq!(
+                started.elapsed(),
+                Duration::from_millis(FIRST_OUTPUT_MS.unsigned_abs()),
+                "{what}"
+            );
+            assert_eq!(sent(&h, upstream).await, (1, 1), "{what}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_last_candidate_that_reasons_and_then_stalls_is_cut_at_the_idle_budget() {
+    // Nothing to fail over to, so no first-output budget; but once it has reasoned, a
+    // stall is bounded by the idle budget rather than the ten-minute total.
+    let h = Harness::start_paused(pairs, &[]).await;
+    for upstream in UPSTREAMS {
+        for client in CLIENTS {
+            let what = format!("{client} client, {upstream} upstream");
+            h.reset_mock().await;
+            h.rule(json!({"times": 1, "stall_after_chunks": 3, "chunk_interval_ms": 500,
+                          "heartbeat_ms": 1000}))
+                .await;
+            let started = Instant::now();
+            let (status, text) = think(&h, client, &format!("{upstream}-a/m")).await;
+            assert_eq!(status, 200, "{what}");
+            assert_terminal(client, &text, "upstream_output_idle_timeout", &what);
+            assert_eq!(
+                started.elapsed(),
+                Duration::from_millis(1_500 + IDLE_MS.unsigned_abs()),
+                "{what}"
+            );
+        }
     }
 }
 
