@@ -28,9 +28,12 @@
 #   11. and 12. the first candidate of a combo pings but never answers: the failover to
 #      the second is not seen, the answer is the second's;
 #   13. and 14. it crawls before answering: tried once more, then the second answers;
-#   15. and 16. it stalls after its first words: the client gets its format's terminal
-#      frames with upstream_output_idle_timeout, and says so;
-#   17. and 18. it crawls after its first words: upstream_throughput_low.
+#   15. and 16. the only candidate stalls after it started (Claude Code's thinking
+#      model after its first thoughts, Codex after its first words): the client gets
+#      its format's terminal frames and shows the idle deadline's message (Codex after
+#      its five reconnects);
+#   17. and 18. it crawls after its first words: Claude Code shows its message for an
+#      error mid-response (never "connection closed"), Codex the throughput message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -167,32 +170,35 @@ silent='"stall_after_chunks": 0, "heartbeat_ms": 1000'
 crawl_before='"chunk_interval_ms": 4000'
 stall_after='"stall_after_chunks": 3, "heartbeat_ms": 1000'
 crawl_after='"chunks": 40, "chunk_interval_ms": 1500'
-# Claude Code on demo-claude (claude/claude-opus, then alpha/mock-small translated);
-# Codex on demo (alpha/mock-small, then beta/mock-small).
+# Claude Code on demo-claude (claude/claude-opus, then alpha/mock-small translated),
+# and for the crawl before answering on demo: its requests ask a thinking model to
+# think, and the Anthropic mock opens the thinking block at once, which pauses the
+# throughput watchdog; Codex on demo (alpha/mock-small, then beta/mock-small).
 mock_fault demo-claude-credential "$silent"
 check "claude-code, first candidate pings and never answers" demo-claude "$answer" "say hi"
 mock_fault demo-alpha-credential "$silent"
 codex_check "codex, first candidate pings and never answers" demo "$answer" "say hi"
 setting streamThroughputWatchdog.enabled true
 setting streamContentStall.firstOutputMs 60000
-mock_fault demo-claude-credential "$crawl_before"
-check "claude-code, first candidate crawls before answering" demo-claude "$answer" "say hi"
+mock_fault demo-alpha-credential "$crawl_before"
+check "claude-code, first candidate crawls before answering" demo "$answer" "say hi"
 mock_fault demo-alpha-credential "$crawl_before"
 codex_check "codex, first candidate crawls before answering" demo "$answer" "say hi"
 setting streamThroughputWatchdog.enabled false
 setting streamContentStall.firstOutputMs 5000
 mock_fault demo-claude-credential "$stall_after"
-check "claude-code, the stream stalls after its first words" claude/claude-opus \
-  "upstream_output_idle_timeout" "say hi"
+idle_message="the upstream stream stopped producing output for streamContentStall.idleMs"
+check "claude-code, the stream stalls after it started" claude/claude-opus \
+  "API Error: $idle_message" "say hi"
 mock_fault demo-codex-credential "$stall_after"
-codex_check "codex, the stream stalls after its first words" codex/gpt-5-codex \
-  "upstream_output_idle_timeout" "say hi"
+codex_check "codex, the stream stalls after it started" codex/gpt-5-codex \
+  "stream disconnected before completion: $idle_message" "say hi"
 setting streamThroughputWatchdog.enabled true
 mock_fault demo-claude-credential "$crawl_after"
 check "claude-code, the stream crawls after its first words" claude/claude-opus \
-  "upstream_throughput_low" "say hi"
+  "API Error: Server error mid-response" "say hi"
 mock_fault demo-codex-credential "$crawl_after"
 codex_check "codex, the stream crawls after its first words" codex/gpt-5-codex \
-  "upstream_throughput_low" "say hi"
+  "stream disconnected before completion: the upstream stream produced output below streamThroughputWatchdog.minBytesPerSecond" "say hi"
 
 exit "$failed"
