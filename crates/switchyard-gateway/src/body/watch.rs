@@ -239,7 +239,8 @@ mod tests {
     const START: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n";
     const PING: &str = "event: ping\ndata: {\"type\":\"ping\"}\n\n";
     const TEXT: &str = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n";
-    const THINK: &str = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"\"}}\n\n";
+    const THINK: &str = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"Hm\"}}\n\n";
+    const THINK_START: &str = "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n";
     const STOP: &str = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
     const ERROR: &str = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"busy\"}}\n\n";
 
@@ -278,10 +279,25 @@ mod tests {
     async fn reasoning_commits_too() {
         let (tx, mut w) = watched(LIMITS);
         send(&tx, START);
+        send(&tx, THINK_START);
         send(&tx, THINK);
         let (held, progress) = committed(judge(&mut w).await);
-        assert_eq!(held, format!("{START}{THINK}"));
+        assert_eq!(held, format!("{START}{THINK_START}{THINK}"));
         assert_eq!((progress.output, progress.reasoning), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_opened_thinking_block_alone_fails_at_the_first_output_budget() {
+        let (tx, mut w) = watched(LIMITS);
+        let start = Instant::now();
+        send(&tx, START);
+        send(&tx, THINK_START);
+        assert!(matches!(
+            judge(&mut w).await,
+            Judged::Failed(StreamCut::FirstOutput)
+        ));
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+        drop(tx);
     }
 
     #[tokio::test(start_paused = true)]

@@ -213,7 +213,6 @@ mod tests {
             stream_frame(StreamError::OutputIdle, Format::AnthropicMessages, &mut reader),
             Bytes::from_static(concat!(
                 "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
-                "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":1}}\n\n",
                 "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"the upstream stream stopped producing output for streamContentStall.idleMs\",\"code\":\"upstream_output_idle_timeout\"}}\n\n",
                 "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
             ).as_bytes())

@@ -539,7 +539,6 @@ async fn a_translated_stream_that_breaks_ends_with_an_error_event_in_the_clients
             "content_block_delta",
             "content_block_delta",
             "content_block_stop",
-            "message_delta",
             "error",
             "message_stop"
         ]

@@ -433,9 +433,11 @@ async fn a_stream_that_opens_a_thinking_block_and_stalls_has_not_started() {
         for client in CLIENTS {
             let what = format!("{client} client, {upstream} upstream");
             h.reset_mock().await;
-            h.rule(json!({"times": 1, "stall_after_chunks": 0, "heartbeat_ms": 500,
-                          "match": {"credential": format!("cred-{upstream}-a")}}))
-                .await;
+            h.rule(
+                json!({"times": 1, "stall_after_chunks": 0, "heartbeat_ms": 500,
+                          "match": {"credential": format!("cred-{upstream}-a")}}),
+            )
+            .await;
             let started = Instant::now();
             let (status, text) = think(&h, client, &format!("pair-{upstream}")).await;
             assert_eq!(status, 200, "{what}");
@@ -459,9 +461,11 @@ async fn the_last_candidate_that_reasons_and_then_stalls_is_cut_at_the_idle_budg
         for client in CLIENTS {
             let what = format!("{client} client, {upstream} upstream");
             h.reset_mock().await;
-            h.rule(json!({"times": 1, "stall_after_chunks": 3, "chunk_interval_ms": 500,
-                          "heartbeat_ms": 1000}))
-                .await;
+            h.rule(
+                json!({"times": 1, "stall_after_chunks": 3, "chunk_interval_ms": 500,
+                          "heartbeat_ms": 1000}),
+            )
+            .await;
             let started = Instant::now();
             let (status, text) = think(&h, client, &format!("{upstream}-a/m")).await;
             assert_eq!(status, 200, "{what}");
