@@ -357,3 +357,33 @@ async fn the_overview_keeps_the_last_hour_across_a_restart() {
     assert!(desc.contains("k1: total 2,"), "{desc}");
     assert!(desc.contains("ops: total 2,"), "{desc}");
 }
+
+#[tokio::test]
+async fn a_failed_over_request_shows_why_its_first_attempt_ended() {
+    let s = Signed::start().await;
+    // `fast` tries alpha first: its 500 fails the request over to beta.
+    s.h.rule(json!({"times": 1, "status": 500})).await;
+    let r = s.h.chat(chat_body("fast", false)).await;
+    assert_eq!(r.status(), 200);
+    let id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+    eventually("the log row", || async {
+        ids_in(
+            &s.page("/dashboard/requests").await.1,
+            std::slice::from_ref(&id),
+        ) == [id.clone()]
+    })
+    .await;
+    let (_, page) = s.page("/dashboard/requests").await;
+    assert_eq!(
+        texts(&page, "small.failed-attempt"),
+        ["alpha-1: server_error"]
+    );
+    let row = table_rows(&page, RESULTS)
+        .into_iter()
+        .find(|r| r.get(1) == Some(&id))
+        .unwrap();
+    assert_eq!(
+        (row[5].as_str(), row[6].as_str(), row[10].as_str()),
+        ("beta", "beta-1", "2alpha-1: server_error")
+    );
+}
