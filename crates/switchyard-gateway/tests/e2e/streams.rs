@@ -479,13 +479,18 @@ async fn the_last_candidate_that_reasons_and_then_stalls_is_cut_at_the_idle_budg
     }
 }
 
-/// [`crawling`] with a quota pool metering requests over both sides of `pair-openai`.
+/// [`crawling`] with a quota pool metering requests over both sides of `pair-openai`,
+/// each of whose connections takes one request at a time (a slot not given back would
+/// hold the next request).
 fn pooled(mock_url: &str) -> Config {
-    crawling(mock_url).quota_pool(
-        QuotaPool::new("team", "Team", ["openai-a-1", "openai-b-1"])
-            .dimension(Dimension::new("requests", "daily", 1000))
-            .allocation(Allocation::new("k1")),
-    )
+    crawling(mock_url)
+        .edit_connection("openai-a-1", |c| c.max_concurrent(1))
+        .edit_connection("openai-b-1", |c| c.max_concurrent(1))
+        .quota_pool(
+            QuotaPool::new("team", "Team", ["openai-a-1", "openai-b-1"])
+                .dimension(Dimension::new("requests", "daily", 1000))
+                .allocation(Allocation::new("k1")),
+        )
 }
 
 #[tokio::test(start_paused = true)]
@@ -522,6 +527,22 @@ async fn every_stream_settles_its_quota_once_however_its_attempts_ended() {
     let metrics = h.metrics().await;
     assert!(
         metrics.contains("\nswitchyard_quota_reservations_open 0\n"),
+        "{metrics}"
+    );
+    // Every slot was given back: each account takes a request at once, and no request
+    // is in flight.
+    h.reset_mock().await;
+    for model in ["openai-a/m", "openai-b/m"] {
+        let started = Instant::now();
+        let (status, text) = stream(&h, "chat", model).await;
+        assert_eq!(status, 200, "{model}");
+        assert!(whole("chat", &text), "{model}: {text}");
+        assert_eq!(started.elapsed(), Duration::ZERO, "{model}");
+    }
+    assert_eq!(sent(&h, "openai").await, (1, 1));
+    let metrics = h.metrics().await;
+    assert!(
+        metrics.contains("\nswitchyard_requests_in_flight 0\n"),
         "{metrics}"
     );
 }
