@@ -78,25 +78,35 @@ fn provider_json(f: &Fields) -> Map<String, Value> {
     p.insert("max_concurrent".into(), number(&one(f, "max_concurrent")));
     let timeouts: Map<String, Value> = STREAM_TIMEOUTS
         .iter()
-        .map(|(name, _)| ((*name).to_owned(), number(&one(f, name))))
+        .map(|(name, ..)| ((*name).to_owned(), number(&one(f, name))))
         .collect();
     p.insert("stream_timeouts".into(), Value::Object(timeouts));
     p
 }
 
-/// A provider's own stream deadlines (the API's `stream_timeouts`) and their labels.
-const STREAM_TIMEOUTS: [(&str, &str); 3] = [
+/// A provider's own stream deadlines (the API's `stream_timeouts`): each field's name,
+/// label and value.
+type StreamTimeout = (
+    &'static str,
+    &'static str,
+    fn(&StreamTimeouts) -> Option<u64>,
+);
+
+const STREAM_TIMEOUTS: [StreamTimeout; 3] = [
     (
         "first_output_ms",
         "First-output budget, ms (empty = streamContentStall.firstOutputMs)",
+        |t| t.first_output_ms,
     ),
     (
         "first_output_max_ms",
         "Adaptive first-output cap, ms (empty = streamContentStall.firstOutputMaxMs)",
+        |t| t.first_output_max_ms,
     ),
     (
         "idle_ms",
         "Longest gap between output events, ms (empty = streamContentStall.idleMs)",
+        |t| t.idle_ms,
     ),
 ];
 
@@ -275,26 +285,17 @@ fn provider_fields(prefix: &str, p: Option<&ProviderRecord>) -> Markup {
                 .map_or_else(String::new, |n| n.to_string()),
             false,
         ))
-        @for (name, label) in STREAM_TIMEOUTS {
+        @for (name, label, value) in STREAM_TIMEOUTS {
             (input(
                 &id(name),
                 name,
                 label,
                 "number",
-                &p.and_then(|p| stream_timeout(&p.stream_timeouts, name))
+                &p.and_then(|p| value(&p.stream_timeouts))
                     .map_or_else(String::new, |n| n.to_string()),
                 false,
             ))
         }
-    }
-}
-
-/// The provider's own stream deadline `name`, if it sets one.
-fn stream_timeout(t: &StreamTimeouts, name: &str) -> Option<u64> {
-    match name {
-        "first_output_ms" => t.first_output_ms,
-        "first_output_max_ms" => t.first_output_max_ms,
-        _ => t.idle_ms,
     }
 }
 

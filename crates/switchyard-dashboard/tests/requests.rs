@@ -51,15 +51,20 @@ async fn four_requests(s: &Signed) -> Vec<String> {
         assert_eq!(r.status(), status, "{model}");
         ids.push(r.headers()["x-request-id"].to_str().unwrap().to_owned());
     }
-    let last = ids[3].clone();
-    eventually("the log rows", || async {
+    logged(s, &ids[3]).await;
+    ids
+}
+
+/// Waits until request `id`'s row is on the request log page.
+async fn logged(s: &Signed, id: &str) {
+    let id = id.to_owned();
+    eventually("the log row", || async {
         ids_in(
             &s.page("/dashboard/requests").await.1,
-            std::slice::from_ref(&last),
-        ) == [last.clone()]
+            std::slice::from_ref(&id),
+        ) == [id.clone()]
     })
     .await;
-    ids
 }
 
 #[tokio::test]
@@ -366,13 +371,7 @@ async fn a_failed_over_request_shows_why_its_first_attempt_ended() {
     let r = s.h.chat(chat_body("fast", false)).await;
     assert_eq!(r.status(), 200);
     let id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
-    eventually("the log row", || async {
-        ids_in(
-            &s.page("/dashboard/requests").await.1,
-            std::slice::from_ref(&id),
-        ) == [id.clone()]
-    })
-    .await;
+    logged(&s, &id).await;
     let (_, page) = s.page("/dashboard/requests").await;
     assert_eq!(
         texts(&page, "small.failed-attempt"),

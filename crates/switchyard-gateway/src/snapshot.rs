@@ -239,12 +239,7 @@ impl Snapshot {
         let mut output_limits = HashMap::new();
         let mut stream_overrides = HashMap::new();
         for p in &rows.providers {
-            let t = p.stream_timeouts;
-            let overrides = switchyard_core::stream::Overrides {
-                first_output_ms: t.first_output_ms,
-                first_output_max_ms: t.first_output_max_ms,
-                idle_ms: t.idle_ms,
-            };
+            let overrides = switchyard_core::stream::Overrides::from(p.stream_timeouts);
             if let Some(problem) = overrides.problem() {
                 return Err(SnapshotError::StreamTimeouts {
                     provider: p.id.clone(),

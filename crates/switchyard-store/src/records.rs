@@ -61,6 +61,16 @@ impl StreamTimeouts {
     }
 }
 
+impl From<StreamTimeouts> for switchyard_core::stream::Overrides {
+    fn from(t: StreamTimeouts) -> Self {
+        Self {
+            first_output_ms: t.first_output_ms,
+            first_output_max_ms: t.first_output_max_ms,
+            idle_ms: t.idle_ms,
+        }
+    }
+}
+
 /// A model's price in USD per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

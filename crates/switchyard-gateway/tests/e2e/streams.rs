@@ -51,11 +51,29 @@ fn pairs(mock_url: &str) -> Config {
 
 /// Sends a streamed request for `model` in `client`'s format: status and body text.
 async fn stream(h: &Harness, client: &str, model: &str) -> (u16, String) {
-    let r = match client {
-        "chat" => h.chat(chat_body(model, true)).await,
-        "messages" => h.messages(messages_body(model, true)).await,
-        _ => h.responses(responses_body(model, true)).await,
-    };
+    answered(send(h, client, streamed_body(client, model)).await).await
+}
+
+/// `client`'s streamed body for `model`.
+fn streamed_body(client: &str, model: &str) -> Value {
+    match client {
+        "chat" => chat_body(model, true),
+        "messages" => messages_body(model, true),
+        _ => responses_body(model, true),
+    }
+}
+
+/// Sends `body` to `client`'s endpoint.
+async fn send(h: &Harness, client: &str, body: Value) -> reqwest::Response {
+    match client {
+        "chat" => h.chat(body).await,
+        "messages" => h.messages(body).await,
+        _ => h.responses(body).await,
+    }
+}
+
+/// A response's status and body text.
+async fn answered(r: reqwest::Response) -> (u16, String) {
     let status = r.status().as_u16();
     (status, r.text().await.unwrap())
 }
@@ -107,6 +125,21 @@ fn assert_terminal(client: &str, text: &str, code: &str, what: &str) {
     }
 }
 
+/// A fresh mock whose next request on `credential` gets `rule` (a mock rule's members),
+/// once.
+async fn fault_once(h: &Harness, credential: &str, rule: &Value) {
+    h.reset_mock().await;
+    let mut rule = rule.clone();
+    rule["times"] = json!(1);
+    rule["match"] = json!({ "credential": credential });
+    h.rule(rule).await;
+}
+
+/// Asserts the metrics exposition holds `series` (a whole sample line).
+fn assert_series(metrics: &str, series: &str) {
+    assert!(metrics.lines().any(|l| l == series), "{series}\n{metrics}");
+}
+
 /// Requests sent to each credential of `format`'s pair: (first, second).
 async fn sent(h: &Harness, format: &str) -> (u64, u64) {
     let stats = h.mock_stats().await;
@@ -145,11 +178,7 @@ async fn a_stream_that_never_answers_fails_over_at_its_first_output_budget_with_
         for client in CLIENTS {
             for (fault, rule) in &faults {
                 let what = format!("{fault}: {client} client, {upstream} upstream");
-                h.reset_mock().await;
-                let mut rule = rule.clone();
-                rule["times"] = json!(1);
-                rule["match"] = json!({"credential": format!("cred-{upstream}-a")});
-                h.rule(rule).await;
+                fault_once(&h, &format!("cred-{upstream}-a"), rule).await;
                 let started = Instant::now();
                 let (status, text) = stream(&h, client, &format!("pair-{upstream}")).await;
                 assert_eq!(status, 200, "{what}");
@@ -194,7 +223,7 @@ async fn a_stream_that_never_answers_fails_over_at_its_first_output_budget_with_
                 r#"switchyard_stream_cuts_total{{provider="{upstream}-a",cut="first_output_timeout",phase="before_commit"}} 6"#
             ),
         ] {
-            assert!(metrics.contains(&series), "{series}\n{metrics}");
+            assert_series(&metrics, &series);
         }
     }
 }
@@ -206,12 +235,8 @@ async fn a_stream_that_stalls_after_answering_ends_with_its_formats_terminal_fra
     for upstream in UPSTREAMS {
         for client in CLIENTS {
             let what = format!("{client} client, {upstream} upstream");
-            h.reset_mock().await;
-            h.rule(
-                json!({"times": 1, "stall_after_chunks": 2, "heartbeat_ms": 500,
-                          "match": {"credential": format!("cred-{upstream}-a")}}),
-            )
-            .await;
+            let rule = json!({"stall_after_chunks": 2, "heartbeat_ms": 500});
+            fault_once(&h, &format!("cred-{upstream}-a"), &rule).await;
             let started = Instant::now();
             let (status, text) = stream(&h, client, &format!("pair-{upstream}")).await;
             assert_eq!(status, 200, "{what}");
@@ -259,7 +284,7 @@ async fn a_stream_that_stalls_after_answering_ends_with_its_formats_terminal_fra
         let series = format!(
             r#"switchyard_stream_cuts_total{{provider="{upstream}-a",cut="output_idle_timeout",phase="after_commit"}} 3"#
         );
-        assert!(metrics.contains(&series), "{series}\n{metrics}");
+        assert_series(&metrics, &series);
     }
     assert!(!metrics.contains("phase=\"before_commit\""), "{metrics}");
 }
@@ -296,9 +321,7 @@ async fn a_crawl_is_retried_once_on_the_same_account_before_it_commits_and_cut_a
             let what = format!("{client} client, {upstream} upstream");
             let credential = format!("cred-{upstream}-a");
             // Nothing in the first window: abandoned unseen, the same account again.
-            h.reset_mock().await;
-            h.rule(json!({"times": 1, "chunk_interval_ms": 5_000, "match": {"credential": credential}}))
-                .await;
+            fault_once(&h, &credential, &json!({"chunk_interval_ms": 5_000})).await;
             let started = Instant::now();
             let (status, text) = stream(&h, client, &format!("pair-{upstream}")).await;
             assert_eq!(status, 200, "{what}");
@@ -316,9 +339,7 @@ async fn a_crawl_is_retried_once_on_the_same_account_before_it_commits_and_cut_a
             );
             // A delta every 1.5 s (about 5 bytes each): under 10 bytes a second over the
             // window once it has answered, so cut at the end of the first window.
-            h.reset_mock().await;
-            h.rule(json!({"times": 1, "chunk_interval_ms": 1_500, "match": {"credential": credential}}))
-                .await;
+            fault_once(&h, &credential, &json!({"chunk_interval_ms": 1_500})).await;
             let started = Instant::now();
             let (status, text) = stream(&h, client, &format!("pair-{upstream}")).await;
             assert_eq!(status, 200, "{what}");
@@ -341,30 +362,21 @@ async fn a_crawl_is_retried_once_on_the_same_account_before_it_commits_and_cut_a
             let series = format!(
                 r#"switchyard_stream_cuts_total{{provider="{upstream}-a",cut="throughput_low",phase="{phase}"}} 3"#
             );
-            assert!(metrics.contains(&series), "{series}\n{metrics}");
+            assert_series(&metrics, &series);
         }
     }
 }
 
 /// `client`'s streamed body for `model` asking the model to think.
 fn thinking_body(client: &str, model: &str) -> Value {
-    match client {
-        "chat" => {
-            let mut b = chat_body(model, true);
-            b["reasoning_effort"] = json!("high");
-            b
-        }
-        "messages" => {
-            let mut b = messages_body(model, true);
-            b["thinking"] = json!({"type": "enabled", "budget_tokens": 512});
-            b
-        }
-        _ => {
-            let mut b = responses_body(model, true);
-            b["reasoning"] = json!({"effort": "high"});
-            b
-        }
-    }
+    let mut b = streamed_body(client, model);
+    let (member, ask) = match client {
+        "chat" => ("reasoning_effort", json!("high")),
+        "messages" => ("thinking", json!({"type": "enabled", "budget_tokens": 512})),
+        _ => ("reasoning", json!({"effort": "high"})),
+    };
+    b[member] = ask;
+    b
 }
 
 #[tokio::test(start_paused = true)]
@@ -374,13 +386,9 @@ async fn a_turn_that_only_reasons_is_still_empty_and_is_cut_when_its_reasoning_s
     for upstream in UPSTREAMS {
         for client in CLIENTS {
             let what = format!("{client} client, {upstream} upstream");
-            h.reset_mock().await;
             // The mock's thinking is three deltas, 500 ms apart; then it stalls.
-            h.rule(
-                json!({"times": 1, "stall_after_chunks": 3, "chunk_interval_ms": 500,
-                          "match": {"credential": format!("cred-{upstream}-a")}}),
-            )
-            .await;
+            let rule = json!({"stall_after_chunks": 3, "chunk_interval_ms": 500});
+            fault_once(&h, &format!("cred-{upstream}-a"), &rule).await;
             let started = Instant::now();
             let (status, text) = think(&h, client, &format!("pair-{upstream}")).await;
             assert_eq!(status, 200, "{what}");
@@ -407,20 +415,13 @@ async fn a_turn_that_only_reasons_is_still_empty_and_is_cut_when_its_reasoning_s
         let series = format!(
             r#"switchyard_stream_cuts_total{{provider="{upstream}-a",cut="first_output_timeout",phase="after_commit"}} 3"#
         );
-        assert!(metrics.contains(&series), "{series}\n{metrics}");
+        assert_series(&metrics, &series);
     }
 }
 
 /// Sends `client`'s streamed thinking request for `model`: status and body text.
 async fn think(h: &Harness, client: &str, model: &str) -> (u16, String) {
-    let body = thinking_body(client, model);
-    let r = match client {
-        "chat" => h.chat(body).await,
-        "messages" => h.messages(body).await,
-        _ => h.responses(body).await,
-    };
-    let status = r.status().as_u16();
-    (status, r.text().await.unwrap())
+    answered(send(h, client, thinking_body(client, model)).await).await
 }
 
 #[tokio::test(start_paused = true)]
@@ -432,12 +433,8 @@ async fn a_stream_that_opens_a_thinking_block_and_stalls_has_not_started() {
     for upstream in UPSTREAMS {
         for client in CLIENTS {
             let what = format!("{client} client, {upstream} upstream");
-            h.reset_mock().await;
-            h.rule(
-                json!({"times": 1, "stall_after_chunks": 0, "heartbeat_ms": 500,
-                          "match": {"credential": format!("cred-{upstream}-a")}}),
-            )
-            .await;
+            let rule = json!({"stall_after_chunks": 0, "heartbeat_ms": 500});
+            fault_once(&h, &format!("cred-{upstream}-a"), &rule).await;
             let started = Instant::now();
             let (status, text) = think(&h, client, &format!("pair-{upstream}")).await;
             assert_eq!(status, 200, "{what}");
@@ -508,11 +505,7 @@ async fn every_stream_settles_its_quota_once_however_its_attempts_ended() {
         json!({"chunk_interval_ms": 1_500}),
     ];
     for (i, fault) in faults.iter().enumerate() {
-        h.reset_mock().await;
-        let mut rule = fault.clone();
-        rule["times"] = json!(1);
-        rule["match"] = json!({"credential": credential});
-        h.rule(rule).await;
+        fault_once(&h, credential, fault).await;
         let (status, _) = stream(&h, "chat", "pair-openai").await;
         assert_eq!(status, 200, "{fault}");
         last_row(&h, i + 1).await;
@@ -525,10 +518,7 @@ async fn every_stream_settles_its_quota_once_however_its_attempts_ended() {
     let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
     assert_eq!(usage["dimensions"][0]["keys"][0]["consumed"], 4.0);
     let metrics = h.metrics().await;
-    assert!(
-        metrics.contains("\nswitchyard_quota_reservations_open 0\n"),
-        "{metrics}"
-    );
+    assert_series(&metrics, "switchyard_quota_reservations_open 0");
     // Every slot was given back: each account takes a request at once, and no request
     // is in flight.
     h.reset_mock().await;
@@ -541,10 +531,7 @@ async fn every_stream_settles_its_quota_once_however_its_attempts_ended() {
     }
     assert_eq!(sent(&h, "openai").await, (1, 1));
     let metrics = h.metrics().await;
-    assert!(
-        metrics.contains("\nswitchyard_requests_in_flight 0\n"),
-        "{metrics}"
-    );
+    assert_series(&metrics, "switchyard_requests_in_flight 0");
 }
 
 #[tokio::test]
@@ -556,17 +543,8 @@ async fn a_client_that_goes_away_mid_stream_is_not_counted_against_the_provider(
     )
     .await;
     for client in CLIENTS {
-        let body = match client {
-            "chat" => chat_body("openai-a/m", true),
-            "messages" => messages_body("openai-a/m", true),
-            _ => responses_body("openai-a/m", true),
-        };
         h.rule(json!({"times": 1, "stall_after_chunks": 2})).await;
-        let mut r = match client {
-            "chat" => h.chat(body).await,
-            "messages" => h.messages(body).await,
-            _ => h.responses(body).await,
-        };
+        let mut r = send(&h, client, streamed_body(client, "openai-a/m")).await;
         assert_eq!(r.status(), 200, "{client}");
         let first = r.chunk().await.unwrap().unwrap();
         assert!(!first.is_empty(), "{client}");
@@ -599,11 +577,9 @@ async fn a_client_that_goes_away_mid_stream_is_not_counted_against_the_provider(
         !metrics.contains("switchyard_stream_cuts_total{"),
         "{metrics}"
     );
-    assert!(
-        metrics.contains(
-            "\nswitchyard_upstream_attempts_total{provider=\"openai-a\",outcome=\"success\"} 3\n"
-        ),
-        "{metrics}"
+    assert_series(
+        &metrics,
+        r#"switchyard_upstream_attempts_total{provider="openai-a",outcome="success"} 3"#,
     );
 }
 
