@@ -47,6 +47,8 @@ pub struct Connection {
     pub queue: admission::Overrides,
     /// Failures never cool this connection down (SPEC R3's per-connection opt-out).
     pub disable_cooling: bool,
+    /// The provider's error-rule family (SPEC R13, R14).
+    pub family: String,
     /// Position in `Catalog::connections`; lets the shell keep per-connection runtime
     /// data in a plain vector parallel to the catalog.
     pub index: usize,
@@ -402,6 +404,7 @@ impl Catalog {
                 .push(index);
             cat.connections.push(Arc::new(Connection {
                 format,
+                family: crate::resilience::rules::family_of(&def.provider, &base_url),
                 id: def.id,
                 provider: def.provider,
                 auth_class: def.auth_class,

@@ -1,14 +1,12 @@
-//! Classification of an upstream attempt's outcome: did it succeed, may the next
-//! candidate be tried, and which failure it was (the gateway maps it to a typed error).
+//! How an upstream attempt failed (the gateway maps it to a typed error). What a failure
+//! means — may the next candidate be tried, what it says of the account — is the
+//! verdict's ([`crate::resilience::verdict`]); acting on it is the attempt loop's
+//! (`crate::dispatch`).
 //!
-//! Failover is safe only before the first byte reaches the client. Retryable failures
+//! Failover is safe only before the first byte reaches the client. Retryable statuses
 //! are those where another account or provider can plausibly succeed: the upstream was
-//! unreachable, too slow, broken (5xx) or throttling this account (429, 408). A 4xx other
-//! than those says the request itself is wrong, and another upstream would say the same,
-//! so it is returned to the client as it is.
-//!
-//! It only classifies: acting on the answer is the attempt loop's (`crate::dispatch`),
-//! and nothing here sees a request, a response body or a clock.
+//! broken (5xx) or throttling this account (429, 408). A 4xx other than those says the
+//! request itself is wrong, and another upstream would say the same.
 
 /// How an attempt failed before producing a usable response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,18 +91,6 @@ impl From<crate::stream::watchdog::Trip> for StreamCut {
 }
 
 impl AttemptFailure {
-    /// Whether the next candidate may be tried.
-    pub fn is_retryable(self) -> bool {
-        match self {
-            Self::Connect
-            | Self::FirstByteTimeout
-            | Self::Reset
-            | Self::InvalidResponse
-            | Self::Stream(_) => true,
-            Self::Status(s) => is_retryable_status(s),
-        }
-    }
-
     /// The status the failure stands for where decisions go by status (model lockout):
     /// the upstream's, or 502 for an invalid answer; `None` for transport failures.
     pub fn status(self) -> Option<u16> {
@@ -150,25 +136,19 @@ mod tests {
     }
 
     #[test]
-    fn transport_failures_are_retryable() {
-        assert!(AttemptFailure::Connect.is_retryable());
-        assert!(AttemptFailure::FirstByteTimeout.is_retryable());
-        assert!(AttemptFailure::Reset.is_retryable());
-        assert!(!AttemptFailure::Status(401).is_retryable());
+    fn failure_labels_and_statuses() {
         assert_eq!(AttemptFailure::Status(429).label(), "rate_limited");
         assert_eq!(AttemptFailure::Status(503).label(), "server_error");
         assert_eq!(AttemptFailure::Status(400).label(), "client_error");
-        assert!(AttemptFailure::InvalidResponse.is_retryable());
         assert_eq!(AttemptFailure::InvalidResponse.status(), Some(502));
         assert_eq!(AttemptFailure::Status(404).status(), Some(404));
         assert_eq!(AttemptFailure::Reset.status(), None);
     }
 
     #[test]
-    fn stream_cuts_fail_over_and_lock_nothing() {
+    fn stream_cuts_lock_nothing() {
         for cut in StreamCut::ALL {
             let f = AttemptFailure::Stream(cut);
-            assert!(f.is_retryable(), "{cut:?}");
             assert_eq!(f.status(), None);
             assert_eq!(f.label(), cut.label());
         }

@@ -104,6 +104,16 @@ pub struct Statuses {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedisUrl;
 
+/// Operator status restatements (SPEC R13): a JSON list of
+/// [`crate::resilience::rules::Restatement`], empty by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restatements;
+
+/// Operator provider error rules (SPEC R13): a JSON list of
+/// [`crate::resilience::rules::ErrorRule`], empty by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorRules;
+
 /// The type and bounds of a setting, as the registry holds them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Kind {
@@ -115,6 +125,8 @@ pub enum Kind {
     Name(Name),
     Statuses(Statuses),
     RedisUrl(RedisUrl),
+    Restatements(Restatements),
+    ErrorRules(ErrorRules),
 }
 
 /// A setting's value.
@@ -245,6 +257,34 @@ impl Typed for Statuses {
     }
 }
 
+impl Typed for Restatements {
+    type Value = Vec<crate::resilience::rules::Restatement>;
+    fn default_value(self) -> Self::Value {
+        Vec::new()
+    }
+    fn read(self, value: &SettingValue) -> Self::Value {
+        match value {
+            SettingValue::Text(v) => {
+                crate::resilience::rules::parse_restatements(v).unwrap_or_default()
+            }
+            _ => self.default_value(),
+        }
+    }
+}
+
+impl Typed for ErrorRules {
+    type Value = Vec<crate::resilience::rules::ErrorRule>;
+    fn default_value(self) -> Self::Value {
+        Vec::new()
+    }
+    fn read(self, value: &SettingValue) -> Self::Value {
+        match value {
+            SettingValue::Text(v) => crate::resilience::rules::parse_rules(v).unwrap_or_default(),
+            _ => self.default_value(),
+        }
+    }
+}
+
 impl Typed for RedisUrl {
     type Value = String;
     fn default_value(self) -> String {
@@ -302,7 +342,18 @@ macro_rules! registry_entries {
     )*};
 }
 
-registry_entries!(Int, Clamped, Fraction, Bool, Choice, Name, Statuses, RedisUrl);
+registry_entries!(
+    Int,
+    Clamped,
+    Fraction,
+    Bool,
+    Choice,
+    Name,
+    Statuses,
+    RedisUrl,
+    Restatements,
+    ErrorRules
+);
 
 /// One setting as the registry lists it, whatever its kind.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -326,6 +377,7 @@ impl SettingDef {
             | Kind::Name(Name { default })
             | Kind::Statuses(Statuses { default }) => SettingValue::Text(default.to_owned()),
             Kind::RedisUrl(RedisUrl) => SettingValue::Text(String::new()),
+            Kind::Restatements(_) | Kind::ErrorRules(_) => SettingValue::Text("[]".to_owned()),
         }
     }
 
@@ -342,6 +394,8 @@ impl SettingDef {
             Kind::Name(_) => "1-64 letters, digits, `-`, `_`, `.` or `:`".to_owned(),
             Kind::Statuses(_) => "a list of HTTP error statuses (400-599)".to_owned(),
             Kind::RedisUrl(_) => "a redis:// or rediss:// URL, or empty".to_owned(),
+            Kind::Restatements(_) => "a JSON list of status restatements {id, provider, fromStatuses, toStatus, textMarkers, excludeMarkers?, defaultRetryAfterMs?}".to_owned(),
+            Kind::ErrorRules(_) => "a JSON list of error rules {id, provider, statuses?, headers?, codes?, textMarkers?, excludeMarkers?, reason, scope?, cooldownMs?}".to_owned(),
         }
     }
 
@@ -1024,6 +1078,22 @@ pub const RESILIENCE_MODEL_LOCKOUT_ERROR_CODES: Setting<Statuses> = Setting {
     doc: "Upstream statuses that lock a model.",
 };
 
+pub const RESILIENCE_STATUS_RESTATEMENTS: Setting<Restatements> = Setting {
+    key: "resilience.statusRestatements",
+    env: "STATUS_RESTATEMENTS",
+    kind: Restatements,
+    applies: Applies::Live,
+    doc: "Operator status restatements, applied before the built-in ones (SPEC R13): a provider family's misleading status becomes the one it means.",
+};
+
+pub const RESILIENCE_PROVIDER_ERROR_RULES: Setting<ErrorRules> = Setting {
+    key: "resilience.providerErrorRules",
+    env: "PROVIDER_ERROR_RULES",
+    kind: ErrorRules,
+    applies: Applies::Live,
+    doc: "Operator provider error rules, matched before the built-in ones (SPEC R13); a family with one has its full error text matched and its rules' scope honoured.",
+};
+
 pub const RESILIENCE_MODEL_LOCKOUT_MAX_BACKOFF_STEPS: Setting<Int> = Setting {
     key: "resilience.modelLockout.maxBackoffSteps",
     env: "MODEL_LOCKOUT_MAX_BACKOFF_STEPS",
@@ -1348,6 +1418,8 @@ pub const DEFS: &[SettingDef] = &[
     RESILIENCE_MODEL_LOCKOUT_MAX_BACKOFF_STEPS.def(),
     RESILIENCE_MODEL_LOCKOUT_MAX_COOLDOWN_MS.def(),
     RESILIENCE_MODEL_LOCKOUT_USE_EXPONENTIAL_BACKOFF.def(),
+    RESILIENCE_PROVIDER_ERROR_RULES.def(),
+    RESILIENCE_STATUS_RESTATEMENTS.def(),
     SERVER_BODY_READ_TIMEOUT_MS.def(),
     SERVER_HEADER_READ_TIMEOUT_MS.def(),
     SERVER_IO_THREADS.def(),
@@ -1504,6 +1576,10 @@ pub struct ResilienceSettings {
     pub provider_cooldown_oauth: crate::resilience::provider_cooldown::Profile,
     pub provider_cooldown_apikey: crate::resilience::provider_cooldown::Profile,
     pub stream_stall_cooldown: bool,
+    /// `resilience.statusRestatements` (SPEC R13).
+    pub restatements: Vec<crate::resilience::rules::Restatement>,
+    /// `resilience.providerErrorRules` (SPEC R13).
+    pub error_rules: Vec<crate::resilience::rules::ErrorRule>,
     pub combo_wait: crate::resilience::combo_wait::Settings,
 }
 
@@ -1658,7 +1734,25 @@ fn parse(kind: Kind, value: &Value) -> Option<SettingValue> {
             (t.is_empty() || t.starts_with("redis://") || t.starts_with("rediss://"))
                 .then(|| SettingValue::Text(t.to_owned()))
         }
+        Kind::Restatements(_) | Kind::ErrorRules(_) => rule_list(kind, value).ok(),
     }
+}
+
+/// A rule list setting's canonical text, or what is wrong with it. The value is the
+/// list itself or its JSON text (an environment variable).
+fn rule_list(kind: Kind, value: &Value) -> Result<SettingValue, String> {
+    use crate::resilience::rules;
+    let text = match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let canonical = match kind {
+        Kind::Restatements(_) => rules::parse_restatements(&text)
+            .and_then(|l| serde_json::to_string(&l).map_err(|e| rules::RuleProblem(e.to_string()))),
+        _ => rules::parse_rules(&text)
+            .and_then(|l| serde_json::to_string(&l).map_err(|e| rules::RuleProblem(e.to_string()))),
+    };
+    canonical.map(SettingValue::Text).map_err(|e| e.0)
 }
 
 /// Validates one value for `key`.
@@ -1667,7 +1761,12 @@ pub fn validate(key: &str, value: &Value, source: Source) -> Result<SettingValue
     parse(d.kind, value).ok_or_else(|| SettingError::Invalid {
         key: key.to_owned(),
         origin: source_name(source),
-        constraint: d.constraint(),
+        constraint: match rule_list(d.kind, value) {
+            Err(problem) if matches!(d.kind, Kind::Restatements(_) | Kind::ErrorRules(_)) => {
+                format!("{} ({problem})", d.constraint())
+            }
+            _ => d.constraint(),
+        },
         got: match d.kind {
             Kind::RedisUrl(_) => "a value that is not one".to_owned(),
             _ => value.to_string(),
@@ -1919,6 +2018,8 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
             lockout: lockout_settings(lockout, &mut ignored),
             provider_cooldown_enabled: r.get(&PROVIDER_COOLDOWN_ENABLED),
             stream_stall_cooldown: r.get(&STREAM_STALL_COOLDOWN_ENABLED),
+            restatements: r.get(&RESILIENCE_STATUS_RESTATEMENTS),
+            error_rules: r.get(&RESILIENCE_PROVIDER_ERROR_RULES),
             combo_wait: crate::resilience::combo_wait::Settings {
                 enabled: r.get(&COMBO_COOLDOWN_WAIT_ENABLED),
                 max_wait_ms: r.get(&COMBO_COOLDOWN_WAIT_MAX_WAIT_MS),
@@ -2126,6 +2227,10 @@ mod tests {
                 json!(if default == "500" { "501" } else { "500" })
             }
             Kind::RedisUrl(RedisUrl) => json!("redis://127.0.0.1:6390/1"),
+            Kind::Restatements(_) => json!([{"id": "r", "provider": "p", "fromStatuses": [403],
+                "toStatus": 429, "textMarkers": ["quota"]}]),
+            Kind::ErrorRules(_) => json!([{"id": "e", "provider": "p", "statuses": [400],
+                "reason": "quota_exhausted"}]),
         }
     }
 

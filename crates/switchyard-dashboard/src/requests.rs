@@ -317,12 +317,39 @@ fn row_html(r: &LogRow) -> Markup {
                 // Why each attempt that did not answer ended.
                 @for f in &r.failed_attempts {
                     br;
-                    small.failed-attempt { (f.connection_id) ": " (f.outcome) }
+                    small.failed-attempt { (failed_attempt(f)) }
                 }
             }
             @for c in &after { td { (c) } }
         }
     }
+}
+
+/// One attempt that did not answer, as the attempts cell lists it: the connection, what
+/// ended it, and the verdict — its cause, a restatement, the rule and scope that applied,
+/// and the egress address (SPEC R13, R14).
+fn failed_attempt(f: &switchyard_store::FailedAttempt) -> String {
+    let mut line = format!("{}: {}", f.connection_id, f.outcome);
+    if let Some(status) = f.upstream_status {
+        line.push_str(&format!(" (HTTP {status}"));
+        if let Some(restated) = f.restated_status {
+            line.push_str(&format!(" read as {restated}"));
+        }
+        line.push(')');
+    }
+    if let Some(cause) = &f.cause {
+        line.push_str(&format!(", {cause}"));
+    }
+    if let Some(rule) = &f.rule {
+        line.push_str(&format!(", rule {rule}"));
+    }
+    if let Some(scope) = &f.scope {
+        line.push_str(&format!(" ({scope})"));
+    }
+    if let Some(egress) = &f.egress_ip {
+        line.push_str(&format!(", via {egress}"));
+    }
+    line
 }
 
 /// The results table and the paging links.

@@ -53,6 +53,7 @@ pub fn routes() -> Routes {
         .form("/dashboard/resilience/re-enable", re_enable)
         .form("/dashboard/resilience/model-lockout", model_lockout)
         .form("/dashboard/resilience/provider-cooldown", provider_cooldown)
+        .form("/dashboard/resilience/error-rules", error_rules)
 }
 
 /// What the page shows.
@@ -190,7 +191,8 @@ async fn model_lockout(
     Posted(session, fields): Posted<Fields>,
 ) -> Response {
     let outcome =
-        services::resilience::patch_settings(&dash.app, &patch_fields(fields), &Map::new()).await;
+        services::resilience::patch_settings(&dash.app, &[("modelLockout", &patch_fields(fields))])
+            .await;
     dash.done(&session, PAGE, outcome, |_| {
         "Model lockout settings saved.".to_owned()
     })
@@ -202,11 +204,194 @@ async fn provider_cooldown(
     State(dash): State<Arc<Dash>>,
     Posted(session, fields): Posted<Fields>,
 ) -> Response {
-    let outcome =
-        services::resilience::patch_settings(&dash.app, &Map::new(), &patch_fields(fields)).await;
+    let outcome = services::resilience::patch_settings(
+        &dash.app,
+        &[("providerCooldown", &patch_fields(fields))],
+    )
+    .await;
     dash.done(&session, PAGE, outcome, |_| {
         "Provider cooldown settings saved.".to_owned()
     })
+}
+
+/// The error-rules form: the operator's restatements and rules, each a JSON list.
+#[derive(Debug, Deserialize)]
+struct RulesForm {
+    #[serde(default)]
+    restatements: String,
+    #[serde(default)]
+    rules: String,
+}
+
+/// `POST /dashboard/resilience/error-rules`: the operator's error rules (SPEC R13),
+/// validated as `PATCH /api/resilience` validates `errorRules`. A list that is not JSON
+/// is passed on as text, so the refusal names what is wrong with it.
+async fn error_rules(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, f): Posted<RulesForm>,
+) -> Response {
+    let list = |text: &str| {
+        let text = if text.trim().is_empty() { "[]" } else { text };
+        serde_json::from_str::<Value>(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+    };
+    let mut fields = Map::new();
+    fields.insert("restatements".to_owned(), list(&f.restatements));
+    fields.insert("rules".to_owned(), list(&f.rules));
+    let outcome = services::resilience::patch_settings(&dash.app, &[("errorRules", &fields)]).await;
+    dash.done(&session, PAGE, outcome, |v| {
+        format!(
+            "Error rules saved: {} restatements and {} rules of the operator's.",
+            v.error_rules.restatements.len(),
+            v.error_rules.rules.len()
+        )
+    })
+}
+
+/// A list of strings as one cell, or an em dash.
+fn listed(items: &[String]) -> String {
+    if items.is_empty() {
+        "—".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// Statuses as one cell, or `any`.
+fn statuses(items: &[u16]) -> String {
+    if items.is_empty() {
+        "any".to_owned()
+    } else {
+        items
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The restatements and classification rules in force, the operator's first, with the
+/// allow-lists (SPEC R13).
+fn rules_tables(r: &Resilience) -> Markup {
+    let e = &r.settings.error_rules;
+    let restated: Vec<Vec<Markup>> = e
+        .restatements
+        .iter()
+        .map(|x| ("operator", x))
+        .chain(e.builtin_restatements.iter().map(|x| ("built-in", x)))
+        .map(|(origin, x)| {
+            vec![
+                text(origin),
+                text(&x.id),
+                text(&x.provider),
+                text(statuses(&x.from_statuses)),
+                text(x.to_status.to_string()),
+                text(listed(&x.text_markers)),
+                text(listed(&x.exclude_markers)),
+                text(x.default_retry_after_ms.map_or("—".to_owned(), seconds)),
+            ]
+        })
+        .collect();
+    let rules: Vec<Vec<Markup>> = e
+        .rules
+        .iter()
+        .map(|x| ("operator", x))
+        .chain(e.builtin_rules.iter().map(|x| ("built-in", x)))
+        .map(|(origin, x)| {
+            let mut matches = Vec::new();
+            for (what, items) in [
+                ("headers", &x.headers),
+                ("codes", &x.codes),
+                ("text", &x.text_markers),
+                ("not", &x.exclude_markers),
+            ] {
+                if !items.is_empty() {
+                    matches.push(format!("{what}: {}", items.join(", ")));
+                }
+            }
+            vec![
+                text(origin),
+                text(&x.id),
+                text(&x.provider),
+                text(statuses(&x.statuses)),
+                text(if matches.is_empty() {
+                    "—".to_owned()
+                } else {
+                    matches.join("; ")
+                }),
+                text(x.reason.as_str()),
+                text(x.scope.map_or("—", |s| s.as_str())),
+                text(x.cooldown_ms.map_or("—".to_owned(), seconds)),
+            ]
+        })
+        .collect();
+    html! {
+        (table(
+            "Status restatements (applied before classification)",
+            &["Origin", "Id", "Family", "From", "To", "Markers", "Unless", "Client retry"],
+            &restated,
+            "No restatement.",
+        ))
+        (table(
+            "Provider error rules (the first that matches decides)",
+            &["Origin", "Id", "Family", "Statuses", "Matches", "Cause", "Scope", "Cooldown"],
+            &rules,
+            "No rule.",
+        ))
+        p.hint {
+            "Built-in rules read the full error text only for " (e.full_text_families.join(", "))
+            ", and their scope is acted on only for " (e.honors_scope_families.join(", "))
+            ". A family with an operator rule gets both. Status 200 in a rule matches an error event inside a stream."
+        }
+    }
+}
+
+/// The operator's error rules as an editable form: two JSON lists.
+fn rules_form(r: &Resilience, csrf: &str) -> Markup {
+    let e = &r.settings.error_rules;
+    let pretty = |v: Value| serde_json::to_string_pretty(&v).unwrap_or_default();
+    let restatements = pretty(serde_json::to_value(&e.restatements).unwrap_or_default());
+    let rules = pretty(serde_json::to_value(&e.rules).unwrap_or_default());
+    let body = html! {
+        label for="rules-restatements" { "Status restatements (JSON list)" }
+        textarea id="rules-restatements" name="restatements" rows="6" { (restatements) }
+        label for="rules-rules" { "Provider error rules (JSON list)" }
+        textarea id="rules-rules" name="rules" rows="8" { (rules) }
+    };
+    form(
+        "/dashboard/resilience/error-rules",
+        csrf,
+        "stack",
+        body,
+        "Save error rules",
+    )
+}
+
+/// The egress buckets (SPEC R14): connections by the address they last went out from.
+fn egress(r: &Resilience) -> Markup {
+    let rows: Vec<Vec<Markup>> = r
+        .settings
+        .egress_buckets
+        .iter()
+        .map(|b| {
+            let connections: Vec<String> = b
+                .connections
+                .iter()
+                .map(|c| c.connection_id.clone())
+                .collect();
+            vec![
+                text(&b.family),
+                text(&b.address),
+                text(if b.bucketed { "yes" } else { "no" }),
+                text(connections.join(", ")),
+            ]
+        })
+        .collect();
+    table(
+        "Egress buckets (last 24 h; a 429 in a bucketed family cools the whole bucket)",
+        &["Family", "Egress address", "Bucketed", "Connections"],
+        &rows,
+        "No upstream attempt seen yet.",
+    )
 }
 
 /// A duration left, or an em dash when nothing is left.
@@ -485,6 +670,7 @@ pub fn render(r: &Resilience, csrf: &str) -> Markup {
             (cooldowns(r))
             (locks(r, csrf))
             (terminal(r))
+            (egress(r))
         }
     };
     html! {
@@ -494,6 +680,11 @@ pub fn render(r: &Resilience, csrf: &str) -> Markup {
             p.hint { "Clearing ends cooldowns and model locks; connections in a terminal state are counted and left as they are. The states below are as of the page load; the tables above refresh every 30 s." }
             (select_form(r, csrf))
             (clear_forms(r, csrf))
+        }
+        section aria-labelledby="error-rules" {
+            h2 id="error-rules" { "Error rules" }
+            (rules_tables(r))
+            (rules_form(r, csrf))
         }
         section aria-labelledby="settings" {
             h2 id="settings" { "Settings" }

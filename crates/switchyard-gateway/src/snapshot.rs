@@ -21,6 +21,7 @@ use switchyard_core::catalog::{
 use switchyard_core::domain::{AuthClass, ModelRef, UpstreamFormat};
 use switchyard_core::format::{Format, MAX_COMPLETION_TOKENS};
 use switchyard_core::quota::cost::Price;
+use switchyard_core::resilience::rules::Rules;
 use switchyard_core::settings::{self, Layers, Resolved, Settings};
 use switchyard_store::ConfigRows;
 
@@ -115,6 +116,8 @@ pub struct Snapshot {
     pub prices: HashMap<String, Price>,
     /// Output token limits by `provider/model` (upstream model name).
     pub output_limits: HashMap<String, u64>,
+    /// The error rules in force: the operator's, then the built-in ones (SPEC R13).
+    pub rules: Rules,
 }
 
 impl Snapshot {
@@ -358,6 +361,11 @@ impl Snapshot {
             version: rows.version,
             catalog,
             upstreams,
+            rules: Rules::new(
+                resolution.settings.resilience.restatements.clone(),
+                resolution.settings.resilience.error_rules.clone(),
+                resolution.settings.resilience.stream_stall_cooldown,
+            ),
             settings: resolution.settings,
             resolved: resolution.resolved,
             admin_hash: rows.admin_token_hash.as_deref().and_then(KeyHash::from_hex),

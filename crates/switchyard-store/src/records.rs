@@ -185,14 +185,37 @@ pub struct LogRow {
     pub failed_attempts: Vec<FailedAttempt>,
 }
 
-/// An attempt of a logged request that did not answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// An attempt of a logged request that did not answer, with its verdict (SPEC R13):
+/// why it ended and what the gateway made of it. Rows written before the verdict was
+/// logged carry only the first four fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct FailedAttempt {
     pub provider: String,
     pub connection_id: String,
     pub model: String,
     /// What ended it, as the `outcome` label of `switchyard_upstream_attempts_total`.
     pub outcome: String,
+    /// The verdict's cause (`rate_limit_exceeded`, `quota_exhausted`, `bad_request` …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+    /// The status the upstream sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<u16>,
+    /// The status after a restatement, when one applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restated_status: Option<u16>,
+    /// The restatement and classification rules that applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restated_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The scope the rule set and the gateway acted on (`model`, `connection`,
+    /// `provider`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// The local address the attempt went out from (SPEC R14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_ip: Option<String>,
 }
 
 /// The request log's size ([`Store::log_size`](crate::Store::log_size)).

@@ -131,8 +131,8 @@ pub struct StreamReader {
     complete: bool,
     /// The content block started and not yet stopped, and its kind.
     open_block: Option<(u64, BlockKind)>,
-    /// An `error` event was seen.
-    errored: bool,
+    /// The first `error` event's data.
+    error: Option<String>,
     /// `message_start` was seen: the client holds a message to end.
     started: bool,
 }
@@ -146,7 +146,7 @@ impl StreamReader {
             usage,
             complete,
             open_block,
-            errored,
+            error,
             started,
         } = self;
         parser.feed(chunk, |event| {
@@ -171,7 +171,9 @@ impl StreamReader {
                     }
                 }
                 "content_block_stop" => *open_block = None,
-                "error" => *errored = true,
+                "error" => {
+                    error.get_or_insert_with(|| super::error_event_text(&event.data));
+                }
                 "content_block_delta" => {
                     if let Some(d) = &parsed.delta {
                         match d.kind.as_str() {
@@ -208,7 +210,12 @@ impl StreamReader {
     }
 
     pub fn errored(&self) -> bool {
-        self.errored
+        self.error.is_some()
+    }
+
+    /// The data of the first error event (at most [`super::MAX_ERROR_EVENT_BYTES`]).
+    pub fn error_event(&self) -> Option<&str> {
+        self.error.as_deref()
     }
 
     /// Closes the open content block, then the `error` event and `message_stop`: no

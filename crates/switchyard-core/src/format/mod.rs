@@ -165,6 +165,15 @@ impl StreamReader {
         }
     }
 
+    /// The data of the stream's first error event, for the verdict (SPEC R13).
+    pub fn error_event(&self) -> Option<&str> {
+        match self {
+            Self::OpenAiChat(r) => r.error_event(),
+            Self::AnthropicMessages(r) => r.error_event(),
+            Self::Responses(r) => r.error_event(),
+        }
+    }
+
     /// What ends the client stream when the gateway cuts it after `error` (a JSON error
     /// body in the client's format): the format's final event marking the answer as cut
     /// for length, the error, and the end marker.
@@ -245,4 +254,17 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for Text<'a> {
         }
         d.deserialize_any(V(PhantomData))
     }
+}
+
+/// Most bytes of a stream's error event kept for the verdict: error events are short.
+pub const MAX_ERROR_EVENT_BYTES: usize = 4096;
+
+/// An error event's data as kept: at most [`MAX_ERROR_EVENT_BYTES`], cut at a character
+/// boundary.
+fn error_event_text(data: &str) -> String {
+    let mut end = data.len().min(MAX_ERROR_EVENT_BYTES);
+    while !data.is_char_boundary(end) {
+        end -= 1;
+    }
+    data[..end].to_owned()
 }

@@ -100,8 +100,8 @@ pub struct StreamReader {
     usage: Option<Usage>,
     complete: bool,
     ident: Option<ChunkIdent>,
-    /// An error chunk (`{"error": …}`) was seen.
-    errored: bool,
+    /// The first error chunk (`{"error": …}`) seen.
+    error: Option<String>,
     /// A tool call, and reasoning, open: begun and not yet followed by text or a
     /// finish reason.
     open: (bool, bool),
@@ -210,16 +210,18 @@ impl StreamReader {
     /// Reads a relayed chunk: what it carried.
     pub fn feed(&mut self, chunk: &[u8]) -> Progress {
         let (usage, complete, ident) = (&mut self.usage, &mut self.complete, &mut self.ident);
-        let (errored, open) = (&mut self.errored, &mut self.open);
+        let (error, open) = (&mut self.error, &mut self.open);
         let mut progress = Progress::default();
         self.parser.feed(chunk, |event| {
             *complete |= event.ends_answer();
             if event.is_done() {
                 return;
             }
-            if event.data.contains("\"error\"") {
-                *errored |= serde_json::from_str::<ErrorProbe>(&event.data)
-                    .is_ok_and(|p| p.error.is_some());
+            if error.is_none()
+                && event.data.contains("\"error\"")
+                && serde_json::from_str::<ErrorProbe>(&event.data).is_ok_and(|p| p.error.is_some())
+            {
+                *error = Some(super::error_event_text(&event.data));
             }
             if ident.is_none() {
                 *ident = serde_json::from_str(&event.data).ok();
@@ -242,7 +244,12 @@ impl StreamReader {
     }
 
     pub fn errored(&self) -> bool {
-        self.errored
+        self.error.is_some()
+    }
+
+    /// The data of the first error event (at most [`super::MAX_ERROR_EVENT_BYTES`]).
+    pub fn error_event(&self) -> Option<&str> {
+        self.error.as_deref()
     }
 
     /// A final chunk with `finish_reason: "length"` (same id, created and model as the

@@ -242,7 +242,8 @@ pub struct StreamReader {
     parser: SseParser,
     usage: Option<Usage>,
     complete: bool,
-    errored: bool,
+    /// The first `response.failed` or `error` event's data.
+    error: Option<String>,
     ident: Ident,
     /// The sequence number of the next event.
     next_sequence: u64,
@@ -258,7 +259,7 @@ impl StreamReader {
             parser,
             usage,
             complete,
-            errored,
+            error,
             ident,
             next_sequence,
             open,
@@ -302,7 +303,9 @@ impl StreamReader {
                 "response.function_call_arguments.delta"
                 | "response.custom_tool_call_input.delta" => p.tool(false, delta),
                 "response.completed" | "response.incomplete" => *complete = true,
-                "response.failed" | "error" => *errored = true,
+                "response.failed" | "error" => {
+                    error.get_or_insert_with(|| super::error_event_text(&event.data));
+                }
                 _ => p.heartbeat(),
             }
             if matches!(
@@ -328,7 +331,12 @@ impl StreamReader {
     }
 
     pub fn errored(&self) -> bool {
-        self.errored
+        self.error.is_some()
+    }
+
+    /// The data of the first error event (at most [`super::MAX_ERROR_EVENT_BYTES`]).
+    pub fn error_event(&self) -> Option<&str> {
+        self.error.as_deref()
     }
 
     /// A `response.failed` event continuing the stream's sequence, for the stream's

@@ -10,18 +10,17 @@
 //!   probe request at a time is let through: its success closes the breaker, its failure
 //!   re-opens it for a longer time.
 //!
-//! Only provider-level failures count: HTTP 408, 500, 502, 503, 504, Anthropic's 529
-//! (overloaded), and failures to
-//! get an answer at all (connect error, connection reset before the response, no first
-//! byte in time) — an unreachable provider is the clearest provider-level failure.
-//! 401/403/429 are about an account, not the provider, and never count.
+//! Only provider-level failures count, as the verdict says ([`super::verdict`]): HTTP
+//! 408, 500, 502, 503, 504, Anthropic's 529 (overloaded), and failures to get an answer
+//! at all (connect error, connection reset before the response, no first byte in time)
+//! — an unreachable provider is the clearest provider-level failure. 401/403/429 are
+//! about an account, not the provider, and never count.
 //!
 //! Repeated open cycles lengthen the reset timeout: after `double_after` consecutive
 //! cycles without a successful close, each further cycle doubles it, up to
 //! `max_multiplier` times the base.
 
 use crate::domain::AuthClass;
-use crate::outcome::AttemptFailure;
 use crate::UnixMillis;
 use serde::{Deserialize, Serialize};
 
@@ -140,20 +139,6 @@ impl Profiles {
     }
 }
 
-/// Whether a failure counts against the provider. A stream that answered and then
-/// failed counts too (SPEC R11: the connection records the error), unless it was only
-/// slow: a crawl is a long answer more often than a sick provider.
-pub fn counts(failure: AttemptFailure) -> bool {
-    match failure {
-        AttemptFailure::Stream(cut) => cut != crate::outcome::StreamCut::Throughput,
-        AttemptFailure::Status(s) => matches!(s, 408 | 500 | 502 | 503 | 504 | 529),
-        AttemptFailure::Connect
-        | AttemptFailure::FirstByteTimeout
-        | AttemptFailure::Reset
-        | AttemptFailure::InvalidResponse => true,
-    }
-}
-
 /// What the breaker lets through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
@@ -258,18 +243,9 @@ impl Breaker {
         changed
     }
 
-    /// Records a failure; only provider-level failures change anything. Returns the
-    /// new state when it changed.
-    pub fn on_failure(
-        &mut self,
-        profile: &Profile,
-        failure: AttemptFailure,
-        now: UnixMillis,
-        probe: bool,
-    ) -> Option<State> {
-        if !counts(failure) {
-            return None;
-        }
+    /// Records a provider-level failure (which failures are is the verdict's,
+    /// [`super::verdict`]). Returns the new state when it changed.
+    pub fn on_failure(&mut self, profile: &Profile, now: UnixMillis, probe: bool) -> Option<State> {
         let before = self.state(profile, now);
         if before == State::HalfOpen && !probe {
             return None;
@@ -331,11 +307,10 @@ mod tests {
     }
 
     const T0: u64 = 1_800_000_000_000;
-    const E503: AttemptFailure = AttemptFailure::Status(503);
 
     fn fail_n(b: &mut Breaker, p: &Profile, n: u32, now: u64) {
         for _ in 0..n {
-            b.on_failure(p, E503, now, false);
+            b.on_failure(p, now, false);
         }
     }
 
@@ -350,40 +325,17 @@ mod tests {
     }
 
     #[test]
-    fn only_provider_level_failures_count() {
-        for s in [408, 500, 502, 503, 504, 529] {
-            assert!(counts(AttemptFailure::Status(s)), "{s}");
-        }
-        for s in [400, 401, 403, 404, 429, 501] {
-            assert!(!counts(AttemptFailure::Status(s)), "{s}");
-        }
-        assert!(counts(AttemptFailure::Connect));
-        assert!(counts(AttemptFailure::FirstByteTimeout));
-        assert!(counts(AttemptFailure::Reset));
-        assert!(counts(AttemptFailure::InvalidResponse));
-        let p = Profile::for_class(AuthClass::Local);
-        let mut b = Breaker::default();
-        for _ in 0..10 {
-            assert_eq!(
-                b.on_failure(&p, AttemptFailure::Status(429), T0, false),
-                None
-            );
-        }
-        assert_eq!(b.state(&p, T0), State::Closed);
-    }
-
-    #[test]
     fn every_transition_at_the_exact_thresholds_for_each_profile() {
         for class in [AuthClass::Oauth, AuthClass::Apikey, AuthClass::Local] {
             let p = Profile::for_class(class);
             let mut b = Breaker::default();
             fail_n(&mut b, &p, p.degrade_at - 1, T0);
             assert_eq!(b.state(&p, T0), State::Closed, "{class:?}");
-            assert_eq!(b.on_failure(&p, E503, T0, false), Some(State::Degraded));
+            assert_eq!(b.on_failure(&p, T0, false), Some(State::Degraded));
             assert_eq!(b.admit(&p, T0, 0), Admit::Yes);
             fail_n(&mut b, &p, p.open_at - p.degrade_at - 1, T0);
             assert_eq!(b.state(&p, T0), State::Degraded, "{class:?}");
-            assert_eq!(b.on_failure(&p, E503, T0, false), Some(State::Open));
+            assert_eq!(b.on_failure(&p, T0, false), Some(State::Open));
             // Open until exactly the reset timeout.
             let reopen = T0 + p.reset_ms;
             assert_eq!(b.admit(&p, reopen - 1, 0), Admit::No { retry_after_ms: 1 });
@@ -432,7 +384,7 @@ mod tests {
             assert_eq!(b.reopens_at(&p) - now, expect, "cycle {cycle}");
             now = b.reopens_at(&p);
             assert_eq!(b.admit(&p, now, 0), Admit::Probe);
-            assert_eq!(b.on_failure(&p, E503, now, true), Some(State::Open));
+            assert_eq!(b.on_failure(&p, now, true), Some(State::Open));
         }
         // A successful probe closes and forgets the cycles.
         now = b.reopens_at(&p);
@@ -482,7 +434,7 @@ mod tests {
         let at = T0 + p.reset_ms;
         assert_eq!(b.admit(&p, at, 0), Admit::Probe);
         // A late failure of another request does not re-open it either.
-        assert_eq!(b.on_failure(&p, E503, at, false), None);
+        assert_eq!(b.on_failure(&p, at, false), None);
         assert_eq!(b.state(&p, at), State::HalfOpen);
         assert!(b.on_success(true));
         assert_eq!(b.state(&p, at), State::Closed);
@@ -493,7 +445,7 @@ mod tests {
         let p = Profile::for_class(AuthClass::Local);
         let mut b = Breaker::default();
         fail_n(&mut b, &p, 2, T0);
-        assert_eq!(b.on_failure(&p, E503, T0 + 5, false), None);
+        assert_eq!(b.on_failure(&p, T0 + 5, false), None);
         assert_eq!(b.reopens_at(&p), T0 + p.reset_ms);
     }
 

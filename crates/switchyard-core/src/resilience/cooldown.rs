@@ -18,7 +18,6 @@
 //! change or an operator reset.
 
 use crate::domain::AuthClass;
-use crate::outcome::AttemptFailure;
 use crate::UnixMillis;
 use serde::{Deserialize, Serialize};
 
@@ -79,33 +78,6 @@ impl Terminal {
             Self::Expired => "expired",
             Self::CreditsExhausted => "credits_exhausted",
         }
-    }
-}
-
-/// Classifies a failed attempt; `None` for failures that say nothing about the account
-/// (a 400 is the client's request, a 404 a model question for the lockout).
-pub fn classify(failure: AttemptFailure, body: &str) -> Option<ErrorType> {
-    let credits = [
-        "insufficient_quota",
-        "insufficient credits",
-        "credit balance",
-    ]
-    .iter()
-    .any(|m| body.to_ascii_lowercase().contains(m));
-    match failure {
-        AttemptFailure::Status(402) => Some(ErrorType::CreditsExhausted),
-        AttemptFailure::Status(429) if credits => Some(ErrorType::CreditsExhausted),
-        AttemptFailure::Status(429) => Some(ErrorType::RateLimited),
-        AttemptFailure::Status(401) => Some(ErrorType::AuthFailed),
-        AttemptFailure::Status(403) => Some(ErrorType::RequestRejected),
-        AttemptFailure::Status(s) if s == 408 || s >= 500 => Some(ErrorType::Transient),
-        AttemptFailure::Status(_) => None,
-        // No cooldown by default (SPEC R11); `streamStallCooldown` is the shell's.
-        AttemptFailure::Stream(_) => None,
-        AttemptFailure::Connect
-        | AttemptFailure::FirstByteTimeout
-        | AttemptFailure::Reset
-        | AttemptFailure::InvalidResponse => Some(ErrorType::Transient),
     }
 }
 
@@ -282,6 +254,26 @@ impl Health {
         }
     }
 
+    /// Cools the account until `until` because another account behind the same egress
+    /// address hit its limit (SPEC R14): never terminal, never over a terminal state or
+    /// a cooldown lasting at least as long, and the backoff level does not move.
+    pub fn cool_with_peer(&mut self, until: UnixMillis, message: &str, now: UnixMillis) -> Change {
+        if self.terminal.is_some()
+            || until <= now
+            || self.rate_limited_until.is_some_and(|t| t >= until)
+        {
+            return Change::None;
+        }
+        self.rate_limited_until = Some(until);
+        self.last_error = Some(message.chars().take(MAX_ERROR_CHARS).collect());
+        self.last_error_type = Some(ErrorType::RateLimited);
+        self.error_code = Some(429);
+        Change::Cooled {
+            until,
+            level: self.backoff_level,
+        }
+    }
+
     fn terminate(&mut self, t: Terminal) -> Change {
         self.terminal = Some(t);
         self.rate_limited_until = None;
@@ -424,31 +416,6 @@ mod tests {
             reset_at: None,
             message: format!("HTTP {status}"),
         }
-    }
-
-    #[test]
-    fn classification_by_status_and_body() {
-        let c = |s, b: &str| classify(AttemptFailure::Status(s), b);
-        assert_eq!(c(429, "slow down"), Some(ErrorType::RateLimited));
-        assert_eq!(
-            c(429, r#"{"error":{"code":"insufficient_quota"}}"#),
-            Some(ErrorType::CreditsExhausted)
-        );
-        assert_eq!(c(402, ""), Some(ErrorType::CreditsExhausted));
-        assert_eq!(c(401, ""), Some(ErrorType::AuthFailed));
-        assert_eq!(c(403, ""), Some(ErrorType::RequestRejected));
-        assert_eq!(c(503, ""), Some(ErrorType::Transient));
-        assert_eq!(c(408, ""), Some(ErrorType::Transient));
-        assert_eq!(c(400, ""), None);
-        assert_eq!(c(404, ""), None);
-        assert_eq!(
-            classify(AttemptFailure::Connect, ""),
-            Some(ErrorType::Transient)
-        );
-        assert_eq!(
-            classify(AttemptFailure::InvalidResponse, ""),
-            Some(ErrorType::Transient)
-        );
     }
 
     #[test]

@@ -171,20 +171,51 @@ impl Lockouts {
         if !settings.enabled || !settings.error_codes.contains(&status) {
             return None;
         }
+        let scope = explicit.unwrap_or_else(|| Scope::for_status(status, target.model));
+        Some(self.lock(settings, target, scope, status, None, now))
+    }
+
+    /// A rule's lock (SPEC R13): taken whether lockout is on or not, for `ms` when the
+    /// rule says how long (at most `maxCooldownMs`), else for the lockout's backoff.
+    pub fn on_rule(
+        &mut self,
+        settings: &Settings,
+        target: Target<'_>,
+        scope: Scope,
+        status: u16,
+        ms: Option<u64>,
+        now: UnixMillis,
+    ) -> (LockKey, Lock) {
+        self.lock(settings, target, scope, status, ms, now)
+    }
+
+    fn lock(
+        &mut self,
+        settings: &Settings,
+        target: Target<'_>,
+        scope: Scope,
+        status: u16,
+        ms: Option<u64>,
+        now: UnixMillis,
+    ) -> (LockKey, Lock) {
         let key = LockKey {
             provider: target.provider.to_owned(),
             connection: target.connection.to_owned(),
-            scope: explicit.unwrap_or_else(|| Scope::for_status(status, target.model)),
+            scope,
         };
         if let Some(active) = self.locks.get(&key).filter(|l| l.until > now) {
             // Requests that were in flight together fail together: while the lock runs
             // their failures count as the one that set it (no jump to the cap).
-            return Some((key, *active));
+            return (key, *active);
         }
         let failures = self.locks.get(&key).map_or(0, |l| l.failures) + 1;
+        let duration = ms.map_or_else(
+            || settings.duration_ms(failures),
+            |ms| ms.min(settings.max_cooldown_ms),
+        );
         let lock = Lock {
             failures,
-            until: now.saturating_add(settings.duration_ms(failures)),
+            until: now.saturating_add(duration),
             status,
         };
         if !self.locks.contains_key(&key) && self.locks.len() >= MAX_LOCKS {
@@ -198,7 +229,7 @@ impl Lockouts {
             }
         }
         self.locks.insert(key.clone(), lock);
-        Some((key, lock))
+        (key, lock)
     }
 
     /// A success of `model` on `connection` halves the failure count of every lock

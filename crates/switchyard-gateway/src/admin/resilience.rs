@@ -121,7 +121,8 @@ pub async fn get_settings(State(state): State<Arc<AppState>>) -> Json<Resilience
 }
 
 /// `PATCH /api/resilience`: any of the fields; each maps to a setting
-/// (`resilience.modelLockout.*`, `providerCooldown.*`).
+/// (`resilience.modelLockout.*`, `providerCooldown.*`, `resilience.statusRestatements`,
+/// `resilience.providerErrorRules`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResiliencePatch {
@@ -131,6 +132,11 @@ pub struct ResiliencePatch {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub provider_cooldown: serde_json::Map<String, serde_json::Value>,
+    /// `restatements` and `rules`: the operator's error rules (SPEC R13), each list
+    /// replacing the one stored.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub error_rules: serde_json::Map<String, serde_json::Value>,
 }
 
 #[utoipa::path(patch, path = "/api/resilience", tag = "resilience", request_body = ResiliencePatch,
@@ -140,6 +146,14 @@ pub async fn patch_settings(
     ApiJson(patch): ApiJson<ResiliencePatch>,
 ) -> Result<Json<ResilienceView>, ApiError> {
     Ok(Json(
-        svc::patch_settings(&state, &patch.model_lockout, &patch.provider_cooldown).await?,
+        svc::patch_settings(
+            &state,
+            &[
+                ("modelLockout", &patch.model_lockout),
+                ("providerCooldown", &patch.provider_cooldown),
+                ("errorRules", &patch.error_rules),
+            ],
+        )
+        .await?,
     ))
 }

@@ -51,8 +51,9 @@ pub trait Meter {
     fn quota_growth(&self) -> Option<GrowthRequest>;
     /// Applies a decided increment; a refusal ends the stream.
     fn apply_quota_growth(&mut self, decided: (Growth, u64)) -> Option<Box<QuotaBlock>>;
-    /// The upstream's stream ended, after it committed: whole, or failed with `cut`.
-    fn stream_ended(&self, cut: Option<StreamCut>);
+    /// The upstream's stream ended, after it committed: whole, or failed with `cut` (and
+    /// the upstream's own error `event`, when it sent one).
+    fn stream_ended(&self, cut: Option<StreamCut>, event: Option<&str>);
     /// The request ended.
     fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>);
 }
@@ -126,7 +127,7 @@ impl<B, M: Meter> MeteredBody<B, M> {
                 "Upstream stream broke after the response started; ending the client stream with an error frame."
             ),
         }
-        self.finisher.stream_ended(Some(kind));
+        self.finisher.stream_ended(Some(kind), None);
         let status = if matches!(cut, Cut::Trip(Trip::Total { .. })) {
             504
         } else {
@@ -179,7 +180,9 @@ impl<B, M: Meter> MeteredBody<B, M> {
                 "Upstream ended the stream with an error event."
             );
             self.done = true;
-            self.finisher.stream_ended(Some(StreamCut::Error));
+            let reader = self.upstream.reader();
+            self.finisher
+                .stream_ended(Some(StreamCut::Error), reader.error_event());
             self.finisher.finish(200, Some(UPSTREAM_ERROR_CODE), usage);
             return None;
         }
@@ -188,11 +191,11 @@ impl<B, M: Meter> MeteredBody<B, M> {
                 request_id = self.finisher.request_id(),
                 "Upstream ended the stream before the answer was complete; ending the client stream with an error frame."
             );
-            self.finisher.stream_ended(Some(StreamCut::Broken));
+            self.finisher.stream_ended(Some(StreamCut::Broken), None);
             return Some(self.end(StreamError::Truncated, 200));
         }
         self.done = true;
-        self.finisher.stream_ended(None);
+        self.finisher.stream_ended(None, None);
         self.finisher.finish(200, None, usage);
         None
     }
@@ -241,7 +244,7 @@ where
                 this.done = true;
                 this.upstream.cancel();
                 let usage = this.upstream.reader().usage();
-                this.finisher.stream_ended(None);
+                this.finisher.stream_ended(None, None);
                 this.finisher.finish(200, None, usage);
                 Poll::Ready(None)
             }
@@ -295,7 +298,7 @@ mod tests {
         fn apply_quota_growth(&mut self, _: (Growth, u64)) -> Option<Box<QuotaBlock>> {
             None
         }
-        fn stream_ended(&self, cut: Option<StreamCut>) {
+        fn stream_ended(&self, cut: Option<StreamCut>, _event: Option<&str>) {
             self.ended.lock().unwrap().push(cut);
         }
         fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>) {

@@ -23,7 +23,8 @@ use std::time::Duration;
 use switchyard_core::format::{translate, Format};
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::redact::{self, Secrets, StreamScrubber};
-use switchyard_core::resilience::cooldown;
+use switchyard_core::resilience::rules::Rules;
+use switchyard_core::resilience::verdict::{self, Answer, Subject, Verdict};
 use switchyard_core::stream::watchdog::Limits;
 use switchyard_core::usage::Usage;
 
@@ -36,17 +37,15 @@ const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// upstream while leaving room for large tool-call payloads.
 const MAX_UPSTREAM_BODY_BYTES: usize = 64 * 1024 * 1024;
 
-/// A failed attempt.
+/// A failed attempt, as read: what the verdict judges ([`Failed::judge`]).
 pub(super) struct Failed {
     pub failure: AttemptFailure,
     /// The upstream's `Retry-After`, relayed if this is the last failure.
     pub retry_after: Option<HeaderValue>,
-    /// A non-retryable upstream answer, returned to the client as it is.
-    pub passthrough: Option<Response>,
-    /// The start of the upstream's error body (reset text, credit errors).
-    pub body_hint: String,
-    /// When the upstream said the account is usable again.
-    pub reset_at: Option<u64>,
+    /// The upstream's error answer, read and redacted.
+    pub refusal: Option<Refusal>,
+    /// A stream's own error event (already redacted by the stream's scrubber).
+    pub event: Option<String>,
 }
 
 impl From<AttemptFailure> for Failed {
@@ -54,20 +53,71 @@ impl From<AttemptFailure> for Failed {
         Self {
             failure,
             retry_after: None,
-            passthrough: None,
-            body_hint: String::new(),
-            reset_at: None,
+            refusal: None,
+            event: None,
         }
     }
 }
 
-/// Bytes of an upstream error body read for reset text and credit errors.
+/// An upstream error answer: its headers and its redacted body (at most
+/// [`MAX_ERROR_BODY_BYTES`]).
+pub(super) struct Refusal {
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// Bytes of an upstream error body the verdict reads (rules, reset text, credits).
 const BODY_HINT_BYTES: usize = 4096;
 
-/// The announced reset of an upstream error answer (SPEC R3).
-fn announced_reset(headers: &HeaderMap, body: &str, now: u64) -> Option<u64> {
-    let pairs = upstream::header_pairs(headers, cooldown::may_announce_reset);
-    cooldown::announced_reset(&pairs, body, now)
+impl Failed {
+    /// What the failure means for `subject` at `now` (SPEC R13): the one classifier.
+    pub fn judge(&self, rules: &Rules, subject: Subject<'_>, now: u64) -> Verdict {
+        if let (Some(event), AttemptFailure::Stream(_)) = (&self.event, self.failure) {
+            return verdict::judge(rules, subject, Answer::StreamError { event }, now);
+        }
+        let (Some(r), AttemptFailure::Status(status)) = (&self.refusal, self.failure) else {
+            return verdict::judge(rules, subject, Answer::Failed(self.failure), now);
+        };
+        let head = &r.body[..r.body.len().min(BODY_HINT_BYTES)];
+        let body = String::from_utf8_lossy(head);
+        let headers = upstream::header_pairs(&r.headers, |_| true);
+        let answer = Answer::Status {
+            status,
+            headers: &headers,
+            body: &body,
+        };
+        verdict::judge(rules, subject, answer, now)
+    }
+
+    /// The upstream's error answer as the client sees it, with `status` (the restated
+    /// one): redacted, and translated into the client's format.
+    pub fn client_answer(
+        &mut self,
+        status: u16,
+        upstream: &Upstream,
+        client: Format,
+    ) -> Option<Response> {
+        let r = self.refusal.take()?;
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let upstream_format = upstream.adapter.format();
+        let (body, content_type) = if client == upstream_format {
+            (r.body, r.headers.get(header::CONTENT_TYPE).cloned())
+        } else {
+            let translated = translate::error(client, upstream_format, status.as_u16(), &r.body);
+            (
+                Bytes::from(translated),
+                Some(HeaderValue::from_static("application/json")),
+            )
+        };
+        let mut out = Response::new(Body::from(body));
+        *out.status_mut() = status;
+        if let Some(ct) = content_type {
+            out.headers_mut().insert(header::CONTENT_TYPE, ct);
+        }
+        out.extensions_mut()
+            .insert(crate::error::ErrorCode("upstream_client_error"));
+        Some(out)
+    }
 }
 
 /// What an attempt expects of the upstream's answer, and the bounds it reads it in.
@@ -103,18 +153,16 @@ fn is_event_stream(content_type: Option<&HeaderValue>) -> bool {
 }
 
 /// Judges an upstream answer: a success becomes the client response (a stream once it
-/// commits on its first output), a retryable failure a [`Failed`] for the dispatch
-/// machine, and any other refusal a [`Failed`] carrying the answer to pass on.
+/// commits on its first output), anything else a [`Failed`] for the verdict.
 pub(super) async fn judge(
     response: axum::http::Response<Incoming>,
     expect: Expect<'_>,
     guards: &mut Guards,
     finisher: &mut Finisher,
-    now: u64,
 ) -> Result<Response, Failed> {
     let (parts, body) = response.into_parts();
     if !parts.status.is_success() {
-        return Err(refused(&parts, body, &expect, now).await);
+        return Err(refused(parts, body, &expect).await);
     }
     let content_type = parts.headers.get(header::CONTENT_TYPE);
     match expect.watch {
@@ -228,63 +276,28 @@ async fn whole(
     Ok(out)
 }
 
-/// An upstream refusal: a retryable one with what it announced (when the account is
-/// usable again), any other with its redacted (and translated) answer to pass on.
+/// An upstream refusal, read (bounded, redacted) for the verdict and, if it is the
+/// client's to see, for the client.
 async fn refused(
-    parts: &axum::http::response::Parts,
+    parts: axum::http::response::Parts,
     body: Incoming,
     expect: &Expect<'_>,
-    now: u64,
 ) -> Failed {
-    let (target, client) = (expect.upstream, expect.client);
-    let upstream_format = target.adapter.format();
-    let status = parts.status;
-    let failure = AttemptFailure::Status(status.as_u16());
-    if failure.is_retryable() {
-        // A 429's body may say when the window resets, or that credits are gone.
-        let body_hint = if status == StatusCode::TOO_MANY_REQUESTS {
-            let text =
-                read_error_text(body, BODY_HINT_BYTES, expect.deadline, &target.secrets).await;
-            String::from_utf8_lossy(&text).into_owned()
-        } else {
-            String::new()
-        };
-        return Failed {
-            failure,
-            retry_after: parts.headers.get(header::RETRY_AFTER).cloned(),
-            passthrough: None,
-            reset_at: announced_reset(&parts.headers, &body_hint, now),
-            body_hint,
-        };
-    }
-    let redacted =
-        read_error_text(body, MAX_ERROR_BODY_BYTES, expect.deadline, &target.secrets).await;
-    let (body, content_type) = if client == upstream_format {
-        (
-            Bytes::from(redacted),
-            parts.headers.get(header::CONTENT_TYPE).cloned(),
-        )
-    } else {
-        let translated = translate::error(client, upstream_format, status.as_u16(), &redacted);
-        (
-            Bytes::from(translated),
-            Some(HeaderValue::from_static("application/json")),
-        )
-    };
-    let body_hint = String::from_utf8_lossy(&body[..body.len().min(BODY_HINT_BYTES)]).into_owned();
-    let mut out = Response::new(Body::from(body));
-    *out.status_mut() = status;
-    if let Some(ct) = content_type {
-        out.headers_mut().insert(header::CONTENT_TYPE, ct);
-    }
-    out.extensions_mut()
-        .insert(crate::error::ErrorCode("upstream_client_error"));
+    let body = read_error_text(
+        body,
+        MAX_ERROR_BODY_BYTES,
+        expect.deadline,
+        &expect.upstream.secrets,
+    )
+    .await;
     Failed {
-        failure,
-        retry_after: None,
-        passthrough: Some(out),
-        reset_at: announced_reset(&parts.headers, &body_hint, now),
-        body_hint,
+        failure: AttemptFailure::Status(parts.status.as_u16()),
+        retry_after: parts.headers.get(header::RETRY_AFTER).cloned(),
+        refusal: Some(Refusal {
+            headers: parts.headers,
+            body: Bytes::from(body),
+        }),
+        event: None,
     }
 }
 
@@ -305,7 +318,12 @@ where
 {
     let held = match watch::judge(&mut watched).await {
         Judged::Commit { held, progress } => (held, progress),
-        Judged::Failed(cut) => return Err(AttemptFailure::Stream(cut).into()),
+        Judged::Failed(cut) => {
+            return Err(Failed {
+                event: watched.reader().error_event().map(str::to_owned),
+                ..AttemptFailure::Stream(cut).into()
+            })
+        }
     };
     c.guards.hand_over(c.finisher);
     let body = MeteredBody::new(watched, held, c.client, c.finisher.detach());

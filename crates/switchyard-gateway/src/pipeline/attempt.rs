@@ -21,6 +21,7 @@ use crate::upstream::ProtocolHeaders;
 use axum::http::HeaderValue;
 use axum::response::Response;
 use bytes::Bytes;
+use hyper_util::client::legacy::connect::HttpInfo;
 use std::time::Duration;
 use switchyard_core::catalog::ApiKey;
 use switchyard_core::dispatch::{self, Slot, Try};
@@ -28,6 +29,8 @@ use switchyard_core::llm;
 use switchyard_core::outcome::{AttemptFailure, StreamCut};
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::resilience::admission;
+use switchyard_core::resilience::board::Outcome;
+use switchyard_core::resilience::verdict::{Next, Subject};
 use switchyard_core::routing::{strategy, Candidate, Exclusion, Reason};
 use switchyard_core::stream::budget::Facts;
 
@@ -250,6 +253,11 @@ async fn attempt(
     let answered = clock.now_ms();
     let outcome = match sent {
         Ok(response) => {
+            if let Some(info) = response.extensions().get::<HttpInfo>() {
+                let egress = info.local_addr().ip().to_string();
+                runtime.resilience.note_egress(conn, &egress, answered);
+                finisher.egress(egress);
+            }
             if pooled.is_some() {
                 runtime
                     .quota
@@ -267,7 +275,7 @@ async fn attempt(
                 client: request.format,
                 now_s: answered / 1000,
             };
-            answer::judge(response, expect, &mut guards, finisher, answered).await
+            answer::judge(response, expect, &mut guards, finisher).await
         }
         // Headers past the first-output budget: the stream did not start in time.
         Err(AttemptFailure::FirstByteTimeout) if first_output_deadline.is_some() => Err(
@@ -276,50 +284,62 @@ async fn attempt(
         Err(failure) => Err(answer::Failed::from(failure)),
     };
     let read = clock.now_ms();
-    let failed = match outcome {
+    let mut failed = match outcome {
         Ok(mut response) => {
             // A stream's outcome is known when it ends (the finisher records it).
             let outcome = if request.stream {
-                resilience::Outcome::Answered
+                Outcome::Answered
             } else {
-                resilience::Outcome::Success
+                Outcome::Success
             };
             runtime
                 .resilience
-                .record(attempt, &outcome, res_settings, admitted, read);
+                .record(attempt, outcome, res_settings, admitted, read);
             target.metrics.success.inc();
             quota::add_headers(&mut response, quota_headers);
             return Ok(response);
         }
         Err(failed) => failed,
     };
+    let subject = Subject {
+        family: &conn.family,
+        model: &candidate.upstream_model,
+    };
+    let verdict = failed.judge(&snap.rules, subject, read);
     runtime.resilience.record(
         attempt,
-        &resilience::Outcome::Failure {
-            failure: failed.failure,
-            body: &failed.body_hint,
-            reset_at: failed.reset_at,
-        },
+        Outcome::Failed(&verdict),
         res_settings,
         admitted,
         read,
     );
-    target.metrics.count_attempt(failed.failure.label());
-    if let AttemptFailure::Stream(cut) = failed.failure {
+    let failure = verdict.failure;
+    target.metrics.count_attempt(failure.label());
+    if let AttemptFailure::Stream(cut) = failure {
         target.metrics.count_cut(cut, false);
     }
-    if let Some(response) = failed.passthrough {
-        return Err(Report::Rejected(response));
+    let status = failure.status().unwrap_or(502);
+    if verdict.next == Next::Client {
+        if let Some(response) = failed.client_answer(status, target, request.format) {
+            return Err(Report::Rejected(response));
+        }
     }
-    finisher.attempt_failed(failed.failure.label());
+    finisher.attempt_failed(&verdict);
     tracing::warn!(
         request_id = finisher.request_id(),
         provider = %conn.provider,
         connection_id = %conn.id,
-        failure = failed.failure.label(),
+        failure = failure.label(),
+        cause = verdict.cause.as_str(),
+        rule = verdict.rule.as_deref().unwrap_or(""),
         "Upstream attempt failed; trying the next candidate."
     );
-    let message = match failed.failure {
+    if verdict.next == Next::Advance {
+        if let Some(response) = failed.client_answer(status, target, request.format) {
+            return Err(Report::Advance(response));
+        }
+    }
+    let message = match failure {
         AttemptFailure::Status(s) => format!(
             "upstream `{}` (connection `{}`) answered HTTP {s}",
             conn.provider, conn.id
@@ -331,20 +351,24 @@ async fn attempt(
             other.label()
         ),
     };
+    // A restated failure tells the client to come back when the restatement says, if the
+    // upstream said nothing.
+    let retry_after = failed.retry_after.or_else(|| {
+        verdict
+            .client_retry_after_ms
+            .map(|ms| HeaderValue::from(ms.div_ceil(1000)))
+    });
     let detail = UpstreamFailure {
         message,
-        retry_after: failed.retry_after,
+        retry_after,
     };
     // A crawl before anything reached the client may be the account's bad moment: the
     // same account is tried once more (SPEC R12).
-    if failed.failure == AttemptFailure::Stream(StreamCut::Throughput) {
-        return Err(Report::RetrySame {
-            failure: failed.failure,
-            detail,
-        });
+    if verdict.next == Next::SameOnce {
+        return Err(Report::RetrySame { failure, detail });
     }
     Err(Report::Failed {
-        failure: failed.failure,
+        failure,
         announced: detail.retry_after.is_some(),
         detail,
     })

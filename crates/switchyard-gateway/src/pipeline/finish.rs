@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use switchyard_core::format::Format;
 use switchyard_core::outcome::{AttemptFailure, StreamCut};
+use switchyard_core::resilience::verdict::{self, Answer, Subject, Verdict};
 use switchyard_core::routing::Candidate;
 use switchyard_core::usage::Usage;
 use switchyard_store::{FailedAttempt, LogRow};
@@ -132,8 +133,15 @@ impl Finisher {
         }
     }
 
-    /// The attempt last begun did not answer, ended by `outcome`; the log row keeps why.
-    pub fn attempt_failed(&mut self, outcome: &'static str) {
+    /// The attempt last begun went out from `egress` (SPEC R14).
+    pub fn egress(&mut self, egress: String) {
+        if let Some(i) = &mut self.0 {
+            i.row.egress_ip = Some(egress);
+        }
+    }
+
+    /// The attempt last begun did not answer; the log row keeps its verdict.
+    pub fn attempt_failed(&mut self, verdict: &Verdict) {
         if let Some(i) = &mut self.0 {
             let row = &mut i.row;
             let (Some(provider), Some(connection_id), Some(model)) =
@@ -141,11 +149,23 @@ impl Finisher {
             else {
                 return;
             };
+            let status = verdict
+                .failure
+                .status()
+                .filter(|_| verdict.upstream_status.is_some());
             row.failed_attempts.push(FailedAttempt {
                 provider: provider.clone(),
                 connection_id: connection_id.clone(),
                 model: model.clone(),
-                outcome: outcome.to_owned(),
+                outcome: verdict.failure.label().to_owned(),
+                cause: Some(verdict.cause.as_str().to_owned()),
+                upstream_status: verdict.upstream_status,
+                restated_status: status.filter(|s| Some(*s) != verdict.upstream_status),
+                restated_by: verdict.restated_by.clone(),
+                rule: verdict.rule.clone(),
+                scope: verdict.scope.map(|s| s.as_str().to_owned()),
+                // The egress of this attempt (the row's is the last attempt's).
+                egress_ip: row.egress_ip.take(),
             });
         }
     }
@@ -184,9 +204,10 @@ impl Finisher {
             .and_then(|g| g.apply_growth(decided))
     }
 
-    /// The stream that reached the client ended whole (`None`) or failed with `cut`:
-    /// resilience records it against the answering connection (SPEC R11).
-    pub fn stream_ended(&self, cut: Option<StreamCut>) {
+    /// The stream that reached the client ended whole (`None`) or failed with `cut`
+    /// (and the upstream's error `event`, when it sent one): its verdict is recorded
+    /// against the answering connection (SPEC R11, R13).
+    pub fn stream_ended(&self, cut: Option<StreamCut>, event: Option<&str>) {
         let Some(i) = &self.0 else {
             return;
         };
@@ -194,18 +215,31 @@ impl Finisher {
             return;
         };
         let snap = i.parts.config.snapshot();
-        if let Some(conn) = snap.catalog.connection(conn_id) {
-            if let (Some(cut), Some(target)) = (cut, snap.upstreams.get(conn.index)) {
+        let Some(conn) = snap.catalog.connection(conn_id) else {
+            return;
+        };
+        let now = i.clock.now_ms();
+        let verdict = cut.map(|cut| {
+            if let Some(target) = snap.upstreams.get(conn.index) {
                 target.metrics.count_cut(cut, true);
             }
-            i.parts.runtime.resilience.record_committed(
-                conn,
+            let subject = Subject {
+                family: &conn.family,
                 model,
-                cut.map(AttemptFailure::Stream),
-                &snap.settings.resilience,
-                i.clock.now_ms(),
-            );
-        }
+            };
+            let answer = match event {
+                Some(event) if cut == StreamCut::Error => Answer::StreamError { event },
+                _ => Answer::Failed(AttemptFailure::Stream(cut)),
+            };
+            verdict::judge(&snap.rules, subject, answer, now)
+        });
+        i.parts.runtime.resilience.record_committed(
+            conn,
+            model,
+            verdict.as_ref(),
+            &snap.settings.resilience,
+            now,
+        );
     }
 
     /// Records the time to the first response byte.
@@ -311,8 +345,8 @@ impl crate::body::metered::Meter for Finisher {
         Finisher::apply_quota_growth(self, decided)
     }
 
-    fn stream_ended(&self, cut: Option<StreamCut>) {
-        Finisher::stream_ended(self, cut);
+    fn stream_ended(&self, cut: Option<StreamCut>, event: Option<&str>) {
+        Finisher::stream_ended(self, cut, event);
     }
 
     fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>) {

@@ -1,72 +1,48 @@
-//! Resilience state in the shell (SPEC R1, R3, R4): provider breakers and connection
-//! health, kept in memory behind short-held mutexes (never across an `.await`), checked
-//! before each attempt and updated after it. Changed entries are written behind to
-//! SQLite and reloaded at start, so an open breaker or a banned account survives a
-//! restart. The decisions are `switchyard_core::resilience`.
+//! Resilience in the shell (SPEC R1–R5, R13, R14): the decisions are the core's board
+//! ([`switchyard_core::resilience::board`]); here its state is kept behind a
+//! [`BoardStore`] (in memory; a shared store is one more implementation), the events it
+//! returns become logs and metrics, and changed entries are written behind to SQLite
+//! and reloaded at start, so an open breaker or a banned account survives a restart.
 
 use crate::sync::lock;
 use crate::telemetry::metrics::{BreakerLabels, CooldownLabels, Metrics};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use switchyard_core::catalog::Connection;
-use switchyard_core::domain::AuthClass;
-use switchyard_core::outcome::AttemptFailure;
-use switchyard_core::resilience::breaker::{self, Admit, Breaker};
-use switchyard_core::resilience::cooldown::{self, Change, ErrorType, Failure, Health};
-use switchyard_core::resilience::lockout::{Lock, LockKey, Lockouts, Target};
-use switchyard_core::resilience::{provider_cooldown, slow_start};
+use switchyard_core::resilience::board::{self, At, Board, Bucket, Cleared, Event, Outcome};
+use switchyard_core::resilience::breaker;
+use switchyard_core::resilience::cooldown::Health;
+use switchyard_core::resilience::lockout::{Lock, LockKey};
+use switchyard_core::resilience::verdict::Verdict;
 use switchyard_core::routing::Reason;
 use switchyard_core::settings::ResilienceSettings;
 use switchyard_core::UnixMillis;
-use switchyard_store::resilience::{StateChange, StateRows};
+use switchyard_store::resilience::StateRows;
 
-/// What an attempt did, for the state machines.
-#[derive(Debug, Clone)]
-pub enum Outcome<'a> {
-    Success,
-    /// A stream committed to the client: the provider is up (a half-open probe closes
-    /// its breaker), but the breaker's count of failures waits for the stream's end,
-    /// so streams that keep failing after they start still open it (SPEC R11).
-    Answered,
-    Failure {
-        failure: AttemptFailure,
-        /// The start of the upstream's error body (for reset text and credit errors).
-        body: &'a str,
-        /// When the upstream said to come back.
-        reset_at: Option<UnixMillis>,
-    },
+pub use board::{BreakerStatus, Changes};
+
+/// Where the board's state lives. Each call runs `f` on the whole state as one step
+/// (never across an `.await`).
+pub trait BoardStore: Send + Sync {
+    fn with<R>(&self, f: impl FnOnce(&mut Board) -> R) -> R;
+}
+
+/// The board in this process's memory.
+#[derive(Debug, Default)]
+pub struct MemoryBoard(Mutex<Board>);
+
+impl BoardStore for MemoryBoard {
+    fn with<R>(&self, f: impl FnOnce(&mut Board) -> R) -> R {
+        f(&mut lock(&self.0))
+    }
 }
 
 /// See the module docs.
 #[derive(Debug, Default)]
-pub struct Resilience {
+pub struct Resilience<S: BoardStore = MemoryBoard> {
     metrics: Option<Signals>,
-    breakers: Mutex<HashMap<String, Breaker>>,
-    health: Mutex<HashMap<String, Health>>,
-    /// Provider time-window gates (SPEC R2), in memory.
-    gates: Mutex<HashMap<String, provider_cooldown::Gate>>,
-    /// Model locks (SPEC R5), in memory.
-    lockouts: Mutex<Lockouts>,
-    /// Targets in slow start: `provider:<id>` or `connection:<id>` → (recovered at,
-    /// unused). Entries leave once the share is full.
-    warming: Mutex<HashMap<String, (UnixMillis, u64)>>,
-    /// Slow-start tickets drawn per connection. Bounded by the connections.
-    tickets: Mutex<HashMap<String, u64>>,
-    dirty: Mutex<Dirty>,
-}
-
-/// One provider's breaker as the operator views show it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BreakerStatus {
-    pub provider: String,
-    pub state: breaker::State,
-    /// Consecutive counted failures.
-    pub failures: u32,
-    /// How long until the breaker lets a probe through: the time left while it is open,
-    /// `0` when half-open (a probe may go now), `None` while it serves.
-    pub probe_in_ms: Option<u64>,
+    store: S,
 }
 
 /// The model an attempt is for, on its connection.
@@ -80,12 +56,42 @@ pub struct Attempt<'a> {
     pub budget_ms: u64,
 }
 
+/// Where an attempt on `conn` for `model` stands on the board.
+fn at<'a>(conn: &'a Connection, model: &'a str) -> At<'a> {
+    At {
+        provider: &conn.provider,
+        connection: &conn.id,
+        model,
+        auth_class: conn.auth_class,
+        disable_cooling: conn.disable_cooling,
+        family: &conn.family,
+    }
+}
+
 /// An admitted attempt. When it is the half-open breaker's probe it holds the probe
 /// slot, which is given back when it drops, unless its outcome was recorded
 /// ([`Resilience::record`] takes it).
-#[derive(Debug)]
 pub struct Admitted<'a> {
-    probe: Option<(&'a Resilience, &'a str)>,
+    probe: Option<(&'a dyn ProbeSlot, &'a str)>,
+}
+
+impl std::fmt::Debug for Admitted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitted")
+            .field("probe", &self.probe.map(|(_, p)| p))
+            .finish()
+    }
+}
+
+/// Gives a probe slot back (what an unrecorded [`Admitted`] does as it drops).
+trait ProbeSlot: Sync {
+    fn release_probe(&self, provider: &str);
+}
+
+impl<S: BoardStore> ProbeSlot for Resilience<S> {
+    fn release_probe(&self, provider: &str) {
+        self.store.with(|b| b.release_probe(provider));
+    }
 }
 
 impl Admitted<'_> {
@@ -103,16 +109,9 @@ impl Admitted<'_> {
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
-        if let Some((resilience, provider)) = self.probe.take() {
-            resilience.release_probe(provider);
+        if let Some((slot, provider)) = self.probe.take() {
+            slot.release_probe(provider);
         }
-    }
-}
-
-fn gate_profile(s: &ResilienceSettings, class: AuthClass) -> provider_cooldown::Profile {
-    match class {
-        AuthClass::Oauth => s.provider_cooldown_oauth,
-        AuthClass::Apikey | AuthClass::Local => s.provider_cooldown_apikey,
     }
 }
 
@@ -123,16 +122,6 @@ struct Signals {
     cooldowns: Family<CooldownLabels, Counter>,
 }
 
-/// Entries changed since the last write.
-#[derive(Debug, Default)]
-struct Dirty {
-    breakers: HashSet<String>,
-    health: HashSet<String>,
-}
-
-/// Changed entries since the last write.
-pub type Changes = Vec<StateChange>;
-
 impl Resilience {
     /// State that counts its changes in `metrics`.
     pub fn new(metrics: &Metrics) -> Self {
@@ -141,10 +130,12 @@ impl Resilience {
                 transitions: metrics.breaker_transitions.clone(),
                 cooldowns: metrics.cooldowns.clone(),
             }),
-            ..Self::default()
+            store: MemoryBoard::default(),
         }
     }
+}
 
+impl<S: BoardStore> Resilience<S> {
     fn count_transition(&self, provider: &str, state: breaker::State) {
         if let Some(m) = &self.metrics {
             m.transitions
@@ -167,346 +158,134 @@ impl Resilience {
         }
     }
 
-    /// Whether an attempt on `conn` may go ahead at `now`; a half-open breaker lets one
-    /// probe through.
+    /// Logs and counts what the board did.
+    fn emit(&self, events: Vec<Event>, now: UnixMillis) {
+        for event in events {
+            match event {
+                Event::BreakerMoved {
+                    provider,
+                    state,
+                    failures,
+                    cause,
+                } => {
+                    tracing::warn!(%provider, scope = "provider", state = state.as_str(), failures, reason = cause.as_str(), "Circuit breaker changed state.");
+                    self.count_transition(&provider, state);
+                }
+                Event::BreakerClosed { provider } => {
+                    tracing::info!(%provider, "Circuit closed.");
+                    self.count_transition(&provider, breaker::State::Closed);
+                }
+                Event::ProviderCooled {
+                    provider,
+                    until,
+                    rule,
+                } => {
+                    tracing::warn!(%provider, scope = "provider", cooldown_ms = until.saturating_sub(now), rule = rule.as_deref().unwrap_or(""), "Provider cooldown tripped.");
+                }
+                Event::ConnectionCooled {
+                    connection,
+                    until,
+                    level,
+                    reason,
+                    cause,
+                } => {
+                    self.count_cooldown(&connection, reason);
+                    tracing::info!(connection_id = %connection, scope = "connection", reason = cause.as_str(), cooldown_ms = until.saturating_sub(now), backoff_level = level, "Connection cooling down.");
+                }
+                Event::ConnectionTerminal { connection, state } => {
+                    self.count_cooldown(&connection, state.as_str());
+                    tracing::warn!(connection_id = %connection, scope = "connection", state = state.as_str(), "Connection is out of service until its credential changes or an operator resets it.");
+                }
+                Event::ModelLocked { key, lock, rule } => {
+                    self.count_cooldown(&key.connection, "model_locked");
+                    tracing::info!(provider = %key.provider, connection_id = %key.connection, scope = ?key.scope, status = lock.status, lock_ms = lock.until.saturating_sub(now), rule = rule.as_deref().unwrap_or(""), "Model locked on the connection.");
+                }
+                Event::EgressCooled {
+                    connection,
+                    from,
+                    address,
+                    until,
+                } => {
+                    self.count_cooldown(&connection, "egress_bucket");
+                    tracing::info!(connection_id = %connection, from = %from, egress = %address, cooldown_ms = until.saturating_sub(now), "Connection cooling down with its egress bucket.");
+                }
+                Event::Warming { key } => {
+                    tracing::info!(target_key = %key, "Recovered; ramping traffic back up (slow start).");
+                }
+            }
+        }
+    }
+
+    /// Whether an attempt may go ahead at `now`; a half-open breaker lets one probe
+    /// through.
     pub fn check<'a>(
         &'a self,
         a: Attempt<'a>,
         settings: &ResilienceSettings,
         now: UnixMillis,
     ) -> Result<Admitted<'a>, Reason> {
-        let conn = a.conn;
-        // Every reason that applies is gathered and the one lasting longest is reported,
-        // so a refusal names what actually keeps the target out.
-        let mut worst: Option<Reason> = None;
-        let mut consider = |e: Reason| {
-            let rank = |x: &Reason| x.retry_after_ms().unwrap_or(u64::MAX);
-            if worst.is_none_or(|w| rank(&e) > rank(&w)) {
-                worst = Some(e);
-            }
-        };
-        if settings.lockout.enabled {
-            let locks = lock(&self.lockouts);
-            if let Some((_, l)) = locks.locked(&conn.provider, &conn.id, a.model, now) {
-                consider(Reason::ModelLocked {
-                    retry_after_ms: l.until.saturating_sub(now),
-                    status: l.status,
-                });
-            }
-        }
-        if settings.provider_cooldown_enabled {
-            if let Some(until) = lock(&self.gates)
-                .get(&conn.provider)
-                .and_then(|g| g.cooled_until(now))
-            {
-                consider(Reason::ProviderCooling {
-                    retry_after_ms: until.saturating_sub(now),
-                });
-            }
-        }
-        if let Some(h) = lock(&self.health).get(&conn.id) {
-            if let Some(t) = h.terminal {
-                consider(Reason::Terminal(t));
-            } else if !h.usable(now) {
-                consider(Reason::CoolingDown {
-                    retry_after_ms: h.remaining_ms(now),
-                    transient: !matches!(
-                        h.last_error_type,
-                        Some(ErrorType::AuthFailed | ErrorType::RequestRejected)
-                    ),
-                });
-            }
-        }
-        let profile = settings.breaker.get(conn.auth_class);
-        let mut breakers = lock(&self.breakers);
-        let admit = breakers
-            .get_mut(&conn.provider)
-            .map_or(Admit::Yes, |b| b.admit(&profile, now, a.budget_ms));
-        if let Admit::No { retry_after_ms } = admit {
-            consider(Reason::CircuitOpen { retry_after_ms });
-        }
-        if let Some(e) = worst {
-            if admit == Admit::Probe {
-                // The probe slot was claimed but will not be used.
-                if let Some(b) = breakers.get_mut(&conn.provider) {
-                    b.release_probe();
-                }
-            }
-            return Err(e);
-        }
-        drop(breakers);
-        if admit == Admit::Probe {
-            tracing::info!(provider = %conn.provider, connection_id = %conn.id, "Circuit half-open: sending a probe request.");
+        let place = at(a.conn, a.model);
+        let cleared = self
+            .store
+            .with(|b| b.admit(&place, settings, a.may_defer, a.budget_ms, now))?;
+        if cleared == Cleared::Probe {
+            tracing::info!(provider = %a.conn.provider, connection_id = %a.conn.id, "Circuit half-open: sending a probe request.");
             return Ok(Admitted {
-                probe: Some((self, &conn.provider)),
+                probe: Some((self, &a.conn.provider)),
             });
-        }
-        if a.may_defer && !self.in_share(&conn.provider, &conn.id, now) {
-            return Err(Reason::Warming);
         }
         Ok(Admitted { probe: None })
     }
 
-    /// Gives back a probe slot whose attempt never got an answer (skipped, or cut).
-    fn release_probe(&self, provider: &str) {
-        if let Some(b) = lock(&self.breakers).get_mut(provider) {
-            b.release_probe();
-        }
-    }
-
-    /// Whether a request may go to a recovering provider or connection now (always,
-    /// when neither is recovering). One ticket per request, judged against the smaller
-    /// of the two shares.
-    fn in_share(&self, provider: &str, connection: &str, now: UnixMillis) -> bool {
-        let mut warming = lock(&self.warming);
-        if warming.is_empty() {
-            return true;
-        }
-        let keys = [
-            format!("provider:{provider}"),
-            format!("connection:{connection}"),
-        ];
-        let mut divisor = 1;
-        for key in &keys {
-            if let Some((since, _)) = warming.get(key) {
-                let d = slow_start::divisor(*since, now);
-                if d <= 1 {
-                    warming.remove(key);
-                } else {
-                    divisor = divisor.max(d);
-                }
-            }
-        }
-        if divisor <= 1 {
-            return true;
-        }
-        let mut all = lock(&self.tickets);
-        let tickets = all.entry(connection.to_owned()).or_insert(0);
-        let ticket = *tickets;
-        *tickets += 1;
-        slow_start::admits(divisor, ticket)
-    }
-
-    fn start_warming(&self, key: String, now: UnixMillis) {
-        tracing::info!(target_key = %key, "Recovered; ramping traffic back up (slow start).");
-        lock(&self.warming).insert(key, (now, 0));
-    }
-
-    /// Records the outcome of an attempt on `conn`.
+    /// Records the outcome of an attempt.
     pub fn record(
         &self,
         a: Attempt<'_>,
-        outcome: &Outcome<'_>,
+        outcome: Outcome<'_>,
         settings: &ResilienceSettings,
         admitted: Admitted<'_>,
         now: UnixMillis,
     ) {
         let probe = admitted.settle();
-        let conn = a.conn;
-        let profile = settings.breaker.get(conn.auth_class);
-        match outcome {
-            Outcome::Success | Outcome::Answered => {
-                if settings.lockout.enabled {
-                    lock(&self.lockouts).on_success(&conn.provider, &conn.id, a.model);
-                }
-                if let Some(g) = lock(&self.gates).get_mut(&conn.provider) {
-                    g.on_success();
-                }
-                let mut breakers = lock(&self.breakers);
-                let counted = matches!(outcome, Outcome::Success) || probe;
-                if let Some(b) = breakers.get_mut(&conn.provider).filter(|_| counted) {
-                    let before = b.state(&profile, now);
-                    let moved = b.failures() > 0 && b.on_success(probe);
-                    if moved || (before != breaker::State::Closed && probe) {
-                        lock(&self.dirty).breakers.insert(conn.provider.clone());
-                        if before != breaker::State::Closed {
-                            tracing::info!(provider = %conn.provider, "Circuit closed.");
-                            self.count_transition(&conn.provider, breaker::State::Closed);
-                        }
-                        if before == breaker::State::HalfOpen {
-                            self.start_warming(format!("provider:{}", conn.provider), now);
-                        }
-                    }
-                }
-                drop(breakers);
-                let mut health = lock(&self.health);
-                if let Some(h) = health.get_mut(&conn.id) {
-                    if *h != Health::default() && h.terminal.is_none() {
-                        let was_cooled = h.rate_limited_until.is_some();
-                        h.on_success();
-                        lock(&self.dirty).health.insert(conn.id.clone());
-                        if was_cooled {
-                            drop(health);
-                            self.start_warming(format!("connection:{}", conn.id), now);
-                        }
-                    }
-                }
-            }
-            Outcome::Failure {
-                failure,
-                body,
-                reset_at,
-            } => {
-                if let Some(status) = failure.status() {
-                    let target = Target {
-                        provider: &conn.provider,
-                        connection: &conn.id,
-                        model: a.model,
-                    };
-                    let locked = lock(&self.lockouts).on_failure(
-                        &settings.lockout,
-                        target,
-                        status,
-                        None,
-                        now,
-                    );
-                    if let Some((key, l)) = locked {
-                        tracing::info!(provider = %conn.provider, connection_id = %conn.id, scope = ?key.scope, status, lock_ms = l.until.saturating_sub(now), "Model locked on the connection.");
-                        self.count_cooldown(&conn.id, "model_locked");
-                    }
-                }
-                let provider_level = breaker::counts(*failure);
-                if provider_level && settings.provider_cooldown_enabled {
-                    let p = gate_profile(settings, conn.auth_class);
-                    let tripped = lock(&self.gates)
-                        .entry(conn.provider.clone())
-                        .or_default()
-                        .on_failure(&p, now);
-                    if let Some(until) = tripped {
-                        tracing::warn!(provider = %conn.provider, scope = "provider", cooldown_ms = until.saturating_sub(now), "Provider cooldown tripped.");
-                    }
-                }
-                if provider_level {
-                    let mut breakers = lock(&self.breakers);
-                    let b = breakers.entry(conn.provider.clone()).or_default();
-                    if let Some(state) = b.on_failure(&profile, *failure, now, probe) {
-                        tracing::warn!(provider = %conn.provider, scope = "provider", state = state.as_str(), failures = b.failures(), reason = failure.label(), "Circuit breaker changed state.");
-                        self.count_transition(&conn.provider, state);
-                    }
-                    lock(&self.dirty).breakers.insert(conn.provider.clone());
-                } else if probe {
-                    // The provider answered the probe (with an account-level error):
-                    // it is up.
-                    if let Some(b) = lock(&self.breakers).get_mut(&conn.provider) {
-                        if b.on_success(true) {
-                            lock(&self.dirty).breakers.insert(conn.provider.clone());
-                            tracing::info!(provider = %conn.provider, "Circuit closed.");
-                            self.count_transition(&conn.provider, breaker::State::Closed);
-                        }
-                    }
-                }
-                // A stalled stream cools its connection only when the operator asks
-                // (`streamStallCooldown`, SPEC R3); any other cut records the error only.
-                let stalled = matches!(failure, AttemptFailure::Stream(cut) if cut.is_stall())
-                    && settings.stream_stall_cooldown;
-                let classified =
-                    cooldown::classify(*failure, body).or(stalled.then_some(ErrorType::Transient));
-                let Some(error_type) = classified else {
-                    return;
-                };
-                if conn.disable_cooling {
-                    return;
-                }
-                let report = Failure {
-                    error_type,
-                    status: failure.status(),
-                    reset_at: *reset_at,
-                    message: failure.label().to_owned(),
-                };
-                let cprofile = settings.cooldown.get(conn.auth_class);
-                let change = lock(&self.health)
-                    .entry(conn.id.clone())
-                    .or_default()
-                    .on_failure(&cprofile, &report, now);
-                match change {
-                    Change::None => {}
-                    Change::Cooled { until, level } => {
-                        let reason = if stalled {
-                            "stream_stall"
-                        } else {
-                            error_type.as_str()
-                        };
-                        self.count_cooldown(&conn.id, reason);
-                        tracing::info!(
-                        connection_id = %conn.id,
-                        scope = "connection",
-                        reason = ?error_type,
-                        cooldown_ms = until.saturating_sub(now),
-                        backoff_level = level,
-                        "Connection cooling down."
-                        );
-                    }
-                    Change::Terminal(t) => {
-                        self.count_cooldown(&conn.id, t.as_str());
-                        tracing::warn!(
-                            connection_id = %conn.id,
-                            scope = "connection",
-                            state = t.as_str(),
-                            "Connection is out of service until its credential changes or an operator resets it."
-                        );
-                    }
-                }
-                lock(&self.dirty).health.insert(conn.id.clone());
-            }
-        }
+        let place = at(a.conn, a.model);
+        let events = self
+            .store
+            .with(|b| b.record(&place, outcome, probe, settings, now));
+        self.emit(events, now);
     }
 
     /// Records how a stream on `conn` (for `model`) ended after it committed to the
-    /// client, when no probe is held any more: whole (`None`), or with `failure` (SPEC
-    /// R11: the connection records the error; it cools only when `streamStallCooldown`
-    /// says a stall should).
+    /// client, when no probe is held any more: whole (`None`), or with its verdict.
     pub fn record_committed(
         &self,
         conn: &Connection,
         model: &str,
-        failure: Option<AttemptFailure>,
+        verdict: Option<&Verdict>,
         settings: &ResilienceSettings,
         now: UnixMillis,
     ) {
-        let attempt = Attempt {
-            conn,
-            model,
-            may_defer: false,
-            budget_ms: 0,
-        };
-        let outcome = match failure {
-            None => Outcome::Success,
-            Some(failure) => Outcome::Failure {
-                failure,
-                body: "",
-                reset_at: None,
-            },
-        };
-        self.record(attempt, &outcome, settings, Admitted { probe: None }, now);
+        let outcome = verdict.map_or(Outcome::Success, Outcome::Failed);
+        let place = at(conn, model);
+        let events = self
+            .store
+            .with(|b| b.record(&place, outcome, false, settings, now));
+        self.emit(events, now);
+    }
+
+    /// Notes the egress address an attempt on `conn` went out from (SPEC R14).
+    pub fn note_egress(&self, conn: &Connection, address: &str, now: UnixMillis) {
+        let place = at(conn, "");
+        self.store.with(|b| b.note_egress(&place, address, now));
     }
 
     /// A connection's health (for the operator views).
     pub fn health_of(&self, connection_id: &str) -> Health {
-        lock(&self.health)
-            .get(connection_id)
-            .cloned()
-            .unwrap_or_default()
+        self.store.with(|b| b.health_of(connection_id))
     }
 
     /// Resets breakers (all, or one provider's); returns how many were reset.
     pub fn reset_breakers(&self, provider: Option<&str>) -> usize {
-        let mut breakers = lock(&self.breakers);
-        let ids: Vec<String> = breakers
-            .keys()
-            .filter(|p| provider.is_none_or(|x| x == p.as_str()))
-            .cloned()
-            .collect();
-        for id in &ids {
-            breakers.remove(id);
-            lock(&self.dirty).breakers.insert(id.clone());
-        }
-        drop(breakers);
-        lock(&self.gates).retain(|p, _| provider.is_some_and(|x| x != p));
-        lock(&self.warming).retain(|k, _| {
-            provider.is_some_and(|x| k.strip_prefix("provider:") != Some(x))
-                && (provider.is_some() || !k.starts_with("provider:"))
-        });
-        ids.len()
+        self.store.with(|b| b.reset_breakers(provider))
     }
 
     /// Every provider with a breaker at `now`, read with each provider's profile (of its
@@ -517,66 +296,33 @@ impl Resilience {
         class_of: impl Fn(&str) -> switchyard_core::domain::AuthClass,
         now: UnixMillis,
     ) -> Vec<BreakerStatus> {
-        let mut out: Vec<BreakerStatus> = lock(&self.breakers)
-            .iter_mut()
-            .map(|(p, b)| {
-                let profile = profiles.get(class_of(p));
-                let state = b.state(&profile, now);
-                BreakerStatus {
-                    provider: p.clone(),
-                    state,
-                    failures: b.failures(),
-                    probe_in_ms: match state {
-                        breaker::State::Open => Some(b.reopens_at(&profile).saturating_sub(now)),
-                        breaker::State::HalfOpen => Some(0),
-                        breaker::State::Closed | breaker::State::Degraded => None,
-                    },
-                }
-            })
-            .collect();
-        out.sort_by(|a, b| a.provider.cmp(&b.provider));
-        out
+        self.store.with(|b| b.breakers(profiles, class_of, now))
     }
 
-    /// Clears the cooldowns of the connections `select` picks: `(cleared, unchanged,
+    /// Clears the cooldowns of the connections `ids`: `(cleared, unchanged,
     /// skipped_terminal)`. Terminal accounts are listed but never cleared here.
     pub fn clear_cooldowns(&self, ids: &[String]) -> (usize, usize, usize) {
-        let mut health = lock(&self.health);
-        let (mut cleared, mut unchanged, mut terminal) = (0, 0, 0);
-        for id in ids {
-            match health.get_mut(id) {
-                Some(h) if h.terminal.is_some() => terminal += 1,
-                Some(h) if *h != Health::default() => {
-                    h.clear_cooldown();
-                    lock(&self.dirty).health.insert(id.clone());
-                    cleared += 1;
-                }
-                _ => unchanged += 1,
-            }
-        }
-        (cleared, unchanged, terminal)
+        self.store.with(|b| b.clear_cooldowns(ids))
     }
 
     /// Active model locks at `now`: `(key, lock)`.
     pub fn model_locks(&self, now: UnixMillis) -> Vec<(LockKey, Lock)> {
-        let mut out: Vec<(LockKey, Lock)> = lock(&self.lockouts)
-            .active(now)
-            .map(|(k, l)| (k.clone(), *l))
-            .collect();
-        out.sort_by(|a, b| (&a.0.provider, &a.0.connection).cmp(&(&b.0.provider, &b.0.connection)));
-        out
+        self.store.with(|b| b.model_locks(now))
     }
 
     /// Removes model locks matching `matches`; returns how many.
     pub fn clear_locks(&self, matches: impl FnMut(&LockKey) -> bool) -> usize {
-        lock(&self.lockouts).clear(matches)
+        self.store.with(|b| b.clear_locks(matches))
+    }
+
+    /// The egress buckets seen in the last 24 h (SPEC R14).
+    pub fn egress_buckets(&self, now: UnixMillis) -> Vec<Bucket> {
+        self.store.with(|b| b.egress_buckets(now))
     }
 
     /// A new credential for a connection: its health starts over (terminal included).
     pub fn reset_connection(&self, connection_id: &str) {
-        if lock(&self.health).remove(connection_id).is_some() {
-            lock(&self.dirty).health.insert(connection_id.to_owned());
-        }
+        self.store.with(|b| b.reset_connection(connection_id));
     }
 
     /// Drops state of providers and connections that no longer exist.
@@ -585,99 +331,37 @@ impl Resilience {
         provider_exists: impl Fn(&str) -> bool,
         connection_exists: impl Fn(&str) -> bool,
     ) {
-        let mut gone_p = Vec::new();
-        lock(&self.breakers).retain(|p, _| {
-            let keep = provider_exists(p);
-            if !keep {
-                gone_p.push(p.clone());
-            }
-            keep
-        });
-        let mut gone_c = Vec::new();
-        lock(&self.health).retain(|c, _| {
-            let keep = connection_exists(c);
-            if !keep {
-                gone_c.push(c.clone());
-            }
-            keep
-        });
-        lock(&self.gates).retain(|p, _| provider_exists(p));
-        lock(&self.tickets).retain(|c, _| connection_exists(c));
-        // Their rows go too, so a connection re-created under the same id starts clean.
-        let mut dirty = lock(&self.dirty);
-        dirty.breakers.extend(gone_p);
-        dirty.health.extend(gone_c);
+        self.store
+            .with(|b| b.prune(provider_exists, connection_exists));
     }
 
     /// Marks entries whose write failed for writing again.
     pub fn requeue(&self, breakers: &Changes, health: &Changes) {
-        let mut dirty = lock(&self.dirty);
-        dirty
-            .breakers
-            .extend(breakers.iter().map(|(id, _)| id.clone()));
-        dirty.health.extend(health.iter().map(|(id, _)| id.clone()));
+        self.store.with(|b| b.requeue(breakers, health));
     }
 
     /// Restores persisted state.
     pub fn load(&self, breakers: StateRows, health: StateRows) {
-        let mut b = lock(&self.breakers);
-        for (id, json) in breakers {
-            match serde_json::from_str(&json) {
-                Ok(state) => {
-                    b.insert(id, state);
-                }
-                Err(e) => {
-                    tracing::warn!(provider = %id, error = %e, "Ignoring an unreadable stored breaker state.")
-                }
-            }
-        }
-        let mut h = lock(&self.health);
-        for (id, json) in health {
-            match serde_json::from_str(&json) {
-                Ok(state) => {
-                    h.insert(id, state);
-                }
-                Err(e) => {
-                    tracing::warn!(connection_id = %id, error = %e, "Ignoring an unreadable stored connection health.")
-                }
-            }
+        for (id, error) in self.store.with(|b| b.load(breakers, health)) {
+            tracing::warn!(id = %id, error = %error, "Ignoring an unreadable stored breaker or connection health.");
         }
     }
 
     /// Changed entries since the last call: `(breakers, health)`, each `(id, JSON or
     /// None when the entry is gone)`.
     pub fn take_dirty(&self) -> (Changes, Changes) {
-        let dirty = std::mem::take(&mut *lock(&self.dirty));
-        let breakers = lock(&self.breakers);
-        let b = dirty
-            .breakers
-            .into_iter()
-            .map(|id| {
-                let json = breakers
-                    .get(&id)
-                    .and_then(|s| serde_json::to_string(s).ok());
-                (id, json)
-            })
-            .collect();
-        drop(breakers);
-        let health = lock(&self.health);
-        let h = dirty
-            .health
-            .into_iter()
-            .map(|id| {
-                let json = health.get(&id).and_then(|s| serde_json::to_string(s).ok());
-                (id, json)
-            })
-            .collect();
-        (b, h)
+        self.store.with(Board::take_dirty)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use switchyard_core::domain::UpstreamFormat;
-    use switchyard_core::outcome::StreamCut;
+    use switchyard_core::domain::{AuthClass, UpstreamFormat};
+    use switchyard_core::outcome::{AttemptFailure, StreamCut};
+    use switchyard_core::resilience::rules::Rules;
+    use switchyard_core::resilience::verdict::{self, Answer, Subject};
+    use switchyard_core::resilience::{breaker, cooldown};
     use switchyard_core::settings::{resolve, Layers};
 
     fn local() -> Connection {
@@ -692,6 +376,7 @@ mod tests {
             model_concurrency: Default::default(),
             queue: Default::default(),
             disable_cooling: true,
+            family: "p".into(),
             index: 0,
         }
     }
@@ -710,22 +395,29 @@ mod tests {
         }
     }
 
+    /// The verdict of `failure` on model `m` under `rules`.
+    fn judged(rules: &Rules, failure: AttemptFailure) -> Verdict {
+        let subject = Subject {
+            family: "p",
+            model: "m",
+        };
+        verdict::judge(rules, subject, Answer::Failed(failure), 0)
+    }
+
     /// A connection that could not be made.
-    const CONNECT_FAILED: Outcome<'static> = Outcome::Failure {
-        failure: AttemptFailure::Connect,
-        body: "",
-        reset_at: None,
-    };
+    fn connect_failed() -> Verdict {
+        judged(&Rules::default(), AttemptFailure::Connect)
+    }
 
     #[test]
     fn a_probe_slot_is_given_back_when_its_admission_drops_and_settled_when_recorded() {
-        let (settings, r, conn) = (defaults(), Resilience::default(), local());
+        let (settings, r, conn) = (defaults(), Resilience::<MemoryBoard>::default(), local());
         let attempt = attempt_on(&conn);
-        let failure = CONNECT_FAILED;
+        let failure = connect_failed();
         // A local server's breaker opens at its second failure and resets after 15 s.
         for now in [0, 1] {
             let admitted = r.check(attempt, &settings, now).unwrap();
-            r.record(attempt, &failure, &settings, admitted, now);
+            r.record(attempt, Outcome::Failed(&failure), &settings, admitted, now);
         }
         assert!(matches!(
             r.check(attempt, &settings, 2),
@@ -743,7 +435,7 @@ mod tests {
         // Given back unused: the next attempt is the probe.
         let probe = r.check(attempt, &settings, half_open).unwrap();
         assert!(probe.is_probe());
-        r.record(attempt, &Outcome::Success, &settings, probe, half_open);
+        r.record(attempt, Outcome::Success, &settings, probe, half_open);
         let after = r.check(attempt, &settings, half_open).unwrap();
         assert!(!after.is_probe());
     }
@@ -762,7 +454,7 @@ mod tests {
             double_after: 1,
             max_multiplier: 1,
         };
-        let r = Resilience::default();
+        let r = Resilience::<MemoryBoard>::default();
         let cooling = Connection {
             disable_cooling: false,
             ..local()
@@ -775,22 +467,36 @@ mod tests {
         // A local connection cools like an API key: 1 s, never doubled (0 steps).
         for now in [0, 1_000] {
             let admitted = r.check(attempt, &settings, now).unwrap();
-            r.record(attempt, &CONNECT_FAILED, &settings, admitted, now);
+            r.record(
+                attempt,
+                Outcome::Failed(&connect_failed()),
+                &settings,
+                admitted,
+                now,
+            );
             assert_eq!(cooling_for(now + 999), Some(1), "at {now}");
         }
         // A crawl cools it only with `streamStallCooldown`, and is not the provider's.
         let crawl = AttemptFailure::Stream(StreamCut::Throughput);
-        r.record_committed(&cooling, "m", Some(crawl), &settings, 2_000);
+        let quiet = judged(&Rules::default(), crawl);
+        r.record_committed(&cooling, "m", Some(&quiet), &settings, 2_000);
         assert_eq!(cooling_for(2_000), None);
         let stalling = switchyard_core::settings::ResilienceSettings {
             stream_stall_cooldown: true,
             ..settings.clone()
         };
-        r.record_committed(&cooling, "m", Some(crawl), &stalling, 2_000);
+        let stalled = judged(&Rules::new(Vec::new(), Vec::new(), true), crawl);
+        r.record_committed(&cooling, "m", Some(&stalled), &stalling, 2_000);
         assert_eq!(cooling_for(2_999), Some(1));
         // The provider's third counted failure opens its breaker for 5 s.
         let admitted = r.check(attempt, &settings, 3_000).unwrap();
-        r.record(attempt, &CONNECT_FAILED, &settings, admitted, 3_000);
+        r.record(
+            attempt,
+            Outcome::Failed(&connect_failed()),
+            &settings,
+            admitted,
+            3_000,
+        );
         let other = Connection {
             id: "c2".into(),
             ..local()
@@ -809,9 +515,9 @@ mod tests {
 
     #[test]
     fn the_breakers_view_says_when_an_open_breaker_lets_a_probe_through() {
-        let (settings, r, conn) = (defaults(), Resilience::default(), local());
+        let (settings, r, conn) = (defaults(), Resilience::<MemoryBoard>::default(), local());
         let attempt = attempt_on(&conn);
-        let failure = CONNECT_FAILED;
+        let failure = connect_failed();
         let view = |now| r.breakers(&settings.breaker, |_| AuthClass::Local, now);
         let status = |state, failures, probe_in_ms| {
             vec![BreakerStatus {
@@ -822,11 +528,11 @@ mod tests {
             }]
         };
         let admitted = r.check(attempt, &settings, 0).unwrap();
-        r.record(attempt, &failure, &settings, admitted, 0);
+        r.record(attempt, Outcome::Failed(&failure), &settings, admitted, 0);
         assert_eq!(view(1), status(breaker::State::Degraded, 1, None));
         // The second failure opens it at 1 ms for 15 s.
         let admitted = r.check(attempt, &settings, 1).unwrap();
-        r.record(attempt, &failure, &settings, admitted, 1);
+        r.record(attempt, Outcome::Failed(&failure), &settings, admitted, 1);
         assert_eq!(view(1), status(breaker::State::Open, 2, Some(15_000)));
         assert_eq!(view(10_001), status(breaker::State::Open, 2, Some(5_000)));
         assert_eq!(view(15_001), status(breaker::State::HalfOpen, 2, Some(0)));

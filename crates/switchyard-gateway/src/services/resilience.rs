@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use switchyard_core::resilience::cooldown::ErrorType;
 use switchyard_core::resilience::lockout::Scope;
+use switchyard_core::resilience::rules::{self, ErrorRule, Restatement};
 use switchyard_core::settings;
 use utoipa::ToSchema;
 
@@ -298,6 +299,73 @@ pub struct ResilienceView {
     #[schema(value_type = Object)]
     pub model_lockout: switchyard_core::resilience::lockout::Settings,
     pub provider_cooldown: ProviderCooldownView,
+    pub error_rules: ErrorRulesView,
+    /// Connections by the egress address they were last seen behind (24 h), SPEC R14.
+    pub egress_buckets: Vec<EgressBucketView>,
+}
+
+/// The error rules in force (SPEC R13): the operator's (settings
+/// `resilience.statusRestatements` and `resilience.providerErrorRules`, matched first)
+/// and the built-in ones, with the families each allow-list opens.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorRulesView {
+    #[schema(value_type = Vec<Object>)]
+    pub restatements: Vec<Restatement>,
+    #[schema(value_type = Vec<Object>)]
+    pub rules: Vec<ErrorRule>,
+    #[schema(value_type = Vec<Object>)]
+    pub builtin_restatements: Vec<Restatement>,
+    #[schema(value_type = Vec<Object>)]
+    pub builtin_rules: Vec<ErrorRule>,
+    /// Families whose built-in rules read the full error text.
+    pub full_text_families: Vec<&'static str>,
+    /// Families whose built-in rules' scope is acted on.
+    pub honors_scope_families: Vec<&'static str>,
+    /// Families whose 429s cool every connection behind the same egress address.
+    pub egress_bucketed_families: Vec<&'static str>,
+}
+
+/// One egress bucket (SPEC R14).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressBucketView {
+    pub family: String,
+    pub address: String,
+    /// Whether a 429 of one connection cools the others.
+    pub bucketed: bool,
+    pub connections: Vec<EgressConnectionView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressConnectionView {
+    pub connection_id: String,
+    /// When an attempt last went out from the address (Unix milliseconds).
+    pub last_seen_ms: u64,
+}
+
+/// The egress buckets seen in the last 24 h.
+pub fn egress_buckets(state: &AppState) -> Vec<EgressBucketView> {
+    state
+        .runtime
+        .resilience
+        .egress_buckets(state.clock.now_ms())
+        .into_iter()
+        .map(|b| EgressBucketView {
+            bucketed: rules::EGRESS_BUCKETED_FAMILIES.contains(&b.family.as_str()),
+            family: b.family,
+            address: b.address,
+            connections: b
+                .connections
+                .into_iter()
+                .map(|(connection_id, last_seen_ms)| EgressConnectionView {
+                    connection_id,
+                    last_seen_ms,
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -331,6 +399,16 @@ pub fn get_settings(state: &AppState) -> ResilienceView {
             oauth: gate(r.provider_cooldown_oauth),
             api_key: gate(r.provider_cooldown_apikey),
         },
+        error_rules: ErrorRulesView {
+            restatements: r.restatements,
+            rules: r.error_rules,
+            builtin_restatements: rules::builtin_restatements(),
+            builtin_rules: rules::builtin_rules(),
+            full_text_families: rules::FULL_TEXT_FAMILIES.to_vec(),
+            honors_scope_families: rules::HONORS_SCOPE_FAMILIES.to_vec(),
+            egress_bucketed_families: rules::EGRESS_BUCKETED_FAMILIES.to_vec(),
+        },
+        egress_buckets: egress_buckets(state),
     }
 }
 
@@ -338,6 +416,8 @@ pub fn get_settings(state: &AppState) -> ResilienceView {
 fn patch_key(section: &str, field: &str) -> Option<String> {
     let key = match (section, field) {
         ("modelLockout", f) => format!("resilience.modelLockout.{f}"),
+        ("errorRules", "restatements") => "resilience.statusRestatements".to_owned(),
+        ("errorRules", "rules") => "resilience.providerErrorRules".to_owned(),
         ("providerCooldown", "enabled") => "providerCooldown.enabled".to_owned(),
         ("providerCooldown", f) => {
             let (class, rest) = f.split_once('.')?;
@@ -348,23 +428,20 @@ fn patch_key(section: &str, field: &str) -> Option<String> {
     settings::def(&key).map(|_| key)
 }
 
-/// Stores the resilience settings named in `model_lockout` and `provider_cooldown`
-/// (fields of `PATCH /api/resilience`); answers the settings in force afterwards.
+/// Stores the resilience settings named in `sections` (`modelLockout`,
+/// `providerCooldown`, `errorRules`: the fields of `PATCH /api/resilience`); answers
+/// the settings in force afterwards.
 pub async fn patch_settings(
     state: &AppState,
-    model_lockout: &Map<String, Value>,
-    provider_cooldown: &Map<String, Value>,
+    sections: &[(&str, &Map<String, Value>)],
 ) -> Result<ResilienceView, ApiError> {
     let mut writes = Vec::new();
-    for (section, fields) in [
-        ("modelLockout", model_lockout),
-        ("providerCooldown", provider_cooldown),
-    ] {
+    for &(section, fields) in sections {
         // Nested objects (`providerCooldown.oauth.{...}`, as GET shows them) are
         // flattened to dotted fields.
         let mut flat = Vec::new();
         for (field, value) in fields {
-            match value.as_object() {
+            match value.as_object().filter(|_| section != "errorRules") {
                 Some(inner) => {
                     flat.extend(inner.iter().map(|(k, v)| (format!("{field}.{k}"), v)));
                 }

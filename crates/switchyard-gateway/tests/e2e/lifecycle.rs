@@ -80,6 +80,8 @@ async fn request_log_rows_are_written_without_bodies_or_credentials() {
                 ttfb_ms: Some(0),
                 prompt_tokens: Some(PROMPT_TOKENS),
                 completion_tokens: Some(5),
+                // The address the upstream connection went out from (SPEC R14).
+                egress_ip: Some("127.0.0.1".into()),
                 ..base.clone()
             },
             LogRow {
@@ -93,12 +95,17 @@ async fn request_log_rows_are_written_without_bodies_or_credentials() {
                 ttfb_ms: Some(0),
                 prompt_tokens: Some(PROMPT_TOKENS),
                 completion_tokens: Some(5),
-                // The first attempt answered 500 and the combo failed over.
+                egress_ip: Some("127.0.0.1".into()),
+                // The first attempt answered 503 and the combo failed over.
                 failed_attempts: vec![FailedAttempt {
                     provider: "alpha".into(),
                     connection_id: "alpha-1".into(),
                     model: "mock-small".into(),
                     outcome: "server_error".into(),
+                    cause: Some("server_error".into()),
+                    upstream_status: Some(503),
+                    egress_ip: Some("127.0.0.1".into()),
+                    ..FailedAttempt::default()
                 }],
                 ..base.clone()
             },

@@ -15,6 +15,7 @@ mod chat;
 mod combo_wait;
 mod concurrency;
 mod edge;
+mod error_rules;
 mod failover;
 mod health;
 mod lifecycle;

@@ -203,7 +203,8 @@ async fn a_stream_that_never_answers_fails_over_at_its_first_output_budget_with_
                 assert_eq!(
                     row["failed_attempts"],
                     json!([{"provider": format!("{upstream}-a"), "connection_id": format!("{upstream}-a-1"),
-                            "model": "m", "outcome": "first_output_timeout"}]),
+                            "model": "m", "outcome": "first_output_timeout", "cause": "stream_stall",
+                            "egress_ip": "127.0.0.1"}]),
                     "{what}"
                 );
                 eventually("the abandoned upstream request is closed", || async {
@@ -334,7 +335,8 @@ async fn a_crawl_is_retried_once_on_the_same_account_before_it_commits_and_cut_a
             assert_eq!(
                 row["failed_attempts"],
                 json!([{"provider": format!("{upstream}-a"), "connection_id": format!("{upstream}-a-1"),
-                        "model": "m", "outcome": "throughput_low"}]),
+                        "model": "m", "outcome": "throughput_low", "cause": "stream_stall",
+                        "egress_ip": "127.0.0.1"}]),
                 "{what}"
             );
             // A delta every 1.5 s (about 5 bytes each): under 10 bytes a second over the

@@ -1,0 +1,761 @@
+//! The resilience board (SPEC R1–R5, R13, R14): every provider breaker, connection
+//! health, provider cooldown, model lock, slow-start share and egress bucket as one
+//! state machine. [`Board::admit`] says whether an attempt may go; [`Board::record`]
+//! applies an attempt's outcome — a success, or a failure's [`Verdict`] — and returns
+//! the [`Event`]s it caused, which the shell turns into logs and metrics. Every
+//! transition takes `now`; nothing here does I/O or reads a clock.
+//!
+//! Rules that combine the machines live here: the reason that lasts longest is the one
+//! an exclusion names; an account-level answer to a half-open probe closes the breaker
+//! (the provider answered); recovery starts a slow start; a 429 of an egress-bucketed
+//! family cools its peers behind the same address (never terminal, never shorter).
+
+use super::breaker::{self, Admit, Breaker};
+use super::cooldown::{Change, ErrorType, Failure, Health, Terminal};
+use super::lockout::{Lock, LockKey, Lockouts, Target};
+use super::rules::EGRESS_WINDOW_MS;
+use super::verdict::{Cause, Verdict};
+use super::{provider_cooldown, slow_start};
+use crate::domain::AuthClass;
+use crate::routing::Reason;
+use crate::settings::ResilienceSettings;
+use crate::UnixMillis;
+use std::collections::{HashMap, HashSet};
+
+/// An attempt's place on the board: its connection, provider family and model.
+#[derive(Debug, Clone, Copy)]
+pub struct At<'a> {
+    pub provider: &'a str,
+    pub connection: &'a str,
+    pub model: &'a str,
+    pub auth_class: AuthClass,
+    /// Failures never cool this connection (SPEC R3's opt-out).
+    pub disable_cooling: bool,
+    /// The provider's rule family ([`super::rules::family_of`]).
+    pub family: &'a str,
+}
+
+/// An admitted attempt: an ordinary one, or the half-open breaker's probe (whose slot
+/// must be settled by [`Board::record`] or given back by [`Board::release_probe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cleared {
+    Go,
+    Probe,
+}
+
+/// What an attempt did.
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome<'a> {
+    Success,
+    /// A stream committed to the client: the provider is up (a half-open probe closes
+    /// its breaker), but the breaker's count of failures waits for the stream's end,
+    /// so streams that keep failing after they start still open it (SPEC R11).
+    Answered,
+    Failed(&'a Verdict),
+}
+
+/// What a transition did, for logs, metrics and the dashboard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    BreakerMoved {
+        provider: String,
+        state: breaker::State,
+        failures: u32,
+        cause: Cause,
+    },
+    BreakerClosed {
+        provider: String,
+    },
+    ProviderCooled {
+        provider: String,
+        until: UnixMillis,
+        /// The rule that cooled it; `None` for the time-window gate (SPEC R2).
+        rule: Option<String>,
+    },
+    ConnectionCooled {
+        connection: String,
+        until: UnixMillis,
+        level: u32,
+        /// The metric's reason: the health's error type, or `stream_stall`.
+        reason: &'static str,
+        cause: Cause,
+    },
+    ConnectionTerminal {
+        connection: String,
+        state: Terminal,
+    },
+    ModelLocked {
+        key: LockKey,
+        lock: Lock,
+        rule: Option<String>,
+    },
+    /// A peer behind the failed connection's egress address cooled with it (SPEC R14).
+    EgressCooled {
+        connection: String,
+        from: String,
+        address: String,
+        until: UnixMillis,
+    },
+    /// A recovered target ramps back up (slow start): `provider:<id>` or
+    /// `connection:<id>`.
+    Warming {
+        key: String,
+    },
+}
+
+/// A connection's last known egress address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Egress {
+    pub family: String,
+    pub address: String,
+    pub seen: UnixMillis,
+    pub disable_cooling: bool,
+}
+
+/// Connections behind one egress address of one family, for the operator views.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    pub family: String,
+    pub address: String,
+    /// `(connection, last seen)`, by connection.
+    pub connections: Vec<(String, UnixMillis)>,
+}
+
+/// One provider's breaker as the operator views show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerStatus {
+    pub provider: String,
+    pub state: breaker::State,
+    /// Consecutive counted failures.
+    pub failures: u32,
+    /// How long until the breaker lets a probe through: the time left while it is open,
+    /// `0` when half-open (a probe may go now), `None` while it serves.
+    pub probe_in_ms: Option<u64>,
+}
+
+/// Entries changed since the last write: `(id, JSON or None when gone)`.
+pub type Changes = Vec<(String, Option<String>)>;
+
+/// Every resilience state; see the module docs. Its maps are bounded by the
+/// configuration (providers, connections) and the lockout's own bound.
+#[derive(Debug, Default)]
+pub struct Board {
+    breakers: HashMap<String, Breaker>,
+    health: HashMap<String, Health>,
+    /// Provider time-window gates (SPEC R2) and rule cooldowns.
+    gates: HashMap<String, provider_cooldown::Gate>,
+    lockouts: Lockouts,
+    /// Targets in slow start (`provider:<id>`, `connection:<id>`) → recovered at.
+    /// Entries leave once the share is full.
+    warming: HashMap<String, UnixMillis>,
+    /// Slow-start tickets drawn per connection.
+    tickets: HashMap<String, u64>,
+    /// Each connection's last known egress (SPEC R14).
+    egress: HashMap<String, Egress>,
+    dirty_breakers: HashSet<String>,
+    dirty_health: HashSet<String>,
+}
+
+fn gate_profile(s: &ResilienceSettings, class: AuthClass) -> provider_cooldown::Profile {
+    match class {
+        AuthClass::Oauth => s.provider_cooldown_oauth,
+        AuthClass::Apikey | AuthClass::Local => s.provider_cooldown_apikey,
+    }
+}
+
+impl Board {
+    /// Whether an attempt at `at` may go at `now`; a half-open breaker lets one probe
+    /// through. `may_defer`: other candidates remain, so a recovering target may be
+    /// passed over. `budget_ms`: how long the attempt may take (a probe holds its slot
+    /// that long).
+    pub fn admit(
+        &mut self,
+        at: &At<'_>,
+        settings: &ResilienceSettings,
+        may_defer: bool,
+        budget_ms: u64,
+        now: UnixMillis,
+    ) -> Result<Cleared, Reason> {
+        // Every reason that applies is gathered and the one lasting longest is reported,
+        // so a refusal names what actually keeps the target out.
+        let mut worst: Option<Reason> = None;
+        let mut consider = |e: Reason| {
+            let rank = |x: &Reason| x.retry_after_ms().unwrap_or(u64::MAX);
+            if worst.is_none_or(|w| rank(&e) > rank(&w)) {
+                worst = Some(e);
+            }
+        };
+        if let Some((_, l)) = self
+            .lockouts
+            .locked(at.provider, at.connection, at.model, now)
+        {
+            consider(Reason::ModelLocked {
+                retry_after_ms: l.until.saturating_sub(now),
+                status: l.status,
+            });
+        }
+        if let Some(until) = self
+            .gates
+            .get(at.provider)
+            .and_then(|g| g.cooled_until(now))
+        {
+            consider(Reason::ProviderCooling {
+                retry_after_ms: until.saturating_sub(now),
+            });
+        }
+        if let Some(h) = self.health.get(at.connection) {
+            if let Some(t) = h.terminal {
+                consider(Reason::Terminal(t));
+            } else if !h.usable(now) {
+                consider(Reason::CoolingDown {
+                    retry_after_ms: h.remaining_ms(now),
+                    transient: !matches!(
+                        h.last_error_type,
+                        Some(ErrorType::AuthFailed | ErrorType::RequestRejected)
+                    ),
+                });
+            }
+        }
+        let profile = settings.breaker.get(at.auth_class);
+        let admit = self
+            .breakers
+            .get_mut(at.provider)
+            .map_or(Admit::Yes, |b| b.admit(&profile, now, budget_ms));
+        if let Admit::No { retry_after_ms } = admit {
+            consider(Reason::CircuitOpen { retry_after_ms });
+        }
+        if let Some(e) = worst {
+            if admit == Admit::Probe {
+                // The probe slot was claimed but will not be used.
+                self.release_probe(at.provider);
+            }
+            return Err(e);
+        }
+        if admit == Admit::Probe {
+            return Ok(Cleared::Probe);
+        }
+        if may_defer && !self.in_share(at.provider, at.connection, now) {
+            return Err(Reason::Warming);
+        }
+        Ok(Cleared::Go)
+    }
+
+    /// Gives back a probe slot whose attempt never got an answer (skipped, or cut).
+    pub fn release_probe(&mut self, provider: &str) {
+        if let Some(b) = self.breakers.get_mut(provider) {
+            b.release_probe();
+        }
+    }
+
+    /// Whether a request may go to a recovering provider or connection now (always,
+    /// when neither is recovering). One ticket per request, judged against the smaller
+    /// of the two shares.
+    fn in_share(&mut self, provider: &str, connection: &str, now: UnixMillis) -> bool {
+        if self.warming.is_empty() {
+            return true;
+        }
+        let keys = [
+            format!("provider:{provider}"),
+            format!("connection:{connection}"),
+        ];
+        let mut divisor = 1;
+        for key in &keys {
+            if let Some(since) = self.warming.get(key) {
+                let d = slow_start::divisor(*since, now);
+                if d <= 1 {
+                    self.warming.remove(key);
+                } else {
+                    divisor = divisor.max(d);
+                }
+            }
+        }
+        if divisor <= 1 {
+            return true;
+        }
+        let tickets = self.tickets.entry(connection.to_owned()).or_insert(0);
+        let ticket = *tickets;
+        *tickets += 1;
+        slow_start::admits(divisor, ticket)
+    }
+
+    fn start_warming(&mut self, key: String, now: UnixMillis, events: &mut Vec<Event>) {
+        self.warming.insert(key.clone(), now);
+        events.push(Event::Warming { key });
+    }
+
+    /// Notes the egress address an attempt on `at` went out from (SPEC R14).
+    pub fn note_egress(&mut self, at: &At<'_>, address: &str, now: UnixMillis) {
+        match self.egress.get_mut(at.connection) {
+            Some(e) if e.address == address && e.family == at.family => {
+                e.seen = now;
+                e.disable_cooling = at.disable_cooling;
+            }
+            _ => {
+                self.egress.insert(
+                    at.connection.to_owned(),
+                    Egress {
+                        family: at.family.to_owned(),
+                        address: address.to_owned(),
+                        seen: now,
+                        disable_cooling: at.disable_cooling,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Records the outcome of an attempt at `at`; `probe` says it held the half-open
+    /// probe slot (settled here). Returns what changed.
+    pub fn record(
+        &mut self,
+        at: &At<'_>,
+        outcome: Outcome<'_>,
+        probe: bool,
+        settings: &ResilienceSettings,
+        now: UnixMillis,
+    ) -> Vec<Event> {
+        let mut events = Vec::new();
+        match outcome {
+            Outcome::Success | Outcome::Answered => {
+                let counted = matches!(outcome, Outcome::Success) || probe;
+                self.on_success(at, counted, probe, settings, now, &mut events);
+            }
+            Outcome::Failed(v) => self.on_failure(at, v, probe, settings, now, &mut events),
+        }
+        events
+    }
+
+    fn on_success(
+        &mut self,
+        at: &At<'_>,
+        counted: bool,
+        probe: bool,
+        settings: &ResilienceSettings,
+        now: UnixMillis,
+        events: &mut Vec<Event>,
+    ) {
+        self.lockouts
+            .on_success(at.provider, at.connection, at.model);
+        if let Some(g) = self.gates.get_mut(at.provider) {
+            g.on_success();
+        }
+        let profile = settings.breaker.get(at.auth_class);
+        if let Some(b) = self.breakers.get_mut(at.provider).filter(|_| counted) {
+            let before = b.state(&profile, now);
+            let moved = b.failures() > 0 && b.on_success(probe);
+            if moved || (before != breaker::State::Closed && probe) {
+                self.dirty_breakers.insert(at.provider.to_owned());
+                if before != breaker::State::Closed {
+                    events.push(Event::BreakerClosed {
+                        provider: at.provider.to_owned(),
+                    });
+                }
+                if before == breaker::State::HalfOpen {
+                    self.start_warming(format!("provider:{}", at.provider), now, events);
+                }
+            }
+        }
+        if let Some(h) = self.health.get_mut(at.connection) {
+            if *h != Health::default() && h.terminal.is_none() {
+                let was_cooled = h.rate_limited_until.is_some();
+                h.on_success();
+                self.dirty_health.insert(at.connection.to_owned());
+                if was_cooled {
+                    self.start_warming(format!("connection:{}", at.connection), now, events);
+                }
+            }
+        }
+    }
+
+    fn on_failure(
+        &mut self,
+        at: &At<'_>,
+        v: &Verdict,
+        probe: bool,
+        settings: &ResilienceSettings,
+        now: UnixMillis,
+        events: &mut Vec<Event>,
+    ) {
+        let target = Target {
+            provider: at.provider,
+            connection: at.connection,
+            model: at.model,
+        };
+        if let Some(hit) = &v.lock {
+            let locked = if hit.forced {
+                Some(self.lockouts.on_rule(
+                    &settings.lockout,
+                    target,
+                    hit.scope.clone(),
+                    hit.status,
+                    v.cooldown_ms,
+                    now,
+                ))
+            } else {
+                self.lockouts.on_failure(
+                    &settings.lockout,
+                    target,
+                    hit.status,
+                    Some(hit.scope.clone()),
+                    now,
+                )
+            };
+            if let Some((key, lock)) = locked {
+                events.push(Event::ModelLocked {
+                    key,
+                    lock,
+                    rule: v.rule.clone().filter(|_| hit.forced),
+                });
+            }
+        }
+        if let Some(ms) = v.provider_cooldown_ms {
+            let until = now.saturating_add(ms);
+            let gate = self.gates.entry(at.provider.to_owned()).or_default();
+            if let Some(until) = gate.cool_until(until, now) {
+                events.push(Event::ProviderCooled {
+                    provider: at.provider.to_owned(),
+                    until,
+                    rule: v.rule.clone(),
+                });
+            }
+        }
+        let profile = settings.breaker.get(at.auth_class);
+        if v.breaker {
+            if settings.provider_cooldown_enabled {
+                let p = gate_profile(settings, at.auth_class);
+                let gate = self.gates.entry(at.provider.to_owned()).or_default();
+                if let Some(until) = gate.on_failure(&p, now) {
+                    events.push(Event::ProviderCooled {
+                        provider: at.provider.to_owned(),
+                        until,
+                        rule: None,
+                    });
+                }
+            }
+            let b = self.breakers.entry(at.provider.to_owned()).or_default();
+            if let Some(state) = b.on_failure(&profile, now, probe) {
+                events.push(Event::BreakerMoved {
+                    provider: at.provider.to_owned(),
+                    state,
+                    failures: b.failures(),
+                    cause: v.cause,
+                });
+            }
+            self.dirty_breakers.insert(at.provider.to_owned());
+        } else if probe {
+            // The provider answered the probe (with an account-level error): it is up.
+            if let Some(b) = self.breakers.get_mut(at.provider) {
+                if b.on_success(true) {
+                    self.dirty_breakers.insert(at.provider.to_owned());
+                    events.push(Event::BreakerClosed {
+                        provider: at.provider.to_owned(),
+                    });
+                }
+            }
+        }
+        let Some(error_type) = v.health else {
+            return;
+        };
+        if at.disable_cooling {
+            return;
+        }
+        let reset_at = v
+            .retry_at
+            .max(v.cooldown_ms.map(|ms| now.saturating_add(ms)));
+        let failure = Failure {
+            error_type,
+            status: v.failure.status(),
+            reset_at,
+            message: v.failure.label().to_owned(),
+        };
+        let cprofile = settings.cooldown.get(at.auth_class);
+        let health = self.health.entry(at.connection.to_owned()).or_default();
+        let change = health.on_failure(&cprofile, &failure, now);
+        let cooling = health.rate_limited_until.filter(|t| *t > now);
+        self.dirty_health.insert(at.connection.to_owned());
+        match change {
+            Change::None => {}
+            Change::Cooled { until, level } => events.push(Event::ConnectionCooled {
+                connection: at.connection.to_owned(),
+                until,
+                level,
+                reason: if v.cause == Cause::StreamStall {
+                    "stream_stall"
+                } else {
+                    error_type.as_str()
+                },
+                cause: v.cause,
+            }),
+            Change::Terminal(state) => events.push(Event::ConnectionTerminal {
+                connection: at.connection.to_owned(),
+                state,
+            }),
+        }
+        if let (true, Some(until)) = (v.egress, cooling) {
+            self.egress_fan_out(at, until, now, events);
+        }
+    }
+
+    /// Cools every connection of `at`'s family last seen (within the window) behind
+    /// `at`'s egress address until `until` (SPEC R14).
+    fn egress_fan_out(
+        &mut self,
+        at: &At<'_>,
+        until: UnixMillis,
+        now: UnixMillis,
+        events: &mut Vec<Event>,
+    ) {
+        let fresh = |e: &Egress| now.saturating_sub(e.seen) <= EGRESS_WINDOW_MS;
+        let Some(address) = self
+            .egress
+            .get(at.connection)
+            .filter(|e| fresh(e) && e.family == at.family)
+            .map(|e| e.address.clone())
+        else {
+            return;
+        };
+        let mut peers: Vec<&String> = self
+            .egress
+            .iter()
+            .filter(|(c, e)| {
+                c.as_str() != at.connection
+                    && e.family == at.family
+                    && e.address == address
+                    && !e.disable_cooling
+                    && fresh(e)
+            })
+            .map(|(c, _)| c)
+            .collect();
+        peers.sort();
+        for peer in peers {
+            let health = self.health.entry(peer.clone()).or_default();
+            let message = format!("egress {address} shared with {}", at.connection);
+            if let Change::Cooled { until, .. } = health.cool_with_peer(until, &message, now) {
+                self.dirty_health.insert(peer.clone());
+                events.push(Event::EgressCooled {
+                    connection: peer.clone(),
+                    from: at.connection.to_owned(),
+                    address: address.clone(),
+                    until,
+                });
+            }
+        }
+    }
+
+    /// A connection's health (for the operator views).
+    pub fn health_of(&self, connection_id: &str) -> Health {
+        self.health.get(connection_id).cloned().unwrap_or_default()
+    }
+
+    /// Resets breakers (all, or one provider's) and provider cooldowns; returns how many
+    /// breakers were reset.
+    pub fn reset_breakers(&mut self, provider: Option<&str>) -> usize {
+        let ids: Vec<String> = self
+            .breakers
+            .keys()
+            .filter(|p| provider.is_none_or(|x| x == p.as_str()))
+            .cloned()
+            .collect();
+        for id in &ids {
+            self.breakers.remove(id);
+            self.dirty_breakers.insert(id.clone());
+        }
+        self.gates.retain(|p, _| provider.is_some_and(|x| x != p));
+        self.warming.retain(|k, _| {
+            provider.is_some_and(|x| k.strip_prefix("provider:") != Some(x))
+                && (provider.is_some() || !k.starts_with("provider:"))
+        });
+        ids.len()
+    }
+
+    /// Every provider with a breaker at `now`, read with each provider's profile (of its
+    /// auth class, `class_of`, in `profiles`), sorted by provider.
+    pub fn breakers(
+        &mut self,
+        profiles: &breaker::Profiles,
+        class_of: impl Fn(&str) -> AuthClass,
+        now: UnixMillis,
+    ) -> Vec<BreakerStatus> {
+        let mut out: Vec<BreakerStatus> = self
+            .breakers
+            .iter_mut()
+            .map(|(p, b)| {
+                let profile = profiles.get(class_of(p));
+                let state = b.state(&profile, now);
+                BreakerStatus {
+                    provider: p.clone(),
+                    state,
+                    failures: b.failures(),
+                    probe_in_ms: match state {
+                        breaker::State::Open => Some(b.reopens_at(&profile).saturating_sub(now)),
+                        breaker::State::HalfOpen => Some(0),
+                        breaker::State::Closed | breaker::State::Degraded => None,
+                    },
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.provider.cmp(&b.provider));
+        out
+    }
+
+    /// Clears the cooldowns of the connections `ids`: `(cleared, unchanged,
+    /// skipped_terminal)`. Terminal accounts are counted but never cleared here.
+    pub fn clear_cooldowns(&mut self, ids: &[String]) -> (usize, usize, usize) {
+        let (mut cleared, mut unchanged, mut terminal) = (0, 0, 0);
+        for id in ids {
+            match self.health.get_mut(id) {
+                Some(h) if h.terminal.is_some() => terminal += 1,
+                Some(h) if *h != Health::default() => {
+                    h.clear_cooldown();
+                    self.dirty_health.insert(id.clone());
+                    cleared += 1;
+                }
+                _ => unchanged += 1,
+            }
+        }
+        (cleared, unchanged, terminal)
+    }
+
+    /// Active model locks at `now`, by provider and connection.
+    pub fn model_locks(&self, now: UnixMillis) -> Vec<(LockKey, Lock)> {
+        let mut out: Vec<(LockKey, Lock)> = self
+            .lockouts
+            .active(now)
+            .map(|(k, l)| (k.clone(), *l))
+            .collect();
+        out.sort_by(|a, b| (&a.0.provider, &a.0.connection).cmp(&(&b.0.provider, &b.0.connection)));
+        out
+    }
+
+    /// Removes model locks matching `matches`; returns how many.
+    pub fn clear_locks(&mut self, matches: impl FnMut(&LockKey) -> bool) -> usize {
+        self.lockouts.clear(matches)
+    }
+
+    /// The egress buckets with more than nothing in them at `now`, by family and
+    /// address.
+    pub fn egress_buckets(&self, now: UnixMillis) -> Vec<Bucket> {
+        let mut out: Vec<Bucket> = Vec::new();
+        let mut entries: Vec<(&String, &Egress)> = self
+            .egress
+            .iter()
+            .filter(|(_, e)| now.saturating_sub(e.seen) <= EGRESS_WINDOW_MS)
+            .collect();
+        entries.sort_by(|a, b| {
+            (&a.1.family, &a.1.address, a.0).cmp(&(&b.1.family, &b.1.address, b.0))
+        });
+        for (connection, e) in entries {
+            match out.last_mut() {
+                Some(b) if b.family == e.family && b.address == e.address => {
+                    b.connections.push((connection.clone(), e.seen));
+                }
+                _ => out.push(Bucket {
+                    family: e.family.clone(),
+                    address: e.address.clone(),
+                    connections: vec![(connection.clone(), e.seen)],
+                }),
+            }
+        }
+        out
+    }
+
+    /// A new credential for a connection: its health starts over (terminal included).
+    pub fn reset_connection(&mut self, connection_id: &str) {
+        if self.health.remove(connection_id).is_some() {
+            self.dirty_health.insert(connection_id.to_owned());
+        }
+    }
+
+    /// Drops state of providers and connections that no longer exist; their rows go
+    /// too, so a connection re-created under the same id starts clean.
+    pub fn prune(
+        &mut self,
+        provider_exists: impl Fn(&str) -> bool,
+        connection_exists: impl Fn(&str) -> bool,
+    ) {
+        let dirty = &mut self.dirty_breakers;
+        self.breakers.retain(|p, _| {
+            let keep = provider_exists(p);
+            if !keep {
+                dirty.insert(p.clone());
+            }
+            keep
+        });
+        let dirty = &mut self.dirty_health;
+        self.health.retain(|c, _| {
+            let keep = connection_exists(c);
+            if !keep {
+                dirty.insert(c.clone());
+            }
+            keep
+        });
+        self.gates.retain(|p, _| provider_exists(p));
+        self.tickets.retain(|c, _| connection_exists(c));
+        self.egress.retain(|c, _| connection_exists(c));
+    }
+
+    /// Marks entries whose write failed for writing again.
+    pub fn requeue(&mut self, breakers: &Changes, health: &Changes) {
+        self.dirty_breakers
+            .extend(breakers.iter().map(|(id, _)| id.clone()));
+        self.dirty_health
+            .extend(health.iter().map(|(id, _)| id.clone()));
+    }
+
+    /// Restores persisted state: `(id, JSON)` rows; unreadable rows are returned as
+    /// `(id, error)` and skipped.
+    pub fn load(
+        &mut self,
+        breakers: Vec<(String, String)>,
+        health: Vec<(String, String)>,
+    ) -> Vec<(String, String)> {
+        let mut bad = Vec::new();
+        for (id, json) in breakers {
+            match serde_json::from_str(&json) {
+                Ok(state) => {
+                    self.breakers.insert(id, state);
+                }
+                Err(e) => bad.push((id, e.to_string())),
+            }
+        }
+        for (id, json) in health {
+            match serde_json::from_str(&json) {
+                Ok(state) => {
+                    self.health.insert(id, state);
+                }
+                Err(e) => bad.push((id, e.to_string())),
+            }
+        }
+        bad
+    }
+
+    /// Restores connections' last known egress (from the request log).
+    pub fn load_egress(&mut self, rows: impl IntoIterator<Item = (String, Egress)>) {
+        self.egress.extend(rows);
+    }
+
+    /// Changed entries since the last call: `(breakers, health)`.
+    pub fn take_dirty(&mut self) -> (Changes, Changes) {
+        let b = std::mem::take(&mut self.dirty_breakers)
+            .into_iter()
+            .map(|id| {
+                let json = self
+                    .breakers
+                    .get(&id)
+                    .and_then(|s| serde_json::to_string(s).ok());
+                (id, json)
+            })
+            .collect();
+        let h = std::mem::take(&mut self.dirty_health)
+            .into_iter()
+            .map(|id| {
+                let json = self
+                    .health
+                    .get(&id)
+                    .and_then(|s| serde_json::to_string(s).ok());
+                (id, json)
+            })
+            .collect();
+        (b, h)
+    }
+}
