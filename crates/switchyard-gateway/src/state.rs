@@ -109,6 +109,12 @@ impl AppState {
         let resilience = Resilience::new(&metrics);
         let (breakers, health) = blocking(&store, Store::load_resilience).await?;
         resilience.load(breakers, health);
+        // Each connection's last known egress (SPEC R14), from the request log.
+        let since = clock
+            .now_ms()
+            .saturating_sub(switchyard_core::resilience::rules::EGRESS_WINDOW_MS);
+        let egress = blocking(&store, move |s| s.last_egress(since)).await?;
+        resilience.load_egress(&snapshot.catalog, egress);
         let gates = Gates::new(metrics.gates.clone());
         let hour_ago = clock.now_ms().saturating_sub(MINUTES_KEPT * MINUTE_MS);
         let recent = blocking(&store, move |s| s.log_series(hour_ago, MINUTE_MS)).await?;

@@ -726,6 +726,30 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Each connection's newest egress address in the request log since `since_ms`:
+    /// `(connection_id, egress_ip, ts)` (SPEC R14's last known egress). Only the rows
+    /// of the window are read, as in [`Store::log_series`].
+    pub fn last_egress(&self, since_ms: u64) -> Result<Vec<(String, String, u64)>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT connection_id, egress_ip, max(ts)
+             FROM request_log
+             WHERE id > coalesce(
+                 (SELECT id FROM request_log WHERE ts < ?1 ORDER BY id DESC LIMIT 1), 0)
+               AND ts >= ?1 AND connection_id IS NOT NULL AND egress_ip IS NOT NULL
+             GROUP BY connection_id
+             ORDER BY connection_id",
+        )?;
+        let rows = stmt
+            .query_map(params![i64_of(since_ms)], |r| {
+                Ok((r.get(0)?, r.get(1)?, u64_col(r, 2)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+}
+
 /// Configuration writes committed together or not at all (see [`Store::batch`]).
 #[derive(Debug)]
 pub struct Batch<'a> {

@@ -396,7 +396,7 @@ impl Board {
                     &settings.lockout,
                     target,
                     hit.status,
-                    Some(hit.scope.clone()),
+                    hit.scope.clone(),
                     now,
                 )
             };

@@ -1,11 +1,11 @@
 //! Model lockout (SPEC R5): a failing model is locked on one connection while the rest
 //! of the account keeps serving. Off by default.
 //!
-//! Scope by status: 429, 403 and 402 lock the model's quota family on that connection
-//! (a quota is usually shared by a model family: `gpt-5`, `gpt-5-codex` and
-//! `gpt-5-mini` run out together); 404 locks the exact model; other statuses lock the
-//! exact (provider, connection, model) triple. A scope given explicitly by the caller
-//! wins. Each failure after a lock ran out locks it again for longer (exponential
+//! The scope a failure locks is the verdict's ([`super::verdict`]), by status
+//! ([`Scope::for_status`]) unless a rule names it: 429, 403 and 402 lock the model's
+//! quota family on that connection (a quota is usually shared by a model family:
+//! `gpt-5`, `gpt-5-codex` and `gpt-5-mini` run out together); 404 and other statuses
+//! lock the exact model on the connection. Each failure after a lock ran out locks it again for longer (exponential
 //! backoff, bounded); failures while it runs (requests that were in flight together)
 //! change nothing. Each success halves the failure count, and at zero the lock is gone.
 //!
@@ -158,20 +158,20 @@ pub struct Lockouts {
 }
 
 impl Lockouts {
-    /// Records a failure of `model` on `connection`; returns the lock it set or
-    /// lengthened, or `None` when lockout is off or the status does not lock.
+    /// Records a failure of `model` on `connection` that locks `scope` (the verdict's,
+    /// [`super::verdict`]); returns the lock it set or lengthened, or `None` when
+    /// lockout is off or the status does not lock.
     pub fn on_failure(
         &mut self,
         settings: &Settings,
         target: Target<'_>,
         status: u16,
-        explicit: Option<Scope>,
+        scope: Scope,
         now: UnixMillis,
     ) -> Option<(LockKey, Lock)> {
         if !settings.enabled || !settings.error_codes.contains(&status) {
             return None;
         }
-        let scope = explicit.unwrap_or_else(|| Scope::for_status(status, target.model));
         Some(self.lock(settings, target, scope, status, None, now))
     }
 
@@ -345,12 +345,33 @@ mod tests {
     fn off_by_default_and_only_listed_statuses_lock() {
         let mut l = Lockouts::default();
         assert_eq!(
-            l.on_failure(&Settings::default(), t("p", "c", "m"), 429, None, T0),
+            l.on_failure(
+                &Settings::default(),
+                t("p", "c", "m"),
+                429,
+                Scope::for_status(429, "m"),
+                T0
+            ),
             None
         );
-        assert_eq!(l.on_failure(&on(), t("p", "c", "m"), 500, None, T0), None);
+        assert_eq!(
+            l.on_failure(
+                &on(),
+                t("p", "c", "m"),
+                500,
+                Scope::for_status(500, "m"),
+                T0
+            ),
+            None
+        );
         assert!(l
-            .on_failure(&on(), t("p", "c", "m"), 502, None, T0)
+            .on_failure(
+                &on(),
+                t("p", "c", "m"),
+                502,
+                Scope::for_status(502, "m"),
+                T0
+            )
             .is_some());
     }
 
@@ -358,26 +379,38 @@ mod tests {
     fn scope_rules_by_status_and_explicit_scope_wins() {
         let s = on();
         let mut l = Lockouts::default();
-        l.on_failure(&s, t("codex", "c1", "gpt-5-codex"), 429, None, T0);
+        l.on_failure(
+            &s,
+            t("codex", "c1", "gpt-5-codex"),
+            429,
+            Scope::for_status(429, "gpt-5-codex"),
+            T0,
+        );
         assert!(l.locked("codex", "c1", "gpt-5-mini", T0).is_some());
         assert!(l.locked("codex", "c2", "gpt-5-mini", T0).is_none());
         assert!(l.locked("codex", "c1", "gpt-4o", T0).is_none());
         let mut l = Lockouts::default();
-        l.on_failure(&s, t("p", "c", "a-1"), 404, None, T0);
+        l.on_failure(
+            &s,
+            t("p", "c", "a-1"),
+            404,
+            Scope::for_status(404, "a-1"),
+            T0,
+        );
         assert!(l.locked("p", "c", "a-1", T0).is_some());
         assert!(l.locked("p", "c", "a-1-b", T0).is_none());
-        let mut l = Lockouts::default();
-        l.on_failure(&s, t("p", "c", "a-1"), 503, None, T0);
-        assert!(l.locked("p", "c", "a-1", T0).is_some());
-        assert!(l.locked("p", "c", "a-1x", T0).is_none());
         let mut l = Lockouts::default();
         l.on_failure(
             &s,
             t("p", "c", "a-1"),
             503,
-            Some(Scope::Family("a-1".into())),
+            Scope::for_status(503, "a-1"),
             T0,
         );
+        assert!(l.locked("p", "c", "a-1", T0).is_some());
+        assert!(l.locked("p", "c", "a-1x", T0).is_none());
+        let mut l = Lockouts::default();
+        l.on_failure(&s, t("p", "c", "a-1"), 503, Scope::Family("a-1".into()), T0);
         assert!(l.locked("p", "c", "a-1-b", T0).is_some());
     }
 
@@ -388,7 +421,9 @@ mod tests {
         let mut got = Vec::new();
         let mut now = T0;
         for _ in 0..6 {
-            let (_, lock) = l.on_failure(&s, t("p", "c", "m"), 503, None, now).unwrap();
+            let (_, lock) = l
+                .on_failure(&s, t("p", "c", "m"), 503, Scope::for_status(503, "m"), now)
+                .unwrap();
             got.push(lock.until - now);
             now = lock.until;
         }
@@ -401,7 +436,7 @@ mod tests {
         // Concurrent failures while locked do not escalate.
         let mut l = Lockouts::default();
         for _ in 0..6 {
-            l.on_failure(&s, t("p", "c", "m"), 503, None, T0);
+            l.on_failure(&s, t("p", "c", "m"), 503, Scope::for_status(503, "m"), T0);
         }
         assert_eq!(l.active(T0).next().map(|(_, x)| x.failures), Some(1));
         let flat = Settings {
@@ -409,10 +444,22 @@ mod tests {
             ..on()
         };
         let mut l = Lockouts::default();
-        l.on_failure(&flat, t("p", "c", "m"), 503, None, T0);
+        l.on_failure(
+            &flat,
+            t("p", "c", "m"),
+            503,
+            Scope::for_status(503, "m"),
+            T0,
+        );
         let later = T0 + 120_000;
         let (_, lock) = l
-            .on_failure(&flat, t("p", "c", "m"), 503, None, later)
+            .on_failure(
+                &flat,
+                t("p", "c", "m"),
+                503,
+                Scope::for_status(503, "m"),
+                later,
+            )
             .unwrap();
         assert_eq!((lock.until - later, lock.failures), (120_000, 2));
     }
@@ -424,7 +471,7 @@ mod tests {
         let mut now = T0;
         for _ in 0..5 {
             now = l
-                .on_failure(&s, t("p", "c", "m"), 503, None, now)
+                .on_failure(&s, t("p", "c", "m"), 503, Scope::for_status(503, "m"), now)
                 .unwrap()
                 .1
                 .until;
@@ -443,8 +490,8 @@ mod tests {
     fn operators_can_clear_locks() {
         let s = on();
         let mut l = Lockouts::default();
-        l.on_failure(&s, t("p", "c", "m"), 503, None, T0);
-        l.on_failure(&s, t("p", "d", "m"), 503, None, T0);
+        l.on_failure(&s, t("p", "c", "m"), 503, Scope::for_status(503, "m"), T0);
+        l.on_failure(&s, t("p", "d", "m"), 503, Scope::for_status(503, "m"), T0);
         assert_eq!(l.clear(|k| k.connection == "c"), 1);
         assert_eq!(l.active(T0).count(), 1);
     }

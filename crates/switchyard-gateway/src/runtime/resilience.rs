@@ -9,8 +9,10 @@ use crate::telemetry::metrics::{BreakerLabels, CooldownLabels, Metrics};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use std::sync::Mutex;
-use switchyard_core::catalog::Connection;
-use switchyard_core::resilience::board::{self, At, Board, Bucket, Cleared, Event, Outcome};
+use switchyard_core::catalog::{Catalog, Connection};
+use switchyard_core::resilience::board::{
+    self, At, Board, Bucket, Cleared, Egress, Event, Outcome,
+};
 use switchyard_core::resilience::breaker;
 use switchyard_core::resilience::cooldown::Health;
 use switchyard_core::resilience::lockout::{Lock, LockKey};
@@ -345,6 +347,23 @@ impl<S: BoardStore> Resilience<S> {
         for (id, error) in self.store.with(|b| b.load(breakers, health)) {
             tracing::warn!(id = %id, error = %error, "Ignoring an unreadable stored breaker or connection health.");
         }
+    }
+
+    /// Restores the connections' last known egress (`(connection, address, seen)`
+    /// rows of the request log) for those `catalog` still has.
+    pub fn load_egress(&self, catalog: &Catalog, rows: Vec<(String, String, u64)>) {
+        let known = rows.into_iter().filter_map(|(id, address, seen)| {
+            let c = catalog.connection(&id)?;
+            let egress = Egress {
+                family: c.family.clone(),
+                address,
+                seen,
+                disable_cooling: c.disable_cooling,
+            };
+            Some((id, egress))
+        });
+        let known: Vec<_> = known.collect();
+        self.store.with(|b| b.load_egress(known));
     }
 
     /// Changed entries since the last call: `(breakers, health)`, each `(id, JSON or

@@ -350,9 +350,28 @@ async fn see_every_egress(h: &Harness, provider: &str, connections: usize) {
     assert_eq!(cleared.status(), 200);
 }
 
+/// `(family, bucketed, connections)` of each egress bucket the API lists.
+async fn buckets(h: &Harness) -> Vec<(Value, Value, Value)> {
+    let view: Value = h.admin_json("/api/resilience").await;
+    view["egressBuckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            let ids: Vec<Value> = b["connections"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["connectionId"].clone())
+                .collect();
+            (b["family"].clone(), b["bucketed"].clone(), json!(ids))
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn an_opencode_429_cools_every_connection_behind_the_same_egress() {
-    let h = Harness::start_with(egress, &[]).await;
+    let mut h = Harness::start_with(egress, &[]).await;
     see_every_egress(&h, "opencode", 3).await;
     see_every_egress(&h, "alpha", 2).await;
     let view: Value = h.admin_json("/api/resilience").await;
