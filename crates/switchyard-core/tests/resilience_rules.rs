@@ -409,6 +409,7 @@ fn agentrouter_model_access_denied_locks_that_model_only_even_with_lockout_off()
         failures: 1,
         until: T0 + MAX_LOCK_MS,
         status: 403,
+        by_rule: true,
     };
     assert_eq!(
         record(&mut board, &a, &v, T0),
@@ -456,6 +457,8 @@ fn full_error_text_is_visible_only_to_allowlisted_and_operator_families() {
     assert_eq!(
         v,
         Verdict {
+            // A rate limit, read as the 429 it is.
+            failure: AttemptFailure::Status(429),
             rule: Some("alpha-busy".into()),
             health: Some(ErrorType::RateLimited),
             lock: family_lock(403),
@@ -503,6 +506,7 @@ fn full_error_text_is_visible_only_to_allowlisted_and_operator_families() {
     assert_eq!(
         v,
         Verdict {
+            failure: AttemptFailure::Status(429),
             rule: Some("ar-busy".into()),
             scope: Some(Scope::Connection),
             health: Some(ErrorType::RateLimited),
@@ -619,6 +623,7 @@ fn a_400_is_the_client_s_unless_a_rule_makes_it_the_account_s() {
             "alpha",
             r#"{"error":{"message":"Your quota gone for today"}}"#,
             Verdict {
+                failure: AttemptFailure::Status(429),
                 rule: Some("x".into()),
                 scope: Some(Scope::Connection),
                 health: Some(ErrorType::RateLimited),

@@ -337,7 +337,8 @@ fn failed_attempt(f: &switchyard_store::FailedAttempt) -> String {
         }
         line.push(')');
     }
-    if let Some(cause) = &f.cause {
+    // The cause, when it says more than the outcome.
+    if let Some(cause) = f.cause.as_ref().filter(|c| **c != f.outcome) {
         line.push_str(&format!(", {cause}"));
     }
     if let Some(rule) = &f.rule {

@@ -247,6 +247,15 @@ async fn error_rules(
     })
 }
 
+/// A rule's duration: whole hours, minutes or seconds.
+fn span(ms: u64) -> String {
+    match ms {
+        ms if ms >= 3_600_000 && ms.is_multiple_of(3_600_000) => format!("{} h", ms / 3_600_000),
+        ms if ms >= 60_000 && ms.is_multiple_of(60_000) => format!("{} min", ms / 60_000),
+        ms => seconds(ms),
+    }
+}
+
 /// A list of strings as one cell, or an em dash.
 fn listed(items: &[String]) -> String {
     if items.is_empty() {
@@ -287,7 +296,7 @@ fn rules_tables(r: &Resilience) -> Markup {
                 text(x.to_status.to_string()),
                 text(listed(&x.text_markers)),
                 text(listed(&x.exclude_markers)),
-                text(x.default_retry_after_ms.map_or("—".to_owned(), seconds)),
+                text(x.default_retry_after_ms.map_or("—".to_owned(), span)),
             ]
         })
         .collect();
@@ -320,7 +329,7 @@ fn rules_tables(r: &Resilience) -> Markup {
                 }),
                 text(x.reason.as_str()),
                 text(x.scope.map_or("—", |s| s.as_str())),
-                text(x.cooldown_ms.map_or("—".to_owned(), seconds)),
+                text(x.cooldown_ms.map_or("—".to_owned(), span)),
             ]
         })
         .collect();

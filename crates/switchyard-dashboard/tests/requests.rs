@@ -375,7 +375,7 @@ async fn a_failed_over_request_shows_why_its_first_attempt_ended() {
     let (_, page) = s.page("/dashboard/requests").await;
     assert_eq!(
         texts(&page, "small.failed-attempt"),
-        ["alpha-1: server_error"]
+        ["alpha-1: server_error (HTTP 500), via 127.0.0.1"]
     );
     let row = table_rows(&page, RESULTS)
         .into_iter()
@@ -383,6 +383,10 @@ async fn a_failed_over_request_shows_why_its_first_attempt_ended() {
         .unwrap();
     assert_eq!(
         (row[5].as_str(), row[6].as_str(), row[10].as_str()),
-        ("beta", "beta-1", "2alpha-1: server_error")
+        (
+            "beta",
+            "beta-1",
+            "2alpha-1: server_error (HTTP 500), via 127.0.0.1"
+        )
     );
 }

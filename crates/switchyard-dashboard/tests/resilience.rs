@@ -25,6 +25,11 @@ const LOCKS: &str = "Model cooldowns (locked models)";
 const OTHERS: &str = "Other resilience settings";
 const LOCKOUT: &str = "form[action='/dashboard/resilience/model-lockout']";
 const COOLDOWN: &str = "form[action='/dashboard/resilience/provider-cooldown']";
+const RULES_FORM: &str = "form[action='/dashboard/resilience/error-rules']";
+const RESTATEMENTS: &str = "Status restatements (applied before classification)";
+const RULES: &str = "Provider error rules (the first that matches decides)";
+const EGRESS: &str =
+    "Egress buckets (last 24 h; a 429 in a bucketed family cools the whole bucket)";
 
 /// The page, checked to carry no credential.
 async fn page(s: &Signed) -> String {
@@ -674,5 +679,128 @@ async fn breaker_and_cooldown_profiles_are_set_on_the_page_and_checked_together(
     assert_eq!(
         api_setting(s, "breaker.apiKey.degradeAt").await,
         (json!(2), json!("database"))
+    );
+}
+
+#[tokio::test]
+async fn error_rules_are_listed_and_edited_and_egress_buckets_shown() {
+    let s = Signed::start().await;
+    let before = page(&s).await;
+    assert_eq!(
+        table_rows(&before, RESTATEMENTS),
+        [[
+            "built-in",
+            "agentrouter-quota-restated",
+            "agentrouter",
+            "400, 403",
+            "429",
+            "用户额度不足, 额度不足",
+            "无权访问模型",
+            "1 min"
+        ]]
+    );
+    let builtin: Vec<Vec<String>> = table_rows(&before, RULES);
+    assert_eq!(
+        builtin.iter().map(|r| r[1].as_str()).collect::<Vec<_>>(),
+        [
+            "agentrouter-model-access-denied",
+            "agentrouter-user-quota-exhausted",
+            "opencode-status-429",
+            "minimax-status-429",
+            "minimax-overloaded"
+        ]
+    );
+    assert_eq!(
+        builtin[0],
+        [
+            "built-in",
+            "agentrouter-model-access-denied",
+            "agentrouter",
+            "400, 403",
+            "text: 无权访问模型",
+            "auth_error",
+            "model",
+            "6 h"
+        ]
+    );
+    assert_eq!(field(&before, RULES_FORM, "rules").as_deref(), Some("[]"));
+    // No attempt yet: no egress known.
+    assert_eq!(
+        table_rows(&before, EGRESS),
+        [["No upstream attempt seen yet."]]
+    );
+
+    // A bad rule: the API's message, nothing changed.
+    let bad =
+        r#"[{"id": "x", "provider": "alpha", "statuses": [302], "reason": "quota_exhausted"}]"#;
+    let message = api_error(
+        &s,
+        json!({"errorRules": {"rules": serde_json::from_str::<Value>(bad).unwrap()}}),
+    )
+    .await;
+    assert!(
+        message.contains("rule `x`: statuses entry 302"),
+        "{message}"
+    );
+    let refused = s
+        .act("/dashboard/resilience/error-rules", &[("rules", bad)])
+        .await;
+    assert_eq!(notice(&refused), failed(&message));
+    let not_json = s
+        .act("/dashboard/resilience/error-rules", &[("rules", "[{")])
+        .await;
+    assert!(
+        notice(&not_json).contains("not a list of error rules"),
+        "{}",
+        notice(&not_json)
+    );
+    s.refused_without_csrf("/dashboard/resilience/error-rules", &[("rules", "[]")])
+        .await;
+    assert_eq!(
+        s.h.admin_json("/api/resilience").await["errorRules"]["rules"],
+        json!([])
+    );
+
+    let rule = r#"[{"id": "alpha-quota-400", "provider": "alpha", "statuses": [400],
+        "textMarkers": ["quota gone"], "reason": "quota_exhausted", "scope": "connection",
+        "cooldownMs": 60000}]"#;
+    let saved = s
+        .act("/dashboard/resilience/error-rules", &[("rules", rule)])
+        .await;
+    assert_eq!(
+        notice(&saved),
+        done("Error rules saved: 0 restatements and 1 rules of the operator's.")
+    );
+    assert_eq!(
+        table_rows(&saved, RULES)[0],
+        [
+            "operator",
+            "alpha-quota-400",
+            "alpha",
+            "400",
+            "text: quota gone",
+            "quota_exhausted",
+            "connection",
+            "1 min"
+        ]
+    );
+    assert_eq!(
+        s.h.admin_json("/api/resilience").await["errorRules"]["rules"],
+        serde_json::from_str::<Value>(rule).unwrap()
+    );
+    // The operator's rule decides the next 400 of alpha: a quota, read as a 429.
+    enable_cooling(&s, "alpha-1", "alpha").await;
+    s.h.rule(
+        json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 400,
+                    "body": {"error": {"message": "quota gone"}}}),
+    )
+    .await;
+    let r = s.h.chat(chat_body("alpha/mock-small", false)).await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(api_state(&s, "alpha-1").await["state"], "cooling");
+    let after = page(&s).await;
+    assert_eq!(
+        table_rows(&after, EGRESS),
+        [["alpha", "127.0.0.1", "no", "alpha-1"]]
     );
 }

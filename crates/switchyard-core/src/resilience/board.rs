@@ -185,9 +185,9 @@ impl Board {
                 worst = Some(e);
             }
         };
-        if let Some((_, l)) = self
-            .lockouts
-            .locked(at.provider, at.connection, at.model, now)
+        if let Some((_, l)) =
+            self.lockouts
+                .locked(&settings.lockout, at.provider, at.connection, at.model, now)
         {
             consider(Reason::ModelLocked {
                 retry_after_ms: l.until.saturating_sub(now),

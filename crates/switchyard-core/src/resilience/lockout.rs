@@ -141,6 +141,9 @@ pub struct Lock {
     pub failures: u32,
     pub until: UnixMillis,
     pub status: u16,
+    /// Set by a provider error rule (SPEC R13): it holds whether lockout is on or not.
+    #[serde(default)]
+    pub by_rule: bool,
 }
 
 /// A model on one connection of a provider.
@@ -186,7 +189,13 @@ impl Lockouts {
         ms: Option<u64>,
         now: UnixMillis,
     ) -> (LockKey, Lock) {
-        self.lock(settings, target, scope, status, ms, now)
+        let (key, lock) = self.lock(settings, target, scope, status, ms, now);
+        let lock = Lock {
+            by_rule: true,
+            ..lock
+        };
+        self.locks.insert(key.clone(), lock);
+        (key, lock)
     }
 
     fn lock(
@@ -217,6 +226,7 @@ impl Lockouts {
             failures,
             until: now.saturating_add(duration),
             status,
+            by_rule: false,
         };
         if !self.locks.contains_key(&key) && self.locks.len() >= MAX_LOCKS {
             if let Some(evict) = self
@@ -245,9 +255,11 @@ impl Lockouts {
         });
     }
 
-    /// The active lock on `model` at `connection`, the one lasting longest.
+    /// The active lock on `model` at `connection`, the one lasting longest; with
+    /// lockout off (`settings.enabled`), only a rule's locks hold.
     pub fn locked(
         &self,
+        settings: &Settings,
         provider: &str,
         connection: &str,
         model: &str,
@@ -257,6 +269,7 @@ impl Lockouts {
             .iter()
             .filter(|(k, l)| {
                 l.until > now
+                    && (settings.enabled || l.by_rule)
                     && k.provider == provider
                     && k.connection == connection
                     && k.scope.covers(model)
@@ -386,9 +399,9 @@ mod tests {
             Scope::for_status(429, "gpt-5-codex"),
             T0,
         );
-        assert!(l.locked("codex", "c1", "gpt-5-mini", T0).is_some());
-        assert!(l.locked("codex", "c2", "gpt-5-mini", T0).is_none());
-        assert!(l.locked("codex", "c1", "gpt-4o", T0).is_none());
+        assert!(l.locked(&on(), "codex", "c1", "gpt-5-mini", T0).is_some());
+        assert!(l.locked(&on(), "codex", "c2", "gpt-5-mini", T0).is_none());
+        assert!(l.locked(&on(), "codex", "c1", "gpt-4o", T0).is_none());
         let mut l = Lockouts::default();
         l.on_failure(
             &s,
@@ -397,8 +410,8 @@ mod tests {
             Scope::for_status(404, "a-1"),
             T0,
         );
-        assert!(l.locked("p", "c", "a-1", T0).is_some());
-        assert!(l.locked("p", "c", "a-1-b", T0).is_none());
+        assert!(l.locked(&on(), "p", "c", "a-1", T0).is_some());
+        assert!(l.locked(&on(), "p", "c", "a-1-b", T0).is_none());
         let mut l = Lockouts::default();
         l.on_failure(
             &s,
@@ -407,11 +420,11 @@ mod tests {
             Scope::for_status(503, "a-1"),
             T0,
         );
-        assert!(l.locked("p", "c", "a-1", T0).is_some());
-        assert!(l.locked("p", "c", "a-1x", T0).is_none());
+        assert!(l.locked(&on(), "p", "c", "a-1", T0).is_some());
+        assert!(l.locked(&on(), "p", "c", "a-1x", T0).is_none());
         let mut l = Lockouts::default();
         l.on_failure(&s, t("p", "c", "a-1"), 503, Scope::Family("a-1".into()), T0);
-        assert!(l.locked("p", "c", "a-1-b", T0).is_some());
+        assert!(l.locked(&on(), "p", "c", "a-1-b", T0).is_some());
     }
 
     #[test]
@@ -431,8 +444,8 @@ mod tests {
             got,
             [120_000, 240_000, 480_000, 960_000, 1_800_000, 1_800_000]
         );
-        assert!(l.locked("p", "c", "m", now - 1).is_some());
-        assert!(l.locked("p", "c", "m", now).is_none());
+        assert!(l.locked(&on(), "p", "c", "m", now - 1).is_some());
+        assert!(l.locked(&on(), "p", "c", "m", now).is_none());
         // Concurrent failures while locked do not escalate.
         let mut l = Lockouts::default();
         for _ in 0..6 {
@@ -494,5 +507,48 @@ mod tests {
         l.on_failure(&s, t("p", "d", "m"), 503, Scope::for_status(503, "m"), T0);
         assert_eq!(l.clear(|k| k.connection == "c"), 1);
         assert_eq!(l.active(T0).count(), 1);
+    }
+
+    #[test]
+    fn only_a_rule_s_lock_holds_while_lockout_is_off() {
+        let mut l = Lockouts::default();
+        let off = Settings::default();
+        l.on_failure(
+            &on(),
+            t("p", "c", "m"),
+            503,
+            Scope::for_status(503, "m"),
+            T0,
+        );
+        let (_, lock) = l.on_rule(
+            &off,
+            t("p", "c", "r"),
+            Scope::Model("r".into()),
+            403,
+            Some(60_000),
+            T0,
+        );
+        assert_eq!(
+            lock,
+            Lock {
+                failures: 1,
+                until: T0 + 60_000,
+                status: 403,
+                by_rule: true
+            }
+        );
+        assert!(l.locked(&on(), "p", "c", "m", T0).is_some());
+        assert!(l.locked(&off, "p", "c", "m", T0).is_none());
+        assert!(l.locked(&off, "p", "c", "r", T0).is_some());
+        // A rule's lock is held to the lockout's longest lock.
+        let (_, long) = l.on_rule(
+            &off,
+            t("p", "c", "x"),
+            Scope::Model("x".into()),
+            403,
+            Some(u64::MAX),
+            T0,
+        );
+        assert_eq!(long.until, T0 + off.max_cooldown_ms);
     }
 }

@@ -501,6 +501,13 @@ fn apply_rule(
     let cause = rule.reason;
     v.rule = Some(rule.id.clone());
     v.cause = cause;
+    // A quota or rate limit, whatever status said it, reads as the 429 it is (retryable,
+    // and waited out as one).
+    if status.is_some_and(|s| s != 429)
+        && matches!(cause, Cause::QuotaExhausted | Cause::RateLimitExceeded)
+    {
+        v.failure = AttemptFailure::Status(429);
+    }
     v.next = cause.next();
     v.breaker = cause.counts_for_provider();
     v.health = cause.health();
