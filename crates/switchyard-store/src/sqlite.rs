@@ -728,18 +728,27 @@ impl Store {
 
 impl Store {
     /// Each connection's newest egress address in the request log since `since_ms`:
-    /// `(connection_id, egress_ip, ts)` (SPEC R14's last known egress). Only the rows
-    /// of the window are read, as in [`Store::log_series`].
+    /// `(connection_id, egress_ip, ts)` (SPEC R14's last known egress), from answering
+    /// and failed attempts alike. Only the rows of the window are read, as in
+    /// [`Store::log_series`].
     pub fn last_egress(&self, since_ms: u64) -> Result<Vec<(String, String, u64)>> {
         let conn = self.lock();
         let mut stmt = conn.prepare_cached(
-            "SELECT connection_id, egress_ip, max(ts)
-             FROM request_log
-             WHERE id > coalesce(
-                 (SELECT id FROM request_log WHERE ts < ?1 ORDER BY id DESC LIMIT 1), 0)
-               AND ts >= ?1 AND connection_id IS NOT NULL AND egress_ip IS NOT NULL
-             GROUP BY connection_id
-             ORDER BY connection_id",
+            "WITH recent AS (
+               SELECT ts, connection_id, egress_ip, failed_attempts FROM request_log
+               WHERE id > coalesce(
+                   (SELECT id FROM request_log WHERE ts < ?1 ORDER BY id DESC LIMIT 1), 0)
+                 AND ts >= ?1),
+             seen AS (
+               SELECT connection_id AS c, egress_ip AS e, ts AS t FROM recent
+               WHERE connection_id IS NOT NULL AND egress_ip IS NOT NULL
+               UNION ALL
+               SELECT json_extract(f.value, '$.connection_id'),
+                      json_extract(f.value, '$.egress_ip'), r.ts
+               FROM recent r, json_each(r.failed_attempts) f
+               WHERE r.failed_attempts IS NOT NULL
+                 AND json_extract(f.value, '$.egress_ip') IS NOT NULL)
+             SELECT c, e, max(t) FROM seen WHERE c IS NOT NULL GROUP BY c ORDER BY c",
         )?;
         let rows = stmt
             .query_map(params![i64_of(since_ms)], |r| {
