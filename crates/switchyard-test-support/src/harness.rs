@@ -275,6 +275,17 @@ impl Harness {
         self.admin_get(path).await.json().await.unwrap()
     }
 
+    /// The newest request-log row (`GET /api/logs`), once `rows` rows are logged.
+    pub async fn newest_log_row(&self, rows: usize) -> Value {
+        let path = format!("/api/logs?limit={rows}");
+        eventually("the request is logged", || async {
+            let logs: Value = self.admin_json(&path).await;
+            logs.as_array().is_some_and(|l| l.len() == rows)
+        })
+        .await;
+        self.admin_json(&path).await[0].clone()
+    }
+
     /// Sends `n` identical chat requests at once as `key`; returns their statuses.
     pub async fn concurrent_statuses(&self, n: usize, key: &str, model: &str) -> Vec<u16> {
         let tasks: Vec<_> = (0..n)

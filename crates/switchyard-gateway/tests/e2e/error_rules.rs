@@ -35,15 +35,20 @@ async fn state_of(h: &Harness, connection: &str) -> Value {
         .unwrap()
 }
 
-/// The newest request-log row, once `rows` are logged.
-async fn newest_row(h: &Harness, rows: usize) -> Value {
-    let path = format!("/api/logs?limit={rows}");
-    eventually("the request is logged", || async {
-        let logs: Value = h.admin_json(&path).await;
-        logs.as_array().is_some_and(|l| l.len() == rows)
-    })
-    .await;
-    h.admin_json(&path).await[0].clone()
+/// Clears every connection's cooldown.
+async fn clear_cooldowns(h: &Harness) {
+    let body = json!({"all": true});
+    let r = h
+        .admin_send(reqwest::Method::POST, "/api/resilience/cooldowns", body)
+        .await;
+    assert_eq!(r.status(), 200);
+}
+
+/// `PATCH /api/resilience` with the operator's error `rules`.
+async fn patch_rules(h: &Harness, rules: Value) -> reqwest::Response {
+    let body = json!({"errorRules": {"rules": rules}});
+    h.admin_send(reqwest::Method::PATCH, "/api/resilience", body)
+        .await
 }
 
 #[tokio::test]
@@ -55,7 +60,7 @@ async fn an_agentrouter_quota_403_is_restated_to_429_and_cools_only_that_connect
         .await;
     let r = h.chat(chat_body("agentrouter/m", false)).await;
     assert_eq!(r.status(), 200);
-    let row = newest_row(&h, 1).await;
+    let row = h.newest_log_row(1).await;
     let (first, answered) = match row["connection_id"].as_str() {
         Some("ar-2") => ("ar-1", "ar-2"),
         _ => ("ar-2", "ar-1"),
@@ -110,7 +115,7 @@ async fn an_agentrouter_model_refusal_locks_that_model_on_that_connection_only()
     // Excluded from the restatement: the client sees the 403 as it is.
     let r = h.chat(chat_body("agentrouter/m", false)).await;
     assert_eq!(r.status(), 403);
-    let refused = newest_row(&h, 1).await["connection_id"]
+    let refused = h.newest_log_row(1).await["connection_id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -153,7 +158,7 @@ async fn an_agentrouter_model_refusal_locks_that_model_on_that_connection_only()
         );
         rows += 2;
         assert_eq!(
-            newest_row(&h, rows).await["connection_id"],
+            h.newest_log_row(rows).await["connection_id"],
             other_connection
         );
     }
@@ -205,14 +210,12 @@ async fn a_context_too_long_moves_on_and_is_the_answer_when_nothing_else_fits() 
 #[tokio::test]
 async fn an_operator_rule_makes_a_400_the_account_s_and_bad_rules_change_nothing() {
     let h = Harness::start_with(agentrouter, &[]).await;
-    let bad = h
-        .admin_send(
-            reqwest::Method::PATCH,
-            "/api/resilience",
-            json!({"errorRules": {"rules": [{"id": "x", "provider": "alpha", "statuses": [302],
-                                             "reason": "quota_exhausted"}]}}),
-        )
-        .await;
+    let bad = patch_rules(
+        &h,
+        json!([{"id": "x", "provider": "alpha", "statuses": [302],
+                                             "reason": "quota_exhausted"}]),
+    )
+    .await;
     let (status, body) = status_and_json(bad).await;
     assert_eq!(status, 400);
     let message = body["error"]["message"].as_str().unwrap();
@@ -226,13 +229,7 @@ async fn an_operator_rule_makes_a_400_the_account_s_and_bad_rules_change_nothing
     let rule = json!({"id": "alpha-quota-400", "provider": "alpha", "statuses": [400],
                       "textMarkers": ["quota gone"], "reason": "quota_exhausted",
                       "scope": "connection", "cooldownMs": 60000});
-    let ok = h
-        .admin_send(
-            reqwest::Method::PATCH,
-            "/api/resilience",
-            json!({"errorRules": {"rules": [rule]}}),
-        )
-        .await;
+    let ok = patch_rules(&h, json!([rule])).await;
     let (status, view) = status_and_json(ok).await;
     assert_eq!(status, 200, "{view}");
     assert_eq!(view["errorRules"]["rules"], json!([rule]));
@@ -247,7 +244,7 @@ async fn an_operator_rule_makes_a_400_the_account_s_and_bad_rules_change_nothing
     // The rule's minute, not the 3 s backoff.
     let left = alpha["remainingMs"].as_u64().unwrap();
     assert!((50_000..=60_000).contains(&left), "{left}");
-    let row = newest_row(&h, 1).await;
+    let row = h.newest_log_row(1).await;
     assert_eq!(row["failed_attempts"][0]["rule"], "alpha-quota-400");
     assert_eq!(row["failed_attempts"][0]["cause"], "quota_exhausted");
 }
@@ -267,13 +264,7 @@ async fn an_operator_rule_matches_a_stream_s_error_event_before_and_after_it_com
     let rule = json!({"id": "alpha-stream-quota", "provider": "alpha", "statuses": [200],
                       "codes": ["insufficient_quota"], "reason": "quota_exhausted",
                       "scope": "connection", "cooldownMs": 120000});
-    let ok = h
-        .admin_send(
-            reqwest::Method::PATCH,
-            "/api/resilience",
-            json!({"errorRules": {"rules": [rule]}}),
-        )
-        .await;
+    let ok = patch_rules(&h, json!([rule])).await;
     assert_eq!(ok.status(), 200);
     h.rule(fault).await;
     let r = h.chat(chat_body("pair", true)).await;
@@ -283,7 +274,7 @@ async fn an_operator_rule_matches_a_stream_s_error_event_before_and_after_it_com
     assert_eq!(alpha["state"], "cooling");
     let left = alpha["remainingMs"].as_u64().unwrap();
     assert!((110_000..=120_000).contains(&left), "{left}");
-    let row = newest_row(&h, 2).await;
+    let row = h.newest_log_row(2).await;
     assert_eq!(
         (
             &row["failed_attempts"][0]["outcome"],
@@ -293,14 +284,7 @@ async fn an_operator_rule_matches_a_stream_s_error_event_before_and_after_it_com
     );
     // After the stream committed, the client gets the error frame, and the rule still
     // cools the account that sent it.
-    let cleared = h
-        .admin_send(
-            reqwest::Method::POST,
-            "/api/resilience/cooldowns",
-            json!({"all": true}),
-        )
-        .await;
-    assert_eq!(cleared.status(), 200);
+    clear_cooldowns(&h).await;
     h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA},
                   "stream_error": {"type": "insufficient_quota", "message": "out of quota"}}))
         .await;
@@ -340,14 +324,7 @@ async fn see_every_egress(h: &Harness, provider: &str, connections: usize) {
             200
         );
     }
-    let cleared = h
-        .admin_send(
-            reqwest::Method::POST,
-            "/api/resilience/cooldowns",
-            json!({"all": true}),
-        )
-        .await;
-    assert_eq!(cleared.status(), 200);
+    clear_cooldowns(h).await;
 }
 
 /// `(family, bucketed, connections)` of each egress bucket the API lists.
@@ -397,7 +374,7 @@ async fn an_opencode_429_cools_every_connection_behind_the_same_egress() {
             .await
             .status();
         assert_eq!(status, if provider == "opencode" { 429 } else { 200 });
-        let first = newest_row(&h, row).await["failed_attempts"][0]["connection_id"].clone();
+        let first = h.newest_log_row(row).await["failed_attempts"][0]["connection_id"].clone();
         limited.push(first.as_str().unwrap().to_owned());
     }
     for c in ["oc-1", "oc-2", "oc-3", limited[1].as_str()] {

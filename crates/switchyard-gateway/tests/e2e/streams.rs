@@ -151,17 +151,6 @@ async fn sent(h: &Harness, format: &str) -> (u64, u64) {
     (n("a"), n("b"))
 }
 
-/// The newest request-log row, once `rows` rows are logged.
-async fn last_row(h: &Harness, rows: usize) -> Value {
-    let path = format!("/api/logs?limit={rows}");
-    eventually("the request is logged", || async {
-        let logs: Value = h.admin_json(&path).await;
-        logs.as_array().is_some_and(|l| l.len() == rows)
-    })
-    .await;
-    h.admin_json(&path).await[0].clone()
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_stream_that_never_answers_fails_over_at_its_first_output_budget_with_nothing_sent() {
     let h = Harness::start_paused(pairs, &[]).await;
@@ -190,7 +179,7 @@ async fn a_stream_that_never_answers_fails_over_at_its_first_output_budget_with_
                 );
                 assert_eq!(sent(&h, upstream).await, (1, 1), "{what}");
                 rows += 1;
-                let row = last_row(&h, rows).await;
+                let row = h.newest_log_row(rows).await;
                 assert_eq!(
                     (
                         row["status"].as_u64(),
@@ -251,7 +240,7 @@ async fn a_stream_that_stalls_after_answering_ends_with_its_formats_terminal_fra
             // Committed: no replay on the second provider.
             assert_eq!(sent(&h, upstream).await, (1, 0), "{what}");
             rows += 1;
-            let row = last_row(&h, rows).await;
+            let row = h.newest_log_row(rows).await;
             assert_eq!(
                 (
                     row["status"].as_u64(),
@@ -330,7 +319,7 @@ async fn a_crawl_is_retried_once_on_the_same_account_before_it_commits_and_cut_a
             assert_eq!(started.elapsed(), Duration::from_millis(2_000), "{what}");
             assert_eq!(sent(&h, upstream).await, (2, 0), "{what}");
             rows += 1;
-            let row = last_row(&h, rows).await;
+            let row = h.newest_log_row(rows).await;
             assert_eq!(row["attempts"], 2, "{what}: {row}");
             assert_eq!(
                 row["failed_attempts"],
@@ -349,7 +338,7 @@ async fn a_crawl_is_retried_once_on_the_same_account_before_it_commits_and_cut_a
             assert_eq!(started.elapsed(), Duration::from_millis(2_000), "{what}");
             assert_eq!(sent(&h, upstream).await, (1, 0), "{what}");
             rows += 1;
-            let row = last_row(&h, rows).await;
+            let row = h.newest_log_row(rows).await;
             assert_eq!(
                 row["error_code"], "upstream_throughput_low",
                 "{what}: {row}"
@@ -405,7 +394,7 @@ async fn a_turn_that_only_reasons_is_still_empty_and_is_cut_when_its_reasoning_s
             // The reasoning reached the client: committed, so not replayed elsewhere.
             assert_eq!(sent(&h, upstream).await, (1, 0), "{what}");
             rows += 1;
-            let row = last_row(&h, rows).await;
+            let row = h.newest_log_row(rows).await;
             assert_eq!(
                 row["error_code"], "upstream_first_output_timeout",
                 "{what}: {row}"
@@ -510,7 +499,7 @@ async fn every_stream_settles_its_quota_once_however_its_attempts_ended() {
         fault_once(&h, credential, fault).await;
         let (status, _) = stream(&h, "chat", "pair-openai").await;
         assert_eq!(status, 200, "{fault}");
-        last_row(&h, i + 1).await;
+        h.newest_log_row(i + 1).await;
     }
     eventually("every request is settled", || async {
         let usage: Value = h.admin_json("/api/quota/pools/team/usage").await;
