@@ -16,9 +16,10 @@
 //! - A non-retryable upstream answer (401, 403, 400 …) is returned as it is at once —
 //!   unless a deferred candidate is still queued: then it is parked, the round goes on
 //!   (saturated candidates included), and it is returned when nothing better answers.
-//! - An answer that another candidate may not repeat ([`Report::Advance`], a context too
-//!   long for one model's window) goes on to the next candidate; the first such answer
-//!   is returned when nothing better answers.
+//! - An answer that another target may not repeat ([`Report::Advance`], a context too
+//!   long for one model's window) goes on to the next candidate with another window,
+//!   passing over the same model's other accounts; the first such answer is returned
+//!   when nothing better answers.
 //! - An attempt that may be repeated on the same account ([`Report::RetrySame`], a stream
 //!   abandoned before anything reached the client, SPEC R12) is tried again at once, once;
 //!   a second such report counts as its failure.
@@ -100,10 +101,11 @@ pub enum Report<B, P, F> {
     },
     /// The upstream answered with an error that is the client's to see.
     Rejected(P),
-    /// The upstream refused the request in a way another candidate may not (a context
-    /// too long for this model's window): the next candidate is tried, and the client
-    /// sees this answer if none answers.
-    Advance(P),
+    /// The upstream refused the request in a way another target may not (a context too
+    /// long for this model's window): the candidates with the same window (`same`, plan
+    /// indices: the provider's other accounts of the model) are passed over, the next
+    /// other one is tried, and the client sees this answer if none answers.
+    Advance { answer: P, same: Vec<usize> },
     /// The upstream failed before anything reached the client in a way the same account
     /// may not repeat (a crawling stream, SPEC R12): try it once more, then go on.
     RetrySame { failure: AttemptFailure, detail: F },
@@ -290,8 +292,10 @@ impl<B, P, F> Dispatch<B, P, F> {
                 round.parked = Some(answer);
             }
             Report::Rejected(answer) => round.rejected = Some(answer),
-            Report::Advance(answer) => {
+            Report::Advance { answer, same } => {
                 round.parked.get_or_insert(answer);
+                round.queue.retain(|e| !same.contains(&e.candidate));
+                round.saturated.retain(|c| !same.contains(c));
             }
             Report::RetrySame { failure, detail } => {
                 round.last = Some((failure, false, detail));
@@ -745,15 +749,21 @@ mod tests {
     }
 
     #[test]
-    fn an_advancing_answer_tries_the_rest_and_is_returned_when_nothing_answers() {
-        // c0 cannot take the context: c1 and c2 are tried; c1's 503 does not win over
-        // the client's answer.
-        let mut d = direct(3);
+    fn an_advancing_answer_passes_over_its_model_and_is_returned_when_nothing_answers() {
+        // c0 and c2 serve the same model: c0 cannot take the context, so c2 is passed
+        // over; c1 and c3 are tried, and c3's 503 does not win over the client's answer.
+        let mut d = direct(4);
         assert_eq!(d.step(), try_now(0, true));
-        d.report(Report::Advance("400 too long"));
+        d.report(Report::Advance {
+            answer: "400 too long",
+            same: vec![0, 2],
+        });
         assert_eq!(d.step(), try_now(1, true));
-        d.report(Report::Advance("400 too long again"));
-        assert_eq!(d.step(), try_now(2, false));
+        d.report(Report::Advance {
+            answer: "400 too long again",
+            same: vec![1],
+        });
+        assert_eq!(d.step(), try_now(3, false));
         d.report(failed(AttemptFailure::Status(503), false, "down"));
         assert_eq!(d.step(), Step::Done(End::Answer("400 too long")));
     }

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
 use switchyard_gateway::services::resilience::{
-    ClearResult, ClearTarget, ConnectionState, ModelLockView, ResilienceView,
+    ClearResult, ClearTarget, ConnectionState, EgressBucketView, ErrorRulesView, ModelLockView,
+    ResilienceView,
 };
 use switchyard_gateway::services::settings::SettingView;
 use switchyard_gateway::services::system::BreakerView;
@@ -64,6 +65,10 @@ pub struct Resilience {
     pub connections: Vec<ConnectionState>,
     pub locks: Vec<ModelLockView>,
     pub settings: ResilienceView,
+    /// The error rules in force (SPEC R13).
+    pub rules: ErrorRulesView,
+    /// The egress buckets (SPEC R14).
+    pub egress: Vec<EgressBucketView>,
     /// The [`OTHER_SETTINGS`], as the settings page lists them.
     pub others: Vec<SettingView>,
 }
@@ -79,6 +84,8 @@ async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Respons
                 connections: services::resilience::cooldowns(app, None),
                 locks: services::resilience::model_locks(app),
                 settings: services::resilience::get_settings(app),
+                rules: services::resilience::error_rules(app),
+                egress: services::resilience::egress_buckets(app),
                 others: services::settings::list(app)
                     .into_iter()
                     .filter(|s| OTHER_SETTINGS.iter().any(|p| s.key.starts_with(p)))
@@ -281,7 +288,7 @@ fn statuses(items: &[u16]) -> String {
 /// The restatements and classification rules in force, the operator's first, with the
 /// allow-lists (SPEC R13).
 fn rules_tables(r: &Resilience) -> Markup {
-    let e = &r.settings.error_rules;
+    let e = &r.rules;
     let restated: Vec<Vec<Markup>> = e
         .restatements
         .iter()
@@ -356,7 +363,7 @@ fn rules_tables(r: &Resilience) -> Markup {
 
 /// The operator's error rules as an editable form: two JSON lists.
 fn rules_form(r: &Resilience, csrf: &str) -> Markup {
-    let e = &r.settings.error_rules;
+    let e = &r.rules;
     let pretty = |v: Value| serde_json::to_string_pretty(&v).unwrap_or_default();
     let restatements = pretty(serde_json::to_value(&e.restatements).unwrap_or_default());
     let rules = pretty(serde_json::to_value(&e.rules).unwrap_or_default());
@@ -378,8 +385,7 @@ fn rules_form(r: &Resilience, csrf: &str) -> Markup {
 /// The egress buckets (SPEC R14): connections by the address they last went out from.
 fn egress(r: &Resilience) -> Markup {
     let rows: Vec<Vec<Markup>> = r
-        .settings
-        .egress_buckets
+        .egress
         .iter()
         .map(|b| {
             let connections: Vec<String> = b

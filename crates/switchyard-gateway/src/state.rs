@@ -113,8 +113,13 @@ impl AppState {
         let since = clock
             .now_ms()
             .saturating_sub(switchyard_core::resilience::rules::EGRESS_WINDOW_MS);
-        let egress = blocking(&store, move |s| s.last_egress(since)).await?;
-        resilience.load_egress(&snapshot.catalog, egress);
+        // Best effort: without it, buckets fill again as attempts are made.
+        match blocking(&store, move |s| s.last_egress(since)).await {
+            Ok(egress) => resilience.load_egress(&snapshot.catalog, egress),
+            Err(e) => {
+                tracing::warn!(error = %e, "Could not read the connections' last egress from the request log; egress buckets start empty.")
+            }
+        }
         let gates = Gates::new(metrics.gates.clone());
         let hour_ago = clock.now_ms().saturating_sub(MINUTES_KEPT * MINUTE_MS);
         let recent = blocking(&store, move |s| s.log_series(hour_ago, MINUTE_MS)).await?;
@@ -181,10 +186,7 @@ impl AppState {
         runtime
             .gates
             .retain(|id| live.catalog.connection(id).is_some());
-        runtime.resilience.prune(
-            |p| live.catalog.provider(p).is_some(),
-            |c| live.catalog.connection(c).is_some(),
-        );
+        runtime.resilience.prune(&live.catalog);
         runtime.walls.retain(|id, account| {
             live.catalog.connection(id).is_some_and(|c| {
                 live.upstreams

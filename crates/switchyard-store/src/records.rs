@@ -185,7 +185,8 @@ pub struct LogRow {
     pub failed_attempts: Vec<FailedAttempt>,
 }
 
-/// An attempt of a logged request that did not answer, with its verdict (SPEC R13):
+/// An attempt of a logged request that did not answer, or answered with an error the
+/// client was given, with its verdict (SPEC R13):
 /// why it ended and what the gateway made of it. Rows written before the verdict was
 /// logged carry only the first four fields.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

@@ -745,9 +745,9 @@ impl Store {
                UNION ALL
                SELECT json_extract(f.value, '$.connection_id'),
                       json_extract(f.value, '$.egress_ip'), r.ts
-               FROM recent r, json_each(r.failed_attempts) f
-               WHERE r.failed_attempts IS NOT NULL
-                 AND json_extract(f.value, '$.egress_ip') IS NOT NULL)
+               FROM recent r, json_each(CASE WHEN json_valid(r.failed_attempts)
+                                             THEN r.failed_attempts ELSE '[]' END) f
+               WHERE json_extract(f.value, '$.egress_ip') IS NOT NULL)
              SELECT c, e, max(t) FROM seen WHERE c IS NOT NULL GROUP BY c ORDER BY c",
         )?;
         let rows = stmt
@@ -1809,6 +1809,49 @@ mod tests {
             row(0, "alpha", "k1", 1, 0, 59_000)
         );
         assert_eq!(s.log_series(200_000, 60_000).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn the_last_egress_of_each_connection_comes_from_answering_and_failed_attempts() {
+        let s = Store::open_in_memory().unwrap();
+        let via = |ts, provider: &str, egress: Option<&str>, failed: Vec<FailedAttempt>| LogRow {
+            egress_ip: egress.map(str::to_owned),
+            failed_attempts: failed,
+            ..logged(ts, "k1", provider, "m", 200)
+        };
+        let failed_on = |connection: &str, egress: Option<&str>| FailedAttempt {
+            provider: "alpha".into(),
+            connection_id: connection.into(),
+            model: "m".into(),
+            outcome: "server_error".into(),
+            egress_ip: egress.map(str::to_owned),
+            ..FailedAttempt::default()
+        };
+        s.insert_log_batch(&[
+            // Before the window: not read.
+            via(1_000, "gamma", Some("10.0.0.9"), vec![]),
+            via(5_000, "alpha", Some("10.0.0.1"), vec![]),
+            // A newer address for alpha-1, and beta-1 seen only on a failed attempt.
+            via(
+                6_000,
+                "alpha",
+                Some("10.0.0.2"),
+                vec![
+                    failed_on("beta-1", Some("10.0.0.3")),
+                    failed_on("delta-1", None),
+                ],
+            ),
+            via(7_000, "epsilon", None, vec![]),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.last_egress(2_000).unwrap(),
+            vec![
+                ("alpha-1".to_owned(), "10.0.0.2".to_owned(), 6_000),
+                ("beta-1".to_owned(), "10.0.0.3".to_owned(), 6_000),
+            ]
+        );
+        assert_eq!(s.last_egress(8_000).unwrap(), vec![]);
     }
 
     #[test]

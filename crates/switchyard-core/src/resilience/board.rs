@@ -142,8 +142,10 @@ pub type Changes = Vec<(String, Option<String>)>;
 pub struct Board {
     breakers: HashMap<String, Breaker>,
     health: HashMap<String, Health>,
-    /// Provider time-window gates (SPEC R2) and rule cooldowns.
+    /// Provider time-window gates (SPEC R2).
     gates: HashMap<String, provider_cooldown::Gate>,
+    /// Provider-wide cooldowns set by a rule (SPEC R13): provider → until.
+    provider_holds: HashMap<String, UnixMillis>,
     lockouts: Lockouts,
     /// Targets in slow start (`provider:<id>`, `connection:<id>`) → recovered at.
     /// Entries leave once the share is full.
@@ -194,11 +196,13 @@ impl Board {
                 status: l.status,
             });
         }
-        if let Some(until) = self
+        let gate = self
             .gates
             .get(at.provider)
-            .and_then(|g| g.cooled_until(now))
-        {
+            .filter(|_| settings.provider_cooldown_enabled)
+            .and_then(|g| g.cooled_until(now));
+        let held = self.provider_holds.get(at.provider).filter(|t| **t > now);
+        if let Some(until) = gate.max(held.copied()) {
             consider(Reason::ProviderCooling {
                 retry_after_ms: until.saturating_sub(now),
             });
@@ -410,8 +414,13 @@ impl Board {
         }
         if let Some(ms) = v.provider_cooldown_ms {
             let until = now.saturating_add(ms);
-            let gate = self.gates.entry(at.provider.to_owned()).or_default();
-            if let Some(until) = gate.cool_until(until, now) {
+            let held = self
+                .provider_holds
+                .entry(at.provider.to_owned())
+                .or_default();
+            // Never shortened by a later, shorter one.
+            if until > *held {
+                *held = until;
                 events.push(Event::ProviderCooled {
                     provider: at.provider.to_owned(),
                     until,
@@ -459,9 +468,10 @@ impl Board {
         if at.disable_cooling {
             return;
         }
+        // The upstream's own word on when to come back wins over a rule's duration.
         let reset_at = v
             .retry_at
-            .max(v.cooldown_ms.map(|ms| now.saturating_add(ms)));
+            .or_else(|| v.cooldown_ms.map(|ms| now.saturating_add(ms)));
         let failure = Failure {
             error_type,
             status: v.failure.status(),
@@ -561,6 +571,8 @@ impl Board {
             self.dirty_breakers.insert(id.clone());
         }
         self.gates.retain(|p, _| provider.is_some_and(|x| x != p));
+        self.provider_holds
+            .retain(|p, _| provider.is_some_and(|x| x != p));
         self.warming.retain(|k, _| {
             provider.is_some_and(|x| k.strip_prefix("provider:") != Some(x))
                 && (provider.is_some() || !k.starts_with("provider:"))
@@ -666,13 +678,16 @@ impl Board {
         }
     }
 
-    /// Drops state of providers and connections that no longer exist; their rows go
-    /// too, so a connection re-created under the same id starts clean.
+    /// Drops state of providers and connections that no longer exist (their rows go
+    /// too, so a connection re-created under the same id starts clean), and brings the
+    /// egress entries of the others up to date: `connection` gives a connection's
+    /// family and `disable_cooling`, `None` when it is gone.
     pub fn prune(
         &mut self,
         provider_exists: impl Fn(&str) -> bool,
-        connection_exists: impl Fn(&str) -> bool,
+        connection: impl Fn(&str) -> Option<(String, bool)>,
     ) {
+        let connection_exists = |c: &str| connection(c).is_some();
         let dirty = &mut self.dirty_breakers;
         self.breakers.retain(|p, _| {
             let keep = provider_exists(p);
@@ -690,8 +705,16 @@ impl Board {
             keep
         });
         self.gates.retain(|p, _| provider_exists(p));
+        self.provider_holds.retain(|p, _| provider_exists(p));
         self.tickets.retain(|c, _| connection_exists(c));
-        self.egress.retain(|c, _| connection_exists(c));
+        self.egress.retain(|c, e| match connection(c) {
+            Some((family, disable_cooling)) => {
+                e.disable_cooling = disable_cooling;
+                // A provider that changed family starts its bucket over.
+                e.family == family
+            }
+            None => false,
+        });
     }
 
     /// Marks entries whose write failed for writing again.
@@ -757,5 +780,169 @@ impl Board {
             })
             .collect();
         (b, h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resilience::rules::Rules;
+    use crate::resilience::verdict::{self, Answer, Subject};
+    use crate::settings::{resolve, Layers};
+
+    const T0: u64 = 1_800_000_000_000;
+
+    fn place<'a>(connection: &'a str, family: &'a str) -> At<'a> {
+        At {
+            provider: family,
+            connection,
+            model: "m",
+            auth_class: AuthClass::Apikey,
+            disable_cooling: false,
+            family,
+        }
+    }
+
+    fn settings() -> ResilienceSettings {
+        resolve(&Layers::default()).unwrap().settings.resilience
+    }
+
+    /// The verdict of `status` answered by `family` with `headers`.
+    fn judged(family: &str, status: u16, headers: &[(&str, &str)]) -> Verdict {
+        let subject = Subject { family, model: "m" };
+        let answer = Answer::Status {
+            status,
+            headers,
+            body: "",
+        };
+        verdict::judge(&Rules::default(), subject, answer, T0)
+    }
+
+    #[test]
+    fn a_rule_s_provider_cooldown_holds_whatever_the_time_window_gate_setting() {
+        let s = settings();
+        assert!(!s.provider_cooldown_enabled);
+        let mut b = Board::default();
+        let mm = place("mm-1", "minimax");
+        // minimax's built-in 529 rule names a provider scope, which only an operator
+        // rule (or the allow-list) makes it act on: here it is informational.
+        let v = judged("minimax", 529, &[]);
+        assert_eq!(v.provider_cooldown_ms, None);
+        let v = Verdict {
+            provider_cooldown_ms: Some(30_000),
+            ..v
+        };
+        b.record(&mm, Outcome::Failed(&v), false, &s, T0);
+        let other = place("mm-2", "minimax");
+        assert_eq!(
+            b.admit(&other, &s, false, 0, T0 + 1),
+            Err(Reason::ProviderCooling {
+                retry_after_ms: 29_999
+            })
+        );
+        // A shorter one later does not shorten it.
+        let shorter = Verdict {
+            provider_cooldown_ms: Some(1_000),
+            ..v.clone()
+        };
+        assert_eq!(
+            b.record(&mm, Outcome::Failed(&shorter), false, &s, T0 + 2)
+                .iter()
+                .filter(|e| matches!(e, Event::ProviderCooled { .. }))
+                .count(),
+            0
+        );
+        assert_eq!(b.admit(&other, &s, false, 0, T0 + 30_000), Ok(Cleared::Go));
+    }
+
+    #[test]
+    fn an_operator_s_opt_out_reaches_the_egress_bucket_without_a_new_attempt() {
+        let s = settings();
+        let mut b = Board::default();
+        for c in ["oc-1", "oc-2"] {
+            b.note_egress(&place(c, "opencode"), "10.0.0.1", T0);
+        }
+        // oc-2 is opted out of cooling by a configuration change, before it is used.
+        b.prune(|_| true, |c| Some(("opencode".into(), c == "oc-2")));
+        let v = judged("opencode", 429, &[("retry-after", "60")]);
+        assert!(v.egress);
+        let events = b.record(
+            &place("oc-1", "opencode"),
+            Outcome::Failed(&v),
+            false,
+            &s,
+            T0,
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, Event::EgressCooled { .. })),
+            "{events:?}"
+        );
+        assert_eq!(
+            b.admit(&place("oc-2", "opencode"), &s, false, 0, T0),
+            Ok(Cleared::Go)
+        );
+        // A connection gone from the configuration leaves its bucket.
+        b.prune(
+            |_| true,
+            |c| (c == "oc-1").then(|| ("opencode".into(), false)),
+        );
+        assert_eq!(
+            b.egress_buckets(T0),
+            vec![Bucket {
+                family: "opencode".into(),
+                address: "10.0.0.1".into(),
+                connections: vec![("oc-1".into(), T0)],
+            }]
+        );
+    }
+
+    #[test]
+    fn a_monthly_quota_cools_the_whole_bucket_for_an_hour_unless_the_upstream_says() {
+        let s = settings();
+        let mut b = Board::default();
+        for c in ["oc-1", "oc-2"] {
+            b.note_egress(&place(c, "opencode"), "10.0.0.1", T0);
+        }
+        let subject = Subject {
+            family: "opencode",
+            model: "m",
+        };
+        let answer = Answer::Status {
+            status: 429,
+            headers: &[],
+            body: r#"{"error":{"message":"Monthly usage limit reached"}}"#,
+        };
+        let v = verdict::judge(&Rules::default(), subject, answer, T0);
+        assert_eq!(
+            (v.cause, v.rule.as_deref(), v.cooldown_ms, v.egress, &v.lock),
+            (Cause::QuotaExhausted, None, Some(3_600_000), true, &None)
+        );
+        b.record(
+            &place("oc-1", "opencode"),
+            Outcome::Failed(&v),
+            false,
+            &s,
+            T0,
+        );
+        let until = T0 + 3_600_000;
+        for c in ["oc-1", "oc-2"] {
+            assert_eq!(b.health_of(c).rate_limited_until, Some(until), "{c}");
+        }
+        // An announced reset wins over the hour.
+        let mut b = Board::default();
+        let announced = Verdict {
+            retry_at: Some(T0 + 60_000),
+            ..v
+        };
+        b.record(
+            &place("oc-1", "opencode"),
+            Outcome::Failed(&announced),
+            false,
+            &s,
+            T0,
+        );
+        assert_eq!(b.health_of("oc-1").rate_limited_until, Some(T0 + 60_000));
     }
 }

@@ -20,6 +20,11 @@ use std::collections::HashMap;
 /// distinct model names cannot grow the table without bound.
 pub const MAX_LOCKS: usize = 10_000;
 
+/// Most locks kept per connection: a provider that passes any model name through can be
+/// asked for names without end, and one connection's locks must not push out the
+/// others'.
+pub const MAX_LOCKS_PER_CONNECTION: usize = 100;
+
 /// Lockout settings (SPEC R5 defaults).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -228,14 +233,21 @@ impl Lockouts {
             status,
             by_rule: false,
         };
-        if !self.locks.contains_key(&key) && self.locks.len() >= MAX_LOCKS {
-            if let Some(evict) = self
-                .locks
-                .iter()
-                .min_by_key(|(_, l)| l.until)
-                .map(|(k, _)| k.clone())
-            {
-                self.locks.remove(&evict);
+        if !self.locks.contains_key(&key) {
+            let same = |k: &LockKey| k.provider == key.provider && k.connection == key.connection;
+            let full_here =
+                self.locks.keys().filter(|k| same(k)).count() >= MAX_LOCKS_PER_CONNECTION;
+            if full_here || self.locks.len() >= MAX_LOCKS {
+                // The lock ending soonest goes: this connection's when it has its fill.
+                if let Some(evict) = self
+                    .locks
+                    .iter()
+                    .filter(|(k, _)| !full_here || same(k))
+                    .min_by_key(|(_, l)| l.until)
+                    .map(|(k, _)| k.clone())
+                {
+                    self.locks.remove(&evict);
+                }
             }
         }
         self.locks.insert(key.clone(), lock);
@@ -550,5 +562,38 @@ mod tests {
             T0,
         );
         assert_eq!(long.until, T0 + off.max_cooldown_ms);
+    }
+
+    #[test]
+    fn one_connection_keeps_at_most_its_share_of_locks() {
+        let mut l = Lockouts::default();
+        let s = on();
+        // Another connection's lock, set first (ending soonest).
+        l.on_rule(
+            &s,
+            t("p", "other", "x"),
+            Scope::Model("x".into()),
+            403,
+            Some(1_000),
+            T0,
+        );
+        for i in 0..=MAX_LOCKS_PER_CONNECTION {
+            let model = format!("m{i}");
+            let ms = 60_000 + u64::try_from(i).unwrap();
+            l.on_rule(
+                &s,
+                t("p", "c", &model),
+                Scope::Model(model.clone()),
+                403,
+                Some(ms),
+                T0,
+            );
+        }
+        let here = l.active(T0).filter(|(k, _)| k.connection == "c").count();
+        assert_eq!(here, MAX_LOCKS_PER_CONNECTION);
+        // The one that went is this connection's soonest; the other connection's stays.
+        assert!(l.locked(&s, "p", "c", "m0", T0).is_none());
+        assert!(l.locked(&s, "p", "c", "m1", T0).is_some());
+        assert!(l.locked(&s, "p", "other", "x", T0).is_some());
     }
 }

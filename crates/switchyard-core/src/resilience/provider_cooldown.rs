@@ -76,16 +76,6 @@ impl Gate {
         Some(until)
     }
 
-    /// A rule's provider-wide cooldown (SPEC R13): cooled until `until`, unless already
-    /// cooled for longer. Returns the end when it changed.
-    pub fn cool_until(&mut self, until: UnixMillis, now: UnixMillis) -> Option<UnixMillis> {
-        if until <= now || self.cooled_until.is_some_and(|t| t >= until) {
-            return None;
-        }
-        self.cooled_until = Some(until);
-        Some(until)
-    }
-
     /// One success clears the window (a running cooldown runs out on its own).
     pub fn on_success(&mut self) {
         self.failures.clear();

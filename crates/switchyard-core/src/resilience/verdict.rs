@@ -224,8 +224,15 @@ const CONTEXT_MARKERS: &[&str] = &[
     "maximum context length",
     "context window",
     "prompt is too long",
-    "too many tokens",
 ];
+
+/// Generic markers of a subscription's monthly quota used up (on a 429): a quota that
+/// comes back, but not in seconds.
+const MONTHLY_QUOTA_MARKERS: &[&str] = &["monthly usage limit", "monthly limit reached"];
+
+/// How long a used-up monthly quota cools its account when the upstream does not say
+/// (the seed's subscription-quota fallback).
+pub const MONTHLY_QUOTA_COOLDOWN_MS: u64 = 3_600_000;
 
 /// Whether `text` contains any marker, ASCII case-insensitively.
 fn contains_any(text: &str, markers: &[impl AsRef<str>]) -> bool {
@@ -292,6 +299,7 @@ fn generic_cause(status: u16, body: &str) -> Cause {
     match status {
         402 => Cause::CreditsExhausted,
         429 if contains_any(body, CREDIT_MARKERS) => Cause::CreditsExhausted,
+        429 if contains_any(body, MONTHLY_QUOTA_MARKERS) => Cause::QuotaExhausted,
         429 => Cause::RateLimitExceeded,
         401 => Cause::AuthError,
         403 => Cause::Forbidden,
@@ -437,6 +445,9 @@ fn judge_status(
         Some(upstream),
         generic_cause(status, body),
     );
+    if v.cause == Cause::QuotaExhausted {
+        v.cooldown_ms = Some(MONTHLY_QUOTA_COOLDOWN_MS);
+    }
     v.restated_by = restatement.map(|r| r.id.clone());
     v.client_retry_after_ms = restatement.and_then(|r| r.default_retry_after_ms);
     if restatement.is_none() {
@@ -461,7 +472,14 @@ fn judge_status(
             .filter(|(n, _)| cooldown::may_announce_reset(&n.to_ascii_lowercase()))
             .copied()
             .collect();
-        cooldown::announced_reset(&pairs, body, now)
+        // Reset text counts in a rate limit's body, or a refusal's; a server error's
+        // body says nothing about the account's window.
+        let text = if status == 429 || !is_retryable_status(status) {
+            body
+        } else {
+            ""
+        };
+        cooldown::announced_reset(&pairs, text, now)
     };
     let codes = error_codes(body);
     let text = if rules.full_text(family) { body } else { "" };
@@ -474,7 +492,10 @@ fn judge_status(
     // What the body itself says (credits gone, context too long) is more specific than
     // a rule on the status alone.
     let said_by_body = restatement.is_none()
-        && matches!(v.cause, Cause::CreditsExhausted | Cause::ContextOverflow)
+        && matches!(
+            v.cause,
+            Cause::CreditsExhausted | Cause::ContextOverflow | Cause::QuotaExhausted
+        )
         && status != 402;
     if let Some(rule) = rules.rules.iter().find(|r| {
         r.provider.eq_ignore_ascii_case(family)
@@ -486,6 +507,10 @@ fn judge_status(
     v.egress = status == 429
         && matches!(v.cause, Cause::RateLimitExceeded | Cause::QuotaExhausted)
         && EGRESS_BUCKETED_FAMILIES.contains(&family);
+    if v.egress {
+        // The address is what ran out: the connection is the unit, not a model.
+        v.lock = None;
+    }
     v
 }
 
@@ -519,8 +544,15 @@ fn apply_rule(
     };
     match scope {
         Scope::Model => {
+            // The status the lock is remembered by: a quota's 429 (waited out as one),
+            // else the status as read.
+            let lock_status = if matches!(cause, Cause::QuotaExhausted | Cause::RateLimitExceeded) {
+                429
+            } else {
+                v.failure.status().unwrap_or(502)
+            };
             v.lock = Some(LockHit {
-                status: status.unwrap_or(200),
+                status: lock_status,
                 scope: lockout::Scope::Model(subject.model.to_owned()),
                 forced: true,
             });

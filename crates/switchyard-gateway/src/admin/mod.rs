@@ -74,4 +74,6 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
             resilience::get_settings,
             resilience::patch_settings
         ))
+        .routes(routes!(resilience::list_error_rules))
+        .routes(routes!(resilience::list_egress))
 }

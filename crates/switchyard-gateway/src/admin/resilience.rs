@@ -5,8 +5,8 @@
 
 use crate::error::{ApiError, ApiJson, ApiQuery};
 use crate::services::resilience::{
-    self as svc, ClearResult, ClearTarget, ConnectionState, ModelLockView, ReEnableResult,
-    ResetResult, ResilienceView,
+    self as svc, ClearResult, ClearTarget, ConnectionState, EgressBucketView, ErrorRulesView,
+    ModelLockView, ReEnableResult, ResetResult, ResilienceView,
 };
 use crate::state::AppState;
 use axum::extract::State;
@@ -112,6 +112,18 @@ pub async fn re_enable_model(
         &body.connection,
         &body.model,
     ))
+}
+
+#[utoipa::path(get, path = "/api/resilience/error-rules", tag = "resilience",
+    responses((status = 200, body = ErrorRulesView)), security(("bearer" = [])))]
+pub async fn list_error_rules(State(state): State<Arc<AppState>>) -> Json<ErrorRulesView> {
+    Json(svc::error_rules(&state))
+}
+
+#[utoipa::path(get, path = "/api/resilience/egress", tag = "resilience",
+    responses((status = 200, body = Vec<EgressBucketView>)), security(("bearer" = [])))]
+pub async fn list_egress(State(state): State<Arc<AppState>>) -> Json<Vec<EgressBucketView>> {
+    Json(svc::egress_buckets(&state))
 }
 
 #[utoipa::path(get, path = "/api/resilience", tag = "resilience",

@@ -21,7 +21,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use std::time::Duration;
 use switchyard_core::format::{translate, Format};
-use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::outcome::{is_retryable_status, AttemptFailure};
 use switchyard_core::redact::{self, Secrets, StreamScrubber};
 use switchyard_core::resilience::rules::Rules;
 use switchyard_core::resilience::verdict::{self, Answer, Subject, Verdict};
@@ -276,20 +276,26 @@ async fn whole(
     Ok(out)
 }
 
-/// An upstream refusal, read (bounded, redacted) for the verdict and, if it is the
-/// client's to see, for the client.
+/// How long a retryable refusal's body is waited for: it comes with the headers, and
+/// failing over must not wait for a body that trickles.
+const RETRYABLE_BODY_WAIT: Duration = Duration::from_secs(1);
+
+/// An upstream refusal, read (bounded, redacted) for the verdict and, if it may be the
+/// client's to see, for the client: a retryable one's first [`BODY_HINT_BYTES`] within
+/// [`RETRYABLE_BODY_WAIT`], any other's up to [`MAX_ERROR_BODY_BYTES`] within the
+/// attempt's deadline.
 async fn refused(
     parts: axum::http::response::Parts,
     body: Incoming,
     expect: &Expect<'_>,
 ) -> Failed {
-    let body = read_error_text(
-        body,
-        MAX_ERROR_BODY_BYTES,
-        expect.deadline,
-        &expect.upstream.secrets,
-    )
-    .await;
+    let (limit, deadline) = if is_retryable_status(parts.status.as_u16()) {
+        let soon = tokio::time::Instant::now() + RETRYABLE_BODY_WAIT;
+        (BODY_HINT_BYTES, expect.deadline.min(soon))
+    } else {
+        (MAX_ERROR_BODY_BYTES, expect.deadline)
+    };
+    let body = read_error_text(body, limit, deadline, &expect.upstream.secrets).await;
     Failed {
         failure: AttemptFailure::Status(parts.status.as_u16()),
         retry_after: parts.headers.get(header::RETRY_AFTER).cloned(),

@@ -319,12 +319,12 @@ async fn attempt(
         target.metrics.count_cut(cut, false);
     }
     let status = failure.status().unwrap_or(502);
+    finisher.attempt_failed(&verdict);
     if verdict.next == Next::Client {
         if let Some(response) = failed.client_answer(status, target, request.format) {
             return Err(Report::Rejected(response));
         }
     }
-    finisher.attempt_failed(&verdict);
     tracing::warn!(
         request_id = finisher.request_id(),
         provider = %conn.provider,
@@ -335,8 +335,20 @@ async fn attempt(
         "Upstream attempt failed; trying the next candidate."
     );
     if verdict.next == Next::Advance {
-        if let Some(response) = failed.client_answer(status, target, request.format) {
-            return Err(Report::Advance(response));
+        if let Some(answer) = failed.client_answer(status, target, request.format) {
+            // The provider's other accounts have the same model's window; another
+            // provider's may not.
+            let same = ctx
+                .candidates
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| {
+                    c.upstream_model == candidate.upstream_model
+                        && c.connection.provider == conn.provider
+                })
+                .map(|(i, _)| i)
+                .collect();
+            return Err(Report::Advance { answer, same });
         }
     }
     let message = match failure {

@@ -127,6 +127,8 @@ impl Finisher {
         if let Some(i) = &mut self.0 {
             i.row.attempts += 1;
             i.model_label = Some(model_label.to_owned());
+            // The attempt's own egress, once it is known.
+            i.row.egress_ip = None;
             i.row.provider = Some(candidate.connection.provider.clone());
             i.row.connection_id = Some(candidate.connection.id.clone());
             i.row.model = Some(logged_model(&candidate.upstream_model));
@@ -140,7 +142,8 @@ impl Finisher {
         }
     }
 
-    /// The attempt last begun did not answer; the log row keeps its verdict.
+    /// The attempt last begun did not answer (or answered with an error the client
+    /// sees); the log row keeps its verdict.
     pub fn attempt_failed(&mut self, verdict: &Verdict) {
         if let Some(i) = &mut self.0 {
             let row = &mut i.row;
@@ -164,8 +167,8 @@ impl Finisher {
                 restated_by: verdict.restated_by.clone(),
                 rule: verdict.rule.clone(),
                 scope: verdict.scope.map(|s| s.as_str().to_owned()),
-                // The egress of this attempt (the row's is the last attempt's).
-                egress_ip: row.egress_ip.take(),
+                // This attempt's (the row's is the last attempt's).
+                egress_ip: row.egress_ip.clone(),
             });
         }
     }

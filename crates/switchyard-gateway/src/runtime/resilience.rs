@@ -327,14 +327,19 @@ impl<S: BoardStore> Resilience<S> {
         self.store.with(|b| b.reset_connection(connection_id));
     }
 
-    /// Drops state of providers and connections that no longer exist.
-    pub fn prune(
-        &self,
-        provider_exists: impl Fn(&str) -> bool,
-        connection_exists: impl Fn(&str) -> bool,
-    ) {
-        self.store
-            .with(|b| b.prune(provider_exists, connection_exists));
+    /// Drops state of providers and connections `catalog` no longer has, and brings the
+    /// egress entries of the others up to date.
+    pub fn prune(&self, catalog: &Catalog) {
+        self.store.with(|b| {
+            b.prune(
+                |p| catalog.provider(p).is_some(),
+                |c| {
+                    catalog
+                        .connection(c)
+                        .map(|c| (c.family.clone(), c.disable_cooling))
+                },
+            );
+        });
     }
 
     /// Marks entries whose write failed for writing again.

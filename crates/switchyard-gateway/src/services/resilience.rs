@@ -299,14 +299,22 @@ pub struct ResilienceView {
     #[schema(value_type = Object)]
     pub model_lockout: switchyard_core::resilience::lockout::Settings,
     pub provider_cooldown: ProviderCooldownView,
-    pub error_rules: ErrorRulesView,
-    /// Connections by the egress address they were last seen behind (24 h), SPEC R14.
-    pub egress_buckets: Vec<EgressBucketView>,
+    pub error_rules: OperatorRules,
 }
 
-/// The error rules in force (SPEC R13): the operator's (settings
-/// `resilience.statusRestatements` and `resilience.providerErrorRules`, matched first)
-/// and the built-in ones, with the families each allow-list opens.
+/// The operator's error rules (SPEC R13; settings `resilience.statusRestatements` and
+/// `resilience.providerErrorRules`), matched before the built-in ones.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperatorRules {
+    #[schema(value_type = Vec<Object>)]
+    pub restatements: Vec<Restatement>,
+    #[schema(value_type = Vec<Object>)]
+    pub rules: Vec<ErrorRule>,
+}
+
+/// The error rules in force (SPEC R13): the operator's, then the built-in ones, with
+/// the families each allow-list opens.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorRulesView {
@@ -399,16 +407,24 @@ pub fn get_settings(state: &AppState) -> ResilienceView {
             oauth: gate(r.provider_cooldown_oauth),
             api_key: gate(r.provider_cooldown_apikey),
         },
-        error_rules: ErrorRulesView {
+        error_rules: OperatorRules {
             restatements: r.restatements,
             rules: r.error_rules,
-            builtin_restatements: rules::builtin_restatements(),
-            builtin_rules: rules::builtin_rules(),
-            full_text_families: rules::FULL_TEXT_FAMILIES.to_vec(),
-            honors_scope_families: rules::HONORS_SCOPE_FAMILIES.to_vec(),
-            egress_bucketed_families: rules::EGRESS_BUCKETED_FAMILIES.to_vec(),
         },
-        egress_buckets: egress_buckets(state),
+    }
+}
+
+/// The error rules in force now.
+pub fn error_rules(state: &AppState) -> ErrorRulesView {
+    let r = &state.snapshot().settings.resilience;
+    ErrorRulesView {
+        restatements: r.restatements.clone(),
+        rules: r.error_rules.clone(),
+        builtin_restatements: rules::builtin_restatements(),
+        builtin_rules: rules::builtin_rules(),
+        full_text_families: rules::FULL_TEXT_FAMILIES.to_vec(),
+        honors_scope_families: rules::HONORS_SCOPE_FAMILIES.to_vec(),
+        egress_bucketed_families: rules::EGRESS_BUCKETED_FAMILIES.to_vec(),
     }
 }
 

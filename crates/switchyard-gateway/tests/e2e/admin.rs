@@ -575,6 +575,8 @@ async fn openapi_document_matches_the_routes() {
         "GET /api/quota/pools/{id}/usage",
         "GET /api/resilience",
         "GET /api/resilience/cooldowns",
+        "GET /api/resilience/egress",
+        "GET /api/resilience/error-rules",
         "GET /api/resilience/model-cooldowns",
         "GET /api/settings",
         "GET /metrics",
@@ -731,7 +733,7 @@ async fn openapi_documents_the_error_body_and_the_admin_refusals_of_every_manage
         }
     }
     // Every operation under `/api` but the public health and document.
-    assert_eq!(refused, 45);
+    assert_eq!(refused, 47);
     // What is sent is that shape.
     let r = h.http.get(h.url("/api/keys")).send().await.unwrap();
     assert_eq!(

@@ -205,6 +205,17 @@ async fn a_context_too_long_moves_on_and_is_the_answer_when_nothing_else_fits() 
     for c in ["alpha-1", "beta-1"] {
         assert_eq!(state_of(&h, c).await["state"], "active", "{c}");
     }
+    // The same model's other account has the same window: it is not asked.
+    h.rule(json!({"times": 1, "status": 400,
+                  "body": {"error": {"message": "prompt is too long", "code": "context_length_exceeded"}}}))
+        .await;
+    let (status, body) = status_and_json(h.chat(chat_body("agentrouter/m", false)).await).await;
+    assert_eq!(
+        (status, body["error"]["message"].as_str()),
+        (400, Some("prompt is too long"))
+    );
+    let row = h.newest_log_row(3).await;
+    assert_eq!(row["attempts"], 1, "{row}");
 }
 
 #[tokio::test]
@@ -233,6 +244,25 @@ async fn an_operator_rule_makes_a_400_the_account_s_and_bad_rules_change_nothing
     let (status, view) = status_and_json(ok).await;
     assert_eq!(status, 200, "{view}");
     assert_eq!(view["errorRules"]["rules"], json!([rule]));
+    // The rules in force: the operator's first, then the built-in ones.
+    let in_force: Value = h.admin_json("/api/resilience/error-rules").await;
+    assert_eq!(in_force["rules"], json!([rule]));
+    assert_eq!(
+        in_force["builtinRules"][0]["id"],
+        "agentrouter-model-access-denied"
+    );
+    assert_eq!(
+        (
+            &in_force["fullTextFamilies"],
+            &in_force["honorsScopeFamilies"],
+            &in_force["egressBucketedFamilies"]
+        ),
+        (
+            &json!(["agentrouter"]),
+            &json!(["agentrouter"]),
+            &json!(["opencode"])
+        )
+    );
     h.rule(
         json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 400,
                   "body": {"error": {"message": "your quota gone for today"}}}),
@@ -329,9 +359,8 @@ async fn see_every_egress(h: &Harness, provider: &str, connections: usize) {
 
 /// `(family, bucketed, connections)` of each egress bucket the API lists.
 async fn buckets(h: &Harness) -> Vec<(Value, Value, Value)> {
-    let view: Value = h.admin_json("/api/resilience").await;
-    view["egressBuckets"]
-        .as_array()
+    let view: Value = h.admin_json("/api/resilience/egress").await;
+    view.as_array()
         .unwrap()
         .iter()
         .map(|b| {
