@@ -519,14 +519,15 @@ fn full_error_text_is_visible_only_to_allowlisted_and_operator_families() {
 #[test]
 fn builtin_scopes_of_families_whose_scope_is_not_honoured_are_informational() {
     let rules = Rules::default();
-    // opencode's `scope: connection` rule names the cause; the generic effects hold.
+    // opencode's `scope: connection` rule names the cause; the generic effects hold,
+    // but an egress-bucketed 429 locks no model: the address ran out, not a model.
     let v = status_verdict(&rules, "opencode", MODEL, 429, &[], "", T0);
     assert_eq!(
         v,
         Verdict {
             rule: Some("opencode-status-429".into()),
             health: Some(ErrorType::RateLimited),
-            lock: family_lock(429),
+            lock: None,
             egress: true,
             ..plain(429, Cause::RateLimitExceeded, Next::Candidate)
         }
