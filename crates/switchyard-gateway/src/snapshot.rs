@@ -355,6 +355,7 @@ impl Snapshot {
                     .get(conn.provider.as_str())
                     .copied()
                     .unwrap_or_default(),
+                egress: Default::default(),
             });
         }
         Ok(Self {

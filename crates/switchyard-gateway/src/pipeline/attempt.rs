@@ -254,8 +254,10 @@ async fn attempt(
     let outcome = match sent {
         Ok(response) => {
             if let Some(info) = response.extensions().get::<HttpInfo>() {
-                let egress = info.local_addr().ip().to_string();
-                runtime.resilience.note_egress(conn, &egress, answered);
+                let (egress, due) = target.egress.seen(info.local_addr().ip(), answered);
+                if due {
+                    runtime.resilience.note_egress(conn, &egress, answered);
+                }
                 finisher.egress(egress);
             }
             if pooled.is_some() {

@@ -131,6 +131,50 @@ pub struct Upstream {
     pub metrics: ProviderMetrics,
     /// Its provider's own stream deadlines.
     pub stream: switchyard_core::stream::Overrides,
+    /// The address its attempts last went out from (SPEC R14).
+    pub egress: EgressMemo,
+}
+
+/// How often an unchanged egress address is noted on the resilience board again, so
+/// its last-seen time stays within the board's 24 h window.
+const EGRESS_NOTE_EVERY_MS: u64 = 60_000;
+
+/// A connection's last egress address, formatted once and noted on the board only when
+/// it changes (or once a minute), not on every request: formatting an address costs
+/// more than the rest of the bookkeeping.
+#[derive(Debug, Default)]
+pub struct EgressMemo(arc_swap::ArcSwapOption<Noted>);
+
+#[derive(Debug)]
+struct Noted {
+    ip: std::net::IpAddr,
+    text: String,
+    at: u64,
+}
+
+impl Clone for EgressMemo {
+    fn clone(&self) -> Self {
+        Self(arc_swap::ArcSwapOption::new(self.0.load_full()))
+    }
+}
+
+impl EgressMemo {
+    /// `ip` as text, and whether it is due to be noted on the board at `now`.
+    pub fn seen(&self, ip: std::net::IpAddr, now: u64) -> (String, bool) {
+        if let Some(n) = &*self.0.load() {
+            if n.ip == ip && now.saturating_sub(n.at) < EGRESS_NOTE_EVERY_MS {
+                return (n.text.clone(), false);
+            }
+        }
+        let text = ip.to_string();
+        let noted = Noted {
+            ip,
+            text: text.clone(),
+            at: now,
+        };
+        self.0.store(Some(std::sync::Arc::new(noted)));
+        (text, true)
+    }
 }
 
 impl Upstream {
@@ -337,6 +381,18 @@ pub fn secrets(credential: &str, auth: &[(&'static str, HeaderValue)]) -> Secret
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_egress_address_is_noted_when_it_changes_and_once_a_minute() {
+        let memo = EgressMemo::default();
+        let a: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+        let b: std::net::IpAddr = "10.0.0.2".parse().unwrap();
+        assert_eq!(memo.seen(a, 1_000), ("10.0.0.1".to_owned(), true));
+        assert_eq!(memo.seen(a, 60_999), ("10.0.0.1".to_owned(), false));
+        assert_eq!(memo.seen(a, 61_000), ("10.0.0.1".to_owned(), true));
+        assert_eq!(memo.seen(b, 61_001), ("10.0.0.2".to_owned(), true));
+        assert_eq!(memo.clone().seen(b, 61_002), ("10.0.0.2".to_owned(), false));
+    }
 
     #[test]
     fn endpoint_does_not_double_v1() {
