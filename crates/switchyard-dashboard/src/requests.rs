@@ -350,6 +350,9 @@ fn failed_attempt(f: &switchyard_store::FailedAttempt) -> String {
     if let Some(egress) = &f.egress_ip {
         line.push_str(&format!(", via {egress}"));
     }
+    if f.committed {
+        line.push_str(", after the stream reached the client");
+    }
     line
 }
 

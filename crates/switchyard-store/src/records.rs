@@ -217,6 +217,9 @@ pub struct FailedAttempt {
     /// The local address the attempt went out from (SPEC R14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress_ip: Option<String>,
+    /// It failed after its stream had reached the client (the row's own attempt).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub committed: bool,
 }
 
 /// The request log's size ([`Store::log_size`](crate::Store::log_size)).

@@ -53,7 +53,7 @@ pub trait Meter {
     fn apply_quota_growth(&mut self, decided: (Growth, u64)) -> Option<Box<QuotaBlock>>;
     /// The upstream's stream ended, after it committed: whole, or failed with `cut` (and
     /// the upstream's own error `event`, when it sent one).
-    fn stream_ended(&self, cut: Option<StreamCut>, event: Option<&str>);
+    fn stream_ended(&mut self, cut: Option<StreamCut>, event: Option<&str>);
     /// The request ended.
     fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>);
 }
@@ -298,7 +298,7 @@ mod tests {
         fn apply_quota_growth(&mut self, _: (Growth, u64)) -> Option<Box<QuotaBlock>> {
             None
         }
-        fn stream_ended(&self, cut: Option<StreamCut>, _event: Option<&str>) {
+        fn stream_ended(&mut self, cut: Option<StreamCut>, _event: Option<&str>) {
             self.ended.lock().unwrap().push(cut);
         }
         fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>) {

@@ -242,10 +242,10 @@ async fn attempt(
     let sent = super::wall::send(
         ctx,
         target,
-        &conn.id,
+        (conn, &candidate.upstream_model),
         Bytes::from(body),
         deadline,
-        finisher.request_id(),
+        finisher,
     )
     .await;
     // The upstream's answer (or failure) is judged at the time it came; the outcome is

@@ -43,6 +43,35 @@ fn logged_model(model: &str) -> String {
     }
 }
 
+/// Adds the last attempt's `verdict` to `row`'s failed attempts; `committed`: it failed
+/// after its stream reached the client.
+fn push_failed(row: &mut LogRow, verdict: &Verdict, committed: bool) {
+    let (Some(provider), Some(connection_id), Some(model)) =
+        (&row.provider, &row.connection_id, &row.model)
+    else {
+        return;
+    };
+    let status = verdict
+        .failure
+        .status()
+        .filter(|_| verdict.upstream_status.is_some());
+    row.failed_attempts.push(FailedAttempt {
+        provider: provider.clone(),
+        connection_id: connection_id.clone(),
+        model: model.clone(),
+        outcome: verdict.failure.label().to_owned(),
+        cause: Some(verdict.cause.as_str().to_owned()),
+        upstream_status: verdict.upstream_status,
+        restated_status: status.filter(|s| Some(*s) != verdict.upstream_status),
+        restated_by: verdict.restated_by.clone(),
+        rule: verdict.rule.clone(),
+        scope: verdict.scope.map(|s| s.as_str().to_owned()),
+        // This attempt's (the row's is the last attempt's).
+        egress_ip: row.egress_ip.clone(),
+        committed,
+    });
+}
+
 /// What finishing a request touches: telemetry (metrics, request log), the
 /// configuration and resilience state for the stall cooldown, and the shutdown flag
 /// that names a cut request's code.
@@ -146,30 +175,7 @@ impl Finisher {
     /// sees); the log row keeps its verdict.
     pub fn attempt_failed(&mut self, verdict: &Verdict) {
         if let Some(i) = &mut self.0 {
-            let row = &mut i.row;
-            let (Some(provider), Some(connection_id), Some(model)) =
-                (&row.provider, &row.connection_id, &row.model)
-            else {
-                return;
-            };
-            let status = verdict
-                .failure
-                .status()
-                .filter(|_| verdict.upstream_status.is_some());
-            row.failed_attempts.push(FailedAttempt {
-                provider: provider.clone(),
-                connection_id: connection_id.clone(),
-                model: model.clone(),
-                outcome: verdict.failure.label().to_owned(),
-                cause: Some(verdict.cause.as_str().to_owned()),
-                upstream_status: verdict.upstream_status,
-                restated_status: status.filter(|s| Some(*s) != verdict.upstream_status),
-                restated_by: verdict.restated_by.clone(),
-                rule: verdict.rule.clone(),
-                scope: verdict.scope.map(|s| s.as_str().to_owned()),
-                // This attempt's (the row's is the last attempt's).
-                egress_ip: row.egress_ip.clone(),
-            });
+            push_failed(&mut i.row, verdict, false);
         }
     }
 
@@ -210,8 +216,8 @@ impl Finisher {
     /// The stream that reached the client ended whole (`None`) or failed with `cut`
     /// (and the upstream's error `event`, when it sent one): its verdict is recorded
     /// against the answering connection (SPEC R11, R13).
-    pub fn stream_ended(&self, cut: Option<StreamCut>, event: Option<&str>) {
-        let Some(i) = &self.0 else {
+    pub fn stream_ended(&mut self, cut: Option<StreamCut>, event: Option<&str>) {
+        let Some(i) = &mut self.0 else {
             return;
         };
         let (Some(conn_id), Some(model)) = (&i.row.connection_id, &i.row.model) else {
@@ -243,6 +249,9 @@ impl Finisher {
             &snap.settings.resilience,
             now,
         );
+        if let Some(v) = &verdict {
+            push_failed(&mut i.row, v, true);
+        }
     }
 
     /// Records the time to the first response byte.
@@ -348,7 +357,7 @@ impl crate::body::metered::Meter for Finisher {
         Finisher::apply_quota_growth(self, decided)
     }
 
-    fn stream_ended(&self, cut: Option<StreamCut>, event: Option<&str>) {
+    fn stream_ended(&mut self, cut: Option<StreamCut>, event: Option<&str>) {
         Finisher::stream_ended(self, cut, event);
     }
 

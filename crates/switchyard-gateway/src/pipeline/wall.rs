@@ -6,6 +6,7 @@
 //! keeps the attempt's first-byte deadline, so waiting counts against it.
 
 use super::attempt::Ctx;
+use super::finish::Finisher;
 use crate::upstream::{self, Call, Upstream, WallConfig};
 use axum::http::{HeaderValue, Method, Response};
 use bytes::Bytes;
@@ -13,24 +14,29 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use rand::Rng;
 use std::time::Duration;
+use switchyard_core::catalog::Connection;
 use switchyard_core::outcome::AttemptFailure;
 use switchyard_core::resilience::usage_wall::{
     self, Decision, ResetAnswer, UnifiedHeaders, UsageCheck, WallRequest,
 };
+use switchyard_core::resilience::verdict::{self, Answer, Subject};
 use tokio::time::Instant;
 
 /// Largest account-endpoint answer read (usage check, reset call).
 const MAX_ACCOUNT_BODY_BYTES: usize = 64 * 1024;
 
-/// Sends `body` to `target`, handling the usage wall when the connection opted in.
+/// Sends `body` to `target`, handling the usage wall when the connection opted in. An
+/// answer the wall takes back (to retry the same account) is judged like any other and
+/// logged as the attempt's, but it cools nothing: the wall's machine decides (SPEC R17).
 pub async fn send(
     ctx: &Ctx<'_>,
     target: &Upstream,
-    connection: &str,
+    (conn, model): (&Connection, &str),
     body: Bytes,
     deadline: Instant,
-    request_id: &str,
+    finisher: &mut Finisher,
 ) -> Result<Response<Incoming>, AttemptFailure> {
+    let connection = conn.id.as_str();
     let timeout = ctx.snap.settings.connect_timeout_ms;
     let call = |body: Bytes, extra| Call {
         method: Method::POST,
@@ -72,6 +78,20 @@ pub async fn send(
         let mut decision = walls.with(connection, wall.account, |w| {
             w.on_response(&mut request, wall.flags, seen, now, budget_ms, jitter)
         });
+        if !matches!(decision, Decision::Proceed | Decision::Exit(_)) {
+            let all = upstream::header_pairs(response.headers(), |_| true);
+            let answer = Answer::Status {
+                status: response.status().as_u16(),
+                headers: &all,
+                body: "",
+            };
+            let subject = Subject {
+                family: &conn.family,
+                model,
+            };
+            finisher.attempt_failed(&verdict::judge(&ctx.snap.rules, subject, answer, now));
+        }
+        let request_id = finisher.request_id();
         loop {
             match decision {
                 Decision::Proceed => return Ok(response),

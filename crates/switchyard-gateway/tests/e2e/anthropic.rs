@@ -685,6 +685,14 @@ async fn at_the_usage_wall_the_low_priority_lane_retries_the_same_account_slowly
     let until = sub["usageWall"]["laneActiveUntilMs"].as_u64().unwrap();
     assert_eq!(until, (reset + 60) * 1000);
     assert_eq!(sub["usageWall"]["lastExit"], Value::Null);
+    // The first request's log row shows the wall's answer, judged: a rate limit.
+    h.newest_log_row(2).await;
+    let logs: Value = h.admin_json("/api/logs?limit=2").await;
+    assert_eq!(
+        logs[1]["failed_attempts"],
+        json!([{"provider": "claudesub", "connection_id": "claude-sub", "model": "claude-opus",
+                "outcome": "rate_limited", "cause": "rate_limit_exceeded", "upstream_status": 429}])
+    );
 }
 
 #[tokio::test(start_paused = true)]

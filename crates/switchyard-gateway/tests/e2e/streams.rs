@@ -250,7 +250,14 @@ async fn a_stream_that_stalls_after_answering_ends_with_its_formats_terminal_fra
                 (Some(200), Some("upstream_output_idle_timeout"), Some(1)),
                 "{what}: {row}"
             );
-            assert_eq!(row["failed_attempts"], json!([]), "{what}");
+            // The committed attempt's own verdict.
+            assert_eq!(
+                row["failed_attempts"],
+                json!([{"provider": format!("{upstream}-a"), "connection_id": format!("{upstream}-a-1"),
+                        "model": "m", "outcome": "output_idle_timeout", "cause": "stream_stall",
+                        "egress_ip": "127.0.0.1", "committed": true}]),
+                "{what}"
+            );
             eventually("the stalled upstream request is closed", || async {
                 h.mock_stats().await["in_flight"] == 0
             })
