@@ -759,28 +759,21 @@ impl Board {
 
     /// Changed entries since the last call: `(breakers, health)`.
     pub fn take_dirty(&mut self) -> (Changes, Changes) {
-        let b = std::mem::take(&mut self.dirty_breakers)
-            .into_iter()
-            .map(|id| {
-                let json = self
-                    .breakers
-                    .get(&id)
-                    .and_then(|s| serde_json::to_string(s).ok());
-                (id, json)
-            })
-            .collect();
-        let h = std::mem::take(&mut self.dirty_health)
-            .into_iter()
-            .map(|id| {
-                let json = self
-                    .health
-                    .get(&id)
-                    .and_then(|s| serde_json::to_string(s).ok());
-                (id, json)
-            })
-            .collect();
-        (b, h)
+        (
+            rows(std::mem::take(&mut self.dirty_breakers), &self.breakers),
+            rows(std::mem::take(&mut self.dirty_health), &self.health),
+        )
     }
+}
+
+/// The entries of `ids` as stored: `(id, JSON, or None when gone from `state`)`.
+fn rows<T: serde::Serialize>(ids: HashSet<String>, state: &HashMap<String, T>) -> Changes {
+    ids.into_iter()
+        .map(|id| {
+            let json = state.get(&id).and_then(|s| serde_json::to_string(s).ok());
+            (id, json)
+        })
+        .collect()
 }
 
 #[cfg(test)]

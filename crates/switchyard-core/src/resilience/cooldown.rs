@@ -295,17 +295,6 @@ impl Health {
     }
 }
 
-/// Whether a header named `name` (lowercase) may announce a reset that
-/// [`announced_reset`] reads: `Retry-After`, `x-ratelimit-reset-*`, a Claude
-/// subscription's unified status and reset, a Codex subscription's windows.
-pub fn may_announce_reset(name: &str) -> bool {
-    name == "retry-after"
-        || name.starts_with("x-ratelimit-reset")
-        || name == "anthropic-ratelimit-unified-status"
-        || name == "anthropic-ratelimit-unified-reset"
-        || name.starts_with("x-codex-")
-}
-
 /// When the upstream says to come back, from its headers and body: `Retry-After`
 /// (seconds or HTTP-date), `x-ratelimit-reset-*` durations, or text like "resets in
 /// 2h3m" / "try again in 20s". The latest announcement wins.
@@ -659,29 +648,5 @@ mod tests {
             T0 / 1000 + 60
         );
         assert_eq!(announced_reset(&[], &at, T0), Some(T0 + 60_000));
-    }
-
-    #[test]
-    fn the_shell_keeps_every_header_that_announces_a_reset() {
-        let read = [
-            "retry-after",
-            "x-ratelimit-reset-requests",
-            "x-ratelimit-reset-tokens",
-            "anthropic-ratelimit-unified-status",
-            "anthropic-ratelimit-unified-reset",
-            "x-codex-primary-used-percent",
-            "x-codex-primary-reset-after-seconds",
-            "x-codex-secondary-window-minutes",
-        ];
-        for name in read {
-            assert!(may_announce_reset(name), "{name}");
-        }
-        for name in [
-            "content-type",
-            "x-request-id",
-            "anthropic-ratelimit-requests-remaining",
-        ] {
-            assert!(!may_announce_reset(name), "{name}");
-        }
     }
 }

@@ -466,21 +466,14 @@ fn judge_status(
         scope: lockout::Scope::for_status(status, subject.model),
         forced: false,
     });
-    v.retry_at = {
-        let pairs: Vec<(&str, &str)> = headers
-            .iter()
-            .filter(|(n, _)| cooldown::may_announce_reset(&n.to_ascii_lowercase()))
-            .copied()
-            .collect();
-        // Reset text counts in a rate limit's body, or a refusal's; a server error's
-        // body says nothing about the account's window.
-        let text = if status == 429 || !is_retryable_status(status) {
-            body
-        } else {
-            ""
-        };
-        cooldown::announced_reset(&pairs, text, now)
+    // Reset text counts in a rate limit's body, or a refusal's; a server error's body
+    // says nothing about the account's window.
+    let reset_text = if status == 429 || !is_retryable_status(status) {
+        body
+    } else {
+        ""
     };
+    v.retry_at = cooldown::announced_reset(headers, reset_text, now);
     let codes = error_codes(body);
     let text = if rules.full_text(family) { body } else { "" };
     let seen = Seen {

@@ -266,12 +266,14 @@ impl<S: BoardStore> Resilience<S> {
         settings: &ResilienceSettings,
         now: UnixMillis,
     ) {
+        let attempt = Attempt {
+            conn,
+            model,
+            may_defer: false,
+            budget_ms: 0,
+        };
         let outcome = verdict.map_or(Outcome::Success, Outcome::Failed);
-        let place = at(conn, model);
-        let events = self
-            .store
-            .with(|b| b.record(&place, outcome, false, settings, now));
-        self.emit(events, now);
+        self.record(attempt, outcome, settings, Admitted { probe: None }, now);
     }
 
     /// Notes the egress address an attempt on `conn` went out from (SPEC R14).
