@@ -3,13 +3,14 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{ApiKey, Catalog, Combo, ComboTarget, ConnectionDef, Provider};
-use switchyard_core::domain::{AuthClass, ModelRef, Strategy, UpstreamFormat};
+use switchyard_core::domain::{AuthClass, ModelRef, UpstreamFormat};
 use switchyard_core::format::{openai_chat, Format};
 use switchyard_core::quota::decide::{decide, DimensionInput, Policy, Share, Unit};
 use switchyard_core::quota::ledger::{Ask, PoolLedger};
 use switchyard_core::quota::plan::Dimension;
 use switchyard_core::quota::window::Window;
 use switchyard_core::routing;
+use switchyard_core::routing::strategy::{self, StrategyRef};
 use switchyard_core::sse::SseParser;
 use switchyard_core::usage::Usage;
 
@@ -55,7 +56,7 @@ fn catalog() -> Catalog {
         .collect();
     let combo = Combo {
         name: "fast".into(),
-        strategy: Strategy::Priority,
+        strategy: StrategyRef(strategy::DEFAULT),
         targets: ["alpha/mock-small", "beta/mock-small"]
             .iter()
             .map(|m| ComboTarget {
@@ -95,12 +96,20 @@ fn benches(c: &mut Criterion) {
         let mut n = 0usize;
         b.iter(|| {
             n += 1;
-            routing::plan(&cat, &k, black_box("fast"), n).map(|p| p.candidates.len())
+            routing::plan(&cat, &routing::NoPools, &k, black_box("fast"), n)
+                .map(|p| p.candidates.len())
         })
     });
     c.bench_function("plan: direct provider/model", |b| {
         b.iter(|| {
-            routing::plan(&cat, &k, black_box("alpha/mock-small"), 1).map(|p| p.candidates.len())
+            routing::plan(
+                &cat,
+                &routing::NoPools,
+                &k,
+                black_box("alpha/mock-small"),
+                1,
+            )
+            .map(|p| p.candidates.len())
         })
     });
     let frame = br#"data: {"id":"chatcmpl-mock","object":"chat.completion.chunk","created":1700000000,"model":"mock-small","choices":[{"index":0,"delta":{"content":" Switchyard"},"finish_reason":null}]}

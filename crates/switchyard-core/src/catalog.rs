@@ -9,9 +9,11 @@
 //! Building takes plain definitions and does no I/O: the gateway reads the rows.
 //! Credentials are not part of the catalog; the shell keeps them apart.
 
+use crate::alias::{Alias, Aliases, MAX_ALIASES};
 use crate::apikey::KeyHash;
-use crate::domain::{is_valid_id, AuthClass, ModelRef, Strategy, UpstreamFormat};
+use crate::domain::{is_valid_id, AuthClass, ModelRef, UpstreamFormat};
 use crate::resilience::admission;
+use crate::routing::strategy::StrategyRef;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -68,7 +70,7 @@ pub struct ComboTarget {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Combo {
     pub name: String,
-    pub strategy: Strategy,
+    pub strategy: StrategyRef,
     pub targets: Vec<ComboTarget>,
 }
 
@@ -157,6 +159,10 @@ pub enum CatalogError {
     ZeroCap { kind: &'static str, id: String },
     #[error("connection `{connection}` rate_limit_overrides: {message}")]
     InvalidRateLimitOverrides { connection: String, message: String },
+    #[error("alias `{pattern}`: {message}")]
+    Alias { pattern: String, message: String },
+    #[error("at most {MAX_ALIASES} aliases")]
+    TooManyAliases,
 }
 
 /// The validated, immutable configuration snapshot.
@@ -169,6 +175,7 @@ pub struct Catalog {
     combos: HashMap<String, Combo>,
     combo_order: Vec<String>,
     keys: HashMap<KeyHash, ApiKey>,
+    aliases: Aliases,
 }
 
 /// Raw connection definition from which the catalog derives a [`Connection`].
@@ -471,6 +478,68 @@ impl Catalog {
         self.combo_order.push(combo.name.clone());
         self.combos.insert(combo.name.clone(), combo);
         Ok(())
+    }
+
+    /// The catalog with `aliases` (SPEC G3), each checked: its pattern, its target (a
+    /// combo, a `provider/model` of a known provider that offers the model, or a
+    /// `qtSd/` name, whose pool the caller checks) and its keys.
+    pub fn with_aliases(mut self, aliases: Vec<Alias>) -> Result<Self, CatalogError> {
+        if aliases.len() > MAX_ALIASES {
+            return Err(CatalogError::TooManyAliases);
+        }
+        for (i, a) in aliases.iter().enumerate() {
+            let problem = a
+                .problem()
+                .or_else(|| self.target_problem(&a.target))
+                .or_else(|| {
+                    a.keys
+                        .iter()
+                        .find(|k| !self.keys.values().any(|key| &key.id == *k))
+                        .map(|k| format!("key `{k}` does not exist"))
+                })
+                .or_else(|| {
+                    aliases[..i]
+                        .iter()
+                        .any(|b| b.pattern == a.pattern && b.keys == a.keys)
+                        .then(|| "defined twice for the same keys".to_owned())
+                });
+            if let Some(message) = problem {
+                return Err(CatalogError::Alias {
+                    pattern: a.pattern.clone(),
+                    message,
+                });
+            }
+        }
+        self.aliases = Aliases::new(aliases);
+        Ok(self)
+    }
+
+    /// Why `target` cannot be an alias's target, if it cannot.
+    fn target_problem(&self, target: &str) -> Option<String> {
+        if self.combos.contains_key(target) || target.starts_with(crate::routing::SHARE_PREFIX) {
+            return None;
+        }
+        let Ok(model) = ModelRef::parse(target) else {
+            return Some(format!(
+                "target `{target}` is neither a combo nor provider/model"
+            ));
+        };
+        match self.providers.get(&model.provider) {
+            None => Some(format!(
+                "target `{target}` names unknown provider `{}`",
+                model.provider
+            )),
+            Some(p) if !p.models.is_empty() && !p.models.contains(&model.model) => Some(format!(
+                "target `{target}`: provider `{}` does not offer model `{}`",
+                p.id, model.model
+            )),
+            Some(_) => None,
+        }
+    }
+
+    /// The aliases, in the operator's order.
+    pub fn aliases(&self) -> &Aliases {
+        &self.aliases
     }
 
     pub fn provider(&self, id: &str) -> Option<&Provider> {

@@ -48,23 +48,6 @@ impl UpstreamFormat {
     }
 }
 
-/// User-selectable combo strategies (SPEC R19). Only the strategies implemented so far
-/// are listed; an unknown strategy name is rejected when the combo is validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Strategy {
-    /// Targets are tried strictly in the order given.
-    Priority,
-}
-
-impl Strategy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Priority => "priority",
-        }
-    }
-}
-
 /// A `provider/model` reference. The model part may itself contain slashes
 /// (`openrouter/meta/llama-3`): only the first slash separates the provider.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -6,6 +6,7 @@
 //! be tested exhaustively without sleeping. The gateway crate is the imperative shell
 //! that feeds these functions with requests, configuration and the clock.
 
+pub mod alias;
 pub mod apikey;
 pub mod catalog;
 pub mod client_conn;

@@ -1,7 +1,8 @@
 //! The combos page (SPEC D4): each combo's strategy and targets in order, a create form
-//! and an edit form per combo (targets one per line), and delete buttons. Forms are
-//! read into the management API's `ComboRecord` and saved through `services::config`,
-//! which validates them as the API does.
+//! and an edit form per combo (targets one per line), and delete buttons; then the model
+//! aliases (SPEC G3) in the order they are tried, edited as one list, an alias a line.
+//! Forms are read into the management API's `ComboRecord` and `AliasRecord` and saved
+//! through `services::config`, which validates them as the API does.
 
 use crate::fields::{input, one, parse, Fields};
 use crate::html::{confirm_form, form, table, text, Nav};
@@ -11,15 +12,13 @@ use axum::response::Response;
 use maud::{html, Markup};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
+use switchyard_core::routing::strategy;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
-use switchyard_store::{ComboRecord, SaveMode, TargetRecord};
+use switchyard_store::{AliasRecord, ComboRecord, SaveMode, TargetRecord};
 
 /// The page's path.
 const PAGE: &str = "/dashboard/combos";
-
-/// The strategies a combo may use.
-const STRATEGIES: [&str; 1] = ["priority"];
 
 /// The page's routes.
 pub fn routes() -> Routes {
@@ -28,14 +27,19 @@ pub fn routes() -> Routes {
         .form("/dashboard/combos/create", create)
         .form("/dashboard/combos/{name}/update", update)
         .form("/dashboard/combos/{name}/delete", delete)
+        .form("/dashboard/combos/aliases", save_aliases)
 }
 
 /// `GET /dashboard/combos`.
 async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Response {
-    match services::config::combos(&dash.app).await {
-        Ok(c) => dash.render(
+    let read = async {
+        let combos = services::config::combos(&dash.app).await?;
+        Ok::<_, ApiError>((combos, services::config::aliases(&dash.app).await?))
+    };
+    match read.await {
+        Ok((c, a)) => dash.render(
             &session,
-            View::ok("Combos", Nav::Combos, render(&c, &session.csrf)),
+            View::ok("Combos", Nav::Combos, render(&c, &a, &session.csrf)),
         ),
         Err(e) => dash.failed(&session, "Combos", Nav::Combos, &e),
     }
@@ -78,6 +82,57 @@ fn line(t: &TargetRecord) -> String {
         out.push_str(&format!(" cost={c}"));
     }
     out
+}
+
+/// One line of the aliases field as an alias's JSON: `pattern target` then optional
+/// `key=id` words limiting it to those keys.
+fn alias(line: &str) -> Value {
+    let mut words = line.split_whitespace();
+    let pattern = words.next().unwrap_or_default();
+    let target = words.next().unwrap_or_default();
+    let mut keys = Vec::new();
+    let mut a = Map::new();
+    for w in words {
+        match w.split_once('=') {
+            Some(("key", id)) => keys.push(Value::from(id)),
+            _ => {
+                a.insert(w.to_owned(), Value::Null);
+            }
+        }
+    }
+    a.insert("pattern".into(), pattern.into());
+    a.insert("target".into(), target.into());
+    a.insert("keys".into(), keys.into());
+    Value::Object(a)
+}
+
+/// An alias as its line in the aliases field.
+fn alias_line(a: &AliasRecord) -> String {
+    let mut out = format!("{} {}", a.pattern, a.target);
+    for k in &a.keys {
+        out.push_str(&format!(" key={k}"));
+    }
+    out
+}
+
+/// `POST /dashboard/combos/aliases`: the whole list, replaced.
+async fn save_aliases(
+    State(dash): State<Arc<Dash>>,
+    Posted(session, f): Posted<Fields>,
+) -> Response {
+    let list: Result<Vec<AliasRecord>, ApiError> = one(&f, "aliases")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| parse(alias(l)))
+        .collect();
+    let outcome = match list {
+        Ok(list) => services::config::replace_aliases(&dash.app, list).await,
+        Err(e) => Err(e),
+    };
+    dash.done(&session, PAGE, outcome, |list| match list.len() {
+        1 => "1 alias saved.".to_owned(),
+        n => format!("{n} aliases saved."),
+    })
 }
 
 /// A combo form as the API's `ComboRecord` named `name`.
@@ -137,7 +192,7 @@ fn fields(prefix: &str, c: Option<&ComboRecord>) -> Markup {
         @if c.is_none() { (input(&id("name"), "name", "Name", "text", "", true)) }
         label for=(id("strategy")) { "Strategy" }
         select id=(id("strategy")) name="strategy" {
-            @for s in STRATEGIES { option value=(s) selected[s == current] { (s) } }
+            @for s in strategy::names() { option value=(s) selected[s == current] { (s) } }
         }
         label for=(id("targets")) { "Targets, in order, one per line" }
         textarea id=(id("targets")) name="targets" rows="4" required { (targets.join("\n")) }
@@ -149,7 +204,7 @@ fn fields(prefix: &str, c: Option<&ComboRecord>) -> Markup {
 }
 
 /// The page's `<main>` content.
-pub fn render(combos: &[ComboRecord], csrf: &str) -> Markup {
+pub fn render(combos: &[ComboRecord], aliases: &[AliasRecord], csrf: &str) -> Markup {
     let rows: Vec<Vec<Markup>> = combos
         .iter()
         .map(|c| {
@@ -192,6 +247,44 @@ pub fn render(combos: &[ComboRecord], csrf: &str) -> Markup {
             h2 id="new-combo" { "New combo" }
             (form("/dashboard/combos/create", csrf, "stack", fields("new-combo", None), "Create combo"))
         }
+        (aliases_section(aliases, csrf))
+    }
+}
+
+/// The aliases: a table in the order they are tried, and the form that replaces them.
+fn aliases_section(aliases: &[AliasRecord], csrf: &str) -> Markup {
+    let rows: Vec<Vec<Markup>> = aliases
+        .iter()
+        .map(|a| {
+            let keys = if a.keys.is_empty() {
+                "every key".to_owned()
+            } else {
+                a.keys.join(", ")
+            };
+            vec![text(&a.pattern), text(&a.target), text(&keys)]
+        })
+        .collect();
+    let lines: Vec<String> = aliases.iter().map(alias_line).collect();
+    let fields = html! {
+        label for="aliases" { "Aliases, in order, one per line" }
+        textarea id="aliases" name="aliases" rows="5" { (lines.join("\n")) }
+        p.hint {
+            "Each line: a name or glob (" code { "claude-*" } ", " code { "*haiku*" } "), then "
+            code { "provider/model" } ", a combo or " code { "qtSd/pool" }
+            ", optionally followed by " code { "key=id" } " words. A name nothing else matches follows the first matching alias, the key's own aliases first; empty the field to remove them all."
+        }
+    };
+    html! {
+        section aria-labelledby="aliases-title" {
+            h2 id="aliases-title" { "Model aliases" }
+            (table(
+                "Model aliases, in the order they are tried",
+                &["Pattern", "Target", "Keys"],
+                &rows,
+                "No aliases: clients must ask for provider/model or a combo by name.",
+            ))
+            (form("/dashboard/combos/aliases", csrf, "stack", fields, "Save aliases"))
+        }
     }
 }
 
@@ -207,6 +300,24 @@ mod tests {
         let t: TargetRecord = parse(target("beta/m2")).unwrap();
         assert_eq!(line(&t), "beta/m2");
         let bad = parse::<TargetRecord>(target("beta/m2 colour=red")).unwrap_err();
+        assert!(bad.to_string().contains("unknown field `colour`"), "{bad}");
+    }
+
+    #[test]
+    fn alias_lines_round_trip() {
+        let a: AliasRecord = parse(alias("claude-*  demo key=k1 key=k2")).unwrap();
+        assert_eq!(
+            a,
+            AliasRecord {
+                pattern: "claude-*".into(),
+                target: "demo".into(),
+                keys: vec!["k1".into(), "k2".into()],
+            }
+        );
+        assert_eq!(alias_line(&a), "claude-* demo key=k1 key=k2");
+        let a: AliasRecord = parse(alias("gpt-5 codex/gpt-5-codex")).unwrap();
+        assert_eq!(alias_line(&a), "gpt-5 codex/gpt-5-codex");
+        let bad = parse::<AliasRecord>(alias("x y colour")).unwrap_err();
         assert!(bad.to_string().contains("unknown field `colour`"), "{bad}");
     }
 }

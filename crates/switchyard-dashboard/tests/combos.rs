@@ -191,3 +191,73 @@ async fn bad_combos_show_the_apis_message_and_change_nothing() {
     assert_eq!(forged.status(), 403);
     assert_eq!(s.h.admin_json("/api/combos").await, before);
 }
+
+const ALIASES: &str = "Model aliases, in the order they are tried";
+
+#[tokio::test]
+async fn aliases_are_edited_as_one_list_and_route_requests() {
+    let s = Signed::start().await;
+    let (_, body) = s.page(PAGE).await;
+    assert_eq!(
+        common::table_rows(&body, ALIASES),
+        [["No aliases: clients must ask for provider/model or a combo by name."]]
+    );
+    let bad = s
+        .act("/dashboard/combos/aliases", &[("aliases", "gpt-* nowhere")])
+        .await;
+    assert_eq!(
+        notice(&bad),
+        failed("alias `gpt-*`: target `nowhere` is neither a combo nor provider/model")
+    );
+    let strategy_unknown = s
+        .act(
+            "/dashboard/combos/create",
+            &[
+                ("name", "x"),
+                ("strategy", "fastest"),
+                ("targets", "alpha/mock-small"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        notice(&strategy_unknown),
+        failed("combo `x`: unknown strategy `fastest`: use one of priority")
+    );
+    let saved = s
+        .act(
+            "/dashboard/combos/aliases",
+            &[(
+                "aliases",
+                "gpt-4o beta/mock-small\r\n\r\ngpt-* fast key=k1\r\n",
+            )],
+        )
+        .await;
+    assert_eq!(notice(&saved), done("2 aliases saved."));
+    assert_eq!(
+        common::table_rows(&saved, ALIASES),
+        [
+            ["gpt-4o", "beta/mock-small", "every key"],
+            ["gpt-*", "fast", "k1"]
+        ]
+    );
+    assert_eq!(
+        field(
+            &saved,
+            "form[action='/dashboard/combos/aliases']",
+            "aliases"
+        )
+        .as_deref(),
+        Some("gpt-4o beta/mock-small\ngpt-* fast key=k1")
+    );
+    assert_eq!(
+        s.h.admin_json("/api/aliases").await,
+        json!({"aliases": [
+            {"pattern": "gpt-4o", "target": "beta/mock-small"},
+            {"pattern": "gpt-*", "target": "fast", "keys": ["k1"]}]})
+    );
+    assert_eq!(s.h.chat(chat_body("gpt-5", false)).await.status(), 200);
+    assert_eq!(s.h.by_credential(CRED_ALPHA).await, 1);
+    let cleared = s.act("/dashboard/combos/aliases", &[("aliases", "")]).await;
+    assert_eq!(notice(&cleared), done("0 aliases saved."));
+    assert_eq!(s.h.admin_json("/api/aliases").await, json!({"aliases": []}));
+}

@@ -103,7 +103,7 @@ async fn every_form_refuses_a_missing_or_foreign_csrf_token_and_changes_nothing(
         routes.contains(&"/dashboard/keys/{id}/revoke"),
         "{routes:?}"
     );
-    assert_eq!(routes.len(), 27, "{routes:?}");
+    assert_eq!(routes.len(), 28, "{routes:?}");
     // Every form on the pages posts to a route of the table.
     for (action, _) in &forms {
         assert!(

@@ -233,6 +233,7 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
     if d.providers.is_empty()
         && d.connections.is_empty()
         && d.combos.is_empty()
+        && d.aliases.is_empty()
         && d.keys.is_empty()
         && d.quota_pools.is_empty()
         && d.quota_plans.is_empty()
@@ -262,6 +263,9 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
     }
     for c in &d.combos {
         crate::services::upsert_by(&mut rows.combos, c.clone(), |x| &x.name, &c.name);
+    }
+    if !d.aliases.is_empty() {
+        rows.aliases = d.aliases.clone();
     }
     let mut keys = Vec::new();
     for (k, secret) in &d.keys {
@@ -309,6 +313,9 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
         }
         for k in &keys {
             b.save_key(k, SaveMode::Upsert)?;
+        }
+        if !d.aliases.is_empty() {
+            b.replace_aliases(&d.aliases, now)?;
         }
         for p in &d.quota_plans {
             b.save_plan(p, now)?;

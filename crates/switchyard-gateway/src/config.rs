@@ -22,7 +22,8 @@ use switchyard_core::domain::UpstreamFormat;
 use switchyard_core::quota::pool::PoolInput;
 use switchyard_core::settings::{self, Layers};
 use switchyard_store::{
-    ComboRecord, ConnectionRecord, KeyError, Keyring, PlanRecord, ProviderRecord, SecretKey,
+    AliasRecord, ComboRecord, ConnectionRecord, KeyError, Keyring, PlanRecord, ProviderRecord,
+    SecretKey,
 };
 use utoipa::ToSchema;
 
@@ -174,6 +175,10 @@ pub struct FileConfig {
     pub connections: Vec<ConnectionSpec>,
     #[serde(default)]
     pub combos: Vec<ComboRecord>,
+    /// Model aliases in the order they are tried; when the file declares any, they
+    /// replace the stored list at start.
+    #[serde(default)]
+    pub aliases: Vec<AliasRecord>,
     #[serde(default)]
     pub keys: Vec<KeyDecl>,
     /// Quota pools (SPEC Q1), in the API's shape.
@@ -233,6 +238,7 @@ pub struct Declared {
     /// Connections with their credential (None = keep what the database has).
     pub connections: Vec<(ConnectionRecord, Option<SecretString>)>,
     pub combos: Vec<ComboRecord>,
+    pub aliases: Vec<AliasRecord>,
     /// Keys with their secret.
     pub keys: Vec<(KeyDecl, SecretString)>,
     pub quota_pools: Vec<PoolInput>,
@@ -372,6 +378,7 @@ fn declared(file: FileConfig, env: &dyn Env) -> Result<Declared, ConfigError> {
     let mut out = Declared {
         providers: file.providers,
         combos: file.combos,
+        aliases: file.aliases,
         quota_pools: file.quota_pools,
         quota_plans: file.quota_plans,
         ..Declared::default()

@@ -14,6 +14,7 @@ use axum::http::{HeaderValue, Uri};
 use secrecy::ExposeSecret;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use switchyard_core::alias::Alias;
 use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{
     ApiKey, Catalog, CatalogError, Combo, ComboTarget, ConnectionDef, Provider,
@@ -22,6 +23,8 @@ use switchyard_core::domain::{AuthClass, ModelRef, UpstreamFormat};
 use switchyard_core::format::{Format, MAX_COMPLETION_TOKENS};
 use switchyard_core::quota::cost::Price;
 use switchyard_core::resilience::rules::Rules;
+use switchyard_core::routing;
+use switchyard_core::routing::strategy::{self, StrategyRef};
 use switchyard_core::settings::{self, Layers, Resolved, Settings};
 use switchyard_store::ConfigRows;
 
@@ -75,6 +78,14 @@ pub enum SnapshotError {
         combo: String,
         target: String,
         message: String,
+    },
+    #[error("combo `{combo}`: {message}")]
+    Strategy { combo: String, message: String },
+    #[error("alias `{pattern}`: target `{target}` names unknown quota pool `{pool}`")]
+    AliasPool {
+        pattern: String,
+        target: String,
+        pool: String,
     },
     #[error("connection `{0}` has a credential that is not a valid HTTP header value")]
     Credential(String),
@@ -184,9 +195,13 @@ pub fn build_catalog(rows: &ConfigRows) -> Result<Catalog, SnapshotError> {
                 cost: t.cost,
             });
         }
+        let strategy = strategy::named(&c.strategy).map_err(|e| SnapshotError::Strategy {
+            combo: c.name.clone(),
+            message: e.to_string(),
+        })?;
         combos.push(Combo {
             name: c.name.clone(),
-            strategy: c.strategy,
+            strategy: StrategyRef(strategy),
             targets,
         });
     }
@@ -211,7 +226,16 @@ pub fn build_catalog(rows: &ConfigRows) -> Result<Catalog, SnapshotError> {
             ))
         })
         .collect();
-    Ok(Catalog::build(providers, connections, combos, keys)?)
+    let aliases = rows
+        .aliases
+        .iter()
+        .map(|a| Alias {
+            pattern: a.pattern.clone(),
+            target: a.target.clone(),
+            keys: a.keys.clone(),
+        })
+        .collect();
+    Ok(Catalog::build(providers, connections, combos, keys)?.with_aliases(aliases)?)
 }
 
 fn settings_layers(rows: &ConfigRows, base: &Layers) -> Layers {
@@ -238,6 +262,19 @@ impl Snapshot {
             &rows.plans,
             rows.version,
         )?;
+        for a in catalog.aliases().all() {
+            let Some(rest) = a.target.strip_prefix(routing::SHARE_PREFIX) else {
+                continue;
+            };
+            let pool = rest.split('/').next().unwrap_or(rest);
+            if quota.pool(pool).is_none() {
+                return Err(SnapshotError::AliasPool {
+                    pattern: a.pattern.clone(),
+                    target: a.target.clone(),
+                    pool: pool.to_owned(),
+                });
+            }
+        }
         let mut prices = HashMap::new();
         let mut output_limits = HashMap::new();
         let mut stream_overrides = HashMap::new();

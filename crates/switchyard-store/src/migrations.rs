@@ -178,4 +178,25 @@ CREATE INDEX request_log_status ON request_log (status, id);
 ALTER TABLE request_log ADD COLUMN failed_attempts TEXT;
 ALTER TABLE providers ADD COLUMN stream_timeouts TEXT NOT NULL DEFAULT '{}';
 "#,
+    // v8: model aliases (SPEC G3), in the order they are tried; and session pins (SPEC
+    // R15), keyed by the SHA-256 of the client key id and session id (no id in clear),
+    // pruned by last use.
+    r#"
+CREATE TABLE model_aliases (
+    position   INTEGER PRIMARY KEY,
+    pattern    TEXT NOT NULL,
+    target     TEXT NOT NULL,
+    keys       TEXT NOT NULL DEFAULT '[]',
+    updated_at INTEGER NOT NULL
+);
+
+CREATE TABLE session_pins (
+    session_key   TEXT PRIMARY KEY,
+    key_id        TEXT NOT NULL,
+    connection_id TEXT NOT NULL,
+    created_at    INTEGER NOT NULL,
+    last_used_at  INTEGER NOT NULL
+);
+CREATE INDEX session_pins_last_used ON session_pins (last_used_at);
+"#,
 ];

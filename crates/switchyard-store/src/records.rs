@@ -5,7 +5,7 @@ use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use switchyard_core::domain::{AuthClass, Strategy, UpstreamFormat};
+use switchyard_core::domain::{AuthClass, UpstreamFormat};
 use utoipa::ToSchema;
 
 /// A provider: a family of interchangeable upstream accounts.
@@ -125,9 +125,35 @@ fn default_weight() -> u32 {
 #[serde(deny_unknown_fields)]
 pub struct ComboRecord {
     pub name: String,
-    #[schema(value_type = String, example = "priority")]
-    pub strategy: Strategy,
+    /// A registered strategy name (SPEC R19); an unknown one is refused, naming the
+    /// known ones.
+    #[schema(example = "priority")]
+    pub strategy: String,
     pub targets: Vec<TargetRecord>,
+}
+
+/// A model alias (SPEC G3): requests for a name matching `pattern` (exact, or a glob
+/// with `*`) go to `target`. The list is kept in order; the first match wins, the
+/// aliases limited to the asking key first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AliasRecord {
+    #[schema(example = "claude-*")]
+    pub pattern: String,
+    /// `provider/model`, a combo name or `qtSd/<pool>[/<model>]`.
+    #[schema(example = "demo")]
+    pub target: String,
+    /// Key ids the alias applies to; empty or absent = every key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+}
+
+/// The model aliases as the API reads and replaces them: the whole list, in the order
+/// the aliases are tried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AliasList {
+    pub aliases: Vec<AliasRecord>,
 }
 
 /// A client API key, without its secret.
@@ -304,6 +330,8 @@ pub struct ConfigRows {
     /// upstream headers only.
     pub connections: Vec<(ConnectionRecord, SecretString)>,
     pub combos: Vec<ComboRecord>,
+    /// Model aliases in the order they are tried.
+    pub aliases: Vec<AliasRecord>,
     pub keys: Vec<KeyRecord>,
     pub settings: Vec<SettingRecord>,
     pub pools: Vec<switchyard_core::quota::pool::PoolInput>,

@@ -369,6 +369,7 @@ impl Store {
                     .map(|c| (c, SecretString::default()))
                     .collect(),
                 combos: query_combos(&tx, None)?,
+                aliases: query_aliases(&tx)?,
                 keys: query_keys(&tx, None)?,
                 settings: query_settings(&tx)?,
                 pools: crate::quota::query_pools(&tx, None)?,
@@ -507,6 +508,18 @@ impl Store {
 
     pub fn delete_combo(&self, name: &str) -> Result<()> {
         self.config_write(|tx| delete_row(tx, "combos", "name", name, "combo"))
+    }
+
+    // ---- aliases ----
+
+    /// The model aliases, in the order they are tried.
+    pub fn list_aliases(&self) -> Result<Vec<AliasRecord>> {
+        query_aliases(&self.lock())
+    }
+
+    /// Replaces every alias with `list`, in its order.
+    pub fn replace_aliases(&self, list: &[AliasRecord], now: u64) -> Result<()> {
+        self.batch(|b| b.replace_aliases(list, now))
     }
 
     // ---- keys ----
@@ -872,13 +885,27 @@ impl Batch<'_> {
              VALUES (?1, ?2, ?3, ?4, ?4)
              ON CONFLICT(name) DO UPDATE SET strategy = excluded.strategy,
                targets = excluded.targets, updated_at = excluded.updated_at",
-            params![
-                c.name,
-                enum_to_str(&c.strategy)?,
-                to_json(&c.targets)?,
-                i64_of(now)
-            ],
+            params![c.name, c.strategy, to_json(&c.targets)?, i64_of(now)],
         )?;
+        Ok(())
+    }
+
+    pub fn replace_aliases(&self, list: &[AliasRecord], now: u64) -> Result<()> {
+        let tx = self.tx;
+        tx.execute("DELETE FROM model_aliases", [])?;
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO model_aliases (position, pattern, target, keys, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for (i, a) in list.iter().enumerate() {
+            stmt.execute(params![
+                i64::try_from(i).unwrap_or(i64::MAX),
+                a.pattern,
+                a.target,
+                to_json(&a.keys)?,
+                i64_of(now)
+            ])?;
+        }
         Ok(())
     }
 
@@ -1273,8 +1300,31 @@ fn query_combos(conn: &Connection, name: Option<&str>) -> Result<Vec<ComboRecord
         .map(|(name, strategy, targets)| {
             Ok(ComboRecord {
                 name,
-                strategy: enum_from_str(&strategy)?,
+                strategy,
                 targets: from_json(&targets)?,
+            })
+        })
+        .collect()
+}
+
+fn query_aliases(conn: &Connection) -> Result<Vec<AliasRecord>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT pattern, target, keys FROM model_aliases ORDER BY position")?;
+    let raw = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    raw.into_iter()
+        .map(|(pattern, target, keys)| {
+            Ok(AliasRecord {
+                pattern,
+                target,
+                keys: from_json(&keys)?,
             })
         })
         .collect()
@@ -1347,7 +1397,7 @@ fn query_settings(conn: &Connection) -> Result<Vec<SettingRecord>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use switchyard_core::domain::{AuthClass, Strategy, UpstreamFormat};
+    use switchyard_core::domain::{AuthClass, UpstreamFormat};
 
     fn provider(id: &str) -> ProviderRecord {
         ProviderRecord {
@@ -1485,7 +1535,7 @@ mod tests {
         s.save_combo(
             &ComboRecord {
                 name: "combo".into(),
-                strategy: Strategy::Priority,
+                strategy: "priority".into(),
                 targets: vec![TargetRecord {
                     model: "p/m".into(),
                     connection: None,

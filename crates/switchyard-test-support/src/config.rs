@@ -7,7 +7,7 @@ use crate::{CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use switchyard_core::domain::{AuthClass, Strategy, UpstreamFormat};
+use switchyard_core::domain::{AuthClass, UpstreamFormat};
 use switchyard_gateway::config::{self as gateway_config, FileConfig, GatewayConfig};
 
 /// A whole configuration file.
@@ -23,6 +23,8 @@ pub struct Config {
     connections: Vec<Connection>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     combos: Vec<Combo>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    aliases: Vec<Alias>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     keys: Vec<Key>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -122,6 +124,23 @@ impl Config {
     /// Adds a combo after the others.
     pub fn combo(mut self, combo: Combo) -> Self {
         self.combos.push(combo);
+        self
+    }
+
+    /// Adds a model alias after the others (`[[aliases]]`): requests for a name matching
+    /// `pattern` (exact or a glob with `*`) go to `target`; `keys` limits it to those
+    /// key ids (empty = every key).
+    pub fn alias<'a>(
+        mut self,
+        pattern: &str,
+        target: &str,
+        keys: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        self.aliases.push(Alias {
+            pattern: pattern.to_owned(),
+            target: target.to_owned(),
+            keys: keys.into_iter().map(str::to_owned).collect(),
+        });
         self
     }
 
@@ -392,8 +411,17 @@ impl Connection {
 #[derive(Debug, Clone, Serialize)]
 pub struct Combo {
     name: String,
-    strategy: Strategy,
+    strategy: &'static str,
     targets: Vec<Target>,
+}
+
+/// A model alias (`[[aliases]]`).
+#[derive(Debug, Clone, Serialize)]
+struct Alias {
+    pattern: String,
+    target: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    keys: Vec<String>,
 }
 
 /// One target of a combo.
@@ -407,7 +435,7 @@ impl Combo {
     pub fn priority<'a>(name: &str, targets: impl IntoIterator<Item = &'a str>) -> Self {
         Self {
             name: name.to_owned(),
-            strategy: Strategy::Priority,
+            strategy: "priority",
             targets: targets
                 .into_iter()
                 .map(|model| Target {

@@ -6,14 +6,16 @@ use anyhow::Context;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use switchyard_core::domain::{AuthClass, Strategy, UpstreamFormat};
+use switchyard_core::domain::{AuthClass, UpstreamFormat};
 use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
 use switchyard_gateway::bootstrap;
 use switchyard_gateway::clock::{Clock, SystemClock};
 use switchyard_gateway::config::{self, FileConfig, LogFormat};
 use switchyard_gateway::keys::{new_key, NewKey};
 use switchyard_mock::{MockServer, Rule};
-use switchyard_store::{ComboRecord, ConnectionRecord, ProviderRecord, SaveMode, TargetRecord};
+use switchyard_store::{
+    AliasRecord, ComboRecord, ConnectionRecord, ProviderRecord, SaveMode, TargetRecord,
+};
 use tokio::net::TcpListener;
 use traffic::Client;
 
@@ -31,6 +33,15 @@ const CLAUDE: (&str, &str, &str) = ("claude", "claude-main", "demo-claude-creden
 
 /// The simulated Responses-format provider (a Codex-style account).
 const CODEX: (&str, &str, &str) = ("codex", "codex-main", "demo-codex-credential");
+
+/// The demo's model aliases (SPEC G3), in the order they are tried: Claude Code's small
+/// fast model, its main model, and Codex's default, so `claude` and `codex` run with
+/// only the base URL and the demo key.
+const DEMO_ALIASES: [(&str, &str); 3] = [
+    ("*haiku*", "claude/claude-haiku"),
+    ("claude-*", "demo-claude"),
+    ("gpt-*", "codex/gpt-5-codex"),
+];
 
 /// The output limit of the OpenAI-format demo models: Claude Code asks for 128 000
 /// tokens, which a translated request is clamped to.
@@ -171,7 +182,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     store.save_combo(
         &ComboRecord {
             name: "demo".to_owned(),
-            strategy: Strategy::Priority,
+            strategy: "priority".to_owned(),
             targets: PROVIDERS
                 .iter()
                 .map(|(p, _, _)| TargetRecord {
@@ -188,7 +199,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     store.save_combo(
         &ComboRecord {
             name: "demo-claude".to_owned(),
-            strategy: Strategy::Priority,
+            strategy: "priority".to_owned(),
             targets: ["claude/claude-opus", "alpha/mock-small"]
                 .iter()
                 .map(|model| TargetRecord {
@@ -202,6 +213,15 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         SaveMode::Upsert,
         now,
     )?;
+    let aliases: Vec<AliasRecord> = DEMO_ALIASES
+        .iter()
+        .map(|(pattern, target)| AliasRecord {
+            pattern: (*pattern).to_owned(),
+            target: (*target).to_owned(),
+            keys: Vec::new(),
+        })
+        .collect();
+    store.replace_aliases(&aliases, now)?;
     let (key, secret) = new_key(
         NewKey {
             id: Some("demo".to_owned()),
@@ -271,14 +291,11 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     say(&format!(
         "  curl -N http://{addr}/v1/chat/completions -H 'Authorization: Bearer {secret}' -H 'Content-Type: application/json' -d '{{\"model\":\"demo\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}]}}'"
     ));
-    say("Point Claude Code at it (Anthropic-format route, or a translated OpenAI-format one):");
+    say("Model aliases send other names where the gateway decides: *haiku* to claude/claude-haiku, claude-* to the combo demo-claude, gpt-* to codex/gpt-5-codex (GET /api/aliases). So Claude Code needs only the base URL and the key, its small fast model included:");
     say(&format!(
-        "  ANTHROPIC_BASE_URL=http://{addr} ANTHROPIC_API_KEY={secret} ANTHROPIC_MODEL=claude/claude-opus claude -p 'Hello'"
+        "  ANTHROPIC_BASE_URL=http://{addr} ANTHROPIC_API_KEY={secret} claude -p 'Hello'"
     ));
-    say(&format!(
-        "  ANTHROPIC_BASE_URL=http://{addr} ANTHROPIC_API_KEY={secret} ANTHROPIC_MODEL=alpha/mock-small claude -p 'Hello'"
-    ));
-    say("Point Codex CLI at it: in $CODEX_HOME/config.toml set model = \"codex/gpt-5-codex\" (or a translated alpha/mock-small), model_provider = \"switchyard\" and");
+    say("and Codex CLI only a provider block: in $CODEX_HOME/config.toml set model_provider = \"switchyard\" and");
     say(&format!(
         "  [model_providers.switchyard] base_url = \"http://{addr}/v1\", env_key = \"SWITCHYARD_API_KEY\", wire_api = \"responses\"; then SWITCHYARD_API_KEY={secret} codex exec 'Hello'"
     ));

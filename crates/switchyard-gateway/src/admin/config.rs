@@ -1,4 +1,4 @@
-//! `/api/providers`, `/api/connections`, `/api/combos`: thin handlers over
+//! `/api/providers`, `/api/connections`, `/api/combos`, `/api/aliases`: thin handlers over
 //! [`services::config`](crate::services::config).
 //!
 //! Connection credentials are write-only: they are accepted on create and update and
@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use std::sync::Arc;
-use switchyard_store::{ComboRecord, ConnectionRecord, ProviderRecord, SaveMode};
+use switchyard_store::{AliasList, ComboRecord, ConnectionRecord, ProviderRecord, SaveMode};
 
 fn id_matches(path: &str, body: &str, field: &str) -> Result<(), ApiError> {
     if path == body {
@@ -184,4 +184,24 @@ pub async fn delete_combo(
 ) -> Result<StatusCode, ApiError> {
     svc::delete_combo(&state, name).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- aliases ----
+
+#[utoipa::path(get, path = "/api/aliases", tag = "aliases",
+    responses((status = 200, body = AliasList)), security(("bearer" = [])))]
+pub async fn list_aliases(State(state): State<Arc<AppState>>) -> Result<Json<AliasList>, ApiError> {
+    let aliases = svc::aliases(&state).await?;
+    Ok(Json(AliasList { aliases }))
+}
+
+/// Replaces every alias with the list, in the order the aliases are tried.
+#[utoipa::path(put, path = "/api/aliases", tag = "aliases", request_body = AliasList,
+    responses((status = 200, body = AliasList), (status = 400)), security(("bearer" = [])))]
+pub async fn put_aliases(
+    State(state): State<Arc<AppState>>,
+    ApiJson(list): ApiJson<AliasList>,
+) -> Result<Json<AliasList>, ApiError> {
+    let aliases = svc::replace_aliases(&state, list.aliases).await?;
+    Ok(Json(AliasList { aliases }))
 }

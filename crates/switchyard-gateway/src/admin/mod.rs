@@ -42,6 +42,7 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
             config::update_combo,
             config::delete_combo
         ))
+        .routes(routes!(config::list_aliases, config::put_aliases))
         .routes(routes!(settings::list))
         .routes(routes!(settings::put, settings::delete))
         .routes(routes!(system::logs))

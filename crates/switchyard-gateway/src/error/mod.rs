@@ -287,7 +287,7 @@ impl ApiError {
             Self::InvalidField { .. } => {
                 (S::BAD_REQUEST, "invalid_request_error", "invalid_config")
             }
-            Self::Route(RouteError::UnknownModel(_)) => {
+            Self::Route(RouteError::UnknownModel { .. }) => {
                 (S::NOT_FOUND, "invalid_request_error", "model_not_found")
             }
             Self::Route(RouteError::ModelNotAllowed(_)) => {

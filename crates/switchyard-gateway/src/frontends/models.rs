@@ -1,5 +1,6 @@
 //! `GET /v1/models` and `GET /v1/models/{id}`: the models a key may use — every
-//! provider's `provider/model` ids, the quota-share pools' `qtSd/` ids and the combos.
+//! provider's `provider/model` ids, the quota-share pools' `qtSd/` ids, the combos and
+//! the aliases.
 //! A request carrying `anthropic-version` (the Anthropic SDKs' `models.list`) gets
 //! Anthropic's list shape and error shape. Reads the snapshot only.
 
@@ -15,6 +16,7 @@ use serde::Serialize;
 use std::sync::Arc;
 use switchyard_core::catalog::ApiKey;
 use switchyard_core::format::Format;
+use switchyard_core::routing::{self, OfferKind};
 use utoipa::ToSchema;
 
 /// One entry of `GET /v1/models`.
@@ -33,45 +35,20 @@ pub struct ModelList {
     pub data: Vec<ModelEntry>,
 }
 
-/// The `provider/model` ids, quota-share models and combo names `key` may use.
+/// What `key` may ask for: providers' listed models, the quota-share pools' `qtSd/`
+/// names, the combos and the aliases (exact names and glob patterns, in the order they
+/// are tried). A provider that passes any model through has no entry of its own.
 fn visible_models(snap: &Snapshot, key: &ApiKey) -> Vec<ModelEntry> {
-    let mut data = Vec::new();
-    for p in snap.catalog.providers() {
-        for m in &p.models {
-            let id = format!("{}/{m}", p.id);
-            if key.may_use_model(&id) {
-                data.push(ModelEntry {
-                    id,
-                    object: "model",
-                    created: 0,
-                    owned_by: p.id.clone(),
-                });
-            }
-        }
-    }
-    let switchyard = || "switchyard".to_owned();
-    for p in &snap.quota.pools {
-        let id = format!("{}{}", crate::pipeline::share::PREFIX, p.pool.id);
-        if key.may_use_model(&id) {
-            data.push(ModelEntry {
-                id,
-                object: "model",
-                created: 0,
-                owned_by: switchyard(),
-            });
-        }
-    }
-    for c in snap.catalog.combos() {
-        if key.may_use_model(&c.name) {
-            data.push(ModelEntry {
-                id: c.name.clone(),
-                object: "model",
-                created: 0,
-                owned_by: switchyard(),
-            });
-        }
-    }
-    data
+    routing::offered(&snap.catalog, &snap.quota, key)
+        .into_iter()
+        .filter(|o| o.kind != OfferKind::AnyModel)
+        .map(|o| ModelEntry {
+            id: o.id,
+            object: "model",
+            created: 0,
+            owned_by: o.owner,
+        })
+        .collect()
 }
 
 /// One entry of `GET /v1/models` in Anthropic's shape.
@@ -167,9 +144,13 @@ pub async fn model(
             Json(AnthropicModel::from(entry)).into_response()
         }
         Some(entry) => Json(entry).into_response(),
-        None => render::response(
-            &ApiError::Route(switchyard_core::routing::RouteError::UnknownModel(id)),
-            format,
-        ),
+        None => {
+            let offered = visible_models(&snap, key)
+                .into_iter()
+                .map(|m| m.id)
+                .collect();
+            let unknown = routing::RouteError::UnknownModel { model: id, offered };
+            render::response(&ApiError::Route(unknown), format)
+        }
     }
 }

@@ -31,7 +31,7 @@ use switchyard_core::quota::cost::Estimate;
 use switchyard_core::resilience::admission;
 use switchyard_core::resilience::board::Outcome;
 use switchyard_core::resilience::verdict::{Next, Subject};
-use switchyard_core::routing::{strategy, Candidate, Exclusion, Reason};
+use switchyard_core::routing::{Candidate, DispatchPolicy, Exclusion, Reason};
 use switchyard_core::stream::budget::Facts;
 
 /// An upstream failure as the client may see it, if it is the last one.
@@ -62,7 +62,7 @@ pub struct Ctx<'a> {
     /// Why the first candidate whose pool meters `usd` could not price the model.
     pub unpriced: std::sync::OnceLock<String>,
     pub candidates: &'a [Candidate],
-    pub strategy: strategy::Kind,
+    pub policy: DispatchPolicy,
     pub estimate: Estimate,
     /// The request's facts for the first-output budget, read once when first needed.
     pub facts: std::sync::OnceLock<Facts>,

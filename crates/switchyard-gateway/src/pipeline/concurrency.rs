@@ -20,7 +20,7 @@ use std::sync::Arc;
 use switchyard_core::catalog::{ApiKey, Connection};
 use switchyard_core::resilience::admission::{Limits, Refusal};
 use switchyard_core::resilience::gates::{GateId, Need};
-use switchyard_core::routing::{strategy, Candidate};
+use switchyard_core::routing::{AccountGate, Candidate};
 
 fn cap(n: u64) -> usize {
     usize::try_from(n).unwrap_or(usize::MAX)
@@ -79,9 +79,9 @@ fn limits(snap: &Snapshot, conn: &Connection) -> (Limits, usize) {
     (c.queue.with(&conn.queue), cap(c.max_waiters))
 }
 
-/// Whether the request is quota-share dispatch, whose account slot fails open.
+/// Whether the plan's account slot fails open (quota-share dispatch).
 fn shares_quota(ctx: &Ctx<'_>) -> bool {
-    ctx.strategy == strategy::Kind::QuotaShare
+    ctx.policy.account_gate == AccountGate::FailOpen
 }
 
 /// Takes the slots of an attempt on `candidate` if none is busy: `Some` with the permit

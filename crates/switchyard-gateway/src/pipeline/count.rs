@@ -45,8 +45,8 @@ async fn count(
         &state.runtime,
         &snap,
         key,
-        (&request.model, &estimate),
-        || state.next_rotation(),
+        (&request, &estimate),
+        state.next_rotation(),
     )
     .await?;
     let protocol = ProtocolHeaders::of(format, &parts.headers);

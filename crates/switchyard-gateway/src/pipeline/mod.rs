@@ -28,7 +28,6 @@ mod count;
 pub mod finish;
 mod plan;
 mod quota;
-pub mod share;
 mod wall;
 
 use crate::clock::RequestClock;
@@ -47,7 +46,7 @@ use std::time::Duration;
 use switchyard_core::dispatch::{Dispatch, End, Slot, Step};
 use switchyard_core::format::Format;
 use switchyard_core::quota::cost::Estimate;
-use switchyard_core::routing::{strategy, Reason};
+use switchyard_core::routing::Reason;
 
 pub use count::count_tokens;
 
@@ -145,8 +144,8 @@ async fn run(
         &state.runtime,
         &snap,
         key,
-        (&request.model, &estimate),
-        || state.next_rotation(),
+        (&request, &estimate),
+        state.next_rotation(),
     )
     .await?;
     if plan.candidates.is_empty() {
@@ -166,7 +165,7 @@ async fn run(
         untranslatable: std::sync::OnceLock::new(),
         unpriced: std::sync::OnceLock::new(),
         candidates: &plan.candidates,
-        strategy: plan.strategy,
+        policy: plan.policy,
         estimate,
         facts: std::sync::OnceLock::new(),
     };
@@ -174,7 +173,7 @@ async fn run(
         plan.candidates.len(),
         plan.excluded,
         plan.combo.is_some(),
-        plan.strategy != strategy::Kind::QuotaShare,
+        plan.policy.combo_wait,
         snap.settings.resilience.combo_wait,
         clock.now_ms(),
     );

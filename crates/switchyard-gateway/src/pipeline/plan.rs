@@ -1,42 +1,31 @@
-//! The plan stage: resolve the requested model to candidates (a `qtSd/` pool combo, or
-//! direct and combo names through [`switchyard_core::routing`]), then let the plan's
-//! strategy order them over a per-request view of the facts it asks for — gathered
-//! here from the live state, and only those. Nothing is attempted or reserved here.
+//! The plan stage: resolve the requested model to candidates through
+//! [`switchyard_core::routing`] (direct names, combos, `qtSd/` pools, aliases), then let
+//! the plan's strategy order them over the routing context: the request's facts and a
+//! per-candidate view of the facts the strategy asks for, gathered here from the live
+//! state, and only those. Nothing is attempted or reserved here.
 
-use super::share;
 use crate::error::ApiError;
 use crate::runtime::Runtime;
 use crate::snapshot::Snapshot;
 use switchyard_core::catalog::ApiKey;
+use switchyard_core::llm::Request;
 use switchyard_core::quota::cost::Estimate;
-use switchyard_core::routing::strategy::{self, Needs};
+use switchyard_core::routing::strategy::{self, Needs, RequestFacts, RoutingCtx};
 use switchyard_core::routing::view::CandidateView;
 use switchyard_core::routing::{self, Candidate, Plan};
 
-/// The ordered plan for `model`.
-///
-/// `next_rotation` draws the request's turn, shared by resolution (which connection of
-/// a provider first) and the strategy: before resolving a direct or combo name, after a
-/// `qtSd/` plan was built.
+/// The ordered plan for `request`, on the request's turn `rotation` (shared by
+/// resolution, which connection of a provider first, and the strategy).
 pub async fn build(
     runtime: &Runtime,
     snap: &Snapshot,
     key: &ApiKey,
-    request: (&str, &Estimate),
-    next_rotation: impl FnOnce() -> usize,
+    request: (&Request, &Estimate),
+    rotation: usize,
 ) -> Result<Plan, ApiError> {
-    let (model, estimate) = request;
-    let (mut plan, rotation) = match share::plan(snap, key, model) {
-        Some(p) => (p?, next_rotation()),
-        None => {
-            let rotation = next_rotation();
-            (
-                routing::plan(&snap.catalog, key, model, rotation)?,
-                rotation,
-            )
-        }
-    };
-    let strategy = strategy::for_kind(plan.strategy);
+    let (request, estimate) = request;
+    let mut plan = routing::plan(&snap.catalog, &snap.quota, key, &request.model, rotation)?;
+    let strategy = plan.strategy;
     let Some(views) = views(
         runtime,
         snap,
@@ -49,7 +38,15 @@ pub async fn build(
     else {
         return Ok(plan);
     };
-    let order = strategy.order(&views, rotation);
+    let ctx = RoutingCtx {
+        request: RequestFacts {
+            model: &request.model,
+            prompt_len: request.prompt_len,
+        },
+        views: &views,
+        rotation,
+    };
+    let order = strategy.order(&ctx);
     if !strategy::is_identity(&order) {
         tracing::debug!(strategy = strategy.name(), order = ?order, "Candidates reordered.");
         plan.candidates = order

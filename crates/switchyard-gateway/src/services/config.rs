@@ -1,4 +1,5 @@
-//! Providers, connections and combos: list, get, save (create or update), delete.
+//! Providers, connections and combos: list, get, save (create or update), delete; the
+//! model aliases: read and replaced as one ordered list.
 //!
 //! Writes go through `apply_change` only, so each is validated by the snapshot it would
 //! build and reloads it. Connection credentials are write-only: accepted by
@@ -17,7 +18,9 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use std::sync::{Arc, OnceLock};
 use switchyard_core::domain::{AuthClass, UpstreamFormat};
-use switchyard_store::{ComboRecord, ConfigRows, ConnectionRecord, ProviderRecord, SaveMode};
+use switchyard_store::{
+    AliasRecord, ComboRecord, ConfigRows, ConnectionRecord, ProviderRecord, SaveMode,
+};
 
 // ---- providers ----
 
@@ -111,7 +114,16 @@ pub async fn update_provider(
 
 /// Deletes a provider.
 pub async fn delete_provider(state: &AppState, id: String) -> Result<(), ApiError> {
-    apply_change(state, |_| Ok(()), move |s| s.delete_provider(&id)).await
+    let gone = id.clone();
+    apply_change(
+        state,
+        |rows| {
+            let prefix = format!("{gone}/");
+            super::unused_by_aliases(rows, "provider", &gone, |a| a.target.starts_with(&prefix))
+        },
+        move |s| s.delete_provider(&id),
+    )
+    .await
 }
 
 // ---- connections ----
@@ -320,7 +332,38 @@ pub async fn save_combo(
 
 /// Deletes a combo.
 pub async fn delete_combo(state: &AppState, name: String) -> Result<(), ApiError> {
-    apply_change(state, |_| Ok(()), move |s| s.delete_combo(&name)).await
+    let gone = name.clone();
+    apply_change(
+        state,
+        |rows| super::unused_by_aliases(rows, "combo", &gone, |a| a.target == gone),
+        move |s| s.delete_combo(&name),
+    )
+    .await
+}
+
+// ---- aliases ----
+
+/// The model aliases, in the order they are tried.
+pub async fn aliases(state: &AppState) -> Result<Vec<AliasRecord>, ApiError> {
+    Ok(blocking(&state.store, |s| s.list_aliases()).await?)
+}
+
+/// Replaces the model aliases with `list`, in its order, once the whole is valid.
+pub async fn replace_aliases(
+    state: &AppState,
+    list: Vec<AliasRecord>,
+) -> Result<Vec<AliasRecord>, ApiError> {
+    let (rec, t) = (list.clone(), state.clock.now_ms());
+    apply_change(
+        state,
+        |rows| {
+            rows.aliases = list.clone();
+            Ok(())
+        },
+        move |s| s.replace_aliases(&rec, t),
+    )
+    .await?;
+    Ok(list)
 }
 
 #[cfg(test)]

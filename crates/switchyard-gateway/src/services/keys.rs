@@ -108,5 +108,11 @@ pub async fn revoke(state: &AppState, id: String) -> Result<KeyRecord, ApiError>
 
 /// Deletes the key `id`.
 pub async fn delete(state: &AppState, id: String) -> Result<(), ApiError> {
-    apply_change(state, |_| Ok(()), move |s| s.delete_key(&id)).await
+    let gone = id.clone();
+    apply_change(
+        state,
+        |rows| super::unused_by_aliases(rows, "key", &gone, |a| a.keys.contains(&gone)),
+        move |s| s.delete_key(&id),
+    )
+    .await
 }

@@ -46,6 +46,31 @@ pub(crate) async fn apply_change<T: Send + 'static>(
     Ok(out)
 }
 
+/// Refuses to delete the `kind` `id` while an alias `uses` it (409, naming the aliases):
+/// the aliases are edited first.
+pub(crate) fn unused_by_aliases(
+    rows: &ConfigRows,
+    kind: &'static str,
+    id: &str,
+    uses: impl Fn(&switchyard_store::AliasRecord) -> bool,
+) -> Result<(), ApiError> {
+    let users: Vec<&str> = rows
+        .aliases
+        .iter()
+        .filter(|a| uses(a))
+        .map(|a| a.pattern.as_str())
+        .collect();
+    if users.is_empty() {
+        return Ok(());
+    }
+    Err(switchyard_store::StoreError::InUse {
+        kind,
+        id: id.to_owned(),
+        used_by: format!("aliases {}", users.join(", ")),
+    }
+    .into())
+}
+
 /// Rejects settings that would not hold together (the model-lockout maximum below its
 /// base, a breaker degrading after it opens): resolution would otherwise quietly fall
 /// back to the defaults. The error names the field.

@@ -555,6 +555,7 @@ async fn openapi_document_matches_the_routes() {
         "DELETE /api/quota/pools/{id}",
         "DELETE /api/resilience/model-cooldowns",
         "DELETE /api/settings/{key}",
+        "GET /api/aliases",
         "GET /api/combos",
         "GET /api/combos/{name}",
         "GET /api/connections",
@@ -597,6 +598,7 @@ async fn openapi_document_matches_the_routes() {
         "POST /v1/messages",
         "POST /v1/messages/count_tokens",
         "POST /v1/responses",
+        "PUT /api/aliases",
         "PUT /api/combos/{name}",
         "PUT /api/connections/{id}",
         "PUT /api/providers/{id}",
@@ -733,7 +735,7 @@ async fn openapi_documents_the_error_body_and_the_admin_refusals_of_every_manage
         }
     }
     // Every operation under `/api` but the public health and document.
-    assert_eq!(refused, 47);
+    assert_eq!(refused, 49);
     // What is sent is that shape.
     let r = h.http.get(h.url("/api/keys")).send().await.unwrap();
     assert_eq!(

@@ -51,7 +51,7 @@ async fn errors_on_the_messages_route_have_anthropics_shape() {
     assert_eq!(
         body,
         json!({"type": "error", "error": {"type": "not_found_error",
-            "message": "model `claude/nope` does not exist: use provider/model or a combo name (see GET /v1/models)",
+            "message": "model `claude/nope` does not exist; ask for one of: alpha/mock-small, alpha/mock-large, beta/mock-small, claude/claude-opus, claude/claude-haiku, fast, mixed (see GET /v1/models)",
             "code": "model_not_found"}})
     );
     let r = h

@@ -1,7 +1,9 @@
 //! Routing strategies: the order in which a request's candidates are tried, decided
-//! from the per-request view ([`super::view`]) and a rotation counter, never from
-//! state. One file per strategy; a new one is a file here and a line in [`for_kind`].
-//! Strategies only order: exclusion, admission and failover are other modules' work.
+//! from the routing context ([`RoutingCtx`]: the request's facts and a per-candidate
+//! view, [`super::view`]) and a rotation counter, never from state. One file per
+//! strategy; a new one is a file here and a line in [`REGISTRY`]. Strategies only order:
+//! exclusion, admission and failover are other modules' work, and the session pin
+//! (SPEC R15) is one rule applied after every strategy ([`super::affinity`]).
 
 mod priority;
 mod quota_share;
@@ -31,37 +33,106 @@ impl Needs {
     };
 }
 
+/// What a strategy knows of the request itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestFacts<'a> {
+    /// The name the client asked for, before any alias.
+    pub model: &'a str,
+    /// Length of the prompt's raw JSON text (the prompt-size estimate's input).
+    pub prompt_len: usize,
+}
+
+/// Everything a strategy orders by: the request's facts, one view per candidate in plan
+/// order, and the request's turn.
+#[derive(Debug, Clone, Copy)]
+pub struct RoutingCtx<'a> {
+    pub request: RequestFacts<'a>,
+    pub views: &'a [CandidateView],
+    /// A per-request counter for strategies that spread load.
+    pub rotation: usize,
+}
+
 /// A routing strategy: see the module docs.
 pub trait Strategy: Sync + std::fmt::Debug {
     /// The name in logs and configuration.
     fn name(&self) -> &'static str;
 
-    /// The facts [`Strategy::order`] reads.
+    /// The candidate facts [`Strategy::order`] reads.
     fn needs(&self) -> Needs;
 
-    /// Indices into `views` in the order to try the candidates; a permutation.
-    /// `rotation` is a per-request counter for strategies that spread load.
-    fn order(&self, views: &[CandidateView], rotation: usize) -> Vec<usize>;
+    /// Indices into `ctx.views` in the order to try the candidates; a permutation.
+    fn order(&self, ctx: &RoutingCtx<'_>) -> Vec<usize>;
 }
 
-/// Which strategy orders a plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A combo's or a direct request's: targets in the configured order.
-    Priority,
-    /// The internal strategy of `qtSd/` combos (SPEC Q12); not selectable by combos.
-    QuotaShare,
+/// The strategies a combo may name (SPEC R19), by their configuration names.
+pub const REGISTRY: &[&dyn Strategy] = &[&Priority];
+
+/// The internal strategy of `qtSd/` combos (SPEC Q12); no combo may name it.
+pub const QUOTA_SHARE: &dyn Strategy = &QuotaShare;
+
+/// The default strategy: a direct request's, and a combo's that names none.
+pub const DEFAULT: &dyn Strategy = &Priority;
+
+/// The registered strategy called `name`.
+pub fn named(name: &str) -> Result<&'static dyn Strategy, UnknownStrategy> {
+    REGISTRY
+        .iter()
+        .copied()
+        .find(|s| s.name() == name)
+        .ok_or_else(|| UnknownStrategy(name.to_owned()))
 }
 
-/// The strategy of `kind`.
-pub fn for_kind(kind: Kind) -> &'static dyn Strategy {
-    match kind {
-        Kind::Priority => &Priority,
-        Kind::QuotaShare => &QuotaShare,
+/// The names a combo may use, in registry order.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    REGISTRY.iter().map(|s| s.name())
+}
+
+/// A strategy name no implementation answers to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown strategy `{0}`: use one of {known}", known = names().collect::<Vec<_>>().join(", "))]
+pub struct UnknownStrategy(pub String);
+
+/// A strategy held by a plan or a combo, compared by name.
+#[derive(Debug, Clone, Copy)]
+pub struct StrategyRef(pub &'static dyn Strategy);
+
+impl PartialEq for StrategyRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name() == other.0.name()
+    }
+}
+
+impl std::ops::Deref for StrategyRef {
+    type Target = dyn Strategy;
+
+    fn deref(&self) -> &Self::Target {
+        self.0
     }
 }
 
 /// Whether `order` leaves the candidates where they are.
 pub fn is_identity(order: &[usize]) -> bool {
     order.iter().enumerate().all(|(i, &j)| i == j)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registry_answers_each_name_and_names_the_known_ones_otherwise() {
+        for s in REGISTRY {
+            assert_eq!(named(s.name()).unwrap().name(), s.name());
+        }
+        assert_eq!(names().collect::<Vec<_>>(), vec!["priority"]);
+        let err = named("quota-share").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown strategy `quota-share`: use one of priority"
+        );
+        assert_eq!(DEFAULT.name(), "priority");
+        assert_eq!(QUOTA_SHARE.name(), "quota-share");
+        assert_eq!(StrategyRef(DEFAULT), StrategyRef(&Priority));
+        assert_ne!(StrategyRef(DEFAULT), StrategyRef(QUOTA_SHARE));
+    }
 }

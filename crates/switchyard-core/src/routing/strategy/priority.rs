@@ -8,7 +8,7 @@
 //! stays first, at the default 0.7 (< 0.8, > 0.64) drops behind the second only, at 0.1
 //! (< 0.512) goes last. Reads only the view's penalty.
 
-use super::{Needs, Strategy};
+use super::{Needs, RoutingCtx, Strategy};
 use crate::routing::view::CandidateView;
 
 /// See the module docs.
@@ -27,13 +27,17 @@ impl Strategy for Priority {
         }
     }
 
-    fn order(&self, views: &[CandidateView], _rotation: usize) -> Vec<usize> {
-        let score = |i: usize| rank_score(i) * views[i].penalty;
-        let mut out: Vec<usize> = (0..views.len()).collect();
-        // A stable sort: equal scores keep plan order.
-        out.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
-        out
+    fn order(&self, ctx: &RoutingCtx<'_>) -> Vec<usize> {
+        order(ctx.views)
     }
+}
+
+fn order(views: &[CandidateView]) -> Vec<usize> {
+    let score = |i: usize| rank_score(i) * views[i].penalty;
+    let mut out: Vec<usize> = (0..views.len()).collect();
+    // A stable sort: equal scores keep plan order.
+    out.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
+    out
 }
 
 /// How much each place down the plan order is worth: a candidate scores this much of the
@@ -59,8 +63,8 @@ mod tests {
     #[test]
     fn plan_order_is_kept_without_penalties() {
         let views = [v(1.0), v(1.0), v(1.0)];
-        assert_eq!(Priority.order(&views, 7), vec![0, 1, 2]);
-        assert!(Priority.order(&[], 0).is_empty());
+        assert_eq!(order(&views), vec![0, 1, 2]);
+        assert!(order(&[]).is_empty());
     }
 
     #[test]
@@ -72,11 +76,7 @@ mod tests {
             (0.7, vec![1, 0, 2, 3]),
             (0.1, vec![1, 2, 3, 0]),
         ] {
-            assert_eq!(
-                Priority.order(&penalized_first(factor), 0),
-                want,
-                "{factor}"
-            );
+            assert_eq!(order(&penalized_first(factor)), want, "{factor}");
         }
         // Penalized second of three (0.8 before): 0.99 (0.792) keeps it ahead of the
         // third (0.64), 0.7 (0.56) and 0.1 (0.08) do not.
@@ -86,23 +86,28 @@ mod tests {
             (0.7, vec![0, 2, 1]),
             (0.1, vec![0, 2, 1]),
         ] {
-            assert_eq!(
-                Priority.order(&penalized_second(factor), 0),
-                want,
-                "{factor}"
-            );
+            assert_eq!(order(&penalized_second(factor)), want, "{factor}");
         }
         // Two penalized at 0.5: scores 0.5, 0.8, 0.32, 0.512.
         let views = [v(0.5), v(1.0), v(0.5), v(1.0)];
-        assert_eq!(Priority.order(&views, 0), vec![1, 3, 0, 2]);
+        assert_eq!(order(&views), vec![1, 3, 0, 2]);
         // Equal scores keep plan order; a factor of 0 sends it behind everything.
-        assert_eq!(Priority.order(&[v(0.8), v(1.0)], 0), vec![0, 1]);
-        assert_eq!(Priority.order(&[v(0.0), v(1.0)], 0), vec![1, 0]);
+        assert_eq!(order(&[v(0.8), v(1.0)]), vec![0, 1]);
+        assert_eq!(order(&[v(0.0), v(1.0)]), vec![1, 0]);
     }
 
     #[test]
     fn rotation_does_not_change_the_order() {
         let views = [v(0.5), v(1.0)];
-        assert_eq!(Priority.order(&views, 0), Priority.order(&views, 5));
+        let ctx = |rotation| RoutingCtx {
+            request: super::super::RequestFacts {
+                model: "m",
+                prompt_len: 10,
+            },
+            views: &views,
+            rotation,
+        };
+        assert_eq!(Priority.order(&ctx(0)), vec![1, 0]);
+        assert_eq!(Priority.order(&ctx(5)), vec![1, 0]);
     }
 }

@@ -14,7 +14,7 @@
 //! ([`crate::resilience::gates`]); this strategy only orders. It must not read anything
 //! but the view.
 
-use super::{Needs, Strategy};
+use super::{Needs, RoutingCtx, Strategy};
 use crate::routing::view::CandidateView;
 
 /// See the module docs.
@@ -34,8 +34,8 @@ impl Strategy for QuotaShare {
         }
     }
 
-    fn order(&self, views: &[CandidateView], rotation: usize) -> Vec<usize> {
-        order(views, rotation)
+    fn order(&self, ctx: &RoutingCtx<'_>) -> Vec<usize> {
+        order(ctx.views, ctx.rotation)
     }
 }
 

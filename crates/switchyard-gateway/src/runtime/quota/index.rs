@@ -224,6 +224,16 @@ impl QuotaIndex {
     }
 }
 
+impl switchyard_core::routing::Pools for QuotaIndex {
+    fn connections(&self, id: &str) -> Option<&[String]> {
+        self.pool(id).map(|p| p.pool.connection_ids.as_slice())
+    }
+
+    fn ids(&self) -> Vec<&str> {
+        self.pools.iter().map(|p| p.pool.id.as_str()).collect()
+    }
+}
+
 /// Validates a manual plan's dimensions with the pool rules (units, windows, limits).
 pub fn validate_plan(p: &PlanRecord) -> Result<Vec<Dimension>, QuotaConfigError> {
     let probe = PoolInput {
