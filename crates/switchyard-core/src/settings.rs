@@ -1264,6 +1264,20 @@ pub const STREAM_CONTENT_STALL_IDLE_MS: Setting<Int> = Setting {
     doc: "Longest gap between output (or reasoning) events of a stream once it has produced output; heartbeats do not count. 0 = off.",
 };
 
+pub const SESSION_AFFINITY_TTL_MS: Setting<Clamped> = Setting {
+    key: "sessionAffinityTtlMs",
+    env: "SESSION_AFFINITY_TTL_MS",
+    // SPEC R15: an hour since the session's last request, as Bifrost's default; an
+    // agent idle longer has lost its prompt cache anyway.
+    kind: Clamped {
+        default: 3_600_000,
+        min: 0,
+        max: 30 * DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "How long a client session stays pinned to the connection that last served it, since its last request (SPEC R15); 0 = off.",
+};
+
 pub const STREAM_STALL_COOLDOWN_ENABLED: Setting<Bool> = Setting {
     key: "streamStallCooldown.enabled",
     env: "STREAM_STALL_COOLDOWN_ENABLED",
@@ -1426,6 +1440,7 @@ pub const DEFS: &[SettingDef] = &[
     SERVER_KEEPALIVE_IDLE_TIMEOUT_MS.def(),
     SERVER_MAX_CONNECTIONS.def(),
     SERVER_SHUTDOWN_GRACE_MS.def(),
+    SESSION_AFFINITY_TTL_MS.def(),
     STREAM_CONTENT_STALL_ADAPTIVE.def(),
     STREAM_CONTENT_STALL_FIRST_OUTPUT_MAX_MS.def(),
     STREAM_CONTENT_STALL_FIRST_OUTPUT_MS.def(),
@@ -1529,6 +1544,8 @@ pub struct Settings {
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
     pub stream_idle_timeout_ms: u64,
+    /// `sessionAffinityTtlMs` (SPEC R15); 0 = off.
+    pub session_affinity_ttl_ms: u64,
     /// `streamContentStall.*` and `streamThroughputWatchdog.*` (SPEC R11, R12).
     pub stream: StreamSettings,
     pub quota: QuotaSettings,
@@ -1995,6 +2012,7 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         connect_timeout_ms: r.get(&UPSTREAM_CONNECT_TIMEOUT_MS),
         first_byte_timeout_ms: r.get(&UPSTREAM_FIRST_BYTE_TIMEOUT_MS),
         stream_idle_timeout_ms: r.get(&UPSTREAM_STREAM_IDLE_TIMEOUT_MS),
+        session_affinity_ttl_ms: r.get(&SESSION_AFFINITY_TTL_MS),
         stream: StreamSettings {
             first_output: crate::stream::budget::Budget {
                 base_ms: r.get(&STREAM_CONTENT_STALL_FIRST_OUTPUT_MS),

@@ -1,5 +1,5 @@
-//! Write-behind persistence of runtime state: quota counters (SPEC Q4, Q9) and
-//! resilience state — breakers and connection health (SPEC R1, R3, R4).
+//! Write-behind persistence of runtime state: quota counters (SPEC Q4, Q9), resilience
+//! state — breakers and connection health (SPEC R1, R3, R4) — and session pins (R15).
 //!
 //! Every `FLUSH_EVERY` the writer collects what changed and writes it in one
 //! transaction each, off the request path. A crash loses at most that interval; a
@@ -104,6 +104,7 @@ async fn write_loop(state: Arc<Parts>, mut stop: watch::Receiver<bool>) {
             _ = flush.tick() => {
                 flush_once(&state).await;
                 flush_resilience(&state).await;
+                flush_pins(&state).await;
             }
             _ = gc.tick() => collect_garbage(&state).await,
             r = stop.changed() => {
@@ -115,6 +116,22 @@ async fn write_loop(state: Arc<Parts>, mut stop: watch::Receiver<bool>) {
     }
     flush_once(&state).await;
     flush_resilience(&state).await;
+    flush_pins(&state).await;
+}
+
+/// Writes changed session pins now, deleting those past their time to live; on failure
+/// they are written again at the next flush.
+async fn flush_pins(state: &Parts) {
+    let rows = state.runtime.affinity.take_dirty();
+    if rows.is_empty() {
+        return;
+    }
+    let ttl = state.config.snapshot().settings.session_affinity_ttl_ms;
+    let expired_before = state.clock.now_ms().saturating_sub(ttl);
+    let failed = write_off_path(state, rows, move |s, r| s.save_pins(r, expired_before)).await;
+    if let Some(rows) = failed {
+        state.runtime.affinity.requeue(rows);
+    }
 }
 
 /// Writes changed breakers and connection health now; on failure they are written again

@@ -120,6 +120,11 @@ impl AppState {
                 tracing::warn!(error = %e, "Could not read the connections' last egress from the request log; egress buckets start empty.")
             }
         }
+        let affinity = crate::runtime::affinity::Affinity::default();
+        let ttl = snapshot.settings.session_affinity_ttl_ms;
+        let pins_since = clock.now_ms().saturating_sub(ttl);
+        let loaded = crate::runtime::affinity::LOADED_PINS;
+        affinity.load(blocking(&store, move |s| s.load_pins(pins_since, loaded)).await?);
         let gates = Gates::new(metrics.gates.clone());
         let hour_ago = clock.now_ms().saturating_sub(MINUTES_KEPT * MINUTE_MS);
         let recent = blocking(&store, move |s| s.log_series(hour_ago, MINUTE_MS)).await?;
@@ -131,6 +136,7 @@ impl AppState {
             gates,
             quota,
             walls: Default::default(),
+            affinity,
         });
         let state = Arc::new(Self {
             config: Arc::clone(&config),

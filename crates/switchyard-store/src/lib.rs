@@ -19,11 +19,13 @@ pub mod records;
 pub mod redis_counters;
 pub mod resilience;
 pub mod secrets;
+pub mod sessions;
 mod sqlite;
 
 pub use quota::{ConsumptionRow, PlanRecord};
 pub use records::*;
 pub use secrets::{KeyError, KeyId, Keyring, SecretKey};
+pub use sessions::{PinChange, PinRow};
 pub use sqlite::{make_private, Batch, SaveMode, Store};
 
 /// Everything that can go wrong in the store.

@@ -23,6 +23,7 @@ use super::Candidate;
 use crate::llm::RawObject;
 use crate::UnixMillis;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 
 /// The headers a session id is read from, first found wins (SPEC R15). Lowercase, as
 /// HTTP/1 and HTTP/2 header names compare.
@@ -98,7 +99,7 @@ pub fn session_id<'a>(
 }
 
 /// A pin's key: SHA-256 over the client key id and the session id.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionKey(pub [u8; 32]);
 
 impl std::fmt::Debug for SessionKey {
@@ -192,6 +193,138 @@ pub fn after(pin: Option<&Pin>, ending: Ending<'_>) -> Change {
         (_, Ending::Served { connection }) => Change::Write(connection.to_owned()),
         (Some(_), Ending::Failed { followed: true }) => Change::Delete,
         (_, Ending::Failed { .. } | Ending::Untouched) => Change::Keep,
+    }
+}
+
+/// The most pins a table holds; past it the least recently used tenth go.
+pub const MAX_PINS: usize = 100_000;
+
+/// The pins, bounded, with the changes not yet persisted. Pure state: the shell holds it
+/// behind its store and passes `now`.
+#[derive(Debug, Clone)]
+pub struct Table {
+    pins: HashMap<SessionKey, Pin>,
+    /// Changed since the last [`Table::take_dirty`]: the pin, or `None` when deleted.
+    dirty: HashMap<SessionKey, Option<Pin>>,
+    cap: usize,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Self::with_cap(MAX_PINS)
+    }
+}
+
+impl Table {
+    /// A table of at most `cap` pins (at least 1).
+    pub fn with_cap(cap: usize) -> Self {
+        Self {
+            pins: HashMap::new(),
+            dirty: HashMap::new(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// The session's pin while it lives; an expired one is dropped.
+    pub fn get(&mut self, key: &SessionKey, ttl_ms: u64, now: UnixMillis) -> Option<Pin> {
+        let pin = self.pins.get(key)?;
+        if pin.live(ttl_ms, now) {
+            return Some(pin.clone());
+        }
+        self.pins.remove(key);
+        self.dirty.insert(*key, None);
+        None
+    }
+
+    /// Applies the lifecycle's `change` to the session of client key `key_id`.
+    pub fn apply(&mut self, key: SessionKey, key_id: &str, change: Change, now: UnixMillis) {
+        match change {
+            Change::Keep => {}
+            Change::Delete => {
+                if self.pins.remove(&key).is_some() {
+                    self.dirty.insert(key, None);
+                }
+            }
+            Change::Refresh => {
+                if let Some(pin) = self.pins.get_mut(&key) {
+                    pin.last_ms = now;
+                    self.dirty.insert(key, Some(pin.clone()));
+                }
+            }
+            Change::Write(connection) => {
+                let created_ms = self
+                    .pins
+                    .get(&key)
+                    .filter(|p| p.connection == connection)
+                    .map_or(now, |p| p.created_ms);
+                let pin = Pin {
+                    connection,
+                    key_id: key_id.to_owned(),
+                    created_ms,
+                    last_ms: now,
+                };
+                if !self.pins.contains_key(&key) && self.pins.len() >= self.cap {
+                    self.evict();
+                }
+                self.dirty.insert(key, Some(pin.clone()));
+                self.pins.insert(key, pin);
+            }
+        }
+    }
+
+    /// Drops the least recently used tenth of the pins (at least one).
+    fn evict(&mut self) {
+        let mut ages: Vec<(UnixMillis, SessionKey)> =
+            self.pins.iter().map(|(k, p)| (p.last_ms, *k)).collect();
+        let n = (ages.len() / 10).max(1).min(ages.len());
+        ages.select_nth_unstable(n - 1);
+        for (_, key) in ages.into_iter().take(n) {
+            self.pins.remove(&key);
+            self.dirty.insert(key, None);
+        }
+    }
+
+    /// Removes the session's pin (an operator's release); whether there was one.
+    pub fn remove(&mut self, key: &SessionKey) -> bool {
+        let had = self.pins.remove(key).is_some();
+        if had {
+            self.dirty.insert(*key, None);
+        }
+        had
+    }
+
+    /// Puts persisted pins back, as they were (nothing to persist).
+    pub fn load(&mut self, pins: impl IntoIterator<Item = (SessionKey, Pin)>) {
+        for (key, pin) in pins {
+            if self.pins.len() >= self.cap {
+                break;
+            }
+            self.pins.insert(key, pin);
+        }
+    }
+
+    /// The changes since the last call, to persist.
+    pub fn take_dirty(&mut self) -> Vec<(SessionKey, Option<Pin>)> {
+        self.dirty.drain().collect()
+    }
+
+    /// Gives back changes that could not be persisted, unless newer ones replaced them.
+    pub fn requeue(&mut self, changes: Vec<(SessionKey, Option<Pin>)>) {
+        for (key, change) in changes {
+            self.dirty.entry(key).or_insert(change);
+        }
+    }
+
+    /// The live pins, most recently used first.
+    pub fn live(&self, ttl_ms: u64, now: UnixMillis) -> Vec<(SessionKey, Pin)> {
+        let mut out: Vec<(SessionKey, Pin)> = self
+            .pins
+            .iter()
+            .filter(|(_, p)| p.live(ttl_ms, now))
+            .map(|(k, p)| (*k, p.clone()))
+            .collect();
+        out.sort_by(|a, b| b.1.last_ms.cmp(&a.1.last_ms).then(a.0 .0.cmp(&b.0 .0)));
+        out
     }
 }
 
@@ -349,6 +482,72 @@ mod tests {
         for (pin, ending, want) in cases {
             assert_eq!(after(pin, ending), want, "{pin:?} {ending:?}");
         }
+    }
+
+    #[test]
+    fn the_table_writes_refreshes_moves_and_deletes_and_records_each_change() {
+        let mut t = Table::default();
+        let k = SessionKey::of("k", "s");
+        assert_eq!(t.get(&k, 1_000, 0), None);
+        t.apply(k, "k", Change::Write("a".into()), 100);
+        assert_eq!(
+            t.get(&k, 1_000, 500).map(|p| p.connection),
+            Some("a".into())
+        );
+        t.apply(k, "k", Change::Refresh, 900);
+        let p = t.get(&k, 1_000, 1_800).unwrap();
+        assert_eq!((p.created_ms, p.last_ms), (100, 900));
+        // Moved: a new creation time.
+        t.apply(k, "k", Change::Write("b".into()), 1_000);
+        let p = t.get(&k, 1_000, 1_000).unwrap();
+        assert_eq!((p.connection.as_str(), p.created_ms), ("b", 1_000));
+        // Written again to the same connection: created stays.
+        t.apply(k, "k", Change::Write("b".into()), 1_200);
+        assert_eq!(t.get(&k, 1_000, 1_200).unwrap().created_ms, 1_000);
+        let dirty = t.take_dirty();
+        assert_eq!(dirty.len(), 1);
+        assert_eq!(dirty[0].1.as_ref().map(|p| p.last_ms), Some(1_200));
+        assert!(t.take_dirty().is_empty());
+        t.apply(k, "k", Change::Keep, 1_300);
+        assert!(t.take_dirty().is_empty());
+        t.apply(k, "k", Change::Delete, 1_300);
+        assert_eq!(t.get(&k, 1_000, 1_300), None);
+        assert_eq!(t.take_dirty(), vec![(k, None)]);
+        // Refreshing or deleting what is not there changes nothing.
+        t.apply(k, "k", Change::Refresh, 1_400);
+        t.apply(k, "k", Change::Delete, 1_400);
+        assert!(t.take_dirty().is_empty());
+    }
+
+    #[test]
+    fn expired_pins_are_dropped_and_the_table_stays_bounded() {
+        let mut t = Table::with_cap(20);
+        let key = |i: u64| SessionKey::of("k", &i.to_string());
+        for i in 0..20 {
+            t.apply(key(i), "k", Change::Write("a".into()), i);
+        }
+        assert_eq!(t.live(1_000, 20).len(), 20);
+        // The 21st evicts the least recently used tenth: two pins.
+        t.apply(key(20), "k", Change::Write("a".into()), 20);
+        let live = t.live(1_000, 21);
+        assert_eq!(live.len(), 19);
+        assert_eq!(live[0].0, key(20));
+        assert!(t.get(&key(0), 1_000, 21).is_none() && t.get(&key(1), 1_000, 21).is_none());
+        assert!(t.get(&key(2), 1_000, 21).is_some());
+        // Past its time to live a pin is gone, and its deletion is persisted.
+        t.take_dirty();
+        assert_eq!(t.get(&key(2), 10, 12), None);
+        assert_eq!(t.take_dirty(), vec![(key(2), None)]);
+        // A failed write is requeued unless a newer change replaced it.
+        t.requeue(vec![(key(3), None)]);
+        t.apply(key(4), "k", Change::Refresh, 30);
+        t.requeue(vec![(key(4), None)]);
+        let mut dirty = t.take_dirty();
+        dirty.sort_by_key(|(k, _)| k.0);
+        assert_eq!(dirty.len(), 2);
+        assert!(dirty.iter().any(|(k, c)| *k == key(4) && c.is_some()));
+        assert!(t.remove(&key(5)));
+        assert!(!t.remove(&key(5)));
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod keys;
 pub mod openapi;
 mod quota;
 mod resilience;
+mod sessions;
 mod settings;
 pub mod system;
 
@@ -77,4 +78,6 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
         ))
         .routes(routes!(resilience::list_error_rules))
         .routes(routes!(resilience::list_egress))
+        .routes(routes!(sessions::list))
+        .routes(routes!(sessions::release))
 }

@@ -41,12 +41,13 @@ async fn count(
     let key = auth::client_key(&snap.catalog, &parts.headers)?;
     let request = read_request(&snap, format, &parts.headers, body).await?;
     let estimate = Estimate::at_admission(request.prompt_len, None, false);
-    let plan = plan::build(
+    // Counting tokens serves no conversation: no session pin is read or written.
+    let (plan, _) = plan::build(
         &state.runtime,
         &snap,
         key,
         (&request, &estimate),
-        state.next_rotation(),
+        (state.next_rotation(), None, state.clock.now_ms()),
     )
     .await?;
     let protocol = ProtocolHeaders::of(format, &parts.headers);

@@ -43,9 +43,10 @@ use finish::Finisher;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_core::dispatch::{Dispatch, End, Slot, Step};
+use switchyard_core::dispatch::{Dispatch, End, Report, Slot, Step};
 use switchyard_core::format::Format;
 use switchyard_core::quota::cost::Estimate;
+use switchyard_core::routing::affinity::{self, SessionKey};
 use switchyard_core::routing::Reason;
 
 pub use count::count_tokens;
@@ -140,14 +141,32 @@ async fn run(
     let request = read_request(&snap, format, headers, body).await?;
     finisher.set_request(&request.model, request.stream);
     let estimate = Estimate::at_admission(request.prompt_len, request.max_tokens, request.stream);
-    let plan = plan::build(
+    let session = session_key(&snap, headers, key, &request);
+    let (plan, pin) = plan::build(
         &state.runtime,
         &snap,
         key,
         (&request, &estimate),
-        state.next_rotation(),
+        (state.next_rotation(), session.as_ref(), clock.now_ms()),
     )
     .await?;
+    let settle = |ending: affinity::Ending<'_>| {
+        if let Some(s) = session {
+            let now = clock.now_ms();
+            state
+                .runtime
+                .affinity
+                .settle(s, &key.id, pin.as_ref(), ending, now);
+        }
+    };
+    let on_pin = |i: usize| {
+        pin.as_ref().is_some_and(|p| {
+            plan.candidates
+                .get(i)
+                .is_some_and(|c| c.connection.id == p.connection)
+        })
+    };
+    let mut pin_failed = false;
     if plan.candidates.is_empty() {
         return Err(ApiError::NoExecutableTargets {
             model: request.model.clone(),
@@ -185,8 +204,22 @@ async fn run(
                     dispatch.waited_for_slot(tried.slot_wait_ms);
                 }
                 match tried.result {
-                    Ok(response) => return Ok(response),
-                    Err(report) => dispatch.report(report),
+                    Ok(response) => {
+                        let served = plan.candidates.get(t.candidate);
+                        match served.filter(|_| response.status().is_success()) {
+                            Some(c) => settle(affinity::Ending::Served {
+                                connection: &c.connection.id,
+                            }),
+                            None => settle(affinity::Ending::Untouched),
+                        }
+                        return Ok(response);
+                    }
+                    Err(report) => {
+                        let upstream_failed =
+                            matches!(report, Report::Failed { .. } | Report::RetrySame { .. });
+                        pin_failed |= upstream_failed && on_pin(t.candidate);
+                        dispatch.report(report);
+                    }
                 }
             }
             Step::CheckHolds => {
@@ -203,15 +236,35 @@ async fn run(
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
             Step::Done(end) => {
+                settle(affinity::Ending::Failed {
+                    followed: pin_failed,
+                });
                 return ended(
                     end,
                     &request.model,
                     ctx.untranslatable.get(),
                     ctx.unpriced.get(),
-                )
+                );
             }
         }
     }
+}
+
+/// The request's session pin key (SPEC R15): its session id, from the R15 headers or
+/// body fields, scoped by the client key; `None` when affinity is off or the request
+/// names no session.
+fn session_key(
+    snap: &crate::snapshot::Snapshot,
+    headers: &HeaderMap,
+    key: &switchyard_core::catalog::ApiKey,
+    request: &switchyard_core::llm::Request,
+) -> Option<SessionKey> {
+    if snap.settings.session_affinity_ttl_ms == 0 {
+        return None;
+    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (_, id) = affinity::session_id(header, &request.body)?;
+    Some(SessionKey::of(&key.id, &id))
 }
 
 /// The answer or error of a request whose attempts all failed.

@@ -2,7 +2,9 @@
 //! [`switchyard_core::routing`] (direct names, combos, `qtSd/` pools, aliases), then let
 //! the plan's strategy order them over the routing context: the request's facts and a
 //! per-candidate view of the facts the strategy asks for, gathered here from the live
-//! state, and only those. Nothing is attempted or reserved here.
+//! state, and only those; then the session's pin (SPEC R15) puts its connection first,
+//! after whatever strategy ordered, unless the operator fixed the connections. Nothing
+//! is attempted or reserved here.
 
 use crate::error::ApiError;
 use crate::runtime::Runtime;
@@ -10,13 +12,36 @@ use crate::snapshot::Snapshot;
 use switchyard_core::catalog::ApiKey;
 use switchyard_core::llm::Request;
 use switchyard_core::quota::cost::Estimate;
+use switchyard_core::routing::affinity::{self, Pin, SessionKey};
 use switchyard_core::routing::strategy::{self, Needs, RequestFacts, RoutingCtx};
 use switchyard_core::routing::view::CandidateView;
 use switchyard_core::routing::{self, Candidate, Plan};
 
 /// The ordered plan for `request`, on the request's turn `rotation` (shared by
-/// resolution, which connection of a provider first, and the strategy).
+/// resolution, which connection of a provider first, and the strategy), with the live
+/// pin of the request's `session` that ordered it, if one did.
 pub async fn build(
+    runtime: &Runtime,
+    snap: &Snapshot,
+    key: &ApiKey,
+    request: (&Request, &Estimate),
+    (rotation, session, now): (usize, Option<&SessionKey>, u64),
+) -> Result<(Plan, Option<Pin>), ApiError> {
+    let mut plan = ordered(runtime, snap, key, request, rotation).await?;
+    let ttl = snap.settings.session_affinity_ttl_ms;
+    let pin = session
+        .filter(|_| !plan.fixed)
+        .and_then(|s| runtime.affinity.pin(s, ttl, now));
+    if let Some(p) = &pin {
+        if affinity::pinned_first(&mut plan.candidates, &p.connection) {
+            tracing::debug!(connection = %p.connection, "The session's pinned connection goes first.");
+        }
+    }
+    Ok((plan, pin))
+}
+
+/// The plan ordered by its strategy.
+async fn ordered(
     runtime: &Runtime,
     snap: &Snapshot,
     key: &ApiKey,

@@ -1,5 +1,6 @@
 //! Runtime state: what the request path reads and updates between configuration
-//! changes — provider breakers and connection health ([`resilience`]), concurrency gates
+//! changes — provider breakers and connection health ([`resilience`]), session pins
+//! ([`affinity`]), concurrency gates
 //! and their queues ([`gate`]), quota counters and provider signals ([`quota`]), the
 //! Claude usage-wall machines ([`usage_wall`]) —
 //! written behind to the store by the `persist` writer. Each part is held behind
@@ -7,6 +8,7 @@
 //! the quota engine reads its own clock (Redis counts on Redis's). Nothing here reads
 //! the application state, the pipeline or the HTTP error type.
 
+pub mod affinity;
 pub mod gate;
 pub mod quota;
 pub mod resilience;
@@ -26,4 +28,6 @@ pub struct Runtime {
     pub quota: Arc<QuotaEngine>,
     /// The Claude usage-wall machines (SPEC R17).
     pub walls: UsageWalls,
+    /// Session pins (SPEC R15).
+    pub affinity: affinity::Affinity,
 }

@@ -14,6 +14,7 @@ pub mod keys;
 pub mod logs;
 pub mod quota;
 pub mod resilience;
+pub mod sessions;
 pub mod settings;
 pub mod system;
 

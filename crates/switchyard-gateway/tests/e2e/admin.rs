@@ -554,6 +554,7 @@ async fn openapi_document_matches_the_routes() {
         "DELETE /api/quota/plans/{connectionId}",
         "DELETE /api/quota/pools/{id}",
         "DELETE /api/resilience/model-cooldowns",
+        "DELETE /api/sessions/{session}",
         "DELETE /api/settings/{key}",
         "GET /api/aliases",
         "GET /api/combos",
@@ -579,6 +580,7 @@ async fn openapi_document_matches_the_routes() {
         "GET /api/resilience/egress",
         "GET /api/resilience/error-rules",
         "GET /api/resilience/model-cooldowns",
+        "GET /api/sessions",
         "GET /api/settings",
         "GET /metrics",
         "GET /v1/models",
@@ -735,7 +737,7 @@ async fn openapi_documents_the_error_body_and_the_admin_refusals_of_every_manage
         }
     }
     // Every operation under `/api` but the public health and document.
-    assert_eq!(refused, 49);
+    assert_eq!(refused, 51);
     // What is sent is that shape.
     let r = h.http.get(h.url("/api/keys")).send().await.unwrap();
     assert_eq!(

@@ -9,6 +9,7 @@
     reason = "test harness code outside #[test] functions fails loudly on purpose"
 )]
 mod admin;
+mod affinity;
 mod aliases;
 mod anthropic;
 mod chaos;

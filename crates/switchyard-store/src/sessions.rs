@@ -1,0 +1,131 @@
+//! Session pins (SPEC R15): which connection each client session is pinned to, keyed
+//! by the hex SHA-256 of the client key id and session id, so no session id is stored.
+//! Written behind the request path in batches; read at start.
+
+use crate::sqlite::i64_of;
+use crate::{Result, Store};
+use rusqlite::params;
+
+/// One stored pin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinRow {
+    /// Hex SHA-256 of the client key id and the session id.
+    pub session_key: String,
+    pub key_id: String,
+    pub connection_id: String,
+    pub created_at: u64,
+    pub last_used_at: u64,
+}
+
+/// One change: the session key and its pin, or `None` to delete it.
+pub type PinChange = (String, Option<PinRow>);
+
+impl Store {
+    /// The pins used at or after `since`, most recently used first, at most `limit`.
+    pub fn load_pins(&self, since: u64, limit: usize) -> Result<Vec<PinRow>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT session_key, key_id, connection_id, created_at, last_used_at
+             FROM session_pins WHERE last_used_at >= ?1
+             ORDER BY last_used_at DESC LIMIT ?2",
+        )?;
+        let rows = stmt
+            .query_map(
+                params![i64_of(since), i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| {
+                    Ok(PinRow {
+                        session_key: r.get(0)?,
+                        key_id: r.get(1)?,
+                        connection_id: r.get(2)?,
+                        created_at: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
+                        last_used_at: u64::try_from(r.get::<_, i64>(4)?).unwrap_or(0),
+                    })
+                },
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Writes changed pins in one transaction, and deletes those unused since before
+    /// `expired_before`.
+    pub fn save_pins(&self, changes: &[PinChange], expired_before: u64) -> Result<()> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        {
+            let mut upsert = tx.prepare_cached(
+                "INSERT INTO session_pins
+                   (session_key, key_id, connection_id, created_at, last_used_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(session_key) DO UPDATE SET key_id = excluded.key_id,
+                   connection_id = excluded.connection_id, created_at = excluded.created_at,
+                   last_used_at = excluded.last_used_at",
+            )?;
+            let mut delete =
+                tx.prepare_cached("DELETE FROM session_pins WHERE session_key = ?1")?;
+            for (key, pin) in changes {
+                match pin {
+                    Some(p) => {
+                        upsert.execute(params![
+                            key,
+                            p.key_id,
+                            p.connection_id,
+                            i64_of(p.created_at),
+                            i64_of(p.last_used_at)
+                        ])?;
+                    }
+                    None => {
+                        delete.execute([key])?;
+                    }
+                }
+            }
+            tx.execute(
+                "DELETE FROM session_pins WHERE last_used_at < ?1",
+                [i64_of(expired_before)],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(key: &str, conn: &str, last: u64) -> PinRow {
+        PinRow {
+            session_key: key.into(),
+            key_id: "k1".into(),
+            connection_id: conn.into(),
+            created_at: 5,
+            last_used_at: last,
+        }
+    }
+
+    #[test]
+    fn pins_are_written_moved_deleted_and_expired() {
+        let store = Store::open_in_memory().unwrap();
+        store
+            .save_pins(
+                &[
+                    ("a".into(), Some(row("a", "c1", 100))),
+                    ("b".into(), Some(row("b", "c1", 200))),
+                    ("c".into(), Some(row("c", "c2", 50))),
+                ],
+                0,
+            )
+            .unwrap();
+        assert_eq!(
+            store.load_pins(0, 10).unwrap(),
+            vec![row("b", "c1", 200), row("a", "c1", 100), row("c", "c2", 50)]
+        );
+        assert_eq!(store.load_pins(60, 1).unwrap(), vec![row("b", "c1", 200)]);
+        store
+            .save_pins(
+                &[("a".into(), Some(row("a", "c2", 300))), ("b".into(), None)],
+                60,
+            )
+            .unwrap();
+        assert_eq!(store.load_pins(0, 10).unwrap(), vec![row("a", "c2", 300)]);
+    }
+}
