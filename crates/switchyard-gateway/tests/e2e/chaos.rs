@@ -30,8 +30,12 @@ const RESET: Duration = Duration::from_secs(15);
 const TEXT: &str = "Hello from the Switchyard mock";
 
 /// A local provider that fails in every way, a healthy one beside it, and a combo.
+/// Without session affinity: the simulated Codex client sends a session id, and a pin
+/// moved to the healthy provider after a failover would keep the next requests off the
+/// flaky one (SPEC R15, tested in `affinity.rs`).
 pub fn chaos(mock_url: &str) -> Config {
     Config::new()
+        .setting("sessionAffinityTtlMs", 0)
         .setting("upstream.first_byte_timeout_ms", FIRST_BYTE_MS)
         .setting("upstream.stream_idle_timeout_ms", IDLE_MS)
         .provider(Provider::openai("flaky", mock_url).models(["mock-small"]))

@@ -910,7 +910,11 @@ async fn the_quota_share_strategy_is_not_user_selectable() {
         .await;
     assert_eq!(r.status(), 400);
     let e: Value = r.json().await.unwrap();
-    assert_eq!(e["error"]["code"], "invalid_json");
+    assert_eq!(e["error"]["code"], "invalid_config");
+    assert_eq!(
+        e["error"]["message"],
+        "combo `mine`: unknown strategy `quota-share`: use one of priority"
+    );
     assert_eq!(h.admin_get("/api/combos/mine").await.status(), 404);
 }
 

@@ -20,7 +20,10 @@ const IDLE_MS: i64 = 3_000;
 /// `cred-<format>-a`, `<format>-b`), and a combo `pair-<format>` that fails over from the
 /// first to the second. The first-output and idle budgets are short and fixed.
 fn pairs(mock_url: &str) -> Config {
+    // Without session affinity: the Codex client's session id would pin each pair to
+    // the account that served after a failover (SPEC R15, tested in `affinity.rs`).
     let mut config = Config::new()
+        .setting("sessionAffinityTtlMs", 0)
         .setting("streamContentStall.firstOutputMs", FIRST_OUTPUT_MS)
         .setting("streamContentStall.adaptive", false)
         .setting("streamContentStall.idleMs", IDLE_MS)
