@@ -34,12 +34,6 @@ impl Alias {
         self.pattern.contains('*')
     }
 
-    /// Whether the alias applies to `key_id`'s requests for `model`.
-    pub fn matches(&self, key_id: &str, model: &str) -> bool {
-        (self.keys.is_empty() || self.keys.iter().any(|k| k == key_id))
-            && glob_matches(&self.pattern, model)
-    }
-
     /// What is wrong with the alias itself, before its target is resolved.
     pub fn problem(&self) -> Option<String> {
         let pattern = &self.pattern;
@@ -83,18 +77,9 @@ impl Aliases {
 
     /// The alias `key_id`'s request for `model` follows: the first matching one limited
     /// to the key, else the first matching one for every key.
-    pub fn find(&self, key_id: &str, model: &str) -> Option<&Alias> {
-        let keyed = self
-            .list
-            .iter()
-            .filter(|a| !a.keys.is_empty())
-            .find(|a| a.matches(key_id, model));
-        keyed.or_else(|| {
-            self.list
-                .iter()
-                .filter(|a| a.keys.is_empty())
-                .find(|a| glob_matches(&a.pattern, model))
-        })
+    pub fn find<'a>(&'a self, key_id: &'a str, model: &str) -> Option<&'a Alias> {
+        self.for_key(key_id)
+            .find(|a| glob_matches(&a.pattern, model))
     }
 
     /// The aliases `key_id` may follow, in the order [`Aliases::find`] tries them.
@@ -180,7 +165,8 @@ mod tests {
             alias("claude-*", "team-b", &["kb"]),
             alias("gpt-*", "codex", &["ka", "kb"]),
         ]);
-        let target = |key: &str, model: &str| aliases.find(key, model).map(|a| a.target.as_str());
+        let target =
+            |key: &'static str, model: &str| aliases.find(key, model).map(|a| a.target.as_str());
         // First match in order: `claude-*` comes before `*haiku*`.
         assert_eq!(target("ka", "claude-haiku-4-5"), Some("main"));
         assert_eq!(target("ka", "my-haiku"), Some("small"));

@@ -123,8 +123,8 @@ impl AppState {
         let affinity = crate::runtime::affinity::Affinity::default();
         let ttl = snapshot.settings.session_affinity_ttl_ms;
         let pins_since = clock.now_ms().saturating_sub(ttl);
-        let loaded = crate::runtime::affinity::LOADED_PINS;
-        affinity.load(blocking(&store, move |s| s.load_pins(pins_since, loaded)).await?);
+        let most = switchyard_core::routing::affinity::MAX_PINS;
+        affinity.load(blocking(&store, move |s| s.load_pins(pins_since, most)).await?);
         let gates = Gates::new(metrics.gates.clone());
         let hour_ago = clock.now_ms().saturating_sub(MINUTES_KEPT * MINUTE_MS);
         let recent = blocking(&store, move |s| s.log_series(hour_ago, MINUTE_MS)).await?;

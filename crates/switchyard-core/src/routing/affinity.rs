@@ -48,15 +48,6 @@ pub enum Source {
     Body(&'static str),
 }
 
-impl Source {
-    /// The header or body field's name, for logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Header(name) | Self::Body(name) => name,
-        }
-    }
-}
-
 /// The longest id kept before hashing; any longer is hashed like every other (SPEC R15
 /// asks only that long ones are).
 pub const MAX_ID_BYTES: usize = 255;

@@ -108,18 +108,7 @@ fn direct(
         }
         return Ok(out);
     }
-    let mut out = Plan {
-        candidates: Vec::new(),
-        excluded: Vec::new(),
-        combo: None,
-        strategy: StrategyRef(strategy::DEFAULT),
-        policy: DispatchPolicy {
-            combo_wait: false,
-            account_gate: AccountGate::Strict,
-        },
-        alias: None,
-        fixed: false,
-    };
+    let mut out = empty(None, strategy::DEFAULT, AccountGate::Strict);
     if let Some(combo) = catalog.combo(name) {
         allowed()?;
         out.combo = Some(combo.name.clone());
@@ -139,6 +128,26 @@ fn direct(
     Ok(out)
 }
 
+/// A plan without candidates yet, that waits for no combo.
+fn empty(
+    combo: Option<String>,
+    strategy: &'static dyn strategy::Strategy,
+    account_gate: AccountGate,
+) -> Plan {
+    Plan {
+        candidates: Vec::new(),
+        excluded: Vec::new(),
+        combo,
+        strategy: StrategyRef(strategy),
+        policy: DispatchPolicy {
+            combo_wait: false,
+            account_gate,
+        },
+        alias: None,
+        fixed: false,
+    }
+}
+
 /// The quota-share plan of `pool` (its connections in the pool's order, each asked for
 /// `model`, or its provider's first model when the name gives none).
 fn share(
@@ -148,18 +157,8 @@ fn share(
     model: Option<&str>,
     members: &[String],
 ) -> Plan {
-    let mut out = Plan {
-        candidates: Vec::new(),
-        excluded: Vec::new(),
-        combo: Some(format!("{SHARE_PREFIX}{pool}")),
-        strategy: StrategyRef(strategy::QUOTA_SHARE),
-        policy: DispatchPolicy {
-            combo_wait: false,
-            account_gate: AccountGate::FailOpen,
-        },
-        alias: None,
-        fixed: false,
-    };
+    let combo = Some(format!("{SHARE_PREFIX}{pool}"));
+    let mut out = empty(combo, strategy::QUOTA_SHARE, AccountGate::FailOpen);
     for cid in members {
         let Some(conn) = catalog.connection(cid) else {
             continue;

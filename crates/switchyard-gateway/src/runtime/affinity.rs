@@ -7,7 +7,7 @@
 
 use crate::sync::lock;
 use std::sync::Mutex;
-use switchyard_core::routing::affinity::{after, Ending, Pin, SessionKey, Table, MAX_PINS};
+use switchyard_core::routing::affinity::{after, Ending, Pin, SessionKey, Table};
 use switchyard_core::UnixMillis;
 use switchyard_store::{PinChange, PinRow};
 
@@ -66,18 +66,9 @@ impl<S: PinStore> Affinity<S> {
 
     /// Puts persisted pins back (rows with a malformed key are skipped).
     pub fn load(&self, rows: Vec<PinRow>) {
-        let pins = rows.into_iter().filter_map(|r| {
-            let key = SessionKey::from_hex(&r.session_key)?;
-            Some((
-                key,
-                Pin {
-                    connection: r.connection_id,
-                    key_id: r.key_id,
-                    created_ms: r.created_at,
-                    last_ms: r.last_used_at,
-                },
-            ))
-        });
+        let pins = rows
+            .into_iter()
+            .filter_map(|r| Some((SessionKey::from_hex(&r.session_key)?, pin_of(r))));
         self.store.with(|t| t.load(pins));
     }
 
@@ -102,21 +93,20 @@ impl<S: PinStore> Affinity<S> {
 
     /// Gives back rows that could not be written.
     pub fn requeue(&self, rows: Vec<PinChange>) {
-        let changes = rows.into_iter().filter_map(|(hex, row)| {
-            let key = SessionKey::from_hex(&hex)?;
-            Some((
-                key,
-                row.map(|r| Pin {
-                    connection: r.connection_id,
-                    key_id: r.key_id,
-                    created_ms: r.created_at,
-                    last_ms: r.last_used_at,
-                }),
-            ))
-        });
-        self.store.with(|t| t.requeue(changes.collect()));
+        let changes = rows
+            .into_iter()
+            .filter_map(|(hex, row)| Some((SessionKey::from_hex(&hex)?, row.map(pin_of))))
+            .collect();
+        self.store.with(|t| t.requeue(changes));
     }
 }
 
-/// How many pins are read back at start: the table's bound.
-pub const LOADED_PINS: usize = MAX_PINS;
+/// A stored pin as the table holds it.
+fn pin_of(r: PinRow) -> Pin {
+    Pin {
+        connection: r.connection_id,
+        key_id: r.key_id,
+        created_ms: r.created_at,
+        last_ms: r.last_used_at,
+    }
+}

@@ -42,25 +42,23 @@ async fn last_credential(h: &Harness) -> String {
 async fn claude_turn(h: &Harness, session: &str) -> u16 {
     let mut body = messages_body("claude/claude-opus", false);
     body["metadata"] = json!({"user_id": format!("user_0f_account__session_{session}")});
-    h.http
+    let r = h
+        .http
         .post(h.url("/v1/messages?beta=true"))
         .header("x-api-key", KEY)
         .header("anthropic-version", ANTHROPIC_VERSION)
         .header("x-claude-code-session-id", session)
         .header("x-client-request-id", "req-1")
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
+        .json(&body);
+    status_of(r).await
 }
 
 /// A Responses request with Codex CLI's session headers and `prompt_cache_key`.
 async fn codex_turn(h: &Harness, session: &str) -> u16 {
     let mut body = responses_body("codex/gpt-5-codex", false);
     body["prompt_cache_key"] = json!(session);
-    h.http
+    let r = h
+        .http
         .post(h.url("/v1/responses"))
         .bearer_auth(KEY)
         .header("originator", "codex_exec")
@@ -68,12 +66,13 @@ async fn codex_turn(h: &Harness, session: &str) -> u16 {
         .header("session-id", session)
         .header("thread-id", session)
         .header("x-codex-window-id", format!("{session}:0"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
+        .json(&body);
+    status_of(r).await
+}
+
+/// Sends `r`; its status.
+async fn status_of(r: reqwest::RequestBuilder) -> u16 {
+    r.send().await.unwrap().status().as_u16()
 }
 
 async fn sessions(h: &Harness) -> Vec<Value> {
