@@ -21,6 +21,18 @@
 #   9. and 10. `codex exec` on an Anthropic route (claude/claude-opus), translated
 #      Responses -> chat -> Messages and back.
 #
+# Then the session headers each client sends, captured from one request straight to
+# the demo's mock (which records every header), and SPEC G3 and R15 through the gateway:
+#   A1. `claude -p` with only the base URL and the key, and with `--model haiku` (its
+#      small fast model): its own model names follow the demo's aliases; the models it
+#      asked for are printed;
+#   A2. `codex exec` with only the provider block, the same;
+#   A3. three turns of one Claude Code session (`--session-id`, a tool turn, then
+#      `--resume`) land on one of the two claude accounts; without affinity they would
+#      alternate;
+#   A4. a Codex tool turn (two requests of one session) lands on one of the two codex
+#      accounts, and its session is pinned.
+#
 # Then the stream faults of SPEC R11 and R12, each client through an upstream the mock
 # scripts to fail, with 5 s first-output and idle budgets (set through the settings
 # API) and, for the crawls, the throughput watchdog on (no warm-up, a 3 s window, 5
@@ -77,11 +89,13 @@ failed=0
 check() {
   local name=$1 model=$2 expected=$3 prompt=$4
   shift 4
-  local out
+  local out models=()
+  # An empty MODEL leaves Claude Code's own model names (the aliases route them).
+  [ -n "$model" ] && models=(ANTHROPIC_MODEL="$model" ANTHROPIC_SMALL_FAST_MODEL="$model")
   SECONDS=0
-  out=$(cd "$scratch/work" && HOME="$scratch/home" \
-    ANTHROPIC_BASE_URL="http://127.0.0.1:$port" ANTHROPIC_API_KEY="$key" \
-    ANTHROPIC_MODEL="$model" ANTHROPIC_SMALL_FAST_MODEL="$model" \
+  out=$(cd "$scratch/work" && env HOME="$scratch/home" \
+    ANTHROPIC_BASE_URL="${CLAUDE_BASE_URL:-http://127.0.0.1:$port}" ANTHROPIC_API_KEY="$key" \
+    "${models[@]}" \
     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 \
     DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
     timeout 120 claude -p "$prompt" "$@" 2>"$scratch/stderr") || true
@@ -106,26 +120,30 @@ check "claude-code tool turn, anthropic route" claude/claude-opus "tool said: sw
   "$tool" --allowedTools Bash
 check "claude-code tool turn, translated route" alpha/mock-small "tool said: switchyard-tool-ok" \
   "$tool" --allowedTools Bash
-# codex_check NAME MODEL EXPECTED PROMPT: runs `codex exec` and looks for EXPECTED.
+# codex_check NAME MODEL EXPECTED PROMPT [EXEC ARGS...]: runs `codex exec` and looks
+# for EXPECTED; an empty MODEL leaves Codex's own default model name.
 codex_check() {
   local name=$1 model=$2 expected=$3 prompt=$4
+  shift 4
   SECONDS=0
+  local model_line=""
+  [ -n "$model" ] && model_line="model = \"$model\""
   cat > "$scratch/codex/config.toml" <<TOML
-model = "$model"
+$model_line
 model_provider = "switchyard"
 check_for_update_on_startup = false
 [analytics]
 enabled = false
 [model_providers.switchyard]
 name = "Switchyard"
-base_url = "http://127.0.0.1:$port/v1"
+base_url = "${CODEX_BASE_URL:-http://127.0.0.1:$port/v1}"
 env_key = "SWITCHYARD_API_KEY"
 wire_api = "responses"
 TOML
   local out
   out=$(cd "$scratch/work" && HOME="$scratch/home" CODEX_HOME="$scratch/codex" \
     SWITCHYARD_API_KEY="$key" \
-    timeout 120 codex exec --skip-git-repo-check --ephemeral "$prompt" 2>"$scratch/stderr") || true
+    timeout 120 codex exec --skip-git-repo-check --ephemeral "$@" "$prompt" 2>"$scratch/stderr") || true
   out+=$(grep -v '^\s*$' "$scratch/stderr" | tail -5)
   if [[ "$out" == *"$expected"* ]]; then
     echo "PASS $name ($SECONDS s): $(echo "$out" | tr '\n' ' ' | cut -c1-240)"
@@ -146,10 +164,86 @@ codex_check "codex tool turn, translated route" alpha/mock-small "switchyard-too
 codex_check "codex via chat to an Anthropic route" claude/claude-opus "$answer" "say hi"
 codex_check "codex tool turn, via chat to an Anthropic route" claude/claude-opus "switchyard-tool-ok" "$exec_tool"
 
-# The stream faults. mock_fault CREDENTIAL RULE: every request of that account gets
-# RULE (a mock rule's JSON) until the next fault; the others the mock's plain answer.
 mock=$(awk '/Mock provider on/ {print $4}' "$scratch/demo.log")
 admin=$(cat "$scratch/data/admin-token")
+api() { curl -sf "http://127.0.0.1:$port$1" -H "authorization: Bearer $admin"; }
+py() { "$tools/venv/bin/python" -c "$@"; }
+# logged N: waits (up to 10 s) until the request log holds N rows; it is written in
+# batches behind the request path.
+logged() {
+  for _ in $(seq 100); do
+    [ "$(api "/api/logs?limit=1000" | py 'import json, sys; print(len(json.load(sys.stdin)))')" -ge "$1" ] && return
+    sleep 0.1
+  done
+}
+rows() { api "/api/logs?limit=1000" | py 'import json, sys; print(len(json.load(sys.stdin)))'; }
+
+# The session headers as the clients send them: one request each straight to the mock.
+curl -sf -X POST "$mock/_mock/reset" > /dev/null
+CLAUDE_BASE_URL=$mock check "claude-code straight to the mock" claude/claude-opus "$answer" "say hi"
+CODEX_BASE_URL=$mock/v1 codex_check "codex straight to the mock" codex/gpt-5-codex "$answer" "say hi"
+curl -sf "$mock/_mock/stats" | py '
+import json, sys
+for r in json.load(sys.stdin)["recent"]:
+    h = {k: v for k, v in r["headers"].items()
+         if "session" in k or k in ("thread-id", "x-client-request-id", "x-codex-window-id", "conversation_id")}
+    print("  headers sent to", r["path"], "by", r["headers"].get("user-agent", "?").split()[0] + ":", json.dumps(h))'
+
+# Aliases (SPEC G3): no model set at all.
+before=$(rows)
+check "claude-code with only the base URL and the key" "" "$answer" "say hi"
+# Its small fast model, by the name Claude Code gives it.
+check "claude-code's small model with only the base URL and the key" "" "$answer" "say hi" --model haiku
+codex_check "codex exec with only the provider block" "" "$answer" "say hi"
+logged $((before + 3))
+api "/api/logs?limit=1000" | py "
+import json, sys
+rows = json.load(sys.stdin)
+new = rows[:len(rows) - $before]
+print('  models asked for without a model setting (asked, upstream model, connection, status):', sorted({(r['requested_model'], r['model'], r['connection_id'], r['status']) for r in new}))"
+
+# Session affinity (SPEC R15): the turns of one session on one account of two. A
+# second account of claude and of codex, through the API; gone again afterwards.
+for account in claude codex; do
+  curl -sf -X POST "http://127.0.0.1:$port/api/connections" -H "authorization: Bearer $admin" \
+    -H 'content-type: application/json' \
+    -d "{\"id\": \"$account-second\", \"provider\": \"$account\", \"auth_class\": \"apikey\", \"credential\": \"demo-$account-credential-2\"}" > /dev/null
+done
+# pinned_turns NAME FORMAT N: once N more requests are logged, PASS when the newest N in
+# FORMAT went to one connection.
+pinned_turns() {
+  local name=$1 format=$2 n=$3
+  logged $((mark + n))
+  local conns
+  conns=$(api "/api/logs?limit=1000" | py "
+import json, sys
+rows = [r for r in json.load(sys.stdin) if r['client_format'] == '$format'][:$n]
+print(' '.join(r['connection_id'] or '-' for r in rows))")
+  local distinct
+  distinct=$(echo "$conns" | tr ' ' '\n' | sort -u | wc -l)
+  if [ "$(echo "$conns" | wc -w)" -eq "$n" ] && [ "$distinct" -eq 1 ]; then
+    echo "PASS $name: the $n requests went to $conns; the session is pinned there: $(api /api/sessions | py 'import json, sys; print(json.load(sys.stdin)[0]["connection"])')"
+  else
+    echo "FAIL $name: the newest $n $format requests went to: $conns"
+    failed=1
+  fi
+}
+session=$(py 'import uuid; print(uuid.uuid4())')
+mark=$(rows)
+check "claude-code session, turn 1 (a tool turn)" claude/claude-opus "tool said: switchyard-tool-ok" \
+  "$tool" --allowedTools Bash --session-id "$session"
+check "claude-code session, turn 2" claude/claude-opus "$answer" "say hi again" --resume "$session"
+pinned_turns "claude-code: three requests of one session on one account of two" anthropic 3
+mark=$(rows)
+codex_check "codex session: a tool turn" codex/gpt-5-codex "switchyard-tool-ok" "$exec_tool"
+pinned_turns "codex: the two requests of one session on one account of two" responses 2
+for account in claude codex; do
+  curl -sf -X DELETE "http://127.0.0.1:$port/api/connections/$account-second" \
+    -H "authorization: Bearer $admin" > /dev/null
+done
+
+# The stream faults. mock_fault CREDENTIAL RULE: every request of that account gets
+# RULE (a mock rule's JSON) until the next fault; the others the mock's plain answer.
 # setting KEY VALUE: sets a runtime setting through the API.
 setting() {
   curl -sf -X PUT "http://127.0.0.1:$port/api/settings/$1" -H "authorization: Bearer $admin" \

@@ -193,6 +193,10 @@ impl AppState {
             .gates
             .retain(|id| live.catalog.connection(id).is_some());
         runtime.resilience.prune(&live.catalog);
+        // A session pinned to a connection or key that is gone is routed afresh.
+        runtime.affinity.retain(|pin| {
+            keys.contains(pin.key_id.as_str()) && live.catalog.connection(&pin.connection).is_some()
+        });
         runtime.walls.retain(|id, account| {
             live.catalog.connection(id).is_some_and(|c| {
                 live.upstreams

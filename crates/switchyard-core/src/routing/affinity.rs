@@ -53,15 +53,26 @@ pub enum Source {
 pub const MAX_ID_BYTES: usize = 255;
 
 /// The client's session id and where it came from, or `None` when the request carries
-/// none. `header` looks a header up by its lowercase name; empty values do not count.
+/// none. `headers` are the request's (name, value) pairs, names in lowercase as HTTP
+/// compares them, walked once; empty values do not count.
 pub fn session_id<'a>(
-    header: impl Fn(&str) -> Option<&'a str>,
+    headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
     body: &RawObject,
 ) -> Option<(Source, String)> {
-    for name in SESSION_HEADERS {
-        if let Some(v) = header(name).map(str::trim).filter(|v| !v.is_empty()) {
-            return Some((Source::Header(name), v.to_owned()));
+    let mut best: Option<(usize, &str)> = None;
+    for (name, value) in headers {
+        let Some(rank) = SESSION_HEADERS.iter().position(|h| *h == name) else {
+            continue;
+        };
+        let value = std::str::from_utf8(value)
+            .map(str::trim)
+            .unwrap_or_default();
+        if !value.is_empty() && best.is_none_or(|(r, _)| rank < r) {
+            best = Some((rank, value));
         }
+    }
+    if let Some((rank, id)) = best {
+        return Some((Source::Header(SESSION_HEADERS[rank]), id.to_owned()));
     }
     let text = |raw: &str| {
         serde_json::from_str::<String>(raw)
@@ -284,6 +295,18 @@ impl Table {
         had
     }
 
+    /// Drops the pins `keep` says no to; their deletion is persisted.
+    pub fn retain(&mut self, keep: impl Fn(&Pin) -> bool) {
+        let dirty = &mut self.dirty;
+        self.pins.retain(|key, pin| {
+            let kept = keep(pin);
+            if !kept {
+                dirty.insert(*key, None);
+            }
+            kept
+        });
+    }
+
     /// Puts persisted pins back, as they were (nothing to persist).
     pub fn load(&mut self, pins: impl IntoIterator<Item = (SessionKey, Pin)>) {
         for (key, pin) in pins {
@@ -324,7 +347,6 @@ mod tests {
     use super::*;
     use crate::catalog::Connection;
     use crate::domain::AuthClass;
-    use std::collections::HashMap;
     use std::sync::Arc;
 
     fn body(json: &str) -> RawObject {
@@ -332,15 +354,16 @@ mod tests {
     }
 
     fn found(headers: &[(&str, &str)], json: &str) -> Option<(Source, String)> {
-        let map: HashMap<&str, &str> = headers.iter().copied().collect();
-        session_id(|n| map.get(n).copied(), &body(json))
+        session_id(headers.iter().map(|(n, v)| (*n, v.as_bytes())), &body(json))
     }
 
     #[test]
     fn the_first_header_in_spec_order_wins_then_the_body() {
-        let all: Vec<(&str, &str)> = SESSION_HEADERS.iter().map(|h| (*h, *h)).collect();
+        // In reverse, so order of arrival does not decide.
+        let all: Vec<(&str, &str)> = SESSION_HEADERS.iter().rev().map(|h| (*h, *h)).collect();
         for i in 0..SESSION_HEADERS.len() {
-            let (source, id) = found(&all[i..], r#"{"prompt_cache_key":"p"}"#).unwrap();
+            let late = &all[..all.len() - i];
+            let (source, id) = found(late, r#"{"prompt_cache_key":"p"}"#).unwrap();
             assert_eq!(source, Source::Header(SESSION_HEADERS[i]));
             assert_eq!(id, SESSION_HEADERS[i]);
         }
@@ -385,10 +408,18 @@ mod tests {
                 "{json}"
             );
         }
-        // An empty header does not count.
+        // An empty header does not count; nor does one that is not text.
         assert_eq!(
             found(&[("x-switchyard-session", " "), ("session-id", "b")], "{}"),
             Some((Source::Header("session-id"), "b".into()))
+        );
+        let not_text = [
+            ("x-switchyard-session", &[0xff_u8][..]),
+            ("thread-id", b"t"),
+        ];
+        assert_eq!(
+            session_id(not_text, &body("{}")),
+            Some((Source::Header("thread-id"), "t".into()))
         );
     }
 
@@ -539,6 +570,13 @@ mod tests {
         assert!(dirty.iter().any(|(k, c)| *k == key(4) && c.is_some()));
         assert!(t.remove(&key(5)));
         assert!(!t.remove(&key(5)));
+        // Pins on a connection that is gone go, and their deletion is persisted.
+        t.apply(key(6), "k", Change::Write("gone".into()), 40);
+        t.take_dirty();
+        t.retain(|p| p.connection != "gone");
+        assert_eq!(t.get(&key(6), 1_000, 41), None);
+        assert_eq!(t.take_dirty(), vec![(key(6), None)]);
+        assert!(t.get(&key(7), 1_000, 41).is_some());
     }
 
     #[test]

@@ -54,6 +54,11 @@ impl<S: PinStore> Affinity<S> {
         self.store.with(|t| t.apply(key, key_id, change, now));
     }
 
+    /// Keeps only the pins `keep` says yes to (the configuration changed).
+    pub fn retain(&self, keep: impl Fn(&Pin) -> bool) {
+        self.store.with(|t| t.retain(keep));
+    }
+
     /// Removes a session's pin; whether it had one.
     pub fn release(&self, key: &SessionKey) -> bool {
         self.store.with(|t| t.remove(key))

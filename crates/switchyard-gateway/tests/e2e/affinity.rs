@@ -253,3 +253,29 @@ async fn pins_survive_a_restart_and_affinity_off_pins_nothing() {
     seen.sort();
     assert_eq!(seen, [CRED_CLAUDE, CRED_CLAUDE_2]);
 }
+
+#[tokio::test]
+async fn a_pin_goes_with_its_connection() {
+    let h = Harness::start_with(two_accounts, &[]).await;
+    assert_eq!(claude_turn(&h, "s1").await, 200);
+    let pinned = sessions(&h).await[0]["connection"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/api/connections/{pinned}");
+    assert_eq!(
+        h.admin_send(Method::DELETE, &path, json!({}))
+            .await
+            .status(),
+        204
+    );
+    assert_eq!(sessions(&h).await, Vec::<Value>::new());
+    // The session is routed afresh, to the account left, and pinned there.
+    assert_eq!(claude_turn(&h, "s1").await, 200);
+    let left = if pinned == "claude-1" {
+        "claude-2"
+    } else {
+        "claude-1"
+    };
+    assert_eq!(sessions(&h).await[0]["connection"], left);
+}
