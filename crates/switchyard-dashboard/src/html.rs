@@ -14,6 +14,7 @@ pub enum Nav {
     Keys,
     Providers,
     Combos,
+    Sessions,
     Settings,
     Requests,
     /// Pages outside the navigation (sign-in, errors).
@@ -22,7 +23,7 @@ pub enum Nav {
 
 impl Nav {
     /// Every section with its path and label.
-    pub const ALL: [(Nav, &'static str, &'static str); 9] = [
+    pub const ALL: [(Nav, &'static str, &'static str); 10] = [
         (Nav::Overview, "/dashboard", "Overview"),
         (
             Nav::QuotaShare,
@@ -34,6 +35,7 @@ impl Nav {
         (Nav::Keys, "/dashboard/keys", "Keys"),
         (Nav::Providers, "/dashboard/providers", "Providers"),
         (Nav::Combos, "/dashboard/combos", "Combos"),
+        (Nav::Sessions, "/dashboard/sessions", "Sessions"),
         (Nav::Settings, "/dashboard/settings", "Settings"),
         (Nav::Requests, "/dashboard/requests", "Requests"),
     ];

@@ -31,6 +31,7 @@ mod quota_share;
 mod requests;
 mod resilience;
 mod session;
+mod sessions;
 mod settings;
 mod throttle;
 mod web;
@@ -134,6 +135,7 @@ fn table(once: Arc<once::Links>, css: assets::Asset, js: assets::Asset) -> Route
         .merge(settings::routes())
         .merge(providers::routes())
         .merge(combos::routes())
+        .merge(sessions::routes())
         .merge(requests::routes())
 }
 

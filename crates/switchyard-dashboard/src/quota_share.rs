@@ -411,7 +411,7 @@ async fn pool_page(
 /// A duration for people, never shorter than it is: `45 s`, `1 min 59 s`, `3 h 20 min`,
 /// `2 d 4 h`. Seconds are rounded up; from an hour on the smaller unit is rounded up
 /// (so 1 h and 1 ms reads `1 h 1 min`) and a zero smaller unit is left out.
-fn duration(ms: u64) -> String {
+pub(crate) fn duration(ms: u64) -> String {
     let two = |big: u64, big_name: &str, small: u64, small_name: &str| {
         if small == 0 {
             format!("{big} {big_name}")

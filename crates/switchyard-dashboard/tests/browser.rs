@@ -86,6 +86,7 @@ async fn the_dashboard_works_in_headless_chromium() {
         ("keys", "Keys", "Keys"),
         ("providers", "Providers and connections", "Providers"),
         ("combos", "Combos", "Combos"),
+        ("sessions", "Sessions", "Sessions"),
         ("settings", "Settings", "Settings"),
         ("requests", "Requests", "Requests"),
     ];

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use switchyard_test_support::OPS_KEY;
 
 /// The pages whose forms the test posts (their fields, without the token).
-const PAGES: [&str; 9] = [
+const PAGES: [&str; 10] = [
     "/dashboard",
     "/dashboard/costs/quota-share",
     "/dashboard/costs/quota-share/team",
@@ -19,6 +19,7 @@ const PAGES: [&str; 9] = [
     "/dashboard/keys",
     "/dashboard/providers",
     "/dashboard/combos",
+    "/dashboard/sessions",
     "/dashboard/settings",
 ];
 
@@ -34,6 +35,7 @@ async fn state(s: &Signed) -> Vec<Value> {
         "/api/settings",
         "/api/resilience/cooldowns",
         "/api/resilience/model-cooldowns",
+        "/api/sessions",
     ] {
         out.push(s.h.admin_json(path).await);
     }
@@ -47,7 +49,7 @@ async fn state(s: &Signed) -> Vec<Value> {
     clippy::panic,
     reason = "a route this test cannot fill fails it, to be taught the new kind"
 )]
-fn fill(pattern: &str) -> String {
+fn fill(pattern: &str, pin: &str) -> String {
     let Some((head, tail)) = pattern.split_once('{') else {
         return pattern.to_owned();
     };
@@ -59,6 +61,7 @@ fn fill(pattern: &str) -> String {
         "connections" | "plans" => "alpha-1",
         "combos" => "fast",
         "quota-share" => "team",
+        "sessions" => pin,
         other => panic!("{pattern}: no live object for a parameter after `{other}`"),
     };
     format!("{head}{id}{rest}")
@@ -85,6 +88,22 @@ async fn every_form_refuses_a_missing_or_foreign_csrf_token_and_changes_nothing(
         )
         .await;
     assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+    // A pinned client session, for the sessions page's release form.
+    let r =
+        s.h.http
+            .post(s.h.url("/v1/chat/completions"))
+            .bearer_auth(switchyard_test_support::KEY)
+            .header("x-switchyard-session", "csrf-test")
+            .json(&switchyard_test_support::chat_body(
+                "alpha/mock-small",
+                false,
+            ))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status(), 200);
+    let pins = s.h.admin_json("/api/sessions").await;
+    let pin = pins[0]["session"].as_str().unwrap().to_owned();
     // Another session (of the admin-scoped key) and its token.
     let foreign = session_of(&sign_in(&s.h, &s.c, OPS_KEY).await);
     let page = get(&s.h, &s.c, "/dashboard", Some(&foreign)).await;
@@ -103,7 +122,7 @@ async fn every_form_refuses_a_missing_or_foreign_csrf_token_and_changes_nothing(
         routes.contains(&"/dashboard/keys/{id}/revoke"),
         "{routes:?}"
     );
-    assert_eq!(routes.len(), 28, "{routes:?}");
+    assert_eq!(routes.len(), 29, "{routes:?}");
     // Every form on the pages posts to a route of the table.
     for (action, _) in &forms {
         assert!(
@@ -115,7 +134,7 @@ async fn every_form_refuses_a_missing_or_foreign_csrf_token_and_changes_nothing(
     let before = state(&s).await;
     let mut without_a_form = Vec::new();
     for pattern in &routes {
-        let path = fill(pattern);
+        let path = fill(pattern, &pin);
         let fields: Vec<(String, String)> = match forms.iter().find(|(action, _)| *action == path) {
             Some((_, f)) => f.iter().filter(|(k, _)| k != "csrf").cloned().collect(),
             None => {
