@@ -1,7 +1,9 @@
-//! The sessions page (SPEC R15, D4): each live session pin — the client key, the
+//! The sessions page (SPEC R15, R16, D4): each live session pin — the client key, the
 //! connection it keeps to, how old it is, when it was last followed and when it lapses —
-//! with a release button. A session shows by the first characters of its pin key (a
-//! hash of the key id and session id), never by the id the client sent.
+//! and each active exclusive lease — its key, connection, generation, age and expiry —
+//! each with a release button. A session shows by the first characters of its pin key
+//! (a hash of the key id and session id), a lease by those of its owner's hash, never
+//! by what the client sent.
 
 use crate::html::{confirm_form, table, text, Nav};
 use crate::quota_share::duration;
@@ -10,6 +12,7 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use maud::{html, Markup};
 use std::sync::Arc;
+use switchyard_gateway::services::leases::{self, LeaseView};
 use switchyard_gateway::services::sessions::{self, SessionView};
 
 /// The page's path.
@@ -23,6 +26,7 @@ pub fn routes() -> Routes {
     Routes::default()
         .page(PAGE, page)
         .form("/dashboard/sessions/{session}/release", release)
+        .form("/dashboard/sessions/leases/{owner}/release", release_lease)
 }
 
 /// `GET /dashboard/sessions`.
@@ -30,7 +34,8 @@ async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Respons
     let pins = sessions::sessions(&dash.app);
     let ttl = dash.app.snapshot().settings.session_affinity_ttl_ms;
     let now = dash.app.clock.now_ms();
-    let main = render(&pins, ttl, now, &session.csrf);
+    let held = leases::list(&dash.app);
+    let main = render(&pins, &held, ttl, now, &session.csrf);
     dash.render(&session, View::ok("Sessions", Nav::Sessions, main))
 }
 
@@ -46,12 +51,30 @@ async fn release(
     })
 }
 
+/// `POST /dashboard/sessions/leases/{owner}/release`.
+async fn release_lease(
+    State(dash): State<Arc<Dash>>,
+    Path(owner): Path<String>,
+    Posted(session, Empty {}): Posted<Empty>,
+) -> Response {
+    let outcome = leases::release(&dash.app, &owner).await;
+    dash.done(&session, PAGE, outcome, |()| {
+        format!("Lease {} released.", short(&owner))
+    })
+}
+
 fn short(pin: &str) -> &str {
     pin.get(..SHOWN).unwrap_or(pin)
 }
 
 /// The page's `<main>` content.
-pub fn render(pins: &[SessionView], ttl_ms: u64, now: u64, csrf: &str) -> Markup {
+pub fn render(
+    pins: &[SessionView],
+    held: &[LeaseView],
+    ttl_ms: u64,
+    now: u64,
+    csrf: &str,
+) -> Markup {
     let rows: Vec<Vec<Markup>> = pins
         .iter()
         .map(|p| {
@@ -92,6 +115,45 @@ pub fn render(pins: &[SessionView], ttl_ms: u64, now: u64, csrf: &str) -> Markup
                 &["Session", "Key", "Connection", "Age", "Last used", "Lapses in", "Actions"],
                 &rows,
                 &empty,
+            ))
+        }
+        (render_leases(held, now, csrf))
+    }
+}
+
+/// The leases section.
+fn render_leases(held: &[LeaseView], now: u64, csrf: &str) -> Markup {
+    let rows: Vec<Vec<Markup>> = held
+        .iter()
+        .map(|l| {
+            vec![
+                text(short(&l.owner_hash)),
+                text(&l.key_id),
+                text(&l.connection_id),
+                text(l.generation.to_string()),
+                text(duration(now.saturating_sub(l.acquired_at))),
+                text(duration(l.expires_at.saturating_sub(now))),
+                confirm_form(
+                    &format!("/dashboard/sessions/leases/{}/release", l.owner_hash),
+                    csrf,
+                    &format!("Release lease {}…", short(&l.owner_hash)),
+                    &format!("Release lease {}", short(&l.owner_hash)),
+                ),
+            ]
+        })
+        .collect();
+    html! {
+        section aria-labelledby="leases" {
+            h2 id="leases" { "Exclusive leases" }
+            p.hint {
+                "A key with the " code { "lease:exclusive" } " scope and a list of allowed connections may lease one of them ("
+                code { "POST /api/v1/session-leases" } "); while the lease lives, no other request uses that connection. Released, the connection is free at once."
+            }
+            (table(
+                "Active exclusive leases, most recently acquired first",
+                &["Owner", "Key", "Connection", "Generation", "Age", "Expires in", "Actions"],
+                &rows,
+                "No active leases.",
             ))
         }
     }

@@ -8,6 +8,8 @@
 //! Chromium and its driver come from Debian (`.ci/run` installs them); without
 //! `/usr/bin/chromedriver` the test fails and says how to install them.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use switchyard_test_support::{Harness, ADMIN, CRED_ALPHA, CRED_BETA, KEY, OPS_KEY};
@@ -45,6 +47,8 @@ async fn the_dashboard_works_in_headless_chromium() {
         "{CHROMEDRIVER} is missing: install Chromium and its driver with `apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver` (.ci/run does this)"
     );
     let h = Harness::start_mounted(switchyard_dashboard::routes).await;
+    // An exclusive lease on beta-1 (the flows use alpha), for the sessions page.
+    common::leased(&h, "beta-1").await;
     let out = root().join("target/dashboard-screenshots");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser.py");
     let run = tokio::process::Command::new(python())

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_page_headers, csrf_in, get, post_forms, session_of, sign_in, Signed};
+use common::{assert_page_headers, csrf_in, get, leased, post_forms, session_of, sign_in, Signed};
 use reqwest::Method;
 use serde_json::{json, Value};
 use switchyard_test_support::OPS_KEY;
@@ -36,6 +36,7 @@ async fn state(s: &Signed) -> Vec<Value> {
         "/api/resilience/cooldowns",
         "/api/resilience/model-cooldowns",
         "/api/sessions",
+        "/api/leases",
     ] {
         out.push(s.h.admin_json(path).await);
     }
@@ -49,7 +50,7 @@ async fn state(s: &Signed) -> Vec<Value> {
     clippy::panic,
     reason = "a route this test cannot fill fails it, to be taught the new kind"
 )]
-fn fill(pattern: &str, pin: &str) -> String {
+fn fill(pattern: &str, (pin, owner): (&str, &str)) -> String {
     let Some((head, tail)) = pattern.split_once('{') else {
         return pattern.to_owned();
     };
@@ -62,6 +63,7 @@ fn fill(pattern: &str, pin: &str) -> String {
         "combos" => "fast",
         "quota-share" => "team",
         "sessions" => pin,
+        "leases" => owner,
         other => panic!("{pattern}: no live object for a parameter after `{other}`"),
     };
     format!("{head}{id}{rest}")
@@ -104,6 +106,8 @@ async fn every_form_refuses_a_missing_or_foreign_csrf_token_and_changes_nothing(
     assert_eq!(r.status(), 200);
     let pins = s.h.admin_json("/api/sessions").await;
     let pin = pins[0]["session"].as_str().unwrap().to_owned();
+    // An active lease, for its release form.
+    let owner = leased(&s.h, "alpha-1").await;
     // Another session (of the admin-scoped key) and its token.
     let foreign = session_of(&sign_in(&s.h, &s.c, OPS_KEY).await);
     let page = get(&s.h, &s.c, "/dashboard", Some(&foreign)).await;
@@ -122,7 +126,7 @@ async fn every_form_refuses_a_missing_or_foreign_csrf_token_and_changes_nothing(
         routes.contains(&"/dashboard/keys/{id}/revoke"),
         "{routes:?}"
     );
-    assert_eq!(routes.len(), 29, "{routes:?}");
+    assert_eq!(routes.len(), 30, "{routes:?}");
     // Every form on the pages posts to a route of the table.
     for (action, _) in &forms {
         assert!(
@@ -134,7 +138,7 @@ async fn every_form_refuses_a_missing_or_foreign_csrf_token_and_changes_nothing(
     let before = state(&s).await;
     let mut without_a_form = Vec::new();
     for pattern in &routes {
-        let path = fill(pattern, &pin);
+        let path = fill(pattern, (&pin, &owner));
         let fields: Vec<(String, String)> = match forms.iter().find(|(action, _)| *action == path) {
             Some((_, f)) => f.iter().filter(|(k, _)| k != "csrf").cloned().collect(),
             None => {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_none_of, done, failed, notice, table_rows, Signed};
+use common::{assert_none_of, done, failed, leased, notice, table_rows, Signed};
 use switchyard_test_support::{chat_body, KEY};
 
 const PAGE: &str = "/dashboard/sessions";
@@ -52,5 +52,66 @@ async fn a_pinned_session_shows_and_is_released() {
     assert_eq!(
         notice(&again),
         failed(&format!("session `{pin}` not found"))
+    );
+}
+
+#[tokio::test]
+async fn an_active_lease_shows_and_is_released() {
+    const LEASES: &str = "Active exclusive leases, most recently acquired first";
+    let s = Signed::start().await;
+    let (_, body) = s.page(PAGE).await;
+    assert_eq!(table_rows(&body, LEASES), [["No active leases."]]);
+    let owner = leased(&s.h, "alpha-1").await;
+    let key_id = s.h.admin_json("/api/leases").await[0]["key_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, body) = s.page(PAGE).await;
+    let rows = table_rows(&body, LEASES);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0][..6],
+        [
+            &owner[..12],
+            key_id.as_str(),
+            "alpha-1",
+            "1",
+            "1 s",
+            "2 min"
+        ]
+    );
+    // A plain request of another key is kept off the leased connection.
+    let r =
+        s.h.http
+            .post(s.h.url("/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&chat_body("alpha/mock-small", false))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status(), 429);
+    let released = s
+        .act(&format!("/dashboard/sessions/leases/{owner}/release"), &[])
+        .await;
+    assert_eq!(
+        notice(&released),
+        done(&format!("Lease {} released.", &owner[..12]))
+    );
+    assert_eq!(table_rows(&released, LEASES), [["No active leases."]]);
+    let r =
+        s.h.http
+            .post(s.h.url("/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&chat_body("alpha/mock-small", false))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status(), 200);
+    let again = s
+        .act(&format!("/dashboard/sessions/leases/{owner}/release"), &[])
+        .await;
+    assert_eq!(
+        notice(&again),
+        failed(&format!("lease `{owner}` not found"))
     );
 }

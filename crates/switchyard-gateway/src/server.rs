@@ -82,7 +82,9 @@ fn check_credential(state: &AppState, path: &str, headers: &HeaderMap) -> Result
         path.strip_prefix(prefix)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     };
-    if under("/api") {
+    if path == frontends::leases::PATH {
+        auth::client_key(&state.snapshot().catalog, headers).map(|_| ())
+    } else if under("/api") {
         auth::check_admin(&state.config, headers)
     } else if under("/v1") {
         auth::client_key(&state.snapshot().catalog, headers).map(|_| ())

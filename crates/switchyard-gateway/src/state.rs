@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::apikey::KeyHash;
+use switchyard_core::routing::lease;
 use switchyard_core::settings::{redact_url, Layers, QuotaSettings};
 use switchyard_store::redis_counters::{RedisCounters, RedisStoreError};
 use switchyard_store::{ConfigRows, Store, StoreError};
@@ -125,6 +126,10 @@ impl AppState {
         let pins_since = clock.now_ms().saturating_sub(ttl);
         let most = switchyard_core::routing::affinity::MAX_PINS;
         affinity.load(blocking(&store, move |s| s.load_pins(pins_since, most)).await?);
+        let leases = Arc::new(crate::runtime::leases::Leases::new(Arc::clone(&store)));
+        let reload = Arc::clone(&leases);
+        let now = clock.now_ms();
+        blocking(&store, move |_| reload.reload(now)).await?;
         let gates = Gates::new(metrics.gates.clone());
         let hour_ago = clock.now_ms().saturating_sub(MINUTES_KEPT * MINUTE_MS);
         let recent = blocking(&store, move |s| s.log_series(hour_ago, MINUTE_MS)).await?;
@@ -137,6 +142,7 @@ impl AppState {
             quota,
             walls: Default::default(),
             affinity,
+            leases,
         });
         let state = Arc::new(Self {
             config: Arc::clone(&config),
@@ -196,6 +202,18 @@ impl AppState {
         // A session pinned to a connection or key that is gone is routed afresh.
         runtime.affinity.retain(|pin| {
             keys.contains(pin.key_id.as_str()) && live.catalog.connection(&pin.connection).is_some()
+        });
+        // A lease whose key may no longer hold it, or whose connection is gone, ends.
+        runtime.leases.invalidate(self.clock.now_ms(), |l| {
+            let key = live.catalog.keys().find(|k| k.id == l.key_id);
+            let kept = key.is_some_and(|k| {
+                !k.revoked && lease::permitted(k).is_ok() && k.may_use_connection(&l.connection)
+            });
+            !kept
+                || live
+                    .catalog
+                    .connection(&l.connection)
+                    .is_none_or(|c| !c.enabled)
         });
         runtime.walls.retain(|id, account| {
             live.catalog.connection(id).is_some_and(|c| {

@@ -13,6 +13,7 @@
 //! Connection credentials are encrypted at rest with a key kept outside the database
 //! ([`secrets`]); the database file and its WAL files are owner-only.
 
+pub mod leases;
 mod migrations;
 pub mod quota;
 pub mod records;

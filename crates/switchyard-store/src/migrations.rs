@@ -199,4 +199,27 @@ CREATE TABLE session_pins (
 );
 CREATE INDEX session_pins_last_used ON session_pins (last_used_at);
 "#,
+    // v9: exclusive session leases (SPEC R16). The owner is kept as its SHA-256 only.
+    // Partial unique indexes make one active lease per owner and per connection the
+    // database's rule, so two acquires racing (two replicas included) cannot both win.
+    // Ended rows stay a while as the owner's generation history.
+    r#"
+CREATE TABLE session_leases (
+    id            INTEGER PRIMARY KEY,
+    owner_hash    TEXT NOT NULL,
+    key_id        TEXT NOT NULL,
+    connection_id TEXT NOT NULL,
+    generation    INTEGER NOT NULL,
+    state         TEXT NOT NULL CHECK (state IN ('active', 'released', 'expired', 'invalidated')),
+    acquired_at   INTEGER NOT NULL,
+    renewed_at    INTEGER NOT NULL,
+    expires_at    INTEGER NOT NULL,
+    ended_at      INTEGER
+);
+CREATE UNIQUE INDEX session_leases_active_owner ON session_leases (owner_hash)
+    WHERE state = 'active';
+CREATE UNIQUE INDEX session_leases_active_connection ON session_leases (connection_id)
+    WHERE state = 'active';
+CREATE INDEX session_leases_owner_generation ON session_leases (owner_hash, generation);
+"#,
 ];

@@ -454,6 +454,8 @@ pub struct Key {
     secret: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     scopes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allowed_connections: Option<Vec<String>>,
 }
 
 impl Key {
@@ -464,7 +466,14 @@ impl Key {
             name: name.to_owned(),
             secret: secret.to_owned(),
             scopes: Vec::new(),
+            allowed_connections: None,
         }
+    }
+
+    /// The connections it may use (all when never set).
+    pub fn allowed_connections<'a>(mut self, ids: impl IntoIterator<Item = &'a str>) -> Self {
+        self.allowed_connections = Some(ids.into_iter().map(str::to_owned).collect());
+        self
     }
 
     /// Its scopes (e.g. `admin`).

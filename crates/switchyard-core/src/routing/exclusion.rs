@@ -58,6 +58,11 @@ pub enum Reason {
     Untranslatable,
     /// The candidate's quota pool meters `usd` and its model has no price (SPEC Q5).
     Unpriced,
+    /// Another owner's live exclusive lease holds the connection (SPEC R16).
+    LeasedByOther { retry_after_ms: u64 },
+    /// The request's own lease no longer passes its fence (released, lapsed or taken
+    /// anew at another generation since the request began).
+    LeaseFenced,
 }
 
 impl Reason {
@@ -76,6 +81,8 @@ impl Reason {
             Self::SlotRefused(r) => r.code(),
             Self::Untranslatable => "untranslatable",
             Self::Unpriced => "model_unpriced",
+            Self::LeasedByOther { .. } => "leased_by_other",
+            Self::LeaseFenced => "lease_fenced",
         }
     }
 
@@ -87,7 +94,8 @@ impl Reason {
             | Self::CoolingDown { retry_after_ms, .. }
             | Self::ProviderCooling { retry_after_ms }
             | Self::ModelLocked { retry_after_ms, .. }
-            | Self::SlotRefused(Refusal::Hopeless { retry_after_ms }) => Some(retry_after_ms),
+            | Self::SlotRefused(Refusal::Hopeless { retry_after_ms })
+            | Self::LeasedByOther { retry_after_ms } => Some(retry_after_ms),
             Self::QuotaBlocked { retry_after_ms } => retry_after_ms,
             Self::Warming => Some(0),
             Self::Disabled
@@ -95,13 +103,15 @@ impl Reason {
             | Self::Terminal(_)
             | Self::SlotRefused(_)
             | Self::Untranslatable
-            | Self::Unpriced => None,
+            | Self::Unpriced
+            | Self::LeaseFenced => None,
         }
     }
 
     /// Whether it ends on its own shortly (SPEC R9): rate-limit cooldowns, transient
     /// model locks, open breakers, provider cooldowns and slow start do; quota, auth,
-    /// rejections, terminal states, operator switches and queue refusals do not.
+    /// rejections, terminal states, operator switches, queue refusals and leases (held
+    /// for minutes and renewed) do not.
     pub fn ends_on_its_own(self) -> bool {
         match self {
             Self::ModelLocked { status, .. } => combo_wait::lock_is_transient(status),
@@ -113,7 +123,9 @@ impl Reason {
             | Self::QuotaBlocked { .. }
             | Self::SlotRefused(_)
             | Self::Untranslatable
-            | Self::Unpriced => false,
+            | Self::Unpriced
+            | Self::LeasedByOther { .. }
+            | Self::LeaseFenced => false,
         }
     }
 
@@ -133,7 +145,14 @@ mod tests {
     #[test]
     fn every_reason_has_its_name_retry_after_and_hold() {
         let t = |retry_after_ms| Hold::Transient { retry_after_ms };
-        let cases: [(Reason, &str, Option<u64>, Hold); 17] = [
+        let cases: [(Reason, &str, Option<u64>, Hold); 19] = [
+            (
+                Reason::LeasedByOther { retry_after_ms: 11 },
+                "leased_by_other",
+                Some(11),
+                Hold::Lasting,
+            ),
+            (Reason::LeaseFenced, "lease_fenced", None, Hold::Lasting),
             (Reason::Disabled, "disabled", None, Hold::Lasting),
             (Reason::Unpriced, "model_unpriced", None, Hold::Lasting),
             (

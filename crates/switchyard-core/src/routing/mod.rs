@@ -7,11 +7,13 @@
 //! - [`view`]: the per-candidate facts a strategy orders by
 //! - [`strategy`]: one file per routing strategy, and the registry of their names
 //! - [`affinity`]: session ids, the pinned-first rule and the pin's lifecycle (SPEC R15)
+//! - [`lease`]: exclusive session leases, their fence and lifecycle (SPEC R16)
 //!
 //! Nothing here reads live state: the shell gathers the facts and passes them in.
 
 pub mod affinity;
 pub mod exclusion;
+pub mod lease;
 mod resolve;
 pub mod strategy;
 pub mod view;

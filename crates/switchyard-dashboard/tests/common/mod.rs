@@ -334,3 +334,32 @@ fn fields_of(form: scraper::ElementRef<'_>) -> Vec<(String, String)> {
     }
     out
 }
+
+/// A lease-capable key over `connection`, created through the API, and a lease it
+/// acquired: the lease's owner hash.
+pub async fn leased(h: &Harness, connection: &str) -> String {
+    let created = h
+        .admin_send(
+            reqwest::Method::POST,
+            "/api/keys",
+            serde_json::json!({"name": "agent", "scopes": ["lease:exclusive"],
+                               "allowed_connections": [connection]}),
+        )
+        .await;
+    assert_eq!(created.status(), 201);
+    let created: serde_json::Value = created.json().await.unwrap();
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    let r = h
+        .http
+        .post(h.url("/api/v1/session-leases"))
+        .bearer_auth(&secret)
+        .json(&serde_json::json!({"action": "acquire"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    h.admin_json("/api/leases").await[0]["owner_hash"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}

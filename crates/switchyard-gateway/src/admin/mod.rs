@@ -7,6 +7,7 @@
 
 mod config;
 mod keys;
+mod leases;
 pub mod openapi;
 mod quota;
 mod resilience;
@@ -80,4 +81,6 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(resilience::list_egress))
         .routes(routes!(sessions::list))
         .routes(routes!(sessions::release))
+        .routes(routes!(leases::list))
+        .routes(routes!(leases::release))
 }

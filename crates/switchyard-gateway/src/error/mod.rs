@@ -13,6 +13,7 @@ use axum::Json;
 use switchyard_core::format::Format;
 use switchyard_core::outcome::{AttemptFailure, StreamCut};
 use switchyard_core::resilience::admission::Refusal;
+use switchyard_core::routing::lease::Refusal as LeaseRefusal;
 use switchyard_core::routing::{Exclusion, RouteError};
 use switchyard_store::StoreError;
 
@@ -230,6 +231,9 @@ pub enum ApiError {
     /// The quota counter store cannot be read (Redis down or failing).
     #[error("the quota store is unavailable ({reason}); usage cannot be read now")]
     QuotaStoreUnavailable { reason: &'static str },
+    /// A lease operation or a leased request refused (SPEC R16).
+    #[error("{0}")]
+    Lease(#[from] LeaseRefusal),
     #[error("{kind} `{id}` not found")]
     NotFound { kind: &'static str, id: String },
     #[error("{0}")]
@@ -365,10 +369,53 @@ impl ApiError {
                 "server_error",
                 "quota_store_unavailable",
             ),
+            Self::Lease(r) => lease_parts(*r),
             Self::NotFound { .. } => (S::NOT_FOUND, "invalid_request_error", "not_found"),
             Self::Conflict(_) => (S::CONFLICT, "invalid_request_error", "conflict"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", "internal_error"),
         }
+    }
+}
+
+/// Status, type and code of a lease refusal (SPEC R16's codes are kebab-case).
+fn lease_parts(r: LeaseRefusal) -> (StatusCode, &'static str, &'static str) {
+    use LeaseRefusal as L;
+    use StatusCode as S;
+    match r {
+        L::MalformedOwner => (
+            S::BAD_REQUEST,
+            "invalid_request_error",
+            "lease-invalid-owner",
+        ),
+        L::MalformedGeneration => (
+            S::BAD_REQUEST,
+            "invalid_request_error",
+            "lease-invalid-generation",
+        ),
+        L::Ttl { .. } => (S::BAD_REQUEST, "invalid_request_error", "lease-invalid-ttl"),
+        L::NotPermitted => (S::FORBIDDEN, "permission_error", "lease-not-permitted"),
+        L::OwnerOfOtherKey => (S::FORBIDDEN, "permission_error", "lease-owner-mismatch"),
+        L::NotActive => (S::NOT_FOUND, "invalid_request_error", "lease-not-active"),
+        L::Stale { .. } => (
+            S::CONFLICT,
+            "invalid_request_error",
+            "lease-stale-generation",
+        ),
+        L::CapacityUnavailable { .. } => (
+            S::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "lease-capacity-unavailable",
+        ),
+        L::NoEligibleConnection => (
+            S::SERVICE_UNAVAILABLE,
+            "server_error",
+            "lease-no-eligible-connection",
+        ),
+        L::TooMany => (
+            S::SERVICE_UNAVAILABLE,
+            "server_error",
+            "lease-limit-reached",
+        ),
     }
 }
 
@@ -444,6 +491,7 @@ impl ApiError {
                 ..
             } => Some(secs(*retry_after_ms)),
             Self::QuotaExceeded(b) => b.retry_after_ms.map(secs),
+            Self::Lease(r) => r.retry_after_s().map(HeaderValue::from),
             _ => None,
         }
     }

@@ -156,6 +156,12 @@ fn openai_body(e: &ApiError) -> Value {
     {
         err["upstream_status"] = json!(s);
     }
+    if let ApiError::Lease(r) = e {
+        if let Some(s) = r.retry_after_s() {
+            err["status"] = json!("waiting-for-capacity");
+            err["retry_after"] = json!(s);
+        }
+    }
     if let ApiError::QuotaExceeded(b) = e {
         err["quota"] = json!({
             "pool": b.pool_id,

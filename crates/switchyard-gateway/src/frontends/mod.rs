@@ -4,6 +4,7 @@
 //! module here and its line in [`routes()`]; front doors never see upstream adapters.
 
 mod anthropic_messages;
+pub mod leases;
 pub mod models;
 mod openai_chat;
 mod responses;
@@ -21,4 +22,5 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(anthropic_messages::count_tokens))
         .routes(routes!(responses::responses))
         .routes(routes!(models::models))
+        .routes(routes!(leases::session_leases))
 }

@@ -31,6 +31,7 @@ use switchyard_core::quota::cost::Estimate;
 use switchyard_core::resilience::admission;
 use switchyard_core::resilience::board::Outcome;
 use switchyard_core::resilience::verdict::{Next, Subject};
+use switchyard_core::routing::lease::{Lease, Refusal as LeaseRefusal};
 use switchyard_core::routing::{Candidate, DispatchPolicy, Exclusion, Reason};
 use switchyard_core::stream::budget::Facts;
 
@@ -66,6 +67,10 @@ pub struct Ctx<'a> {
     pub estimate: Estimate,
     /// The request's facts for the first-output budget, read once when first needed.
     pub facts: std::sync::OnceLock<Facts>,
+    /// The exclusive lease the request presented, fenced (SPEC R16).
+    pub lease: Option<&'a Lease>,
+    /// Why the lease stopped passing its fence at a dispatch, if it did.
+    pub lease_refusal: std::sync::OnceLock<LeaseRefusal>,
 }
 
 /// An attempt's result, and how long it waited for its slots.
@@ -208,6 +213,9 @@ async fn attempt(
             }
         })?;
     guards.quota = quota;
+    super::lease::bind(ctx, &conn.id)
+        .await
+        .map_err(|reason| Report::Excluded(excluded(candidate, reason)))?;
     finisher.attempt(
         candidate,
         model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),

@@ -5,7 +5,8 @@
 //! stage rather than edits everywhere):
 //!
 //! 1. edge — request id, `now` read once, in-flight accounting ([`finish::Finisher`])
-//! 2. auth — client key from the in-memory snapshot ([`auth`])
+//! 2. auth — client key from the in-memory snapshot ([`auth`]), and the exclusive lease
+//!    the request presents, fenced (`lease`, SPEC R16)
 //! 3. decode — body size limit, the format's decoder into the normalized request
 //!    ([`switchyard_core::format`], [`switchyard_core::llm`])
 //! 4. plan — resolution, then the plan's strategy orders the candidates over the facts
@@ -26,6 +27,7 @@ pub mod auth;
 mod concurrency;
 mod count;
 pub mod finish;
+mod lease;
 mod plan;
 mod quota;
 mod wall;
@@ -47,6 +49,7 @@ use switchyard_core::dispatch::{Dispatch, End, Report, Slot, Step};
 use switchyard_core::format::Format;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing::affinity::{self, SessionKey};
+use switchyard_core::routing::lease::{self as lease_rules, Refusal as LeaseRefusal};
 use switchyard_core::routing::Reason;
 
 pub use count::count_tokens;
@@ -138,6 +141,7 @@ async fn run(
     let snap = state.snapshot();
     let key = auth::client_key(&snap.catalog, headers)?;
     finisher.set_key(&key.id);
+    let lease = lease::presented(&state.runtime, headers, key, clock.now_ms())?;
     let request = read_request(&snap, format, headers, body).await?;
     finisher.set_request(&request.model, request.stream);
     let estimate = Estimate::at_admission(request.prompt_len, request.max_tokens, request.stream);
@@ -148,6 +152,7 @@ async fn run(
         key,
         (&request, &estimate),
         (state.next_rotation(), session.as_ref(), clock.now_ms()),
+        lease.as_ref(),
     )
     .await?;
     let settle = |ending: affinity::Ending<'_>| {
@@ -187,6 +192,8 @@ async fn run(
         policy: plan.policy,
         estimate,
         facts: std::sync::OnceLock::new(),
+        lease: lease.as_ref(),
+        lease_refusal: std::sync::OnceLock::new(),
     };
     let mut dispatch = Dispatch::new(
         plan.candidates.len(),
@@ -245,8 +252,8 @@ async fn run(
                 return ended(
                     end,
                     &request.model,
-                    ctx.untranslatable.get(),
-                    ctx.unpriced.get(),
+                    (ctx.untranslatable.get(), ctx.unpriced.get()),
+                    (ctx.lease_refusal.get(), clock.now_ms()),
                 );
             }
         }
@@ -275,12 +282,29 @@ fn session_key(
 fn ended(
     end: End<Box<crate::runtime::quota::QuotaBlock>, Response, attempt::UpstreamFailure>,
     model: &str,
-    untranslatable: Option<&String>,
-    unpriced: Option<&String>,
+    (untranslatable, unpriced): (Option<&String>, Option<&String>),
+    (lease_refusal, now): (Option<&LeaseRefusal>, u64),
 ) -> Result<Response, ApiError> {
     let model = model.to_owned();
     if let End::AllSkipped { excluded } | End::NoExecutable { excluded } = &end {
         let all = |reason| excluded.iter().all(|e| e.reason == reason);
+        // The request's own lease stopped passing its fence while it was dispatched.
+        if let (true, Some(r)) = (all(Reason::LeaseFenced), lease_refusal) {
+            return Err(ApiError::Lease(*r));
+        }
+        // Every connection left was leased by another owner meanwhile (SPEC R16).
+        let held: Option<Vec<u64>> = excluded
+            .iter()
+            .map(|e| match e.reason {
+                Reason::LeasedByOther { retry_after_ms } => {
+                    Some(now.saturating_add(retry_after_ms))
+                }
+                _ => None,
+            })
+            .collect();
+        if let Some(r) = held.and_then(|h| lease_rules::capacity(&h, false, now)) {
+            return Err(ApiError::Lease(r));
+        }
         // Nothing could take the request in its format: that is the client's error.
         if let (true, Some(message)) = (all(Reason::Untranslatable), untranslatable) {
             return Err(ApiError::InvalidRequest {

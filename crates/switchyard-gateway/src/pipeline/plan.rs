@@ -3,8 +3,11 @@
 //! the plan's strategy order them over the routing context: the request's facts and a
 //! per-candidate view of the facts the strategy asks for, gathered here from the live
 //! state, and only those; then the session's pin (SPEC R15) puts its connection first,
-//! after whatever strategy ordered, unless the operator fixed the connections. Nothing
-//! is attempted or reserved here.
+//! after whatever strategy ordered, unless the operator fixed the connections; and
+//! exclusive leases (SPEC R16): connections other owners' live leases hold are left out
+//! (a 429 `lease-capacity-unavailable` when that leaves nothing), and the request's own
+//! lease puts its connection first, ahead of the pin. Nothing is attempted or reserved
+//! here.
 
 use crate::error::ApiError;
 use crate::runtime::Runtime;
@@ -13,21 +16,24 @@ use switchyard_core::catalog::ApiKey;
 use switchyard_core::llm::Request;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing::affinity::{self, Pin, SessionKey};
+use switchyard_core::routing::lease::{self, Lease};
 use switchyard_core::routing::strategy::{self, Needs, RequestFacts, RoutingCtx};
 use switchyard_core::routing::view::CandidateView;
-use switchyard_core::routing::{self, Candidate, Plan};
+use switchyard_core::routing::{self, Candidate, Exclusion, Plan, Reason};
 
 /// The ordered plan for `request`, on the request's turn `rotation` (shared by
 /// resolution, which connection of a provider first, and the strategy), with the live
-/// pin of the request's `session` that ordered it, if one did.
+/// pin of the request's `session` that ordered it, if one did, and its `lease`.
 pub async fn build(
     runtime: &Runtime,
     snap: &Snapshot,
     key: &ApiKey,
     request: (&Request, &Estimate),
     (rotation, session, now): (usize, Option<&SessionKey>, u64),
+    lease: Option<&Lease>,
 ) -> Result<(Plan, Option<Pin>), ApiError> {
     let mut plan = ordered(runtime, snap, key, request, rotation).await?;
+    leased_by_others(runtime, &mut plan, lease, now)?;
     let ttl = snap.settings.session_affinity_ttl_ms;
     let pin = session
         .filter(|_| !plan.fixed)
@@ -37,7 +43,46 @@ pub async fn build(
             tracing::debug!(connection = %p.connection, "The session's pinned connection goes first.");
         }
     }
+    if let Some(l) = lease {
+        affinity::pinned_first(&mut plan.candidates, &l.connection);
+    }
     Ok((plan, pin))
+}
+
+/// Leaves out the candidates whose connection another owner's live lease holds; when
+/// that leaves none, the request is refused for want of lease capacity.
+fn leased_by_others(
+    runtime: &Runtime,
+    plan: &mut Plan,
+    lease: Option<&Lease>,
+    now: u64,
+) -> Result<(), ApiError> {
+    let table = runtime.leases.table();
+    if table.is_empty() {
+        return Ok(());
+    }
+    let holder = lease.map(|l| &l.owner);
+    let mut held_until = Vec::new();
+    let excluded = &mut plan.excluded;
+    plan.candidates.retain(|c| {
+        let conn = &c.connection;
+        let Some(until) = table.held_by_other(&conn.id, holder, now) else {
+            return true;
+        };
+        held_until.push(until);
+        excluded.push(Exclusion {
+            target: format!("{}/{}", conn.provider, c.upstream_model),
+            connection: conn.id.clone(),
+            reason: Reason::LeasedByOther {
+                retry_after_ms: until.saturating_sub(now),
+            },
+        });
+        false
+    });
+    match lease::capacity(&held_until, !plan.candidates.is_empty(), now) {
+        Some(refusal) => Err(ApiError::Lease(refusal)),
+        None => Ok(()),
+    }
 }
 
 /// The plan ordered by its strategy.

@@ -1,6 +1,6 @@
 //! Runtime state: what the request path reads and updates between configuration
 //! changes — provider breakers and connection health ([`resilience`]), session pins
-//! ([`affinity`]), concurrency gates
+//! ([`affinity`]), exclusive leases ([`leases`], written through), concurrency gates
 //! and their queues ([`gate`]), quota counters and provider signals ([`quota`]), the
 //! Claude usage-wall machines ([`usage_wall`]) —
 //! written behind to the store by the `persist` writer. Each part is held behind
@@ -10,6 +10,7 @@
 
 pub mod affinity;
 pub mod gate;
+pub mod leases;
 pub mod quota;
 pub mod resilience;
 pub mod usage_wall;
@@ -30,4 +31,6 @@ pub struct Runtime {
     pub walls: UsageWalls,
     /// Session pins (SPEC R15).
     pub affinity: affinity::Affinity,
+    /// Exclusive session leases (SPEC R16).
+    pub leases: Arc<leases::Leases>,
 }

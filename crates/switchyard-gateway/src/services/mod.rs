@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod keys;
+pub mod leases;
 pub mod logs;
 pub mod quota;
 pub mod resilience;

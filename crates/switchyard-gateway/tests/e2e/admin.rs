@@ -550,6 +550,7 @@ async fn openapi_document_matches_the_routes() {
         "DELETE /api/combos/{name}",
         "DELETE /api/connections/{id}",
         "DELETE /api/keys/{id}",
+        "DELETE /api/leases/{owner}",
         "DELETE /api/providers/{id}",
         "DELETE /api/quota/plans/{connectionId}",
         "DELETE /api/quota/pools/{id}",
@@ -563,6 +564,7 @@ async fn openapi_document_matches_the_routes() {
         "GET /api/connections/{id}",
         "GET /api/keys",
         "GET /api/keys/{id}",
+        "GET /api/leases",
         "GET /api/logs",
         "GET /api/logs/stats",
         "GET /api/monitoring/health",
@@ -596,6 +598,7 @@ async fn openapi_document_matches_the_routes() {
         "POST /api/quota/pools",
         "POST /api/resilience/cooldowns",
         "POST /api/resilience/reset",
+        "POST /api/v1/session-leases",
         "POST /v1/chat/completions",
         "POST /v1/messages",
         "POST /v1/messages/count_tokens",
@@ -737,7 +740,7 @@ async fn openapi_documents_the_error_body_and_the_admin_refusals_of_every_manage
         }
     }
     // Every operation under `/api` but the public health and document.
-    assert_eq!(refused, 51);
+    assert_eq!(refused, 54);
     // What is sent is that shape.
     let r = h.http.get(h.url("/api/keys")).send().await.unwrap();
     assert_eq!(

@@ -214,7 +214,6 @@ async fn client_headers_are_not_forwarded_and_the_connection_credential_is_used(
         .post(h.url("/v1/chat/completions"))
         .bearer_auth(KEY)
         .header("x-session-id", "s-1")
-        .header("x-omniroute-lease-owner", "vlo_x")
         .header("cookie", "session=abc")
         .header("x-custom-secret", "do-not-forward")
         .header("openai-organization", "org-client")

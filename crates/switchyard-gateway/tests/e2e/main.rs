@@ -20,6 +20,7 @@ mod edge;
 mod error_rules;
 mod failover;
 mod health;
+mod leases;
 mod lifecycle;
 mod python;
 mod quota;
