@@ -131,6 +131,11 @@ pub fn render(k: &Keys, created: Option<(&str, &SecretString)>, csrf: &str) -> M
         fieldset {
             legend { "Scopes" }
             @for s in KNOWN_SCOPES { (checkbox(&format!("scope-{s}"), "scope", s, s, false)) }
+            p.hint {
+                code { "admin" } " lets the key call the management API. " code { "lease:exclusive" }
+                " lets it lease one of its allowed connections for itself ("
+                code { "POST /api/v1/session-leases" } "); it needs allowed connections checked below, and reserves nothing until a lease is taken."
+            }
         }
         (input("key-models", "models", "Allowed models", "text", "", false))
         p.hint { "Comma separated; empty allows every model." }
