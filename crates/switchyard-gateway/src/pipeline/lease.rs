@@ -20,8 +20,16 @@ pub fn presented(
     key: &ApiKey,
     now: u64,
 ) -> Result<Option<Lease>, ApiError> {
-    let owner = headers.get(lease::OWNER_HEADER);
-    let generation = headers.get(lease::GENERATION_HEADER);
+    // One walk over the headers compares their names; two lookups would hash both
+    // names on every request, leased or not.
+    let (mut owner, mut generation) = (None, None);
+    for (name, value) in headers {
+        match name.as_str() {
+            lease::OWNER_HEADER => owner = Some(value),
+            lease::GENERATION_HEADER => generation = Some(value),
+            _ => {}
+        }
+    }
     if owner.is_none() && generation.is_none() {
         return Ok(None);
     }
