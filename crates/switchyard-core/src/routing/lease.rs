@@ -186,7 +186,7 @@ pub enum Refusal {
     /// acquire again, not learn the number that would pass the fence.
     #[error("lease generation {presented} is stale: acquire the lease again")]
     Stale { presented: u64 },
-    #[error("every connection this key may lease is leased by another owner; retry in {retry_after_s} s")]
+    #[error("every connection that could take this is held by another owner's exclusive lease; retry in {retry_after_s} s")]
     CapacityUnavailable { retry_after_s: u64 },
     #[error("none of this API key's allowedConnections is enabled and in service")]
     NoEligibleConnection,
