@@ -1264,6 +1264,20 @@ pub const STREAM_CONTENT_STALL_IDLE_MS: Setting<Int> = Setting {
     doc: "Longest gap between output (or reasoning) events of a stream once it has produced output; heartbeats do not count. 0 = off.",
 };
 
+pub const ROUTING_ROUND_ROBIN_BATCH: Setting<Int> = Setting {
+    key: "routing.roundRobinBatch",
+    env: "ROUTING_ROUND_ROBIN_BATCH",
+    // SPEC R19: one request at a time unless a batch is set (OmniRoute's default of 3
+    // made rotation look broken to its users).
+    kind: Int {
+        default: 1,
+        min: 1,
+        max: 1_000,
+    },
+    applies: Applies::Live,
+    doc: "Requests in a row a `round-robin` combo sends to one candidate before moving to the next (SPEC R19); 1 = one request at a time.",
+};
+
 pub const SESSION_AFFINITY_TTL_MS: Setting<Clamped> = Setting {
     key: "sessionAffinityTtlMs",
     env: "SESSION_AFFINITY_TTL_MS",
@@ -1434,6 +1448,7 @@ pub const DEFS: &[SettingDef] = &[
     RESILIENCE_MODEL_LOCKOUT_USE_EXPONENTIAL_BACKOFF.def(),
     RESILIENCE_PROVIDER_ERROR_RULES.def(),
     RESILIENCE_STATUS_RESTATEMENTS.def(),
+    ROUTING_ROUND_ROBIN_BATCH.def(),
     SERVER_BODY_READ_TIMEOUT_MS.def(),
     SERVER_HEADER_READ_TIMEOUT_MS.def(),
     SERVER_IO_THREADS.def(),
@@ -1546,6 +1561,8 @@ pub struct Settings {
     pub stream_idle_timeout_ms: u64,
     /// `sessionAffinityTtlMs` (SPEC R15); 0 = off.
     pub session_affinity_ttl_ms: u64,
+    /// `routing.roundRobinBatch` (SPEC R19), at least 1.
+    pub round_robin_batch: u64,
     /// `streamContentStall.*` and `streamThroughputWatchdog.*` (SPEC R11, R12).
     pub stream: StreamSettings,
     pub quota: QuotaSettings,
@@ -2013,6 +2030,7 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         first_byte_timeout_ms: r.get(&UPSTREAM_FIRST_BYTE_TIMEOUT_MS),
         stream_idle_timeout_ms: r.get(&UPSTREAM_STREAM_IDLE_TIMEOUT_MS),
         session_affinity_ttl_ms: r.get(&SESSION_AFFINITY_TTL_MS),
+        round_robin_batch: r.get(&ROUTING_ROUND_ROBIN_BATCH),
         stream: StreamSettings {
             first_output: crate::stream::budget::Budget {
                 base_ms: r.get(&STREAM_CONTENT_STALL_FIRST_OUTPUT_MS),

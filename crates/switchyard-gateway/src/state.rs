@@ -143,6 +143,7 @@ impl AppState {
             walls: Default::default(),
             affinity,
             leases,
+            turns: Default::default(),
         });
         let state = Arc::new(Self {
             config: Arc::clone(&config),
@@ -203,6 +204,9 @@ impl AppState {
         runtime.affinity.retain(|pin| {
             keys.contains(pin.key_id.as_str()) && live.catalog.connection(&pin.connection).is_some()
         });
+        runtime
+            .turns
+            .retain(|name| live.catalog.combo(name).is_some());
         // A lease whose key may no longer hold it, or whose connection is gone, ends.
         runtime.leases.invalidate(self.clock.now_ms(), |l| {
             let key = live.catalog.keys().find(|k| k.id == l.key_id);

@@ -428,6 +428,10 @@ struct Alias {
 #[derive(Debug, Clone, Serialize)]
 struct Target {
     model: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<f64>,
 }
 
 impl Combo {
@@ -440,9 +444,39 @@ impl Combo {
                 .into_iter()
                 .map(|model| Target {
                     model: model.to_owned(),
+                    weight: None,
+                    cost: None,
                 })
                 .collect(),
         }
+    }
+
+    /// A combo of `strategy` (a SPEC R19 name) over `targets`.
+    pub fn of<'a>(
+        name: &str,
+        strategy: &'static str,
+        targets: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        Self {
+            strategy,
+            ..Self::priority(name, targets)
+        }
+    }
+
+    /// Each target's weight, in target order.
+    pub fn weights(mut self, weights: impl IntoIterator<Item = u32>) -> Self {
+        for (t, w) in self.targets.iter_mut().zip(weights) {
+            t.weight = Some(w);
+        }
+        self
+    }
+
+    /// Each target's declared cost, in target order.
+    pub fn costs(mut self, costs: impl IntoIterator<Item = f64>) -> Self {
+        for (t, c) in self.targets.iter_mut().zip(costs) {
+            t.cost = Some(c);
+        }
+        self
     }
 }
 

@@ -16,6 +16,11 @@ pub struct CandidateView {
     /// The soft quota penalty (SPEC Q7): the factor the candidate's score is multiplied
     /// by after every other factor; 1.0 when the key is within its share.
     pub penalty: f64,
+    /// The combo target's weight (1 for a direct request's candidates).
+    pub weight: u32,
+    /// The combo target's declared cost, else the catalog's input price of its model
+    /// (USD per million input tokens); `None` when neither is known.
+    pub cost: Option<f64>,
 }
 
 impl Default for CandidateView {
@@ -24,6 +29,8 @@ impl Default for CandidateView {
             load: 0,
             saturated: false,
             penalty: 1.0,
+            weight: 1,
+            cost: None,
         }
     }
 }

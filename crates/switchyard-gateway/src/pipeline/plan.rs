@@ -17,9 +17,9 @@ use switchyard_core::llm::Request;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing::affinity::{self, Pin, SessionKey};
 use switchyard_core::routing::lease::{self, Lease};
-use switchyard_core::routing::strategy::{self, Needs, RequestFacts, RoutingCtx};
+use switchyard_core::routing::strategy::{self, Needs, RequestFacts, RoutingCtx, Turn};
 use switchyard_core::routing::view::CandidateView;
-use switchyard_core::routing::{self, Candidate, Exclusion, Plan, Reason};
+use switchyard_core::routing::{self, Exclusion, Plan, Reason};
 
 /// The ordered plan for `request`, on the request's turn `rotation` (shared by
 /// resolution, which connection of a provider first, and the strategy), with the live
@@ -96,17 +96,27 @@ async fn ordered(
     let (request, estimate) = request;
     let mut plan = routing::plan(&snap.catalog, &snap.quota, key, &request.model, rotation)?;
     let strategy = plan.strategy;
-    let Some(views) = views(
-        runtime,
-        snap,
-        &key.id,
-        estimate,
-        &plan.candidates,
-        strategy.needs(),
-    )
-    .await
-    else {
+    let needs = strategy.needs();
+    if plan.candidates.len() < 2 {
         return Ok(plan);
+    }
+    let views = match views(runtime, snap, &key.id, estimate, &plan, needs).await {
+        Some(v) => v,
+        None if needs.draw || needs.turn => {
+            vec![CandidateView::default(); plan.candidates.len()]
+        }
+        None => return Ok(plan),
+    };
+    let turn = match (&plan.combo, needs.turn) {
+        (Some(combo), true) => {
+            let (count, seed) = runtime.turns.next(combo);
+            Turn {
+                count,
+                seed,
+                batch: snap.settings.round_robin_batch,
+            }
+        }
+        _ => Turn::default(),
     };
     let ctx = RoutingCtx {
         request: RequestFacts {
@@ -115,6 +125,8 @@ async fn ordered(
         },
         views: &views,
         rotation,
+        draw: if needs.draw { rand::random() } else { 0 },
+        turn,
     };
     let order = strategy.order(&ctx);
     if !strategy::is_identity(&order) {
@@ -127,27 +139,39 @@ async fn ordered(
     Ok(plan)
 }
 
-/// The view of `candidates` with the facts in `needs`; `None` when there is nothing to
-/// order by (one candidate, or no fact that could differ).
+/// The view of the plan's candidates with the facts in `needs`; `None` when there is
+/// nothing to order by (no per-candidate fact asked for, or none that could differ).
 async fn views(
     runtime: &Runtime,
     snap: &Snapshot,
     key_id: &str,
     estimate: &Estimate,
-    candidates: &[Candidate],
+    plan: &Plan,
     needs: Needs,
 ) -> Option<Vec<CandidateView>> {
     let penalty = needs.penalty && !snap.quota.is_empty();
-    if candidates.len() < 2 || !(penalty || needs.load || needs.saturation) {
+    let configured = needs.weight || needs.cost;
+    if !(penalty || needs.load || needs.saturation || configured) {
         return None;
     }
     let q = &snap.settings.quota;
-    let mut views = Vec::with_capacity(candidates.len());
-    let mut differ = needs.load || needs.saturation;
-    for c in candidates {
+    let combo = plan.combo.as_deref().and_then(|c| snap.catalog.combo(c));
+    let mut views = Vec::with_capacity(plan.candidates.len());
+    let mut differ = needs.load || needs.saturation || configured;
+    for c in &plan.candidates {
         let conn = &c.connection;
         let pool = snap.quota.pool_of(conn.index);
         let mut view = CandidateView::default();
+        let target = combo.and_then(|k| k.targets.get(c.target));
+        if needs.weight {
+            view.weight = target.map_or(1, |t| t.weight);
+        }
+        if needs.cost {
+            view.cost = target.and_then(|t| t.cost).or_else(|| {
+                snap.price(&conn.provider, &c.upstream_model)
+                    .map(|p| p.input_per_mtok)
+            });
+        }
         if needs.load {
             view.load = runtime.gates.load(&conn.id);
         }

@@ -31,4 +31,5 @@ mod resilience;
 mod responses;
 mod schema;
 mod secrets;
+mod strategies;
 mod streams;

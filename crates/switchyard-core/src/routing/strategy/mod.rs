@@ -5,11 +5,24 @@
 //! exclusion, admission and failover are other modules' work, and the session pin
 //! (SPEC R15) is one rule applied after every strategy ([`super::affinity`]).
 
+mod cost_optimized;
+pub mod draw;
+mod fill_first;
 mod priority;
 mod quota_share;
+mod random;
+mod round_robin;
+mod strict_random;
+mod weighted;
 
+pub use cost_optimized::CostOptimized;
+pub use fill_first::FillFirst;
 pub use priority::Priority;
 pub use quota_share::QuotaShare;
+pub use random::Random;
+pub use round_robin::RoundRobin;
+pub use strict_random::StrictRandom;
+pub use weighted::Weighted;
 
 use super::view::CandidateView;
 
@@ -22,6 +35,14 @@ pub struct Needs {
     pub saturation: bool,
     /// [`CandidateView::penalty`].
     pub penalty: bool,
+    /// [`CandidateView::weight`].
+    pub weight: bool,
+    /// [`CandidateView::cost`].
+    pub cost: bool,
+    /// [`RoutingCtx::draw`].
+    pub draw: bool,
+    /// [`RoutingCtx::turn`].
+    pub turn: bool,
 }
 
 impl Needs {
@@ -30,7 +51,36 @@ impl Needs {
         load: false,
         saturation: false,
         penalty: false,
+        weight: false,
+        cost: false,
+        draw: false,
+        turn: false,
     };
+
+    /// Whether it reads any per-candidate fact.
+    pub fn views(self) -> bool {
+        self.load || self.saturation || self.penalty || self.weight || self.cost
+    }
+}
+
+/// A combo's own turn: how many of its requests came before this one, the seed fixed
+/// for it, and the round-robin batch (SPEC R19).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn {
+    pub count: u64,
+    pub seed: u64,
+    /// Requests in a row per candidate (`routing.roundRobinBatch`, at least 1).
+    pub batch: u64,
+}
+
+impl Default for Turn {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            seed: 0,
+            batch: 1,
+        }
+    }
 }
 
 /// What a strategy knows of the request itself.
@@ -50,6 +100,10 @@ pub struct RoutingCtx<'a> {
     pub views: &'a [CandidateView],
     /// A per-request counter for strategies that spread load.
     pub rotation: usize,
+    /// A random number drawn for this request (0 unless the strategy reads it).
+    pub draw: u64,
+    /// The combo's turn (the default unless the strategy reads it).
+    pub turn: Turn,
 }
 
 /// A routing strategy: see the module docs.
@@ -65,7 +119,15 @@ pub trait Strategy: Sync + std::fmt::Debug {
 }
 
 /// The strategies a combo may name (SPEC R19), by their configuration names.
-pub const REGISTRY: &[&dyn Strategy] = &[&Priority];
+pub const REGISTRY: &[&dyn Strategy] = &[
+    &Priority,
+    &Weighted,
+    &RoundRobin,
+    &FillFirst,
+    &Random,
+    &StrictRandom,
+    &CostOptimized,
+];
 
 /// The internal strategy of `qtSd/` combos (SPEC Q12); no combo may name it.
 pub const QUOTA_SHARE: &dyn Strategy = &QuotaShare;
@@ -124,11 +186,22 @@ mod tests {
         for s in REGISTRY {
             assert_eq!(named(s.name()).unwrap().name(), s.name());
         }
-        assert_eq!(names().collect::<Vec<_>>(), vec!["priority"]);
+        assert_eq!(
+            names().collect::<Vec<_>>(),
+            vec![
+                "priority",
+                "weighted",
+                "round-robin",
+                "fill-first",
+                "random",
+                "strict-random",
+                "cost-optimized"
+            ]
+        );
         let err = named("quota-share").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown strategy `quota-share`: use one of priority"
+            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized"
         );
         assert_eq!(DEFAULT.name(), "priority");
         assert_eq!(QUOTA_SHARE.name(), "quota-share");

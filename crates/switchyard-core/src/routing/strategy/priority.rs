@@ -106,6 +106,8 @@ mod tests {
             },
             views: &views,
             rotation,
+            draw: 0,
+            turn: super::super::Turn::default(),
         };
         assert_eq!(Priority.order(&ctx(0)), vec![1, 0]);
         assert_eq!(Priority.order(&ctx(5)), vec![1, 0]);

@@ -1,0 +1,104 @@
+//! Routing strategies (SPEC R19) over real sockets, one combo of two targets each
+//! (`alpha/mock-small`, `beta/mock-small`, told apart by the credential that reaches the
+//! mock): round-robin takes them in turn and in batches once `routing.roundRobinBatch`
+//! says so, strict-random deals each once per round, weighted never draws a weight of 0,
+//! cost-optimized goes cheapest first and fails over to the dearer, fill-first keeps to
+//! the first. The orderings themselves are the core's, with property tests there.
+
+use reqwest::Method;
+use serde_json::json;
+use switchyard_test_support::{chat_body, Combo, Config, Harness, CRED_ALPHA, CRED_BETA};
+
+const TARGETS: [&str; 2] = ["alpha/mock-small", "beta/mock-small"];
+
+fn combos(mock: &str) -> Config {
+    Config::standard(mock)
+        .combo(Combo::of("rr", "round-robin", TARGETS))
+        .combo(Combo::of("deck", "strict-random", TARGETS))
+        .combo(Combo::of("heavy", "weighted", TARGETS).weights([0, 3]))
+        .combo(Combo::of("cheap", "cost-optimized", TARGETS).costs([5.0, 1.5]))
+        .combo(Combo::of("first", "fill-first", TARGETS))
+        .combo(Combo::of("shuffled", "random", TARGETS))
+}
+
+/// `n` requests to `model`: the credential each reached the mock with.
+async fn credentials(h: &Harness, model: &str, n: usize) -> Vec<String> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let r = h.chat(chat_body(model, false)).await;
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        let seen = h.mock_requests().await;
+        out.push(
+            seen.last().unwrap()["credential"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    out
+}
+
+#[tokio::test]
+async fn round_robin_takes_turns_one_request_at_a_time_then_in_batches() {
+    let h = Harness::start_with(combos, &[]).await;
+    let (a, b) = (CRED_ALPHA.to_owned(), CRED_BETA.to_owned());
+    assert_eq!(
+        credentials(&h, "rr", 6).await,
+        [&a, &b, &a, &b, &a, &b].map(String::clone)
+    );
+    // Other traffic does not move the combo's turn.
+    credentials(&h, "first", 3).await;
+    assert_eq!(credentials(&h, "rr", 2).await, [a.clone(), b.clone()]);
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/settings/routing.roundRobinBatch",
+            json!({"value": 2}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    // The combo's 9th request (8 before it): batch 8 / 2 = 4, an even one, alpha's.
+    assert_eq!(
+        credentials(&h, "rr", 6).await,
+        [&a, &a, &b, &b, &a, &a].map(String::clone)
+    );
+}
+
+#[tokio::test]
+async fn strict_random_deals_each_target_once_per_round() {
+    let h = Harness::start_with(combos, &[]).await;
+    let seen = credentials(&h, "deck", 8).await;
+    for round in seen.chunks(2) {
+        let mut r = round.to_vec();
+        r.sort();
+        assert_eq!(r, [CRED_ALPHA, CRED_BETA], "{seen:?}");
+    }
+}
+
+#[tokio::test]
+async fn weighted_cost_optimized_fill_first_and_random_pick_as_documented() {
+    let h = Harness::start_with(combos, &[]).await;
+    // A weight of 0 is never drawn while another is positive.
+    assert!(credentials(&h, "heavy", 20)
+        .await
+        .iter()
+        .all(|c| c == CRED_BETA));
+    // Cheapest first: beta (1.5) over alpha (5.0)...
+    assert!(credentials(&h, "cheap", 5)
+        .await
+        .iter()
+        .all(|c| c == CRED_BETA));
+    // ...and alpha when beta fails.
+    h.rule(json!({"times": 1, "match": {"credential": CRED_BETA}, "status": 503}))
+        .await;
+    assert_eq!(credentials(&h, "cheap", 1).await, [CRED_ALPHA]);
+    assert!(credentials(&h, "first", 5)
+        .await
+        .iter()
+        .all(|c| c == CRED_ALPHA));
+    // Random: both over 40 requests (each missing has odds of 2^-40).
+    let mut shuffled = credentials(&h, "shuffled", 40).await;
+    shuffled.sort();
+    shuffled.dedup();
+    assert_eq!(shuffled, [CRED_ALPHA, CRED_BETA]);
+}
