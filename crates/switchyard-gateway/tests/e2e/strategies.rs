@@ -7,9 +7,10 @@
 
 use reqwest::Method;
 use serde_json::json;
-use switchyard_test_support::{chat_body, Combo, Config, Harness, CRED_ALPHA, CRED_BETA};
+use switchyard_test_support::{chat_body, Combo, Config, Harness, Key, CRED_ALPHA, CRED_BETA};
 
 const TARGETS: [&str; 2] = ["alpha/mock-small", "beta/mock-small"];
+const LOCAL_ONLY: &str = "sy-test-local-only-key-000000001";
 
 fn combos(mock: &str) -> Config {
     Config::standard(mock)
@@ -101,4 +102,87 @@ async fn weighted_cost_optimized_fill_first_and_random_pick_as_documented() {
     shuffled.sort();
     shuffled.dedup();
     assert_eq!(shuffled, [CRED_ALPHA, CRED_BETA]);
+}
+
+/// Every registered strategy (the registry's names, so a new one is covered at once) as
+/// a combo `s-<name>` over the two cooling-capable targets of `resilience::cooling`.
+fn every_strategy(mock: &str) -> Config {
+    let local_only =
+        Key::new("local-only", "local only", LOCAL_ONLY).allowed_connections(["local-1"]);
+    switchyard_core::routing::strategy::names().fold(
+        super::resilience::cooling(mock).key(local_only),
+        |config, name| config.combo(Combo::of(&format!("s-{name}"), name, TARGETS)),
+    )
+}
+
+#[tokio::test]
+async fn every_strategy_honours_every_exclusion_and_reports_it_alike() {
+    let h = Harness::start_with(every_strategy, &[]).await;
+    let names: Vec<&str> = switchyard_core::routing::strategy::names().collect();
+    assert!(names.len() >= 7, "{names:?}");
+    // alpha cools for two minutes: no strategy sends it anything.
+    h.rule(
+        json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 429,
+                  "headers": {"retry-after": "120"}}),
+    )
+    .await;
+    assert_eq!(
+        h.chat(chat_body("alpha/mock-small", false)).await.status(),
+        429
+    );
+    for name in &names {
+        let seen = credentials(&h, &format!("s-{name}"), 6).await;
+        assert!(seen.iter().all(|c| c == CRED_BETA), "{name}: {seen:?}");
+    }
+    // beta is rate limited too: every strategy gives the same answer, calling nobody.
+    h.rule(
+        json!({"times": 1, "match": {"credential": CRED_BETA}, "status": 429,
+                  "headers": {"retry-after": "120"}}),
+    )
+    .await;
+    assert_eq!(
+        h.chat(chat_body("beta/mock-small", false)).await.status(),
+        429
+    );
+    let before = h.mock_requests().await.len();
+    for name in &names {
+        let r = h.chat(chat_body(&format!("s-{name}"), false)).await;
+        let status = r.status().as_u16();
+        let e: serde_json::Value = r.json().await.unwrap();
+        let code = e["error"]["code"].as_str().unwrap_or_default().to_owned();
+        assert_eq!(
+            (status, code.as_str()),
+            (429, "all_targets_rate_limited"),
+            "{name}: {e}"
+        );
+        let retry = e["error"]["retry_after"].as_u64().unwrap();
+        assert!((118..=120).contains(&retry), "{name}: {e}");
+    }
+    // A key that may use neither connection: the same diagnostics from every strategy.
+    for name in &names {
+        let r = h
+            .http
+            .post(h.url("/v1/chat/completions"))
+            .bearer_auth(LOCAL_ONLY)
+            .json(&chat_body(&format!("s-{name}"), false))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let e: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(status, 404, "{name}: {e}");
+        assert_eq!(
+            e["error"]["diagnostics"],
+            json!({"excluded": [
+                {"target": "alpha/mock-small", "connection": "alpha-1", "reason": "not_allowed_for_key"},
+                {"target": "beta/mock-small", "connection": "beta-1", "reason": "not_allowed_for_key"}
+            ]}),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        h.mock_requests().await.len(),
+        before,
+        "an excluded target was called"
+    );
 }
