@@ -129,6 +129,10 @@ pub struct Snapshot {
     pub output_limits: HashMap<String, u64>,
     /// The error rules in force: the operator's, then the built-in ones (SPEC R13).
     pub rules: Rules,
+    /// Some combo's strategy reads the service stats (`p2c`, `least-used`): only then
+    /// does every attempt feed them, so a configuration without such a combo pays
+    /// nothing for them on the request path.
+    pub stats_read: bool,
 }
 
 impl Snapshot {
@@ -395,7 +399,9 @@ impl Snapshot {
                 egress: Default::default(),
             });
         }
+        let stats_read = catalog.combos().any(|c| c.strategy.needs().stats);
         Ok(Self {
+            stats_read,
             version: rows.version,
             catalog,
             upstreams,

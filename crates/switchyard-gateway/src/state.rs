@@ -130,6 +130,14 @@ impl AppState {
         let reload = Arc::clone(&leases);
         let now = clock.now_ms();
         blocking(&store, move |_| reload.reload(now)).await?;
+        // Routing's service stats (SPEC R19) from the newest logged requests; best effort.
+        let stats = crate::runtime::stats::Stats::default();
+        match blocking(&store, |s| s.recent_outcomes(SEEDED_OUTCOMES)).await {
+            Ok(rows) => stats.seed(&rows),
+            Err(e) => {
+                tracing::warn!(error = %e, "Could not read recent requests from the request log; routing's service stats start empty.")
+            }
+        }
         let gates = Gates::new(metrics.gates.clone());
         let hour_ago = clock.now_ms().saturating_sub(MINUTES_KEPT * MINUTE_MS);
         let recent = blocking(&store, move |s| s.log_series(hour_ago, MINUTE_MS)).await?;
@@ -144,6 +152,7 @@ impl AppState {
             affinity,
             leases,
             turns: Default::default(),
+            stats,
         });
         let state = Arc::new(Self {
             config: Arc::clone(&config),
@@ -207,6 +216,9 @@ impl AppState {
         runtime
             .turns
             .retain(|name| live.catalog.combo(name).is_some());
+        runtime
+            .stats
+            .retain(|id| live.catalog.connection(id).is_some());
         // A lease whose key may no longer hold it, or whose connection is gone, ends.
         runtime.leases.invalidate(self.clock.now_ms(), |l| {
             let key = live.catalog.keys().find(|k| k.id == l.key_id);
@@ -246,6 +258,10 @@ impl AppState {
         id
     }
 }
+
+/// Logged requests routing's service stats are seeded from at start: enough for every
+/// pair's means to settle (they weigh the last few), read in one query.
+const SEEDED_OUTCOMES: usize = 10_000;
 
 /// The quota engine on the configured counter store (SPEC Q4): the `quotaStore.driver`
 /// setting (database → `QUOTA_STORE_DRIVER` → `sqlite`). Redis selected but unset,

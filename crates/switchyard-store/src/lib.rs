@@ -27,7 +27,7 @@ pub use quota::{ConsumptionRow, PlanRecord};
 pub use records::*;
 pub use secrets::{KeyError, KeyId, Keyring, SecretKey};
 pub use sessions::{PinChange, PinRow};
-pub use sqlite::{make_private, Batch, SaveMode, Store};
+pub use sqlite::{make_private, Batch, OutcomeRow, SaveMode, Store};
 
 /// Everything that can go wrong in the store.
 #[derive(Debug, thiserror::Error)]

@@ -741,6 +741,34 @@ impl Store {
 
 impl Store {
     /// Each connection's newest egress address in the request log since `since_ms`:
+    /// The newest `limit` logged requests that reached a connection, oldest first: what
+    /// routing's service stats are seeded from at start (SPEC R19).
+    pub fn recent_outcomes(&self, limit: usize) -> Result<Vec<OutcomeRow>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "SELECT connection_id, model, status, stream, latency_ms, ttfb_ms, ts
+             FROM request_log WHERE connection_id IS NOT NULL AND model IS NOT NULL
+             ORDER BY id DESC LIMIT ?1",
+        )?;
+        let mut rows = stmt
+            .query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                Ok(OutcomeRow {
+                    connection_id: r.get(0)?,
+                    model: r.get(1)?,
+                    status: u16::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                    stream: r.get::<_, i64>(3)? != 0,
+                    latency_ms: u64_col(r, 4)?,
+                    ttfb_ms: r
+                        .get::<_, Option<i64>>(5)?
+                        .and_then(|v| u64::try_from(v).ok()),
+                    ts: u64_col(r, 6)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.reverse();
+        Ok(rows)
+    }
+
     /// `(connection_id, egress_ip, ts)` (SPEC R14's last known egress), from answering
     /// and failed attempts alike. Only the rows of the window are read, as in
     /// [`Store::log_series`].
@@ -770,6 +798,19 @@ impl Store {
             .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
+}
+
+/// One logged request's outcome on its connection (see [`Store::recent_outcomes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutcomeRow {
+    pub connection_id: String,
+    /// The model as the upstream saw it.
+    pub model: String,
+    pub status: u16,
+    pub stream: bool,
+    pub latency_ms: u64,
+    pub ttfb_ms: Option<u64>,
+    pub ts: u64,
 }
 
 /// Configuration writes committed together or not at all (see [`Store::batch`]).

@@ -8,6 +8,7 @@
 //! - [`strategy`]: one file per routing strategy, and the registry of their names
 //! - [`affinity`]: session ids, the pinned-first rule and the pin's lifecycle (SPEC R15)
 //! - [`lease`]: exclusive session leases, their fence and lifecycle (SPEC R16)
+//! - [`stats`]: each connection × model's remembered service, for the strategies
 //!
 //! Nothing here reads live state: the shell gathers the facts and passes them in.
 
@@ -15,6 +16,7 @@ pub mod affinity;
 pub mod exclusion;
 pub mod lease;
 mod resolve;
+pub mod stats;
 pub mod strategy;
 pub mod view;
 

@@ -21,6 +21,13 @@ pub struct CandidateView {
     /// The combo target's declared cost, else the catalog's input price of its model
     /// (USD per million input tokens); `None` when neither is known.
     pub cost: Option<f64>,
+    /// The connection × model's mean success, 0 to 1 (1 before any outcome).
+    pub success: f64,
+    /// Its mean milliseconds to response headers for a request of this kind (streams:
+    /// time to first byte), when known.
+    pub header_ms: Option<f64>,
+    /// Requests sent to it lately, decayed (never negative).
+    pub used: f64,
 }
 
 impl Default for CandidateView {
@@ -31,6 +38,9 @@ impl Default for CandidateView {
             penalty: 1.0,
             weight: 1,
             cost: None,
+            success: 1.0,
+            header_ms: None,
+            used: 0.0,
         }
     }
 }

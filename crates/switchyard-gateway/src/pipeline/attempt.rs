@@ -32,6 +32,7 @@ use switchyard_core::resilience::admission;
 use switchyard_core::resilience::board::Outcome;
 use switchyard_core::resilience::verdict::{Next, Subject};
 use switchyard_core::routing::lease::{Lease, Refusal as LeaseRefusal};
+use switchyard_core::routing::stats::Observation;
 use switchyard_core::routing::{Candidate, DispatchPolicy, Exclusion, Reason};
 use switchyard_core::stream::budget::Facts;
 
@@ -216,6 +217,11 @@ async fn attempt(
     super::lease::bind(ctx, &conn.id)
         .await
         .map_err(|reason| Report::Excluded(excluded(candidate, reason)))?;
+    if snap.stats_read {
+        runtime
+            .stats
+            .sent(&conn.id, &candidate.upstream_model, clock.now_ms());
+    }
     finisher.attempt(
         candidate,
         model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),
@@ -305,6 +311,16 @@ async fn attempt(
             runtime
                 .resilience
                 .record(attempt, outcome, res_settings, admitted, read);
+            if snap.stats_read {
+                let served = Observation {
+                    ok: true,
+                    header_ms: Some(watch.elapsed_ms()),
+                    stream: request.stream,
+                };
+                runtime
+                    .stats
+                    .observe(&conn.id, &candidate.upstream_model, served);
+            }
             target.metrics.success.inc();
             quota::add_headers(&mut response, quota_headers);
             return Ok(response);
@@ -330,6 +346,17 @@ async fn attempt(
     }
     let status = failure.status().unwrap_or(502);
     finisher.attempt_failed(&verdict);
+    if snap.stats_read {
+        // A refusal that is the client's fault says nothing of the account's service.
+        let failed_once = Observation {
+            ok: verdict.next == Next::Client,
+            header_ms: None,
+            stream: request.stream,
+        };
+        runtime
+            .stats
+            .observe(&conn.id, &candidate.upstream_model, failed_once);
+    }
     if verdict.next == Next::Client {
         if let Some(response) = failed.client_answer(status, target, request.format) {
             return Err(Report::Rejected(response));

@@ -32,7 +32,7 @@ pub async fn build(
     (rotation, session, now): (usize, Option<&SessionKey>, u64),
     lease: Option<&Lease>,
 ) -> Result<(Plan, Option<Pin>), ApiError> {
-    let mut plan = ordered(runtime, snap, key, request, rotation).await?;
+    let mut plan = ordered(runtime, snap, key, request, (rotation, now)).await?;
     leased_by_others(runtime, &mut plan, lease, now)?;
     let ttl = snap.settings.session_affinity_ttl_ms;
     let pin = session
@@ -91,7 +91,7 @@ async fn ordered(
     snap: &Snapshot,
     key: &ApiKey,
     request: (&Request, &Estimate),
-    rotation: usize,
+    (rotation, now): (usize, u64),
 ) -> Result<Plan, ApiError> {
     let (request, estimate) = request;
     let mut plan = routing::plan(&snap.catalog, &snap.quota, key, &request.model, rotation)?;
@@ -100,7 +100,13 @@ async fn ordered(
     if plan.candidates.len() < 2 {
         return Ok(plan);
     }
-    let views = match views(runtime, snap, &key.id, estimate, &plan, needs).await {
+    let asked = Asked {
+        key_id: &key.id,
+        estimate,
+        stream: request.stream,
+        now,
+    };
+    let views = match views(runtime, snap, asked, &plan, needs).await {
         Some(v) => v,
         None if needs.draw || needs.turn => {
             vec![CandidateView::default(); plan.candidates.len()]
@@ -139,18 +145,32 @@ async fn ordered(
     Ok(plan)
 }
 
+/// What the request asks that the views depend on.
+#[derive(Debug, Clone, Copy)]
+struct Asked<'a> {
+    key_id: &'a str,
+    estimate: &'a Estimate,
+    stream: bool,
+    now: u64,
+}
+
 /// The view of the plan's candidates with the facts in `needs`; `None` when there is
 /// nothing to order by (no per-candidate fact asked for, or none that could differ).
 async fn views(
     runtime: &Runtime,
     snap: &Snapshot,
-    key_id: &str,
-    estimate: &Estimate,
+    asked: Asked<'_>,
     plan: &Plan,
     needs: Needs,
 ) -> Option<Vec<CandidateView>> {
+    let Asked {
+        key_id,
+        estimate,
+        stream,
+        now,
+    } = asked;
     let penalty = needs.penalty && !snap.quota.is_empty();
-    let configured = needs.weight || needs.cost;
+    let configured = needs.weight || needs.cost || needs.stats;
     if !(penalty || needs.load || needs.saturation || configured) {
         return None;
     }
@@ -171,6 +191,12 @@ async fn views(
                 snap.price(&conn.provider, &c.upstream_model)
                     .map(|p| p.input_per_mtok)
             });
+        }
+        if needs.stats {
+            let stat = runtime.stats.get(&conn.id, &c.upstream_model);
+            view.success = stat.success;
+            view.header_ms = stat.header_ms(stream);
+            view.used = stat.used_at(now);
         }
         if needs.load {
             view.load = runtime.gates.load(&conn.id);

@@ -1,7 +1,7 @@
 //! Runtime state: what the request path reads and updates between configuration
 //! changes — provider breakers and connection health ([`resilience`]), session pins
 //! ([`affinity`]), exclusive leases ([`leases`], written through), combos' turns
-//! ([`turns`]), concurrency gates
+//! ([`turns`]), service stats ([`stats`]), concurrency gates
 //! and their queues ([`gate`]), quota counters and provider signals ([`quota`]), the
 //! Claude usage-wall machines ([`usage_wall`]) —
 //! written behind to the store by the `persist` writer. Each part is held behind
@@ -14,6 +14,7 @@ pub mod gate;
 pub mod leases;
 pub mod quota;
 pub mod resilience;
+pub mod stats;
 pub mod turns;
 pub mod usage_wall;
 
@@ -37,4 +38,6 @@ pub struct Runtime {
     pub leases: Arc<leases::Leases>,
     /// Each combo's own turn, for the strategies that rotate per combo (SPEC R19).
     pub turns: turns::Turns,
+    /// Each connection × model's remembered service, for `p2c` and `least-used`.
+    pub stats: stats::Stats,
 }

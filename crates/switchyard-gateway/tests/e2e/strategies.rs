@@ -20,6 +20,8 @@ fn combos(mock: &str) -> Config {
         .combo(Combo::of("cheap", "cost-optimized", TARGETS).costs([5.0, 1.5]))
         .combo(Combo::of("first", "fill-first", TARGETS))
         .combo(Combo::of("shuffled", "random", TARGETS))
+        .combo(Combo::of("sampled", "p2c", TARGETS))
+        .combo(Combo::of("spread", "least-used", TARGETS))
 }
 
 /// `n` requests to `model`: the credential each reached the mock with.
@@ -185,4 +187,36 @@ async fn every_strategy_honours_every_exclusion_and_reports_it_alike() {
         before,
         "an excluded target was called"
     );
+}
+
+#[tokio::test]
+async fn least_used_alternates_between_equally_used_targets() {
+    let h = Harness::start_with(combos, &[]).await;
+    let seen = credentials(&h, "spread", 10).await;
+    assert!(seen.windows(2).all(|w| w[0] != w[1]), "{seen:?}");
+    assert_eq!(seen.iter().filter(|c| *c == CRED_ALPHA).count(), 5);
+}
+
+#[tokio::test]
+async fn p2c_keeps_off_a_failing_account_and_remembers_it_across_a_restart() {
+    let mut h = Harness::start_with(combos, &[]).await;
+    // alpha fails a request of its own: its success drops below beta's.
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 503}))
+        .await;
+    assert_eq!(
+        h.chat(chat_body("alpha/mock-small", false)).await.status(),
+        502
+    );
+    assert_eq!(credentials(&h, "alpha/mock-small", 1).await, [CRED_ALPHA]);
+    // Of two, p2c always takes the better: beta, every time.
+    assert!(credentials(&h, "sampled", 8)
+        .await
+        .iter()
+        .all(|c| c == CRED_BETA));
+    // The request log seeds the stats at start: still beta.
+    h.restart().await;
+    assert!(credentials(&h, "sampled", 8)
+        .await
+        .iter()
+        .all(|c| c == CRED_BETA));
 }

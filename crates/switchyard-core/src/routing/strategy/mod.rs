@@ -8,6 +8,8 @@
 mod cost_optimized;
 pub mod draw;
 mod fill_first;
+mod least_used;
+mod p2c;
 mod priority;
 mod quota_share;
 mod random;
@@ -17,6 +19,8 @@ mod weighted;
 
 pub use cost_optimized::CostOptimized;
 pub use fill_first::FillFirst;
+pub use least_used::LeastUsed;
+pub use p2c::P2c;
 pub use priority::Priority;
 pub use quota_share::QuotaShare;
 pub use random::Random;
@@ -43,6 +47,9 @@ pub struct Needs {
     pub draw: bool,
     /// [`RoutingCtx::turn`].
     pub turn: bool,
+    /// [`CandidateView::success`], [`CandidateView::header_ms`] and
+    /// [`CandidateView::used`] (SPEC R19's service stats).
+    pub stats: bool,
 }
 
 impl Needs {
@@ -55,11 +62,12 @@ impl Needs {
         cost: false,
         draw: false,
         turn: false,
+        stats: false,
     };
 
     /// Whether it reads any per-candidate fact.
     pub fn views(self) -> bool {
-        self.load || self.saturation || self.penalty || self.weight || self.cost
+        self.load || self.saturation || self.penalty || self.weight || self.cost || self.stats
     }
 }
 
@@ -127,6 +135,8 @@ pub const REGISTRY: &[&dyn Strategy] = &[
     &Random,
     &StrictRandom,
     &CostOptimized,
+    &P2c,
+    &LeastUsed,
 ];
 
 /// The internal strategy of `qtSd/` combos (SPEC Q12); no combo may name it.
@@ -195,13 +205,15 @@ mod tests {
                 "fill-first",
                 "random",
                 "strict-random",
-                "cost-optimized"
+                "cost-optimized",
+                "p2c",
+                "least-used"
             ]
         );
         let err = named("quota-share").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized"
+            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used"
         );
         assert_eq!(DEFAULT.name(), "priority");
         assert_eq!(QUOTA_SHARE.name(), "quota-share");
