@@ -148,6 +148,70 @@ impl Pin {
     }
 }
 
+/// Bytes of each opening member a cache key is taken from when the request names no
+/// session.
+pub const CACHE_PREFIX_BYTES: usize = 4_096;
+
+/// The request's prompt-cache key (SPEC R19's `cache-optimized`): its session's pin key
+/// when it names a session (one affinity mechanism for both, R15), else the SHA-256 of
+/// the prompt's opening: `system` / `instructions` and the first element of `messages` /
+/// `input` (a chat's system message, a Messages or Responses conversation's first turn),
+/// each cut at [`CACHE_PREFIX_BYTES`] — what stays the same from one turn of a
+/// conversation to the next, and what a provider's prompt cache starts with. `None` for
+/// a request with neither.
+pub fn cache_key(session: Option<&SessionKey>, body: &RawObject) -> Option<[u8; 32]> {
+    if let Some(s) = session {
+        return Some(s.0);
+    }
+    let cut = |raw: &str| -> usize {
+        let end = raw.len().min(CACHE_PREFIX_BYTES);
+        (0..=end)
+            .rev()
+            .find(|&i| raw.is_char_boundary(i))
+            .unwrap_or(0)
+    };
+    let mut h = Sha256::new();
+    let mut any = false;
+    for name in ["system", "instructions"] {
+        if let Some(raw) = body.member(name) {
+            h.update(name.as_bytes());
+            h.update([0]);
+            h.update(&raw.as_bytes()[..cut(raw)]);
+            any = true;
+        }
+    }
+    for name in ["messages", "input"] {
+        let Some(raw) = body.member(name) else {
+            continue;
+        };
+        let first = match serde_json::from_str::<Vec<&serde_json::value::RawValue>>(raw) {
+            Ok(items) => items.first().map(|v| v.get()),
+            // A Responses `input` may be one string.
+            Err(_) => Some(raw),
+        };
+        if let Some(first) = first {
+            h.update(name.as_bytes());
+            h.update([0]);
+            h.update(&first.as_bytes()[..cut(first)]);
+            any = true;
+        }
+    }
+    any.then(|| h.finalize().into())
+}
+
+/// The rendezvous (highest random weight) score of `connection` for `key`: the
+/// connection with the highest score takes the key, and when a connection goes away
+/// only its keys move.
+pub fn rendezvous(key: &[u8; 32], connection: &str) -> u64 {
+    let mut h = Sha256::new();
+    h.update(key);
+    h.update(connection.as_bytes());
+    let d: [u8; 32] = h.finalize().into();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&d[..8]);
+    u64::from_be_bytes(first)
+}
+
 /// Moves the candidates on `connection` to the front, keeping the order of the others
 /// and of the moved ones; returns whether any moved.
 pub fn pinned_first(candidates: &mut Vec<Candidate>, connection: &str) -> bool {
@@ -588,5 +652,55 @@ mod tests {
         assert!(!p.live(0, 1_000));
         // A clock that went back keeps it.
         assert!(p.live(500, 10));
+    }
+
+    #[test]
+    fn the_cache_key_is_the_sessions_else_the_prompts_opening() {
+        let session = SessionKey::of("k1", "s1");
+        let chat = |system: &str, turns: usize| {
+            let mut messages = vec![format!(r#"{{"role":"system","content":"{system}"}}"#)];
+            messages
+                .extend((0..turns).map(|i| format!(r#"{{"role":"user","content":"turn {i}"}}"#)));
+            body(&format!(
+                r#"{{"model":"m","messages":[{}]}}"#,
+                messages.join(",")
+            ))
+        };
+        assert_eq!(cache_key(Some(&session), &chat("a", 1)), Some(session.0));
+        // Every turn of one conversation shares its opening; another system prompt does not.
+        let first = cache_key(None, &chat("be brief", 1));
+        assert!(first.is_some());
+        assert_eq!(first, cache_key(None, &chat("be brief", 5)));
+        assert_ne!(first, cache_key(None, &chat("be long", 1)));
+        // Messages: `system` and the first turn.
+        let messages = |turns: &[&str]| {
+            let t: Vec<String> = turns
+                .iter()
+                .map(|x| format!(r#"{{"role":"user","content":"{x}"}}"#))
+                .collect();
+            body(&format!(r#"{{"system":"s","messages":[{}]}}"#, t.join(",")))
+        };
+        assert_eq!(
+            cache_key(None, &messages(&["hi"])),
+            cache_key(None, &messages(&["hi", "more"]))
+        );
+        assert_ne!(
+            cache_key(None, &messages(&["hi"])),
+            cache_key(None, &messages(&["hello"]))
+        );
+        // Responses: one string of input is its opening.
+        assert!(cache_key(None, &body(r#"{"input":"hello"}"#)).is_some());
+        assert_eq!(cache_key(None, &body(r#"{"model":"m"}"#)), None);
+        // A multi-byte character at the cut does not split.
+        let wide = body(&format!(r#"{{"system":"{}"}}"#, "é".repeat(3_000)));
+        assert!(cache_key(None, &wide).is_some());
+    }
+
+    #[test]
+    fn rendezvous_scores_differ_by_connection_and_key() {
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        assert_eq!(rendezvous(&a, "c1"), rendezvous(&a, "c1"));
+        assert_ne!(rendezvous(&a, "c1"), rendezvous(&a, "c2"));
+        assert_ne!(rendezvous(&a, "c1"), rendezvous(&b, "c1"));
     }
 }

@@ -28,6 +28,9 @@ pub struct CandidateView {
     pub header_ms: Option<f64>,
     /// Requests sent to it lately, decayed (never negative).
     pub used: f64,
+    /// Its connection's rendezvous score for the request's prompt-cache key (0 when the
+    /// request has none).
+    pub affinity: u64,
 }
 
 impl Default for CandidateView {
@@ -41,6 +44,7 @@ impl Default for CandidateView {
             success: 1.0,
             header_ms: None,
             used: 0.0,
+            affinity: 0,
         }
     }
 }

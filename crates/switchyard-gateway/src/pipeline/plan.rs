@@ -32,7 +32,7 @@ pub async fn build(
     (rotation, session, now): (usize, Option<&SessionKey>, u64),
     lease: Option<&Lease>,
 ) -> Result<(Plan, Option<Pin>), ApiError> {
-    let mut plan = ordered(runtime, snap, key, request, (rotation, now)).await?;
+    let mut plan = ordered(runtime, snap, key, request, (rotation, session, now)).await?;
     leased_by_others(runtime, &mut plan, lease, now)?;
     let ttl = snap.settings.session_affinity_ttl_ms;
     let pin = session
@@ -91,7 +91,7 @@ async fn ordered(
     snap: &Snapshot,
     key: &ApiKey,
     request: (&Request, &Estimate),
-    (rotation, now): (usize, u64),
+    (rotation, session, now): (usize, Option<&SessionKey>, u64),
 ) -> Result<Plan, ApiError> {
     let (request, estimate) = request;
     let mut plan = routing::plan(&snap.catalog, &snap.quota, key, &request.model, rotation)?;
@@ -105,6 +105,10 @@ async fn ordered(
         estimate,
         stream: request.stream,
         now,
+        cache_key: needs
+            .cache
+            .then(|| affinity::cache_key(session, &request.body))
+            .flatten(),
     };
     let views = match views(runtime, snap, asked, &plan, needs).await {
         Some(v) => v,
@@ -152,6 +156,8 @@ struct Asked<'a> {
     estimate: &'a Estimate,
     stream: bool,
     now: u64,
+    /// The prompt-cache key, when the strategy reads it and the request has one.
+    cache_key: Option<[u8; 32]>,
 }
 
 /// The view of the plan's candidates with the facts in `needs`; `None` when there is
@@ -168,9 +174,10 @@ async fn views(
         estimate,
         stream,
         now,
+        cache_key,
     } = asked;
     let penalty = needs.penalty && !snap.quota.is_empty();
-    let configured = needs.weight || needs.cost || needs.stats;
+    let configured = needs.weight || needs.cost || needs.stats || cache_key.is_some();
     if !(penalty || needs.load || needs.saturation || configured) {
         return None;
     }
@@ -191,6 +198,9 @@ async fn views(
                 snap.price(&conn.provider, &c.upstream_model)
                     .map(|p| p.input_per_mtok)
             });
+        }
+        if let Some(k) = &cache_key {
+            view.affinity = affinity::rendezvous(k, &conn.id);
         }
         if needs.stats {
             let stat = runtime.stats.get(&conn.id, &c.upstream_model);

@@ -220,3 +220,57 @@ async fn p2c_keeps_off_a_failing_account_and_remembers_it_across_a_restart() {
         .iter()
         .all(|c| c == CRED_BETA));
 }
+
+/// Two accounts of `claude` and a cache-optimized combo over its model; session pins
+/// off, so what keeps a conversation together is the strategy alone.
+fn two_claude_accounts(mock: &str) -> Config {
+    Config::anthropic(mock)
+        .connection(
+            switchyard_test_support::Connection::apikey("claude-2", "claude")
+                .credential(CRED_CLAUDE_2)
+                .disable_cooling(),
+        )
+        .combo(Combo::of(
+            "cached",
+            "cache-optimized",
+            ["claude/claude-opus"],
+        ))
+        .setting("sessionAffinityTtlMs", 0)
+}
+
+const CRED_CLAUDE_2: &str = "cred-claude-2-secret-value";
+
+#[tokio::test]
+async fn cache_optimized_keeps_a_prompt_on_one_account_and_spreads_prompts() {
+    let h = Harness::start_with(two_claude_accounts, &[]).await;
+    let mut accounts = Vec::new();
+    for prompt in 0..20 {
+        let mut seen = Vec::new();
+        for turn in 0..3 {
+            let mut body = chat_body("cached", false);
+            body["messages"] = json!([
+                {"role": "system", "content": format!("You are assistant number {prompt}.")},
+                {"role": "user", "content": format!("turn {turn}")}
+            ]);
+            let r = h.chat(body).await;
+            assert_eq!(r.status(), 200);
+            let last = h.mock_requests().await;
+            seen.push(
+                last.last().unwrap()["credential"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        // The opening is the same until the turns differ: one account for all three.
+        seen.dedup();
+        assert_eq!(seen.len(), 1, "prompt {prompt}: {seen:?}");
+        accounts.push(seen.remove(0));
+    }
+    accounts.sort();
+    accounts.dedup();
+    assert_eq!(
+        accounts,
+        [switchyard_test_support::CRED_CLAUDE, CRED_CLAUDE_2]
+    );
+}

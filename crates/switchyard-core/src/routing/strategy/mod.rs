@@ -5,6 +5,7 @@
 //! exclusion, admission and failover are other modules' work, and the session pin
 //! (SPEC R15) is one rule applied after every strategy ([`super::affinity`]).
 
+mod cache_optimized;
 mod cost_optimized;
 pub mod draw;
 mod fill_first;
@@ -17,6 +18,7 @@ mod round_robin;
 mod strict_random;
 mod weighted;
 
+pub use cache_optimized::CacheOptimized;
 pub use cost_optimized::CostOptimized;
 pub use fill_first::FillFirst;
 pub use least_used::LeastUsed;
@@ -50,6 +52,8 @@ pub struct Needs {
     /// [`CandidateView::success`], [`CandidateView::header_ms`] and
     /// [`CandidateView::used`] (SPEC R19's service stats).
     pub stats: bool,
+    /// [`CandidateView::affinity`].
+    pub cache: bool,
 }
 
 impl Needs {
@@ -63,11 +67,18 @@ impl Needs {
         draw: false,
         turn: false,
         stats: false,
+        cache: false,
     };
 
     /// Whether it reads any per-candidate fact.
     pub fn views(self) -> bool {
-        self.load || self.saturation || self.penalty || self.weight || self.cost || self.stats
+        self.load
+            || self.saturation
+            || self.penalty
+            || self.weight
+            || self.cost
+            || self.stats
+            || self.cache
     }
 }
 
@@ -137,6 +148,7 @@ pub const REGISTRY: &[&dyn Strategy] = &[
     &CostOptimized,
     &P2c,
     &LeastUsed,
+    &CacheOptimized,
 ];
 
 /// The internal strategy of `qtSd/` combos (SPEC Q12); no combo may name it.
@@ -207,13 +219,14 @@ mod tests {
                 "strict-random",
                 "cost-optimized",
                 "p2c",
-                "least-used"
+                "least-used",
+                "cache-optimized"
             ]
         );
         let err = named("quota-share").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used"
+            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized"
         );
         assert_eq!(DEFAULT.name(), "priority");
         assert_eq!(QUOTA_SHARE.name(), "quota-share");
