@@ -133,6 +133,10 @@ pub struct Snapshot {
     /// does every attempt feed them, so a configuration without such a combo pays
     /// nothing for them on the request path.
     pub stats_read: bool,
+    /// Some combo's strategy reads the provider's quota readings (`headroom`,
+    /// `reset-window`, `reset-aware`): only then are they taken from the responses of
+    /// connections outside quota pools.
+    pub quota_read: bool,
 }
 
 impl Snapshot {
@@ -400,8 +404,10 @@ impl Snapshot {
             });
         }
         let stats_read = catalog.combos().any(|c| c.strategy.needs().stats);
+        let quota_read = catalog.combos().any(|c| c.strategy.needs().quota);
         Ok(Self {
             stats_read,
+            quota_read,
             version: rows.version,
             catalog,
             upstreams,

@@ -4,6 +4,27 @@
 //! nothing on the request path. This module holds data only: it decides nothing and
 //! reads no state.
 
+/// One window's provider reading (SPEC Q6): how used the account is and when the
+/// window resets.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reading {
+    /// Used fraction, 0 to 1.
+    pub used: f64,
+    /// Milliseconds until the window resets, when the provider said.
+    pub reset_in_ms: Option<u64>,
+}
+
+/// The provider's readings of a candidate's account, by window.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct QuotaWindows {
+    /// The 5-hour window (Codex primary, Anthropic 5h).
+    pub five_hours: Option<Reading>,
+    /// The weekly window (Codex secondary, Anthropic 7d).
+    pub weekly: Option<Reading>,
+    /// The highest used fraction of any reading, whatever its window.
+    pub used_max: Option<f64>,
+}
+
 /// What a strategy may know about one candidate. A fact the strategy did not ask for
 /// keeps its default.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -31,6 +52,8 @@ pub struct CandidateView {
     /// Its connection's rendezvous score for the request's prompt-cache key (0 when the
     /// request has none).
     pub affinity: u64,
+    /// The provider's quota readings of its account (SPEC Q6).
+    pub quota: QuotaWindows,
 }
 
 impl Default for CandidateView {
@@ -45,6 +68,7 @@ impl Default for CandidateView {
             header_ms: None,
             used: 0.0,
             affinity: 0,
+            quota: QuotaWindows::default(),
         }
     }
 }

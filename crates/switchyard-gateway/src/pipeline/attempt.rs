@@ -274,7 +274,7 @@ async fn attempt(
                 }
                 finisher.egress(egress);
             }
-            if pooled.is_some() {
+            if pooled.is_some() || snap.quota_read {
                 runtime
                     .quota
                     .record_signals(&conn.id, response.headers(), answered);

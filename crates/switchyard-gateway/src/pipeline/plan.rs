@@ -177,7 +177,8 @@ async fn views(
         cache_key,
     } = asked;
     let penalty = needs.penalty && !snap.quota.is_empty();
-    let configured = needs.weight || needs.cost || needs.stats || cache_key.is_some();
+    let configured =
+        needs.weight || needs.cost || needs.stats || needs.quota || cache_key.is_some();
     if !(penalty || needs.load || needs.saturation || configured) {
         return None;
     }
@@ -198,6 +199,9 @@ async fn views(
                 snap.price(&conn.provider, &c.upstream_model)
                     .map(|p| p.input_per_mtok)
             });
+        }
+        if needs.quota {
+            view.quota = runtime.quota.connection_windows(&conn.id);
         }
         if let Some(k) = &cache_key {
             view.affinity = affinity::rendezvous(k, &conn.id);

@@ -22,6 +22,14 @@ fn combos(mock: &str) -> Config {
         .combo(Combo::of("shuffled", "random", TARGETS))
         .combo(Combo::of("sampled", "p2c", TARGETS))
         .combo(Combo::of("spread", "least-used", TARGETS))
+        .combo(Combo::of("roomy", "headroom", TARGETS))
+        // Listed beta first, so plan order alone would not pick alpha.
+        .combo(Combo::of(
+            "soonest",
+            "reset-window",
+            ["beta/mock-small", "alpha/mock-small"],
+        ))
+        .combo(Combo::of("scored", "reset-aware", TARGETS))
 }
 
 /// `n` requests to `model`: the credential each reached the mock with.
@@ -273,4 +281,38 @@ async fn cache_optimized_keeps_a_prompt_on_one_account_and_spreads_prompts() {
         accounts,
         [switchyard_test_support::CRED_CLAUDE, CRED_CLAUDE_2]
     );
+}
+
+#[tokio::test]
+async fn the_quota_strategies_read_what_the_providers_report() {
+    let h = Harness::start_with(combos, &[]).await;
+    // alpha: 92 % of its 5-hour window used, its week 20 % used and resetting in an
+    // hour; beta: 10 % and 20 %, its week resetting in almost six days.
+    let report = |credential: &str, primary: &str, reset_s: &str| {
+        json!({"match": {"credential": credential}, "headers": {
+            "x-codex-primary-used-percent": primary, "x-codex-primary-window-minutes": "300",
+            "x-codex-secondary-used-percent": "20", "x-codex-secondary-window-minutes": "10080",
+            "x-codex-secondary-reset-after-seconds": reset_s}})
+    };
+    h.rule(report(CRED_ALPHA, "92", "3600")).await;
+    h.rule(report(CRED_BETA, "10", "500000")).await;
+    // Before any reading the strategies keep plan order; one answer each teaches them.
+    assert_eq!(credentials(&h, "alpha/mock-small", 1).await, [CRED_ALPHA]);
+    assert_eq!(credentials(&h, "beta/mock-small", 1).await, [CRED_BETA]);
+    // headroom: beta has 80 % left, alpha 8 %.
+    assert!(credentials(&h, "roomy", 4)
+        .await
+        .iter()
+        .all(|c| c == CRED_BETA));
+    // reset-window: alpha's week resets first (though beta is listed first).
+    assert!(credentials(&h, "soonest", 4)
+        .await
+        .iter()
+        .all(|c| c == CRED_ALPHA));
+    // reset-aware: alpha's nearly spent 5-hour window outweighs its early weekly reset
+    // (0.262 against beta's 0.298, by the formula in the core's tests).
+    assert!(credentials(&h, "scored", 4)
+        .await
+        .iter()
+        .all(|c| c == CRED_BETA));
 }

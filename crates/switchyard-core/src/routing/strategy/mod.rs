@@ -9,11 +9,14 @@ mod cache_optimized;
 mod cost_optimized;
 pub mod draw;
 mod fill_first;
+mod headroom;
 mod least_used;
 mod p2c;
 mod priority;
 mod quota_share;
 mod random;
+mod reset_aware;
+mod reset_window;
 mod round_robin;
 mod strict_random;
 mod weighted;
@@ -21,11 +24,14 @@ mod weighted;
 pub use cache_optimized::CacheOptimized;
 pub use cost_optimized::CostOptimized;
 pub use fill_first::FillFirst;
+pub use headroom::Headroom;
 pub use least_used::LeastUsed;
 pub use p2c::P2c;
 pub use priority::Priority;
 pub use quota_share::QuotaShare;
 pub use random::Random;
+pub use reset_aware::ResetAware;
+pub use reset_window::ResetWindow;
 pub use round_robin::RoundRobin;
 pub use strict_random::StrictRandom;
 pub use weighted::Weighted;
@@ -54,6 +60,8 @@ pub struct Needs {
     pub stats: bool,
     /// [`CandidateView::affinity`].
     pub cache: bool,
+    /// [`CandidateView::quota`] (SPEC Q6 readings).
+    pub quota: bool,
 }
 
 impl Needs {
@@ -68,6 +76,7 @@ impl Needs {
         turn: false,
         stats: false,
         cache: false,
+        quota: false,
     };
 
     /// Whether it reads any per-candidate fact.
@@ -79,6 +88,7 @@ impl Needs {
             || self.cost
             || self.stats
             || self.cache
+            || self.quota
     }
 }
 
@@ -149,6 +159,9 @@ pub const REGISTRY: &[&dyn Strategy] = &[
     &P2c,
     &LeastUsed,
     &CacheOptimized,
+    &Headroom,
+    &ResetWindow,
+    &ResetAware,
 ];
 
 /// The internal strategy of `qtSd/` combos (SPEC Q12); no combo may name it.
@@ -220,13 +233,16 @@ mod tests {
                 "cost-optimized",
                 "p2c",
                 "least-used",
-                "cache-optimized"
+                "cache-optimized",
+                "headroom",
+                "reset-window",
+                "reset-aware"
             ]
         );
         let err = named("quota-share").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized"
+            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware"
         );
         assert_eq!(DEFAULT.name(), "priority");
         assert_eq!(QUOTA_SHARE.name(), "quota-share");

@@ -310,6 +310,14 @@ impl QuotaEngine {
         self.signals.record(connection_id, headers, now);
     }
 
+    /// The provider's readings of `connection_id` by window (SPEC Q6), for routing.
+    pub fn connection_windows(
+        &self,
+        connection_id: &str,
+    ) -> switchyard_core::routing::view::QuotaWindows {
+        self.signals.windows(connection_id, self.now())
+    }
+
     /// Whether a provider says `connection_id` is at or over `threshold` used in any
     /// dimension of `pool` (saturation gating of the quota-share strategy).
     pub fn connection_saturated(

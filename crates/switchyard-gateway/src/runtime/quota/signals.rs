@@ -12,6 +12,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use switchyard_core::quota::decide::Unit;
 use switchyard_core::quota::signals::{self, Signal};
+use switchyard_core::quota::window::Window;
+use switchyard_core::routing::view::{QuotaWindows, Reading};
 use switchyard_core::UnixMillis;
 
 /// How long a provider's saturation reading counts (SPEC Q6): long enough to bridge the
@@ -112,6 +114,29 @@ impl SignalBoard {
                 (Some(mean), reset)
             })
             .collect()
+    }
+
+    /// `connection_id`'s live readings by window, for the routing strategies that read
+    /// them (SPEC R19: headroom, reset-window, reset-aware).
+    pub fn windows(&self, connection_id: &str, now: UnixMillis) -> QuotaWindows {
+        let board = lock(&self.board);
+        let mut out = QuotaWindows::default();
+        let Some(readings) = board.get(connection_id) else {
+            return out;
+        };
+        for (s, _) in readings.iter().filter(|(_, exp)| *exp > now) {
+            let reading = Reading {
+                used: s.used,
+                reset_in_ms: s.reset_at.map(|at| at.saturating_sub(now)),
+            };
+            match s.window {
+                Some(Window::FiveHours) => out.five_hours = Some(reading),
+                Some(Window::Weekly) => out.weekly = Some(reading),
+                _ => {}
+            }
+            out.used_max = Some(out.used_max.map_or(s.used, |m: f64| m.max(s.used)));
+        }
+        out
     }
 
     /// The highest used fraction `connection_id` reported for any dimension of `pool`.
