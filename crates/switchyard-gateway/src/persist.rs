@@ -1,5 +1,6 @@
 //! Write-behind persistence of runtime state: quota counters (SPEC Q4, Q9), resilience
-//! state — breakers and connection health (SPEC R1, R3, R4) — and session pins (R15).
+//! state — breakers and connection health (SPEC R1, R3, R4) — session pins (R15) and
+//! combos' last good connections (R19).
 //!
 //! Every `FLUSH_EVERY` the writer collects what changed and writes it in one
 //! transaction each, off the request path. A crash loses at most that interval; a
@@ -105,6 +106,7 @@ async fn write_loop(state: Arc<Parts>, mut stop: watch::Receiver<bool>) {
                 flush_once(&state).await;
                 flush_resilience(&state).await;
                 flush_pins(&state).await;
+                flush_last_good(&state).await;
             }
             _ = gc.tick() => collect_garbage(&state).await,
             r = stop.changed() => {
@@ -117,6 +119,19 @@ async fn write_loop(state: Arc<Parts>, mut stop: watch::Receiver<bool>) {
     flush_once(&state).await;
     flush_resilience(&state).await;
     flush_pins(&state).await;
+    flush_last_good(&state).await;
+}
+
+/// Writes changed last good connections of combos now; on failure they are written
+/// again at the next flush.
+async fn flush_last_good(state: &Parts) {
+    let rows = state.runtime.last_good.take_dirty();
+    if rows.is_empty() {
+        return;
+    }
+    if let Some(rows) = write_off_path(state, rows, |s, r| s.save_last_good(r)).await {
+        state.runtime.last_good.requeue(rows);
+    }
 }
 
 /// Writes changed session pins now, deleting those past their time to live; on failure

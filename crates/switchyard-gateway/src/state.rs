@@ -138,6 +138,8 @@ impl AppState {
                 tracing::warn!(error = %e, "Could not read recent requests from the request log; routing's service stats start empty.")
             }
         }
+        let last_good = crate::runtime::last_good::LastGood::default();
+        last_good.load(blocking(&store, Store::load_last_good).await?);
         let gates = Gates::new(metrics.gates.clone());
         let hour_ago = clock.now_ms().saturating_sub(MINUTES_KEPT * MINUTE_MS);
         let recent = blocking(&store, move |s| s.log_series(hour_ago, MINUTE_MS)).await?;
@@ -153,6 +155,7 @@ impl AppState {
             leases,
             turns: Default::default(),
             stats,
+            last_good,
         });
         let state = Arc::new(Self {
             config: Arc::clone(&config),
@@ -219,6 +222,9 @@ impl AppState {
         runtime
             .stats
             .retain(|id| live.catalog.connection(id).is_some());
+        runtime.last_good.retain(|combo, conn| {
+            live.catalog.combo(combo).is_some() && live.catalog.connection(conn).is_some()
+        });
         // A lease whose key may no longer hold it, or whose connection is gone, ends.
         runtime.leases.invalidate(self.clock.now_ms(), |l| {
             let key = live.catalog.keys().find(|k| k.id == l.key_id);

@@ -26,7 +26,7 @@ mod sqlite;
 pub use quota::{ConsumptionRow, PlanRecord};
 pub use records::*;
 pub use secrets::{KeyError, KeyId, Keyring, SecretKey};
-pub use sessions::{PinChange, PinRow};
+pub use sessions::{LastGoodChange, PinChange, PinRow};
 pub use sqlite::{make_private, Batch, OutcomeRow, SaveMode, Store};
 
 /// Everything that can go wrong in the store.

@@ -222,4 +222,13 @@ CREATE UNIQUE INDEX session_leases_active_connection ON session_leases (connecti
     WHERE state = 'active';
 CREATE INDEX session_leases_owner_generation ON session_leases (owner_hash, generation);
 "#,
+    // v10: each combo's last good connection (SPEC R19's `lkgp`), written behind the
+    // request path.
+    r#"
+CREATE TABLE combo_last_good (
+    combo         TEXT PRIMARY KEY,
+    connection_id TEXT NOT NULL,
+    updated_at    INTEGER NOT NULL
+);
+"#,
 ];

@@ -1,6 +1,7 @@
 //! Session pins (SPEC R15): which connection each client session is pinned to, keyed
 //! by the hex SHA-256 of the client key id and session id, so no session id is stored.
-//! Written behind the request path in batches; read at start.
+//! Written behind the request path in batches; read at start. Also each combo's last
+//! good connection (SPEC R19's `lkgp`), kept the same way.
 
 use crate::sqlite::i64_of;
 use crate::{Result, Store};
@@ -88,6 +89,55 @@ impl Store {
     }
 }
 
+/// One combo's last good connection, or `None` to forget it.
+pub type LastGoodChange = (String, Option<(String, u64)>);
+
+impl Store {
+    /// Every combo's last good connection and when it served (SPEC R19's `lkgp`).
+    pub fn load_last_good(&self) -> Result<Vec<(String, String, u64)>> {
+        let conn = self.lock();
+        let mut stmt =
+            conn.prepare("SELECT combo, connection_id, updated_at FROM combo_last_good")?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Writes changed last good connections in one transaction.
+    pub fn save_last_good(&self, changes: &[LastGoodChange]) -> Result<()> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        {
+            let mut upsert = tx.prepare_cached(
+                "INSERT INTO combo_last_good (combo, connection_id, updated_at)
+                 VALUES (?1, ?2, ?3)
+                 ON CONFLICT(combo) DO UPDATE SET connection_id = excluded.connection_id,
+                   updated_at = excluded.updated_at",
+            )?;
+            let mut delete = tx.prepare_cached("DELETE FROM combo_last_good WHERE combo = ?1")?;
+            for (combo, good) in changes {
+                match good {
+                    Some((c, at)) => {
+                        upsert.execute(params![combo, c, i64_of(*at)])?;
+                    }
+                    None => {
+                        delete.execute([combo])?;
+                    }
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +150,24 @@ mod tests {
             created_at: 5,
             last_used_at: last,
         }
+    }
+
+    #[test]
+    fn last_good_connections_are_written_replaced_and_forgotten() {
+        let store = Store::open_in_memory().unwrap();
+        store
+            .save_last_good(&[
+                ("a".into(), Some(("c1".into(), 5))),
+                ("b".into(), Some(("c2".into(), 6))),
+            ])
+            .unwrap();
+        store
+            .save_last_good(&[("a".into(), Some(("c3".into(), 7))), ("b".into(), None)])
+            .unwrap();
+        assert_eq!(
+            store.load_last_good().unwrap(),
+            vec![("a".into(), "c3".into(), 7)]
+        );
     }
 
     #[test]

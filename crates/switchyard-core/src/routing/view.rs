@@ -54,6 +54,8 @@ pub struct CandidateView {
     pub affinity: u64,
     /// The provider's quota readings of its account (SPEC Q6).
     pub quota: QuotaWindows,
+    /// Its connection last served the combo successfully.
+    pub last_good: bool,
 }
 
 impl Default for CandidateView {
@@ -69,6 +71,7 @@ impl Default for CandidateView {
             used: 0.0,
             affinity: 0,
             quota: QuotaWindows::default(),
+            last_good: false,
         }
     }
 }

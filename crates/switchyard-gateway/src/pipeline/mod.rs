@@ -217,9 +217,17 @@ async fn run(
                     Ok(response) => {
                         let served = plan.candidates.get(t.candidate);
                         match served.filter(|_| response.status().is_success()) {
-                            Some(c) => settle(affinity::Ending::Served {
-                                connection: &c.connection.id,
-                            }),
+                            Some(c) => {
+                                settle(affinity::Ending::Served {
+                                    connection: &c.connection.id,
+                                });
+                                if let (Some(combo), true) =
+                                    (&plan.combo, plan.strategy.needs().last_good)
+                                {
+                                    let now = clock.now_ms();
+                                    state.runtime.last_good.set(combo, &c.connection.id, now);
+                                }
+                            }
                             None => settle(affinity::Ending::Untouched),
                         }
                         return Ok(response);

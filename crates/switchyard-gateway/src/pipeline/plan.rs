@@ -177,13 +177,21 @@ async fn views(
         cache_key,
     } = asked;
     let penalty = needs.penalty && !snap.quota.is_empty();
-    let configured =
-        needs.weight || needs.cost || needs.stats || needs.quota || cache_key.is_some();
+    let configured = needs.weight
+        || needs.cost
+        || needs.stats
+        || needs.quota
+        || needs.last_good
+        || cache_key.is_some();
     if !(penalty || needs.load || needs.saturation || configured) {
         return None;
     }
     let q = &snap.settings.quota;
     let combo = plan.combo.as_deref().and_then(|c| snap.catalog.combo(c));
+    let last_good = match (&plan.combo, needs.last_good) {
+        (Some(c), true) => runtime.last_good.get(c),
+        _ => None,
+    };
     let mut views = Vec::with_capacity(plan.candidates.len());
     let mut differ = needs.load || needs.saturation || configured;
     for c in &plan.candidates {
@@ -200,6 +208,7 @@ async fn views(
                     .map(|p| p.input_per_mtok)
             });
         }
+        view.last_good = last_good.as_deref() == Some(conn.id.as_str());
         if needs.quota {
             view.quota = runtime.quota.connection_windows(&conn.id);
         }

@@ -1,7 +1,8 @@
 //! Runtime state: what the request path reads and updates between configuration
 //! changes — provider breakers and connection health ([`resilience`]), session pins
 //! ([`affinity`]), exclusive leases ([`leases`], written through), combos' turns
-//! ([`turns`]), service stats ([`stats`]), concurrency gates
+//! ([`turns`]), service stats ([`stats`]), combos' last good connections
+//! ([`last_good`]), concurrency gates
 //! and their queues ([`gate`]), quota counters and provider signals ([`quota`]), the
 //! Claude usage-wall machines ([`usage_wall`]) —
 //! written behind to the store by the `persist` writer. Each part is held behind
@@ -11,6 +12,7 @@
 
 pub mod affinity;
 pub mod gate;
+pub mod last_good;
 pub mod leases;
 pub mod quota;
 pub mod resilience;
@@ -40,4 +42,6 @@ pub struct Runtime {
     pub turns: turns::Turns,
     /// Each connection × model's remembered service, for `p2c` and `least-used`.
     pub stats: stats::Stats,
+    /// Each combo's last good connection, for `lkgp`.
+    pub last_good: last_good::LastGood,
 }

@@ -22,6 +22,7 @@ fn combos(mock: &str) -> Config {
         .combo(Combo::of("shuffled", "random", TARGETS))
         .combo(Combo::of("sampled", "p2c", TARGETS))
         .combo(Combo::of("spread", "least-used", TARGETS))
+        .combo(Combo::of("sticky", "lkgp", TARGETS))
         .combo(Combo::of("roomy", "headroom", TARGETS))
         // Listed beta first, so plan order alone would not pick alpha.
         .combo(Combo::of(
@@ -315,4 +316,29 @@ async fn the_quota_strategies_read_what_the_providers_report() {
         .await
         .iter()
         .all(|c| c == CRED_BETA));
+}
+
+#[tokio::test]
+async fn lkgp_stays_on_the_last_good_account_across_a_restart() {
+    let mut h = Harness::start_with(combos, &[]).await;
+    assert_eq!(credentials(&h, "sticky", 2).await, [CRED_ALPHA, CRED_ALPHA]);
+    // alpha fails once: beta serves, and keeps serving though alpha is listed first.
+    h.rule(json!({"times": 1, "match": {"credential": CRED_ALPHA}, "status": 503}))
+        .await;
+    assert!(credentials(&h, "sticky", 4)
+        .await
+        .iter()
+        .all(|c| c == CRED_BETA));
+    h.restart().await;
+    assert!(credentials(&h, "sticky", 3)
+        .await
+        .iter()
+        .all(|c| c == CRED_BETA));
+    // beta fails once: back to alpha.
+    h.rule(json!({"times": 1, "match": {"credential": CRED_BETA}, "status": 503}))
+        .await;
+    assert!(credentials(&h, "sticky", 3)
+        .await
+        .iter()
+        .all(|c| c == CRED_ALPHA));
 }

@@ -11,6 +11,7 @@ pub mod draw;
 mod fill_first;
 mod headroom;
 mod least_used;
+mod lkgp;
 mod p2c;
 mod priority;
 mod quota_share;
@@ -26,6 +27,7 @@ pub use cost_optimized::CostOptimized;
 pub use fill_first::FillFirst;
 pub use headroom::Headroom;
 pub use least_used::LeastUsed;
+pub use lkgp::Lkgp;
 pub use p2c::P2c;
 pub use priority::Priority;
 pub use quota_share::QuotaShare;
@@ -62,6 +64,8 @@ pub struct Needs {
     pub cache: bool,
     /// [`CandidateView::quota`] (SPEC Q6 readings).
     pub quota: bool,
+    /// [`CandidateView::last_good`].
+    pub last_good: bool,
 }
 
 impl Needs {
@@ -77,6 +81,7 @@ impl Needs {
         stats: false,
         cache: false,
         quota: false,
+        last_good: false,
     };
 
     /// Whether it reads any per-candidate fact.
@@ -89,6 +94,7 @@ impl Needs {
             || self.stats
             || self.cache
             || self.quota
+            || self.last_good
     }
 }
 
@@ -162,6 +168,7 @@ pub const REGISTRY: &[&dyn Strategy] = &[
     &Headroom,
     &ResetWindow,
     &ResetAware,
+    &Lkgp,
 ];
 
 /// The internal strategy of `qtSd/` combos (SPEC Q12); no combo may name it.
@@ -236,13 +243,14 @@ mod tests {
                 "cache-optimized",
                 "headroom",
                 "reset-window",
-                "reset-aware"
+                "reset-aware",
+                "lkgp"
             ]
         );
         let err = named("quota-share").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware"
+            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp"
         );
         assert_eq!(DEFAULT.name(), "priority");
         assert_eq!(QUOTA_SHARE.name(), "quota-share");
