@@ -103,7 +103,12 @@ pub enum SnapshotError {
     OutputLimit { provider: String, model: String },
     #[error("provider `{provider}` stream_timeouts.{problem}")]
     StreamTimeouts { provider: String, problem: String },
+    #[error("provider `{provider}` context_windows of `{model}`: must be a whole number of tokens from 1 to {MAX_CONTEXT_WINDOW}")]
+    ContextWindow { provider: String, model: String },
 }
+
+/// The largest context window a provider may declare, in tokens.
+pub const MAX_CONTEXT_WINDOW: u64 = 100_000_000;
 
 /// `provider_specific_data` flag that makes the gateway speak HTTP/2 without TLS
 /// ("h2c", prior knowledge) to a connection — for local servers and proxies that offer
@@ -127,6 +132,8 @@ pub struct Snapshot {
     pub prices: HashMap<String, Price>,
     /// Output token limits by `provider/model` (upstream model name).
     pub output_limits: HashMap<String, u64>,
+    /// Context windows in tokens by `provider/model` (upstream model name).
+    pub context_windows: HashMap<String, u64>,
     /// The error rules in force: the operator's, then the built-in ones (SPEC R13).
     pub rules: Rules,
     /// Some combo's strategy reads the service stats (`p2c`, `least-used`): only then
@@ -146,6 +153,16 @@ impl Snapshot {
             return None;
         }
         self.prices.get(&format!("{provider}/{model}")).copied()
+    }
+
+    /// The context window of `model` at `provider`, if configured.
+    pub fn context_window(&self, provider: &str, model: &str) -> Option<u64> {
+        if self.context_windows.is_empty() {
+            return None;
+        }
+        self.context_windows
+            .get(&format!("{provider}/{model}"))
+            .copied()
     }
 
     /// The most output tokens `model` at `provider` may be asked for, if configured.
@@ -285,6 +302,7 @@ impl Snapshot {
         }
         let mut prices = HashMap::new();
         let mut output_limits = HashMap::new();
+        let mut context_windows = HashMap::new();
         let mut stream_overrides = HashMap::new();
         for p in &rows.providers {
             let overrides = switchyard_core::stream::Overrides::from(p.stream_timeouts);
@@ -303,6 +321,15 @@ impl Snapshot {
                     });
                 }
                 output_limits.insert(format!("{}/{model}", p.id), *limit);
+            }
+            for (model, window) in &p.context_windows {
+                if *window == 0 || *window > MAX_CONTEXT_WINDOW {
+                    return Err(SnapshotError::ContextWindow {
+                        provider: p.id.clone(),
+                        model: model.clone(),
+                    });
+                }
+                context_windows.insert(format!("{}/{model}", p.id), *window);
             }
             for (model, price) in &p.prices {
                 let ok = [price.input_per_mtok, price.output_per_mtok]
@@ -422,6 +449,7 @@ impl Snapshot {
             quota,
             prices,
             output_limits,
+            context_windows,
         })
     }
 }

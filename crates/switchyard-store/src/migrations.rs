@@ -231,4 +231,8 @@ CREATE TABLE combo_last_good (
     updated_at    INTEGER NOT NULL
 );
 "#,
+    // v11: each provider's models' context windows (SPEC R19's context fit).
+    r#"
+ALTER TABLE providers ADD COLUMN context_windows TEXT NOT NULL DEFAULT '{}';
+"#,
 ];

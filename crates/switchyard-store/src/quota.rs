@@ -292,6 +292,7 @@ mod tests {
                 models: vec![],
                 prices: Default::default(),
                 max_output_tokens: Default::default(),
+                context_windows: Default::default(),
                 stream_timeouts: Default::default(),
                 max_concurrent: None,
             },

@@ -33,6 +33,11 @@ pub struct ProviderRecord {
     /// answer; a request asking for more is clamped to it (Claude Code asks 128 000).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub max_output_tokens: BTreeMap<String, u64>,
+    /// Each model's context window in tokens (the upstream's model name), for routing:
+    /// a target whose window cannot hold the request is left out, and
+    /// `context-optimized` puts the largest first (SPEC R19).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub context_windows: BTreeMap<String, u64>,
     /// The provider's own stream deadlines, replacing the `streamContentStall.*`
     /// settings for its streams; omit a field to follow the setting.
     #[serde(default, skip_serializing_if = "StreamTimeouts::is_empty")]

@@ -836,13 +836,14 @@ impl Batch<'_> {
         check_mode(tx, "providers", "id", &p.id, "provider", mode)?;
         tx.execute(
             "INSERT INTO providers (id, format, base_url, models, prices, max_concurrent,
-               max_output_tokens, stream_timeouts, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?9, ?7, ?7)
+               max_output_tokens, stream_timeouts, context_windows, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?9, ?10, ?7, ?7)
              ON CONFLICT(id) DO UPDATE SET format = excluded.format,
                base_url = excluded.base_url, models = excluded.models,
                prices = excluded.prices, max_concurrent = excluded.max_concurrent,
                max_output_tokens = excluded.max_output_tokens,
                stream_timeouts = excluded.stream_timeouts,
+               context_windows = excluded.context_windows,
                updated_at = excluded.updated_at",
             params![
                 p.id,
@@ -853,7 +854,8 @@ impl Batch<'_> {
                 p.max_concurrent,
                 i64_of(now),
                 to_json(&p.max_output_tokens)?,
-                to_json(&p.stream_timeouts)?
+                to_json(&p.stream_timeouts)?,
+                to_json(&p.context_windows)?
             ],
         )?;
         Ok(())
@@ -1223,7 +1225,7 @@ fn first<T>(rows: Vec<T>, kind: &'static str, id: &str) -> Result<T> {
 fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRecord>> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, format, base_url, models, prices, max_concurrent, max_output_tokens,
-           stream_timeouts
+           stream_timeouts, context_windows
          FROM providers
          WHERE (?1 IS NULL OR id = ?1) ORDER BY created_at, id",
     )?;
@@ -1238,12 +1240,13 @@ fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRe
                 r.get::<_, Option<u32>>(5)?,
                 r.get::<_, String>(6)?,
                 r.get::<_, String>(7)?,
+                r.get::<_, String>(8)?,
             ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     raw.into_iter()
         .map(
-            |(id, format, base_url, models, prices, max_concurrent, limits, timeouts)| {
+            |(id, format, base_url, models, prices, max_concurrent, limits, timeouts, windows)| {
                 Ok(ProviderRecord {
                     id,
                     format: enum_from_str(&format)?,
@@ -1253,6 +1256,7 @@ fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRe
                     max_concurrent,
                     max_output_tokens: from_json(&limits)?,
                     stream_timeouts: from_json(&timeouts)?,
+                    context_windows: from_json(&windows)?,
                 })
             },
         )
@@ -1448,6 +1452,7 @@ mod tests {
             models: vec!["m".into()],
             prices: Default::default(),
             max_output_tokens: Default::default(),
+            context_windows: Default::default(),
             stream_timeouts: Default::default(),
             max_concurrent: None,
         }

@@ -246,6 +246,8 @@ pub struct Provider {
     max_output_tokens: BTreeMap<String, u64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     stream_timeouts: BTreeMap<String, u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    context_windows: BTreeMap<String, u64>,
 }
 
 /// A model's price in USD per million tokens.
@@ -267,6 +269,7 @@ impl Provider {
             prices: BTreeMap::new(),
             max_output_tokens: BTreeMap::new(),
             stream_timeouts: BTreeMap::new(),
+            context_windows: BTreeMap::new(),
         }
     }
 
@@ -296,6 +299,12 @@ impl Provider {
     /// Clamps requests for `model` to at most `n` output tokens.
     pub fn max_output_tokens(mut self, model: &str, n: u64) -> Self {
         self.max_output_tokens.insert(model.to_owned(), n);
+        self
+    }
+
+    /// `model`'s context window, in tokens.
+    pub fn context_window(mut self, model: &str, tokens: u64) -> Self {
+        self.context_windows.insert(model.to_owned(), tokens);
         self
     }
 

@@ -152,6 +152,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
                 models: models.iter().map(|m| (*m).to_owned()).collect(),
                 prices: Default::default(),
                 max_output_tokens: limits,
+                context_windows: Default::default(),
                 stream_timeouts: Default::default(),
                 max_concurrent: None,
             },

@@ -60,6 +60,8 @@ pub enum Reason {
     Unpriced,
     /// Another owner's live exclusive lease holds the connection (SPEC R16).
     LeasedByOther { retry_after_ms: u64 },
+    /// The model's declared context window cannot hold the request's prompt.
+    ContextTooSmall,
     /// The request's own lease no longer passes its fence (released, lapsed or taken
     /// anew at another generation since the request began).
     LeaseFenced,
@@ -83,6 +85,7 @@ impl Reason {
             Self::Unpriced => "model_unpriced",
             Self::LeasedByOther { .. } => "leased_by_other",
             Self::LeaseFenced => "lease_fenced",
+            Self::ContextTooSmall => "context_too_small",
         }
     }
 
@@ -104,7 +107,8 @@ impl Reason {
             | Self::SlotRefused(_)
             | Self::Untranslatable
             | Self::Unpriced
-            | Self::LeaseFenced => None,
+            | Self::LeaseFenced
+            | Self::ContextTooSmall => None,
         }
     }
 
@@ -125,7 +129,8 @@ impl Reason {
             | Self::Untranslatable
             | Self::Unpriced
             | Self::LeasedByOther { .. }
-            | Self::LeaseFenced => false,
+            | Self::LeaseFenced
+            | Self::ContextTooSmall => false,
         }
     }
 
@@ -145,7 +150,13 @@ mod tests {
     #[test]
     fn every_reason_has_its_name_retry_after_and_hold() {
         let t = |retry_after_ms| Hold::Transient { retry_after_ms };
-        let cases: [(Reason, &str, Option<u64>, Hold); 19] = [
+        let cases: [(Reason, &str, Option<u64>, Hold); 20] = [
+            (
+                Reason::ContextTooSmall,
+                "context_too_small",
+                None,
+                Hold::Lasting,
+            ),
             (
                 Reason::LeasedByOther { retry_after_ms: 11 },
                 "leased_by_other",

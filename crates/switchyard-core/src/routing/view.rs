@@ -56,6 +56,8 @@ pub struct CandidateView {
     pub quota: QuotaWindows,
     /// Its connection last served the combo successfully.
     pub last_good: bool,
+    /// Its model's context window in tokens, when the operator declared one.
+    pub context_window: Option<u64>,
 }
 
 impl Default for CandidateView {
@@ -72,6 +74,7 @@ impl Default for CandidateView {
             affinity: 0,
             quota: QuotaWindows::default(),
             last_good: false,
+            context_window: None,
         }
     }
 }

@@ -17,7 +17,9 @@ use switchyard_core::llm::Request;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing::affinity::{self, Pin, SessionKey};
 use switchyard_core::routing::lease::{self, Lease};
-use switchyard_core::routing::strategy::{self, Needs, RequestFacts, RoutingCtx, Turn};
+use switchyard_core::routing::strategy::{
+    self, context_optimized, Needs, RequestFacts, RoutingCtx, Turn,
+};
 use switchyard_core::routing::view::CandidateView;
 use switchyard_core::routing::{self, Exclusion, Plan, Reason};
 
@@ -95,6 +97,7 @@ async fn ordered(
 ) -> Result<Plan, ApiError> {
     let (request, estimate) = request;
     let mut plan = routing::plan(&snap.catalog, &snap.quota, key, &request.model, rotation)?;
+    too_small(snap, &mut plan, estimate)?;
     let strategy = plan.strategy;
     let needs = strategy.needs();
     if plan.candidates.len() < 2 {
@@ -149,6 +152,41 @@ async fn ordered(
     Ok(plan)
 }
 
+/// Leaves out the candidates whose model's declared context window cannot hold the
+/// prompt (SPEC R19's context fit); when that leaves none, the prompt is too long for
+/// every target, which is the client's to fix.
+fn too_small(snap: &Snapshot, plan: &mut Plan, estimate: &Estimate) -> Result<(), ApiError> {
+    if snap.context_windows.is_empty() || plan.candidates.is_empty() {
+        return Ok(());
+    }
+    let prompt = estimate.prompt_tokens;
+    let excluded = &mut plan.excluded;
+    let mut largest = 0;
+    plan.candidates.retain(|c| {
+        let conn = &c.connection;
+        let window = snap.context_window(&conn.provider, &c.upstream_model);
+        if context_optimized::fits(window, prompt) {
+            return true;
+        }
+        largest = largest.max(window.unwrap_or(0));
+        excluded.push(Exclusion {
+            target: format!("{}/{}", conn.provider, c.upstream_model),
+            connection: conn.id.clone(),
+            reason: Reason::ContextTooSmall,
+        });
+        false
+    });
+    if plan.candidates.is_empty() {
+        return Err(ApiError::InvalidRequest {
+            param: Some("messages"),
+            message: format!(
+                "the prompt (about {prompt} tokens) is longer than the context window of every target (the largest is {largest} tokens)"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// What the request asks that the views depend on.
 #[derive(Debug, Clone, Copy)]
 struct Asked<'a> {
@@ -182,6 +220,7 @@ async fn views(
         || needs.stats
         || needs.quota
         || needs.last_good
+        || needs.context
         || cache_key.is_some();
     if !(penalty || needs.load || needs.saturation || configured) {
         return None;
@@ -209,6 +248,9 @@ async fn views(
             });
         }
         view.last_good = last_good.as_deref() == Some(conn.id.as_str());
+        if needs.context {
+            view.context_window = snap.context_window(&conn.provider, &c.upstream_model);
+        }
         if needs.quota {
             view.quota = runtime.quota.connection_windows(&conn.id);
         }

@@ -342,3 +342,49 @@ async fn lkgp_stays_on_the_last_good_account_across_a_restart() {
         .iter()
         .all(|c| c == CRED_ALPHA));
 }
+
+/// alpha's model holds 50 tokens, beta's 300.
+fn small_windows(mock: &str) -> Config {
+    combos(mock)
+        .edit_provider("alpha", |p| p.context_window("mock-small", 50))
+        .edit_provider("beta", |p| p.context_window("mock-small", 300))
+        .combo(Combo::of("roomiest", "context-optimized", TARGETS))
+}
+
+/// A chat request to `model` whose prompt is about `bytes` bytes.
+fn sized(model: &str, bytes: usize) -> serde_json::Value {
+    let mut body = chat_body(model, false);
+    body["messages"] = json!([{"role": "user", "content": "x".repeat(bytes)}]);
+    body
+}
+
+#[tokio::test]
+async fn targets_too_small_for_the_prompt_are_left_out_and_context_optimized_takes_the_largest() {
+    let h = Harness::start_with(small_windows, &[]).await;
+    // A short prompt fits both: the priority combo takes alpha, context-optimized beta.
+    assert_eq!(h.chat(sized("fast", 20)).await.status(), 200);
+    assert_eq!(credentials_of_last(&h).await, CRED_ALPHA);
+    assert_eq!(h.chat(sized("roomiest", 20)).await.status(), 200);
+    assert_eq!(credentials_of_last(&h).await, CRED_BETA);
+    // About 150 tokens: too many for alpha's 50, so even priority goes to beta.
+    assert_eq!(h.chat(sized("fast", 600)).await.status(), 200);
+    assert_eq!(credentials_of_last(&h).await, CRED_BETA);
+    // About 750: too many for both; the client is told, and no upstream is called.
+    let before = h.mock_requests().await.len();
+    let r = h.chat(sized("fast", 3_000)).await;
+    assert_eq!(r.status(), 400);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "invalid_request");
+    assert_eq!(e["error"]["param"], "messages");
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(message.contains("the largest is 300 tokens"), "{message}");
+    assert_eq!(h.mock_requests().await.len(), before);
+}
+
+/// The credential of the newest request the mock received.
+async fn credentials_of_last(h: &Harness) -> String {
+    h.mock_requests().await.last().unwrap()["credential"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}

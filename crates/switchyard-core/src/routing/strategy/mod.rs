@@ -6,6 +6,7 @@
 //! (SPEC R15) is one rule applied after every strategy ([`super::affinity`]).
 
 mod cache_optimized;
+pub mod context_optimized;
 mod cost_optimized;
 pub mod draw;
 mod fill_first;
@@ -23,6 +24,7 @@ mod strict_random;
 mod weighted;
 
 pub use cache_optimized::CacheOptimized;
+pub use context_optimized::ContextOptimized;
 pub use cost_optimized::CostOptimized;
 pub use fill_first::FillFirst;
 pub use headroom::Headroom;
@@ -66,6 +68,8 @@ pub struct Needs {
     pub quota: bool,
     /// [`CandidateView::last_good`].
     pub last_good: bool,
+    /// [`CandidateView::context_window`].
+    pub context: bool,
 }
 
 impl Needs {
@@ -82,6 +86,7 @@ impl Needs {
         cache: false,
         quota: false,
         last_good: false,
+        context: false,
     };
 
     /// Whether it reads any per-candidate fact.
@@ -95,6 +100,7 @@ impl Needs {
             || self.cache
             || self.quota
             || self.last_good
+            || self.context
     }
 }
 
@@ -169,6 +175,7 @@ pub const REGISTRY: &[&dyn Strategy] = &[
     &ResetWindow,
     &ResetAware,
     &Lkgp,
+    &ContextOptimized,
 ];
 
 /// The internal strategy of `qtSd/` combos (SPEC Q12); no combo may name it.
@@ -244,13 +251,14 @@ mod tests {
                 "headroom",
                 "reset-window",
                 "reset-aware",
-                "lkgp"
+                "lkgp",
+                "context-optimized"
             ]
         );
         let err = named("quota-share").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp"
+            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp, context-optimized"
         );
         assert_eq!(DEFAULT.name(), "priority");
         assert_eq!(QUOTA_SHARE.name(), "quota-share");
