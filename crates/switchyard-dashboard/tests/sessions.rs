@@ -81,15 +81,12 @@ async fn an_active_lease_shows_and_is_released() {
         ]
     );
     // A plain request of another key is kept off the leased connection.
-    let r =
-        s.h.http
-            .post(s.h.url("/v1/chat/completions"))
-            .bearer_auth(KEY)
-            .json(&chat_body("alpha/mock-small", false))
-            .send()
+    assert_eq!(
+        s.h.chat(chat_body("alpha/mock-small", false))
             .await
-            .unwrap();
-    assert_eq!(r.status(), 429);
+            .status(),
+        429
+    );
     let released = s
         .act(&format!("/dashboard/sessions/leases/{owner}/release"), &[])
         .await;
@@ -98,15 +95,12 @@ async fn an_active_lease_shows_and_is_released() {
         done(&format!("Lease {} released.", &owner[..12]))
     );
     assert_eq!(table_rows(&released, LEASES), [["No active leases."]]);
-    let r =
-        s.h.http
-            .post(s.h.url("/v1/chat/completions"))
-            .bearer_auth(KEY)
-            .json(&chat_body("alpha/mock-small", false))
-            .send()
+    assert_eq!(
+        s.h.chat(chat_body("alpha/mock-small", false))
             .await
-            .unwrap();
-    assert_eq!(r.status(), 200);
+            .status(),
+        200
+    );
     let again = s
         .act(&format!("/dashboard/sessions/leases/{owner}/release"), &[])
         .await;

@@ -275,6 +275,14 @@ impl Harness {
         self.admin_get(path).await.json().await.unwrap()
     }
 
+    /// `GET path` with the admin token, answered as a JSON array: its elements.
+    pub async fn admin_list(&self, path: &str) -> Vec<Value> {
+        match self.admin_json(path).await {
+            Value::Array(items) => items,
+            other => panic!("GET {path} answered {other}, not an array"),
+        }
+    }
+
     /// The newest request-log row (`GET /api/logs`), once `rows` rows are logged.
     pub async fn newest_log_row(&self, rows: usize) -> Value {
         let path = format!("/api/logs?limit={rows}");

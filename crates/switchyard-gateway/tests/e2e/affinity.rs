@@ -76,11 +76,7 @@ async fn status_of(r: reqwest::RequestBuilder) -> u16 {
 }
 
 async fn sessions(h: &Harness) -> Vec<Value> {
-    h.admin_json("/api/sessions")
-        .await
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    h.admin_list("/api/sessions").await
 }
 
 #[tokio::test]

@@ -90,11 +90,7 @@ async fn turn(h: &Harness, key: &str, held: Option<(&str, &str)>) -> (u16, Value
 }
 
 async fn leases(h: &Harness) -> Vec<Value> {
-    h.admin_json("/api/leases")
-        .await
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    h.admin_list("/api/leases").await
 }
 
 #[tokio::test]

@@ -33,19 +33,22 @@ fn combos(mock: &str) -> Config {
         .combo(Combo::of("scored", "reset-aware", TARGETS))
 }
 
+/// Sends `body`, which must be answered 200: the credential it reached the mock with.
+async fn sent(h: &Harness, body: serde_json::Value) -> String {
+    let r = h.chat(body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let seen = h.mock_requests().await;
+    seen.last().unwrap()["credential"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// `n` requests to `model`: the credential each reached the mock with.
 async fn credentials(h: &Harness, model: &str, n: usize) -> Vec<String> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        let r = h.chat(chat_body(model, false)).await;
-        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-        let seen = h.mock_requests().await;
-        out.push(
-            seen.last().unwrap()["credential"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-        );
+        out.push(sent(h, chat_body(model, false)).await);
     }
     out
 }
@@ -362,13 +365,10 @@ fn sized(model: &str, bytes: usize) -> serde_json::Value {
 async fn targets_too_small_for_the_prompt_are_left_out_and_context_optimized_takes_the_largest() {
     let h = Harness::start_with(small_windows, &[]).await;
     // A short prompt fits both: the priority combo takes alpha, context-optimized beta.
-    assert_eq!(h.chat(sized("fast", 20)).await.status(), 200);
-    assert_eq!(credentials_of_last(&h).await, CRED_ALPHA);
-    assert_eq!(h.chat(sized("roomiest", 20)).await.status(), 200);
-    assert_eq!(credentials_of_last(&h).await, CRED_BETA);
+    assert_eq!(sent(&h, sized("fast", 20)).await, CRED_ALPHA);
+    assert_eq!(sent(&h, sized("roomiest", 20)).await, CRED_BETA);
     // About 150 tokens: too many for alpha's 50, so even priority goes to beta.
-    assert_eq!(h.chat(sized("fast", 600)).await.status(), 200);
-    assert_eq!(credentials_of_last(&h).await, CRED_BETA);
+    assert_eq!(sent(&h, sized("fast", 600)).await, CRED_BETA);
     // About 750: too many for both; the client is told, and no upstream is called.
     let before = h.mock_requests().await.len();
     let r = h.chat(sized("fast", 3_000)).await;
@@ -379,12 +379,4 @@ async fn targets_too_small_for_the_prompt_are_left_out_and_context_optimized_tak
     let message = e["error"]["message"].as_str().unwrap();
     assert!(message.contains("the largest is 300 tokens"), "{message}");
     assert_eq!(h.mock_requests().await.len(), before);
-}
-
-/// The credential of the newest request the mock received.
-async fn credentials_of_last(h: &Harness) -> String {
-    h.mock_requests().await.last().unwrap()["credential"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
