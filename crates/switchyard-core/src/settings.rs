@@ -1264,6 +1264,60 @@ pub const STREAM_CONTENT_STALL_IDLE_MS: Setting<Int> = Setting {
     doc: "Longest gap between output (or reasoning) events of a stream once it has produced output; heartbeats do not count. 0 = off.",
 };
 
+pub const ROUTING_AUTO_HEALTH_WEIGHT: Setting<Fraction> = Setting {
+    key: "routing.auto.healthWeight",
+    env: "ROUTING_AUTO_HEALTH_WEIGHT",
+    // See `Weights::default` in routing/strategy/auto.rs.
+    kind: Fraction { default: 0.35 },
+    applies: Applies::Live,
+    doc: "Weight of success rate of the connection × model in an `auto` combo's score (SPEC R19); the score is the weighted mean of the five factors.",
+};
+
+pub const ROUTING_AUTO_SPEED_WEIGHT: Setting<Fraction> = Setting {
+    key: "routing.auto.speedWeight",
+    env: "ROUTING_AUTO_SPEED_WEIGHT",
+    // See `Weights::default` in routing/strategy/auto.rs.
+    kind: Fraction { default: 0.2 },
+    applies: Applies::Live,
+    doc: "Weight of speed (mean time to response headers; streams: first byte) in an `auto` combo's score (SPEC R19); the score is the weighted mean of the five factors.",
+};
+
+pub const ROUTING_AUTO_PRICE_WEIGHT: Setting<Fraction> = Setting {
+    key: "routing.auto.priceWeight",
+    env: "ROUTING_AUTO_PRICE_WEIGHT",
+    // See `Weights::default` in routing/strategy/auto.rs.
+    kind: Fraction { default: 0.2 },
+    applies: Applies::Live,
+    doc: "Weight of price (declared target cost, else the catalog's input price) in an `auto` combo's score (SPEC R19); the score is the weighted mean of the five factors.",
+};
+
+pub const ROUTING_AUTO_QUOTA_WEIGHT: Setting<Fraction> = Setting {
+    key: "routing.auto.quotaWeight",
+    env: "ROUTING_AUTO_QUOTA_WEIGHT",
+    // See `Weights::default` in routing/strategy/auto.rs.
+    kind: Fraction { default: 0.15 },
+    applies: Applies::Live,
+    doc: "Weight of quota left (the provider's readings, SPEC Q6) in an `auto` combo's score (SPEC R19); the score is the weighted mean of the five factors.",
+};
+
+pub const ROUTING_AUTO_LOAD_WEIGHT: Setting<Fraction> = Setting {
+    key: "routing.auto.loadWeight",
+    env: "ROUTING_AUTO_LOAD_WEIGHT",
+    // See `Weights::default` in routing/strategy/auto.rs.
+    kind: Fraction { default: 0.1 },
+    applies: Applies::Live,
+    doc: "Weight of idleness (requests running and waiting on the connection) in an `auto` combo's score (SPEC R19); the score is the weighted mean of the five factors.",
+};
+
+pub const ROUTING_AUTO_EXPLORATION: Setting<Fraction> = Setting {
+    key: "routing.auto.exploration",
+    env: "ROUTING_AUTO_EXPLORATION",
+    // One request in twenty keeps the accounts the score does not favour measured.
+    kind: Fraction { default: 0.05 },
+    applies: Applies::Live,
+    doc: "Share of an `auto` combo's requests whose first candidate is drawn at random instead of scored (SPEC R19); 0 = always the best score.",
+};
+
 pub const ROUTING_ROUND_ROBIN_BATCH: Setting<Int> = Setting {
     key: "routing.roundRobinBatch",
     env: "ROUTING_ROUND_ROBIN_BATCH",
@@ -1448,6 +1502,12 @@ pub const DEFS: &[SettingDef] = &[
     RESILIENCE_MODEL_LOCKOUT_USE_EXPONENTIAL_BACKOFF.def(),
     RESILIENCE_PROVIDER_ERROR_RULES.def(),
     RESILIENCE_STATUS_RESTATEMENTS.def(),
+    ROUTING_AUTO_EXPLORATION.def(),
+    ROUTING_AUTO_HEALTH_WEIGHT.def(),
+    ROUTING_AUTO_LOAD_WEIGHT.def(),
+    ROUTING_AUTO_PRICE_WEIGHT.def(),
+    ROUTING_AUTO_QUOTA_WEIGHT.def(),
+    ROUTING_AUTO_SPEED_WEIGHT.def(),
     ROUTING_ROUND_ROBIN_BATCH.def(),
     SERVER_BODY_READ_TIMEOUT_MS.def(),
     SERVER_HEADER_READ_TIMEOUT_MS.def(),
@@ -1563,6 +1623,8 @@ pub struct Settings {
     pub session_affinity_ttl_ms: u64,
     /// `routing.roundRobinBatch` (SPEC R19), at least 1.
     pub round_robin_batch: u64,
+    /// `routing.auto.*` (SPEC R19).
+    pub auto: crate::routing::strategy::auto::Weights,
     /// `streamContentStall.*` and `streamThroughputWatchdog.*` (SPEC R11, R12).
     pub stream: StreamSettings,
     pub quota: QuotaSettings,
@@ -2031,6 +2093,14 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         stream_idle_timeout_ms: r.get(&UPSTREAM_STREAM_IDLE_TIMEOUT_MS),
         session_affinity_ttl_ms: r.get(&SESSION_AFFINITY_TTL_MS),
         round_robin_batch: r.get(&ROUTING_ROUND_ROBIN_BATCH),
+        auto: crate::routing::strategy::auto::Weights {
+            health: r.get(&ROUTING_AUTO_HEALTH_WEIGHT),
+            speed: r.get(&ROUTING_AUTO_SPEED_WEIGHT),
+            price: r.get(&ROUTING_AUTO_PRICE_WEIGHT),
+            quota: r.get(&ROUTING_AUTO_QUOTA_WEIGHT),
+            load: r.get(&ROUTING_AUTO_LOAD_WEIGHT),
+            exploration: r.get(&ROUTING_AUTO_EXPLORATION),
+        },
         stream: StreamSettings {
             first_output: crate::stream::budget::Budget {
                 base_ms: r.get(&STREAM_CONTENT_STALL_FIRST_OUTPUT_MS),

@@ -140,6 +140,7 @@ async fn ordered(
         rotation,
         draw: if needs.draw { rand::random() } else { 0 },
         turn,
+        auto: snap.settings.auto,
     };
     let order = strategy.order(&ctx);
     if !strategy::is_identity(&order) {

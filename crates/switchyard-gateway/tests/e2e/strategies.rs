@@ -31,6 +31,7 @@ fn combos(mock: &str) -> Config {
             ["beta/mock-small", "alpha/mock-small"],
         ))
         .combo(Combo::of("scored", "reset-aware", TARGETS))
+        .combo(Combo::of("judged", "auto", TARGETS).costs([5.0, 4.0]))
 }
 
 /// Sends `body`, which must be answered 200: the credential it reached the mock with.
@@ -379,4 +380,55 @@ async fn targets_too_small_for_the_prompt_are_left_out_and_context_optimized_tak
     let message = e["error"]["message"].as_str().unwrap();
     assert!(message.contains("the largest is 300 tokens"), "{message}");
     assert_eq!(h.mock_requests().await.len(), before);
+}
+
+#[tokio::test]
+async fn auto_weighs_price_against_health_by_its_settings() {
+    let h = Harness::start_with(combos, &[]).await;
+    // Speed is measured on a shared machine and the draw explores: both off here, so
+    // the score is health 0.35, price 0.2 and quota 0.15 (no readings: equal).
+    for (setting, value) in [
+        ("routing.auto.speedWeight", 0.0),
+        ("routing.auto.exploration", 0.0),
+    ] {
+        let r = h
+            .admin_send(
+                Method::PUT,
+                &format!("/api/settings/{setting}"),
+                json!({"value": value}),
+            )
+            .await;
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    }
+    // Both healthy: beta is cheaper (4 against 5: price factors 1 and 0.8).
+    assert!(credentials(&h, "judged", 3)
+        .await
+        .iter()
+        .all(|c| c == CRED_BETA));
+    // One failure and one success of beta's own: its success is 0.79, and 0.35 × 0.21
+    // outweighs 0.2 × 0.2; beta stays usable, alpha goes first.
+    h.rule(json!({"times": 1, "match": {"credential": CRED_BETA}, "status": 503}))
+        .await;
+    assert_eq!(
+        h.chat(chat_body("beta/mock-small", false)).await.status(),
+        502
+    );
+    assert_eq!(credentials(&h, "beta/mock-small", 1).await, [CRED_BETA]);
+    assert!(credentials(&h, "judged", 4)
+        .await
+        .iter()
+        .all(|c| c == CRED_ALPHA));
+    // Price alone again: beta.
+    let r = h
+        .admin_send(
+            Method::PUT,
+            "/api/settings/routing.auto.healthWeight",
+            json!({"value": 0.0}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert!(credentials(&h, "judged", 2)
+        .await
+        .iter()
+        .all(|c| c == CRED_BETA));
 }

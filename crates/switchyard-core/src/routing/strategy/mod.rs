@@ -5,6 +5,7 @@
 //! exclusion, admission and failover are other modules' work, and the session pin
 //! (SPEC R15) is one rule applied after every strategy ([`super::affinity`]).
 
+pub mod auto;
 mod cache_optimized;
 pub mod context_optimized;
 mod cost_optimized;
@@ -23,6 +24,7 @@ mod round_robin;
 mod strict_random;
 mod weighted;
 
+pub use auto::Auto;
 pub use cache_optimized::CacheOptimized;
 pub use context_optimized::ContextOptimized;
 pub use cost_optimized::CostOptimized;
@@ -145,6 +147,8 @@ pub struct RoutingCtx<'a> {
     pub draw: u64,
     /// The combo's turn (the default unless the strategy reads it).
     pub turn: Turn,
+    /// `auto`'s weights (`routing.auto.*`).
+    pub auto: auto::Weights,
 }
 
 /// A routing strategy: see the module docs.
@@ -176,6 +180,7 @@ pub const REGISTRY: &[&dyn Strategy] = &[
     &ResetAware,
     &Lkgp,
     &ContextOptimized,
+    &Auto,
 ];
 
 /// The internal strategy of `qtSd/` combos (SPEC Q12); no combo may name it.
@@ -252,13 +257,14 @@ mod tests {
                 "reset-window",
                 "reset-aware",
                 "lkgp",
-                "context-optimized"
+                "context-optimized",
+                "auto"
             ]
         );
         let err = named("quota-share").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp, context-optimized"
+            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp, context-optimized, auto"
         );
         assert_eq!(DEFAULT.name(), "priority");
         assert_eq!(QUOTA_SHARE.name(), "quota-share");
