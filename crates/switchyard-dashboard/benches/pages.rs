@@ -49,6 +49,7 @@ fn row(i: u64, now: u64) -> LogRow {
         completion_tokens: Some(80),
         egress_ip: None,
         failed_attempts: Vec::new(),
+        route: None,
     }
 }
 

@@ -70,6 +70,7 @@ fn row(i: u64) -> LogRow {
         completion_tokens: Some(80 + i % 40),
         egress_ip: None,
         failed_attempts: Vec::new(),
+        route: None,
     }
 }
 

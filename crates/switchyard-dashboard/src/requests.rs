@@ -268,7 +268,7 @@ fn or_dash<T: ToString>(value: Option<T>) -> String {
 }
 
 /// Column headers of the results table.
-const HEADERS: [&str; 14] = [
+const HEADERS: [&str; 15] = [
     "Time (UTC)",
     "Request",
     "Key",
@@ -280,6 +280,7 @@ const HEADERS: [&str; 14] = [
     "Status",
     "Error",
     "Attempts",
+    "Route",
     "Latency (ms)",
     "TTFB (ms)",
     "Tokens (in / out)",
@@ -320,9 +321,62 @@ fn row_html(r: &LogRow) -> Markup {
                     small.failed-attempt { (failed_attempt(f)) }
                 }
             }
+            td { (route_cell(r.route.as_ref())) }
             @for c in &after { td { (c) } }
         }
     }
+}
+
+/// The routing decision (SPEC R19's trace): the strategy, folded over the facts it
+/// read and the order it produced, each candidate with the values it saw.
+fn route_cell(route: Option<&switchyard_store::RouteTrace>) -> Markup {
+    let Some(t) = route else {
+        return html! { "—" };
+    };
+    let read = if t.facts.is_empty() {
+        "no facts read".to_owned()
+    } else {
+        format!("read {}", t.facts.join(", "))
+    };
+    let mut extra = Vec::new();
+    if let Some(d) = t.draw {
+        extra.push(format!("draw {d}"));
+    }
+    if let Some(n) = t.turn {
+        extra.push(format!("turn {n}"));
+    }
+    if let Some(f) = &t.first {
+        extra.push(format!("{f} first"));
+    }
+    html! {
+        details.route {
+            summary { (t.strategy) }
+            small { (read) @for e in &extra { "; " (e) } }
+            ol {
+                @for step in &t.order {
+                    li {
+                        (step.provider) "/" (step.model) " @ " (step.connection_id)
+                        @if !step.facts.is_empty() {
+                            br;
+                            small { (step_facts(&step.facts)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A candidate's facts as `name value` pairs; unknown values as `unknown`.
+fn step_facts(facts: &serde_json::Map<String, serde_json::Value>) -> String {
+    facts
+        .iter()
+        .map(|(name, value)| match value {
+            serde_json::Value::Null => format!("{name} unknown"),
+            v => format!("{name} {v}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One attempt that did not answer, as the attempts cell lists it: the connection, what
@@ -424,6 +478,7 @@ mod tests {
             completion_tokens: Some(5),
             egress_ip: None,
             failed_attempts: Vec::new(),
+            route: None,
         }
     }
 
@@ -480,6 +535,42 @@ mod tests {
     }
 
     #[test]
+    fn a_route_shows_its_strategy_facts_and_order() {
+        let mut facts = serde_json::Map::new();
+        facts.insert("success".into(), serde_json::json!(0.7));
+        facts.insert("header_ms".into(), serde_json::Value::Null);
+        let step = |conn: &str, facts| switchyard_store::RouteStep {
+            provider: "alpha".into(),
+            model: "mock<small>".into(),
+            connection_id: conn.into(),
+            facts,
+        };
+        let trace = switchyard_store::RouteTrace {
+            strategy: "p2c".into(),
+            facts: vec!["draw".into(), "stats".into()],
+            draw: Some(9),
+            turn: None,
+            order: vec![
+                step("alpha-1", facts),
+                step("alpha-2", serde_json::Map::new()),
+            ],
+            first: Some("session-pin".into()),
+        };
+        assert_eq!(
+            route_cell(Some(&trace)).into_string(),
+            "<details class=\"route\"><summary>p2c</summary><small>read draw, stats; draw 9; session-pin first</small><ol><li>alpha/mock&lt;small&gt; @ alpha-1<br><small>success 0.7, header_ms unknown</small></li><li>alpha/mock&lt;small&gt; @ alpha-2</li></ol></details>"
+        );
+        let plain = switchyard_store::RouteTrace {
+            strategy: "priority".into(),
+            ..switchyard_store::RouteTrace::default()
+        };
+        assert!(route_cell(Some(&plain))
+            .into_string()
+            .contains("<summary>priority</summary><small>no facts read</small><ol></ol>"));
+        assert_eq!(route_cell(None).into_string(), "—");
+    }
+
+    #[test]
     fn rows_render_escaped_with_errors_marked() {
         let page = LogPage {
             rows: vec![(2, row(429)), (1, row(200))],
@@ -492,7 +583,7 @@ mod tests {
         let f = Filters::parse("key=k1").unwrap();
         let html = render(&f, &choices, Ok(&page)).into_string();
         assert!(html.contains(
-            "<tr><td>2025-12-01 16:30:53</td><td>req&lt;1&gt;</td><td>k1</td><td>openai</td><td>fast</td><td>alpha</td><td>alpha-1</td><td>mock-small</td><td class=\"status-error\">429</td><td>rate_limited</td><td>1</td><td>12</td><td>—</td><td>7 / 5</td></tr>"
+            "<tr><td>2025-12-01 16:30:53</td><td>req&lt;1&gt;</td><td>k1</td><td>openai</td><td>fast</td><td>alpha</td><td>alpha-1</td><td>mock-small</td><td class=\"status-error\">429</td><td>rate_limited</td><td>1</td><td>—</td><td>12</td><td>—</td><td>7 / 5</td></tr>"
         ), "{html}");
         assert!(html.contains("<td>200</td><td>—</td>"));
         assert!(html.contains(r#"<option value="k1" selected>k1 (tester)</option>"#));
@@ -507,7 +598,7 @@ mod tests {
             next: None,
         };
         let html = render(&older, &choices, Ok(&last)).into_string();
-        assert!(html.contains(r#"<td colspan="14">No requests match these filters.</td>"#));
+        assert!(html.contains(r#"<td colspan="15">No requests match these filters.</td>"#));
         assert!(html.contains(r#"<nav class="pager" aria-label="Pages"><a href="/dashboard/requests?key=k1" id="page-newest">Newest</a></nav>"#));
         assert!(!html.contains("hx-get"));
         let bad = render(&f, &choices, Err("status: `6xx` is bad".into())).into_string();

@@ -20,6 +20,7 @@ import base64
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -312,6 +313,29 @@ def clear_a_cooldown(run):
     print("cooldown: alpha-1 cooled by a 429, cleared by selection, and serving again")
 
 
+def a_request_shows_its_route(run):
+    """Sends a request to the `fast` combo, opens its row's route on the requests page
+    (SPEC R19's decision trace) and screenshots it."""
+    run.viewport(WIDTHS[0])
+    status = run.chat("fast")
+    assert status == 200, status
+    d = run.driver
+    # The log is written in batches off the request path: the row comes within a second.
+    for _ in range(50):
+        run.open("/dashboard/requests?model=fast")
+        if d.find_elements(By.CSS_SELECTOR, "details.route"):
+            break
+        time.sleep(0.1)
+    route = d.find_element(By.CSS_SELECTOR, "details.route")
+    route.find_element(By.TAG_NAME, "summary").click()
+    steps = [li.text for li in route.find_elements(By.CSS_SELECTOR, "ol li")]
+    # The pool made earlier reads the soft penalty for each candidate, shown under it.
+    assert steps and steps[0].splitlines() == ["alpha/mock-small @ alpha-1", "penalty 1.0"], steps
+    d.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'end'})", route)
+    run.screenshot(os.path.join(run.out, "requests-route-1280.png"))
+    print("route: the fast request's route opens on alpha/mock-small @ alpha-1 with its penalty 1.0")
+
+
 def a_new_keys_secret_is_shown_once(run):
     """Creates a key: its secret is on the answer, works, and is on no page afterwards."""
     run.viewport(WIDTHS[0])
@@ -412,6 +436,7 @@ FLOWS = [
     create_a_pool_and_watch_traffic_move_it,
     clear_a_cooldown,
     a_new_keys_secret_is_shown_once,
+    a_request_shows_its_route,
     sign_out_ends_the_session,
 ]
 

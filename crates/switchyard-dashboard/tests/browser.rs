@@ -112,6 +112,7 @@ async fn the_dashboard_works_in_headless_chromium() {
              pool: created through the form's rows, one added in the browser; three requests moved the bar and the table to k1: 3 of a fair share of 5\n\
              cooldown: alpha-1 cooled by a 429, cleared by selection, and serving again\n\
              key: the secret was shown once, works, and is on none of the {links} pages afterwards\n\
+             route: the fast request's route opens on alpha/mock-small @ alpha-1 with its penalty 1.0\n\
              sign out: /dashboard then lands on the sign-in page\n\
              old session: its form to /dashboard/keys answers \"Forbidden\"\n\
              sign in again: a wrong token says \"Error: That is neither the admin token nor an admin-scoped key.\", then the admin token opens the overview; no stale form key\n\

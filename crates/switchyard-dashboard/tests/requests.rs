@@ -175,7 +175,7 @@ async fn each_filter_narrows_the_log_to_its_rows() {
         table_rows(&none, RESULTS),
         [["No requests match these filters."]]
     );
-    assert_eq!(attr(&none, "td[colspan]", "colspan").as_deref(), Some("14"));
+    assert_eq!(attr(&none, "td[colspan]", "colspan").as_deref(), Some("15"));
     assert_eq!(link(&none, "page-older"), None);
 }
 
@@ -364,7 +364,7 @@ async fn the_overview_keeps_the_last_hour_across_a_restart() {
 }
 
 #[tokio::test]
-async fn a_failed_over_request_shows_why_its_first_attempt_ended() {
+async fn a_failed_over_request_shows_why_its_first_attempt_ended_and_its_route() {
     let s = Signed::start().await;
     // `fast` tries alpha first: its 500 fails the request over to beta.
     s.h.rule(json!({"times": 1, "status": 500})).await;
@@ -388,5 +388,10 @@ async fn a_failed_over_request_shows_why_its_first_attempt_ended() {
             "beta-1",
             "2alpha-1: server_error (HTTP 500), via 127.0.0.1"
         )
+    );
+    // The route it was tried in (SPEC R19's trace): priority over both, alpha first.
+    assert_eq!(
+        row[11],
+        "priorityno facts readalpha/mock-small @ alpha-1beta/mock-small @ beta-1"
     );
 }

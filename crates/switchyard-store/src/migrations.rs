@@ -235,4 +235,8 @@ CREATE TABLE combo_last_good (
     r#"
 ALTER TABLE providers ADD COLUMN context_windows TEXT NOT NULL DEFAULT '{}';
 "#,
+    // v12: each request's routing decision (SPEC R19's trace), as JSON.
+    r#"
+ALTER TABLE request_log ADD COLUMN route TEXT;
+"#,
 ];

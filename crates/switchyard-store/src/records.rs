@@ -214,6 +214,46 @@ pub struct LogRow {
     /// …). An upstream refusal passed on to the client is the answer, not listed.
     #[serde(default)]
     pub failed_attempts: Vec<FailedAttempt>,
+    /// How the request was routed (SPEC R19's decision trace); none for a request
+    /// refused before routing, and for rows written before traces were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteTrace>,
+}
+
+/// A request's routing decision: the strategy, the facts it read, the order it
+/// produced (each candidate with the values the strategy saw), and what moved a
+/// connection first after it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RouteTrace {
+    pub strategy: String,
+    /// The facts the strategy read (`stats`, `cost`, `quota` …), in a fixed order.
+    #[serde(default)]
+    pub facts: Vec<String>,
+    /// The request's random draw, when the strategy read one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draw: Option<u64>,
+    /// The combo's requests before this one, when the strategy read its turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u64>,
+    /// The candidates in the order they were to be tried.
+    #[serde(default)]
+    pub order: Vec<RouteStep>,
+    /// `session-pin` or `lease`: what put a connection first after the strategy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<String>,
+}
+
+/// One candidate of a [`RouteTrace`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RouteStep {
+    pub provider: String,
+    pub model: String,
+    pub connection_id: String,
+    /// The values the strategy read, by fact (`success`, `header_ms`, `cost` …);
+    /// `null` when unknown.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub facts: serde_json::Map<String, serde_json::Value>,
 }
 
 /// An attempt of a logged request that did not answer, or answered with an error the

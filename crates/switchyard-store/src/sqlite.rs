@@ -582,9 +582,9 @@ impl Store {
                 "INSERT INTO request_log (ts, request_id, key_id, requested_model, provider,
                    connection_id, model, status, error_code, stream, attempts, latency_ms,
                    ttfb_ms, prompt_tokens, completion_tokens, egress_ip, client_format,
-                   failed_attempts)
+                   failed_attempts, route)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                   ?17, ?18)",
+                   ?17, ?18, ?19)",
             )?;
             for r in rows {
                 stmt.execute(params![
@@ -606,6 +606,7 @@ impl Store {
                     r.egress_ip,
                     r.client_format,
                     failed_attempts_json(&r.failed_attempts)?,
+                    r.route.as_ref().map(serde_json::to_string).transpose()?,
                 ])?;
             }
         }
@@ -656,6 +657,9 @@ impl Store {
                         egress_ip: r.get(16)?,
                         client_format: r.get(17)?,
                         failed_attempts: failed_attempts_of(r.get(18)?),
+                        route: r
+                            .get::<_, Option<String>>(19)?
+                            .and_then(|t| serde_json::from_str(&t).ok()),
                     },
                 ))
             })?
@@ -1105,7 +1109,7 @@ pub(crate) fn log_query(q: &LogQuery) -> (String, Vec<rusqlite::types::Value>) {
     let mut sql = String::from(
         "SELECT id, ts, request_id, key_id, requested_model, provider, connection_id, model,
            status, error_code, stream, attempts, latency_ms, ttfb_ms, prompt_tokens,
-           completion_tokens, egress_ip, client_format, failed_attempts
+           completion_tokens, egress_ip, client_format, failed_attempts, route
          FROM request_log WHERE id < ?",
     );
     let mut args = vec![V::Integer(q.before.unwrap_or(i64::MAX))];
@@ -1636,6 +1640,7 @@ mod tests {
             completion_tokens: Some(5),
             egress_ip: None,
             failed_attempts: Vec::new(),
+            route: None,
         };
         s.insert_log_batch(&[row(1), row(2), row(3)]).unwrap();
         let got = s.recent_logs(2, None).unwrap();
@@ -1664,6 +1669,7 @@ mod tests {
             completion_tokens: Some(ts),
             egress_ip: None,
             failed_attempts: Vec::new(),
+            route: None,
         }
     }
 

@@ -52,6 +52,37 @@ pub enum Source {
 /// asks only that long ones are).
 pub const MAX_ID_BYTES: usize = 255;
 
+/// The best R15 header of a walk over the request's headers: the shell offers each
+/// header it meets, so one walk serves every stage that reads headers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SessionHeader<'a>(Option<(usize, &'a str)>);
+
+impl<'a> SessionHeader<'a> {
+    /// Takes the header `name` (lowercase) if it is an R15 header; whether it was one.
+    /// Empty values do not count.
+    pub fn offer(&mut self, name: &str, value: &'a [u8]) -> bool {
+        let Some(rank) = SESSION_HEADERS.iter().position(|h| *h == name) else {
+            return false;
+        };
+        let value = std::str::from_utf8(value)
+            .map(str::trim)
+            .unwrap_or_default();
+        if !value.is_empty() && self.0.is_none_or(|(r, _)| rank < r) {
+            self.0 = Some((rank, value));
+        }
+        true
+    }
+
+    /// The client's session id and where it came from: the first R15 header offered
+    /// in SPEC order, then the body's fields; `None` when the request carries none.
+    pub fn session_id(self, body: &RawObject) -> Option<(Source, String)> {
+        if let Some((rank, id)) = self.0 {
+            return Some((Source::Header(SESSION_HEADERS[rank]), id.to_owned()));
+        }
+        from_body(body)
+    }
+}
+
 /// The client's session id and where it came from, or `None` when the request carries
 /// none. `headers` are the request's (name, value) pairs, names in lowercase as HTTP
 /// compares them, walked once; empty values do not count.
@@ -59,21 +90,15 @@ pub fn session_id<'a>(
     headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
     body: &RawObject,
 ) -> Option<(Source, String)> {
-    let mut best: Option<(usize, &str)> = None;
+    let mut best = SessionHeader::default();
     for (name, value) in headers {
-        let Some(rank) = SESSION_HEADERS.iter().position(|h| *h == name) else {
-            continue;
-        };
-        let value = std::str::from_utf8(value)
-            .map(str::trim)
-            .unwrap_or_default();
-        if !value.is_empty() && best.is_none_or(|(r, _)| rank < r) {
-            best = Some((rank, value));
-        }
+        best.offer(name, value);
     }
-    if let Some((rank, id)) = best {
-        return Some((Source::Header(SESSION_HEADERS[rank]), id.to_owned()));
-    }
+    best.session_id(body)
+}
+
+/// The session id of the body's fields (SPEC R15's order).
+fn from_body(body: &RawObject) -> Option<(Source, String)> {
     let text = |raw: &str| {
         serde_json::from_str::<String>(raw)
             .ok()

@@ -9,6 +9,7 @@
 //! - [`affinity`]: session ids, the pinned-first rule and the pin's lifecycle (SPEC R15)
 //! - [`lease`]: exclusive session leases, their fence and lifecycle (SPEC R16)
 //! - [`stats`]: each connection × model's remembered service, for the strategies
+//! - [`trace`]: a request's routing decision, for its trace
 //!
 //! Nothing here reads live state: the shell gathers the facts and passes them in.
 
@@ -18,6 +19,7 @@ pub mod lease;
 mod resolve;
 pub mod stats;
 pub mod strategy;
+pub mod trace;
 pub mod view;
 
 pub use exclusion::{Exclusion, Reason};

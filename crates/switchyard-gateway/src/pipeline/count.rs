@@ -39,12 +39,13 @@ async fn count(
     let (parts, body) = request.into_parts();
     let snap = state.snapshot();
     let key = auth::client_key(&snap.catalog, &parts.headers)?;
-    let lease = super::lease::presented(&state.runtime, &parts.headers, key, state.clock.now_ms())?;
+    let presented = super::headers::Presented::scan(&parts.headers);
+    let lease = super::lease::presented(&state.runtime, &presented, key, state.clock.now_ms())?;
     let request = read_request(&snap, format, &parts.headers, body).await?;
     let estimate = Estimate::at_admission(request.prompt_len, None, false);
     // Counting tokens serves no conversation: no session pin is read or written. A
     // lease orders and excludes as for any request, but a count never moves it.
-    let (plan, _) = plan::build(
+    let plan = plan::build(
         &state.runtime,
         &snap,
         key,
@@ -52,7 +53,8 @@ async fn count(
         (state.next_rotation(), None, state.clock.now_ms()),
         lease.as_ref(),
     )
-    .await?;
+    .await?
+    .plan;
     let protocol = ProtocolHeaders::of(format, &parts.headers);
     let now = state.clock.now_ms();
     for c in &plan.candidates {

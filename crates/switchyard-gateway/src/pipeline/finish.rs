@@ -22,6 +22,7 @@ use std::sync::Arc;
 use switchyard_core::format::Format;
 use switchyard_core::outcome::{AttemptFailure, StreamCut};
 use switchyard_core::resilience::verdict::{self, Answer, Subject, Verdict};
+use switchyard_core::routing::trace::Decision;
 use switchyard_core::routing::Candidate;
 use switchyard_core::usage::Usage;
 use switchyard_store::{FailedAttempt, LogRow};
@@ -96,6 +97,8 @@ struct Inner {
     quota: Option<QuotaGuard>,
     /// The answering attempt's concurrency slots.
     permit: Option<Permit>,
+    /// How the request was routed, for the log row's trace (rendered by the writer).
+    route: Option<Decision>,
 }
 
 /// The per-request bookkeeping; see the module docs.
@@ -111,6 +114,7 @@ impl Finisher {
             clock,
             quota: None,
             permit: None,
+            route: None,
             row: LogRow {
                 ts: clock.arrived_ms(),
                 request_id,
@@ -130,6 +134,7 @@ impl Finisher {
                 completion_tokens: None,
                 egress_ip: None,
                 failed_attempts: Vec::new(),
+                route: None,
             },
         }))
     }
@@ -148,6 +153,13 @@ impl Finisher {
         if let Some(i) = &mut self.0 {
             i.row.requested_model = logged_model(model);
             i.row.stream = stream;
+        }
+    }
+
+    /// Keeps the request's routing decision for its log row.
+    pub fn route(&mut self, decision: Decision) {
+        if let Some(i) = &mut self.0 {
+            i.route = Some(decision);
         }
     }
 
@@ -326,7 +338,7 @@ impl Finisher {
                 "Request finished."
             );
         }
-        i.parts.telemetry.log.record(i.row);
+        i.parts.telemetry.log.record(i.row, i.route);
     }
 
     /// Finishes from a response about to be sent (status and typed code from it).

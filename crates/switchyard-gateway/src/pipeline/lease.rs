@@ -5,9 +5,9 @@
 //! requests are built afresh and never carry them, and no log line shows their values.
 
 use super::attempt::Ctx;
+use super::headers::Presented;
 use crate::error::ApiError;
 use crate::runtime::Runtime;
-use axum::http::HeaderMap;
 use switchyard_core::catalog::ApiKey;
 use switchyard_core::routing::lease::{self, Bind, Lease, OwnerHash, Refusal};
 use switchyard_core::routing::Reason;
@@ -16,20 +16,11 @@ use switchyard_core::routing::Reason;
 /// the lease, at its exact generation, passes.
 pub fn presented(
     runtime: &Runtime,
-    headers: &HeaderMap,
+    headers: &Presented<'_>,
     key: &ApiKey,
     now: u64,
 ) -> Result<Option<Lease>, ApiError> {
-    // One walk over the headers compares their names; two lookups would hash both
-    // names on every request, leased or not.
-    let (mut owner, mut generation) = (None, None);
-    for (name, value) in headers {
-        match name.as_str() {
-            lease::OWNER_HEADER => owner = Some(value),
-            lease::GENERATION_HEADER => generation = Some(value),
-            _ => {}
-        }
-    }
+    let (owner, generation) = (headers.lease_owner, headers.lease_generation);
     if owner.is_none() && generation.is_none() {
         return Ok(None);
     }

@@ -27,6 +27,7 @@ pub mod auth;
 mod concurrency;
 mod count;
 pub mod finish;
+pub mod headers;
 mod lease;
 mod plan;
 mod quota;
@@ -50,7 +51,8 @@ use switchyard_core::format::Format;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing::affinity::{self, SessionKey};
 use switchyard_core::routing::lease::{self as lease_rules, Refusal as LeaseRefusal};
-use switchyard_core::routing::Reason;
+use switchyard_core::routing::trace::Decision;
+use switchyard_core::routing::{Candidate, Reason};
 
 pub use count::count_tokens;
 
@@ -70,13 +72,27 @@ pub async fn serve(state: &Arc<AppState>, format: Format, request: Request) -> R
     };
     let mut finisher = Finisher::start(finishing, state.next_request_id(), clock, format);
     let request_id = HeaderValue::try_from(finisher.request_id()).ok();
-    let mut response = match run(state, format, clock, &parts.headers, body, &mut finisher).await {
+    let mut route = None;
+    let ran = run(
+        state,
+        format,
+        clock,
+        &parts.headers,
+        body,
+        &mut finisher,
+        &mut route,
+    )
+    .await;
+    let mut response = match ran {
         Ok(r) => r,
         Err(e) => render::response(&e, format),
     };
     finisher.finish_response(&response);
     if let Some(id) = request_id {
         response.headers_mut().insert(REQUEST_ID_HEADER, id);
+    }
+    if let Some(route) = route {
+        response.headers_mut().insert(headers::ROUTE_HEADER, route);
     }
     response
 }
@@ -137,16 +153,18 @@ async fn run(
     headers: &HeaderMap,
     body: Body,
     finisher: &mut Finisher,
+    route: &mut Option<HeaderValue>,
 ) -> Result<Response, ApiError> {
     let snap = state.snapshot();
     let key = auth::client_key(&snap.catalog, headers)?;
     finisher.set_key(&key.id);
-    let lease = lease::presented(&state.runtime, headers, key, clock.now_ms())?;
+    let presented = headers::Presented::scan(headers);
+    let lease = lease::presented(&state.runtime, &presented, key, clock.now_ms())?;
     let request = read_request(&snap, format, headers, body).await?;
     finisher.set_request(&request.model, request.stream);
     let estimate = Estimate::at_admission(request.prompt_len, request.max_tokens, request.stream);
-    let session = session_key(&snap, headers, key, &request);
-    let (plan, pin) = plan::build(
+    let session = session_key(&snap, presented.session, key, &request);
+    let planned = plan::build(
         &state.runtime,
         &snap,
         key,
@@ -155,6 +173,31 @@ async fn run(
         lease.as_ref(),
     )
     .await?;
+    let plan::Planned {
+        plan,
+        pin,
+        views,
+        read,
+        draw,
+        turn,
+        first,
+    } = planned;
+    let candidates: Arc<[Candidate]> = plan.candidates.into();
+    let decision = Decision {
+        strategy: plan.strategy.name(),
+        read,
+        draw,
+        turn,
+        candidates: Arc::clone(&candidates),
+        views,
+        first,
+    };
+    if presented.trace {
+        *route = HeaderValue::try_from(decision.header()).ok();
+    }
+    if !candidates.is_empty() {
+        finisher.route(decision);
+    }
     let settle = |ending: affinity::Ending<'_>| {
         if let Some(s) = session {
             let now = clock.now_ms();
@@ -166,13 +209,13 @@ async fn run(
     };
     let on_pin = |i: usize| {
         pin.as_ref().is_some_and(|p| {
-            plan.candidates
+            candidates
                 .get(i)
                 .is_some_and(|c| c.connection.id == p.connection)
         })
     };
     let mut pin_failed = false;
-    if plan.candidates.is_empty() {
+    if candidates.is_empty() {
         return Err(ApiError::NoExecutableTargets {
             model: request.model.clone(),
             excluded: plan.excluded,
@@ -188,7 +231,7 @@ async fn run(
         protocol: &protocol,
         untranslatable: std::sync::OnceLock::new(),
         unpriced: std::sync::OnceLock::new(),
-        candidates: &plan.candidates,
+        candidates: &candidates,
         policy: plan.policy,
         estimate,
         facts: std::sync::OnceLock::new(),
@@ -196,7 +239,7 @@ async fn run(
         lease_refusal: std::sync::OnceLock::new(),
     };
     let mut dispatch = Dispatch::new(
-        plan.candidates.len(),
+        candidates.len(),
         plan.excluded,
         plan.combo.is_some(),
         plan.policy.combo_wait,
@@ -215,7 +258,7 @@ async fn run(
                 }
                 match tried.result {
                     Ok(response) => {
-                        let served = plan.candidates.get(t.candidate);
+                        let served = candidates.get(t.candidate);
                         match served.filter(|_| response.status().is_success()) {
                             Some(c) => {
                                 settle(affinity::Ending::Served {
@@ -273,16 +316,14 @@ async fn run(
 /// names no session.
 fn session_key(
     snap: &crate::snapshot::Snapshot,
-    headers: &HeaderMap,
+    header: affinity::SessionHeader<'_>,
     key: &switchyard_core::catalog::ApiKey,
     request: &switchyard_core::llm::Request,
 ) -> Option<SessionKey> {
     if snap.settings.session_affinity_ttl_ms == 0 {
         return None;
     }
-    // One walk over the headers, not a lookup per R15 header name.
-    let pairs = headers.iter().map(|(n, v)| (n.as_str(), v.as_bytes()));
-    let (_, id) = affinity::session_id(pairs, &request.body)?;
+    let (_, id) = header.session_id(&request.body)?;
     Some(SessionKey::of(&key.id, &id))
 }
 

@@ -20,8 +20,25 @@ use switchyard_core::routing::lease::{self, Lease};
 use switchyard_core::routing::strategy::{
     self, context_optimized, Needs, RequestFacts, RoutingCtx, Turn,
 };
+use switchyard_core::routing::trace::First;
 use switchyard_core::routing::view::CandidateView;
 use switchyard_core::routing::{self, Exclusion, Plan, Reason};
+
+/// A plan ordered for dispatch, with what its trace needs.
+#[derive(Debug)]
+pub struct Planned {
+    pub plan: Plan,
+    /// The live pin of the request's session that ordered it, if one did.
+    pub pin: Option<Pin>,
+    /// The views the strategy read, in the candidates' order; empty when it read none.
+    pub views: Vec<CandidateView>,
+    /// The facts the strategy read.
+    pub read: Needs,
+    pub draw: Option<u64>,
+    pub turn: Option<u64>,
+    /// What moved a connection first after the strategy.
+    pub first: Option<First>,
+}
 
 /// The ordered plan for `request`, on the request's turn `rotation` (shared by
 /// resolution, which connection of a provider first, and the strategy), with the live
@@ -33,29 +50,48 @@ pub async fn build(
     request: (&Request, &Estimate),
     (rotation, session, now): (usize, Option<&SessionKey>, u64),
     lease: Option<&Lease>,
-) -> Result<(Plan, Option<Pin>), ApiError> {
-    let mut plan = ordered(runtime, snap, key, request, (rotation, session, now)).await?;
-    leased_by_others(runtime, &mut plan, lease, now)?;
+) -> Result<Planned, ApiError> {
+    let mut planned = ordered(runtime, snap, key, request, (rotation, session, now)).await?;
+    leased_by_others(runtime, &mut planned, lease, now)?;
     let ttl = snap.settings.session_affinity_ttl_ms;
-    let pin = session
-        .filter(|_| !plan.fixed)
+    planned.pin = session
+        .filter(|_| !planned.plan.fixed)
         .and_then(|s| runtime.affinity.pin(s, ttl, now));
-    if let Some(p) = &pin {
-        if affinity::pinned_first(&mut plan.candidates, &p.connection) {
-            tracing::debug!(connection = %p.connection, "The session's pinned connection goes first.");
+    if let Some(connection) = planned.pin.as_ref().map(|p| p.connection.clone()) {
+        if planned.first_on(&connection) {
+            tracing::debug!(%connection, "The session's pinned connection goes first.");
+            planned.first = Some(First::Pin);
         }
     }
     if let Some(l) = lease {
-        affinity::pinned_first(&mut plan.candidates, &l.connection);
+        if planned.first_on(&l.connection) {
+            planned.first = Some(First::Lease);
+        }
     }
-    Ok((plan, pin))
+    Ok(planned)
+}
+
+impl Planned {
+    /// Puts `connection`'s candidates (and their views) first; whether any moved.
+    fn first_on(&mut self, connection: &str) -> bool {
+        if !self.views.is_empty() {
+            let (front, back): (Vec<_>, Vec<_>) = self
+                .plan
+                .candidates
+                .iter()
+                .zip(&self.views)
+                .partition(|(c, _)| c.connection.id == connection);
+            self.views = front.into_iter().chain(back).map(|(_, v)| *v).collect();
+        }
+        affinity::pinned_first(&mut self.plan.candidates, connection)
+    }
 }
 
 /// Leaves out the candidates whose connection another owner's live lease holds; when
 /// that leaves none, the request is refused for want of lease capacity.
 fn leased_by_others(
     runtime: &Runtime,
-    plan: &mut Plan,
+    planned: &mut Planned,
     lease: Option<&Lease>,
     now: u64,
 ) -> Result<(), ApiError> {
@@ -64,13 +100,29 @@ fn leased_by_others(
         return Ok(());
     }
     let holder = lease.map(|l| &l.owner);
+    let plan = &mut planned.plan;
+    let until: Vec<Option<u64>> = plan
+        .candidates
+        .iter()
+        .map(|c| table.held_by_other(&c.connection.id, holder, now))
+        .collect();
+    if until.iter().all(Option::is_none) {
+        return Ok(());
+    }
+    if !planned.views.is_empty() {
+        let mut held = until.iter();
+        planned
+            .views
+            .retain(|_| held.next().is_some_and(|u| u.is_none()));
+    }
     let mut held_until = Vec::new();
+    let mut held = until.iter();
     let excluded = &mut plan.excluded;
     plan.candidates.retain(|c| {
-        let conn = &c.connection;
-        let Some(until) = table.held_by_other(&conn.id, holder, now) else {
+        let Some(&Some(until)) = held.next() else {
             return true;
         };
+        let conn = &c.connection;
         held_until.push(until);
         excluded.push(Exclusion {
             target: format!("{}/{}", conn.provider, c.upstream_model),
@@ -94,14 +146,24 @@ async fn ordered(
     key: &ApiKey,
     request: (&Request, &Estimate),
     (rotation, session, now): (usize, Option<&SessionKey>, u64),
-) -> Result<Plan, ApiError> {
+) -> Result<Planned, ApiError> {
     let (request, estimate) = request;
     let mut plan = routing::plan(&snap.catalog, &snap.quota, key, &request.model, rotation)?;
     too_small(snap, &mut plan, estimate)?;
     let strategy = plan.strategy;
     let needs = strategy.needs();
+    let mut planned = Planned {
+        plan,
+        pin: None,
+        views: Vec::new(),
+        read: Needs::NONE,
+        draw: None,
+        turn: None,
+        first: None,
+    };
+    let plan = &mut planned.plan;
     if plan.candidates.len() < 2 {
-        return Ok(plan);
+        return Ok(planned);
     }
     let asked = Asked {
         key_id: &key.id,
@@ -113,12 +175,23 @@ async fn ordered(
             .then(|| affinity::cache_key(session, &request.body))
             .flatten(),
     };
-    let views = match views(runtime, snap, asked, &plan, needs).await {
-        Some(v) => v,
-        None if needs.draw || needs.turn => {
-            vec![CandidateView::default(); plan.candidates.len()]
+    let (views, read) = match views(runtime, snap, asked, plan, needs).await {
+        // Read, and alike: plan order stands.
+        Some((v, false)) => {
+            planned.views = v;
+            planned.read = needs;
+            return Ok(planned);
         }
-        None => return Ok(plan),
+        Some((v, true)) => (v, needs),
+        None if needs.draw || needs.turn => (
+            vec![CandidateView::default(); plan.candidates.len()],
+            Needs {
+                draw: needs.draw,
+                turn: needs.turn,
+                ..Needs::NONE
+            },
+        ),
+        None => return Ok(planned),
     };
     let turn = match (&plan.combo, needs.turn) {
         (Some(combo), true) => {
@@ -131,6 +204,7 @@ async fn ordered(
         }
         _ => Turn::default(),
     };
+    let draw = if needs.draw { rand::random() } else { 0 };
     let ctx = RoutingCtx {
         request: RequestFacts {
             model: &request.model,
@@ -138,7 +212,7 @@ async fn ordered(
         },
         views: &views,
         rotation,
-        draw: if needs.draw { rand::random() } else { 0 },
+        draw,
         turn,
         auto: snap.settings.auto,
     };
@@ -146,11 +220,22 @@ async fn ordered(
     if !strategy::is_identity(&order) {
         tracing::debug!(strategy = strategy.name(), order = ?order, "Candidates reordered.");
         plan.candidates = order
-            .into_iter()
-            .filter_map(|i| plan.candidates.get(i).cloned())
+            .iter()
+            .filter_map(|&i| plan.candidates.get(i).cloned())
             .collect();
     }
-    Ok(plan)
+    planned.draw = needs.draw.then_some(draw);
+    planned.turn = (needs.turn && planned.plan.combo.is_some()).then_some(turn.count);
+    planned.read = read;
+    // The views of the facts read, in the order tried (none when only the draw or the
+    // turn was read: they would be defaults).
+    if read.views() {
+        planned.views = order
+            .iter()
+            .filter_map(|&i| views.get(i).copied())
+            .collect();
+    }
+    Ok(planned)
 }
 
 /// Leaves out the candidates whose model's declared context window cannot hold the
@@ -199,15 +284,15 @@ struct Asked<'a> {
     cache_key: Option<[u8; 32]>,
 }
 
-/// The view of the plan's candidates with the facts in `needs`; `None` when there is
-/// nothing to order by (no per-candidate fact asked for, or none that could differ).
+/// The view of the plan's candidates with the facts in `needs`, and whether they could
+/// differ; `None` when no per-candidate fact is asked for.
 async fn views(
     runtime: &Runtime,
     snap: &Snapshot,
     asked: Asked<'_>,
     plan: &Plan,
     needs: Needs,
-) -> Option<Vec<CandidateView>> {
+) -> Option<(Vec<CandidateView>, bool)> {
     let Asked {
         key_id,
         estimate,
@@ -287,5 +372,5 @@ async fn views(
         }
         views.push(view);
     }
-    differ.then_some(views)
+    Some((views, differ))
 }

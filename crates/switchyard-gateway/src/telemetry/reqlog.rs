@@ -14,7 +14,8 @@ use super::series::MinuteSeries;
 use crate::sync::lock;
 use prometheus_client::metrics::counter::Counter;
 use std::sync::{Arc, Mutex};
-use switchyard_store::{LogRow, SeriesRow, Store};
+use switchyard_core::routing::trace::{Decision, Fact};
+use switchyard_store::{LogRow, RouteStep, RouteTrace, SeriesRow, Store};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -31,10 +32,14 @@ const MAX_BATCH: usize = 512;
 /// dominated the writer's CPU at one row per transaction) is shared by the whole batch.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// A row as the request hands it over: its routing decision is rendered into the
+/// row's trace by the writer, off the request path.
+type Entry = (LogRow, Option<Decision>);
+
 /// The request side of the log.
 #[derive(Debug, Clone)]
 pub struct RequestLog {
-    tx: mpsc::Sender<LogRow>,
+    tx: mpsc::Sender<Entry>,
     dropped: Counter,
     series: Arc<Mutex<MinuteSeries>>,
 }
@@ -71,9 +76,10 @@ impl RequestLog {
         lock(&self.series).rows(since_ms)
     }
 
-    /// Records a row without waiting.
-    pub fn record(&self, row: LogRow) {
-        if self.tx.try_send(row).is_err() {
+    /// Records a row, with the request's routing decision if it was routed, without
+    /// waiting.
+    pub fn record(&self, row: LogRow, route: Option<Decision>) {
+        if self.tx.try_send((row, route)).is_err() {
             let before = self.dropped.inc();
             if before.is_multiple_of(1000) {
                 tracing::warn!(
@@ -98,7 +104,7 @@ impl LogWriter {
 async fn write_loop(
     store: Arc<Store>,
     series: Arc<Mutex<MinuteSeries>>,
-    mut rx: mpsc::Receiver<LogRow>,
+    mut rx: mpsc::Receiver<Entry>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -133,14 +139,20 @@ async fn write_loop(
     }
 }
 
-async fn flush(store: &Arc<Store>, series: &Mutex<MinuteSeries>, batch: &mut Vec<LogRow>) {
+async fn flush(store: &Arc<Store>, series: &Mutex<MinuteSeries>, batch: &mut Vec<Entry>) {
+    let rows: Vec<LogRow> = batch
+        .drain(..)
+        .map(|(mut row, route)| {
+            row.route = route.as_ref().map(trace);
+            row
+        })
+        .collect();
     {
         let mut s = lock(series);
-        for row in batch.iter() {
+        for row in &rows {
             s.add(row);
         }
     }
-    let rows = std::mem::take(batch);
     let count = rows.len();
     let store = Arc::clone(store);
     match tokio::task::spawn_blocking(move || store.insert_log_batch(&rows)).await {
@@ -151,4 +163,40 @@ async fn flush(store: &Arc<Store>, series: &Mutex<MinuteSeries>, batch: &mut Vec
         Err(e) => tracing::error!(error = %e, rows = count, "Request-log write task failed."),
     }
     batch.reserve(MAX_BATCH);
+}
+
+/// The stored form of a routing decision.
+pub fn trace(d: &Decision) -> RouteTrace {
+    use serde_json::Value;
+    let order = d
+        .candidates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| RouteStep {
+            provider: c.connection.provider.clone(),
+            model: c.upstream_model.clone(),
+            connection_id: c.connection.id.clone(),
+            facts: d
+                .facts_of(i)
+                .into_iter()
+                .map(|(name, fact)| {
+                    let value = match fact {
+                        Fact::Count(n) => Value::from(n),
+                        Fact::Number(x) => Value::from(x),
+                        Fact::Flag(b) => Value::Bool(b),
+                        Fact::Unknown => Value::Null,
+                    };
+                    (name.to_owned(), value)
+                })
+                .collect(),
+        })
+        .collect();
+    RouteTrace {
+        strategy: d.strategy.to_owned(),
+        facts: d.read.names().into_iter().map(str::to_owned).collect(),
+        draw: d.draw,
+        turn: d.turn,
+        order,
+        first: d.first.map(|f| f.as_str().to_owned()),
+    }
 }

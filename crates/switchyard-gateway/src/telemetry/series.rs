@@ -167,6 +167,7 @@ mod tests {
             completion_tokens: Some(ts % 7),
             egress_ip: None,
             failed_attempts: Vec::new(),
+            route: None,
         }
     }
 

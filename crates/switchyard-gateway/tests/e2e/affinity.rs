@@ -102,6 +102,20 @@ async fn each_session_keeps_to_one_account_of_two() {
         assert_eq!(claude_turn(&h, "5f0c9d1e").await, 200);
         assert_eq!(last_credential(&h).await, first);
     }
+    // The route traces of the four pinned turns: the pinned connection first in each;
+    // direct requests rotate their connections, so it was moved there in every other.
+    h.newest_log_row(7).await;
+    let rows = h.admin_list("/api/logs?limit=4").await;
+    let led: Vec<&Value> = rows
+        .iter()
+        .map(|r| &r["route"]["order"][0]["connection_id"])
+        .collect();
+    assert!(led.iter().all(|c| *c == led[0]), "{rows:?}");
+    let moved = rows
+        .iter()
+        .filter(|r| r["route"]["first"] == "session-pin")
+        .count();
+    assert_eq!(moved, 2, "{rows:?}");
     // One Codex session the same.
     assert_eq!(codex_turn(&h, "019a7c2e").await, 200);
     let codex_first = last_credential(&h).await;

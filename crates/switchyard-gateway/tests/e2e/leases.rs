@@ -146,6 +146,21 @@ async fn a_lease_keeps_its_connection_to_its_owner_and_racing_acquires_cannot_bo
         assert_eq!(turn(&h, KEY, None).await.2, CRED_CLAUDE_2);
         assert_eq!(turn(&h, LEASER_B, None).await.2, CRED_CLAUDE_2);
     }
+    // The route traces say so: the lease put claude-1 first where rotation had not,
+    // and the others' plans never held it.
+    h.newest_log_row(13).await;
+    let rows = h.admin_list("/api/logs?limit=9").await;
+    let leased: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["route"]["first"] == "lease")
+        .collect();
+    assert!((1..=2).contains(&leased.len()), "{rows:?}");
+    assert!(leased
+        .iter()
+        .all(|r| r["route"]["order"][0]["connection_id"] == "claude-1"));
+    let others = rows.iter().filter(|r| r["key_id"] == "k1");
+    assert!(others.map(|r| &r["route"]["order"]).all(|o| *o
+        == json!([{"provider": "claude", "model": "claude-opus", "connection_id": "claude-2"}])));
     // Status names the bound connection.
     let (status, s, _) = lease(&h, LEASER_A, json!({"action": "status", "owner": OWNER_A})).await;
     assert_eq!(

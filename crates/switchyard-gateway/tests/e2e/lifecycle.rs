@@ -6,7 +6,7 @@ use std::sync::Arc;
 use switchyard_gateway::bootstrap::{self, AdminToken};
 use switchyard_gateway::clock::SystemClock;
 use switchyard_gateway::keys::{new_key, NewKey};
-use switchyard_store::{FailedAttempt, LogRow, SaveMode};
+use switchyard_store::{FailedAttempt, LogRow, RouteStep, RouteTrace, SaveMode};
 use switchyard_test_support::*;
 
 #[tokio::test]
@@ -60,6 +60,22 @@ async fn request_log_rows_are_written_without_bodies_or_credentials() {
         completion_tokens: None,
         egress_ip: None,
         failed_attempts: Vec::new(),
+        route: None,
+    };
+    // The plan each routed row was tried in (SPEC R19's trace): priority, which read
+    // nothing here (no quota pools).
+    let step = |conn: &str| RouteStep {
+        provider: conn.trim_end_matches("-1").into(),
+        model: "mock-small".into(),
+        connection_id: conn.into(),
+        facts: serde_json::Map::new(),
+    };
+    let priority = |conns: &[&str]| {
+        Some(RouteTrace {
+            strategy: "priority".into(),
+            order: conns.iter().map(|c| step(c)).collect(),
+            ..RouteTrace::default()
+        })
     };
     assert_eq!(
         rows,
@@ -82,6 +98,7 @@ async fn request_log_rows_are_written_without_bodies_or_credentials() {
                 completion_tokens: Some(5),
                 // The address the upstream connection went out from (SPEC R14).
                 egress_ip: Some("127.0.0.1".into()),
+                route: priority(&["alpha-1"]),
                 ..base.clone()
             },
             LogRow {
@@ -107,6 +124,7 @@ async fn request_log_rows_are_written_without_bodies_or_credentials() {
                     egress_ip: Some("127.0.0.1".into()),
                     ..FailedAttempt::default()
                 }],
+                route: priority(&["alpha-1", "beta-1"]),
                 ..base.clone()
             },
         ]

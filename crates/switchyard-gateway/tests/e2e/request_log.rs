@@ -26,6 +26,7 @@ fn row(ts: u64, i: u64) -> LogRow {
         completion_tokens: Some(1),
         egress_ip: None,
         failed_attempts: Vec::new(),
+        route: None,
     }
 }
 

@@ -432,3 +432,48 @@ async fn auto_weighs_price_against_health_by_its_settings() {
         .iter()
         .all(|c| c == CRED_BETA));
 }
+
+#[tokio::test]
+async fn the_route_trace_is_logged_and_sent_to_clients_that_ask() {
+    let h = Harness::start_with(combos, &[]).await;
+    let traced = |value: &'static str| {
+        h.http
+            .post(h.url("/v1/chat/completions"))
+            .bearer_auth(switchyard_test_support::KEY)
+            .header("x-switchyard-trace", value)
+            .json(&chat_body("cheap", false))
+            .send()
+    };
+    let r = traced("1").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["x-switchyard-route"],
+        "strategy=cost-optimized; facts=cost; order=beta/mock-small@beta-1{cost=1.5},alpha/mock-small@alpha-1{cost=5}"
+    );
+    // The log row keeps the same decision, structured.
+    let row = h.newest_log_row(1).await;
+    assert_eq!(
+        row["route"],
+        json!({"strategy": "cost-optimized", "facts": ["cost"], "order": [
+            {"provider": "beta", "model": "mock-small", "connection_id": "beta-1",
+             "facts": {"cost": 1.5}},
+            {"provider": "alpha", "model": "mock-small", "connection_id": "alpha-1",
+             "facts": {"cost": 5.0}}]})
+    );
+    // Not asked (or asked with 0): no header, but the log row all the same.
+    let r = traced("0").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("x-switchyard-route").is_none());
+    let r = h.chat(chat_body("rr", false)).await;
+    assert!(r.headers().get("x-switchyard-route").is_none());
+    let row = h.newest_log_row(3).await;
+    assert_eq!(row["route"]["strategy"], "round-robin");
+    assert_eq!(row["route"]["facts"], json!(["turn"]));
+    assert_eq!(row["route"]["turn"], 0);
+    // A request refused before routing has none.
+    let r = h.chat(chat_body("nowhere/none", false)).await;
+    assert_eq!(r.status(), 404);
+    let row = h.newest_log_row(4).await;
+    assert_eq!(row["status"], 404);
+    assert!(row.get("route").is_none(), "{row}");
+}

@@ -91,6 +91,27 @@ impl Needs {
         context: false,
     };
 
+    /// The names of the facts it reads, in the field order (the decision trace's).
+    pub fn names(self) -> Vec<&'static str> {
+        [
+            (self.load, "load"),
+            (self.saturation, "saturation"),
+            (self.penalty, "penalty"),
+            (self.weight, "weight"),
+            (self.cost, "cost"),
+            (self.draw, "draw"),
+            (self.turn, "turn"),
+            (self.stats, "stats"),
+            (self.cache, "cache"),
+            (self.quota, "quota"),
+            (self.last_good, "last_good"),
+            (self.context, "context"),
+        ]
+        .into_iter()
+        .filter_map(|(read, name)| read.then_some(name))
+        .collect()
+    }
+
     /// Whether it reads any per-candidate fact.
     pub fn views(self) -> bool {
         self.load
