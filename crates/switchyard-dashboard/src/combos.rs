@@ -198,8 +198,29 @@ fn fields(prefix: &str, c: Option<&ComboRecord>) -> Markup {
         textarea id=(id("targets")) name="targets" rows="4" required { (targets.join("\n")) }
         p.hint {
             "Each line: " code { "provider/model" } ", optionally followed by "
-            code { "connection=id" } ", " code { "weight=n" } " or " code { "cost=x" } "."
+            code { "connection=id" } ", " code { "weight=n" } " or " code { "cost=x" } ". "
+            (readers("weight", |n| n.weight)) " " (readers("cost", |n| n.cost))
+            " A fixed " code { "connection" } " keeps the target on that account; session pins do not reorder such a combo."
         }
+    }
+}
+
+/// Which registered strategies read a target field, from their declared needs: the
+/// hint cannot drift from the registry.
+fn readers(field: &str, reads: fn(strategy::Needs) -> bool) -> Markup {
+    let names: Vec<&str> = strategy::REGISTRY
+        .iter()
+        .filter(|s| reads(s.needs()))
+        .map(|s| s.name())
+        .collect();
+    html! {
+        code { (field) } " is read by "
+        @for (i, n) in names.iter().enumerate() {
+            @if i > 0 { @if i + 1 == names.len() { " and " } @else { ", " } }
+            code { (n) }
+        }
+        @if names.is_empty() { "no strategy" }
+        " (others ignore it)."
     }
 }
 
@@ -301,6 +322,18 @@ mod tests {
         assert_eq!(line(&t), "beta/m2");
         let bad = parse::<TargetRecord>(target("beta/m2 colour=red")).unwrap_err();
         assert!(bad.to_string().contains("unknown field `colour`"), "{bad}");
+    }
+
+    #[test]
+    fn the_hint_names_the_strategies_that_read_weight_and_cost() {
+        assert_eq!(
+            readers("weight", |n| n.weight).into_string(),
+            "<code>weight</code> is read by <code>weighted</code> (others ignore it)."
+        );
+        assert_eq!(
+            readers("cost", |n| n.cost).into_string(),
+            "<code>cost</code> is read by <code>cost-optimized</code> and <code>auto</code> (others ignore it)."
+        );
     }
 
     #[test]
