@@ -1318,6 +1318,43 @@ pub const ROUTING_AUTO_EXPLORATION: Setting<Fraction> = Setting {
     doc: "Share of an `auto` combo's requests whose first candidate is drawn at random instead of scored (SPEC R19); 0 = always the best score.",
 };
 
+pub const ROUTING_FUSION_QUORUM: Setting<Int> = Setting {
+    key: "routing.fusion.quorum",
+    env: "ROUTING_FUSION_QUORUM",
+    // See `FusionSettings::default` in routing/shape.rs.
+    kind: Int {
+        default: 2,
+        min: 1,
+        max: 16,
+    },
+    applies: Applies::Live,
+    doc: "Answers a `fusion` combo's panel must give before the grace starts (SPEC R19); a quorum above the panel's size waits for the whole panel.",
+};
+
+pub const ROUTING_FUSION_GRACE_MS: Setting<Int> = Setting {
+    key: "routing.fusion.graceMs",
+    env: "ROUTING_FUSION_GRACE_MS",
+    kind: Int {
+        default: 8_000,
+        min: 0,
+        max: 600_000,
+    },
+    applies: Applies::Live,
+    doc: "How long a `fusion` panel waits for its other members once the quorum has answered (SPEC R19); 0 = judge as soon as the quorum is in.",
+};
+
+pub const ROUTING_FUSION_DEADLINE_MS: Setting<Int> = Setting {
+    key: "routing.fusion.deadlineMs",
+    env: "ROUTING_FUSION_DEADLINE_MS",
+    kind: Int {
+        default: 90_000,
+        min: 1_000,
+        max: 600_000,
+    },
+    applies: Applies::Live,
+    doc: "The longest a `fusion` panel runs (SPEC R19): the answers in by then are judged, the members still running are cut.",
+};
+
 pub const ROUTING_ROUND_ROBIN_BATCH: Setting<Int> = Setting {
     key: "routing.roundRobinBatch",
     env: "ROUTING_ROUND_ROBIN_BATCH",
@@ -1508,6 +1545,9 @@ pub const DEFS: &[SettingDef] = &[
     ROUTING_AUTO_PRICE_WEIGHT.def(),
     ROUTING_AUTO_QUOTA_WEIGHT.def(),
     ROUTING_AUTO_SPEED_WEIGHT.def(),
+    ROUTING_FUSION_DEADLINE_MS.def(),
+    ROUTING_FUSION_GRACE_MS.def(),
+    ROUTING_FUSION_QUORUM.def(),
     ROUTING_ROUND_ROBIN_BATCH.def(),
     SERVER_BODY_READ_TIMEOUT_MS.def(),
     SERVER_HEADER_READ_TIMEOUT_MS.def(),
@@ -1625,6 +1665,8 @@ pub struct Settings {
     pub round_robin_batch: u64,
     /// `routing.auto.*` (SPEC R19).
     pub auto: crate::routing::strategy::auto::Weights,
+    /// `routing.fusion.*` (SPEC R19).
+    pub fusion: crate::routing::shape::FusionSettings,
     /// `streamContentStall.*` and `streamThroughputWatchdog.*` (SPEC R11, R12).
     pub stream: StreamSettings,
     pub quota: QuotaSettings,
@@ -2100,6 +2142,11 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
             quota: r.get(&ROUTING_AUTO_QUOTA_WEIGHT),
             load: r.get(&ROUTING_AUTO_LOAD_WEIGHT),
             exploration: r.get(&ROUTING_AUTO_EXPLORATION),
+        },
+        fusion: crate::routing::shape::FusionSettings {
+            quorum: r.get(&ROUTING_FUSION_QUORUM),
+            grace_ms: r.get(&ROUTING_FUSION_GRACE_MS),
+            deadline_ms: r.get(&ROUTING_FUSION_DEADLINE_MS),
         },
         stream: StreamSettings {
             first_output: crate::stream::budget::Budget {

@@ -128,12 +128,12 @@ pub struct Snapshot {
     pub admin_hash: Option<KeyHash>,
     /// Quota pools and plans.
     pub quota: crate::runtime::quota::QuotaIndex,
-    /// USD prices by `provider/model` (upstream model name).
-    pub prices: HashMap<String, Price>,
-    /// Output token limits by `provider/model` (upstream model name).
-    pub output_limits: HashMap<String, u64>,
-    /// Context windows in tokens by `provider/model` (upstream model name).
-    pub context_windows: HashMap<String, u64>,
+    /// USD prices by provider and upstream model name.
+    pub prices: ByModel<Price>,
+    /// Output token limits by provider and upstream model name.
+    pub output_limits: ByModel<u64>,
+    /// Context windows in tokens by provider and upstream model name.
+    pub context_windows: ByModel<u64>,
     /// The error rules in force: the operator's, then the built-in ones (SPEC R13).
     pub rules: Rules,
     /// Some combo's strategy reads the service stats (`p2c`, `least-used`): only then
@@ -146,33 +146,48 @@ pub struct Snapshot {
     pub quota_read: bool,
 }
 
+/// A value per provider and upstream model, looked up without building a key: the
+/// request path asks for prices, windows and limits of each candidate.
+#[derive(Debug, Clone)]
+pub struct ByModel<T>(HashMap<String, HashMap<String, T>>);
+
+impl<T: Copy> ByModel<T> {
+    fn new() -> Self {
+        Self(HashMap::new())
+    }
+
+    fn insert(&mut self, provider: &str, model: &str, value: T) {
+        self.0
+            .entry(provider.to_owned())
+            .or_default()
+            .insert(model.to_owned(), value);
+    }
+
+    /// The value of `model` at `provider`, if one is configured.
+    pub fn get(&self, provider: &str, model: &str) -> Option<T> {
+        self.0.get(provider)?.get(model).copied()
+    }
+
+    /// Whether no provider configures any.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 impl Snapshot {
     /// The price of `model` at `provider`, if the operator gave one.
     pub fn price(&self, provider: &str, model: &str) -> Option<Price> {
-        if self.prices.is_empty() {
-            return None;
-        }
-        self.prices.get(&format!("{provider}/{model}")).copied()
+        self.prices.get(provider, model)
     }
 
     /// The context window of `model` at `provider`, if configured.
     pub fn context_window(&self, provider: &str, model: &str) -> Option<u64> {
-        if self.context_windows.is_empty() {
-            return None;
-        }
-        self.context_windows
-            .get(&format!("{provider}/{model}"))
-            .copied()
+        self.context_windows.get(provider, model)
     }
 
     /// The most output tokens `model` at `provider` may be asked for, if configured.
     pub fn output_limit(&self, provider: &str, model: &str) -> Option<u64> {
-        if self.output_limits.is_empty() {
-            return None;
-        }
-        self.output_limits
-            .get(&format!("{provider}/{model}"))
-            .copied()
+        self.output_limits.get(provider, model)
     }
 }
 
@@ -300,9 +315,9 @@ impl Snapshot {
                 });
             }
         }
-        let mut prices = HashMap::new();
-        let mut output_limits = HashMap::new();
-        let mut context_windows = HashMap::new();
+        let mut prices = ByModel::new();
+        let mut output_limits = ByModel::new();
+        let mut context_windows = ByModel::new();
         let mut stream_overrides = HashMap::new();
         for p in &rows.providers {
             let overrides = switchyard_core::stream::Overrides::from(p.stream_timeouts);
@@ -320,7 +335,7 @@ impl Snapshot {
                         model: model.clone(),
                     });
                 }
-                output_limits.insert(format!("{}/{model}", p.id), *limit);
+                output_limits.insert(&p.id, model, *limit);
             }
             for (model, window) in &p.context_windows {
                 if *window == 0 || *window > MAX_CONTEXT_WINDOW {
@@ -329,7 +344,7 @@ impl Snapshot {
                         model: model.clone(),
                     });
                 }
-                context_windows.insert(format!("{}/{model}", p.id), *window);
+                context_windows.insert(&p.id, model, *window);
             }
             for (model, price) in &p.prices {
                 let ok = [price.input_per_mtok, price.output_per_mtok]
@@ -342,7 +357,8 @@ impl Snapshot {
                     });
                 }
                 prices.insert(
-                    format!("{}/{model}", p.id),
+                    &p.id,
+                    model,
                     Price {
                         input_per_mtok: price.input_per_mtok,
                         output_per_mtok: price.output_per_mtok,

@@ -5,6 +5,7 @@
 //! [`translate`]. Pure functions only.
 
 pub mod anthropic_messages;
+pub mod compose;
 pub mod openai_chat;
 pub mod responses;
 pub mod translate;

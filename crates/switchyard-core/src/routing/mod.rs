@@ -17,6 +17,7 @@ pub mod affinity;
 pub mod exclusion;
 pub mod lease;
 mod resolve;
+pub mod shape;
 pub mod stats;
 pub mod strategy;
 pub mod trace;

@@ -74,6 +74,54 @@ pub struct Ctx<'a> {
     pub lease_refusal: std::sync::OnceLock<LeaseRefusal>,
 }
 
+impl<'a> Ctx<'a> {
+    pub fn new(
+        (runtime, clock, snap): (&'a Runtime, RequestClock, &'a Snapshot),
+        key: &'a ApiKey,
+        (request, estimate): (&'a llm::Request, Estimate),
+        protocol: &'a ProtocolHeaders,
+        (candidates, policy): (&'a [Candidate], DispatchPolicy),
+        lease: Option<&'a Lease>,
+    ) -> Self {
+        Self {
+            runtime,
+            clock,
+            snap,
+            key,
+            request,
+            protocol,
+            untranslatable: std::sync::OnceLock::new(),
+            unpriced: std::sync::OnceLock::new(),
+            candidates,
+            policy,
+            estimate,
+            facts: std::sync::OnceLock::new(),
+            lease,
+            lease_refusal: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The context of another upstream call of the same client request (a dispatch
+    /// shape's step): `request` over `candidates`, its own estimate, on `clock`.
+    pub fn call<'b>(
+        &'b self,
+        request: &'b llm::Request,
+        candidates: &'b [Candidate],
+        clock: RequestClock,
+    ) -> Ctx<'b> {
+        let estimate =
+            Estimate::at_admission(request.prompt_len, request.max_tokens, request.stream);
+        Ctx::new(
+            (self.runtime, clock, self.snap),
+            self.key,
+            (request, estimate),
+            self.protocol,
+            (candidates, self.policy),
+            self.lease,
+        )
+    }
+}
+
 /// An attempt's result, and how long it waited for its slots.
 #[derive(Debug)]
 pub struct Tried {

@@ -14,7 +14,8 @@
 //! 5. dispatch — the core state machine ([`switchyard_core::dispatch`]) says what to try;
 //!    each attempt (`attempt`) takes its concurrency slots (`concurrency`), passes the
 //!    resilience check, reserves quota (`quota`) and calls the upstream adapter
-//!    ([`crate::upstream`]), owning what it holds until the answer goes to the client
+//!    ([`crate::upstream`]), owning what it holds until the answer goes to the client;
+//!    a dispatch shape (`shapes`: `pipeline`, `fusion`) makes several such dispatches
 //! 6. judge and respond — (`answer`) a buffered JSON body, or the streaming body stack
 //!    ([`crate::body`]) that commits on the stream's first output and owns the finisher
 //! 7. finish — exactly once: quota settlement, request log row, metrics ([`finish`])
@@ -31,6 +32,7 @@ pub mod headers;
 mod lease;
 mod plan;
 mod quota;
+mod shapes;
 mod wall;
 
 use crate::clock::RequestClock;
@@ -47,10 +49,11 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::dispatch::{Dispatch, End, Report, Slot, Step};
-use switchyard_core::format::Format;
+use switchyard_core::format::{compose, Format};
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing::affinity::{self, SessionKey};
 use switchyard_core::routing::lease::{self as lease_rules, Refusal as LeaseRefusal};
+use switchyard_core::routing::shape::Shape;
 use switchyard_core::routing::trace::Decision;
 use switchyard_core::routing::{Candidate, Reason};
 
@@ -64,13 +67,7 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 pub async fn serve(state: &Arc<AppState>, format: Format, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let clock = RequestClock::start(state.clock.as_ref());
-    let finishing = finish::Parts {
-        telemetry: Arc::clone(&state.telemetry),
-        runtime: Arc::clone(&state.runtime),
-        config: Arc::clone(&state.config),
-        cutting: Arc::clone(&state.cutting),
-    };
-    let mut finisher = Finisher::start(finishing, state.next_request_id(), clock, format);
+    let mut finisher = Finisher::start(finishing(state), state.next_request_id(), clock, format);
     let request_id = HeaderValue::try_from(finisher.request_id()).ok();
     let mut route = None;
     let ran = run(
@@ -95,6 +92,16 @@ pub async fn serve(state: &Arc<AppState>, format: Format, request: Request) -> R
         response.headers_mut().insert(headers::ROUTE_HEADER, route);
     }
     response
+}
+
+/// What a finisher records into.
+fn finishing(state: &AppState) -> finish::Parts {
+    finish::Parts {
+        telemetry: Arc::clone(&state.telemetry),
+        runtime: Arc::clone(&state.runtime),
+        config: Arc::clone(&state.config),
+        cutting: Arc::clone(&state.cutting),
+    }
 }
 
 /// Refuses a body declared as anything but JSON (`application/json`, or a `+json` type),
@@ -214,7 +221,6 @@ async fn run(
                 .is_some_and(|c| c.connection.id == p.connection)
         })
     };
-    let mut pin_failed = false;
     if candidates.is_empty() {
         return Err(ApiError::NoExecutableTargets {
             model: request.model.clone(),
@@ -222,27 +228,89 @@ async fn run(
         });
     }
     let protocol = ProtocolHeaders::of(format, headers);
-    let ctx = attempt::Ctx {
-        runtime: &state.runtime,
-        clock,
-        snap: &snap,
+    let ctx = attempt::Ctx::new(
+        (&state.runtime, clock, &snap),
         key,
-        request: &request,
-        protocol: &protocol,
-        untranslatable: std::sync::OnceLock::new(),
-        unpriced: std::sync::OnceLock::new(),
-        candidates: &candidates,
-        policy: plan.policy,
-        estimate,
-        facts: std::sync::OnceLock::new(),
-        lease: lease.as_ref(),
-        lease_refusal: std::sync::OnceLock::new(),
+        (&request, estimate),
+        &protocol,
+        (&candidates, plan.policy),
+        lease.as_ref(),
+    );
+    // A request with tools is answered by one target whatever the shape: the client
+    // runs the tool call, no other model can revise or judge it.
+    let shape = match plan.strategy.shape() {
+        Shape::Single => Shape::Single,
+        _ if compose::has_tools(&request) => Shape::Single,
+        shape => shape,
     };
+    match shape {
+        Shape::Single => {}
+        Shape::Pipeline => {
+            settle(affinity::Ending::Untouched);
+            return shapes::pipeline(state, &ctx, plan.excluded, finisher).await;
+        }
+        Shape::Fusion => {
+            settle(affinity::Ending::Untouched);
+            return shapes::fusion(state, &ctx, plan.excluded, finisher).await;
+        }
+    }
+    match dispatch(&ctx, plan.excluded, plan.combo.is_some(), finisher).await {
+        Dispatched::Answered { response, served } => {
+            match served {
+                Some(i) => {
+                    let c = &candidates[i];
+                    settle(affinity::Ending::Served {
+                        connection: &c.connection.id,
+                    });
+                    if let (Some(combo), true) = (&plan.combo, plan.strategy.needs().last_good) {
+                        let now = clock.now_ms();
+                        state.runtime.last_good.set(combo, &c.connection.id, now);
+                    }
+                }
+                None => settle(affinity::Ending::Untouched),
+            }
+            Ok(response)
+        }
+        Dispatched::Ended { result, failed } => {
+            settle(affinity::Ending::Failed {
+                followed: failed.iter().any(|&i| on_pin(i)),
+            });
+            result
+        }
+    }
+}
+
+/// How a dispatch over a context's candidates ended.
+enum Dispatched {
+    /// An attempt's answer goes to the client; `served` names its candidate when the
+    /// answer is a success.
+    Answered {
+        response: Response,
+        served: Option<usize>,
+    },
+    /// No attempt answered: the request's answer or error, and the candidates whose
+    /// upstream failed on the way.
+    Ended {
+        result: Result<Response, ApiError>,
+        failed: Vec<usize>,
+    },
+}
+
+/// Runs the dispatch machine over `ctx`'s candidates until one answers or none can:
+/// what one upstream answer of a request is, whatever its shape.
+async fn dispatch(
+    ctx: &attempt::Ctx<'_>,
+    excluded: Vec<switchyard_core::routing::Exclusion>,
+    combo: bool,
+    finisher: &mut Finisher,
+) -> Dispatched {
+    let (clock, snap, request) = (ctx.clock, ctx.snap, ctx.request);
+    let mut failed = Vec::new();
     let mut dispatch = Dispatch::new(
-        candidates.len(),
-        plan.excluded,
-        plan.combo.is_some(),
-        plan.policy.combo_wait,
+        ctx.candidates.len(),
+        excluded,
+        combo,
+        ctx.policy.combo_wait,
         snap.settings.resilience.combo_wait,
         clock.now_ms(),
     );
@@ -252,40 +320,26 @@ async fn run(
                 // Boxed: the attempt's future is the largest part of the request's, and
                 // every request's future is copied whole when the server boxes it; one
                 // allocation per attempt costs less than copying ~5 KB more per request.
-                let tried = Box::pin(attempt::run(&ctx, t, finisher)).await;
+                let tried = Box::pin(attempt::run(ctx, t, finisher)).await;
                 if matches!(t.slot, Slot::Wait { .. }) {
                     dispatch.waited_for_slot(tried.slot_wait_ms);
                 }
                 match tried.result {
                     Ok(response) => {
-                        let served = candidates.get(t.candidate);
-                        match served.filter(|_| response.status().is_success()) {
-                            Some(c) => {
-                                settle(affinity::Ending::Served {
-                                    connection: &c.connection.id,
-                                });
-                                if let (Some(combo), true) =
-                                    (&plan.combo, plan.strategy.needs().last_good)
-                                {
-                                    let now = clock.now_ms();
-                                    state.runtime.last_good.set(combo, &c.connection.id, now);
-                                }
-                            }
-                            None => settle(affinity::Ending::Untouched),
-                        }
-                        return Ok(response);
+                        let served = response.status().is_success().then_some(t.candidate);
+                        return Dispatched::Answered { response, served };
                     }
                     Err(report) => {
-                        let upstream_failed =
-                            matches!(report, Report::Failed { .. } | Report::RetrySame { .. });
-                        pin_failed |= upstream_failed && on_pin(t.candidate);
+                        if matches!(report, Report::Failed { .. } | Report::RetrySame { .. }) {
+                            failed.push(t.candidate);
+                        }
                         dispatch.report(report);
                     }
                 }
             }
             Step::CheckHolds => {
                 let now = clock.now_ms();
-                dispatch.holds(holds_now(&ctx, now), now);
+                dispatch.holds(holds_now(ctx, now), now);
             }
             Step::Sleep { ms } => {
                 tracing::info!(
@@ -297,15 +351,13 @@ async fn run(
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
             Step::Done(end) => {
-                settle(affinity::Ending::Failed {
-                    followed: pin_failed,
-                });
-                return ended(
+                let result = ended(
                     end,
                     &request.model,
                     (ctx.untranslatable.get(), ctx.unpriced.get()),
                     (ctx.lease_refusal.get(), clock.now_ms()),
                 );
+                return Dispatched::Ended { result, failed };
             }
         }
     }

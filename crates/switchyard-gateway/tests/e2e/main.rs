@@ -31,5 +31,6 @@ mod resilience;
 mod responses;
 mod schema;
 mod secrets;
+mod shapes;
 mod strategies;
 mod streams;

@@ -11,10 +11,12 @@ pub mod context_optimized;
 mod cost_optimized;
 pub mod draw;
 mod fill_first;
+mod fusion;
 mod headroom;
 mod least_used;
 mod lkgp;
 mod p2c;
+mod pipeline;
 mod priority;
 mod quota_share;
 mod random;
@@ -29,10 +31,12 @@ pub use cache_optimized::CacheOptimized;
 pub use context_optimized::ContextOptimized;
 pub use cost_optimized::CostOptimized;
 pub use fill_first::FillFirst;
+pub use fusion::Fusion;
 pub use headroom::Headroom;
 pub use least_used::LeastUsed;
 pub use lkgp::Lkgp;
 pub use p2c::P2c;
+pub use pipeline::Pipeline;
 pub use priority::Priority;
 pub use quota_share::QuotaShare;
 pub use random::Random;
@@ -42,6 +46,7 @@ pub use round_robin::RoundRobin;
 pub use strict_random::StrictRandom;
 pub use weighted::Weighted;
 
+use super::shape::Shape;
 use super::view::CandidateView;
 
 /// The facts a strategy reads; the shell gathers only these.
@@ -182,6 +187,12 @@ pub trait Strategy: Sync + std::fmt::Debug {
 
     /// Indices into `ctx.views` in the order to try the candidates; a permutation.
     fn order(&self, ctx: &RoutingCtx<'_>) -> Vec<usize>;
+
+    /// How the ordered candidates are dispatched; one answers, unless the strategy is a
+    /// dispatch shape ([`crate::routing::shape`]).
+    fn shape(&self) -> Shape {
+        Shape::Single
+    }
 }
 
 /// The strategies a combo may name (SPEC R19), by their configuration names.
@@ -202,6 +213,8 @@ pub const REGISTRY: &[&dyn Strategy] = &[
     &Lkgp,
     &ContextOptimized,
     &Auto,
+    &Pipeline,
+    &Fusion,
 ];
 
 /// The internal strategy of `qtSd/` combos (SPEC Q12); no combo may name it.
@@ -279,13 +292,15 @@ mod tests {
                 "reset-aware",
                 "lkgp",
                 "context-optimized",
-                "auto"
+                "auto",
+                "pipeline",
+                "fusion"
             ]
         );
         let err = named("quota-share").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp, context-optimized, auto"
+            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp, context-optimized, auto, pipeline, fusion"
         );
         assert_eq!(DEFAULT.name(), "priority");
         assert_eq!(QUOTA_SHARE.name(), "quota-share");
