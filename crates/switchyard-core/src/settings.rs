@@ -1318,6 +1318,23 @@ pub const ROUTING_AUTO_EXPLORATION: Setting<Fraction> = Setting {
     doc: "Share of an `auto` combo's requests whose first candidate is drawn at random instead of scored (SPEC R19); 0 = always the best score.",
 };
 
+pub const ROUTING_CONTEXT_RELAY_HANDOFF_AT: Setting<Fraction> = Setting {
+    key: "routing.contextRelay.handoffAt",
+    env: "ROUTING_CONTEXT_RELAY_HANDOFF_AT",
+    // See `RelaySettings::default` in routing/relay.rs.
+    kind: Fraction { default: 0.85 },
+    applies: Applies::Live,
+    doc: "Used fraction of a quota window (the provider's readings, SPEC Q6) from which a `context-relay` combo has the serving account summarize the session's conversation for the next account (SPEC R19).",
+};
+
+pub const ROUTING_CONTEXT_RELAY_STOP_AT: Setting<Fraction> = Setting {
+    key: "routing.contextRelay.stopAt",
+    env: "ROUTING_CONTEXT_RELAY_STOP_AT",
+    kind: Fraction { default: 0.95 },
+    applies: Applies::Live,
+    doc: "Used fraction of a quota window from which a `context-relay` combo puts the account last, so the session moves on with its summary (SPEC R19).",
+};
+
 pub const ROUTING_FUSION_QUORUM: Setting<Int> = Setting {
     key: "routing.fusion.quorum",
     env: "ROUTING_FUSION_QUORUM",
@@ -1545,6 +1562,8 @@ pub const DEFS: &[SettingDef] = &[
     ROUTING_AUTO_PRICE_WEIGHT.def(),
     ROUTING_AUTO_QUOTA_WEIGHT.def(),
     ROUTING_AUTO_SPEED_WEIGHT.def(),
+    ROUTING_CONTEXT_RELAY_HANDOFF_AT.def(),
+    ROUTING_CONTEXT_RELAY_STOP_AT.def(),
     ROUTING_FUSION_DEADLINE_MS.def(),
     ROUTING_FUSION_GRACE_MS.def(),
     ROUTING_FUSION_QUORUM.def(),
@@ -1665,6 +1684,8 @@ pub struct Settings {
     pub round_robin_batch: u64,
     /// `routing.auto.*` (SPEC R19).
     pub auto: crate::routing::strategy::auto::Weights,
+    /// `routing.contextRelay.*` (SPEC R19).
+    pub relay: crate::routing::relay::RelaySettings,
     /// `routing.fusion.*` (SPEC R19).
     pub fusion: crate::routing::shape::FusionSettings,
     /// `streamContentStall.*` and `streamThroughputWatchdog.*` (SPEC R11, R12).
@@ -2142,6 +2163,10 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
             quota: r.get(&ROUTING_AUTO_QUOTA_WEIGHT),
             load: r.get(&ROUTING_AUTO_LOAD_WEIGHT),
             exploration: r.get(&ROUTING_AUTO_EXPLORATION),
+        },
+        relay: crate::routing::relay::RelaySettings {
+            handoff_at: r.get(&ROUTING_CONTEXT_RELAY_HANDOFF_AT),
+            stop_at: r.get(&ROUTING_CONTEXT_RELAY_STOP_AT),
         },
         fusion: crate::routing::shape::FusionSettings {
             quorum: r.get(&ROUTING_FUSION_QUORUM),

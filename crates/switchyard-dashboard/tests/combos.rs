@@ -221,7 +221,7 @@ async fn aliases_are_edited_as_one_list_and_route_requests() {
         .await;
     assert_eq!(
         notice(&strategy_unknown),
-        failed("combo `x`: unknown strategy `fastest`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp, context-optimized, auto, pipeline, fusion")
+        failed("combo `x`: unknown strategy `fastest`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp, context-optimized, auto, pipeline, fusion, context-relay")
     );
     let saved = s
         .act(

@@ -156,6 +156,7 @@ impl AppState {
             turns: Default::default(),
             stats,
             last_good,
+            relay: Default::default(),
         });
         let state = Arc::new(Self {
             config: Arc::clone(&config),

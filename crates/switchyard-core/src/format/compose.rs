@@ -39,6 +39,82 @@ pub fn extended(
     turns: &[(Role, &str)],
     stream: bool,
 ) -> Result<Request, DecodeError> {
+    built(request, turns, stream, &[])
+}
+
+/// `request` with `prompt` as a last user turn, not streamed, and its tools (if it
+/// declares any) not to be called: a request for a text about the conversation.
+pub fn text_request(request: &Request, prompt: &str) -> Result<Request, DecodeError> {
+    let none = match request.format {
+        Format::AnthropicMessages => r#"{"type":"none"}"#,
+        Format::OpenAiChat | Format::Responses => r#""none""#,
+    };
+    let tool_choice = [("tool_choice", none.to_owned())];
+    let extra: &[(&str, String)] = if has_tools(request) {
+        &tool_choice
+    } else {
+        &[]
+    };
+    built(request, &[(Role::User, prompt)], false, extra)
+}
+
+/// `request` with `text` added to its system instructions: a chat system message
+/// before the conversation, the Anthropic `system` and the Responses `instructions`
+/// extended after a blank line (or set, when absent).
+pub fn with_system(request: &Request, text: &str) -> Result<Request, DecodeError> {
+    let invalid = |e: serde_json::Error| DecodeError::InvalidJson(e.to_string());
+    let (member, value) = match request.format {
+        Format::OpenAiChat => {
+            let raw = request.body.member("messages").unwrap_or("[]");
+            let mut items: Vec<Box<RawValue>> = serde_json::from_str(raw).map_err(invalid)?;
+            let system = json!({"role": "system", "content": text});
+            items.insert(
+                0,
+                RawValue::from_string(system.to_string()).map_err(invalid)?,
+            );
+            ("messages", serde_json::to_string(&items).map_err(invalid)?)
+        }
+        Format::AnthropicMessages => {
+            let value = match request
+                .body
+                .member("system")
+                .map(serde_json::from_str::<Value>)
+            {
+                Some(Ok(Value::Array(mut blocks))) => {
+                    blocks.push(json!({"type": "text", "text": text}));
+                    Value::Array(blocks)
+                }
+                Some(Ok(Value::String(s))) => Value::String(format!("{s}\n\n{text}")),
+                _ => Value::String(text.to_owned()),
+            };
+            ("system", value.to_string())
+        }
+        Format::Responses => {
+            let value = match request
+                .body
+                .member("instructions")
+                .map(serde_json::from_str::<Value>)
+            {
+                Some(Ok(Value::String(s))) => format!("{s}\n\n{text}"),
+                _ => text.to_owned(),
+            };
+            ("instructions", Value::String(value).to_string())
+        }
+    };
+    let body = request.body.rewritten_adding(
+        &request.model,
+        &[(member, Some(value.clone()))],
+        &[(member, value)],
+    );
+    request.format.decode(&body)
+}
+
+fn built(
+    request: &Request,
+    turns: &[(Role, &str)],
+    stream: bool,
+    extra: &[(&str, String)],
+) -> Result<Request, DecodeError> {
     let member = conversation(request.format);
     let raw = request.body.member(member).unwrap_or("[]");
     let mut items: Vec<Box<RawValue>> = match serde_json::from_str::<String>(raw) {
@@ -56,11 +132,12 @@ pub fn extended(
     if !stream {
         overrides.push(("stream_options", None));
     }
-    let body = request.body.rewritten_adding(
-        &request.model,
-        &overrides,
-        &[(member, list), ("stream", stream_text)],
-    );
+    overrides.extend(extra.iter().map(|(k, v)| (*k, Some(v.clone()))));
+    let mut added = vec![(member, list), ("stream", stream_text)];
+    added.extend(extra.iter().cloned());
+    let body = request
+        .body
+        .rewritten_adding(&request.model, &overrides, &added);
     request.format.decode(&body)
 }
 
@@ -201,6 +278,87 @@ mod tests {
         assert_eq!(
             body(&tricky)["input"][1]["content"],
             "say \"hi\"\nthen </answer>"
+        );
+    }
+
+    #[test]
+    fn a_text_request_asks_for_text_and_keeps_tools_uncalled() {
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        let r = decoded(
+            Format::OpenAiChat,
+            json!({"model": "c", "stream": true, "tools": tools, "tool_choice": "required",
+                   "messages": [{"role": "user", "content": "hi"}]}),
+        );
+        let out = text_request(&r, "sum up").unwrap();
+        assert_eq!(
+            body(&out),
+            json!({"model": "c", "stream": false, "tools": tools, "tool_choice": "none",
+                   "messages": [{"role": "user", "content": "hi"},
+                                {"role": "user", "content": "sum up"}]})
+        );
+        let a = decoded(
+            Format::AnthropicMessages,
+            json!({"model": "c", "max_tokens": 10, "tools": [{"name": "f", "input_schema": {}}],
+                   "messages": [{"role": "user", "content": "hi"}]}),
+        );
+        assert_eq!(
+            body(&text_request(&a, "sum up").unwrap())["tool_choice"],
+            json!({"type": "none"})
+        );
+        // No tools: no tool_choice.
+        let plain = decoded(Format::Responses, json!({"model": "c", "input": "hi"}));
+        assert_eq!(
+            body(&text_request(&plain, "sum up").unwrap()).get("tool_choice"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_system_instruction_is_extended_in_each_format() {
+        let chat = decoded(
+            Format::OpenAiChat,
+            json!({"model": "c", "messages": [{"role": "system", "content": "be brief"},
+                                             {"role": "user", "content": "hi"}]}),
+        );
+        assert_eq!(
+            body(&with_system(&chat, "handed over").unwrap())["messages"],
+            json!([{"role": "system", "content": "handed over"},
+                   {"role": "system", "content": "be brief"},
+                   {"role": "user", "content": "hi"}])
+        );
+        let msgs = |system: Option<Value>| {
+            let mut b = json!({"model": "c", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
+            if let Some(s) = system {
+                b["system"] = s;
+            }
+            body(&with_system(&decoded(Format::AnthropicMessages, b), "handed over").unwrap())
+                ["system"]
+                .clone()
+        };
+        assert_eq!(msgs(None), json!("handed over"));
+        assert_eq!(
+            msgs(Some(json!("be brief"))),
+            json!("be brief\n\nhanded over")
+        );
+        assert_eq!(
+            msgs(Some(
+                json!([{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}])
+            )),
+            json!([{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}},
+                   {"type": "text", "text": "handed over"}])
+        );
+        let resp = |b: Value| {
+            body(&with_system(&decoded(Format::Responses, b), "handed over").unwrap())
+                ["instructions"]
+                .clone()
+        };
+        assert_eq!(
+            resp(json!({"model": "c", "input": "hi"})),
+            json!("handed over")
+        );
+        assert_eq!(
+            resp(json!({"model": "c", "input": "hi", "instructions": "be brief"})),
+            json!("be brief\n\nhanded over")
         );
     }
 

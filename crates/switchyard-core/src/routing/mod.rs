@@ -16,6 +16,7 @@
 pub mod affinity;
 pub mod exclusion;
 pub mod lease;
+pub mod relay;
 mod resolve;
 pub mod shape;
 pub mod stats;

@@ -27,6 +27,9 @@ pub enum Shape {
     Single,
     Pipeline,
     Fusion,
+    /// One candidate answers, as [`Shape::Single`]; the session's conversation is
+    /// handed between accounts with a summary ([`super::relay`]).
+    Relay,
 }
 
 /// The user turn that follows a pipeline step's answer in the next step's request.

@@ -228,23 +228,27 @@ async fn run(
         });
     }
     let protocol = ProtocolHeaders::of(format, headers);
+    // A request with tools is answered by one target whatever the shape: the client
+    // runs the tool call, no other model can revise or judge it.
+    let shape = match plan.strategy.shape() {
+        shape @ (Shape::Single | Shape::Relay) => shape,
+        _ if compose::has_tools(&request) => Shape::Single,
+        shape => shape,
+    };
+    let relay = session.filter(|_| shape == Shape::Relay);
+    let handed = relay.and_then(|s| shapes::handed_over(state, &snap, s, &candidates, &request));
     let ctx = attempt::Ctx::new(
         (&state.runtime, clock, &snap),
         key,
-        (&request, estimate),
+        (handed.as_ref().unwrap_or(&request), estimate),
         &protocol,
         (&candidates, plan.policy),
         lease.as_ref(),
     );
-    // A request with tools is answered by one target whatever the shape: the client
-    // runs the tool call, no other model can revise or judge it.
-    let shape = match plan.strategy.shape() {
-        Shape::Single => Shape::Single,
-        _ if compose::has_tools(&request) => Shape::Single,
-        shape => shape,
-    };
+    // Read now: a streamed answer takes the finisher with it.
+    let relay_id = relay.map(|_| finisher.request_id().to_owned());
     match shape {
-        Shape::Single => {}
+        Shape::Single | Shape::Relay => {}
         Shape::Pipeline => {
             settle(affinity::Ending::Untouched);
             return shapes::pipeline(state, &ctx, plan.excluded, finisher).await;
@@ -265,6 +269,17 @@ async fn run(
                     if let (Some(combo), true) = (&plan.combo, plan.strategy.needs().last_good) {
                         let now = clock.now_ms();
                         state.runtime.last_good.set(combo, &c.connection.id, now);
+                    }
+                    if let (Some(s), Some(request_id)) = (relay, relay_id) {
+                        let served = shapes::Served {
+                            snap: Arc::clone(&snap),
+                            key: key.clone(),
+                            candidate: c.clone(),
+                            protocol: protocol.clone(),
+                            policy: plan.policy,
+                            request_id,
+                        };
+                        shapes::relay_if_due(state, s, &request, served);
                     }
                 }
                 None => settle(affinity::Ending::Untouched),

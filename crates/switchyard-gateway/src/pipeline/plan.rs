@@ -17,6 +17,8 @@ use switchyard_core::llm::Request;
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::routing::affinity::{self, Pin, SessionKey};
 use switchyard_core::routing::lease::{self, Lease};
+use switchyard_core::routing::relay;
+use switchyard_core::routing::shape::Shape;
 use switchyard_core::routing::strategy::{
     self, context_optimized, Needs, RequestFacts, RoutingCtx, Turn,
 };
@@ -56,7 +58,8 @@ pub async fn build(
     let ttl = snap.settings.session_affinity_ttl_ms;
     planned.pin = session
         .filter(|_| !planned.plan.fixed)
-        .and_then(|s| runtime.affinity.pin(s, ttl, now));
+        .and_then(|s| runtime.affinity.pin(s, ttl, now))
+        .filter(|p| !planned.relay_stops(&p.connection, snap.settings.relay));
     if let Some(connection) = planned.pin.as_ref().map(|p| p.connection.clone()) {
         if planned.first_on(&connection) {
             tracing::debug!(%connection, "The session's pinned connection goes first.");
@@ -72,6 +75,16 @@ pub async fn build(
 }
 
 impl Planned {
+    /// Whether a `context-relay` plan has `connection` at its stop: its session moves
+    /// on, so a pin does not hold it there (SPEC R19).
+    fn relay_stops(&self, connection: &str, settings: relay::RelaySettings) -> bool {
+        self.plan.strategy.shape() == Shape::Relay
+            && self.plan.candidates.iter().zip(&self.views).any(|(c, v)| {
+                c.connection.id == connection
+                    && relay::phase(v.quota.used_max, settings) == relay::Phase::Stop
+            })
+    }
+
     /// Puts `connection`'s candidates (and their views) first; whether any moved.
     fn first_on(&mut self, connection: &str) -> bool {
         if !self.views.is_empty() {
@@ -215,6 +228,7 @@ async fn ordered(
         draw,
         turn,
         auto: snap.settings.auto,
+        relay: snap.settings.relay,
     };
     let order = strategy.order(&ctx);
     if !strategy::is_identity(&order) {

@@ -1,5 +1,6 @@
 //! The dispatch shapes (SPEC R19, [`switchyard_core::routing::shape`]): `pipeline` and
-//! `fusion` make several upstream calls for one client request. Each call is one
+//! `fusion` make several upstream calls for one client request, and `context-relay`
+//! one more, off the request path, when an account nears its window's end. Each call is one
 //! dispatch ([`super::dispatch`]) over its target's candidates, with the failover, the
 //! exclusions and the quota booking of any request. The call whose answer the client
 //! gets (the last step, the judge) is made on the client's finisher, streamed if the
@@ -12,17 +13,23 @@ use super::finish::Finisher;
 use super::{dispatch, Dispatched};
 use crate::clock::RequestClock;
 use crate::error::{render, ApiError};
+use crate::snapshot::Snapshot;
 use crate::state::AppState;
+use crate::upstream::ProtocolHeaders;
 use axum::response::Response;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http_body_util::BodyExt;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_core::catalog::ApiKey;
 use switchyard_core::format::compose::{self, Role};
 use switchyard_core::llm::Request;
 use switchyard_core::outcome::AttemptFailure;
+use switchyard_core::quota::cost::Estimate;
+use switchyard_core::routing::affinity::SessionKey;
+use switchyard_core::routing::relay;
 use switchyard_core::routing::shape::{self, Gather, Wait, REVISE_PROMPT};
-use switchyard_core::routing::{Candidate, Exclusion};
+use switchyard_core::routing::{Candidate, DispatchPolicy, Exclusion};
 
 /// The error code in the log row of a panel member still running at the deadline.
 const CUT_AT_DEADLINE: &str = "fusion_deadline";
@@ -231,4 +238,124 @@ async fn in_full(
         .map_err(|_| 502u16)?
         .to_bytes();
     compose::answer_text(format, &bytes).ok_or(502)
+}
+
+/// The client's request with the summary another account made for its session, when
+/// its first candidate is on another account than the one that made it (SPEC R19's
+/// `context-relay`); the summary is then used up.
+pub(super) fn handed_over(
+    state: &AppState,
+    snap: &Snapshot,
+    session: SessionKey,
+    candidates: &[Candidate],
+    request: &Request,
+) -> Option<Request> {
+    let first = candidates.first()?;
+    let ttl = snap.settings.session_affinity_ttl_ms;
+    let now = state.clock.now_ms();
+    let summary = state
+        .runtime
+        .relay
+        .take(session, &first.connection.id, ttl, now)?;
+    match compose::with_system(request, &relay::handoff_text(&summary)) {
+        Ok(handed) => {
+            tracing::info!(
+                connection_id = %first.connection.id,
+                "The session moves to another account with the previous account's summary."
+            );
+            Some(handed)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "The handoff summary could not be added; the request goes as sent.");
+            None
+        }
+    }
+}
+
+/// What a served request of a `context-relay` combo leaves for its summary call.
+pub(super) struct Served {
+    pub snap: Arc<Snapshot>,
+    pub key: ApiKey,
+    pub candidate: Candidate,
+    pub protocol: ProtocolHeaders,
+    pub policy: DispatchPolicy,
+    pub request_id: String,
+}
+
+/// Has the account that served `session` summarize the conversation for the next one,
+/// off the request path, when its provider reports it near its window's end and no
+/// summary of it is waiting or being made (SPEC R19's `context-relay`). The summary
+/// call is booked and logged on its own, as `<request id>.relay`.
+pub(super) fn relay_if_due(
+    state: &Arc<AppState>,
+    session: SessionKey,
+    request: &Request,
+    served: Served,
+) {
+    let conn = &served.candidate.connection;
+    let settings = served.snap.settings.relay;
+    let used = state.runtime.quota.connection_windows(&conn.id).used_max;
+    if relay::phase(used, settings) == relay::Phase::Serve {
+        return;
+    }
+    let ttl = served.snap.settings.session_affinity_ttl_ms;
+    if !state
+        .runtime
+        .relay
+        .begin(session, &conn.id, ttl, state.clock.now_ms())
+    {
+        return;
+    }
+    let asked = match compose::text_request(request, relay::SUMMARY_PROMPT) {
+        Ok(asked) => asked,
+        Err(e) => {
+            state.runtime.relay.failed(session, &conn.id);
+            tracing::warn!(error = %e, "The conversation could not be put to its account for a summary.");
+            return;
+        }
+    };
+    tracing::info!(
+        request_id = served.request_id,
+        connection_id = %conn.id,
+        used = used.unwrap_or(0.0),
+        "The account nears its window's end; it summarizes the session for the next account."
+    );
+    let state = Arc::clone(state);
+    tokio::spawn(async move {
+        let Served {
+            snap,
+            key,
+            candidate,
+            protocol,
+            policy,
+            request_id,
+        } = served;
+        let clock = RequestClock::start(state.clock.as_ref());
+        let candidates = [candidate];
+        let estimate = Estimate::at_admission(asked.prompt_len, asked.max_tokens, asked.stream);
+        let ctx = Ctx::new(
+            (&state.runtime, clock, &snap),
+            &key,
+            (&asked, estimate),
+            &protocol,
+            (&candidates, policy),
+            None,
+        );
+        let id = format!("{request_id}.relay");
+        let mut finisher = Finisher::start(super::finishing(&state), id, clock, asked.format);
+        finisher.set_key(&key.id);
+        finisher.set_request(&asked.model, false);
+        let from = &candidates[0].connection.id;
+        match in_full(&ctx, &asked, &candidates, &mut finisher).await {
+            Ok(summary) => state.runtime.relay.made(session, from, &summary),
+            Err(status) => {
+                state.runtime.relay.failed(session, from);
+                tracing::warn!(
+                    request_id,
+                    status,
+                    "The handoff summary could not be made; a later request may try again."
+                );
+            }
+        }
+    });
 }

@@ -2,7 +2,7 @@
 //! changes — provider breakers and connection health ([`resilience`]), session pins
 //! ([`affinity`]), exclusive leases ([`leases`], written through), combos' turns
 //! ([`turns`]), service stats ([`stats`]), combos' last good connections
-//! ([`last_good`]), concurrency gates
+//! ([`last_good`]), `context-relay` handoffs ([`relay`]), concurrency gates
 //! and their queues ([`gate`]), quota counters and provider signals ([`quota`]), the
 //! Claude usage-wall machines ([`usage_wall`]) —
 //! written behind to the store by the `persist` writer. Each part is held behind
@@ -15,6 +15,7 @@ pub mod gate;
 pub mod last_good;
 pub mod leases;
 pub mod quota;
+pub mod relay;
 pub mod resilience;
 pub mod stats;
 pub mod turns;
@@ -44,4 +45,6 @@ pub struct Runtime {
     pub stats: stats::Stats,
     /// Each combo's last good connection, for `lkgp`.
     pub last_good: last_good::LastGood,
+    /// The `context-relay` handoffs by session.
+    pub relay: relay::Relay,
 }

@@ -913,7 +913,7 @@ async fn the_quota_share_strategy_is_not_user_selectable() {
     assert_eq!(e["error"]["code"], "invalid_config");
     assert_eq!(
         e["error"]["message"],
-        "combo `mine`: unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp, context-optimized, auto, pipeline, fusion"
+        "combo `mine`: unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp, context-optimized, auto, pipeline, fusion, context-relay"
     );
     assert_eq!(h.admin_get("/api/combos/mine").await.status(), 404);
 }

@@ -310,3 +310,95 @@ async fn every_call_of_a_shape_books_quota_on_its_own() {
     assert_eq!(h.chat(chat_body("panel", true)).await.status(), 200);
     assert_eq!(used().await, 3.0);
 }
+
+/// A chat turn of session `session` to `model`.
+async fn session_turn(h: &Harness, session: &str, model: &str) -> reqwest::Response {
+    h.http
+        .post(h.url("/v1/chat/completions"))
+        .bearer_auth(switchyard_test_support::KEY)
+        .header("x-claude-code-session-id", session)
+        .json(&chat_body(model, false))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The mock's reply headers saying `credential`'s account has `percent` of its 5-hour
+/// window used, for `times` answers (forever without).
+fn used(credential: &str, percent: &str, times: Option<u64>) -> Value {
+    let mut rule = json!({"match": {"credential": credential}, "headers": {
+        "x-codex-primary-used-percent": percent, "x-codex-primary-window-minutes": "300"}});
+    if let Some(n) = times {
+        rule["times"] = json!(n);
+    }
+    rule
+}
+
+#[tokio::test]
+async fn context_relay_hands_a_session_to_the_next_account_with_a_summary() {
+    use switchyard_core::routing::relay::{handoff_text, SUMMARY_PROMPT};
+    let h = Harness::start_with(
+        |mock| Config::standard(mock).combo(Combo::of("relay", "context-relay", TARGETS)),
+        &[],
+    )
+    .await;
+    let answer = canned(&h).await;
+    // alpha reports 90 % used twice (the first turn, the summary), then 96 %.
+    h.rule(used(CRED_ALPHA, "90", Some(2))).await;
+    h.rule(used(CRED_ALPHA, "96", None)).await;
+    let before = h.mock_requests().await.len();
+    let r = session_turn(&h, "s1", "relay").await;
+    assert_eq!(r.status(), 200);
+    let id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+    // Past 85 %: alpha summarizes the conversation, off the request path.
+    switchyard_test_support::eventually("the summary is made", || async {
+        h.mock_requests().await.len() == before + 2
+    })
+    .await;
+    let calls = calls_since(&h, before).await;
+    assert_eq!(calls[1].0, CRED_ALPHA);
+    assert_eq!(calls[1].1["stream"], false);
+    assert_eq!(
+        calls[1].1["messages"],
+        json!([{"role": "user", "content": HELLO}, {"role": "user", "content": SUMMARY_PROMPT}])
+    );
+    let rows = rows(&h, 2).await;
+    assert_eq!(
+        rows[1],
+        (
+            format!("{id}.relay"),
+            "alpha-1".to_owned(),
+            200,
+            String::new()
+        )
+    );
+    // Still under 95 %: the session stays on alpha, which now reports 96 %.
+    assert_eq!(session_turn(&h, "s1", "relay").await.status(), 200);
+    assert_eq!(calls_since(&h, before + 2).await[0].0, CRED_ALPHA);
+    // At its stop alpha goes last (the session's pin does not hold it): beta takes the
+    // session, with alpha's summary as its first system message...
+    assert_eq!(session_turn(&h, "s1", "relay").await.status(), 200);
+    let (cred, body) = calls_since(&h, before + 3).await.remove(0);
+    assert_eq!(cred, CRED_BETA);
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "system", "content": handoff_text(&answer)},
+               {"role": "user", "content": HELLO}])
+    );
+    // ...once.
+    assert_eq!(session_turn(&h, "s1", "relay").await.status(), 200);
+    let (cred, body) = calls_since(&h, before + 4).await.remove(0);
+    assert_eq!(cred, CRED_BETA);
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": HELLO}])
+    );
+    // Another session has no summary to carry: it goes to beta as sent.
+    assert_eq!(session_turn(&h, "s2", "relay").await.status(), 200);
+    let (cred, body) = calls_since(&h, before + 5).await.remove(0);
+    assert_eq!(cred, CRED_BETA);
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": HELLO}])
+    );
+}

@@ -8,6 +8,7 @@
 pub mod auto;
 mod cache_optimized;
 pub mod context_optimized;
+mod context_relay;
 mod cost_optimized;
 pub mod draw;
 mod fill_first;
@@ -29,6 +30,7 @@ mod weighted;
 pub use auto::Auto;
 pub use cache_optimized::CacheOptimized;
 pub use context_optimized::ContextOptimized;
+pub use context_relay::ContextRelay;
 pub use cost_optimized::CostOptimized;
 pub use fill_first::FillFirst;
 pub use fusion::Fusion;
@@ -175,6 +177,8 @@ pub struct RoutingCtx<'a> {
     pub turn: Turn,
     /// `auto`'s weights (`routing.auto.*`).
     pub auto: auto::Weights,
+    /// `context-relay`'s thresholds (`routing.contextRelay.*`).
+    pub relay: super::relay::RelaySettings,
 }
 
 /// A routing strategy: see the module docs.
@@ -215,6 +219,7 @@ pub const REGISTRY: &[&dyn Strategy] = &[
     &Auto,
     &Pipeline,
     &Fusion,
+    &ContextRelay,
 ];
 
 /// The internal strategy of `qtSd/` combos (SPEC Q12); no combo may name it.
@@ -294,13 +299,14 @@ mod tests {
                 "context-optimized",
                 "auto",
                 "pipeline",
-                "fusion"
+                "fusion",
+                "context-relay"
             ]
         );
         let err = named("quota-share").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp, context-optimized, auto, pipeline, fusion"
+            "unknown strategy `quota-share`: use one of priority, weighted, round-robin, fill-first, random, strict-random, cost-optimized, p2c, least-used, cache-optimized, headroom, reset-window, reset-aware, lkgp, context-optimized, auto, pipeline, fusion, context-relay"
         );
         assert_eq!(DEFAULT.name(), "priority");
         assert_eq!(QUOTA_SHARE.name(), "quota-share");

@@ -109,6 +109,7 @@ mod tests {
             draw: 0,
             turn: super::super::Turn::default(),
             auto: super::super::auto::Weights::default(),
+            relay: crate::routing::relay::RelaySettings::default(),
         };
         assert_eq!(Priority.order(&ctx(0)), vec![1, 0]);
         assert_eq!(Priority.order(&ctx(5)), vec![1, 0]);
