@@ -12,6 +12,7 @@ use axum::response::Response;
 use maud::{html, Markup};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
+use switchyard_core::routing::shape::Shape;
 use switchyard_core::routing::strategy;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
@@ -202,25 +203,35 @@ fn fields(prefix: &str, c: Option<&ComboRecord>) -> Markup {
             (readers("weight", |n| n.weight)) " " (readers("cost", |n| n.cost))
             " A fixed " code { "connection" } " keeps the target on that account; session pins do not reorder such a combo."
         }
+        p.hint {
+            (listed(|s| s.shape() != Shape::Single))
+            " are dispatch shapes: they make more than one upstream call for a request (each logged as its own row, "
+            code { "<request id>.<n>" } "); a request with tools is answered by one target."
+        }
     }
 }
 
 /// Which registered strategies read a target field, from their declared needs: the
 /// hint cannot drift from the registry.
 fn readers(field: &str, reads: fn(strategy::Needs) -> bool) -> Markup {
+    html! {
+        code { (field) } " is read by " (listed(|s| reads(s.needs()))) " (others ignore it)."
+    }
+}
+
+/// The registered strategies `pick` picks, as "a, b and c" ("no strategy" for none).
+fn listed(pick: impl Fn(&dyn strategy::Strategy) -> bool) -> Markup {
     let names: Vec<&str> = strategy::REGISTRY
         .iter()
-        .filter(|s| reads(s.needs()))
+        .filter(|s| pick(**s))
         .map(|s| s.name())
         .collect();
     html! {
-        code { (field) } " is read by "
         @for (i, n) in names.iter().enumerate() {
             @if i > 0 { @if i + 1 == names.len() { " and " } @else { ", " } }
             code { (n) }
         }
         @if names.is_empty() { "no strategy" }
-        " (others ignore it)."
     }
 }
 
@@ -334,6 +345,11 @@ mod tests {
             readers("cost", |n| n.cost).into_string(),
             "<code>cost</code> is read by <code>cost-optimized</code> and <code>auto</code> (others ignore it)."
         );
+        assert_eq!(
+            listed(|s| s.shape() != Shape::Single).into_string(),
+            "<code>pipeline</code>, <code>fusion</code> and <code>context-relay</code>"
+        );
+        assert_eq!(listed(|_| false).into_string(), "no strategy");
     }
 
     #[test]

@@ -325,6 +325,21 @@ impl Harness {
             .unwrap()
     }
 
+    /// Deletes `path` as the operator twice: the first answer must be 204, the second
+    /// 404 (a deletion that happened, and happened once).
+    pub async fn admin_delete_once(&self, path: &str) {
+        for expected in [204, 404] {
+            let r = self
+                .admin_send(
+                    reqwest::Method::DELETE,
+                    path,
+                    Value::Object(Default::default()),
+                )
+                .await;
+            assert_eq!(r.status(), expected, "DELETE {path}");
+        }
+    }
+
     /// Adds a mock rule through the mock's HTTP control API.
     pub async fn rule(&self, rule: Value) {
         let r = self

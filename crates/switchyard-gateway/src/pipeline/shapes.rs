@@ -211,8 +211,8 @@ async fn answer(
     }
 }
 
-/// A call answered in full, on its own finisher: the answer's text, or the status it
-/// ended with (an answer without text is a 502).
+/// A call answered in full, on its own finisher, outside the request's lease: the
+/// answer's text, or the status it ended with (an answer without text is a 502).
 async fn in_full(
     ctx: &Ctx<'_>,
     request: &Request,
@@ -220,7 +220,12 @@ async fn in_full(
     finisher: &mut Finisher,
 ) -> Result<String, u16> {
     let format = request.format;
-    let call = ctx.call(request, candidates, ctx.clock);
+    // The request's lease (SPEC R16) follows the answer the client gets, not the calls
+    // on the way to it.
+    let call = Ctx {
+        lease: None,
+        ..ctx.call(request, candidates, ctx.clock)
+    };
     let response = match dispatch(&call, Vec::new(), true, finisher).await {
         Dispatched::Answered { response, .. } => response,
         Dispatched::Ended { result, .. } => result.unwrap_or_else(|e| render::response(&e, format)),

@@ -7,6 +7,7 @@
 
 use crate::error::ApiError;
 use crate::runtime::leases::LeaseError;
+use crate::snapshot::Snapshot;
 use crate::state::AppState;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -127,7 +128,7 @@ pub async fn act(
                 None => (mint(), true),
             };
             let owner = OwnerHash::of_token(&token)?;
-            let eligible = eligible(state, key);
+            let eligible = eligible(state, &snap, key);
             let got = leases
                 .change(now, Some(owner), move |t, next_generation| {
                     let names: Vec<&str> = eligible.iter().map(String::as_str).collect();
@@ -197,8 +198,7 @@ fn mint() -> String {
 
 /// The key's connections a lease may take: listed, enabled, and not in a terminal
 /// state, in the key's order.
-fn eligible(state: &AppState, key: &ApiKey) -> Vec<String> {
-    let snap = state.snapshot();
+fn eligible(state: &AppState, snap: &Snapshot, key: &ApiKey) -> Vec<String> {
     key.allowed_connections
         .iter()
         .flatten()

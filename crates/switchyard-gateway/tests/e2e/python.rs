@@ -20,24 +20,69 @@ pub(crate) fn python() -> PathBuf {
     venv
 }
 
-#[tokio::test]
-async fn the_official_openai_python_client_parses_streaming_and_non_streaming_answers() {
-    let h = Harness::start().await;
+/// Runs `tests/openai_client.py` with chat route `route`: what it printed.
+async fn openai_client(h: &Harness, route: &str) -> String {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py");
     let out = tokio::process::Command::new(python())
         .arg(script)
         .arg(format!("{}/v1", h.base))
         .arg(KEY)
+        .arg(route)
         .output()
         .await
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
-    assert_eq!(
-        stdout,
-        "non-streaming: Hello from the Switchyard mock | tokens 5+5\nstreaming: Hello from the Switchyard mock | chunks 7\nretrieve: alpha/mock-small owned by alpha\nretrieve unknown: 404 model_not_found\n"
-    );
+    stdout
+}
+
+/// What the script prints when every check passes, the answer's usage counting
+/// `prompt` tokens in.
+fn openai_checks(prompt: u64) -> String {
+    format!("non-streaming: Hello from the Switchyard mock | tokens {prompt}+5\nstreaming: Hello from the Switchyard mock | chunks 7\nretrieve: alpha/mock-small owned by alpha\nretrieve unknown: 404 model_not_found\n")
+}
+
+#[tokio::test]
+async fn the_official_openai_python_client_parses_streaming_and_non_streaming_answers() {
+    let h = Harness::start().await;
+    assert_eq!(openai_client(&h, "fast").await, openai_checks(5));
+}
+
+/// The dispatch shapes (SPEC R19) answer once, as any route does: the client cannot
+/// tell a pipeline's or a fusion's answer from one call's.
+#[tokio::test]
+async fn the_official_openai_python_client_parses_the_answers_of_the_dispatch_shapes() {
+    let targets = ["alpha/mock-small", "beta/mock-small"];
+    let h = Harness::start_with(
+        |mock| {
+            Config::standard(mock)
+                .combo(Combo::of("chain", "pipeline", targets))
+                .combo(Combo::of("panel", "fusion", targets))
+        },
+        &[],
+    )
+    .await;
+    // The usage is the last call's, whose prompt holds what was handed to it: the
+    // first step's answer and the revise prompt, the panel's answers in the judge's
+    // brief (the mock counts a prompt's characters, a token per four, rounded up).
+    let (hello, answer) = ("Hello there, mock!", "Hello from the Switchyard mock");
+    let tokens = |texts: &[&str]| {
+        let chars: usize = texts.iter().map(|t| t.chars().count()).sum();
+        u64::try_from(chars.div_ceil(4)).unwrap()
+    };
+    let revise = switchyard_core::routing::shape::REVISE_PROMPT;
+    let judge = switchyard_core::routing::shape::judge_prompt(&[answer.into(), answer.into()]);
+    for (route, prompt) in [
+        ("chain", tokens(&[hello, answer, revise])),
+        ("panel", tokens(&[hello, &judge])),
+    ] {
+        assert_eq!(
+            openai_client(&h, route).await,
+            openai_checks(prompt),
+            "{route}"
+        );
+    }
 }
 
 /// Runs `tests/anthropic_client.py` on `model`, with `limited` scripted to answer 429.

@@ -313,4 +313,94 @@ mod tests {
         assert_eq!(StrategyRef(DEFAULT), StrategyRef(&Priority));
         assert_ne!(StrategyRef(DEFAULT), StrategyRef(QUOTA_SHARE));
     }
+
+    /// Any fact a strategy might read, including the odd ones (NaN, infinities,
+    /// zero weights, huge loads).
+    fn any_view() -> impl proptest::strategy::Strategy<Value = CandidateView> {
+        use crate::routing::view::{QuotaWindows, Reading};
+        use proptest::prelude::any;
+        use proptest::strategy::Strategy as _;
+        let number = || {
+            proptest::prop_oneof![
+                0.0f64..=1.0,
+                proptest::num::f64::ANY,
+                proptest::strategy::Just(f64::NAN)
+            ]
+        };
+        let reading = move || {
+            proptest::option::of((number(), proptest::option::of(any::<u64>())))
+                .prop_map(|r| r.map(|(used, reset_in_ms)| Reading { used, reset_in_ms }))
+        };
+        (
+            (any::<usize>(), any::<bool>(), number(), 0u32..4),
+            (
+                proptest::option::of(number()),
+                number(),
+                proptest::option::of(number()),
+            ),
+            (
+                number(),
+                any::<u64>(),
+                any::<bool>(),
+                proptest::option::of(any::<u64>()),
+            ),
+            (reading(), reading(), proptest::option::of(number())),
+        )
+            .prop_map(
+                |(
+                    (load, saturated, penalty, weight),
+                    (cost, success, header_ms),
+                    (used, affinity, last_good, context_window),
+                    (five_hours, weekly, used_max),
+                )| CandidateView {
+                    load,
+                    saturated,
+                    penalty,
+                    weight,
+                    cost,
+                    success,
+                    header_ms,
+                    used,
+                    affinity,
+                    quota: QuotaWindows {
+                        five_hours,
+                        weekly,
+                        used_max,
+                    },
+                    last_good,
+                    context_window,
+                },
+            )
+    }
+
+    proptest::proptest! {
+        /// SPEC R19: no strategy panics or loses a candidate, whatever the facts.
+        #[test]
+        fn every_strategy_orders_a_permutation_of_any_candidates(
+            views in proptest::collection::vec(any_view(), 0..10),
+            rotation in proptest::prelude::any::<usize>(),
+            draw in proptest::prelude::any::<u64>(),
+            (count, seed, batch) in (
+                proptest::prelude::any::<u64>(),
+                proptest::prelude::any::<u64>(),
+                1u64..1_000,
+            ),
+            prompt_len in proptest::prelude::any::<usize>(),
+        ) {
+            let ctx = RoutingCtx {
+                request: RequestFacts { model: "m", prompt_len },
+                views: &views,
+                rotation,
+                draw,
+                turn: Turn { count, seed, batch },
+                auto: auto::Weights::default(),
+                relay: crate::routing::relay::RelaySettings::default(),
+            };
+            for s in REGISTRY.iter().chain([&QUOTA_SHARE]) {
+                let mut order = s.order(&ctx);
+                order.sort_unstable();
+                proptest::prop_assert_eq!(order, (0..views.len()).collect::<Vec<_>>(), "{}", s.name());
+            }
+        }
+    }
 }
