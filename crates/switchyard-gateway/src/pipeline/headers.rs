@@ -15,6 +15,10 @@ pub const TRACE_HEADER: &str = "x-switchyard-trace";
 /// Response header carrying the request's routing decision when it asked for it.
 pub const ROUTE_HEADER: &str = "x-switchyard-route";
 
+/// The first bytes of every name looked for: the other headers (`host`, `content-type`,
+/// `authorization`, …) are passed over at one comparison each.
+const FIRST_BYTES: [u8; 3] = [b'x', b's', b't'];
+
 /// What one walk over the request's headers found.
 #[derive(Debug, Default)]
 pub struct Presented<'a> {
@@ -30,6 +34,13 @@ impl<'a> Presented<'a> {
         let mut found = Self::default();
         for (name, value) in headers {
             let name = name.as_str();
+            if !name
+                .as_bytes()
+                .first()
+                .is_some_and(|b| FIRST_BYTES.contains(b))
+            {
+                continue;
+            }
             if found.session.offer(name, value.as_bytes()) {
                 continue;
             }
@@ -44,5 +55,44 @@ impl<'a> Presented<'a> {
             }
         }
         found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_core::routing::affinity::SESSION_HEADERS;
+
+    #[test]
+    fn every_name_looked_for_passes_the_first_byte_filter() {
+        let names = SESSION_HEADERS.iter().chain(&[
+            lease::OWNER_HEADER,
+            lease::GENERATION_HEADER,
+            TRACE_HEADER,
+        ]);
+        for name in names {
+            assert!(FIRST_BYTES.contains(&name.as_bytes()[0]), "{name}");
+        }
+    }
+
+    #[test]
+    fn one_walk_finds_each_header() {
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("gw"));
+        h.insert("session-id", HeaderValue::from_static("s1"));
+        h.insert(lease::OWNER_HEADER, HeaderValue::from_static("vlo_x"));
+        h.insert(lease::GENERATION_HEADER, HeaderValue::from_static("3"));
+        h.insert(TRACE_HEADER, HeaderValue::from_static(" 1 "));
+        let p = Presented::scan(&h);
+        assert_eq!(p.lease_owner.unwrap(), "vlo_x");
+        assert_eq!(p.lease_generation.unwrap(), "3");
+        assert!(p.trace);
+        let body = switchyard_core::llm::RawObject::parse(b"{}").unwrap();
+        assert_eq!(p.session.session_id(&body).unwrap().1, "s1");
+        for off in ["0", "false", "FALSE", ""] {
+            let mut h = HeaderMap::new();
+            h.insert(TRACE_HEADER, HeaderValue::from_str(off).unwrap());
+            assert!(!Presented::scan(&h).trace, "{off:?}");
+        }
     }
 }

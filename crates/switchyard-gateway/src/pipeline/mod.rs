@@ -249,13 +249,15 @@ async fn run(
     let relay_id = relay.map(|_| finisher.request_id().to_owned());
     match shape {
         Shape::Single | Shape::Relay => {}
+        // Boxed: a shape's future holds several dispatches' and would otherwise grow
+        // every request's future, which the server copies whole.
         Shape::Pipeline => {
             settle(affinity::Ending::Untouched);
-            return shapes::pipeline(state, &ctx, plan.excluded, finisher).await;
+            return Box::pin(shapes::pipeline(state, &ctx, plan.excluded, finisher)).await;
         }
         Shape::Fusion => {
             settle(affinity::Ending::Untouched);
-            return shapes::fusion(state, &ctx, plan.excluded, finisher).await;
+            return Box::pin(shapes::fusion(state, &ctx, plan.excluded, finisher)).await;
         }
     }
     match dispatch(&ctx, plan.excluded, plan.combo.is_some(), finisher).await {
