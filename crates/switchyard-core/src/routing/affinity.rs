@@ -434,9 +434,6 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Connection;
-    use crate::domain::AuthClass;
-    use std::sync::Arc;
 
     fn body(json: &str) -> RawObject {
         RawObject::parse(json.as_bytes()).unwrap()
@@ -530,24 +527,7 @@ mod tests {
     }
 
     fn cand(conn: &str) -> Candidate {
-        Candidate {
-            connection: Arc::new(Connection {
-                id: conn.into(),
-                provider: "p".into(),
-                auth_class: AuthClass::Apikey,
-                format: crate::domain::UpstreamFormat::Openai,
-                base_url: "http://x".into(),
-                enabled: true,
-                max_concurrent: None,
-                model_concurrency: Default::default(),
-                queue: Default::default(),
-                disable_cooling: false,
-                family: "p".into(),
-                index: 0,
-            }),
-            upstream_model: "m".into(),
-            target: 0,
-        }
+        Candidate::for_test("p", conn, "m", 0)
     }
 
     fn order(cands: &[Candidate]) -> Vec<&str> {

@@ -43,6 +43,32 @@ pub struct Candidate {
     pub target: usize,
 }
 
+#[cfg(test)]
+impl Candidate {
+    /// A candidate on an API-key connection `id` of `provider` (its family too), for
+    /// the core's tests.
+    pub(crate) fn for_test(provider: &str, id: &str, model: &str, target: usize) -> Self {
+        Self {
+            connection: Arc::new(Connection {
+                id: id.into(),
+                provider: provider.into(),
+                auth_class: crate::domain::AuthClass::Apikey,
+                format: crate::domain::UpstreamFormat::Openai,
+                base_url: "http://x".into(),
+                enabled: true,
+                max_concurrent: None,
+                model_concurrency: Default::default(),
+                queue: Default::default(),
+                disable_cooling: false,
+                family: provider.into(),
+                index: 0,
+            }),
+            upstream_model: model.to_owned(),
+            target,
+        }
+    }
+}
+
 /// How a plan's candidates are dispatched: properties of the plan, so no stage needs
 /// to know which strategy made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

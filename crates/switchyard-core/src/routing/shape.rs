@@ -163,29 +163,9 @@ impl Gather {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::AuthClass;
-    use crate::routing::Connection;
-    use std::sync::Arc;
 
     fn candidate(target: usize, conn: &str) -> Candidate {
-        Candidate {
-            connection: Arc::new(Connection {
-                id: conn.into(),
-                provider: "p".into(),
-                auth_class: AuthClass::Apikey,
-                format: crate::domain::UpstreamFormat::Openai,
-                base_url: "http://x".into(),
-                enabled: true,
-                max_concurrent: None,
-                model_concurrency: Default::default(),
-                queue: Default::default(),
-                disable_cooling: false,
-                family: "p".into(),
-                index: 0,
-            }),
-            upstream_model: "m".into(),
-            target,
-        }
+        Candidate::for_test("p", conn, "m", target)
     }
 
     #[test]

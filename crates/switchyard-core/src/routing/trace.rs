@@ -194,28 +194,10 @@ impl Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Connection;
     use crate::routing::view::{QuotaWindows, Reading};
 
     fn candidate(provider: &str, id: &str, model: &str) -> Candidate {
-        Candidate {
-            connection: Arc::new(Connection {
-                id: id.into(),
-                provider: provider.into(),
-                auth_class: crate::domain::AuthClass::Apikey,
-                format: crate::domain::UpstreamFormat::Openai,
-                base_url: "http://x".into(),
-                enabled: true,
-                max_concurrent: None,
-                model_concurrency: Default::default(),
-                queue: Default::default(),
-                disable_cooling: false,
-                family: provider.into(),
-                index: 0,
-            }),
-            upstream_model: model.to_owned(),
-            target: 0,
-        }
+        Candidate::for_test(provider, id, model, 0)
     }
 
     #[test]
