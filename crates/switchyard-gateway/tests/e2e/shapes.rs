@@ -63,6 +63,11 @@ async fn rows(h: &Harness, n: usize) -> Vec<(String, String, u64, String)> {
 
 const HELLO: &str = "Hello there, mock!";
 
+/// The request id the gateway gave the client's request.
+fn request_id(r: &reqwest::Response) -> String {
+    r.headers()["x-request-id"].to_str().unwrap().to_owned()
+}
+
 #[tokio::test]
 async fn a_pipeline_hands_each_answer_to_the_next_step_and_answers_with_the_last() {
     let h = Harness::start_with(shapes, &[]).await;
@@ -70,7 +75,7 @@ async fn a_pipeline_hands_each_answer_to_the_next_step_and_answers_with_the_last
     let before = h.mock_requests().await.len();
     let r = h.chat(chat_body("chain", false)).await;
     assert_eq!(r.status(), 200);
-    let id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let id = request_id(&r);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], answer.as_str());
     let calls = calls_since(&h, before).await;
@@ -131,7 +136,7 @@ async fn a_step_that_fails_is_skipped_and_logged() {
     let before = h.mock_requests().await.len();
     let r = h.chat(chat_body("chain", false)).await;
     assert_eq!(r.status(), 200);
-    let id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let id = request_id(&r);
     let calls = calls_since(&h, before).await;
     assert_eq!(calls.len(), 2, "{calls:?}");
     // Beta works from the client's conversation alone.
@@ -171,7 +176,7 @@ async fn a_fusion_panel_answers_in_parallel_and_the_first_target_judges() {
     let r = h.chat(chat_body("panel", true)).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "text/event-stream");
-    let id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let id = request_id(&r);
     assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));
     let calls = calls_since(&h, before).await;
     assert_eq!(calls.len(), 3, "{calls:?}");
@@ -225,7 +230,7 @@ async fn a_fusion_panel_judges_what_came_and_cuts_who_is_late() {
         .await;
     let r = h.chat(chat_body("panel", false)).await;
     assert_eq!(r.status(), 200);
-    let id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let id = request_id(&r);
     let judged = h.mock_requests().await;
     let (_, body) = (
         &judged.last().unwrap()["credential"],
@@ -349,7 +354,7 @@ async fn context_relay_hands_a_session_to_the_next_account_with_a_summary() {
     let before = h.mock_requests().await.len();
     let r = session_turn(&h, "s1", "relay").await;
     assert_eq!(r.status(), 200);
-    let id = r.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let id = request_id(&r);
     // Past 85 %: alpha summarizes the conversation, off the request path.
     switchyard_test_support::eventually("the summary is made", || async {
         h.mock_requests().await.len() == before + 2
