@@ -14,6 +14,7 @@
 //! ([`secrets`]); the database file and its WAL files are owner-only.
 
 pub mod leases;
+mod log;
 mod migrations;
 pub mod quota;
 pub mod records;
@@ -23,11 +24,12 @@ pub mod secrets;
 pub mod sessions;
 mod sqlite;
 
+pub use log::OutcomeRow;
 pub use quota::{ConsumptionRow, PlanRecord};
 pub use records::*;
 pub use secrets::{KeyError, KeyId, Keyring, SecretKey};
 pub use sessions::{LastGoodChange, PinChange, PinRow};
-pub use sqlite::{make_private, Batch, OutcomeRow, SaveMode, Store};
+pub use sqlite::{make_private, Batch, SaveMode, Store};
 
 /// Everything that can go wrong in the store.
 #[derive(Debug, thiserror::Error)]
