@@ -13,6 +13,7 @@
 //! Connection credentials are encrypted at rest with a key kept outside the database
 //! ([`secrets`]); the database file and its WAL files are owner-only.
 
+mod config;
 mod keys;
 pub mod leases;
 mod log;
