@@ -36,8 +36,10 @@ pub use sqlite::{make_private, Batch, SaveMode, Store};
 /// Everything that can go wrong in the store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The database refused or failed a statement; the backend's own message (whatever
+    /// the backend: callers do not match on its errors).
     #[error("database error: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Database(String),
     #[error("stored JSON is invalid: {0}")]
     Json(#[from] serde_json::Error),
     #[error("{kind} `{id}` not found")]

@@ -25,6 +25,12 @@ use std::sync::{Mutex, MutexGuard};
 /// writes are tiny, so five seconds only expires when something is truly stuck.
 const BUSY_TIMEOUT_MS: u64 = 5_000;
 
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Database(e.to_string())
+    }
+}
+
 /// How a save treats an existing row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SaveMode {
