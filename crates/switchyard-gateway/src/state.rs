@@ -143,8 +143,11 @@ impl AppState {
         let gates = Gates::new(metrics.gates.clone());
         let hour_ago = clock.now_ms().saturating_sub(MINUTES_KEPT * MINUTE_MS);
         let recent = blocking(&store, move |s| s.log_series(hour_ago, MINUTE_MS)).await?;
-        let (log, log_writer) =
-            RequestLog::start(Arc::clone(&store), metrics.log_dropped.clone(), &recent);
+        let (log, log_writer) = RequestLog::start(
+            Arc::clone(&store) as _,
+            metrics.log_dropped.clone(),
+            &recent,
+        );
         let config = Arc::new(LiveConfig::new(snapshot, layers, configured_admin));
         let runtime = Arc::new(Runtime {
             resilience,

@@ -26,7 +26,7 @@ pub mod secrets;
 pub mod sessions;
 mod sqlite;
 
-pub use log::OutcomeRow;
+pub use log::{LogSink, OutcomeRow};
 pub use quota::{ConsumptionRow, PlanRecord};
 pub use records::*;
 pub use secrets::{KeyError, KeyId, Keyring, SecretKey};
@@ -80,3 +80,8 @@ pub enum StoreError {
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// What the store's async seams return: a boxed future owning what it needs, so a
+/// seam can be a trait object whatever database is behind it.
+pub type StoreFuture<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T>> + Send + 'static>>;

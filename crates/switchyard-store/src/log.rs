@@ -4,8 +4,26 @@
 
 use crate::records::*;
 use crate::sqlite::{i64_of, u64_col};
-use crate::{Result, Store};
+use crate::{Result, Store, StoreError, StoreFuture};
 use rusqlite::{params, OptionalExtension};
+use std::sync::Arc;
+
+/// Where the request log's batches go, off the request path: the seam the gateway's
+/// log writer holds, so the log may live in another database than SQLite.
+pub trait LogSink: Send + Sync + std::fmt::Debug {
+    /// Writes `rows` in one transaction: all of them or none.
+    fn write_batch(self: Arc<Self>, rows: Vec<LogRow>) -> StoreFuture<()>;
+}
+
+impl LogSink for Store {
+    fn write_batch(self: Arc<Self>, rows: Vec<LogRow>) -> StoreFuture<()> {
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || self.insert_log_batch(&rows))
+                .await
+                .map_err(|e| StoreError::Database(format!("the log write task failed: {e}")))?
+        })
+    }
+}
 
 impl Store {
     /// Inserts a batch of log rows in one transaction.

@@ -15,7 +15,7 @@ use crate::sync::lock;
 use prometheus_client::metrics::counter::Counter;
 use std::sync::{Arc, Mutex};
 use switchyard_core::routing::trace::{Decision, Fact};
-use switchyard_store::{LogRow, RouteStep, RouteTrace, SeriesRow, Store};
+use switchyard_store::{LogRow, LogSink, RouteStep, RouteTrace, SeriesRow};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -54,13 +54,17 @@ pub struct LogWriter {
 impl RequestLog {
     /// Creates the log and starts its writer; `recent` (the stored log's last hour per
     /// minute) seeds the per-minute series.
-    pub fn start(store: Arc<Store>, dropped: Counter, recent: &[SeriesRow]) -> (Self, LogWriter) {
+    pub fn start(
+        sink: Arc<dyn LogSink>,
+        dropped: Counter,
+        recent: &[SeriesRow],
+    ) -> (Self, LogWriter) {
         let (tx, rx) = mpsc::channel(BUFFER_ROWS);
         let (stop, stop_rx) = watch::channel(false);
         let mut series = MinuteSeries::default();
         series.seed(recent);
         let series = Arc::new(Mutex::new(series));
-        let task = tokio::spawn(write_loop(store, Arc::clone(&series), rx, stop_rx));
+        let task = tokio::spawn(write_loop(sink, Arc::clone(&series), rx, stop_rx));
         (
             Self {
                 tx,
@@ -102,7 +106,7 @@ impl LogWriter {
 }
 
 async fn write_loop(
-    store: Arc<Store>,
+    sink: Arc<dyn LogSink>,
     series: Arc<Mutex<MinuteSeries>>,
     mut rx: mpsc::Receiver<Entry>,
     mut stop: watch::Receiver<bool>,
@@ -128,18 +132,18 @@ async fn write_loop(
                         }
                     }
                 }
-                flush(&store, &series, &mut batch).await;
+                flush(&sink, &series, &mut batch).await;
             }
             r = stop.changed() => stopping = r.is_err() || *stop.borrow(),
         }
     }
     rx.close();
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        flush(&store, &series, &mut batch).await;
+        flush(&sink, &series, &mut batch).await;
     }
 }
 
-async fn flush(store: &Arc<Store>, series: &Mutex<MinuteSeries>, batch: &mut Vec<Entry>) {
+async fn flush(sink: &Arc<dyn LogSink>, series: &Mutex<MinuteSeries>, batch: &mut Vec<Entry>) {
     let rows: Vec<LogRow> = batch
         .drain(..)
         .map(|(mut row, route)| {
@@ -154,13 +158,8 @@ async fn flush(store: &Arc<Store>, series: &Mutex<MinuteSeries>, batch: &mut Vec
         }
     }
     let count = rows.len();
-    let store = Arc::clone(store);
-    match tokio::task::spawn_blocking(move || store.insert_log_batch(&rows)).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, rows = count, "Failed to write request-log rows.")
-        }
-        Err(e) => tracing::error!(error = %e, rows = count, "Request-log write task failed."),
+    if let Err(e) = Arc::clone(sink).write_batch(rows).await {
+        tracing::error!(error = %e, rows = count, "Failed to write request-log rows.");
     }
     batch.reserve(MAX_BATCH);
 }
@@ -198,5 +197,52 @@ pub fn trace(d: &Decision) -> RouteTrace {
         turn: d.turn,
         order,
         first: d.first.map(|f| f.as_str().to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::series::tests::row;
+    use switchyard_store::{StoreError, StoreFuture};
+
+    /// A sink that keeps the ids of each batch it is given, and fails when told to.
+    #[derive(Debug)]
+    struct Kept {
+        batches: Mutex<Vec<Vec<String>>>,
+        fail: bool,
+    }
+
+    impl LogSink for Kept {
+        fn write_batch(self: Arc<Self>, rows: Vec<LogRow>) -> StoreFuture<()> {
+            Box::pin(async move {
+                let ids = rows.iter().map(|r| r.request_id.clone()).collect();
+                lock(&self.batches).push(ids);
+                if self.fail {
+                    return Err(StoreError::Database("the disk is full".into()));
+                }
+                Ok(())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn every_row_reaches_the_sink_once_in_order_and_a_failing_sink_stops_nothing() {
+        for fail in [false, true] {
+            let sink = Arc::new(Kept {
+                batches: Mutex::default(),
+                fail,
+            });
+            let (log, writer) = RequestLog::start(Arc::clone(&sink) as _, Counter::default(), &[]);
+            for ts in 1..=3 {
+                log.record(row(ts, "p", "k", 200), None);
+            }
+            writer.finish().await;
+            assert_eq!(
+                lock(&sink.batches).concat(),
+                ["r1", "r2", "r3"],
+                "fail: {fail}"
+            );
+        }
     }
 }

@@ -144,10 +144,11 @@ impl MinuteSeries {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn row(ts: u64, provider: &str, key: &str, status: u16) -> LogRow {
+    /// A row of `provider`'s connection and `key` at `ts` (id `r<ts>`).
+    pub(crate) fn row(ts: u64, provider: &str, key: &str, status: u16) -> LogRow {
         LogRow {
             ts,
             request_id: format!("r{ts}"),
