@@ -20,7 +20,7 @@ use crate::runtime::Runtime;
 use crate::snapshot::LiveConfig;
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_store::Store;
+use switchyard_store::{LogQueries as _, Store};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -242,24 +242,18 @@ async fn prune_request_log(state: &Parts, stop: &watch::Receiver<bool>) {
         .saturating_sub(retention.days.saturating_mul(DAY_MS));
     let mut deleted: usize = 0;
     while !*stop.borrow() {
-        let store = Arc::clone(&state.store);
-        let batch = tokio::task::spawn_blocking(move || {
-            store.prune_logs(older_than, retention.max_rows, LOG_PRUNE_BATCH)
-        })
-        .await;
+        let batch = Arc::clone(&state.store)
+            .prune(older_than, retention.max_rows, LOG_PRUNE_BATCH)
+            .await;
         match batch {
-            Ok(Ok(n)) => {
+            Ok(n) => {
                 deleted = deleted.saturating_add(n);
                 if n < LOG_PRUNE_BATCH as usize {
                     break;
                 }
             }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "Request-log pruning failed; retrying at the next run.");
-                break;
-            }
             Err(e) => {
-                tracing::warn!(error = %e, "Request-log pruning task failed.");
+                tracing::warn!(error = %e, "Request-log pruning failed; retrying at the next run.");
                 break;
             }
         }

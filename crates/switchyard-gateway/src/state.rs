@@ -22,7 +22,7 @@ use switchyard_core::apikey::KeyHash;
 use switchyard_core::routing::lease;
 use switchyard_core::settings::{redact_url, Layers, QuotaSettings};
 use switchyard_store::redis_counters::{RedisCounters, RedisStoreError};
-use switchyard_store::{ConfigRows, Store, StoreError};
+use switchyard_store::{ConfigRows, LogQueries, Store, StoreError};
 use tokio::task::JoinHandle;
 
 /// How often a gateway whose quota counters fell back to memory tries Redis again. One
@@ -52,6 +52,8 @@ pub struct AppState {
     pub runtime: Arc<Runtime>,
     pub telemetry: Arc<Telemetry>,
     pub store: Arc<Store>,
+    /// The request log's reads (the same database as `store` today).
+    pub logs: Arc<dyn LogQueries>,
     pub clock: Arc<dyn Clock>,
     rotation: AtomicUsize,
     request_seq: AtomicU64,
@@ -115,7 +117,8 @@ impl AppState {
             .now_ms()
             .saturating_sub(switchyard_core::resilience::rules::EGRESS_WINDOW_MS);
         // Best effort: without it, buckets fill again as attempts are made.
-        match blocking(&store, move |s| s.last_egress(since)).await {
+        let logs: Arc<dyn LogQueries> = Arc::clone(&store) as _;
+        match Arc::clone(&logs).egress(since).await {
             Ok(egress) => resilience.load_egress(&snapshot.catalog, egress),
             Err(e) => {
                 tracing::warn!(error = %e, "Could not read the connections' last egress from the request log; egress buckets start empty.")
@@ -132,7 +135,7 @@ impl AppState {
         blocking(&store, move |_| reload.reload(now)).await?;
         // Routing's service stats (SPEC R19) from the newest logged requests; best effort.
         let stats = crate::runtime::stats::Stats::default();
-        match blocking(&store, |s| s.recent_outcomes(SEEDED_OUTCOMES)).await {
+        match Arc::clone(&logs).outcomes(SEEDED_OUTCOMES).await {
             Ok(rows) => stats.seed(&rows),
             Err(e) => {
                 tracing::warn!(error = %e, "Could not read recent requests from the request log; routing's service stats start empty.")
@@ -142,7 +145,7 @@ impl AppState {
         last_good.load(blocking(&store, Store::load_last_good).await?);
         let gates = Gates::new(metrics.gates.clone());
         let hour_ago = clock.now_ms().saturating_sub(MINUTES_KEPT * MINUTE_MS);
-        let recent = blocking(&store, move |s| s.log_series(hour_ago, MINUTE_MS)).await?;
+        let recent = Arc::clone(&logs).series(hour_ago, MINUTE_MS).await?;
         let (log, log_writer) = RequestLog::start(
             Arc::clone(&store) as _,
             metrics.log_dropped.clone(),
@@ -166,6 +169,7 @@ impl AppState {
             runtime: Arc::clone(&runtime),
             telemetry: Arc::new(Telemetry { metrics, log }),
             store: Arc::clone(&store),
+            logs,
             started_at_ms: clock.now_ms(),
             clock: Arc::clone(&clock),
             rotation: AtomicUsize::new(0),

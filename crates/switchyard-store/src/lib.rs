@@ -26,7 +26,7 @@ pub mod secrets;
 pub mod sessions;
 mod sqlite;
 
-pub use log::{LogSink, OutcomeRow};
+pub use log::{LogQueries, LogSink, OutcomeRow};
 pub use quota::{ConsumptionRow, PlanRecord};
 pub use records::*;
 pub use secrets::{KeyError, KeyId, Keyring, SecretKey};

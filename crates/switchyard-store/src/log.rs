@@ -15,13 +15,67 @@ pub trait LogSink: Send + Sync + std::fmt::Debug {
     fn write_batch(self: Arc<Self>, rows: Vec<LogRow>) -> StoreFuture<()>;
 }
 
+/// What the gateway reads from the request log: the logs API and the dashboard's pages,
+/// the seeding of the minute series, routing's service stats and the last known
+/// egress addresses at start, and the retention's deletes.
+pub trait LogQueries: Send + Sync + std::fmt::Debug {
+    /// A page of rows, newest first (see [`Store::query_logs`]).
+    fn page(self: Arc<Self>, q: LogQuery) -> StoreFuture<Vec<(i64, LogRow)>>;
+    /// The log's row count and time span.
+    fn size(self: Arc<Self>) -> StoreFuture<LogSize>;
+    /// Requests, errors and tokens per bucket since `since_ms`.
+    fn series(self: Arc<Self>, since_ms: u64, bucket_ms: u64) -> StoreFuture<Vec<SeriesRow>>;
+    /// The newest `limit` outcomes on connections, oldest first.
+    fn outcomes(self: Arc<Self>, limit: usize) -> StoreFuture<Vec<OutcomeRow>>;
+    /// Each connection's newest egress address since `since_ms`.
+    fn egress(self: Arc<Self>, since_ms: u64) -> StoreFuture<Vec<(String, String, u64)>>;
+    /// Deletes up to `batch` rows past the retention; how many went.
+    fn prune(self: Arc<Self>, older_than_ms: u64, max_rows: u64, batch: u32) -> StoreFuture<usize>;
+}
+
+impl Store {
+    /// Runs `f` on the blocking pool: SQLite's calls are synchronous.
+    fn off_thread<T: Send + 'static>(
+        self: Arc<Self>,
+        f: impl FnOnce(&Store) -> Result<T> + Send + 'static,
+    ) -> StoreFuture<T> {
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || f(&self))
+                .await
+                .map_err(|e| StoreError::Database(format!("the database task failed: {e}")))?
+        })
+    }
+}
+
 impl LogSink for Store {
     fn write_batch(self: Arc<Self>, rows: Vec<LogRow>) -> StoreFuture<()> {
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || self.insert_log_batch(&rows))
-                .await
-                .map_err(|e| StoreError::Database(format!("the log write task failed: {e}")))?
-        })
+        self.off_thread(move |s| s.insert_log_batch(&rows))
+    }
+}
+
+impl LogQueries for Store {
+    fn page(self: Arc<Self>, q: LogQuery) -> StoreFuture<Vec<(i64, LogRow)>> {
+        self.off_thread(move |s| s.query_logs(&q))
+    }
+
+    fn size(self: Arc<Self>) -> StoreFuture<LogSize> {
+        self.off_thread(Store::log_size)
+    }
+
+    fn series(self: Arc<Self>, since_ms: u64, bucket_ms: u64) -> StoreFuture<Vec<SeriesRow>> {
+        self.off_thread(move |s| s.log_series(since_ms, bucket_ms))
+    }
+
+    fn outcomes(self: Arc<Self>, limit: usize) -> StoreFuture<Vec<OutcomeRow>> {
+        self.off_thread(move |s| s.recent_outcomes(limit))
+    }
+
+    fn egress(self: Arc<Self>, since_ms: u64) -> StoreFuture<Vec<(String, String, u64)>> {
+        self.off_thread(move |s| s.last_egress(since_ms))
+    }
+
+    fn prune(self: Arc<Self>, older_than_ms: u64, max_rows: u64, batch: u32) -> StoreFuture<usize> {
+        self.off_thread(move |s| s.prune_logs(older_than_ms, max_rows, batch))
     }
 }
 

@@ -4,8 +4,9 @@
 //! configuration, and nothing here runs on the request path.
 
 use crate::error::ApiError;
-use crate::state::{blocking, AppState};
+use crate::state::AppState;
 use serde::Serialize;
+use std::sync::Arc;
 use switchyard_store::{LogQuery, LogRow, LogSize, SeriesRow, StatusFilter};
 use utoipa::ToSchema;
 
@@ -52,7 +53,7 @@ pub struct LogStats {
 
 /// The request log's size now, with its retention settings.
 pub async fn stats(state: &AppState) -> Result<LogStats, ApiError> {
-    let size = blocking(&state.store, |s| s.log_size()).await?;
+    let size = Arc::clone(&state.logs).size().await?;
     let retention = state.snapshot().settings.request_log;
     Ok(LogStats {
         size,
@@ -107,7 +108,7 @@ pub async fn search(state: &AppState, search: LogSearch) -> Result<LogPage, ApiE
         before: search.before,
         limit: limit.saturating_add(1),
     };
-    let mut rows = blocking(&state.store, move |s| s.query_logs(&query)).await?;
+    let mut rows = Arc::clone(&state.logs).page(query).await?;
     let next = if rows.len() > limit as usize {
         rows.truncate(limit as usize);
         rows.last().map(|(id, _)| *id)
