@@ -157,12 +157,9 @@ impl Handoffs {
         self.entries.remove(&session).and_then(|e| e.summary)
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 
@@ -210,7 +207,7 @@ mod tests {
             Some("the gist")
         );
         assert_eq!(h.take(session(1), "b", TTL, 60), None);
-        assert!(h.is_empty());
+        assert_eq!(h.len(), 0);
     }
 
     #[test]
@@ -250,7 +247,7 @@ mod tests {
         assert!(h.begin(session(1), "a", TTL, 0));
         h.made(session(1), "a", "x");
         assert_eq!(h.take(session(1), "b", TTL, TTL), None);
-        assert!(h.is_empty());
+        assert_eq!(h.len(), 0);
         assert!(h.begin(session(1), "a", TTL, 0));
         assert!(h.begin(session(2), "a", TTL, 0));
         // Full of live entries: a third session gets none.

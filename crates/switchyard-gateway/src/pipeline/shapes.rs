@@ -186,9 +186,14 @@ fn of(candidates: &[Candidate], indices: &[usize]) -> Vec<Candidate> {
 }
 
 /// The finisher of the `n`th (from 0) call answered in full: its own log row.
-fn call_finisher(state: &Arc<AppState>, ctx: &Ctx<'_>, request_id: &str, n: usize) -> Finisher {
+fn call_finisher(state: &AppState, ctx: &Ctx<'_>, request_id: &str, n: usize) -> Finisher {
     let clock = RequestClock::start(state.clock.as_ref());
-    let id = format!("{request_id}.{}", n + 1);
+    side_finisher(state, ctx, format!("{request_id}.{}", n + 1), clock)
+}
+
+/// The finisher of a call of `ctx`'s key and request other than the client's: its own
+/// log row `id`, booked and settled on its own.
+fn side_finisher(state: &AppState, ctx: &Ctx<'_>, id: String, clock: RequestClock) -> Finisher {
     let mut finisher = Finisher::start(super::finishing(state), id, clock, ctx.request.format);
     finisher.set_key(&ctx.key.id);
     finisher.set_request(&ctx.request.model, false);
@@ -346,10 +351,7 @@ pub(super) fn relay_if_due(
             (&candidates, policy),
             None,
         );
-        let id = format!("{request_id}.relay");
-        let mut finisher = Finisher::start(super::finishing(&state), id, clock, asked.format);
-        finisher.set_key(&key.id);
-        finisher.set_request(&asked.model, false);
+        let mut finisher = side_finisher(&state, &ctx, format!("{request_id}.relay"), clock);
         let from = &candidates[0].connection.id;
         match in_full(&ctx, &asked, &candidates, &mut finisher).await {
             Ok(summary) => state.runtime.relay.made(session, from, &summary),
