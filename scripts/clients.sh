@@ -32,6 +32,8 @@
 #      alternate;
 #   A4. a Codex tool turn (two requests of one session) lands on one of the two codex
 #      accounts, and its session is pinned.
+#   A5. Claude Code and Codex through a `pipeline` and a `fusion` combo (SPEC R19): they
+#      declare tools, so one target answers, the answer and the tool turn as from it.
 #
 # Then the stream faults of SPEC R11 and R12, each client through an upstream the mock
 # scripts to fail, with 5 s first-output and idle budgets (set through the settings
@@ -241,6 +243,28 @@ for account in claude codex; do
   curl -sf -X DELETE "http://127.0.0.1:$port/api/connections/$account-second" \
     -H "authorization: Bearer $admin" > /dev/null
 done
+
+# SPEC R19's dispatch shapes through the clients: a `pipeline` and a `fusion` combo over
+# the Anthropic route and the chat route. Both clients declare tools on every request,
+# so each request is answered by the first target alone: no side call is made.
+for c in "chain pipeline" "panel fusion"; do
+  read -r name strategy <<< "$c"
+  curl -sf -X POST "http://127.0.0.1:$port/api/combos" -H "authorization: Bearer $admin" \
+    -H 'content-type: application/json' \
+    -d "{\"name\":\"$name\",\"strategy\":\"$strategy\",\"targets\":[{\"model\":\"claude/claude-opus\"},{\"model\":\"alpha/mock-small\"}]}" > /dev/null
+done
+check "claude-code through a pipeline combo" chain "$answer" "say hi"
+check "claude-code tool turn through a fusion combo" panel "tool said: switchyard-tool-ok" \
+  "$tool" --allowedTools Bash
+codex_check "codex through a pipeline combo" chain "$answer" "say hi"
+codex_check "codex tool turn through a fusion combo" panel "switchyard-tool-ok" "$exec_tool"
+side=$(api "/api/logs?limit=100" | py 'import json, sys; print(sum("." in r["request_id"] for r in json.load(sys.stdin)))')
+if [ "$side" = 0 ]; then
+  echo "PASS shapes: the clients' requests through pipeline and fusion made no side calls (no <request id>.<n> rows)"
+else
+  echo "FAIL shapes: $side side-call rows in the request log"
+  failed=1
+fi
 
 # The stream faults. mock_fault CREDENTIAL RULE: every request of that account gets
 # RULE (a mock rule's JSON) until the next fault; the others the mock's plain answer.
