@@ -3,24 +3,28 @@
 //! ([`Store::batch`]); connection credentials are sealed on the way in and never read
 //! back here (only [`Store::load_config`] opens them).
 
+use crate::db::{args, Sql};
 use crate::records::*;
-use crate::sqlite::{
+use crate::store::{
     check_mode, delete_row, enum_from_str, enum_to_str, first, from_json, i64_of, opt_from_json,
     query_text_pairs, to_json,
 };
 use crate::{Batch, Result, SaveMode, Store, StoreError};
-use rusqlite::{params, Connection};
 use secrecy::{ExposeSecret, SecretString};
 
 impl Store {
     // ---- providers ----
 
     pub fn list_providers(&self) -> Result<Vec<ProviderRecord>> {
-        query_providers(&self.lock(), None)
+        self.read(|db| query_providers(db, None))
     }
 
     pub fn get_provider(&self, id: &str) -> Result<ProviderRecord> {
-        first(query_providers(&self.lock(), Some(id))?, "provider", id)
+        first(
+            self.read(|db| query_providers(db, Some(id)))?,
+            "provider",
+            id,
+        )
     }
 
     pub fn save_provider(&self, p: &ProviderRecord, mode: SaveMode, now: u64) -> Result<()> {
@@ -28,11 +32,12 @@ impl Store {
     }
 
     pub fn delete_provider(&self, id: &str) -> Result<()> {
-        self.config_write(|tx| {
-            let conns: Vec<String> = tx
-                .prepare("SELECT id FROM connections WHERE provider_id = ?1 ORDER BY id")?
-                .query_map([id], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
+        self.config_write(|db| {
+            let conns: Vec<String> = db.query_map(
+                "SELECT id FROM connections WHERE provider_id = ?1 ORDER BY id",
+                &args![id],
+                |r| r.get(0),
+            )?;
             if !conns.is_empty() {
                 return Err(StoreError::InUse {
                     kind: "provider",
@@ -40,7 +45,7 @@ impl Store {
                     used_by: format!("connections {}", conns.join(", ")),
                 });
             }
-            let combos: Vec<String> = query_combos(tx, None)?
+            let combos: Vec<String> = query_combos(db, None)?
                 .into_iter()
                 .filter(|c| {
                     c.targets
@@ -56,21 +61,22 @@ impl Store {
                     used_by: format!("combos {}", combos.join(", ")),
                 });
             }
-            delete_row(tx, "providers", "id", id, "provider")
+            delete_row(db, "providers", "id", id, "provider")
         })
     }
 
     // ---- connections ----
 
     pub fn list_connections(&self) -> Result<Vec<ConnectionRecord>> {
-        Ok(query_connections(&self.lock(), None)?
+        Ok(self
+            .read(|db| query_connections(db, None))?
             .into_iter()
             .map(|(c, _)| c)
             .collect())
     }
 
     pub fn get_connection(&self, id: &str) -> Result<ConnectionRecord> {
-        let rows = query_connections(&self.lock(), Some(id))?;
+        let rows = self.read(|db| query_connections(db, Some(id)))?;
         first(rows.into_iter().map(|(c, _)| c).collect(), "connection", id)
     }
 
@@ -86,8 +92,8 @@ impl Store {
     }
 
     pub fn delete_connection(&self, id: &str) -> Result<()> {
-        self.config_write(|tx| {
-            let combos: Vec<String> = query_combos(tx, None)?
+        self.config_write(|db| {
+            let combos: Vec<String> = query_combos(db, None)?
                 .into_iter()
                 .filter(|c| {
                     c.targets
@@ -103,7 +109,7 @@ impl Store {
                     used_by: format!("combos {}", combos.join(", ")),
                 });
             }
-            let pools: Vec<String> = crate::quota::query_pools(tx, None)?
+            let pools: Vec<String> = crate::quota::query_pools(db, None)?
                 .into_iter()
                 .filter(|p| p.connection_ids.iter().any(|c| c == id))
                 .map(|p| p.id)
@@ -115,19 +121,22 @@ impl Store {
                     used_by: format!("quota pools {}", pools.join(", ")),
                 });
             }
-            tx.execute("DELETE FROM provider_plans WHERE connection_id = ?1", [id])?;
-            delete_row(tx, "connections", "id", id, "connection")
+            db.execute(
+                "DELETE FROM provider_plans WHERE connection_id = ?1",
+                &args![id],
+            )?;
+            delete_row(db, "connections", "id", id, "connection")
         })
     }
 
     // ---- combos ----
 
     pub fn list_combos(&self) -> Result<Vec<ComboRecord>> {
-        query_combos(&self.lock(), None)
+        self.read(|db| query_combos(db, None))
     }
 
     pub fn get_combo(&self, name: &str) -> Result<ComboRecord> {
-        first(query_combos(&self.lock(), Some(name))?, "combo", name)
+        first(self.read(|db| query_combos(db, Some(name)))?, "combo", name)
     }
 
     pub fn save_combo(&self, c: &ComboRecord, mode: SaveMode, now: u64) -> Result<()> {
@@ -135,14 +144,14 @@ impl Store {
     }
 
     pub fn delete_combo(&self, name: &str) -> Result<()> {
-        self.config_write(|tx| delete_row(tx, "combos", "name", name, "combo"))
+        self.config_write(|db| delete_row(db, "combos", "name", name, "combo"))
     }
 
     // ---- aliases ----
 
     /// The model aliases, in the order they are tried.
     pub fn list_aliases(&self) -> Result<Vec<AliasRecord>> {
-        query_aliases(&self.lock())
+        self.read(query_aliases)
     }
 
     /// Replaces every alias with `list`, in its order.
@@ -153,7 +162,7 @@ impl Store {
     // ---- settings ----
 
     pub fn list_settings(&self) -> Result<Vec<SettingRecord>> {
-        query_settings(&self.lock())
+        self.read(query_settings)
     }
 
     pub fn put_setting(&self, key: &str, value: &serde_json::Value, now: u64) -> Result<()> {
@@ -161,25 +170,25 @@ impl Store {
     }
 
     pub fn delete_setting(&self, key: &str) -> Result<()> {
-        self.config_write(|tx| delete_row(tx, "settings", "key", key, "setting"))
+        self.config_write(|db| delete_row(db, "settings", "key", key, "setting"))
     }
 }
 
 impl Batch<'_> {
     pub fn put_setting(&self, key: &str, value: &serde_json::Value, now: u64) -> Result<()> {
-        self.tx.execute(
+        self.db.execute(
             "INSERT INTO settings (key, value, updated_at) VALUES (?1, ?2, ?3)
              ON CONFLICT(key) DO UPDATE SET value = excluded.value,
                updated_at = excluded.updated_at",
-            params![key, to_json(value)?, i64_of(now)],
+            &args![key, to_json(value)?, i64_of(now)],
         )?;
         Ok(())
     }
 
     pub fn save_provider(&self, p: &ProviderRecord, mode: SaveMode, now: u64) -> Result<()> {
-        let tx = self.tx;
-        check_mode(tx, "providers", "id", &p.id, "provider", mode)?;
-        tx.execute(
+        let db = self.db;
+        check_mode(db, "providers", "id", &p.id, "provider", mode)?;
+        db.execute(
             "INSERT INTO providers (id, format, base_url, models, prices, max_concurrent,
                max_output_tokens, stream_timeouts, context_windows, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?8, ?9, ?10, ?7, ?7)
@@ -190,7 +199,7 @@ impl Batch<'_> {
                stream_timeouts = excluded.stream_timeouts,
                context_windows = excluded.context_windows,
                updated_at = excluded.updated_at",
-            params![
+            &args![
                 p.id,
                 enum_to_str(&p.format)?,
                 p.base_url,
@@ -215,25 +224,23 @@ impl Batch<'_> {
         mode: SaveMode,
         now: u64,
     ) -> Result<()> {
-        let tx = self.tx;
+        let db = self.db;
         let credential = match credential.map(ExposeSecret::expose_secret) {
             None => None,
             Some("") => Some(String::new()),
-            Some(plain) => Some(self.store.sealing_key(tx)?.seal(&c.id, plain)?),
+            Some(plain) => Some(self.store.sealing_key(db)?.seal(&c.id, plain)?),
         };
-        check_mode(tx, "connections", "id", &c.id, "connection", mode)?;
-        let provider_exists: bool = tx.query_row(
-            "SELECT EXISTS(SELECT 1 FROM providers WHERE id = ?1)",
-            [&c.provider],
-            |r| r.get(0),
-        )?;
+        check_mode(db, "connections", "id", &c.id, "connection", mode)?;
+        let provider_exists = db
+            .query_opt("SELECT 1 FROM providers WHERE id = ?1", &args![c.provider])?
+            .is_some();
         if !provider_exists {
             return Err(StoreError::NotFound {
                 kind: "provider",
                 id: c.provider.clone(),
             });
         }
-        tx.execute(
+        db.execute(
             "INSERT INTO connections (id, provider_id, auth_class, format, base_url,
                credential, enabled, max_concurrent, rate_limit_overrides,
                provider_specific_data, disable_cooling, created_at, updated_at)
@@ -247,7 +254,7 @@ impl Batch<'_> {
                provider_specific_data = excluded.provider_specific_data,
                disable_cooling = excluded.disable_cooling,
                updated_at = excluded.updated_at",
-            params![
+            &args![
                 c.id,
                 c.provider,
                 enum_to_str(&c.auth_class)?,
@@ -266,193 +273,121 @@ impl Batch<'_> {
     }
 
     pub fn save_combo(&self, c: &ComboRecord, mode: SaveMode, now: u64) -> Result<()> {
-        let tx = self.tx;
-        check_mode(tx, "combos", "name", &c.name, "combo", mode)?;
-        tx.execute(
+        let db = self.db;
+        check_mode(db, "combos", "name", &c.name, "combo", mode)?;
+        db.execute(
             "INSERT INTO combos (name, strategy, targets, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?4)
              ON CONFLICT(name) DO UPDATE SET strategy = excluded.strategy,
                targets = excluded.targets, updated_at = excluded.updated_at",
-            params![c.name, c.strategy, to_json(&c.targets)?, i64_of(now)],
+            &args![c.name, c.strategy, to_json(&c.targets)?, i64_of(now)],
         )?;
         Ok(())
     }
 
     pub fn replace_aliases(&self, list: &[AliasRecord], now: u64) -> Result<()> {
-        let tx = self.tx;
-        tx.execute("DELETE FROM model_aliases", [])?;
-        let mut stmt = tx.prepare_cached(
-            "INSERT INTO model_aliases (position, pattern, target, keys, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
+        let db = self.db;
+        db.execute("DELETE FROM model_aliases", &[])?;
         for (i, a) in list.iter().enumerate() {
-            stmt.execute(params![
-                i64::try_from(i).unwrap_or(i64::MAX),
-                a.pattern,
-                a.target,
-                to_json(&a.keys)?,
-                i64_of(now)
-            ])?;
+            db.execute(
+                "INSERT INTO model_aliases (position, pattern, target, keys, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                &args![i, a.pattern, a.target, to_json(&a.keys)?, now],
+            )?;
         }
         Ok(())
     }
 }
 
-pub(crate) fn query_providers(conn: &Connection, id: Option<&str>) -> Result<Vec<ProviderRecord>> {
-    let mut stmt = conn.prepare_cached(
+pub(crate) fn query_providers(db: &dyn Sql, id: Option<&str>) -> Result<Vec<ProviderRecord>> {
+    db.query_map(
         "SELECT id, format, base_url, models, prices, max_concurrent, max_output_tokens,
            stream_timeouts, context_windows
          FROM providers
-         WHERE (?1 IS NULL OR id = ?1) ORDER BY created_at, id",
-    )?;
-    let raw = stmt
-        .query_map([id], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, String>(4)?,
-                r.get::<_, Option<u32>>(5)?,
-                r.get::<_, String>(6)?,
-                r.get::<_, String>(7)?,
-                r.get::<_, String>(8)?,
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    raw.into_iter()
-        .map(
-            |(id, format, base_url, models, prices, max_concurrent, limits, timeouts, windows)| {
-                Ok(ProviderRecord {
-                    id,
-                    format: enum_from_str(&format)?,
-                    base_url,
-                    models: from_json(&models)?,
-                    prices: from_json(&prices)?,
-                    max_concurrent,
-                    max_output_tokens: from_json(&limits)?,
-                    stream_timeouts: from_json(&timeouts)?,
-                    context_windows: from_json(&windows)?,
-                })
-            },
-        )
-        .collect()
+         WHERE (CAST(?1 AS TEXT) IS NULL OR id = ?1) ORDER BY created_at, id",
+        &args![id],
+        |r| {
+            Ok(ProviderRecord {
+                id: r.get(0)?,
+                format: enum_from_str(&r.get::<String>(1)?)?,
+                base_url: r.get(2)?,
+                models: from_json(&r.get::<String>(3)?)?,
+                prices: from_json(&r.get::<String>(4)?)?,
+                max_concurrent: r.get(5)?,
+                max_output_tokens: from_json(&r.get::<String>(6)?)?,
+                stream_timeouts: from_json(&r.get::<String>(7)?)?,
+                context_windows: from_json(&r.get::<String>(8)?)?,
+            })
+        },
+    )
 }
-
-type ConnRow = (
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    String,
-    bool,
-    Option<u32>,
-    Option<String>,
-    Option<String>,
-    bool,
-);
 
 pub(crate) fn query_connections(
-    conn: &Connection,
+    db: &dyn Sql,
     id: Option<&str>,
 ) -> Result<Vec<(ConnectionRecord, String)>> {
-    let mut stmt = conn.prepare_cached(
+    db.query_map(
         "SELECT id, provider_id, auth_class, format, base_url, credential, enabled,
            max_concurrent, rate_limit_overrides, provider_specific_data, disable_cooling
-         FROM connections WHERE (?1 IS NULL OR id = ?1) ORDER BY created_at, id",
-    )?;
-    let raw: Vec<ConnRow> = stmt
-        .query_map([id], |r| {
+         FROM connections WHERE (CAST(?1 AS TEXT) IS NULL OR id = ?1) ORDER BY created_at, id",
+        &args![id],
+        |r| {
+            let cred: String = r.get(5)?;
             Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-                r.get(9)?,
-                r.get(10)?,
+                ConnectionRecord {
+                    id: r.get(0)?,
+                    provider: r.get(1)?,
+                    auth_class: enum_from_str(&r.get::<String>(2)?)?,
+                    format: r
+                        .get::<Option<String>>(3)?
+                        .as_deref()
+                        .map(enum_from_str)
+                        .transpose()?,
+                    base_url: r.get(4)?,
+                    enabled: r.get(6)?,
+                    max_concurrent: r.get(7)?,
+                    rate_limit_overrides: opt_from_json(r.get(8)?)?,
+                    provider_specific_data: opt_from_json(r.get(9)?)?,
+                    disable_cooling: r.get(10)?,
+                    has_credential: !cred.is_empty(),
+                },
+                cred,
             ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    raw.into_iter()
-        .map(
-            |(id, provider, auth, format, base_url, cred, enabled, max, rlo, psd, dc)| {
-                Ok((
-                    ConnectionRecord {
-                        id,
-                        provider,
-                        auth_class: enum_from_str(&auth)?,
-                        format: format.as_deref().map(enum_from_str).transpose()?,
-                        base_url,
-                        enabled,
-                        max_concurrent: max,
-                        rate_limit_overrides: opt_from_json(rlo)?,
-                        provider_specific_data: opt_from_json(psd)?,
-                        disable_cooling: dc,
-                        has_credential: !cred.is_empty(),
-                    },
-                    cred,
-                ))
-            },
-        )
-        .collect()
+        },
+    )
 }
 
-pub(crate) fn query_combos(conn: &Connection, name: Option<&str>) -> Result<Vec<ComboRecord>> {
-    let mut stmt = conn.prepare_cached(
+pub(crate) fn query_combos(db: &dyn Sql, name: Option<&str>) -> Result<Vec<ComboRecord>> {
+    db.query_map(
         "SELECT name, strategy, targets FROM combos
-         WHERE (?1 IS NULL OR name = ?1) ORDER BY created_at, name",
-    )?;
-    let raw = stmt
-        .query_map([name], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    raw.into_iter()
-        .map(|(name, strategy, targets)| {
+         WHERE (CAST(?1 AS TEXT) IS NULL OR name = ?1) ORDER BY created_at, name",
+        &args![name],
+        |r| {
             Ok(ComboRecord {
-                name,
-                strategy,
-                targets: from_json(&targets)?,
+                name: r.get(0)?,
+                strategy: r.get(1)?,
+                targets: from_json(&r.get::<String>(2)?)?,
             })
-        })
-        .collect()
+        },
+    )
 }
 
-pub(crate) fn query_aliases(conn: &Connection) -> Result<Vec<AliasRecord>> {
-    let mut stmt =
-        conn.prepare_cached("SELECT pattern, target, keys FROM model_aliases ORDER BY position")?;
-    let raw = stmt
-        .query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    raw.into_iter()
-        .map(|(pattern, target, keys)| {
+pub(crate) fn query_aliases(db: &dyn Sql) -> Result<Vec<AliasRecord>> {
+    db.query_map(
+        "SELECT pattern, target, keys FROM model_aliases ORDER BY position",
+        &[],
+        |r| {
             Ok(AliasRecord {
-                pattern,
-                target,
-                keys: from_json(&keys)?,
+                pattern: r.get(0)?,
+                target: r.get(1)?,
+                keys: from_json(&r.get::<String>(2)?)?,
             })
-        })
-        .collect()
+        },
+    )
 }
 
-pub(crate) fn query_settings(conn: &Connection) -> Result<Vec<SettingRecord>> {
-    query_text_pairs(conn, "SELECT key, value FROM settings ORDER BY key")?
+pub(crate) fn query_settings(db: &dyn Sql) -> Result<Vec<SettingRecord>> {
+    query_text_pairs(db, "SELECT key, value FROM settings ORDER BY key")?
         .into_iter()
         .map(|(key, value)| {
             Ok(SettingRecord {

@@ -2,18 +2,18 @@
 //! secret. Written through the configuration's transactions (each bumps the config
 //! version), read with the rest of the configuration.
 
+use crate::db::{args, Sql};
 use crate::records::KeyRecord;
-use crate::sqlite::{check_mode, delete_row, first, from_json, i64_of, opt_from_json, to_json};
+use crate::store::{check_mode, delete_row, first, from_json, opt_from_json, to_json};
 use crate::{Batch, Result, SaveMode, Store, StoreError};
-use rusqlite::{params, Connection};
 
 impl Store {
     pub fn list_keys(&self) -> Result<Vec<KeyRecord>> {
-        query_keys(&self.lock(), None)
+        self.read(|db| query_keys(db, None))
     }
 
     pub fn get_key(&self, id: &str) -> Result<KeyRecord> {
-        first(query_keys(&self.lock(), Some(id))?, "key", id)
+        first(self.read(|db| query_keys(db, Some(id)))?, "key", id)
     }
 
     pub fn save_key(&self, k: &KeyRecord, mode: SaveMode) -> Result<()> {
@@ -22,10 +22,10 @@ impl Store {
 
     /// Marks a key revoked. Revoking twice keeps the first revocation time.
     pub fn revoke_key(&self, id: &str, now: u64) -> Result<KeyRecord> {
-        self.config_write(|tx| {
-            let n = tx.execute(
+        self.config_write(|db| {
+            let n = db.execute(
                 "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
-                params![id, i64_of(now)],
+                &args![id, now],
             )?;
             if n == 0 {
                 return Err(StoreError::NotFound {
@@ -33,20 +33,20 @@ impl Store {
                     id: id.to_owned(),
                 });
             }
-            first(query_keys(tx, Some(id))?, "key", id)
+            first(query_keys(db, Some(id))?, "key", id)
         })
     }
 
     pub fn delete_key(&self, id: &str) -> Result<()> {
-        self.config_write(|tx| delete_row(tx, "api_keys", "id", id, "key"))
+        self.config_write(|db| delete_row(db, "api_keys", "id", id, "key"))
     }
 }
 
 impl Batch<'_> {
     pub fn save_key(&self, k: &KeyRecord, mode: SaveMode) -> Result<()> {
-        let tx = self.tx;
-        check_mode(tx, "api_keys", "id", &k.id, "key", mode)?;
-        tx.execute(
+        let db = self.db;
+        check_mode(db, "api_keys", "id", &k.id, "key", mode)?;
+        db.execute(
             "INSERT INTO api_keys (id, name, key_hash, prefix, scopes, allowed_connections,
                allowed_models, created_at, revoked_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
@@ -56,7 +56,7 @@ impl Batch<'_> {
                allowed_connections = excluded.allowed_connections,
                allowed_models = excluded.allowed_models,
                revoked_at = COALESCE(api_keys.revoked_at, excluded.revoked_at)",
-            params![
+            &args![
                 k.id,
                 k.name,
                 k.key_hash,
@@ -64,64 +64,34 @@ impl Batch<'_> {
                 to_json(&k.scopes)?,
                 k.allowed_connections.as_ref().map(to_json).transpose()?,
                 k.allowed_models.as_ref().map(to_json).transpose()?,
-                i64_of(k.created_at),
-                k.revoked_at.map(i64_of),
+                k.created_at,
+                k.revoked_at,
             ],
         )?;
         Ok(())
     }
 }
 
-type KeyRow = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    i64,
-    Option<i64>,
-);
-
-pub(crate) fn query_keys(conn: &Connection, id: Option<&str>) -> Result<Vec<KeyRecord>> {
-    let mut stmt = conn.prepare_cached(
+pub(crate) fn query_keys(db: &dyn Sql, id: Option<&str>) -> Result<Vec<KeyRecord>> {
+    db.query_map(
         "SELECT id, name, key_hash, prefix, scopes, allowed_connections, allowed_models,
            created_at, revoked_at
-         FROM api_keys WHERE (?1 IS NULL OR id = ?1) ORDER BY created_at, id",
-    )?;
-    let raw: Vec<KeyRow> = stmt
-        .query_map([id], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-            ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    raw.into_iter()
-        .map(
-            |(id, name, key_hash, prefix, scopes, ac, am, created, revoked)| {
-                Ok(KeyRecord {
-                    id,
-                    name,
-                    prefix,
-                    scopes: from_json(&scopes)?,
-                    allowed_connections: opt_from_json(ac)?,
-                    allowed_models: opt_from_json(am)?,
-                    created_at: u64::try_from(created).unwrap_or(0),
-                    revoked_at: revoked.map(|v| u64::try_from(v).unwrap_or(0)),
-                    key_hash,
-                })
-            },
-        )
-        .collect()
+         FROM api_keys WHERE (CAST(?1 AS TEXT) IS NULL OR id = ?1) ORDER BY created_at, id",
+        &args![id],
+        |r| {
+            Ok(KeyRecord {
+                id: r.get(0)?,
+                name: r.get(1)?,
+                key_hash: r.get(2)?,
+                prefix: r.get(3)?,
+                scopes: from_json(&r.get::<String>(4)?)?,
+                allowed_connections: opt_from_json(r.get(5)?)?,
+                allowed_models: opt_from_json(r.get(6)?)?,
+                created_at: r.get(7)?,
+                revoked_at: r.get(8)?,
+            })
+        },
+    )
 }
 
 #[cfg(test)]
@@ -130,24 +100,25 @@ mod tests {
 
     #[test]
     fn revoke_keeps_first_time() {
-        let s = Store::open_in_memory().unwrap();
-        let k = KeyRecord {
-            id: "k1".into(),
-            name: "n".into(),
-            prefix: "sy-abcde".into(),
-            scopes: vec![],
-            allowed_connections: None,
-            allowed_models: None,
-            created_at: 1,
-            revoked_at: None,
-            key_hash: "h".into(),
-        };
-        s.save_key(&k, SaveMode::Create).unwrap();
-        assert_eq!(s.revoke_key("k1", 10).unwrap().revoked_at, Some(10));
-        assert_eq!(s.revoke_key("k1", 20).unwrap().revoked_at, Some(10));
-        assert!(matches!(
-            s.revoke_key("zz", 1),
-            Err(StoreError::NotFound { .. })
-        ));
+        crate::store::testing::each_backend(|s| {
+            let k = KeyRecord {
+                id: "k1".into(),
+                name: "n".into(),
+                prefix: "sy-abcde".into(),
+                scopes: vec![],
+                allowed_connections: None,
+                allowed_models: None,
+                created_at: 1,
+                revoked_at: None,
+                key_hash: "h".into(),
+            };
+            s.save_key(&k, SaveMode::Create).unwrap();
+            assert_eq!(s.revoke_key("k1", 10).unwrap().revoked_at, Some(10));
+            assert_eq!(s.revoke_key("k1", 20).unwrap().revoked_at, Some(10));
+            assert!(matches!(
+                s.revoke_key("zz", 1),
+                Err(StoreError::NotFound { .. })
+            ));
+        });
     }
 }

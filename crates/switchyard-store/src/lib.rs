@@ -14,10 +14,12 @@
 //! ([`secrets`]); the database file and its WAL files are owner-only.
 
 mod config;
+mod db;
 mod keys;
 pub mod leases;
 mod log;
 mod migrations;
+pub mod postgres;
 pub mod quota;
 pub mod records;
 pub mod redis_counters;
@@ -25,13 +27,15 @@ pub mod resilience;
 pub mod secrets;
 pub mod sessions;
 mod sqlite;
+mod store;
 
 pub use log::{LogQueries, LogSink, OutcomeRow};
 pub use quota::{ConsumptionRow, PlanRecord};
 pub use records::*;
 pub use secrets::{KeyError, KeyId, Keyring, SecretKey};
 pub use sessions::{LastGoodChange, PinChange, PinRow};
-pub use sqlite::{make_private, Batch, SaveMode, Store};
+pub use sqlite::make_private;
+pub use store::{Batch, SaveMode, Store};
 
 /// Everything that can go wrong in the store.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +44,16 @@ pub enum StoreError {
     /// the backend: callers do not match on its errors).
     #[error("database error: {0}")]
     Database(String),
+    /// The database cannot be reached (PostgreSQL down, every pooled connection
+    /// broken): callers answer 503 and retry later; nothing was written.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
+    /// PostgreSQL's schema is behind this binary.
+    #[error("the PostgreSQL schema has pending migrations ({}): run `switchyard migrate` (or start with --migrate) first", pending.join(", "))]
+    PendingMigrations { pending: Vec<String> },
+    /// A unique or check constraint refused a write (two writers raced for one row).
+    #[error("the database refused the write: {0}")]
+    Constraint(String),
     #[error("stored JSON is invalid: {0}")]
     Json(#[from] serde_json::Error),
     #[error("{kind} `{id}` not found")]

@@ -2,10 +2,11 @@
 //! request path, and read back for the logs API, the dashboard's charts and request
 //! view, the seeding of routing's service stats and the last known egress addresses.
 
+use crate::db::{args, Arg, Dialect};
 use crate::records::*;
-use crate::sqlite::{i64_of, u64_col};
+use crate::store::{i64_of, to_json};
 use crate::{Result, Store, StoreError, StoreFuture};
-use rusqlite::{params, OptionalExtension};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Where the request log's batches go, off the request path: the seam the gateway's
@@ -82,43 +83,40 @@ impl LogQueries for Store {
 impl Store {
     /// Inserts a batch of log rows in one transaction.
     pub fn insert_log_batch(&self, rows: &[LogRow]) -> Result<()> {
-        let mut conn = self.lock();
-        let tx = conn.transaction()?;
-        {
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO request_log (ts, request_id, key_id, requested_model, provider,
-                   connection_id, model, status, error_code, stream, attempts, latency_ms,
-                   ttfb_ms, prompt_tokens, completion_tokens, egress_ip, client_format,
-                   failed_attempts, route)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                   ?17, ?18, ?19)",
-            )?;
+        self.write(|db| {
             for r in rows {
-                stmt.execute(params![
-                    i64_of(r.ts),
-                    r.request_id,
-                    r.key_id,
-                    r.requested_model,
-                    r.provider,
-                    r.connection_id,
-                    r.model,
-                    r.status,
-                    r.error_code,
-                    r.stream,
-                    r.attempts,
-                    i64_of(r.latency_ms),
-                    r.ttfb_ms.map(i64_of),
-                    r.prompt_tokens.map(i64_of),
-                    r.completion_tokens.map(i64_of),
-                    r.egress_ip,
-                    r.client_format,
-                    failed_attempts_json(&r.failed_attempts)?,
-                    r.route.as_ref().map(serde_json::to_string).transpose()?,
-                ])?;
+                db.execute(
+                    "INSERT INTO request_log (ts, request_id, key_id, requested_model, provider,
+                       connection_id, model, status, error_code, stream, attempts, latency_ms,
+                       ttfb_ms, prompt_tokens, completion_tokens, egress_ip, client_format,
+                       failed_attempts, route)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                       ?16, ?17, ?18, ?19)",
+                    &args![
+                        i64_of(r.ts),
+                        r.request_id,
+                        r.key_id,
+                        r.requested_model,
+                        r.provider,
+                        r.connection_id,
+                        r.model,
+                        r.status,
+                        r.error_code,
+                        r.stream,
+                        r.attempts,
+                        i64_of(r.latency_ms),
+                        r.ttfb_ms.map(i64_of),
+                        r.prompt_tokens.map(i64_of),
+                        r.completion_tokens.map(i64_of),
+                        r.egress_ip,
+                        r.client_format,
+                        failed_attempts_json(&r.failed_attempts)?,
+                        r.route.as_ref().map(to_json).transpose()?,
+                    ],
+                )?;
             }
-        }
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// The newest log rows, newest first.
@@ -135,18 +133,12 @@ impl Store {
     /// for the next page: pass the last one as `before`).
     pub fn query_logs(&self, q: &LogQuery) -> Result<Vec<(i64, LogRow)>> {
         let (sql, args) = log_query(q);
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(args), |r| {
-                let opt_u64 = |i: usize| -> rusqlite::Result<Option<u64>> {
-                    Ok(r.get::<_, Option<i64>>(i)?
-                        .map(|v| u64::try_from(v).unwrap_or(0)))
-                };
+        self.read(|db| {
+            db.query_map(&sql, &args, |r| {
                 Ok((
                     r.get(0)?,
                     LogRow {
-                        ts: u64_col(r, 1)?,
+                        ts: r.get(1)?,
                         request_id: r.get(2)?,
                         key_id: r.get(3)?,
                         requested_model: r.get(4)?,
@@ -157,21 +149,20 @@ impl Store {
                         error_code: r.get(9)?,
                         stream: r.get(10)?,
                         attempts: r.get(11)?,
-                        latency_ms: u64_col(r, 12)?,
-                        ttfb_ms: opt_u64(13)?,
-                        prompt_tokens: opt_u64(14)?,
-                        completion_tokens: opt_u64(15)?,
+                        latency_ms: r.get(12)?,
+                        ttfb_ms: r.get(13)?,
+                        prompt_tokens: r.get(14)?,
+                        completion_tokens: r.get(15)?,
                         egress_ip: r.get(16)?,
                         client_format: r.get(17)?,
                         failed_attempts: failed_attempts_of(r.get(18)?),
                         route: r
-                            .get::<_, Option<String>>(19)?
+                            .get::<Option<String>>(19)?
                             .and_then(|t| serde_json::from_str(&t).ok()),
                     },
                 ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+            })
+        })
     }
 
     /// Deletes up to `batch` of the oldest request-log rows that are older than
@@ -180,38 +171,51 @@ impl Store {
     /// finds nothing to delete costs as little as one that does; call it again while it
     /// deletes a whole batch.
     pub fn prune_logs(&self, older_than_ms: u64, max_rows: u64, batch: u32) -> Result<usize> {
-        let conn = self.lock();
-        let newest: i64 =
-            conn.query_row("SELECT coalesce(max(id), 0) FROM request_log", [], |r| {
-                r.get(0)
-            })?;
-        // Row ids grow by one per row and only the oldest are ever deleted, so the rows
-        // above this id are at most `max_rows`.
-        let keep_above = newest.saturating_sub(i64_of(max_rows));
-        Ok(conn.execute(
-            "DELETE FROM request_log WHERE id IN (
-               SELECT id FROM (SELECT id, ts FROM request_log ORDER BY id LIMIT ?3)
-               WHERE id <= ?1 OR ts < ?2)",
-            params![keep_above, i64_of(older_than_ms), batch],
-        )?)
+        self.write(|db| {
+            let newest: i64 = db
+                .query_one("SELECT coalesce(max(id), 0) FROM request_log", &[])?
+                .get(0)?;
+            // Row ids grow by one per row and only the oldest are ever deleted, so the rows
+            // above this id are at most `max_rows`.
+            let keep_above = newest.saturating_sub(i64_of(max_rows));
+            db.execute(
+                "DELETE FROM request_log WHERE id IN (
+                   SELECT id FROM (SELECT id, ts FROM request_log ORDER BY id LIMIT ?3) AS oldest
+                   WHERE id <= ?1 OR ts < ?2)",
+                &args![keep_above, i64_of(older_than_ms), batch],
+            )
+        })
     }
 
     /// The request log's size: its rows, the time of the oldest, and the database file's
     /// bytes (the log is most of it).
     pub fn log_size(&self) -> Result<LogSize> {
-        let conn = self.lock();
-        let rows: i64 = conn.query_row("SELECT count(*) FROM request_log", [], |r| r.get(0))?;
-        let oldest: Option<i64> = conn
-            .query_row("SELECT ts FROM request_log ORDER BY id LIMIT 1", [], |r| {
-                r.get(0)
+        self.read(|db| {
+            let rows: u64 = db
+                .query_one("SELECT CAST(count(*) AS BIGINT) FROM request_log", &[])?
+                .get(0)?;
+            let oldest: Option<i64> = db
+                .query_opt("SELECT ts FROM request_log ORDER BY id LIMIT 1", &[])?
+                .map(|r| r.get(0))
+                .transpose()?;
+            let bytes: i64 = match db.dialect() {
+                Dialect::Sqlite => {
+                    let pages: i64 = db.query_one("PRAGMA page_count", &[])?.get(0)?;
+                    let page_size: i64 = db.query_one("PRAGMA page_size", &[])?.get(0)?;
+                    pages.saturating_mul(page_size)
+                }
+                Dialect::Postgres => db
+                    .query_one(
+                        "SELECT CAST(pg_total_relation_size('request_log') AS BIGINT)",
+                        &[],
+                    )?
+                    .get(0)?,
+            };
+            Ok(LogSize {
+                rows,
+                oldest_ts: oldest.and_then(|t| u64::try_from(t).ok()),
+                database_bytes: u64::try_from(bytes).unwrap_or(0),
             })
-            .optional()?;
-        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
-        let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
-        Ok(LogSize {
-            rows: u64::try_from(rows).unwrap_or(0),
-            oldest_ts: oldest.and_then(|t| u64::try_from(t).ok()),
-            database_bytes: u64::try_from(pages.saturating_mul(page_size)).unwrap_or(0),
         })
     }
 
@@ -220,59 +224,58 @@ impl Store {
     /// rows are in time order, so the scan starts after the newest row older than it.
     pub fn log_series(&self, since_ms: u64, bucket_ms: u64) -> Result<Vec<SeriesRow>> {
         let bucket = i64_of(bucket_ms.max(1));
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
-            "SELECT (ts / ?2) * ?2 AS b, provider, connection_id, key_id, count(*),
-               sum(status >= 400), coalesce(sum(prompt_tokens), 0),
-               coalesce(sum(completion_tokens), 0)
-             FROM request_log
-             WHERE id > coalesce(
-                 (SELECT id FROM request_log WHERE ts < ?1 ORDER BY id DESC LIMIT 1), 0)
-               AND ts >= ?1
-             GROUP BY b, provider, connection_id, key_id
-             ORDER BY b, provider, connection_id, key_id",
-        )?;
-        let rows = stmt
-            .query_map(params![i64_of(since_ms), bucket], |r| {
-                Ok(SeriesRow {
-                    bucket_ms: u64_col(r, 0)?,
-                    provider: r.get(1)?,
-                    connection_id: r.get(2)?,
-                    key_id: r.get(3)?,
-                    requests: u64_col(r, 4)?,
-                    errors: u64_col(r, 5)?,
-                    prompt_tokens: u64_col(r, 6)?,
-                    completion_tokens: u64_col(r, 7)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+        self.read(|db| {
+            db.query_map(
+                "SELECT (ts / ?2) * ?2 AS b, provider, connection_id, key_id,
+                   CAST(count(*) AS BIGINT),
+                   CAST(sum(CASE WHEN status >= 400 THEN 1 ELSE 0 END) AS BIGINT),
+                   CAST(coalesce(sum(prompt_tokens), 0) AS BIGINT),
+                   CAST(coalesce(sum(completion_tokens), 0) AS BIGINT)
+                 FROM request_log
+                 WHERE id > coalesce(
+                     (SELECT id FROM request_log WHERE ts < ?1 ORDER BY id DESC LIMIT 1), 0)
+                   AND ts >= ?1
+                 GROUP BY b, provider, connection_id, key_id
+                 ORDER BY b, provider, connection_id, key_id",
+                &args![i64_of(since_ms), bucket],
+                |r| {
+                    Ok(SeriesRow {
+                        bucket_ms: r.get(0)?,
+                        provider: r.get(1)?,
+                        connection_id: r.get(2)?,
+                        key_id: r.get(3)?,
+                        requests: r.get(4)?,
+                        errors: r.get(5)?,
+                        prompt_tokens: r.get(6)?,
+                        completion_tokens: r.get(7)?,
+                    })
+                },
+            )
+        })
     }
 
     /// The newest `limit` logged requests that reached a connection, oldest first: what
     /// routing's service stats are seeded from at start (SPEC R19).
     pub fn recent_outcomes(&self, limit: usize) -> Result<Vec<OutcomeRow>> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
-            "SELECT connection_id, model, status, stream, latency_ms, ttfb_ms, ts
-             FROM request_log WHERE connection_id IS NOT NULL AND model IS NOT NULL
-             ORDER BY id DESC LIMIT ?1",
-        )?;
-        let mut rows = stmt
-            .query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
-                Ok(OutcomeRow {
-                    connection_id: r.get(0)?,
-                    model: r.get(1)?,
-                    status: u16::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
-                    stream: r.get::<_, i64>(3)? != 0,
-                    latency_ms: u64_col(r, 4)?,
-                    ttfb_ms: r
-                        .get::<_, Option<i64>>(5)?
-                        .and_then(|v| u64::try_from(v).ok()),
-                    ts: u64_col(r, 6)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut rows = self.read(|db| {
+            db.query_map(
+                "SELECT connection_id, model, status, stream, latency_ms, ttfb_ms, ts
+                 FROM request_log WHERE connection_id IS NOT NULL AND model IS NOT NULL
+                 ORDER BY id DESC LIMIT ?1",
+                &args![limit],
+                |r| {
+                    Ok(OutcomeRow {
+                        connection_id: r.get(0)?,
+                        model: r.get(1)?,
+                        status: u16::try_from(r.get::<i64>(2)?).unwrap_or(0),
+                        stream: r.get(3)?,
+                        latency_ms: r.get(4)?,
+                        ttfb_ms: r.get::<Option<i64>>(5)?.and_then(|v| u64::try_from(v).ok()),
+                        ts: r.get(6)?,
+                    })
+                },
+            )
+        })?;
         rows.reverse();
         Ok(rows)
     }
@@ -282,30 +285,47 @@ impl Store {
     /// and failed attempts alike. Only the rows of the window are read, as in
     /// [`Store::log_series`].
     pub fn last_egress(&self, since_ms: u64) -> Result<Vec<(String, String, u64)>> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
-            "WITH recent AS (
-               SELECT ts, connection_id, egress_ip, failed_attempts FROM request_log
-               WHERE id > coalesce(
-                   (SELECT id FROM request_log WHERE ts < ?1 ORDER BY id DESC LIMIT 1), 0)
-                 AND ts >= ?1),
-             seen AS (
-               SELECT connection_id AS c, egress_ip AS e, ts AS t FROM recent
-               WHERE connection_id IS NOT NULL AND egress_ip IS NOT NULL
-               UNION ALL
-               SELECT json_extract(f.value, '$.connection_id'),
-                      json_extract(f.value, '$.egress_ip'), r.ts
-               FROM recent r, json_each(CASE WHEN json_valid(r.failed_attempts)
-                                             THEN r.failed_attempts ELSE '[]' END) f
-               WHERE json_extract(f.value, '$.egress_ip') IS NOT NULL)
-             SELECT c, e, max(t) FROM seen WHERE c IS NOT NULL GROUP BY c ORDER BY c",
-        )?;
-        let rows = stmt
-            .query_map(params![i64_of(since_ms)], |r| {
-                Ok((r.get(0)?, r.get(1)?, u64_col(r, 2)?))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+        let rows = self.read(|db| {
+            db.query_map(
+                "SELECT ts, connection_id, egress_ip, failed_attempts FROM request_log
+                 WHERE id > coalesce(
+                     (SELECT id FROM request_log WHERE ts < ?1 ORDER BY id DESC LIMIT 1), 0)
+                   AND ts >= ?1
+                 ORDER BY id",
+                &args![i64_of(since_ms)],
+                |r| {
+                    Ok((
+                        r.get::<u64>(0)?,
+                        r.get::<Option<String>>(1)?,
+                        r.get::<Option<String>>(2)?,
+                        failed_attempts_of(r.get(3)?),
+                    ))
+                },
+            )
+        })?;
+        // Per connection, the address seen at the greatest time; at equal times the one
+        // read last (a row's failed attempts came before its answer).
+        let mut newest: BTreeMap<String, (String, u64)> = BTreeMap::new();
+        let mut see = |connection: String, egress: String, ts: u64| match newest.get(&connection) {
+            Some((_, t)) if *t > ts => {}
+            _ => {
+                newest.insert(connection, (egress, ts));
+            }
+        };
+        for (ts, connection, egress, failed) in rows {
+            for f in failed {
+                if let Some(egress) = f.egress_ip {
+                    see(f.connection_id, egress, ts);
+                }
+            }
+            if let (Some(connection), Some(egress)) = (connection, egress) {
+                see(connection, egress, ts);
+            }
+        }
+        Ok(newest
+            .into_iter()
+            .map(|(connection, (egress, ts))| (connection, egress, ts))
+            .collect())
     }
 }
 
@@ -341,48 +361,47 @@ fn failed_attempts_of(text: Option<String>) -> Vec<FailedAttempt> {
 /// it (a `? IS NULL OR` branch would keep SQLite from using the filter's index), each
 /// equality on a column whose index ends in the row id, so a page is read newest first
 /// without a sort. Statements are cached per shape (at most 2^5 shapes).
-fn log_query(q: &LogQuery) -> (String, Vec<rusqlite::types::Value>) {
-    use rusqlite::types::Value as V;
+fn log_query(q: &LogQuery) -> (String, Vec<Arg<'_>>) {
     let mut sql = String::from(
         "SELECT id, ts, request_id, key_id, requested_model, provider, connection_id, model,
            status, error_code, stream, attempts, latency_ms, ttfb_ms, prompt_tokens,
            completion_tokens, egress_ip, client_format, failed_attempts, route
          FROM request_log WHERE id < ?",
     );
-    let mut args = vec![V::Integer(q.before.unwrap_or(i64::MAX))];
+    let mut args = vec![Arg::Int(q.before.unwrap_or(i64::MAX))];
     if let Some(key) = &q.key_id {
         sql.push_str(" AND key_id = ?");
-        args.push(V::Text(key.clone()));
+        args.push(Arg::Text(key));
     }
     if let Some(provider) = &q.provider {
         sql.push_str(" AND provider = ?");
-        args.push(V::Text(provider.clone()));
+        args.push(Arg::Text(provider));
     }
     if let Some(model) = &q.model {
         sql.push_str(" AND (requested_model = ? OR model = ?)");
-        args.push(V::Text(model.clone()));
-        args.push(V::Text(model.clone()));
+        args.push(Arg::Text(model));
+        args.push(Arg::Text(model));
     }
     match q.status {
         Some(StatusFilter::Exact(status)) => {
             sql.push_str(" AND status = ?");
-            args.push(V::Integer(i64::from(status)));
+            args.push(Arg::Int(i64::from(status)));
         }
         Some(range) => {
             let (lo, hi) = range.bounds();
             sql.push_str(" AND status BETWEEN ? AND ?");
-            args.push(V::Integer(i64::from(lo)));
-            args.push(V::Integer(i64::from(hi)));
+            args.push(Arg::Int(i64::from(lo)));
+            args.push(Arg::Int(i64::from(hi)));
         }
         None => {}
     }
     if q.since_ms.is_some() || q.until_ms.is_some() {
         sql.push_str(" AND ts BETWEEN ? AND ?");
-        args.push(V::Integer(i64_of(q.since_ms.unwrap_or(0))));
-        args.push(V::Integer(i64_of(q.until_ms.unwrap_or(u64::MAX))));
+        args.push(Arg::Int(i64_of(q.since_ms.unwrap_or(0))));
+        args.push(Arg::Int(i64_of(q.until_ms.unwrap_or(u64::MAX))));
     }
     sql.push_str(" ORDER BY id DESC LIMIT ?");
-    args.push(V::Integer(i64::from(q.limit)));
+    args.push(Arg::Int(i64::from(q.limit)));
     (sql, args)
 }
 
@@ -392,32 +411,33 @@ mod tests {
 
     #[test]
     fn log_rows_round_trip_newest_first() {
-        let s = Store::open_in_memory().unwrap();
-        let row = |i: u64| LogRow {
-            ts: i,
-            request_id: format!("r{i}"),
-            key_id: Some("k".into()),
-            requested_model: "p/m".into(),
-            provider: Some("p".into()),
-            connection_id: Some("c".into()),
-            model: Some("m".into()),
-            status: 200,
-            error_code: None,
-            stream: i.is_multiple_of(2),
-            client_format: "anthropic".into(),
-            attempts: 1,
-            latency_ms: 3,
-            ttfb_ms: Some(2),
-            prompt_tokens: Some(4),
-            completion_tokens: Some(5),
-            egress_ip: None,
-            failed_attempts: Vec::new(),
-            route: None,
-        };
-        s.insert_log_batch(&[row(1), row(2), row(3)]).unwrap();
-        let got = s.recent_logs(2, None).unwrap();
-        assert_eq!(got, vec![row(3), row(2)]);
-        assert_eq!(s.recent_logs(10, Some("other")).unwrap(), vec![]);
+        crate::store::testing::each_backend(|s| {
+            let row = |i: u64| LogRow {
+                ts: i,
+                request_id: format!("r{i}"),
+                key_id: Some("k".into()),
+                requested_model: "p/m".into(),
+                provider: Some("p".into()),
+                connection_id: Some("c".into()),
+                model: Some("m".into()),
+                status: 200,
+                error_code: None,
+                stream: i.is_multiple_of(2),
+                client_format: "anthropic".into(),
+                attempts: 1,
+                latency_ms: 3,
+                ttfb_ms: Some(2),
+                prompt_tokens: Some(4),
+                completion_tokens: Some(5),
+                egress_ip: None,
+                failed_attempts: Vec::new(),
+                route: None,
+            };
+            s.insert_log_batch(&[row(1), row(2), row(3)]).unwrap();
+            let got = s.recent_logs(2, None).unwrap();
+            assert_eq!(got, vec![row(3), row(2)]);
+            assert_eq!(s.recent_logs(10, Some("other")).unwrap(), vec![]);
+        });
     }
 
     /// A log row at `ts` for `key` through `provider`/`model` with `status`.
@@ -447,60 +467,60 @@ mod tests {
 
     #[test]
     fn pruning_holds_the_row_cap_and_the_age_in_batches_newest_kept() {
-        let s = Store::open_in_memory().unwrap();
-        let rows: Vec<LogRow> = (1..=1_500)
-            .map(|ts| logged(ts, "k1", "alpha", "m", 200))
-            .collect();
-        s.insert_log_batch(&rows).unwrap();
-        assert_eq!(s.log_size().unwrap().rows, 1_500);
-        // A cap of 1 000, in batches of 200: three full batches, then the rest.
-        let mut deleted = Vec::new();
-        loop {
-            let n = s.prune_logs(0, 1_000, 200).unwrap();
-            deleted.push(n);
-            if n < 200 {
-                break;
+        crate::store::testing::each_backend(|s| {
+            let rows: Vec<LogRow> = (1..=1_500)
+                .map(|ts| logged(ts, "k1", "alpha", "m", 200))
+                .collect();
+            s.insert_log_batch(&rows).unwrap();
+            assert_eq!(s.log_size().unwrap().rows, 1_500);
+            // A cap of 1 000, in batches of 200: three full batches, then the rest.
+            let mut deleted = Vec::new();
+            loop {
+                let n = s.prune_logs(0, 1_000, 200).unwrap();
+                deleted.push(n);
+                if n < 200 {
+                    break;
+                }
             }
-        }
-        assert_eq!(deleted, [200, 200, 100]);
-        assert_eq!(s.prune_logs(0, 1_000, 200).unwrap(), 0);
-        let size = s.log_size().unwrap();
-        assert_eq!((size.rows, size.oldest_ts), (1_000, Some(501)));
-        assert!(size.database_bytes > 0);
-        // More rows come: the cap holds at the newest 1 000.
-        let more: Vec<LogRow> = (1_501..=1_750)
-            .map(|ts| logged(ts, "k1", "alpha", "m", 200))
-            .collect();
-        s.insert_log_batch(&more).unwrap();
-        assert_eq!(s.prune_logs(0, 1_000, 500).unwrap(), 250);
-        assert_eq!(s.log_size().unwrap().oldest_ts, Some(751));
-        assert_eq!(s.recent_logs(1, None).unwrap()[0].ts, 1_750);
-        // By age: everything before 1 200 goes, a batch of 300, then the rest.
-        assert_eq!(s.prune_logs(1_200, 1_000, 300).unwrap(), 300);
-        assert_eq!(s.prune_logs(1_200, 1_000, 300).unwrap(), 149);
-        assert_eq!(s.prune_logs(1_200, 1_000, 300).unwrap(), 0);
-        let size = s.log_size().unwrap();
-        assert_eq!((size.rows, size.oldest_ts), (551, Some(1_200)));
-        // An empty log has nothing to prune and no oldest row.
-        let empty = Store::open_in_memory().unwrap();
-        assert_eq!(empty.prune_logs(u64::MAX, 1_000, 10).unwrap(), 0);
-        assert_eq!(empty.log_size().unwrap().oldest_ts, None);
+            assert_eq!(deleted, [200, 200, 100]);
+            assert_eq!(s.prune_logs(0, 1_000, 200).unwrap(), 0);
+            let size = s.log_size().unwrap();
+            assert_eq!((size.rows, size.oldest_ts), (1_000, Some(501)));
+            assert!(size.database_bytes > 0);
+            // More rows come: the cap holds at the newest 1 000.
+            let more: Vec<LogRow> = (1_501..=1_750)
+                .map(|ts| logged(ts, "k1", "alpha", "m", 200))
+                .collect();
+            s.insert_log_batch(&more).unwrap();
+            assert_eq!(s.prune_logs(0, 1_000, 500).unwrap(), 250);
+            assert_eq!(s.log_size().unwrap().oldest_ts, Some(751));
+            assert_eq!(s.recent_logs(1, None).unwrap()[0].ts, 1_750);
+            // By age: everything before 1 200 goes, a batch of 300, then the rest.
+            assert_eq!(s.prune_logs(1_200, 1_000, 300).unwrap(), 300);
+            assert_eq!(s.prune_logs(1_200, 1_000, 300).unwrap(), 149);
+            assert_eq!(s.prune_logs(1_200, 1_000, 300).unwrap(), 0);
+            let size = s.log_size().unwrap();
+            assert_eq!((size.rows, size.oldest_ts), (551, Some(1_200)));
+            // An empty log has nothing to prune and no oldest row.
+            let empty = Store::open_in_memory().unwrap();
+            assert_eq!(empty.prune_logs(u64::MAX, 1_000, 10).unwrap(), 0);
+            assert_eq!(empty.log_size().unwrap().oldest_ts, None);
+        });
     }
 
     #[test]
     fn the_log_queries_use_their_filters_indexes() {
         let s = Store::open_in_memory().unwrap();
-        let conn = s.lock();
         let some = |v: &str| Some(v.to_owned());
         let plan = |q: LogQuery| -> String {
             let (sql, args) = log_query(&q);
-            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))
-                .unwrap();
-            rows.collect::<rusqlite::Result<Vec<_>>>()
-                .unwrap()
-                .join("; ")
+            s.read(|db| {
+                db.query_map(&format!("EXPLAIN QUERY PLAN {sql}"), &args, |r| {
+                    r.get::<String>(3)
+                })
+            })
+            .unwrap()
+            .join("; ")
         };
         let base = || LogQuery {
             limit: 50,
@@ -561,171 +581,176 @@ mod tests {
 
     #[test]
     fn log_queries_filter_every_field_and_page_by_cursor() {
-        let s = Store::open_in_memory().unwrap();
-        s.insert_log_batch(&[
-            logged(1, "k1", "alpha", "m", 200),
-            logged(2, "k2", "alpha", "m", 429),
-            logged(3, "k1", "beta", "n", 502),
-            logged(4, "k1", "alpha", "n", 200),
-            logged(5, "k2", "beta", "m", 201),
-        ])
-        .unwrap();
-        let ids = |q: LogQuery| -> Vec<String> {
-            s.query_logs(&LogQuery { limit: 10, ..q })
+        crate::store::testing::each_backend(|s| {
+            s.insert_log_batch(&[
+                logged(1, "k1", "alpha", "m", 200),
+                logged(2, "k2", "alpha", "m", 429),
+                logged(3, "k1", "beta", "n", 502),
+                logged(4, "k1", "alpha", "n", 200),
+                logged(5, "k2", "beta", "m", 201),
+            ])
+            .unwrap();
+            let ids = |q: LogQuery| -> Vec<String> {
+                s.query_logs(&LogQuery { limit: 10, ..q })
+                    .unwrap()
+                    .into_iter()
+                    .map(|(_, r)| r.request_id)
+                    .collect()
+            };
+            assert_eq!(ids(LogQuery::default()), ["r5", "r4", "r3", "r2", "r1"]);
+            let key = Some("k1".to_owned());
+            assert_eq!(
+                ids(LogQuery {
+                    key_id: key,
+                    ..LogQuery::default()
+                }),
+                ["r4", "r3", "r1"]
+            );
+            let provider = Some("beta".to_owned());
+            assert_eq!(
+                ids(LogQuery {
+                    provider,
+                    ..LogQuery::default()
+                }),
+                ["r5", "r3"]
+            );
+            let requested = Some("alpha/m".to_owned());
+            assert_eq!(
+                ids(LogQuery {
+                    model: requested,
+                    ..LogQuery::default()
+                }),
+                ["r2", "r1"]
+            );
+            let resolved = Some("n".to_owned());
+            assert_eq!(
+                ids(LogQuery {
+                    model: resolved,
+                    ..LogQuery::default()
+                }),
+                ["r4", "r3"]
+            );
+            let status = |f| {
+                ids(LogQuery {
+                    status: Some(f),
+                    ..LogQuery::default()
+                })
+            };
+            assert_eq!(status(StatusFilter::Exact(200)), ["r4", "r1"]);
+            assert_eq!(status(StatusFilter::Class(2)), ["r5", "r4", "r1"]);
+            assert_eq!(status(StatusFilter::Class(5)), ["r3"]);
+            assert_eq!(status(StatusFilter::Errors), ["r3", "r2"]);
+            let window = LogQuery {
+                since_ms: Some(2),
+                until_ms: Some(4),
+                ..LogQuery::default()
+            };
+            assert_eq!(ids(window), ["r4", "r3", "r2"]);
+
+            let first = s
+                .query_logs(&LogQuery {
+                    limit: 2,
+                    ..LogQuery::default()
+                })
+                .unwrap();
+            assert_eq!(first.len(), 2);
+            let cursor = first[1].0;
+            let next = LogQuery {
+                before: Some(cursor),
+                limit: 2,
+                ..LogQuery::default()
+            };
+            let page: Vec<String> = s
+                .query_logs(&next)
                 .unwrap()
                 .into_iter()
                 .map(|(_, r)| r.request_id)
-                .collect()
-        };
-        assert_eq!(ids(LogQuery::default()), ["r5", "r4", "r3", "r2", "r1"]);
-        let key = Some("k1".to_owned());
-        assert_eq!(
-            ids(LogQuery {
-                key_id: key,
-                ..LogQuery::default()
-            }),
-            ["r4", "r3", "r1"]
-        );
-        let provider = Some("beta".to_owned());
-        assert_eq!(
-            ids(LogQuery {
-                provider,
-                ..LogQuery::default()
-            }),
-            ["r5", "r3"]
-        );
-        let requested = Some("alpha/m".to_owned());
-        assert_eq!(
-            ids(LogQuery {
-                model: requested,
-                ..LogQuery::default()
-            }),
-            ["r2", "r1"]
-        );
-        let resolved = Some("n".to_owned());
-        assert_eq!(
-            ids(LogQuery {
-                model: resolved,
-                ..LogQuery::default()
-            }),
-            ["r4", "r3"]
-        );
-        let status = |f| {
-            ids(LogQuery {
-                status: Some(f),
-                ..LogQuery::default()
-            })
-        };
-        assert_eq!(status(StatusFilter::Exact(200)), ["r4", "r1"]);
-        assert_eq!(status(StatusFilter::Class(2)), ["r5", "r4", "r1"]);
-        assert_eq!(status(StatusFilter::Class(5)), ["r3"]);
-        assert_eq!(status(StatusFilter::Errors), ["r3", "r2"]);
-        let window = LogQuery {
-            since_ms: Some(2),
-            until_ms: Some(4),
-            ..LogQuery::default()
-        };
-        assert_eq!(ids(window), ["r4", "r3", "r2"]);
-
-        let first = s
-            .query_logs(&LogQuery {
-                limit: 2,
-                ..LogQuery::default()
-            })
-            .unwrap();
-        assert_eq!(first.len(), 2);
-        let cursor = first[1].0;
-        let next = LogQuery {
-            before: Some(cursor),
-            limit: 2,
-            ..LogQuery::default()
-        };
-        let page: Vec<String> = s
-            .query_logs(&next)
-            .unwrap()
-            .into_iter()
-            .map(|(_, r)| r.request_id)
-            .collect();
-        assert_eq!(page, ["r3", "r2"]);
+                .collect();
+            assert_eq!(page, ["r3", "r2"]);
+        });
     }
 
     #[test]
     fn the_series_counts_requests_errors_and_tokens_per_bucket() {
-        let s = Store::open_in_memory().unwrap();
-        s.insert_log_batch(&[
-            logged(59_000, "k1", "alpha", "m", 200),
-            logged(60_000, "k1", "alpha", "m", 200),
-            logged(61_000, "k1", "alpha", "m", 500),
-            logged(62_000, "k2", "alpha", "m", 200),
-            logged(125_000, "k1", "beta", "m", 429),
-        ])
-        .unwrap();
-        let row = |bucket_ms, provider: &str, key: &str, requests, errors, completion| SeriesRow {
-            bucket_ms,
-            provider: Some(provider.into()),
-            connection_id: Some(format!("{provider}-1")),
-            key_id: Some(key.into()),
-            requests,
-            errors,
-            prompt_tokens: requests * 10,
-            completion_tokens: completion,
-        };
-        assert_eq!(
-            s.log_series(60_000, 60_000).unwrap(),
-            vec![
-                row(60_000, "alpha", "k1", 2, 1, 121_000),
-                row(60_000, "alpha", "k2", 1, 0, 62_000),
-                row(120_000, "beta", "k1", 1, 1, 125_000),
-            ]
-        );
-        assert_eq!(
-            s.log_series(0, 60_000).unwrap()[0],
-            row(0, "alpha", "k1", 1, 0, 59_000)
-        );
-        assert_eq!(s.log_series(200_000, 60_000).unwrap(), vec![]);
+        crate::store::testing::each_backend(|s| {
+            s.insert_log_batch(&[
+                logged(59_000, "k1", "alpha", "m", 200),
+                logged(60_000, "k1", "alpha", "m", 200),
+                logged(61_000, "k1", "alpha", "m", 500),
+                logged(62_000, "k2", "alpha", "m", 200),
+                logged(125_000, "k1", "beta", "m", 429),
+            ])
+            .unwrap();
+            let row =
+                |bucket_ms, provider: &str, key: &str, requests, errors, completion| SeriesRow {
+                    bucket_ms,
+                    provider: Some(provider.into()),
+                    connection_id: Some(format!("{provider}-1")),
+                    key_id: Some(key.into()),
+                    requests,
+                    errors,
+                    prompt_tokens: requests * 10,
+                    completion_tokens: completion,
+                };
+            assert_eq!(
+                s.log_series(60_000, 60_000).unwrap(),
+                vec![
+                    row(60_000, "alpha", "k1", 2, 1, 121_000),
+                    row(60_000, "alpha", "k2", 1, 0, 62_000),
+                    row(120_000, "beta", "k1", 1, 1, 125_000),
+                ]
+            );
+            assert_eq!(
+                s.log_series(0, 60_000).unwrap()[0],
+                row(0, "alpha", "k1", 1, 0, 59_000)
+            );
+            assert_eq!(s.log_series(200_000, 60_000).unwrap(), vec![]);
+        });
     }
 
     #[test]
     fn the_last_egress_of_each_connection_comes_from_answering_and_failed_attempts() {
-        let s = Store::open_in_memory().unwrap();
-        let via = |ts, provider: &str, egress: Option<&str>, failed: Vec<FailedAttempt>| LogRow {
-            egress_ip: egress.map(str::to_owned),
-            failed_attempts: failed,
-            ..logged(ts, "k1", provider, "m", 200)
-        };
-        let failed_on = |connection: &str, egress: Option<&str>| FailedAttempt {
-            provider: "alpha".into(),
-            connection_id: connection.into(),
-            model: "m".into(),
-            outcome: "server_error".into(),
-            egress_ip: egress.map(str::to_owned),
-            ..FailedAttempt::default()
-        };
-        s.insert_log_batch(&[
-            // Before the window: not read.
-            via(1_000, "gamma", Some("10.0.0.9"), vec![]),
-            via(5_000, "alpha", Some("10.0.0.1"), vec![]),
-            // A newer address for alpha-1, and beta-1 seen only on a failed attempt.
-            via(
-                6_000,
-                "alpha",
-                Some("10.0.0.2"),
+        crate::store::testing::each_backend(|s| {
+            let via =
+                |ts, provider: &str, egress: Option<&str>, failed: Vec<FailedAttempt>| LogRow {
+                    egress_ip: egress.map(str::to_owned),
+                    failed_attempts: failed,
+                    ..logged(ts, "k1", provider, "m", 200)
+                };
+            let failed_on = |connection: &str, egress: Option<&str>| FailedAttempt {
+                provider: "alpha".into(),
+                connection_id: connection.into(),
+                model: "m".into(),
+                outcome: "server_error".into(),
+                egress_ip: egress.map(str::to_owned),
+                ..FailedAttempt::default()
+            };
+            s.insert_log_batch(&[
+                // Before the window: not read.
+                via(1_000, "gamma", Some("10.0.0.9"), vec![]),
+                via(5_000, "alpha", Some("10.0.0.1"), vec![]),
+                // A newer address for alpha-1, and beta-1 seen only on a failed attempt.
+                via(
+                    6_000,
+                    "alpha",
+                    Some("10.0.0.2"),
+                    vec![
+                        failed_on("beta-1", Some("10.0.0.3")),
+                        failed_on("delta-1", None),
+                    ],
+                ),
+                via(7_000, "epsilon", None, vec![]),
+            ])
+            .unwrap();
+            assert_eq!(
+                s.last_egress(2_000).unwrap(),
                 vec![
-                    failed_on("beta-1", Some("10.0.0.3")),
-                    failed_on("delta-1", None),
-                ],
-            ),
-            via(7_000, "epsilon", None, vec![]),
-        ])
-        .unwrap();
-        assert_eq!(
-            s.last_egress(2_000).unwrap(),
-            vec![
-                ("alpha-1".to_owned(), "10.0.0.2".to_owned(), 6_000),
-                ("beta-1".to_owned(), "10.0.0.3".to_owned(), 6_000),
-            ]
-        );
-        assert_eq!(s.last_egress(8_000).unwrap(), vec![]);
+                    ("alpha-1".to_owned(), "10.0.0.2".to_owned(), 6_000),
+                    ("beta-1".to_owned(), "10.0.0.3".to_owned(), 6_000),
+                ]
+            );
+            assert_eq!(s.last_egress(8_000).unwrap(), vec![]);
+        });
     }
 
     #[test]

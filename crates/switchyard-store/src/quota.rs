@@ -1,10 +1,10 @@
 //! Quota tables (SPEC Q1, Q4, Q9): pools, allocations, plans and consumption slots.
 
-use crate::sqlite::{
+use crate::db::{args, Sql};
+use crate::store::{
     check_mode, delete_row, from_json, i64_of, query_text_pairs, to_json, Batch, SaveMode,
 };
 use crate::{Result, Store, StoreError};
-use rusqlite::{params, Connection};
 use serde::{Deserialize, Serialize};
 use switchyard_core::quota::decide::Policy;
 use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
@@ -35,11 +35,11 @@ pub struct ConsumptionRow {
 
 impl Store {
     pub fn list_pools(&self) -> Result<Vec<PoolInput>> {
-        query_pools(&self.lock(), None)
+        self.read(|db| query_pools(db, None))
     }
 
     pub fn get_pool(&self, id: &str) -> Result<PoolInput> {
-        query_pools(&self.lock(), Some(id))?
+        self.read(|db| query_pools(db, Some(id)))?
             .into_iter()
             .next()
             .ok_or_else(|| StoreError::NotFound {
@@ -54,9 +54,12 @@ impl Store {
 
     /// Deletes a pool with its allocations and consumption.
     pub fn delete_pool(&self, id: &str) -> Result<()> {
-        self.config_write(|tx| {
-            tx.execute("DELETE FROM quota_consumption WHERE pool_id = ?1", [id])?;
-            delete_row(tx, "quota_pools", "id", id, "pool")
+        self.config_write(|db| {
+            db.execute(
+                "DELETE FROM quota_consumption WHERE pool_id = ?1",
+                &args![id],
+            )?;
+            delete_row(db, "quota_pools", "id", id, "pool")
         })
     }
 
@@ -66,93 +69,93 @@ impl Store {
 
     /// Removes a manual plan; the connection falls back to the catalog or the empty plan.
     pub fn delete_plan(&self, connection_id: &str) -> Result<()> {
-        self.config_write(|tx| {
-            delete_row(tx, "provider_plans", "connection_id", connection_id, "plan")
+        self.config_write(|db| {
+            delete_row(db, "provider_plans", "connection_id", connection_id, "plan")
         })
     }
 
     /// Writes slot values (absolute, so rewriting is idempotent) in one transaction.
     pub fn save_consumption(&self, rows: &[ConsumptionRow]) -> Result<()> {
-        let mut conn = self.lock();
-        let tx = conn.transaction()?;
-        {
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO quota_consumption
-                   (pool_id, dimension, api_key_id, slot, slot_end_ms, window_ms, amount)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT(pool_id, dimension, api_key_id, slot)
-                 DO UPDATE SET amount = excluded.amount",
-            )?;
+        self.write(|db| {
             for r in rows {
-                stmt.execute(params![
-                    r.pool_id,
-                    r.dimension,
-                    r.api_key_id,
-                    i64_of(r.slot),
-                    i64_of(r.slot_end_ms),
-                    i64_of(r.window_ms),
-                    r.amount
-                ])?;
+                db.execute(
+                    "INSERT INTO quota_consumption
+                       (pool_id, dimension, api_key_id, slot, slot_end_ms, window_ms, amount)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                     ON CONFLICT(pool_id, dimension, api_key_id, slot)
+                     DO UPDATE SET amount = excluded.amount",
+                    &args![
+                        r.pool_id,
+                        r.dimension,
+                        r.api_key_id,
+                        i64_of(r.slot),
+                        i64_of(r.slot_end_ms),
+                        i64_of(r.window_ms),
+                        r.amount
+                    ],
+                )?;
             }
-        }
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Slots whose window has not yet passed at `now`.
     pub fn load_consumption(&self, now: u64) -> Result<Vec<ConsumptionRow>> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
-            "SELECT pool_id, dimension, api_key_id, slot, slot_end_ms, window_ms, amount
-             FROM quota_consumption WHERE slot_end_ms + window_ms > ?1",
-        )?;
-        let rows = stmt
-            .query_map([i64_of(now)], |r| {
-                Ok(ConsumptionRow {
-                    pool_id: r.get(0)?,
-                    dimension: r.get(1)?,
-                    api_key_id: r.get(2)?,
-                    slot: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
-                    slot_end_ms: u64::try_from(r.get::<_, i64>(4)?).unwrap_or(0),
-                    window_ms: u64::try_from(r.get::<_, i64>(5)?).unwrap_or(0),
-                    amount: r.get(6)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+        self.read(|db| {
+            db.query_map(
+                "SELECT pool_id, dimension, api_key_id, slot, slot_end_ms, window_ms, amount
+                 FROM quota_consumption WHERE slot_end_ms + window_ms > ?1",
+                &args![i64_of(now)],
+                |r| {
+                    Ok(ConsumptionRow {
+                        pool_id: r.get(0)?,
+                        dimension: r.get(1)?,
+                        api_key_id: r.get(2)?,
+                        slot: r.get(3)?,
+                        slot_end_ms: r.get(4)?,
+                        window_ms: r.get(5)?,
+                        amount: r.get(6)?,
+                    })
+                },
+            )
+        })
     }
 
     /// Deletes slots that are outside their window and older than `retention_ms`
     /// (SPEC Q9). Returns how many were deleted.
     pub fn gc_consumption(&self, now: u64, retention_ms: u64) -> Result<usize> {
-        let conn = self.lock();
-        Ok(conn.execute(
-            "DELETE FROM quota_consumption WHERE slot_end_ms + MAX(window_ms, ?1) < ?2",
-            params![i64_of(retention_ms), i64_of(now)],
-        )?)
+        // `slot_end_ms + max(window_ms, retention) < now`, without the two-argument MAX
+        // only SQLite has.
+        self.write(|db| {
+            db.execute(
+                "DELETE FROM quota_consumption
+                 WHERE slot_end_ms + window_ms < ?2 AND slot_end_ms + ?1 < ?2",
+                &args![i64_of(retention_ms), i64_of(now)],
+            )
+        })
     }
 }
 
 impl Batch<'_> {
     /// Whether no pool exists yet (the condition of a one-time import).
     pub fn pools_empty(&self) -> Result<bool> {
-        let any: bool = self
-            .tx
-            .query_row("SELECT EXISTS(SELECT 1 FROM quota_pools)", [], |r| r.get(0))?;
-        Ok(!any)
+        Ok(self
+            .db
+            .query_opt("SELECT 1 FROM quota_pools LIMIT 1", &[])?
+            .is_none())
     }
 
     /// Saves a pool and replaces its allocations.
     pub fn save_pool(&self, pool: &PoolInput, mode: SaveMode, now: u64) -> Result<()> {
-        let tx = self.tx;
-        check_mode(tx, "quota_pools", "id", &pool.id, "pool", mode)?;
-        tx.execute(
+        let db = self.db;
+        check_mode(db, "quota_pools", "id", &pool.id, "pool", mode)?;
+        db.execute(
             "INSERT INTO quota_pools (id, name, connection_ids, dimensions, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?5)
              ON CONFLICT(id) DO UPDATE SET name = excluded.name,
                connection_ids = excluded.connection_ids, dimensions = excluded.dimensions,
                updated_at = excluded.updated_at",
-            params![
+            &args![
                 pool.id,
                 pool.name,
                 to_json(&pool.connection_ids)?,
@@ -160,72 +163,72 @@ impl Batch<'_> {
                 i64_of(now)
             ],
         )?;
-        tx.execute(
+        db.execute(
             "DELETE FROM quota_allocations WHERE pool_id = ?1",
-            [&pool.id],
-        )?;
-        let mut stmt = tx.prepare_cached(
-            "INSERT INTO quota_allocations (pool_id, api_key_id, position, allocation_weight,
-               cap_value, cap_unit, policy) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            &args![pool.id],
         )?;
         for (i, a) in pool.allocations.iter().enumerate() {
-            stmt.execute(params![
-                pool.id,
-                a.api_key_id,
-                i64::try_from(i).unwrap_or(i64::MAX),
-                a.allocation_weight,
-                a.cap_value,
-                a.cap_unit,
-                a.policy
-            ])?;
+            db.execute(
+                "INSERT INTO quota_allocations (pool_id, api_key_id, position, allocation_weight,
+                   cap_value, cap_unit, policy) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                &args![
+                    pool.id,
+                    a.api_key_id,
+                    i,
+                    a.allocation_weight,
+                    a.cap_value,
+                    a.cap_unit,
+                    a.policy
+                ],
+            )?;
         }
         Ok(())
     }
 
     pub fn save_plan(&self, plan: &PlanRecord, now: u64) -> Result<()> {
-        self.tx.execute(
+        self.db.execute(
             "INSERT INTO provider_plans (connection_id, dimensions, updated_at)
              VALUES (?1, ?2, ?3)
              ON CONFLICT(connection_id) DO UPDATE SET dimensions = excluded.dimensions,
                updated_at = excluded.updated_at",
-            params![plan.connection_id, to_json(&plan.dimensions)?, i64_of(now)],
+            &args![plan.connection_id, to_json(&plan.dimensions)?, i64_of(now)],
         )?;
         Ok(())
     }
 }
 
-pub(crate) fn query_pools(conn: &Connection, id: Option<&str>) -> Result<Vec<PoolInput>> {
-    let mut stmt = conn.prepare_cached(
+pub(crate) fn query_pools(db: &dyn Sql, id: Option<&str>) -> Result<Vec<PoolInput>> {
+    // The cast gives PostgreSQL the parameter's type where it is only tested for NULL.
+    let raw = db.query_map(
         "SELECT id, name, connection_ids, dimensions FROM quota_pools
-         WHERE (?1 IS NULL OR id = ?1) ORDER BY created_at, id",
-    )?;
-    let raw = stmt
-        .query_map([id], |r| {
+         WHERE (CAST(?1 AS TEXT) IS NULL OR id = ?1) ORDER BY created_at, id",
+        &args![id],
+        |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
+                r.get::<String>(0)?,
+                r.get::<String>(1)?,
+                r.get::<String>(2)?,
+                r.get::<String>(3)?,
             ))
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut alloc = conn.prepare_cached(
-        "SELECT api_key_id, allocation_weight, cap_value, cap_unit, policy
-         FROM quota_allocations WHERE pool_id = ?1 ORDER BY position",
+        },
     )?;
     raw.into_iter()
         .map(|(id, name, connections, dimensions)| {
-            let allocations = alloc
-                .query_map([&id], |r| {
-                    Ok(AllocationInput {
-                        api_key_id: r.get(0)?,
-                        allocation_weight: r.get(1)?,
-                        cap_value: r.get(2)?,
-                        cap_unit: r.get(3)?,
-                        policy: r.get(4)?,
-                    })
-                })?
-                .collect::<rusqlite::Result<Vec<_>>>()?
+            let allocations = db
+                .query_map(
+                    "SELECT api_key_id, allocation_weight, cap_value, cap_unit, policy
+                     FROM quota_allocations WHERE pool_id = ?1 ORDER BY position",
+                    &args![id],
+                    |r| {
+                        Ok(AllocationInput {
+                            api_key_id: r.get(0)?,
+                            allocation_weight: r.get(1)?,
+                            cap_value: r.get(2)?,
+                            cap_unit: r.get(3)?,
+                            policy: r.get(4)?,
+                        })
+                    },
+                )?
                 .into_iter()
                 .map(|a| lenient_policy(&id, a))
                 .collect();
@@ -261,9 +264,9 @@ fn lenient_policy(pool_id: &str, mut a: AllocationInput) -> AllocationInput {
     a
 }
 
-pub(crate) fn query_plans(conn: &Connection) -> Result<Vec<PlanRecord>> {
+pub(crate) fn query_plans(db: &dyn Sql) -> Result<Vec<PlanRecord>> {
     query_text_pairs(
-        conn,
+        db,
         "SELECT connection_id, dimensions FROM provider_plans ORDER BY connection_id",
     )?
     .into_iter()
@@ -282,8 +285,7 @@ mod tests {
     use crate::records::{ConnectionRecord, KeyRecord, ProviderRecord};
     use serde_json::json;
 
-    fn store() -> Store {
-        let s = Store::open_in_memory().unwrap();
+    fn seed(s: &Store) {
         s.save_provider(
             &ProviderRecord {
                 id: "p".into(),
@@ -336,7 +338,6 @@ mod tests {
             )
             .unwrap();
         }
-        s
     }
 
     fn pool() -> PoolInput {
@@ -353,54 +354,61 @@ mod tests {
 
     #[test]
     fn pools_round_trip_with_allocations_in_order() {
-        let s = store();
-        let v0 = s.config_version().unwrap();
-        s.save_pool(&pool(), SaveMode::Create, 5).unwrap();
-        assert_eq!(s.list_pools().unwrap(), vec![pool()]);
-        assert_eq!(s.config_version().unwrap(), v0 + 1);
-        assert!(matches!(
-            s.save_pool(&pool(), SaveMode::Create, 6),
-            Err(StoreError::Conflict { .. })
-        ));
-        let mut changed = pool();
-        changed.allocations.pop();
-        s.save_pool(&changed, SaveMode::Update, 7).unwrap();
-        assert_eq!(s.get_pool("team").unwrap(), changed);
+        crate::store::testing::each_backend(|s| {
+            seed(s);
+            let v0 = s.config_version().unwrap();
+            s.save_pool(&pool(), SaveMode::Create, 5).unwrap();
+            assert_eq!(s.list_pools().unwrap(), vec![pool()]);
+            assert_eq!(s.config_version().unwrap(), v0 + 1);
+            assert!(matches!(
+                s.save_pool(&pool(), SaveMode::Create, 6),
+                Err(StoreError::Conflict { .. })
+            ));
+            let mut changed = pool();
+            changed.allocations.pop();
+            s.save_pool(&changed, SaveMode::Update, 7).unwrap();
+            assert_eq!(s.get_pool("team").unwrap(), changed);
+        });
     }
 
     #[test]
     fn an_unknown_stored_policy_is_read_as_hard() {
-        let s = store();
-        s.save_pool(&pool(), SaveMode::Create, 5).unwrap();
-        s.lock()
-            .execute(
-                "UPDATE quota_allocations SET policy = 'greedy' WHERE api_key_id = 'k2'",
-                [],
-            )
+        crate::store::testing::each_backend(|s| {
+            seed(s);
+            s.save_pool(&pool(), SaveMode::Create, 5).unwrap();
+            s.write(|db| {
+                db.execute(
+                    "UPDATE quota_allocations SET policy = 'greedy' WHERE api_key_id = 'k2'",
+                    &[],
+                )
+            })
             .unwrap();
-        let read = s.get_pool("team").unwrap();
-        assert_eq!(
-            read.allocations
-                .iter()
-                .map(|a| (a.api_key_id.as_str(), a.policy.as_str()))
-                .collect::<Vec<_>>(),
-            vec![("k2", "hard"), ("k1", "hard")]
-        );
+            let read = s.get_pool("team").unwrap();
+            assert_eq!(
+                read.allocations
+                    .iter()
+                    .map(|a| (a.api_key_id.as_str(), a.policy.as_str()))
+                    .collect::<Vec<_>>(),
+                vec![("k2", "hard"), ("k1", "hard")]
+            );
+        });
     }
 
     #[test]
     fn deleting_a_key_removes_its_allocations_and_deleting_a_pool_its_rows() {
-        let s = store();
-        s.save_pool(&pool(), SaveMode::Create, 5).unwrap();
-        s.delete_key("k1").unwrap();
-        assert_eq!(s.get_pool("team").unwrap().allocations.len(), 1);
-        s.save_consumption(&[row("team", 1, 10.0)]).unwrap();
-        s.delete_pool("team").unwrap();
-        assert!(s.load_consumption(0).unwrap().is_empty());
-        assert!(matches!(
-            s.delete_pool("team"),
-            Err(StoreError::NotFound { .. })
-        ));
+        crate::store::testing::each_backend(|s| {
+            seed(s);
+            s.save_pool(&pool(), SaveMode::Create, 5).unwrap();
+            s.delete_key("k1").unwrap();
+            assert_eq!(s.get_pool("team").unwrap().allocations.len(), 1);
+            s.save_consumption(&[row("team", 1, 10.0)]).unwrap();
+            s.delete_pool("team").unwrap();
+            assert!(s.load_consumption(0).unwrap().is_empty());
+            assert!(matches!(
+                s.delete_pool("team"),
+                Err(StoreError::NotFound { .. })
+            ));
+        });
     }
 
     fn row(pool: &str, slot: u64, amount: f64) -> ConsumptionRow {
@@ -417,62 +425,68 @@ mod tests {
 
     #[test]
     fn consumption_is_idempotent_loads_live_slots_and_gc_keeps_retention() {
-        let s = store();
-        s.save_consumption(&[row("team", 1, 1.0), row("team", 5, 2.0)])
-            .unwrap();
-        s.save_consumption(&[row("team", 5, 3.0)]).unwrap();
-        // At 12 000 ms slot 1 (ended 2 000, window 10 000) no longer counts.
-        let live = s.load_consumption(12_000).unwrap();
-        assert_eq!(live, vec![row("team", 5, 3.0)]);
-        // Retention 1 s: slot 1 is past window and retention, slot 5 is still inside
-        // its window.
-        assert_eq!(s.gc_consumption(12_500, 1_000).unwrap(), 1);
-        // A retention longer than the window keeps expired slots for history.
-        assert_eq!(s.gc_consumption(17_000, 60_000).unwrap(), 0);
-        assert_eq!(s.gc_consumption(80_000, 60_000).unwrap(), 1);
+        crate::store::testing::each_backend(|s| {
+            seed(s);
+            s.save_consumption(&[row("team", 1, 1.0), row("team", 5, 2.0)])
+                .unwrap();
+            s.save_consumption(&[row("team", 5, 3.0)]).unwrap();
+            // At 12 000 ms slot 1 (ended 2 000, window 10 000) no longer counts.
+            let live = s.load_consumption(12_000).unwrap();
+            assert_eq!(live, vec![row("team", 5, 3.0)]);
+            // Retention 1 s: slot 1 is past window and retention, slot 5 is still inside
+            // its window.
+            assert_eq!(s.gc_consumption(12_500, 1_000).unwrap(), 1);
+            // A retention longer than the window keeps expired slots for history.
+            assert_eq!(s.gc_consumption(17_000, 60_000).unwrap(), 0);
+            assert_eq!(s.gc_consumption(80_000, 60_000).unwrap(), 1);
+        });
     }
 
     #[test]
     fn a_connection_in_a_pool_cannot_be_deleted_and_its_plan_goes_with_it() {
-        let s = store();
-        s.save_pool(&pool(), SaveMode::Create, 5).unwrap();
-        let e = s.delete_connection("c1").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "connection `c1` is still used by quota pools team"
-        );
-        s.delete_pool("team").unwrap();
-        s.save_plan(
-            &PlanRecord {
-                connection_id: "c1".into(),
-                dimensions: vec![],
-            },
-            1,
-        )
-        .unwrap();
-        s.delete_connection("c1").unwrap();
-        assert!(s.load_config().unwrap().plans.is_empty());
+        crate::store::testing::each_backend(|s| {
+            seed(s);
+            s.save_pool(&pool(), SaveMode::Create, 5).unwrap();
+            let e = s.delete_connection("c1").unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "connection `c1` is still used by quota pools team"
+            );
+            s.delete_pool("team").unwrap();
+            s.save_plan(
+                &PlanRecord {
+                    connection_id: "c1".into(),
+                    dimensions: vec![],
+                },
+                1,
+            )
+            .unwrap();
+            s.delete_connection("c1").unwrap();
+            assert!(s.load_config().unwrap().plans.is_empty());
+        });
     }
 
     #[test]
     fn plans_are_saved_replaced_and_deleted() {
-        let s = store();
-        let plan = PlanRecord {
-            connection_id: "c1".into(),
-            dimensions: vec![DimensionInput {
-                unit: "tokens".into(),
-                window: "5h".into(),
-                limit: 1e6,
-            }],
-        };
-        s.save_plan(&plan, 1).unwrap();
-        s.save_plan(&plan, 2).unwrap();
-        assert_eq!(s.load_config().unwrap().plans, vec![plan]);
-        s.delete_plan("c1").unwrap();
-        assert!(s.load_config().unwrap().plans.is_empty());
-        assert!(matches!(
-            s.delete_plan("c1"),
-            Err(StoreError::NotFound { .. })
-        ));
+        crate::store::testing::each_backend(|s| {
+            seed(s);
+            let plan = PlanRecord {
+                connection_id: "c1".into(),
+                dimensions: vec![DimensionInput {
+                    unit: "tokens".into(),
+                    window: "5h".into(),
+                    limit: 1e6,
+                }],
+            };
+            s.save_plan(&plan, 1).unwrap();
+            s.save_plan(&plan, 2).unwrap();
+            assert_eq!(s.load_config().unwrap().plans, vec![plan]);
+            s.delete_plan("c1").unwrap();
+            assert!(s.load_config().unwrap().plans.is_empty());
+            assert!(matches!(
+                s.delete_plan("c1"),
+                Err(StoreError::NotFound { .. })
+            ));
+        });
     }
 }

@@ -1,9 +1,9 @@
 //! Resilience state tables (SPEC R1, R3, R4): provider breakers and connection health
 //! as JSON documents, so open breakers and banned accounts survive restarts.
 
-use crate::sqlite::{i64_of, query_text_pairs};
+use crate::db::args;
+use crate::store::{i64_of, query_text_pairs};
 use crate::{Result, Store};
-use rusqlite::params;
 
 /// `(id, JSON state)` rows.
 pub type StateRows = Vec<(String, String)>;
@@ -14,14 +14,12 @@ pub type StateChange = (String, Option<String>);
 impl Store {
     /// Every stored breaker and connection health: `(breakers, health)`.
     pub fn load_resilience(&self) -> Result<(StateRows, StateRows)> {
-        let conn = self.lock();
-        Ok((
-            query_text_pairs(
-                &conn,
-                "SELECT provider_id, state FROM domain_circuit_breakers",
-            )?,
-            query_text_pairs(&conn, "SELECT connection_id, state FROM connection_health")?,
-        ))
+        self.read(|db| {
+            Ok((
+                query_text_pairs(db, "SELECT provider_id, state FROM domain_circuit_breakers")?,
+                query_text_pairs(db, "SELECT connection_id, state FROM connection_health")?,
+            ))
+        })
     }
 
     /// Writes changed breakers and connection health in one transaction.
@@ -31,59 +29,62 @@ impl Store {
         health: &[StateChange],
         now: u64,
     ) -> Result<()> {
-        let mut conn = self.lock();
-        let tx = conn.transaction()?;
-        for (table, key, rows) in [
-            ("domain_circuit_breakers", "provider_id", breakers),
-            ("connection_health", "connection_id", health),
-        ] {
-            for (id, state) in rows {
-                match state {
-                    Some(json) => {
-                        tx.execute(
-                            &format!(
-                                "INSERT INTO {table} ({key}, state, updated_at) VALUES (?1, ?2, ?3)
-                                 ON CONFLICT({key}) DO UPDATE SET state = excluded.state,
-                                   updated_at = excluded.updated_at"
-                            ),
-                            params![id, json, i64_of(now)],
-                        )?;
-                    }
-                    None => {
-                        tx.execute(&format!("DELETE FROM {table} WHERE {key} = ?1"), [id])?;
+        self.write(|db| {
+            for (table, key, rows) in [
+                ("domain_circuit_breakers", "provider_id", breakers),
+                ("connection_health", "connection_id", health),
+            ] {
+                for (id, state) in rows {
+                    match state {
+                        Some(json) => {
+                            db.execute(
+                                &format!(
+                                    "INSERT INTO {table} ({key}, state, updated_at)
+                                     VALUES (?1, ?2, ?3)
+                                     ON CONFLICT({key}) DO UPDATE SET state = excluded.state,
+                                       updated_at = excluded.updated_at"
+                                ),
+                                &args![id, json, i64_of(now)],
+                            )?;
+                        }
+                        None => {
+                            db.execute(
+                                &format!("DELETE FROM {table} WHERE {key} = ?1"),
+                                &args![id],
+                            )?;
+                        }
                     }
                 }
             }
-        }
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
 
     #[test]
     fn states_are_upserted_deleted_and_loaded() {
-        let s = Store::open_in_memory().unwrap();
-        s.save_resilience(
-            &[("p".into(), Some("{\"a\":1}".into()))],
-            &[("c".into(), Some("{}".into()))],
-            1,
-        )
-        .unwrap();
-        s.save_resilience(&[("p".into(), Some("{\"a\":2}".into()))], &[], 2)
-            .unwrap();
-        assert_eq!(
-            s.load_resilience().unwrap(),
-            (
-                vec![("p".into(), "{\"a\":2}".into())],
-                vec![("c".into(), "{}".into())]
+        crate::store::testing::each_backend(|s| {
+            s.save_resilience(
+                &[("p".into(), Some("{\"a\":1}".into()))],
+                &[("c".into(), Some("{}".into()))],
+                1,
             )
-        );
-        s.save_resilience(&[("p".into(), None)], &[("c".into(), None)], 3)
             .unwrap();
-        assert_eq!(s.load_resilience().unwrap(), (vec![], vec![]));
+            s.save_resilience(&[("p".into(), Some("{\"a\":2}".into()))], &[], 2)
+                .unwrap();
+            assert_eq!(
+                s.load_resilience().unwrap(),
+                (
+                    vec![("p".into(), "{\"a\":2}".into())],
+                    vec![("c".into(), "{}".into())]
+                )
+            );
+            s.save_resilience(&[("p".into(), None)], &[("c".into(), None)], 3)
+                .unwrap();
+            assert_eq!(s.load_resilience().unwrap(), (vec![], vec![]));
+        });
     }
 }

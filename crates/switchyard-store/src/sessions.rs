@@ -3,9 +3,9 @@
 //! Written behind the request path in batches; read at start. Also each combo's last
 //! good connection (SPEC R19's `lkgp`), kept the same way.
 
-use crate::sqlite::i64_of;
+use crate::db::args;
+use crate::store::i64_of;
 use crate::{Result, Store};
-use rusqlite::params;
 
 /// One stored pin.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,68 +24,63 @@ pub type PinChange = (String, Option<PinRow>);
 impl Store {
     /// The pins used at or after `since`, most recently used first, at most `limit`.
     pub fn load_pins(&self, since: u64, limit: usize) -> Result<Vec<PinRow>> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare(
-            "SELECT session_key, key_id, connection_id, created_at, last_used_at
-             FROM session_pins WHERE last_used_at >= ?1
-             ORDER BY last_used_at DESC LIMIT ?2",
-        )?;
-        let rows = stmt
-            .query_map(
-                params![i64_of(since), i64::try_from(limit).unwrap_or(i64::MAX)],
+        self.read(|db| {
+            db.query_map(
+                "SELECT session_key, key_id, connection_id, created_at, last_used_at
+                 FROM session_pins WHERE last_used_at >= ?1
+                 ORDER BY last_used_at DESC LIMIT ?2",
+                &args![i64_of(since), limit],
                 |r| {
                     Ok(PinRow {
                         session_key: r.get(0)?,
                         key_id: r.get(1)?,
                         connection_id: r.get(2)?,
-                        created_at: u64::try_from(r.get::<_, i64>(3)?).unwrap_or(0),
-                        last_used_at: u64::try_from(r.get::<_, i64>(4)?).unwrap_or(0),
+                        created_at: r.get(3)?,
+                        last_used_at: r.get(4)?,
                     })
                 },
-            )?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+            )
+        })
     }
 
     /// Writes changed pins in one transaction, and deletes those unused since before
     /// `expired_before`.
     pub fn save_pins(&self, changes: &[PinChange], expired_before: u64) -> Result<()> {
-        let mut conn = self.lock();
-        let tx = conn.transaction()?;
-        {
-            let mut upsert = tx.prepare_cached(
-                "INSERT INTO session_pins
-                   (session_key, key_id, connection_id, created_at, last_used_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT(session_key) DO UPDATE SET key_id = excluded.key_id,
-                   connection_id = excluded.connection_id, created_at = excluded.created_at,
-                   last_used_at = excluded.last_used_at",
-            )?;
-            let mut delete =
-                tx.prepare_cached("DELETE FROM session_pins WHERE session_key = ?1")?;
+        self.write(|db| {
             for (key, pin) in changes {
                 match pin {
                     Some(p) => {
-                        upsert.execute(params![
-                            key,
-                            p.key_id,
-                            p.connection_id,
-                            i64_of(p.created_at),
-                            i64_of(p.last_used_at)
-                        ])?;
+                        db.execute(
+                            "INSERT INTO session_pins
+                               (session_key, key_id, connection_id, created_at, last_used_at)
+                             VALUES (?1, ?2, ?3, ?4, ?5)
+                             ON CONFLICT(session_key) DO UPDATE SET key_id = excluded.key_id,
+                               connection_id = excluded.connection_id,
+                               created_at = excluded.created_at,
+                               last_used_at = excluded.last_used_at",
+                            &args![
+                                key,
+                                p.key_id,
+                                p.connection_id,
+                                i64_of(p.created_at),
+                                i64_of(p.last_used_at)
+                            ],
+                        )?;
                     }
                     None => {
-                        delete.execute([key])?;
+                        db.execute(
+                            "DELETE FROM session_pins WHERE session_key = ?1",
+                            &args![key],
+                        )?;
                     }
                 }
             }
-            tx.execute(
+            db.execute(
                 "DELETE FROM session_pins WHERE last_used_at < ?1",
-                [i64_of(expired_before)],
+                &args![i64_of(expired_before)],
             )?;
-        }
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 }
 
@@ -95,46 +90,40 @@ pub type LastGoodChange = (String, Option<(String, u64)>);
 impl Store {
     /// Every combo's last good connection and when it served (SPEC R19's `lkgp`).
     pub fn load_last_good(&self) -> Result<Vec<(String, String, u64)>> {
-        let conn = self.lock();
-        let mut stmt =
-            conn.prepare("SELECT combo, connection_id, updated_at FROM combo_last_good")?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+        self.read(|db| {
+            db.query_map(
+                "SELECT combo, connection_id, updated_at FROM combo_last_good",
+                &[],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+        })
     }
 
     /// Writes changed last good connections in one transaction.
     pub fn save_last_good(&self, changes: &[LastGoodChange]) -> Result<()> {
-        let mut conn = self.lock();
-        let tx = conn.transaction()?;
-        {
-            let mut upsert = tx.prepare_cached(
-                "INSERT INTO combo_last_good (combo, connection_id, updated_at)
-                 VALUES (?1, ?2, ?3)
-                 ON CONFLICT(combo) DO UPDATE SET connection_id = excluded.connection_id,
-                   updated_at = excluded.updated_at",
-            )?;
-            let mut delete = tx.prepare_cached("DELETE FROM combo_last_good WHERE combo = ?1")?;
+        self.write(|db| {
             for (combo, good) in changes {
                 match good {
                     Some((c, at)) => {
-                        upsert.execute(params![combo, c, i64_of(*at)])?;
+                        db.execute(
+                            "INSERT INTO combo_last_good (combo, connection_id, updated_at)
+                             VALUES (?1, ?2, ?3)
+                             ON CONFLICT(combo) DO UPDATE SET
+                               connection_id = excluded.connection_id,
+                               updated_at = excluded.updated_at",
+                            &args![combo, c, i64_of(*at)],
+                        )?;
                     }
                     None => {
-                        delete.execute([combo])?;
+                        db.execute(
+                            "DELETE FROM combo_last_good WHERE combo = ?1",
+                            &args![combo],
+                        )?;
                     }
                 }
             }
-        }
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 }
 
@@ -154,46 +143,48 @@ mod tests {
 
     #[test]
     fn last_good_connections_are_written_replaced_and_forgotten() {
-        let store = Store::open_in_memory().unwrap();
-        store
-            .save_last_good(&[
-                ("a".into(), Some(("c1".into(), 5))),
-                ("b".into(), Some(("c2".into(), 6))),
-            ])
-            .unwrap();
-        store
-            .save_last_good(&[("a".into(), Some(("c3".into(), 7))), ("b".into(), None)])
-            .unwrap();
-        assert_eq!(
-            store.load_last_good().unwrap(),
-            vec![("a".into(), "c3".into(), 7)]
-        );
+        crate::store::testing::each_backend(|store| {
+            store
+                .save_last_good(&[
+                    ("a".into(), Some(("c1".into(), 5))),
+                    ("b".into(), Some(("c2".into(), 6))),
+                ])
+                .unwrap();
+            store
+                .save_last_good(&[("a".into(), Some(("c3".into(), 7))), ("b".into(), None)])
+                .unwrap();
+            assert_eq!(
+                store.load_last_good().unwrap(),
+                vec![("a".into(), "c3".into(), 7)]
+            );
+        });
     }
 
     #[test]
     fn pins_are_written_moved_deleted_and_expired() {
-        let store = Store::open_in_memory().unwrap();
-        store
-            .save_pins(
-                &[
-                    ("a".into(), Some(row("a", "c1", 100))),
-                    ("b".into(), Some(row("b", "c1", 200))),
-                    ("c".into(), Some(row("c", "c2", 50))),
-                ],
-                0,
-            )
-            .unwrap();
-        assert_eq!(
-            store.load_pins(0, 10).unwrap(),
-            vec![row("b", "c1", 200), row("a", "c1", 100), row("c", "c2", 50)]
-        );
-        assert_eq!(store.load_pins(60, 1).unwrap(), vec![row("b", "c1", 200)]);
-        store
-            .save_pins(
-                &[("a".into(), Some(row("a", "c2", 300))), ("b".into(), None)],
-                60,
-            )
-            .unwrap();
-        assert_eq!(store.load_pins(0, 10).unwrap(), vec![row("a", "c2", 300)]);
+        crate::store::testing::each_backend(|store| {
+            store
+                .save_pins(
+                    &[
+                        ("a".into(), Some(row("a", "c1", 100))),
+                        ("b".into(), Some(row("b", "c1", 200))),
+                        ("c".into(), Some(row("c", "c2", 50))),
+                    ],
+                    0,
+                )
+                .unwrap();
+            assert_eq!(
+                store.load_pins(0, 10).unwrap(),
+                vec![row("b", "c1", 200), row("a", "c1", 100), row("c", "c2", 50)]
+            );
+            assert_eq!(store.load_pins(60, 1).unwrap(), vec![row("b", "c1", 200)]);
+            store
+                .save_pins(
+                    &[("a".into(), Some(row("a", "c2", 300))), ("b".into(), None)],
+                    60,
+                )
+                .unwrap();
+            assert_eq!(store.load_pins(0, 10).unwrap(), vec![row("a", "c2", 300)]);
+        });
     }
 }

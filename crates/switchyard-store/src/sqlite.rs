@@ -1,25 +1,16 @@
-//! The SQLite store: opening the database (owner-only, WAL, migrations), its one
-//! connection's lock, the configuration's transaction and version, the secret key and
-//! the sealing of credentials, and the SQL helpers the domain modules share. The
-//! domains' methods are beside it, one module each: `config` (providers,
-//! connections, combos, aliases, settings), `keys`, `log` (the request log), and
-//! [`crate::quota`], [`crate::resilience`], [`crate::sessions`], [`crate::leases`].
+//! The SQLite backend, the embedded default: opening the database file (owner-only, WAL),
+//! its migrations (`PRAGMA user_version`), and [`Lite`], which runs the domain modules'
+//! statements on a connection or transaction.
 
-use crate::config::{
-    query_aliases, query_combos, query_connections, query_providers, query_settings,
-};
-use crate::keys::query_keys;
+use crate::db::{Arg, Dialect, Row, Sql, Value};
 use crate::migrations::MIGRATIONS;
-use crate::records::*;
-use crate::secrets::{classify, KeyId, Keyring, SecretKey, Stored};
+use crate::secrets::Keyring;
+use crate::store::{Db, Store};
 use crate::{Result, StoreError};
-use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
-use secrecy::zeroize::Zeroizing;
-use secrecy::{ExposeSecret, SecretString};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, ErrorCode};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// How long a writer waits for another process (the CLI) holding the write lock. Config
 /// writes are tiny, so five seconds only expires when something is truly stuck.
@@ -27,35 +18,12 @@ const BUSY_TIMEOUT_MS: u64 = 5_000;
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        Self::Database(e.to_string())
+        match e.sqlite_error_code() {
+            Some(ErrorCode::ConstraintViolation) => Self::Constraint(e.to_string()),
+            _ => Self::Database(e.to_string()),
+        }
     }
 }
-
-/// How a save treats an existing row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SaveMode {
-    /// Fail with `Conflict` when the row exists.
-    Create,
-    /// Fail with `NotFound` when the row does not exist.
-    Update,
-    /// Insert or replace (used when applying the config file).
-    Upsert,
-}
-
-/// The SQLite store. One connection behind a mutex: writes are serialised anyway, and
-/// nothing on the request path waits for it.
-///
-/// Connection credentials are sealed with the keyring's current key on the way in and
-/// opened in [`Store::load_config`] only (see [`crate::secrets`]); every other read
-/// returns records without them.
-#[derive(Debug)]
-pub struct Store {
-    conn: Mutex<Connection>,
-    keys: Mutex<Keyring>,
-}
-
-/// `meta` key of the id of the key every sealed credential is sealed with.
-const KEY_ID_META: &str = "secret_key_id";
 
 /// Options that create a file owner-only (0600) whatever the umask.
 pub(crate) fn private_file_options() -> std::fs::OpenOptions {
@@ -101,56 +69,10 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     }
 }
 
-pub(crate) fn to_json<T: Serialize>(v: &T) -> Result<String> {
-    Ok(serde_json::to_string(v)?)
-}
-
-pub(crate) fn from_json<T: DeserializeOwned>(s: &str) -> Result<T> {
-    Ok(serde_json::from_str(s)?)
-}
-
-/// Every `(text, text)` row of a two-column query.
-pub(crate) fn query_text_pairs(conn: &Connection, sql: &str) -> Result<Vec<(String, String)>> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    let rows = stmt
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(rows)
-}
-
-pub(crate) fn opt_from_json<T: DeserializeOwned>(s: Option<String>) -> Result<Option<T>> {
-    s.map(|s| from_json(&s)).transpose()
-}
-
-/// Serde names of enum values (`"openai"`) as stored in text columns.
-pub(crate) fn enum_to_str<T: Serialize>(v: &T) -> Result<String> {
-    match serde_json::to_value(v)? {
-        serde_json::Value::String(s) => Ok(s),
-        other => Ok(other.to_string()),
-    }
-}
-
-pub(crate) fn enum_from_str<T: DeserializeOwned>(s: &str) -> Result<T> {
-    Ok(serde_json::from_value(serde_json::Value::String(
-        s.to_owned(),
-    ))?)
-}
-
-pub(crate) fn u64_col(row: &Row<'_>, idx: usize) -> rusqlite::Result<u64> {
-    let v: i64 = row.get(idx)?;
-    Ok(u64::try_from(v).unwrap_or(0))
-}
-
-pub(crate) fn i64_of(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 impl Store {
-    /// Opens (creating if needed) the database at `path`, applies migrations, and seals
-    /// with the keyring's current key every credential not yet sealed with it (plaintext
-    /// from before encryption at rest, or sealed with a previous key), in one
-    /// transaction. A credential sealed with a key the keyring does not hold fails the
-    /// open ([`StoreError::UnknownKey`]) and nothing is changed.
+    /// Opens (creating if needed) the SQLite database at `path`, applies migrations, and
+    /// seals the credentials not yet sealed with the keyring's current key (see
+    /// [`Store::over`]).
     ///
     /// The database file and its `-wal` and `-shm` files are made owner-only (0600).
     pub fn open(path: &Path, keys: Keyring) -> Result<Self> {
@@ -162,7 +84,7 @@ impl Store {
             .open(path)
             .map_err(io_err(path))?;
         make_private(path).map_err(io_err(path))?;
-        let store = Self::init(Connection::open(path)?, keys)?;
+        let store = init(Connection::open(path)?, keys)?;
         for side in sidecars(path) {
             if side.exists() {
                 make_private(&side).map_err(io_err(&side))?;
@@ -173,339 +95,17 @@ impl Store {
 
     /// A private in-memory database with a throw-away key, for unit tests.
     pub fn open_in_memory() -> Result<Self> {
-        Self::init(Connection::open_in_memory()?, Keyring::ephemeral()?)
-    }
-
-    fn init(mut conn: Connection, keys: Keyring) -> Result<Self> {
-        conn.busy_timeout(std::time::Duration::from_millis(BUSY_TIMEOUT_MS))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        migrate(&mut conn)?;
-        seal_stored(&mut conn, &keys)?;
-        Ok(Self {
-            conn: Mutex::new(conn),
-            keys: Mutex::new(keys),
-        })
-    }
-
-    fn keyring(&self) -> MutexGuard<'_, Keyring> {
-        self.keys
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The key new credentials are sealed with.
-    pub fn current_key(&self) -> SecretKey {
-        self.keyring().current().clone()
-    }
-
-    /// Re-reads the key file, if the keys came from one. Whether it was re-read.
-    fn reread_keys(&self) -> Result<bool> {
-        let Some(path) = self.keyring().file().map(Path::to_owned) else {
-            return Ok(false);
-        };
-        let fresh = Keyring::from_file(&path)?;
-        tracing::info!(path = %path.display(), key = %fresh.current().id(), "Re-read the secret key file.");
-        *self.keyring() = fresh;
-        Ok(true)
-    }
-
-    /// The held key with this id, re-reading the key file once when it is not held.
-    fn opening_key(&self, id: KeyId, connection: &str) -> Result<SecretKey> {
-        if let Some(k) = self.keyring().key(id) {
-            return Ok(k.clone());
-        }
-        if self.reread_keys()? {
-            if let Some(k) = self.keyring().key(id) {
-                return Ok(k.clone());
-            }
-        }
-        Err(StoreError::UnknownKey {
-            connection: connection.to_owned(),
-            found: id,
-            current: self.keyring().current().id(),
-        })
-    }
-
-    /// The key to seal with inside the write transaction `tx`: the key the database's
-    /// credentials are sealed with (its id is in `meta`), so one database never mixes
-    /// keys. When another process re-encrypted them with a new key (`switchyard
-    /// secret-key rotate`), the key file is re-read; a process that cannot learn the
-    /// new key refuses to write. While no credential is sealed at all, any key will do,
-    /// and this process's becomes the database's.
-    pub(crate) fn sealing_key(&self, tx: &Transaction<'_>) -> Result<SecretKey> {
-        let Some(db) = stored_key_id(tx)? else {
-            return Ok(self.current_key());
-        };
-        if let Some(k) = self.keyring().key(db) {
-            return Ok(k.clone());
-        }
-        if self.reread_keys()? {
-            if let Some(k) = self.keyring().key(db) {
-                return Ok(k.clone());
-            }
-        }
-        let any_sealed: bool = tx.query_row(
-            "SELECT EXISTS(SELECT 1 FROM connections WHERE substr(credential, 1, 7) = ?1)",
-            [crate::secrets::SEALED_PREFIX],
-            |r| r.get(0),
-        )?;
-        if !any_sealed {
-            let current = self.current_key();
-            set_stored_key_id(tx, current.id())?;
-            return Ok(current);
-        }
-        Err(StoreError::KeyChanged {
-            database: db,
-            current: self.keyring().current().id(),
-        })
-    }
-
-    /// Opens a stored credential of connection `id`.
-    fn reveal(&self, id: &str, stored: &str) -> Result<SecretString> {
-        match classify(stored) {
-            Stored::Empty => Ok(SecretString::default()),
-            // Sealed at open; only another, older process could still write plaintext.
-            Stored::Plain(p) => Ok(SecretString::from(p)),
-            Stored::Damaged => Err(StoreError::Damaged {
-                connection: id.to_owned(),
-            }),
-            Stored::Sealed { key, body } => {
-                self.opening_key(key, id)?.open(id, &body).ok_or_else(|| {
-                    StoreError::Undecryptable {
-                        connection: id.to_owned(),
-                        key,
-                    }
-                })
-            }
-        }
-    }
-
-    /// Re-encrypts every credential with `new` in one transaction, then makes `new`
-    /// the current key (the old one is kept for reading). Bumps `config_version`, so
-    /// running gateways reload — and, when their keys come from the key file, re-read
-    /// it. Returns how many credentials were re-encrypted.
-    pub fn rotate_key(&self, new: &SecretKey) -> Result<usize> {
-        let count = self.config_write(|tx| {
-            let rows = stored_credentials(tx)?;
-            for (id, stored) in &rows {
-                let plain = self.reveal(id, stored)?;
-                let sealed = new.seal(id, plain.expose_secret())?;
-                tx.execute(
-                    "UPDATE connections SET credential = ?2 WHERE id = ?1",
-                    params![id, sealed],
-                )?;
-            }
-            set_stored_key_id(tx, new.id())?;
-            Ok(rows.len())
-        })?;
-        self.keyring().advance(new.clone());
-        Ok(count)
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Connection> {
-        self.conn
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Runs a configuration change in one transaction and bumps `config_version`. The
-    /// transaction takes the write lock up front (`BEGIN IMMEDIATE`), so what it reads
-    /// (the key id checked before sealing) cannot change under it.
-    pub(crate) fn config_write<T>(
-        &self,
-        f: impl FnOnce(&Transaction<'_>) -> Result<T>,
-    ) -> Result<T> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let out = f(&tx)?;
-        tx.execute(
-            "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'config_version'",
-            [],
-        )?;
-        tx.commit()?;
-        Ok(out)
-    }
-
-    /// Runs several configuration writes in one transaction: all of them land, or none.
-    pub fn batch<T>(&self, f: impl FnOnce(&Batch<'_>) -> Result<T>) -> Result<T> {
-        self.config_write(|tx| f(&Batch { tx, store: self }))
-    }
-
-    /// The configuration version; it changes with every configuration write by any process.
-    pub fn config_version(&self) -> Result<i64> {
-        let conn = self.lock();
-        let v: String = conn.query_row(
-            "SELECT value FROM meta WHERE key = 'config_version'",
-            [],
-            |r| r.get(0),
-        )?;
-        Ok(v.parse().unwrap_or(0))
-    }
-
-    /// The hex SHA-256 of the generated admin token, if one was generated.
-    pub fn admin_token_hash(&self) -> Result<Option<String>> {
-        admin_hash(&self.lock())
-    }
-
-    /// Stores the hex SHA-256 of the generated admin token. It is configuration: the
-    /// write bumps `config_version`, so running gateways pick the new token up.
-    pub fn set_admin_token_hash(&self, hash_hex: &str) -> Result<()> {
-        self.config_write(|tx| {
-            tx.execute(
-                "INSERT INTO meta (key, value) VALUES (?1, ?2)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![ADMIN_HASH_META, hash_hex],
-            )?;
-            Ok(())
-        })
-    }
-
-    /// Everything the in-memory snapshot is built from, read in one transaction so the
-    /// snapshot is consistent. The one read that opens the sealed credentials.
-    pub fn load_config(&self) -> Result<ConfigRows> {
-        let (mut rows, sealed) = {
-            let mut conn = self.lock();
-            let tx = conn.transaction()?;
-            let version: String = tx.query_row(
-                "SELECT value FROM meta WHERE key = 'config_version'",
-                [],
-                |r| r.get(0),
-            )?;
-            let (records, sealed): (Vec<_>, Vec<_>) =
-                query_connections(&tx, None)?.into_iter().unzip();
-            let rows = ConfigRows {
-                version: version.parse().unwrap_or(0),
-                admin_token_hash: admin_hash(&tx)?,
-                providers: query_providers(&tx, None)?,
-                connections: records
-                    .into_iter()
-                    .map(|c| (c, SecretString::default()))
-                    .collect(),
-                combos: query_combos(&tx, None)?,
-                aliases: query_aliases(&tx)?,
-                keys: query_keys(&tx, None)?,
-                settings: query_settings(&tx)?,
-                pools: crate::quota::query_pools(&tx, None)?,
-                plans: crate::quota::query_plans(&tx)?,
-            };
-            tx.commit()?;
-            (rows, sealed)
-        };
-        // Opened outside the database lock: a key-file re-read must not hold it.
-        for ((c, cred), stored) in rows.connections.iter_mut().zip(&sealed) {
-            *cred = self.reveal(&c.id, stored)?;
-        }
-        Ok(rows)
+        init(Connection::open_in_memory()?, Keyring::ephemeral()?)
     }
 }
 
-/// Configuration writes committed together or not at all (see [`Store::batch`]).
-#[derive(Debug)]
-pub struct Batch<'a> {
-    pub(crate) tx: &'a Transaction<'a>,
-    pub(crate) store: &'a Store,
-}
-
-/// `meta` key of the generated admin token's hash.
-const ADMIN_HASH_META: &str = "admin_token_hash";
-
-fn admin_hash(conn: &Connection) -> Result<Option<String>> {
-    Ok(conn
-        .query_row(
-            "SELECT value FROM meta WHERE key = ?1",
-            [ADMIN_HASH_META],
-            |r| r.get(0),
-        )
-        .optional()?)
-}
-
-fn stored_key_id(conn: &Connection) -> Result<Option<KeyId>> {
-    let v: Option<String> = conn
-        .query_row(
-            "SELECT value FROM meta WHERE key = ?1",
-            [KEY_ID_META],
-            |r| r.get(0),
-        )
-        .optional()?;
-    Ok(v.and_then(|v| KeyId::parse(&v)))
-}
-
-fn set_stored_key_id(conn: &Connection, id: KeyId) -> Result<()> {
-    conn.execute(
-        "INSERT INTO meta (key, value) VALUES (?1, ?2)
-         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        params![KEY_ID_META, id.to_string()],
-    )?;
-    Ok(())
-}
-
-/// `(connection id, stored credential)` of every connection that has one.
-fn stored_credentials(conn: &Connection) -> Result<Vec<(String, String)>> {
-    query_text_pairs(
-        conn,
-        "SELECT id, credential FROM connections WHERE credential != '' ORDER BY id",
-    )
-}
-
-/// The open-time pass (see [`Store::open`]): checks that every sealed credential opens,
-/// seals plaintext ones and re-seals those under a previous key, in one transaction.
-fn seal_stored(conn: &mut Connection, keys: &Keyring) -> Result<()> {
-    let current = keys.current();
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let (mut sealed, mut resealed) = (0usize, 0usize);
-    for (id, stored) in stored_credentials(&tx)? {
-        let stored = Zeroizing::new(stored);
-        let plain = match classify(&stored) {
-            Stored::Empty => continue,
-            Stored::Damaged => return Err(StoreError::Damaged { connection: id }),
-            Stored::Plain(p) => {
-                sealed += 1;
-                SecretString::from(p)
-            }
-            Stored::Sealed { key, body } => {
-                let k = keys.key(key).ok_or_else(|| StoreError::UnknownKey {
-                    connection: id.clone(),
-                    found: key,
-                    current: current.id(),
-                })?;
-                let plain = k
-                    .open(&id, &body)
-                    .ok_or_else(|| StoreError::Undecryptable {
-                        connection: id.clone(),
-                        key,
-                    })?;
-                if key == current.id() {
-                    continue;
-                }
-                resealed += 1;
-                plain
-            }
-        };
-        tx.execute(
-            "UPDATE connections SET credential = ?2 WHERE id = ?1",
-            params![id, current.seal(&id, plain.expose_secret())?],
-        )?;
-    }
-    if stored_key_id(&tx)? != Some(current.id()) {
-        set_stored_key_id(&tx, current.id())?;
-    }
-    if sealed + resealed > 0 {
-        // Other processes reload, and re-read a key file whose key they no longer match.
-        tx.execute(
-            "UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'config_version'",
-            [],
-        )?;
-    }
-    tx.commit()?;
-    if sealed > 0 {
-        tracing::info!(count = sealed, key = %current.id(), "Encrypted credentials stored in plaintext by an earlier version.");
-    }
-    if resealed > 0 {
-        tracing::info!(count = resealed, key = %current.id(), "Re-encrypted credentials sealed with a previous secret key.");
-    }
-    Ok(())
+fn init(mut conn: Connection, keys: Keyring) -> Result<Store> {
+    conn.busy_timeout(std::time::Duration::from_millis(BUSY_TIMEOUT_MS))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    migrate(&mut conn)?;
+    Store::over(Db::Sqlite(Mutex::new(conn)), keys)
 }
 
 fn migrate(conn: &mut Connection) -> Result<()> {
@@ -535,59 +135,63 @@ fn migrate(conn: &mut Connection) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn check_mode(
-    tx: &Transaction<'_>,
-    table: &str,
-    id_col: &str,
-    id: &str,
-    kind: &'static str,
-    mode: SaveMode,
-) -> Result<()> {
-    let exists: bool = tx.query_row(
-        &format!("SELECT EXISTS(SELECT 1 FROM {table} WHERE {id_col} = ?1)"),
-        [id],
-        |r| r.get(0),
-    )?;
-    match (mode, exists) {
-        (SaveMode::Create, true) => Err(StoreError::Conflict {
-            kind,
-            id: id.to_owned(),
-        }),
-        (SaveMode::Update, false) => Err(StoreError::NotFound {
-            kind,
-            id: id.to_owned(),
-        }),
-        _ => Ok(()),
+/// Statements on a SQLite connection (or a transaction, which derefs to one), prepared
+/// once and cached by the connection.
+pub(crate) struct Lite<'a>(pub(crate) &'a Connection);
+
+impl rusqlite::ToSql for Arg<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match *self {
+            Arg::Null => ValueRef::Null,
+            Arg::Int(i) => ValueRef::Integer(i),
+            Arg::Real(r) => ValueRef::Real(r),
+            Arg::Text(s) => ValueRef::Text(s.as_bytes()),
+        }))
     }
 }
 
-pub(crate) fn delete_row(
-    tx: &Transaction<'_>,
-    table: &str,
-    id_col: &str,
-    id: &str,
-    kind: &'static str,
-) -> Result<()> {
-    let n = tx.execute(&format!("DELETE FROM {table} WHERE {id_col} = ?1"), [id])?;
-    if n == 0 {
-        return Err(StoreError::NotFound {
-            kind,
-            id: id.to_owned(),
-        });
+impl Sql for Lite<'_> {
+    fn execute(&self, sql: &str, args: &[Arg<'_>]) -> Result<usize> {
+        Ok(self
+            .0
+            .prepare_cached(sql)?
+            .execute(rusqlite::params_from_iter(args))?)
     }
-    Ok(())
-}
 
-pub(crate) fn first<T>(rows: Vec<T>, kind: &'static str, id: &str) -> Result<T> {
-    rows.into_iter().next().ok_or_else(|| StoreError::NotFound {
-        kind,
-        id: id.to_owned(),
-    })
+    fn query(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        let mut stmt = self.0.prepare_cached(sql)?;
+        let width = stmt.column_count();
+        let mut rows = stmt.query(rusqlite::params_from_iter(args))?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let mut vals = Vec::with_capacity(width);
+            for i in 0..width {
+                vals.push(match r.get_ref(i)? {
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Integer(i) => Value::Int(i),
+                    ValueRef::Real(f) => Value::Real(f),
+                    ValueRef::Text(t) | ValueRef::Blob(t) => {
+                        Value::Text(String::from_utf8_lossy(t).into_owned())
+                    }
+                });
+            }
+            out.push(Row(vals));
+        }
+        Ok(out)
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::records::*;
+    use crate::secrets::SecretKey;
+    use crate::SaveMode;
+    use secrecy::{ExposeSecret, SecretString};
     use switchyard_core::domain::{AuthClass, UpstreamFormat};
 
     fn provider(id: &str) -> ProviderRecord {
@@ -662,102 +266,106 @@ mod tests {
 
     #[test]
     fn save_modes_report_conflict_and_not_found() {
-        let s = Store::open_in_memory().unwrap();
-        s.save_provider(&provider("p"), SaveMode::Create, 1)
-            .unwrap();
-        assert!(matches!(
-            s.save_provider(&provider("p"), SaveMode::Create, 2),
-            Err(StoreError::Conflict {
-                kind: "provider",
-                ..
-            })
-        ));
-        assert!(matches!(
-            s.save_provider(&provider("q"), SaveMode::Update, 2),
-            Err(StoreError::NotFound {
-                kind: "provider",
-                ..
-            })
-        ));
-        s.save_provider(&provider("q"), SaveMode::Upsert, 2)
-            .unwrap();
-        assert_eq!(s.list_providers().unwrap().len(), 2);
+        crate::store::testing::each_backend(|s| {
+            s.save_provider(&provider("p"), SaveMode::Create, 1)
+                .unwrap();
+            assert!(matches!(
+                s.save_provider(&provider("p"), SaveMode::Create, 2),
+                Err(StoreError::Conflict {
+                    kind: "provider",
+                    ..
+                })
+            ));
+            assert!(matches!(
+                s.save_provider(&provider("q"), SaveMode::Update, 2),
+                Err(StoreError::NotFound {
+                    kind: "provider",
+                    ..
+                })
+            ));
+            s.save_provider(&provider("q"), SaveMode::Upsert, 2)
+                .unwrap();
+            assert_eq!(s.list_providers().unwrap().len(), 2);
+        });
     }
 
     #[test]
     fn credential_is_kept_on_update_without_one_and_never_in_records() {
-        let s = Store::open_in_memory().unwrap();
-        s.save_provider(&provider("p"), SaveMode::Create, 1)
+        crate::store::testing::each_backend(|s| {
+            s.save_provider(&provider("p"), SaveMode::Create, 1)
+                .unwrap();
+            s.save_connection(
+                &connection("c", "p"),
+                Some(&secret("secret-1")),
+                SaveMode::Create,
+                1,
+            )
             .unwrap();
-        s.save_connection(
-            &connection("c", "p"),
-            Some(&secret("secret-1")),
-            SaveMode::Create,
-            1,
-        )
-        .unwrap();
-        let mut c = connection("c", "p");
-        c.enabled = false;
-        s.save_connection(&c, None, SaveMode::Update, 2).unwrap();
-        let rows = s.load_config().unwrap();
-        assert_eq!(rows.connections[0].1.expose_secret(), "secret-1");
-        assert!(!rows.connections[0].0.enabled);
-        let rec = s.get_connection("c").unwrap();
-        assert!(rec.has_credential);
-        assert!(!serde_json::to_string(&rec).unwrap().contains("secret-1"));
+            let mut c = connection("c", "p");
+            c.enabled = false;
+            s.save_connection(&c, None, SaveMode::Update, 2).unwrap();
+            let rows = s.load_config().unwrap();
+            assert_eq!(rows.connections[0].1.expose_secret(), "secret-1");
+            assert!(!rows.connections[0].0.enabled);
+            let rec = s.get_connection("c").unwrap();
+            assert!(rec.has_credential);
+            assert!(!serde_json::to_string(&rec).unwrap().contains("secret-1"));
+        });
     }
 
     #[test]
     fn provider_in_use_cannot_be_deleted() {
-        let s = Store::open_in_memory().unwrap();
-        s.save_provider(&provider("p"), SaveMode::Create, 1)
+        crate::store::testing::each_backend(|s| {
+            s.save_provider(&provider("p"), SaveMode::Create, 1)
+                .unwrap();
+            s.save_connection(
+                &connection("c", "p"),
+                Some(&secret("k")),
+                SaveMode::Create,
+                1,
+            )
             .unwrap();
-        s.save_connection(
-            &connection("c", "p"),
-            Some(&secret("k")),
-            SaveMode::Create,
-            1,
-        )
-        .unwrap();
-        assert!(matches!(
-            s.delete_provider("p"),
-            Err(StoreError::InUse { .. })
-        ));
-        s.delete_connection("c").unwrap();
-        s.save_combo(
-            &ComboRecord {
-                name: "combo".into(),
-                strategy: "priority".into(),
-                targets: vec![TargetRecord {
-                    model: "p/m".into(),
-                    connection: None,
-                    weight: 1,
-                    cost: None,
-                }],
-            },
-            SaveMode::Create,
-            1,
-        )
-        .unwrap();
-        let err = s.delete_provider("p").unwrap_err().to_string();
-        assert_eq!(err, "provider `p` is still used by combos combo");
-        s.delete_combo("combo").unwrap();
-        s.delete_provider("p").unwrap();
+            assert!(matches!(
+                s.delete_provider("p"),
+                Err(StoreError::InUse { .. })
+            ));
+            s.delete_connection("c").unwrap();
+            s.save_combo(
+                &ComboRecord {
+                    name: "combo".into(),
+                    strategy: "priority".into(),
+                    targets: vec![TargetRecord {
+                        model: "p/m".into(),
+                        connection: None,
+                        weight: 1,
+                        cost: None,
+                    }],
+                },
+                SaveMode::Create,
+                1,
+            )
+            .unwrap();
+            let err = s.delete_provider("p").unwrap_err().to_string();
+            assert_eq!(err, "provider `p` is still used by combos combo");
+            s.delete_combo("combo").unwrap();
+            s.delete_provider("p").unwrap();
+        });
     }
 
     #[test]
     fn connection_for_unknown_provider_is_rejected_and_nothing_written() {
-        let s = Store::open_in_memory().unwrap();
-        let v0 = s.config_version().unwrap();
-        assert!(matches!(
-            s.save_connection(&connection("c", "nope"), None, SaveMode::Create, 1),
-            Err(StoreError::NotFound {
-                kind: "provider",
-                ..
-            })
-        ));
-        assert_eq!(s.config_version().unwrap(), v0);
-        assert!(s.list_connections().unwrap().is_empty());
+        crate::store::testing::each_backend(|s| {
+            let v0 = s.config_version().unwrap();
+            assert!(matches!(
+                s.save_connection(&connection("c", "nope"), None, SaveMode::Create, 1),
+                Err(StoreError::NotFound {
+                    kind: "provider",
+                    ..
+                })
+            ));
+            assert_eq!(s.config_version().unwrap(), v0);
+            assert!(s.list_connections().unwrap().is_empty());
+        });
     }
 
     /// A database with provider `p` and connection `c` holding `cred`.
