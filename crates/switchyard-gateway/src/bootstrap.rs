@@ -161,14 +161,27 @@ fn keyring(config: &GatewayConfig) -> Result<(Keyring, KeyOrigin), BootError> {
     }
 }
 
-/// Opens the database in the data directory, creating both if needed, with the secret
-/// key (see the module docs). A key that cannot open the stored credentials fails here,
-/// saying which key is missing; nothing is changed then.
+/// Opens the database — PostgreSQL when `config.database` names one (SPEC O6), else
+/// SQLite in the data directory, creating both if needed — with the secret key (see the
+/// module docs). A key that cannot open the stored credentials fails here, saying which
+/// key is missing; nothing is changed then. PostgreSQL with pending migrations fails
+/// naming them unless `config.migrate` is set.
+///
+/// Synchronous: from async code, call it on the blocking pool.
 pub fn open_store(config: &GatewayConfig) -> Result<Store, BootError> {
     prepare_data_dir(&config.data_dir)?;
     let (keys, origin) = keyring(config)?;
-    match Store::open(&config.data_dir.join(DB_FILE), keys) {
-        Ok(store) => Ok(store),
+    let opened = match &config.database {
+        Some(url) => Store::open_postgres(url.expose_secret(), keys, config.migrate),
+        None => Store::open(&config.data_dir.join(DB_FILE), keys),
+    };
+    match opened {
+        Ok(store) => {
+            if let Some(url) = &config.database {
+                tracing::info!(database = %switchyard_core::settings::redact_url(url.expose_secret()), "Configuration, keys and the request log live in PostgreSQL.");
+            }
+            Ok(store)
+        }
         Err(e @ StoreError::UnknownKey { .. }) => {
             if let KeyOrigin::Generated(p) = &origin {
                 // The key made for a new database does not belong to this one.
@@ -391,9 +404,17 @@ pub struct Prepared {
 /// Opens the store, applies the declared configuration, resolves the admin token and
 /// builds the state.
 pub async fn prepare(config: &GatewayConfig, clock: Arc<dyn Clock>) -> Result<Prepared, BootError> {
-    let store = open_store(config)?;
-    apply_declared(&store, config, clock.now_ms())?;
-    let (admin_hash, admin) = admin_token(&store, config)?;
+    let (cfg, now) = (config.clone(), clock.now_ms());
+    // The store's calls are synchronous (PostgreSQL's client must not run on an async
+    // thread): the start-up writes run on the blocking pool.
+    let (store, admin_hash, admin) = tokio::task::spawn_blocking(move || {
+        let store = open_store(&cfg)?;
+        apply_declared(&store, &cfg, now)?;
+        let (admin_hash, admin) = admin_token(&store, &cfg)?;
+        Ok::<_, BootError>((store, admin_hash, admin))
+    })
+    .await
+    .map_err(|e| BootError::State(format!("the start-up task failed: {e}")))??;
     let (state, writer) = AppState::new(Arc::new(store), clock, config.layers.clone(), admin_hash)
         .await
         .map_err(|e| BootError::State(e.to_string()))?;

@@ -88,6 +88,9 @@ pub struct ServerSection {
     pub data_dir: Option<PathBuf>,
     pub admin_token: Option<SecretString>,
     pub log_format: Option<LogFormat>,
+    /// A PostgreSQL URL (`postgres://…`): what replicas share (SPEC O6). Without it,
+    /// SQLite in the data directory.
+    pub database: Option<SecretString>,
 }
 
 /// A connection as the config file and the management API describe it. The credential
@@ -221,6 +224,13 @@ pub struct GatewayConfig {
     pub data_dir: PathBuf,
     /// Admin token fixed by the operator; when absent one is generated on first start.
     pub admin_token: Option<SecretString>,
+    /// The PostgreSQL URL replicas share (`SWITCHYARD_DATABASE_URL`, `--database`,
+    /// `[server].database`); `None` is SQLite in the data directory. It may hold a
+    /// password, so it is a secret: logs show it redacted.
+    pub database: Option<SecretString>,
+    /// Apply pending PostgreSQL migrations at start (`--migrate`,
+    /// `SWITCHYARD_MIGRATE=1`) instead of refusing to start.
+    pub migrate: bool,
     /// The keys for credentials at rest from the environment ([`SECRET_KEY_ENV`]); when
     /// absent, the key file in the data directory holds them.
     pub secret_keys: Option<Keyring>,
@@ -292,6 +302,23 @@ pub fn resolve(file: FileConfig, env: &dyn Env) -> Result<GatewayConfig, ConfigE
             ));
         }
     }
+    let database = match env.var("SWITCHYARD_DATABASE_URL") {
+        Some(url) => Some(database_url(&url)?),
+        None => match &file.server.database {
+            Some(url) => Some(database_url(url.expose_secret())?),
+            None => None,
+        },
+    };
+    let migrate = match env.var("SWITCHYARD_MIGRATE").as_deref() {
+        None | Some("0" | "false") => false,
+        Some("1" | "true") => true,
+        Some(other) => {
+            return Err(invalid(
+                "SWITCHYARD_MIGRATE",
+                format!("`{other}` is not 1, true, 0 or false"),
+            ))
+        }
+    };
     let log_format = match env.var("SWITCHYARD_LOG_FORMAT").as_deref() {
         Some("json") => LogFormat::Json,
         Some("text") => LogFormat::Text,
@@ -319,11 +346,28 @@ pub fn resolve(file: FileConfig, env: &dyn Env) -> Result<GatewayConfig, ConfigE
         listen,
         data_dir,
         admin_token,
+        database,
+        migrate,
         secret_keys,
         log_format,
         layers,
         declared,
     })
+}
+
+/// A PostgreSQL URL, checked for its scheme; the error shows it with the password
+/// masked.
+pub fn database_url(url: &str) -> Result<SecretString, ConfigError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(SecretString::from(url));
+    }
+    Err(invalid(
+        "database",
+        format!(
+            "`{}` is not a PostgreSQL URL (postgres://user@host:5432/database); leave it unset for SQLite in the data directory",
+            settings::redact_url(url)
+        ),
+    ))
 }
 
 /// The keys for credentials at rest from the environment, if it sets them.

@@ -532,12 +532,36 @@ async fn serve_connections(
     open.closed().await;
 }
 
-/// Reloads the snapshot when another process changed the configuration.
+/// Reloads the snapshot when another process or replica changed the configuration: on
+/// PostgreSQL as soon as the change is announced (`LISTEN`), and on either database
+/// when the version, read every [`CONFIG_POLL_INTERVAL`], moved (announcements can be
+/// lost while the listener reconnects; the poll bounds that).
 async fn watch_config(state: Arc<AppState>) {
+    let mut heard = match state.store.listen_config() {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!(error = %e, "Cannot listen for configuration changes; polling the version only.");
+            None
+        }
+    };
     let mut tick = tokio::time::interval(CONFIG_POLL_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        match heard.as_mut() {
+            Some(h) => {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    changed = h.changed() => {
+                        if changed.is_err() {
+                            heard = None;
+                        }
+                    }
+                }
+            }
+            None => {
+                tick.tick().await;
+            }
+        }
         let store = Arc::clone(&state.store);
         let version = match tokio::task::spawn_blocking(move || store.config_version()).await {
             Ok(Ok(v)) => v,

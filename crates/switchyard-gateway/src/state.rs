@@ -60,8 +60,6 @@ pub struct AppState {
     request_prefix: u32,
     /// Set when the shutdown grace period expired and remaining requests are being cut.
     pub cutting: Arc<AtomicBool>,
-    /// Serialises management writes in this process so validate-then-write is atomic.
-    pub admin_lock: tokio::sync::Mutex<()>,
     pub started_at_ms: u64,
 }
 
@@ -176,7 +174,6 @@ impl AppState {
             request_seq: AtomicU64::new(0),
             request_prefix: rand::random(),
             cutting: Arc::new(AtomicBool::new(false)),
-            admin_lock: tokio::sync::Mutex::new(()),
         });
         let redis_retry = retry.map(|(url, prefix)| {
             tokio::spawn(retry_redis(Arc::clone(&runtime.quota), url, prefix))

@@ -32,37 +32,7 @@ impl Store {
     }
 
     pub fn delete_provider(&self, id: &str) -> Result<()> {
-        self.config_write(|db| {
-            let conns: Vec<String> = db.query_map(
-                "SELECT id FROM connections WHERE provider_id = ?1 ORDER BY id",
-                &args![id],
-                |r| r.get(0),
-            )?;
-            if !conns.is_empty() {
-                return Err(StoreError::InUse {
-                    kind: "provider",
-                    id: id.to_owned(),
-                    used_by: format!("connections {}", conns.join(", ")),
-                });
-            }
-            let combos: Vec<String> = query_combos(db, None)?
-                .into_iter()
-                .filter(|c| {
-                    c.targets
-                        .iter()
-                        .any(|t| t.model.split('/').next() == Some(id))
-                })
-                .map(|c| c.name)
-                .collect();
-            if !combos.is_empty() {
-                return Err(StoreError::InUse {
-                    kind: "provider",
-                    id: id.to_owned(),
-                    used_by: format!("combos {}", combos.join(", ")),
-                });
-            }
-            delete_row(db, "providers", "id", id, "provider")
-        })
+        self.batch(|b| b.delete_provider(id))
     }
 
     // ---- connections ----
@@ -92,41 +62,7 @@ impl Store {
     }
 
     pub fn delete_connection(&self, id: &str) -> Result<()> {
-        self.config_write(|db| {
-            let combos: Vec<String> = query_combos(db, None)?
-                .into_iter()
-                .filter(|c| {
-                    c.targets
-                        .iter()
-                        .any(|t| t.connection.as_deref() == Some(id))
-                })
-                .map(|c| c.name)
-                .collect();
-            if !combos.is_empty() {
-                return Err(StoreError::InUse {
-                    kind: "connection",
-                    id: id.to_owned(),
-                    used_by: format!("combos {}", combos.join(", ")),
-                });
-            }
-            let pools: Vec<String> = crate::quota::query_pools(db, None)?
-                .into_iter()
-                .filter(|p| p.connection_ids.iter().any(|c| c == id))
-                .map(|p| p.id)
-                .collect();
-            if !pools.is_empty() {
-                return Err(StoreError::InUse {
-                    kind: "connection",
-                    id: id.to_owned(),
-                    used_by: format!("quota pools {}", pools.join(", ")),
-                });
-            }
-            db.execute(
-                "DELETE FROM provider_plans WHERE connection_id = ?1",
-                &args![id],
-            )?;
-            delete_row(db, "connections", "id", id, "connection")
-        })
+        self.batch(|b| b.delete_connection(id))
     }
 
     // ---- combos ----
@@ -144,7 +80,7 @@ impl Store {
     }
 
     pub fn delete_combo(&self, name: &str) -> Result<()> {
-        self.config_write(|db| delete_row(db, "combos", "name", name, "combo"))
+        self.batch(|b| b.delete_combo(name))
     }
 
     // ---- aliases ----
@@ -170,11 +106,91 @@ impl Store {
     }
 
     pub fn delete_setting(&self, key: &str) -> Result<()> {
-        self.config_write(|db| delete_row(db, "settings", "key", key, "setting"))
+        self.batch(|b| b.delete_setting(key))
     }
 }
 
 impl Batch<'_> {
+    pub fn delete_provider(&self, id: &str) -> Result<()> {
+        let db = self.db;
+        let conns: Vec<String> = db.query_map(
+            "SELECT id FROM connections WHERE provider_id = ?1 ORDER BY id",
+            &args![id],
+            |r| r.get(0),
+        )?;
+        if !conns.is_empty() {
+            return Err(StoreError::InUse {
+                kind: "provider",
+                id: id.to_owned(),
+                used_by: format!("connections {}", conns.join(", ")),
+            });
+        }
+        let combos: Vec<String> = query_combos(db, None)?
+            .into_iter()
+            .filter(|c| {
+                c.targets
+                    .iter()
+                    .any(|t| t.model.split('/').next() == Some(id))
+            })
+            .map(|c| c.name)
+            .collect();
+        if !combos.is_empty() {
+            return Err(StoreError::InUse {
+                kind: "provider",
+                id: id.to_owned(),
+                used_by: format!("combos {}", combos.join(", ")),
+            });
+        }
+        delete_row(db, "providers", "id", id, "provider")
+    }
+
+    pub fn delete_connection(&self, id: &str) -> Result<()> {
+        let db = self.db;
+        let combos: Vec<String> = query_combos(db, None)?
+            .into_iter()
+            .filter(|c| {
+                c.targets
+                    .iter()
+                    .any(|t| t.connection.as_deref() == Some(id))
+            })
+            .map(|c| c.name)
+            .collect();
+        if !combos.is_empty() {
+            return Err(StoreError::InUse {
+                kind: "connection",
+                id: id.to_owned(),
+                used_by: format!("combos {}", combos.join(", ")),
+            });
+        }
+        let pools: Vec<String> = crate::quota::query_pools(db, None)?
+            .into_iter()
+            .filter(|p| p.connection_ids.iter().any(|c| c == id))
+            .map(|p| p.id)
+            .collect();
+        if !pools.is_empty() {
+            return Err(StoreError::InUse {
+                kind: "connection",
+                id: id.to_owned(),
+                used_by: format!("quota pools {}", pools.join(", ")),
+            });
+        }
+        db.execute(
+            "DELETE FROM provider_plans WHERE connection_id = ?1",
+            &args![id],
+        )?;
+        delete_row(db, "connections", "id", id, "connection")
+    }
+
+    pub fn delete_combo(&self, name: &str) -> Result<()> {
+        let db = self.db;
+        delete_row(db, "combos", "name", name, "combo")
+    }
+
+    pub fn delete_setting(&self, key: &str) -> Result<()> {
+        let db = self.db;
+        delete_row(db, "settings", "key", key, "setting")
+    }
+
     pub fn put_setting(&self, key: &str, value: &serde_json::Value, now: u64) -> Result<()> {
         self.db.execute(
             "INSERT INTO settings (key, value, updated_at) VALUES (?1, ?2, ?3)

@@ -22,27 +22,36 @@ impl Store {
 
     /// Marks a key revoked. Revoking twice keeps the first revocation time.
     pub fn revoke_key(&self, id: &str, now: u64) -> Result<KeyRecord> {
-        self.config_write(|db| {
-            let n = db.execute(
-                "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
-                &args![id, now],
-            )?;
-            if n == 0 {
-                return Err(StoreError::NotFound {
-                    kind: "key",
-                    id: id.to_owned(),
-                });
-            }
-            first(query_keys(db, Some(id))?, "key", id)
-        })
+        self.batch(|b| b.revoke_key(id, now))
     }
 
     pub fn delete_key(&self, id: &str) -> Result<()> {
-        self.config_write(|db| delete_row(db, "api_keys", "id", id, "key"))
+        self.batch(|b| b.delete_key(id))
     }
 }
 
 impl Batch<'_> {
+    /// Marks a key revoked. Revoking twice keeps the first revocation time.
+    pub fn revoke_key(&self, id: &str, now: u64) -> Result<KeyRecord> {
+        let db = self.db;
+        let n = db.execute(
+            "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
+            &args![id, now],
+        )?;
+        if n == 0 {
+            return Err(StoreError::NotFound {
+                kind: "key",
+                id: id.to_owned(),
+            });
+        }
+        first(query_keys(db, Some(id))?, "key", id)
+    }
+
+    pub fn delete_key(&self, id: &str) -> Result<()> {
+        let db = self.db;
+        delete_row(db, "api_keys", "id", id, "key")
+    }
+
     pub fn save_key(&self, k: &KeyRecord, mode: SaveMode) -> Result<()> {
         let db = self.db;
         check_mode(db, "api_keys", "id", &k.id, "key", mode)?;

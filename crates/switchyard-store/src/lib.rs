@@ -51,6 +51,10 @@ pub enum StoreError {
     /// PostgreSQL's schema is behind this binary.
     #[error("the PostgreSQL schema has pending migrations ({}): run `switchyard migrate` (or start with --migrate) first", pending.join(", "))]
     PendingMigrations { pending: Vec<String> },
+    /// A configuration change given up before it wrote (its check failed, or its
+    /// caller went away): rolled back.
+    #[error("the configuration change was abandoned and rolled back")]
+    Abandoned,
     /// A unique or check constraint refused a write (two writers raced for one row).
     #[error("the database refused the write: {0}")]
     Constraint(String),

@@ -2,7 +2,7 @@
 //! runs the domain modules' statements (placeholders `?N` rewritten to `$N`); schema
 //! migrations are SQL files applied explicitly ([`migrate`]) under an advisory lock, so
 //! two replicas never migrate at once; every configuration change announces its version
-//! on the channel [`CONFIG_CHANNEL`], and [`ConfigListener`] hears it on a connection of
+//! on the channel [`CONFIG_CHANNEL`], and [`Store::listen_config`] hears it on a connection of
 //! its own.
 //!
 //! The client is `postgres`, the synchronous face of `tokio-postgres` (one maintainer,
@@ -100,6 +100,8 @@ fn connect(url: &str) -> Result<Client> {
 /// A replica's pool of PostgreSQL connections.
 pub(crate) struct Pool {
     inner: Option<r2d2::Pool<PostgresConnectionManager<NoTls>>>,
+    /// The connection settings, for the listener's own connection.
+    config: Config,
 }
 
 impl std::fmt::Debug for Pool {
@@ -121,14 +123,18 @@ impl Drop for Pool {
 
 impl Pool {
     fn open(url: &str) -> Result<Self> {
-        let manager = PostgresConnectionManager::new(config(url)?, NoTls);
+        let config = config(url)?;
+        let manager = PostgresConnectionManager::new(config.clone(), NoTls);
         let pool = r2d2::Pool::builder()
             .max_size(POOL_SIZE)
             .min_idle(Some(1))
             .connection_timeout(CHECKOUT_TIMEOUT)
             .build(manager)
             .map_err(|e| StoreError::Unavailable(format!("PostgreSQL is unreachable: {e}")))?;
-        Ok(Self { inner: Some(pool) })
+        Ok(Self {
+            inner: Some(pool),
+            config,
+        })
     }
 
     fn client(&self) -> Result<r2d2::PooledConnection<PostgresConnectionManager<NoTls>>> {
@@ -148,11 +154,14 @@ impl Pool {
     }
 
     /// Runs `f` in a read-write transaction: all of it commits, or none.
-    pub(crate) fn write<T>(&self, f: impl FnOnce(&dyn Sql) -> Result<T>) -> Result<T> {
+    pub(crate) fn write<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&dyn Sql) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
         let mut client = self.client()?;
-        let mut tx = client.transaction()?;
+        let mut tx = client.transaction().map_err(StoreError::from)?;
         let out = f(&Pg(RefCell::new(&mut tx)))?;
-        tx.commit()?;
+        tx.commit().map_err(StoreError::from)?;
         Ok(out)
     }
 }
@@ -396,25 +405,23 @@ impl Store {
     }
 }
 
-/// Hears the configuration versions announced by any replica (`LISTEN`), on a connection
-/// of its own, in a thread of its own. Each announcement — and each reconnection, since
-/// announcements made while disconnected are lost — bumps a counter the gateway watches;
-/// the gateway then compares versions and reloads. The thread ends when the receiver is
-/// dropped.
-#[derive(Debug)]
-pub struct ConfigListener;
-
-impl ConfigListener {
-    /// Starts listening on `url`. The receiver changes on every announcement and every
-    /// reconnection.
-    pub fn start(url: &str) -> Result<tokio::sync::watch::Receiver<u64>> {
-        let config = config(url)?;
+impl Store {
+    /// Hears the configuration versions announced by any replica (`LISTEN`, PostgreSQL
+    /// only: `None` on SQLite), on a connection of its own, in a thread of its own. The
+    /// receiver changes on each announcement — and on each reconnection, since
+    /// announcements made while disconnected are lost; the gateway then compares
+    /// versions and reloads. The thread ends soon after the receiver is dropped.
+    pub fn listen_config(&self) -> Result<Option<tokio::sync::watch::Receiver<u64>>> {
+        let Db::Postgres(pool) = &self.db else {
+            return Ok(None);
+        };
+        let config = pool.config.clone();
         let (tx, rx) = tokio::sync::watch::channel(0u64);
         std::thread::Builder::new()
             .name("switchyard-listen".to_owned())
             .spawn(move || listen(&config, &tx))
             .map_err(|e| StoreError::Database(format!("cannot start the listener: {e}")))?;
-        Ok(rx)
+        Ok(Some(rx))
     }
 }
 

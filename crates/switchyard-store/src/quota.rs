@@ -54,13 +54,7 @@ impl Store {
 
     /// Deletes a pool with its allocations and consumption.
     pub fn delete_pool(&self, id: &str) -> Result<()> {
-        self.config_write(|db| {
-            db.execute(
-                "DELETE FROM quota_consumption WHERE pool_id = ?1",
-                &args![id],
-            )?;
-            delete_row(db, "quota_pools", "id", id, "pool")
-        })
+        self.batch(|b| b.delete_pool(id))
     }
 
     pub fn save_plan(&self, plan: &PlanRecord, now: u64) -> Result<()> {
@@ -69,9 +63,7 @@ impl Store {
 
     /// Removes a manual plan; the connection falls back to the catalog or the empty plan.
     pub fn delete_plan(&self, connection_id: &str) -> Result<()> {
-        self.config_write(|db| {
-            delete_row(db, "provider_plans", "connection_id", connection_id, "plan")
-        })
+        self.batch(|b| b.delete_plan(connection_id))
     }
 
     /// Writes slot values (absolute, so rewriting is idempotent) in one transaction.
@@ -137,6 +129,22 @@ impl Store {
 }
 
 impl Batch<'_> {
+    /// Deletes a pool with its allocations and consumption.
+    pub fn delete_pool(&self, id: &str) -> Result<()> {
+        let db = self.db;
+        db.execute(
+            "DELETE FROM quota_consumption WHERE pool_id = ?1",
+            &args![id],
+        )?;
+        delete_row(db, "quota_pools", "id", id, "pool")
+    }
+
+    /// Removes a manual plan; the connection falls back to the catalog or the empty plan.
+    pub fn delete_plan(&self, connection_id: &str) -> Result<()> {
+        let db = self.db;
+        delete_row(db, "provider_plans", "connection_id", connection_id, "plan")
+    }
+
     /// Whether no pool exists yet (the condition of a one-time import).
     pub fn pools_empty(&self) -> Result<bool> {
         Ok(self

@@ -47,7 +47,7 @@ pub(crate) enum Db {
 /// other read returns records without them.
 #[derive(Debug)]
 pub struct Store {
-    db: Db,
+    pub(crate) db: Db,
     keys: Mutex<Keyring>,
 }
 
@@ -107,7 +107,9 @@ impl Store {
             db,
             keys: Mutex::new(keys),
         };
-        store.write(|db| seal_stored(db, &store.keyring()))?;
+        // Locks are taken database first, then keys, everywhere: the keys are copied.
+        let keys = store.keyring().clone();
+        store.write(|db| seal_stored(db, &keys))?;
         Ok(store)
     }
 
@@ -136,14 +138,18 @@ impl Store {
     /// Runs `f` in one write transaction: everything it writes lands, or nothing. On
     /// SQLite the transaction takes the write lock up front (`BEGIN IMMEDIATE`), so what
     /// it reads cannot change under it.
-    pub(crate) fn write<T>(&self, f: impl FnOnce(&dyn Sql) -> Result<T>) -> Result<T> {
+    pub(crate) fn write<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&dyn Sql) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
         match &self.db {
             Db::Sqlite(conn) => {
                 let mut conn = lock(conn);
-                let tx =
-                    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+                let tx = conn
+                    .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                    .map_err(StoreError::from)?;
                 let out = f(&crate::sqlite::Lite(&tx))?;
-                tx.commit()?;
+                tx.commit().map_err(StoreError::from)?;
                 Ok(out)
             }
             Db::Postgres(pool) => pool.write(f),
@@ -155,7 +161,10 @@ impl Store {
     /// replicas: SQLite's write lock, or on PostgreSQL the `meta` row of the version,
     /// locked first; PostgreSQL also announces the new version to every replica
     /// (`NOTIFY`, delivered at commit).
-    pub(crate) fn config_write<T>(&self, f: impl FnOnce(&dyn Sql) -> Result<T>) -> Result<T> {
+    pub(crate) fn config_write<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&dyn Sql) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
         self.write(|db| {
             if db.dialect() == crate::db::Dialect::Postgres {
                 db.query_one(
@@ -169,6 +178,21 @@ impl Store {
                 crate::postgres::announce_config(db)?;
             }
             Ok(out)
+        })
+    }
+
+    /// Runs a configuration change in one transaction (see [`Store::config_write`]):
+    /// `f` gets the configuration as it stands inside the transaction, credentials
+    /// opened, checks the change against it and writes through the batch. Nothing can
+    /// change the configuration between what `f` checks and what it writes, whichever
+    /// process or replica writes; an error from `f` writes nothing.
+    pub fn transact<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&Batch<'_>, ConfigRows) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        self.config_write(|db| {
+            let rows = self.config_rows(db)?;
+            f(&Batch { db, store: self }, rows)
         })
     }
 
@@ -270,7 +294,7 @@ impl Store {
     /// running gateways reload — and, when their keys come from the key file, re-read
     /// it. Returns how many credentials were re-encrypted.
     pub fn rotate_key(&self, new: &SecretKey) -> Result<usize> {
-        let count = self.config_write(|db| {
+        let count = self.config_write(|db| -> Result<usize> {
             let rows = stored_credentials(db)?;
             for (id, stored) in &rows {
                 let plain = self.reveal(id, stored)?;
@@ -318,31 +342,32 @@ impl Store {
     /// Everything the in-memory snapshot is built from, read in one transaction so the
     /// snapshot is consistent. The one read that opens the sealed credentials.
     pub fn load_config(&self) -> Result<ConfigRows> {
-        let (mut rows, sealed) = self.read(|db| {
-            let (records, sealed): (Vec<_>, Vec<_>) =
-                query_connections(db, None)?.into_iter().unzip();
-            let rows = ConfigRows {
-                version: config_version(db)?,
-                admin_token_hash: admin_hash(db)?,
-                providers: query_providers(db, None)?,
-                connections: records
-                    .into_iter()
-                    .map(|c| (c, SecretString::default()))
-                    .collect(),
-                combos: query_combos(db, None)?,
-                aliases: query_aliases(db)?,
-                keys: query_keys(db, None)?,
-                settings: query_settings(db)?,
-                pools: crate::quota::query_pools(db, None)?,
-                plans: crate::quota::query_plans(db)?,
-            };
-            Ok((rows, sealed))
-        })?;
-        // Opened outside the database transaction: a key-file re-read must not hold it.
-        for ((c, cred), stored) in rows.connections.iter_mut().zip(&sealed) {
-            *cred = self.reveal(&c.id, stored)?;
-        }
-        Ok(rows)
+        self.read(|db| self.config_rows(db))
+    }
+
+    /// The configuration as `db` sees it, credentials opened.
+    fn config_rows(&self, db: &dyn Sql) -> Result<ConfigRows> {
+        let (records, sealed): (Vec<_>, Vec<_>) = query_connections(db, None)?.into_iter().unzip();
+        let connections = records
+            .into_iter()
+            .zip(&sealed)
+            .map(|(c, stored)| {
+                let cred = self.reveal(&c.id, stored)?;
+                Ok((c, cred))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ConfigRows {
+            version: config_version(db)?,
+            admin_token_hash: admin_hash(db)?,
+            providers: query_providers(db, None)?,
+            connections,
+            combos: query_combos(db, None)?,
+            aliases: query_aliases(db)?,
+            keys: query_keys(db, None)?,
+            settings: query_settings(db)?,
+            pools: crate::quota::query_pools(db, None)?,
+            plans: crate::quota::query_plans(db)?,
+        })
     }
 }
 

@@ -1,4 +1,4 @@
-//! Subcommands: `serve`, `demo`, `mock`, `keys`, `admin-token`, `secret-key`.
+//! Subcommands: `serve`, `demo`, `mock`, `migrate`, `keys`, `admin-token`, `secret-key`.
 
 use anyhow::Context;
 use clap::{Args as ClapArgs, Parser, Subcommand};
@@ -34,6 +34,12 @@ enum Command {
     Demo(DemoArgs),
     /// Run the mock provider alone (for tests and benchmarks).
     Mock(MockArgs),
+    /// Apply the pending PostgreSQL schema migrations (one replica at a time: they run
+    /// under a lock), then exit.
+    Migrate {
+        #[command(flatten)]
+        common: Common,
+    },
     /// Manage client API keys in the database.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -53,12 +59,21 @@ struct Common {
     /// Log as JSON lines (same as SWITCHYARD_LOG_FORMAT=json).
     #[arg(long)]
     log_json: bool,
+    /// PostgreSQL shared by replicas, postgres://user@host:5432/database (same as
+    /// SWITCHYARD_DATABASE_URL, which keeps a password out of the process list).
+    /// Without it, SQLite in the data directory.
+    #[arg(long, value_name = "URL")]
+    database: Option<String>,
 }
 
 #[derive(Debug, ClapArgs)]
 struct ServeArgs {
     #[command(flatten)]
     common: Common,
+    /// Apply pending PostgreSQL migrations before serving (same as SWITCHYARD_MIGRATE=1);
+    /// without it, a replica refuses to start on pending migrations.
+    #[arg(long)]
+    migrate: bool,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -175,6 +190,9 @@ fn load_config(common: &Common) -> anyhow::Result<GatewayConfig> {
     if common.log_json {
         cfg.log_format = LogFormat::Json;
     }
+    if let Some(url) = &common.database {
+        cfg.database = Some(config::database_url(url)?);
+    }
     Ok(cfg)
 }
 
@@ -207,14 +225,33 @@ pub async fn dispatch(args: Args) -> anyhow::Result<()> {
         Command::Serve(a) => serve(a).await,
         Command::Demo(a) => crate::demo::run(a).await,
         Command::Mock(a) => mock(a).await,
-        Command::Keys(k) => keys(k),
+        // The store's calls are synchronous: on the blocking pool.
+        Command::Keys(k) => tokio::task::spawn_blocking(move || keys(k)).await?,
+        Command::Migrate { common } => {
+            let cfg = load_config(&common)?;
+            init_tracing(cfg.log_format);
+            let Some(url) = cfg.database else {
+                anyhow::bail!("migrate: no PostgreSQL to migrate: give --database or SWITCHYARD_DATABASE_URL (SQLite migrates itself at start)");
+            };
+            let applied = tokio::task::spawn_blocking(move || {
+                switchyard_store::postgres::migrate(url.expose_secret())
+            })
+            .await??;
+            if applied.is_empty() {
+                say("The PostgreSQL schema is up to date.");
+            } else {
+                say(&format!("Applied migrations: {}.", applied.join(", ")));
+            }
+            Ok(())
+        }
         Command::SecretKey(SecretKeyCommand::Generate) => {
             say(SecretKey::generate()?.to_base64().expose_secret());
             Ok(())
         }
         Command::SecretKey(SecretKeyCommand::Rotate { common }) => {
             let cfg = load_config(&common)?;
-            let r = bootstrap::rotate_secret_key(&cfg)?;
+            let r =
+                tokio::task::spawn_blocking(move || bootstrap::rotate_secret_key(&cfg)).await??;
             say(&format!(
                 "Re-encrypted {} credential(s) with a new secret key ({}, replacing {}).",
                 r.credentials, r.new, r.old
@@ -227,8 +264,11 @@ pub async fn dispatch(args: Args) -> anyhow::Result<()> {
         }
         Command::AdminToken(AdminTokenCommand::Rotate { common }) => {
             let cfg = load_config(&common)?;
-            let store = bootstrap::open_store(&cfg)?;
-            let path = bootstrap::rotate_admin_token(&store, &cfg.data_dir)?;
+            let path = tokio::task::spawn_blocking(move || {
+                let store = bootstrap::open_store(&cfg)?;
+                bootstrap::rotate_admin_token(&store, &cfg.data_dir)
+            })
+            .await??;
             say(&format!("New admin token written to {}", path.display()));
             Ok(())
         }
@@ -236,7 +276,8 @@ pub async fn dispatch(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let cfg = load_config(&a.common)?;
+    let mut cfg = load_config(&a.common)?;
+    cfg.migrate |= a.migrate;
     init_tracing(cfg.log_format);
     let listener = TcpListener::bind(cfg.listen)
         .await
@@ -245,6 +286,12 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     say(&format!("Switchyard listening on http://{addr}"));
     say(&format!("Data directory: {}", cfg.data_dir.display()));
+    if let Some(url) = &cfg.database {
+        say(&format!(
+            "Database: {} (shared by replicas)",
+            switchyard_core::settings::redact_url(url.expose_secret())
+        ));
+    }
     say(&format!(
         "Dashboard: http://{addr}/dashboard (sign in with the admin token)"
     ));

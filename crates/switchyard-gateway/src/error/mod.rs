@@ -238,6 +238,10 @@ pub enum ApiError {
     NotFound { kind: &'static str, id: String },
     #[error("{0}")]
     Conflict(String),
+    /// The database cannot be reached (PostgreSQL down): nothing was changed, and the
+    /// same call later may succeed (SPEC O6).
+    #[error("{0}")]
+    DatabaseUnavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -372,6 +376,11 @@ impl ApiError {
             Self::Lease(r) => lease_parts(*r),
             Self::NotFound { .. } => (S::NOT_FOUND, "invalid_request_error", "not_found"),
             Self::Conflict(_) => (S::CONFLICT, "invalid_request_error", "conflict"),
+            Self::DatabaseUnavailable(_) => (
+                S::SERVICE_UNAVAILABLE,
+                "server_error",
+                "database_unavailable",
+            ),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", "internal_error"),
         }
     }
@@ -463,7 +472,10 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound { kind, id } => Self::NotFound { kind, id },
-            StoreError::Conflict { .. } | StoreError::InUse { .. } => Self::Conflict(e.to_string()),
+            StoreError::Conflict { .. } | StoreError::InUse { .. } | StoreError::Constraint(_) => {
+                Self::Conflict(e.to_string())
+            }
+            StoreError::Unavailable(_) => Self::DatabaseUnavailable(e.to_string()),
             other => Self::Internal(other.to_string()),
         }
     }

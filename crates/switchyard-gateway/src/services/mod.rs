@@ -3,8 +3,8 @@
 //! returning typed results or [`ApiError`]. Nothing here knows HTTP: no extractors, no
 //! `Json`, no status codes; the callers render.
 //!
-//! Every configuration change goes through `apply_change`: the change is applied to the
-//! current rows in memory, the resulting configuration is validated by building a
+//! Every configuration change goes through `apply_change`: inside one database
+//! transaction, the change is applied to the current rows in memory, the resulting configuration is validated by building a
 //! snapshot from it, and only then written and swapped into the live snapshot. An
 //! invalid change therefore fails naming the problem and writes nothing. This module
 //! must not touch the request pipeline or the upstream client.
@@ -22,19 +22,55 @@ pub mod system;
 use crate::error::ApiError;
 use crate::runtime::quota::index::QuotaConfigError;
 use crate::snapshot::{Snapshot, SnapshotError};
-use crate::state::{blocking, load_rows, AppState};
-use switchyard_store::{ConfigRows, Store};
+use crate::state::AppState;
+use std::sync::Arc;
+use switchyard_store::{Batch, ConfigRows, StoreError};
 
 /// Validates and applies a configuration change; see the module docs.
+///
+/// One database transaction holds the whole change: it reads the configuration as it
+/// stands, hands it here to `preview` and the validation (which run on this task, off
+/// the blocking pool, and may borrow), and only when both pass runs `write` and commits
+/// with the version bumped. The database serialises changes, across processes and
+/// replicas alike, so nothing can slip in between the check and the write; no lock of
+/// this process is involved.
 pub(crate) async fn apply_change<T: Send + 'static>(
     state: &AppState,
     preview: impl FnOnce(&mut ConfigRows) -> Result<(), ApiError>,
-    write: impl FnOnce(&Store) -> switchyard_store::Result<T> + Send + 'static,
+    write: impl FnOnce(&Batch<'_>) -> switchyard_store::Result<T> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let _guard = state.admin_lock.lock().await;
-    let mut rows = load_rows(&state.store).await?;
-    preview(&mut rows)?;
-    Snapshot::build(&rows, &state.config.layers, &state.telemetry.metrics).map_err(
+    let (rows_tx, rows_rx) = tokio::sync::oneshot::channel::<ConfigRows>();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<bool>();
+    let store = Arc::clone(&state.store);
+    let task = tokio::task::spawn_blocking(move || {
+        store.transact(|batch, rows| {
+            rows_tx.send(rows).map_err(|_| StoreError::Abandoned)?;
+            // The check runs on the caller's task; a caller gone is a rollback.
+            if go_rx.blocking_recv() != Ok(true) {
+                return Err(StoreError::Abandoned);
+            }
+            write(batch)
+        })
+    });
+    let checked = match rows_rx.await {
+        Ok(mut rows) => preview(&mut rows).and_then(|()| validate(state, &rows)),
+        // The transaction failed before it read anything: its error says why.
+        Err(_) => Ok(()),
+    };
+    // Only fails when the transaction is already over, with its own error.
+    let _ = go_tx.send(checked.is_ok());
+    let written = task
+        .await
+        .map_err(|e| ApiError::Internal(format!("a store task failed: {e}")))?;
+    checked?;
+    let out = written?;
+    state.reload().await?;
+    Ok(out)
+}
+
+/// The change's configuration must build a snapshot; the error names the problem.
+fn validate(state: &AppState, rows: &ConfigRows) -> Result<(), ApiError> {
+    Snapshot::build(rows, &state.config.layers, &state.telemetry.metrics).map_err(
         |e| match &e {
             SnapshotError::Quota(QuotaConfigError::Pool { error, .. }) => ApiError::InvalidField {
                 field: error.field.clone(),
@@ -43,9 +79,7 @@ pub(crate) async fn apply_change<T: Send + 'static>(
             _ => ApiError::bad_request("invalid_config", e.to_string()),
         },
     )?;
-    let out = blocking(&state.store, write).await?;
-    state.reload().await?;
-    Ok(out)
+    Ok(())
 }
 
 /// Refuses to delete the `kind` `id` while an alias `uses` it (409, naming the aliases):

@@ -295,8 +295,8 @@ pub async fn import(state: &AppState, pools: Vec<PoolInput>) -> Result<ImportRes
     let t = state.clock.now_ms();
     let submitted = pools.len();
     let incoming = pools.clone();
-    // The emptiness check and the writes run in one transaction, so two concurrent
-    // imports cannot both land.
+    // The emptiness check and the writes run in the change's transaction, so two
+    // concurrent imports cannot both land.
     let imported = apply_change(
         state,
         |rows| {
@@ -305,16 +305,14 @@ pub async fn import(state: &AppState, pools: Vec<PoolInput>) -> Result<ImportRes
             }
             Ok(())
         },
-        move |s| {
-            s.batch(|b| {
-                if !b.pools_empty()? {
-                    return Ok(0);
-                }
-                for p in &pools {
-                    b.save_pool(p, SaveMode::Create, t)?;
-                }
-                Ok(pools.len())
-            })
+        move |b| {
+            if !b.pools_empty()? {
+                return Ok(0);
+            }
+            for p in &pools {
+                b.save_pool(p, SaveMode::Create, t)?;
+            }
+            Ok(pools.len())
         },
     )
     .await?;

@@ -491,13 +491,11 @@ pub async fn patch_settings(
             // The settings must hold together (e.g. lockout maximum >= base).
             check_consistency(rows, &base)
         },
-        move |s| {
-            s.batch(|b| {
-                for (key, value) in &writes {
-                    b.put_setting(key, value, t)?;
-                }
-                Ok(())
-            })
+        move |b| {
+            for (key, value) in &writes {
+                b.put_setting(key, value, t)?;
+            }
+            Ok(())
         },
     )
     .await?;
