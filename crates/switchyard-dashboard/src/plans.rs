@@ -243,18 +243,21 @@ async fn save(
         Err(e) => Err(e),
     };
     match outcome {
-        Ok(p) => dash.done(&session, &plan_path(&connection), Ok(p), |p| {
-            format!(
-                "Plan of `{}` saved: {} dimension(s), source {}.",
-                p.connection_id,
-                p.dimensions.len(),
-                match p.source {
-                    PlanSource::Manual => "manual",
-                    PlanSource::Catalog => "catalog",
-                    PlanSource::Empty => "empty",
-                }
-            )
-        }),
+        Ok(p) => {
+            dash.done(&session, &plan_path(&connection), Ok(p), |p| {
+                format!(
+                    "Plan of `{}` saved: {} dimension(s), source {}.",
+                    p.connection_id,
+                    p.dimensions.len(),
+                    match p.source {
+                        PlanSource::Manual => "manual",
+                        PlanSource::Catalog => "catalog",
+                        PlanSource::Empty => "empty",
+                    }
+                )
+            })
+            .await
+        }
         Err(e) => {
             edit.error = Some(forms::place(&e, &forms::dim_from(&edit.rows), &[]));
             show(&dash, &session, Some(connection), Some(&edit), e.parts().0).await
@@ -273,6 +276,7 @@ async fn delete(
     dash.done(&session, &plan_path(&connection), outcome, |()| {
         format!("The override of `{connection}` is deleted.")
     })
+    .await
 }
 
 #[cfg(test)]

@@ -130,6 +130,7 @@ async fn create_provider(
     dash.done(&session, PAGE, outcome, |p| {
         format!("Provider {} created.", p.id)
     })
+    .await
 }
 
 /// `POST /dashboard/providers/{id}/update`.
@@ -145,6 +146,7 @@ async fn update_provider(
     dash.done(&session, PAGE, outcome, |p| {
         format!("Provider {} saved.", p.id)
     })
+    .await
 }
 
 /// `POST /dashboard/providers/{id}/delete`.
@@ -157,6 +159,7 @@ async fn delete_provider(
     dash.done(&session, PAGE, outcome, |()| {
         format!("Provider {id} deleted.")
     })
+    .await
 }
 
 /// A connection form's edited fields as JSON, in the API's names: an empty credential
@@ -206,6 +209,7 @@ async fn create_connection(
     dash.done(&session, PAGE, outcome, |c| {
         format!("Connection {} created.", c.id)
     })
+    .await
 }
 
 /// `POST /dashboard/connections/{id}/update`.
@@ -221,6 +225,7 @@ async fn update_connection(
     dash.done(&session, PAGE, outcome, |c| {
         format!("Connection {} saved.", c.id)
     })
+    .await
 }
 
 /// `POST /dashboard/connections/{id}/delete`.
@@ -233,6 +238,7 @@ async fn delete_connection(
     dash.done(&session, PAGE, outcome, |()| {
         format!("Connection {id} deleted.")
     })
+    .await
 }
 
 /// A labelled `<select>` of `options` with `selected` chosen; `blank` adds a first

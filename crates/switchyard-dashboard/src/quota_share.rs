@@ -187,9 +187,12 @@ async fn create(
         Err(e) => Err(e),
     };
     match outcome {
-        Ok(v) => dash.done(&session, LIST, Ok(v), |v| {
-            format!("Pool `{}` created.", v.id)
-        }),
+        Ok(v) => {
+            dash.done(&session, LIST, Ok(v), |v| {
+                format!("Pool `{}` created.", v.id)
+            })
+            .await
+        }
         Err(e) => {
             let dims = forms::dim_from(&form.dims);
             let allocs = forms::alloc_from(&form.allocs);
@@ -898,6 +901,7 @@ async fn save_allocations(
             v.allocations.len()
         )
     })
+    .await
 }
 
 /// `POST /dashboard/costs/quota-share/{id}/delete`: deletes the pool.
@@ -910,6 +914,7 @@ async fn delete(
     dash.done(&session, LIST, outcome, |()| {
         format!("Pool `{id}` deleted.")
     })
+    .await
 }
 
 #[cfg(test)]

@@ -116,6 +116,7 @@ async fn reset(
     dash.done(&session, PAGE, outcome, |r| {
         format!("{}: {} breaker reset.", f.provider, r.breakers_reset)
     })
+    .await
 }
 
 /// The notice of a clear.
@@ -134,7 +135,7 @@ async fn clear_selected(
 ) -> Response {
     let ids = all(&fields, "connection");
     let outcome = services::resilience::clear_cooldowns(&dash.app, ClearTarget::Connections(ids));
-    dash.done(&session, PAGE, outcome, |r| cleared(&r))
+    dash.done(&session, PAGE, outcome, |r| cleared(&r)).await
 }
 
 /// `POST /dashboard/resilience/clear-provider`: clears every connection of a provider.
@@ -146,7 +147,7 @@ async fn clear_provider(
         provider: Some(f.provider),
     };
     let outcome = services::resilience::clear_cooldowns(&dash.app, target);
-    dash.done(&session, PAGE, outcome, |r| cleared(&r))
+    dash.done(&session, PAGE, outcome, |r| cleared(&r)).await
 }
 
 /// `POST /dashboard/resilience/clear-all`: clears every connection.
@@ -156,7 +157,7 @@ async fn clear_all(
 ) -> Response {
     let outcome =
         services::resilience::clear_cooldowns(&dash.app, ClearTarget::All { provider: None });
-    dash.done(&session, PAGE, outcome, |r| cleared(&r))
+    dash.done(&session, PAGE, outcome, |r| cleared(&r)).await
 }
 
 /// The re-enable form: a lock's provider, connection and family or model.
@@ -180,6 +181,7 @@ async fn re_enable(
             f.model, f.connection, r.cleared
         )
     })
+    .await
 }
 
 /// A settings form's fields (all but the CSRF token) as the patch's JSON fields.
@@ -203,6 +205,7 @@ async fn model_lockout(
     dash.done(&session, PAGE, outcome, |_| {
         "Model lockout settings saved.".to_owned()
     })
+    .await
 }
 
 /// `POST /dashboard/resilience/provider-cooldown`: the provider-cooldown settings,
@@ -219,6 +222,7 @@ async fn provider_cooldown(
     dash.done(&session, PAGE, outcome, |_| {
         "Provider cooldown settings saved.".to_owned()
     })
+    .await
 }
 
 /// The error-rules form: the operator's restatements and rules, each a JSON list.
@@ -252,6 +256,7 @@ async fn error_rules(
             v.error_rules.rules.len()
         )
     })
+    .await
 }
 
 /// A rule's duration: whole hours, minutes or seconds.

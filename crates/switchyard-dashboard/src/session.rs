@@ -1,14 +1,16 @@
-//! Dashboard sessions: an in-memory store of random session ids, each with its expiry
-//! and its CSRF token. The store is bounded: expired sessions are pruned on every
-//! insert, and when it is still full the session closest to expiry makes room. Its lock
-//! is never held across an await.
+//! Dashboard sessions: random session ids, each with its expiry, its CSRF token and the
+//! hash of the credential it was opened with, kept in the store (so every replica knows
+//! them, and they survive a restart). The store is bounded: expired sessions are pruned
+//! on every insert, and when it is still full the session closest to expiry makes room.
 
 use crate::html::Notice;
 use rand::RngCore;
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Arc;
 use subtle::ConstantTimeEq;
 use switchyard_core::apikey::KeyHash;
+use switchyard_gateway::error::ApiError;
+use switchyard_gateway::state::blocking;
+use switchyard_store::Store;
 
 /// How long a session lasts, in seconds (the cookie's `Max-Age`).
 pub const SESSION_TTL_SECS: u64 = 8 * 60 * 60;
@@ -36,100 +38,109 @@ pub fn hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-#[derive(Debug)]
-struct Session {
-    expires_at: u64,
-    csrf: String,
+/// A live session as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    pub csrf: String,
     /// The hash of the credential the session was opened with (never the credential).
-    credential: KeyHash,
-    /// The notice to show on the next page (set by an action, taken once).
-    notice: Option<Notice>,
+    pub credential: KeyHash,
+    /// The notice left for this page by an earlier action, when it was asked for.
+    pub notice: Option<Notice>,
 }
 
-/// The session store.
-#[derive(Debug, Default)]
+/// The sessions, in the store (SPEC O6: any replica serves a signed-in browser). A
+/// session is kept under the SHA-256 of its id; the store keeps at most
+/// [`MAX_SESSIONS`]. Each call is one store transaction on the blocking pool.
+#[derive(Debug)]
 pub struct Sessions {
-    inner: Mutex<HashMap<String, Session>>,
+    store: Arc<Store>,
+}
+
+/// The key a session is kept under: its id's SHA-256.
+fn key(id: &str) -> String {
+    KeyHash::of(id).to_hex()
+}
+
+/// A notice as the store keeps it.
+fn encode(notice: &Notice) -> String {
+    match notice {
+        Notice::Done(m) => format!("done:{m}"),
+        Notice::Failed(m) => format!("failed:{m}"),
+    }
+}
+
+fn decode(stored: &str) -> Option<Notice> {
+    match stored.split_once(':') {
+        Some(("done", m)) => Some(Notice::Done(m.to_owned())),
+        Some(("failed", m)) => Some(Notice::Failed(m.to_owned())),
+        _ => None,
+    }
 }
 
 impl Sessions {
+    pub fn new(store: Arc<Store>) -> Self {
+        Self { store }
+    }
+
+    /// Runs a store call on the blocking pool.
+    async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> switchyard_store::Result<T> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        Ok(blocking(&self.store, f).await?)
+    }
+
     /// Opens a session at `now` (Unix milliseconds) for the credential whose hash is
     /// `credential`; returns its id and its CSRF token.
-    pub fn create(&self, now: u64, credential: KeyHash) -> (String, String) {
+    pub async fn create(
+        &self,
+        now: u64,
+        credential: KeyHash,
+    ) -> Result<(String, String), ApiError> {
         let (id, csrf) = (random_token(), random_token());
-        let mut map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        map.retain(|_, s| s.expires_at > now);
-        if map.len() >= MAX_SESSIONS {
-            let soonest = map
-                .iter()
-                .min_by_key(|(_, s)| s.expires_at)
-                .map(|(k, _)| k.clone());
-            if let Some(k) = soonest {
-                map.remove(&k);
-            }
-        }
-        map.insert(
-            id.clone(),
-            Session {
-                expires_at: now.saturating_add(SESSION_TTL_MS),
-                csrf: csrf.clone(),
-                credential,
-                notice: None,
-            },
-        );
-        (id, csrf)
+        let (k, c) = (key(&id), csrf.clone());
+        self.call(move |s| {
+            s.open_session(
+                &k,
+                &c,
+                &credential.to_hex(),
+                now.saturating_add(SESSION_TTL_MS),
+                now,
+                MAX_SESSIONS,
+            )
+        })
+        .await?;
+        Ok((id, csrf))
     }
 
-    /// The CSRF token and the credential's hash of the live session `id` at `now`.
-    pub fn get(&self, id: &str, now: u64) -> Option<(String, KeyHash)> {
-        let map = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        map.get(id)
-            .filter(|s| s.expires_at > now)
-            .map(|s| (s.csrf.clone(), s.credential))
-    }
-
-    /// The CSRF token of the live session `id` at `now`.
-    #[cfg(test)]
-    fn csrf(&self, id: &str, now: u64) -> Option<String> {
-        self.get(id, now).map(|(csrf, _)| csrf)
+    /// The live session `id` at `now`; with `take_notice`, the notice left for it, once.
+    pub async fn get(
+        &self,
+        id: &str,
+        now: u64,
+        take_notice: bool,
+    ) -> Result<Option<Stored>, ApiError> {
+        let k = key(id);
+        let row = self.call(move |s| s.session(&k, now, take_notice)).await?;
+        Ok(row.and_then(|r| {
+            Some(Stored {
+                csrf: r.csrf,
+                credential: KeyHash::from_hex(&r.credential)?,
+                notice: r.notice.as_deref().filter(|_| take_notice).and_then(decode),
+            })
+        }))
     }
 
     /// Keeps `notice` for the session `id`'s next page.
-    pub fn set_notice(&self, id: &str, notice: Notice) {
-        if let Some(s) = self
-            .inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_mut(id)
-        {
-            s.notice = Some(notice);
-        }
-    }
-
-    /// The notice kept for the session `id`, once.
-    pub fn take_notice(&self, id: &str) -> Option<Notice> {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_mut(id)
-            .and_then(|s| s.notice.take())
+    pub async fn set_notice(&self, id: &str, notice: &Notice) -> Result<(), ApiError> {
+        let (k, n) = (key(id), encode(notice));
+        self.call(move |s| s.set_session_notice(&k, &n)).await
     }
 
     /// Ends the session `id`.
-    pub fn remove(&self, id: &str) {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id);
-    }
-
-    /// Sessions held (live or not yet pruned).
-    #[cfg(test)]
-    fn held(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+    pub async fn remove(&self, id: &str) -> Result<(), ApiError> {
+        let k = key(id);
+        self.call(move |s| s.end_session(&k)).await
     }
 }
 
@@ -141,10 +152,6 @@ pub fn csrf_matches(expected: &str, presented: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cred() -> KeyHash {
-        KeyHash::of("sk-test")
-    }
 
     #[test]
     fn hex_is_lowercase_two_digits_a_byte() {
@@ -158,50 +165,22 @@ mod tests {
     }
 
     #[test]
-    fn sessions_expire_and_end() {
-        let s = Sessions::default();
-        let now = 1_000_000;
-        let (id, csrf) = s.create(now, cred());
-        assert_eq!(s.get(&id, now), Some((csrf.clone(), cred())));
-        assert_eq!(s.csrf(&id, now + 28_800_000 - 1), Some(csrf));
-        assert_eq!(s.csrf(&id, now + 28_800_000), None);
-        assert_eq!(s.csrf("unknown", now), None);
-        s.remove(&id);
-        assert_eq!(s.csrf(&id, now), None);
-    }
-
-    #[test]
-    fn the_store_is_bounded_and_prunes_expired_sessions() {
-        let s = Sessions::default();
-        let start = 1_000_000;
-        let (first, _) = s.create(start, cred());
-        for i in 1..MAX_SESSIONS {
-            s.create(start + u64::try_from(i).unwrap(), cred());
-        }
-        assert_eq!(s.held(), MAX_SESSIONS);
-        let (newest, _) = s.create(start + 5_000, cred());
-        assert_eq!(s.held(), MAX_SESSIONS);
-        assert_eq!(s.csrf(&first, start), None);
-        assert!(s.csrf(&newest, start + 5_000).is_some());
-        s.create(start + 28_800_000 + 5_001, cred());
-        assert_eq!(s.held(), 1);
-    }
-
-    #[test]
-    fn a_notice_is_shown_once() {
-        let s = Sessions::default();
-        let (id, _) = s.create(1, cred());
-        assert_eq!(s.take_notice(&id), None);
-        s.set_notice(&id, Notice::Done("Saved.".into()));
-        s.set_notice("unknown", Notice::Done("x".into()));
-        assert_eq!(s.take_notice(&id), Some(Notice::Done("Saved.".into())));
-        assert_eq!(s.take_notice(&id), None);
-    }
-
-    #[test]
     fn csrf_matches_only_the_same_token() {
         assert!(csrf_matches("abc", "abc"));
         assert!(!csrf_matches("abc", "abd"));
         assert!(!csrf_matches("abc", ""));
+    }
+
+    #[test]
+    fn notices_keep_their_kind_and_text_in_the_store() {
+        for n in [
+            Notice::Done("Key k1 revoked.".into()),
+            Notice::Failed("bad: it has a colon".into()),
+        ] {
+            assert_eq!(decode(&encode(&n)), Some(n));
+        }
+        assert_eq!(decode("other"), None);
+        assert_ne!(key("abc"), "abc");
+        assert_eq!(key("abc").len(), 64);
     }
 }

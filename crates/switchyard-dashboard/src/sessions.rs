@@ -49,6 +49,7 @@ async fn release(
     dash.done(&session, PAGE, outcome, |()| {
         format!("Session {} released.", short(&pin))
     })
+    .await
 }
 
 /// `POST /dashboard/sessions/leases/{owner}/release`.
@@ -61,6 +62,7 @@ async fn release_lease(
     dash.done(&session, PAGE, outcome, |()| {
         format!("Lease {} released.", short(&owner))
     })
+    .await
 }
 
 fn short(pin: &str) -> &str {

@@ -54,6 +54,7 @@ async fn set(State(dash): State<Arc<Dash>>, Posted(session, f): Posted<Fields>) 
     let value = Value::String(one(&f, "value"));
     let outcome = services::settings::put(&dash.app, key.clone(), &value).await;
     dash.done(&session, back(&f), outcome, |_| format!("{key} saved."))
+        .await
 }
 
 /// `POST /dashboard/settings/reset`: removes `key`'s database value.
@@ -63,6 +64,7 @@ async fn reset(State(dash): State<Arc<Dash>>, Posted(session, f): Posted<Fields>
     dash.done(&session, back(&f), outcome, |()| {
         format!("{key} reset: the database value is gone.")
     })
+    .await
 }
 
 /// A setting's value as text.

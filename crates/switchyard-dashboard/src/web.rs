@@ -40,6 +40,8 @@ const HX_REQUEST: &str = "hx-request";
 pub struct Dash {
     pub app: Arc<AppState>,
     pub sessions: Sessions,
+    /// The one-time sign-in links.
+    pub links: Arc<crate::once::Links>,
     pub throttle: Throttle,
     pub layout: Layout,
 }
@@ -50,7 +52,9 @@ pub struct Dash {
 pub struct Session {
     pub id: String,
     pub csrf: String,
-    pub htmx: bool,
+    /// The notice an earlier action left for this page (taken for full pages only: a
+    /// live region's refresh would drop it).
+    pub notice: Option<Notice>,
 }
 
 /// The dashboard's route table: its router, and the paths whose `POST` is a signed-in
@@ -138,35 +142,41 @@ impl Dash {
     /// The live session the request's cookie names, while the credential it was opened
     /// with is still the admin token or a live admin-scoped key (a session whose
     /// credential was revoked or replaced is ended here).
-    pub fn session(&self, headers: &HeaderMap) -> Option<Session> {
-        let id = session_cookie(headers)?;
-        let (csrf, credential) = self.sessions.get(id, self.now())?;
-        if auth::check_admin_hash(&self.app.config, &credential).is_err() {
-            self.sessions.remove(id);
-            return None;
+    /// A page (`GET`) takes the notice left for it; a form post leaves it for the page
+    /// it leads to. The store failing is an error (503 when it is unreachable).
+    pub async fn session(
+        &self,
+        headers: &HeaderMap,
+        page: bool,
+    ) -> Result<Option<Session>, ApiError> {
+        let Some(id) = session_cookie(headers) else {
+            return Ok(None);
+        };
+        let htmx = headers.contains_key(HX_REQUEST);
+        let Some(stored) = self.sessions.get(id, self.now(), page && !htmx).await? else {
+            return Ok(None);
+        };
+        if auth::check_admin_hash(&self.app.config, &stored.credential).is_err() {
+            self.sessions.remove(id).await?;
+            return Ok(None);
         }
-        Some(Session {
+        Ok(Some(Session {
             id: id.to_owned(),
-            csrf,
-            htmx: headers.contains_key(HX_REQUEST),
-        })
+            csrf: stored.csrf,
+            notice: stored.notice,
+        }))
     }
 
     /// A signed-in page, with the notice an earlier action left for it (kept for the
     /// next full page when this is a live region's refresh, which would drop it).
     pub fn render(&self, session: &Session, view: View<'_>) -> Response {
-        let notice = if session.htmx {
-            None
-        } else {
-            self.sessions.take_notice(&session.id)
-        };
         html_response(
             view.status,
             self.layout.page(&Page {
                 title: view.title,
                 nav: view.nav,
                 csrf: Some(&session.csrf),
-                notice: notice.as_ref(),
+                notice: session.notice.as_ref(),
                 main: view.main,
             }),
         )
@@ -201,7 +211,7 @@ impl Dash {
 
     /// The answer to an action: back to `to` (a `303`), where `notice` is shown once.
     /// An error's notice is the same message the management API gives.
-    pub fn done<T>(
+    pub async fn done<T>(
         &self,
         session: &Session,
         to: &str,
@@ -212,8 +222,20 @@ impl Dash {
             Ok(v) => Notice::Done(ok(v)),
             Err(e) => Notice::Failed(e.to_string()),
         };
-        self.sessions.set_notice(&session.id, notice);
+        if let Err(e) = self.sessions.set_notice(&session.id, &notice).await {
+            tracing::warn!(error = %e, "Could not keep a dashboard notice; the action itself is done.");
+        }
         see_other(to)
+    }
+
+    /// A page saying the sign-in could not be checked (the store failed), with the
+    /// error's status: 503 while the database is unreachable.
+    pub fn unavailable(&self, error: &ApiError) -> Response {
+        self.public(
+            error.parts().0,
+            "Unavailable",
+            error_notice(None, &error.to_string()),
+        )
     }
 
     pub fn forbidden(&self) -> Response {
@@ -281,9 +303,11 @@ impl FromRequestParts<Arc<Dash>> for Signed {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, dash: &Arc<Dash>) -> Result<Self, Response> {
-        dash.session(&parts.headers)
-            .map(Signed)
-            .ok_or_else(|| dash.signed_out(&parts.method, &parts.headers))
+        match dash.session(&parts.headers, true).await {
+            Ok(Some(s)) => Ok(Signed(s)),
+            Ok(None) => Err(dash.signed_out(&parts.method, &parts.headers)),
+            Err(e) => Err(dash.unavailable(&e)),
+        }
     }
 }
 
@@ -310,8 +334,10 @@ impl<T: DeserializeOwned> FromRequest<Arc<Dash>> for Posted<T> {
 
     async fn from_request(req: Request, dash: &Arc<Dash>) -> Result<Self, Response> {
         let (parts, body) = req.into_parts();
-        let Some(session) = dash.session(&parts.headers) else {
-            return Err(dash.signed_out(&parts.method, &parts.headers));
+        let session = match dash.session(&parts.headers, false).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(dash.signed_out(&parts.method, &parts.headers)),
+            Err(e) => return Err(dash.unavailable(&e)),
         };
         let bytes = axum::body::to_bytes(body, FORM_LIMIT).await.map_err(|_| {
             dash.render(

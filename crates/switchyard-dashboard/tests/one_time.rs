@@ -45,13 +45,13 @@ const USED: &str = "Error: This sign-in link has already been used, has expired 
 #[tokio::test]
 async fn a_link_opens_a_session_once() {
     let (h, c, links) = start().await;
-    let link = links.mint();
+    let link = links.mint().await.unwrap();
     let token = link.strip_prefix("/dashboard/sign-in/once?t=").unwrap();
     assert_eq!(token.len(), 64);
     assert!(token
         .bytes()
         .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
-    assert_ne!(links.mint(), link);
+    assert_ne!(links.mint().await.unwrap(), link);
 
     let r = get(&h, &c, &link, None).await;
     assert_eq!(r.status(), 303);
@@ -101,7 +101,7 @@ async fn a_link_opens_a_session_once() {
 #[tokio::test]
 async fn unknown_missing_and_forged_tokens_get_the_sign_in_page() {
     let (h, c, links) = start().await;
-    let live = links.mint();
+    let live = links.mint().await.unwrap();
     for path in [
         format!("/dashboard/sign-in/once?t={}", "0".repeat(64)),
         "/dashboard/sign-in/once".to_owned(),
@@ -117,6 +117,10 @@ async fn unknown_missing_and_forged_tokens_get_the_sign_in_page() {
     // Refused attempts leave the live link usable.
     assert_eq!(get(&h, &c, &live, None).await.status(), 303);
     // Only GET: another method is refused like any other signed-out request.
-    let post = c.post(h.url(&links.mint())).send().await.unwrap();
+    let post = c
+        .post(h.url(&links.mint().await.unwrap()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(post.status(), 403);
 }

@@ -14,6 +14,7 @@
 //! ([`secrets`]); the database file and its WAL files are owner-only.
 
 mod config;
+pub mod dashboard;
 mod db;
 mod keys;
 pub mod leases;

@@ -239,4 +239,22 @@ ALTER TABLE providers ADD COLUMN context_windows TEXT NOT NULL DEFAULT '{}';
     r#"
 ALTER TABLE request_log ADD COLUMN route TEXT;
 "#,
+    // v13: the dashboard's sessions and one-time sign-in links (SPEC O6: in the store,
+    // so any replica serves a signed-in browser; on SQLite they survive a restart). Only
+    // hashes of session ids and link tokens are kept.
+    r#"
+CREATE TABLE dashboard_sessions (
+    id_hash    TEXT PRIMARY KEY,
+    csrf       TEXT NOT NULL,
+    credential TEXT NOT NULL,
+    notice     TEXT,
+    expires_at INTEGER NOT NULL
+);
+CREATE INDEX dashboard_sessions_expires ON dashboard_sessions (expires_at);
+
+CREATE TABLE dashboard_links (
+    token_hash TEXT PRIMARY KEY,
+    expires_at INTEGER NOT NULL
+);
+"#,
 ];

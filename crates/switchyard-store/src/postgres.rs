@@ -45,10 +45,16 @@ const LOCK_TIMEOUT_MS: u64 = 5_000;
 const POOL_SIZE: u32 = 6;
 
 /// The migrations, in order; never edit a released one, append.
-const MIGRATIONS: &[(&str, &str)] = &[(
-    "0001_schema",
-    include_str!("../migrations/postgres/0001_schema.sql"),
-)];
+const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "0001_schema",
+        include_str!("../migrations/postgres/0001_schema.sql"),
+    ),
+    (
+        "0002_dashboard",
+        include_str!("../migrations/postgres/0002_dashboard.sql"),
+    ),
+];
 
 impl From<postgres::Error> for StoreError {
     fn from(e: postgres::Error) -> Self {

@@ -285,7 +285,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let dashboard = switchyard_dashboard::dashboard(Arc::clone(&prepared.state));
     say(&format!(
         "Dashboard: http://{addr}{} (a one-time sign-in link, valid for 10 minutes; afterwards sign in at http://{addr}/dashboard with the admin token)",
-        dashboard.links.mint()
+        dashboard.links.mint().await?
     ));
     say("");
     say("Stream an answer:");
