@@ -171,7 +171,7 @@ async fn gather(app: &AppState) -> Result<Overview, ApiError> {
         .map(|(_, row)| row)
         .collect(),
         in_flight: services::system::in_flight(app),
-        series: services::logs::last_hour(app),
+        series: services::logs::last_hour(app).await?,
         now_ms: app.clock.now_ms(),
     })
 }

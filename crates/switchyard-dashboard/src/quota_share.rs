@@ -388,7 +388,7 @@ async fn pool_page(
             .map_err(|e| e.to_string());
         let (decisions_kept, decisions) =
             services::quota::newest_decisions(app, id.clone(), DECISIONS_SHOWN)?;
-        let series = services::logs::last_hour(app);
+        let series = services::logs::last_hour(app).await?;
         Ok::<_, ApiError>(PoolPage {
             pool,
             usage,

@@ -30,7 +30,7 @@ pub mod sessions;
 mod sqlite;
 mod store;
 
-pub use log::{LogQueries, LogSink, OutcomeRow};
+pub use log::{LogQueries, LogSink, OutcomeRow, Unwritten};
 pub use quota::{ConsumptionRow, PlanRecord};
 pub use records::*;
 pub use secrets::{KeyError, KeyId, Keyring, SecretKey};

@@ -12,8 +12,22 @@ use std::sync::Arc;
 /// Where the request log's batches go, off the request path: the seam the gateway's
 /// log writer holds, so the log may live in another database than SQLite.
 pub trait LogSink: Send + Sync + std::fmt::Debug {
-    /// Writes `rows` in one transaction: all of them or none.
-    fn write_batch(self: Arc<Self>, rows: Vec<LogRow>) -> StoreFuture<()>;
+    /// Writes `rows` in one transaction: all of them or none. Rows not written come
+    /// back with the error, so the writer can keep them for a retry.
+    fn write_batch(
+        self: Arc<Self>,
+        rows: Vec<LogRow>,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::result::Result<(), Unwritten>> + Send>,
+    >;
+}
+
+/// A batch the sink did not write, handed back with why.
+#[derive(Debug)]
+pub struct Unwritten {
+    pub error: StoreError,
+    /// The rows, in their order; empty when the write's task itself failed.
+    pub rows: Vec<LogRow>,
 }
 
 /// What the gateway reads from the request log: the logs API and the dashboard's pages,
@@ -49,8 +63,25 @@ impl Store {
 }
 
 impl LogSink for Store {
-    fn write_batch(self: Arc<Self>, rows: Vec<LogRow>) -> StoreFuture<()> {
-        self.off_thread(move |s| s.insert_log_batch(&rows))
+    fn write_batch(
+        self: Arc<Self>,
+        rows: Vec<LogRow>,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::result::Result<(), Unwritten>> + Send>,
+    > {
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || match self.insert_log_batch(&rows) {
+                Ok(()) => Ok(()),
+                Err(error) => Err(Unwritten { error, rows }),
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(Unwritten {
+                    error: StoreError::Database(format!("the database task failed: {e}")),
+                    rows: Vec::new(),
+                })
+            })
+        })
     }
 }
 

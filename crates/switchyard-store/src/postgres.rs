@@ -103,6 +103,17 @@ fn connect(url: &str) -> Result<Client> {
     })
 }
 
+/// The pool's own connection errors, at debug level: while the database is down the pool
+/// retries continuously, and what callers meet is reported where they meet it.
+#[derive(Debug)]
+struct Quiet;
+
+impl r2d2::HandleError<postgres::Error> for Quiet {
+    fn handle_error(&self, error: postgres::Error) {
+        tracing::debug!(error = %describe(&error), "A pooled PostgreSQL connection failed.");
+    }
+}
+
 /// A replica's pool of PostgreSQL connections.
 pub(crate) struct Pool {
     inner: Option<r2d2::Pool<PostgresConnectionManager<NoTls>>>,
@@ -132,6 +143,7 @@ impl Pool {
         let config = config(url)?;
         let manager = PostgresConnectionManager::new(config.clone(), NoTls);
         let pool = r2d2::Pool::builder()
+            .error_handler(Box::new(Quiet))
             .max_size(POOL_SIZE)
             .min_idle(Some(1))
             .connection_timeout(CHECKOUT_TIMEOUT)

@@ -13,6 +13,7 @@
 mod config;
 mod harness;
 mod redis;
+mod relay;
 mod trace;
 
 pub use config::{
@@ -20,4 +21,5 @@ pub use config::{
 };
 pub use harness::*;
 pub use redis::{redis_url, RedisQuotaStore};
+pub use relay::Relay;
 pub use trace::init_tracing;

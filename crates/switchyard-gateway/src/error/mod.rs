@@ -504,6 +504,9 @@ impl ApiError {
             } => Some(secs(*retry_after_ms)),
             Self::QuotaExceeded(b) => b.retry_after_ms.map(secs),
             Self::Lease(r) => r.retry_after_s().map(HeaderValue::from),
+            // The pool gives up on an unreachable database within seconds; a retry a
+            // few seconds on may find it back.
+            Self::DatabaseUnavailable(_) => Some(HeaderValue::from(5u64)),
             _ => None,
         }
     }

@@ -5,6 +5,7 @@
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::telemetry::series::MINUTE_MS;
 use serde::Serialize;
 use std::sync::Arc;
 use switchyard_store::{LogQuery, LogRow, LogSize, SeriesRow, StatusFilter};
@@ -119,11 +120,18 @@ pub async fn search(state: &AppState, search: LogSearch) -> Result<LogPage, ApiE
 }
 
 /// Requests of the last hour per minute, provider, connection and key, oldest first
-/// (minutes start at multiples of a minute), from the counters the log writer keeps in
-/// memory: no store read, however many rows the hour holds.
-pub fn last_hour(state: &AppState) -> Vec<SeriesRow> {
+/// (minutes start at multiples of a minute). On SQLite (one process) from the counters
+/// the log writer keeps in memory: no store read, however many rows the hour holds. On
+/// PostgreSQL from the shared request log, so the charts count every replica's
+/// requests (those still in a replica's writer show a fraction of a second later).
+pub async fn last_hour(state: &AppState) -> Result<Vec<SeriesRow>, ApiError> {
     let since = state.clock.now_ms().saturating_sub(HOUR_MS);
-    state.telemetry.log.series_since(since)
+    if state.store.backend() == "postgres" {
+        return Ok(Arc::clone(&state.logs)
+            .series(since - since % MINUTE_MS, MINUTE_MS)
+            .await?);
+    }
+    Ok(state.telemetry.log.series_since(since))
 }
 
 #[cfg(test)]

@@ -6,6 +6,9 @@
 //! writer drains the channel in batches, one SQLite transaction per batch: after the first
 //! row of a batch it lingers briefly so that, under load, one transaction carries hundreds
 //! of rows instead of a handful. On shutdown the writer drains what is buffered and exits.
+//! A batch the database did not take (PostgreSQL down, a full disk) is kept, in order,
+//! and written again once a second until it lands; the rows so kept are bounded
+//! ([`BACKLOG_ROWS`]): past it the oldest are dropped and counted with the others.
 //! The writer also counts every row into the last hour's per-minute [`MinuteSeries`],
 //! which the dashboard's charts read (its lock is shared by the writer and the readers,
 //! never by the request path).
@@ -13,9 +16,11 @@
 use super::series::MinuteSeries;
 use crate::sync::lock;
 use prometheus_client::metrics::counter::Counter;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use switchyard_core::routing::trace::{Decision, Fact};
-use switchyard_store::{LogRow, LogSink, RouteStep, RouteTrace, SeriesRow};
+use switchyard_store::{LogRow, LogSink, RouteStep, RouteTrace, SeriesRow, Unwritten};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -26,6 +31,13 @@ pub const BUFFER_ROWS: usize = 10_000;
 /// Largest batch per transaction; keeps each write short so management writes that
 /// share the database are not starved.
 const MAX_BATCH: usize = 512;
+
+/// Rows kept for a retry while the database refuses them: at 5 000 requests/s, ten
+/// seconds of an outage (some 25 MiB of rows at most).
+pub const BACKLOG_ROWS: usize = 50_000;
+
+/// How long the writer waits before trying the database again after a failed write.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// How long the writer waits for more rows after the first of a batch. Rows become
 /// visible at most this much later; in exchange the per-transaction cost (which
@@ -64,7 +76,13 @@ impl RequestLog {
         let mut series = MinuteSeries::default();
         series.seed(recent);
         let series = Arc::new(Mutex::new(series));
-        let task = tokio::spawn(write_loop(sink, Arc::clone(&series), rx, stop_rx));
+        let task = tokio::spawn(write_loop(
+            sink,
+            Arc::clone(&series),
+            dropped.clone(),
+            rx,
+            stop_rx,
+        ));
         (
             Self {
                 tx,
@@ -105,20 +123,144 @@ impl LogWriter {
     }
 }
 
+/// Batches the sink did not take yet, oldest first, bounded by [`BACKLOG_ROWS`].
+#[derive(Debug, Default)]
+struct Backlog {
+    batches: VecDeque<Vec<LogRow>>,
+    rows: usize,
+}
+
+impl Backlog {
+    /// Queues `rows` behind the others; how many of the oldest rows were dropped to
+    /// stay within [`BACKLOG_ROWS`].
+    fn push(&mut self, rows: Vec<LogRow>) -> usize {
+        if rows.is_empty() {
+            return 0;
+        }
+        self.rows += rows.len();
+        self.batches.push_back(rows);
+        let mut dropped = 0;
+        while self.rows > BACKLOG_ROWS {
+            match self.batches.pop_front() {
+                Some(oldest) => {
+                    self.rows -= oldest.len();
+                    dropped += oldest.len();
+                }
+                None => break,
+            }
+        }
+        dropped
+    }
+
+    /// Writes the queued batches in order until one fails (which goes back in front).
+    /// Whether everything was written.
+    async fn drain(&mut self, sink: &Arc<dyn LogSink>) -> Result<(), Unwritten> {
+        while let Some(rows) = self.batches.pop_front() {
+            self.rows -= rows.len();
+            if let Err(mut failed) = Arc::clone(sink).write_batch(rows).await {
+                let rows = std::mem::take(&mut failed.rows);
+                self.rows += rows.len();
+                if !rows.is_empty() {
+                    self.batches.push_front(rows);
+                }
+                return Err(failed);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The writer's side of the log: the sink, the series it counts rows into, and what
+/// the sink has not taken yet.
+struct Writer {
+    sink: Arc<dyn LogSink>,
+    series: Arc<Mutex<MinuteSeries>>,
+    dropped: Counter,
+    backlog: Backlog,
+    /// While the database refuses rows, no write is tried before this.
+    retry_at: Option<tokio::time::Instant>,
+}
+
+impl Writer {
+    /// Counts `batch` into the series and writes it, behind anything kept from before.
+    async fn flush(&mut self, batch: &mut Vec<Entry>) {
+        let rows: Vec<LogRow> = batch
+            .drain(..)
+            .map(|(mut row, route)| {
+                row.route = route.as_ref().map(trace);
+                row
+            })
+            .collect();
+        {
+            let mut s = lock(&self.series);
+            for row in &rows {
+                s.add(row);
+            }
+        }
+        let lost = self.backlog.push(rows);
+        self.count_lost(lost);
+        if self
+            .retry_at
+            .is_none_or(|at| tokio::time::Instant::now() >= at)
+        {
+            self.write().await;
+        }
+        batch.reserve(MAX_BATCH);
+    }
+
+    /// Tries to write everything kept.
+    async fn write(&mut self) {
+        match self.backlog.drain(&self.sink).await {
+            Ok(()) => {
+                if self.retry_at.take().is_some() {
+                    tracing::info!(
+                        "The request log is written again; the rows kept meanwhile are in."
+                    );
+                }
+            }
+            Err(failed) => {
+                if self.retry_at.is_none() {
+                    tracing::error!(error = %failed.error, kept = self.backlog.rows, "Failed to write request-log rows; keeping them (at most {BACKLOG_ROWS}) and retrying every second.");
+                }
+                self.retry_at = Some(tokio::time::Instant::now() + RETRY_AFTER);
+            }
+        }
+    }
+
+    fn count_lost(&self, lost: usize) {
+        if lost > 0 {
+            let before = self.dropped.inc_by(u64::try_from(lost).unwrap_or(u64::MAX));
+            tracing::warn!(
+                dropped_total = before.saturating_add(u64::try_from(lost).unwrap_or(0)),
+                "The request log's retry backlog is full; dropping its oldest rows."
+            );
+        }
+    }
+}
+
 async fn write_loop(
     sink: Arc<dyn LogSink>,
     series: Arc<Mutex<MinuteSeries>>,
+    dropped: Counter,
     mut rx: mpsc::Receiver<Entry>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut w = Writer {
+        sink,
+        series,
+        dropped,
+        backlog: Backlog::default(),
+        retry_at: None,
+    };
     let mut batch = Vec::with_capacity(MAX_BATCH);
     // A dropped `LogWriter` (its sender gone) counts as a stop request.
     let mut stopping = false;
     while !stopping {
+        let retry = w.retry_at;
         tokio::select! {
             n = rx.recv_many(&mut batch, MAX_BATCH) => {
                 if n == 0 {
-                    return;
+                    break;
                 }
                 if batch.len() < MAX_BATCH {
                     tokio::select! {
@@ -132,36 +274,32 @@ async fn write_loop(
                         }
                     }
                 }
-                flush(&sink, &series, &mut batch).await;
+                w.flush(&mut batch).await;
             }
+            () = sleep_until(retry) => w.write().await,
             r = stop.changed() => stopping = r.is_err() || *stop.borrow(),
         }
     }
     rx.close();
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        flush(&sink, &series, &mut batch).await;
+        w.flush(&mut batch).await;
+    }
+    w.write().await;
+    if w.backlog.rows > 0 {
+        tracing::error!(
+            rows = w.backlog.rows,
+            "Stopping with request-log rows the database did not take; they are lost."
+        );
+        w.count_lost(w.backlog.rows);
     }
 }
 
-async fn flush(sink: &Arc<dyn LogSink>, series: &Mutex<MinuteSeries>, batch: &mut Vec<Entry>) {
-    let rows: Vec<LogRow> = batch
-        .drain(..)
-        .map(|(mut row, route)| {
-            row.route = route.as_ref().map(trace);
-            row
-        })
-        .collect();
-    {
-        let mut s = lock(series);
-        for row in &rows {
-            s.add(row);
-        }
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
-    let count = rows.len();
-    if let Err(e) = Arc::clone(sink).write_batch(rows).await {
-        tracing::error!(error = %e, rows = count, "Failed to write request-log rows.");
-    }
-    batch.reserve(MAX_BATCH);
 }
 
 /// The stored form of a routing decision.
@@ -204,45 +342,99 @@ pub fn trace(d: &Decision) -> RouteTrace {
 mod tests {
     use super::*;
     use crate::telemetry::series::tests::row;
-    use switchyard_store::{StoreError, StoreFuture};
+    use switchyard_store::StoreError;
 
-    /// A sink that keeps the ids of each batch it is given, and fails when told to.
+    /// A sink that keeps the ids of each batch it writes, and refuses the first
+    /// `failures` writes.
     #[derive(Debug)]
     struct Kept {
         batches: Mutex<Vec<Vec<String>>>,
-        fail: bool,
+        failures: Mutex<usize>,
+    }
+
+    impl Kept {
+        fn failing(failures: usize) -> Arc<Self> {
+            Arc::new(Self {
+                batches: Mutex::default(),
+                failures: Mutex::new(failures),
+            })
+        }
     }
 
     impl LogSink for Kept {
-        fn write_batch(self: Arc<Self>, rows: Vec<LogRow>) -> StoreFuture<()> {
+        fn write_batch(
+            self: Arc<Self>,
+            rows: Vec<LogRow>,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Unwritten>> + Send>>
+        {
             Box::pin(async move {
+                {
+                    let mut left = lock(&self.failures);
+                    if *left > 0 {
+                        *left -= 1;
+                        return Err(Unwritten {
+                            error: StoreError::Unavailable("PostgreSQL is down".into()),
+                            rows,
+                        });
+                    }
+                }
                 let ids = rows.iter().map(|r| r.request_id.clone()).collect();
                 lock(&self.batches).push(ids);
-                if self.fail {
-                    return Err(StoreError::Database("the disk is full".into()));
-                }
                 Ok(())
             })
         }
     }
 
-    #[tokio::test]
-    async fn every_row_reaches_the_sink_once_in_order_and_a_failing_sink_stops_nothing() {
-        for fail in [false, true] {
-            let sink = Arc::new(Kept {
-                batches: Mutex::default(),
-                fail,
-            });
-            let (log, writer) = RequestLog::start(Arc::clone(&sink) as _, Counter::default(), &[]);
+    #[tokio::test(start_paused = true)]
+    async fn every_row_reaches_the_sink_once_in_order_even_after_it_refused_them() {
+        for failures in [0, 1, 3] {
+            let sink = Kept::failing(failures);
+            let dropped = Counter::default();
+            let (log, writer) = RequestLog::start(Arc::clone(&sink) as _, dropped.clone(), &[]);
             for ts in 1..=3 {
                 log.record(row(ts, "p", "k", 200), None);
             }
-            writer.finish().await;
+            // The first batch goes after the linger; refused, it is retried each second.
+            tokio::time::sleep(Duration::from_secs(5)).await;
             assert_eq!(
                 lock(&sink.batches).concat(),
                 ["r1", "r2", "r3"],
-                "fail: {fail}"
+                "failures: {failures}"
             );
+            log.record(row(4, "p", "k", 200), None);
+            writer.finish().await;
+            assert_eq!(
+                lock(&sink.batches).concat(),
+                ["r1", "r2", "r3", "r4"],
+                "failures: {failures}"
+            );
+            assert_eq!(dropped.get(), 0);
         }
+    }
+
+    #[tokio::test]
+    async fn rows_a_sink_never_takes_are_counted_as_dropped_at_the_stop() {
+        let sink = Kept::failing(usize::MAX);
+        let dropped = Counter::default();
+        let (log, writer) = RequestLog::start(Arc::clone(&sink) as _, dropped.clone(), &[]);
+        for ts in 1..=3 {
+            log.record(row(ts, "p", "k", 200), None);
+        }
+        writer.finish().await;
+        assert!(lock(&sink.batches).is_empty());
+        assert_eq!(dropped.get(), 3);
+    }
+
+    #[test]
+    fn the_backlog_keeps_the_newest_rows_within_its_bound() {
+        let mut b = Backlog::default();
+        let rows = |n: usize| vec![row(1, "p", "k", 200); n];
+        assert_eq!(b.push(rows(0)), 0);
+        assert_eq!(b.push(rows(BACKLOG_ROWS - 10)), 0);
+        assert_eq!(b.push(rows(10)), 0);
+        assert_eq!(b.rows, BACKLOG_ROWS);
+        // One more row drops the oldest batch, whole.
+        assert_eq!(b.push(rows(1)), BACKLOG_ROWS - 10);
+        assert_eq!((b.rows, b.batches.len()), (11, 2));
     }
 }

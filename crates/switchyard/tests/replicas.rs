@@ -1,0 +1,472 @@
+//! Several replicas (SPEC O6): `switchyard` gateway processes on one PostgreSQL database
+//! (each test its own, dropped afterwards) and a mock provider, over real sockets. A
+//! change made through one replica is in force on the others; sign-ins and the request
+//! log are shared; a replica killed in the middle of a change leaves nothing half
+//! applied; a database outage gives typed errors and is recovered from without a
+//! restart.
+
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code fails loudly on purpose"
+)]
+
+mod common;
+
+use common::start;
+use serde_json::{json, Value};
+use std::time::Duration;
+use switchyard_store::postgres::scratch::Database;
+use switchyard_test_support::Relay;
+use tokio::process::Child;
+use tokio::time::Instant;
+
+const ADMIN: &str = "replica-test-admin-token-01";
+/// How long a change may take to show on another replica before the test gives up.
+/// The bound the product keeps is one second (measured, not asserted: see
+/// `bench/replicas.sh`); this only keeps a broken build from hanging the suite.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A fresh database, on a thread: the synchronous client must not run on the test's
+/// async thread.
+async fn database() -> Database {
+    tokio::task::spawn_blocking(Database::create)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// The environment every replica shares: the database, the secret key and the admin
+/// token (as an operator would set them on every machine).
+fn shared_env(url: &str, secret_key: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("SWITCHYARD_DATABASE_URL", url.to_owned()),
+        ("SWITCHYARD_SECRET_KEY", secret_key.to_owned()),
+        ("SWITCHYARD_ADMIN_TOKEN", ADMIN.to_owned()),
+        ("SWITCHYARD_LISTEN", "127.0.0.1:0".to_owned()),
+    ]
+}
+
+/// A replica: `switchyard serve` with `env` and a data directory of its own.
+async fn replica(env: &[(&'static str, String)], dir: &tempfile::TempDir) -> (Child, String) {
+    let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let data = dir.path().display().to_string();
+    all.push(("SWITCHYARD_DATA_DIR", &data));
+    start(&["serve"], &all).await
+}
+
+/// Runs `switchyard <args>` to its end, within 60 s: (success, stdout, stderr).
+async fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    cmd.args(args)
+        .env("SWITCHYARD_LOG", "warn")
+        .env("RUST_BACKTRACE", "0")
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("the command did not end within 60 s")
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn admin(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    body: Value,
+) -> (u16, Value) {
+    let r = http
+        .request(method, url)
+        .bearer_auth(ADMIN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Provider `alpha` on the mock, its connection, and a key; the key's secret and id.
+async fn seed(http: &reqwest::Client, base: &str, mock: &str) -> (String, String) {
+    let post =
+        |path: &str, body: Value| admin(http, reqwest::Method::POST, format!("{base}{path}"), body);
+    let (s, _) = post(
+        "/api/providers",
+        json!({"id": "alpha", "format": "openai", "base_url": format!("{mock}/v1"), "models": ["mock-small"]}),
+    )
+    .await;
+    assert_eq!(s, 201);
+    let (s, _) = post(
+        "/api/connections",
+        json!({"id": "alpha-1", "provider": "alpha", "auth_class": "apikey", "credential": "cred-alpha"}),
+    )
+    .await;
+    assert_eq!(s, 201);
+    new_key(http, base, "k1").await
+}
+
+async fn new_key(http: &reqwest::Client, base: &str, name: &str) -> (String, String) {
+    let (s, key) = admin(
+        http,
+        reqwest::Method::POST,
+        format!("{base}/api/keys"),
+        json!({"name": name}),
+    )
+    .await;
+    assert_eq!(s, 201, "{key}");
+    (
+        key["secret"].as_str().unwrap().to_owned(),
+        key["key"]["id"].as_str().unwrap().to_owned(),
+    )
+}
+
+async fn chat(http: &reqwest::Client, base: &str, secret: &str) -> u16 {
+    http.post(format!("{base}/v1/chat/completions"))
+        .bearer_auth(secret)
+        .json(
+            &json!({"model": "alpha/mock-small", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// How long until `base` answers `secret`'s requests with `want` (polled); panics after
+/// [`PATIENCE`].
+async fn until_status(http: &reqwest::Client, base: &str, secret: &str, want: u16) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        if chat(http, base, secret).await == want {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "{base} did not answer {want} within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Signs in on `base` with the admin token; the session cookie.
+async fn sign_in(http: &reqwest::Client, base: &str) -> String {
+    let r = http
+        .post(format!("{base}/dashboard/sign-in"))
+        .form(&[("token", ADMIN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let cookie = r.headers()["set-cookie"].to_str().unwrap();
+    cookie.split(';').next().unwrap().to_owned()
+}
+
+async fn dashboard(http: &reqwest::Client, base: &str, cookie: &str) -> (u16, String) {
+    let r = http
+        .get(format!("{base}/dashboard"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// The logged requests of key `id`, as `base` reads them.
+async fn logged(http: &reqwest::Client, base: &str, id: &str) -> usize {
+    let (s, rows) = admin(
+        http,
+        reqwest::Method::GET,
+        format!("{base}/api/logs?key_id={id}&limit=500"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(s, 200);
+    rows.as_array().unwrap().len()
+}
+
+async fn until_logged(http: &reqwest::Client, base: &str, id: &str, want: usize) {
+    let t0 = Instant::now();
+    while logged(http, base, id).await != want {
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "{base} did not show {want} logged requests of {id}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
+    let db = database().await;
+    let (ok, key, _) = run(&["secret-key", "generate"], &[]).await;
+    assert!(ok);
+    let env = shared_env(db.url(), key.trim());
+    let as_pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    // A replica refuses a schema it does not match, saying what to run.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().display().to_string();
+    let mut refused_env = as_pairs.clone();
+    refused_env.push(("SWITCHYARD_DATA_DIR", &data));
+    let (ok, _, err) = run(&["serve"], &refused_env).await;
+    assert!(!ok);
+    assert!(
+        err.contains("pending migrations (0001_schema, 0002_dashboard): run `switchyard migrate`"),
+        "{err}"
+    );
+    let (ok, out, err) = run(&["migrate"], &as_pairs).await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        "Applied migrations: 0001_schema, 0002_dashboard."
+    );
+    let (ok, out, _) = run(&["migrate"], &as_pairs).await;
+    assert!(ok);
+    assert_eq!(out.trim(), "The PostgreSQL schema is up to date.");
+
+    let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
+    let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
+    let (_a, a) = replica(&env, &dirs[0]).await;
+    let (_b, b) = replica(&env, &dirs[1]).await;
+    let (_c, c) = replica(&env, &dirs[2]).await;
+    let http = http();
+
+    // Configuration written through A serves on B and C.
+    let (secret, id) = seed(&http, &a, &mock).await;
+    let on_b = until_status(&http, &b, &secret, 200).await;
+    let on_c = until_status(&http, &c, &secret, 200).await;
+    eprintln!("a key created on A answered on B after {on_b:?}, on C after {on_c:?} more");
+
+    // Revoked through B, refused by A and C.
+    let (s, _) = admin(
+        &http,
+        reqwest::Method::POST,
+        format!("{b}/api/keys/{id}/revoke"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let on_a = until_status(&http, &a, &secret, 401).await;
+    let on_c = until_status(&http, &c, &secret, 401).await;
+    eprintln!("a key revoked on B was refused by A after {on_a:?}, by C after {on_c:?} more");
+
+    // The request log is one: requests through A and B, read on C.
+    let (secret, id) = new_key(&http, &a, "k2").await;
+    until_status(&http, &b, &secret, 200).await;
+    for base in [&a, &a, &b] {
+        assert_eq!(chat(&http, base, &secret).await, 200);
+    }
+    // One 200 more was sent by `until_status` on B.
+    until_logged(&http, &c, &id, 4).await;
+
+    // A dashboard session opened on A serves on C, and signing out on C ends it on A.
+    let cookie = sign_in(&http, &a).await;
+    let (s, page) = dashboard(&http, &c, &cookie).await;
+    assert_eq!(s, 200);
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a CSRF field on the page")
+        .to_owned();
+    let out = http
+        .post(format!("{c}/dashboard/sign-out"))
+        .header("cookie", &cookie)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 303);
+    let (s, _) = dashboard(&http, &a, &cookie).await;
+    assert_eq!(s, 303);
+}
+
+/// `n` aliases, `m-0000` … to `alpha/mock-small`, as one list.
+fn aliases(n: usize) -> Value {
+    json!({"aliases": (0..n)
+        .map(|i| json!({"pattern": format!("m-{i:04}"), "target": "alpha/mock-small"}))
+        .collect::<Vec<_>>()})
+}
+
+#[tokio::test]
+async fn a_replica_killed_in_the_middle_of_a_change_leaves_nothing_half_applied() {
+    // The most aliases a configuration holds: one change that writes 1 000 rows.
+    const ALIASES: usize = 1000;
+    let db = database().await;
+    let (_, key, _) = run(&["secret-key", "generate"], &[]).await;
+    let env = shared_env(db.url(), key.trim());
+    let mut with_migrate = env.clone();
+    with_migrate.push(("SWITCHYARD_MIGRATE", "1".to_owned()));
+    let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
+    let dirs = [(); 2].map(|()| tempfile::tempdir().unwrap());
+    let (_a, a) = replica(&with_migrate, &dirs[0]).await;
+    let http = http();
+    seed(&http, &a, &mock).await;
+    let body = aliases(ALIASES);
+    let mut seen = Vec::new();
+    // Kills from before the change reaches the database to after it committed.
+    for delay_ms in [0u64, 10, 20, 40, 80, 160, 320, 640, 1280, 2560] {
+        let (mut b, b_url) = replica(&env, &dirs[1]).await;
+        let send = {
+            let (http, body) = (http.clone(), body.clone());
+            tokio::spawn(async move {
+                http.put(format!("{b_url}/api/aliases"))
+                    .bearer_auth(ADMIN)
+                    .json(&body)
+                    .send()
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        b.start_kill().unwrap();
+        b.wait().await.unwrap();
+        let _ = send.await;
+        let (s, list) = admin(
+            &http,
+            reqwest::Method::GET,
+            format!("{a}/api/aliases"),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(s, 200);
+        let n = list["aliases"].as_array().unwrap().len();
+        assert!(
+            n == 0 || n == ALIASES,
+            "{n} of {ALIASES} aliases after a kill {delay_ms} ms in"
+        );
+        seen.push(n);
+        if n == ALIASES {
+            break;
+        }
+    }
+    eprintln!("aliases seen after each kill: {seen:?}");
+    assert_eq!(
+        seen.last(),
+        Some(&ALIASES),
+        "the change never landed: {seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_database_outage_gives_typed_errors_and_is_recovered_from_without_a_restart() {
+    let db = database().await;
+    let server: std::net::SocketAddr = {
+        let url = switchyard_store::postgres::scratch::server_url();
+        let host = url
+            .split('@')
+            .nth(1)
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned();
+        tokio::net::lookup_host(host).await.unwrap().next().unwrap()
+    };
+    let relay = Relay::start(server).await;
+    let through_relay = db
+        .url()
+        .replace(&server.to_string(), &relay.addr().to_string());
+    assert_ne!(
+        through_relay,
+        db.url(),
+        "the test server's URL names its host as an address"
+    );
+    let (_, key, _) = run(&["secret-key", "generate"], &[]).await;
+    let mut env = shared_env(&through_relay, key.trim());
+    env.push(("SWITCHYARD_MIGRATE", "1".to_owned()));
+    let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
+    let dirs = [(); 2].map(|()| tempfile::tempdir().unwrap());
+    let (_a, a) = replica(&env, &dirs[0]).await;
+    let (_b, b) = replica(&env, &dirs[1]).await;
+    let http = http();
+    let (secret, id) = seed(&http, &a, &mock).await;
+    until_status(&http, &b, &secret, 200).await;
+    let cookie = sign_in(&http, &a).await;
+
+    relay.cut();
+    let cut_at = Instant::now();
+    // Requests keep being served from the configuration in memory.
+    let mut sent = 1; // the one until_status sent
+    while cut_at.elapsed() < Duration::from_secs(10) {
+        for base in [&a, &b] {
+            assert_eq!(chat(&http, base, &secret).await, 200);
+            sent += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A change is refused with a typed error, quickly, and writes nothing.
+    let t0 = Instant::now();
+    let r = http
+        .post(format!("{a}/api/keys"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"name": "during"}))
+        .send()
+        .await
+        .unwrap();
+    let took = t0.elapsed();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "5");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "database_unavailable");
+    assert!(took < PATIENCE, "the refusal took {took:?}");
+    let (s, _) = dashboard(&http, &b, &cookie).await;
+    assert_eq!(s, 503);
+
+    relay.restore();
+    // Recovered without a restart: changes land and spread, the sign-in holds, and the
+    // requests made during the outage are in the log.
+    let t0 = Instant::now();
+    let (secret2, _) = loop {
+        let r = http
+            .post(format!("{b}/api/keys"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"name": "after"}))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 201 {
+            let key: Value = r.json().await.unwrap();
+            break (
+                key["secret"].as_str().unwrap().to_owned(),
+                key["key"]["id"].as_str().unwrap().to_owned(),
+            );
+        }
+        assert_eq!(r.status(), 503);
+        assert!(t0.elapsed() < PATIENCE, "no recovery within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    until_status(&http, &a, &secret2, 200).await;
+    assert_eq!(dashboard(&http, &a, &cookie).await.0, 200);
+    until_logged(&http, &a, &id, sent).await;
+    let (s, keys) = admin(
+        &http,
+        reqwest::Method::GET,
+        format!("{a}/api/keys"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(s, 200);
+    let names: Vec<&str> = keys
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["k1", "after"]);
+}
