@@ -6,10 +6,15 @@
 # — then runs the whole
 # suite. Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p switchyard-core`).
 #
+# PostgreSQL: every store test and the replica tests run on it too; see
+# scripts/postgres.sh.
+#
 # Redis: the tests use SWITCHYARD_TEST_REDIS_URL. When it is not set, a Redis answering
 # on 127.0.0.1:6379 is used; when none answers there, a throwaway `redis-server` (no
 # persistence) is started on a free port and stopped when the script exits. Without
 # either, the script stops before building.
+#
+# After the whole suite, the end-to-end suite runs once more on PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,6 +57,11 @@ if [ -z "${SWITCHYARD_TEST_REDIS_URL:-}" ]; then
   fi
 fi
 
+# PostgreSQL: the tests use SWITCHYARD_TEST_POSTGRES_URL (scripts/postgres.sh says how
+# it is found, started or installed).
+source scripts/postgres.sh
+ensure_postgres
+
 requirements=crates/switchyard-gateway/tests/requirements.txt
 stamp=.venv/.requirements
 if [ ! -x .venv/bin/python ] || ! cmp -s "$requirements" "$stamp"; then
@@ -63,3 +73,11 @@ fi
 export SWITCHYARD_TEST_PYTHON="$PWD/.venv/bin/python"
 
 cargo test --workspace --locked "$@"
+
+# The end-to-end suite once more, on PostgreSQL (SPEC O6: the same suite on both
+# databases): every harness gets a PostgreSQL database of its own. Skipped when the
+# caller picked tests with arguments.
+if [ $# -eq 0 ]; then
+  echo "The end-to-end suite on PostgreSQL:"
+  SWITCHYARD_TEST_DATABASE=postgres cargo test --locked -p switchyard-gateway --test e2e
+fi

@@ -87,9 +87,12 @@ async fn setup() -> (Harness, Client, String) {
     }
     let now = SystemClock.now_ms();
     let rows: Vec<LogRow> = (0..ROWS).map(|i| row(i, now)).collect();
-    for chunk in rows.chunks(1000) {
-        h.store().insert_log_batch(chunk).expect("the log rows");
-    }
+    h.with_store(move |s| {
+        for chunk in rows.chunks(1000) {
+            s.insert_log_batch(chunk).expect("the log rows");
+        }
+    })
+    .await;
     // Written behind the gateway's back: a restart counts them into the last hour's
     // per-minute series, as it does with a real log.
     h.restart().await;

@@ -339,6 +339,21 @@ impl Store {
         })
     }
 
+    /// Runs one statement of the caller's own, in a write transaction: for tests and
+    /// diagnostics that alter rows as another process or version would. Nothing in the
+    /// gateway calls it.
+    #[doc(hidden)]
+    pub fn execute_raw(&self, sql: &str) -> Result<usize> {
+        self.write(|db| db.execute(sql, &[]))
+    }
+
+    /// The first column of a query of the caller's own, as text (`NULL` as `None`): the
+    /// read side of [`Store::execute_raw`].
+    #[doc(hidden)]
+    pub fn query_raw(&self, sql: &str) -> Result<Vec<Option<String>>> {
+        self.read(|db| db.query_map(sql, &[], |r| r.get(0)))
+    }
+
     /// Everything the in-memory snapshot is built from, read in one transaction so the
     /// snapshot is consistent. The one read that opens the sealed credentials.
     pub fn load_config(&self) -> Result<ConfigRows> {

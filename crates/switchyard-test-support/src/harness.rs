@@ -11,6 +11,7 @@ use switchyard_gateway::config::{self, FileConfig, GatewayConfig};
 use switchyard_gateway::state::AppState;
 use switchyard_gateway::{bootstrap, Placement};
 use switchyard_mock::MockServer;
+use switchyard_store::postgres::scratch::Database;
 use switchyard_store::Store;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -52,6 +53,9 @@ pub struct Harness {
     placement: Placement,
     mount: Option<Mount>,
     _dir: tempfile::TempDir,
+    /// The harness's own PostgreSQL database, when the suite runs on PostgreSQL
+    /// (`SWITCHYARD_TEST_DATABASE=postgres`); dropped with the harness.
+    postgres: Option<Database>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -136,6 +140,16 @@ impl Harness {
         for (k, v) in env {
             vars.insert((*k).into(), (*v).into());
         }
+        let postgres = if on_postgres() {
+            let db = tokio::task::spawn_blocking(Database::migrated)
+                .await
+                .unwrap()
+                .expect("a PostgreSQL database for the test (is the test server up?)");
+            vars.insert("SWITCHYARD_DATABASE_URL".into(), db.url().to_owned());
+            Some(db)
+        } else {
+            None
+        };
         let config_text = config_for(&mock.base_url()).to_toml();
         let mut h = Self {
             mock,
@@ -148,6 +162,7 @@ impl Harness {
             placement,
             mount,
             _dir: dir,
+            postgres,
             shutdown: None,
             task: None,
         };
@@ -438,11 +453,28 @@ impl Harness {
         }
     }
 
-    /// Opens the gateway's database (a second connection, as the CLI would, with the
-    /// same secret key).
-    pub fn store(&self) -> Store {
-        bootstrap::open_store(&self.config()).unwrap()
+    /// Runs `f` on the gateway's database, opened a second time (as the CLI would, with
+    /// the same secret key), on the blocking pool: the store's calls are synchronous.
+    pub async fn with_store<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> T + Send + 'static,
+    ) -> T {
+        let cfg = self.config();
+        tokio::task::spawn_blocking(move || f(&bootstrap::open_store(&cfg).unwrap()))
+            .await
+            .unwrap()
     }
+
+    /// Whether this gateway's database is PostgreSQL (else SQLite in the data directory).
+    pub fn is_postgres(&self) -> bool {
+        self.postgres.is_some()
+    }
+}
+
+/// Whether the suite runs on PostgreSQL: `SWITCHYARD_TEST_DATABASE=postgres` (the test
+/// command runs the end-to-end suite once on each database). Otherwise SQLite.
+pub fn on_postgres() -> bool {
+    std::env::var("SWITCHYARD_TEST_DATABASE").as_deref() == Ok("postgres")
 }
 
 /// Completion order of requests, by the label each was sent with.

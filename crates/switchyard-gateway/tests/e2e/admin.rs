@@ -296,11 +296,7 @@ async fn invalid_changes_are_rejected_naming_the_problem_and_change_nothing() {
             "scopes: unknown scope `root` (known: admin, lease:exclusive)",
         ),
     ];
-    let version = |h: &Harness| {
-        let store = h.store();
-        store.config_version().unwrap()
-    };
-    let before = version(&h);
+    let before = h.with_store(|s| s.config_version().unwrap()).await;
     for (path, body, status, message) in cases {
         let r = h.admin_send(Method::POST, path, body.clone()).await;
         assert_eq!(r.status(), status, "{path} {body}");
@@ -311,7 +307,7 @@ async fn invalid_changes_are_rejected_naming_the_problem_and_change_nothing() {
         );
     }
     // Nothing refused was stored.
-    assert_eq!(version(&h), before);
+    assert_eq!(h.with_store(|s| s.config_version().unwrap()).await, before);
     assert_eq!(h.admin_get("/api/providers/p3").await.status(), 404);
     let r = h
         .admin_send(

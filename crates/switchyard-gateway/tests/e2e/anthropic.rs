@@ -189,7 +189,7 @@ async fn an_anthropic_client_reaches_an_openai_format_upstream_translated() {
         .all(|r| r["path"] == "/v1/chat/completions" && r["model"] == "mock-small"));
     let mut h = h;
     h.stop().await;
-    let rows = h.store().recent_logs(10, None).unwrap();
+    let rows = h.with_store(|s| s.recent_logs(10, None).unwrap()).await;
     assert_eq!(
         rows.iter()
             .map(|r| (

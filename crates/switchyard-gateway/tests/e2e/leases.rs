@@ -444,15 +444,14 @@ async fn the_database_settles_a_race_with_another_process() {
     let h = Harness::start_with(leasing, &[]).await;
     // Another process (a second replica) leased claude-1 behind this one's back.
     let now = SystemClock.now_ms();
-    let other = rusqlite::Connection::open(h.data_dir.join("switchyard.db")).unwrap();
-    other
-        .execute(
-            "INSERT INTO session_leases (owner_hash, key_id, connection_id, generation, state,
-               acquired_at, renewed_at, expires_at)
-             VALUES (?1, 'lease-b', 'claude-1', 1, 'active', ?2, ?2, ?3)",
-            rusqlite::params!["ab".repeat(32), now as i64, (now + 60_000) as i64],
-        )
-        .unwrap();
+    let insert = format!(
+        "INSERT INTO session_leases (owner_hash, key_id, connection_id, generation, state,
+           acquired_at, renewed_at, expires_at)
+         VALUES ('{}', 'lease-b', 'claude-1', 1, 'active', {now}, {now}, {})",
+        "ab".repeat(32),
+        now + 60_000
+    );
+    h.with_store(move |s| s.execute_raw(&insert).unwrap()).await;
     // This process thinks claude-1 free; the unique index refuses it, the leases are
     // read again, and the acquire takes the connection that is free.
     let (status, a, _) = lease(&h, LEASER_A, json!({"action": "acquire", "owner": OWNER_A})).await;

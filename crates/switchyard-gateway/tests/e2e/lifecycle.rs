@@ -32,7 +32,7 @@ async fn request_log_rows_are_written_without_bodies_or_credentials() {
         404
     );
     h.stop().await;
-    let rows = h.store().recent_logs(10, None).unwrap();
+    let rows = h.with_store(|s| s.recent_logs(10, None).unwrap()).await;
     let strip = |r: &LogRow| LogRow {
         ts: 0,
         request_id: String::new(),
@@ -129,12 +129,15 @@ async fn request_log_rows_are_written_without_bodies_or_credentials() {
             },
         ]
     );
-    let db = std::fs::read(h.data_dir.join(bootstrap::DB_FILE)).unwrap();
-    let text = String::from_utf8_lossy(&db);
-    assert!(
-        !text.contains("Hello there, mock!"),
-        "a request body reached the database"
-    );
+    // No column holds a body; on SQLite, no byte of the file does either.
+    if !h.is_postgres() {
+        let db = std::fs::read(h.data_dir.join(bootstrap::DB_FILE)).unwrap();
+        let text = String::from_utf8_lossy(&db);
+        assert!(
+            !text.contains("Hello there, mock!"),
+            "a request body reached the database"
+        );
+    }
 }
 
 #[tokio::test]
@@ -149,7 +152,7 @@ async fn graceful_shutdown_lets_in_flight_streams_finish_and_flushes_the_log() {
     let text = reader.await.unwrap();
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
     assert_eq!(text.matches("data: ").count(), 13);
-    let rows = h.store().recent_logs(10, None).unwrap();
+    let rows = h.with_store(|s| s.recent_logs(10, None).unwrap()).await;
     assert_eq!(rows.len(), 1);
     assert_eq!((rows[0].status, rows[0].stream), (200, true));
     // The listener is closed: new connections are refused.
@@ -172,7 +175,9 @@ async fn a_key_created_by_another_process_is_accepted_within_seconds() {
         1,
     )
     .unwrap();
-    h.store().save_key(&record, SaveMode::Create).unwrap();
+    let saved = record.clone();
+    h.with_store(move |s| s.save_key(&saved, SaveMode::Create).unwrap())
+        .await;
     let status = || {
         let request = h
             .http
@@ -185,7 +190,8 @@ async fn a_key_created_by_another_process_is_accepted_within_seconds() {
         status().await == 200
     })
     .await;
-    h.store().revoke_key(&record.id, 2).unwrap();
+    let id = record.id.clone();
+    h.with_store(move |s| s.revoke_key(&id, 2).unwrap()).await;
     eventually(
         "the gateway reloads and refuses the revoked key",
         || async { status().await == 401 },
@@ -296,7 +302,7 @@ async fn shutdown_cuts_requests_still_running_after_the_grace_period() {
     h.stop().await;
     // The client sees its stream end (cut), not a hang.
     let _ = reader.await.unwrap();
-    let rows = h.store().recent_logs(10, None).unwrap();
+    let rows = h.with_store(|s| s.recent_logs(10, None).unwrap()).await;
     assert_eq!(rows.len(), 1);
     assert_eq!(
         (rows[0].status, rows[0].error_code.as_deref()),

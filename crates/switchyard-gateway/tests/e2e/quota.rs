@@ -1068,13 +1068,11 @@ async fn a_stored_unknown_policy_is_judged_hard_and_does_not_stop_the_gateway() 
         "allocations[0].policy"
     );
     // Another version wrote a policy this one does not know.
-    rusqlite::Connection::open(h.data_dir.join("switchyard.db"))
-        .unwrap()
-        .execute(
-            "UPDATE quota_allocations SET policy = 'greedy' WHERE api_key_id = 'k1'",
-            [],
-        )
-        .unwrap();
+    h.with_store(|s| {
+        s.execute_raw("UPDATE quota_allocations SET policy = 'greedy' WHERE api_key_id = 'k1'")
+            .unwrap()
+    })
+    .await;
     h.restart().await;
     // k1 is judged hard: once the pool is strict it stops at its share of 2.
     let (ok, body) = burst(&h, KEY, "alpha/mock-small", 5).await;

@@ -321,7 +321,7 @@ async fn the_codex_rate_limit_headers_saturate_the_pool_of_the_account() {
     assert_eq!(body["error"]["quota"]["pool"], "codex-team");
     let mut h = h;
     h.stop().await;
-    let rows = h.store().recent_logs(10, None).unwrap();
+    let rows = h.with_store(|s| s.recent_logs(10, None).unwrap()).await;
     assert_eq!(
         rows.iter()
             .map(|r| (r.client_format.as_str(), r.status))
