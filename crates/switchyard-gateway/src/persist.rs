@@ -59,6 +59,8 @@ struct Parts {
     config: Arc<LiveConfig>,
     store: Arc<Store>,
     clock: Arc<dyn Clock>,
+    /// When other replicas' pins were last read (PostgreSQL only).
+    pins_read_at: std::sync::atomic::AtomicU64,
 }
 
 impl StateWriter {
@@ -71,11 +73,13 @@ impl StateWriter {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let (stop, stop_rx) = watch::channel(false);
+        let pins_read_at = std::sync::atomic::AtomicU64::new(clock.now_ms());
         let parts = Arc::new(Parts {
             runtime,
             config,
             store,
             clock,
+            pins_read_at,
         });
         let pruner = tokio::spawn(prune_loop(Arc::clone(&parts), stop_rx.clone()));
         let task = tokio::spawn(write_loop(parts, stop_rx));
@@ -135,17 +139,48 @@ async fn flush_last_good(state: &Parts) {
 }
 
 /// Writes changed session pins now, deleting those past their time to live; on failure
-/// they are written again at the next flush.
+/// they are written again at the next flush. On PostgreSQL, then takes in the pins other
+/// replicas wrote since the last flush (SPEC O6: a session pinned through one replica
+/// follows its pin through the others, a flush or two later).
 async fn flush_pins(state: &Parts) {
     let rows = state.runtime.affinity.take_dirty();
-    if rows.is_empty() {
-        return;
-    }
     let ttl = state.config.snapshot().settings.session_affinity_ttl_ms;
-    let expired_before = state.clock.now_ms().saturating_sub(ttl);
-    let failed = write_off_path(state, rows, move |s, r| s.save_pins(r, expired_before)).await;
-    if let Some(rows) = failed {
-        state.runtime.affinity.requeue(rows);
+    let now = state.clock.now_ms();
+    if !rows.is_empty() {
+        let expired_before = now.saturating_sub(ttl);
+        let failed = write_off_path(state, rows, move |s, r| s.save_pins(r, expired_before)).await;
+        if let Some(rows) = failed {
+            state.runtime.affinity.requeue(rows);
+        }
+    }
+    if state.store.backend() == "postgres" && ttl > 0 {
+        merge_pins(state, now).await;
+    }
+}
+
+/// How far back each read of other replicas' pins reaches before the previous read: a
+/// pin written by a slow flush elsewhere is not missed.
+const PINS_OVERLAP_MS: u64 = 5_000;
+
+/// Takes in the pins used since the previous read (less [`PINS_OVERLAP_MS`]).
+async fn merge_pins(state: &Parts, now: u64) {
+    let since = state
+        .pins_read_at
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .saturating_sub(PINS_OVERLAP_MS);
+    let store = Arc::clone(&state.store);
+    let most = switchyard_core::routing::affinity::MAX_PINS;
+    match tokio::task::spawn_blocking(move || store.load_pins(since, most)).await {
+        Ok(Ok(rows)) => {
+            state.runtime.affinity.merge(rows);
+            state
+                .pins_read_at
+                .store(now, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "Could not read the session pins of other replicas; retrying at the next flush.");
+        }
+        Err(e) => tracing::error!(error = %e, "The pin read task failed."),
     }
 }
 

@@ -535,31 +535,36 @@ async fn serve_connections(
 /// Reloads the snapshot when another process or replica changed the configuration: on
 /// PostgreSQL as soon as the change is announced (`LISTEN`), and on either database
 /// when the version, read every [`CONFIG_POLL_INTERVAL`], moved (announcements can be
-/// lost while the listener reconnects; the poll bounds that).
+/// lost while the listener reconnects; the poll bounds that). On PostgreSQL, lease
+/// changes another replica announces are read back too (SPEC R16 across replicas).
 async fn watch_config(state: Arc<AppState>) {
-    let mut heard = match state.store.listen_config() {
+    let heard = match state.store.listen() {
         Ok(h) => h,
         Err(e) => {
-            tracing::warn!(error = %e, "Cannot listen for configuration changes; polling the version only.");
+            tracing::warn!(error = %e, "Cannot listen for changes of other replicas; polling the configuration version only.");
             None
         }
+    };
+    let (mut config_heard, mut leases_heard) = match heard {
+        Some(h) => (Some(h.config), Some(h.leases)),
+        None => (None, None),
     };
     let mut tick = tokio::time::interval(CONFIG_POLL_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        match heard.as_mut() {
-            Some(h) => {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    changed = h.changed() => {
-                        if changed.is_err() {
-                            heard = None;
-                        }
-                    }
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = changed(config_heard.as_mut()) => {
+                if changed.is_err() {
+                    config_heard = None;
                 }
             }
-            None => {
-                tick.tick().await;
+            changed = changed(leases_heard.as_mut()) => {
+                if changed.is_err() {
+                    leases_heard = None;
+                }
+                reload_leases(&state).await;
+                continue;
             }
         }
         let store = Arc::clone(&state.store);
@@ -579,5 +584,27 @@ async fn watch_config(state: Arc<AppState>) {
                 }
             }
         }
+    }
+}
+
+/// The next change `rx` sees; never, without one.
+async fn changed(
+    rx: Option<&mut tokio::sync::watch::Receiver<u64>>,
+) -> Result<(), tokio::sync::watch::error::RecvError> {
+    match rx {
+        Some(rx) => rx.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads the active leases back after another replica changed them.
+async fn reload_leases(state: &Arc<AppState>) {
+    let (leases, now) = (Arc::clone(&state.runtime.leases), state.clock.now_ms());
+    match tokio::task::spawn_blocking(move || leases.refresh(now)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "Could not read the leases another replica changed.")
+        }
+        Err(e) => tracing::warn!(error = %e, "The lease reload failed."),
     }
 }

@@ -78,6 +78,9 @@ impl Store {
             for w in writes {
                 apply(db, w, now)?;
             }
+            if db.dialect() == crate::db::Dialect::Postgres {
+                crate::postgres::announce(db, crate::postgres::LEASES_CHANNEL)?;
+            }
             Ok(())
         })
     }

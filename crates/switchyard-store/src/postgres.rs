@@ -2,7 +2,8 @@
 //! runs the domain modules' statements (placeholders `?N` rewritten to `$N`); schema
 //! migrations are SQL files applied explicitly ([`migrate`]) under an advisory lock, so
 //! two replicas never migrate at once; every configuration change announces its version
-//! on the channel [`CONFIG_CHANNEL`], and [`Store::listen_config`] hears it on a connection of
+//! on the channel [`CONFIG_CHANNEL`] (and lease changes on [`LEASES_CHANNEL`]), and
+//! [`Store::listen`] hears them on a connection of
 //! its own.
 //!
 //! The client is `postgres`, the synchronous face of `tokio-postgres` (one maintainer,
@@ -26,6 +27,9 @@ use std::time::Duration;
 
 /// The channel configuration versions are announced on.
 pub const CONFIG_CHANNEL: &str = "switchyard_config";
+
+/// The channel lease changes are announced on (SPEC R16 across replicas).
+pub const LEASES_CHANNEL: &str = "switchyard_leases";
 
 /// The advisory lock migrations run under (an arbitrary constant: "swyd" in ASCII).
 const MIGRATION_LOCK: i64 = 0x7377_7964;
@@ -191,6 +195,12 @@ pub(crate) fn announce_config(db: &dyn Sql) -> Result<()> {
         "SELECT pg_notify(?1, value) FROM meta WHERE key = 'config_version'",
         &[Arg::Text(CONFIG_CHANNEL)],
     )?;
+    Ok(())
+}
+
+/// Announces a change on `channel`, delivered at commit.
+pub(crate) fn announce(db: &dyn Sql, channel: &str) -> Result<()> {
+    db.query("SELECT pg_notify(?1, '')", &[Arg::Text(channel)])?;
     Ok(())
 }
 
@@ -423,23 +433,56 @@ impl Store {
     }
 }
 
+/// What a replica hears from the others: each receiver changes on every announcement
+/// of its kind, and both on every reconnection (announcements made while disconnected
+/// are lost; the gateway then compares what it holds with the database).
+#[derive(Debug)]
+pub struct Heard {
+    /// Configuration versions ([`CONFIG_CHANNEL`]).
+    pub config: tokio::sync::watch::Receiver<u64>,
+    /// Lease changes ([`LEASES_CHANNEL`]).
+    pub leases: tokio::sync::watch::Receiver<u64>,
+}
+
+/// The sending side of [`Heard`].
+struct Wake {
+    config: tokio::sync::watch::Sender<u64>,
+    leases: tokio::sync::watch::Sender<u64>,
+}
+
+impl Wake {
+    fn closed(&self) -> bool {
+        self.config.is_closed() && self.leases.is_closed()
+    }
+}
+
+fn bump(tx: &tokio::sync::watch::Sender<u64>) {
+    tx.send_modify(|n| *n = n.wrapping_add(1));
+}
+
 impl Store {
-    /// Hears the configuration versions announced by any replica (`LISTEN`, PostgreSQL
-    /// only: `None` on SQLite), on a connection of its own, in a thread of its own. The
-    /// receiver changes on each announcement — and on each reconnection, since
-    /// announcements made while disconnected are lost; the gateway then compares
-    /// versions and reloads. The thread ends soon after the receiver is dropped.
-    pub fn listen_config(&self) -> Result<Option<tokio::sync::watch::Receiver<u64>>> {
+    /// Hears what other replicas announce (`LISTEN`, PostgreSQL only: `None` on SQLite),
+    /// on a connection of its own, in a thread of its own, which ends soon after both
+    /// receivers are dropped.
+    pub fn listen(&self) -> Result<Option<Heard>> {
         let Db::Postgres(pool) = &self.db else {
             return Ok(None);
         };
         let config = pool.config.clone();
-        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let (config_tx, config_rx) = tokio::sync::watch::channel(0u64);
+        let (leases_tx, leases_rx) = tokio::sync::watch::channel(0u64);
+        let wake = Wake {
+            config: config_tx,
+            leases: leases_tx,
+        };
         std::thread::Builder::new()
             .name("switchyard-listen".to_owned())
-            .spawn(move || listen(&config, &tx))
+            .spawn(move || listen(&config, &wake))
             .map_err(|e| StoreError::Database(format!("cannot start the listener: {e}")))?;
-        Ok(Some(rx))
+        Ok(Some(Heard {
+            config: config_rx,
+            leases: leases_rx,
+        }))
     }
 }
 
@@ -447,10 +490,9 @@ impl Store {
 /// between reconnection attempts.
 const LISTEN_TICK: Duration = Duration::from_millis(500);
 
-fn listen(config: &Config, wake: &tokio::sync::watch::Sender<u64>) {
-    let bump = || wake.send_modify(|n| *n = n.wrapping_add(1));
+fn listen(config: &Config, wake: &Wake) {
     let mut failures: u32 = 0;
-    while !wake.is_closed() {
+    while !wake.closed() {
         let mut client = match config.connect(NoTls) {
             Ok(c) => c,
             Err(e) => {
@@ -462,7 +504,9 @@ fn listen(config: &Config, wake: &tokio::sync::watch::Sender<u64>) {
                 continue;
             }
         };
-        if let Err(e) = client.batch_execute(&format!("LISTEN {CONFIG_CHANNEL}")) {
+        if let Err(e) =
+            client.batch_execute(&format!("LISTEN {CONFIG_CHANNEL}; LISTEN {LEASES_CHANNEL}"))
+        {
             tracing::warn!(error = %describe(&e), "LISTEN failed; retrying.");
             std::thread::sleep(LISTEN_TICK);
             continue;
@@ -472,14 +516,16 @@ fn listen(config: &Config, wake: &tokio::sync::watch::Sender<u64>) {
         }
         failures = 0;
         // Whatever was announced while this connection was down is caught up now.
-        bump();
+        bump(&wake.config);
+        bump(&wake.leases);
         loop {
-            if wake.is_closed() {
+            if wake.closed() {
                 return;
             }
             let heard = client.notifications().timeout_iter(LISTEN_TICK).next();
             match heard {
-                Ok(Some(_)) => bump(),
+                Ok(Some(n)) if n.channel() == LEASES_CHANNEL => bump(&wake.leases),
+                Ok(Some(_)) => bump(&wake.config),
                 Ok(None) if !client.is_closed() => {}
                 Ok(None) => break,
                 Err(e) => {

@@ -204,6 +204,34 @@ async fn until_logged(http: &reqwest::Client, base: &str, id: &str, want: usize)
     }
 }
 
+/// Waits until `base` lists `want` live leases.
+async fn until_leases(http: &reqwest::Client, base: &str, want: usize) {
+    until_listed(http, base, "/api/leases", want).await;
+}
+
+/// Waits until `base`'s list at `path` has `want` entries.
+async fn until_listed(http: &reqwest::Client, base: &str, path: &str, want: usize) {
+    let t0 = Instant::now();
+    loop {
+        let (s, list) = admin(
+            http,
+            reqwest::Method::GET,
+            format!("{base}{path}"),
+            Value::Null,
+        )
+        .await;
+        assert_eq!(s, 200);
+        if list.as_array().map(Vec::len) == Some(want) {
+            return;
+        }
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "{base}{path} did not list {want}: {list}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn http() -> reqwest::Client {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -274,6 +302,55 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
     }
     // One 200 more was sent by `until_status` on B.
     until_logged(&http, &c, &id, 4).await;
+
+    // A lease taken through A is known to B and C (their routing and fences read it),
+    // and released through C, it is gone from A.
+    let (s, leaser) = admin(
+        &http,
+        reqwest::Method::POST,
+        format!("{a}/api/keys"),
+        json!({"name": "leaser", "scopes": ["lease:exclusive"], "allowed_connections": ["alpha-1"]}),
+    )
+    .await;
+    assert_eq!(s, 201, "{leaser}");
+    let leaser = leaser["secret"].as_str().unwrap().to_owned();
+    until_status(&http, &c, &leaser, 200).await;
+    let lease = |base: &str, body: Value| {
+        http.post(format!("{base}/api/v1/session-leases"))
+            .bearer_auth(&leaser)
+            .json(&body)
+            .send()
+    };
+    let owner = "vlo_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let r = lease(&a, json!({"action": "acquire", "owner": owner}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for base in [&b, &c] {
+        until_leases(&http, base, 1).await;
+    }
+    let r = lease(
+        &c,
+        json!({"action": "release", "owner": owner, "generation": 1}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    until_leases(&http, &a, 0).await;
+
+    // A session pinned through A follows its pin through B.
+    let r = http
+        .post(format!("{a}/v1/chat/completions"))
+        .bearer_auth(&secret)
+        .header("x-switchyard-session", "s1")
+        .json(
+            &json!({"model": "alpha/mock-small", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    until_listed(&http, &b, "/api/sessions", 1).await;
 
     // A dashboard session opened on A serves on C, and signing out on C ends it on A.
     let cookie = sign_in(&http, &a).await;

@@ -406,6 +406,27 @@ impl Table {
         }
     }
 
+    /// Takes in pins another replica wrote (SPEC O6): each replaces this table's pin of
+    /// its session when it was used later (or there is none and the table has room);
+    /// a pin with a change of this table's own not yet persisted is kept, as that change
+    /// is newer news. Nothing to persist.
+    pub fn merge(&mut self, pins: impl IntoIterator<Item = (SessionKey, Pin)>) {
+        for (key, pin) in pins {
+            if self.dirty.contains_key(&key) {
+                continue;
+            }
+            let room = self.pins.len() < self.cap;
+            match self.pins.get_mut(&key) {
+                Some(mine) if mine.last_ms < pin.last_ms => *mine = pin,
+                Some(_) => {}
+                None if room => {
+                    self.pins.insert(key, pin);
+                }
+                None => {}
+            }
+        }
+    }
+
     /// The changes since the last call, to persist.
     pub fn take_dirty(&mut self) -> Vec<(SessionKey, Option<Pin>)> {
         self.dirty.drain().collect()
@@ -646,6 +667,29 @@ mod tests {
         assert_eq!(t.get(&key(6), 1_000, 41), None);
         assert_eq!(t.take_dirty(), vec![(key(6), None)]);
         assert!(t.get(&key(7), 1_000, 41).is_some());
+    }
+
+    #[test]
+    fn pins_of_other_replicas_are_taken_in_when_newer_and_never_persisted_again() {
+        let key = |i: u64| SessionKey::of("k", &i.to_string());
+        let mut t = Table::with_cap(3);
+        t.apply(key(1), "k", Change::Write("mine".into()), 10);
+        t.take_dirty();
+        t.apply(key(2), "k", Change::Write("unsaved".into()), 10);
+        t.merge([
+            (key(1), pin("older", 5)),
+            (key(2), pin("theirs", 50)),
+            (key(3), pin("new", 20)),
+            (key(4), pin("no room", 20)),
+        ]);
+        assert_eq!(t.get(&key(1), 1_000, 60).unwrap().connection, "mine");
+        assert_eq!(t.get(&key(2), 1_000, 60).unwrap().connection, "unsaved");
+        assert_eq!(t.get(&key(3), 1_000, 60).unwrap().connection, "new");
+        assert_eq!(t.get(&key(4), 1_000, 60), None);
+        assert_eq!(t.take_dirty().len(), 1, "only this table's own change");
+        t.merge([(key(1), pin("moved", 30))]);
+        assert_eq!(t.get(&key(1), 1_000, 60).unwrap().connection, "moved");
+        assert!(t.take_dirty().is_empty());
     }
 
     #[test]

@@ -77,6 +77,16 @@ impl<S: PinStore> Affinity<S> {
         self.store.with(|t| t.load(pins));
     }
 
+    /// Takes in pins other replicas wrote, where newer (rows with a malformed key are
+    /// skipped); see [`Table::merge`].
+    pub fn merge(&self, rows: Vec<PinRow>) {
+        let pins: Vec<_> = rows
+            .into_iter()
+            .filter_map(|r| Some((SessionKey::from_hex(&r.session_key)?, pin_of(r))))
+            .collect();
+        self.store.with(|t| t.merge(pins));
+    }
+
     /// The changes to persist, as rows.
     pub fn take_dirty(&self) -> Vec<PinChange> {
         let changes = self.store.with(Table::take_dirty);

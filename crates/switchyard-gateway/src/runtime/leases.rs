@@ -51,6 +51,13 @@ impl Leases {
         self.published.load()
     }
 
+    /// Reads the active leases back from the store, between this process's own changes:
+    /// when another replica announced a change of its own.
+    pub fn refresh(&self, now: UnixMillis) -> Result<(), StoreError> {
+        let _writing = lock(&self.writing);
+        self.reload(now)
+    }
+
     /// Reads the active leases back from the store (at start, and after the store
     /// refused a write because another process holds what this one thought free).
     pub fn reload(&self, now: UnixMillis) -> Result<(), StoreError> {
