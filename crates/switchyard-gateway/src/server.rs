@@ -280,6 +280,15 @@ pub async fn serve_with(
 ) -> std::io::Result<()> {
     let watcher = tokio::spawn(watch_config(Arc::clone(&state)));
     let settings = state.snapshot().settings.clone();
+    // Breakers are shared through the Redis the quota counters live in (SPEC O6, B6).
+    let sharing = (settings.quota.store_driver == "redis" && !settings.quota.redis_url.is_empty())
+        .then(|| {
+            tokio::spawn(crate::runtime::board_sync::run(
+                Arc::clone(&state),
+                settings.quota.redis_url.clone(),
+                settings.quota.redis_prefix.clone(),
+            ))
+        });
     let threads = match (placement, settings.io_threads) {
         (Placement::Caller, _) => 1,
         (Placement::Threads, 0) => std::thread::available_parallelism().map_or(1, usize::from),
@@ -357,6 +366,9 @@ pub async fn serve_with(
         }
     };
     watcher.abort();
+    if let Some(sharing) = sharing {
+        sharing.abort();
+    }
     let spent_ms = state.clock.now_ms().saturating_sub(shutdown_at);
     let settle_within =
         Duration::from_millis(grace_ms.saturating_sub(spent_ms)).max(SETTLE_DRAIN_MIN);

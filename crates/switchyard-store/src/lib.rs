@@ -23,6 +23,7 @@ mod migrations;
 pub mod postgres;
 pub mod quota;
 pub mod records;
+pub mod redis_board;
 pub mod redis_counters;
 pub mod resilience;
 pub mod secrets;

@@ -547,3 +547,112 @@ async fn a_database_outage_gives_typed_errors_and_is_recovered_from_without_a_re
         .collect();
     assert_eq!(names, ["k1", "after"]);
 }
+
+/// `base`'s view of provider `alpha`'s breaker: its state, or "CLOSED" when it has seen
+/// no failure.
+async fn alpha_breaker(http: &reqwest::Client, base: &str) -> String {
+    let (s, health) = admin(
+        http,
+        reqwest::Method::GET,
+        format!("{base}/api/monitoring/health"),
+        Value::Null,
+    )
+    .await;
+    // 503 while a provider is down.
+    assert!(s == 200 || s == 503, "{s}");
+    health["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["provider"] == "alpha")
+        .map_or_else(
+            || "closed".to_owned(),
+            |b| b["state"].as_str().unwrap().to_owned(),
+        )
+}
+
+async fn upstream_calls(http: &reqwest::Client, mock: &str) -> u64 {
+    let stats: Value = http
+        .get(format!("{mock}/_mock/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    stats["by_credential"]["cred-alpha"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_breaker_opened_by_one_replicas_traffic_is_open_on_the_others() {
+    let db = database().await;
+    let (_, key, _) = run(&["secret-key", "generate"], &[]).await;
+    let redis = switchyard_test_support::RedisQuotaStore::unique();
+    let mut env = shared_env(db.url(), key.trim());
+    env.push(("SWITCHYARD_MIGRATE", "1".to_owned()));
+    for (k, v) in redis.env() {
+        env.push((k, v.to_owned()));
+    }
+    let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
+    let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
+    let (_a, a) = replica(&env, &dirs[0]).await;
+    let (_b, b) = replica(&env, &dirs[1]).await;
+    let (_c, c) = replica(&env, &dirs[2]).await;
+    let http = http();
+    let (secret, _) = seed(&http, &a, &mock).await;
+    // The one account does not cool down: its provider's failures reach the breaker.
+    let (s, _) = admin(
+        &http,
+        reqwest::Method::PUT,
+        format!("{a}/api/connections/alpha-1"),
+        json!({"id": "alpha-1", "provider": "alpha", "auth_class": "apikey", "disable_cooling": true}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    until_status(&http, &c, &secret, 200).await;
+
+    // alpha fails; only A's traffic sees it, until A's breaker opens.
+    let r = http
+        .post(format!("{mock}/_mock/rules"))
+        .json(&json!({"match": {"credential": "cred-alpha"}, "status": 503}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut sent = 0;
+    while alpha_breaker(&http, &a).await != "OPEN" {
+        // The upstream's 503, relayed as the gateway's 502.
+        assert_eq!(chat(&http, &a, &secret).await, 502);
+        sent += 1;
+        assert!(sent < 50, "A's breaker did not open after {sent} failures");
+    }
+    let t0 = Instant::now();
+    for base in [&b, &c] {
+        while alpha_breaker(&http, base).await != "OPEN" {
+            assert!(
+                t0.elapsed() < PATIENCE,
+                "{base} did not open alpha's breaker"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    eprintln!(
+        "A opened alpha's breaker after {sent} failures; B and C had it open {:?} later",
+        t0.elapsed()
+    );
+    // B and C exclude alpha without calling it.
+    let calls = upstream_calls(&http, &mock).await;
+    for base in [&b, &c] {
+        let r = http
+            .post(format!("{base}/v1/chat/completions"))
+            .bearer_auth(&secret)
+            .json(&json!({"model": "alpha/mock-small", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "provider_circuit_open", "{body}");
+    }
+    assert_eq!(upstream_calls(&http, &mock).await, calls);
+}

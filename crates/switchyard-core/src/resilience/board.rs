@@ -156,6 +156,9 @@ pub struct Board {
     egress: HashMap<String, Egress>,
     dirty_breakers: HashSet<String>,
     dirty_health: HashSet<String>,
+    /// Breakers changed by this replica's own traffic or operators since the last
+    /// [`Board::take_shared`], for the other replicas (SPEC O6, B6).
+    shared_breakers: HashSet<String>,
 }
 
 fn gate_profile(s: &ResilienceSettings, class: AuthClass) -> provider_cooldown::Profile {
@@ -348,7 +351,11 @@ impl Board {
             let before = b.state(&profile, now);
             let moved = b.failures() > 0 && b.on_success(probe);
             if moved || (before != breaker::State::Closed && probe) {
-                self.dirty_breakers.insert(at.provider.to_owned());
+                mark(
+                    &mut self.dirty_breakers,
+                    &mut self.shared_breakers,
+                    at.provider,
+                );
                 if before != breaker::State::Closed {
                     events.push(Event::BreakerClosed {
                         provider: at.provider.to_owned(),
@@ -450,12 +457,20 @@ impl Board {
                     cause: v.cause,
                 });
             }
-            self.dirty_breakers.insert(at.provider.to_owned());
+            mark(
+                &mut self.dirty_breakers,
+                &mut self.shared_breakers,
+                at.provider,
+            );
         } else if probe {
             // The provider answered the probe (with an account-level error): it is up.
             if let Some(b) = self.breakers.get_mut(at.provider) {
                 if b.on_success(true) {
-                    self.dirty_breakers.insert(at.provider.to_owned());
+                    mark(
+                        &mut self.dirty_breakers,
+                        &mut self.shared_breakers,
+                        at.provider,
+                    );
                     events.push(Event::BreakerClosed {
                         provider: at.provider.to_owned(),
                     });
@@ -568,7 +583,7 @@ impl Board {
             .collect();
         for id in &ids {
             self.breakers.remove(id);
-            self.dirty_breakers.insert(id.clone());
+            mark(&mut self.dirty_breakers, &mut self.shared_breakers, id);
         }
         self.gates.retain(|p, _| provider.is_some_and(|x| x != p));
         self.provider_holds
@@ -757,6 +772,38 @@ impl Board {
         self.egress.extend(rows);
     }
 
+    /// Breakers this replica changed since the last call (by its traffic, or reset by an
+    /// operator), for the other replicas: `(provider, JSON, or None when reset)`.
+    pub fn take_shared(&mut self) -> Changes {
+        rows(std::mem::take(&mut self.shared_breakers), &self.breakers)
+    }
+
+    /// Takes in another replica's change of `provider`'s breaker (see
+    /// [`Breaker::merge_peer`]; `None`: an operator reset it there, so it is reset here
+    /// too). Whether it changed this board; a change is persisted but not shared again.
+    pub fn merge_peer_breaker(
+        &mut self,
+        provider: &str,
+        state: Option<&str>,
+        profile: &breaker::Profile,
+        peer_wins_ties: bool,
+    ) -> Result<bool, serde_json::Error> {
+        let taken = match state {
+            None => self.breakers.remove(provider).is_some(),
+            Some(json) => {
+                let peer: Breaker = serde_json::from_str(json)?;
+                self.breakers
+                    .entry(provider.to_owned())
+                    .or_default()
+                    .merge_peer(peer, profile, peer_wins_ties)
+            }
+        };
+        if taken {
+            self.dirty_breakers.insert(provider.to_owned());
+        }
+        Ok(taken)
+    }
+
     /// Changed entries since the last call: `(breakers, health)`.
     pub fn take_dirty(&mut self) -> (Changes, Changes) {
         (
@@ -764,6 +811,12 @@ impl Board {
             rows(std::mem::take(&mut self.dirty_health), &self.health),
         )
     }
+}
+
+/// Marks a breaker changed, to persist and to share.
+fn mark(dirty: &mut HashSet<String>, shared: &mut HashSet<String>, id: &str) {
+    dirty.insert(id.to_owned());
+    shared.insert(id.to_owned());
 }
 
 /// The entries of `ids` as stored: `(id, JSON, or None when gone from `state`)`.

@@ -164,6 +164,10 @@ pub struct Breaker {
     /// restart no probe is out.
     #[serde(skip)]
     probe_since: Option<UnixMillis>,
+    /// Until when another replica holds the half-open probe (SPEC O6: one probe for all
+    /// replicas; see [`Breaker::merge_peer`]). Not persisted.
+    #[serde(skip)]
+    peer_probe_until: Option<UnixMillis>,
 }
 
 impl Default for Breaker {
@@ -174,6 +178,7 @@ impl Default for Breaker {
             opened_at: 0,
             cycles: 0,
             probe_since: None,
+            peer_probe_until: None,
         }
     }
 }
@@ -214,6 +219,9 @@ impl Breaker {
                 Some(since) if now < since.saturating_add(lease) => Admit::No {
                     retry_after_ms: since.saturating_add(lease) - now,
                 },
+                _ if self.peer_probe_until.is_some_and(|until| now < until) => Admit::No {
+                    retry_after_ms: self.peer_probe_until.map_or(0, |u| u - now),
+                },
                 _ => {
                     self.probe_since = Some(now);
                     Admit::Probe
@@ -240,7 +248,41 @@ impl Breaker {
         self.failures = 0;
         self.cycles = 0;
         self.probe_since = None;
+        self.peer_probe_until = None;
         changed
+    }
+
+    /// Takes in another replica's state of this breaker (SPEC O6, B6), when it is newer
+    /// news: an open (or half-open) breaker that opened later than this one's last
+    /// opening, or at the same moment when `peer_wins_ties`; or a close of the opening
+    /// this breaker is in (or a later one). A closed breaker's failure count stays this
+    /// replica's own. A breaker taken open leaves its half-open probe to the replica
+    /// that opened it, until one reset period after it reopens (so a replica that died
+    /// holding it does not wedge the breaker). Whether it was taken.
+    pub fn merge_peer(&mut self, peer: Breaker, profile: &Profile, peer_wins_ties: bool) -> bool {
+        let open = |s: State| matches!(s, State::Open | State::HalfOpen);
+        let take = match (open(self.state), open(peer.state)) {
+            (false, true) => true,
+            (true, true) => {
+                peer.opened_at > self.opened_at
+                    || (peer.opened_at == self.opened_at && peer_wins_ties)
+            }
+            (true, false) => peer.opened_at >= self.opened_at,
+            (false, false) => false,
+        };
+        if !take {
+            return false;
+        }
+        let peer_probe_until = open(peer.state).then(|| {
+            peer.reopens_at(profile)
+                .saturating_add(profile.reset_timeout_ms(peer.cycles))
+        });
+        *self = Breaker {
+            probe_since: None,
+            peer_probe_until,
+            ..peer
+        };
+        true
     }
 
     /// Records a provider-level failure (which failures are is the verdict's,
@@ -270,12 +312,72 @@ impl Breaker {
         self.opened_at = now;
         self.cycles = self.cycles.saturating_add(1);
         self.probe_since = None;
+        self.peer_probe_until = None;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_s_newer_opening_is_taken_and_its_probe_left_to_it() {
+        let p = Profile::for_class(AuthClass::Apikey);
+        let opened = |at: UnixMillis| {
+            let mut b = Breaker::default();
+            for _ in 0..p.open_at {
+                b.on_failure(&p, at, false);
+            }
+            assert_eq!(b.state(&p, at), State::Open);
+            b
+        };
+        // A closed breaker takes a peer's opening; the probe is the peer's until one
+        // reset period after the breaker reopens.
+        let mut mine = Breaker::default();
+        assert!(mine.merge_peer(opened(1_000), &p, false));
+        let reopens = mine.reopens_at(&p);
+        let grace = p.reset_timeout_ms(1);
+        assert_eq!(mine.state(&p, reopens), State::HalfOpen);
+        assert_eq!(
+            mine.admit(&p, reopens, 0),
+            Admit::No {
+                retry_after_ms: grace
+            }
+        );
+        // The peer's probe closed it: taken, and this replica serves again.
+        let mut peer = opened(1_000);
+        peer.state(&p, reopens);
+        assert_eq!(peer.admit(&p, reopens, 0), Admit::Probe);
+        peer.on_success(true);
+        assert!(mine.merge_peer(peer.clone(), &p, false));
+        assert_eq!(mine.admit(&p, reopens + 1, 0), Admit::Yes);
+        // An older opening, or a close of an older one, is not news.
+        let mut mine = opened(5_000);
+        assert!(!mine.merge_peer(opened(1_000), &p, true));
+        assert!(!mine.merge_peer(peer, &p, true));
+        assert!(!mine.merge_peer(Breaker::default(), &p, true));
+        // The same moment: the tie goes one way only.
+        assert!(!mine.merge_peer(opened(5_000), &p, false));
+        assert!(mine.merge_peer(opened(5_000), &p, true));
+        // A closed breaker's own failure count is kept.
+        let mut counting = Breaker::default();
+        counting.on_failure(&p, 1, false);
+        assert!(!counting.merge_peer(Breaker::default(), &p, true));
+        assert_eq!(counting.failures(), 1);
+    }
+
+    #[test]
+    fn with_the_peer_gone_the_probe_comes_back_after_the_grace() {
+        let p = Profile::for_class(AuthClass::Apikey);
+        let mut peer = Breaker::default();
+        for _ in 0..p.open_at {
+            peer.on_failure(&p, 1_000, false);
+        }
+        let mut mine = Breaker::default();
+        assert!(mine.merge_peer(peer, &p, false));
+        let until = mine.reopens_at(&p) + p.reset_timeout_ms(1);
+        assert_eq!(mine.admit(&p, until, 0), Admit::Probe);
+    }
 
     #[test]
     fn profiles_default_to_each_class_and_a_late_degrade_threshold_is_named() {

@@ -11,6 +11,7 @@
 //! the application state, the pipeline or the HTTP error type.
 
 pub mod affinity;
+pub mod board_sync;
 pub mod gate;
 pub mod last_good;
 pub mod leases;

@@ -373,6 +373,24 @@ impl<S: BoardStore> Resilience<S> {
         self.store.with(|b| b.load_egress(known));
     }
 
+    /// Breakers this replica changed since the last call, for the other replicas.
+    pub fn take_shared(&self) -> Changes {
+        self.store.with(Board::take_shared)
+    }
+
+    /// Takes in another replica's news of `provider`'s breaker (SPEC O6, B6); whether it
+    /// changed this replica's board.
+    pub fn merge_peer_breaker(
+        &self,
+        provider: &str,
+        state: Option<&str>,
+        profile: &breaker::Profile,
+        peer_wins_ties: bool,
+    ) -> Result<bool, serde_json::Error> {
+        self.store
+            .with(|b| b.merge_peer_breaker(provider, state, profile, peer_wins_ties))
+    }
+
     /// Changed entries since the last call: `(breakers, health)`, each `(id, JSON or
     /// None when the entry is gone)`.
     pub fn take_dirty(&self) -> (Changes, Changes) {

@@ -1,0 +1,117 @@
+//! The resilience board shared through Redis (SPEC O6, B6): each replica publishes the
+//! breakers its own traffic (or an operator) changed on the channel `<prefix>:board`
+//! and keeps the latest state of each in the hash `<prefix>:board:breakers`, which a
+//! replica reads when it (re)connects; every replica takes in the others' changes. What
+//! a change means, and which one wins, is the core's (`Breaker::merge_peer`); this module
+//! only carries them.
+
+use crate::redis_counters::RedisStoreError;
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How long connecting may take before Redis counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One replica's change of one breaker, as carried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BreakerNews {
+    /// The replica that changed it (a random id per process).
+    pub from: u64,
+    pub provider: String,
+    /// The breaker as JSON, or `None` when an operator reset it.
+    pub state: Option<String>,
+}
+
+/// The publishing side, and the names of the channel and hash.
+#[derive(Clone)]
+pub struct BoardChannel {
+    conn: ConnectionManager,
+    client: redis::Client,
+    channel: String,
+    hash: String,
+}
+
+impl std::fmt::Debug for BoardChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoardChannel")
+            .field("channel", &self.channel)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BoardChannel {
+    /// Connects to the Redis at `url`, under `prefix`.
+    pub async fn connect(url: &str, prefix: &str) -> Result<Self, RedisStoreError> {
+        let client = redis::Client::open(url).map_err(|_| RedisStoreError::InvalidUrl)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(CONNECT_TIMEOUT))
+            .set_number_of_retries(1);
+        let conn = tokio::time::timeout(
+            CONNECT_TIMEOUT * 2,
+            ConnectionManager::new_with_config(client.clone(), config),
+        )
+        .await
+        .map_err(|_| {
+            RedisStoreError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "connection timed out",
+            )))
+        })??;
+        Ok(Self {
+            conn,
+            client,
+            channel: format!("{prefix}:board"),
+            hash: format!("{prefix}:board:breakers"),
+        })
+    }
+
+    /// Publishes `news` and records each breaker's latest state, in one round trip.
+    pub async fn publish(&self, news: &[BreakerNews]) -> Result<(), RedisStoreError> {
+        let mut pipe = redis::pipe();
+        for n in news {
+            match &n.state {
+                Some(state) => pipe.hset(&self.hash, &n.provider, state).ignore(),
+                None => pipe.hdel(&self.hash, &n.provider).ignore(),
+            };
+            let message = serde_json::to_string(n)
+                .map_err(|e| RedisStoreError::Reply(format!("unencodable news: {e}")))?;
+            pipe.publish(&self.channel, message).ignore();
+        }
+        let mut conn = self.conn.clone();
+        let () = pipe.query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// Every breaker's latest state: `(provider, JSON)`.
+    pub async fn breakers(&self) -> Result<Vec<(String, String)>, RedisStoreError> {
+        let mut conn = self.conn.clone();
+        Ok(conn.hgetall(&self.hash).await?)
+    }
+
+    /// The news of every replica, from now on; the stream ends when the connection is
+    /// lost. Messages that do not parse are skipped.
+    pub async fn subscribe(
+        &self,
+    ) -> Result<impl futures_util::Stream<Item = BreakerNews> + Send + 'static, RedisStoreError>
+    {
+        let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT * 2, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| {
+                RedisStoreError::Redis(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "connection timed out",
+                )))
+            })??;
+        pubsub.subscribe(&self.channel).await?;
+        Ok(futures_util::StreamExt::filter_map(
+            pubsub.into_on_message(),
+            |m| async move {
+                let text: String = m.get_payload().ok()?;
+                serde_json::from_str(&text).ok()
+            },
+        ))
+    }
+}
