@@ -5,14 +5,14 @@
 //! a change means, and which one wins, is the core's (`Breaker::merge_peer`); this module
 //! only carries them.
 
-use crate::redis_counters::RedisStoreError;
+use crate::redis_counters::{manager, within, RedisStoreError};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// How long connecting may take before Redis counts as unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a command's answer may take.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One replica's change of one breaker, as carried.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,22 +44,7 @@ impl std::fmt::Debug for BoardChannel {
 impl BoardChannel {
     /// Connects to the Redis at `url`, under `prefix`.
     pub async fn connect(url: &str, prefix: &str) -> Result<Self, RedisStoreError> {
-        let client = redis::Client::open(url).map_err(|_| RedisStoreError::InvalidUrl)?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(CONNECT_TIMEOUT))
-            .set_number_of_retries(1);
-        let conn = tokio::time::timeout(
-            CONNECT_TIMEOUT * 2,
-            ConnectionManager::new_with_config(client.clone(), config),
-        )
-        .await
-        .map_err(|_| {
-            RedisStoreError::Redis(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "connection timed out",
-            )))
-        })??;
+        let (client, conn) = manager(url, RESPONSE_TIMEOUT).await?;
         Ok(Self {
             conn,
             client,
@@ -97,14 +82,7 @@ impl BoardChannel {
         &self,
     ) -> Result<impl futures_util::Stream<Item = BreakerNews> + Send + 'static, RedisStoreError>
     {
-        let mut pubsub = tokio::time::timeout(CONNECT_TIMEOUT * 2, self.client.get_async_pubsub())
-            .await
-            .map_err(|_| {
-                RedisStoreError::Redis(redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "connection timed out",
-                )))
-            })??;
+        let mut pubsub = within(RESPONSE_TIMEOUT * 2, self.client.get_async_pubsub()).await??;
         pubsub.subscribe(&self.channel).await?;
         Ok(futures_util::StreamExt::filter_map(
             pubsub.into_on_message(),

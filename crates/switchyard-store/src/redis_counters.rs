@@ -127,6 +127,38 @@ impl std::fmt::Debug for RedisCounters {
     }
 }
 
+/// A client of the Redis at `url` and a managed connection to it, failing within a few
+/// seconds when Redis is unreachable; `response` bounds each command's answer.
+pub(crate) async fn manager(
+    url: &str,
+    response: std::time::Duration,
+) -> Result<(redis::Client, ConnectionManager)> {
+    let client = redis::Client::open(url).map_err(|_| RedisStoreError::InvalidUrl)?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(response))
+        .set_number_of_retries(1);
+    let conn = within(
+        CONNECT_TIMEOUT * 2,
+        ConnectionManager::new_with_config(client.clone(), config),
+    )
+    .await??;
+    Ok((client, conn))
+}
+
+/// `f`, or a timeout error after `limit`.
+pub(crate) async fn within<T>(
+    limit: std::time::Duration,
+    f: impl std::future::Future<Output = T>,
+) -> Result<T> {
+    tokio::time::timeout(limit, f).await.map_err(|_| {
+        RedisStoreError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "connection timed out",
+        )))
+    })
+}
+
 fn script(body: &str) -> Script {
     Script::new(&format!("{COMMON}\n{body}"))
 }
@@ -145,22 +177,7 @@ impl RedisCounters {
     /// Connects (failing within a few seconds if Redis is unreachable) and checks the
     /// server answers.
     pub async fn connect(url: &str, prefix: &str) -> Result<Self> {
-        let client = redis::Client::open(url).map_err(|_| RedisStoreError::InvalidUrl)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(1);
-        let mut conn = tokio::time::timeout(
-            CONNECT_TIMEOUT * 2,
-            ConnectionManager::new_with_config(client, config),
-        )
-        .await
-        .map_err(|_| {
-            RedisStoreError::Redis(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "connection timed out",
-            )))
-        })??;
+        let (_, mut conn) = manager(url, RESPONSE_TIMEOUT).await?;
         let pong: String = redis::cmd("PING").query_async(&mut conn).await?;
         if pong != "PONG" {
             return Err(RedisStoreError::Reply(pong));

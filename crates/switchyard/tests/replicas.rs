@@ -48,6 +48,40 @@ fn shared_env(url: &str, secret_key: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The shared environment on the database at `url`, with a new secret key.
+async fn environment(url: &str) -> Vec<(&'static str, String)> {
+    let (ok, key, err) = run(&["secret-key", "generate"], &[]).await;
+    assert!(ok, "{err}");
+    shared_env(url, key.trim())
+}
+
+/// A mock provider and replicas (stopped when this drops).
+struct Started {
+    mock: String,
+    urls: Vec<String>,
+    _processes: Vec<Child>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+/// Starts a mock provider and `n` replicas on `env`.
+async fn start_all(env: &[(&'static str, String)], n: usize) -> Started {
+    let (mock_process, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
+    let mut started = Started {
+        mock,
+        urls: Vec::new(),
+        _processes: vec![mock_process],
+        _dirs: Vec::new(),
+    };
+    for _ in 0..n {
+        let dir = tempfile::tempdir().unwrap();
+        let (process, url) = replica(env, &dir).await;
+        started.urls.push(url);
+        started._processes.push(process);
+        started._dirs.push(dir);
+    }
+    started
+}
+
 /// A replica: `switchyard serve` with `env` and a data directory of its own.
 async fn replica(env: &[(&'static str, String)], dir: &tempfile::TempDir) -> (Child, String) {
     let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -242,9 +276,7 @@ fn http() -> reqwest::Client {
 #[tokio::test]
 async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
     let db = database().await;
-    let (ok, key, _) = run(&["secret-key", "generate"], &[]).await;
-    assert!(ok);
-    let env = shared_env(db.url(), key.trim());
+    let env = environment(db.url()).await;
     let as_pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
 
     // A replica refuses a schema it does not match, saying what to run.
@@ -268,15 +300,12 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
     assert!(ok);
     assert_eq!(out.trim(), "The PostgreSQL schema is up to date.");
 
-    let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
-    let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
-    let (_a, a) = replica(&env, &dirs[0]).await;
-    let (_b, b) = replica(&env, &dirs[1]).await;
-    let (_c, c) = replica(&env, &dirs[2]).await;
+    let started = start_all(&env, 3).await;
+    let (a, b, c) = (&started.urls[0], &started.urls[1], &started.urls[2]);
     let http = http();
 
     // Configuration written through A serves on B and C.
-    let (secret, id) = seed(&http, &a, &mock).await;
+    let (secret, id) = seed(&http, a, &started.mock).await;
     let on_b = until_status(&http, &b, &secret, 200).await;
     let on_c = until_status(&http, &c, &secret, 200).await;
     eprintln!("a key created on A answered on B after {on_b:?}, on C after {on_c:?} more");
@@ -586,20 +615,21 @@ async fn upstream_calls(http: &reqwest::Client, mock: &str) -> u64 {
 #[tokio::test]
 async fn a_breaker_opened_by_one_replicas_traffic_is_open_on_the_others() {
     let db = database().await;
-    let (_, key, _) = run(&["secret-key", "generate"], &[]).await;
     let redis = switchyard_test_support::RedisQuotaStore::unique();
-    let mut env = shared_env(db.url(), key.trim());
+    let mut env = environment(db.url()).await;
     env.push(("SWITCHYARD_MIGRATE", "1".to_owned()));
     for (k, v) in redis.env() {
         env.push((k, v.to_owned()));
     }
-    let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
-    let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
-    let (_a, a) = replica(&env, &dirs[0]).await;
-    let (_b, b) = replica(&env, &dirs[1]).await;
-    let (_c, c) = replica(&env, &dirs[2]).await;
+    let started = start_all(&env, 3).await;
+    let (a, b, c, mock) = (
+        &started.urls[0],
+        &started.urls[1],
+        &started.urls[2],
+        &started.mock,
+    );
     let http = http();
-    let (secret, _) = seed(&http, &a, &mock).await;
+    let (secret, _) = seed(&http, a, mock).await;
     // The one account does not cool down: its provider's failures reach the breaker.
     let (s, _) = admin(
         &http,
