@@ -306,8 +306,8 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
 
     // Configuration written through A serves on B and C.
     let (secret, id) = seed(&http, a, &started.mock).await;
-    let on_b = until_status(&http, &b, &secret, 200).await;
-    let on_c = until_status(&http, &c, &secret, 200).await;
+    let on_b = until_status(&http, b, &secret, 200).await;
+    let on_c = until_status(&http, c, &secret, 200).await;
     eprintln!("a key created on A answered on B after {on_b:?}, on C after {on_c:?} more");
 
     // Revoked through B, refused by A and C.
@@ -319,18 +319,18 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
     )
     .await;
     assert_eq!(s, 200);
-    let on_a = until_status(&http, &a, &secret, 401).await;
-    let on_c = until_status(&http, &c, &secret, 401).await;
+    let on_a = until_status(&http, a, &secret, 401).await;
+    let on_c = until_status(&http, c, &secret, 401).await;
     eprintln!("a key revoked on B was refused by A after {on_a:?}, by C after {on_c:?} more");
 
     // The request log is one: requests through A and B, read on C.
-    let (secret, id) = new_key(&http, &a, "k2").await;
-    until_status(&http, &b, &secret, 200).await;
-    for base in [&a, &a, &b] {
+    let (secret, id) = new_key(&http, a, "k2").await;
+    until_status(&http, b, &secret, 200).await;
+    for base in [a, a, b] {
         assert_eq!(chat(&http, base, &secret).await, 200);
     }
     // One 200 more was sent by `until_status` on B.
-    until_logged(&http, &c, &id, 4).await;
+    until_logged(&http, c, &id, 4).await;
 
     // A lease taken through A is known to B and C (their routing and fences read it),
     // and released through C, it is gone from A.
@@ -343,7 +343,7 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
     .await;
     assert_eq!(s, 201, "{leaser}");
     let leaser = leaser["secret"].as_str().unwrap().to_owned();
-    until_status(&http, &c, &leaser, 200).await;
+    until_status(&http, c, &leaser, 200).await;
     let lease = |base: &str, body: Value| {
         http.post(format!("{base}/api/v1/session-leases"))
             .bearer_auth(&leaser)
@@ -351,21 +351,21 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
             .send()
     };
     let owner = "vlo_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
-    let r = lease(&a, json!({"action": "acquire", "owner": owner}))
+    let r = lease(a, json!({"action": "acquire", "owner": owner}))
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    for base in [&b, &c] {
+    for base in [b, c] {
         until_leases(&http, base, 1).await;
     }
     let r = lease(
-        &c,
+        c,
         json!({"action": "release", "owner": owner, "generation": 1}),
     )
     .await
     .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    until_leases(&http, &a, 0).await;
+    until_leases(&http, a, 0).await;
 
     // A session pinned through A follows its pin through B.
     let r = http
@@ -379,11 +379,11 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    until_listed(&http, &b, "/api/sessions", 1).await;
+    until_listed(&http, b, "/api/sessions", 1).await;
 
     // A dashboard session opened on A serves on C, and signing out on C ends it on A.
-    let cookie = sign_in(&http, &a).await;
-    let (s, page) = dashboard(&http, &c, &cookie).await;
+    let cookie = sign_in(&http, a).await;
+    let (s, page) = dashboard(&http, c, &cookie).await;
     assert_eq!(s, 200);
     let csrf = page
         .split("name=\"csrf\" value=\"")
@@ -399,7 +399,7 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
         .await
         .unwrap();
     assert_eq!(out.status(), 303);
-    let (s, _) = dashboard(&http, &a, &cookie).await;
+    let (s, _) = dashboard(&http, a, &cookie).await;
     assert_eq!(s, 303);
 }
 
@@ -639,7 +639,7 @@ async fn a_breaker_opened_by_one_replicas_traffic_is_open_on_the_others() {
     )
     .await;
     assert_eq!(s, 200);
-    until_status(&http, &c, &secret, 200).await;
+    until_status(&http, c, &secret, 200).await;
 
     // alpha fails; only A's traffic sees it, until A's breaker opens.
     let r = http
@@ -650,14 +650,14 @@ async fn a_breaker_opened_by_one_replicas_traffic_is_open_on_the_others() {
         .unwrap();
     assert_eq!(r.status(), 200);
     let mut sent = 0;
-    while alpha_breaker(&http, &a).await != "OPEN" {
+    while alpha_breaker(&http, a).await != "OPEN" {
         // The upstream's 503, relayed as the gateway's 502.
-        assert_eq!(chat(&http, &a, &secret).await, 502);
+        assert_eq!(chat(&http, a, &secret).await, 502);
         sent += 1;
         assert!(sent < 50, "A's breaker did not open after {sent} failures");
     }
     let t0 = Instant::now();
-    for base in [&b, &c] {
+    for base in [b, c] {
         while alpha_breaker(&http, base).await != "OPEN" {
             assert!(
                 t0.elapsed() < PATIENCE,
@@ -671,8 +671,8 @@ async fn a_breaker_opened_by_one_replicas_traffic_is_open_on_the_others() {
         t0.elapsed()
     );
     // B and C exclude alpha without calling it.
-    let calls = upstream_calls(&http, &mock).await;
-    for base in [&b, &c] {
+    let calls = upstream_calls(&http, mock).await;
+    for base in [b, c] {
         let r = http
             .post(format!("{base}/v1/chat/completions"))
             .bearer_auth(&secret)
@@ -684,5 +684,5 @@ async fn a_breaker_opened_by_one_replicas_traffic_is_open_on_the_others() {
         let body: Value = r.json().await.unwrap();
         assert_eq!(body["error"]["code"], "provider_circuit_open", "{body}");
     }
-    assert_eq!(upstream_calls(&http, &mock).await, calls);
+    assert_eq!(upstream_calls(&http, mock).await, calls);
 }
