@@ -1,9 +1,10 @@
 //! The resilience board shared through Redis (SPEC O6, B6): each replica publishes the
-//! breakers its own traffic (or an operator) changed on the channel `<prefix>:board`
-//! and keeps the latest state of each in the hash `<prefix>:board:breakers`, which a
-//! replica reads when it (re)connects; every replica takes in the others' changes. What
-//! a change means, and which one wins, is the core's (`Breaker::merge_peer`); this module
-//! only carries them.
+//! breakers and connection health its own traffic (or an operator) changed on the
+//! channel `<prefix>:board` and keeps the latest state of each in the hashes
+//! `<prefix>:board:breakers` and `<prefix>:board:health`, which a replica reads when it
+//! (re)connects; every replica takes in the others' changes. What a change means, and
+//! which one wins, is the core's (`Breaker::merge_peer`, `Board::merge_peer_health`);
+//! this module only carries them.
 
 use crate::redis_counters::{manager, within, RedisStoreError};
 use redis::aio::ConnectionManager;
@@ -14,13 +15,34 @@ use std::time::Duration;
 /// How long a command's answer may take.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// One replica's change of one breaker, as carried.
+/// What a piece of news is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A provider's breaker.
+    Breaker,
+    /// A connection's (an account's) health.
+    Health,
+}
+
+impl Kind {
+    fn hash(self) -> &'static str {
+        match self {
+            Self::Breaker => "breakers",
+            Self::Health => "health",
+        }
+    }
+}
+
+/// One replica's change of one breaker or connection health, as carried.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BreakerNews {
+pub struct News {
     /// The replica that changed it (a random id per process).
     pub from: u64,
-    pub provider: String,
-    /// The breaker as JSON, or `None` when an operator reset it.
+    pub kind: Kind,
+    /// The provider (a breaker) or the connection (health).
+    pub id: String,
+    /// The state as JSON, or `None` when it was reset.
     pub state: Option<String>,
 }
 
@@ -30,7 +52,7 @@ pub struct BoardChannel {
     conn: ConnectionManager,
     client: redis::Client,
     channel: String,
-    hash: String,
+    prefix: String,
 }
 
 impl std::fmt::Debug for BoardChannel {
@@ -49,17 +71,22 @@ impl BoardChannel {
             conn,
             client,
             channel: format!("{prefix}:board"),
-            hash: format!("{prefix}:board:breakers"),
+            prefix: prefix.to_owned(),
         })
     }
 
-    /// Publishes `news` and records each breaker's latest state, in one round trip.
-    pub async fn publish(&self, news: &[BreakerNews]) -> Result<(), RedisStoreError> {
+    fn hash(&self, kind: Kind) -> String {
+        format!("{}:board:{}", self.prefix, kind.hash())
+    }
+
+    /// Publishes `news` and records each entry's latest state, in one round trip.
+    pub async fn publish(&self, news: &[News]) -> Result<(), RedisStoreError> {
         let mut pipe = redis::pipe();
         for n in news {
+            let hash = self.hash(n.kind);
             match &n.state {
-                Some(state) => pipe.hset(&self.hash, &n.provider, state).ignore(),
-                None => pipe.hdel(&self.hash, &n.provider).ignore(),
+                Some(state) => pipe.hset(&hash, &n.id, state).ignore(),
+                None => pipe.hdel(&hash, &n.id).ignore(),
             };
             let message = serde_json::to_string(n)
                 .map_err(|e| RedisStoreError::Reply(format!("unencodable news: {e}")))?;
@@ -70,18 +97,17 @@ impl BoardChannel {
         Ok(())
     }
 
-    /// Every breaker's latest state: `(provider, JSON)`.
-    pub async fn breakers(&self) -> Result<Vec<(String, String)>, RedisStoreError> {
+    /// The latest state of every entry of `kind`: `(id, JSON)`.
+    pub async fn latest(&self, kind: Kind) -> Result<Vec<(String, String)>, RedisStoreError> {
         let mut conn = self.conn.clone();
-        Ok(conn.hgetall(&self.hash).await?)
+        Ok(conn.hgetall(self.hash(kind)).await?)
     }
 
     /// The news of every replica, from now on; the stream ends when the connection is
     /// lost. Messages that do not parse are skipped.
     pub async fn subscribe(
         &self,
-    ) -> Result<impl futures_util::Stream<Item = BreakerNews> + Send + 'static, RedisStoreError>
-    {
+    ) -> Result<impl futures_util::Stream<Item = News> + Send + 'static, RedisStoreError> {
         let mut pubsub = within(RESPONSE_TIMEOUT * 2, self.client.get_async_pubsub()).await??;
         pubsub.subscribe(&self.channel).await?;
         Ok(futures_util::StreamExt::filter_map(

@@ -600,6 +600,24 @@ async fn alpha_breaker(http: &reqwest::Client, base: &str) -> String {
         )
 }
 
+/// `base`'s view of connection `alpha-1`: `active`, `cooling` or a terminal state.
+async fn alpha_1(http: &reqwest::Client, base: &str) -> String {
+    let (s, list) = admin(
+        http,
+        reqwest::Method::GET,
+        format!("{base}/api/resilience/cooldowns"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(s, 200);
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["connectionId"] == "alpha-1")
+        .map(|c| c["state"].as_str().unwrap().to_owned())
+        .unwrap()
+}
+
 async fn upstream_calls(http: &reqwest::Client, mock: &str) -> u64 {
     let stats: Value = http
         .get(format!("{mock}/_mock/stats"))
@@ -613,7 +631,7 @@ async fn upstream_calls(http: &reqwest::Client, mock: &str) -> u64 {
 }
 
 #[tokio::test]
-async fn a_breaker_opened_by_one_replicas_traffic_is_open_on_the_others() {
+async fn breakers_and_cooldowns_met_through_one_replica_hold_on_the_others() {
     let db = database().await;
     let redis = switchyard_test_support::RedisQuotaStore::unique();
     let mut env = environment(db.url()).await;
@@ -630,6 +648,39 @@ async fn a_breaker_opened_by_one_replicas_traffic_is_open_on_the_others() {
     );
     let http = http();
     let (secret, _) = seed(&http, a, mock).await;
+    until_status(&http, c, &secret, 200).await;
+
+    // The account answers A once with a 429: A cools it, and so do B and C (it is the
+    // same account whichever replica met it); cleared through C, it serves on A again.
+    let r = http
+        .post(format!("{mock}/_mock/rules"))
+        .json(&json!({"times": 1, "match": {"credential": "cred-alpha"}, "status": 429}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(chat(&http, a, &secret).await, 429);
+    let t0 = Instant::now();
+    for base in [b, c] {
+        while alpha_1(&http, base).await != "cooling" {
+            assert!(t0.elapsed() < PATIENCE, "{base} did not cool alpha-1");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    eprintln!(
+        "A's 429 cooled alpha-1 on B and C within {:?}",
+        t0.elapsed()
+    );
+    let (s, _) = admin(
+        &http,
+        reqwest::Method::POST,
+        format!("{c}/api/resilience/cooldowns"),
+        json!({"all": true}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    until_status(&http, a, &secret, 200).await;
+
     // The one account does not cool down: its provider's failures reach the breaker.
     let (s, _) = admin(
         &http,

@@ -156,9 +156,11 @@ pub struct Board {
     egress: HashMap<String, Egress>,
     dirty_breakers: HashSet<String>,
     dirty_health: HashSet<String>,
-    /// Breakers changed by this replica's own traffic or operators since the last
-    /// [`Board::take_shared`], for the other replicas (SPEC O6, B6).
+    /// Breakers and connection health changed by this replica's own traffic or
+    /// operators since the last [`Board::take_shared`], for the other replicas (SPEC
+    /// O6, B6).
     shared_breakers: HashSet<String>,
+    shared_health: HashSet<String>,
 }
 
 fn gate_profile(s: &ResilienceSettings, class: AuthClass) -> provider_cooldown::Profile {
@@ -370,7 +372,11 @@ impl Board {
             if *h != Health::default() && h.terminal.is_none() {
                 let was_cooled = h.rate_limited_until.is_some();
                 h.on_success();
-                self.dirty_health.insert(at.connection.to_owned());
+                mark(
+                    &mut self.dirty_health,
+                    &mut self.shared_health,
+                    at.connection,
+                );
                 if was_cooled {
                     self.start_warming(format!("connection:{}", at.connection), now, events);
                 }
@@ -497,7 +503,11 @@ impl Board {
         let health = self.health.entry(at.connection.to_owned()).or_default();
         let change = health.on_failure(&cprofile, &failure, now);
         let cooling = health.rate_limited_until.filter(|t| *t > now);
-        self.dirty_health.insert(at.connection.to_owned());
+        mark(
+            &mut self.dirty_health,
+            &mut self.shared_health,
+            at.connection,
+        );
         match change {
             Change::None => {}
             Change::Cooled { until, level } => events.push(Event::ConnectionCooled {
@@ -556,7 +566,7 @@ impl Board {
             let health = self.health.entry(peer.clone()).or_default();
             let message = format!("egress {address} shared with {}", at.connection);
             if let Change::Cooled { until, .. } = health.cool_with_peer(until, &message, now) {
-                self.dirty_health.insert(peer.clone());
+                mark(&mut self.dirty_health, &mut self.shared_health, &peer);
                 events.push(Event::EgressCooled {
                     connection: peer.clone(),
                     from: at.connection.to_owned(),
@@ -634,7 +644,7 @@ impl Board {
                 Some(h) if h.terminal.is_some() => terminal += 1,
                 Some(h) if *h != Health::default() => {
                     h.clear_cooldown();
-                    self.dirty_health.insert(id.clone());
+                    mark(&mut self.dirty_health, &mut self.shared_health, &id);
                     cleared += 1;
                 }
                 _ => unchanged += 1,
@@ -689,7 +699,11 @@ impl Board {
     /// A new credential for a connection: its health starts over (terminal included).
     pub fn reset_connection(&mut self, connection_id: &str) {
         if self.health.remove(connection_id).is_some() {
-            self.dirty_health.insert(connection_id.to_owned());
+            mark(
+                &mut self.dirty_health,
+                &mut self.shared_health,
+                connection_id,
+            );
         }
     }
 
@@ -772,10 +786,39 @@ impl Board {
         self.egress.extend(rows);
     }
 
-    /// Breakers this replica changed since the last call (by its traffic, or reset by an
-    /// operator), for the other replicas: `(provider, JSON, or None when reset)`.
-    pub fn take_shared(&mut self) -> Changes {
-        rows(std::mem::take(&mut self.shared_breakers), &self.breakers)
+    /// What this replica changed since the last call (by its traffic, or an operator's
+    /// reset or clear), for the other replicas: `(breakers, health)`, each `(id, JSON,
+    /// or None when reset)`.
+    pub fn take_shared(&mut self) -> (Changes, Changes) {
+        (
+            rows(std::mem::take(&mut self.shared_breakers), &self.breakers),
+            rows(std::mem::take(&mut self.shared_health), &self.health),
+        )
+    }
+
+    /// Takes in another replica's news of a connection's health (an account's state is
+    /// the same whichever replica met it): it replaces this replica's, and `None` (a new
+    /// credential there) resets it. News arrive in the order the shared channel carried
+    /// them. Whether it changed this board; a change is persisted but not shared again.
+    pub fn merge_peer_health(
+        &mut self,
+        connection: &str,
+        state: Option<&str>,
+    ) -> Result<bool, serde_json::Error> {
+        let taken = match state {
+            None => self.health.remove(connection).is_some(),
+            Some(json) => {
+                let peer: Health = serde_json::from_str(json)?;
+                let mine = self.health.entry(connection.to_owned()).or_default();
+                let changed = *mine != peer;
+                *mine = peer;
+                changed
+            }
+        };
+        if taken {
+            self.dirty_health.insert(connection.to_owned());
+        }
+        Ok(taken)
     }
 
     /// Takes in another replica's change of `provider`'s breaker (see
@@ -990,5 +1033,38 @@ mod tests {
             T0,
         );
         assert_eq!(b.health_of("oc-1").rate_limited_until, Some(T0 + 60_000));
+    }
+
+    #[test]
+    fn peers_news_of_accounts_replaces_and_resets_and_is_not_shared_again() {
+        let mut b = Board::default();
+        let mut cooling = Health::default();
+        cooling.rate_limited_until = Some(T0 + 60_000);
+        cooling.backoff_level = 2;
+        let json = serde_json::to_string(&cooling).unwrap();
+        assert!(b.merge_peer_health("c1", Some(&json)).unwrap());
+        assert!(!b.merge_peer_health("c1", Some(&json)).unwrap());
+        assert_eq!(b.health_of("c1"), cooling);
+        // Persisted, not shared again.
+        assert_eq!(b.take_shared(), (vec![], vec![]));
+        assert_eq!(b.take_dirty().1, vec![("c1".to_owned(), Some(json))]);
+        // A new credential there resets it here.
+        assert!(b.merge_peer_health("c1", None).unwrap());
+        assert_eq!(b.health_of("c1"), Health::default());
+        assert!(!b.merge_peer_health("c1", None).unwrap());
+        assert!(b.merge_peer_health("c1", Some("not json")).is_err());
+        // This replica's own change is shared, once.
+        b.clear_cooldowns(&["c2".to_owned()]);
+        let json = serde_json::to_string(&Health::default()).unwrap();
+        let mut short = Health::default();
+        short.rate_limited_until = Some(T0);
+        b.merge_peer_health("c2", Some(&serde_json::to_string(&short).unwrap()))
+            .unwrap();
+        assert_eq!(b.clear_cooldowns(&["c2".to_owned()]), (1, 0, 0));
+        assert_eq!(
+            b.take_shared(),
+            (vec![], vec![("c2".to_owned(), Some(json))])
+        );
+        assert_eq!(b.take_shared(), (vec![], vec![]));
     }
 }

@@ -1,18 +1,20 @@
-//! This replica's breakers shared with the others through Redis (SPEC O6, B6), when the
+//! This replica's breakers and connection health shared with the others through Redis
+//! (SPEC O6, B6), when the
 //! quota counters live there (`quotaStore.driver = redis`: one Redis for what replicas
 //! share at request speed). The request path never waits on it: every
-//! [`SHARE_EVERY`] the breakers this replica's traffic changed are published, and the
+//! [`SHARE_EVERY`] what this replica's traffic changed is published, and the
 //! others' news is taken in as it arrives (which news wins is the core's
 //! `Breaker::merge_peer`; a breaker opened elsewhere leaves its half-open probe to the
-//! replica that opened it). While Redis is unreachable each replica keeps its own
-//! breakers, with a warning, and catches up from the stored states when it is back.
+//! replica that opened it; an account's health is the same whichever replica met it).
+//! While Redis is unreachable each replica keeps its own, with a warning, and catches up
+//! from the stored states when it is back.
 
 use crate::state::AppState;
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::resilience::breaker;
-use switchyard_store::redis_board::{BoardChannel, BreakerNews};
+use switchyard_store::redis_board::{BoardChannel, Kind, News};
 use switchyard_store::redis_counters::RedisStoreError;
 
 /// How often this replica's breaker changes are published: the bound, with Redis's own
@@ -53,16 +55,16 @@ async fn session(
     let channel = BoardChannel::connect(url, prefix).await?;
     let news = channel.subscribe().await?;
     let mut news = std::pin::pin!(news);
-    for (provider, json) in channel.breakers().await? {
-        take_in(
-            state,
-            &BreakerNews {
+    for kind in [Kind::Breaker, Kind::Health] {
+        for (id, json) in channel.latest(kind).await? {
+            let news = News {
                 from: u64::MAX,
-                provider,
+                kind,
+                id,
                 state: Some(json),
-            },
-            me,
-        );
+            };
+            take_in(state, &news, me);
+        }
     }
     tracing::info!("Sharing breakers with the other replicas through Redis.");
     let mut tick = tokio::time::interval(SHARE_EVERY);
@@ -70,15 +72,16 @@ async fn session(
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                let changed = state.runtime.resilience.take_shared();
-                if changed.is_empty() {
-                    continue;
-                }
-                let out: Vec<BreakerNews> = changed
-                    .into_iter()
-                    .map(|(provider, state)| BreakerNews { from: me, provider, state })
+                let (breakers, health) = state.runtime.resilience.take_shared();
+                let news = |kind: Kind, changes: Vec<(String, Option<String>)>| {
+                    changes.into_iter().map(move |(id, state)| News { from: me, kind, id, state })
+                };
+                let out: Vec<News> = news(Kind::Breaker, breakers)
+                    .chain(news(Kind::Health, health))
                     .collect();
-                channel.publish(&out).await?;
+                if !out.is_empty() {
+                    channel.publish(&out).await?;
+                }
             }
             n = news.next() => match n {
                 Some(n) if n.from != me => take_in(state, &n, me),
@@ -101,20 +104,29 @@ fn profile_of(state: &AppState, provider: &str) -> Option<breaker::Profile> {
     Some(snap.settings.resilience.breaker.get(class))
 }
 
-fn take_in(state: &AppState, news: &BreakerNews, me: u64) {
-    let Some(profile) = profile_of(state, &news.provider) else {
-        return;
+fn take_in(state: &AppState, news: &News, me: u64) {
+    let resilience = &state.runtime.resilience;
+    let merged = match news.kind {
+        Kind::Breaker => {
+            let Some(profile) = profile_of(state, &news.id) else {
+                return;
+            };
+            resilience.merge_peer_breaker(&news.id, news.state.as_deref(), &profile, news.from > me)
+        }
+        Kind::Health => {
+            if state.snapshot().catalog.connection(&news.id).is_none() {
+                return;
+            }
+            resilience.merge_peer_health(&news.id, news.state.as_deref())
+        }
     };
-    match state.runtime.resilience.merge_peer_breaker(
-        &news.provider,
-        news.state.as_deref(),
-        &profile,
-        news.from > me,
-    ) {
-        Ok(true) => tracing::info!(provider = %news.provider, "Took in another replica's breaker."),
+    match merged {
+        Ok(true) => {
+            tracing::info!(id = %news.id, kind = ?news.kind, "Took in another replica's news.")
+        }
         Ok(false) => {}
         Err(e) => {
-            tracing::warn!(provider = %news.provider, error = %e, "Ignoring an unreadable breaker from another replica.")
+            tracing::warn!(id = %news.id, kind = ?news.kind, error = %e, "Ignoring unreadable news from another replica.")
         }
     }
 }

@@ -373,9 +373,20 @@ impl<S: BoardStore> Resilience<S> {
         self.store.with(|b| b.load_egress(known));
     }
 
-    /// Breakers this replica changed since the last call, for the other replicas.
-    pub fn take_shared(&self) -> Changes {
+    /// Breakers and connection health this replica changed since the last call, for
+    /// the other replicas.
+    pub fn take_shared(&self) -> (Changes, Changes) {
         self.store.with(Board::take_shared)
+    }
+
+    /// Takes in another replica's news of a connection's health; whether it changed
+    /// this replica's board.
+    pub fn merge_peer_health(
+        &self,
+        connection: &str,
+        state: Option<&str>,
+    ) -> Result<bool, serde_json::Error> {
+        self.store.with(|b| b.merge_peer_health(connection, state))
     }
 
     /// Takes in another replica's news of `provider`'s breaker (SPEC O6, B6); whether it
