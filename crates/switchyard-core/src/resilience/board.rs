@@ -566,7 +566,7 @@ impl Board {
             let health = self.health.entry(peer.clone()).or_default();
             let message = format!("egress {address} shared with {}", at.connection);
             if let Change::Cooled { until, .. } = health.cool_with_peer(until, &message, now) {
-                mark(&mut self.dirty_health, &mut self.shared_health, &peer);
+                mark(&mut self.dirty_health, &mut self.shared_health, peer);
                 events.push(Event::EgressCooled {
                     connection: peer.clone(),
                     from: at.connection.to_owned(),
@@ -644,7 +644,7 @@ impl Board {
                 Some(h) if h.terminal.is_some() => terminal += 1,
                 Some(h) if *h != Health::default() => {
                     h.clear_cooldown();
-                    mark(&mut self.dirty_health, &mut self.shared_health, &id);
+                    mark(&mut self.dirty_health, &mut self.shared_health, id);
                     cleared += 1;
                 }
                 _ => unchanged += 1,
