@@ -253,68 +253,70 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
     {
         return Ok(());
     }
-    let mut rows = store.load_config()?;
-    for p in &d.providers {
-        crate::services::upsert_by(&mut rows.providers, p.clone(), |x| &x.id, &p.id);
-    }
-    let mut conns = Vec::new();
-    for (c, cred) in &d.connections {
-        let kept = rows
-            .connections
-            .iter()
-            .find(|(r, _)| r.id == c.id)
-            .map(|(_, k)| k.clone());
-        let record = c.clone();
-        let effective = cred.clone().or(kept).unwrap_or_default();
-        crate::services::upsert_by(
-            &mut rows.connections,
-            (record.clone(), effective),
-            |x| &x.0.id,
-            &c.id,
-        );
-        conns.push((record, cred.clone()));
-    }
-    for c in &d.combos {
-        crate::services::upsert_by(&mut rows.combos, c.clone(), |x| &x.name, &c.name);
-    }
-    if !d.aliases.is_empty() {
-        rows.aliases = d.aliases.clone();
-    }
-    let mut keys = Vec::new();
-    for (k, secret) in &d.keys {
-        let (mut record, _) = new_key(
-            NewKey {
-                id: Some(k.id.clone()),
-                name: k.name.clone(),
-                scopes: k.scopes.clone(),
-                allowed_connections: k.allowed_connections.clone(),
-                allowed_models: k.allowed_models.clone(),
-                secret: Some(secret.clone()),
-            },
-            now,
-        )
-        .map_err(|m| BootError::Invalid(format!("keys ({}).{m}", k.id)))?;
-        if let Some(existing) = rows.keys.iter().find(|r| r.id == k.id) {
-            record.created_at = existing.created_at;
-            record.revoked_at = existing.revoked_at;
+    // The check and the writes in one transaction: nothing changes in between, even
+    // with several replicas starting at once.
+    store.transact(|b, mut rows| -> Result<(), BootError> {
+        for p in &d.providers {
+            crate::services::upsert_by(&mut rows.providers, p.clone(), |x| &x.id, &p.id);
         }
-        crate::services::upsert_by(&mut rows.keys, record.clone(), |x| &x.id, &k.id);
-        keys.push(record);
-    }
-    for p in &d.quota_plans {
-        crate::services::upsert_by(
-            &mut rows.plans,
-            p.clone(),
-            |x| &x.connection_id,
-            &p.connection_id,
-        );
-    }
-    for p in &d.quota_pools {
-        crate::services::upsert_by(&mut rows.pools, p.clone(), |x| &x.id, &p.id);
-    }
-    Snapshot::build(&rows, &config.layers, &Metrics::new())
-        .map_err(|e| BootError::Invalid(e.to_string()))?;
-    store.batch(|b| {
+        let mut conns = Vec::new();
+        for (c, cred) in &d.connections {
+            let kept = rows
+                .connections
+                .iter()
+                .find(|(r, _)| r.id == c.id)
+                .map(|(_, k)| k.clone());
+            let record = c.clone();
+            let effective = cred.clone().or(kept).unwrap_or_default();
+            crate::services::upsert_by(
+                &mut rows.connections,
+                (record.clone(), effective),
+                |x| &x.0.id,
+                &c.id,
+            );
+            conns.push((record, cred.clone()));
+        }
+        for c in &d.combos {
+            crate::services::upsert_by(&mut rows.combos, c.clone(), |x| &x.name, &c.name);
+        }
+        if !d.aliases.is_empty() {
+            rows.aliases = d.aliases.clone();
+        }
+        let mut keys = Vec::new();
+        for (k, secret) in &d.keys {
+            let (mut record, _) = new_key(
+                NewKey {
+                    id: Some(k.id.clone()),
+                    name: k.name.clone(),
+                    scopes: k.scopes.clone(),
+                    allowed_connections: k.allowed_connections.clone(),
+                    allowed_models: k.allowed_models.clone(),
+                    secret: Some(secret.clone()),
+                },
+                now,
+            )
+            .map_err(|m| BootError::Invalid(format!("keys ({}).{m}", k.id)))?;
+            if let Some(existing) = rows.keys.iter().find(|r| r.id == k.id) {
+                record.created_at = existing.created_at;
+                record.revoked_at = existing.revoked_at;
+            }
+            crate::services::upsert_by(&mut rows.keys, record.clone(), |x| &x.id, &k.id);
+            keys.push(record);
+        }
+        for p in &d.quota_plans {
+            crate::services::upsert_by(
+                &mut rows.plans,
+                p.clone(),
+                |x| &x.connection_id,
+                &p.connection_id,
+            );
+        }
+        for p in &d.quota_pools {
+            crate::services::upsert_by(&mut rows.pools, p.clone(), |x| &x.id, &p.id);
+        }
+        Snapshot::build(&rows, &config.layers, &Metrics::new())
+            .map_err(|e| BootError::Invalid(e.to_string()))?;
+        // Valid: written, in the same transaction.
         for p in &d.providers {
             b.save_provider(p, SaveMode::Upsert, now)?;
         }
@@ -337,8 +339,7 @@ pub fn apply_declared(store: &Store, config: &GatewayConfig, now: u64) -> Result
             b.save_pool(p, SaveMode::Upsert, now)?;
         }
         Ok(())
-    })?;
-    Ok(())
+    })
 }
 
 /// Resolves the admin credential: the operator's (returned as its hash), or a generated

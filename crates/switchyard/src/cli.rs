@@ -374,14 +374,16 @@ fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
                 SystemClock.now_ms(),
             )
             .map_err(anyhow::Error::msg)?;
-            // The same validation every API change passes: the configuration with the
-            // new key must build a snapshot, or nothing is written.
-            let mut rows = store.load_config()?;
-            rows.keys.push(record.clone());
-            Snapshot::build(&rows, &cfg.layers, &Metrics::new()).map_err(|e| {
-                anyhow::anyhow!("the new key would make the configuration invalid: {e}")
+            // The same validation every API change passes, in the same transaction as
+            // the write: the configuration with the new key must build a snapshot, or
+            // nothing is written.
+            store.transact(|batch, mut rows| -> anyhow::Result<()> {
+                rows.keys.push(record.clone());
+                Snapshot::build(&rows, &cfg.layers, &Metrics::new()).map_err(|e| {
+                    anyhow::anyhow!("the new key would make the configuration invalid: {e}")
+                })?;
+                Ok(batch.save_key(&record, SaveMode::Create)?)
             })?;
-            store.save_key(&record, SaveMode::Create)?;
             say(&format!("Created key {} ({}).", record.id, record.name));
             say("Secret (shown only now; store it safely):");
             say(secret.expose_secret());
