@@ -737,3 +737,55 @@ async fn breakers_and_cooldowns_met_through_one_replica_hold_on_the_others() {
     }
     assert_eq!(upstream_calls(&http, mock).await, calls);
 }
+
+#[tokio::test]
+async fn with_redis_cut_each_replica_keeps_its_own_board_and_catches_up_after() {
+    let db = database().await;
+    let redis_server: std::net::SocketAddr = {
+        let url = switchyard_test_support::redis_url();
+        let host = url
+            .trim_start_matches("redis://")
+            .trim_end_matches('/')
+            .to_owned();
+        tokio::net::lookup_host(host).await.unwrap().next().unwrap()
+    };
+    let relay = Relay::start(redis_server).await;
+    let redis = switchyard_test_support::RedisQuotaStore::at(&format!("redis://{}", relay.addr()));
+    let mut env = environment(db.url()).await;
+    env.push(("SWITCHYARD_MIGRATE", "1".to_owned()));
+    for (k, v) in redis.env() {
+        env.push((k, v.to_owned()));
+    }
+    let started = start_all(&env, 2).await;
+    let (a, b, mock) = (&started.urls[0], &started.urls[1], &started.mock);
+    let http = http();
+    let (secret, _) = seed(&http, a, mock).await;
+    until_status(&http, b, &secret, 200).await;
+
+    // Redis is cut: A meets a 429 and cools the account; B cannot hear of it, and
+    // both keep serving from their own boards.
+    relay.cut();
+    let r = http
+        .post(format!("{mock}/_mock/rules"))
+        .json(&json!({"times": 1, "match": {"credential": "cred-alpha"}, "status": 429}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(chat(&http, a, &secret).await, 429);
+    assert_eq!(alpha_1(&http, a).await, "cooling");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(alpha_1(&http, b).await, "active");
+
+    // Redis is back: A's change, kept while it could not be published, reaches B.
+    relay.restore();
+    let t0 = Instant::now();
+    while alpha_1(&http, b).await != "cooling" {
+        assert!(
+            t0.elapsed() < PATIENCE,
+            "B did not catch up with A's cooldown"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("B caught up {:?} after Redis came back", t0.elapsed());
+}

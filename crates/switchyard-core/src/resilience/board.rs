@@ -796,6 +796,14 @@ impl Board {
         )
     }
 
+    /// Marks changes whose publishing failed for publishing again.
+    pub fn requeue_shared(&mut self, breakers: &Changes, health: &Changes) {
+        self.shared_breakers
+            .extend(breakers.iter().map(|(id, _)| id.clone()));
+        self.shared_health
+            .extend(health.iter().map(|(id, _)| id.clone()));
+    }
+
     /// Takes in another replica's news of a connection's health (an account's state is
     /// the same whichever replica met it): it replaces this replica's, and `None` (a new
     /// credential there) resets it. News arrive in the order the shared channel carried
@@ -805,6 +813,10 @@ impl Board {
         connection: &str,
         state: Option<&str>,
     ) -> Result<bool, serde_json::Error> {
+        if self.shared_health.contains(connection) {
+            // This replica's own change, not published yet, is newer news.
+            return Ok(false);
+        }
         let taken = match state {
             None => self.health.remove(connection).is_some(),
             Some(json) => {
@@ -1061,10 +1073,14 @@ mod tests {
         b.merge_peer_health("c2", Some(&serde_json::to_string(&short).unwrap()))
             .unwrap();
         assert_eq!(b.clear_cooldowns(&["c2".to_owned()]), (1, 0, 0));
-        assert_eq!(
-            b.take_shared(),
-            (vec![], vec![("c2".to_owned(), Some(json))])
-        );
+        let shared = b.take_shared();
+        assert_eq!(shared, (vec![], vec![("c2".to_owned(), Some(json))]));
         assert_eq!(b.take_shared(), (vec![], vec![]));
+        // Not published (Redis was down): kept for the next time, and while it waits,
+        // older news of the same account does not overwrite it.
+        b.requeue_shared(&shared.0, &shared.1);
+        let stale = serde_json::to_string(&short).unwrap();
+        assert!(!b.merge_peer_health("c2", Some(&stale)).unwrap());
+        assert_eq!(b.take_shared(), shared);
     }
 }

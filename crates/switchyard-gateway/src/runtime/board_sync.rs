@@ -73,14 +73,15 @@ async fn session(
         tokio::select! {
             _ = tick.tick() => {
                 let (breakers, health) = state.runtime.resilience.take_shared();
-                let news = |kind: Kind, changes: Vec<(String, Option<String>)>| {
-                    changes.into_iter().map(move |(id, state)| News { from: me, kind, id, state })
-                };
-                let out: Vec<News> = news(Kind::Breaker, breakers)
-                    .chain(news(Kind::Health, health))
+                let out: Vec<News> = outgoing(me, Kind::Breaker, &breakers)
+                    .chain(outgoing(me, Kind::Health, &health))
                     .collect();
                 if !out.is_empty() {
-                    channel.publish(&out).await?;
+                    if let Err(e) = channel.publish(&out).await {
+                        // Published at the next connection instead.
+                        state.runtime.resilience.requeue_shared(&breakers, &health);
+                        return Err(e);
+                    }
                 }
             }
             n = news.next() => match n {
@@ -90,6 +91,20 @@ async fn session(
             },
         }
     }
+}
+
+/// This replica's `changes` of `kind`, as news.
+fn outgoing<'a>(
+    me: u64,
+    kind: Kind,
+    changes: &'a [(String, Option<String>)],
+) -> impl Iterator<Item = News> + 'a {
+    changes.iter().map(move |(id, state)| News {
+        from: me,
+        kind,
+        id: id.clone(),
+        state: state.clone(),
+    })
 }
 
 /// The breaker profile of `provider`: its first connection's auth class.

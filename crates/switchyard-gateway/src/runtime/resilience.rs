@@ -379,6 +379,11 @@ impl<S: BoardStore> Resilience<S> {
         self.store.with(Board::take_shared)
     }
 
+    /// Marks changes whose publishing failed for publishing again.
+    pub fn requeue_shared(&self, breakers: &Changes, health: &Changes) {
+        self.store.with(|b| b.requeue_shared(breakers, health));
+    }
+
     /// Takes in another replica's news of a connection's health; whether it changed
     /// this replica's board.
     pub fn merge_peer_health(
