@@ -229,10 +229,14 @@ async fn logged(http: &reqwest::Client, base: &str, id: &str) -> usize {
 
 async fn until_logged(http: &reqwest::Client, base: &str, id: &str, want: usize) {
     let t0 = Instant::now();
-    while logged(http, base, id).await != want {
+    loop {
+        let seen = logged(http, base, id).await;
+        if seen == want {
+            return;
+        }
         assert!(
             t0.elapsed() < PATIENCE,
-            "{base} did not show {want} logged requests of {id}"
+            "{base} showed {seen} logged requests of {id}, not {want}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
