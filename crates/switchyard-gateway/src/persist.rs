@@ -153,7 +153,7 @@ async fn flush_pins(state: &Parts) {
             state.runtime.affinity.requeue(rows);
         }
     }
-    if state.store.backend() == "postgres" && ttl > 0 {
+    if state.store.is_shared() && ttl > 0 {
         merge_pins(state, now).await;
     }
 }

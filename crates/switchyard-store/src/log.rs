@@ -566,7 +566,7 @@ mod tests {
             s.insert_log_batch(&rows).unwrap();
             // SQLite's commit is never lost in transit, so a batch is never retried
             // after it landed; PostgreSQL's answer can be.
-            let want = if s.backend() == "postgres" { 3 } else { 6 };
+            let want = if s.is_shared() { 3 } else { 6 };
             assert_eq!(s.log_size().unwrap().rows, want);
         });
     }

@@ -113,12 +113,10 @@ impl Store {
         Ok(store)
     }
 
-    /// Which database this store is on: `sqlite` or `postgres`.
-    pub fn backend(&self) -> &'static str {
-        match self.db {
-            Db::Sqlite(_) => "sqlite",
-            Db::Postgres(_) => "postgres",
-        }
+    /// Whether several replicas may share this database (PostgreSQL): what they write,
+    /// others read.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.db, Db::Postgres(_))
     }
 
     /// Runs `f` on a consistent view of the database (one read transaction).

@@ -18,7 +18,7 @@ use common::start;
 use serde_json::{json, Value};
 use std::time::Duration;
 use switchyard_store::postgres::scratch::Database;
-use switchyard_test_support::Relay;
+use switchyard_test_support::{eventually, Relay};
 use tokio::process::Child;
 use tokio::time::Instant;
 
@@ -249,8 +249,7 @@ async fn until_leases(http: &reqwest::Client, base: &str, want: usize) {
 
 /// Waits until `base`'s list at `path` has `want` entries.
 async fn until_listed(http: &reqwest::Client, base: &str, path: &str, want: usize) {
-    let t0 = Instant::now();
-    loop {
+    eventually(&format!("{base}{path} lists {want}"), || async {
         let (s, list) = admin(
             http,
             reqwest::Method::GET,
@@ -259,15 +258,9 @@ async fn until_listed(http: &reqwest::Client, base: &str, path: &str, want: usiz
         )
         .await;
         assert_eq!(s, 200);
-        if list.as_array().map(Vec::len) == Some(want) {
-            return;
-        }
-        assert!(
-            t0.elapsed() < PATIENCE,
-            "{base}{path} did not list {want}: {list}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        list.as_array().map(Vec::len) == Some(want)
+    })
+    .await;
 }
 
 fn http() -> reqwest::Client {
@@ -666,10 +659,10 @@ async fn breakers_and_cooldowns_met_through_one_replica_hold_on_the_others() {
     assert_eq!(chat(&http, a, &secret).await, 429);
     let t0 = Instant::now();
     for base in [b, c] {
-        while alpha_1(&http, base).await != "cooling" {
-            assert!(t0.elapsed() < PATIENCE, "{base} did not cool alpha-1");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(&format!("{base} cools alpha-1"), || async {
+            alpha_1(&http, base).await == "cooling"
+        })
+        .await;
     }
     eprintln!(
         "A's 429 cooled alpha-1 on B and C within {:?}",
@@ -713,13 +706,10 @@ async fn breakers_and_cooldowns_met_through_one_replica_hold_on_the_others() {
     }
     let t0 = Instant::now();
     for base in [b, c] {
-        while alpha_breaker(&http, base).await != "OPEN" {
-            assert!(
-                t0.elapsed() < PATIENCE,
-                "{base} did not open alpha's breaker"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        eventually(&format!("{base} opens alpha's breaker"), || async {
+            alpha_breaker(&http, base).await == "OPEN"
+        })
+        .await;
     }
     eprintln!(
         "A opened alpha's breaker after {sent} failures; B and C had it open {:?} later",
@@ -784,12 +774,9 @@ async fn with_redis_cut_each_replica_keeps_its_own_board_and_catches_up_after() 
     // Redis is back: A's change, kept while it could not be published, reaches B.
     relay.restore();
     let t0 = Instant::now();
-    while alpha_1(&http, b).await != "cooling" {
-        assert!(
-            t0.elapsed() < PATIENCE,
-            "B did not catch up with A's cooldown"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("B catches up with A's cooldown", || async {
+        alpha_1(&http, b).await == "cooling"
+    })
+    .await;
     eprintln!("B caught up {:?} after Redis came back", t0.elapsed());
 }

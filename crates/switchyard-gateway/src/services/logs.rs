@@ -126,7 +126,7 @@ pub async fn search(state: &AppState, search: LogSearch) -> Result<LogPage, ApiE
 /// requests (those still in a replica's writer show a fraction of a second later).
 pub async fn last_hour(state: &AppState) -> Result<Vec<SeriesRow>, ApiError> {
     let since = state.clock.now_ms().saturating_sub(HOUR_MS);
-    if state.store.backend() == "postgres" {
+    if state.store.is_shared() {
         return Ok(Arc::clone(&state.logs)
             .series(since - since % MINUTE_MS, MINUTE_MS)
             .await?);
