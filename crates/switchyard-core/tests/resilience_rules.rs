@@ -1301,6 +1301,7 @@ fn a_local_breaker_opens_at_two_provider_failures_and_an_account_answer_to_its_p
             state: breaker::State::Closed,
             failures: 0,
             probe_in_ms: None,
+            cooling_ms: None,
         }]
     );
     assert_eq!(admit(&mut board, &local("l-4"), reset + 6), Ok(Cleared::Go));

@@ -1,46 +1,50 @@
 //! The resilience board shared through Redis (SPEC O6, B6): each replica publishes the
-//! breakers and connection health its own traffic (or an operator) changed on the
-//! channel `<prefix>:board` and keeps the latest state of each in the hashes
-//! `<prefix>:board:breakers` and `<prefix>:board:health`, which a replica reads when it
-//! (re)connects; every replica takes in the others' changes. What a change means, and
-//! which one wins, is the core's (`Breaker::merge_peer`, `Board::merge_peer_health`);
-//! this module only carries them.
+//! breakers, connection health, model locks and provider cooldowns its own traffic (or
+//! an operator) changed on the channel `<prefix>:board` and keeps the latest state of
+//! each in one hash per topic (`<prefix>:board:breakers`, `…:health`, `…:locks`,
+//! `…:provider_cooldowns`), which a replica reads when it (re)connects; every replica
+//! takes in the others' changes. What a change means, and which one wins, is the core's
+//! (`Breaker::merge_peer`, `Board::merge_peer_*`); this module only carries them.
 
 use crate::redis_counters::{manager, within, RedisStoreError};
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use switchyard_core::resilience::board::Topic;
 
 /// How long a command's answer may take.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// What a piece of news is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// A provider's breaker.
-    Breaker,
-    /// A connection's (an account's) health.
-    Health,
-}
+/// Deletes each `(field, value)` of the hash `KEYS[1]` given in `ARGV` whose value is
+/// still that value; answers how many it deleted.
+const FORGET_IF_SAME: &str = r"
+local n = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    n = n + redis.call('HDEL', KEYS[1], ARGV[i])
+  end
+end
+return n
+";
 
-impl Kind {
-    fn hash(self) -> &'static str {
-        match self {
-            Self::Breaker => "breakers",
-            Self::Health => "health",
-        }
+/// The hash holding the latest state of `topic`'s entries, under the board's name.
+fn hash_name(topic: Topic) -> &'static str {
+    match topic {
+        Topic::Breaker => "breakers",
+        Topic::Health => "health",
+        Topic::Lock => "locks",
+        Topic::ProviderCooldown => "provider_cooldowns",
     }
 }
 
-/// One replica's change of one breaker or connection health, as carried.
+/// One replica's change of one entry of the board, as carried.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct News {
     /// The replica that changed it (a random id per process).
     pub from: u64,
-    pub kind: Kind,
-    /// The provider (a breaker) or the connection (health).
+    pub kind: Topic,
+    /// The entry (see [`Topic`]).
     pub id: String,
     /// The state as JSON, or `None` when it was reset.
     pub state: Option<String>,
@@ -75,8 +79,8 @@ impl BoardChannel {
         })
     }
 
-    fn hash(&self, kind: Kind) -> String {
-        format!("{}:board:{}", self.prefix, kind.hash())
+    fn hash(&self, topic: Topic) -> String {
+        format!("{}:board:{}", self.prefix, hash_name(topic))
     }
 
     /// Publishes `news` and records each entry's latest state, in one round trip.
@@ -97,10 +101,30 @@ impl BoardChannel {
         Ok(())
     }
 
-    /// The latest state of every entry of `kind`: `(id, JSON)`.
-    pub async fn latest(&self, kind: Kind) -> Result<Vec<(String, String)>, RedisStoreError> {
+    /// The latest state of every entry of `topic`: `(id, JSON)`.
+    pub async fn latest(&self, topic: Topic) -> Result<Vec<(String, String)>, RedisStoreError> {
         let mut conn = self.conn.clone();
-        Ok(conn.hgetall(self.hash(kind)).await?)
+        Ok(conn.hgetall(self.hash(topic)).await?)
+    }
+
+    /// Removes entries of `topic` from the stored states, each only if its state is still
+    /// the one given (another replica may have written a newer one since it was read):
+    /// `(id, JSON)`. Returns how many went.
+    pub async fn forget(
+        &self,
+        topic: Topic,
+        entries: &[(String, String)],
+    ) -> Result<u64, RedisStoreError> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let script = redis::Script::new(FORGET_IF_SAME);
+        let mut call = script.key(self.hash(topic));
+        for (id, state) in entries {
+            call.arg(id).arg(state);
+        }
+        let mut conn = self.conn.clone();
+        Ok(call.invoke_async(&mut conn).await?)
     }
 
     /// The news of every replica, from now on; the stream ends when the connection is

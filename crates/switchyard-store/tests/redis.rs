@@ -333,3 +333,45 @@ async fn consumption_slides_out_of_the_window_and_the_counter_forgets_it() {
     assert_eq!(peek().await, (4.0, 4.0));
     s.clear().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_board_keeps_each_entry_s_latest_state_and_forgets_only_what_it_was_told() {
+    use switchyard_core::resilience::board::Topic;
+    use switchyard_store::redis_board::{BoardChannel, News};
+    let url = std::env::var("SWITCHYARD_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let prefix = format!("sytest-{:016x}", rand::random::<u64>());
+    let board = BoardChannel::connect(&url, &prefix)
+        .await
+        .unwrap_or_else(|e| panic!("Redis at {url} is needed for this test: {e}"));
+    let news = |id: &str, state: Option<&str>| News {
+        from: 7,
+        kind: Topic::Lock,
+        id: id.to_owned(),
+        state: state.map(str::to_owned),
+    };
+    board
+        .publish(&[
+            news("a", Some("1")),
+            news("b", Some("1")),
+            news("b", Some("2")),
+            news("c", Some("1")),
+            news("c", None),
+        ])
+        .await
+        .unwrap();
+    let mut latest = board.latest(Topic::Lock).await.unwrap();
+    latest.sort();
+    assert_eq!(latest, [("a".into(), "1".into()), ("b".into(), "2".into())]);
+    assert_eq!(board.latest(Topic::Breaker).await.unwrap(), []);
+    // `b` changed since it was read as "1": it stays.
+    let gone = board
+        .forget(Topic::Lock, &[("a".into(), "1".into()), ("b".into(), "1".into())])
+        .await
+        .unwrap();
+    assert_eq!(gone, 1);
+    assert_eq!(
+        board.latest(Topic::Lock).await.unwrap(),
+        [("b".to_owned(), "2".to_owned())]
+    );
+}

@@ -627,8 +627,47 @@ async fn upstream_calls(http: &reqwest::Client, mock: &str) -> u64 {
     stats["by_credential"]["cred-alpha"].as_u64().unwrap_or(0)
 }
 
+/// A request to `base` the gateway refuses without calling the upstream: its status and
+/// error code, or the reason that excluded alpha's one connection when it says.
+async fn refused(http: &reqwest::Client, base: &str, secret: &str) -> (u16, String) {
+    let r = http
+        .post(format!("{base}/v1/chat/completions"))
+        .bearer_auth(secret)
+        .json(
+            &json!({"model": "alpha/mock-small", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap();
+    let excluded = &body["error"]["diagnostics"]["excluded"][0]["reason"];
+    let reason = excluded
+        .as_str()
+        .or(body["error"]["code"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    (status, reason)
+}
+
+/// Sets the mock's rule for alpha's credential: `times` answers of `status` (every
+/// answer when `None`).
+async fn alpha_answers(http: &reqwest::Client, mock: &str, status: u16, times: Option<u32>) {
+    let mut rule = json!({"match": {"credential": "cred-alpha"}, "status": status});
+    if let Some(n) = times {
+        rule["times"] = json!(n);
+    }
+    let r = http
+        .post(format!("{mock}/_mock/rules"))
+        .json(&rule)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
 #[tokio::test]
-async fn breakers_and_cooldowns_met_through_one_replica_hold_on_the_others() {
+async fn breakers_cooldowns_and_locks_met_through_one_replica_hold_on_the_others() {
     let db = database().await;
     let redis = switchyard_test_support::RedisQuotaStore::unique();
     let mut env = environment(db.url()).await;
@@ -645,6 +684,15 @@ async fn breakers_and_cooldowns_met_through_one_replica_hold_on_the_others() {
     );
     let http = http();
     let (secret, _) = seed(&http, a, mock).await;
+    // A breaker lets its first probe through after 4 s.
+    let (s, _) = admin(
+        &http,
+        reqwest::Method::PUT,
+        format!("{a}/api/settings/breaker.apiKey.resetMs"),
+        json!({"value": 4_000}),
+    )
+    .await;
+    assert_eq!(s, 200);
     until_status(&http, c, &secret, 200).await;
 
     // The account answers A once with a 429: A cools it, and so do B and C (it is the
@@ -689,14 +737,79 @@ async fn breakers_and_cooldowns_met_through_one_replica_hold_on_the_others() {
     assert_eq!(s, 200);
     until_status(&http, c, &secret, 200).await;
 
+    // With model lockout on, a 404 through A locks the model on the account: B and C
+    // refuse it without calling, and re-enabled through C it serves on A again.
+    let (s, _) = admin(
+        &http,
+        reqwest::Method::PATCH,
+        format!("{b}/api/resilience"),
+        json!({"modelLockout": {"enabled": true}}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let t0 = Instant::now();
+    eventually("A turns model lockout on", || async {
+        let (_, view) = admin(
+            &http,
+            reqwest::Method::GET,
+            format!("{a}/api/resilience"),
+            Value::Null,
+        )
+        .await;
+        view["modelLockout"]["enabled"] == true
+    })
+    .await;
+    eprintln!(
+        "B's settings change was in force on A within {:?}",
+        t0.elapsed()
+    );
+    alpha_answers(&http, mock, 404, Some(1)).await;
+    assert_eq!(chat(&http, a, &secret).await, 404);
+    let calls = upstream_calls(&http, mock).await;
+    let t0 = Instant::now();
+    for base in [b, c] {
+        eventually(&format!("{base} holds A's model lock"), || async {
+            let (_, locks) = admin(
+                &http,
+                reqwest::Method::GET,
+                format!("{base}/api/resilience/model-cooldowns"),
+                Value::Null,
+            )
+            .await;
+            locks.as_array().is_some_and(|l| l.len() == 1)
+        })
+        .await;
+    }
+    eprintln!("A's model lock held on B and C within {:?}", t0.elapsed());
+    for base in [b, c] {
+        assert_eq!(
+            refused(&http, base, &secret).await,
+            (503, "model_lockout".to_owned())
+        );
+    }
+    assert_eq!(upstream_calls(&http, mock).await, calls);
+    let (s, cleared) = admin(
+        &http,
+        reqwest::Method::DELETE,
+        format!("{c}/api/resilience/model-cooldowns"),
+        json!({"provider": "alpha", "connection": "alpha-1", "model": "mock-small"}),
+    )
+    .await;
+    assert_eq!((s, cleared), (200, json!({"cleared": 1})));
+    until_status(&http, a, &secret, 200).await;
+    until_status(&http, b, &secret, 200).await;
+    // Lockout off again, so the failures below reach the breaker.
+    let (s, _) = admin(
+        &http,
+        reqwest::Method::PATCH,
+        format!("{a}/api/resilience"),
+        json!({"modelLockout": {"enabled": false}}),
+    )
+    .await;
+    assert_eq!(s, 200);
+
     // alpha fails; only A's traffic sees it, until A's breaker opens.
-    let r = http
-        .post(format!("{mock}/_mock/rules"))
-        .json(&json!({"match": {"credential": "cred-alpha"}, "status": 503}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    alpha_answers(&http, mock, 503, None).await;
     let mut sent = 0;
     while alpha_breaker(&http, a).await != "OPEN" {
         // The upstream's 503, relayed as the gateway's 502.
@@ -730,6 +843,104 @@ async fn breakers_and_cooldowns_met_through_one_replica_hold_on_the_others() {
         assert_eq!(body["error"]["code"], "provider_circuit_open", "{body}");
     }
     assert_eq!(upstream_calls(&http, mock).await, calls);
+
+    // alpha recovers. When A's breaker lets a probe through, the probe is A's alone: B
+    // and C leave it to the replica that opened the breaker and keep refusing without
+    // calling, until A's probe closes the breaker everywhere.
+    let r = http
+        .delete(format!("{mock}/_mock/rules"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    eventually("A's breaker half-opens", || async {
+        alpha_breaker(&http, a).await == "HALF_OPEN"
+    })
+    .await;
+    for base in [b, c] {
+        assert_eq!(
+            refused(&http, base, &secret).await,
+            (503, "provider_circuit_open".to_owned()),
+            "{base}"
+        );
+    }
+    assert_eq!(upstream_calls(&http, mock).await, calls);
+    assert_eq!(chat(&http, a, &secret).await, 200);
+    assert_eq!(upstream_calls(&http, mock).await, calls + 1);
+    let t0 = Instant::now();
+    for base in [b, c] {
+        eventually(&format!("{base} closes alpha's breaker"), || async {
+            alpha_breaker(&http, base).await == "CLOSED"
+        })
+        .await;
+    }
+    eprintln!(
+        "A's probe closed alpha's breaker on B and C within {:?}",
+        t0.elapsed()
+    );
+    until_status(&http, c, &secret, 200).await;
+
+    // With the provider cooldown on (one provider-level failure cools alpha for a
+    // minute), a 503 through A cools alpha on B and C; reset through B, it serves on A.
+    let (s, _) = admin(
+        &http,
+        reqwest::Method::PATCH,
+        format!("{a}/api/resilience"),
+        json!({"providerCooldown": {"enabled": true, "apiKey": {"failureThreshold": 1, "cooldownMs": 60_000}}}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    eventually("C turns the provider cooldown on", || async {
+        let (_, view) = admin(
+            &http,
+            reqwest::Method::GET,
+            format!("{c}/api/resilience"),
+            Value::Null,
+        )
+        .await;
+        view["providerCooldown"]["enabled"] == true
+    })
+    .await;
+    alpha_answers(&http, mock, 503, Some(1)).await;
+    assert_eq!(chat(&http, a, &secret).await, 502);
+    let calls = upstream_calls(&http, mock).await;
+    let t0 = Instant::now();
+    for base in [b, c] {
+        eventually(&format!("{base} holds A's provider cooldown"), || async {
+            let (_, health) = admin(
+                &http,
+                reqwest::Method::GET,
+                format!("{base}/api/monitoring/health"),
+                Value::Null,
+            )
+            .await;
+            health["breakers"][0]["cooling_ms"]
+                .as_u64()
+                .is_some_and(|ms| ms > 50_000)
+        })
+        .await;
+    }
+    eprintln!(
+        "A's provider cooldown held on B and C within {:?}",
+        t0.elapsed()
+    );
+    for base in [b, c] {
+        assert_eq!(
+            refused(&http, base, &secret).await,
+            (503, "provider_cooldown".to_owned())
+        );
+    }
+    assert_eq!(upstream_calls(&http, mock).await, calls);
+    let (s, _) = admin(
+        &http,
+        reqwest::Method::POST,
+        format!("{b}/api/resilience/reset"),
+        json!({"provider": "alpha"}),
+    )
+    .await;
+    assert_eq!(s, 200);
+    until_status(&http, a, &secret, 200).await;
+    until_status(&http, c, &secret, 200).await;
 }
 
 #[tokio::test]

@@ -20,7 +20,9 @@ use crate::domain::AuthClass;
 use crate::routing::Reason;
 use crate::settings::ResilienceSettings;
 use crate::UnixMillis;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 
 /// An attempt's place on the board: its connection, provider family and model.
 #[derive(Debug, Clone, Copy)]
@@ -131,10 +133,88 @@ pub struct BreakerStatus {
     /// How long until the breaker lets a probe through: the time left while it is open,
     /// `0` when half-open (a probe may go now), `None` while it serves.
     pub probe_in_ms: Option<u64>,
+    /// How long the provider's cooldown (the time-window gate's or a rule's, SPEC R2,
+    /// R13) still holds; `None` when it is not cooling.
+    pub cooling_ms: Option<u64>,
 }
 
 /// Entries changed since the last write: `(id, JSON or None when gone)`.
 pub type Changes = Vec<(String, Option<String>)>;
+
+/// What a change shared with the other replicas is about (SPEC O6, B6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Topic {
+    /// A provider's breaker; the id is the provider.
+    Breaker,
+    /// A connection's (an account's) health, terminal states included; the id is the
+    /// connection.
+    Health,
+    /// A model lock (SPEC R5, R13); the id is the [`LockKey`] as JSON.
+    Lock,
+    /// A provider cooldown, the time-window gate's or a rule's (SPEC R2, R13); the id is
+    /// the provider and the state the time it ends.
+    ProviderCooldown,
+}
+
+impl Topic {
+    pub const ALL: [Self; 4] = [
+        Self::Breaker,
+        Self::Health,
+        Self::Lock,
+        Self::ProviderCooldown,
+    ];
+}
+
+/// One change this replica made, for the other replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shared {
+    pub topic: Topic,
+    pub id: String,
+    /// The state as JSON, or `None` when it is gone (reset, cleared, run down).
+    pub state: Option<String>,
+}
+
+/// Most changes kept for the other replicas per topic while they cannot be published
+/// (Redis lost): beyond it further changes reach the others only through their own
+/// traffic.
+pub const MAX_UNSHARED: usize = 100_000;
+
+/// Ids changed since they were last taken for the other replicas; nothing is kept
+/// unless the board is shared ([`Board::share`]).
+#[derive(Debug)]
+struct Outbox<K> {
+    on: bool,
+    ids: HashSet<K>,
+}
+
+impl<K> Default for Outbox<K> {
+    fn default() -> Self {
+        Self {
+            on: false,
+            ids: HashSet::new(),
+        }
+    }
+}
+
+impl<K: Eq + Hash> Outbox<K> {
+    fn note(&mut self, id: K) {
+        if self.on && self.ids.len() < MAX_UNSHARED {
+            self.ids.insert(id);
+        }
+    }
+
+    fn contains<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        self.ids.contains(id)
+    }
+
+    fn take(&mut self) -> HashSet<K> {
+        std::mem::take(&mut self.ids)
+    }
+}
 
 /// Every resilience state; see the module docs. Its maps are bounded by the
 /// configuration (providers, connections) and the lockout's own bound.
@@ -156,11 +236,12 @@ pub struct Board {
     egress: HashMap<String, Egress>,
     dirty_breakers: HashSet<String>,
     dirty_health: HashSet<String>,
-    /// Breakers and connection health changed by this replica's own traffic or
-    /// operators since the last [`Board::take_shared`], for the other replicas (SPEC
-    /// O6, B6).
-    shared_breakers: HashSet<String>,
-    shared_health: HashSet<String>,
+    /// What this replica's own traffic or operators changed since the last
+    /// [`Board::take_shared`], for the other replicas (SPEC O6, B6).
+    shared_breakers: Outbox<String>,
+    shared_health: Outbox<String>,
+    shared_locks: Outbox<LockKey>,
+    shared_cooldowns: Outbox<String>,
 }
 
 fn gate_profile(s: &ResilienceSettings, class: AuthClass) -> provider_cooldown::Profile {
@@ -343,8 +424,12 @@ impl Board {
         now: UnixMillis,
         events: &mut Vec<Event>,
     ) {
-        self.lockouts
-            .on_success(at.provider, at.connection, at.model);
+        for key in self
+            .lockouts
+            .on_success(at.provider, at.connection, at.model)
+        {
+            self.shared_locks.note(key);
+        }
         if let Some(g) = self.gates.get_mut(at.provider) {
             g.on_success();
         }
@@ -418,6 +503,7 @@ impl Board {
                 )
             };
             if let Some((key, lock)) = locked {
+                self.shared_locks.note(key.clone());
                 events.push(Event::ModelLocked {
                     key,
                     lock,
@@ -434,6 +520,7 @@ impl Board {
             // Never shortened by a later, shorter one.
             if until > *held {
                 *held = until;
+                self.shared_cooldowns.note(at.provider.to_owned());
                 events.push(Event::ProviderCooled {
                     provider: at.provider.to_owned(),
                     until,
@@ -447,6 +534,7 @@ impl Board {
                 let p = gate_profile(settings, at.auth_class);
                 let gate = self.gates.entry(at.provider.to_owned()).or_default();
                 if let Some(until) = gate.on_failure(&p, now) {
+                    self.shared_cooldowns.note(at.provider.to_owned());
                     events.push(Event::ProviderCooled {
                         provider: at.provider.to_owned(),
                         until,
@@ -595,9 +683,18 @@ impl Board {
             self.breakers.remove(id);
             mark(&mut self.dirty_breakers, &mut self.shared_breakers, id);
         }
-        self.gates.retain(|p, _| provider.is_some_and(|x| x != p));
-        self.provider_holds
-            .retain(|p, _| provider.is_some_and(|x| x != p));
+        let cooled: HashSet<String> = self
+            .gates
+            .keys()
+            .chain(self.provider_holds.keys())
+            .filter(|p| provider.is_none_or(|x| x == p.as_str()))
+            .cloned()
+            .collect();
+        for p in cooled {
+            self.gates.remove(&p);
+            self.provider_holds.remove(&p);
+            self.shared_cooldowns.note(p);
+        }
         self.warming.retain(|k, _| {
             provider.is_some_and(|x| k.strip_prefix("provider:") != Some(x))
                 && (provider.is_some() || !k.starts_with("provider:"))
@@ -605,14 +702,30 @@ impl Board {
         ids.len()
     }
 
-    /// Every provider with a breaker at `now`, read with each provider's profile (of its
-    /// auth class, `class_of`, in `profiles`), sorted by provider.
+    /// Every provider with a breaker or a running cooldown at `now`, read with each
+    /// provider's profile (of its auth class, `class_of`, in `profiles`), sorted by
+    /// provider.
     pub fn breakers(
         &mut self,
         profiles: &breaker::Profiles,
         class_of: impl Fn(&str) -> AuthClass,
         now: UnixMillis,
     ) -> Vec<BreakerStatus> {
+        let cooling: HashMap<&String, u64> = self
+            .provider_holds
+            .iter()
+            .map(|(p, t)| (p, *t))
+            .chain(
+                self.gates
+                    .iter()
+                    .filter_map(|(p, g)| Some((p, g.cooled_until(now)?))),
+            )
+            .filter(|(_, t)| *t > now)
+            .fold(HashMap::new(), |mut m, (p, t)| {
+                let left = m.entry(p).or_insert(0);
+                *left = (*left).max(t - now);
+                m
+            });
         let mut out: Vec<BreakerStatus> = self
             .breakers
             .iter_mut()
@@ -628,9 +741,21 @@ impl Board {
                         breaker::State::HalfOpen => Some(0),
                         breaker::State::Closed | breaker::State::Degraded => None,
                     },
+                    cooling_ms: cooling.get(p).copied(),
                 }
             })
             .collect();
+        for (p, left) in &cooling {
+            if !self.breakers.contains_key(*p) {
+                out.push(BreakerStatus {
+                    provider: (*p).clone(),
+                    state: breaker::State::Closed,
+                    failures: 0,
+                    probe_in_ms: None,
+                    cooling_ms: Some(*left),
+                });
+            }
+        }
         out.sort_by(|a, b| a.provider.cmp(&b.provider));
         out
     }
@@ -666,7 +791,12 @@ impl Board {
 
     /// Removes model locks matching `matches`; returns how many.
     pub fn clear_locks(&mut self, matches: impl FnMut(&LockKey) -> bool) -> usize {
-        self.lockouts.clear(matches)
+        let removed = self.lockouts.clear(matches);
+        let n = removed.len();
+        for key in removed {
+            self.shared_locks.note(key);
+        }
+        n
     }
 
     /// The egress buckets with more than nothing in them at `now`, by family and
@@ -786,22 +916,105 @@ impl Board {
         self.egress.extend(rows);
     }
 
+    /// Shares this board with other replicas: from now on what this replica changes is
+    /// kept for [`Board::take_shared`].
+    pub fn share(&mut self) {
+        self.shared_breakers.on = true;
+        self.shared_health.on = true;
+        self.shared_locks.on = true;
+        self.shared_cooldowns.on = true;
+    }
+
     /// What this replica changed since the last call (by its traffic, or an operator's
-    /// reset or clear), for the other replicas: `(breakers, health)`, each `(id, JSON,
-    /// or None when reset)`.
-    pub fn take_shared(&mut self) -> (Changes, Changes) {
-        (
-            rows(std::mem::take(&mut self.shared_breakers), &self.breakers),
-            rows(std::mem::take(&mut self.shared_health), &self.health),
-        )
+    /// reset or clear), for the other replicas.
+    pub fn take_shared(&mut self) -> Vec<Shared> {
+        let mut out = Vec::new();
+        let mut push = |topic, id, state| out.push(Shared { topic, id, state });
+        for (id, state) in rows(self.shared_breakers.take(), &self.breakers) {
+            push(Topic::Breaker, id, state);
+        }
+        for (id, state) in rows(self.shared_health.take(), &self.health) {
+            push(Topic::Health, id, state);
+        }
+        for key in self.shared_locks.take() {
+            let state = self
+                .lockouts
+                .get(&key)
+                .and_then(|l| serde_json::to_string(l).ok());
+            if let Ok(id) = serde_json::to_string(&key) {
+                push(Topic::Lock, id, state);
+            }
+        }
+        for provider in self.shared_cooldowns.take() {
+            let until = self.cooldown_end(&provider).map(|t| t.to_string());
+            push(Topic::ProviderCooldown, provider, until);
+        }
+        out
+    }
+
+    /// When `provider`'s cooldown, the gate's or a rule's, ends (or ended).
+    fn cooldown_end(&self, provider: &str) -> Option<UnixMillis> {
+        let gate = self.gates.get(provider).and_then(|g| g.last_cooldown_end());
+        gate.max(self.provider_holds.get(provider).copied())
     }
 
     /// Marks changes whose publishing failed for publishing again.
-    pub fn requeue_shared(&mut self, breakers: &Changes, health: &Changes) {
-        self.shared_breakers
-            .extend(breakers.iter().map(|(id, _)| id.clone()));
-        self.shared_health
-            .extend(health.iter().map(|(id, _)| id.clone()));
+    pub fn requeue_shared(&mut self, changes: &[Shared]) {
+        for c in changes {
+            match c.topic {
+                Topic::Breaker => self.shared_breakers.note(c.id.clone()),
+                Topic::Health => self.shared_health.note(c.id.clone()),
+                Topic::Lock => {
+                    if let Ok(key) = serde_json::from_str(&c.id) {
+                        self.shared_locks.note(key);
+                    }
+                }
+                Topic::ProviderCooldown => self.shared_cooldowns.note(c.id.clone()),
+            }
+        }
+    }
+
+    /// Takes in another replica's news of a model lock (see [`Lockouts::merge_peer`]):
+    /// `id` is the lock's key as JSON. This replica's own change, not published yet,
+    /// wins. Whether it changed this board; a change is not shared again.
+    pub fn merge_peer_lock(
+        &mut self,
+        id: &str,
+        state: Option<&str>,
+    ) -> Result<bool, serde_json::Error> {
+        let key: LockKey = serde_json::from_str(id)?;
+        let lock: Option<Lock> = state.map(serde_json::from_str).transpose()?;
+        if self.shared_locks.contains(&key) {
+            return Ok(false);
+        }
+        Ok(self.lockouts.merge_peer(key, lock))
+    }
+
+    /// Takes in another replica's news of `provider`'s cooldown: the time it ends holds
+    /// here too (never shortened), and `None` (an operator reset it there) resets it
+    /// here, unless this replica's own change waits to be published. Whether it changed
+    /// this board.
+    pub fn merge_peer_cooldown(
+        &mut self,
+        provider: &str,
+        state: Option<&str>,
+    ) -> Result<bool, serde_json::Error> {
+        let until: Option<UnixMillis> = state.map(serde_json::from_str).transpose()?;
+        if self.shared_cooldowns.contains(provider) {
+            return Ok(false);
+        }
+        Ok(match until {
+            None => {
+                let gate = self.gates.remove(provider).is_some();
+                self.provider_holds.remove(provider).is_some() || gate
+            }
+            Some(until) => {
+                let held = self.provider_holds.entry(provider.to_owned()).or_default();
+                let later = until > *held;
+                *held = (*held).max(until);
+                later
+            }
+        })
     }
 
     /// Takes in another replica's news of a connection's health (an account's state is
@@ -868,10 +1081,10 @@ impl Board {
     }
 }
 
-/// Marks a breaker changed, to persist and to share.
-fn mark(dirty: &mut HashSet<String>, shared: &mut HashSet<String>, id: &str) {
+/// Marks an entry changed, to persist and to share.
+fn mark(dirty: &mut HashSet<String>, shared: &mut Outbox<String>, id: &str) {
     dirty.insert(id.to_owned());
-    shared.insert(id.to_owned());
+    shared.note(id.to_owned());
 }
 
 /// The entries of `ids` as stored: `(id, JSON, or None when gone from `state`)`.
@@ -1050,6 +1263,7 @@ mod tests {
     #[test]
     fn peers_news_of_accounts_replaces_and_resets_and_is_not_shared_again() {
         let mut b = Board::default();
+        b.share();
         let mut cooling = Health::default();
         cooling.rate_limited_until = Some(T0 + 60_000);
         cooling.backoff_level = 2;
@@ -1058,7 +1272,7 @@ mod tests {
         assert!(!b.merge_peer_health("c1", Some(&json)).unwrap());
         assert_eq!(b.health_of("c1"), cooling);
         // Persisted, not shared again.
-        assert_eq!(b.take_shared(), (vec![], vec![]));
+        assert_eq!(b.take_shared(), vec![]);
         assert_eq!(b.take_dirty().1, vec![("c1".to_owned(), Some(json))]);
         // A new credential there resets it here.
         assert!(b.merge_peer_health("c1", None).unwrap());
@@ -1074,13 +1288,127 @@ mod tests {
             .unwrap();
         assert_eq!(b.clear_cooldowns(&["c2".to_owned()]), (1, 0, 0));
         let shared = b.take_shared();
-        assert_eq!(shared, (vec![], vec![("c2".to_owned(), Some(json))]));
-        assert_eq!(b.take_shared(), (vec![], vec![]));
+        assert_eq!(
+            shared,
+            vec![Shared {
+                topic: Topic::Health,
+                id: "c2".to_owned(),
+                state: Some(json)
+            }]
+        );
+        assert_eq!(b.take_shared(), vec![]);
         // Not published (Redis was down): kept for the next time, and while it waits,
         // older news of the same account does not overwrite it.
-        b.requeue_shared(&shared.0, &shared.1);
+        b.requeue_shared(&shared);
         let stale = serde_json::to_string(&short).unwrap();
         assert!(!b.merge_peer_health("c2", Some(&stale)).unwrap());
         assert_eq!(b.take_shared(), shared);
+    }
+
+    /// Takes `news` into `b` as the gateway's board sharing does.
+    fn take_in(b: &mut Board, news: &Shared, s: &ResilienceSettings) -> bool {
+        let state = news.state.as_deref();
+        match news.topic {
+            Topic::Breaker => {
+                let profile = s.breaker.get(AuthClass::Apikey);
+                b.merge_peer_breaker(&news.id, state, &profile, true)
+            }
+            Topic::Health => b.merge_peer_health(&news.id, state),
+            Topic::Lock => b.merge_peer_lock(&news.id, state),
+            Topic::ProviderCooldown => b.merge_peer_cooldown(&news.id, state),
+        }
+        .unwrap()
+    }
+
+    #[test]
+    fn model_locks_and_provider_cooldowns_reach_the_other_replicas_and_so_do_their_ends() {
+        let mut s = settings();
+        s.lockout.enabled = true;
+        let (mut a, mut b) = (Board::default(), Board::default());
+        let c1 = place("c1", "openai");
+        let lock = judged("openai", 404, &[]);
+        let held = Verdict {
+            provider_cooldown_ms: Some(30_000),
+            ..judged("openai", 500, &[])
+        };
+        // Not shared: nothing is kept for others.
+        a.record(&c1, Outcome::Failed(&lock), false, &s, T0);
+        assert_eq!(a.take_shared(), vec![]);
+        a.share();
+        b.share();
+        a.record(&c1, Outcome::Success, false, &s, T0);
+        a.record(&c1, Outcome::Failed(&lock), false, &s, T0);
+        a.record(
+            &place("c2", "openai"),
+            Outcome::Failed(&held),
+            false,
+            &s,
+            T0,
+        );
+        let news = a.take_shared();
+        let topics: HashSet<Topic> = news.iter().map(|n| n.topic).collect();
+        assert_eq!(topics, HashSet::from(Topic::ALL));
+        for n in &news {
+            take_in(&mut b, n, &s);
+        }
+        let locks = a.model_locks(T0);
+        assert_eq!(locks.len(), 1);
+        assert_eq!(b.model_locks(T0), locks);
+        let c3 = place("c3", "openai");
+        let cooling = |b: &mut Board, now| {
+            b.breakers(&s.breaker, |_| AuthClass::Apikey, now)
+                .iter()
+                .map(|x| (x.provider.clone(), x.cooling_ms))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            cooling(&mut b, T0 + 1),
+            [("openai".to_owned(), Some(29_999))]
+        );
+        assert_eq!(
+            b.admit(&c3, &s, false, 0, T0 + 1),
+            Err(Reason::ProviderCooling {
+                retry_after_ms: 29_999
+            })
+        );
+        assert_eq!(
+            b.admit(&c1, &s, false, 0, T0 + 1),
+            Err(Reason::ModelLocked {
+                retry_after_ms: locks[0].1.until - T0 - 1,
+                status: 404
+            })
+        );
+        // Taken in, persisted where it is persisted, not shared again; the same news
+        // twice changes nothing.
+        assert_eq!(b.take_shared(), vec![]);
+        assert!(news.iter().all(|n| !take_in(&mut b, n, &s)));
+        // A peer's earlier, shorter cooldown does not shorten it.
+        assert!(!b
+            .merge_peer_cooldown("openai", Some(&(T0 + 1_000).to_string()))
+            .unwrap());
+        // A success runs the lock down there and an operator resets the provider there:
+        // both ends arrive here.
+        a.record(&c1, Outcome::Success, false, &s, T0 + 2);
+        a.reset_breakers(Some("openai"));
+        let ends = a.take_shared();
+        assert!(ends.iter().all(|n| n.state.is_none()), "{ends:?}");
+        for n in &ends {
+            assert!(take_in(&mut b, n, &s), "{n:?}");
+        }
+        assert_eq!(b.model_locks(T0), vec![]);
+        assert_eq!(b.admit(&c1, &s, false, 0, T0 + 3), Ok(Cleared::Go));
+        assert_eq!(b.admit(&c3, &s, false, 0, T0 + 3), Ok(Cleared::Go));
+        assert_eq!(cooling(&mut b, T0 + 3), []);
+        // This replica's own change waits to be published: older news does not undo it.
+        b.record(
+            &place("c2", "openai"),
+            Outcome::Failed(&held),
+            false,
+            &s,
+            T0 + 4,
+        );
+        assert!(!b.merge_peer_cooldown("openai", None).unwrap());
+        assert!(b.admit(&c3, &s, false, 0, T0 + 5).is_err());
+        assert!(b.merge_peer_lock("not a key", None).is_err());
     }
 }

@@ -233,38 +233,68 @@ impl Lockouts {
             status,
             by_rule: false,
         };
-        if !self.locks.contains_key(&key) {
-            let same = |k: &LockKey| k.provider == key.provider && k.connection == key.connection;
-            let full_here =
-                self.locks.keys().filter(|k| same(k)).count() >= MAX_LOCKS_PER_CONNECTION;
-            if full_here || self.locks.len() >= MAX_LOCKS {
-                // The lock ending soonest goes: this connection's when it has its fill.
-                if let Some(evict) = self
-                    .locks
-                    .iter()
-                    .filter(|(k, _)| !full_here || same(k))
-                    .min_by_key(|(_, l)| l.until)
-                    .map(|(k, _)| k.clone())
-                {
-                    self.locks.remove(&evict);
-                }
-            }
-        }
+        self.make_room(&key);
         self.locks.insert(key.clone(), lock);
         (key, lock)
     }
 
+    /// Makes room for `key` within the bounds, when it is new: the lock ending soonest
+    /// goes, this connection's when it has its fill.
+    fn make_room(&mut self, key: &LockKey) {
+        if self.locks.contains_key(key) {
+            return;
+        }
+        let same = |k: &LockKey| k.provider == key.provider && k.connection == key.connection;
+        let full_here = self.locks.keys().filter(|k| same(k)).count() >= MAX_LOCKS_PER_CONNECTION;
+        if full_here || self.locks.len() >= MAX_LOCKS {
+            if let Some(evict) = self
+                .locks
+                .iter()
+                .filter(|(k, _)| !full_here || same(k))
+                .min_by_key(|(_, l)| l.until)
+                .map(|(k, _)| k.clone())
+            {
+                self.locks.remove(&evict);
+            }
+        }
+    }
+
+    /// Takes in another replica's news of one lock (SPEC O6, B6): its state there
+    /// replaces this one's (a model's state on an account is the same whichever replica
+    /// met it), and `None` (run down by successes, or cleared by an operator there)
+    /// removes it. Whether it changed anything.
+    pub fn merge_peer(&mut self, key: LockKey, lock: Option<Lock>) -> bool {
+        match lock {
+            None => self.locks.remove(&key).is_some(),
+            Some(lock) if self.locks.get(&key) == Some(&lock) => false,
+            Some(lock) => {
+                self.make_room(&key);
+                self.locks.insert(key, lock);
+                true
+            }
+        }
+    }
+
+    /// One lock's state.
+    pub fn get(&self, key: &LockKey) -> Option<&Lock> {
+        self.locks.get(key)
+    }
+
     /// A success of `model` on `connection` halves the failure count of every lock
-    /// covering it; a lock whose count reaches zero is removed.
-    pub fn on_success(&mut self, provider: &str, connection: &str, model: &str) {
+    /// covering it; a lock whose count reaches zero is removed. Returns the locks it
+    /// changed.
+    pub fn on_success(&mut self, provider: &str, connection: &str, model: &str) -> Vec<LockKey> {
+        let mut changed = Vec::new();
         self.locks.retain(|k, l| {
             if k.provider == provider && k.connection == connection && k.scope.covers(model) {
                 l.failures /= 2;
+                changed.push(k.clone());
                 l.failures > 0
             } else {
                 true
             }
         });
+        changed
     }
 
     /// The active lock on `model` at `connection`, the one lasting longest; with
@@ -294,11 +324,17 @@ impl Lockouts {
         self.locks.iter().filter(move |(_, l)| l.until > now)
     }
 
-    /// Removes locks matching the filter (operator re-enable); returns how many.
-    pub fn clear(&mut self, mut matches: impl FnMut(&LockKey) -> bool) -> usize {
-        let before = self.locks.len();
-        self.locks.retain(|k, _| !matches(k));
-        before - self.locks.len()
+    /// Removes locks matching the filter (operator re-enable); returns them.
+    pub fn clear(&mut self, mut matches: impl FnMut(&LockKey) -> bool) -> Vec<LockKey> {
+        let mut removed = Vec::new();
+        self.locks.retain(|k, _| {
+            let gone = matches(k);
+            if gone {
+                removed.push(k.clone());
+            }
+            !gone
+        });
+        removed
     }
 }
 
@@ -512,12 +548,62 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_s_lock_replaces_this_one_within_the_bounds_and_its_end_removes_it() {
+        let s = on();
+        let mut l = Lockouts::default();
+        let (key, lock) = l
+            .on_failure(&s, t("p", "c", "m"), 503, Scope::for_status(503, "m"), T0)
+            .unwrap();
+        assert!(!l.merge_peer(key.clone(), Some(lock)));
+        let longer = Lock {
+            failures: 3,
+            until: T0 + 480_000,
+            ..lock
+        };
+        assert!(l.merge_peer(key.clone(), Some(longer)));
+        assert_eq!(l.get(&key), Some(&longer));
+        assert_eq!(
+            l.locked(&s, "p", "c", "m", T0 + 479_999).map(|(_, x)| *x),
+            Some(longer)
+        );
+        assert!(l.merge_peer(key.clone(), None));
+        assert_eq!(l.get(&key), None);
+        assert!(!l.merge_peer(key, None));
+        // A peer's locks keep the per-connection bound: the one ending soonest goes.
+        for i in 0..=MAX_LOCKS_PER_CONNECTION as u64 {
+            let key = LockKey {
+                provider: "p".into(),
+                connection: "c".into(),
+                scope: Scope::Model(format!("m{i}")),
+            };
+            assert!(l.merge_peer(
+                key,
+                Some(Lock {
+                    until: T0 + 1_000 + i,
+                    ..lock
+                })
+            ));
+        }
+        assert_eq!(l.active(T0).count(), MAX_LOCKS_PER_CONNECTION);
+        assert!(l
+            .active(T0)
+            .all(|(k, _)| k.scope != Scope::Model("m0".into())));
+    }
+
+    #[test]
     fn operators_can_clear_locks() {
         let s = on();
         let mut l = Lockouts::default();
         l.on_failure(&s, t("p", "c", "m"), 503, Scope::for_status(503, "m"), T0);
         l.on_failure(&s, t("p", "d", "m"), 503, Scope::for_status(503, "m"), T0);
-        assert_eq!(l.clear(|k| k.connection == "c"), 1);
+        assert_eq!(
+            l.clear(|k| k.connection == "c"),
+            vec![LockKey {
+                provider: "p".into(),
+                connection: "c".into(),
+                scope: Scope::Model("m".into()),
+            }]
+        );
         assert_eq!(l.active(T0).count(), 1);
     }
 

@@ -53,6 +53,11 @@ impl Gate {
         self.cooled_until.filter(|t| *t > now)
     }
 
+    /// When the last cooldown ends (or ended).
+    pub fn last_cooldown_end(&self) -> Option<UnixMillis> {
+        self.cooled_until
+    }
+
     /// Records a provider-level failure; returns the cooldown's end when this failure
     /// started one.
     pub fn on_failure(&mut self, p: &Profile, now: UnixMillis) -> Option<UnixMillis> {

@@ -22,7 +22,7 @@ use switchyard_core::settings::ResilienceSettings;
 use switchyard_core::UnixMillis;
 use switchyard_store::resilience::StateRows;
 
-pub use board::{BreakerStatus, Changes};
+pub use board::{BreakerStatus, Changes, Shared, Topic};
 
 /// Where the board's state lives. Each call runs `f` on the whole state as one step
 /// (never across an `.await`).
@@ -373,15 +373,40 @@ impl<S: BoardStore> Resilience<S> {
         self.store.with(|b| b.load_egress(known));
     }
 
-    /// Breakers and connection health this replica changed since the last call, for
-    /// the other replicas.
-    pub fn take_shared(&self) -> (Changes, Changes) {
+    /// Shares this replica's board with the others: from now on its changes are kept
+    /// for [`Resilience::take_shared`].
+    pub fn share(&self) {
+        self.store.with(Board::share);
+    }
+
+    /// What this replica changed since the last call, for the other replicas.
+    pub fn take_shared(&self) -> Vec<Shared> {
         self.store.with(Board::take_shared)
     }
 
     /// Marks changes whose publishing failed for publishing again.
-    pub fn requeue_shared(&self, breakers: &Changes, health: &Changes) {
-        self.store.with(|b| b.requeue_shared(breakers, health));
+    pub fn requeue_shared(&self, changes: &[Shared]) {
+        self.store.with(|b| b.requeue_shared(changes));
+    }
+
+    /// Takes in another replica's news of a model lock; whether it changed this
+    /// replica's board.
+    pub fn merge_peer_lock(
+        &self,
+        id: &str,
+        state: Option<&str>,
+    ) -> Result<bool, serde_json::Error> {
+        self.store.with(|b| b.merge_peer_lock(id, state))
+    }
+
+    /// Takes in another replica's news of a provider's cooldown; whether it changed
+    /// this replica's board.
+    pub fn merge_peer_cooldown(
+        &self,
+        provider: &str,
+        state: Option<&str>,
+    ) -> Result<bool, serde_json::Error> {
+        self.store.with(|b| b.merge_peer_cooldown(provider, state))
     }
 
     /// Takes in another replica's news of a connection's health; whether it changed
@@ -585,6 +610,7 @@ mod tests {
                 state,
                 failures,
                 probe_in_ms,
+                cooling_ms: None,
             }]
         };
         let admitted = r.check(attempt, &settings, 0).unwrap();

@@ -85,6 +85,10 @@ pub struct BreakerView {
     /// probe may go now); absent while the breaker serves.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe_in_ms: Option<u64>,
+    /// Milliseconds the provider's cooldown (the time-window gate's or an error rule's)
+    /// still holds; absent when it is not cooling.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cooling_ms: Option<u64>,
 }
 
 /// Requests the gateway is working on now.
@@ -105,7 +109,7 @@ pub fn in_flight(state: &AppState) -> InFlight {
     }
 }
 
-/// Every provider's circuit breaker that has seen failures, by provider.
+/// Every provider's circuit breaker that has seen failures or is cooling, by provider.
 pub fn breakers(state: &AppState) -> Vec<BreakerView> {
     breaker_states(state)
         .into_iter()
@@ -134,6 +138,7 @@ impl From<BreakerStatus> for BreakerView {
             state: b.state.as_str(),
             failures: b.failures,
             probe_in_ms: b.probe_in_ms,
+            cooling_ms: b.cooling_ms,
         }
     }
 }
