@@ -127,14 +127,31 @@ async fn write_loop(state: Arc<Parts>, mut stop: watch::Receiver<bool>) {
 }
 
 /// Writes changed last good connections of combos now; on failure they are written
-/// again at the next flush.
+/// again at the next flush. On PostgreSQL, then takes in the marks other replicas wrote
+/// (SPEC O6: an `lkgp` combo stays on what worked, whichever replica saw it work).
 async fn flush_last_good(state: &Parts) {
     let rows = state.runtime.last_good.take_dirty();
-    if rows.is_empty() {
+    if !rows.is_empty() {
+        if let Some(rows) = write_off_path(state, rows, |s, r| s.save_last_good(r)).await {
+            state.runtime.last_good.requeue(rows);
+        }
+    }
+    if !state.store.is_shared() {
         return;
     }
-    if let Some(rows) = write_off_path(state, rows, |s, r| s.save_last_good(r)).await {
-        state.runtime.last_good.requeue(rows);
+    let store = Arc::clone(&state.store);
+    match tokio::task::spawn_blocking(move || store.load_last_good()).await {
+        Ok(Ok(rows)) => {
+            let snap = state.config.snapshot();
+            let known = |combo: &str, conn: &str| {
+                snap.catalog.combo(combo).is_some() && snap.catalog.connection(conn).is_some()
+            };
+            state.runtime.last_good.merge(rows, known);
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "Could not read the last good connections of other replicas; retrying at the next flush.");
+        }
+        Err(e) => tracing::error!(error = %e, "The last-good read task failed."),
     }
 }
 

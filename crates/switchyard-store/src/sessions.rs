@@ -99,7 +99,8 @@ impl Store {
         })
     }
 
-    /// Writes changed last good connections in one transaction.
+    /// Writes changed last good connections in one transaction. A mark older than the
+    /// stored one (written late by another replica) does not replace it.
     pub fn save_last_good(&self, changes: &[LastGoodChange]) -> Result<()> {
         self.write(|db| {
             for (combo, good) in changes {
@@ -110,7 +111,8 @@ impl Store {
                              VALUES (?1, ?2, ?3)
                              ON CONFLICT(combo) DO UPDATE SET
                                connection_id = excluded.connection_id,
-                               updated_at = excluded.updated_at",
+                               updated_at = excluded.updated_at
+                             WHERE combo_last_good.updated_at <= excluded.updated_at",
                             &args![combo, c, i64_of(*at)],
                         )?;
                     }
@@ -152,6 +154,10 @@ mod tests {
                 .unwrap();
             store
                 .save_last_good(&[("a".into(), Some(("c3".into(), 7))), ("b".into(), None)])
+                .unwrap();
+            // Another replica's older mark, written late.
+            store
+                .save_last_good(&[("a".into(), Some(("c9".into(), 6)))])
                 .unwrap();
             assert_eq!(
                 store.load_last_good().unwrap(),

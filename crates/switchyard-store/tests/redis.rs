@@ -366,7 +366,10 @@ async fn the_board_keeps_each_entry_s_latest_state_and_forgets_only_what_it_was_
     assert_eq!(board.latest(Topic::Breaker).await.unwrap(), []);
     // `b` changed since it was read as "1": it stays.
     let gone = board
-        .forget(Topic::Lock, &[("a".into(), "1".into()), ("b".into(), "1".into())])
+        .forget(
+            Topic::Lock,
+            &[("a".into(), "1".into()), ("b".into(), "1".into())],
+        )
         .await
         .unwrap();
     assert_eq!(gone, 1);

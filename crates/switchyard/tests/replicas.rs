@@ -378,6 +378,82 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
     assert_eq!(r.status(), 200);
     until_listed(&http, b, "/api/sessions", 1).await;
 
+    // An `lkgp` combo that failed over to beta through A starts with beta through B.
+    let mock = &started.mock;
+    for (path, body) in [
+        (
+            "/api/providers",
+            json!({"id": "beta", "format": "openai", "base_url": format!("{mock}/v1"), "models": ["mock-small"]}),
+        ),
+        (
+            "/api/connections",
+            json!({"id": "beta-1", "provider": "beta", "auth_class": "apikey", "credential": "cred-beta"}),
+        ),
+        (
+            "/api/combos",
+            json!({"name": "sticky", "strategy": "lkgp", "targets": [{"model": "alpha/mock-small"}, {"model": "beta/mock-small"}]}),
+        ),
+    ] {
+        let (s, body) = admin(&http, reqwest::Method::POST, format!("{a}{path}"), body).await;
+        assert_eq!(s, 201, "{path}: {body}");
+    }
+    eventually("B knows the combo", || async {
+        let (s, _) = admin(
+            &http,
+            reqwest::Method::GET,
+            format!("{b}/api/combos/sticky"),
+            Value::Null,
+        )
+        .await;
+        s == 200
+    })
+    .await;
+    alpha_answers(&http, mock, 503, Some(1)).await;
+    let sticky = |base: &str| {
+        http.post(format!("{base}/v1/chat/completions"))
+            .bearer_auth(&secret)
+            .json(&json!({"model": "sticky", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+    };
+    assert_eq!(sticky(a).await.unwrap().status(), 200);
+    let mark = |connection: &str| json!([{"combo": "sticky", "connection": connection}]);
+    let marks = |base: String| {
+        let http = &http;
+        async move {
+            let (_, list) = admin(
+                http,
+                reqwest::Method::GET,
+                format!("{base}/api/routing/last-good"),
+                Value::Null,
+            )
+            .await;
+            let mut list = list;
+            for m in list.as_array_mut().into_iter().flatten() {
+                m.as_object_mut().unwrap().remove("since");
+            }
+            list
+        }
+    };
+    assert_eq!(marks(a.clone()).await, mark("beta-1"));
+    let t0 = Instant::now();
+    eventually("B takes in A's mark", || async {
+        marks(b.clone()).await == mark("beta-1")
+    })
+    .await;
+    eprintln!("A's lkgp mark reached B within {:?}", t0.elapsed());
+    let (alpha_before, beta_before) = (
+        calls_with(&http, mock, "cred-alpha").await,
+        calls_with(&http, mock, "cred-beta").await,
+    );
+    assert_eq!(sticky(b).await.unwrap().status(), 200);
+    assert_eq!(
+        (
+            calls_with(&http, mock, "cred-alpha").await,
+            calls_with(&http, mock, "cred-beta").await
+        ),
+        (alpha_before, beta_before + 1)
+    );
+
     // A dashboard session opened on A serves on C, and signing out on C ends it on A.
     let cookie = sign_in(&http, a).await;
     let (s, page) = dashboard(&http, c, &cookie).await;
@@ -616,6 +692,11 @@ async fn alpha_1(http: &reqwest::Client, base: &str) -> String {
 }
 
 async fn upstream_calls(http: &reqwest::Client, mock: &str) -> u64 {
+    calls_with(http, mock, "cred-alpha").await
+}
+
+/// How many completion requests reached the mock with `credential`.
+async fn calls_with(http: &reqwest::Client, mock: &str, credential: &str) -> u64 {
     let stats: Value = http
         .get(format!("{mock}/_mock/stats"))
         .send()
@@ -624,7 +705,7 @@ async fn upstream_calls(http: &reqwest::Client, mock: &str) -> u64 {
         .json()
         .await
         .unwrap();
-    stats["by_credential"]["cred-alpha"].as_u64().unwrap_or(0)
+    stats["by_credential"][credential].as_u64().unwrap_or(0)
 }
 
 /// A request to `base` the gateway refuses without calling the upstream: its status and

@@ -81,6 +81,7 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(resilience::list_egress))
         .routes(routes!(sessions::list))
         .routes(routes!(sessions::release))
+        .routes(routes!(sessions::last_good))
         .routes(routes!(leases::list))
         .routes(routes!(leases::release))
 }

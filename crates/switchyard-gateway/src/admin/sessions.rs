@@ -1,9 +1,9 @@
-//! `/api/sessions` (SPEC R15): thin handlers over
-//! [`services::sessions`](crate::services::sessions): the live session pins, and
-//! releasing one.
+//! `/api/sessions` (SPEC R15) and `/api/routing/last-good` (R19): thin handlers over
+//! [`services::sessions`](crate::services::sessions): the live session pins, releasing
+//! one, and the combos' last good connections.
 
 use crate::error::{ApiError, ApiPath};
-use crate::services::sessions::{self as svc, SessionView};
+use crate::services::sessions::{self as svc, LastGoodView, SessionView};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -25,4 +25,10 @@ pub async fn release(
 ) -> Result<StatusCode, ApiError> {
     svc::release(&state, &session)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/api/routing/last-good", tag = "sessions",
+    responses((status = 200, body = Vec<LastGoodView>)), security(("bearer" = [])))]
+pub async fn last_good(State(state): State<Arc<AppState>>) -> Json<Vec<LastGoodView>> {
+    Json(svc::last_good(&state))
 }

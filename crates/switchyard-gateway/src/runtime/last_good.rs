@@ -25,6 +25,17 @@ impl LastGood {
         lock(&self.0).by_combo.get(combo).map(|(c, _)| c.clone())
     }
 
+    /// Every mark, `(combo, connection, since)`, by combo.
+    pub fn list(&self) -> Vec<(String, String, UnixMillis)> {
+        let mut out: Vec<_> = lock(&self.0)
+            .by_combo
+            .iter()
+            .map(|(combo, (conn, at))| (combo.clone(), conn.clone(), *at))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// `connection` served `combo` at `now`.
     pub fn set(&self, combo: &str, connection: &str, now: UnixMillis) {
         let mut inner = lock(&self.0);
@@ -62,6 +73,23 @@ impl LastGood {
         }
     }
 
+    /// Takes in the marks every replica wrote (SPEC O6): a newer mark than this
+    /// replica's replaces it, unless this replica's own change waits to be written.
+    /// Marks of combos or connections this replica does not know, `(combo,
+    /// connection)`, are left out.
+    pub fn merge(&self, rows: Vec<(String, String, u64)>, known: impl Fn(&str, &str) -> bool) {
+        let mut inner = lock(&self.0);
+        let Inner { by_combo, dirty } = &mut *inner;
+        for (combo, conn, at) in rows {
+            if dirty.contains(&combo) || !known(&combo, &conn) {
+                continue;
+            }
+            if by_combo.get(&combo).is_none_or(|(_, mine)| *mine < at) {
+                by_combo.insert(combo, (conn, at));
+            }
+        }
+    }
+
     /// The changes to persist.
     pub fn take_dirty(&self) -> Vec<LastGoodChange> {
         let mut inner = lock(&self.0);
@@ -87,6 +115,29 @@ impl LastGood {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn other_replicas_newer_marks_replace_this_one_s_unless_it_waits_to_be_written() {
+        let g = LastGood::default();
+        g.load(vec![("fast".into(), "c1".into(), 10)]);
+        let known = |c: &str, _: &str| c != "gone";
+        g.merge(
+            vec![
+                ("fast".into(), "c2".into(), 9),
+                ("gone".into(), "c2".into(), 99),
+            ],
+            known,
+        );
+        assert_eq!(g.get("fast").as_deref(), Some("c1"));
+        assert_eq!(g.get("gone"), None);
+        g.merge(vec![("fast".into(), "c2".into(), 11)], known);
+        assert_eq!(g.list(), [("fast".to_owned(), "c2".to_owned(), 11)]);
+        // Taken in, not written again.
+        assert_eq!(g.take_dirty(), vec![]);
+        g.set("fast", "c3", 12);
+        g.merge(vec![("fast".into(), "c4".into(), 13)], known);
+        assert_eq!(g.get("fast").as_deref(), Some("c3"));
+    }
 
     #[test]
     fn marks_are_set_once_per_change_and_forgotten_with_their_combo() {

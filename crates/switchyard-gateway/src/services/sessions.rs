@@ -1,4 +1,5 @@
-//! Client sessions (SPEC R15): the live session pins, and releasing one. A session is
+//! Where requests go next: client sessions (SPEC R15), the live session pins and
+//! releasing one, and the last good connection of each `lkgp` combo (R19). A session is
 //! shown by its pin key (the SHA-256 of the client key id and session id), never by the
 //! id the client sent.
 
@@ -40,6 +41,30 @@ pub fn sessions(state: &AppState) -> Vec<SessionView> {
             created_at: pin.created_ms,
             last_used_at: pin.last_ms,
             expires_at: pin.last_ms.saturating_add(ttl),
+        })
+        .collect()
+}
+
+/// A combo's last good connection (SPEC R19's `lkgp`): tried first while it serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct LastGoodView {
+    pub combo: String,
+    pub connection: String,
+    /// Unix milliseconds of the request that set it.
+    pub since: u64,
+}
+
+/// Every combo's last good connection, by combo.
+pub fn last_good(state: &AppState) -> Vec<LastGoodView> {
+    state
+        .runtime
+        .last_good
+        .list()
+        .into_iter()
+        .map(|(combo, connection, since)| LastGoodView {
+            combo,
+            connection,
+            since,
         })
         .collect()
 }

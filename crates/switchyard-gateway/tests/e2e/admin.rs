@@ -578,6 +578,7 @@ async fn openapi_document_matches_the_routes() {
         "GET /api/resilience/egress",
         "GET /api/resilience/error-rules",
         "GET /api/resilience/model-cooldowns",
+        "GET /api/routing/last-good",
         "GET /api/sessions",
         "GET /api/settings",
         "GET /metrics",
@@ -736,7 +737,7 @@ async fn openapi_documents_the_error_body_and_the_admin_refusals_of_every_manage
         }
     }
     // Every operation under `/api` but the public health and document.
-    assert_eq!(refused, 54);
+    assert_eq!(refused, 55);
     // What is sent is that shape.
     let r = h.http.get(h.url("/api/keys")).send().await.unwrap();
     assert_eq!(

@@ -333,6 +333,15 @@ async fn lkgp_stays_on_the_last_good_account_across_a_restart() {
         .await
         .iter()
         .all(|c| c == CRED_BETA));
+    let marks: serde_json::Value = h.admin_json("/api/routing/last-good").await;
+    assert_eq!(
+        (
+            marks.as_array().map(Vec::len),
+            &marks[0]["combo"],
+            &marks[0]["connection"]
+        ),
+        (Some(1), &json!("sticky"), &json!("beta-1"))
+    );
     h.restart().await;
     assert!(credentials(&h, "sticky", 3)
         .await
