@@ -16,6 +16,44 @@ pub(crate) enum Dialect {
     Postgres,
 }
 
+/// A column's type, for [`Sql::append`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Column {
+    Int,
+    Text,
+}
+
+/// The columns of a table that [`Sql::append`] writes, in order.
+#[derive(Debug)]
+pub(crate) struct Table {
+    pub name: &'static str,
+    pub columns: &'static [(&'static str, Column)],
+}
+
+impl Table {
+    /// `INSERT INTO <table> (…) VALUES (…), (…)` for `rows` rows, `?N` placeholders.
+    pub(crate) fn insert(&self, rows: usize) -> String {
+        let names: Vec<&str> = self.columns.iter().map(|(n, _)| *n).collect();
+        let mut sql = format!("INSERT INTO {} ({}) VALUES ", self.name, names.join(", "));
+        let width = self.columns.len();
+        for row in 0..rows {
+            if row > 0 {
+                sql.push_str(", ");
+            }
+            sql.push('(');
+            for column in 0..width {
+                if column > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push('?');
+                sql.push_str(&(row * width + column + 1).to_string());
+            }
+            sql.push(')');
+        }
+        sql
+    }
+}
+
 /// A bound argument.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Arg<'a> {
@@ -199,6 +237,10 @@ pub(crate) trait Sql {
     fn execute(&self, sql: &str, args: &[Arg<'_>]) -> Result<usize>;
     /// Runs a query; every row, materialised.
     fn query(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>>;
+    /// Appends rows to `table`: `args` holds each row's values in the table's column
+    /// order, row after row. SQLite runs multi-row INSERTs; PostgreSQL one binary COPY,
+    /// which spares the server parsing and planning a statement per chunk of rows.
+    fn append(&self, table: &Table, args: &[Arg<'_>]) -> Result<()>;
     /// The database's dialect.
     fn dialect(&self) -> Dialect;
 }

@@ -2,7 +2,7 @@
 //! request path, and read back for the logs API, the dashboard's charts and request
 //! view, the seeding of routing's service stats and the last known egress addresses.
 
-use crate::db::{args, Arg, Dialect, ToArg};
+use crate::db::{args, Arg, Column, Dialect, Table, ToArg};
 use crate::records::*;
 use crate::store::{i64_of, to_json};
 use crate::{Result, Store, StoreError, StoreFuture};
@@ -124,7 +124,7 @@ impl Store {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut args = Vec::with_capacity(rows.len() * LOG_COLUMNS);
+        let mut args = Vec::with_capacity(rows.len() * LOG.columns.len());
         let int = |v: u64| Arg::Int(i64_of(v));
         let opt = |v: Option<u64>| v.map_or(Arg::Null, int);
         for (r, (failed, route)) in rows.iter().zip(&json) {
@@ -150,7 +150,6 @@ impl Store {
                 route.to_arg(),
             ]);
         }
-        let (chunked, one) = (insert_rows(ROWS_PER_INSERT), insert_rows(1));
         self.write(|db| {
             // A batch whose commit PostgreSQL took but whose answer was lost (the
             // connection broke) comes back as failed and is retried: a batch lands
@@ -166,14 +165,7 @@ impl Store {
                     return Ok(());
                 }
             }
-            let mut chunks = args.chunks_exact(ROWS_PER_INSERT * LOG_COLUMNS);
-            for chunk in chunks.by_ref() {
-                db.execute(&chunked, chunk)?;
-            }
-            for row in chunks.remainder().chunks(LOG_COLUMNS) {
-                db.execute(&one, row)?;
-            }
-            Ok(())
+            db.append(&LOG, &args)
         })
     }
 
@@ -400,38 +392,31 @@ pub struct OutcomeRow {
     pub ts: u64,
 }
 
-/// The request log's columns an insert writes.
-const LOG_COLUMNS: usize = 19;
-
-/// Rows one insert statement carries: a full batch of the writer is a few statements
-/// (on PostgreSQL each statement is a round trip), and only two statement texts exist,
-/// so both databases prepare them once.
-const ROWS_PER_INSERT: usize = 64;
-
-/// `INSERT INTO request_log … VALUES (…), (…)` for `rows` rows.
-fn insert_rows(rows: usize) -> String {
-    let mut sql = String::from(
-        "INSERT INTO request_log (ts, request_id, key_id, requested_model, provider,
-           connection_id, model, status, error_code, stream, attempts, latency_ms, ttfb_ms,
-           prompt_tokens, completion_tokens, egress_ip, client_format, failed_attempts,
-           route) VALUES ",
-    );
-    for row in 0..rows {
-        if row > 0 {
-            sql.push_str(", ");
-        }
-        sql.push('(');
-        for column in 0..LOG_COLUMNS {
-            if column > 0 {
-                sql.push_str(", ");
-            }
-            sql.push('?');
-            sql.push_str(&(row * LOG_COLUMNS + column + 1).to_string());
-        }
-        sql.push(')');
-    }
-    sql
-}
+/// The request log's columns a batch writes.
+const LOG: Table = Table {
+    name: "request_log",
+    columns: &[
+        ("ts", Column::Int),
+        ("request_id", Column::Text),
+        ("key_id", Column::Text),
+        ("requested_model", Column::Text),
+        ("provider", Column::Text),
+        ("connection_id", Column::Text),
+        ("model", Column::Text),
+        ("status", Column::Int),
+        ("error_code", Column::Text),
+        ("stream", Column::Int),
+        ("attempts", Column::Int),
+        ("latency_ms", Column::Int),
+        ("ttfb_ms", Column::Int),
+        ("prompt_tokens", Column::Int),
+        ("completion_tokens", Column::Int),
+        ("egress_ip", Column::Text),
+        ("client_format", Column::Text),
+        ("failed_attempts", Column::Text),
+        ("route", Column::Text),
+    ],
+};
 
 /// A row's failed attempts as stored: `NULL` when there are none (most rows).
 fn failed_attempts_json(attempts: &[FailedAttempt]) -> Result<Option<String>> {
@@ -528,6 +513,27 @@ mod tests {
             let got = s.recent_logs(2, None).unwrap();
             assert_eq!(got, vec![row(3), row(2)]);
             assert_eq!(s.recent_logs(10, Some("other")).unwrap(), vec![]);
+            // A batch of two full statements' worth of rows and some (SQLite), or one
+            // COPY (PostgreSQL), with every optional column set on some rows.
+            let full = |i: u64| LogRow {
+                error_code: Some(format!("e{i}")),
+                egress_ip: Some("10.0.0.1".into()),
+                failed_attempts: vec![FailedAttempt {
+                    connection_id: format!("c{i}"),
+                    outcome: "rate_limited".into(),
+                    upstream_status: Some(429),
+                    ..FailedAttempt::default()
+                }],
+                ttfb_ms: None,
+                ..row(i)
+            };
+            let many: Vec<LogRow> = (10..140)
+                .map(|i| if i % 3 == 0 { full(i) } else { row(i) })
+                .collect();
+            s.insert_log_batch(&many).unwrap();
+            let mut back = s.recent_logs(130, None).unwrap();
+            back.reverse();
+            assert_eq!(back, many);
         });
     }
 

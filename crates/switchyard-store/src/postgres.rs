@@ -12,10 +12,11 @@
 //! the store. Each client drives its socket with a small runtime of its own, which must
 //! not be dropped on an async thread: the pool is dropped on a thread of its own.
 
-use crate::db::{Arg, Dialect, Row, Sql, Value};
+use crate::db::{Arg, Column, Dialect, Row, Sql, Table, Value};
 use crate::secrets::Keyring;
 use crate::store::{Db, Store};
 use crate::{Result, StoreError};
+use postgres::binary_copy::BinaryCopyInWriter;
 use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{IsNull, ToSql, Type};
@@ -326,6 +327,31 @@ impl Sql for Pg<'_, '_> {
                     .map(Row)
             })
             .collect()
+    }
+
+    fn append(&self, table: &Table, args: &[Arg<'_>]) -> Result<()> {
+        let names: Vec<&str> = table.columns.iter().map(|(n, _)| *n).collect();
+        let types: Vec<Type> = table
+            .columns
+            .iter()
+            .map(|(_, c)| match c {
+                Column::Int => Type::INT8,
+                Column::Text => Type::TEXT,
+            })
+            .collect();
+        let copy = format!(
+            "COPY {} ({}) FROM STDIN (FORMAT binary)",
+            table.name,
+            names.join(", ")
+        );
+        let mut tx = self.0.borrow_mut();
+        let mut writer = BinaryCopyInWriter::new(tx.copy_in(copy.as_str())?, &types);
+        for row in args.chunks(types.len()) {
+            let values: Vec<&(dyn ToSql + Sync)> = row.iter().map(|a| a as _).collect();
+            writer.write(&values)?;
+        }
+        writer.finish()?;
+        Ok(())
     }
 
     fn dialect(&self) -> Dialect {

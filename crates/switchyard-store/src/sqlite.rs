@@ -2,7 +2,7 @@
 //! its migrations (`PRAGMA user_version`), and [`Lite`], which runs the domain modules'
 //! statements on a connection or transaction.
 
-use crate::db::{Arg, Dialect, Row, Sql, Value};
+use crate::db::{Arg, Dialect, Row, Sql, Table, Value};
 use crate::migrations::MIGRATIONS;
 use crate::secrets::Keyring;
 use crate::store::{Db, Store};
@@ -180,10 +180,28 @@ impl Sql for Lite<'_> {
         Ok(out)
     }
 
+    fn append(&self, table: &Table, args: &[Arg<'_>]) -> Result<()> {
+        let width = table.columns.len();
+        let mut chunks = args.chunks_exact(ROWS_PER_INSERT * width);
+        let chunked = table.insert(ROWS_PER_INSERT);
+        for chunk in chunks.by_ref() {
+            self.execute(&chunked, chunk)?;
+        }
+        let one = table.insert(1);
+        for row in chunks.remainder().chunks(width) {
+            self.execute(&one, row)?;
+        }
+        Ok(())
+    }
+
     fn dialect(&self) -> Dialect {
         Dialect::Sqlite
     }
 }
+
+/// Rows one insert statement of [`Sql::append`] carries: only two statement texts
+/// exist per table, each prepared once.
+const ROWS_PER_INSERT: usize = 64;
 
 #[cfg(test)]
 mod tests {
