@@ -128,6 +128,11 @@ async fn admin(
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
+/// `GET url` with the admin token: status and body.
+async fn get(http: &reqwest::Client, url: String) -> (u16, Value) {
+    admin(http, reqwest::Method::GET, url, Value::Null).await
+}
+
 /// Provider `alpha` on the mock, its connection, and a key; the key's secret and id.
 async fn seed(http: &reqwest::Client, base: &str, mock: &str) -> (String, String) {
     let post =
@@ -216,13 +221,7 @@ async fn dashboard(http: &reqwest::Client, base: &str, cookie: &str) -> (u16, St
 
 /// The logged requests of key `id`, as `base` reads them.
 async fn logged(http: &reqwest::Client, base: &str, id: &str) -> usize {
-    let (s, rows) = admin(
-        http,
-        reqwest::Method::GET,
-        format!("{base}/api/logs?key_id={id}&limit=500"),
-        Value::Null,
-    )
-    .await;
+    let (s, rows) = get(http, format!("{base}/api/logs?key_id={id}&limit=500")).await;
     assert_eq!(s, 200);
     rows.as_array().unwrap().len()
 }
@@ -250,13 +249,7 @@ async fn until_leases(http: &reqwest::Client, base: &str, want: usize) {
 /// Waits until `base`'s list at `path` has `want` entries.
 async fn until_listed(http: &reqwest::Client, base: &str, path: &str, want: usize) {
     eventually(&format!("{base}{path} lists {want}"), || async {
-        let (s, list) = admin(
-            http,
-            reqwest::Method::GET,
-            format!("{base}{path}"),
-            Value::Null,
-        )
-        .await;
+        let (s, list) = get(http, format!("{base}{path}")).await;
         assert_eq!(s, 200);
         list.as_array().map(Vec::len) == Some(want)
     })
@@ -398,13 +391,7 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
         assert_eq!(s, 201, "{path}: {body}");
     }
     eventually("B knows the combo", || async {
-        let (s, _) = admin(
-            &http,
-            reqwest::Method::GET,
-            format!("{b}/api/combos/sticky"),
-            Value::Null,
-        )
-        .await;
+        let (s, _) = get(&http, format!("{b}/api/combos/sticky")).await;
         s == 200
     })
     .await;
@@ -420,13 +407,7 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
     let marks = |base: String| {
         let http = &http;
         async move {
-            let (_, list) = admin(
-                http,
-                reqwest::Method::GET,
-                format!("{base}/api/routing/last-good"),
-                Value::Null,
-            )
-            .await;
+            let (_, list) = get(http, format!("{base}/api/routing/last-good")).await;
             let mut list = list;
             for m in list.as_array_mut().into_iter().flatten() {
                 m.as_object_mut().unwrap().remove("since");
@@ -516,13 +497,7 @@ async fn a_replica_killed_in_the_middle_of_a_change_leaves_nothing_half_applied(
         b.start_kill().unwrap();
         b.wait().await.unwrap();
         let _ = send.await;
-        let (s, list) = admin(
-            &http,
-            reqwest::Method::GET,
-            format!("{a}/api/aliases"),
-            Value::Null,
-        )
-        .await;
+        let (s, list) = get(&http, format!("{a}/api/aliases")).await;
         assert_eq!(s, 200);
         let n = list["aliases"].as_array().unwrap().len();
         assert!(
@@ -633,13 +608,7 @@ async fn a_database_outage_gives_typed_errors_and_is_recovered_from_without_a_re
     until_status(&http, &a, &secret2, 200).await;
     assert_eq!(dashboard(&http, &a, &cookie).await.0, 200);
     until_logged(&http, &a, &id, sent).await;
-    let (s, keys) = admin(
-        &http,
-        reqwest::Method::GET,
-        format!("{a}/api/keys"),
-        Value::Null,
-    )
-    .await;
+    let (s, keys) = get(&http, format!("{a}/api/keys")).await;
     assert_eq!(s, 200);
     let names: Vec<&str> = keys
         .as_array()
@@ -653,13 +622,7 @@ async fn a_database_outage_gives_typed_errors_and_is_recovered_from_without_a_re
 /// `base`'s view of provider `alpha`'s breaker: its state, or "CLOSED" when it has seen
 /// no failure.
 async fn alpha_breaker(http: &reqwest::Client, base: &str) -> String {
-    let (s, health) = admin(
-        http,
-        reqwest::Method::GET,
-        format!("{base}/api/monitoring/health"),
-        Value::Null,
-    )
-    .await;
+    let (s, health) = get(http, format!("{base}/api/monitoring/health")).await;
     // 503 while a provider is down.
     assert!(s == 200 || s == 503, "{s}");
     health["breakers"]
@@ -675,13 +638,7 @@ async fn alpha_breaker(http: &reqwest::Client, base: &str) -> String {
 
 /// `base`'s view of connection `alpha-1`: `active`, `cooling` or a terminal state.
 async fn alpha_1(http: &reqwest::Client, base: &str) -> String {
-    let (s, list) = admin(
-        http,
-        reqwest::Method::GET,
-        format!("{base}/api/resilience/cooldowns"),
-        Value::Null,
-    )
-    .await;
+    let (s, list) = get(http, format!("{base}/api/resilience/cooldowns")).await;
     assert_eq!(s, 200);
     list.as_array()
         .unwrap()
@@ -731,6 +688,26 @@ async fn refused(http: &reqwest::Client, base: &str, secret: &str) -> (u16, Stri
     (status, reason)
 }
 
+/// Each of `bases` refuses a request with `want` (see [`refused`]) without calling the
+/// upstream.
+async fn all_refuse(
+    http: &reqwest::Client,
+    mock: &str,
+    bases: [&str; 2],
+    secret: &str,
+    want: &str,
+) {
+    let calls = upstream_calls(http, mock).await;
+    for base in bases {
+        assert_eq!(
+            refused(http, base, secret).await,
+            (503, want.to_owned()),
+            "{base}"
+        );
+    }
+    assert_eq!(upstream_calls(http, mock).await, calls);
+}
+
 /// Sets the mock's rule for alpha's credential: `times` answers of `status` (every
 /// answer when `None`).
 async fn alpha_answers(http: &reqwest::Client, mock: &str, status: u16, times: Option<u32>) {
@@ -778,13 +755,7 @@ async fn breakers_cooldowns_and_locks_met_through_one_replica_hold_on_the_others
 
     // The account answers A once with a 429: A cools it, and so do B and C (it is the
     // same account whichever replica met it); cleared through C, it serves on A again.
-    let r = http
-        .post(format!("{mock}/_mock/rules"))
-        .json(&json!({"times": 1, "match": {"credential": "cred-alpha"}, "status": 429}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    alpha_answers(&http, mock, 429, Some(1)).await;
     assert_eq!(chat(&http, a, &secret).await, 429);
     let t0 = Instant::now();
     for base in [b, c] {
@@ -830,13 +801,7 @@ async fn breakers_cooldowns_and_locks_met_through_one_replica_hold_on_the_others
     assert_eq!(s, 200);
     let t0 = Instant::now();
     eventually("A turns model lockout on", || async {
-        let (_, view) = admin(
-            &http,
-            reqwest::Method::GET,
-            format!("{a}/api/resilience"),
-            Value::Null,
-        )
-        .await;
+        let (_, view) = get(&http, format!("{a}/api/resilience")).await;
         view["modelLockout"]["enabled"] == true
     })
     .await;
@@ -850,24 +815,13 @@ async fn breakers_cooldowns_and_locks_met_through_one_replica_hold_on_the_others
     let t0 = Instant::now();
     for base in [b, c] {
         eventually(&format!("{base} holds A's model lock"), || async {
-            let (_, locks) = admin(
-                &http,
-                reqwest::Method::GET,
-                format!("{base}/api/resilience/model-cooldowns"),
-                Value::Null,
-            )
-            .await;
+            let (_, locks) = get(&http, format!("{base}/api/resilience/model-cooldowns")).await;
             locks.as_array().is_some_and(|l| l.len() == 1)
         })
         .await;
     }
     eprintln!("A's model lock held on B and C within {:?}", t0.elapsed());
-    for base in [b, c] {
-        assert_eq!(
-            refused(&http, base, &secret).await,
-            (503, "model_lockout".to_owned())
-        );
-    }
+    all_refuse(&http, mock, [b, c], &secret, "model_lockout").await;
     assert_eq!(upstream_calls(&http, mock).await, calls);
     let (s, cleared) = admin(
         &http,
@@ -938,13 +892,7 @@ async fn breakers_cooldowns_and_locks_met_through_one_replica_hold_on_the_others
         alpha_breaker(&http, a).await == "HALF_OPEN"
     })
     .await;
-    for base in [b, c] {
-        assert_eq!(
-            refused(&http, base, &secret).await,
-            (503, "provider_circuit_open".to_owned()),
-            "{base}"
-        );
-    }
+    all_refuse(&http, mock, [b, c], &secret, "provider_circuit_open").await;
     assert_eq!(upstream_calls(&http, mock).await, calls);
     assert_eq!(chat(&http, a, &secret).await, 200);
     assert_eq!(upstream_calls(&http, mock).await, calls + 1);
@@ -972,13 +920,7 @@ async fn breakers_cooldowns_and_locks_met_through_one_replica_hold_on_the_others
     .await;
     assert_eq!(s, 200);
     eventually("C turns the provider cooldown on", || async {
-        let (_, view) = admin(
-            &http,
-            reqwest::Method::GET,
-            format!("{c}/api/resilience"),
-            Value::Null,
-        )
-        .await;
+        let (_, view) = get(&http, format!("{c}/api/resilience")).await;
         view["providerCooldown"]["enabled"] == true
     })
     .await;
@@ -988,13 +930,7 @@ async fn breakers_cooldowns_and_locks_met_through_one_replica_hold_on_the_others
     let t0 = Instant::now();
     for base in [b, c] {
         eventually(&format!("{base} holds A's provider cooldown"), || async {
-            let (_, health) = admin(
-                &http,
-                reqwest::Method::GET,
-                format!("{base}/api/monitoring/health"),
-                Value::Null,
-            )
-            .await;
+            let (_, health) = get(&http, format!("{base}/api/monitoring/health")).await;
             health["breakers"][0]["cooling_ms"]
                 .as_u64()
                 .is_some_and(|ms| ms > 50_000)
@@ -1005,12 +941,7 @@ async fn breakers_cooldowns_and_locks_met_through_one_replica_hold_on_the_others
         "A's provider cooldown held on B and C within {:?}",
         t0.elapsed()
     );
-    for base in [b, c] {
-        assert_eq!(
-            refused(&http, base, &secret).await,
-            (503, "provider_cooldown".to_owned())
-        );
-    }
+    all_refuse(&http, mock, [b, c], &secret, "provider_cooldown").await;
     assert_eq!(upstream_calls(&http, mock).await, calls);
     let (s, _) = admin(
         &http,
@@ -1051,13 +982,7 @@ async fn with_redis_cut_each_replica_keeps_its_own_board_and_catches_up_after() 
     // Redis is cut: A meets a 429 and cools the account; B cannot hear of it, and
     // both keep serving from their own boards.
     relay.cut();
-    let r = http
-        .post(format!("{mock}/_mock/rules"))
-        .json(&json!({"times": 1, "match": {"credential": "cred-alpha"}, "status": 429}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    alpha_answers(&http, mock, 429, Some(1)).await;
     assert_eq!(chat(&http, a, &secret).await, 429);
     assert_eq!(alpha_1(&http, a).await, "cooling");
     tokio::time::sleep(Duration::from_millis(500)).await;
