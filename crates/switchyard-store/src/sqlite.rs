@@ -188,11 +188,10 @@ impl Sql for Lite<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::*;
     use crate::secrets::SecretKey;
-    use crate::SaveMode;
     use secrecy::{ExposeSecret, SecretString};
     use switchyard_core::domain::{AuthClass, UpstreamFormat};
+    use switchyard_model::{ComboRecord, ConnectionRecord, ProviderRecord, SaveMode, TargetRecord};
 
     fn provider(id: &str) -> ProviderRecord {
         ProviderRecord {
