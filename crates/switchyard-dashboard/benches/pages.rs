@@ -18,7 +18,7 @@ use serde_json::json;
 use std::hint::black_box;
 use std::time::Duration;
 use switchyard_gateway::clock::{Clock, SystemClock};
-use switchyard_store::LogRow;
+use switchyard_gateway::services::model::LogRow;
 use switchyard_test_support::{Harness, ADMIN};
 use tokio::runtime::Runtime;
 

@@ -1,8 +1,9 @@
 //! Criterion benchmark of the dashboard's heaviest pages over a realistic store (issue
 //! 14: a page renders in under 50 ms with 100 pools and 10 000 log rows). A SQLite
-//! file store is seeded with 10 000 request-log rows spread over the last hour (ten
-//! keys, five providers, one request in twenty an error), then each benchmark reads
-//! what the page's handler reads and renders its `<main>`:
+//! file store, opened as the gateway opens it, is seeded with 10 000 request-log rows
+//! spread over the last hour (ten keys, five providers, one request in twenty an
+//! error), then each benchmark reads what the page's handler reads and renders its
+//! `<main>`:
 //!
 //! - `requests (key + errors)`: `Store::query_logs` for one key's errors of the last
 //!   hour (a page of 50 plus one, as `services::logs::search` asks; 500 rows match),
@@ -32,12 +33,14 @@ use switchyard_core::quota::window::Window;
 use switchyard_dashboard::bench_api::{
     overview, quota_share, requests, Choice, Choices, CreateForm, Filters, Overview,
 };
+use switchyard_gateway::bootstrap;
 use switchyard_gateway::runtime::quota::views::{DimensionUsage, KeyUsage, PoolUsage};
 use switchyard_gateway::runtime::quota::StoreStatus;
 use switchyard_gateway::services::logs::{LogPage, LogStats};
+use switchyard_gateway::services::model::{LogQuery, LogRow, LogSize, StatusFilter};
 use switchyard_gateway::services::quota::PoolView;
 use switchyard_gateway::services::system::{Health, InFlight};
-use switchyard_store::{Keyring, LogQuery, LogRow, LogSize, StatusFilter, Store};
+use switchyard_test_support::Config;
 
 /// The benchmark's "now" (Unix milliseconds): rows are seeded relative to it.
 const NOW_MS: u64 = 1_764_606_653_000;
@@ -206,8 +209,8 @@ fn page_of(mut rows: Vec<(i64, LogRow)>, limit: usize) -> LogPage {
 
 fn benches(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let keys = Keyring::ephemeral().expect("a keyring");
-    let store = Store::open(&dir.path().join("bench.db"), keys).expect("the store");
+    let config = Config::new().resolve(dir.path(), &[]);
+    let store = bootstrap::open_store(&config).expect("the store");
     let rows: Vec<LogRow> = (0..ROWS).map(row).collect();
     for chunk in rows.chunks(1000) {
         store.insert_log_batch(chunk).expect("the log rows");

@@ -16,7 +16,7 @@ use switchyard_core::routing::shape::Shape;
 use switchyard_core::routing::strategy;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
-use switchyard_store::{AliasRecord, ComboRecord, SaveMode, TargetRecord};
+use switchyard_gateway::services::model::{AliasRecord, ComboRecord, SaveMode, TargetRecord};
 
 /// The page's path.
 const PAGE: &str = "/dashboard/combos";

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::keys::{NewKey, KNOWN_SCOPES};
 use switchyard_gateway::services;
-use switchyard_store::{ConnectionRecord, KeyRecord};
+use switchyard_gateway::services::model::{ConnectionRecord, KeyRecord};
 
 /// The page's path.
 const PAGE: &str = "/dashboard/keys";

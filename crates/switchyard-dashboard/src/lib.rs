@@ -90,10 +90,10 @@ pub struct Dashboard {
 /// The dashboard's routes (as [`routes`]) with their one-time sign-in links.
 pub fn dashboard(state: Arc<AppState>) -> Dashboard {
     let links = OneTimeLinks {
-        links: Arc::new(once::Links::new(Arc::clone(&state.store))),
+        links: Arc::new(once::Links::new(Arc::clone(&state))),
         clock: Arc::clone(&state.clock),
     };
-    let sessions = Sessions::new(Arc::clone(&state.store));
+    let sessions = Sessions::new(Arc::clone(&state));
     let (css, js) = (assets::css(), assets::htmx());
     let layout = html::Layout {
         css: css.path.clone(),

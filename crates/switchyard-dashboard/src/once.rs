@@ -9,8 +9,8 @@ use std::sync::Arc;
 use switchyard_core::apikey::KeyHash;
 use switchyard_gateway::clock::Clock;
 use switchyard_gateway::error::ApiError;
-use switchyard_gateway::state::blocking;
-use switchyard_store::Store;
+use switchyard_gateway::services::dashboard;
+use switchyard_gateway::state::AppState;
 
 /// How long a link stays valid, in milliseconds: ten minutes.
 pub const LINK_TTL_MS: u64 = 10 * 60 * 1000;
@@ -29,29 +29,31 @@ fn digest(token: &str) -> String {
 /// The links not used yet, in the store.
 #[derive(Debug)]
 pub struct Links {
-    store: Arc<Store>,
+    app: Arc<AppState>,
 }
 
 impl Links {
-    pub fn new(store: Arc<Store>) -> Self {
-        Self { store }
+    pub fn new(app: Arc<AppState>) -> Self {
+        Self { app }
     }
 
     /// A new token, valid from `now` for [`LINK_TTL_MS`].
     pub async fn mint(&self, now: u64) -> Result<String, ApiError> {
         let token = random_token();
-        let hash = digest(&token);
-        blocking(&self.store, move |s| {
-            s.mint_link(&hash, now.saturating_add(LINK_TTL_MS), now, MAX_LINKS)
-        })
+        dashboard::mint_link(
+            &self.app,
+            digest(&token),
+            now.saturating_add(LINK_TTL_MS),
+            now,
+            MAX_LINKS,
+        )
         .await?;
         Ok(token)
     }
 
     /// Whether `token` is a live link at `now`; it is used up either way.
     pub async fn consume(&self, token: &str, now: u64) -> Result<bool, ApiError> {
-        let hash = digest(token);
-        Ok(blocking(&self.store, move |s| s.consume_link(&hash, now)).await?)
+        dashboard::consume_link(&self.app, digest(token), now).await
     }
 }
 

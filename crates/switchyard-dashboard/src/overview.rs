@@ -15,11 +15,11 @@ use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
 use switchyard_gateway::services::logs::LogStats;
+use switchyard_gateway::services::model::{KeyRecord, LogRow, ProviderRecord, SeriesRow};
 use switchyard_gateway::services::quota::PoolView;
 use switchyard_gateway::services::resilience::ConnectionState;
 use switchyard_gateway::services::system::{Health, InFlight};
 use switchyard_gateway::state::AppState;
-use switchyard_store::{KeyRecord, LogRow, ProviderRecord, SeriesRow};
 
 /// The series label of requests with no provider (refused before any was tried) or
 /// no key.

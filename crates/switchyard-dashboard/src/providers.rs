@@ -18,7 +18,9 @@ use std::sync::Arc;
 use switchyard_gateway::config::ConnectionSpec;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
-use switchyard_store::{ConnectionRecord, ProviderRecord, SaveMode, StreamTimeouts};
+use switchyard_gateway::services::model::{
+    ConnectionRecord, ProviderRecord, SaveMode, StreamTimeouts,
+};
 
 /// The page's path.
 const PAGE: &str = "/dashboard/providers";

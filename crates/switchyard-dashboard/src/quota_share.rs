@@ -23,9 +23,9 @@ use switchyard_core::quota::pool::{AllocationInput, PoolInput};
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::runtime::quota::views::{DecisionRecord, DimensionUsage, PoolUsage};
 use switchyard_gateway::services;
+use switchyard_gateway::services::model::{SaveMode, SeriesRow};
 use switchyard_gateway::services::quota::PoolView;
 use switchyard_gateway::state::AppState;
-use switchyard_store::{SaveMode, SeriesRow};
 
 /// The list's path.
 pub const LIST: &str = "/dashboard/costs/quota-share";

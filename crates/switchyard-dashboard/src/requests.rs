@@ -22,8 +22,8 @@ use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
 use switchyard_gateway::services::logs::{LogPage, LogSearch};
+use switchyard_gateway::services::model::{FailedAttempt, LogRow, RouteTrace};
 use switchyard_gateway::state::AppState;
-use switchyard_store::LogRow;
 
 /// The page's path.
 pub const PATH: &str = "/dashboard/requests";
@@ -329,7 +329,7 @@ fn row_html(r: &LogRow) -> Markup {
 
 /// The routing decision (SPEC R19's trace): the strategy, folded over the facts it
 /// read and the order it produced, each candidate with the values it saw.
-fn route_cell(route: Option<&switchyard_store::RouteTrace>) -> Markup {
+fn route_cell(route: Option<&RouteTrace>) -> Markup {
     let Some(t) = route else {
         return html! { "—" };
     };
@@ -382,7 +382,7 @@ fn step_facts(facts: &serde_json::Map<String, serde_json::Value>) -> String {
 /// One attempt that did not answer, as the attempts cell lists it: the connection, what
 /// ended it, and the verdict — its cause, a restatement, the rule and scope that applied,
 /// and the egress address (SPEC R13, R14).
-fn failed_attempt(f: &switchyard_store::FailedAttempt) -> String {
+fn failed_attempt(f: &FailedAttempt) -> String {
     let mut line = format!("{}: {}", f.connection_id, f.outcome);
     if let Some(status) = f.upstream_status {
         line.push_str(&format!(" (HTTP {status}"));
@@ -457,6 +457,7 @@ pub fn render(f: &Filters, choices: &Choices, outcome: Result<&LogPage, String>)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchyard_gateway::services::model::RouteStep;
 
     fn row(status: u16) -> LogRow {
         LogRow {
@@ -539,13 +540,13 @@ mod tests {
         let mut facts = serde_json::Map::new();
         facts.insert("success".into(), serde_json::json!(0.7));
         facts.insert("header_ms".into(), serde_json::Value::Null);
-        let step = |conn: &str, facts| switchyard_store::RouteStep {
+        let step = |conn: &str, facts| RouteStep {
             provider: "alpha".into(),
             model: "mock<small>".into(),
             connection_id: conn.into(),
             facts,
         };
-        let trace = switchyard_store::RouteTrace {
+        let trace = RouteTrace {
             strategy: "p2c".into(),
             facts: vec!["draw".into(), "stats".into()],
             draw: Some(9),
@@ -560,9 +561,9 @@ mod tests {
             route_cell(Some(&trace)).into_string(),
             "<details class=\"route\"><summary>p2c</summary><small>read draw, stats; draw 9; session-pin first</small><ol><li>alpha/mock&lt;small&gt; @ alpha-1<br><small>success 0.7, header_ms unknown</small></li><li>alpha/mock&lt;small&gt; @ alpha-2</li></ol></details>"
         );
-        let plain = switchyard_store::RouteTrace {
+        let plain = RouteTrace {
             strategy: "priority".into(),
-            ..switchyard_store::RouteTrace::default()
+            ..RouteTrace::default()
         };
         assert!(route_cell(Some(&plain))
             .into_string()

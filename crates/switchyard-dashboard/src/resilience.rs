@@ -16,13 +16,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
+use switchyard_gateway::services::model::ProviderRecord;
 use switchyard_gateway::services::resilience::{
     ClearResult, ClearTarget, ConnectionState, EgressBucketView, ErrorRulesView, ModelLockView,
     ResilienceView,
 };
 use switchyard_gateway::services::settings::SettingView;
 use switchyard_gateway::services::system::BreakerView;
-use switchyard_store::ProviderRecord;
 
 /// The page's path.
 const PAGE: &str = "/dashboard/resilience";

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use subtle::ConstantTimeEq;
 use switchyard_core::apikey::KeyHash;
 use switchyard_gateway::error::ApiError;
-use switchyard_gateway::state::blocking;
-use switchyard_store::Store;
+use switchyard_gateway::services::dashboard;
+use switchyard_gateway::state::AppState;
 
 /// How long a session lasts, in seconds (the cookie's `Max-Age`).
 pub const SESSION_TTL_SECS: u64 = 8 * 60 * 60;
@@ -50,10 +50,11 @@ pub struct Stored {
 
 /// The sessions, in the store (SPEC O6: any replica serves a signed-in browser). A
 /// session is kept under the SHA-256 of its id; the store keeps at most
-/// [`MAX_SESSIONS`]. Each call is one store transaction on the blocking pool.
+/// [`MAX_SESSIONS`]. Each call is one store transaction on the blocking pool (through
+/// the gateway's `services::dashboard`).
 #[derive(Debug)]
 pub struct Sessions {
-    store: Arc<Store>,
+    app: Arc<AppState>,
 }
 
 /// The key a session is kept under: its id's SHA-256.
@@ -78,16 +79,8 @@ fn decode(stored: &str) -> Option<Notice> {
 }
 
 impl Sessions {
-    pub fn new(store: Arc<Store>) -> Self {
-        Self { store }
-    }
-
-    /// Runs a store call on the blocking pool.
-    async fn call<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&Store) -> switchyard_store::Result<T> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        Ok(blocking(&self.store, f).await?)
+    pub fn new(app: Arc<AppState>) -> Self {
+        Self { app }
     }
 
     /// Opens a session at `now` (Unix milliseconds) for the credential whose hash is
@@ -98,17 +91,15 @@ impl Sessions {
         credential: KeyHash,
     ) -> Result<(String, String), ApiError> {
         let (id, csrf) = (random_token(), random_token());
-        let (k, c) = (key(&id), csrf.clone());
-        self.call(move |s| {
-            s.open_session(
-                &k,
-                &c,
-                &credential.to_hex(),
-                now.saturating_add(SESSION_TTL_MS),
-                now,
-                MAX_SESSIONS,
-            )
-        })
+        dashboard::open_session(
+            &self.app,
+            key(&id),
+            csrf.clone(),
+            credential.to_hex(),
+            now.saturating_add(SESSION_TTL_MS),
+            now,
+            MAX_SESSIONS,
+        )
         .await?;
         Ok((id, csrf))
     }
@@ -120,8 +111,7 @@ impl Sessions {
         now: u64,
         take_notice: bool,
     ) -> Result<Option<Stored>, ApiError> {
-        let k = key(id);
-        let row = self.call(move |s| s.session(&k, now, take_notice)).await?;
+        let row = dashboard::session(&self.app, key(id), now, take_notice).await?;
         Ok(row.and_then(|r| {
             Some(Stored {
                 csrf: r.csrf,
@@ -133,14 +123,12 @@ impl Sessions {
 
     /// Keeps `notice` for the session `id`'s next page.
     pub async fn set_notice(&self, id: &str, notice: &Notice) -> Result<(), ApiError> {
-        let (k, n) = (key(id), encode(notice));
-        self.call(move |s| s.set_session_notice(&k, &n)).await
+        dashboard::set_session_notice(&self.app, key(id), encode(notice)).await
     }
 
     /// Ends the session `id`.
     pub async fn remove(&self, id: &str) -> Result<(), ApiError> {
-        let k = key(id);
-        self.call(move |s| s.end_session(&k)).await
+        dashboard::end_session(&self.app, key(id)).await
     }
 }
 

@@ -21,8 +21,9 @@ use secrecy::ExposeSecret;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use switchyard_core::apikey::KeyHash;
+use switchyard_model::SaveMode;
 use switchyard_store::secrets::{create_key_file, write_key_file};
-use switchyard_store::{KeyId, Keyring, SaveMode, SecretKey, Store, StoreError};
+use switchyard_store::{KeyId, Keyring, SecretKey, Store, StoreError};
 
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "switchyard.db";

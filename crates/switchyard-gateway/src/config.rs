@@ -21,10 +21,8 @@ use switchyard_core::domain::AuthClass;
 use switchyard_core::domain::UpstreamFormat;
 use switchyard_core::quota::pool::PoolInput;
 use switchyard_core::settings::{self, Layers};
-use switchyard_store::{
-    AliasRecord, ComboRecord, ConnectionRecord, KeyError, Keyring, PlanRecord, ProviderRecord,
-    SecretKey,
-};
+use switchyard_model::{AliasRecord, ComboRecord, ConnectionRecord, PlanRecord, ProviderRecord};
+use switchyard_store::{KeyError, Keyring, SecretKey};
 use utoipa::ToSchema;
 
 /// Default listen address: loopback, so a zero-config start exposes nothing to the

@@ -9,7 +9,7 @@ use rand::RngCore;
 use secrecy::zeroize::Zeroizing;
 use secrecy::{ExposeSecret, SecretString};
 use switchyard_core::apikey::{display_prefix, KeyHash, KEY_PREFIX};
-use switchyard_store::KeyRecord;
+use switchyard_model::KeyRecord;
 
 /// Scopes a key may carry.
 pub const KNOWN_SCOPES: &[&str] = &["admin", "lease:exclusive"];

@@ -1,6 +1,7 @@
 //! Switchyard's imperative shell: the HTTP server, the request pipeline, the upstream
 //! client, the management API, configuration loading, metrics and the clock. Decisions
-//! are delegated to `switchyard-core`; persistence to `switchyard-store`.
+//! are delegated to `switchyard-core`; persistence to `switchyard-store`, of the records
+//! and views `switchyard-model` defines.
 
 pub mod admin;
 pub mod body;

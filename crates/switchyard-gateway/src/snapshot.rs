@@ -26,7 +26,7 @@ use switchyard_core::resilience::rules::Rules;
 use switchyard_core::routing;
 use switchyard_core::routing::strategy::{self, StrategyRef};
 use switchyard_core::settings::{self, Layers, Resolved, Settings};
-use switchyard_store::ConfigRows;
+use switchyard_model::ConfigRows;
 
 /// The configuration in force: the snapshot the request path reads (swapped atomically
 /// on change) and the layers and admin credential it is rebuilt with.

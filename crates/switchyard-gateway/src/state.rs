@@ -21,8 +21,9 @@ use std::time::Duration;
 use switchyard_core::apikey::KeyHash;
 use switchyard_core::routing::lease;
 use switchyard_core::settings::{redact_url, Layers, QuotaSettings};
+use switchyard_model::ConfigRows;
 use switchyard_store::redis_counters::{RedisCounters, RedisStoreError};
-use switchyard_store::{ConfigRows, LogQueries, Store, StoreError};
+use switchyard_store::{LogQueries, Store, StoreError};
 use tokio::task::JoinHandle;
 
 /// How often a gateway whose quota counters fell back to memory tries Redis again. One

@@ -4,13 +4,15 @@
 //! back here (only [`Store::load_config`] opens them).
 
 use crate::db::{args, Sql};
-use crate::records::*;
 use crate::store::{
     check_mode, delete_row, enum_from_str, enum_to_str, first, from_json, i64_of, opt_from_json,
     query_text_pairs, to_json,
 };
-use crate::{Batch, Result, SaveMode, Store, StoreError};
+use crate::{Batch, Result, Store, StoreError};
 use secrecy::{ExposeSecret, SecretString};
+use switchyard_model::{
+    AliasRecord, ComboRecord, ConnectionRecord, ProviderRecord, SaveMode, SettingRecord,
+};
 
 impl Store {
     // ---- providers ----

@@ -6,18 +6,7 @@
 
 use crate::db::{args, Sql};
 use crate::{Result, Store};
-
-/// A live session as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionRow {
-    /// The session's CSRF token.
-    pub csrf: String,
-    /// The hex SHA-256 of the credential the session was opened with.
-    pub credential: String,
-    /// The one-time notice left for the session's next page, if any (taken by the read
-    /// that asked for it).
-    pub notice: Option<String>,
-}
+use switchyard_model::SessionRow;
 
 /// Deletes the expired rows of `table` and, while it holds `max` or more, the rows
 /// closest to expiry, so one more fits.

@@ -3,9 +3,9 @@
 //! version), read with the rest of the configuration.
 
 use crate::db::{args, Sql};
-use crate::records::KeyRecord;
 use crate::store::{check_mode, delete_row, first, from_json, opt_from_json, to_json};
-use crate::{Batch, Result, SaveMode, Store, StoreError};
+use crate::{Batch, Result, Store, StoreError};
+use switchyard_model::{KeyRecord, SaveMode};
 
 impl Store {
     pub fn list_keys(&self) -> Result<Vec<KeyRecord>> {

@@ -12,6 +12,10 @@
 //!
 //! Connection credentials are encrypted at rest with a key kept outside the database
 //! ([`secrets`]); the database file and its WAL files are owner-only.
+//!
+//! The records it reads and writes (the configuration document, the request log's rows
+//! and views) are `switchyard_model`'s: the store persists them, it does not define
+//! them, so the services and the dashboard share them without depending on it.
 
 mod config;
 pub mod dashboard;
@@ -22,7 +26,6 @@ mod log;
 mod migrations;
 pub mod postgres;
 pub mod quota;
-pub mod records;
 pub mod redis_board;
 pub mod redis_counters;
 pub mod resilience;
@@ -31,13 +34,12 @@ pub mod sessions;
 mod sqlite;
 mod store;
 
-pub use log::{LogQueries, LogSink, OutcomeRow, Unwritten};
-pub use quota::{ConsumptionRow, PlanRecord};
-pub use records::*;
+pub use log::{LogQueries, LogSink, Unwritten};
+pub use quota::ConsumptionRow;
 pub use secrets::{KeyError, KeyId, Keyring, SecretKey};
 pub use sessions::{LastGoodChange, PinChange, PinRow};
 pub use sqlite::make_private;
-pub use store::{Batch, SaveMode, Store};
+pub use store::{Batch, Store};
 
 /// Everything that can go wrong in the store.
 #[derive(Debug, thiserror::Error)]

@@ -3,11 +3,13 @@
 //! view, the seeding of routing's service stats and the last known egress addresses.
 
 use crate::db::{args, Arg, Column, Dialect, Table, ToArg};
-use crate::records::*;
 use crate::store::{i64_of, to_json};
 use crate::{Result, Store, StoreError, StoreFuture};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use switchyard_model::{
+    FailedAttempt, LogQuery, LogRow, LogSize, OutcomeRow, SeriesRow, StatusFilter,
+};
 
 /// Where the request log's batches go, off the request path: the seam the gateway's
 /// log writer holds, so the log may live in another database than SQLite.
@@ -377,19 +379,6 @@ impl Store {
             .map(|(connection, (egress, ts))| (connection, egress, ts))
             .collect())
     }
-}
-
-/// One logged request's outcome on its connection (see [`Store::recent_outcomes`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutcomeRow {
-    pub connection_id: String,
-    /// The model as the upstream saw it.
-    pub model: String,
-    pub status: u16,
-    pub stream: bool,
-    pub latency_ms: u64,
-    pub ttfb_ms: Option<u64>,
-    pub ts: u64,
 }
 
 /// The request log's columns a batch writes.

@@ -1,24 +1,11 @@
 //! Quota tables (SPEC Q1, Q4, Q9): pools, allocations, plans and consumption slots.
 
 use crate::db::{args, Sql};
-use crate::store::{
-    check_mode, delete_row, from_json, i64_of, query_text_pairs, to_json, Batch, SaveMode,
-};
+use crate::store::{check_mode, delete_row, from_json, i64_of, query_text_pairs, to_json, Batch};
 use crate::{Result, Store, StoreError};
-use serde::{Deserialize, Serialize};
 use switchyard_core::quota::decide::Policy;
-use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
-use utoipa::ToSchema;
-
-/// A connection's manual plan override (SPEC Q5).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PlanRecord {
-    #[serde(alias = "connection_id")]
-    pub connection_id: String,
-    #[schema(value_type = Vec<Object>)]
-    pub dimensions: Vec<DimensionInput>,
-}
+use switchyard_core::quota::pool::{AllocationInput, PoolInput};
+use switchyard_model::{PlanRecord, SaveMode};
 
 /// One persisted consumption slot.
 #[derive(Debug, Clone, PartialEq)]
@@ -290,8 +277,9 @@ pub(crate) fn query_plans(db: &dyn Sql) -> Result<Vec<PlanRecord>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::{ConnectionRecord, KeyRecord, ProviderRecord};
     use serde_json::json;
+    use switchyard_core::quota::pool::DimensionInput;
+    use switchyard_model::{ConnectionRecord, KeyRecord, ProviderRecord};
 
     fn seed(s: &Store) {
         s.save_provider(

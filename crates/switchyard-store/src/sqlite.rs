@@ -206,11 +206,10 @@ const ROWS_PER_INSERT: usize = 64;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::records::*;
     use crate::secrets::SecretKey;
-    use crate::SaveMode;
     use secrecy::{ExposeSecret, SecretString};
     use switchyard_core::domain::{AuthClass, UpstreamFormat};
+    use switchyard_model::{ComboRecord, ConnectionRecord, ProviderRecord, SaveMode, TargetRecord};
 
     fn provider(id: &str) -> ProviderRecord {
         ProviderRecord {

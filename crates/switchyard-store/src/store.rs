@@ -11,7 +11,6 @@ use crate::config::{
 };
 use crate::db::{args, Sql};
 use crate::keys::query_keys;
-use crate::records::*;
 use crate::secrets::{classify, KeyId, Keyring, SecretKey, Stored};
 use crate::{Result, StoreError};
 use secrecy::zeroize::Zeroizing;
@@ -20,17 +19,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
-
-/// How a save treats an existing row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SaveMode {
-    /// Fail with `Conflict` when the row exists.
-    Create,
-    /// Fail with `NotFound` when the row does not exist.
-    Update,
-    /// Insert or replace (used when applying the config file).
-    Upsert,
-}
+use switchyard_model::{ConfigRows, SaveMode};
 
 /// The database behind a [`Store`].
 #[derive(Debug)]

@@ -13,7 +13,8 @@ use switchyard_gateway::config::{self, FileConfig, GatewayConfig, LogFormat, Sys
 use switchyard_gateway::keys::{new_key, NewKey};
 use switchyard_gateway::snapshot::Snapshot;
 use switchyard_gateway::telemetry::metrics::Metrics;
-use switchyard_store::{SaveMode, SecretKey};
+use switchyard_model::SaveMode;
+use switchyard_store::SecretKey;
 use tokio::net::TcpListener;
 
 /// Switchyard: an LLM API gateway that shares provider accounts fairly and keeps serving

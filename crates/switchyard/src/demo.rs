@@ -13,7 +13,7 @@ use switchyard_gateway::clock::{Clock, SystemClock};
 use switchyard_gateway::config::{self, FileConfig, LogFormat};
 use switchyard_gateway::keys::{new_key, NewKey};
 use switchyard_mock::{MockServer, Rule};
-use switchyard_store::{
+use switchyard_model::{
     AliasRecord, ComboRecord, ConnectionRecord, ProviderRecord, SaveMode, TargetRecord,
 };
 use tokio::net::TcpListener;

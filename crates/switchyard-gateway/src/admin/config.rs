@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use std::sync::Arc;
-use switchyard_store::{AliasList, ComboRecord, ConnectionRecord, ProviderRecord, SaveMode};
+use switchyard_model::{AliasList, ComboRecord, ConnectionRecord, ProviderRecord, SaveMode};
 
 fn id_matches(path: &str, body: &str, field: &str) -> Result<(), ApiError> {
     if path == body {

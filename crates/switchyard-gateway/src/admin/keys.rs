@@ -12,7 +12,7 @@ use axum::Json;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::sync::Arc;
-use switchyard_store::KeyRecord;
+use switchyard_model::KeyRecord;
 use utoipa::ToSchema;
 
 /// Body of `POST /api/keys`.

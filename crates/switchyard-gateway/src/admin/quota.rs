@@ -14,7 +14,7 @@ use axum::Json;
 use serde::Deserialize;
 use std::sync::Arc;
 use switchyard_core::quota::pool::{DimensionInput, PoolInput};
-use switchyard_store::SaveMode;
+use switchyard_model::SaveMode;
 use utoipa::{IntoParams, ToSchema};
 
 #[utoipa::path(get, path = "/api/quota/pools", tag = "quota",

@@ -16,7 +16,7 @@ use axum::response::{AppendHeaders, IntoResponse};
 use axum::Json;
 use serde::Deserialize;
 use std::sync::Arc;
-use switchyard_store::LogRow;
+use switchyard_model::LogRow;
 use utoipa::IntoParams;
 
 /// The response header naming the cursor of the next (older) page of `/api/logs`.

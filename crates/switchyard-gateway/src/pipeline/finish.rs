@@ -25,7 +25,7 @@ use switchyard_core::resilience::verdict::{self, Answer, Subject, Verdict};
 use switchyard_core::routing::trace::Decision;
 use switchyard_core::routing::Candidate;
 use switchyard_core::usage::Usage;
-use switchyard_store::{FailedAttempt, LogRow};
+use switchyard_model::{FailedAttempt, LogRow};
 
 /// Status recorded when the response was cut before it ended — the client disconnected
 /// (`client_closed_request`) or the shutdown grace period expired (`gateway_shutdown`).

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use switchyard_core::routing::stats::{Observation, Stat};
 use switchyard_core::UnixMillis;
-use switchyard_store::OutcomeRow;
+use switchyard_model::OutcomeRow;
 
 /// Connection × model pairs remembered.
 pub const MAX_PAIRS: usize = 20_000;

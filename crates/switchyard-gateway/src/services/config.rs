@@ -18,7 +18,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use std::sync::{Arc, OnceLock};
 use switchyard_core::domain::{AuthClass, UpstreamFormat};
-use switchyard_store::{
+use switchyard_model::{
     AliasRecord, ComboRecord, ConfigRows, ConnectionRecord, ProviderRecord, SaveMode,
 };
 
@@ -67,7 +67,7 @@ pub struct ProviderEdit {
     pub max_concurrent: Option<u32>,
     /// The provider's own stream deadlines; a field left out follows the setting.
     #[serde(default)]
-    pub stream_timeouts: switchyard_store::StreamTimeouts,
+    pub stream_timeouts: switchyard_model::StreamTimeouts,
 }
 
 /// Applies `edit` to provider `id` as stored when the admin lock is held, so the fields

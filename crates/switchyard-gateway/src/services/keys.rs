@@ -7,7 +7,7 @@ use crate::error::ApiError;
 use crate::keys::{new_key, validate_key_fields, NewKey};
 use crate::state::{blocking, AppState};
 use secrecy::SecretString;
-use switchyard_store::{ConfigRows, KeyRecord, SaveMode};
+use switchyard_model::{ConfigRows, KeyRecord, SaveMode};
 
 /// A change to a key: present fields replace; `Some(None)` clears a restriction.
 #[derive(Debug, Default)]

@@ -8,7 +8,7 @@ use crate::state::AppState;
 use crate::telemetry::series::MINUTE_MS;
 use serde::Serialize;
 use std::sync::Arc;
-use switchyard_store::{LogQuery, LogRow, LogSize, SeriesRow, StatusFilter};
+use switchyard_model::{LogQuery, LogRow, LogSize, SeriesRow, StatusFilter};
 use utoipa::ToSchema;
 
 /// Most rows one log query returns.

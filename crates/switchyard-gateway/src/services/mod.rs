@@ -8,8 +8,13 @@
 //! snapshot from it, and only then written and swapped into the live snapshot. An
 //! invalid change therefore fails naming the problem and writes nothing. This module
 //! must not touch the request pipeline or the upstream client.
+//!
+//! The records and views the operations take and return are [`model`]'s (the
+//! `switchyard-model` crate, re-exported here), so a caller such as the dashboard sees
+//! them without depending on the store that persists them.
 
 pub mod config;
+pub mod dashboard;
 pub mod keys;
 pub mod leases;
 pub mod logs;
@@ -19,12 +24,15 @@ pub mod sessions;
 pub mod settings;
 pub mod system;
 
+pub use switchyard_model as model;
+
 use crate::error::ApiError;
 use crate::runtime::quota::index::QuotaConfigError;
 use crate::snapshot::{Snapshot, SnapshotError};
 use crate::state::AppState;
 use std::sync::Arc;
-use switchyard_store::{Batch, ConfigRows, StoreError};
+use switchyard_model::ConfigRows;
+use switchyard_store::{Batch, StoreError};
 
 /// Validates and applies a configuration change; see the module docs.
 ///
@@ -88,7 +96,7 @@ pub(crate) fn unused_by_aliases(
     rows: &ConfigRows,
     kind: &'static str,
     id: &str,
-    uses: impl Fn(&switchyard_store::AliasRecord) -> bool,
+    uses: impl Fn(&switchyard_model::AliasRecord) -> bool,
 ) -> Result<(), ApiError> {
     let users: Vec<&str> = rows
         .aliases
@@ -156,7 +164,7 @@ pub(crate) fn upsert_by<T>(list: &mut Vec<T>, item: T, key: impl Fn(&T) -> &str,
 pub(crate) fn upsert_setting(rows: &mut ConfigRows, key: &str, value: serde_json::Value) {
     upsert_by(
         &mut rows.settings,
-        switchyard_store::SettingRecord {
+        switchyard_model::SettingRecord {
             key: key.to_owned(),
             value,
         },

@@ -14,7 +14,7 @@ use serde::Serialize;
 use std::sync::{Arc, OnceLock};
 use switchyard_core::quota::plan::{Dimension, PlanSource};
 use switchyard_core::quota::pool::{AllocationInput, DimensionInput, PoolInput};
-use switchyard_store::{PlanRecord, SaveMode};
+use switchyard_model::{PlanRecord, SaveMode};
 use utoipa::ToSchema;
 
 /// A pool as the API shows it.
@@ -335,7 +335,8 @@ mod tests {
     use crate::keys::NewKey;
     use serde_json::json;
     use switchyard_core::settings::Layers;
-    use switchyard_store::{ConnectionRecord, ProviderRecord, Store};
+    use switchyard_model::{ConnectionRecord, ProviderRecord};
+    use switchyard_store::Store;
 
     /// A state over an in-memory database with provider `p`, connection `c1` and pool
     /// `team` (k1 and k2 with half each), resolving settings from `layers`.

@@ -20,7 +20,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_core::routing::trace::{Decision, Fact};
-use switchyard_store::{LogRow, LogSink, RouteStep, RouteTrace, SeriesRow, Unwritten};
+use switchyard_model::{LogRow, RouteStep, RouteTrace, SeriesRow};
+use switchyard_store::{LogSink, Unwritten};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 

@@ -5,7 +5,7 @@
 //! hour's history.
 
 use std::collections::{BTreeMap, HashMap};
-use switchyard_store::{LogRow, SeriesRow};
+use switchyard_model::{LogRow, SeriesRow};
 
 /// A minute in milliseconds.
 pub const MINUTE_MS: u64 = 60_000;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use switchyard_gateway::bootstrap::{self, AdminToken};
 use switchyard_gateway::clock::SystemClock;
 use switchyard_gateway::keys::{new_key, NewKey};
-use switchyard_store::{FailedAttempt, LogRow, RouteStep, RouteTrace, SaveMode};
+use switchyard_model::{FailedAttempt, LogRow, RouteStep, RouteTrace, SaveMode};
 use switchyard_test_support::*;
 
 #[tokio::test]

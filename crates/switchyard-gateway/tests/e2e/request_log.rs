@@ -3,7 +3,7 @@
 //! and `GET /api/logs/stats` says how big the log is.
 
 use switchyard_gateway::clock::{Clock, SystemClock};
-use switchyard_store::LogRow;
+use switchyard_model::LogRow;
 use switchyard_test_support::*;
 
 fn row(ts: u64, i: u64) -> LogRow {

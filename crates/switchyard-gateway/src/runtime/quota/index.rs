@@ -12,7 +12,7 @@ use switchyard_core::catalog::Catalog;
 use switchyard_core::quota::decide::{effective_weights, Policy, Share};
 use switchyard_core::quota::plan::{self, Dimension, PlanSource};
 use switchyard_core::quota::pool::{Pool, PoolError, PoolInput};
-use switchyard_store::PlanRecord;
+use switchyard_model::PlanRecord;
 
 /// A key's share of one pool, per dimension.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,7 +6,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use switchyard_core::domain::{AuthClass, UpstreamFormat};
+use switchyard_core::quota::pool::DimensionInput;
 use utoipa::ToSchema;
+
+/// How a save treats an existing row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaveMode {
+    /// Fail with `Conflict` when the row exists.
+    Create,
+    /// Fail with `NotFound` when the row does not exist.
+    Update,
+    /// Insert or replace (used when applying the config file).
+    Upsert,
+}
 
 /// A provider: a family of interchangeable upstream accounts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -188,6 +200,16 @@ pub struct SettingRecord {
     pub value: Value,
 }
 
+/// A connection's manual plan override (SPEC Q5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanRecord {
+    #[serde(alias = "connection_id")]
+    pub connection_id: String,
+    #[schema(value_type = Vec<Object>)]
+    pub dimensions: Vec<DimensionInput>,
+}
+
 /// One row of the request log (SPEC G9). Never bodies, never credentials.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct LogRow {
@@ -303,7 +325,7 @@ pub struct LogSize {
     pub database_bytes: u64,
 }
 
-/// Which request-log rows [`Store::query_logs`](crate::Store::query_logs) returns.
+/// Which request-log rows the store's `Store::query_logs` returns.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogQuery {
     /// Only this key's rows.
@@ -348,8 +370,8 @@ impl StatusFilter {
     }
 }
 
-/// Requests of one time bucket, provider, connection and key (see
-/// [`Store::log_series`](crate::Store::log_series)).
+/// Requests of one time bucket, provider, connection and key (see the store's
+/// `Store::log_series`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeriesRow {
     /// The bucket's start (Unix milliseconds).
@@ -362,6 +384,20 @@ pub struct SeriesRow {
     pub errors: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+}
+
+/// One logged request's outcome on its connection (see the store's
+/// `Store::recent_outcomes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutcomeRow {
+    pub connection_id: String,
+    /// The model as the upstream saw it.
+    pub model: String,
+    pub status: u16,
+    pub stream: bool,
+    pub latency_ms: u64,
+    pub ttfb_ms: Option<u64>,
+    pub ts: u64,
 }
 
 /// Everything the gateway's in-memory snapshot is built from.
@@ -380,5 +416,5 @@ pub struct ConfigRows {
     pub keys: Vec<KeyRecord>,
     pub settings: Vec<SettingRecord>,
     pub pools: Vec<switchyard_core::quota::pool::PoolInput>,
-    pub plans: Vec<crate::quota::PlanRecord>,
+    pub plans: Vec<PlanRecord>,
 }
