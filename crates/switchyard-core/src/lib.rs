@@ -15,6 +15,7 @@ pub mod domain;
 pub mod format;
 pub mod health;
 pub mod llm;
+pub mod oauth;
 pub mod outcome;
 pub mod quota;
 pub mod redact;
