@@ -22,6 +22,7 @@
 //! | `GET /v1/models` | `mock-small` and `mock-large` |
 //! | `GET /api/oauth/usage?at_wall=1&skip_spend=1` | the credential's limit reset program, see the usage wall |
 //! | `POST /api/organizations/{org}/reset_rate_limits` | claims the limit reset, see the usage wall |
+//! | `POST /oauth/token`, `POST /v1/oauth/token` | refreshes an OAuth subscription token (the Codex CLI's and Claude Code's token endpoints), see [`oauth`] |
 //!
 //! # Control routes
 //!
@@ -35,8 +36,11 @@
 //! | `POST /_mock/wall` | set a credential's usage [`Wall`] (204), replacing its previous one |
 //! | `GET /_mock/wall` | every wall, whether it is up, and what is left of its slow statuses |
 //! | `DELETE /_mock/wall` | remove every wall |
+//! | `POST /_mock/oauth` | set an OAuth account (204), see [`oauth`]; the completion routes answer 401 for its expired or replaced access tokens |
+//! | `GET /_mock/oauth` | every OAuth account: live tokens, expiry, refreshes answered, refreshes with a dead token |
+//! | `DELETE /_mock/oauth` | remove every OAuth account |
 //! | `POST /_mock/clock` | fix the mock's wall clock: `{"now": 1800000000}` (Unix seconds); `{"now": null}` gives it back to the system |
-//! | `POST /_mock/reset` | remove rules and walls, forget the requests, zero every counter, give the clock back to the system |
+//! | `POST /_mock/reset` | remove rules, walls and OAuth accounts, forget the requests, zero every counter, give the clock back to the system |
 //!
 //! # Rules
 //!
@@ -274,6 +278,7 @@
 pub mod answer;
 pub mod anthropic;
 mod journal;
+pub mod oauth;
 pub mod openai;
 pub mod responses;
 pub mod rules;

@@ -63,6 +63,7 @@ pub struct MockState {
     stats: Mutex<Stats>,
     received: Mutex<VecDeque<Received>>,
     walls: Mutex<Walls>,
+    oauth: Mutex<crate::oauth::Authority>,
     /// A fixed wall-clock time (Unix seconds) instead of the system's.
     clock: Mutex<Option<u64>>,
     total: AtomicU64,
@@ -122,6 +123,12 @@ pub fn router(state: Arc<MockState>) -> Router {
         .route(
             "/_mock/wall",
             post(set_wall).get(list_walls).delete(clear_walls),
+        )
+        .route("/oauth/token", post(oauth_token))
+        .route("/v1/oauth/token", post(oauth_token))
+        .route(
+            "/_mock/oauth",
+            post(set_oauth).get(list_oauth).delete(clear_oauth),
         )
         .route("/_mock/clock", post(set_clock))
         .route("/_mock/reset", post(reset))
@@ -497,6 +504,17 @@ async fn handle(
     if inc.credential.is_empty() {
         return error_response(api, StatusCode::UNAUTHORIZED, "missing API key");
     }
+    if lock(&state.oauth).stale(&inc.credential, state.unix_now()) {
+        let message = match api {
+            Api::Anthropic => {
+                "OAuth token has expired. Please obtain a new token or refresh your existing token."
+            }
+            Api::OpenAi | Api::Responses => {
+                "Provided authentication token is expired. Please try signing in again."
+            }
+        };
+        return error_response(api, StatusCode::UNAUTHORIZED, message);
+    }
     // A Codex subscription backend refuses an output bound, as the real one does.
     if inc.path == CODEX_BACKEND_RESPONSES {
         let refusal = if inc.body.get("max_output_tokens").is_some() {
@@ -858,6 +876,35 @@ async fn set_wall(State(state): State<Arc<MockState>>, Json(wall): Json<Wall>) -
     StatusCode::NO_CONTENT
 }
 
+async fn oauth_token(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
+    let wait = lock(&state.oauth).latency_ms(&body);
+    if wait > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+    }
+    let now = state.unix_now();
+    let (status, answer) = lock(&state.oauth).refresh(&body, now);
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, Json(answer)).into_response()
+}
+
+async fn set_oauth(
+    State(state): State<Arc<MockState>>,
+    Json(spec): Json<crate::oauth::AccountSpec>,
+) -> StatusCode {
+    let now = state.unix_now();
+    lock(&state.oauth).set(spec, now);
+    StatusCode::NO_CONTENT
+}
+
+async fn list_oauth(State(state): State<Arc<MockState>>) -> Json<Vec<crate::oauth::AccountView>> {
+    Json(lock(&state.oauth).list())
+}
+
+async fn clear_oauth(State(state): State<Arc<MockState>>) -> StatusCode {
+    lock(&state.oauth).clear();
+    StatusCode::NO_CONTENT
+}
+
 async fn list_walls(State(state): State<Arc<MockState>>) -> Json<Value> {
     let now = state.unix_now();
     Json(lock(&state.walls).list(now))
@@ -882,6 +929,7 @@ async fn clear_walls(State(state): State<Arc<MockState>>) -> StatusCode {
 async fn reset(State(state): State<Arc<MockState>>) -> StatusCode {
     lock(&state.rules).clear();
     lock(&state.walls).clear();
+    lock(&state.oauth).clear();
     lock(&state.received).clear();
     state.set_now(None);
     *lock(&state.stats) = Stats::default();
