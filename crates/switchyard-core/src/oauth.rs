@@ -1,9 +1,10 @@
 //! OAuth subscription credentials (SPEC G4, R4): the tokens a Codex or Claude
-//! subscription authenticates with are refreshed before they expire and after a 401,
-//! and failed refreshes end, after [`FAILURES_TO_EXPIRE`] in a row, in `expired`. This
-//! module decides when a refresh is due and what a failure leads to; the shell calls
-//! the token endpoint and stores the tokens. A state machine with `now` passed in and
-//! no I/O.
+//! subscription authenticates with are imported from the CLI's own credential file,
+//! refreshed before they expire and after a 401, and failed refreshes end, after
+//! [`FAILURES_TO_EXPIRE`] in a row, in `expired`. This module reads the CLIs' files,
+//! says what a refresh request carries and what the token endpoint's answer means, and
+//! decides when a refresh is due and what a failure leads to; the shell reads the
+//! files, calls the endpoint and stores the tokens. Pure: `now` is an argument.
 
 use crate::UnixMillis;
 use serde::{Deserialize, Serialize};
@@ -107,6 +108,234 @@ impl Refreshes {
     }
 }
 
+/// Whose public OAuth client a subscription's tokens belong to: a refresh goes to that
+/// client's token endpoint with its id, as the CLI does (docs/research/oauth-cli-formats.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Issuer {
+    /// The Codex CLI (a ChatGPT plan).
+    Codex,
+    /// Claude Code (a Claude plan).
+    Claude,
+}
+
+impl Issuer {
+    /// The token endpoint the CLI refreshes with.
+    pub fn token_url(self) -> &'static str {
+        match self {
+            Self::Codex => "https://auth.openai.com/oauth/token",
+            Self::Claude => "https://platform.claude.com/v1/oauth/token",
+        }
+    }
+
+    /// The CLI's public OAuth client id.
+    pub fn client_id(self) -> &'static str {
+        match self {
+            Self::Codex => "app_EMoamEEZ73f0CkXaXp7hrann",
+            Self::Claude => "9d1c250a-e61b-44d9-88ed-5944d1962f5e",
+        }
+    }
+
+    /// The JSON body of a refresh with `refresh_token`, as the CLI sends it (Claude
+    /// Code names the stored scopes).
+    pub fn refresh_body(self, refresh_token: &str, scopes: &[String]) -> serde_json::Value {
+        let mut body = serde_json::json!({
+            "grant_type": "refresh_token",
+            "refresh_token": refresh_token,
+            "client_id": self.client_id(),
+        });
+        if self == Self::Claude && !scopes.is_empty() {
+            body["scope"] = serde_json::Value::String(scopes.join(" "));
+        }
+        body
+    }
+}
+
+/// A subscription's tokens, as a CLI's credential file holds them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Imported {
+    pub issuer: Issuer,
+    pub access_token: String,
+    pub refresh_token: String,
+    /// When the access token expires, when the file or the token says.
+    pub expires_at: Option<UnixMillis>,
+    /// The ChatGPT account the Codex backend is told (`ChatGPT-Account-ID`).
+    pub account_id: Option<String>,
+    pub scopes: Vec<String>,
+}
+
+impl std::fmt::Debug for Imported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Imported")
+            .field("issuer", &self.issuer)
+            .field("expires_at", &self.expires_at)
+            .field("account_id", &self.account_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a credential file cannot be imported; the text never quotes a token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImportError {
+    #[error("the file is not JSON")]
+    NotJson,
+    #[error("the file has no {0}: is it the {1}?")]
+    Missing(&'static str, &'static str),
+    #[error(
+        "the login in the file was ended (its refresh token is empty): sign in with the CLI again"
+    )]
+    SignedOut,
+}
+
+#[derive(Deserialize)]
+struct CodexFile {
+    tokens: Option<CodexTokens>,
+}
+
+#[derive(Deserialize)]
+struct CodexTokens {
+    access_token: String,
+    refresh_token: String,
+    account_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClaudeFile {
+    claude_ai_oauth: Option<ClaudeTokens>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClaudeTokens {
+    access_token: String,
+    refresh_token: Option<String>,
+    expires_at: Option<UnixMillis>,
+    #[serde(default)]
+    scopes: Vec<String>,
+}
+
+/// The tokens of the Codex CLI's `auth.json` (`$CODEX_HOME/auth.json`): the access
+/// token's expiry is its JWT's `exp`, the file holds none.
+pub fn import_codex(text: &str) -> Result<Imported, ImportError> {
+    let file: CodexFile = serde_json::from_str(text).map_err(|_| ImportError::NotJson)?;
+    let tokens = file.tokens.ok_or(ImportError::Missing(
+        "`tokens`",
+        "Codex CLI's auth.json of a ChatGPT sign-in",
+    ))?;
+    if tokens.refresh_token.is_empty() {
+        return Err(ImportError::SignedOut);
+    }
+    Ok(Imported {
+        issuer: Issuer::Codex,
+        expires_at: jwt_expiry(&tokens.access_token),
+        access_token: tokens.access_token,
+        refresh_token: tokens.refresh_token,
+        account_id: tokens.account_id.filter(|a| !a.is_empty()),
+        scopes: Vec::new(),
+    })
+}
+
+/// The tokens of Claude Code's `.credentials.json` (`~/.claude/.credentials.json`).
+pub fn import_claude(text: &str) -> Result<Imported, ImportError> {
+    let file: ClaudeFile = serde_json::from_str(text).map_err(|_| ImportError::NotJson)?;
+    let tokens = file.claude_ai_oauth.ok_or(ImportError::Missing(
+        "`claudeAiOauth`",
+        "Claude Code's .credentials.json",
+    ))?;
+    let refresh_token = tokens
+        .refresh_token
+        .filter(|t| !t.is_empty())
+        .ok_or(ImportError::SignedOut)?;
+    Ok(Imported {
+        issuer: Issuer::Claude,
+        access_token: tokens.access_token,
+        refresh_token,
+        expires_at: tokens.expires_at,
+        account_id: None,
+        scopes: tokens.scopes,
+    })
+}
+
+/// A JWT's `exp` claim, in Unix milliseconds; `None` when `token` is not a JWT with one.
+pub fn jwt_expiry(token: &str) -> Option<UnixMillis> {
+    use base64::Engine as _;
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    claims["exp"].as_u64()?.checked_mul(1_000)
+}
+
+/// New tokens from a token endpoint.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Refreshed {
+    pub access_token: String,
+    /// The rotated refresh token; `None` when the endpoint kept the old one.
+    pub refresh_token: Option<String>,
+    pub expires_at: Option<UnixMillis>,
+}
+
+impl std::fmt::Debug for Refreshed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Refreshed")
+            .field("rotated", &self.refresh_token.is_some())
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a token endpoint answered a refresh with `status` and `body` at `now`: the new
+/// tokens, or the refusal as the operator views show it (the OAuth error code and
+/// description, bounded; never a token).
+pub fn read_refresh_answer(status: u16, body: &[u8], now: UnixMillis) -> Result<Refreshed, String> {
+    let json: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    if (200..300).contains(&status) {
+        let json = json.ok_or_else(|| format!("HTTP {status} with a body that is not JSON"))?;
+        let access_token = json["access_token"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| format!("HTTP {status} without an access_token"))?
+            .to_owned();
+        let expires_at = json["expires_in"]
+            .as_u64()
+            .map(|s| now.saturating_add(s.saturating_mul(1_000)))
+            .or_else(|| jwt_expiry(&access_token));
+        let refresh_token = json["refresh_token"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned);
+        return Ok(Refreshed {
+            access_token,
+            refresh_token,
+            expires_at,
+        });
+    }
+    let error = json.as_ref().map(|j| {
+        let code = j["error"]
+            .as_str()
+            .or(j["error"]["code"].as_str())
+            .or(j["error"]["type"].as_str());
+        let text = j["error_description"]
+            .as_str()
+            .or(j["error"]["message"].as_str());
+        match (code, text) {
+            (Some(c), Some(t)) => format!("{c}: {t}"),
+            (Some(c), None) => c.to_owned(),
+            (None, Some(t)) => t.to_owned(),
+            (None, None) => String::new(),
+        }
+    });
+    let error = error
+        .filter(|e| !e.is_empty())
+        .unwrap_or_else(|| "no error in the body".to_owned());
+    Err(format!(
+        "HTTP {status}: {}",
+        error.chars().take(200).collect::<String>()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +413,127 @@ mod tests {
             r.last_error.as_ref().map(String::len),
             Some(MAX_ERROR_CHARS)
         );
+    }
+
+    /// A JWT whose payload is `claims` (not signed).
+    fn jwt(claims: &str) -> String {
+        use base64::Engine as _;
+        let enc = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        format!(
+            "{}.{}.sig",
+            enc.encode(r#"{"alg":"RS256"}"#),
+            enc.encode(claims)
+        )
+    }
+
+    #[test]
+    fn codex_s_auth_json_is_imported_with_the_access_token_s_expiry() {
+        let access = jwt(r#"{"exp": 1800000600, "sub": "u"}"#);
+        let file = format!(
+            r#"{{"OPENAI_API_KEY": null, "auth_mode": "chatgpt", "tokens": {{"id_token": "x.y.z", "access_token": "{access}", "refresh_token": "rt-1", "account_id": "acct-9"}}, "last_refresh": "2026-12-01T10:00:00Z"}}"#
+        );
+        assert_eq!(
+            import_codex(&file),
+            Ok(Imported {
+                issuer: Issuer::Codex,
+                access_token: access,
+                refresh_token: "rt-1".into(),
+                expires_at: Some(1_800_000_600_000),
+                account_id: Some("acct-9".into()),
+                scopes: vec![],
+            })
+        );
+        let api_key_sign_in = import_codex(r#"{"OPENAI_API_KEY": "sk-x"}"#);
+        assert_eq!(
+            api_key_sign_in,
+            Err(ImportError::Missing(
+                "`tokens`",
+                "Codex CLI's auth.json of a ChatGPT sign-in"
+            ))
+        );
+        assert!(!api_key_sign_in.unwrap_err().to_string().contains("sk-x"));
+        assert_eq!(import_codex("nope"), Err(ImportError::NotJson));
+        let opaque =
+            r#"{"tokens": {"id_token": "", "access_token": "opaque", "refresh_token": "r"}}"#;
+        assert_eq!(import_codex(opaque).map(|i| i.expires_at), Ok(None));
+        let signed_out =
+            r#"{"tokens": {"id_token": "", "access_token": "a", "refresh_token": ""}}"#;
+        assert_eq!(import_codex(signed_out), Err(ImportError::SignedOut));
+    }
+
+    #[test]
+    fn claude_code_s_credentials_are_imported_and_a_signed_out_file_is_refused() {
+        let file = r#"{"claudeAiOauth": {"accessToken": "sk-ant-oat01-a", "refreshToken": "sk-ant-ort01-r", "expiresAt": 1800003600000, "scopes": ["user:inference", "user:profile"], "subscriptionType": "max"}}"#;
+        let imported = import_claude(file).unwrap();
+        assert_eq!(
+            imported,
+            Imported {
+                issuer: Issuer::Claude,
+                access_token: "sk-ant-oat01-a".into(),
+                refresh_token: "sk-ant-ort01-r".into(),
+                expires_at: Some(1_800_003_600_000),
+                account_id: None,
+                scopes: vec!["user:inference".into(), "user:profile".into()],
+            }
+        );
+        assert!(!format!("{imported:?}").contains("sk-ant"));
+        let out = r#"{"claudeAiOauth": {"accessToken": "a", "refreshToken": "", "expiresAt": 1}}"#;
+        assert_eq!(import_claude(out), Err(ImportError::SignedOut));
+        assert_eq!(
+            import_claude("{}"),
+            Err(ImportError::Missing(
+                "`claudeAiOauth`",
+                "Claude Code's .credentials.json"
+            ))
+        );
+    }
+
+    #[test]
+    fn refresh_requests_are_the_cli_s_and_answers_are_read_with_rotation_and_expiry() {
+        let scopes = ["user:inference".to_owned(), "user:profile".to_owned()];
+        assert_eq!(
+            Issuer::Claude.refresh_body("r1", &scopes),
+            serde_json::json!({"grant_type": "refresh_token", "refresh_token": "r1", "client_id": "9d1c250a-e61b-44d9-88ed-5944d1962f5e", "scope": "user:inference user:profile"})
+        );
+        assert_eq!(
+            Issuer::Codex.refresh_body("r1", &[]),
+            serde_json::json!({"grant_type": "refresh_token", "refresh_token": "r1", "client_id": "app_EMoamEEZ73f0CkXaXp7hrann"})
+        );
+        let answer = br#"{"access_token": "a2", "refresh_token": "r2", "expires_in": 3600, "token_type": "Bearer"}"#;
+        let rotated = read_refresh_answer(200, answer, T0).unwrap();
+        assert_eq!(
+            rotated,
+            Refreshed {
+                access_token: "a2".into(),
+                refresh_token: Some("r2".into()),
+                expires_at: Some(T0 + 3_600_000),
+            }
+        );
+        assert!(!format!("{rotated:?}").contains("a2"));
+        // Codex's endpoint answers no expires_in: the access token's own `exp` says.
+        let access = jwt(r#"{"exp": 1800000600}"#);
+        let body = format!(r#"{{"access_token": "{access}", "id_token": "x"}}"#);
+        let kept = read_refresh_answer(200, body.as_bytes(), T0).unwrap();
+        assert_eq!(
+            (kept.expires_at, kept.refresh_token),
+            (Some(1_800_000_600_000), None)
+        );
+        let refusals: [(u16, &[u8], &str); 4] = [
+            (
+                400,
+                br#"{"error": "invalid_grant", "error_description": "refresh token already used"}"#,
+                "HTTP 400: invalid_grant: refresh token already used",
+            ),
+            (
+                401,
+                br#"{"error": {"code": "refresh_token_reused", "message": "Your refresh token has already been used"}}"#,
+                "HTTP 401: refresh_token_reused: Your refresh token has already been used",
+            ),
+            (502, b"<html>", "HTTP 502: no error in the body"),
+            (200, br#"{"token_type": "Bearer"}"#, "HTTP 200 without an access_token"),
+        ];
+        for (status, body, want) in refusals {
+            assert_eq!(read_refresh_answer(status, body, T0), Err(want.to_owned()));
+        }
     }
 }
