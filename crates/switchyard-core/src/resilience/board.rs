@@ -711,21 +711,16 @@ impl Board {
         class_of: impl Fn(&str) -> AuthClass,
         now: UnixMillis,
     ) -> Vec<BreakerStatus> {
-        let cooling: HashMap<&String, u64> = self
-            .provider_holds
-            .iter()
-            .map(|(p, t)| (p, *t))
-            .chain(
-                self.gates
-                    .iter()
-                    .filter_map(|(p, g)| Some((p, g.cooled_until(now)?))),
-            )
-            .filter(|(_, t)| *t > now)
-            .fold(HashMap::new(), |mut m, (p, t)| {
-                let left = m.entry(p).or_insert(0);
-                *left = (*left).max(t - now);
-                m
-            });
+        // Each cooling provider's time left.
+        let cooling: HashMap<String, u64> = self
+            .gates
+            .keys()
+            .chain(self.provider_holds.keys())
+            .filter_map(|p| {
+                let end = self.cooldown_end(p).filter(|t| *t > now)?;
+                Some((p.clone(), end - now))
+            })
+            .collect();
         let mut out: Vec<BreakerStatus> = self
             .breakers
             .iter_mut()
@@ -746,9 +741,9 @@ impl Board {
             })
             .collect();
         for (p, left) in &cooling {
-            if !self.breakers.contains_key(*p) {
+            if !self.breakers.contains_key(p) {
                 out.push(BreakerStatus {
-                    provider: (*p).clone(),
+                    provider: p.clone(),
                     state: breaker::State::Closed,
                     failures: 0,
                     probe_in_ms: None,
