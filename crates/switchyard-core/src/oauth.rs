@@ -20,6 +20,10 @@ pub const RETRY_BASE_MS: u64 = 30_000;
 /// answer, not the token's: it is not refreshed again for it.
 pub const FRESH_FOR_MS: u64 = 60_000;
 
+/// The connection's `provider_specific_data` key of a Codex subscription's ChatGPT
+/// account id, which the Codex backend is told (`ChatGPT-Account-ID`).
+pub const ACCOUNT_KEY: &str = "chatgptAccountId";
+
 /// Longest error text kept for the operator views.
 const MAX_ERROR_CHARS: usize = 300;
 
@@ -151,9 +155,12 @@ impl Issuer {
     }
 }
 
-/// A subscription's tokens, as a CLI's credential file holds them.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Imported {
+/// A subscription's tokens, as a CLI's credential file holds them and as the gateway
+/// keeps them: the whole grant is the connection's credential (sealed like every
+/// credential), as the JSON [`Grant::to_credential`] writes.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    #[serde(rename = "oauth")]
     pub issuer: Issuer,
     pub access_token: String,
     pub refresh_token: String,
@@ -161,16 +168,62 @@ pub struct Imported {
     pub expires_at: Option<UnixMillis>,
     /// The ChatGPT account the Codex backend is told (`ChatGPT-Account-ID`).
     pub account_id: Option<String>,
+    #[serde(default)]
     pub scopes: Vec<String>,
+    /// Another token endpoint than the issuer's (a proxy, or a test's authority).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_url: Option<String>,
 }
 
-impl std::fmt::Debug for Imported {
+impl std::fmt::Debug for Grant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Imported")
+        f.debug_struct("Grant")
             .field("issuer", &self.issuer)
             .field("expires_at", &self.expires_at)
             .field("account_id", &self.account_id)
+            .field("token_url", &self.token_url)
             .finish_non_exhaustive()
+    }
+}
+
+impl Grant {
+    /// The grant a stored credential holds; `None` for a plain token or API key.
+    pub fn from_credential(credential: &str) -> Option<Self> {
+        if !credential.starts_with('{') {
+            return None;
+        }
+        serde_json::from_str(credential).ok()
+    }
+
+    /// The credential that stores the grant.
+    pub fn to_credential(&self) -> String {
+        // A struct of strings and numbers always serialises.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The token endpoint a refresh goes to.
+    pub fn token_url(&self) -> &str {
+        self.token_url
+            .as_deref()
+            .unwrap_or_else(|| self.issuer.token_url())
+    }
+
+    /// The JSON body of this grant's refresh.
+    pub fn refresh_body(&self) -> serde_json::Value {
+        self.issuer.refresh_body(&self.refresh_token, &self.scopes)
+    }
+
+    /// The grant after `refreshed`: a rotated refresh token replaces the old one, which
+    /// is dead once used.
+    pub fn refreshed(&self, refreshed: Refreshed) -> Self {
+        Self {
+            access_token: refreshed.access_token,
+            refresh_token: refreshed
+                .refresh_token
+                .unwrap_or_else(|| self.refresh_token.clone()),
+            expires_at: refreshed.expires_at,
+            ..self.clone()
+        }
     }
 }
 
@@ -217,7 +270,7 @@ struct ClaudeTokens {
 
 /// The tokens of the Codex CLI's `auth.json` (`$CODEX_HOME/auth.json`): the access
 /// token's expiry is its JWT's `exp`, the file holds none.
-pub fn import_codex(text: &str) -> Result<Imported, ImportError> {
+pub fn import_codex(text: &str) -> Result<Grant, ImportError> {
     let file: CodexFile = serde_json::from_str(text).map_err(|_| ImportError::NotJson)?;
     let tokens = file.tokens.ok_or(ImportError::Missing(
         "`tokens`",
@@ -226,18 +279,19 @@ pub fn import_codex(text: &str) -> Result<Imported, ImportError> {
     if tokens.refresh_token.is_empty() {
         return Err(ImportError::SignedOut);
     }
-    Ok(Imported {
+    Ok(Grant {
         issuer: Issuer::Codex,
         expires_at: jwt_expiry(&tokens.access_token),
         access_token: tokens.access_token,
         refresh_token: tokens.refresh_token,
         account_id: tokens.account_id.filter(|a| !a.is_empty()),
         scopes: Vec::new(),
+        token_url: None,
     })
 }
 
 /// The tokens of Claude Code's `.credentials.json` (`~/.claude/.credentials.json`).
-pub fn import_claude(text: &str) -> Result<Imported, ImportError> {
+pub fn import_claude(text: &str) -> Result<Grant, ImportError> {
     let file: ClaudeFile = serde_json::from_str(text).map_err(|_| ImportError::NotJson)?;
     let tokens = file.claude_ai_oauth.ok_or(ImportError::Missing(
         "`claudeAiOauth`",
@@ -247,13 +301,14 @@ pub fn import_claude(text: &str) -> Result<Imported, ImportError> {
         .refresh_token
         .filter(|t| !t.is_empty())
         .ok_or(ImportError::SignedOut)?;
-    Ok(Imported {
+    Ok(Grant {
         issuer: Issuer::Claude,
         access_token: tokens.access_token,
         refresh_token,
         expires_at: tokens.expires_at,
         account_id: None,
         scopes: tokens.scopes,
+        token_url: None,
     })
 }
 
@@ -434,13 +489,14 @@ mod tests {
         );
         assert_eq!(
             import_codex(&file),
-            Ok(Imported {
+            Ok(Grant {
                 issuer: Issuer::Codex,
                 access_token: access,
                 refresh_token: "rt-1".into(),
                 expires_at: Some(1_800_000_600_000),
                 account_id: Some("acct-9".into()),
                 scopes: vec![],
+                token_url: None,
             })
         );
         let api_key_sign_in = import_codex(r#"{"OPENAI_API_KEY": "sk-x"}"#);
@@ -467,13 +523,14 @@ mod tests {
         let imported = import_claude(file).unwrap();
         assert_eq!(
             imported,
-            Imported {
+            Grant {
                 issuer: Issuer::Claude,
                 access_token: "sk-ant-oat01-a".into(),
                 refresh_token: "sk-ant-ort01-r".into(),
                 expires_at: Some(1_800_003_600_000),
                 account_id: None,
                 scopes: vec!["user:inference".into(), "user:profile".into()],
+                token_url: None,
             }
         );
         assert!(!format!("{imported:?}").contains("sk-ant"));
@@ -535,5 +592,43 @@ mod tests {
         for (status, body, want) in refusals {
             assert_eq!(read_refresh_answer(status, body, T0), Err(want.to_owned()));
         }
+    }
+
+    #[test]
+    fn a_grant_is_stored_as_its_credential_and_a_refresh_rotates_it() {
+        let file = r#"{"claudeAiOauth": {"accessToken": "a1", "refreshToken": "r1", "expiresAt": 1800003600000, "scopes": ["user:inference"]}}"#;
+        let mut grant = import_claude(file).unwrap();
+        assert_eq!(grant.token_url(), "https://platform.claude.com/v1/oauth/token");
+        grant.token_url = Some("http://127.0.0.1:9/v1/oauth/token".into());
+        let stored = grant.to_credential();
+        assert_eq!(
+            stored,
+            r#"{"oauth":"claude","access_token":"a1","refresh_token":"r1","expires_at":1800003600000,"account_id":null,"scopes":["user:inference"],"token_url":"http://127.0.0.1:9/v1/oauth/token"}"#
+        );
+        assert_eq!(Grant::from_credential(&stored), Some(grant.clone()));
+        assert_eq!(Grant::from_credential("sk-plain-key"), None);
+        assert_eq!(Grant::from_credential(r#"{"api_key": "x"}"#), None);
+        assert_eq!(grant.token_url(), "http://127.0.0.1:9/v1/oauth/token");
+        assert_eq!(
+            grant.refresh_body()["refresh_token"],
+            serde_json::json!("r1")
+        );
+        let rotated = grant.refreshed(Refreshed {
+            access_token: "a2".into(),
+            refresh_token: Some("r2".into()),
+            expires_at: Some(T0),
+        });
+        assert_eq!(
+            (rotated.access_token.as_str(), rotated.refresh_token.as_str()),
+            ("a2", "r2")
+        );
+        assert_eq!((rotated.expires_at, rotated.scopes.len()), (Some(T0), 1));
+        let kept = rotated.refreshed(Refreshed {
+            access_token: "a3".into(),
+            refresh_token: None,
+            expires_at: None,
+        });
+        assert_eq!(kept.refresh_token, "r2");
+        assert!(!format!("{kept:?}").contains("a3") && !format!("{kept:?}").contains("r2"));
     }
 }

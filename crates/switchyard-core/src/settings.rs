@@ -853,6 +853,34 @@ pub const MONITORING_ACCESS: Setting<Choice> = Setting {
     doc: "What `GET /metrics` needs: `none` (open, for Prometheus) or `admin` (the admin credential). The health status is always public, its detail always needs the admin credential.",
 };
 
+pub const OAUTH_REFRESH_MARGIN_MS: Setting<Int> = Setting {
+    key: "oauth.refreshMarginMs",
+    env: "SWITCHYARD_OAUTH_REFRESH_MARGIN_MS",
+    // Claude Code refreshes five minutes before the expiry; so does the gateway, which
+    // leaves time for two retries of a failed refresh.
+    kind: Int {
+        default: 300_000,
+        min: 0,
+        max: DAY_MS,
+    },
+    applies: Applies::Live,
+    doc: "How long before an OAuth subscription token expires the gateway refreshes it.",
+};
+
+pub const OAUTH_REFRESH_WAIT_MS: Setting<Int> = Setting {
+    key: "oauth.refreshWaitMs",
+    env: "SWITCHYARD_OAUTH_REFRESH_WAIT_MS",
+    // A token endpoint answers in well under a second; ten seconds covers a slow one
+    // without holding requests for long.
+    kind: Int {
+        default: 10_000,
+        min: 100,
+        max: 120_000,
+    },
+    applies: Applies::Live,
+    doc: "Longest a request waits for a refresh of its connection's OAuth token (an expired token, or a 401) before it fails over.",
+};
+
 pub const QUOTA_CONSUMPTION_RETENTION_DAYS: Setting<Int> = Setting {
     key: "quota.consumptionRetentionDays",
     env: "QUOTA_CONSUMPTION_RETENTION_DAYS",
@@ -1525,6 +1553,8 @@ pub const DEFS: &[SettingDef] = &[
     COOLDOWN_OAUTH_BACKOFF_STEPS.def(),
     COOLDOWN_OAUTH_BASE_MS.def(),
     MONITORING_ACCESS.def(),
+    OAUTH_REFRESH_MARGIN_MS.def(),
+    OAUTH_REFRESH_WAIT_MS.def(),
     PROVIDER_COOLDOWN_API_KEY_COOLDOWN_MS.def(),
     PROVIDER_COOLDOWN_API_KEY_FAILURE_THRESHOLD.def(),
     PROVIDER_COOLDOWN_API_KEY_FAILURE_WINDOW_MS.def(),
@@ -1678,6 +1708,8 @@ pub struct Settings {
     pub connect_timeout_ms: u64,
     pub first_byte_timeout_ms: u64,
     pub stream_idle_timeout_ms: u64,
+    /// `oauth.*`: when subscription tokens are refreshed, and how long a request waits.
+    pub oauth: OauthSettings,
     /// `sessionAffinityTtlMs` (SPEC R15); 0 = off.
     pub session_affinity_ttl_ms: u64,
     /// `routing.roundRobinBatch` (SPEC R19), at least 1.
@@ -1693,6 +1725,13 @@ pub struct Settings {
     pub quota: QuotaSettings,
     pub resilience: ResilienceSettings,
     pub concurrency: ConcurrencySettings,
+}
+
+/// When OAuth subscription tokens are refreshed (SPEC R4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OauthSettings {
+    pub refresh_margin_ms: u64,
+    pub refresh_wait_ms: u64,
 }
 
 /// The stream watchdogs' settings (SPEC R11, R12).
@@ -2154,6 +2193,10 @@ pub fn resolve(layers: &Layers) -> Result<Resolution, SettingError> {
         connect_timeout_ms: r.get(&UPSTREAM_CONNECT_TIMEOUT_MS),
         first_byte_timeout_ms: r.get(&UPSTREAM_FIRST_BYTE_TIMEOUT_MS),
         stream_idle_timeout_ms: r.get(&UPSTREAM_STREAM_IDLE_TIMEOUT_MS),
+        oauth: OauthSettings {
+            refresh_margin_ms: r.get(&OAUTH_REFRESH_MARGIN_MS),
+            refresh_wait_ms: r.get(&OAUTH_REFRESH_WAIT_MS),
+        },
         session_affinity_ttl_ms: r.get(&SESSION_AFFINITY_TTL_MS),
         round_robin_batch: r.get(&ROUTING_ROUND_ROBIN_BATCH),
         auto: crate::routing::strategy::auto::Weights {

@@ -13,6 +13,7 @@ pub mod edge;
 pub mod error;
 pub mod frontends;
 pub mod keys;
+pub mod oauth;
 pub mod persist;
 pub mod pipeline;
 pub mod runtime;

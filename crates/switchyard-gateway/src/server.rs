@@ -279,6 +279,7 @@ pub async fn serve_with(
     extra: Router,
 ) -> std::io::Result<()> {
     let watcher = tokio::spawn(watch_config(Arc::clone(&state)));
+    let refresher = tokio::spawn(crate::oauth::sweep(Arc::clone(&state)));
     let settings = state.snapshot().settings.clone();
     // Breakers are shared through the Redis the quota counters live in (SPEC O6, B6).
     let sharing = (settings.quota.store_driver == "redis" && !settings.quota.redis_url.is_empty())
@@ -366,6 +367,7 @@ pub async fn serve_with(
         }
     };
     watcher.abort();
+    refresher.abort();
     if let Some(sharing) = sharing {
         sharing.abort();
     }

@@ -373,7 +373,10 @@ impl Snapshot {
         let mut upstreams = Vec::with_capacity(catalog.connections().len());
         for conn in catalog.connections() {
             let row = rows.connections.iter().find(|(c, _)| c.id == conn.id);
-            let cred = row.map_or("", |(_, cred)| cred.expose_secret());
+            let stored = row.map_or("", |(_, cred)| cred.expose_secret());
+            // An OAuth grant authenticates with its access token; the gateway refreshes it.
+            let grant = switchyard_core::oauth::Grant::from_credential(stored);
+            let cred = grant.as_ref().map_or(stored, |g| g.access_token.as_str());
             let h2c = row
                 .and_then(|(c, _)| c.provider_specific_data.as_ref())
                 .and_then(|d| d.get(H2C_FLAG))
@@ -432,11 +435,24 @@ impl Snapshot {
                 url: parsed,
                 count_url,
                 oauth: conn.auth_class == AuthClass::Oauth,
+                grant: grant.as_ref().map(|g| {
+                    let record = rows.oauth.iter().find(|r| r.connection_id == conn.id);
+                    upstream::GrantState {
+                        expires_at: record.map_or(g.expires_at, |r| r.expires_at),
+                        refreshes: record.map(|r| r.refreshes()).unwrap_or_default(),
+                    }
+                }),
                 codex_backend: adapter.format() == Format::Responses
                     && crate::upstream::is_codex_backend(&url),
                 host,
                 h2c,
-                secrets: upstream::secrets(cred, &auth),
+                secrets: match &grant {
+                    Some(g) => upstream::secrets(
+                        &[stored, &g.access_token, &g.refresh_token],
+                        &auth,
+                    ),
+                    None => upstream::secrets(&[stored], &auth),
+                },
                 auth,
                 metrics: metrics.for_provider(&conn.provider),
                 stream: stream_overrides

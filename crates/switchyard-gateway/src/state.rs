@@ -56,6 +56,8 @@ pub struct AppState {
     /// The request log's reads (the same database as `store` today).
     pub logs: Arc<dyn LogQueries>,
     pub clock: Arc<dyn Clock>,
+    /// OAuth token refreshes in flight (SPEC R4).
+    pub oauth: crate::oauth::Refresher,
     rotation: AtomicUsize,
     request_seq: AtomicU64,
     request_prefix: u32,
@@ -171,6 +173,7 @@ impl AppState {
             logs,
             started_at_ms: clock.now_ms(),
             clock: Arc::clone(&clock),
+            oauth: crate::oauth::Refresher::default(),
             rotation: AtomicUsize::new(0),
             request_seq: AtomicU64::new(0),
             request_prefix: rand::random(),
@@ -209,7 +212,24 @@ impl AppState {
             &config.layers,
             &self.telemetry.metrics,
         )?);
+        let previous = config.snapshot();
         let live = config.swap_in(next);
+        // New OAuth tokens (a refresh or an import, by any process) end what a refused
+        // token caused (SPEC R4).
+        for conn in live.catalog.connections() {
+            let last_refresh = |s: &Snapshot| {
+                s.catalog
+                    .connection(&conn.id)
+                    .and_then(|c| s.upstreams.get(c.index))
+                    .and_then(|u| u.grant.as_ref())
+                    .map(|g| g.refreshes.last_refresh_at)
+            };
+            if let Some(now) = last_refresh(&live) {
+                if last_refresh(&previous) != Some(now) {
+                    self.runtime.resilience.tokens_renewed(&conn.id);
+                }
+            }
+        }
         let keys: std::collections::HashSet<&str> =
             live.catalog.keys().map(|k| k.id.as_str()).collect();
         let runtime = &self.runtime;

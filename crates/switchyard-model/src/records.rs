@@ -118,6 +118,51 @@ pub struct ConnectionRecord {
     pub has_credential: bool,
 }
 
+/// An OAuth subscription connection's tokens as the operator sees them: when the
+/// access token expires, when it was last refreshed, and the refreshes that failed.
+/// Never a token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct OauthRecord {
+    pub connection_id: String,
+    /// Whose CLI the tokens came from: `codex` or `claude`.
+    #[schema(example = "claude")]
+    pub issuer: String,
+    /// When the access token expires (Unix milliseconds), when known.
+    pub expires_at: Option<u64>,
+    /// When the tokens were last refreshed or imported (Unix milliseconds).
+    pub last_refresh_at: Option<u64>,
+    /// Failed refreshes in a row; the third makes the connection `expired`.
+    pub failures: u32,
+    /// No refresh is tried before this, after a failure (Unix milliseconds).
+    pub retry_at: Option<u64>,
+    /// The token endpoint's last refusal, redacted.
+    pub last_error: Option<String>,
+}
+
+impl OauthRecord {
+    /// The refresh machine's state.
+    pub fn refreshes(&self) -> switchyard_core::oauth::Refreshes {
+        switchyard_core::oauth::Refreshes {
+            last_refresh_at: self.last_refresh_at,
+            failures: self.failures,
+            retry_at: self.retry_at,
+            last_error: self.last_error.clone(),
+        }
+    }
+
+    /// `ok`, `cooling` (a failed refresh waits for its retry) or `expired`.
+    pub fn state(&self, now: u64) -> &'static str {
+        let r = self.refreshes();
+        if r.expired() {
+            "expired"
+        } else if r.retry_at.is_some_and(|t| now < t) {
+            "cooling"
+        } else {
+            "ok"
+        }
+    }
+}
+
 /// One target of a combo.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -417,4 +462,6 @@ pub struct ConfigRows {
     pub settings: Vec<SettingRecord>,
     pub pools: Vec<switchyard_core::quota::pool::PoolInput>,
     pub plans: Vec<PlanRecord>,
+    /// The OAuth connections' refresh state (their tokens are in `connections`).
+    pub oauth: Vec<OauthRecord>,
 }

@@ -180,6 +180,7 @@ impl Batch<'_> {
             "DELETE FROM provider_plans WHERE connection_id = ?1",
             &args![id],
         )?;
+        crate::oauth::forget(db, id)?;
         delete_row(db, "connections", "id", id, "connection")
     }
 
@@ -243,6 +244,10 @@ impl Batch<'_> {
         now: u64,
     ) -> Result<()> {
         let db = self.db;
+        // A credential that is not an OAuth grant ends the connection's refreshes.
+        let not_grant = credential.is_some_and(|p| {
+            switchyard_core::oauth::Grant::from_credential(p.expose_secret()).is_none()
+        });
         let credential = match credential.map(ExposeSecret::expose_secret) {
             None => None,
             Some("") => Some(String::new()),
@@ -287,6 +292,9 @@ impl Batch<'_> {
                 i64_of(now),
             ],
         )?;
+        if not_grant {
+            crate::oauth::forget(db, &c.id)?;
+        }
         Ok(())
     }
 

@@ -24,6 +24,7 @@ mod keys;
 pub mod leases;
 mod log;
 mod migrations;
+pub mod oauth;
 pub mod postgres;
 pub mod quota;
 pub mod redis_board;

@@ -257,4 +257,22 @@ CREATE TABLE dashboard_links (
     expires_at INTEGER NOT NULL
 );
 "#,
+    // v14: OAuth subscription connections' refreshes (SPEC R4). The tokens are the
+    // connection's sealed credential; this row holds what is not secret, and the lease
+    // that lets one process at a time refresh (a refresh token rotates: two refreshing
+    // together would kill the login).
+    r#"
+CREATE TABLE oauth_state (
+    connection_id   TEXT PRIMARY KEY,
+    issuer          TEXT NOT NULL,
+    expires_at      INTEGER,
+    last_refresh_at INTEGER,
+    failures        INTEGER NOT NULL DEFAULT 0,
+    retry_at        INTEGER,
+    last_error      TEXT,
+    lease_holder    TEXT NOT NULL DEFAULT '',
+    lease_until     INTEGER NOT NULL DEFAULT 0,
+    updated_at      INTEGER NOT NULL
+);
+"#,
 ];

@@ -257,7 +257,7 @@ impl Store {
     }
 
     /// Opens a stored credential of connection `id`.
-    fn reveal(&self, id: &str, stored: &str) -> Result<SecretString> {
+    pub(crate) fn reveal(&self, id: &str, stored: &str) -> Result<SecretString> {
         match classify(stored) {
             Stored::Empty => Ok(SecretString::default()),
             // Sealed at open; only another, older process could still write plaintext.
@@ -369,6 +369,7 @@ impl Store {
             settings: query_settings(db)?,
             pools: crate::quota::query_pools(db, None)?,
             plans: crate::quota::query_plans(db)?,
+            oauth: crate::oauth::query_oauth(db, None)?,
         })
     }
 }

@@ -1,4 +1,5 @@
-//! Subcommands: `serve`, `demo`, `mock`, `migrate`, `keys`, `admin-token`, `secret-key`.
+//! Subcommands: `serve`, `demo`, `mock`, `migrate`, `keys`, `connections`, `admin-token`,
+//! `secret-key`.
 
 use anyhow::Context;
 use clap::{Args as ClapArgs, Parser, Subcommand};
@@ -44,6 +45,9 @@ enum Command {
     /// Manage client API keys in the database.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Import OAuth subscription sign-ins from the Codex CLI or Claude Code.
+    #[command(subcommand)]
+    Connections(crate::connections::ConnectionsCommand),
     /// Manage the generated admin token.
     #[command(subcommand, name = "admin-token")]
     AdminToken(AdminTokenCommand),
@@ -53,7 +57,7 @@ enum Command {
 }
 
 #[derive(Debug, ClapArgs)]
-struct Common {
+pub struct Common {
     /// TOML config file.
     #[arg(long, short = 'c', env = "SWITCHYARD_CONFIG")]
     config: Option<PathBuf>,
@@ -182,7 +186,7 @@ pub fn init_tracing(format: LogFormat) {
     }
 }
 
-fn load_config(common: &Common) -> anyhow::Result<GatewayConfig> {
+pub fn load_config(common: &Common) -> anyhow::Result<GatewayConfig> {
     let file = match &common.config {
         Some(path) => FileConfig::load(path)?,
         None => FileConfig::default(),
@@ -228,6 +232,9 @@ pub async fn dispatch(args: Args) -> anyhow::Result<()> {
         Command::Mock(a) => mock(a).await,
         // The store's calls are synchronous: on the blocking pool.
         Command::Keys(k) => tokio::task::spawn_blocking(move || keys(k)).await?,
+        Command::Connections(c) => {
+            tokio::task::spawn_blocking(move || crate::connections::run(c)).await?
+        }
         Command::Migrate { common } => {
             let cfg = load_config(&common)?;
             init_tracing(cfg.log_format);

@@ -1,6 +1,7 @@
 //! The `switchyard` binary: parses the command line and hands over to `cli`.
 
 mod cli;
+mod connections;
 mod demo;
 
 use clap::Parser;

@@ -277,14 +277,14 @@ async fn three_replicas_share_keys_config_sign_ins_and_the_request_log() {
     let (ok, _, err) = run(&["serve"], &refused_env).await;
     assert!(!ok);
     assert!(
-        err.contains("pending migrations (0001_schema, 0002_dashboard): run `switchyard migrate`"),
+        err.contains("pending migrations (0001_schema, 0002_dashboard, 0003_oauth): run `switchyard migrate`"),
         "{err}"
     );
     let (ok, out, err) = run(&["migrate"], &as_pairs).await;
     assert!(ok, "{err}");
     assert_eq!(
         out.trim(),
-        "Applied migrations: 0001_schema, 0002_dashboard."
+        "Applied migrations: 0001_schema, 0002_dashboard, 0003_oauth."
     );
     let (ok, out, _) = run(&["migrate"], &as_pairs).await;
     assert!(ok);

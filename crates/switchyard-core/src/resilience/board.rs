@@ -821,6 +821,30 @@ impl Board {
         out
     }
 
+    /// A refresh of connection `connection_id`'s OAuth token failed at `now` (SPEC R4):
+    /// it cools until the retry, or is `expired`.
+    pub fn refresh_failed(
+        &mut self,
+        connection_id: &str,
+        failed: crate::oauth::Failed,
+        message: &str,
+        now: UnixMillis,
+    ) -> Change {
+        let change = self
+            .health
+            .entry(connection_id.to_owned())
+            .or_default()
+            .on_refresh_failure(failed, message, now);
+        if change != Change::None {
+            mark(
+                &mut self.dirty_health,
+                &mut self.shared_health,
+                connection_id,
+            );
+        }
+        change
+    }
+
     /// A new credential for a connection: its health starts over (terminal included).
     pub fn reset_connection(&mut self, connection_id: &str) {
         if self.health.remove(connection_id).is_some() {

@@ -274,6 +274,36 @@ impl Health {
         }
     }
 
+    /// A refresh of the account's OAuth token failed (SPEC R4): the account cools until
+    /// the refresh is tried again, or is `expired` after the last failure. Never over a
+    /// terminal state or a cooldown lasting at least as long.
+    pub fn on_refresh_failure(
+        &mut self,
+        failed: crate::oauth::Failed,
+        message: &str,
+        now: UnixMillis,
+    ) -> Change {
+        if self.terminal.is_some() {
+            return Change::None;
+        }
+        self.last_error = Some(message.chars().take(MAX_ERROR_CHARS).collect());
+        self.last_error_type = Some(ErrorType::AuthFailed);
+        self.error_code = Some(401);
+        match failed {
+            crate::oauth::Failed::Expired => self.terminate(Terminal::Expired),
+            crate::oauth::Failed::RetryAt(until) => {
+                if until <= now || self.rate_limited_until.is_some_and(|t| t >= until) {
+                    return Change::None;
+                }
+                self.rate_limited_until = Some(until);
+                Change::Cooled {
+                    until,
+                    level: self.backoff_level,
+                }
+            }
+        }
+    }
+
     fn terminate(&mut self, t: Terminal) -> Change {
         self.terminal = Some(t);
         self.rate_limited_until = None;
@@ -397,6 +427,44 @@ mod tests {
     use super::*;
 
     const T0: u64 = 1_800_000_000_000;
+
+    #[test]
+    fn a_failed_token_refresh_cools_until_its_retry_and_the_last_one_expires() {
+        use crate::oauth::Failed;
+        let mut h = Health::default();
+        assert_eq!(
+            h.on_refresh_failure(Failed::RetryAt(T0 + 30_000), "HTTP 400: invalid_grant", T0),
+            Change::Cooled {
+                until: T0 + 30_000,
+                level: 0
+            }
+        );
+        assert!(!h.usable(T0 + 29_999) && h.usable(T0 + 30_000));
+        assert_eq!(
+            (h.error_code, h.last_error_type, h.last_error.as_deref()),
+            (
+                Some(401),
+                Some(ErrorType::AuthFailed),
+                Some("HTTP 400: invalid_grant")
+            )
+        );
+        // A shorter or past retry changes nothing.
+        assert_eq!(
+            h.on_refresh_failure(Failed::RetryAt(T0 + 10_000), "x", T0 + 1),
+            Change::None
+        );
+        assert_eq!(
+            h.on_refresh_failure(Failed::Expired, "HTTP 400: invalid_grant", T0 + 2),
+            Change::Terminal(Terminal::Expired)
+        );
+        assert_eq!(
+            h.on_refresh_failure(Failed::RetryAt(T0 + 99_000), "x", T0 + 3),
+            Change::None
+        );
+        assert_eq!(h.terminal, Some(Terminal::Expired));
+        h.reset();
+        assert!(h.usable(T0 + 4));
+    }
 
     fn fail(t: ErrorType, status: u16) -> Failure {
         Failure {

@@ -8,6 +8,7 @@
 mod config;
 mod keys;
 mod leases;
+mod oauth;
 pub mod openapi;
 mod quota;
 mod resilience;
@@ -45,6 +46,9 @@ pub fn routes() -> OpenApiRouter<Arc<AppState>> {
             config::delete_combo
         ))
         .routes(routes!(config::list_aliases, config::put_aliases))
+        .routes(routes!(oauth::list))
+        .routes(routes!(oauth::import))
+        .routes(routes!(oauth::refresh))
         .routes(routes!(settings::list))
         .routes(routes!(settings::put, settings::delete))
         .routes(routes!(system::logs))

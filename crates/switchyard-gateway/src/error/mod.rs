@@ -236,6 +236,9 @@ pub enum ApiError {
     Lease(#[from] LeaseRefusal),
     #[error("{kind} `{id}` not found")]
     NotFound { kind: &'static str, id: String },
+    /// An operator's refresh of an OAuth token got no new token (SPEC R4).
+    #[error("{0}")]
+    OauthRefresh(String),
     #[error("{0}")]
     Conflict(String),
     /// The database cannot be reached (PostgreSQL down): nothing was changed, and the
@@ -301,6 +304,7 @@ impl ApiError {
             Self::Route(RouteError::ModelNotAllowed(_)) => {
                 (S::FORBIDDEN, "permission_error", "model_not_allowed")
             }
+            Self::OauthRefresh(_) => (S::BAD_GATEWAY, "upstream_error", "oauth_refresh_failed"),
             Self::ProviderCircuitOpen { .. } => (
                 S::SERVICE_UNAVAILABLE,
                 "upstream_error",

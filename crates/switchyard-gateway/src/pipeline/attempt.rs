@@ -16,13 +16,16 @@ use crate::runtime::quota::{QuotaBlock, QuotaGuard};
 use crate::runtime::resilience;
 use crate::runtime::Runtime;
 use crate::snapshot::Snapshot;
+use crate::state::AppState;
 use crate::telemetry::metrics::model_label;
-use crate::upstream::ProtocolHeaders;
+use crate::upstream::{ProtocolHeaders, Upstream};
 use axum::http::HeaderValue;
 use axum::response::Response;
 use bytes::Bytes;
 use hyper_util::client::legacy::connect::HttpInfo;
+use std::sync::Arc;
 use std::time::Duration;
+use switchyard_core::oauth::Why;
 use switchyard_core::catalog::ApiKey;
 use switchyard_core::dispatch::{self, Slot, Try};
 use switchyard_core::llm;
@@ -52,6 +55,9 @@ pub type Report = dispatch::Report<Box<QuotaBlock>, Response, UpstreamFailure>;
 /// request and its plan.
 #[derive(Debug)]
 pub struct Ctx<'a> {
+    /// The application, for what an attempt may start beyond the runtime parts (an
+    /// OAuth token's refresh).
+    pub app: &'a std::sync::Arc<AppState>,
     pub runtime: &'a Runtime,
     pub clock: RequestClock,
     pub snap: &'a Snapshot,
@@ -76,7 +82,7 @@ pub struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     pub fn new(
-        (runtime, clock, snap): (&'a Runtime, RequestClock, &'a Snapshot),
+        (app, clock, snap): (&'a std::sync::Arc<AppState>, RequestClock, &'a Snapshot),
         key: &'a ApiKey,
         (request, estimate): (&'a llm::Request, Estimate),
         protocol: &'a ProtocolHeaders,
@@ -84,7 +90,8 @@ impl<'a> Ctx<'a> {
         lease: Option<&'a Lease>,
     ) -> Self {
         Self {
-            runtime,
+            app,
+            runtime: &app.runtime,
             clock,
             snap,
             key,
@@ -112,7 +119,7 @@ impl<'a> Ctx<'a> {
         let estimate =
             Estimate::at_admission(request.prompt_len, request.max_tokens, request.stream);
         Ctx::new(
-            (self.runtime, clock, self.snap),
+            (self.app, clock, self.snap),
             self.key,
             (request, estimate),
             self.protocol,
@@ -239,6 +246,14 @@ async fn attempt(
         .resilience
         .check(attempt, res_settings, clock.now_ms())
         .map_err(|reason| Report::Excluded(excluded(candidate, reason)))?;
+    // An OAuth token due for its refresh is refreshed first (SPEC R4).
+    let before = fresh_token(ctx, &conn.id, target)
+        .await
+        .map_err(|reason| Report::Excluded(excluded(candidate, reason)))?;
+    let target = before
+        .as_deref()
+        .and_then(|s| upstream_of(s, &conn.id))
+        .unwrap_or(target);
     let mut guards = Guards {
         permit,
         quota: None,
@@ -301,15 +316,43 @@ async fn attempt(
     if let Some(d) = first_output_deadline {
         deadline = d;
     }
+    let body = Bytes::from(body);
     let sent = super::wall::send(
         ctx,
         target,
         (conn, &candidate.upstream_model),
-        Bytes::from(body),
+        body.clone(),
         deadline,
         finisher,
     )
     .await;
+    // A 401 for an OAuth token: refreshed, and the attempt made once more with the new
+    // token (SPEC R4).
+    let (sent, after) = match sent {
+        Ok(r) if r.status() == http::StatusCode::UNAUTHORIZED => match reauthorized(ctx, &conn.id, target).await {
+            Some(fresh) => (None, Some(fresh)),
+            None => (Some(Ok(r)), None),
+        },
+        sent => (Some(sent), None),
+    };
+    let target = after
+        .as_deref()
+        .and_then(|s| upstream_of(s, &conn.id))
+        .unwrap_or(target);
+    let sent = match sent {
+        Some(sent) => sent,
+        None => {
+            super::wall::send(
+                ctx,
+                target,
+                (conn, &candidate.upstream_model),
+                body,
+                deadline,
+                finisher,
+            )
+            .await
+        }
+    };
     // The upstream's answer (or failure) is judged at the time it came; the outcome is
     // recorded once it is read.
     let answered = clock.now_ms();
@@ -469,4 +512,72 @@ async fn attempt(
         announced: detail.retry_after.is_some(),
         detail,
     })
+}
+
+/// Connection `id`'s upstream in `snap`.
+fn upstream_of<'s>(snap: &'s Snapshot, id: &str) -> Option<&'s Upstream> {
+    snap.catalog
+        .connection(id)
+        .and_then(|c| snap.upstreams.get(c.index))
+}
+
+/// Refreshes the connection's OAuth token before the attempt when it is due (SPEC R4): a
+/// token that expired is waited for (bounded), and its new snapshot returned; one that
+/// expires within the margin is refreshed in the background while the attempt still
+/// uses it. A failed refresh of an expired token leaves the connection out as the
+/// failure cooled or ended it.
+async fn fresh_token(
+    ctx: &Ctx<'_>,
+    id: &str,
+    target: &Upstream,
+) -> Result<Option<Arc<Snapshot>>, Reason> {
+    let Some(grant) = &target.grant else {
+        return Ok(None);
+    };
+    let now = ctx.clock.now_ms();
+    if !grant.wanted(Why::Expiring, ctx.snap.settings.oauth.refresh_margin_ms, now) {
+        return Ok(None);
+    }
+    let seen = grant.refreshes.last_refresh_at;
+    if grant.expires_at.is_some_and(|t| t > now) {
+        crate::oauth::start(ctx.app, id, Some(Why::Expiring), seen);
+        return Ok(None);
+    }
+    match crate::oauth::refresh(ctx.app, id, Some(Why::Expiring), seen).await {
+        Ok(_) => Ok(Some(ctx.app.snapshot())),
+        Err(e) => {
+            tracing::warn!(connection_id = %id, error = %e, "The connection's OAuth token has expired and was not refreshed.");
+            let health = ctx.runtime.resilience.health_of(id);
+            let now = ctx.clock.now_ms();
+            match health.terminal {
+                Some(t) => Err(Reason::Terminal(t)),
+                None if !health.usable(now) => Err(Reason::CoolingDown {
+                    retry_after_ms: health.remaining_ms(now),
+                    transient: false,
+                }),
+                // No verdict on the account (the refresh is still running): the token
+                // is tried as it is.
+                None => Ok(None),
+            }
+        }
+    }
+}
+
+/// After a 401 on an OAuth connection: refreshes its token, unless it was refreshed
+/// within the last minute (then the 401 is the account's answer), and returns the
+/// snapshot with the new token.
+async fn reauthorized(ctx: &Ctx<'_>, id: &str, target: &Upstream) -> Option<Arc<Snapshot>> {
+    let grant = target.grant.as_ref()?;
+    let now = ctx.clock.now_ms();
+    if !grant.wanted(Why::Unauthorized, ctx.snap.settings.oauth.refresh_margin_ms, now) {
+        return None;
+    }
+    let seen = grant.refreshes.last_refresh_at;
+    match crate::oauth::refresh(ctx.app, id, Some(Why::Unauthorized), seen).await {
+        Ok(_) => Some(ctx.app.snapshot()),
+        Err(e) => {
+            tracing::warn!(connection_id = %id, error = %e, "The upstream refused the connection's OAuth token and it was not refreshed.");
+            None
+        }
+    }
 }

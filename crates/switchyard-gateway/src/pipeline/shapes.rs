@@ -344,7 +344,7 @@ pub(super) fn relay_if_due(
         let candidates = [candidate];
         let estimate = Estimate::at_admission(asked.prompt_len, asked.max_tokens, asked.stream);
         let ctx = Ctx::new(
-            (&state.runtime, clock, &snap),
+            (&state, clock, &snap),
             &key,
             (&asked, estimate),
             &protocol,

@@ -324,6 +324,32 @@ impl<S: BoardStore> Resilience<S> {
         self.store.with(|b| b.egress_buckets(now))
     }
 
+    /// A refresh of the connection's OAuth token failed (SPEC R4): it cools until the
+    /// retry, or is `expired`.
+    pub fn refresh_failed(
+        &self,
+        connection_id: &str,
+        failed: switchyard_core::oauth::Failed,
+        message: &str,
+        now: UnixMillis,
+    ) {
+        self.store
+            .with(|b| b.refresh_failed(connection_id, failed, message, now));
+    }
+
+    /// The connection's OAuth tokens were renewed (refreshed or imported, by any
+    /// process): what a refused token caused ends — `expired`, an auth cooldown — while
+    /// a rate limit or another terminal state stays.
+    pub fn tokens_renewed(&self, connection_id: &str) {
+        use switchyard_core::resilience::cooldown::{ErrorType, Terminal};
+        let health = self.health_of(connection_id);
+        if health.terminal == Some(Terminal::Expired)
+            || (health.terminal.is_none() && health.last_error_type == Some(ErrorType::AuthFailed))
+        {
+            self.reset_connection(connection_id);
+        }
+    }
+
     /// A new credential for a connection: its health starts over (terminal included).
     pub fn reset_connection(&self, connection_id: &str) {
         self.store.with(|b| b.reset_connection(connection_id));

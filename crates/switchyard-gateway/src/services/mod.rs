@@ -18,6 +18,7 @@ pub mod dashboard;
 pub mod keys;
 pub mod leases;
 pub mod logs;
+pub mod oauth;
 pub mod quota;
 pub mod resilience;
 pub mod sessions;

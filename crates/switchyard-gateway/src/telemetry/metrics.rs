@@ -36,6 +36,7 @@ pub mod names {
     pub const QUOTA_UNPRICED: &str = "switchyard_quota_unpriced";
     pub const QUOTA_RESERVATIONS_OPEN: &str = "switchyard_quota_reservations_open";
     pub const QUOTA_STORE_INFO: &str = "switchyard_quota_store_info";
+    pub const OAUTH_REFRESHES: &str = "switchyard_oauth_refreshes";
 }
 
 /// Label placeholder for requests that never resolved to a provider or model.
@@ -108,6 +109,13 @@ pub struct ConnectionLabels {
 pub struct RejectionLabels {
     pub connection: String,
     pub code: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OauthLabels {
+    pub connection: String,
+    /// `refreshed`, `failed` or `expired` (the failure that made the connection so).
+    pub outcome: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -301,6 +309,8 @@ pub struct Metrics {
     pub breaker_transitions: Family<BreakerLabels, Counter>,
     /// Cooldowns set and terminal states entered, by connection and reason.
     pub cooldowns: Family<CooldownLabels, Counter>,
+    /// OAuth token refreshes by connection and outcome (SPEC R4).
+    pub oauth_refreshes: Family<OauthLabels, Counter>,
     pub gates: GateMetrics,
     pub edge: EdgeMetrics,
     pub quota: QuotaMetrics,
@@ -324,6 +334,7 @@ impl Metrics {
         let log_dropped = Counter::default();
         let breaker_transitions = Family::<BreakerLabels, Counter>::default();
         let cooldowns = Family::<CooldownLabels, Counter>::default();
+        let oauth_refreshes = Family::<OauthLabels, Counter>::default();
         let gates = GateMetrics {
             depth: Family::default(),
             wait: Family::new_with_constructor(wait_histogram),
@@ -429,6 +440,11 @@ impl Metrics {
             "Request-log rows dropped because the write buffer was full",
             log_dropped.clone(),
         );
+        registry.register(
+            names::OAUTH_REFRESHES,
+            "OAuth subscription token refreshes, by connection and outcome (refreshed, failed, expired)",
+            oauth_refreshes.clone(),
+        );
         Self {
             registry,
             requests,
@@ -439,6 +455,7 @@ impl Metrics {
             log_dropped,
             breaker_transitions,
             cooldowns,
+            oauth_refreshes,
             gates,
             edge,
             quota,

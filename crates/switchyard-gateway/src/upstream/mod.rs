@@ -112,6 +112,9 @@ pub struct Upstream {
     pub count_url: Option<Uri>,
     /// The account authenticates with an OAuth subscription token.
     pub oauth: bool,
+    /// The token's expiry and refreshes, when the credential is an OAuth grant that the
+    /// gateway refreshes (SPEC R4).
+    pub grant: Option<GrantState>,
     /// The endpoint is a Codex subscription backend, which refuses some members.
     pub codex_backend: bool,
     /// The Claude usage-wall settings, for a connection that opted in (SPEC R17).
@@ -133,6 +136,21 @@ pub struct Upstream {
     pub stream: switchyard_core::stream::Overrides,
     /// The address its attempts last went out from (SPEC R14).
     pub egress: EgressMemo,
+}
+
+/// An OAuth grant's state as the snapshot was built with it: when its access token
+/// expires and how its refreshes went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantState {
+    pub expires_at: Option<u64>,
+    pub refreshes: switchyard_core::oauth::Refreshes,
+}
+
+impl GrantState {
+    /// Whether a refresh is due at `now` for `why`, `margin_ms` before the expiry.
+    pub fn wanted(&self, why: switchyard_core::oauth::Why, margin_ms: u64, now: u64) -> bool {
+        self.refreshes.wanted(why, self.expires_at, margin_ms, now)
+    }
 }
 
 /// How often an unchanged egress address is noted on the resilience board again, so
@@ -367,15 +385,16 @@ pub async fn send(
 /// The `User-Agent` of upstream requests.
 const USER_AGENT: &str = concat!("switchyard/", env!("CARGO_PKG_VERSION"));
 
-/// The secrets of a connection whose credential is `credential` and whose
-/// authentication headers are `auth`: the credential itself, and each sensitive header's
-/// value (a bearer token without its scheme).
-pub fn secrets(credential: &str, auth: &[(&'static str, HeaderValue)]) -> Secrets {
+/// The secrets of a connection whose credentials are `credentials` (the stored one, and
+/// an OAuth grant's tokens) and whose authentication headers are `auth`: the
+/// credentials themselves, and each sensitive header's value (a bearer token without
+/// its scheme).
+pub fn secrets(credentials: &[&str], auth: &[(&'static str, HeaderValue)]) -> Secrets {
     let headers = auth.iter().filter(|(_, v)| v.is_sensitive()).map(|(_, v)| {
         let raw = v.as_bytes();
         raw.strip_prefix(b"Bearer ").unwrap_or(raw)
     });
-    Secrets::new(std::iter::once(credential.as_bytes()).chain(headers))
+    Secrets::new(credentials.iter().map(|c| c.as_bytes()).chain(headers))
 }
 
 #[cfg(test)]

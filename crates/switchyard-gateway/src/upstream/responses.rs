@@ -22,7 +22,7 @@ pub fn is_codex_backend(endpoint: &str) -> bool {
 }
 
 /// The `provider_specific_data` key of a Codex subscription's account id.
-pub const ACCOUNT_KEY: &str = "chatgptAccountId";
+pub use switchyard_core::oauth::ACCOUNT_KEY;
 
 /// The `originator` a Codex subscription backend expects.
 const ORIGINATOR: &str = "codex_cli_rs";
