@@ -598,7 +598,10 @@ mod tests {
     fn a_grant_is_stored_as_its_credential_and_a_refresh_rotates_it() {
         let file = r#"{"claudeAiOauth": {"accessToken": "a1", "refreshToken": "r1", "expiresAt": 1800003600000, "scopes": ["user:inference"]}}"#;
         let mut grant = import_claude(file).unwrap();
-        assert_eq!(grant.token_url(), "https://platform.claude.com/v1/oauth/token");
+        assert_eq!(
+            grant.token_url(),
+            "https://platform.claude.com/v1/oauth/token"
+        );
         grant.token_url = Some("http://127.0.0.1:9/v1/oauth/token".into());
         let stored = grant.to_credential();
         assert_eq!(
@@ -619,7 +622,10 @@ mod tests {
             expires_at: Some(T0),
         });
         assert_eq!(
-            (rotated.access_token.as_str(), rotated.refresh_token.as_str()),
+            (
+                rotated.access_token.as_str(),
+                rotated.refresh_token.as_str()
+            ),
             ("a2", "r2")
         );
         assert_eq!((rotated.expires_at, rotated.scopes.len()), (Some(T0), 1));

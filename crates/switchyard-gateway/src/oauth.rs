@@ -152,12 +152,13 @@ pub async fn sweep(state: Arc<AppState>) {
     loop {
         tick.tick().await;
         let snap = state.snapshot();
-        let (now, margin) = (
-            state.clock.now_ms(),
-            snap.settings.oauth.refresh_margin_ms,
-        );
+        let (now, margin) = (state.clock.now_ms(), snap.settings.oauth.refresh_margin_ms);
         for conn in snap.catalog.connections() {
-            let Some(grant) = snap.upstreams.get(conn.index).and_then(|u| u.grant.as_ref()) else {
+            let Some(grant) = snap
+                .upstreams
+                .get(conn.index)
+                .and_then(|u| u.grant.as_ref())
+            else {
                 continue;
             };
             if grant.wanted(Why::Expiring, margin, now) {

@@ -447,10 +447,9 @@ impl Snapshot {
                 host,
                 h2c,
                 secrets: match &grant {
-                    Some(g) => upstream::secrets(
-                        &[stored, &g.access_token, &g.refresh_token],
-                        &auth,
-                    ),
+                    Some(g) => {
+                        upstream::secrets(&[stored, &g.access_token, &g.refresh_token], &auth)
+                    }
                     None => upstream::secrets(&[stored], &auth),
                 },
                 auth,

@@ -217,15 +217,15 @@ impl AppState {
         // New OAuth tokens (a refresh or an import, by any process) end what a refused
         // token caused (SPEC R4).
         for conn in live.catalog.connections() {
-            let last_refresh = |s: &Snapshot| {
+            let upstream = |s: &Snapshot| {
                 s.catalog
                     .connection(&conn.id)
                     .and_then(|c| s.upstreams.get(c.index))
-                    .and_then(|u| u.grant.as_ref())
-                    .map(|g| g.refreshes.last_refresh_at)
+                    .filter(|u| u.grant.is_some())
+                    .map(|u| u.auth.clone())
             };
-            if let Some(now) = last_refresh(&live) {
-                if last_refresh(&previous) != Some(now) {
+            if let Some(auth) = upstream(&live) {
+                if upstream(&previous).is_none_or(|before| before != auth) {
                     self.runtime.resilience.tokens_renewed(&conn.id);
                 }
             }

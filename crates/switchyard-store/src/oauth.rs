@@ -35,7 +35,7 @@ impl Store {
     }
 
     /// Saves connection `c` with `grant` as its credential, and its refresh state as
-    /// fresh (`now` is the last refresh): an import.
+    /// new: an import.
     pub fn save_grant(
         &self,
         c: &ConnectionRecord,
@@ -162,7 +162,7 @@ impl Store {
 
 impl Batch<'_> {
     /// Saves connection `c` with `grant` as its credential and its refresh state as
-    /// fresh at `now` (a new credential ends earlier failures).
+    /// new (a new credential ends earlier failures).
     pub fn save_grant(
         &self,
         c: &ConnectionRecord,
@@ -172,8 +172,9 @@ impl Batch<'_> {
     ) -> Result<()> {
         let credential = SecretString::from(grant.to_credential());
         self.save_connection(c, Some(&credential), mode, now)?;
-        let mut refreshes = Refreshes::default();
-        refreshes.on_success(now);
+        // Imported tokens were never refreshed here: a 401 met with them is refreshed
+        // at once, however soon.
+        let refreshes = Refreshes::default();
         let issuer = enum_to_str(&grant.issuer)?;
         self.db.execute(
             "INSERT INTO oauth_state (connection_id, issuer, updated_at)
@@ -318,13 +319,15 @@ mod tests {
                     connection_id: "sub".into(),
                     issuer: "claude".into(),
                     expires_at: Some(5_000_000),
-                    last_refresh_at: Some(1_000),
+                    last_refresh_at: None,
                     failures: 0,
                     retry_at: None,
                     last_error: None,
                 }
             );
-            let RefreshLease::Taken(g, _) = store.take_refresh_lease("sub", "A", 2_000, 32_000).unwrap() else {
+            let RefreshLease::Taken(g, _) =
+                store.take_refresh_lease("sub", "A", 2_000, 32_000).unwrap()
+            else {
                 panic!("the lease is free");
             };
             assert_eq!(g.refresh_token, "r1");
@@ -333,7 +336,9 @@ mod tests {
                 RefreshLease::Busy
             ));
             assert!(matches!(
-                store.take_refresh_lease("other", "B", 2_001, 32_001).unwrap(),
+                store
+                    .take_refresh_lease("other", "B", 2_001, 32_001)
+                    .unwrap(),
                 RefreshLease::Gone
             ));
             let mut refreshes = r.refreshes();
@@ -342,9 +347,14 @@ mod tests {
                 expires_at: Some(9_000_000),
                 ..grant("a2", "r2")
             };
-            store.refreshed("sub", "A", &next, &refreshes, 3_000).unwrap();
+            store
+                .refreshed("sub", "A", &next, &refreshes, 3_000)
+                .unwrap();
             let (g, r, v1) = stored(store);
-            assert_eq!((g, r.last_refresh_at, r.expires_at), (next, Some(3_000), Some(9_000_000)));
+            assert_eq!(
+                (g, r.last_refresh_at, r.expires_at),
+                (next, Some(3_000), Some(9_000_000))
+            );
             assert_eq!(v1, v0 + 1);
             // Released: B takes it at once.
             assert!(matches!(
@@ -359,9 +369,13 @@ mod tests {
             assert_eq!(r.last_error.as_deref(), Some("HTTP 400: invalid_grant"));
             assert_eq!(r.state(3_003), "cooling");
             // A lease that ran out is anyone's.
-            store.take_refresh_lease("sub", "A", 40_000, 41_000).unwrap();
+            store
+                .take_refresh_lease("sub", "A", 40_000, 41_000)
+                .unwrap();
             assert!(matches!(
-                store.take_refresh_lease("sub", "B", 41_000, 71_000).unwrap(),
+                store
+                    .take_refresh_lease("sub", "B", 41_000, 71_000)
+                    .unwrap(),
                 RefreshLease::Taken(..)
             ));
         });
@@ -373,13 +387,20 @@ mod tests {
             let c = setup(store);
             assert_eq!(store.list_oauth().unwrap().len(), 1);
             store
-                .save_connection(&c, Some(&SecretString::from("sk-plain")), SaveMode::Update, 2)
+                .save_connection(
+                    &c,
+                    Some(&SecretString::from("sk-plain")),
+                    SaveMode::Update,
+                    2,
+                )
                 .unwrap();
             assert_eq!(store.list_oauth().unwrap(), vec![]);
             store
                 .save_grant(&c, &grant("a1", "r1"), SaveMode::Update, 3)
                 .unwrap();
-            store.save_connection(&c, None, SaveMode::Update, 4).unwrap();
+            store
+                .save_connection(&c, None, SaveMode::Update, 4)
+                .unwrap();
             assert_eq!(store.list_oauth().unwrap().len(), 1);
             store.delete_connection("sub").unwrap();
             assert_eq!(store.list_oauth().unwrap(), vec![]);

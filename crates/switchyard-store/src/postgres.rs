@@ -59,7 +59,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "0002_dashboard",
         include_str!("../migrations/postgres/0002_dashboard.sql"),
     ),
-    ("0003_oauth", include_str!("../migrations/postgres/0003_oauth.sql")),
+    (
+        "0003_oauth",
+        include_str!("../migrations/postgres/0003_oauth.sql"),
+    ),
 ];
 
 impl From<postgres::Error> for StoreError {

@@ -46,10 +46,13 @@ pub struct Import {
 
 /// Where `cli` keeps its credentials, as the CLI itself looks them up.
 fn default_path(cli: Issuer) -> anyhow::Result<PathBuf> {
-    let env_dir = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from);
-    let home = || {
-        env_dir("HOME").ok_or_else(|| anyhow::anyhow!("HOME is not set: give the file's path"))
+    let env_dir = |var: &str| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
     };
+    let home =
+        || env_dir("HOME").ok_or_else(|| anyhow::anyhow!("HOME is not set: give the file's path"));
     Ok(match cli {
         Issuer::Codex => match env_dir("CODEX_HOME") {
             Some(dir) => dir.join("auth.json"),
@@ -91,8 +94,7 @@ pub fn run(cmd: ConnectionsCommand) -> anyhow::Result<()> {
     let created = store.transact(|batch, mut rows| -> anyhow::Result<bool> {
         let exists = rows.connections.iter().any(|(c, _)| c.id == id);
         let provider = (!exists).then_some(provider.as_str());
-        let record =
-            grant_connection(&rows, &id, provider, &grant).map_err(anyhow::Error::msg)?;
+        let record = grant_connection(&rows, &id, provider, &grant).map_err(anyhow::Error::msg)?;
         let credential = secrecy::SecretString::from(grant.to_credential());
         match rows.connections.iter_mut().find(|(c, _)| c.id == id) {
             Some(row) => *row = (record.clone(), credential),
@@ -109,7 +111,8 @@ pub fn run(cmd: ConnectionsCommand) -> anyhow::Result<()> {
         "{verb} OAuth connection {id} from {} ({}).",
         path.display(),
         match grant.expires_at {
-            Some(t) if t > now => format!("access token valid for {} more minutes", (t - now) / 60_000),
+            Some(t) if t > now =>
+                format!("access token valid for {} more minutes", (t - now) / 60_000),
             Some(_) => "access token expired: the gateway refreshes it before use".to_owned(),
             None => "access token expiry unknown".to_owned(),
         }

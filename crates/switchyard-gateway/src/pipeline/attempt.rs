@@ -25,10 +25,10 @@ use bytes::Bytes;
 use hyper_util::client::legacy::connect::HttpInfo;
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_core::oauth::Why;
 use switchyard_core::catalog::ApiKey;
 use switchyard_core::dispatch::{self, Slot, Try};
 use switchyard_core::llm;
+use switchyard_core::oauth::Why;
 use switchyard_core::outcome::{AttemptFailure, StreamCut};
 use switchyard_core::quota::cost::Estimate;
 use switchyard_core::resilience::admission;
@@ -329,10 +329,12 @@ async fn attempt(
     // A 401 for an OAuth token: refreshed, and the attempt made once more with the new
     // token (SPEC R4).
     let (sent, after) = match sent {
-        Ok(r) if r.status() == http::StatusCode::UNAUTHORIZED => match reauthorized(ctx, &conn.id, target).await {
-            Some(fresh) => (None, Some(fresh)),
-            None => (Some(Ok(r)), None),
-        },
+        Ok(r) if r.status() == http::StatusCode::UNAUTHORIZED => {
+            match reauthorized(ctx, &conn.id, target).await {
+                Some(fresh) => (None, Some(fresh)),
+                None => (Some(Ok(r)), None),
+            }
+        }
         sent => (Some(sent), None),
     };
     let target = after
@@ -535,7 +537,11 @@ async fn fresh_token(
         return Ok(None);
     };
     let now = ctx.clock.now_ms();
-    if !grant.wanted(Why::Expiring, ctx.snap.settings.oauth.refresh_margin_ms, now) {
+    if !grant.wanted(
+        Why::Expiring,
+        ctx.snap.settings.oauth.refresh_margin_ms,
+        now,
+    ) {
         return Ok(None);
     }
     let seen = grant.refreshes.last_refresh_at;
@@ -569,7 +575,11 @@ async fn fresh_token(
 async fn reauthorized(ctx: &Ctx<'_>, id: &str, target: &Upstream) -> Option<Arc<Snapshot>> {
     let grant = target.grant.as_ref()?;
     let now = ctx.clock.now_ms();
-    if !grant.wanted(Why::Unauthorized, ctx.snap.settings.oauth.refresh_margin_ms, now) {
+    if !grant.wanted(
+        Why::Unauthorized,
+        ctx.snap.settings.oauth.refresh_margin_ms,
+        now,
+    ) {
         return None;
     }
     let seen = grant.refreshes.last_refresh_at;

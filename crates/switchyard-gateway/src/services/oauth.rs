@@ -43,8 +43,8 @@ pub fn read_grant(cli: Issuer, file: &str, token_url: Option<&str>) -> Result<Gr
     }
     .map_err(|e| format!("file: {e}"))?;
     if let Some(url) = token_url {
-        let uri = http::Uri::try_from(url)
-            .map_err(|_| format!("token_url: `{url}` is not a URL"))?;
+        let uri =
+            http::Uri::try_from(url).map_err(|_| format!("token_url: `{url}` is not a URL"))?;
         if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() {
             return Err(format!("token_url: `{url}` is not an http(s) URL"));
         }

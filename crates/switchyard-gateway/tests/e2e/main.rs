@@ -22,6 +22,7 @@ mod failover;
 mod health;
 mod leases;
 mod lifecycle;
+mod oauth;
 mod python;
 mod quota;
 mod quota_store;
