@@ -997,3 +997,80 @@ async fn with_redis_cut_each_replica_keeps_its_own_board_and_catches_up_after() 
     .await;
     eprintln!("B caught up {:?} after Redis came back", t0.elapsed());
 }
+
+/// A chat for `model` through `base`: its status.
+async fn chat_for(http: &reqwest::Client, base: &str, secret: &str, model: &str) -> u16 {
+    http.post(format!("{base}/v1/chat/completions"))
+        .bearer_auth(secret)
+        .json(&json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn an_oauth_token_is_refreshed_once_whichever_replicas_need_it() {
+    let db = database().await;
+    let mut env = environment(db.url()).await;
+    env.push(("SWITCHYARD_MIGRATE", "1".to_owned()));
+    let s = start_all(&env, 2).await;
+    let (a, b, mock) = (&s.urls[0], &s.urls[1], &s.mock);
+    let http = http();
+    let (secret, _) = seed(&http, a, mock).await;
+    let (status, _) = admin(
+        &http,
+        reqwest::Method::POST,
+        format!("{a}/api/providers"),
+        json!({"id": "plan", "format": "openai", "base_url": format!("{mock}/v1"), "models": ["mock-small"]}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    // The token endpoint takes its time, so every request meets the refresh in flight.
+    let r = http
+        .post(format!("{mock}/_mock/oauth"))
+        .json(&json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600, "latency_ms": 500}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let file = json!({"claudeAiOauth": {"accessToken": "sub-at-0", "refreshToken": "sub-rt-0", "expiresAt": 1_000, "scopes": ["user:inference"]}});
+    let (status, _) = admin(
+        &http,
+        reqwest::Method::POST,
+        format!("{a}/api/oauth/import"),
+        json!({"cli": "claude", "connection": "sub", "provider": "plan", "file": file.to_string(), "token_url": format!("{mock}/v1/oauth/token")}),
+    )
+    .await;
+    assert_eq!(status, 201);
+    until_listed(&http, b, "/api/oauth", 1).await;
+    let asks: Vec<_> = [a, b, a, b, a, b]
+        .into_iter()
+        .map(|base| {
+            let (http, base, secret) = (http.clone(), base.clone(), secret.clone());
+            tokio::spawn(async move { chat_for(&http, &base, &secret, "plan/mock-small").await })
+        })
+        .collect();
+    for ask in asks {
+        assert_eq!(ask.await.unwrap(), 200);
+    }
+    let account: Value = http
+        .get(format!("{mock}/_mock/oauth"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&account[0]["refreshes"], &account[0]["reused"]),
+        (&json!(1), &json!(0))
+    );
+    assert_eq!(calls_with(&http, mock, "sub-at-0").await, 0);
+    assert_eq!(calls_with(&http, mock, "sub-at-1").await, 6);
+    // Both replicas hold the new token.
+    assert_eq!(chat_for(&http, b, &secret, "plan/mock-small").await, 200);
+    assert_eq!(chat_for(&http, a, &secret, "plan/mock-small").await, 200);
+    assert_eq!(calls_with(&http, mock, "sub-at-1").await, 8);
+}
