@@ -1,7 +1,8 @@
 //! The binary as operators run it: separate `switchyard` processes (a mock provider and
 //! gateways) over real sockets. Two gateway processes share quota counters through
 //! Redis; a gateway stopped with SIGTERM flushes its counters and a restarted one
-//! continues from them.
+//! continues from them; `connections import-claude` imports a sign-in a running
+//! gateway takes up, and no log line shows a token.
 
 #![expect(
     clippy::unwrap_used,
@@ -226,4 +227,135 @@ fn stored_credential(db: &Path) -> String {
             |r| r.get(0),
         )
         .unwrap()
+}
+
+/// Sets the mock authority's account `sub`.
+async fn mock_account(http: &reqwest::Client, mock: &str, spec: Value) {
+    let r = http
+        .post(format!("{mock}/_mock/oauth"))
+        .json(&spec)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+}
+
+#[tokio::test]
+async fn claude_codes_sign_in_is_imported_by_the_cli_and_no_log_line_shows_a_token() {
+    let (_mock, mock) = start(&["mock", "--listen", "127.0.0.1:0"], &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("switchyard.toml");
+    let config = Config::new()
+        .server(
+            Server::new()
+                .listen("127.0.0.1:0")
+                .data_dir(dir.path().join("data"))
+                .admin_token(ADMIN),
+        )
+        .provider(Provider::anthropic("plan", &mock).models(["claude-opus"]))
+        .key(Key::new("k1", "k1", KEY));
+    std::fs::write(&path, config.to_toml()).unwrap();
+    let cfg = path.display().to_string();
+    // Claude Code's file, where Claude Code keeps it under CLAUDE_CONFIG_DIR.
+    let claude_dir = dir.path().join("claude");
+    std::fs::create_dir(&claude_dir).unwrap();
+    let file = json!({"claudeAiOauth": {"accessToken": "sub-at-0", "refreshToken": "sub-rt-0", "expiresAt": 1_000, "scopes": ["user:inference"], "subscriptionType": "max"}});
+    std::fs::write(claude_dir.join(".credentials.json"), file.to_string()).unwrap();
+    let claude_env = claude_dir.display().to_string();
+    let token_url = format!("{mock}/v1/oauth/token");
+    let import = [
+        "connections",
+        "import-claude",
+        "--config",
+        &cfg,
+        "--connection",
+        "sub",
+        "--provider",
+        "plan",
+        "--token-url",
+        &token_url,
+    ];
+    let http = reqwest::Client::new();
+    mock_account(&http, &mock, json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600})).await;
+    let (gw, url, logs) =
+        common::start_logged(&["serve", "--config", &cfg], &[("SWITCHYARD_LOG", "debug")]).await;
+    // Imported into the running gateway's database.
+    let (ok, out, err) = run(&import, &[("CLAUDE_CONFIG_DIR", &claude_env)]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "Created OAuth connection sub from {}/.credentials.json (access token expired: the gateway refreshes it before use).\n",
+            claude_env
+        )
+    );
+    let (ok, _, err) = run(
+        &[&import[..2], &["--config", &cfg, "/nope.json"]].concat(),
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("cannot read /nope.json"), "{err}");
+    let ask = || {
+        http.post(format!("{url}/v1/messages"))
+            .header("x-api-key", KEY)
+            .header("anthropic-version", "2023-06-01")
+            .json(&json!({"model": "plan/claude-opus", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+    };
+    let mut status = 0;
+    for _ in 0..100 {
+        status = ask().await.unwrap().status().as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, 200);
+    assert_eq!(seen(&http, &mock, "sub-at-1").await, 1);
+    assert_eq!(seen(&http, &mock, "sub-at-0").await, 0);
+    // A refused refresh is logged with the provider's error, never a token.
+    mock_account(&http, &mock, json!({"account": "sub", "refresh_token": "sub-rt-1", "access_token": "sub-at-1", "expires_in": 600, "fail": {"status": 400, "error": "invalid_grant"}})).await;
+    let r = http
+        .post(format!("{url}/api/oauth/sub/refresh"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    // A new sign-in imported again while the gateway runs: it takes it within a second.
+    let file = json!({"claudeAiOauth": {"accessToken": "sub-at-9", "refreshToken": "sub-rt-9", "expiresAt": 4_000_000_000_000u64, "scopes": []}});
+    std::fs::write(claude_dir.join(".credentials.json"), file.to_string()).unwrap();
+    let (ok, out, err) = run(&import, &[("CLAUDE_CONFIG_DIR", &claude_env)]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("Updated OAuth connection sub from "),
+        "{out}"
+    );
+    let mut answered = false;
+    for _ in 0..100 {
+        if ask().await.unwrap().status() == 200 && seen(&http, &mock, "sub-at-9").await > 0 {
+            answered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        answered,
+        "the running gateway did not take the imported tokens"
+    );
+    terminate(gw).await;
+    let logs = logs.lock().unwrap().join("\n");
+    assert!(
+        logs.contains("Refreshed the connection's OAuth token."),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("HTTP 400: invalid_grant: refused by the mock"),
+        "{logs}"
+    );
+    for token in [
+        "sub-at-0", "sub-rt-0", "sub-at-1", "sub-rt-1", "sub-at-9", "sub-rt-9",
+    ] {
+        assert!(!logs.contains(token), "a log line shows {token}");
+    }
 }
