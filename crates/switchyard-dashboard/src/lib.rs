@@ -33,6 +33,7 @@ mod resilience;
 mod session;
 mod sessions;
 mod settings;
+mod subscriptions;
 mod throttle;
 mod web;
 
@@ -134,6 +135,7 @@ fn table(css: assets::Asset, js: assets::Asset) -> Routes {
         .merge(keys::routes())
         .merge(settings::routes())
         .merge(providers::routes())
+        .merge(subscriptions::routes())
         .merge(combos::routes())
         .merge(sessions::routes())
         .merge(requests::routes())

@@ -19,7 +19,7 @@ use switchyard_gateway::config::ConnectionSpec;
 use switchyard_gateway::error::ApiError;
 use switchyard_gateway::services;
 use switchyard_gateway::services::model::{
-    ConnectionRecord, ProviderRecord, SaveMode, StreamTimeouts,
+    ConnectionRecord, OauthRecord, ProviderRecord, SaveMode, StreamTimeouts,
 };
 
 /// The page's path.
@@ -48,6 +48,10 @@ pub fn routes() -> Routes {
 pub struct Providers {
     pub providers: Vec<ProviderRecord>,
     pub connections: Vec<ConnectionRecord>,
+    /// The OAuth connections' refresh state (SPEC R4).
+    pub oauth: Vec<OauthRecord>,
+    /// Unix milliseconds, for the times shown relative to now.
+    pub now: u64,
 }
 
 /// `GET /dashboard/providers`.
@@ -56,6 +60,8 @@ async fn page(State(dash): State<Arc<Dash>>, Signed(session): Signed) -> Respons
         Ok::<_, ApiError>(Providers {
             providers: services::config::providers(&dash.app).await?,
             connections: services::config::connections(&dash.app).await?,
+            oauth: services::oauth::list(&dash.app).await?,
+            now: dash.app.clock.now_ms(),
         })
     };
     match gathered.await {
@@ -465,6 +471,7 @@ pub fn render(p: &Providers, csrf: &str) -> Markup {
             ))
             p.hint { "Rate-limit overrides and provider-specific data are kept on an edit; change them through the management API." }
         }
+        (crate::subscriptions::section(&p.oauth, &ids, p.now, csrf))
     }
 }
 

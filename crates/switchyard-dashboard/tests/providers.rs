@@ -422,3 +422,98 @@ async fn bad_input_shows_the_apis_message_and_changes_nothing() {
     assert_eq!(s.h.admin_json("/api/providers").await, providers);
     assert_eq!(s.h.admin_json("/api/connections").await, connections);
 }
+
+const SIGN_INS: &str = "Subscription sign-ins (tokens are never shown)";
+
+#[tokio::test]
+async fn a_sign_in_is_imported_refreshed_by_hand_and_its_failures_shown() {
+    let s = Signed::start().await;
+    let mock = s.h.mock.base_url();
+    let set_account = |spec: Value| {
+        let url = format!("{mock}/_mock/oauth");
+        let http = s.h.http.clone();
+        async move {
+            let r = http.post(url).json(&spec).send().await.unwrap();
+            assert_eq!(r.status(), 204);
+        }
+    };
+    set_account(json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600})).await;
+    let file = json!({"claudeAiOauth": {"accessToken": "sub-at-0", "refreshToken": "sub-rt-0", "expiresAt": 4_102_444_800_000u64, "scopes": ["user:inference"]}}).to_string();
+    let token_url = format!("{mock}/v1/oauth/token");
+    let imported = s
+        .act(
+            "/dashboard/oauth/import",
+            &[
+                ("cli", "claude"),
+                ("connection", "sub"),
+                ("provider", "alpha"),
+                ("file", &file),
+                ("token_url", &token_url),
+            ],
+        )
+        .await;
+    assert_eq!(notice(&imported), done("Connection sub created."));
+    let secrets = ["sub-at-0", "sub-rt-0", "sub-at-1", "sub-rt-1"];
+    assert_none_of(&imported, &secrets);
+    let cells = row_head(&imported, SIGN_INS, "sub", 6).unwrap();
+    assert_eq!(cells[..2], ["sub".to_owned(), "claude".to_owned()]);
+    assert!(
+        cells[2].starts_with("2100-01-01 00:00:00 (in "),
+        "{cells:?}"
+    );
+    assert_eq!(
+        cells[3..],
+        [
+            "not yet (imported)".to_owned(),
+            "ok".to_owned(),
+            "—".to_owned()
+        ]
+    );
+    assert_eq!(
+        connection_row(&imported, "sub").unwrap()[..3],
+        ["sub".to_owned(), "alpha".to_owned(), "oauth".to_owned()]
+    );
+
+    let refreshed = s.act("/dashboard/oauth/sub/refresh", &[]).await;
+    assert_eq!(
+        notice(&refreshed),
+        done("Connection sub's token refreshed.")
+    );
+    assert_none_of(&refreshed, &secrets);
+    let cells = row_head(&refreshed, SIGN_INS, "sub", 6).unwrap();
+    assert!(cells[2].ends_with("(in 10 min)"), "{cells:?}");
+    assert!(cells[3].ends_with("(0 s ago)"), "{cells:?}");
+
+    set_account(json!({"account": "sub", "refresh_token": "sub-rt-1", "access_token": "sub-at-1", "expires_in": 600, "fail": {"status": 400, "error": "invalid_grant"}})).await;
+    let refused = s.act("/dashboard/oauth/sub/refresh", &[]).await;
+    assert_eq!(
+        notice(&refused),
+        failed("the token endpoint refused to refresh connection `sub`'s token: HTTP 400: invalid_grant: refused by the mock")
+    );
+    let cells = row_head(&refused, SIGN_INS, "sub", 6).unwrap();
+    assert_eq!(
+        cells[4..],
+        [
+            "cooling 1 failed, next try in 30 s".to_owned(),
+            "HTTP 400: invalid_grant: refused by the mock".to_owned()
+        ]
+    );
+    let bad = s
+        .act(
+            "/dashboard/oauth/import",
+            &[
+                ("cli", "codex"),
+                ("connection", "x"),
+                ("provider", "alpha"),
+                ("file", "{}"),
+                ("token_url", ""),
+            ],
+        )
+        .await;
+    assert_eq!(
+        notice(&bad),
+        failed(
+            "file: the file has no `tokens`: is it the Codex CLI's auth.json of a ChatGPT sign-in?"
+        )
+    );
+}
