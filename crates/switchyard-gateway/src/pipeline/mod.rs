@@ -238,7 +238,7 @@ async fn run(
     let relay = session.filter(|_| shape == Shape::Relay);
     let handed = relay.and_then(|s| shapes::handed_over(state, &snap, s, &candidates, &request));
     let ctx = attempt::Ctx::new(
-        (&state, clock, &snap),
+        (state, clock, &snap),
         key,
         (handed.as_ref().unwrap_or(&request), estimate),
         &protocol,

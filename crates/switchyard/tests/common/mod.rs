@@ -17,6 +17,10 @@ pub async fn start(args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
 pub type Lines = Arc<Mutex<Vec<String>>>;
 
 /// [`start`], keeping every line the process writes (its log included).
+#[allow(
+    dead_code,
+    reason = "shared by the process tests; not every test binary reads a log"
+)]
 pub async fn start_logged(args: &[&str], env: &[(&str, &str)]) -> (Child, String, Lines) {
     launch(args, env, true).await
 }
