@@ -429,15 +429,7 @@ const SIGN_INS: &str = "Subscription sign-ins (tokens are never shown)";
 async fn a_sign_in_is_imported_refreshed_by_hand_and_its_failures_shown() {
     let s = Signed::start().await;
     let mock = s.h.mock.base_url();
-    let set_account = |spec: Value| {
-        let url = format!("{mock}/_mock/oauth");
-        let http = s.h.http.clone();
-        async move {
-            let r = http.post(url).json(&spec).send().await.unwrap();
-            assert_eq!(r.status(), 204);
-        }
-    };
-    set_account(json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600})).await;
+    s.h.mock_oauth(json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600})).await;
     let file = json!({"claudeAiOauth": {"accessToken": "sub-at-0", "refreshToken": "sub-rt-0", "expiresAt": 4_102_444_800_000u64, "scopes": ["user:inference"]}}).to_string();
     let token_url = format!("{mock}/v1/oauth/token");
     let imported = s
@@ -484,7 +476,7 @@ async fn a_sign_in_is_imported_refreshed_by_hand_and_its_failures_shown() {
     assert!(cells[2].ends_with("(in 10 min)"), "{cells:?}");
     assert!(cells[3].ends_with("(0 s ago)"), "{cells:?}");
 
-    set_account(json!({"account": "sub", "refresh_token": "sub-rt-1", "access_token": "sub-at-1", "expires_in": 600, "fail": {"status": 400, "error": "invalid_grant"}})).await;
+    s.h.mock_oauth(json!({"account": "sub", "refresh_token": "sub-rt-1", "access_token": "sub-at-1", "expires_in": 600, "fail": {"status": 400, "error": "invalid_grant"}})).await;
     let refused = s.act("/dashboard/oauth/sub/refresh", &[]).await;
     assert_eq!(
         notice(&refused),

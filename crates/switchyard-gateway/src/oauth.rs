@@ -356,6 +356,10 @@ async fn call(state: &AppState, grant: &Grant) -> Result<Refreshed, String> {
         HeaderValue::from_static("application/json"),
     );
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    headers.insert(
+        header::USER_AGENT,
+        HeaderValue::from_static(concat!("switchyard/", env!("CARGO_PKG_VERSION"))),
+    );
     let connect_timeout_ms = state.snapshot().settings.connect_timeout_ms;
     let pending = client::request(connect_timeout_ms, false, request).map_err(|e| e.to_string())?;
     let exchange = async {

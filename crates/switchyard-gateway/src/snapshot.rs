@@ -420,7 +420,13 @@ impl Snapshot {
                 row.and_then(|(c, _)| c.provider_specific_data.as_ref()),
             ) {
                 (UpstreamFormat::Anthropic, Some(data)) => {
-                    upstream::WallConfig::of(&conn.base_url, data, cred).map_err(|url| {
+                    // The wall belongs to the account: for a refreshed grant, whose tokens
+                    // change, that is the connection (a grant is never shared).
+                    let account = match &grant {
+                        Some(_) => format!("oauth-grant:{}", conn.id),
+                        None => cred.to_owned(),
+                    };
+                    upstream::WallConfig::of(&conn.base_url, data, &account).map_err(|url| {
                         SnapshotError::Url {
                             connection: conn.id.clone(),
                             url,

@@ -400,6 +400,35 @@ impl Harness {
             .unwrap()
     }
 
+    /// Sets (or replaces) an account of the mock's OAuth authority (`POST /_mock/oauth`:
+    /// `account`, `refresh_token`, `access_token`, `expires_in`, optional `latency_ms`
+    /// and `fail`).
+    pub async fn mock_oauth(&self, account: Value) {
+        let r = self
+            .http
+            .post(format!("{}/_mock/oauth", self.mock.base_url()))
+            .json(&account)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204, "mock account refused: {account}");
+    }
+
+    /// The mock's OAuth accounts (`GET /_mock/oauth`): tokens, refreshes answered and
+    /// dead refresh tokens presented again (`reused`).
+    pub async fn mock_oauth_accounts(&self) -> Vec<Value> {
+        let v: Value = self
+            .http
+            .get(format!("{}/_mock/oauth", self.mock.base_url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v.as_array().cloned().unwrap_or_default()
+    }
+
     /// The mock's journal of provider requests (`GET /_mock/requests`), oldest first.
     pub async fn mock_requests(&self) -> Vec<Value> {
         let v: Value = self

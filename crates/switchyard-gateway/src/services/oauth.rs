@@ -15,14 +15,32 @@ use switchyard_core::oauth::{import_claude, import_codex, Grant, Issuer, ACCOUNT
 use switchyard_model::{ConfigRows, ConnectionRecord, OauthRecord, SaveMode};
 use utoipa::ToSchema;
 
+/// Whose credential file it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Cli {
+    /// The Codex CLI's `auth.json` (a ChatGPT plan).
+    Codex,
+    /// Claude Code's `.credentials.json` (a Claude plan).
+    Claude,
+}
+
+impl From<Cli> for Issuer {
+    fn from(cli: Cli) -> Self {
+        match cli {
+            Cli::Codex => Self::Codex,
+            Cli::Claude => Self::Claude,
+        }
+    }
+}
+
 /// A CLI's credential file to import as a connection.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrantImport {
     /// Whose file it is: `codex` (the Codex CLI's `auth.json`) or `claude` (Claude
     /// Code's `.credentials.json`).
-    #[schema(value_type = String, example = "claude")]
-    pub cli: Issuer,
+    pub cli: Cli,
     /// The connection to create, or to give these credentials.
     pub connection: String,
     /// The provider of a new connection; an existing connection keeps its own unless
@@ -115,7 +133,7 @@ pub async fn import(
     input: GrantImport,
 ) -> Result<(ConnectionRecord, bool), ApiError> {
     let grant = read_grant(
-        input.cli,
+        input.cli.into(),
         input.file.expose_secret(),
         input.token_url.as_deref(),
     )

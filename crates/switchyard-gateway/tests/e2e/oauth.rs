@@ -46,30 +46,9 @@ async fn import(h: &Harness, access: &str, refresh: &str, expires_at: u64) -> re
     h.admin_send(Method::POST, "/api/oauth/import", body).await
 }
 
-/// Sets an account at the mock's authority.
-async fn account(h: &Harness, spec: Value) {
-    let r = h
-        .http
-        .post(format!("{}/_mock/oauth", h.mock.base_url()))
-        .json(&spec)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
-}
-
 /// The mock's view of account `sub`: tokens, refreshes, reused refresh tokens.
 async fn mock_account(h: &Harness) -> Value {
-    let all: Value = h
-        .http
-        .get(format!("{}/_mock/oauth", h.mock.base_url()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    all.as_array().unwrap()[0].clone()
+    h.mock_oauth_accounts().await.swap_remove(0)
 }
 
 async fn set_mock_clock(h: &Harness, now: u64) {
@@ -112,7 +91,7 @@ async fn refreshed(h: &Harness, n: u64) {
 #[tokio::test]
 async fn a_token_expiring_within_the_margin_is_refreshed_and_the_old_refresh_token_is_dead() {
     let h = Harness::start_with(config, &[]).await;
-    account(&h, json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600})).await;
+    h.mock_oauth(json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600})).await;
     // Two minutes left: inside the default five-minute margin.
     let r = import(&h, "sub-at-0", "sub-rt-0", now_ms() + 120_000).await;
     assert_eq!(r.status(), 201);
@@ -182,7 +161,7 @@ async fn a_token_expiring_within_the_margin_is_refreshed_and_the_old_refresh_tok
 async fn a_401_refreshes_the_token_and_the_attempt_is_made_again_once() {
     let h = Harness::start_with(config, &[]).await;
     set_mock_clock(&h, MOCK_NOW).await;
-    account(&h, json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600})).await;
+    h.mock_oauth(json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600})).await;
     // The file says the token is good for a day; the upstream knows better.
     assert_eq!(
         import(&h, "sub-at-0", "sub-rt-0", now_ms() + 86_400_000)
@@ -219,7 +198,7 @@ async fn a_401_refreshes_the_token_and_the_attempt_is_made_again_once() {
 #[tokio::test]
 async fn requests_that_meet_an_expired_token_wait_for_one_refresh() {
     let h = Harness::start_with(config, &[]).await;
-    account(&h, json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600, "latency_ms": 400})).await;
+    h.mock_oauth(json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600, "latency_ms": 400})).await;
     assert_eq!(
         import(&h, "sub-at-0", "sub-rt-0", now_ms() - 1_000)
             .await
@@ -250,7 +229,7 @@ fn messages_as_chat(model: &str) -> Value {
 async fn three_failed_refreshes_expire_the_connection_until_a_manual_refresh_succeeds() {
     let h = Harness::start_with(config, &[]).await;
     let failing = json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600, "fail": {"status": 400, "error": "invalid_grant"}});
-    account(&h, failing).await;
+    h.mock_oauth(failing).await;
     assert_eq!(
         import(&h, "sub-at-0", "sub-rt-0", now_ms() - 1_000)
             .await
@@ -315,7 +294,7 @@ async fn three_failed_refreshes_expire_the_connection_until_a_manual_refresh_suc
     assert_eq!(h.metric(&metric("expired")).await, Some(1.0));
 
     // The provider takes the refresh token again: a manual refresh ends `expired`.
-    account(&h, json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600})).await;
+    h.mock_oauth(json!({"account": "sub", "refresh_token": "sub-rt-0", "access_token": "sub-at-0", "expires_in": 600})).await;
     let r = h
         .admin_send(Method::POST, "/api/oauth/sub/refresh", json!({}))
         .await;
