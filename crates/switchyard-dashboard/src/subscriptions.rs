@@ -18,10 +18,7 @@ use switchyard_gateway::services::model::OauthRecord;
 const PAGE: &str = "/dashboard/providers";
 
 /// The CLIs whose files are imported.
-const CLIS: [(&str, &str); 2] = [
-    ("claude", "Claude Code (~/.claude/.credentials.json)"),
-    ("codex", "Codex CLI (~/.codex/auth.json)"),
-];
+const CLIS: [(&str, &str); 2] = [("claude", "Claude Code"), ("codex", "Codex CLI")];
 
 /// The section's routes.
 pub fn routes() -> Routes {
@@ -150,6 +147,7 @@ fn import_fields(providers: &[&str]) -> Markup {
             @for p in providers { option value=(p) { (p) } }
         }
         label for="import-file" { "The file's content" }
+        p.hint { "Claude Code: ~/.claude/.credentials.json. Codex CLI: ~/.codex/auth.json." }
         textarea id="import-file" name="file" rows="4" autocomplete="off" spellcheck="false" required {}
         p.hint { "Write-only: the tokens are stored encrypted and never shown again." }
         (input("import-token-url", "token_url", "Token endpoint (empty = the CLI's own)", "url", "", false))
