@@ -37,6 +37,7 @@ async fn state(s: &Signed) -> Vec<Value> {
         "/api/resilience/model-cooldowns",
         "/api/sessions",
         "/api/leases",
+        "/api/oauth",
     ] {
         out.push(s.h.admin_json(path).await);
     }
@@ -60,6 +61,7 @@ fn fill(pattern: &str, (pin, owner): (&str, &str)) -> String {
         "keys" => "k1",
         "providers" => "alpha",
         "connections" | "plans" => "alpha-1",
+        "oauth" => "sub",
         "combos" => "fast",
         "quota-share" => "team",
         "sessions" => pin,
@@ -90,6 +92,17 @@ async fn every_form_refuses_a_missing_or_foreign_csrf_token_and_changes_nothing(
         )
         .await;
     assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+    // A subscription sign-in, for its refresh form.
+    let file = json!({"claudeAiOauth": {"accessToken": "sub-at-0", "refreshToken": "sub-rt-0", "expiresAt": 4_102_444_800_000u64}});
+    let imported =
+        s.h.admin_send(
+            Method::POST,
+            "/api/oauth/import",
+            json!({"cli": "claude", "connection": "sub", "provider": "alpha", "file": file.to_string(),
+                   "token_url": format!("{}/v1/oauth/token", s.h.mock.base_url())}),
+        )
+        .await;
+    assert_eq!(imported.status(), 201);
     // A pinned client session, for the sessions page's release form.
     let r =
         s.h.http
@@ -126,7 +139,7 @@ async fn every_form_refuses_a_missing_or_foreign_csrf_token_and_changes_nothing(
         routes.contains(&"/dashboard/keys/{id}/revoke"),
         "{routes:?}"
     );
-    assert_eq!(routes.len(), 30, "{routes:?}");
+    assert_eq!(routes.len(), 32, "{routes:?}");
     // Every form on the pages posts to a route of the table.
     for (action, _) in &forms {
         assert!(
