@@ -564,6 +564,7 @@ async fn openapi_document_matches_the_routes() {
         "GET /api/logs",
         "GET /api/logs/stats",
         "GET /api/monitoring/health",
+        "GET /api/oauth",
         "GET /api/openapi.json",
         "GET /api/providers",
         "GET /api/providers/{id}",
@@ -590,6 +591,8 @@ async fn openapi_document_matches_the_routes() {
         "POST /api/connections",
         "POST /api/keys",
         "POST /api/keys/{id}/revoke",
+        "POST /api/oauth/import",
+        "POST /api/oauth/{id}/refresh",
         "POST /api/providers",
         "POST /api/quota/import",
         "POST /api/quota/pools",
@@ -737,7 +740,7 @@ async fn openapi_documents_the_error_body_and_the_admin_refusals_of_every_manage
         }
     }
     // Every operation under `/api` but the public health and document.
-    assert_eq!(refused, 55);
+    assert_eq!(refused, 58);
     // What is sent is that shape.
     let r = h.http.get(h.url("/api/keys")).send().await.unwrap();
     assert_eq!(
