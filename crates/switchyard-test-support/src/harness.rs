@@ -390,8 +390,13 @@ impl Harness {
 
     /// The mock's counters (`GET /_mock/stats`).
     pub async fn mock_stats(&self) -> Value {
+        self.mock_json("/_mock/stats").await
+    }
+
+    /// `GET path` of the mock's control API, as JSON.
+    async fn mock_json(&self, path: &str) -> Value {
         self.http
-            .get(format!("{}/_mock/stats", self.mock.base_url()))
+            .get(format!("{}{path}", self.mock.base_url()))
             .send()
             .await
             .unwrap()
@@ -417,29 +422,13 @@ impl Harness {
     /// The mock's OAuth accounts (`GET /_mock/oauth`): tokens, refreshes answered and
     /// dead refresh tokens presented again (`reused`).
     pub async fn mock_oauth_accounts(&self) -> Vec<Value> {
-        let v: Value = self
-            .http
-            .get(format!("{}/_mock/oauth", self.mock.base_url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = self.mock_json("/_mock/oauth").await;
         v.as_array().cloned().unwrap_or_default()
     }
 
     /// The mock's journal of provider requests (`GET /_mock/requests`), oldest first.
     pub async fn mock_requests(&self) -> Vec<Value> {
-        let v: Value = self
-            .http
-            .get(format!("{}/_mock/requests", self.mock.base_url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = self.mock_json("/_mock/requests").await;
         v["requests"].as_array().cloned().unwrap_or_default()
     }
 
