@@ -94,8 +94,7 @@ impl Default for Refresher {
 /// grant.
 pub fn seen(state: &AppState, id: &str) -> Option<Option<u64>> {
     let snap = state.snapshot();
-    let conn = snap.catalog.connection(id)?;
-    let grant = snap.upstreams.get(conn.index)?.grant.as_ref()?;
+    let grant = snap.upstream_of(id)?.grant.as_ref()?;
     Some(grant.refreshes.last_refresh_at)
 }
 

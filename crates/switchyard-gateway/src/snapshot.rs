@@ -175,6 +175,13 @@ impl<T: Copy> ByModel<T> {
 }
 
 impl Snapshot {
+    /// Connection `id`'s upstream, when the configuration has the connection.
+    pub fn upstream_of(&self, id: &str) -> Option<&Upstream> {
+        self.catalog
+            .connection(id)
+            .and_then(|c| self.upstreams.get(c.index))
+    }
+
     /// The price of `model` at `provider`, if the operator gave one.
     pub fn price(&self, provider: &str, model: &str) -> Option<Price> {
         self.prices.get(provider, model)

@@ -217,17 +217,14 @@ impl AppState {
         // New OAuth tokens (a refresh or an import, by any process) end what a refused
         // token caused (SPEC R4).
         for conn in live.catalog.connections() {
-            let upstream = |s: &Snapshot| {
-                s.catalog
-                    .connection(&conn.id)
-                    .and_then(|c| s.upstreams.get(c.index))
-                    .filter(|u| u.grant.is_some())
-                    .map(|u| u.auth.clone())
+            let Some(now) = live.upstream_of(&conn.id).filter(|u| u.grant.is_some()) else {
+                continue;
             };
-            if let Some(auth) = upstream(&live) {
-                if upstream(&previous).is_none_or(|before| before != auth) {
-                    self.runtime.resilience.tokens_renewed(&conn.id);
-                }
+            if previous
+                .upstream_of(&conn.id)
+                .is_none_or(|before| before.auth != now.auth)
+            {
+                self.runtime.resilience.tokens_renewed(&conn.id);
             }
         }
         let keys: std::collections::HashSet<&str> =

@@ -34,16 +34,9 @@ impl Store {
         self.read(|db| query_oauth(db, None))
     }
 
-    /// Saves connection `c` with `grant` as its credential, and its refresh state as
-    /// new: an import.
-    pub fn save_grant(
-        &self,
-        c: &ConnectionRecord,
-        grant: &Grant,
-        mode: SaveMode,
-        now: u64,
-    ) -> Result<()> {
-        self.batch(|b| b.save_grant(c, grant, mode, now))
+    /// Connection `id`'s refresh state, when it holds an OAuth grant.
+    pub fn oauth_of(&self, id: &str) -> Result<Option<OauthRecord>> {
+        Ok(self.read(|db| query_oauth(db, Some(id)))?.pop())
     }
 
     /// Takes connection `id`'s refresh lease for `holder` until `until`, unless another
@@ -106,7 +99,11 @@ impl Store {
                     id: id.to_owned(),
                 });
             }
-            write_state(db, id, grant.expires_at, refreshes, holder, now)
+            db.execute(
+                "UPDATE oauth_state SET expires_at = ?2 WHERE connection_id = ?1",
+                &args![id, grant.expires_at.map(i64_of)],
+            )?;
+            write_state(db, id, refreshes, holder, now)
         })
     }
 
@@ -119,18 +116,7 @@ impl Store {
         refreshes: &Refreshes,
         now: u64,
     ) -> Result<()> {
-        self.write(|db| {
-            let expires_at: Option<i64> = db
-                .query_opt(
-                    "SELECT expires_at FROM oauth_state WHERE connection_id = ?1",
-                    &args![id],
-                )?
-                .map(|r| r.get(0))
-                .transpose()?
-                .flatten();
-            let expires_at = expires_at.map(|t| u64::try_from(t).unwrap_or(0));
-            write_state(db, id, expires_at, refreshes, holder, now)
-        })
+        self.write(|db| write_state(db, id, refreshes, holder, now))
     }
 
     /// Releases `holder`'s lease on connection `id`, changing nothing else.
@@ -177,32 +163,26 @@ impl Batch<'_> {
         let refreshes = Refreshes::default();
         let issuer = enum_to_str(&grant.issuer)?;
         self.db.execute(
-            "INSERT INTO oauth_state (connection_id, issuer, updated_at)
-             VALUES (?1, ?2, ?3)
-             ON CONFLICT(connection_id) DO UPDATE SET issuer = excluded.issuer",
-            &args![c.id, issuer, i64_of(now)],
+            "INSERT INTO oauth_state (connection_id, issuer, expires_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(connection_id) DO UPDATE SET issuer = excluded.issuer,
+               expires_at = excluded.expires_at",
+            &args![c.id, issuer, grant.expires_at.map(i64_of), i64_of(now)],
         )?;
-        write_state(self.db, &c.id, grant.expires_at, &refreshes, "", now)
+        write_state(self.db, &c.id, &refreshes, "", now)
     }
 }
 
-/// Writes connection `id`'s refresh state and releases `holder`'s lease.
-fn write_state(
-    db: &dyn Sql,
-    id: &str,
-    expires_at: Option<u64>,
-    r: &Refreshes,
-    holder: &str,
-    now: u64,
-) -> Result<()> {
+/// Writes connection `id`'s refreshes and releases `holder`'s lease (the expiry is the
+/// tokens', written with them).
+fn write_state(db: &dyn Sql, id: &str, r: &Refreshes, holder: &str, now: u64) -> Result<()> {
     db.execute(
-        "UPDATE oauth_state SET expires_at = ?2, last_refresh_at = ?3, failures = ?4,
-           retry_at = ?5, last_error = ?6, updated_at = ?7,
-           lease_until = CASE WHEN lease_holder = ?8 THEN 0 ELSE lease_until END
+        "UPDATE oauth_state SET last_refresh_at = ?2, failures = ?3,
+           retry_at = ?4, last_error = ?5, updated_at = ?6,
+           lease_until = CASE WHEN lease_holder = ?7 THEN 0 ELSE lease_until END
          WHERE connection_id = ?1",
         &args![
             id,
-            expires_at.map(i64_of),
             r.last_refresh_at.map(i64_of),
             r.failures,
             r.retry_at.map(i64_of),
@@ -292,7 +272,7 @@ mod tests {
             has_credential: false,
         };
         store
-            .save_grant(&c, &grant("a1", "r1"), SaveMode::Create, 1_000)
+            .batch(|b| b.save_grant(&c, &grant("a1", "r1"), SaveMode::Create, 1_000))
             .unwrap();
         c
     }
@@ -396,7 +376,7 @@ mod tests {
                 .unwrap();
             assert_eq!(store.list_oauth().unwrap(), vec![]);
             store
-                .save_grant(&c, &grant("a1", "r1"), SaveMode::Update, 3)
+                .batch(|b| b.save_grant(&c, &grant("a1", "r1"), SaveMode::Update, 3))
                 .unwrap();
             store
                 .save_connection(&c, None, SaveMode::Update, 4)

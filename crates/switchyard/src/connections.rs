@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use switchyard_core::oauth::Issuer;
 use switchyard_gateway::bootstrap;
 use switchyard_gateway::clock::{Clock, SystemClock};
-use switchyard_gateway::services::oauth::{grant_connection, read_grant};
+use switchyard_gateway::services::oauth::{read_grant, stage_import};
 use switchyard_gateway::snapshot::Snapshot;
 use switchyard_gateway::telemetry::metrics::Metrics;
 use switchyard_model::SaveMode;
@@ -92,19 +92,16 @@ pub fn run(cmd: ConnectionsCommand) -> anyhow::Result<()> {
     // The same validation every API change passes, in the same transaction as the
     // write: the configuration with the connection must build a snapshot.
     let created = store.transact(|batch, mut rows| -> anyhow::Result<bool> {
+        // `--provider` is the provider of a new connection; an existing one keeps its own.
         let exists = rows.connections.iter().any(|(c, _)| c.id == id);
         let provider = (!exists).then_some(provider.as_str());
-        let record = grant_connection(&rows, &id, provider, &grant).map_err(anyhow::Error::msg)?;
-        let credential = secrecy::SecretString::from(grant.to_credential());
-        match rows.connections.iter_mut().find(|(c, _)| c.id == id) {
-            Some(row) => *row = (record.clone(), credential),
-            None => rows.connections.push((record.clone(), credential)),
-        }
+        let (record, created) =
+            stage_import(&mut rows, &id, provider, &grant).map_err(anyhow::Error::msg)?;
         Snapshot::build(&rows, &cfg.layers, &Metrics::new()).map_err(|e| {
             anyhow::anyhow!("the imported connection would make the configuration invalid: {e}")
         })?;
         batch.save_grant(&record, &grant, SaveMode::Upsert, now)?;
-        Ok(!exists)
+        Ok(created)
     })?;
     let verb = if created { "Created" } else { "Updated" };
     say(&format!(

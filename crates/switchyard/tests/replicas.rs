@@ -1044,7 +1044,21 @@ async fn an_oauth_token_is_refreshed_once_whichever_replicas_need_it() {
     )
     .await;
     assert_eq!(status, 201);
-    until_listed(&http, b, "/api/oauth", 1).await;
+    // B serves with the connection once its snapshot is at A's configuration version
+    // (the store lists it before that).
+    let version = |base: String| {
+        let http = http.clone();
+        async move {
+            get(&http, format!("{base}/api/monitoring/health")).await.1["config_version"]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    let imported = version(a.clone()).await;
+    eventually("B has the imported connection", || async {
+        version(b.clone()).await >= imported
+    })
+    .await;
     let asks: Vec<_> = [a, b, a, b, a, b]
         .into_iter()
         .map(|base| {

@@ -252,7 +252,7 @@ async fn attempt(
         .map_err(|reason| Report::Excluded(excluded(candidate, reason)))?;
     let target = before
         .as_deref()
-        .and_then(|s| upstream_of(s, &conn.id))
+        .and_then(|s| s.upstream_of(&conn.id))
         .unwrap_or(target);
     let mut guards = Guards {
         permit,
@@ -339,7 +339,7 @@ async fn attempt(
     };
     let target = after
         .as_deref()
-        .and_then(|s| upstream_of(s, &conn.id))
+        .and_then(|s| s.upstream_of(&conn.id))
         .unwrap_or(target);
     let sent = match sent {
         Some(sent) => sent,
@@ -514,13 +514,6 @@ async fn attempt(
         announced: detail.retry_after.is_some(),
         detail,
     })
-}
-
-/// Connection `id`'s upstream in `snap`.
-fn upstream_of<'s>(snap: &'s Snapshot, id: &str) -> Option<&'s Upstream> {
-    snap.catalog
-        .connection(id)
-        .and_then(|c| snap.upstreams.get(c.index))
 }
 
 /// Refreshes the connection's OAuth token before the attempt when it is due (SPEC R4): a

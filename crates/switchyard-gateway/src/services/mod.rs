@@ -7,7 +7,8 @@
 //! transaction, the change is applied to the current rows in memory, the resulting configuration is validated by building a
 //! snapshot from it, and only then written and swapped into the live snapshot. An
 //! invalid change therefore fails naming the problem and writes nothing. This module
-//! must not touch the request pipeline or the upstream client.
+//! must not touch the request pipeline or the upstream client; an operator's OAuth
+//! token refresh goes through `crate::oauth`, which owns the token endpoint's call.
 //!
 //! The records and views the operations take and return are [`model`]'s (the
 //! `switchyard-model` crate, re-exported here), so a caller such as the dashboard sees

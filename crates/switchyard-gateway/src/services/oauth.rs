@@ -71,15 +71,17 @@ pub fn read_grant(cli: Issuer, file: &str, token_url: Option<&str>) -> Result<Gr
     Ok(grant)
 }
 
-/// The connection `id` an import of `grant` leaves in `rows`: an existing one keeps its
-/// fields (made `oauth`, of `provider` when given), a new one is of `provider`; a Codex
-/// grant's account id goes where the Codex backend's header is built from.
-pub fn grant_connection(
-    rows: &ConfigRows,
+/// Puts connection `id` with `grant` as its credential in `rows`, as an import leaves it:
+/// an existing one keeps its fields (made `oauth`, of `provider` when given), a new one is
+/// of `provider`; a Codex grant's account id goes where the Codex backend's header is
+/// built from. Returns the connection and whether it is new. The API and the CLI both
+/// stage an import here, then validate `rows` and write.
+pub fn stage_import(
+    rows: &mut ConfigRows,
     id: &str,
     provider: Option<&str>,
     grant: &Grant,
-) -> Result<ConnectionRecord, String> {
+) -> Result<(ConnectionRecord, bool), String> {
     let existing = rows.connections.iter().find(|(c, _)| c.id == id);
     let mut record = match (existing, provider) {
         (Some((c, _)), _) => c.clone(),
@@ -121,7 +123,15 @@ pub fn grant_connection(
         data.insert(ACCOUNT_KEY.to_owned(), account.clone().into());
         record.provider_specific_data = Some(serde_json::Value::Object(data));
     }
-    Ok(record)
+    let created = existing.is_none();
+    let credential = SecretString::from(grant.to_credential());
+    upsert_by(
+        &mut rows.connections,
+        (record.clone(), credential),
+        |x| &x.0.id,
+        id,
+    );
+    Ok((record, created))
 }
 
 /// Imports a CLI's credential file as connection `input.connection` (created or
@@ -146,17 +156,9 @@ pub async fn import(
     let created = apply_change(
         state,
         |rows| {
-            let record = grant_connection(rows, &id, input.provider.as_deref(), &grant)
+            let staged = stage_import(rows, &id, input.provider.as_deref(), &grant)
                 .map_err(|m| ApiError::bad_request("invalid_config", m))?;
-            let created = !rows.connections.iter().any(|(c, _)| c.id == id);
-            let credential = SecretString::from(grant.to_credential());
-            upsert_by(
-                &mut rows.connections,
-                (record.clone(), credential),
-                |x| &x.0.id,
-                &id,
-            );
-            found.get_or_init(|| (record, created));
+            found.get_or_init(|| staged);
             Ok(())
         },
         move |b| {
@@ -195,9 +197,9 @@ pub async fn refresh(state: &Arc<AppState>, id: String) -> Result<OauthRecord, A
         }
         Err(e) => return Err(ApiError::OauthRefresh(e.to_string())),
     }
-    let rows = blocking(&state.store, |s| s.list_oauth()).await?;
-    rows.into_iter()
-        .find(|r| r.connection_id == id)
+    let key = id.clone();
+    blocking(&state.store, move |s| s.oauth_of(&key))
+        .await?
         .ok_or(ApiError::NotFound {
             kind: "OAuth connection",
             id,
