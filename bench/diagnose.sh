@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Where a proxied request's time and CPU go outside user-space instructions (issue 29, step
-# 0 of ../shared/research/data-path.md): for nginx, the floor
-# (crates/switchyard-gateway/examples/floor.rs) and the gateway with two I/O threads and
-# with one, at a fixed low rate (every request alone, as in the latency measurement):
+# 0 of ../shared/research/data-path.md): for nginx, the floors
+# (crates/switchyard-gateway/examples/floors, one thread each; FLOORS picks some) and the
+# gateway with two I/O threads and with one, at a fixed low rate (every request alone, as in the latency measurement):
 # syscalls, context switches and user and system CPU per request, and the p50 latency
 # added over calling the mock directly. The instruction counts, and what part of the stack
 # they go to, are bench/instructions.sh's and bench/attribute.py's. Not part of CI.
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 REQUESTS=${REQUESTS:-2000}
 RATE=${RATE:-100}
-MOCK_PORT=19290 NGINX_PORT=19291 FLOOR_PORT=19292 GW_PORT=19293 GW1_PORT=19294
+MOCK_PORT=19290 NGINX_PORT=19291 GW_PORT=19293 GW1_PORT=19294 FLOOR_PORT=19295  # floors from here on
 KEY=sy-bench-key-000000000000000000000001
 
 command -v strace >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends strace; }
@@ -25,7 +25,7 @@ command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq --
 source "$root/bench/lib.sh"
 ensure_oha
 cargo build --release -q -p switchyard
-cargo build --release -q -p switchyard-gateway --example floor
+cargo build --release -q -p switchyard-gateway --example floors
 BIN=$root/target/release/switchyard
 KEEP_WORK=1  # the strace summaries stay
 setup_work
@@ -39,16 +39,22 @@ gateway_config $GW1_PORT "$work/data-1" > "$work/gateway-1.toml"
 "$BIN" mock --listen 127.0.0.1:$MOCK_PORT > "$work/mock.log" 2>&1 & pids+=($!)
 nginx -c "$work/nginx.conf" -p "$work" > "$work/nginx.log" 2>&1 & pids+=($!)
 nginx_pid=$!
-"$root/target/release/examples/floor" 127.0.0.1:$FLOOR_PORT "http://127.0.0.1:$MOCK_PORT" \
-  > "$work/floor.log" 2>&1 & pids+=($!)
-floor_pid=$!
+declare -A FLOOR_PID FLOOR_AT
+port=$FLOOR_PORT
+for f in $FLOORS; do
+  "$root/target/release/examples/floors" "$f" 127.0.0.1:$port "http://127.0.0.1:$MOCK_PORT" 1 \
+    > "$work/floor-$f.log" 2>&1 & pids+=($!)
+  FLOOR_PID[$f]=$! FLOOR_AT[$f]=$port
+  port=$((port + 1))
+done
 SWITCHYARD_LOG=warn SWITCHYARD_SERVER_IO_THREADS=2 "$BIN" serve --config "$work/gateway.toml" \
   > "$work/gateway.log" 2>&1 & pids+=($!)
 gw_pid=$!
 SWITCHYARD_LOG=warn SWITCHYARD_SERVER_IO_THREADS=1 "$BIN" serve --config "$work/gateway-1.toml" \
   > "$work/gateway-1.log" 2>&1 & pids+=($!)
 gw1_pid=$!
-wait_port $MOCK_PORT; wait_port $NGINX_PORT; wait_port $FLOOR_PORT; wait_port $GW_PORT; wait_port $GW1_PORT
+wait_port $MOCK_PORT; wait_port $NGINX_PORT; wait_port $GW_PORT; wait_port $GW1_PORT
+for f in $FLOORS; do wait_port "${FLOOR_AT[$f]}"; done
 
 # oha's JSON for `n` requests of `model` to `port` at RATE on 4 connections; fails on a
 # non-200 answer.
@@ -98,25 +104,29 @@ drive $MOCK_PORT mock-small 300
 drive $MOCK_PORT mock-small "$REQUESTS" "$RATE"
 direct=$(p50_ms)
 measure nginx $nginx_pid $NGINX_PORT mock-small
-measure floor $floor_pid $FLOOR_PORT mock-small
+for f in $FLOORS; do measure "$f" "${FLOOR_PID[$f]}" "${FLOOR_AT[$f]}" mock-small; done
 measure gateway $gw_pid $GW_PORT bench/mock-small
 measure gateway-1 $gw1_pid $GW1_PORT bench/mock-small
 
 echo
 echo "Per request ($REQUESTS requests at $RATE req/s on 4 connections, $(date -u +%Y-%m-%dT%H:%MZ); mock direct p50 ${direct} ms):"
-python3 - "$REQUESTS" "$TICK" "$direct" "${results[@]}" <<'PY'
+labels=()
+for r in "${results[@]}"; do
+  case ${r%% *} in
+    nginx) labels+=("nginx (proxy_pass, one worker)") ;;
+    gateway) labels+=("gateway, two I/O threads") ;;
+    gateway-1) labels+=("gateway, one I/O thread") ;;
+    *) labels+=("$(floor_label "${r%% *}")") ;;
+  esac
+done
+python3 - "$REQUESTS" "$TICK" "$direct" "${#results[@]}" "${results[@]}" "${labels[@]}" <<'PY'
 import sys
-n, tick, direct = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-names = {
-    "nginx": "nginx (proxy_pass, one worker)",
-    "floor": "floor (axum + hyper, one runtime)",
-    "gateway": "gateway, two I/O threads",
-    "gateway-1": "gateway, one I/O thread",
-}
-print(f"{'target':36} {'syscalls':>9} {'ctx sw':>7} {'user µs':>8} {'sys µs':>7} {'p50 ms':>7} {'+p50 ms':>8}")
-for row in sys.argv[4:]:
+n, tick, direct, count = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+rows, labels = sys.argv[5:5 + count], sys.argv[5 + count:]
+print(f"{'target':42} {'syscalls':>9} {'ctx sw':>7} {'user µs':>8} {'sys µs':>7} {'p50 ms':>7} {'+p50 ms':>8}")
+for row, label in zip(rows, labels):
     name, calls, cs, user, system, p50 = row.split()
     us = lambda ticks: int(ticks) * 1e6 / tick / n
-    print(f"{names[name]:36} {int(calls) / n:>9.1f} {int(cs) / n:>7.2f} {us(user):>8.1f} {us(system):>7.1f} {float(p50):>7.3f} {float(p50) - direct:>8.3f}")
+    print(f"{label:42} {int(calls) / n:>9.1f} {int(cs) / n:>7.2f} {us(user):>8.1f} {us(system):>7.1f} {float(p50):>7.3f} {float(p50) - direct:>8.3f}")
 PY
 echo "strace summaries (syscall by syscall): $work/*.strace"

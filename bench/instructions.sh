@@ -7,8 +7,9 @@
 #   bench/instructions.sh            # 2000 requests at 100 req/s on 4 connections
 #   REQUESTS=5000 bench/instructions.sh
 #
-# Prints, per request: nginx (one worker process, everything it runs), the floor (the
-# smallest axum + hyper proxy, crates/switchyard-gateway/examples/floor.rs), the gateway's
+# Prints, per request: nginx (one worker process, everything it runs), the floors (the
+# smallest proxies on tokio, one per data path, crates/switchyard-gateway/examples/floors;
+# FLOORS picks some), the gateway's
 # I/O threads (the request path: HTTP server, pipeline, upstream client) and the
 # gateway's whole process (adds the request-log writer, which runs off the request
 # path), and the same for the gateway with a quota pool on its connection. The
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 REQUESTS=${REQUESTS:-2000}
-MOCK_PORT=19190 NGINX_PORT=19191 GW_PORT=19192 POOL_PORT=19193 FLOOR_PORT=19194
+MOCK_PORT=19190 NGINX_PORT=19191 GW_PORT=19192 POOL_PORT=19193 FLOOR_PORT=19194  # floors from here on
 KEY=sy-bench-key-000000000000000000000001
 
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends valgrind; }
@@ -25,7 +26,7 @@ command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq --
 source "$root/bench/lib.sh"
 ensure_oha
 cargo build --release -q -p switchyard
-cargo build --release -q -p switchyard-gateway --example floor
+cargo build --release -q -p switchyard-gateway --example floors
 BIN=$root/target/release/switchyard
 
 KEEP_WORK=1  # the callgrind files stay for callgrind_annotate
@@ -47,11 +48,17 @@ gateway_pid=$!
 SWITCHYARD_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/pool.cg" \
   "$BIN" serve --config "$work/switchyard-pool.toml" > "$work/pool-vg.log" 2>&1 & pids+=($!)
 pool_pid=$!
-valgrind --tool=callgrind --callgrind-out-file="$work/floor.cg" \
-  "$root/target/release/examples/floor" 127.0.0.1:$FLOOR_PORT "http://127.0.0.1:$MOCK_PORT" \
-  > "$work/floor-vg.log" 2>&1 & pids+=($!)
-floor_pid=$!
-wait_port $MOCK_PORT; wait_port $NGINX_PORT; wait_port $GW_PORT; wait_port $POOL_PORT; wait_port $FLOOR_PORT
+declare -A FLOOR_PID FLOOR_AT
+port=$FLOOR_PORT
+for f in $FLOORS; do
+  valgrind --tool=callgrind --callgrind-out-file="$work/floor-$f.cg" \
+    "$root/target/release/examples/floors" "$f" 127.0.0.1:$port "http://127.0.0.1:$MOCK_PORT" 1 \
+    > "$work/floor-$f-vg.log" 2>&1 & pids+=($!)
+  FLOOR_PID[$f]=$! FLOOR_AT[$f]=$port
+  port=$((port + 1))
+done
+wait_port $MOCK_PORT; wait_port $NGINX_PORT; wait_port $GW_PORT; wait_port $POOL_PORT
+for f in $FLOORS; do wait_port "${FLOOR_AT[$f]}"; done
 
 drive() { # port model requests extra-oha-args...
   local port=$1 model=$2 n=$3; shift 3
@@ -71,7 +78,7 @@ measure() { # pid port model
   callgrind_control -d "$1" > /dev/null 2>&1
 }
 measure $nginx_pid $NGINX_PORT mock-small
-measure $floor_pid $FLOOR_PORT mock-small
+for f in $FLOORS; do measure "${FLOOR_PID[$f]}" "${FLOOR_AT[$f]}" mock-small; done
 measure $gateway_pid $GW_PORT bench/mock-small
 measure $pool_pid $POOL_PORT bench/mock-small
 sleep 1
@@ -92,9 +99,11 @@ gw_io=$(io_threads "$work/gateway.cg.1")
 echo
 echo "Instructions per request (callgrind, $REQUESTS requests at 100 req/s on 4 connections, $(date -u +%Y-%m-%dT%H:%MZ)):"
 printf '%-40s %10s\n' "nginx (proxy_pass, one worker)" "$(per "$nginx_ir")"
-printf '%-40s %10s\n' "floor (bare axum + hyper proxy)" "$(per "$(total "$work/floor.cg.1")")"
+for f in $FLOORS; do
+  printf '%-40s %10s\n' "$(floor_label "$f")" "$(per "$(total "$work/floor-$f.cg.1")")"
+done
 printf '%-40s %10s\n' "gateway, I/O threads (request path)" "$(per "${gw_io:-0}")"
 printf '%-40s %10s\n' "gateway, whole process" "$(per "$gw_ir")"
 printf '%-40s %10s\n' "gateway + quota pool, I/O threads" "$(per "$(io_threads "$work/pool.cg.1")")"
 printf '%-40s %10s\n' "gateway + quota pool, whole process" "$(per "$(total "$work/pool.cg.1")")"
-echo "callgrind files: $work/{nginx,floor,gateway,pool}.cg.1"
+echo "callgrind files: $work/{nginx,gateway,pool}.cg.1, $work/floor-*.cg.1"

@@ -32,6 +32,19 @@ ensure_oha() {
   fi
 }
 
+# The floors (crates/switchyard-gateway/examples/floors): the smallest proxies on tokio,
+# one per way of serving and forwarding a request, with no pipeline. FLOORS picks some.
+FLOORS=${FLOORS:-axum hyper in-task raw-client raw}
+floor_label() { # variant
+  case $1 in
+    axum) echo "F1 floor: axum + hyper-util client" ;;
+    hyper) echo "F2 floor: hyper h1 + hyper-util client" ;;
+    in-task) echo "F4 floor: hyper h1 + in-task hyper conn" ;;
+    raw-client) echo "F5 floor: hyper h1 + hand-written client" ;;
+    raw) echo "F6 floor: hand-written server + client" ;;
+  esac
+}
+
 wait_port() { # port
   for _ in $(seq 1 300); do
     (echo > "/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
