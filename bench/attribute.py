@@ -7,11 +7,14 @@ library, the project's own code.
     bench/attribute.py REQUESTS PROFILE [PROFILE ...]
 
 Each PROFILE is a callgrind output file (bench/instructions.sh keeps them); REQUESTS is
-how many requests the profiled run served, so the table is per request. The self cost
+how many requests the profiled run served, so the table is per request. TOP=N in the
+environment also lists the N functions of the largest self cost, with their part (PART=regex
+keeps those of matching parts). The self cost
 of every function (callgrind_annotate --inclusive=no) goes to the first part whose
 pattern matches its file and name; the order below decides between overlapping ones.
 """
 
+import os
 import re
 import sys
 
@@ -134,6 +137,7 @@ def main():
     totals = {name: 0 for name, _, _ in PARTS}
     totals["other"] = 0
     grand = 0
+    functions = {}
     for profile in sys.argv[2:]:
         total, rows = self_costs(profile)
         grand += total
@@ -142,12 +146,19 @@ def main():
             seen += cost
             part = part_of(what)
             totals[part] += cost
+            functions[(part, what)] = functions.get((part, what), 0) + cost
         totals["other"] += total - seen
     print(f"{'part':48} {'instr/req':>10} {'share':>7}")
     for name, cost in sorted(totals.items(), key=lambda kv: -kv[1]):
         if cost:
             print(f"{name:48} {cost / requests:>10.0f} {100 * cost / grand:>6.1f}%", flush=True)
     print(f"{'total':48} {grand / requests:>10.0f}")
+    top, keep = int(os.environ.get("TOP", "0")), re.compile(os.environ.get("PART", ""))
+    if top:
+        print(f"\n{'instr/req':>10}  part: file:function")
+        ranked = sorted(((c, p, w) for (p, w), c in functions.items() if keep.search(p)), reverse=True)
+        for cost, part, what in ranked[:top]:
+            print(f"{cost / requests:>10.0f}  {part}: {what[:160]}")
 
 
 if __name__ == "__main__":

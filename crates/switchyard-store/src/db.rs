@@ -31,26 +31,16 @@ pub(crate) struct Table {
 }
 
 impl Table {
-    /// `INSERT INTO <table> (…) VALUES (…), (…)` for `rows` rows, `?N` placeholders.
-    pub(crate) fn insert(&self, rows: usize) -> String {
+    /// `INSERT INTO <table> (…) VALUES (?1, …, ?N)`: one row.
+    pub(crate) fn insert(&self) -> String {
         let names: Vec<&str> = self.columns.iter().map(|(n, _)| *n).collect();
-        let mut sql = format!("INSERT INTO {} ({}) VALUES ", self.name, names.join(", "));
-        let width = self.columns.len();
-        for row in 0..rows {
-            if row > 0 {
-                sql.push_str(", ");
-            }
-            sql.push('(');
-            for column in 0..width {
-                if column > 0 {
-                    sql.push_str(", ");
-                }
-                sql.push('?');
-                sql.push_str(&(row * width + column + 1).to_string());
-            }
-            sql.push(')');
-        }
-        sql
+        let marks: Vec<String> = (1..=self.columns.len()).map(|i| format!("?{i}")).collect();
+        format!(
+            "INSERT INTO {} ({}) VALUES ({})",
+            self.name,
+            names.join(", "),
+            marks.join(", ")
+        )
     }
 }
 
@@ -238,7 +228,7 @@ pub(crate) trait Sql {
     /// Runs a query; every row, materialised.
     fn query(&self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>>;
     /// Appends rows to `table`: `args` holds each row's values in the table's column
-    /// order, row after row. SQLite runs multi-row INSERTs; PostgreSQL one binary COPY,
+    /// order, row after row. SQLite runs one prepared INSERT per row; PostgreSQL one binary COPY,
     /// which spares the server parsing and planning a statement per chunk of rows.
     fn append(&self, table: &Table, args: &[Arg<'_>]) -> Result<()>;
     /// The database's dialect.

@@ -180,16 +180,14 @@ impl Sql for Lite<'_> {
         Ok(out)
     }
 
+    /// One prepared single-row insert executed per row. Inside the batch's transaction a
+    /// row costs SQLite the same either way, and a multi-row statement's text (built,
+    /// hashed for the statement cache, bound) cost more than the rows it carried: at a
+    /// low rate a batch holds a few rows.
     fn append(&self, table: &Table, args: &[Arg<'_>]) -> Result<()> {
-        let width = table.columns.len();
-        let mut chunks = args.chunks_exact(ROWS_PER_INSERT * width);
-        let chunked = table.insert(ROWS_PER_INSERT);
-        for chunk in chunks.by_ref() {
-            self.execute(&chunked, chunk)?;
-        }
-        let one = table.insert(1);
-        for row in chunks.remainder().chunks(width) {
-            self.execute(&one, row)?;
+        let mut insert = self.0.prepare_cached(&table.insert())?;
+        for row in args.chunks_exact(table.columns.len()) {
+            insert.execute(rusqlite::params_from_iter(row))?;
         }
         Ok(())
     }
@@ -198,10 +196,6 @@ impl Sql for Lite<'_> {
         Dialect::Sqlite
     }
 }
-
-/// Rows one insert statement of [`Sql::append`] carries: only two statement texts
-/// exist per table, each prepared once.
-const ROWS_PER_INSERT: usize = 64;
 
 #[cfg(test)]
 mod tests {
