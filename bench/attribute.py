@@ -7,9 +7,10 @@ library, the project's own code.
     bench/attribute.py REQUESTS PROFILE [PROFILE ...]
 
 Each PROFILE is a callgrind output file (bench/instructions.sh keeps them); REQUESTS is
-how many requests the profiled run served, so the table is per request. TOP=N in the
-environment also lists the N functions of the largest self cost, with their part (PART=regex
-keeps those of matching parts). The self cost
+how many requests the profiled run served, so the table is per request. The last line
+counts calls into the allocator per request. TOP=N in the environment also lists the N
+functions of the largest self cost, with their part (PART=regex keeps those of matching
+parts), and the N functions that allocate most often. The self cost
 of every function (callgrind_annotate --inclusive=no) goes to the first part whose
 pattern matches its file and name; the order below decides between overlapping ones.
 """
@@ -76,17 +77,23 @@ def part_of(what):
     return "other"
 
 
+# The allocators' entry points: calls to them are the allocations (and reallocations).
+ALLOCATES = re.compile(r"^(mi_malloc|mi_malloc_aligned|mi_zalloc|mi_zalloc_aligned|mi_realloc|mi_realloc_aligned|malloc|calloc|realloc)$")
+
 NAMED = re.compile(r"^(c?)(fl|fi|fe|fn)=\((\d+)\)(?: (.*))?$")
 
 
 def self_costs(profile):
-    """The profile's total, and its self costs as (cost, "file:function") pairs: every
-    cost line of a function except those that follow a `calls=` line (the inclusive cost
-    of a call, which is the callee's). Each cost goes to the file its instructions come
-    from (`fi`/`fe` switch to an inlined function's file)."""
+    """The profile's total, its self costs as (cost, "file:function") pairs, and its
+    calls into the allocator: every cost line of a function except those that follow a
+    `calls=` line (the inclusive cost of a call, which is the callee's). Each cost goes
+    to the file its instructions come from (`fi`/`fe` switch to an inlined function's
+    file)."""
     names = {"fl": {}, "fn": {}}
     costs = {}
     total = 0
+    allocations = {}
+    callee = ""
     file = function = current_fl = "???"
     after_call = False
     with open(profile, encoding="utf-8", errors="replace") as f:
@@ -105,6 +112,9 @@ def self_costs(profile):
                 continue
             if line.startswith("calls="):
                 after_call = True
+                if ALLOCATES.match(callee) and not ALLOCATES.match(function):
+                    key = f"{file}:{function}"
+                    allocations[key] = allocations.get(key, 0) + int(line[6:].split()[0])
                 continue
             if line.startswith("summary:") or line.startswith("totals:"):
                 total = max(total, int(line.split()[1]))
@@ -118,6 +128,8 @@ def self_costs(profile):
                 table[ident] = name
             if called:
                 # `cfn`, `cfl`, `cfi`: the callee of the next call; names it only.
+                if kind == "fn":
+                    callee = table.get(ident, "???")
                 continue
             if kind == "fn":
                 function = table.get(ident, "???")
@@ -127,7 +139,7 @@ def self_costs(profile):
                 if kind == "fl":
                     current_fl = file
     rows = [(cost, f"{fl}:{fn}") for (fl, fn), cost in costs.items()]
-    return total, rows
+    return total, rows, allocations
 
 
 def main():
@@ -137,10 +149,12 @@ def main():
     totals = {name: 0 for name, _, _ in PARTS}
     totals["other"] = 0
     grand = 0
-    functions = {}
+    functions, allocations = {}, {}
     for profile in sys.argv[2:]:
-        total, rows = self_costs(profile)
+        total, rows, allocated = self_costs(profile)
         grand += total
+        for what, calls in allocated.items():
+            allocations[what] = allocations.get(what, 0) + calls
         seen = 0
         for cost, what in rows:
             seen += cost
@@ -153,12 +167,16 @@ def main():
         if cost:
             print(f"{name:48} {cost / requests:>10.0f} {100 * cost / grand:>6.1f}%", flush=True)
     print(f"{'total':48} {grand / requests:>10.0f}")
+    print(f"{'allocations (calls into the allocator)':48} {sum(allocations.values()) / requests:>10.1f}")
     top, keep = int(os.environ.get("TOP", "0")), re.compile(os.environ.get("PART", ""))
     if top:
         print(f"\n{'instr/req':>10}  part: file:function")
         ranked = sorted(((c, p, w) for (p, w), c in functions.items() if keep.search(p)), reverse=True)
         for cost, part, what in ranked[:top]:
             print(f"{cost / requests:>10.0f}  {part}: {what[:160]}")
+        print(f"\n{'allocs/req':>10}  allocating function (file:function)")
+        for what, calls in sorted(allocations.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"{calls / requests:>10.2f}  {what[:160]}")
 
 
 if __name__ == "__main__":
