@@ -14,6 +14,7 @@ pub mod dispatch;
 pub mod domain;
 pub mod format;
 pub mod health;
+pub mod http1;
 pub mod llm;
 pub mod oauth;
 pub mod outcome;

@@ -22,7 +22,7 @@ pub mod values;
 pub type Check = fn(&[u8]);
 
 /// Every fuzz target, by name: its `fuzz/fuzz_targets/<name>.rs` calls the check.
-pub const TARGETS: [(&str, Check); 11] = [
+pub const TARGETS: [(&str, Check); 12] = [
     ("decode", formats::decode),
     ("reader", formats::reader),
     ("translate_request", formats::request),
@@ -33,5 +33,6 @@ pub const TARGETS: [(&str, Check); 11] = [
     ("settings", values::setting),
     ("config", values::config),
     ("client_conn", values::client_conn),
+    ("http1", values::http1),
     ("gateway", gateway::check),
 ];

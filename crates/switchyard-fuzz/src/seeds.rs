@@ -239,6 +239,14 @@ pub fn all() -> BTreeMap<&'static str, Vec<Vec<u8>>> {
         "client_conn",
         vec![0, 0, 0, 10, 0, 10, 0, 10, 1, 1, 2, 1, 3, 1],
     );
+    for head in [
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\n{}",
+        "POST /v1/messages HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n5;x=y\r\nhello\r\n0\r\nX-T: 1\r\n\r\nGET / HTTP/1.1\r\n",
+        "GET http://gw/v1/models HTTP/1.0\nConnection: keep-alive\n\n",
+        "POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ] {
+        add("http1", [&[3u8][..], head.as_bytes()].concat());
+    }
     for (format, body) in e2e_requests() {
         let route: u8 = match format {
             Format::OpenAiChat => 0,

@@ -1,10 +1,11 @@
-//! Header parsers, settings values, the configuration file loader and the client
-//! connection's state machine, driven with arbitrary input.
+//! Header parsers, settings values, the configuration file loader, the client
+//! connection's state machine and the HTTP/1 request framing, driven with arbitrary input.
 
 use crate::input::Input;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use switchyard_core::client_conn::{ClientConn, Expiry, Limits, Phase};
+use switchyard_core::http1::{self, ChunkError, Chunked, Framing};
 use switchyard_core::quota::signals;
 use switchyard_core::resilience::{cooldown, usage_wall::UnifiedHeaders};
 use switchyard_core::settings::{self, Layers, Source, DEFS};
@@ -160,4 +161,91 @@ pub fn client_conn(data: &[u8]) {
             head_deadline = at;
         }
     }
+}
+
+/// Longest request head the `http1` check reads.
+const HTTP1_MAX_HEAD: usize = 4096;
+
+/// Input: a choice byte (the size of the pieces the body is fed in), then bytes a client
+/// sent. A request head is read or refused, never past the limit, and it says one framing;
+/// a chunked body read in pieces reads the same data, uses the same bytes and fails the
+/// same way as read at once, and never points outside what it was given.
+pub fn http1(data: &[u8]) {
+    let Some((&choice, raw)) = data.split_first() else {
+        return;
+    };
+    let mut storage = [http1::EMPTY_HEADER; http1::MAX_HEADERS];
+    let head = match http1::parse_request(raw, &mut storage, HTTP1_MAX_HEAD) {
+        Ok(Some(head)) => head,
+        Ok(None) => {
+            assert!(
+                raw.len() < HTTP1_MAX_HEAD,
+                "an incomplete head past the limit"
+            );
+            return;
+        }
+        Err(e) => {
+            assert!(matches!(e.status(), 400 | 431 | 501 | 505), "{e:?}");
+            return;
+        }
+    };
+    assert!(
+        head.len <= raw.len().min(HTTP1_MAX_HEAD),
+        "the head ends past its bytes"
+    );
+    let lengths = head
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .count();
+    let codings = head
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
+        .count();
+    match head.framing {
+        Framing::Empty => assert_eq!((lengths, codings), (0, 0)),
+        Framing::Length(_) => assert_eq!((lengths, codings), (1, 0)),
+        Framing::Chunked => assert_eq!((lengths, codings), (0, 1)),
+    }
+    assert!(
+        head.path().starts_with('/') || head.path() == "*",
+        "{}",
+        head.path()
+    );
+    if head.framing == Framing::Chunked {
+        let body = &raw[head.len..];
+        let whole = dechunk(body, body.len().max(1));
+        let pieces = dechunk(body, usize::from(choice % 16) + 1);
+        assert_eq!(
+            whole,
+            pieces,
+            "read at once and in pieces of {}",
+            choice % 16 + 1
+        );
+    }
+}
+
+/// A chunked body read in pieces of `piece` bytes: its data, the bytes used and whether
+/// it ended, or the error.
+fn dechunk(body: &[u8], piece: usize) -> Result<(Vec<u8>, usize, bool), ChunkError> {
+    let mut reader = Chunked::new(1 << 16);
+    let (mut data, mut used) = (Vec::new(), 0);
+    while used < body.len() && !reader.is_done() {
+        let end = (used + piece).min(body.len());
+        let step = reader.step(&body[used..end])?;
+        assert!(step.used <= end - used, "used past its input");
+        if let Some(r) = step.data {
+            assert!(
+                r.start <= r.end && r.end == step.used,
+                "data outside its step"
+            );
+            data.extend_from_slice(&body[used + r.start..used + r.end]);
+        }
+        used += step.used;
+        if step.used == 0 {
+            assert!(reader.is_done(), "no progress before the end");
+        }
+    }
+    Ok((data, used, reader.is_done()))
 }

@@ -93,5 +93,6 @@ targets!(
     settings,
     config,
     client_conn,
+    http1,
     gateway,
 );
