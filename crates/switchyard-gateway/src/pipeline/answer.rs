@@ -12,13 +12,13 @@ use crate::body::metered::MeteredBody;
 use crate::body::scrub::ScrubBody;
 use crate::body::translate::TranslateBody;
 use crate::body::watch::{self, Judged, Watched};
+use crate::client::UpstreamBody;
 use crate::upstream::{self, Upstream};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use std::time::Duration;
 use switchyard_core::format::{translate, Format};
 use switchyard_core::outcome::{is_retryable_status, AttemptFailure};
@@ -155,7 +155,7 @@ fn is_event_stream(content_type: Option<&HeaderValue>) -> bool {
 /// Judges an upstream answer: a success becomes the client response (a stream once it
 /// commits on its first output), anything else a [`Failed`] for the verdict.
 pub(super) async fn judge(
-    response: axum::http::Response<Incoming>,
+    response: axum::http::Response<UpstreamBody>,
     expect: Expect<'_>,
     guards: &mut Guards,
     finisher: &mut Finisher,
@@ -190,7 +190,7 @@ pub(super) async fn judge(
 /// A stream, watched from the time it was sent (`origin`) and committed on its first
 /// output.
 async fn stream(
-    body: Incoming,
+    body: UpstreamBody,
     expect: &Expect<'_>,
     limits: Limits,
     origin: tokio::time::Instant,
@@ -218,7 +218,7 @@ async fn stream(
 /// A whole answer, read within the attempt's deadline, checked, redacted and translated
 /// before it goes to the client.
 async fn whole(
-    body: Incoming,
+    body: UpstreamBody,
     content_type: Option<HeaderValue>,
     expect: &Expect<'_>,
     guards: &mut Guards,
@@ -286,7 +286,7 @@ const RETRYABLE_BODY_WAIT: Duration = Duration::from_secs(1);
 /// attempt's deadline.
 async fn refused(
     parts: axum::http::response::Parts,
-    body: Incoming,
+    body: UpstreamBody,
     expect: &Expect<'_>,
 ) -> Failed {
     let (limit, deadline) = if is_retryable_status(parts.status.as_u16()) {
@@ -348,7 +348,7 @@ where
 /// `deadline`, with `secrets` and token-shaped text redacted. The only reader of error
 /// bodies, so no unredacted upstream error text reaches a client, a log or a decision.
 async fn read_error_text(
-    body: Incoming,
+    body: UpstreamBody,
     limit: usize,
     deadline: tokio::time::Instant,
     secrets: &Secrets,
@@ -363,7 +363,7 @@ async fn read_error_text(
 /// Reads at most `limit` bytes of a body until `deadline`; what does not fit is dropped.
 /// Says whether the limit was reached (the body may go on).
 async fn read_limited(
-    mut body: Incoming,
+    mut body: UpstreamBody,
     limit: usize,
     deadline: tokio::time::Instant,
 ) -> (Bytes, bool) {

@@ -7,11 +7,11 @@
 
 use super::attempt::Ctx;
 use super::finish::Finisher;
+use crate::client::UpstreamBody;
 use crate::upstream::{self, Call, Upstream, WallConfig};
 use axum::http::{HeaderValue, Method, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use rand::Rng;
 use std::time::Duration;
 use switchyard_core::catalog::Connection;
@@ -35,7 +35,7 @@ pub async fn send(
     body: Bytes,
     deadline: Instant,
     finisher: &mut Finisher,
-) -> Result<Response<Incoming>, AttemptFailure> {
+) -> Result<Response<UpstreamBody>, AttemptFailure> {
     let connection = conn.id.as_str();
     let timeout = ctx.snap.settings.connect_timeout_ms;
     let call = |body: Bytes, extra| Call {

@@ -11,13 +11,12 @@ mod responses;
 
 pub(crate) use responses::is_codex_backend;
 
-use crate::client;
+use crate::client::{self, SendError, UpstreamBody};
 use crate::telemetry::metrics::ProviderMetrics;
 use axum::http::header::InvalidHeaderValue;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri};
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::body::Incoming;
 use secrecy::zeroize::Zeroizing;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::format::Format;
@@ -341,7 +340,7 @@ pub async fn send(
     upstream: &Upstream,
     call: Call<'_>,
     deadline: Instant,
-) -> Result<Response<Incoming>, AttemptFailure> {
+) -> Result<Response<UpstreamBody>, AttemptFailure> {
     let accept = if call.stream {
         "text/event-stream"
     } else {
@@ -367,18 +366,22 @@ pub async fn send(
     for (name, value) in call.extra {
         headers.insert(*name, value.clone());
     }
-    let pending = match client::request(connect_timeout_ms, upstream.h2c, request) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(error = %e, "Cannot build the upstream client.");
-            return Err(AttemptFailure::Connect);
-        }
-    };
+    let pending = client::send(connect_timeout_ms, upstream.h2c, request);
     match tokio::time::timeout_at(deadline, pending).await {
         Err(_) => Err(AttemptFailure::FirstByteTimeout),
         Ok(Ok(response)) => Ok(response),
-        Ok(Err(e)) if e.is_connect() => Err(AttemptFailure::Connect),
-        Ok(Err(_)) => Err(AttemptFailure::Reset),
+        Ok(Err(SendError::Connect(e))) => {
+            tracing::debug!(error = %e, "Cannot connect upstream.");
+            Err(AttemptFailure::Connect)
+        }
+        Ok(Err(SendError::Reset(e))) => {
+            tracing::debug!(error = %e, "The upstream connection failed.");
+            Err(AttemptFailure::Reset)
+        }
+        Ok(Err(SendError::Client(e))) => {
+            tracing::error!(error = %e, "Cannot build the upstream client.");
+            Err(AttemptFailure::Connect)
+        }
     }
 }
 
