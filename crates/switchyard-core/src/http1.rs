@@ -215,14 +215,17 @@ impl Fields {
                 }
                 f.length = Some(decimal(h.value).ok_or(HeadError::ContentLength)?);
             } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                // Every line names a coding; all of them together, one `chunked`.
+                let mut here = 0usize;
                 for coding in list(h.value) {
+                    here += 1;
                     codings += 1;
                     if codings > 1 || !coding.eq_ignore_ascii_case(b"chunked") {
                         return Err(HeadError::UnsupportedCoding);
                     }
                     f.chunked = true;
                 }
-                if codings == 0 {
+                if here == 0 {
                     return Err(HeadError::UnsupportedCoding);
                 }
             } else if name.eq_ignore_ascii_case(b"connection") {
@@ -615,6 +618,10 @@ mod tests {
         let two_lines =
             "POST / HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n";
         assert_eq!(refused(two_lines), HeadError::UnsupportedCoding);
+        // Found by the fuzz target: an empty line after a chunked one.
+        let empty_after =
+            "POST / HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: \r\n\r\n";
+        assert_eq!(refused(empty_after), HeadError::UnsupportedCoding);
         for both in [
             "POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
