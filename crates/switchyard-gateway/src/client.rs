@@ -178,14 +178,12 @@ pub async fn send(
             _ => (connect(connect_timeout_ms, &key).await?, false),
         };
         let mut sent = std::pin::pin!(lease.sender.try_send_request(request));
-        let mut alive = true;
         let result = poll_fn(|cx| {
-            if alive {
-                alive = lease.drive(cx);
-            }
+            lease.drive(cx);
             sent.as_mut().poll(cx)
         })
         .await;
+        let alive = lease.conn.is_some();
         match result {
             Ok(mut response) => {
                 response.extensions_mut().insert(lease.info.clone());
@@ -247,11 +245,16 @@ struct Key {
 
 type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 
+/// hyper's HTTP/1.1 connection, boxed once when opened so it can be polled in place.
+type Conn = Pin<Box<h1::Connection<Io, Full<Bytes>>>>;
+
 /// An HTTP/1.1 connection: the handle requests are sent with, and the connection itself,
 /// polled by whoever uses it.
 struct Lease {
     sender: h1::SendRequest<Full<Bytes>>,
-    conn: Pin<Box<h1::Connection<Io, Full<Bytes>>>>,
+    /// `None` once it ended: dropped at once, so a request still waiting on it fails
+    /// (or comes back unsent) instead of waiting for the first-byte timeout.
+    conn: Option<Conn>,
     /// Its addresses, given to each answer as hyper-util's client does (the egress
     /// address of SPEC R14 is read from it).
     info: HttpInfo,
@@ -267,9 +270,17 @@ impl std::fmt::Debug for Lease {
 }
 
 impl Lease {
-    /// Polls the connection; false once it has ended (closed, failed).
+    /// Polls the connection; false once it has ended (closed, failed), when it is
+    /// dropped.
     fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        self.conn.as_mut().poll(cx).is_pending()
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        if conn.as_mut().poll(cx).is_pending() {
+            return true;
+        }
+        self.conn = None;
+        false
     }
 }
 
@@ -352,7 +363,7 @@ async fn connect(connect_timeout_ms: u64, key: &Key) -> Result<Lease, SendError>
         .map_err(|e| SendError::Connect(e.to_string()))?;
     Ok(Lease {
         sender,
-        conn: Box::pin(conn),
+        conn: Some(Box::pin(conn)),
         info,
         idle_since: tokio::time::Instant::now(),
     })

@@ -40,6 +40,7 @@
 //! | `GET /_mock/oauth` | every OAuth account: live tokens, expiry, refreshes answered, refreshes with a dead token |
 //! | `DELETE /_mock/oauth` | remove every OAuth account |
 //! | `POST /_mock/clock` | fix the mock's wall clock: `{"now": 1800000000}` (Unix seconds); `{"now": null}` gives it back to the system |
+//! | `POST /_mock/close_connections` | close every client connection once its requests are answered, as a provider closes idle keep-alive connections; answers 204 when only its own is left (504 after 5 s) |
 //! | `POST /_mock/reset` | remove rules, walls and OAuth accounts, forget the requests, zero every counter, give the clock back to the system |
 //!
 //! # Rules

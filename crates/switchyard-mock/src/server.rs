@@ -69,6 +69,12 @@ pub struct MockState {
     total: AtomicU64,
     in_flight: AtomicU64,
     peak: AtomicU64,
+    /// Client connections open.
+    connections: AtomicU64,
+    /// Bumped by `/_mock/close_connections`: every connection closes once idle.
+    closing: watch::Sender<u64>,
+    /// Told each time a connection closes.
+    connection_closed: Notify,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -132,6 +138,7 @@ pub fn router(state: Arc<MockState>) -> Router {
         )
         .route("/_mock/clock", post(set_clock))
         .route("/_mock/reset", post(reset))
+        .route("/_mock/close_connections", post(close_connections))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -150,7 +157,12 @@ impl MockServer {
         let addr = listener.local_addr()?;
         let state = Arc::new(MockState::default());
         let (tx, rx) = watch::channel(false);
-        tokio::spawn(accept_loop(listener, router(Arc::clone(&state)), rx));
+        tokio::spawn(accept_loop(
+            listener,
+            router(Arc::clone(&state)),
+            Arc::clone(&state),
+            rx,
+        ));
         Ok(Self {
             addr,
             state,
@@ -191,7 +203,22 @@ pub async fn serve_until(
     Ok(())
 }
 
-async fn accept_loop(listener: TcpListener, app: Router, mut shutdown: watch::Receiver<bool>) {
+/// Counts a connection as open until dropped.
+struct OpenConnection(Arc<MockState>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+        self.0.connection_closed.notify_one();
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    app: Router,
+    state: Arc<MockState>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     loop {
         let (stream, _) = tokio::select! {
             r = listener.accept() => match r {
@@ -214,7 +241,11 @@ async fn accept_loop(listener: TcpListener, app: Router, mut shutdown: watch::Re
             }
         };
         let app = app.clone();
+        state.connections.fetch_add(1, Ordering::SeqCst);
+        let open = OpenConnection(Arc::clone(&state));
+        let mut closing = state.closing.subscribe();
         tokio::spawn(async move {
+            let _open = open;
             let kill = ConnKill(Arc::new(Notify::new()));
             let notified = Arc::clone(&kill.0);
             let service =
@@ -225,9 +256,16 @@ async fn accept_loop(listener: TcpListener, app: Router, mut shutdown: watch::Re
             let builder = auto::Builder::new(TokioExecutor::new());
             let io = TokioIo::new(stream);
             let conn = builder.serve_connection(io, service);
-            tokio::select! {
-                _ = conn => {}
-                () = notified.notified() => reset_connection(twin),
+            tokio::pin!(conn);
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => break,
+                    () = notified.notified() => {
+                        reset_connection(twin);
+                        break;
+                    }
+                    Ok(()) = closing.changed() => conn.as_mut().graceful_shutdown(),
+                }
             }
         });
     }
@@ -924,6 +962,22 @@ async fn set_clock(State(state): State<Arc<MockState>>, Json(body): Json<ClockBo
 async fn clear_walls(State(state): State<Arc<MockState>>) -> StatusCode {
     lock(&state.walls).clear();
     StatusCode::NO_CONTENT
+}
+
+/// `POST /_mock/close_connections`: every client connection closes once its requests
+/// are answered (as a provider's server closes idle keep-alive connections); answers when
+/// only this request's own connection is left, or after 5 s.
+async fn close_connections(State(state): State<Arc<MockState>>) -> StatusCode {
+    state.closing.send_modify(|generation| *generation += 1);
+    let others_closed = async {
+        while state.connections.load(Ordering::SeqCst) > 1 {
+            state.connection_closed.notified().await;
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(5), others_closed).await {
+        Ok(()) => StatusCode::NO_CONTENT,
+        Err(_) => StatusCode::GATEWAY_TIMEOUT,
+    }
 }
 
 async fn reset(State(state): State<Arc<MockState>>) -> StatusCode {

@@ -372,6 +372,18 @@ impl Harness {
         );
     }
 
+    /// Has the mock close every connection it serves once idle (the gateway's kept
+    /// upstream connections among them), and waits until they are closed.
+    pub async fn mock_close_connections(&self) {
+        let r = self
+            .http
+            .post(format!("{}/_mock/close_connections", self.mock.base_url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204, "the mock's connections did not close");
+    }
+
     /// `GET /api/monitoring/health` as JSON, in detail (with the admin token).
     pub async fn health(&self) -> Value {
         self.admin_json("/api/monitoring/health").await

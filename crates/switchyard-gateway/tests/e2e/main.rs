@@ -35,3 +35,4 @@ mod secrets;
 mod shapes;
 mod strategies;
 mod streams;
+mod upstream;
