@@ -42,8 +42,8 @@ fn answer<B>(code: StatusCode) -> Response<Either<B, Full<Bytes>>> {
 
 /// The client's request, its body read whole, with the upstream's absolute URI (for
 /// hyper-util's client, which writes `Host` from it) or its path and an explicit `Host`.
-async fn forwarded(
-    request: Request<Incoming>,
+async fn forwarded<B: Body>(
+    request: Request<B>,
     up: &Upstream,
     absolute: bool,
 ) -> Option<Request<Full<Bytes>>> {
@@ -89,8 +89,7 @@ pub(crate) async fn serve_axum(stream: TcpStream, up: Arc<Upstream>) {
             axum::routing::post(
                 |axum::extract::State(up): axum::extract::State<Arc<Upstream>>,
                  request: axum::extract::Request| async move {
-                    let (parts, body) = request.into_parts();
-                    let Some(request) = forwarded_axum(parts, body, &up).await else {
+                    let Some(request) = forwarded(request, &up, true).await else {
                         return axum::response::IntoResponse::into_response(
                             StatusCode::BAD_REQUEST,
                         );
@@ -109,23 +108,6 @@ pub(crate) async fn serve_axum(stream: TcpStream, up: Arc<Upstream>) {
     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
         .serve_connection(TokioIo::new(stream), service)
         .await;
-}
-
-async fn forwarded_axum(
-    mut parts: http::request::Parts,
-    body: axum::body::Body,
-    up: &Upstream,
-) -> Option<Request<Full<Bytes>>> {
-    let body = body.collect().await.ok()?.to_bytes();
-    parts.headers.remove(header::CONNECTION);
-    parts.headers.remove(header::HOST);
-    let mut uri = std::mem::take(&mut parts.uri).into_parts();
-    uri.scheme = Some(Scheme::HTTP);
-    uri.authority =
-        Some(Authority::from_maybe_shared(Bytes::copy_from_slice(up.authority.as_bytes())).ok()?);
-    parts.uri = Uri::from_parts(uri).ok()?;
-    parts.version = http::Version::HTTP_11;
-    Some(Request::from_parts(parts, Full::new(body)))
 }
 
 async fn serve_h1<S, B>(stream: TcpStream, service: S)
