@@ -19,8 +19,8 @@ PG=${PG:-postgres://postgres@127.0.0.1:5432}
 MOCK_PORT=19290 SQLITE_PORT=19291 PG_PORT=19292
 KEY=sy-bench-key-000000000000000000000001
 
-command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends valgrind; }
 source "$root/bench/lib.sh"
+ensure_commands valgrind
 ensure_oha
 cargo build --release -q -p switchyard
 BIN=$root/target/release/switchyard

@@ -20,13 +20,10 @@ RATE=${RATE:-100}
 MOCK_PORT=19290 NGINX_PORT=19291 GW_PORT=19293 GW1_PORT=19294 FLOOR_PORT=19295  # floors from here on
 KEY=sy-bench-key-000000000000000000000001
 
-command -v strace >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends strace; }
-command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx; }
 source "$root/bench/lib.sh"
+ensure_commands strace nginx
 ensure_oha
-cargo build --release -q -p switchyard
-cargo build --release -q -p switchyard-gateway --example floors
-BIN=$root/target/release/switchyard
+build_targets
 KEEP_WORK=1  # the strace summaries stay
 setup_work
 

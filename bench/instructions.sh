@@ -21,13 +21,10 @@ REQUESTS=${REQUESTS:-2000}
 MOCK_PORT=19190 NGINX_PORT=19191 GW_PORT=19192 POOL_PORT=19193 FLOOR_PORT=19194  # floors from here on
 KEY=sy-bench-key-000000000000000000000001
 
-command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends valgrind; }
-command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx; }
 source "$root/bench/lib.sh"
+ensure_commands valgrind nginx
 ensure_oha
-cargo build --release -q -p switchyard
-cargo build --release -q -p switchyard-gateway --example floors
-BIN=$root/target/release/switchyard
+build_targets
 
 KEEP_WORK=1  # the callgrind files stay for callgrind_annotate
 setup_work

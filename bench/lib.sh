@@ -32,6 +32,21 @@ ensure_oha() {
   fi
 }
 
+# Installs the Debian package of each command that is missing (valgrind, nginx, strace).
+ensure_commands() { # command...
+  local missing=()
+  for c in "$@"; do command -v "$c" >/dev/null || missing+=("$c"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# The release gateway (and mock) and the floors, as the scripts measure them. Sets $BIN.
+build_targets() {
+  cargo build --release -q -p switchyard
+  cargo build --release -q -p switchyard-gateway --example floors
+  BIN=$root/target/release/switchyard
+}
+
 # The floors (crates/switchyard-gateway/examples/floors): the smallest proxies on tokio,
 # one per way of serving and forwarding a request, with no pipeline. FLOORS picks some.
 FLOORS=${FLOORS:-axum hyper in-task raw-client raw}

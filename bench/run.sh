@@ -21,12 +21,10 @@ TTFB_COUNT=${TTFB_COUNT:-500}
 MOCK_PORT=19090 NGINX_PORT=19091 GW_PORT=19092 POOL_PORT=19093 GW1_PORT=19094 FLOOR_PORT=19095  # floors from here on
 KEY=sy-bench-key-000000000000000000000001
 
-command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx; }
 source "$root/bench/lib.sh"
+ensure_commands nginx
 ensure_oha
-cargo build --release -q -p switchyard
-cargo build --release -q -p switchyard-gateway --example floors
-BIN=$root/target/release/switchyard
+build_targets
 
 setup_work
 

@@ -22,8 +22,8 @@ STRATEGIES=(priority weighted round-robin fill-first random strict-random cost-o
   p2c least-used cache-optimized headroom reset-window reset-aware lkgp context-optimized auto
   pipeline fusion context-relay)
 
-command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends valgrind; }
 source "$root/bench/lib.sh"
+ensure_commands valgrind
 ensure_oha
 cargo build --release -q -p switchyard
 BIN=$root/target/release/switchyard

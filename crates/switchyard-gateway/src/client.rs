@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpStream;
-use tower::Service;
+use tower::ServiceExt;
 
 /// How long an idle pooled upstream connection is kept. Shorter than the idle timeouts
 /// of the load balancers in front of most providers (AWS ALB 60 s, nginx 75 s), so the
@@ -183,14 +183,13 @@ pub async fn send(
             sent.as_mut().poll(cx)
         })
         .await;
-        let alive = lease.conn.is_some();
         match result {
             Ok(mut response) => {
                 response.extensions_mut().insert(lease.info.clone());
                 return Ok(response.map(|body| {
                     UpstreamBody::Driven(Driven {
                         body,
-                        lease: alive.then_some((key, lease)),
+                        lease: Some((key, lease)),
                     })
                 }));
             }
@@ -297,7 +296,10 @@ async fn take_idle(key: &Key) -> Option<Lease> {
         let mut lease = IDLE.with(|idle| {
             let mut idle = idle.borrow_mut();
             let kept = idle.get_mut(key)?;
-            kept.retain(|l| now.saturating_duration_since(l.idle_since) < IDLE_FOR);
+            // Kept in the order they went idle: the expired ones are a prefix.
+            let expired =
+                kept.partition_point(|l| now.saturating_duration_since(l.idle_since) >= IDLE_FOR);
+            kept.drain(..expired);
             let lease = kept.pop();
             if kept.is_empty() {
                 idle.remove(key);
@@ -334,25 +336,21 @@ fn put_back(key: Key, mut lease: Lease) {
 
 /// Opens an HTTP/1.1 connection to `key` within the connect timeout.
 async fn connect(connect_timeout_ms: u64, key: &Key) -> Result<Lease, SendError> {
-    let mut connector = with_local(connect_timeout_ms, |local| local.http1.clone())?;
+    let connector = with_local(connect_timeout_ms, |local| local.http1.clone())?;
     let uri = Uri::builder()
         .scheme(key.scheme.clone())
         .authority(key.authority.clone())
         .path_and_query("/")
         .build()
         .map_err(|e| SendError::Connect(e.to_string()))?;
+    // TCP and TLS together within the connect timeout.
     let io = tokio::time::timeout(
         Duration::from_millis(connect_timeout_ms),
-        poll_fn(|cx| connector.poll_ready(cx)),
+        connector.oneshot(uri),
     )
     .await
     .map_err(|_| SendError::Connect("connect timeout".to_owned()))?
-    .map_err(|e| SendError::Connect(e.to_string()))
-    .map(|()| connector.call(uri))?;
-    let io = tokio::time::timeout(Duration::from_millis(connect_timeout_ms), io)
-        .await
-        .map_err(|_| SendError::Connect("connect timeout".to_owned()))?
-        .map_err(|e| SendError::Connect(e.to_string()))?;
+    .map_err(|e| SendError::Connect(e.to_string()))?;
     let mut extras = http::Extensions::new();
     io.connected().get_extras(&mut extras);
     let info = extras
