@@ -13,14 +13,14 @@ use tokio::time::Instant;
 /// the defaults they would otherwise run into.
 const SOON: Duration = Duration::from_secs(5);
 
-async fn connect(h: &Harness) -> TcpStream {
+pub(crate) async fn connect(h: &Harness) -> TcpStream {
     TcpStream::connect(h.base.trim_start_matches("http://"))
         .await
         .unwrap()
 }
 
 /// Reads until the gateway closes the connection; what it sent.
-async fn read_until_closed(s: &mut TcpStream) -> String {
+pub(crate) async fn read_until_closed(s: &mut TcpStream) -> String {
     let mut out = Vec::new();
     tokio::time::timeout(SOON, s.read_to_end(&mut out))
         .await
@@ -30,7 +30,7 @@ async fn read_until_closed(s: &mut TcpStream) -> String {
 }
 
 /// Reads one HTTP/1.1 response with a `content-length`; its status and body.
-async fn read_response(s: &mut TcpStream) -> (u16, String) {
+pub(crate) async fn read_response(s: &mut TcpStream) -> (u16, String) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {

@@ -20,6 +20,7 @@ mod edge;
 mod error_rules;
 mod failover;
 mod health;
+mod http1;
 mod leases;
 mod lifecycle;
 mod oauth;

@@ -25,6 +25,9 @@
 //! and imports no handler, `state` or `pipeline`. The connection's state is locked only
 //! for an update, never across an `.await`.
 
+mod h1;
+mod wire;
+
 use crate::clock::Stopwatch;
 use crate::sync::lock;
 use crate::telemetry::metrics::EdgeMetrics;
@@ -35,8 +38,8 @@ use bytes::Bytes;
 use http::{Request, Response, Version};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
+use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use prometheus_client::metrics::counter::Counter;
 use std::convert::Infallible;
 use std::future::Future;
@@ -131,17 +134,15 @@ impl Shared {
 /// connection is any byte stream: a TCP socket, or an in-memory pipe (the fuzz target
 /// that drives the whole gateway).
 ///
-/// The watchdog wakes at the connection's deadline, and at the latest after
-/// `recheck`: events on the request path (bytes, requests starting and finishing)
-/// only update the state, without waking anything, and the next look comes no later
-/// than any deadline they set. Only a drain wakes it at once.
+/// HTTP/1 is served by the gateway's own connection ([`h1`]); a connection that opens
+/// with the HTTP/2 preface is handed to hyper.
 pub async fn serve<S>(
     stream: S,
     peer: Option<SocketAddr>,
     app: Router,
     limits: Limits,
     metrics: EdgeMetrics,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -153,6 +154,38 @@ pub async fn serve<S>(
         stopping: watch::Sender::new(false),
         body_timeouts: metrics.body_timeouts.clone(),
     });
+    let mut h1_stop = stop.clone();
+    let conn = h1::Conn::new(
+        stream,
+        Arc::clone(&shared),
+        limits,
+        metrics.clone(),
+        app.clone(),
+        peer,
+        Box::pin(async move { stopped(&mut h1_stop).await }),
+    );
+    if let h1::End::Http2 { io, read } = conn.run().await {
+        let io = Prefixed { read, io };
+        serve_http2(io, peer, app, limits, metrics, stop, shared).await;
+    }
+}
+
+/// Serves an HTTP/2 connection with hyper, under the connection's deadlines: a
+/// watchdog in the connection's task wakes at the deadline the state gives, and at the
+/// latest after `recheck`: events on the request path (bytes, requests starting and
+/// finishing) only update the state, without waking anything, and the next look comes
+/// no later than any deadline they set. Only a drain wakes it at once.
+async fn serve_http2<S>(
+    stream: S,
+    peer: Option<SocketAddr>,
+    app: Router,
+    limits: Limits,
+    metrics: EdgeMetrics,
+    mut stop: watch::Receiver<bool>,
+    shared: Arc<Shared>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let io = TokioIo::new(Tracked {
         io: stream,
         shared: Arc::clone(&shared),
@@ -163,7 +196,7 @@ pub async fn serve<S>(
         body_read_ms: limits.body_read_ms,
         peer,
     };
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let builder = http2::Builder::new(TokioExecutor::new());
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     let (mut shutdown_begun, mut stop_seen) = (false, false);
@@ -217,6 +250,58 @@ fn recheck(limits: &client_conn::Limits, draining: bool) -> u64 {
         phases.min(limits.drain_linger_ms).max(1)
     } else {
         phases.max(1)
+    }
+}
+
+/// A connection with bytes already read from it, read again first.
+struct Prefixed<S> {
+    read: Bytes,
+    io: S,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.read.is_empty() {
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        let n = this.read.len().min(buf.remaining());
+        buf.put_slice(&this.read.split_to(n));
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
@@ -315,16 +400,12 @@ impl ConnService {
         if body.is_end_stream() {
             return Body::new(body);
         }
-        let limit_ms = self.body_read_ms;
-        Body::new(TimedBody {
-            inner: body,
-            deadline: tokio::time::Instant::now() + Duration::from_millis(limit_ms),
-            limit_ms,
-            cut: None,
-            finished: false,
-            shared: Arc::clone(&self.shared),
+        Body::new(TimedBody::new(
+            body,
+            self.body_read_ms,
+            Arc::clone(&self.shared),
             multiplexed,
-        })
+        ))
     }
 }
 
@@ -332,8 +413,8 @@ impl ConnService {
 /// down before its end. The deadline's timer (and the shutdown watch) are armed only
 /// once the body has to wait for the client: a body that arrived with its head — nearly
 /// every API request — never touches the timer wheel.
-struct TimedBody {
-    inner: Incoming,
+struct TimedBody<B> {
+    inner: B,
     deadline: tokio::time::Instant,
     limit_ms: u64,
     /// Resolves when the body must be cut; armed at the first wait.
@@ -344,7 +425,21 @@ struct TimedBody {
     multiplexed: bool,
 }
 
-impl TimedBody {
+impl<B> TimedBody<B> {
+    /// `inner` under a deadline `limit_ms` from now; `multiplexed` on HTTP/2, where a
+    /// late body does not close the connection.
+    fn new(inner: B, limit_ms: u64, shared: Arc<Shared>, multiplexed: bool) -> Self {
+        Self {
+            inner,
+            deadline: tokio::time::Instant::now() + Duration::from_millis(limit_ms),
+            limit_ms,
+            cut: None,
+            finished: false,
+            shared,
+            multiplexed,
+        }
+    }
+
     fn arm(&mut self) -> &mut Pin<Box<dyn Future<Output = BodyCut> + Send>> {
         let (deadline, limit_ms) = (self.deadline, self.limit_ms);
         let shared = &self.shared;
@@ -360,7 +455,11 @@ impl TimedBody {
     }
 }
 
-impl HttpBody for TimedBody {
+impl<B> HttpBody for TimedBody<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     type Data = Bytes;
     type Error = BoxError;
 
@@ -379,7 +478,7 @@ impl HttpBody for TimedBody {
                 this.finished = true;
                 this.cut = None;
             }
-            return Poll::Ready(polled.map(|frame| frame.map_err(BoxError::from)));
+            return Poll::Ready(polled.map(|frame| frame.map_err(Into::into)));
         }
         let Poll::Ready(reason) = this.arm().as_mut().poll(cx) else {
             return Poll::Pending;
