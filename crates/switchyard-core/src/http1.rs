@@ -21,11 +21,20 @@
 //! A refused head is answered with [`HeadError::status`] and the connection closed:
 //! after a framing error nothing on the connection can be trusted to start a request.
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
-/// A header field as read (name and value borrowed from the head), and an empty one to
-/// fill the storage [`parse_request`] reads into.
-pub use httparse::{Header, EMPTY_HEADER};
+/// A header field as read (name and value borrowed from the head).
+pub use httparse::Header;
+
+/// Room for the header fields of one head, left uninitialised: filling it would cost
+/// more than parsing a typical head.
+pub type HeaderStorage<'b> = [MaybeUninit<Header<'b>>; MAX_HEADERS];
+
+/// Storage for [`parse_request`].
+pub fn header_storage<'b>() -> HeaderStorage<'b> {
+    [const { MaybeUninit::uninit() }; MAX_HEADERS]
+}
 
 /// Most header fields read in a request head (hyper's default).
 pub const MAX_HEADERS: usize = 100;
@@ -132,12 +141,12 @@ impl RequestHead<'_, '_> {
 /// incomplete (and shorter than `max_head`).
 pub fn parse_request<'b, 'h>(
     buf: &'b [u8],
-    storage: &'h mut [Header<'b>],
+    storage: &'h mut [MaybeUninit<Header<'b>>],
     max_head: usize,
 ) -> Result<Option<RequestHead<'b, 'h>>, HeadError> {
     let window = &buf[..buf.len().min(max_head)];
-    let mut request = httparse::Request::new(storage);
-    let len = match request.parse(window) {
+    let mut request = httparse::Request::new(&mut []);
+    let len = match request.parse_with_uninit_headers(window, storage) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() >= max_head => {
             return Err(HeadError::TooLarge(max_head))
@@ -508,7 +517,7 @@ mod tests {
 
     /// The head of `raw`, or why it is refused; `None` while incomplete.
     fn head(raw: &str) -> Result<Option<Seen>, HeadError> {
-        let mut storage = [EMPTY_HEADER; MAX_HEADERS];
+        let mut storage = header_storage();
         parse_request(raw.as_bytes(), &mut storage, MAX_HEAD).map(|h| {
             h.map(|h| {
                 (

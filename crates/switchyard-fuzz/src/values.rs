@@ -174,7 +174,7 @@ pub fn http1(data: &[u8]) {
     let Some((&choice, raw)) = data.split_first() else {
         return;
     };
-    let mut storage = [http1::EMPTY_HEADER; http1::MAX_HEADERS];
+    let mut storage = http1::header_storage();
     let head = match http1::parse_request(raw, &mut storage, HTTP1_MAX_HEAD) {
         Ok(Some(head)) => head,
         Ok(None) => {

@@ -85,6 +85,11 @@ impl Stopwatch {
     pub fn elapsed_ms(&self) -> u64 {
         u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
+
+    /// The instant `ms` milliseconds after the start.
+    pub fn at_ms(&self, ms: u64) -> tokio::time::Instant {
+        self.0 + Duration::from_millis(ms)
+    }
 }
 
 /// One request's time: the wall clock read once, at the edge, advanced by the elapsed

@@ -61,8 +61,13 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Longest request head read (nginx reads up to 32 kB by default, hyper 400 kB).
 pub(super) const MAX_HEAD: usize = 64 * 1024;
 
-/// Spare room kept in the read buffer before each read.
+/// Room a new read buffer has.
 const READ_ROOM: usize = 8 * 1024;
+
+/// Least spare room a read is made with; below it the buffer is replaced. The room
+/// left after one request is read into by the next ones, so a buffer is allocated once
+/// per several requests, not per read.
+const MIN_ROOM: usize = 2 * 1024;
 
 /// Most request-body bytes read ahead of the handler.
 const BODY_AHEAD: usize = 64 * 1024;
@@ -105,6 +110,8 @@ pub(super) struct Conn<S> {
     searched: usize,
     /// Bytes encoded and not yet written.
     out: Vec<u8>,
+    /// Where the fields of the head being read are (kept to reuse its room).
+    spans: Vec<(Span, Span)>,
     read_closed: bool,
     shared: Arc<Shared>,
     limits: Limits,
@@ -113,6 +120,8 @@ pub(super) struct Conn<S> {
     peer: Option<SocketAddr>,
     /// Resolves when the gateway starts to stop.
     stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Goes off at (or before) the connection's deadline between requests.
+    timer: Pin<Box<tokio::time::Sleep>>,
     stop_seen: bool,
 }
 
@@ -126,11 +135,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         peer: Option<SocketAddr>,
         stop: Pin<Box<dyn Future<Output = ()> + Send>>,
     ) -> Self {
+        let first_deadline = shared.accepted.at_ms(limits.conn.header_read_ms);
         Self {
             io,
             buf: BytesMut::new(),
             searched: 0,
             out: Vec::new(),
+            spans: Vec::new(),
             read_closed: false,
             shared,
             limits,
@@ -138,6 +149,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             app,
             peer,
             stop,
+            timer: Box::pin(tokio::time::sleep_until(first_deadline)),
             stop_seen: false,
         }
     }
@@ -187,7 +199,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             }
             let now = self.shared.accepted.elapsed_ms();
             let deadline = lock(&self.shared.state).deadline(&self.limits.conn);
-            let wait_ms = match deadline {
+            let at_ms = match deadline {
                 Some(d) if d.at_ms <= now => {
                     match d.expiry {
                         Expiry::HeaderRead => self.metrics.header_timeouts.inc(),
@@ -196,10 +208,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                     };
                     return Next::Close;
                 }
-                Some(d) => d.at_ms - now,
-                None => self.limits.conn.header_read_ms,
+                Some(d) => d.at_ms,
+                None => now.saturating_add(self.limits.conn.header_read_ms),
             };
-            self.buf.reserve(READ_ROOM);
+            // The timer moves only earlier, or once it has gone off: a deadline that
+            // moved later (the next request's) is looked at when the earlier one
+            // passes, so a busy connection does not re-arm a timer per request.
+            let at = self.shared.accepted.at_ms(at_ms);
+            if self.timer.is_elapsed() || self.timer.deadline() > at {
+                self.timer.as_mut().reset(at);
+            }
+            self.room(MIN_ROOM);
             tokio::select! {
                 read = self.io.read_buf(&mut self.buf) => match read {
                     Ok(0) | Err(_) => return Next::Close,
@@ -209,7 +228,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                     self.stop_seen = true;
                     return Next::Close;
                 }
-                () = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+                () = self.timer.as_mut() => {}
             }
         }
     }
@@ -226,8 +245,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             }
             return Ok(None);
         }
-        let mut storage = [http1::EMPTY_HEADER; http1::MAX_HEADERS];
-        let mut spans = [(Span::default(), Span::default()); http1::MAX_HEADERS];
+        let mut storage = http1::header_storage();
         let base = self.buf.as_ptr() as usize;
         let at = |part: &[u8]| Span::of(part, base);
         let (len, fields, target, method, framing, keep_alive, expect_continue, http11) = {
@@ -239,9 +257,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 self.searched = self.buf.len();
                 return Ok(None);
             };
-            for (span, field) in spans.iter_mut().zip(head.headers) {
-                *span = (at(field.name.as_bytes()), at(field.value));
-            }
+            self.spans.clear();
+            self.spans.extend(
+                head.headers
+                    .iter()
+                    .map(|field| (at(field.name.as_bytes()), at(field.value))),
+            );
             let method =
                 Method::from_bytes(head.method.as_bytes()).map_err(|_| HeadError::Malformed)?;
             (
@@ -261,7 +282,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         let uri =
             Uri::from_maybe_shared(read.slice(target.range())).map_err(|_| HeadError::Target)?;
         let mut headers = HeaderMap::with_capacity(fields);
-        for (name, value) in &spans[..fields] {
+        for &(name, value) in &self.spans {
             let name =
                 HeaderName::from_bytes(&read[name.range()]).map_err(|_| HeadError::Malformed)?;
             let value = HeaderValue::from_maybe_shared(read.slice(value.range()))
@@ -533,7 +554,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         if buffered >= BODY_AHEAD {
             return Poll::Pending;
         }
-        self.buf.reserve(READ_ROOM);
+        let left = match exchange.decoder {
+            Decoder::Length(left) => usize::try_from(left).unwrap_or(usize::MAX),
+            _ => READ_ROOM,
+        };
+        self.room(left.clamp(MIN_ROOM, BODY_AHEAD));
         match ready!(pin!(self.io.read_buf(&mut self.buf)).poll(cx)) {
             Ok(0) | Err(_) => {
                 lock(&inbound).fail(InboundError::Incomplete);
@@ -553,7 +578,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             // A pipelined request's bytes wait in the buffer; no more is read.
             return Poll::Pending;
         }
-        self.buf.reserve(READ_ROOM);
+        self.room(MIN_ROOM);
         match ready!(pin!(self.io.read_buf(&mut self.buf)).poll(cx)) {
             Ok(0) | Err(_) => {
                 self.read_closed = true;
@@ -604,6 +629,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             moved = true;
         }
         moved
+    }
+
+    /// Makes sure the read buffer has `want` bytes of spare room.
+    fn room(&mut self, want: usize) {
+        if self.buf.capacity() - self.buf.len() < want {
+            self.buf.reserve(want.max(READ_ROOM));
+        }
     }
 
     /// Writes what is encoded: whether it all went.
