@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use switchyard_gateway::clock::SystemClock;
+use switchyard_gateway::frontends::Inference;
 use switchyard_gateway::state::{AppState, Writers};
 use switchyard_gateway::{bootstrap, edge};
 use switchyard_mock::MockServer;
@@ -63,7 +64,7 @@ pub const RAW: u8 = ROUTES.len() as u8;
 struct World {
     runtime: Runtime,
     state: Arc<AppState>,
-    app: axum::Router,
+    app: edge::App,
     limits: edge::Limits,
     _mock: MockServer,
     _writers: Writers,
@@ -109,7 +110,10 @@ fn world() -> &'static World {
         let state = prepared.state;
         let limits = edge::Limits::from_settings(&state.snapshot().settings);
         World {
-            app: switchyard_gateway::app(Arc::clone(&state)),
+            app: edge::App {
+                direct: Arc::new(Inference(Arc::clone(&state))),
+                router: switchyard_gateway::app(Arc::clone(&state)),
+            },
             runtime,
             state,
             limits,

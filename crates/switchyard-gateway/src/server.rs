@@ -306,7 +306,10 @@ pub async fn serve_with(
     for i in 0..threads {
         let (tx, rx) = mpsc::channel(HANDOFF_QUEUE);
         handoffs.push(tx);
-        let app = app(Arc::clone(&state)).merge(extra.clone());
+        let app = edge::App {
+            direct: Arc::new(frontends::Inference(Arc::clone(&state))),
+            router: app(Arc::clone(&state)).merge(extra.clone()),
+        };
         let state = Arc::clone(&state);
         let (stop, abort) = (stop_rx.clone(), abort_rx.clone());
         let work = serve_io_thread(rx, app, state, stop, abort);
@@ -490,7 +493,7 @@ async fn accept_loop(
 /// flight) — or aborted (grace period over: the runtime drops what is left).
 async fn serve_io_thread(
     incoming: mpsc::Receiver<Accepted>,
-    app: Router,
+    app: edge::App,
     state: Arc<AppState>,
     stop: watch::Receiver<bool>,
     mut abort: watch::Receiver<bool>,
@@ -503,7 +506,7 @@ async fn serve_io_thread(
 
 async fn serve_connections(
     mut incoming: mpsc::Receiver<Accepted>,
-    app: Router,
+    app: edge::App,
     state: Arc<AppState>,
     mut stop: watch::Receiver<bool>,
 ) {

@@ -33,13 +33,12 @@
 //! - The HTTP/2 connection preface is handed back to the caller with the bytes read,
 //!   to be served by hyper.
 
-use super::{wire, InFlight, Limits, Shared, TimedBody};
+use super::{wire, Answer, App, InFlight, Limits, Shared, TimedBody};
 use crate::clock::{Clock, SystemClock};
 use crate::sync::lock;
 use crate::telemetry::metrics::EdgeMetrics;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::Router;
 use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
@@ -116,7 +115,7 @@ pub(super) struct Conn<S> {
     shared: Arc<Shared>,
     limits: Limits,
     metrics: EdgeMetrics,
-    app: Router,
+    app: App,
     peer: Option<SocketAddr>,
     /// Resolves when the gateway starts to stop.
     stop: Pin<Box<dyn Future<Output = ()> + Send>>,
@@ -131,7 +130,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         shared: Arc<Shared>,
         limits: Limits,
         metrics: EdgeMetrics,
-        app: Router,
+        app: App,
         peer: Option<SocketAddr>,
         stop: Pin<Box<dyn Future<Output = ()> + Send>>,
     ) -> Self {
@@ -367,7 +366,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         if let Some(inbound) = exchange.inbound.clone() {
             self.decode(&mut exchange, &inbound);
         }
-        let mut call = pin!(self.app.clone().oneshot(request));
+        let mut call = self.answer(request);
         let answered = poll_fn(|cx| loop {
             if let Poll::Ready(answer) = call.as_mut().poll(cx) {
                 return Poll::Ready(Some(answer));
@@ -378,7 +377,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             }
         })
         .await;
-        let Some(Ok(response)) = answered else {
+        let Some(response) = answered else {
             return false;
         };
         let (parts, body) = response.into_parts();
@@ -429,6 +428,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             return false;
         }
         true
+    }
+
+    /// The answer to `request`: from the routes answered directly, or the router.
+    fn answer(&self, request: Request<Body>) -> Answer {
+        match self.app.direct.call(request) {
+            Ok(answer) => answer,
+            Err(request) => {
+                let routed = self.app.router.clone().oneshot(request);
+                Box::pin(async move {
+                    match routed.await {
+                        Ok(response) => response,
+                        Err(never) => match never {},
+                    }
+                })
+            }
+        }
     }
 
     /// Writes the answer's body in `framing`, watching the client while it waits for

@@ -62,6 +62,29 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// client that does not read cannot hold a connection longer than that.
 const DRAIN_LINGER_MS: u64 = 1_000;
 
+/// An answer on its way.
+pub type Answer = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+
+/// Routes the edge answers without the router (the inference routes, see
+/// `frontends::Inference`): its matching and boxing are a measurable share of a
+/// request's work there.
+pub trait Direct: Send + Sync + std::fmt::Debug {
+    /// The answer to `request` when one of these routes takes it; the request back
+    /// otherwise, for the router.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the request goes back whole to the router; boxing it would cost more"
+    )]
+    fn call(&self, request: Request<Body>) -> Result<Answer, Request<Body>>;
+}
+
+/// What the edge serves: the routes it answers directly, and the router for the rest.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub direct: Arc<dyn Direct>,
+    pub router: Router,
+}
+
 /// Why a request body stopped before its end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BodyCut {
@@ -139,7 +162,7 @@ impl Shared {
 pub async fn serve<S>(
     stream: S,
     peer: Option<SocketAddr>,
-    app: Router,
+    app: App,
     limits: Limits,
     metrics: EdgeMetrics,
     stop: watch::Receiver<bool>,
@@ -166,7 +189,7 @@ pub async fn serve<S>(
     );
     if let h1::End::Http2 { io, read } = conn.run().await {
         let io = Prefixed { read, io };
-        serve_http2(io, peer, app, limits, metrics, stop, shared).await;
+        serve_http2(io, peer, app.router, limits, metrics, stop, shared).await;
     }
 }
 
