@@ -199,6 +199,100 @@ pub fn parse_request<'b, 'h>(
     }))
 }
 
+/// How an answer's body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerFraming {
+    /// No body: the answer to a `HEAD`, a 1xx, 204 or 304.
+    None,
+    Length(u64),
+    /// Read with [`Chunked`].
+    Chunked,
+    /// Until the connection closes: neither `Content-Length` nor `Transfer-Encoding`.
+    UntilClose,
+}
+
+/// An answer's head read whole.
+#[derive(Debug)]
+pub struct ResponseHead<'b, 'h> {
+    /// Bytes of the head, the empty line that ends it included: the body starts here.
+    pub len: usize,
+    pub status: u16,
+    pub version: Version,
+    pub headers: &'h [Header<'b>],
+    pub framing: AnswerFraming,
+    /// Whether the connection may carry another request after this answer.
+    pub keep_alive: bool,
+}
+
+impl ResponseHead<'_, '_> {
+    /// A 1xx answer: another head follows it.
+    pub fn is_interim(&self) -> bool {
+        (100..200).contains(&self.status)
+    }
+}
+
+/// Reads an answer's head from the start of `buf` into `storage`: `Ok(None)` while it
+/// is incomplete (and shorter than `max_head`). `to_head` says the request was a
+/// `HEAD` (its answer has no body whatever its fields say). The framing rules are the
+/// request's: `Transfer-Encoding` other than one `chunked`, with `Content-Length`, or
+/// in HTTP/1.0, and a repeated or non-decimal `Content-Length`, are refused — an
+/// answer two parsers could delimit differently is not relayed.
+pub fn parse_response<'b, 'h>(
+    buf: &'b [u8],
+    storage: &'h mut [MaybeUninit<Header<'b>>],
+    max_head: usize,
+    to_head: bool,
+) -> Result<Option<ResponseHead<'b, 'h>>, HeadError> {
+    let window = &buf[..buf.len().min(max_head)];
+    let mut response = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        window,
+        storage,
+    ) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= max_head => {
+            return Err(HeadError::TooLarge(max_head))
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+        Err(httparse::Error::Version) => return Err(HeadError::Version),
+        Err(_) => return Err(HeadError::Malformed),
+    };
+    let (Some(status), Some(minor)) = (response.code, response.version) else {
+        return Err(HeadError::Malformed);
+    };
+    let version = if minor == 1 {
+        Version::Http11
+    } else {
+        Version::Http10
+    };
+    let headers: &'h [Header<'b>] = response.headers;
+    let fields = Fields::read(headers)?;
+    let bodiless = to_head || (100..200).contains(&status) || status == 204 || status == 304;
+    let framing = match (fields.chunked, fields.length) {
+        (true, _) if version == Version::Http10 => return Err(HeadError::TransferEncoding10),
+        (true, Some(_)) => return Err(HeadError::Conflict),
+        _ if bodiless => AnswerFraming::None,
+        (true, None) => AnswerFraming::Chunked,
+        (false, Some(n)) => AnswerFraming::Length(n),
+        (false, None) => AnswerFraming::UntilClose,
+    };
+    let keep_alive = framing != AnswerFraming::UntilClose
+        && match version {
+            Version::Http11 => !fields.close,
+            Version::Http10 => fields.keep_alive && !fields.close,
+        };
+    Ok(Some(ResponseHead {
+        len,
+        status,
+        version,
+        headers,
+        framing,
+        keep_alive,
+    }))
+}
+
 /// What the framing and connection fields of a head say.
 #[derive(Debug, Default)]
 struct Fields {
@@ -529,6 +623,117 @@ mod tests {
                 )
             })
         })
+    }
+
+    /// What a test looks at in an answer's head: its length, status, framing, whether
+    /// the connection stays open.
+    type Answered = (usize, u16, AnswerFraming, bool);
+
+    fn answer(raw: &str, to_head: bool) -> Result<Option<Answered>, HeadError> {
+        let mut storage = header_storage();
+        parse_response(raw.as_bytes(), &mut storage, MAX_HEAD, to_head)
+            .map(|h| h.map(|h| (h.len, h.status, h.framing, h.keep_alive)))
+    }
+
+    #[test]
+    fn an_answer_is_delimited_by_its_length_its_chunks_or_the_close() {
+        let ok = "HTTP/1.1 200 OK\r\n";
+        assert_eq!(
+            answer(&format!("{ok}content-length: 12\r\n\r\nhello"), false),
+            Ok(Some((39, 200, AnswerFraming::Length(12), true)))
+        );
+        assert_eq!(
+            answer(&format!("{ok}transfer-encoding: chunked\r\n\r\n"), false),
+            Ok(Some((47, 200, AnswerFraming::Chunked, true)))
+        );
+        assert_eq!(
+            answer(&format!("{ok}x: y\r\n\r\n"), false),
+            Ok(Some((25, 200, AnswerFraming::UntilClose, false)))
+        );
+        assert_eq!(
+            answer(
+                &format!("{ok}content-length: 5\r\nconnection: close\r\n\r\n"),
+                false
+            ),
+            Ok(Some((57, 200, AnswerFraming::Length(5), false)))
+        );
+        assert_eq!(
+            answer("HTTP/1.0 200 OK\r\ncontent-length: 5\r\n\r\n", false),
+            Ok(Some((38, 200, AnswerFraming::Length(5), false)))
+        );
+        assert_eq!(
+            answer(
+                "HTTP/1.0 200 OK\r\ncontent-length: 5\r\nconnection: keep-alive\r\n\r\n",
+                false
+            ),
+            Ok(Some((62, 200, AnswerFraming::Length(5), true)))
+        );
+        assert_eq!(
+            answer(&format!("{ok}content-length: 5\r\n"), false),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn heads_1xx_204_and_304_have_no_body_whatever_their_fields_say() {
+        for (raw, status) in [
+            ("HTTP/1.1 100 Continue\r\n\r\n", 100),
+            ("HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n", 103),
+            ("HTTP/1.1 204 No Content\r\ncontent-length: 7\r\n\r\n", 204),
+            (
+                "HTTP/1.1 304 Not Modified\r\ntransfer-encoding: chunked\r\n\r\n",
+                304,
+            ),
+        ] {
+            let (_, seen, framing, keep_alive) = answer(raw, false).unwrap().unwrap();
+            assert_eq!(
+                (seen, framing, keep_alive),
+                (status, AnswerFraming::None, true)
+            );
+        }
+        let (_, _, framing, _) = answer("HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\n", true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(framing, AnswerFraming::None);
+        let mut storage = header_storage();
+        let interim = parse_response(b"HTTP/1.1 100 Continue\r\n\r\n", &mut storage, 99, false);
+        assert!(interim.unwrap().unwrap().is_interim());
+    }
+
+    #[test]
+    fn answers_two_parsers_could_delimit_differently_are_refused() {
+        for (raw, error) in [
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n",
+                HeadError::Conflict,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 5\r\n\r\n",
+                HeadError::ContentLength,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n",
+                HeadError::ContentLength,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
+                HeadError::UnsupportedCoding,
+            ),
+            (
+                "HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                HeadError::TransferEncoding10,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nx: a\r\n b\r\n\r\n",
+                HeadError::Malformed,
+            ),
+            ("HTTP/1.1 2000 OK\r\n\r\n", HeadError::Malformed),
+            ("HTTP/2.0 200 OK\r\n\r\n", HeadError::Version),
+        ] {
+            assert_eq!(answer(raw, false), Err(error), "{raw:?}");
+        }
+        let long = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD));
+        assert_eq!(answer(&long, false), Err(HeadError::TooLarge(MAX_HEAD)));
     }
 
     fn refused(raw: &str) -> HeadError {

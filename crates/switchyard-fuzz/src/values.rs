@@ -5,7 +5,7 @@ use crate::input::Input;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use switchyard_core::client_conn::{ClientConn, Expiry, Limits, Phase};
-use switchyard_core::http1::{self, ChunkError, Chunked, Framing};
+use switchyard_core::http1::{self, AnswerFraming, ChunkError, Chunked, Framing};
 use switchyard_core::quota::signals;
 use switchyard_core::resilience::{cooldown, usage_wall::UnifiedHeaders};
 use switchyard_core::settings::{self, Layers, Source, DEFS};
@@ -166,14 +166,19 @@ pub fn client_conn(data: &[u8]) {
 /// Longest request head the `http1` check reads.
 const HTTP1_MAX_HEAD: usize = 4096;
 
-/// Input: a choice byte (the size of the pieces the body is fed in), then bytes a client
-/// sent. A request head is read or refused, never past the limit, and it says one framing;
-/// a chunked body read in pieces reads the same data, uses the same bytes and fails the
-/// same way as read at once, and never points outside what it was given.
+/// Input: a choice byte (its low four bits the size of the pieces a body is fed in; its
+/// high bit: the bytes are an upstream's answer rather than a client's request, and then
+/// the next bit: the answer is to a `HEAD`), then the bytes. A head is read or refused,
+/// never past the limit, and it says one framing, the one its fields say; a chunked body
+/// read in pieces reads the same data, uses the same bytes and fails the same way as read
+/// at once, and never points outside what it was given.
 pub fn http1(data: &[u8]) {
     let Some((&choice, raw)) = data.split_first() else {
         return;
     };
+    if choice & 0x80 != 0 {
+        return http1_answer(choice, raw);
+    }
     let mut storage = http1::header_storage();
     let head = match http1::parse_request(raw, &mut storage, HTTP1_MAX_HEAD) {
         Ok(Some(head)) => head,
@@ -214,6 +219,62 @@ pub fn http1(data: &[u8]) {
         head.path()
     );
     if head.framing == Framing::Chunked {
+        let body = &raw[head.len..];
+        let whole = dechunk(body, body.len().max(1));
+        let pieces = dechunk(body, usize::from(choice % 16) + 1);
+        assert_eq!(
+            whole,
+            pieces,
+            "read at once and in pieces of {}",
+            choice % 16 + 1
+        );
+    }
+}
+
+/// The answer half of [`http1`].
+fn http1_answer(choice: u8, raw: &[u8]) {
+    let to_head = choice & 0x40 != 0;
+    let mut storage = http1::header_storage();
+    let head = match http1::parse_response(raw, &mut storage, HTTP1_MAX_HEAD, to_head) {
+        Ok(Some(head)) => head,
+        Ok(None) => {
+            assert!(
+                raw.len() < HTTP1_MAX_HEAD,
+                "an incomplete head past the limit"
+            );
+            return;
+        }
+        Err(e) => {
+            assert!(matches!(e.status(), 400 | 431 | 501 | 505), "{e:?}");
+            return;
+        }
+    };
+    assert!(
+        head.len <= raw.len().min(HTTP1_MAX_HEAD),
+        "the head ends past its bytes"
+    );
+    let count = |name: &str| {
+        head.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(name))
+            .count()
+    };
+    let (lengths, codings) = (count("content-length"), count("transfer-encoding"));
+    assert!(lengths <= 1 && codings <= 1 && lengths + codings <= 1);
+    let bodiless = to_head || head.is_interim() || matches!(head.status, 204 | 304);
+    match head.framing {
+        AnswerFraming::None => assert!(bodiless),
+        AnswerFraming::Length(_) => assert_eq!((bodiless, lengths), (false, 1)),
+        AnswerFraming::Chunked => assert_eq!((bodiless, codings), (false, 1)),
+        AnswerFraming::UntilClose => {
+            assert_eq!((bodiless, lengths, codings), (false, 0, 0));
+            assert!(
+                !head.keep_alive,
+                "a body delimited by the close kept the connection"
+            );
+        }
+    }
+    if head.framing == AnswerFraming::Chunked {
         let body = &raw[head.len..];
         let whole = dechunk(body, body.len().max(1));
         let pieces = dechunk(body, usize::from(choice % 16) + 1);

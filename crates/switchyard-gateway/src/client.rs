@@ -7,15 +7,19 @@
 //! request. The gateway needs none of it — upstream requests are built from scratch,
 //! redirects are never followed, failover is the gateway's own decision.
 //!
-//! HTTP/1.1 ([`send`]): each I/O thread keeps its idle upstream connections, by scheme
-//! and authority. A request takes one (or opens one), and polls hyper's connection
-//! itself while it waits for the answer's head; the answer's body ([`UpstreamBody`])
-//! keeps polling it and puts it back among the idle ones at its end. No task per
-//! connection, no channel between tasks: issue 29 measured hyper-util's pool and
-//! connection task at 10 k instructions per request over this (examples/floors, F2 and
-//! F4). Over TLS, ALPN offers HTTP/1.1 only. A taken connection the upstream closed
-//! meanwhile is noticed when it is taken (its connection future ends), or when the request
-//! cannot be written to it; either way the request goes once more on a new connection.
+//! HTTP/1.1 ([`send`]) is the gateway's own: each I/O thread keeps its idle upstream
+//! connections, by scheme and authority. A request takes one (or opens one), writes its
+//! head and body, and reads the answer's head itself (`switchyard_core::http1`'s
+//! framing: an answer two parsers could delimit differently is refused); the answer's
+//! body ([`UpstreamBody`]) reads the rest off the same connection and puts it back among
+//! the idle ones at its end. No task per connection, no channel between tasks, no
+//! connection state machine between the request and the socket: issue 29 measured
+//! hyper-util's pool and connection task at 10 k instructions per request over hyper's
+//! low-level connection, and that at 9 k over a hand-written one (examples/floors, F2,
+//! F4 and F5). Over TLS, ALPN offers HTTP/1.1 only. A taken connection the upstream
+//! closed meanwhile is noticed when it is taken (it reads as closed), or when the
+//! request cannot be written to it; either way the request goes once more on a new
+//! connection.
 //!
 //! Each I/O thread also keeps its own hyper-util clients (and so their pools): a pooled
 //! connection's task runs on the thread that opened it, and a request on another thread
@@ -23,15 +27,17 @@
 //! when the connect timeout changes.
 //!
 //! It only carries what it is handed: building the request and classifying its failures
-//! are `crate::upstream`'s, and it imports nothing from the rest of the crate.
+//! are `crate::upstream`'s, and it imports nothing from the rest of the crate but the
+//! HTTP/1 head helpers it shares with the server (`crate::heads`).
 
-use bytes::Bytes;
+use crate::heads::{self, push_decimal, Span};
+use bytes::{Bytes, BytesMut};
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{Request, Response, Uri};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::client::conn::http1 as h1;
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::{Connection, HttpConnector, HttpInfo};
 use hyper_util::client::legacy::{Client, ResponseFuture};
@@ -43,6 +49,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
+use switchyard_core::http1::{self, AnswerFraming, Chunked};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tower::ServiceExt;
 
@@ -157,59 +165,47 @@ pub enum SendError {
 
 /// Sends `request` (its URI absolute, its `Host` set) and waits for the answer's head:
 /// over HTTP/2 with prior knowledge with hyper-util's client when `h2c`, otherwise over
-/// an HTTP/1.1 connection of this thread's that this request drives.
+/// an HTTP/1.1 connection of this thread's.
 pub async fn send(
     connect_timeout_ms: u64,
     h2c: bool,
-    request: Request<Full<Bytes>>,
+    request: Request<Bytes>,
 ) -> Result<Response<UpstreamBody>, SendError> {
     if h2c {
-        return match self::request(connect_timeout_ms, true, request)?.await {
+        return match self::request(connect_timeout_ms, true, request.map(Full::new))?.await {
             Ok(response) => Ok(response.map(UpstreamBody::Pooled)),
             Err(e) if e.is_connect() => Err(SendError::Connect(e.to_string())),
             Err(e) => Err(SendError::Reset(e.to_string())),
         };
     }
-    let (key, mut request) = origin_form(request)?;
+    let (key, request) = origin_form(request)?;
+    let (parts, body) = request.into_parts();
+    let to_head = parts.method == Method::HEAD;
     let mut fresh = false;
     loop {
         let (mut lease, reused) = match take_idle(&key).await {
             Some(lease) if !fresh => (lease, true),
             _ => (connect(connect_timeout_ms, &key).await?, false),
         };
-        let mut sent = std::pin::pin!(lease.sender.try_send_request(request));
-        let result = poll_fn(|cx| {
-            lease.drive(cx);
-            sent.as_mut().poll(cx)
-        })
-        .await;
-        match result {
-            Ok(mut response) => {
-                response.extensions_mut().insert(lease.info.clone());
-                return Ok(response.map(|body| {
-                    UpstreamBody::Driven(Driven {
-                        body,
-                        lease: Some((key, lease)),
-                    })
-                }));
+        if let Err(e) = lease.write(&parts, &body).await {
+            if reused {
+                // Not written whole, so not taken: a kept connection the upstream closed.
+                fresh = true;
+                continue;
             }
-            Err(mut e) => match e.take_message() {
-                // Never written: a kept connection the upstream had closed.
-                Some(unsent) if reused => {
-                    request = unsent;
-                    fresh = true;
-                }
-                _ => return Err(SendError::Reset(e.into_error().to_string())),
-            },
+            return Err(SendError::Reset(e.to_string()));
         }
+        let (mut head, framing, keep_alive) =
+            lease.read_head(to_head).await.map_err(SendError::Reset)?;
+        head.extensions.insert(lease.info.clone());
+        let body = Driven::new(key, lease, framing, keep_alive);
+        return Ok(Response::from_parts(head, UpstreamBody::Driven(body)));
     }
 }
 
 /// Where a request goes (its scheme and authority), and the request with its URI in
 /// origin-form, as an HTTP/1.1 request line carries it.
-fn origin_form(
-    mut request: Request<Full<Bytes>>,
-) -> Result<(Key, Request<Full<Bytes>>), SendError> {
+fn origin_form(mut request: Request<Bytes>) -> Result<(Key, Request<Bytes>), SendError> {
     let mut parts = std::mem::take(request.uri_mut()).into_parts();
     let (Some(scheme), Some(authority)) = (parts.scheme.take(), parts.authority.take()) else {
         return Err(SendError::Connect(
@@ -242,18 +238,30 @@ struct Key {
     authority: Authority,
 }
 
-type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
+/// An upstream connection, plain or TLS, as tokio reads and writes it.
+type Io = TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>;
 
-/// hyper's HTTP/1.1 connection, boxed once when opened so it can be polled in place.
-type Conn = Pin<Box<h1::Connection<Io, Full<Bytes>>>>;
+/// Longest answer head read.
+const MAX_ANSWER_HEAD: usize = 64 * 1024;
 
-/// An HTTP/1.1 connection: the handle requests are sent with, and the connection itself,
-/// polled by whoever uses it.
+/// Room a new read buffer has; a read is made with at least [`MIN_ROOM`] spare.
+const READ_ROOM: usize = 16 * 1024;
+const MIN_ROOM: usize = 4 * 1024;
+
+/// A request body this large is written from its own buffer, not copied after its head.
+const WRITE_DIRECT: usize = 16 * 1024;
+
+/// Largest chunk of a chunked answer.
+const MAX_CHUNK: u64 = 1 << 40;
+
+/// An HTTP/1.1 connection of ours: the socket, the bytes read from it and not yet used,
+/// and the room a request's head is encoded in.
 struct Lease {
-    sender: h1::SendRequest<Full<Bytes>>,
-    /// `None` once it ended: dropped at once, so a request still waiting on it fails
-    /// (or comes back unsent) instead of waiting for the first-byte timeout.
-    conn: Option<Conn>,
+    io: Io,
+    buf: BytesMut,
+    out: Vec<u8>,
+    /// Where the fields of the answer head being read are (kept to reuse its room).
+    spans: Vec<(Span, Span)>,
     /// Its addresses, given to each answer as hyper-util's client does (the egress
     /// address of SPEC R14 is read from it).
     info: HttpInfo,
@@ -269,28 +277,146 @@ impl std::fmt::Debug for Lease {
 }
 
 impl Lease {
-    /// Polls the connection; false once it has ended (closed, failed), when it is
-    /// dropped.
-    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(conn) = self.conn.as_mut() else {
-            return false;
-        };
-        if conn.as_mut().poll(cx).is_pending() {
-            return true;
+    /// Writes the request: its head (the framing fields are the connection's: a
+    /// `Content-Length` of `body`), then `body`, and flushes it.
+    async fn write(&mut self, parts: &http::request::Parts, body: &Bytes) -> std::io::Result<()> {
+        let out = &mut self.out;
+        out.clear();
+        out.extend_from_slice(parts.method.as_str().as_bytes());
+        out.push(b' ');
+        let target = parts.uri.path_and_query().map_or("/", PathAndQuery::as_str);
+        out.extend_from_slice(target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        for (name, value) in &parts.headers {
+            if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
+                continue;
+            }
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
-        self.conn = None;
-        false
+        let bodiless = matches!(parts.method, Method::GET | Method::HEAD | Method::DELETE);
+        if !body.is_empty() || !bodiless {
+            out.extend_from_slice(b"content-length: ");
+            push_decimal(out, body.len() as u64);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        if body.len() < WRITE_DIRECT {
+            out.extend_from_slice(body);
+            self.io.write_all(&self.out).await?;
+        } else {
+            self.io.write_all(&self.out).await?;
+            self.io.write_all(body).await?;
+        }
+        // Over TLS the last records may still be in the session: send them.
+        self.io.flush().await
+    }
+
+    /// Reads the answer's head (after any 1xx): its parts, how its body is delimited,
+    /// and whether the connection may be used again after it. `to_head`: the request
+    /// was a `HEAD`.
+    async fn read_head(
+        &mut self,
+        to_head: bool,
+    ) -> Result<(http::response::Parts, AnswerFraming, bool), String> {
+        loop {
+            if !self.buf.is_empty() {
+                if let Some(answer) = self.take_head(to_head)? {
+                    return Ok(answer);
+                }
+            }
+            self.room();
+            match self.io.read_buf(&mut self.buf).await {
+                Ok(0) => return Err("the upstream closed the connection before answering".into()),
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    /// The answer head at the start of the buffer, if it is all there; 1xx heads are
+    /// skipped.
+    fn take_head(
+        &mut self,
+        to_head: bool,
+    ) -> Result<Option<(http::response::Parts, AnswerFraming, bool)>, String> {
+        loop {
+            let mut storage = http1::header_storage();
+            let base = self.buf.as_ptr() as usize;
+            let at = |part: &[u8]| Span::of(part, base);
+            let (len, status, version, framing, keep_alive, interim) = {
+                let head = http1::parse_response(&self.buf, &mut storage, MAX_ANSWER_HEAD, to_head)
+                    .map_err(|e| format!("the upstream's answer head is refused: {e}"))?;
+                let Some(head) = head else {
+                    return Ok(None);
+                };
+                self.spans.clear();
+                self.spans.extend(
+                    head.headers
+                        .iter()
+                        .map(|field| (at(field.name.as_bytes()), at(field.value))),
+                );
+                (
+                    head.len,
+                    head.status,
+                    head.version,
+                    head.framing,
+                    head.keep_alive,
+                    head.is_interim(),
+                )
+            };
+            let read = self.buf.split_to(len).freeze();
+            if interim {
+                if status == 101 {
+                    return Err("the upstream switched protocols unasked".into());
+                }
+                continue;
+            }
+            let mut head = Response::new(()).into_parts().0;
+            head.status = StatusCode::from_u16(status)
+                .map_err(|_| format!("the upstream answered with status {status}"))?;
+            head.version = match version {
+                http1::Version::Http11 => http::Version::HTTP_11,
+                http1::Version::Http10 => http::Version::HTTP_10,
+            };
+            head.headers = heads::header_map(&read, &self.spans)
+                .ok_or("the upstream's answer head has a field http does not take")?;
+            return Ok(Some((head, framing, keep_alive)));
+        }
+    }
+
+    /// Makes sure the read buffer has room for a read.
+    fn room(&mut self) {
+        if self.buf.capacity() - self.buf.len() < MIN_ROOM {
+            self.buf.reserve(READ_ROOM);
+        }
+    }
+
+    /// Whether an idle connection is still open: a read would wait. One the upstream
+    /// closed reads its end; one that sent something unasked cannot be trusted.
+    fn is_open(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut probe = [0u8; 1];
+        let mut probe = ReadBuf::new(&mut probe);
+        Pin::new(&mut self.io)
+            .poll_read(cx, &mut probe)
+            .is_pending()
     }
 }
 
 thread_local! {
     /// This thread's idle HTTP/1.1 connections, newest last.
-    static IDLE: RefCell<HashMap<Key, Vec<Lease>>> = RefCell::new(HashMap::new());
+    #[expect(
+        clippy::vec_box,
+        reason = "a connection moves between the pool and its answer's body as a pointer, not 1 kB"
+    )]
+    static IDLE: RefCell<HashMap<Key, Vec<Box<Lease>>>> = RefCell::new(HashMap::new());
 }
 
 /// The newest idle connection to `key` still open and ready for a request, if any;
 /// connections idle longer than [`IDLE_FOR`] are closed on the way.
-async fn take_idle(key: &Key) -> Option<Lease> {
+async fn take_idle(key: &Key) -> Option<Box<Lease>> {
     loop {
         let now = tokio::time::Instant::now();
         let mut lease = IDLE.with(|idle| {
@@ -306,21 +432,14 @@ async fn take_idle(key: &Key) -> Option<Lease> {
             }
             lease
         })?;
-        let ready = poll_fn(|cx| {
-            if !lease.drive(cx) {
-                return Poll::Ready(false);
-            }
-            lease.sender.poll_ready(cx).map(|r| r.is_ok())
-        })
-        .await;
-        if ready {
+        if poll_fn(|cx| Poll::Ready(lease.is_open(cx))).await {
             return Some(lease);
         }
     }
 }
 
 /// Puts a connection whose answer ended back among this thread's idle ones.
-fn put_back(key: Key, mut lease: Lease) {
+fn put_back(key: Key, mut lease: Box<Lease>) {
     lease.idle_since = tokio::time::Instant::now();
     IDLE.with(|idle| {
         let mut idle = idle.borrow_mut();
@@ -335,7 +454,7 @@ fn put_back(key: Key, mut lease: Lease) {
 }
 
 /// Opens an HTTP/1.1 connection to `key` within the connect timeout.
-async fn connect(connect_timeout_ms: u64, key: &Key) -> Result<Lease, SendError> {
+async fn connect(connect_timeout_ms: u64, key: &Key) -> Result<Box<Lease>, SendError> {
     let connector = with_local(connect_timeout_ms, |local| local.http1.clone())?;
     let uri = Uri::builder()
         .scheme(key.scheme.clone())
@@ -356,15 +475,14 @@ async fn connect(connect_timeout_ms: u64, key: &Key) -> Result<Lease, SendError>
     let info = extras
         .remove::<HttpInfo>()
         .ok_or_else(|| SendError::Connect("the connection has no addresses".to_owned()))?;
-    let (sender, conn) = h1::handshake(io)
-        .await
-        .map_err(|e| SendError::Connect(e.to_string()))?;
-    Ok(Lease {
-        sender,
-        conn: Some(Box::pin(conn)),
+    Ok(Box::new(Lease {
+        io: TokioIo::new(io),
+        buf: BytesMut::new(),
+        out: Vec::new(),
+        spans: Vec::new(),
         info,
         idle_since: tokio::time::Instant::now(),
-    })
+    }))
 }
 
 /// An upstream answer's body.
@@ -378,14 +496,14 @@ pub enum UpstreamBody {
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
-            Self::Pooled(body) => Pin::new(body).poll_frame(cx),
+            Self::Pooled(body) => Pin::new(body).poll_frame(cx).map_err(BoxError::from),
             Self::Driven(body) => body.poll_frame(cx),
         }
     }
@@ -393,51 +511,147 @@ impl Body for UpstreamBody {
     fn is_end_stream(&self) -> bool {
         match self {
             Self::Pooled(body) => body.is_end_stream(),
-            Self::Driven(body) => body.body.is_end_stream(),
+            Self::Driven(body) => matches!(body.decoder, Decoder::Done),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             Self::Pooled(body) => body.size_hint(),
-            Self::Driven(body) => body.body.size_hint(),
+            Self::Driven(body) => match body.decoder {
+                Decoder::Length(left) => SizeHint::with_exact(left),
+                Decoder::Done => SizeHint::with_exact(0),
+                Decoder::Chunked(_) | Decoder::UntilClose => SizeHint::new(),
+            },
         }
     }
 }
 
-/// The body of an answer on an HTTP/1.1 connection: polls the connection before the
-/// body it feeds, and puts the connection back at the body's end. Dropped before the
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why an answer's body could not be read to its end.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    #[error("the upstream closed the connection before the answer's end")]
+    Incomplete,
+    #[error("the answer's chunked framing is broken: {0}")]
+    Chunked(http1::ChunkError),
+    #[error("reading the answer failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Where an answer's body is.
+#[derive(Debug)]
+enum Decoder {
+    /// Bytes left.
+    Length(u64),
+    Chunked(Chunked),
+    UntilClose,
+    Done,
+}
+
+/// The body of an answer on an HTTP/1.1 connection: read off the connection as it is
+/// polled, which goes back among the idle ones at the body's end. Dropped before the
 /// end, it closes the connection (the rest of the answer would have to be read first).
 #[derive(Debug)]
 pub struct Driven {
-    body: Incoming,
-    lease: Option<(Key, Lease)>,
+    lease: Option<(Key, Box<Lease>)>,
+    decoder: Decoder,
+    keep_alive: bool,
 }
 
 impl Driven {
-    fn poll_frame(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        if let Some((_, lease)) = self.lease.as_mut() {
-            if !lease.drive(cx) {
-                self.lease = None;
-            }
-        }
-        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
-        let ended = match &frame {
-            None => true,
-            Some(Ok(_)) => self.body.is_end_stream(),
-            Some(Err(_)) => {
-                self.lease = None;
-                false
-            }
+    fn new(key: Key, lease: Box<Lease>, framing: AnswerFraming, keep_alive: bool) -> Self {
+        let decoder = match framing {
+            AnswerFraming::None | AnswerFraming::Length(0) => Decoder::Done,
+            AnswerFraming::Length(n) => Decoder::Length(n),
+            AnswerFraming::Chunked => Decoder::Chunked(Chunked::new(MAX_CHUNK)),
+            AnswerFraming::UntilClose => Decoder::UntilClose,
         };
-        if ended {
-            if let Some((key, lease)) = self.lease.take() {
+        let mut body = Self {
+            lease: Some((key, lease)),
+            decoder,
+            keep_alive,
+        };
+        if matches!(body.decoder, Decoder::Done) {
+            body.finish();
+        }
+        body
+    }
+
+    /// The answer ended: its connection goes back when it may carry another request
+    /// and nothing past the answer was read from it.
+    fn finish(&mut self) {
+        self.decoder = Decoder::Done;
+        if let Some((key, lease)) = self.lease.take() {
+            if self.keep_alive && lease.buf.is_empty() {
                 put_back(key, lease);
             }
         }
-        Poll::Ready(frame)
+    }
+
+    fn fail(&mut self, error: BodyError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.lease = None;
+        self.decoder = Decoder::Done;
+        Poll::Ready(Some(Err(Box::new(error))))
+    }
+
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        loop {
+            let Some((_, lease)) = self.lease.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let buf = &mut lease.buf;
+            let data = match &mut self.decoder {
+                Decoder::Done => {
+                    self.finish();
+                    return Poll::Ready(None);
+                }
+                _ if buf.is_empty() => None,
+                Decoder::Length(left) => {
+                    let take = usize::try_from(*left).map_or(buf.len(), |l| l.min(buf.len()));
+                    *left -= take as u64;
+                    let done = *left == 0;
+                    let data = buf.split_to(take).freeze();
+                    if done {
+                        self.finish();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Decoder::Chunked(chunked) => match chunked.step(buf) {
+                    Ok(step) => {
+                        let used = buf.split_to(step.used).freeze();
+                        let done = chunked.is_done();
+                        let data = step.data.map(|range| used.slice(range));
+                        if done {
+                            self.finish();
+                        }
+                        data
+                    }
+                    Err(e) => return self.fail(BodyError::Chunked(e)),
+                },
+                Decoder::UntilClose => Some(buf.split().freeze()),
+            };
+            if let Some(data) = data {
+                return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            let Some((_, lease)) = self.lease.as_mut() else {
+                continue;
+            };
+            if !lease.buf.is_empty() {
+                continue;
+            }
+            lease.room();
+            match ready!(std::pin::pin!(lease.io.read_buf(&mut lease.buf)).poll(cx)) {
+                Ok(0) if matches!(self.decoder, Decoder::UntilClose) => {
+                    self.keep_alive = false;
+                    self.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(0) => return self.fail(BodyError::Incomplete),
+                Ok(_) => {}
+                Err(e) => return self.fail(BodyError::Io(e)),
+            }
+        }
     }
 }

@@ -12,6 +12,7 @@ pub mod config;
 pub mod edge;
 pub mod error;
 pub mod frontends;
+mod heads;
 pub mod keys;
 pub mod oauth;
 pub mod persist;

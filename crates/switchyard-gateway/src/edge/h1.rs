@@ -35,13 +35,14 @@
 
 use super::{wire, Answer, App, InFlight, Limits, Shared, TimedBody};
 use crate::clock::{Clock, SystemClock};
+use crate::heads::{self, Span};
 use crate::sync::lock;
 use crate::telemetry::metrics::EdgeMetrics;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http::{Method, Request, StatusCode, Uri};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -247,7 +248,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         let mut storage = http1::header_storage();
         let base = self.buf.as_ptr() as usize;
         let at = |part: &[u8]| Span::of(part, base);
-        let (len, fields, target, method, framing, keep_alive, expect_continue, http11) = {
+        let (len, target, method, framing, keep_alive, expect_continue, http11) = {
             let Some(head) = http1::parse_request(&self.buf, &mut storage, MAX_HEAD)? else {
                 if self.searched > 0 {
                     // Its end arrived, yet httparse wants more: not a head.
@@ -266,7 +267,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 Method::from_bytes(head.method.as_bytes()).map_err(|_| HeadError::Malformed)?;
             (
                 head.len,
-                head.headers.len(),
                 at(head.target.as_bytes()),
                 method,
                 head.framing,
@@ -280,14 +280,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         let read = self.buf.split_to(len).freeze();
         let uri =
             Uri::from_maybe_shared(read.slice(target.range())).map_err(|_| HeadError::Target)?;
-        let mut headers = HeaderMap::with_capacity(fields);
-        for &(name, value) in &self.spans {
-            let name =
-                HeaderName::from_bytes(&read[name.range()]).map_err(|_| HeadError::Malformed)?;
-            let value = HeaderValue::from_maybe_shared(read.slice(value.range()))
-                .map_err(|_| HeadError::Malformed)?;
-            headers.append(name, value);
-        }
+        let headers = heads::header_map(&read, &self.spans).ok_or(HeadError::Malformed)?;
         let (body, exchange) = self.body(framing, expect_continue);
         let mut request = Request::new(body);
         *request.method_mut() = method;
@@ -853,33 +846,6 @@ impl HttpBody for InboundBody {
         lock(&self.0)
             .left
             .map_or_else(SizeHint::new, SizeHint::with_exact)
-    }
-}
-
-/// Where a part of a request head (a field's name or value, the target) is in the
-/// bytes read.
-#[derive(Debug, Clone, Copy, Default)]
-struct Span {
-    start: usize,
-    end: usize,
-}
-
-impl Span {
-    /// `part`, a slice of the buffer starting at address `base`. An empty part may not
-    /// point into the buffer: it is the empty span.
-    fn of(part: &[u8], base: usize) -> Self {
-        if part.is_empty() {
-            return Self::default();
-        }
-        let start = (part.as_ptr() as usize).wrapping_sub(base);
-        Self {
-            start,
-            end: start + part.len(),
-        }
-    }
-
-    fn range(self) -> std::ops::Range<usize> {
-        self.start..self.end
     }
 }
 

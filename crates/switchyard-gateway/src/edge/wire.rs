@@ -2,6 +2,7 @@
 //! field, encoded into the connection's output buffer. No I/O and no clock reads: the
 //! caller passes the second the `Date` is for.
 
+use crate::heads::push_decimal;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, StatusCode};
 use std::cell::RefCell;
@@ -80,7 +81,7 @@ pub(super) fn head(
     match framing {
         BodyFraming::Length(n) | BodyFraming::None { length: Some(n) } => {
             out.extend_from_slice(b"content-length: ");
-            decimal(out, n);
+            push_decimal(out, n);
             out.extend_from_slice(b"\r\n");
         }
         BodyFraming::Chunked => field(out, b"transfer-encoding", b"chunked"),
@@ -146,22 +147,6 @@ fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
-}
-
-fn decimal(out: &mut Vec<u8>, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut n = n;
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        // n % 10 < 10: the cast cannot truncate.
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 /// An IMF-fixdate is 29 bytes: `Sun, 06 Nov 1994 08:49:37 GMT`.
@@ -308,9 +293,5 @@ mod tests {
             text(&out),
             format!("0\r\n9\r\na\r\nff\r\n1000\r\n{:x}\r\n", usize::MAX)
         );
-        let mut out = Vec::new();
-        decimal(&mut out, u64::MAX);
-        decimal(&mut out, 0);
-        assert_eq!(text(&out), format!("{}0", u64::MAX));
     }
 }

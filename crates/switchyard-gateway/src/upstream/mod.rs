@@ -16,7 +16,7 @@ use crate::telemetry::metrics::ProviderMetrics;
 use axum::http::header::InvalidHeaderValue;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri};
 use bytes::Bytes;
-use http_body_util::Full;
+
 use secrecy::zeroize::Zeroizing;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::format::Format;
@@ -346,7 +346,7 @@ pub async fn send(
     } else {
         "application/json"
     };
-    let mut request = Request::new(Full::new(call.body));
+    let mut request = Request::new(call.body);
     *request.method_mut() = call.method;
     *request.uri_mut() = call.url.clone();
     let headers = request.headers_mut();
