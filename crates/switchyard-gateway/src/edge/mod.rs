@@ -1,29 +1,31 @@
 //! The edge (SPEC O5): serving one client connection under the timeouts that keep slow
 //! or silent clients from holding resources, and the deadline of every request body.
 //!
-//! Each connection keeps a [`ClientConn`] (switchyard-core) that says which deadline it
-//! is under — request head, keep-alive idle, or none while a request is in flight — fed
-//! by the socket's reads (`Tracked`), the requests the connection starts and the
-//! responses it finishes (`Finished`). A watchdog in the connection's task wakes at
-//! the deadline the state gives. hyper's own HTTP/1 header-read timeout is not used: in
-//! hyper 1.x it starts again when a kept-alive connection goes idle, so it cannot tell a
-//! connection waiting for its next request from one stuck in the middle of a head; and
-//! hyper's graceful shutdown waits for a first head that has begun to arrive. The
-//! watchdog handles both.
+//! HTTP/1.1 is served by the gateway's own connection ([`h1`], issue 29); a connection
+//! that opens with the HTTP/2 preface is handed, with the bytes already read, to
+//! hyper's HTTP/2 connection. Either way the connection keeps a [`ClientConn`]
+//! (switchyard-core) that says which deadline it is under — request head, keep-alive
+//! idle, or none while a request is in flight — fed by the socket's reads, the requests
+//! the connection starts and the responses it finishes. The HTTP/1 connection waits for
+//! its next head under that deadline itself; for HTTP/2 a watchdog in the connection's
+//! task wakes at it (`Tracked` and `Finished` feed the state), and hyper's own timeouts
+//! are not used.
 //!
-//! Every request body is wrapped in a `TimedBody`, so every route is covered: the
-//! whole body must arrive within `server.body_read_timeout_ms` of the request head — a
-//! deadline, not a gap between frames, because a gap lets a client drip one byte per
-//! gap and hold the request forever. A late body fails with [`BodyCut::Timeout`]
-//! (408 `request_body_timeout`), and an HTTP/1 connection it came on is closed after the
-//! answer (the rest of that body would otherwise have to be read first). When the
-//! gateway shuts down, a body still arriving fails at once with [`BodyCut::Shutdown`]
-//! (503 `gateway_shutdown`), so half-sent bodies do not hold the exit for the grace
-//! period, while requests whose bodies are in keep being served.
+//! Every request body that did not arrive whole with its head is wrapped in a
+//! `TimedBody`, so every route is covered: the whole body must arrive within
+//! `server.body_read_timeout_ms` of the request head — a deadline, not a gap between
+//! frames, because a gap lets a client drip one byte per gap and hold the request
+//! forever. A late body fails with [`BodyCut::Timeout`] (408 `request_body_timeout`),
+//! and an HTTP/1 connection it came on is closed after the answer (the rest of that
+//! body would otherwise have to be read first). When the gateway shuts down, a body
+//! still arriving fails at once with [`BodyCut::Shutdown`] (503 `gateway_shutdown`), so
+//! half-sent bodies do not hold the exit for the grace period, while requests whose
+//! bodies are in keep being served.
 //!
-//! The edge knows nothing of routes, keys or upstreams: it serves the router it is given
-//! and imports no handler, `state` or `pipeline`. The connection's state is locked only
-//! for an update, never across an `.await`.
+//! The edge knows nothing of routes, keys or upstreams: it serves the [`App`] it is
+//! given (the routes answered directly, then the router) and imports no handler,
+//! `state` or `pipeline`. The connection's state is locked only for an update, never
+//! across an `.await`.
 
 mod h1;
 mod wire;
