@@ -245,8 +245,11 @@ type Io = TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>;
 const MAX_ANSWER_HEAD: usize = 64 * 1024;
 
 /// Room a new read buffer has; a read is made with at least [`MIN_ROOM`] spare.
-const READ_ROOM: usize = 16 * 1024;
-const MIN_ROOM: usize = 4 * 1024;
+const READ_ROOM: usize = 8 * 1024;
+const MIN_ROOM: usize = 2 * 1024;
+
+/// Room for request heads an idle connection keeps.
+const KEEP_OUT: usize = 2 * 1024;
 
 /// A request body this large is written from its own buffer, not copied after its head.
 const WRITE_DIRECT: usize = 16 * 1024;
@@ -441,6 +444,9 @@ async fn take_idle(key: &Key) -> Option<Box<Lease>> {
 /// Puts a connection whose answer ended back among this thread's idle ones.
 fn put_back(key: Key, mut lease: Box<Lease>) {
     lease.idle_since = tokio::time::Instant::now();
+    // A large request's room is not kept while the connection waits.
+    lease.out.clear();
+    lease.out.shrink_to(KEEP_OUT);
     IDLE.with(|idle| {
         let mut idle = idle.borrow_mut();
         if idle.len() >= MAX_UPSTREAMS && !idle.contains_key(&key) {

@@ -53,7 +53,7 @@ use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 use switchyard_core::client_conn::{ClientConn, Expiry};
 use switchyard_core::http1::{self, ChunkError, Chunked, Framing, HeadError, Version};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tower::ServiceExt;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -74,6 +74,9 @@ const BODY_AHEAD: usize = 64 * 1024;
 
 /// Largest chunk of a chunked request body (bodies are bounded by the routes).
 const MAX_CHUNK: u64 = 1 << 32;
+
+/// Room the output buffer keeps between writes; a larger answer's is given back.
+const KEEP_OUT: usize = 1024;
 
 /// Output gathered past this is written before more is encoded.
 const FLUSH_AT: usize = 64 * 1024;
@@ -359,6 +362,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         if let Some(inbound) = exchange.inbound.clone() {
             self.decode(&mut exchange, &inbound);
         }
+        if exchange.inbound.is_none() && self.buf.is_empty() {
+            // Nothing of the next request yet: the buffer goes, so a long answer (a
+            // stream) does not hold it; the next head gets a new one.
+            self.buf = BytesMut::new();
+        }
         let mut call = self.answer(request);
         let answered = poll_fn(|cx| loop {
             if let Poll::Ready(answer) = call.as_mut().poll(cx) {
@@ -586,13 +594,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             // A pipelined request's bytes wait in the buffer; no more is read.
             return Poll::Pending;
         }
-        self.room(MIN_ROOM);
-        match ready!(pin!(self.io.read_buf(&mut self.buf)).poll(cx)) {
-            Ok(0) | Err(_) => {
+        // Read into a small buffer on the stack: a stream's connection holds no read
+        // buffer while it only watches for the client leaving.
+        let mut peek = [0u8; 1024];
+        let mut peek = ReadBuf::new(&mut peek);
+        match ready!(Pin::new(&mut self.io).poll_read(cx, &mut peek)) {
+            Ok(()) if peek.filled().is_empty() => {
                 self.read_closed = true;
                 Poll::Ready(Pumped::Gone)
             }
-            Ok(_) => Poll::Pending,
+            Err(_) => {
+                self.read_closed = true;
+                Poll::Ready(Pumped::Gone)
+            }
+            Ok(()) => {
+                self.buf.extend_from_slice(peek.filled());
+                Poll::Pending
+            }
         }
     }
 
@@ -650,6 +668,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     async fn flush(&mut self) -> bool {
         let written = self.io.write_all(&self.out).await.is_ok();
         self.out.clear();
+        self.out.shrink_to(KEEP_OUT);
         written
     }
 
