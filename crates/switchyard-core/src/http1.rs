@@ -146,15 +146,9 @@ pub fn parse_request<'b, 'h>(
 ) -> Result<Option<RequestHead<'b, 'h>>, HeadError> {
     let window = &buf[..buf.len().min(max_head)];
     let mut request = httparse::Request::new(&mut []);
-    let len = match request.parse_with_uninit_headers(window, storage) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() >= max_head => {
-            return Err(HeadError::TooLarge(max_head))
-        }
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
-        Err(httparse::Error::Version) => return Err(HeadError::Version),
-        Err(_) => return Err(HeadError::Malformed),
+    let parsed = request.parse_with_uninit_headers(window, storage);
+    let Some(len) = head_len(parsed, buf.len(), max_head)? else {
+        return Ok(None);
     };
     let (Some(method), Some(target), Some(minor)) = (request.method, request.path, request.version)
     else {
@@ -197,6 +191,23 @@ pub fn parse_request<'b, 'h>(
         keep_alive,
         expect_continue: fields.continue_expected && has_body,
     }))
+}
+
+/// The length of a head httparse read from the first `max_head` of `buffered` bytes:
+/// `None` while it is incomplete and shorter than the limit.
+fn head_len(
+    parsed: httparse::Result<usize>,
+    buffered: usize,
+    max_head: usize,
+) -> Result<Option<usize>, HeadError> {
+    match parsed {
+        Ok(httparse::Status::Complete(len)) => Ok(Some(len)),
+        Ok(httparse::Status::Partial) if buffered >= max_head => Err(HeadError::TooLarge(max_head)),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooManyHeaders),
+        Err(httparse::Error::Version) => Err(HeadError::Version),
+        Err(_) => Err(HeadError::Malformed),
+    }
 }
 
 /// How an answer's body is delimited (RFC 9112 §6.3).
@@ -245,19 +256,13 @@ pub fn parse_response<'b, 'h>(
 ) -> Result<Option<ResponseHead<'b, 'h>>, HeadError> {
     let window = &buf[..buf.len().min(max_head)];
     let mut response = httparse::Response::new(&mut []);
-    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
         &mut response,
         window,
         storage,
-    ) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) if buf.len() >= max_head => {
-            return Err(HeadError::TooLarge(max_head))
-        }
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
-        Err(httparse::Error::Version) => return Err(HeadError::Version),
-        Err(_) => return Err(HeadError::Malformed),
+    );
+    let Some(len) = head_len(parsed, buf.len(), max_head)? else {
+        return Ok(None);
     };
     let (Some(status), Some(minor)) = (response.code, response.version) else {
         return Err(HeadError::Malformed);

@@ -180,19 +180,9 @@ pub fn http1(data: &[u8]) {
         return http1_answer(choice, raw);
     }
     let mut storage = http1::header_storage();
-    let head = match http1::parse_request(raw, &mut storage, HTTP1_MAX_HEAD) {
-        Ok(Some(head)) => head,
-        Ok(None) => {
-            assert!(
-                raw.len() < HTTP1_MAX_HEAD,
-                "an incomplete head past the limit"
-            );
-            return;
-        }
-        Err(e) => {
-            assert!(matches!(e.status(), 400 | 431 | 501 | 505), "{e:?}");
-            return;
-        }
+    let Some(head) = read_or_refused(raw, http1::parse_request(raw, &mut storage, HTTP1_MAX_HEAD))
+    else {
+        return;
     };
     assert!(
         head.len <= raw.len().min(HTTP1_MAX_HEAD),
@@ -219,35 +209,48 @@ pub fn http1(data: &[u8]) {
         head.path()
     );
     if head.framing == Framing::Chunked {
-        let body = &raw[head.len..];
-        let whole = dechunk(body, body.len().max(1));
-        let pieces = dechunk(body, usize::from(choice % 16) + 1);
-        assert_eq!(
-            whole,
-            pieces,
-            "read at once and in pieces of {}",
-            choice % 16 + 1
-        );
+        same_in_pieces(&raw[head.len..], choice);
     }
+}
+
+/// A head read whole, or `None` when it is incomplete (then short of the limit) or
+/// refused (then with one of the statuses a refusal is answered with).
+fn read_or_refused<T>(raw: &[u8], parsed: Result<Option<T>, http1::HeadError>) -> Option<T> {
+    match parsed {
+        Ok(Some(head)) => Some(head),
+        Ok(None) => {
+            assert!(
+                raw.len() < HTTP1_MAX_HEAD,
+                "an incomplete head past the limit"
+            );
+            None
+        }
+        Err(e) => {
+            assert!(matches!(e.status(), 400 | 431 | 501 | 505), "{e:?}");
+            None
+        }
+    }
+}
+
+/// A chunked `body` reads the same at once and in pieces of the size `choice` says.
+fn same_in_pieces(body: &[u8], choice: u8) {
+    let whole = dechunk(body, body.len().max(1));
+    let pieces = dechunk(body, usize::from(choice % 16) + 1);
+    assert_eq!(
+        whole,
+        pieces,
+        "read at once and in pieces of {}",
+        choice % 16 + 1
+    );
 }
 
 /// The answer half of [`http1`].
 fn http1_answer(choice: u8, raw: &[u8]) {
     let to_head = choice & 0x40 != 0;
     let mut storage = http1::header_storage();
-    let head = match http1::parse_response(raw, &mut storage, HTTP1_MAX_HEAD, to_head) {
-        Ok(Some(head)) => head,
-        Ok(None) => {
-            assert!(
-                raw.len() < HTTP1_MAX_HEAD,
-                "an incomplete head past the limit"
-            );
-            return;
-        }
-        Err(e) => {
-            assert!(matches!(e.status(), 400 | 431 | 501 | 505), "{e:?}");
-            return;
-        }
+    let parsed = http1::parse_response(raw, &mut storage, HTTP1_MAX_HEAD, to_head);
+    let Some(head) = read_or_refused(raw, parsed) else {
+        return;
     };
     assert!(
         head.len <= raw.len().min(HTTP1_MAX_HEAD),
@@ -275,15 +278,7 @@ fn http1_answer(choice: u8, raw: &[u8]) {
         }
     }
     if head.framing == AnswerFraming::Chunked {
-        let body = &raw[head.len..];
-        let whole = dechunk(body, body.len().max(1));
-        let pieces = dechunk(body, usize::from(choice % 16) + 1);
-        assert_eq!(
-            whole,
-            pieces,
-            "read at once and in pieces of {}",
-            choice % 16 + 1
-        );
+        same_in_pieces(&raw[head.len..], choice);
     }
 }
 

@@ -190,7 +190,11 @@ pub async fn serve<S>(
         Box::pin(async move { stopped(&mut h1_stop).await }),
     );
     if let h1::End::Http2 { io, read } = conn.run().await {
-        let io = Prefixed { read, io };
+        let io = Tracked {
+            read,
+            io,
+            shared: Arc::clone(&shared),
+        };
         serve_http2(io, peer, app.router, limits, metrics, stop, shared).await;
     }
 }
@@ -211,10 +215,7 @@ async fn serve_http2<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let io = TokioIo::new(Tracked {
-        io: stream,
-        shared: Arc::clone(&shared),
-    });
+    let io = TokioIo::new(stream);
     let service = ConnService {
         app,
         shared: Arc::clone(&shared),
@@ -278,60 +279,10 @@ fn recheck(limits: &client_conn::Limits, draining: bool) -> u64 {
     }
 }
 
-/// A connection with bytes already read from it, read again first.
-struct Prefixed<S> {
-    read: Bytes,
-    io: S,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        if this.read.is_empty() {
-            return Pin::new(&mut this.io).poll_read(cx, buf);
-        }
-        let n = this.read.len().min(buf.remaining());
-        buf.put_slice(&this.read.split_to(n));
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
-/// The client socket, reporting received bytes to the connection's state.
+/// The client socket as hyper reads it: the bytes already read from it (the HTTP/2
+/// preface) first, then the socket, reporting received bytes to the connection's state.
 struct Tracked<S> {
+    read: Bytes,
     io: S,
     shared: Arc<Shared>,
 }
@@ -343,6 +294,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
+        if !this.read.is_empty() {
+            let n = this.read.len().min(buf.remaining());
+            buf.put_slice(&this.read.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.io).poll_read(cx, buf);
         if buf.filled().len() > before {
