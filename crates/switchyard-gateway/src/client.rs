@@ -348,19 +348,13 @@ impl Lease {
         loop {
             let mut storage = http1::header_storage();
             let base = self.buf.as_ptr() as usize;
-            let at = |part: &[u8]| Span::of(part, base);
             let (len, status, version, framing, keep_alive, interim) = {
                 let head = http1::parse_response(&self.buf, &mut storage, MAX_ANSWER_HEAD, to_head)
                     .map_err(|e| format!("the upstream's answer head is refused: {e}"))?;
                 let Some(head) = head else {
                     return Ok(None);
                 };
-                self.spans.clear();
-                self.spans.extend(
-                    head.headers
-                        .iter()
-                        .map(|field| (at(field.name.as_bytes()), at(field.value))),
-                );
+                heads::record(&mut self.spans, head.headers, base);
                 (
                     head.len,
                     head.status,

@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use switchyard_core::http1;
 
 /// Where a part of a head (a field's name or value, a request's target) is in the bytes
 /// read.
@@ -31,6 +32,18 @@ impl Span {
     pub(crate) fn range(self) -> std::ops::Range<usize> {
         self.start..self.end
     }
+}
+
+/// Records into `spans` where each of `fields` (parsed from the buffer starting at
+/// address `base`) has its name and value.
+pub(crate) fn record(spans: &mut Vec<(Span, Span)>, fields: &[http1::Header<'_>], base: usize) {
+    spans.clear();
+    spans.extend(fields.iter().map(|field| {
+        (
+            Span::of(field.name.as_bytes(), base),
+            Span::of(field.value, base),
+        )
+    }));
 }
 
 /// The fields at `spans` of `read` (the head, as read): `None` when a name or value is

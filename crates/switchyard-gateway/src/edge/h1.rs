@@ -162,17 +162,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         let mut first = true;
         loop {
             let incoming = match self.next_head(first).await {
-                Next::Request(incoming) => incoming,
-                Next::Http2 => {
+                Ok(incoming) => incoming,
+                Err(Ending::Http2) => {
                     return End::Http2 {
                         io: self.io,
                         read: self.buf.freeze(),
                     }
                 }
-                Next::Close => break,
+                Err(Ending::Close) => break,
             };
             first = false;
-            if !self.exchange(*incoming).await {
+            if !self.exchange(incoming).await {
                 break;
             }
         }
@@ -180,25 +180,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 
     /// Reads until a whole request head is buffered, under the connection's deadlines.
-    async fn next_head(&mut self, first: bool) -> Next {
+    async fn next_head(&mut self, first: bool) -> Result<Incoming, Ending> {
         loop {
             if first && starts_like_h2(&self.buf) {
                 if self.buf.len() >= H2_PREFACE.len() {
-                    return Next::Http2;
+                    return Err(Ending::Http2);
                 }
             } else if !self.buf.is_empty() {
                 match self.take_head() {
-                    Ok(Some(incoming)) => return Next::Request(Box::new(incoming)),
+                    Ok(Some(incoming)) => return Ok(incoming),
                     Ok(None) => {}
                     Err(e) => {
                         tracing::debug!(error = %e, "Refused a request head.");
                         self.refuse(e).await;
-                        return Next::Close;
+                        return Err(Ending::Close);
                     }
                 }
             }
             if self.read_closed || self.stop_seen {
-                return Next::Close;
+                return Err(Ending::Close);
             }
             let now = self.shared.accepted.elapsed_ms();
             let deadline = lock(&self.shared.state).deadline(&self.limits.conn);
@@ -209,7 +209,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                         Expiry::KeepAliveIdle => self.metrics.idle_timeouts.inc(),
                         Expiry::Drained => 0,
                     };
-                    return Next::Close;
+                    return Err(Ending::Close);
                 }
                 Some(d) => d.at_ms,
                 None => now.saturating_add(self.limits.conn.header_read_ms),
@@ -224,12 +224,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             self.room(MIN_ROOM);
             tokio::select! {
                 read = self.io.read_buf(&mut self.buf) => match read {
-                    Ok(0) | Err(_) => return Next::Close,
+                    Ok(0) | Err(_) => return Err(Ending::Close),
                     Ok(_) => self.shared.update(ClientConn::bytes_received),
                 },
                 () = &mut self.stop, if !self.stop_seen => {
                     self.stop_seen = true;
-                    return Next::Close;
+                    return Err(Ending::Close);
                 }
                 () = self.timer.as_mut() => {}
             }
@@ -260,12 +260,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
                 self.searched = self.buf.len();
                 return Ok(None);
             };
-            self.spans.clear();
-            self.spans.extend(
-                head.headers
-                    .iter()
-                    .map(|field| (at(field.name.as_bytes()), at(field.value))),
-            );
+            heads::record(&mut self.spans, head.headers, base);
             let method =
                 Method::from_bytes(head.method.as_bytes()).map_err(|_| HeadError::Malformed)?;
             (
@@ -693,9 +688,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 }
 
-/// What the connection reads next.
-enum Next {
-    Request(Box<Incoming>),
+/// Why the connection reads no further request.
+enum Ending {
+    /// The client spoke HTTP/2 with prior knowledge.
     Http2,
     Close,
 }
