@@ -14,8 +14,9 @@ use crate::apikey::KeyHash;
 use crate::domain::{is_valid_id, AuthClass, ModelRef, UpstreamFormat};
 use crate::resilience::admission;
 use crate::routing::strategy::StrategyRef;
+use crate::FastMap;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A provider: a family of interchangeable upstream accounts (`openai`, `glm`, `codex`).
@@ -168,13 +169,13 @@ pub enum CatalogError {
 /// The validated, immutable configuration snapshot.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    providers: HashMap<String, Provider>,
+    providers: FastMap<String, Provider>,
     provider_order: Vec<String>,
     connections: Vec<Arc<Connection>>,
-    by_provider: HashMap<String, Vec<usize>>,
-    combos: HashMap<String, Combo>,
+    by_provider: FastMap<String, Vec<usize>>,
+    combos: FastMap<String, Combo>,
     combo_order: Vec<String>,
-    keys: HashMap<KeyHash, ApiKey>,
+    keys: FastMap<KeyHash, ApiKey>,
     aliases: Aliases,
 }
 

@@ -27,5 +27,10 @@ pub mod sse;
 pub mod stream;
 pub mod usage;
 
+/// A hash map looked up on the request path, by keys from the configuration or the
+/// gateway's own ids: foldhash, seeded per map, a fraction of std's SipHash per lookup.
+/// Maps that keep keys a client chooses stay on std's hasher.
+pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Milliseconds since the Unix epoch: the one time unit decisions use.
 pub type UnixMillis = u64;

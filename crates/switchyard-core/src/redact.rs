@@ -92,7 +92,7 @@ pub fn redact_truncated(text: &[u8], secrets: &Secrets) -> Vec<u8> {
 /// parsed: inside a JSON string a quote is escaped, so generated text that merely
 /// mentions an error never matches, and an ordinary delta costs one substring search.
 fn says_error(json: &[u8]) -> bool {
-    if !contains(json, b"failed\"") && !has_error_member(json) {
+    if FAILED_QUOTED.find(json).is_none() && !has_error_member(json) {
         return false;
     }
     // An array is read as the objects it holds.
@@ -159,17 +159,20 @@ impl<'de> serde::Deserialize<'de> for Top {
 /// Whether a quoted `"error"` occurs other than as `"error":null` (every Responses object
 /// carries that one: it is not parsed for it).
 fn has_error_member(json: &[u8]) -> bool {
-    const NEEDLE: &[u8] = b"\"error\"";
-    memchr::memmem::find_iter(json, NEEDLE).any(|at| {
-        let rest = json[at + NEEDLE.len()..].trim_ascii_start();
+    ERROR_MEMBER.find_iter(json).any(|at| {
+        let rest = json[at + ERROR_MEMBER.needle().len()..].trim_ascii_start();
         let value = rest.strip_prefix(b":").map(<[u8]>::trim_ascii_start);
         !value.is_some_and(|v| v.starts_with(b"null"))
     })
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    memchr::memmem::find(haystack, needle).is_some()
-}
+/// Searchers for the words an error is told by, built once: building one costs more than
+/// searching an answer with it.
+type Finder = std::sync::LazyLock<memchr::memmem::Finder<'static>>;
+static FAILED_QUOTED: Finder = Finder::new(|| memchr::memmem::Finder::new(b"failed\""));
+static ERROR_MEMBER: Finder = Finder::new(|| memchr::memmem::Finder::new(b"\"error\""));
+static ERROR: Finder = Finder::new(|| memchr::memmem::Finder::new(b"error"));
+static FAILED: Finder = Finder::new(|| memchr::memmem::Finder::new(b"failed"));
 
 /// Whether one raw event (its text without the blank line) is an error event in any of
 /// the upstream formats: an `event: error` or `event: response.failed` (Anthropic,
@@ -319,7 +322,7 @@ fn ends_an_event(chunk: &[u8]) -> bool {
 /// Whether a chunk could hold (part of) an error event, by the words every error event
 /// of the three formats carries; `false` means it certainly holds none.
 fn might_hold_error(chunk: &[u8]) -> bool {
-    contains(chunk, b"error") || contains(chunk, b"failed")
+    ERROR.find(chunk).is_some() || FAILED.find(chunk).is_some()
 }
 
 /// Scrubs a whole upstream stream read at once (a stream collected for a client that

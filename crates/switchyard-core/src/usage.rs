@@ -69,11 +69,18 @@ impl RawUsage {
 }
 
 /// Reads `: {usage object}` at the start of `rest`.
-fn usage_at(rest: &str) -> Option<Usage> {
-    let rest = rest.trim_start().strip_prefix(':')?;
-    let mut de = serde_json::Deserializer::from_str(rest);
+fn usage_at(rest: &[u8]) -> Option<Usage> {
+    let rest = rest.trim_ascii_start().strip_prefix(b":")?;
+    let mut de = serde_json::Deserializer::from_slice(rest);
     RawUsage::deserialize(&mut de).ok()?.into_usage()
 }
+
+/// The quoted member name searched for, last first.
+const USAGE_MEMBER: &[u8] = b"\"usage\"";
+
+/// Its searcher, built once (building one costs more than searching an answer).
+static LAST_USAGE: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(USAGE_MEMBER));
 
 impl Usage {
     pub fn total(self) -> u64 {
@@ -83,14 +90,13 @@ impl Usage {
     /// Reads the usage of a response or stream chunk (OpenAI `usage`, Anthropic `usage`
     /// or `message.usage`) from raw JSON; cheap when there is none.
     pub fn from_json_bytes(bytes: &[u8]) -> Option<Self> {
-        let text = std::str::from_utf8(bytes).ok()?;
-        let at = text.rfind("\"usage\"")?;
+        let at = LAST_USAGE.rfind(bytes)?;
         // Fast path: OpenAI and Anthropic put the top-level `usage` object last, so the
         // last `"usage":` is read on its own, without parsing the whole document.
-        if let Some(u) = usage_at(&text[at + "\"usage\"".len()..]) {
+        if let Some(u) = usage_at(&bytes[at + USAGE_MEMBER.len()..]) {
             return Some(u);
         }
-        let envelope: Envelope = serde_json::from_str(text).ok()?;
+        let envelope: Envelope = serde_json::from_slice(bytes).ok()?;
         envelope
             .usage
             .or_else(|| envelope.message?.usage)?

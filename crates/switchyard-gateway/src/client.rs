@@ -34,7 +34,7 @@ use crate::heads::{self, push_decimal, Span};
 use bytes::{Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{Method, Request, Response, StatusCode, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -43,13 +43,13 @@ use hyper_util::client::legacy::connect::{Connection, HttpConnector, HttpInfo};
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use switchyard_core::http1::{self, AnswerFraming, Chunked};
+use switchyard_core::FastMap;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tower::ServiceExt;
@@ -163,31 +163,94 @@ pub enum SendError {
     Client(#[from] ClientError),
 }
 
-/// Sends `request` (its URI absolute, its `Host` set) and waits for the answer's head:
-/// over HTTP/2 with prior knowledge with hyper-util's client when `h2c`, otherwise over
-/// an HTTP/1.1 connection of this thread's.
+/// An upstream URL as requests to it are sent: taken apart once, when the
+/// configuration is loaded, not on every request.
+#[derive(Clone)]
+pub struct Target {
+    uri: Uri,
+    key: Key,
+    /// The path and query, as an HTTP/1.1 request line carries them.
+    origin: PathAndQuery,
+}
+
+impl Target {
+    /// `uri`, which must be absolute (a scheme and a host).
+    pub fn new(uri: Uri) -> Result<Self, String> {
+        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+            return Err(format!("the upstream URL {uri} has no scheme or host"));
+        };
+        let key = Key {
+            scheme: scheme.clone(),
+            authority: authority.clone(),
+        };
+        let origin = uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        Ok(Self { uri, key, origin })
+    }
+
+    pub fn uri(&self) -> &Uri {
+        &self.uri
+    }
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.uri, f)
+    }
+}
+
+/// A request to send: the fields every request to its upstream carries (`fixed`, built
+/// once with the configuration: `Host`, the credential), then this request's own.
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    pub method: Method,
+    pub target: &'a Target,
+    pub fixed: &'a [(HeaderName, HeaderValue)],
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Outgoing<'_> {
+    /// As a request for hyper-util's client: its URI absolute, every field in its map.
+    fn into_request(self) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(self.body));
+        *request.method_mut() = self.method;
+        *request.uri_mut() = self.target.uri.clone();
+        let headers = request.headers_mut();
+        for (name, value) in self.fixed {
+            headers.insert(name.clone(), value.clone());
+        }
+        headers.extend(self.headers);
+        request
+    }
+}
+
+/// Sends `out` and waits for the answer's head: over HTTP/2 with prior knowledge with
+/// hyper-util's client when `h2c`, otherwise over an HTTP/1.1 connection of this
+/// thread's.
 pub async fn send(
     connect_timeout_ms: u64,
     h2c: bool,
-    request: Request<Bytes>,
+    out: Outgoing<'_>,
 ) -> Result<Response<UpstreamBody>, SendError> {
     if h2c {
-        return match self::request(connect_timeout_ms, true, request.map(Full::new))?.await {
+        return match self::request(connect_timeout_ms, true, out.into_request())?.await {
             Ok(response) => Ok(response.map(UpstreamBody::Pooled)),
             Err(e) if e.is_connect() => Err(SendError::Connect(e.to_string())),
             Err(e) => Err(SendError::Reset(e.to_string())),
         };
     }
-    let (key, request) = origin_form(request)?;
-    let (parts, body) = request.into_parts();
-    let to_head = parts.method == Method::HEAD;
+    let key = &out.target.key;
+    let to_head = out.method == Method::HEAD;
     let mut fresh = false;
     loop {
-        let (mut lease, reused) = match take_idle(&key).await {
+        let (mut lease, reused) = match take_idle(key).await {
             Some(lease) if !fresh => (lease, true),
-            _ => (connect(connect_timeout_ms, &key).await?, false),
+            _ => (connect(connect_timeout_ms, key).await?, false),
         };
-        if let Err(e) = lease.write(&parts, &body).await {
+        if let Err(e) = lease.write(&out).await {
             if reused {
                 // Not written whole, so not taken: a kept connection the upstream closed.
                 fresh = true;
@@ -198,28 +261,9 @@ pub async fn send(
         let (mut head, framing, keep_alive) =
             lease.read_head(to_head).await.map_err(SendError::Reset)?;
         head.extensions.insert(lease.info.clone());
-        let body = Driven::new(key, lease, framing, keep_alive);
+        let body = Driven::new(key.clone(), lease, framing, keep_alive);
         return Ok(Response::from_parts(head, UpstreamBody::Driven(body)));
     }
-}
-
-/// Where a request goes (its scheme and authority), and the request with its URI in
-/// origin-form, as an HTTP/1.1 request line carries it.
-fn origin_form(mut request: Request<Bytes>) -> Result<(Key, Request<Bytes>), SendError> {
-    let mut parts = std::mem::take(request.uri_mut()).into_parts();
-    let (Some(scheme), Some(authority)) = (parts.scheme.take(), parts.authority.take()) else {
-        return Err(SendError::Connect(
-            "the upstream URL has no scheme or host".to_owned(),
-        ));
-    };
-    parts.path_and_query = Some(
-        parts
-            .path_and_query
-            .take()
-            .unwrap_or_else(|| PathAndQuery::from_static("/")),
-    );
-    *request.uri_mut() = Uri::from_parts(parts).map_err(|e| SendError::Connect(e.to_string()))?;
-    Ok((Key { scheme, authority }, request))
 }
 
 /// How long an idle HTTP/1.1 connection is kept (see [`POOL_IDLE_TIMEOUT`]).
@@ -281,16 +325,16 @@ impl std::fmt::Debug for Lease {
 
 impl Lease {
     /// Writes the request: its head (the framing fields are the connection's: a
-    /// `Content-Length` of `body`), then `body`, and flushes it.
-    async fn write(&mut self, parts: &http::request::Parts, body: &Bytes) -> std::io::Result<()> {
+    /// `Content-Length` of its body), then its body, and flushes it.
+    async fn write(&mut self, request: &Outgoing<'_>) -> std::io::Result<()> {
         let out = &mut self.out;
         out.clear();
-        out.extend_from_slice(parts.method.as_str().as_bytes());
+        out.extend_from_slice(request.method.as_str().as_bytes());
         out.push(b' ');
-        let target = parts.uri.path_and_query().map_or("/", PathAndQuery::as_str);
-        out.extend_from_slice(target.as_bytes());
+        out.extend_from_slice(request.target.origin.as_str().as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\n");
-        for (name, value) in &parts.headers {
+        let fields = request.fixed.iter().map(|(n, v)| (n, v));
+        for (name, value) in fields.chain(&request.headers) {
             if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
                 continue;
             }
@@ -299,7 +343,8 @@ impl Lease {
             out.extend_from_slice(value.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        let bodiless = matches!(parts.method, Method::GET | Method::HEAD | Method::DELETE);
+        let body = &request.body;
+        let bodiless = matches!(request.method, Method::GET | Method::HEAD | Method::DELETE);
         if !body.is_empty() || !bodiless {
             out.extend_from_slice(b"content-length: ");
             push_decimal(out, body.len() as u64);
@@ -408,7 +453,7 @@ thread_local! {
         clippy::vec_box,
         reason = "a connection moves between the pool and its answer's body as a pointer, not 1 kB"
     )]
-    static IDLE: RefCell<HashMap<Key, Vec<Box<Lease>>>> = RefCell::new(HashMap::new());
+    static IDLE: RefCell<FastMap<Key, Vec<Box<Lease>>>> = RefCell::new(FastMap::default());
 }
 
 /// The newest idle connection to `key` still open and ready for a request, if any;

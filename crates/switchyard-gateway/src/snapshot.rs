@@ -7,10 +7,11 @@
 //! API builds a catalog from the rows as they would be after the change, and writes only
 //! if that succeeds.
 
+use crate::client::Target;
 use crate::telemetry::metrics::Metrics;
 use crate::upstream::{self, Upstream};
 use arc_swap::ArcSwap;
-use axum::http::{HeaderValue, Uri};
+use axum::http::Uri;
 use secrecy::ExposeSecret;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use switchyard_core::resilience::rules::Rules;
 use switchyard_core::routing;
 use switchyard_core::routing::strategy::{self, StrategyRef};
 use switchyard_core::settings::{self, Layers, Resolved, Settings};
+use switchyard_core::FastMap;
 use switchyard_model::ConfigRows;
 
 /// The configuration in force: the snapshot the request path reads (swapped atomically
@@ -149,11 +151,11 @@ pub struct Snapshot {
 /// A value per provider and upstream model, looked up without building a key: the
 /// request path asks for prices, windows and limits of each candidate.
 #[derive(Debug, Clone)]
-pub struct ByModel<T>(HashMap<String, HashMap<String, T>>);
+pub struct ByModel<T>(FastMap<String, FastMap<String, T>>);
 
 impl<T: Copy> ByModel<T> {
     fn new() -> Self {
-        Self(HashMap::new())
+        Self(FastMap::default())
     }
 
     fn insert(&mut self, provider: &str, model: &str, value: T) {
@@ -403,11 +405,15 @@ impl Snapshot {
                     .account_headers(conn.auth_class, data)
                     .map_err(|_| SnapshotError::AccountData(conn.id.clone()))?,
             );
+            let bad_url = |url: &str| SnapshotError::Url {
+                connection: conn.id.clone(),
+                url: url.to_owned(),
+            };
             let parse = |url: String| {
-                Uri::try_from(url.as_str()).map_err(|_| SnapshotError::Url {
-                    connection: conn.id.clone(),
-                    url,
-                })
+                Uri::try_from(url.as_str())
+                    .ok()
+                    .and_then(|uri| Target::new(uri).ok())
+                    .ok_or_else(|| bad_url(&url))
             };
             let url = adapter.endpoint(&conn.base_url);
             let parsed = parse(url.clone())?;
@@ -415,13 +421,7 @@ impl Snapshot {
                 .count_tokens_endpoint(&conn.base_url)
                 .map(parse)
                 .transpose()?;
-            let host = parsed
-                .authority()
-                .and_then(|a| HeaderValue::try_from(a.as_str()).ok())
-                .ok_or_else(|| SnapshotError::Url {
-                    connection: conn.id.clone(),
-                    url: url.clone(),
-                })?;
+            let fields = Upstream::fields(parsed.uri(), &auth).ok_or_else(|| bad_url(&url))?;
             let wall = match (
                 conn.format,
                 row.and_then(|(c, _)| c.provider_specific_data.as_ref()),
@@ -457,7 +457,6 @@ impl Snapshot {
                 }),
                 codex_backend: adapter.format() == Format::Responses
                     && crate::upstream::is_codex_backend(&url),
-                host,
                 h2c,
                 secrets: match &grant {
                     Some(g) => {
@@ -465,7 +464,7 @@ impl Snapshot {
                     }
                     None => upstream::secrets(&[stored], &auth),
                 },
-                auth,
+                fields,
                 metrics: metrics.for_provider(&conn.provider),
                 stream: stream_overrides
                     .get(conn.provider.as_str())

@@ -222,7 +222,7 @@ impl AppState {
             };
             if previous
                 .upstream_of(&conn.id)
-                .is_none_or(|before| before.auth != now.auth)
+                .is_none_or(|before| before.fields != now.fields)
             {
                 self.runtime.resilience.tokens_renewed(&conn.id);
             }

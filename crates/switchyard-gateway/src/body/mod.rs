@@ -17,6 +17,8 @@
 //!    frames, reports the upstream's failures to resilience, and finishes the request
 //!    exactly once.
 //!
+//! A whole (not streamed) body is read with [`whole::read`].
+//!
 //! The two rewriting layers share their body in [`rewrite::RewriteBody`]. Each wrapper
 //! does one thing and is tested on its own; none buffers beyond the event in hand (the
 //! judge holds what precedes the first output, bounded), and dropping the stack drops
@@ -28,3 +30,4 @@ pub mod rewrite;
 pub mod scrub;
 pub mod translate;
 pub mod watch;
+pub mod whole;

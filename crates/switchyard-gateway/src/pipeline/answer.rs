@@ -12,13 +12,14 @@ use crate::body::metered::MeteredBody;
 use crate::body::scrub::ScrubBody;
 use crate::body::translate::TranslateBody;
 use crate::body::watch::{self, Judged, Watched};
+use crate::body::whole;
 use crate::client::UpstreamBody;
 use crate::upstream::{self, Upstream};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use std::time::Duration;
 use switchyard_core::format::{translate, Format};
 use switchyard_core::outcome::{is_retryable_status, AttemptFailure};
@@ -226,11 +227,11 @@ async fn whole(
 ) -> Result<Response, Failed> {
     let (target, client) = (expect.upstream, expect.client);
     let upstream_format = target.adapter.format();
-    let limited = Limited::new(body, MAX_UPSTREAM_BODY_BYTES);
-    let bytes = match tokio::time::timeout_at(expect.deadline, limited.collect()).await {
+    let read = whole::read(body, MAX_UPSTREAM_BODY_BYTES);
+    let bytes = match tokio::time::timeout_at(expect.deadline, read).await {
         Err(_) => return Err(AttemptFailure::FirstByteTimeout.into()),
         Ok(Err(_)) => return Err(AttemptFailure::Reset.into()),
-        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Ok(bytes)) => bytes,
     };
     let Some(bytes) = target.whole_answer(bytes) else {
         return Err(AttemptFailure::InvalidResponse.into());

@@ -35,6 +35,7 @@ mod quota;
 mod shapes;
 mod wall;
 
+use crate::body::whole::{self, WholeError};
 use crate::clock::RequestClock;
 use crate::error::{render, ApiError};
 use crate::state::AppState;
@@ -45,7 +46,6 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use bytes::Bytes;
 use finish::Finisher;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::dispatch::{Dispatch, End, Report, Slot, Step};
@@ -110,6 +110,9 @@ fn check_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(value) = headers.get(header::CONTENT_TYPE) else {
         return Ok(());
     };
+    if value.as_bytes() == b"application/json" {
+        return Ok(());
+    }
     let text = value.to_str().unwrap_or_default();
     let essence = text.split(';').next().unwrap_or_default().trim();
     let json = essence.eq_ignore_ascii_case("application/json")
@@ -125,10 +128,10 @@ fn check_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
 
 async fn read_body(body: Body, limit: u64) -> Result<Bytes, ApiError> {
     let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
-    match Limited::new(body, limit_usize).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<LengthLimitError>() => Err(ApiError::BodyTooLarge { limit }),
-        Err(e) => Err(match crate::edge::BodyCut::find(&*e) {
+    match whole::read(body, limit_usize).await {
+        Ok(bytes) => Ok(bytes),
+        Err(WholeError::TooLarge) => Err(ApiError::BodyTooLarge { limit }),
+        Err(WholeError::Body(e)) => Err(match crate::edge::BodyCut::find(&e) {
             Some(cut) => cut.into(),
             None => ApiError::bad_request(
                 "invalid_body",

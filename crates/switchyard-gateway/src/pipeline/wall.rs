@@ -160,7 +160,7 @@ async fn account_call(
     timeout: u64,
     target: &Upstream,
     method: Method,
-    url: &axum::http::Uri,
+    url: &crate::client::Target,
     body: Bytes,
     deadline: Instant,
 ) -> Option<serde_json::Value> {

@@ -4,7 +4,8 @@
 //! busy the gateway is. Seeded from the stored log at start, so a restart keeps the
 //! hour's history.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use switchyard_core::FastMap;
 use switchyard_model::{LogRow, SeriesRow};
 
 /// A minute in milliseconds.
@@ -31,7 +32,7 @@ struct Counts {
 /// The counters, by minute (its number since the epoch) and combination.
 #[derive(Debug, Default)]
 pub struct MinuteSeries {
-    minutes: BTreeMap<u64, HashMap<Labels, Counts>>,
+    minutes: BTreeMap<u64, FastMap<Labels, Counts>>,
     dropped: u64,
 }
 

@@ -11,10 +11,10 @@ mod responses;
 
 pub(crate) use responses::is_codex_backend;
 
-use crate::client::{self, SendError, UpstreamBody};
+use crate::client::{self, Outgoing, SendError, Target, UpstreamBody};
 use crate::telemetry::metrics::ProviderMetrics;
 use axum::http::header::InvalidHeaderValue;
-use axum::http::{header, HeaderMap, HeaderValue, Method, Request, Response, Uri};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Response, Uri};
 use bytes::Bytes;
 
 use secrecy::zeroize::Zeroizing;
@@ -106,9 +106,9 @@ pub struct Upstream {
     /// The format adapter, chosen by the connection's format.
     pub adapter: &'static dyn Adapter,
     /// The full endpoint URL, parsed once here rather than on every request.
-    pub url: Uri,
+    pub url: Target,
     /// The token-counting URL, when the format has one.
-    pub count_url: Option<Uri>,
+    pub count_url: Option<Target>,
     /// The account authenticates with an OAuth subscription token.
     pub oauth: bool,
     /// The token's expiry and refreshes, when the credential is an OAuth grant that the
@@ -118,14 +118,13 @@ pub struct Upstream {
     pub codex_backend: bool,
     /// The Claude usage-wall settings, for a connection that opted in (SPEC R17).
     pub wall: Option<WallConfig>,
-    /// The `Host` header for it, also built once (the client would format it per request).
-    pub host: HeaderValue,
     /// Speak cleartext HTTP/2 with prior knowledge (see `snapshot::H2C_FLAG`).
     pub h2c: bool,
-    /// Authentication headers, built once here from the decrypted credential and the
-    /// account's data (never per request); the secret ones are marked sensitive so they
-    /// are never logged; left out of `Debug`.
-    pub auth: Vec<(&'static str, HeaderValue)>,
+    /// The fields every request to it carries, built once ([`Upstream::fields`]), never
+    /// per request: `Host`, `Content-Type`, `User-Agent` and the authentication headers
+    /// from the decrypted credential and the account's data, the secret ones marked
+    /// sensitive so they are never logged; left out of `Debug`.
+    pub fields: Vec<(HeaderName, HeaderValue)>,
     /// What upstream text relayed back must not show: the credential, and the values of
     /// the sensitive authentication headers (a bearer token without its scheme).
     pub secrets: Secrets,
@@ -195,6 +194,28 @@ impl EgressMemo {
 }
 
 impl Upstream {
+    /// The fields every request to `url` carries: `Host`, `Content-Type`, `User-Agent`,
+    /// then `auth` (the authentication headers); `None` when the URL has no host.
+    pub fn fields(
+        url: &Uri,
+        auth: &[(&'static str, HeaderValue)],
+    ) -> Option<Vec<(HeaderName, HeaderValue)>> {
+        let host = HeaderValue::try_from(url.authority()?.as_str()).ok()?;
+        let mut fields = vec![
+            (header::HOST, host),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::USER_AGENT, HeaderValue::from_static(USER_AGENT)),
+        ];
+        fields.extend(
+            auth.iter()
+                .map(|(name, value)| (HeaderName::from_static(name), value.clone())),
+        );
+        Some(fields)
+    }
+
     /// The request body as this endpoint takes it: a Codex subscription backend refuses
     /// some members and streams every answer.
     pub fn request_body(&self, body: Vec<u8>, stream: bool) -> Vec<u8> {
@@ -209,7 +230,7 @@ impl Upstream {
     /// thinking models start slower (the first-output budget adapts to it).
     pub fn is_third_party_claude(&self) -> bool {
         self.adapter.format() == Format::AnthropicMessages
-            && self.url.host() != Some("api.anthropic.com")
+            && self.url.uri().host() != Some("api.anthropic.com")
     }
 
     /// A whole (non-streamed) answer as the client asked for it, or `None` when the
@@ -242,10 +263,10 @@ pub struct WallConfig {
     /// the connection id.
     pub account: u64,
     /// `GET` the account's usage at the wall.
-    pub usage_url: Uri,
+    pub usage_url: Target,
     /// `POST` the session-limit reset; `None` without an organization id (the reset is
     /// then off).
-    pub reset_url: Option<Uri>,
+    pub reset_url: Option<Target>,
 }
 
 impl WallConfig {
@@ -263,7 +284,11 @@ impl WallConfig {
         let base = base_url.trim_end_matches('/');
         let base = base.strip_suffix("/v1").unwrap_or(base);
         let parse = |path: String| {
-            Uri::try_from(format!("{base}{path}")).map_err(|_| format!("{base}{path}"))
+            let url = format!("{base}{path}");
+            Uri::try_from(url.as_str())
+                .ok()
+                .and_then(|uri| Target::new(uri).ok())
+                .ok_or(url)
         };
         let usage_url = parse(usage_wall::USAGE_CHECK_PATH.to_owned())?;
         let org = data
@@ -325,7 +350,7 @@ pub fn adapter(format: Format) -> &'static dyn Adapter {
 #[derive(Debug)]
 pub struct Call<'a> {
     pub method: Method,
-    pub url: &'a Uri,
+    pub url: &'a Target,
     pub body: Bytes,
     pub stream: bool,
     pub protocol: &'a ProtocolHeaders,
@@ -346,27 +371,22 @@ pub async fn send(
     } else {
         "application/json"
     };
-    let mut request = Request::new(call.body);
-    *request.method_mut() = call.method;
-    *request.uri_mut() = call.url.clone();
-    let headers = request.headers_mut();
-    headers.insert(header::HOST, upstream.host.clone());
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    let mut headers = HeaderMap::new();
     headers.insert(header::ACCEPT, HeaderValue::from_static(accept));
-    headers.insert(header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
-    for (name, value) in &upstream.auth {
-        headers.insert(*name, value.clone());
-    }
     upstream
         .adapter
-        .protocol_headers(call.protocol, upstream.oauth, headers);
+        .protocol_headers(call.protocol, upstream.oauth, &mut headers);
     for (name, value) in call.extra {
         headers.insert(*name, value.clone());
     }
-    let pending = client::send(connect_timeout_ms, upstream.h2c, request);
+    let out = Outgoing {
+        method: call.method,
+        target: call.url,
+        fixed: &upstream.fields,
+        headers,
+        body: call.body,
+    };
+    let pending = client::send(connect_timeout_ms, upstream.h2c, out);
     match tokio::time::timeout_at(deadline, pending).await {
         Err(_) => Err(AttemptFailure::FirstByteTimeout),
         Ok(Ok(response)) => Ok(response),
