@@ -44,6 +44,7 @@ use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
+use std::hash::{Hash, Hasher};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -179,10 +180,7 @@ impl Target {
         let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
             return Err(format!("the upstream URL {uri} has no scheme or host"));
         };
-        let key = Key {
-            scheme: scheme.clone(),
-            authority: authority.clone(),
-        };
+        let key = Key::new(scheme.clone(), authority.clone());
         let origin = uri
             .path_and_query()
             .cloned()
@@ -275,11 +273,39 @@ const MAX_IDLE_PER_UPSTREAM: usize = 64;
 /// Most upstreams with idle connections per thread; a connection to one more is closed.
 const MAX_UPSTREAMS: usize = 256;
 
-/// An upstream's scheme and authority: what its connections are kept by.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// An upstream's scheme and authority: what its connections are kept by. Hashed once,
+/// when its [`Target`] is built (http hashes an authority byte by byte).
+#[derive(Debug, Clone)]
 struct Key {
     scheme: Scheme,
     authority: Authority,
+    hash: u64,
+}
+
+impl Key {
+    fn new(scheme: Scheme, authority: Authority) -> Self {
+        let mut hasher = std::hash::DefaultHasher::new();
+        (&scheme, &authority).hash(&mut hasher);
+        Self {
+            scheme,
+            authority,
+            hash: hasher.finish(),
+        }
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.hash == other.hash && self.scheme == other.scheme && self.authority == other.authority
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
 }
 
 /// An upstream connection, plain or TLS, as tokio reads and writes it.
