@@ -314,11 +314,13 @@ type Io = TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>;
 /// Longest answer head read.
 const MAX_ANSWER_HEAD: usize = 64 * 1024;
 
-/// Room a new read buffer has; a read is made with at least [`MIN_ROOM`] spare.
-const READ_ROOM: usize = 8 * 1024;
-const MIN_ROOM: usize = 2 * 1024;
+/// Room a new read buffer has; a read is made with at least [`MIN_ROOM`] spare. A
+/// stream's connection keeps one such buffer while it streams (its events are slices of
+/// it), so it is small.
+const READ_ROOM: usize = 2 * 1024;
+const MIN_ROOM: usize = 512;
 
-/// Room for request heads an idle connection keeps.
+/// Room for request heads a connection keeps once its request is written.
 const KEEP_OUT: usize = 2 * 1024;
 
 /// A request body this large is written from its own buffer, not copied after its head.
@@ -384,6 +386,9 @@ impl Lease {
             self.io.write_all(&self.out).await?;
             self.io.write_all(body).await?;
         }
+        // A large request's room is not kept while its answer streams.
+        self.out.clear();
+        self.out.shrink_to(KEEP_OUT);
         // Over TLS the last records may still be in the session: send them.
         self.io.flush().await
     }
@@ -509,9 +514,6 @@ async fn take_idle(key: &Key) -> Option<Box<Lease>> {
 /// Puts a connection whose answer ended back among this thread's idle ones.
 fn put_back(key: Key, mut lease: Box<Lease>) {
     lease.idle_since = tokio::time::Instant::now();
-    // A large request's room is not kept while the connection waits.
-    lease.out.clear();
-    lease.out.shrink_to(KEEP_OUT);
     IDLE.with(|idle| {
         let mut idle = idle.borrow_mut();
         if idle.len() >= MAX_UPSTREAMS && !idle.contains_key(&key) {

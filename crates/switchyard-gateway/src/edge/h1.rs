@@ -674,7 +674,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         if !unread || self.read_closed {
             return;
         }
-        let mut sink = [0u8; 8 * 1024];
+        // On the heap: an array here would sit in every connection's task, whichever
+        // step it is at (a future is as large as its largest step).
+        let mut sink = vec![0u8; 8 * 1024];
         let mut drained = 0usize;
         let _ = tokio::time::timeout(LINGER, async {
             while drained < LINGER_BYTES {
