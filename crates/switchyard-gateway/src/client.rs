@@ -30,7 +30,7 @@
 //! are `crate::upstream`'s, and it imports nothing from the rest of the crate but the
 //! HTTP/1 head helpers it shares with the server (`crate::heads`).
 
-use crate::heads::{self, push_decimal, Span};
+use crate::heads::{self, push_decimal, Reads, Span};
 use bytes::{Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::uri::{Authority, PathAndQuery, Scheme};
@@ -208,6 +208,9 @@ pub struct Outgoing<'a> {
     pub fixed: &'a [(HeaderName, HeaderValue)],
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The fields of a successful (2xx) answer its reader reads, when it reads only
+    /// some; any other answer is converted whole. Not used over HTTP/2.
+    pub success_reads: Option<Reads>,
 }
 
 impl Outgoing<'_> {
@@ -256,8 +259,10 @@ pub async fn send(
             }
             return Err(SendError::Reset(e.to_string()));
         }
-        let (mut head, framing, keep_alive) =
-            lease.read_head(to_head).await.map_err(SendError::Reset)?;
+        let (mut head, framing, keep_alive) = lease
+            .read_head(to_head, out.success_reads)
+            .await
+            .map_err(SendError::Reset)?;
         head.extensions.insert(lease.info.clone());
         let body = Driven::new(key.clone(), lease, framing, keep_alive);
         return Ok(Response::from_parts(head, UpstreamBody::Driven(body)));
@@ -399,10 +404,11 @@ impl Lease {
     async fn read_head(
         &mut self,
         to_head: bool,
+        success_reads: Option<Reads>,
     ) -> Result<(http::response::Parts, AnswerFraming, bool), String> {
         loop {
             if !self.buf.is_empty() {
-                if let Some(answer) = self.take_head(to_head)? {
+                if let Some(answer) = self.take_head(to_head, success_reads)? {
                     return Ok(answer);
                 }
             }
@@ -420,6 +426,7 @@ impl Lease {
     fn take_head(
         &mut self,
         to_head: bool,
+        success_reads: Option<Reads>,
     ) -> Result<Option<(http::response::Parts, AnswerFraming, bool)>, String> {
         loop {
             let mut storage = http1::header_storage();
@@ -454,8 +461,14 @@ impl Lease {
                 http1::Version::Http11 => http::Version::HTTP_11,
                 http1::Version::Http10 => http::Version::HTTP_10,
             };
-            head.headers = heads::header_map(&read, &self.spans)
-                .ok_or("the upstream's answer head has a field http does not take")?;
+            let headers = match success_reads {
+                Some(reads) if head.status.is_success() => {
+                    heads::header_map_of(&read, &self.spans, reads)
+                }
+                _ => heads::header_map(&read, &self.spans),
+            };
+            head.headers =
+                headers.ok_or("the upstream's answer head has a field http does not take")?;
             return Ok(Some((head, framing, keep_alive)));
         }
     }

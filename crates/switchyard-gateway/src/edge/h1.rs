@@ -278,7 +278,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         let read = self.buf.split_to(len).freeze();
         let uri =
             Uri::from_maybe_shared(read.slice(target.range())).map_err(|_| HeadError::Target)?;
-        let headers = heads::header_map(&read, &self.spans).ok_or(HeadError::Malformed)?;
+        let reads = self.app.direct.reads(&method, uri.path());
+        let headers = match reads {
+            Some(reads) => heads::header_map_of(&read, &self.spans, reads),
+            None => heads::header_map(&read, &self.spans),
+        }
+        .ok_or(HeadError::Malformed)?;
         let (body, exchange) = self.body(framing, expect_continue);
         let mut request = Request::new(body);
         *request.method_mut() = method;
@@ -289,7 +294,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             http::Version::HTTP_10
         };
         *request.headers_mut() = headers;
-        if let Some(peer) = self.peer {
+        if let (Some(peer), None) = (self.peer, reads) {
             request.extensions_mut().insert(ConnectInfo(peer));
         }
         Ok(Some(Incoming {

@@ -31,13 +31,14 @@ mod h1;
 mod wire;
 
 use crate::clock::Stopwatch;
+pub use crate::heads::Reads;
 use crate::sync::lock;
 use crate::telemetry::metrics::EdgeMetrics;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::Router;
 use bytes::Bytes;
-use http::{Request, Response, Version};
+use http::{Method, Request, Response, Version};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
@@ -71,6 +72,12 @@ pub type Answer = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 /// `frontends::Inference`): its matching and boxing are a measurable share of a
 /// request's work there.
 pub trait Direct: Send + Sync + std::fmt::Debug {
+    /// For a request to `method` `path` that [`call`](Self::call) takes, which header
+    /// fields its route reads; `None` for a request it does not take (the router gets
+    /// every field, and the client's address). The HTTP/1 connection converts only
+    /// those fields: clients send many the inference routes never read.
+    fn reads(&self, method: &Method, path: &str) -> Option<Reads>;
+
     /// The answer to `request` when one of these routes takes it; the request back
     /// otherwise, for the router.
     #[expect(

@@ -13,7 +13,8 @@ pub mod models;
 mod openai_chat;
 mod responses;
 
-use crate::edge::{Answer, Direct};
+use crate::edge::{Answer, Direct, Reads};
+use crate::pipeline;
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -43,20 +44,45 @@ impl std::fmt::Debug for Inference {
     }
 }
 
-impl Direct for Inference {
-    fn call(&self, request: Request<Body>) -> Result<Answer, Request<Body>> {
-        if request.method() != Method::POST {
-            return Err(request);
+/// An inference route.
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    Chat,
+    Messages,
+    CountTokens,
+    Responses,
+}
+
+impl Route {
+    fn of(method: &Method, path: &str) -> Option<Self> {
+        if method != Method::POST {
+            return None;
         }
+        match path {
+            "/v1/chat/completions" => Some(Self::Chat),
+            "/v1/messages" => Some(Self::Messages),
+            "/v1/messages/count_tokens" => Some(Self::CountTokens),
+            "/v1/responses" => Some(Self::Responses),
+            _ => None,
+        }
+    }
+}
+
+impl Direct for Inference {
+    fn reads(&self, method: &Method, path: &str) -> Option<Reads> {
+        Route::of(method, path).map(|_| pipeline::headers::read_name as Reads)
+    }
+
+    fn call(&self, request: Request<Body>) -> Result<Answer, Request<Body>> {
+        let Some(route) = Route::of(request.method(), request.uri().path()) else {
+            return Err(request);
+        };
         let state = State(Arc::clone(&self.0));
-        Ok(match request.uri().path() {
-            "/v1/chat/completions" => Box::pin(openai_chat::chat_completions(state, request)),
-            "/v1/messages" => Box::pin(anthropic_messages::messages(state, request)),
-            "/v1/messages/count_tokens" => {
-                Box::pin(anthropic_messages::count_tokens(state, request))
-            }
-            "/v1/responses" => Box::pin(responses::responses(state, request)),
-            _ => return Err(request),
+        Ok(match route {
+            Route::Chat => Box::pin(openai_chat::chat_completions(state, request)),
+            Route::Messages => Box::pin(anthropic_messages::messages(state, request)),
+            Route::CountTokens => Box::pin(anthropic_messages::count_tokens(state, request)),
+            Route::Responses => Box::pin(responses::responses(state, request)),
         })
     }
 }

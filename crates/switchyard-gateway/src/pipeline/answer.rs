@@ -14,9 +14,10 @@ use crate::body::translate::TranslateBody;
 use crate::body::watch::{self, Judged, Watched};
 use crate::body::whole;
 use crate::client::UpstreamBody;
+use crate::runtime::quota::signals::is_signal;
 use crate::upstream::{self, Upstream};
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -58,6 +59,19 @@ impl From<AttemptFailure> for Failed {
             event: None,
         }
     }
+}
+
+/// The fields of a successful upstream answer the pipeline reads: its content type and
+/// the provider's saturation headers (SPEC Q6). Any other answer is read whole: provider
+/// error rules may match any field.
+pub(super) fn success_read_name(name: &[u8]) -> Option<HeaderName> {
+    if name.eq_ignore_ascii_case(b"content-type") {
+        return Some(header::CONTENT_TYPE);
+    }
+    if is_signal(name) {
+        return HeaderName::from_bytes(name).ok();
+    }
+    None
 }
 
 /// An upstream error answer: its headers and its redacted body (at most
@@ -383,4 +397,41 @@ async fn read_limited(
     let _ = tokio::time::timeout_at(deadline, read).await;
     let full = buf.len() >= limit;
     (Bytes::from(buf), full)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_successful_answer_is_read_for_its_content_type_and_saturation_headers_only() {
+        let read = [
+            ("Content-Type", "content-type"),
+            (
+                "X-RateLimit-Remaining-Tokens",
+                "x-ratelimit-remaining-tokens",
+            ),
+            (
+                "anthropic-ratelimit-unified-5h-utilization",
+                "anthropic-ratelimit-unified-5h-utilization",
+            ),
+            (
+                "x-codex-primary-used-percent",
+                "x-codex-primary-used-percent",
+            ),
+        ];
+        for (sent, name) in read {
+            assert_eq!(success_read_name(sent.as_bytes()).unwrap().as_str(), name);
+        }
+        for skipped in [
+            "date",
+            "content-length",
+            "cf-ray",
+            "x-ratelimit",
+            "anthropic-ratelimit-unified",
+            "retry-after",
+        ] {
+            assert!(success_read_name(skipped.as_bytes()).is_none(), "{skipped}");
+        }
+    }
 }

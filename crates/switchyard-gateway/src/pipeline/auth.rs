@@ -16,6 +16,9 @@ use std::sync::Arc;
 use switchyard_core::apikey::{bearer_token, KeyHash};
 use switchyard_core::catalog::{ApiKey, Catalog, SCOPE_ADMIN};
 
+/// The Anthropic clients' key header.
+pub const API_KEY_HEADER: &str = "x-api-key";
+
 /// The presented credential, if any.
 pub fn presented_token(headers: &HeaderMap) -> Option<&str> {
     headers
@@ -24,7 +27,7 @@ pub fn presented_token(headers: &HeaderMap) -> Option<&str> {
         .and_then(bearer_token)
         .or_else(|| {
             headers
-                .get("x-api-key")
+                .get(API_KEY_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .map(str::trim)
                 .filter(|t| !t.is_empty())

@@ -85,6 +85,7 @@ async fn count(
             stream: false,
             protocol: &protocol,
             extra: &[],
+            success_reads: None,
         };
         let deadline = tokio::time::Instant::now()
             + Duration::from_millis(snap.settings.first_byte_timeout_ms);

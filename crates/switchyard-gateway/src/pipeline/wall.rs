@@ -5,6 +5,7 @@
 //! not intercept goes on to the ordinary answer handling, cooldowns included. Every send
 //! keeps the attempt's first-byte deadline, so waiting counts against it.
 
+use super::answer;
 use super::attempt::Ctx;
 use super::finish::Finisher;
 use crate::client::UpstreamBody;
@@ -45,9 +46,15 @@ pub async fn send(
         stream: ctx.request.stream,
         protocol: ctx.protocol,
         extra,
+        success_reads: None,
     };
     let Some(wall) = &target.wall else {
-        return upstream::send(timeout, target, call(body, &[]), deadline).await;
+        // Without the wall, the pipeline alone reads the answer.
+        let call = Call {
+            success_reads: Some(answer::success_read_name),
+            ..call(body, &[])
+        };
+        return upstream::send(timeout, target, call, deadline).await;
     };
     let slow_header = [(
         usage_wall::SLOW_REQUEST_HEADER,
@@ -171,6 +178,7 @@ async fn account_call(
         stream: false,
         protocol: &upstream::ProtocolHeaders::default(),
         extra: &[],
+        success_reads: None,
     };
     let response = upstream::send(timeout, target, call, deadline).await.ok()?;
     if !response.status().is_success() {

@@ -12,6 +12,7 @@ mod responses;
 pub(crate) use responses::is_codex_backend;
 
 use crate::client::{self, Outgoing, SendError, Target, UpstreamBody};
+use crate::heads::Reads;
 use crate::telemetry::metrics::ProviderMetrics;
 use axum::http::header::InvalidHeaderValue;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Response, Uri};
@@ -88,12 +89,15 @@ pub struct ProtocolHeaders {
 }
 
 impl ProtocolHeaders {
+    pub const VERSION: &str = "anthropic-version";
+    pub const BETA: &str = "anthropic-beta";
+
     /// The protocol headers of a request from a client speaking `client`.
     pub fn of(client: Format, headers: &HeaderMap) -> Self {
         match client {
             Format::AnthropicMessages => Self {
-                version: headers.get("anthropic-version").cloned(),
-                beta: headers.get("anthropic-beta").cloned(),
+                version: headers.get(ProtocolHeaders::VERSION).cloned(),
+                beta: headers.get(ProtocolHeaders::BETA).cloned(),
             },
             Format::OpenAiChat | Format::Responses => Self::default(),
         }
@@ -356,6 +360,8 @@ pub struct Call<'a> {
     pub protocol: &'a ProtocolHeaders,
     /// Extra headers of this call (the R17 slow lane's).
     pub extra: &'a [(&'static str, HeaderValue)],
+    /// The fields of a successful answer the caller reads, when it reads only some.
+    pub success_reads: Option<Reads>,
 }
 
 /// Sends `call` to the connection and waits for the response headers, at most until
@@ -385,6 +391,7 @@ pub async fn send(
         fixed: &upstream.fields,
         headers,
         body: call.body,
+        success_reads: call.success_reads,
     };
     let pending = client::send(connect_timeout_ms, upstream.h2c, out);
     match tokio::time::timeout_at(deadline, pending).await {

@@ -455,3 +455,30 @@ async fn a_client_that_closes_its_side_mid_stream_ends_the_upstream_request() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_inference_route_reads_its_fields_in_any_case_and_no_other_reaches_upstream() {
+    let h = Harness::start_with(Config::anthropic, &[]).await;
+    let body = messages_body("claude/claude-opus", false).to_string();
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: gw\r\nX-API-Key: {KEY}\r\nContent-Type: application/json\r\n\
+         Anthropic-Version: {ANTHROPIC_VERSION}\r\nANTHROPIC-BETA: b-one\r\nX-Switchyard-Trace: 1\r\n\
+         X-Claude-Code-Session-Id: sess-1\r\nX-App: cli\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = send_raw(&h, request.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    let (head, _) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains("\r\nx-switchyard-route: "), "{head}");
+    let seen = h.mock_requests().await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0]["credential"], CRED_CLAUDE);
+    assert_eq!(
+        seen[0]["headers"],
+        json!({"anthropic-version": ANTHROPIC_VERSION, "anthropic-beta": "b-one"})
+    );
+    // The session header was read: the session is pinned.
+    let pins = h.admin_list("/api/sessions").await;
+    assert_eq!(pins.len(), 1, "{pins:?}");
+    assert_eq!(pins[0]["key_id"], "k1");
+}

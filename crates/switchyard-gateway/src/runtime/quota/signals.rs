@@ -20,6 +20,21 @@ use switchyard_core::UnixMillis;
 /// gaps between responses, short enough that a stale reading cannot block for long.
 pub const SIGNAL_TTL_MS: u64 = 30_000;
 
+/// The beginnings of the names of the saturation headers read, in lower case.
+const SIGNAL_PREFIXES: [&[u8]; 3] = [
+    b"x-codex-",
+    b"anthropic-ratelimit-unified-",
+    b"x-ratelimit-",
+];
+
+/// Whether the header `name` (in any case) is one of the saturation headers read.
+pub fn is_signal(name: &[u8]) -> bool {
+    SIGNAL_PREFIXES.iter().any(|prefix| {
+        name.get(..prefix.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(prefix))
+    })
+}
+
 /// Per dimension of a pool: the used fraction providers reported, and the reset they
 /// announced.
 pub type PoolSignals = Vec<(Option<f64>, Option<u64>)>;
@@ -40,12 +55,7 @@ impl SignalBoard {
     pub fn record(&self, connection_id: &str, headers: &HeaderMap, now: UnixMillis) {
         let pairs: Vec<(&str, &str)> = headers
             .iter()
-            .filter(|(n, _)| {
-                let n = n.as_str();
-                n.starts_with("x-codex-")
-                    || n.starts_with("anthropic-ratelimit-unified-")
-                    || n.starts_with("x-ratelimit-")
-            })
+            .filter(|(n, _)| is_signal(n.as_str().as_bytes()))
             .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
             .collect();
         if pairs.is_empty() {
