@@ -10,6 +10,7 @@
 //! Used at start and by the command-line tools, never on the request path. It reads no
 //! environment variable itself: `GatewayConfig` carries them.
 
+use crate::client;
 use crate::clock::Clock;
 use crate::config::{GatewayConfig, PREVIOUS_SECRET_KEYS_ENV, SECRET_KEY_ENV};
 use crate::keys::{new_key, random_secret, NewKey};
@@ -406,6 +407,15 @@ pub struct Prepared {
 /// Opens the store, applies the declared configuration, resolves the admin token and
 /// builds the state.
 pub async fn prepare(config: &GatewayConfig, clock: Arc<dyn Clock>) -> Result<Prepared, BootError> {
+    if let Some(path) = &config.upstream_ca_file {
+        let certs = client::load_ca_file(path).map_err(|e| BootError::Invalid(e.to_string()))?;
+        tracing::info!(
+            path = %path.display(),
+            certificates = certs.len(),
+            "Trusting the upstream CA file besides the web's roots."
+        );
+        client::trust(certs);
+    }
     let (cfg, now) = (config.clone(), clock.now_ms());
     // The store's calls are synchronous (PostgreSQL's client must not run on an async
     // thread): the start-up writes run on the blocking pool.

@@ -42,11 +42,15 @@ use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::{Connection, HttpConnector, HttpInfo};
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::hash::{Hash, Hasher};
+use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use switchyard_core::http1::{self, AnswerFraming, Chunked};
@@ -69,8 +73,59 @@ pub type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 #[error("cannot build the upstream HTTP client: {0}")]
 pub struct ClientError(String);
 
+/// Certificates trusted for upstream TLS besides the web's roots (`server.upstream_ca_file`).
+static TRUSTED: Mutex<Vec<CertificateDer<'static>>> = Mutex::new(Vec::new());
+
+/// Moves whenever [`TRUSTED`] grows, so each thread rebuilds its clients.
+static TRUSTED_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Why a file of CA certificates cannot be trusted.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream CA file {path}: {reason}")]
+pub struct CaFileError {
+    path: String,
+    reason: String,
+}
+
+/// The CA certificates of the PEM file at `path`, each checked as a trust anchor.
+pub fn load_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, CaFileError> {
+    let error = |reason: String| CaFileError {
+        path: path.display().to_string(),
+        reason,
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| error(e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| error(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(error("it holds no PEM certificate".to_owned()));
+    }
+    let mut check = rustls::RootCertStore::empty();
+    for cert in &certs {
+        check
+            .add(cert.clone())
+            .map_err(|e| error(format!("a certificate cannot be read: {e}")))?;
+    }
+    Ok(certs)
+}
+
+/// Trusts `certs` for upstream TLS connections besides the web's roots, from the next
+/// connection on.
+pub fn trust(certs: Vec<CertificateDer<'static>>) {
+    let mut trusted = TRUSTED.lock().unwrap_or_else(PoisonError::into_inner);
+    let before = trusted.len();
+    for cert in certs {
+        if !trusted.contains(&cert) {
+            trusted.push(cert);
+        }
+    }
+    if trusted.len() != before {
+        TRUSTED_GENERATION.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// The connector of plain and TLS connections; `http2` offers HTTP/2 by ALPN besides
-/// HTTP/1.1.
+/// HTTP/1.1. TLS trusts the web's roots and what [`trust`] added.
 fn connector(
     connect_timeout_ms: u64,
     http2: bool,
@@ -80,11 +135,27 @@ fn connector(
     http.set_nodelay(true);
     http.set_connect_timeout(Some(Duration::from_millis(connect_timeout_ms)));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(provider)
-        .map_err(|e| ClientError(e.to_string()))?
-        .https_or_http()
-        .enable_http1();
+    let trusted = TRUSTED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let builder = if trusted.is_empty() {
+        hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(provider)
+            .map_err(|e| ClientError(e.to_string()))?
+    } else {
+        let mut roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        roots.add_parsable_certificates(trusted);
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ClientError(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
+    };
+    let builder = builder.https_or_http().enable_http1();
     Ok(if http2 {
         builder.enable_http2().wrap_connector(http)
     } else {
@@ -103,10 +174,11 @@ pub fn build(connect_timeout_ms: u64, h2c: bool) -> Result<HttpClient, ClientErr
         .build(https))
 }
 
-/// This thread's clients and HTTP/1.1 connector, with the connect timeout they were
-/// built for.
+/// This thread's clients and HTTP/1.1 connector, with the connect timeout and the
+/// generation of trusted certificates they were built for.
 struct Local {
     connect_timeout_ms: u64,
+    trusted: u64,
     negotiated: HttpClient,
     h2c: HttpClient,
     http1: HttpsConnector<HttpConnector>,
@@ -120,12 +192,14 @@ thread_local! {
 fn with_local<T>(connect_timeout_ms: u64, f: impl FnOnce(&Local) -> T) -> Result<T, ClientError> {
     LOCAL.with(|cell| {
         let mut slot = cell.borrow_mut();
+        let trusted = TRUSTED_GENERATION.load(Ordering::Acquire);
         let stale = slot
             .as_ref()
-            .is_none_or(|l| l.connect_timeout_ms != connect_timeout_ms);
+            .is_none_or(|l| l.connect_timeout_ms != connect_timeout_ms || l.trusted != trusted);
         if stale {
             *slot = Some(Local {
                 connect_timeout_ms,
+                trusted,
                 negotiated: build(connect_timeout_ms, false)?,
                 h2c: build(connect_timeout_ms, true)?,
                 http1: connector(connect_timeout_ms, false)?,
@@ -739,5 +813,39 @@ impl Driven {
                 Err(e) => return self.fail(BodyError::Io(e)),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+
+    #[test]
+    fn a_ca_file_is_read_whole_and_a_file_without_certificates_is_refused() {
+        let ca = load_ca_file(Path::new(&format!("{FIXTURES}/ca.pem"))).unwrap();
+        assert_eq!(ca.len(), 1);
+        let key = format!("{FIXTURES}/localhost.key");
+        assert_eq!(
+            load_ca_file(Path::new(&key)).unwrap_err().to_string(),
+            format!("upstream CA file {key}: it holds no PEM certificate")
+        );
+        let missing = format!("{FIXTURES}/missing.pem");
+        let error = load_ca_file(Path::new(&missing)).unwrap_err().to_string();
+        assert!(
+            error.starts_with(&format!("upstream CA file {missing}: ")),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn trusting_the_same_certificates_twice_moves_the_generation_once() {
+        let ca = load_ca_file(Path::new(&format!("{FIXTURES}/ca.pem"))).unwrap();
+        trust(ca.clone());
+        let generation = TRUSTED_GENERATION.load(Ordering::Acquire);
+        trust(ca);
+        assert_eq!(TRUSTED_GENERATION.load(Ordering::Acquire), generation);
+        assert!(connector(1_000, true).is_ok());
     }
 }

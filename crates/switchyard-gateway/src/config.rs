@@ -89,6 +89,9 @@ pub struct ServerSection {
     /// A PostgreSQL URL (`postgres://…`): what replicas share (SPEC O6). Without it,
     /// SQLite in the data directory.
     pub database: Option<SecretString>,
+    /// A PEM file of CA certificates to trust for upstream TLS besides the web's roots
+    /// (a private CA of a self-hosted upstream).
+    pub upstream_ca_file: Option<PathBuf>,
 }
 
 /// A connection as the config file and the management API describe it. The credential
@@ -233,6 +236,9 @@ pub struct GatewayConfig {
     /// absent, the key file in the data directory holds them.
     pub secret_keys: Option<Keyring>,
     pub log_format: LogFormat,
+    /// CA certificates trusted for upstream TLS besides the web's roots
+    /// (`SWITCHYARD_UPSTREAM_CA_FILE`, `[server].upstream_ca_file`).
+    pub upstream_ca_file: Option<PathBuf>,
     /// Settings layers below the database (file and environment).
     pub layers: Layers,
     /// Declarations to apply to the database at start.
@@ -288,6 +294,10 @@ pub fn resolve(file: FileConfig, env: &dyn Env) -> Result<GatewayConfig, ConfigE
         .map(PathBuf::from)
         .or(file.server.data_dir.clone())
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+    let upstream_ca_file = env
+        .var("SWITCHYARD_UPSTREAM_CA_FILE")
+        .map(PathBuf::from)
+        .or(file.server.upstream_ca_file.clone());
     let admin_token = env
         .var("SWITCHYARD_ADMIN_TOKEN")
         .map(SecretString::from)
@@ -348,6 +358,7 @@ pub fn resolve(file: FileConfig, env: &dyn Env) -> Result<GatewayConfig, ConfigE
         migrate,
         secret_keys,
         log_format,
+        upstream_ca_file,
         layers,
         declared,
     })
@@ -475,6 +486,21 @@ mod tests {
         assert_eq!(c.data_dir, PathBuf::from("./data"));
         assert!(c.admin_token.is_none());
         assert_eq!(c.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn the_upstream_ca_file_comes_from_the_environment_before_the_file() {
+        let file = || FileConfig::parse("[server]\nupstream_ca_file = \"/etc/ca.pem\"\n").unwrap();
+        let c = resolve(file(), &env(&[])).unwrap();
+        assert_eq!(c.upstream_ca_file, Some(PathBuf::from("/etc/ca.pem")));
+        let c = resolve(
+            file(),
+            &env(&[("SWITCHYARD_UPSTREAM_CA_FILE", "/run/ca.pem")]),
+        )
+        .unwrap();
+        assert_eq!(c.upstream_ca_file, Some(PathBuf::from("/run/ca.pem")));
+        let c = resolve(FileConfig::default(), &env(&[])).unwrap();
+        assert_eq!(c.upstream_ca_file, None);
     }
 
     #[test]

@@ -36,4 +36,5 @@ mod secrets;
 mod shapes;
 mod strategies;
 mod streams;
+mod tls;
 mod upstream;
