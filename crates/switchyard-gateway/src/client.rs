@@ -47,6 +47,7 @@ use rustls::pki_types::CertificateDer;
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::hash::{Hash, Hasher};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -333,11 +334,10 @@ pub async fn send(
             }
             return Err(SendError::Reset(e.to_string()));
         }
-        let (mut head, framing, keep_alive) = lease
+        let (head, framing, keep_alive) = lease
             .read_head(to_head, out.success_reads)
             .await
             .map_err(SendError::Reset)?;
-        head.extensions.insert(lease.info.clone());
         let body = Driven::new(key.clone(), lease, framing, keep_alive);
         return Ok(Response::from_parts(head, UpstreamBody::Driven(body)));
     }
@@ -416,16 +416,15 @@ struct Lease {
     out: Vec<u8>,
     /// Where the fields of the answer head being read are (kept to reuse its room).
     spans: Vec<(Span, Span)>,
-    /// Its addresses, given to each answer as hyper-util's client does (the egress
-    /// address of SPEC R14 is read from it).
-    info: HttpInfo,
+    /// The gateway's end of it: the egress address of SPEC R14.
+    local: SocketAddr,
     idle_since: tokio::time::Instant,
 }
 
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
-            .field("info", &self.info)
+            .field("local", &self.local)
             .finish_non_exhaustive()
     }
 }
@@ -632,15 +631,16 @@ async fn connect(connect_timeout_ms: u64, key: &Key) -> Result<Box<Lease>, SendE
     .map_err(|e| SendError::Connect(e.to_string()))?;
     let mut extras = http::Extensions::new();
     io.connected().get_extras(&mut extras);
-    let info = extras
+    let local = extras
         .remove::<HttpInfo>()
-        .ok_or_else(|| SendError::Connect("the connection has no addresses".to_owned()))?;
+        .ok_or_else(|| SendError::Connect("the connection has no addresses".to_owned()))?
+        .local_addr();
     Ok(Box::new(Lease {
         io: TokioIo::new(io),
         buf: BytesMut::new(),
         out: Vec::new(),
         spans: Vec::new(),
-        info,
+        local,
         idle_since: tokio::time::Instant::now(),
     }))
 }
@@ -652,6 +652,19 @@ pub enum UpstreamBody {
     Pooled(Incoming),
     /// From an HTTP/1.1 connection this body drives.
     Driven(Driven),
+}
+
+/// The address of the gateway's end of the connection `response` came on: the egress
+/// address of SPEC R14. An HTTP/1.1 body carries it (a map of extensions per answer
+/// would cost an allocation or three); hyper-util's client puts it in the extensions.
+pub fn local_addr(response: &Response<UpstreamBody>) -> Option<SocketAddr> {
+    match response.body() {
+        UpstreamBody::Driven(body) => Some(body.local),
+        UpstreamBody::Pooled(_) => response
+            .extensions()
+            .get::<HttpInfo>()
+            .map(HttpInfo::local_addr),
+    }
 }
 
 impl Body for UpstreamBody {
@@ -718,6 +731,8 @@ pub struct Driven {
     lease: Option<(Key, Box<Lease>)>,
     decoder: Decoder,
     keep_alive: bool,
+    /// The connection's own address (kept past the connection's return to the pool).
+    local: SocketAddr,
 }
 
 impl Driven {
@@ -728,10 +743,12 @@ impl Driven {
             AnswerFraming::Chunked => Decoder::Chunked(Chunked::new(MAX_CHUNK)),
             AnswerFraming::UntilClose => Decoder::UntilClose,
         };
+        let local = lease.local;
         let mut body = Self {
             lease: Some((key, lease)),
             decoder,
             keep_alive,
+            local,
         };
         if matches!(body.decoder, Decoder::Done) {
             body.finish();

@@ -10,6 +10,7 @@
 
 use super::finish::Finisher;
 use super::{answer, concurrency, quota};
+use crate::client;
 use crate::clock::{RequestClock, Stopwatch};
 use crate::runtime::gate::Permit;
 use crate::runtime::quota::{QuotaBlock, QuotaGuard};
@@ -22,7 +23,6 @@ use crate::upstream::{ProtocolHeaders, Upstream};
 use axum::http::HeaderValue;
 use axum::response::Response;
 use bytes::Bytes;
-use hyper_util::client::legacy::connect::HttpInfo;
 use std::sync::Arc;
 use std::time::Duration;
 use switchyard_core::catalog::ApiKey;
@@ -360,8 +360,8 @@ async fn attempt(
     let answered = clock.now_ms();
     let outcome = match sent {
         Ok(response) => {
-            if let Some(info) = response.extensions().get::<HttpInfo>() {
-                let (egress, due) = target.egress.seen(info.local_addr().ip(), answered);
+            if let Some(local) = client::local_addr(&response) {
+                let (egress, due) = target.egress.seen(local.ip(), answered);
                 if due {
                     runtime.resilience.note_egress(conn, &egress, answered);
                 }
