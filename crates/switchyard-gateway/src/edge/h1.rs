@@ -378,6 +378,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             }
         })
         .await;
+        // The handler's future is done: its box (the pipeline's whole state, many KiB)
+        // goes now, not when a long answer (a stream) has been written.
+        drop(call);
         let Some(response) = answered else {
             return false;
         };
