@@ -31,35 +31,49 @@ pub(crate) async fn read_until_closed(s: &mut TcpStream) -> String {
 
 /// Reads one HTTP/1.1 response with a `content-length`; its status and body.
 pub(crate) async fn read_response(s: &mut TcpStream) -> (u16, String) {
+    read_responses(s, 1).await.remove(0)
+}
+
+/// Reads `n` HTTP/1.1 responses with a `content-length` each (pipelined answers may
+/// come in one read); their statuses and bodies, in order.
+pub(crate) async fn read_responses(s: &mut TcpStream, n: usize) -> Vec<(u16, String)> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8(buf[..end].to_vec()).unwrap();
-            let status = head[9..12].parse().unwrap();
-            let len: usize = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse().unwrap())
-                })
-                .expect("a content-length");
-            while buf.len() < end + 4 + len {
-                let n = s.read(&mut chunk).await.unwrap();
-                assert_ne!(n, 0, "closed in the middle of a response");
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            let body = String::from_utf8(buf[end + 4..end + 4 + len].to_vec()).unwrap();
-            return (status, body);
+    let mut answers = Vec::new();
+    while answers.len() < n {
+        if let Some((answer, used)) = whole_response(&buf) {
+            answers.push(answer);
+            buf.drain(..used);
+            continue;
         }
-        let n = tokio::time::timeout(SOON, s.read(&mut chunk))
+        let read = tokio::time::timeout(SOON, s.read(&mut chunk))
             .await
             .expect("no response")
             .unwrap();
-        assert_ne!(n, 0, "closed before a response");
-        buf.extend_from_slice(&chunk[..n]);
+        assert_ne!(read, 0, "closed before a whole response");
+        buf.extend_from_slice(&chunk[..read]);
     }
+    answers
+}
+
+/// The response at the start of `buf` when all of it is there, and its length.
+fn whole_response(buf: &[u8]) -> Option<((u16, String), usize)> {
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8(buf[..end].to_vec()).unwrap();
+    let status = head[9..12].parse().unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().unwrap())
+        })
+        .expect("a content-length");
+    let body = buf.get(end + 4..end + 4 + len)?;
+    Some((
+        (status, String::from_utf8(body.to_vec()).unwrap()),
+        end + 4 + len,
+    ))
 }
 
 async fn get(s: &mut TcpStream, path: &str) -> (u16, String) {

@@ -4,7 +4,7 @@
 //! request bodies, `Expect: 100-continue`, HTTP/1.0, `HEAD`, and a client that closes
 //! its side. HTTP/2 with prior knowledge is in `edge`.
 
-use crate::edge::{connect, read_response, read_until_closed};
+use crate::edge::{connect, read_response, read_responses, read_until_closed};
 use serde_json::{json, Value};
 use switchyard_test_support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -222,12 +222,7 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
     s.write_all(format!("{NEXT}{chat}{NEXT}{NEXT}").as_bytes())
         .await
         .unwrap();
-    let answers = [
-        read_response(&mut s).await,
-        read_response(&mut s).await,
-        read_response(&mut s).await,
-        read_response(&mut s).await,
-    ];
+    let answers = read_responses(&mut s, 4).await;
     let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
     assert_eq!(statuses, [200, 200, 200, 200]);
     let completion: Value = serde_json::from_str(&answers[1].1).unwrap();
