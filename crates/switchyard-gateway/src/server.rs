@@ -16,6 +16,7 @@ use crate::pipeline::auth;
 use crate::state::AppState;
 use crate::state::Writers;
 use crate::telemetry::metrics::EdgeMetrics;
+use crate::upstream::ProtocolHeaders;
 use axum::extract::{Extension, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, Uri};
 use axum::middleware::from_fn_with_state;
@@ -106,7 +107,7 @@ fn routing_error(
     error: impl FnOnce(String) -> ApiError,
 ) -> Response {
     let anthropic =
-        uri.path().starts_with("/v1/messages") || headers.contains_key("anthropic-version");
+        uri.path().starts_with("/v1/messages") || headers.contains_key(ProtocolHeaders::VERSION);
     let format = if anthropic {
         Format::AnthropicMessages
     } else {

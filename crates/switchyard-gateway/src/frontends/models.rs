@@ -8,6 +8,7 @@ use crate::error::{render, ApiError, ApiPath};
 use crate::pipeline::auth;
 use crate::snapshot::Snapshot;
 use crate::state::AppState;
+use crate::upstream::ProtocolHeaders;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -85,7 +86,7 @@ impl From<ModelEntry> for AnthropicModel {
 /// The client API a models request speaks: Anthropic's when it carries
 /// `anthropic-version`.
 fn format_of(headers: &HeaderMap) -> Format {
-    if headers.contains_key("anthropic-version") {
+    if headers.contains_key(ProtocolHeaders::VERSION) {
         Format::AnthropicMessages
     } else {
         Format::OpenAiChat

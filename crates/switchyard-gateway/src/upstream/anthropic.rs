@@ -51,7 +51,7 @@ impl Adapter for Anthropic {
             .version
             .clone()
             .unwrap_or(HeaderValue::from_static(DEFAULT_VERSION));
-        headers.insert("anthropic-version", version);
+        headers.insert(ProtocolHeaders::VERSION, version);
         let beta = match (&client.beta, oauth) {
             (Some(beta), false) => Some(beta.clone()),
             (None, false) => None,
@@ -73,7 +73,7 @@ impl Adapter for Anthropic {
             }
         };
         if let Some(beta) = beta {
-            headers.insert("anthropic-beta", beta);
+            headers.insert(ProtocolHeaders::BETA, beta);
         }
     }
 }
