@@ -15,8 +15,7 @@ use super::burn::{BurnRate, BurnReport};
 use super::decide::{decide, Decision, DimensionInput, Share};
 use super::plan::Dimension;
 use super::window::SlidingCounter;
-use crate::UnixMillis;
-use std::collections::{HashMap, HashSet};
+use crate::{FastMap, UnixMillis};
 
 /// What a reservation holds: per dimension, the slot it was booked into and the amount
 /// currently booked there.
@@ -57,10 +56,12 @@ pub type SlotRow = (String, usize, u64, f64);
 #[derive(Debug, Clone)]
 pub struct PoolLedger {
     dims: Vec<Dimension>,
-    keys: HashMap<String, KeyState>,
+    keys: FastMap<String, KeyState>,
     totals: Vec<SlidingCounter>,
-    /// Slots changed since the last [`PoolLedger::take_dirty`], for write-behind.
-    dirty: HashSet<(String, usize, u64)>,
+    /// Slots changed since the last [`PoolLedger::take_dirty`], for write-behind: per
+    /// key, `(dimension, slot)` pairs, each once. Marking a key already listed
+    /// allocates nothing.
+    dirty: FastMap<String, Vec<(usize, u64)>>,
 }
 
 impl PoolLedger {
@@ -68,9 +69,9 @@ impl PoolLedger {
         let totals = dims.iter().map(|d| SlidingCounter::new(d.window)).collect();
         Self {
             dims,
-            keys: HashMap::new(),
+            keys: FastMap::default(),
             totals,
-            dirty: HashSet::new(),
+            dirty: FastMap::default(),
         }
     }
 
@@ -79,13 +80,31 @@ impl PoolLedger {
     }
 
     fn key_state(&mut self, key_id: &str) -> &mut KeyState {
-        let dims = &self.dims;
-        self.keys
-            .entry(key_id.to_owned())
-            .or_insert_with(|| KeyState {
-                counters: dims.iter().map(|d| SlidingCounter::new(d.window)).collect(),
-                burn: vec![BurnRate::default(); dims.len()],
-            })
+        // A known key's entry is taken out and put back with its own id, so the owned id
+        // is made only for a new key, not on every call.
+        let (key, state) = self.keys.remove_entry(key_id).unwrap_or_else(|| {
+            let state = KeyState {
+                counters: self
+                    .dims
+                    .iter()
+                    .map(|d| SlidingCounter::new(d.window))
+                    .collect(),
+                burn: vec![BurnRate::default(); self.dims.len()],
+            };
+            (key_id.to_owned(), state)
+        });
+        self.keys.entry(key).or_insert(state)
+    }
+
+    /// Marks the key's slot of dimension `dim` for writing.
+    fn mark(&mut self, key_id: &str, dim: usize, slot: u64) {
+        match self.dirty.get_mut(key_id) {
+            Some(marked) if marked.contains(&(dim, slot)) => {}
+            Some(marked) => marked.push((dim, slot)),
+            None => {
+                self.dirty.insert(key_id.to_owned(), vec![(dim, slot)]);
+            }
+        }
     }
 
     /// Per dimension: `(key's consumption, pool's consumption)` at `now`.
@@ -131,7 +150,7 @@ impl PoolLedger {
             t.add_to_slot(now, slots[i], booked[i]);
         }
         for (i, s) in slots.iter().enumerate() {
-            self.dirty.insert((ask.key_id.to_owned(), i, *s));
+            self.mark(ask.key_id, i, *s);
         }
         let reservation = Reservation {
             key_id: ask.key_id.to_owned(),
@@ -164,8 +183,7 @@ impl PoolLedger {
         for (i, d) in deltas.iter().enumerate() {
             if *d != 0.0 {
                 self.totals[i].add_to_slot(now, reservation.slots[i], *d);
-                self.dirty
-                    .insert((reservation.key_id.clone(), i, reservation.slots[i]));
+                self.mark(&reservation.key_id, i, reservation.slots[i]);
             }
         }
     }
@@ -225,16 +243,15 @@ impl PoolLedger {
     /// The slots changed since the last call, with their current amounts.
     pub fn take_dirty(&mut self) -> Vec<SlotRow> {
         let dirty = std::mem::take(&mut self.dirty);
-        dirty
-            .into_iter()
-            .map(|(key, dim, slot)| {
-                let amount = self
-                    .keys
-                    .get(&key)
-                    .map_or(0.0, |k| k.counters[dim].slot_amount(slot));
-                (key, dim, slot, amount)
-            })
-            .collect()
+        let mut rows = Vec::with_capacity(dirty.values().map(Vec::len).sum());
+        for (key, marked) in dirty {
+            let state = self.keys.get(&key);
+            for (dim, slot) in marked {
+                let amount = state.map_or(0.0, |k| k.counters[dim].slot_amount(slot));
+                rows.push((key.clone(), dim, slot, amount));
+            }
+        }
+        rows
     }
 
     /// Every live slot, for persistence.
@@ -269,7 +286,7 @@ impl PoolLedger {
     ) {
         self.load_slot(now, key_id, dim, slot, amount);
         if dim < self.dims.len() {
-            self.dirty.insert((key_id.to_owned(), dim, slot));
+            self.mark(key_id, dim, slot);
         }
     }
 
@@ -287,7 +304,7 @@ impl PoolLedger {
     /// Marks a slot for writing again (its last write failed).
     pub fn mark_dirty(&mut self, key_id: &str, dim: usize, slot: u64) {
         if dim < self.dims.len() {
-            self.dirty.insert((key_id.to_owned(), dim, slot));
+            self.mark(key_id, dim, slot);
         }
     }
 

@@ -22,7 +22,7 @@ use super::signals::PoolSignals;
 use super::views::Probe;
 use crate::clock::Clock;
 use crate::sync::lock;
-use std::collections::HashMap;
+
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,7 +33,7 @@ use switchyard_core::quota::decide::{
 use switchyard_core::quota::ledger::{Ask, PoolLedger, Reservation};
 use switchyard_core::quota::window::SlidingCounter;
 use switchyard_core::resilience::store_breaker::{self, Change, StoreBreaker, Verdict};
-use switchyard_core::UnixMillis;
+use switchyard_core::{FastMap, UnixMillis};
 use switchyard_store::redis_counters::{
     DimArgs, RedisCounters, RedisStoreError, SettleTarget, SlotDelta,
 };
@@ -216,7 +216,7 @@ struct PoolSlot {
 /// burn rates). Bounded by the configured pools.
 #[derive(Debug, Default)]
 pub struct Ledgers {
-    pools: Mutex<HashMap<String, PoolSlot>>,
+    pools: Mutex<FastMap<String, PoolSlot>>,
 }
 
 impl Ledgers {
@@ -477,7 +477,7 @@ struct Guarded {
 /// here, so bounded by the configuration.
 #[derive(Debug, Default)]
 struct Pending {
-    counts: Mutex<HashMap<(String, String), (u64, u64)>>,
+    counts: Mutex<FastMap<(String, String), (u64, u64)>>,
     done: Notify,
 }
 

@@ -36,7 +36,7 @@ use switchyard_core::quota::cost::{self, Estimate, Price};
 use switchyard_core::quota::decide::{decide, fair_share, BlockReason, Mode};
 use switchyard_core::quota::ledger::Reservation;
 use switchyard_core::settings::QuotaSettings;
-use switchyard_core::UnixMillis;
+use switchyard_core::{FastMap, UnixMillis};
 use switchyard_store::redis_counters::{RedisCounters, SlotDelta};
 use switchyard_store::ConsumptionRow;
 
@@ -110,7 +110,7 @@ pub struct QuotaEngine {
     /// Why the counters are in memory although Redis was asked for.
     fallback: StoreReason,
     pub(super) signals: SignalBoard,
-    decisions: Mutex<HashMap<String, VecDeque<DecisionRecord>>>,
+    decisions: Mutex<FastMap<String, VecDeque<DecisionRecord>>>,
     metrics: QuotaMetrics,
     unmetered_warn: WarnThrottle,
 }
@@ -134,7 +134,7 @@ impl QuotaEngine {
             redis_requested: false,
             fallback: StoreReason::Selected,
             signals: SignalBoard::default(),
-            decisions: Mutex::new(HashMap::new()),
+            decisions: Mutex::new(FastMap::default()),
             metrics,
             unmetered_warn: WarnThrottle::default(),
         }

@@ -12,6 +12,7 @@ use switchyard_core::catalog::Catalog;
 use switchyard_core::quota::decide::{effective_weights, Policy, Share};
 use switchyard_core::quota::plan::{self, Dimension, PlanSource};
 use switchyard_core::quota::pool::{Pool, PoolError, PoolInput};
+use switchyard_core::FastMap;
 use switchyard_model::PlanRecord;
 
 /// A key's share of one pool, per dimension.
@@ -28,7 +29,7 @@ pub struct PoolRuntime {
     pub pool: Pool,
     /// The enforced dimensions (declared, or the plan times the connection count).
     pub dims: Vec<Dimension>,
-    pub shares: HashMap<String, KeyShare>,
+    pub shares: FastMap<String, KeyShare>,
     /// The share of a key without an allocation: weight 0, hard. Such a key may borrow
     /// while the pool is lenient and is stopped once it is strict.
     pub unallocated: KeyShare,

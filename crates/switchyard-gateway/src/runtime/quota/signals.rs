@@ -8,13 +8,13 @@
 use super::index::PoolRuntime;
 use crate::sync::lock;
 use axum::http::HeaderMap;
-use std::collections::HashMap;
+
 use std::sync::Mutex;
 use switchyard_core::quota::decide::Unit;
 use switchyard_core::quota::signals::{self, Signal};
 use switchyard_core::quota::window::Window;
 use switchyard_core::routing::view::{QuotaWindows, Reading};
-use switchyard_core::UnixMillis;
+use switchyard_core::{FastMap, UnixMillis};
 
 /// How long a provider's saturation reading counts (SPEC Q6): long enough to bridge the
 /// gaps between responses, short enough that a stale reading cannot block for long.
@@ -43,11 +43,11 @@ pub type PoolSignals = Vec<(Option<f64>, Option<u64>)>;
 /// dropped whenever a new reading arrives.
 #[derive(Debug, Default)]
 pub struct SignalBoard {
-    board: Mutex<HashMap<String, Vec<(Signal, UnixMillis)>>>,
+    board: Mutex<FastMap<String, Vec<(Signal, UnixMillis)>>>,
     /// Per (connection, dimension key): the used percentage up to which the rise has
     /// already been charged to some request, so overlapping requests share a rise
     /// instead of each paying all of it.
-    charged: Mutex<HashMap<(String, String), f64>>,
+    charged: Mutex<FastMap<(String, String), f64>>,
 }
 
 impl SignalBoard {
@@ -82,7 +82,7 @@ impl SignalBoard {
     /// a window (OpenAI-style per-minute limits) applies to the pool's shortest window
     /// of its unit.
     fn reading(
-        board: &HashMap<String, Vec<(Signal, UnixMillis)>>,
+        board: &FastMap<String, Vec<(Signal, UnixMillis)>>,
         connection_id: &str,
         pool: &PoolRuntime,
         dim: usize,
