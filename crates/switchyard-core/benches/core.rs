@@ -5,6 +5,7 @@ use switchyard_core::apikey::KeyHash;
 use switchyard_core::catalog::{ApiKey, Catalog, Combo, ComboTarget, ConnectionDef, Provider};
 use switchyard_core::domain::{AuthClass, ModelRef, UpstreamFormat};
 use switchyard_core::format::{openai_chat, Format};
+use switchyard_core::llm::RawObject;
 use switchyard_core::quota::decide::{decide, DimensionInput, Policy, Share, Unit};
 use switchyard_core::quota::ledger::{Ask, PoolLedger};
 use switchyard_core::quota::plan::Dimension;
@@ -13,6 +14,10 @@ use switchyard_core::routing;
 use switchyard_core::routing::strategy::{self, StrategyRef};
 use switchyard_core::sse::SseParser;
 use switchyard_core::usage::Usage;
+
+/// The members Claude Code sends to `/v1/messages`, in its order (../shared/CLIENTS.md),
+/// with short values: what is measured is the cost per member.
+const CLAUDE_CODE_BODY: &[u8] = br#"{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":[{"type":"text","text":"Fix the failing test."}]}],"system":[{"type":"text","text":"You are Claude Code.","cache_control":{"type":"ephemeral"}}],"tools":[{"name":"Bash","description":"Runs a command.","input_schema":{"type":"object","properties":{"command":{"type":"string"}}}}],"metadata":{"user_id":"{\"device_id\":\"d\",\"session_id\":\"s\"}"},"max_tokens":128000,"thinking":{"type":"adaptive","display":"omitted"},"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},"output_config":{"effort":"medium"},"stream":true}"#;
 
 const BODY: &[u8] = br#"{"model":"fast","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the benchmark."}],"temperature":0.2,"max_tokens":64}"#;
 
@@ -85,6 +90,14 @@ fn benches(c: &mut Criterion) {
     c.bench_function("parse chat request", |b| {
         b.iter(|| openai_chat::decode(black_box(BODY)).map(|r| r.stream))
     });
+    c.bench_function(
+        "read the members of a Claude Code-shaped body (10 members)",
+        |b| {
+            b.iter(|| {
+                RawObject::parse(black_box(CLAUDE_CODE_BODY)).map(|o| o.member("stream").is_some())
+            })
+        },
+    );
     let req = openai_chat::decode(BODY).unwrap_or_else(|_| unreachable!());
     c.bench_function("serialize upstream body", |b| {
         b.iter(|| {

@@ -7,8 +7,7 @@
 
 use crate::format::translate::{self, TranslateError};
 use crate::format::{anthropic_messages, responses, Format};
-use serde::de::{Deserializer, MapAccess, Visitor};
-use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use std::fmt;
 
@@ -108,57 +107,113 @@ pub enum RawObjectError {
 }
 
 /// A JSON object's top-level members in the client's order, values as raw JSON text.
+/// The names (unescaped) and the values are kept in one buffer: an object costs two
+/// allocations, whatever its number of members.
 #[derive(Debug, Clone)]
-pub struct RawObject(Vec<(String, Box<RawValue>)>);
+pub struct RawObject {
+    text: String,
+    /// Per member: where its name starts in `text`, where its value starts (the name's
+    /// end), and where the value ends.
+    members: Vec<[usize; 3]>,
+}
 
 impl PartialEq for RawObject {
     fn eq(&self, other: &Self) -> bool {
-        self.0.len() == other.0.len()
-            && self
-                .0
-                .iter()
-                .zip(&other.0)
-                .all(|((ka, va), (kb, vb))| ka == kb && va.get() == vb.get())
+        self.members.len() == other.members.len() && self.entries().eq(other.entries())
     }
 }
 
-impl<'de> Deserialize<'de> for RawObject {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawObject;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
+/// Reads an object into a [`RawObject`] whose buffer holds the whole input (`.0` bytes):
+/// the names and values together are never longer.
+struct Members(usize);
+
+impl<'de> DeserializeSeed<'de> for Members {
+    type Value = RawObject;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawObject, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Members {
+    type Value = RawObject;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawObject, A::Error> {
+        let mut object = RawObject {
+            text: String::with_capacity(self.0),
+            members: Vec::with_capacity(map.size_hint().unwrap_or(8)),
+        };
+        loop {
+            let name = object.text.len();
+            if map.next_key_seed(NameInto(&mut object.text))?.is_none() {
+                return Ok(object);
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawObject, A::Error> {
-                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
-                    out.push(entry);
-                }
-                Ok(RawObject(out))
-            }
+            let value = object.text.len();
+            // Borrowed from the input: the value's text is copied once, into the buffer.
+            let raw: &RawValue = map.next_value()?;
+            object.text.push_str(raw.get());
+            object.members.push([name, value, object.text.len()]);
         }
-        d.deserialize_map(V)
+    }
+}
+
+/// Appends a member's name, unescaped, to the buffer.
+struct NameInto<'b>(&'b mut String);
+
+impl<'de> DeserializeSeed<'de> for NameInto<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for NameInto<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a member name")
+    }
+    fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<(), E> {
+        self.0.push_str(name);
+        Ok(())
     }
 }
 
 impl RawObject {
     pub fn parse(bytes: &[u8]) -> Result<Self, RawObjectError> {
-        match serde_json::from_slice::<Self>(bytes) {
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let read = Members(bytes.len())
+            .deserialize(&mut de)
+            .and_then(|object| de.end().map(|()| object));
+        match read {
             Ok(o) => Ok(o),
             Err(e) if e.is_data() => Err(RawObjectError::NotAnObject),
             Err(e) => Err(RawObjectError::InvalidJson(e.to_string())),
         }
     }
 
+    /// The members, as (name, raw value text), in the client's order.
+    fn entries(&self) -> impl DoubleEndedIterator<Item = (&str, &str)> + '_ {
+        self.members.iter().map(|&[name, value, end]| {
+            (
+                self.text.get(name..value).unwrap_or_default(),
+                self.text.get(value..end).unwrap_or_default(),
+            )
+        })
+    }
+
     /// The raw text of member `name`; the last occurrence wins, as in every JSON object
     /// reader.
     pub fn member(&self, name: &str) -> Option<&str> {
-        self.0
+        // Names are compared as bytes (length first); only the value found is cut out
+        // as text.
+        let bytes = self.text.as_bytes();
+        let &[_, value, end] = self
+            .members
             .iter()
             .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.get())
+            .find(|&&[n, v, _]| bytes.get(n..v) == Some(name.as_bytes()))?;
+        self.text.get(value..end)
     }
 
     /// The object's text with every `model` member replaced by `model`, the other
@@ -180,16 +235,12 @@ impl RawObject {
         overrides: &[(&str, Option<String>)],
         added: &[(&str, String)],
     ) -> Vec<u8> {
-        let len: usize = self
-            .0
-            .iter()
-            .map(|(k, v)| k.len() + v.get().len() + 4)
-            .sum();
+        let len = self.text.len() + 4 * self.members.len();
         let mut out = Vec::with_capacity(len + model.len() + 2);
         out.push(b'{');
         let mut first = true;
-        for (key, value) in &self.0 {
-            let replaced = overrides.iter().find(|(name, _)| name == key);
+        for (key, value) in self.entries() {
+            let replaced = overrides.iter().find(|(name, _)| *name == key);
             if matches!(replaced, Some((_, None))) {
                 continue;
             }
@@ -204,7 +255,7 @@ impl RawObject {
             } else if let Some((_, Some(text))) = replaced {
                 out.extend_from_slice(text.as_bytes());
             } else {
-                out.extend_from_slice(value.get().as_bytes());
+                out.extend_from_slice(value.as_bytes());
             }
         }
         for (key, text) in added {
@@ -226,4 +277,92 @@ impl RawObject {
 fn write_json_string(out: &mut Vec<u8>, s: &str) {
     // Serialising a &str into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_keep_their_order_and_text() {
+        let o = RawObject::parse(br#"{"model":"a/b", "messages" : [ {"role":"user"} ],"n":1}"#)
+            .unwrap();
+        assert_eq!(o.member("model"), Some(r#""a/b""#));
+        assert_eq!(o.member("messages"), Some(r#"[ {"role":"user"} ]"#));
+        assert_eq!(o.member("n"), Some("1"));
+        assert_eq!(o.member("absent"), None);
+        assert_eq!(
+            String::from_utf8(o.with_model("x/y")).unwrap(),
+            r#"{"model":"x/y","messages":[ {"role":"user"} ],"n":1}"#
+        );
+    }
+
+    #[test]
+    fn names_are_unescaped_and_the_last_of_a_name_wins() {
+        let o = RawObject::parse(br#"{"mo\u0064el":"first","\u00e9t\u00e9":2,"model":"last"}"#)
+            .unwrap();
+        assert_eq!(o.member("model"), Some(r#""last""#));
+        assert_eq!(o.member("été"), Some("2"));
+        assert_eq!(
+            String::from_utf8(o.rewritten("m", &[("été", None)])).unwrap(),
+            r#"{"model":"m","model":"m"}"#
+        );
+    }
+
+    #[test]
+    fn overrides_and_additions_rewrite_the_object() {
+        let o = RawObject::parse(br#"{"model":"a","stream":false,"keep":{"x":[1,2]}}"#).unwrap();
+        let out = o.rewritten_adding(
+            "b",
+            &[("stream", Some("true".into()))],
+            &[("keep", "0".into()), ("extra", r#""e""#.into())],
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"model":"b","stream":true,"keep":{"x":[1,2]},"extra":"e"}"#
+        );
+    }
+
+    #[test]
+    fn an_empty_object_has_no_members() {
+        let o = RawObject::parse(b" {} ").unwrap();
+        assert_eq!(o.member("model"), None);
+        // Only a model the object names is replaced; none is added.
+        assert_eq!(o.with_model("m"), b"{}".to_vec());
+        assert_eq!(o, RawObject::parse(b"{}").unwrap());
+    }
+
+    #[test]
+    fn what_is_not_one_json_object_is_refused() {
+        assert_eq!(RawObject::parse(b"[1,2]"), Err(RawObjectError::NotAnObject));
+        assert_eq!(
+            RawObject::parse(b"\"text\""),
+            Err(RawObjectError::NotAnObject)
+        );
+        assert!(matches!(
+            RawObject::parse(b"{\"a\":1} x"),
+            Err(RawObjectError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            RawObject::parse(b"{\"a\":"),
+            Err(RawObjectError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            RawObject::parse(b"{\"a\":1,}"),
+            Err(RawObjectError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            RawObject::parse(b"{\"a\xff\":1}"),
+            Err(RawObjectError::InvalidJson(_))
+        ));
+    }
+
+    #[test]
+    fn objects_with_equal_members_are_equal_whatever_their_escapes() {
+        let a = RawObject::parse(br#"{"model":"a","n":1}"#).unwrap();
+        let b = RawObject::parse(br#"{ "\u006dodel" : "a" , "n" : 1 }"#).unwrap();
+        let c = RawObject::parse(br#"{"model":"a","n":2}"#).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
 }
