@@ -63,13 +63,19 @@ pub struct ModelRefError(pub String);
 
 impl ModelRef {
     pub fn parse(s: &str) -> Result<Self, ModelRefError> {
-        match s.split_once('/') {
-            Some((p, m)) if !p.is_empty() && !m.is_empty() => Ok(Self {
+        match Self::split(s) {
+            Some((p, m)) => Ok(Self {
                 provider: p.to_owned(),
                 model: m.to_owned(),
             }),
-            _ => Err(ModelRefError(s.to_owned())),
+            None => Err(ModelRefError(s.to_owned())),
         }
+    }
+
+    /// The provider and model of `s` as borrowed parts, by [`Self::parse`]'s rule.
+    pub fn split(s: &str) -> Option<(&str, &str)> {
+        s.split_once('/')
+            .filter(|(p, m)| !p.is_empty() && !m.is_empty())
     }
 }
 
@@ -100,12 +106,17 @@ mod tests {
         assert_eq!(r.provider, "openrouter");
         assert_eq!(r.model, "meta/llama-3");
         assert_eq!(r.to_string(), "openrouter/meta/llama-3");
+        assert_eq!(
+            ModelRef::split("openrouter/meta/llama-3"),
+            Some(("openrouter", "meta/llama-3"))
+        );
     }
 
     #[test]
     fn model_ref_rejects_missing_parts() {
         for bad in ["", "gpt-4o", "/gpt-4o", "openai/"] {
             assert_eq!(ModelRef::parse(bad), Err(ModelRefError(bad.to_owned())));
+            assert_eq!(ModelRef::split(bad), None);
         }
     }
 

@@ -118,13 +118,21 @@ fn direct(
         expand_combo(catalog, key, combo, rotation, &mut out);
         return Ok(out);
     }
-    let model_ref = ModelRef::parse(name).map_err(|_| unknown())?;
-    let provider = catalog.provider(&model_ref.provider).ok_or_else(unknown)?;
-    if !provider.models.is_empty() && !provider.models.contains(&model_ref.model) {
+    let (provider_id, model) = ModelRef::split(name).ok_or_else(unknown)?;
+    let provider = catalog.provider(provider_id).ok_or_else(unknown)?;
+    if !provider.models.is_empty() && !provider.models.iter().any(|m| m == model) {
         return Err(unknown());
     }
     allowed()?;
-    expand_target(catalog, key, &model_ref, None, 0, rotation, &mut out);
+    expand_target(
+        catalog,
+        key,
+        (provider_id, model),
+        None,
+        0,
+        rotation,
+        &mut out,
+    );
     Ok(out)
 }
 
@@ -278,14 +286,15 @@ pub fn left_out(key: &ApiKey, conn: &Connection) -> Option<Reason> {
 fn expand_combo(catalog: &Catalog, key: &ApiKey, combo: &Combo, rotation: usize, out: &mut Plan) {
     for (i, t) in combo.targets.iter().enumerate() {
         let fixed = t.connection.as_deref();
-        expand_target(catalog, key, &t.model, fixed, i, rotation, out);
+        let model = (t.model.provider.as_str(), t.model.model.as_str());
+        expand_target(catalog, key, model, fixed, i, rotation, out);
     }
 }
 
 fn expand_target(
     catalog: &Catalog,
     key: &ApiKey,
-    model: &ModelRef,
+    (provider, model): (&str, &str),
     pinned: Option<&str>,
     target: usize,
     rotation: usize,
@@ -293,20 +302,20 @@ fn expand_target(
 ) {
     let conns: Vec<&Arc<Connection>> = match pinned {
         Some(id) => catalog.connection(id).into_iter().collect(),
-        None => catalog.provider_connections(&model.provider).collect(),
+        None => catalog.provider_connections(provider).collect(),
     };
     let n = conns.len();
     for offset in 0..n {
         let conn = conns[(rotation + offset) % n];
         match left_out(key, conn) {
             Some(reason) => out.excluded.push(Exclusion {
-                target: model.to_string(),
+                target: format!("{provider}/{model}"),
                 connection: conn.id.clone(),
                 reason,
             }),
             None => out.candidates.push(Candidate {
                 connection: Arc::clone(conn),
-                upstream_model: model.model.clone(),
+                upstream_model: model.to_owned(),
                 target,
             }),
         }
