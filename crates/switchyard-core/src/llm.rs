@@ -339,22 +339,14 @@ mod tests {
             RawObject::parse(b"\"text\""),
             Err(RawObjectError::NotAnObject)
         );
-        assert!(matches!(
-            RawObject::parse(b"{\"a\":1} x"),
-            Err(RawObjectError::InvalidJson(_))
-        ));
-        assert!(matches!(
-            RawObject::parse(b"{\"a\":"),
-            Err(RawObjectError::InvalidJson(_))
-        ));
-        assert!(matches!(
-            RawObject::parse(b"{\"a\":1,}"),
-            Err(RawObjectError::InvalidJson(_))
-        ));
-        assert!(matches!(
-            RawObject::parse(b"{\"a\xff\":1}"),
-            Err(RawObjectError::InvalidJson(_))
-        ));
+        let broken: [&[u8]; 4] = [b"{\"a\":1} x", b"{\"a\":", b"{\"a\":1,}", b"{\"a\xff\":1}"];
+        for text in broken {
+            assert!(
+                matches!(RawObject::parse(text), Err(RawObjectError::InvalidJson(_))),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
     }
 
     #[test]
