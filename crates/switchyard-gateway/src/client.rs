@@ -32,9 +32,9 @@
 
 use crate::heads::{self, push_decimal, Reads, Span};
 use bytes::{Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{ACCEPT, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -275,13 +275,17 @@ impl std::fmt::Debug for Target {
 }
 
 /// A request to send: the fields every request to its upstream carries (`fixed`, built
-/// once with the configuration: `Host`, the credential), then this request's own.
+/// once with the configuration: `Host`, the credential), then this request's own: its
+/// `Accept`, and the few others of its call (protocol headers, the slow lane's), under
+/// names of the gateway's own, each at most once. A list, not a map: most requests have
+/// none, and a map would be allocated and hashed for each.
 #[derive(Debug)]
 pub struct Outgoing<'a> {
     pub method: Method,
     pub target: &'a Target,
     pub fixed: &'a [(HeaderName, HeaderValue)],
-    pub headers: HeaderMap,
+    pub accept: &'static str,
+    pub headers: Vec<(&'static str, HeaderValue)>,
     pub body: Bytes,
     /// The fields of a successful (2xx) answer its reader reads, when it reads only
     /// some; any other answer is converted whole. Not used over HTTP/2.
@@ -298,7 +302,10 @@ impl Outgoing<'_> {
         for (name, value) in self.fixed {
             headers.insert(name.clone(), value.clone());
         }
-        headers.extend(self.headers);
+        headers.insert(ACCEPT, HeaderValue::from_static(self.accept));
+        for (name, value) in self.headers {
+            headers.insert(name, value);
+        }
         request
     }
 }
@@ -341,6 +348,14 @@ pub async fn send(
         let body = Driven::new(key.clone(), lease, framing, keep_alive);
         return Ok(Response::from_parts(head, UpstreamBody::Driven(body)));
     }
+}
+
+/// Appends the field `name: value` to a head being written.
+fn push_field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// How long an idle HTTP/1.1 connection is kept (see [`POOL_IDLE_TIMEOUT`]).
@@ -439,15 +454,15 @@ impl Lease {
         out.push(b' ');
         out.extend_from_slice(request.target.origin.as_str().as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\n");
-        let fields = request.fixed.iter().map(|(n, v)| (n, v));
-        for (name, value) in fields.chain(&request.headers) {
+        for (name, value) in request.fixed {
             if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
                 continue;
             }
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            push_field(out, name.as_str(), value.as_bytes());
+        }
+        push_field(out, ACCEPT.as_str(), request.accept.as_bytes());
+        for (name, value) in &request.headers {
+            push_field(out, name, value.as_bytes());
         }
         let body = &request.body;
         let bodiless = matches!(request.method, Method::GET | Method::HEAD | Method::DELETE);

@@ -8,7 +8,7 @@
 
 use super::{endpoint, sensitive, Adapter, ProtocolHeaders};
 use axum::http::header::InvalidHeaderValue;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderValue;
 use switchyard_core::domain::AuthClass;
 use switchyard_core::format::Format;
 
@@ -46,12 +46,17 @@ impl Adapter for Anthropic {
         }])
     }
 
-    fn protocol_headers(&self, client: &ProtocolHeaders, oauth: bool, headers: &mut HeaderMap) {
+    fn protocol_headers(
+        &self,
+        client: &ProtocolHeaders,
+        oauth: bool,
+        headers: &mut Vec<(&'static str, HeaderValue)>,
+    ) {
         let version = client
             .version
             .clone()
             .unwrap_or(HeaderValue::from_static(DEFAULT_VERSION));
-        headers.insert(ProtocolHeaders::VERSION, version);
+        headers.push((ProtocolHeaders::VERSION, version));
         let beta = match (&client.beta, oauth) {
             (Some(beta), false) => Some(beta.clone()),
             (None, false) => None,
@@ -73,7 +78,7 @@ impl Adapter for Anthropic {
             }
         };
         if let Some(beta) = beta {
-            headers.insert(ProtocolHeaders::BETA, beta);
+            headers.push((ProtocolHeaders::BETA, beta));
         }
     }
 }
@@ -116,13 +121,16 @@ mod tests {
                 version: version.map(HeaderValue::from_static),
                 beta: beta.map(HeaderValue::from_static),
             };
-            let mut h = HeaderMap::new();
+            let mut h = Vec::new();
             Anthropic.protocol_headers(&client, oauth, &mut h);
-            (
-                h["anthropic-version"].to_str().unwrap().to_owned(),
-                h.get("anthropic-beta")
-                    .map(|v| v.to_str().unwrap().to_owned()),
-            )
+            let text = |v: &HeaderValue| v.to_str().unwrap().to_owned();
+            match h.as_slice() {
+                [("anthropic-version", version)] => (text(version), None),
+                [("anthropic-version", version), ("anthropic-beta", beta)] => {
+                    (text(version), Some(text(beta)))
+                }
+                other => panic!("unexpected protocol headers {other:?}"),
+            }
         };
         assert_eq!(run(None, None, false), ("2023-06-01".into(), None));
         assert_eq!(

@@ -74,9 +74,15 @@ pub trait Adapter: Sync + std::fmt::Debug {
         Ok(Vec::new())
     }
 
-    /// Sets the headers selecting the protocol version, from the client's (`oauth`: the
+    /// Adds the headers selecting the protocol version, from the client's (`oauth`: the
     /// account authenticates with a subscription token).
-    fn protocol_headers(&self, _client: &ProtocolHeaders, _oauth: bool, _headers: &mut HeaderMap) {}
+    fn protocol_headers(
+        &self,
+        _client: &ProtocolHeaders,
+        _oauth: bool,
+        _headers: &mut Vec<(&'static str, HeaderValue)>,
+    ) {
+    }
 }
 
 /// The client headers that select an upstream protocol and so are forwarded to an
@@ -377,18 +383,16 @@ pub async fn send(
     } else {
         "application/json"
     };
-    let mut headers = HeaderMap::new();
-    headers.insert(header::ACCEPT, HeaderValue::from_static(accept));
+    let mut headers = Vec::new();
     upstream
         .adapter
         .protocol_headers(call.protocol, upstream.oauth, &mut headers);
-    for (name, value) in call.extra {
-        headers.insert(*name, value.clone());
-    }
+    headers.extend_from_slice(call.extra);
     let out = Outgoing {
         method: call.method,
         target: call.url,
         fixed: &upstream.fields,
+        accept,
         headers,
         body: call.body,
         success_reads: call.success_reads,
