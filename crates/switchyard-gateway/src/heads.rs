@@ -1,7 +1,8 @@
 //! HTTP/1 heads between the bytes read and http's types, for the gateway's own server
 //! (`edge`) and client (`client`): where a head's parts are in the read buffer, the
-//! header map built from them as slices of what was read (no copies), and the decimal
-//! numbers a head writes.
+//! header map built from them as slices of what was read (no copies), the few fields a
+//! direct route reads kept as those slices without any map ([`Fields`]), and the
+//! decimal numbers a head writes.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -57,8 +58,8 @@ pub(crate) fn header_map(read: &Bytes, spans: &[(Span, Span)]) -> Option<HeaderM
     Some(headers)
 }
 
-/// Which fields of a head a reader reads: its name for the field sent as the given
-/// name (in any case), or `None` for a field it does not read.
+/// Which fields of an answer head a reader reads: its name for the field sent as the
+/// given name (in any case), or `None` for a field it does not read.
 pub type Reads = fn(&[u8]) -> Option<HeaderName>;
 
 /// The fields at `spans` of `read` that `reads` names, under its name for them; the
@@ -78,6 +79,101 @@ pub(crate) fn header_map_of(
         }
     }
     Some(headers)
+}
+
+/// Which fields of a request head a route reads: its number for the field sent as the
+/// given name (in any case), below [`MAX_READ`]; `None` for a field it does not read.
+pub type Numbers = fn(&[u8]) -> Option<usize>;
+
+/// Most fields a route numbers.
+pub const MAX_READ: usize = 24;
+
+/// The fields of a request head its route reads, by the route's [`Numbers`]: the first
+/// value of each, kept as where it is in one buffer (the head as read, or the values
+/// copied out of a header map). No header map is built: a map costs two allocations
+/// and a hash per field, and a route reads a few fixed names.
+#[derive(Debug, Clone, Default)]
+pub struct Fields {
+    buf: Bytes,
+    at: [Option<(u32, u32)>; MAX_READ],
+}
+
+impl Fields {
+    /// The fields at `spans` of `read` (the head, as read) that `numbers` numbers.
+    /// httparse has checked every value already.
+    pub(crate) fn of_head(read: &Bytes, spans: &[(Span, Span)], numbers: Numbers) -> Self {
+        let mut fields = Self {
+            buf: read.clone(),
+            at: Default::default(),
+        };
+        for &(name, value) in spans {
+            let Some(i) = read.get(name.range()).and_then(numbers) else {
+                continue;
+            };
+            if let (Some(slot @ None), Ok(start), Ok(end)) = (
+                fields.at.get_mut(i),
+                u32::try_from(value.start),
+                u32::try_from(value.end),
+            ) {
+                *slot = Some((start, end));
+            }
+        }
+        fields
+    }
+
+    /// The fields of `headers` that `numbers` numbers (the request of a route reached
+    /// through the router, or over HTTP/2).
+    pub fn of_map(headers: &HeaderMap, numbers: Numbers) -> Self {
+        let mut buf = Vec::new();
+        let mut at: [Option<(u32, u32)>; MAX_READ] = Default::default();
+        for (name, value) in headers {
+            let Some(Some(slot @ None)) = numbers(name.as_str().as_bytes()).map(|i| at.get_mut(i))
+            else {
+                continue;
+            };
+            if let (Ok(start), Ok(end)) = (
+                u32::try_from(buf.len()),
+                u32::try_from(buf.len() + value.len()),
+            ) {
+                buf.extend_from_slice(value.as_bytes());
+                *slot = Some((start, end));
+            }
+        }
+        Self {
+            buf: Bytes::from(buf),
+            at,
+        }
+    }
+
+    /// The value of field `i`, as sent.
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        let (start, end) = (*self.at.get(i)?)?;
+        self.buf.get(start as usize..end as usize)
+    }
+
+    /// The value of field `i` as text, when it is visible ASCII (http's rule for a
+    /// value read as a string).
+    pub fn text(&self, i: usize) -> Option<&str> {
+        self.get(i).and_then(visible_text)
+    }
+
+    /// The value of field `i` to send on (no copy).
+    pub fn value(&self, i: usize) -> Option<HeaderValue> {
+        let (start, end) = (*self.at.get(i)?)?;
+        let range = start as usize..end as usize;
+        self.buf.get(range.clone())?;
+        HeaderValue::from_maybe_shared(self.buf.slice(range)).ok()
+    }
+}
+
+/// `value` as text when it is visible ASCII, spaces and tabs (as `HeaderValue::to_str`
+/// reads a value).
+pub fn visible_text(value: &[u8]) -> Option<&str> {
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+        .then(|| std::str::from_utf8(value).ok())
+        .flatten()
 }
 
 fn value_at(read: &Bytes, value: Span) -> Option<HeaderValue> {
@@ -143,6 +239,58 @@ mod tests {
         let values: Vec<_> = headers.get_all("x-two").iter().collect();
         assert_eq!(values, ["b c", "d"]);
         assert!(headers.get("host").is_none());
+    }
+
+    /// Numbers `authorization` 0 and `x-two` 3.
+    fn numbers(name: &[u8]) -> Option<usize> {
+        if name.eq_ignore_ascii_case(b"authorization") {
+            Some(0)
+        } else if name.eq_ignore_ascii_case(b"x-two") {
+            Some(3)
+        } else {
+            None
+        }
+    }
+
+    #[test]
+    fn a_routes_fields_are_kept_by_number_first_value_first() {
+        let read = Bytes::from_static(
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Two: b c\r\nAUTHORIZATION: Bearer k\r\nx-two: d\r\n\r\n",
+        );
+        let base = read.as_ptr() as usize;
+        let at = |from: usize, to: usize| Span::of(&read[from..to], base);
+        let spans = [
+            (at(16, 20), at(22, 23)),
+            (at(25, 30), at(32, 35)),
+            (at(37, 50), at(52, 60)),
+            (at(62, 67), at(69, 70)),
+        ];
+        let from_head = Fields::of_head(&read, &spans, numbers);
+        let mut map = HeaderMap::new();
+        map.insert("host", HeaderValue::from_static("a"));
+        map.append("x-two", HeaderValue::from_static("b c"));
+        map.append("x-two", HeaderValue::from_static("d"));
+        map.insert("authorization", HeaderValue::from_static("Bearer k"));
+        let from_map = Fields::of_map(&map, numbers);
+        for fields in [from_head, from_map] {
+            assert_eq!(fields.get(0), Some(&b"Bearer k"[..]));
+            assert_eq!(fields.text(3), Some("b c"));
+            assert_eq!(fields.value(3).unwrap(), "b c");
+            for absent in [1, 2, 4, MAX_READ - 1, MAX_READ, usize::MAX] {
+                assert_eq!(fields.get(absent), None, "{absent}");
+                assert_eq!(fields.value(absent), None, "{absent}");
+            }
+        }
+        assert_eq!(Fields::default().get(0), None);
+    }
+
+    #[test]
+    fn text_is_read_as_http_reads_a_value_as_a_string() {
+        assert_eq!(visible_text(b"Bearer k\t1 ~"), Some("Bearer k\t1 ~"));
+        assert_eq!(visible_text(b""), Some(""));
+        for refused in [&b"caf\xc3\xa9"[..], b"a\x7f", b"a\x01", b"\xff"] {
+            assert_eq!(visible_text(refused), None, "{refused:?}");
+        }
     }
 
     #[test]

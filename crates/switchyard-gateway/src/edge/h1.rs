@@ -35,14 +35,14 @@
 
 use super::{wire, Answer, App, InFlight, Limits, Shared, TimedBody};
 use crate::clock::{Clock, SystemClock};
-use crate::heads::{self, Span};
+use crate::heads::{self, Fields, Span};
 use crate::sync::lock;
 use crate::telemetry::metrics::EdgeMetrics;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
-use http::{Method, Request, StatusCode, Uri};
+use http::{HeaderMap, Method, Request, StatusCode, Uri};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use std::collections::VecDeque;
 use std::future::{poll_fn, Future};
@@ -278,12 +278,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         let read = self.buf.split_to(len).freeze();
         let uri =
             Uri::from_maybe_shared(read.slice(target.range())).map_err(|_| HeadError::Target)?;
-        let reads = self.app.direct.reads(&method, uri.path());
-        let headers = match reads {
-            Some(reads) => heads::header_map_of(&read, &self.spans, reads),
-            None => heads::header_map(&read, &self.spans),
-        }
-        .ok_or(HeadError::Malformed)?;
+        // A direct route's request keeps only the fields its route reads, outside any
+        // header map; the router's gets every field, and the client's address.
+        let (fields, headers) = match self.app.direct.reads(&method, uri.path()) {
+            Some(numbers) => (
+                Some(Fields::of_head(&read, &self.spans, numbers)),
+                HeaderMap::new(),
+            ),
+            None => (
+                None,
+                heads::header_map(&read, &self.spans).ok_or(HeadError::Malformed)?,
+            ),
+        };
         let (body, exchange) = self.body(framing, expect_continue);
         let mut request = Request::new(body);
         *request.method_mut() = method;
@@ -294,12 +300,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             http::Version::HTTP_10
         };
         *request.headers_mut() = headers;
-        if let (Some(peer), None) = (self.peer, reads) {
+        if let (Some(peer), None) = (self.peer, &fields) {
             request.extensions_mut().insert(ConnectInfo(peer));
         }
         Ok(Some(Incoming {
             head_request: request.method() == Method::HEAD,
             request,
+            fields,
             exchange,
             keep_alive,
             http11,
@@ -351,6 +358,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     async fn exchange(&mut self, incoming: Incoming) -> bool {
         let Incoming {
             request,
+            fields,
             mut exchange,
             keep_alive,
             head_request,
@@ -367,7 +375,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             // stream) does not hold it; the next head gets a new one.
             self.buf = BytesMut::new();
         }
-        let mut call = self.answer(request);
+        let mut call = self.answer(request, fields);
         let answered = poll_fn(|cx| loop {
             if let Poll::Ready(answer) = call.as_mut().poll(cx) {
                 return Poll::Ready(Some(answer));
@@ -434,20 +442,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         true
     }
 
-    /// The answer to `request`: from the routes answered directly, or the router.
-    fn answer(&self, request: Request<Body>) -> Answer {
-        match self.app.direct.call(request) {
-            Ok(answer) => answer,
-            Err(request) => {
-                let routed = self.app.router.clone().oneshot(request);
-                Box::pin(async move {
-                    match routed.await {
-                        Ok(response) => response,
-                        Err(never) => match never {},
-                    }
-                })
-            }
+    /// The answer to `request`: from its direct route, when it has `fields` (the
+    /// route took it), or the router.
+    fn answer(&self, request: Request<Body>, fields: Option<Fields>) -> Answer {
+        if let Some(fields) = fields {
+            return self.app.direct.call(request, fields);
         }
+        let routed = self.app.router.clone().oneshot(request);
+        Box::pin(async move {
+            match routed.await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        })
     }
 
     /// Writes the answer's body in `framing`, watching the client while it waits for
@@ -708,6 +715,8 @@ enum Ending {
 /// A request read, with what its exchange needs.
 struct Incoming {
     request: Request<Body>,
+    /// The fields its direct route reads; `None` for the router's.
+    fields: Option<Fields>,
     exchange: Exchange,
     keep_alive: bool,
     head_request: bool,

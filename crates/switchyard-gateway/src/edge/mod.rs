@@ -31,7 +31,7 @@ mod h1;
 mod wire;
 
 use crate::clock::Stopwatch;
-pub use crate::heads::Reads;
+pub use crate::heads::{Fields, Numbers};
 use crate::sync::lock;
 use crate::telemetry::metrics::EdgeMetrics;
 use axum::body::Body;
@@ -73,18 +73,15 @@ pub type Answer = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 /// request's work there.
 pub trait Direct: Send + Sync + std::fmt::Debug {
     /// For a request to `method` `path` that [`call`](Self::call) takes, which header
-    /// fields its route reads; `None` for a request it does not take (the router gets
-    /// every field, and the client's address). The HTTP/1 connection converts only
-    /// those fields: clients send many the inference routes never read.
-    fn reads(&self, method: &Method, path: &str) -> Option<Reads>;
+    /// fields its route reads, by their numbers; `None` for a request it does not take
+    /// (the router gets every field, and the client's address). The HTTP/1 connection
+    /// keeps only those fields, without a header map: clients send many the inference
+    /// routes never read.
+    fn reads(&self, method: &Method, path: &str) -> Option<Numbers>;
 
-    /// The answer to `request` when one of these routes takes it; the request back
-    /// otherwise, for the router.
-    #[expect(
-        clippy::result_large_err,
-        reason = "the request goes back whole to the router; boxing it would cost more"
-    )]
-    fn call(&self, request: Request<Body>) -> Result<Answer, Request<Body>>;
+    /// The answer to `request`, one that [`reads`](Self::reads) took: its header map is
+    /// empty, the fields its route reads are `fields`.
+    fn call(&self, request: Request<Body>, fields: Fields) -> Answer;
 }
 
 /// What the edge serves: the routes it answers directly, and the router for the rest.

@@ -31,7 +31,8 @@ use switchyard_core::format::Format;
     security(("x-api-key" = []), ("bearer" = []))
 )]
 pub async fn messages(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    pipeline::serve(&state, Format::AnthropicMessages, request).await
+    let fields = pipeline::headers::fields_of(request.headers());
+    pipeline::serve(&state, Format::AnthropicMessages, request, fields).await
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's input tokens, counted by the first
@@ -51,5 +52,6 @@ pub async fn messages(State(state): State<Arc<AppState>>, request: Request) -> R
     security(("x-api-key" = []), ("bearer" = []))
 )]
 pub async fn count_tokens(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    pipeline::count_tokens(&state, Format::AnthropicMessages, request).await
+    let fields = pipeline::headers::fields_of(request.headers());
+    pipeline::count_tokens(&state, Format::AnthropicMessages, request, fields).await
 }

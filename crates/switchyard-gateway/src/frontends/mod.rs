@@ -5,7 +5,9 @@
 //!
 //! The inference routes are also answered without the router ([`Inference`], issue 29):
 //! the edge asks it first, and the router's matching and boxing are a measurable share
-//! of a request's work. Both call the same handlers.
+//! of a request's work. Both call the same pipeline entry points: the router's handlers
+//! with the fields the pipeline reads taken from the request's header map, the direct
+//! routes with those the edge kept from the head.
 
 mod anthropic_messages;
 pub mod leases;
@@ -13,13 +15,15 @@ pub mod models;
 mod openai_chat;
 mod responses;
 
-use crate::edge::{Answer, Direct, Reads};
+use crate::edge::{Answer, Direct, Fields, Numbers};
 use crate::pipeline;
 use crate::state::AppState;
 use axum::body::Body;
-use axum::extract::{Request, State};
-use http::Method;
+use axum::extract::Request;
+use axum::response::IntoResponse;
+use http::{Method, StatusCode};
 use std::sync::Arc;
+use switchyard_core::format::Format;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -69,20 +73,29 @@ impl Route {
 }
 
 impl Direct for Inference {
-    fn reads(&self, method: &Method, path: &str) -> Option<Reads> {
-        Route::of(method, path).map(|_| pipeline::headers::read_name as Reads)
+    fn reads(&self, method: &Method, path: &str) -> Option<Numbers> {
+        Route::of(method, path).map(|_| pipeline::headers::read_name as Numbers)
     }
 
-    fn call(&self, request: Request<Body>) -> Result<Answer, Request<Body>> {
+    fn call(&self, request: Request<Body>, fields: Fields) -> Answer {
+        let state = Arc::clone(&self.0);
         let Some(route) = Route::of(request.method(), request.uri().path()) else {
-            return Err(request);
+            // Not a request `reads` took: the edge never asks for one.
+            return Box::pin(async { StatusCode::NOT_FOUND.into_response() });
         };
-        let state = State(Arc::clone(&self.0));
-        Ok(match route {
-            Route::Chat => Box::pin(openai_chat::chat_completions(state, request)),
-            Route::Messages => Box::pin(anthropic_messages::messages(state, request)),
-            Route::CountTokens => Box::pin(anthropic_messages::count_tokens(state, request)),
-            Route::Responses => Box::pin(responses::responses(state, request)),
-        })
+        match route {
+            Route::Chat => Box::pin(async move {
+                pipeline::serve(&state, Format::OpenAiChat, request, fields).await
+            }),
+            Route::Messages => Box::pin(async move {
+                pipeline::serve(&state, Format::AnthropicMessages, request, fields).await
+            }),
+            Route::CountTokens => Box::pin(async move {
+                pipeline::count_tokens(&state, Format::AnthropicMessages, request, fields).await
+            }),
+            Route::Responses => Box::pin(async move {
+                pipeline::serve(&state, Format::Responses, request, fields).await
+            }),
+        }
     }
 }

@@ -29,5 +29,6 @@ use switchyard_core::format::Format;
     security(("bearer" = []))
 )]
 pub async fn chat_completions(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    pipeline::serve(&state, Format::OpenAiChat, request).await
+    let fields = pipeline::headers::fields_of(request.headers());
+    pipeline::serve(&state, Format::OpenAiChat, request, fields).await
 }

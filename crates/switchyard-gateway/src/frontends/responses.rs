@@ -27,5 +27,6 @@ use switchyard_core::format::Format;
     security(("bearer" = []))
 )]
 pub async fn responses(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    pipeline::serve(&state, Format::Responses, request).await
+    let fields = pipeline::headers::fields_of(request.headers());
+    pipeline::serve(&state, Format::Responses, request, fields).await
 }

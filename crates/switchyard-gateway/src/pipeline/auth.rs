@@ -5,7 +5,9 @@
 //! constant time. Both `Authorization: Bearer` and the Anthropic
 //! `x-api-key` header are accepted.
 
+use super::headers::Field;
 use crate::error::ApiError;
+use crate::heads::Fields;
 use crate::snapshot::LiveConfig;
 use crate::state::AppState;
 use axum::extract::{Request, State};
@@ -19,24 +21,37 @@ use switchyard_core::catalog::{ApiKey, Catalog, SCOPE_ADMIN};
 /// The Anthropic clients' key header.
 pub const API_KEY_HEADER: &str = "x-api-key";
 
-/// The presented credential, if any.
-pub fn presented_token(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
+/// The presented credential, if any: the `Authorization` header's bearer token, else
+/// the `x-api-key` header's value (each read as text).
+fn token<'a>(authorization: Option<&'a str>, api_key: Option<&'a str>) -> Option<&'a str> {
+    authorization
         .and_then(bearer_token)
-        .or_else(|| {
-            headers
-                .get(API_KEY_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-        })
+        .or_else(|| api_key.map(str::trim).filter(|t| !t.is_empty()))
 }
 
-/// Resolves the client key of a request.
+/// The credential presented in `headers`, if any.
+pub fn presented_token(headers: &HeaderMap) -> Option<&str> {
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    token(text(header::AUTHORIZATION.as_str()), text(API_KEY_HEADER))
+}
+
+/// Resolves the client key of a request with the given `headers`.
 pub fn client_key<'a>(catalog: &'a Catalog, headers: &HeaderMap) -> Result<&'a ApiKey, ApiError> {
-    let token = presented_token(headers).ok_or(ApiError::MissingKey)?;
+    key_of(catalog, presented_token(headers))
+}
+
+/// Resolves the client key of an inference request with the given fields.
+pub fn request_key<'a>(catalog: &'a Catalog, fields: &Fields) -> Result<&'a ApiKey, ApiError> {
+    let presented = token(
+        fields.text(Field::Authorization.at()),
+        fields.text(Field::ApiKey.at()),
+    );
+    key_of(catalog, presented)
+}
+
+/// The live client key whose token was `presented`.
+fn key_of<'a>(catalog: &'a Catalog, presented: Option<&str>) -> Result<&'a ApiKey, ApiError> {
+    let token = presented.ok_or(ApiError::MissingKey)?;
     let key = catalog
         .key_by_hash(&KeyHash::of(token))
         .ok_or(ApiError::InvalidKey)?;

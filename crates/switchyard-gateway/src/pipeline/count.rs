@@ -8,8 +8,9 @@
 
 use super::{auth, plan, read_request};
 use crate::error::{render, ApiError};
+use crate::heads::Fields;
 use crate::state::AppState;
-use crate::upstream::{self, Call, ProtocolHeaders};
+use crate::upstream::{self, Call};
 use axum::extract::Request;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -23,9 +24,15 @@ use switchyard_core::quota::cost::Estimate;
 /// Largest count answer read: `{"input_tokens": N}` is a few bytes.
 const MAX_COUNT_BODY_BYTES: usize = 64 * 1024;
 
-/// Serves a count request in `format`.
-pub async fn count_tokens(state: &Arc<AppState>, format: Format, request: Request) -> Response {
-    match count(state, format, request).await {
+/// Serves a count request in `format` whose header fields the pipeline reads are
+/// `fields`.
+pub async fn count_tokens(
+    state: &Arc<AppState>,
+    format: Format,
+    request: Request,
+    fields: Fields,
+) -> Response {
+    match count(state, format, request, &fields).await {
         Ok(r) => r,
         Err(e) => render::response(&e, format),
     }
@@ -35,13 +42,14 @@ async fn count(
     state: &Arc<AppState>,
     format: Format,
     request: Request,
+    fields: &Fields,
 ) -> Result<Response, ApiError> {
-    let (parts, body) = request.into_parts();
+    let body = request.into_body();
     let snap = state.snapshot();
-    let key = auth::client_key(&snap.catalog, &parts.headers)?;
-    let presented = super::headers::Presented::scan(&parts.headers);
+    let key = auth::request_key(&snap.catalog, fields)?;
+    let presented = super::headers::Presented::scan(fields);
     let lease = super::lease::presented(&state.runtime, &presented, key, state.clock.now_ms())?;
-    let request = read_request(&snap, format, &parts.headers, body).await?;
+    let request = read_request(&snap, format, fields, body).await?;
     let estimate = Estimate::at_admission(request.prompt_len, None, false);
     // Counting tokens serves no conversation: no session pin is read or written. A
     // lease orders and excludes as for any request, but a count never moves it.
@@ -55,7 +63,7 @@ async fn count(
     )
     .await?
     .plan;
-    let protocol = ProtocolHeaders::of(format, &parts.headers);
+    let protocol = super::headers::protocol(format, fields);
     let now = state.clock.now_ms();
     for c in &plan.candidates {
         let Some(target) = snap.upstreams.get(c.connection.index) else {

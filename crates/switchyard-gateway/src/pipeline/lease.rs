@@ -7,6 +7,7 @@
 use super::attempt::Ctx;
 use super::headers::Presented;
 use crate::error::ApiError;
+use crate::heads::visible_text;
 use crate::runtime::Runtime;
 use switchyard_core::catalog::ApiKey;
 use switchyard_core::routing::lease::{self, Bind, Lease, OwnerHash, Refusal};
@@ -26,11 +27,11 @@ pub fn presented(
     }
     lease::permitted(key)?;
     let owner = owner
-        .and_then(|v| v.to_str().ok())
+        .and_then(visible_text)
         .ok_or(Refusal::MalformedOwner)
         .and_then(OwnerHash::of_token)?;
     let generation = generation
-        .and_then(|v| v.to_str().ok())
+        .and_then(visible_text)
         .ok_or(Refusal::MalformedGeneration)
         .and_then(lease::parse_generation)?;
     let table = runtime.leases.table();

@@ -38,11 +38,11 @@ mod wall;
 use crate::body::whole::{self, WholeError};
 use crate::clock::RequestClock;
 use crate::error::{render, ApiError};
+use crate::heads::Fields;
 use crate::state::AppState;
-use crate::upstream::ProtocolHeaders;
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::HeaderValue;
 use axum::response::Response;
 use bytes::Bytes;
 use finish::Finisher;
@@ -62,10 +62,16 @@ pub use count::count_tokens;
 /// Header carrying the request id on every response.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
-/// Serves a client request in `format`: the request id, `now` read once, the finisher
+/// Serves a client request in `format` whose header fields the pipeline reads are
+/// `fields` (see [`headers::Field`]): the request id, `now` read once, the finisher
 /// that records the request however it ends, and errors rendered in `format`.
-pub async fn serve(state: &Arc<AppState>, format: Format, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
+pub async fn serve(
+    state: &Arc<AppState>,
+    format: Format,
+    request: Request,
+    fields: Fields,
+) -> Response {
+    let body = request.into_body();
     let clock = RequestClock::start(state.clock.as_ref());
     let mut finisher = Finisher::start(finishing(state), state.next_request_id(), clock, format);
     let request_id = HeaderValue::try_from(finisher.request_id()).ok();
@@ -74,7 +80,7 @@ pub async fn serve(state: &Arc<AppState>, format: Format, request: Request) -> R
         state,
         format,
         clock,
-        &parts.headers,
+        &fields,
         body,
         &mut finisher,
         &mut route,
@@ -106,14 +112,14 @@ fn finishing(state: &AppState) -> finish::Parts {
 
 /// Refuses a body declared as anything but JSON (`application/json`, or a `+json` type),
 /// before it is read. A request without `Content-Type` is read as JSON.
-fn check_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(value) = headers.get(header::CONTENT_TYPE) else {
+fn check_json_content_type(fields: &Fields) -> Result<(), ApiError> {
+    let Some(value) = fields.get(headers::Field::ContentType.at()) else {
         return Ok(());
     };
-    if value.as_bytes() == b"application/json" {
+    if value == b"application/json" {
         return Ok(());
     }
-    let text = value.to_str().unwrap_or_default();
+    let text = crate::heads::visible_text(value).unwrap_or_default();
     let essence = text.split(';').next().unwrap_or_default().trim();
     let json = essence.eq_ignore_ascii_case("application/json")
         || essence
@@ -145,10 +151,10 @@ async fn read_body(body: Body, limit: u64) -> Result<Bytes, ApiError> {
 async fn read_request(
     snap: &crate::snapshot::Snapshot,
     format: Format,
-    headers: &HeaderMap,
+    fields: &Fields,
     body: Body,
 ) -> Result<switchyard_core::llm::Request, ApiError> {
-    check_json_content_type(headers)?;
+    check_json_content_type(fields)?;
     let bytes = read_body(body, snap.settings.max_body_bytes).await?;
     format.decode(&bytes).map_err(|e| ApiError::InvalidRequest {
         param: e.param(),
@@ -160,17 +166,17 @@ async fn run(
     state: &Arc<AppState>,
     format: Format,
     clock: RequestClock,
-    headers: &HeaderMap,
+    fields: &Fields,
     body: Body,
     finisher: &mut Finisher,
     route: &mut Option<HeaderValue>,
 ) -> Result<Response, ApiError> {
     let snap = state.snapshot();
-    let key = auth::client_key(&snap.catalog, headers)?;
+    let key = auth::request_key(&snap.catalog, fields)?;
     finisher.set_key(&key.id);
-    let presented = headers::Presented::scan(headers);
+    let presented = headers::Presented::scan(fields);
     let lease = lease::presented(&state.runtime, &presented, key, clock.now_ms())?;
-    let request = read_request(&snap, format, headers, body).await?;
+    let request = read_request(&snap, format, fields, body).await?;
     finisher.set_request(&request.model, request.stream);
     let estimate = Estimate::at_admission(request.prompt_len, request.max_tokens, request.stream);
     let session = session_key(&snap, presented.session, key, &request);
@@ -230,7 +236,7 @@ async fn run(
             excluded: plan.excluded,
         });
     }
-    let protocol = ProtocolHeaders::of(format, headers);
+    let protocol = headers::protocol(format, fields);
     // A request with tools is answered by one target whatever the shape: the client
     // runs the tool call, no other model can revise or judge it.
     let shape = match plan.strategy.shape() {

@@ -97,17 +97,6 @@ pub struct ProtocolHeaders {
 impl ProtocolHeaders {
     pub const VERSION: &str = "anthropic-version";
     pub const BETA: &str = "anthropic-beta";
-
-    /// The protocol headers of a request from a client speaking `client`.
-    pub fn of(client: Format, headers: &HeaderMap) -> Self {
-        match client {
-            Format::AnthropicMessages => Self {
-                version: headers.get(ProtocolHeaders::VERSION).cloned(),
-                beta: headers.get(ProtocolHeaders::BETA).cloned(),
-            },
-            Format::OpenAiChat | Format::Responses => Self::default(),
-        }
-    }
 }
 
 /// What the shell needs to call one connection's upstream.
