@@ -86,57 +86,76 @@ pub(crate) fn header_map_of(
 pub type Numbers = fn(&[u8]) -> Option<usize>;
 
 /// Most fields a route numbers.
-pub const MAX_READ: usize = 24;
+pub const MAX_READ: usize = 20;
+
+/// Where a field kept in [`Fields`] is in its buffer; [`ABSENT`] for one not sent.
+type At = (u32, u32);
+
+const ABSENT: At = (u32::MAX, 0);
 
 /// The fields of a request head its route reads, by the route's [`Numbers`]: the first
 /// value of each, kept as where it is in one buffer (the head as read, or the values
 /// copied out of a header map). No header map is built: a map costs two allocations
-/// and a hash per field, and a route reads a few fixed names.
-#[derive(Debug, Clone, Default)]
+/// and a hash per field, and a route reads a few fixed names. Small, since a request's
+/// future carries it.
+#[derive(Debug, Clone)]
 pub struct Fields {
     buf: Bytes,
-    at: [Option<(u32, u32)>; MAX_READ],
+    at: [At; MAX_READ],
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Self {
+            buf: Bytes::new(),
+            at: [ABSENT; MAX_READ],
+        }
+    }
 }
 
 impl Fields {
     /// The fields at `spans` of `read` (the head, as read) that `numbers` numbers.
     /// httparse has checked every value already.
     pub(crate) fn of_head(read: &Bytes, spans: &[(Span, Span)], numbers: Numbers) -> Self {
-        let mut fields = Self {
-            buf: read.clone(),
-            at: Default::default(),
-        };
+        let mut at = [ABSENT; MAX_READ];
         for &(name, value) in spans {
-            let Some(i) = read.get(name.range()).and_then(numbers) else {
+            let Some(slot) = read
+                .get(name.range())
+                .and_then(numbers)
+                .and_then(|i| at.get_mut(i))
+            else {
                 continue;
             };
-            if let (Some(slot @ None), Ok(start), Ok(end)) = (
-                fields.at.get_mut(i),
+            if let (true, Ok(start), Ok(end)) = (
+                *slot == ABSENT,
                 u32::try_from(value.start),
                 u32::try_from(value.end),
             ) {
-                *slot = Some((start, end));
+                *slot = (start, end);
             }
         }
-        fields
+        Self {
+            buf: read.clone(),
+            at,
+        }
     }
 
     /// The fields of `headers` that `numbers` numbers (the request of a route reached
     /// through the router, or over HTTP/2).
     pub fn of_map(headers: &HeaderMap, numbers: Numbers) -> Self {
         let mut buf = Vec::new();
-        let mut at: [Option<(u32, u32)>; MAX_READ] = Default::default();
+        let mut at = [ABSENT; MAX_READ];
         for (name, value) in headers {
-            let Some(Some(slot @ None)) = numbers(name.as_str().as_bytes()).map(|i| at.get_mut(i))
-            else {
+            let Some(slot) = numbers(name.as_str().as_bytes()).and_then(|i| at.get_mut(i)) else {
                 continue;
             };
-            if let (Ok(start), Ok(end)) = (
+            if let (true, Ok(start), Ok(end)) = (
+                *slot == ABSENT,
                 u32::try_from(buf.len()),
                 u32::try_from(buf.len() + value.len()),
             ) {
                 buf.extend_from_slice(value.as_bytes());
-                *slot = Some((start, end));
+                *slot = (start, end);
             }
         }
         Self {
@@ -145,10 +164,16 @@ impl Fields {
         }
     }
 
+    /// Where field `i` is in the buffer, when it was sent.
+    fn range(&self, i: usize) -> Option<std::ops::Range<usize>> {
+        let &(start, end) = self.at.get(i)?;
+        let range = start as usize..end as usize;
+        self.buf.get(range.clone()).map(|_| range)
+    }
+
     /// The value of field `i`, as sent.
     pub fn get(&self, i: usize) -> Option<&[u8]> {
-        let (start, end) = (*self.at.get(i)?)?;
-        self.buf.get(start as usize..end as usize)
+        self.range(i).and_then(|r| self.buf.get(r))
     }
 
     /// The value of field `i` as text, when it is visible ASCII (http's rule for a
@@ -159,21 +184,23 @@ impl Fields {
 
     /// The value of field `i` to send on (no copy).
     pub fn value(&self, i: usize) -> Option<HeaderValue> {
-        let (start, end) = (*self.at.get(i)?)?;
-        let range = start as usize..end as usize;
-        self.buf.get(range.clone())?;
+        let range = self.range(i)?;
         HeaderValue::from_maybe_shared(self.buf.slice(range)).ok()
     }
 }
 
 /// `value` as text when it is visible ASCII, spaces and tabs (as `HeaderValue::to_str`
-/// reads a value).
+/// reads a value). Every byte is looked at, without an early exit: the loop is then
+/// one the compiler runs many bytes at a time.
 pub fn visible_text(value: &[u8]) -> Option<&str> {
-    value
-        .iter()
-        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
-        .then(|| std::str::from_utf8(value).ok())
-        .flatten()
+    let visible = value.iter().fold(true, |all, &b| {
+        all & ((b == b'\t') | (b.wrapping_sub(0x20) < 0x5f))
+    });
+    if visible {
+        std::str::from_utf8(value).ok()
+    } else {
+        None
+    }
 }
 
 fn value_at(read: &Bytes, value: Span) -> Option<HeaderValue> {

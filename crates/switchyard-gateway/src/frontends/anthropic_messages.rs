@@ -32,7 +32,13 @@ use switchyard_core::format::Format;
 )]
 pub async fn messages(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let fields = pipeline::headers::fields_of(request.headers());
-    pipeline::serve(&state, Format::AnthropicMessages, request, fields).await
+    pipeline::serve(
+        &state,
+        Format::AnthropicMessages,
+        request.into_body(),
+        fields,
+    )
+    .await
 }
 
 /// `POST /v1/messages/count_tokens`: the prompt's input tokens, counted by the first
@@ -53,5 +59,11 @@ pub async fn messages(State(state): State<Arc<AppState>>, request: Request) -> R
 )]
 pub async fn count_tokens(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let fields = pipeline::headers::fields_of(request.headers());
-    pipeline::count_tokens(&state, Format::AnthropicMessages, request, fields).await
+    pipeline::count_tokens(
+        &state,
+        Format::AnthropicMessages,
+        request.into_body(),
+        fields,
+    )
+    .await
 }

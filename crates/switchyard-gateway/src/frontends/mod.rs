@@ -83,19 +83,24 @@ impl Direct for Inference {
             // Not a request `reads` took: the edge never asks for one.
             return Box::pin(async { StatusCode::NOT_FOUND.into_response() });
         };
+        let body = request.into_body();
         match route {
-            Route::Chat => Box::pin(async move {
-                pipeline::serve(&state, Format::OpenAiChat, request, fields).await
-            }),
+            Route::Chat => {
+                Box::pin(
+                    async move { pipeline::serve(&state, Format::OpenAiChat, body, fields).await },
+                )
+            }
             Route::Messages => Box::pin(async move {
-                pipeline::serve(&state, Format::AnthropicMessages, request, fields).await
+                pipeline::serve(&state, Format::AnthropicMessages, body, fields).await
             }),
             Route::CountTokens => Box::pin(async move {
-                pipeline::count_tokens(&state, Format::AnthropicMessages, request, fields).await
+                pipeline::count_tokens(&state, Format::AnthropicMessages, body, fields).await
             }),
-            Route::Responses => Box::pin(async move {
-                pipeline::serve(&state, Format::Responses, request, fields).await
-            }),
+            Route::Responses => {
+                Box::pin(
+                    async move { pipeline::serve(&state, Format::Responses, body, fields).await },
+                )
+            }
         }
     }
 }

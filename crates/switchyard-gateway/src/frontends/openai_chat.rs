@@ -30,5 +30,5 @@ use switchyard_core::format::Format;
 )]
 pub async fn chat_completions(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let fields = pipeline::headers::fields_of(request.headers());
-    pipeline::serve(&state, Format::OpenAiChat, request, fields).await
+    pipeline::serve(&state, Format::OpenAiChat, request.into_body(), fields).await
 }

@@ -28,5 +28,5 @@ use switchyard_core::format::Format;
 )]
 pub async fn responses(State(state): State<Arc<AppState>>, request: Request) -> Response {
     let fields = pipeline::headers::fields_of(request.headers());
-    pipeline::serve(&state, Format::Responses, request, fields).await
+    pipeline::serve(&state, Format::Responses, request.into_body(), fields).await
 }

@@ -192,13 +192,15 @@ pub(super) async fn judge(
                 guards,
                 finisher,
                 client: expect.client,
+                headers: parts.headers,
             };
-            stream(body, &expect, limits, origin, committed).await
+            // Boxed: a stream's future is most of an attempt's, and every attempt's
+            // future (copied into its box per attempt) would otherwise carry it. In a
+            // statement of its own, so the unboxed future keeps no slot here.
+            let streaming = Box::pin(stream(body, &expect, limits, origin, committed));
+            streaming.await
         }
-        None => {
-            let content_type = content_type.cloned();
-            whole(body, content_type, &expect, guards, finisher).await
-        }
+        None => whole(body, parts.headers, &expect, guards, finisher).await,
     }
 }
 
@@ -231,10 +233,11 @@ async fn stream(
 }
 
 /// A whole answer, read within the attempt's deadline, checked, redacted and translated
-/// before it goes to the client.
+/// before it goes to the client. The client's answer carries the upstream's
+/// `Content-Type` only (its map, cleared, is reused: no allocation).
 async fn whole(
     body: UpstreamBody,
-    content_type: Option<HeaderValue>,
+    mut headers: HeaderMap,
     expect: &Expect<'_>,
     guards: &mut Guards,
     finisher: &mut Finisher,
@@ -282,12 +285,14 @@ async fn whole(
         finisher.observe_output(switchyard_core::usage::generated_chars(text));
     }
     finisher.finish(StatusCode::OK.as_u16(), None, usage);
-    let content_type = match content_type {
-        Some(ct) if client == upstream_format => ct,
+    let content_type = match headers.get(header::CONTENT_TYPE) {
+        Some(ct) if client == upstream_format => ct.clone(),
         _ => HeaderValue::from_static("application/json"),
     };
+    headers.clear();
+    headers.insert(header::CONTENT_TYPE, content_type);
     let mut out = Response::new(Body::from(bytes));
-    out.headers_mut().insert(header::CONTENT_TYPE, content_type);
+    *out.headers_mut() = headers;
     Ok(out)
 }
 
@@ -327,6 +332,8 @@ struct Committed<'a> {
     guards: &'a mut Guards,
     finisher: &'a mut Finisher,
     client: Format,
+    /// The upstream answer's header map: cleared, it carries the client's answer's.
+    headers: HeaderMap,
 }
 
 /// Judges a stream before anything of it reaches the client (SPEC R11): on its first
@@ -348,14 +355,16 @@ where
     };
     c.guards.hand_over(c.finisher);
     let body = MeteredBody::new(watched, held, c.client, c.finisher.detach());
-    let mut out = Response::new(Body::new(body));
-    let h = out.headers_mut();
+    let mut h = c.headers;
+    h.clear();
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    let mut out = Response::new(Body::new(body));
+    *out.headers_mut() = h;
     Ok(out)
 }
 

@@ -11,7 +11,7 @@ use crate::error::{render, ApiError};
 use crate::heads::Fields;
 use crate::state::AppState;
 use crate::upstream::{self, Call};
-use axum::extract::Request;
+use axum::body::Body;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -29,10 +29,10 @@ const MAX_COUNT_BODY_BYTES: usize = 64 * 1024;
 pub async fn count_tokens(
     state: &Arc<AppState>,
     format: Format,
-    request: Request,
+    body: Body,
     fields: Fields,
 ) -> Response {
-    match count(state, format, request, &fields).await {
+    match count(state, format, body, &fields).await {
         Ok(r) => r,
         Err(e) => render::response(&e, format),
     }
@@ -41,10 +41,9 @@ pub async fn count_tokens(
 async fn count(
     state: &Arc<AppState>,
     format: Format,
-    request: Request,
+    body: Body,
     fields: &Fields,
 ) -> Result<Response, ApiError> {
-    let body = request.into_body();
     let snap = state.snapshot();
     let key = auth::request_key(&snap.catalog, fields)?;
     let presented = super::headers::Presented::scan(fields);

@@ -99,12 +99,16 @@ static BY_LENGTH: LazyLock<Vec<Vec<(&'static str, usize)>>> = LazyLock::new(|| {
 });
 
 /// The pipeline's number for the request header sent as `name` (in any case), when
-/// the pipeline reads it.
+/// the pipeline reads it. A name of a read one's length is passed over at its first
+/// byte when that differs (`user-agent` against `session-id`).
 pub fn read_name(name: &[u8]) -> Option<usize> {
+    let first = name.first()?.to_ascii_lowercase();
     BY_LENGTH
         .get(name.len())?
         .iter()
-        .find(|(read, _)| read.as_bytes().eq_ignore_ascii_case(name))
+        .find(|(read, _)| {
+            read.as_bytes().first() == Some(&first) && read.as_bytes().eq_ignore_ascii_case(name)
+        })
         .map(|&(_, i)| i)
 }
 

@@ -41,7 +41,6 @@ use crate::error::{render, ApiError};
 use crate::heads::Fields;
 use crate::state::AppState;
 use axum::body::Body;
-use axum::extract::Request;
 use axum::http::HeaderValue;
 use axum::response::Response;
 use bytes::Bytes;
@@ -65,13 +64,7 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// Serves a client request in `format` whose header fields the pipeline reads are
 /// `fields` (see [`headers::Field`]): the request id, `now` read once, the finisher
 /// that records the request however it ends, and errors rendered in `format`.
-pub async fn serve(
-    state: &Arc<AppState>,
-    format: Format,
-    request: Request,
-    fields: Fields,
-) -> Response {
-    let body = request.into_body();
+pub async fn serve(state: &Arc<AppState>, format: Format, body: Body, fields: Fields) -> Response {
     let clock = RequestClock::start(state.clock.as_ref());
     let mut finisher = Finisher::start(finishing(state), state.next_request_id(), clock, format);
     let request_id = HeaderValue::try_from(finisher.request_id()).ok();
