@@ -465,7 +465,12 @@ impl Snapshot {
                     None => upstream::secrets(&[stored], &auth),
                 },
                 fields,
-                metrics: metrics.for_provider(&conn.provider),
+                metrics: metrics.for_provider(
+                    &conn.provider,
+                    catalog
+                        .provider(&conn.provider)
+                        .map_or(&[][..], |p| p.models.as_slice()),
+                ),
                 stream: stream_overrides
                     .get(conn.provider.as_str())
                     .copied()

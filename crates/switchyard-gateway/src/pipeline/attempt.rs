@@ -18,7 +18,6 @@ use crate::runtime::resilience;
 use crate::runtime::Runtime;
 use crate::snapshot::Snapshot;
 use crate::state::AppState;
-use crate::telemetry::metrics::model_label;
 use crate::upstream::{ProtocolHeaders, Upstream};
 use axum::http::HeaderValue;
 use axum::response::Response;
@@ -287,7 +286,7 @@ async fn attempt(
     }
     finisher.attempt(
         candidate,
-        model_label(&snap.catalog, &conn.provider, &candidate.upstream_model),
+        target.metrics.answering(&candidate.upstream_model),
     );
     let watch = Stopwatch::start();
     // One budget per attempt for the headers and, when not streaming, the whole body; a

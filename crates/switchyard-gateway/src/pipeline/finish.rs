@@ -14,7 +14,7 @@ use crate::runtime::quota::guard::GrowthRequest;
 use crate::runtime::quota::{QuotaBlock, QuotaGuard};
 use crate::runtime::Runtime;
 use crate::snapshot::LiveConfig;
-use crate::telemetry::metrics::{RequestLabels, NONE_LABEL};
+use crate::telemetry::metrics::{Answering, RequestLabels};
 use crate::telemetry::Telemetry;
 use axum::response::Response;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,8 +89,8 @@ pub struct Parts {
 struct Inner {
     parts: Parts,
     row: LogRow,
-    /// The `model` metric label: bounded by the configuration (see `metrics::model_label`).
-    model_label: Option<String>,
+    /// The request's metric labels once an attempt began.
+    labels: Option<Answering>,
     /// The request's time (read at the edge), latency included.
     clock: RequestClock,
     /// The answering attempt's quota reservation.
@@ -110,7 +110,7 @@ impl Finisher {
         parts.telemetry.metrics.in_flight.inc();
         Self(Some(Inner {
             parts,
-            model_label: None,
+            labels: None,
             clock,
             quota: None,
             permit: None,
@@ -163,11 +163,11 @@ impl Finisher {
         }
     }
 
-    /// Notes the start of an attempt on `candidate`; `model_label` is its metric label.
-    pub fn attempt(&mut self, candidate: &Candidate, model_label: &str) {
+    /// Notes the start of an attempt on `candidate`; `labels` are its metric labels.
+    pub fn attempt(&mut self, candidate: &Candidate, labels: Answering) {
         if let Some(i) = &mut self.0 {
             i.row.attempts += 1;
-            i.model_label = Some(model_label.to_owned());
+            i.labels = Some(labels);
             // The attempt's own egress, once it is known.
             i.row.egress_ip = None;
             i.row.provider = Some(candidate.connection.provider.clone());
@@ -304,20 +304,11 @@ impl Finisher {
         }
         let m = &i.parts.telemetry.metrics;
         m.in_flight.dec();
-        m.requests
-            .get_or_create(&RequestLabels {
-                status,
-                provider: i
-                    .row
-                    .provider
-                    .clone()
-                    .unwrap_or_else(|| NONE_LABEL.to_owned()),
-                model: i
-                    .model_label
-                    .take()
-                    .unwrap_or_else(|| NONE_LABEL.to_owned()),
-            })
-            .inc();
+        let labels = match i.labels.take() {
+            Some(labels) => labels.with_status(status),
+            None => RequestLabels::unrouted(status),
+        };
+        m.requests.get_or_create(&labels).inc();
         if let Some(code) = error_code {
             tracing::info!(
                 request_id = %i.row.request_id,

@@ -13,7 +13,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use switchyard_core::catalog::Catalog;
+use std::sync::{Arc, LazyLock};
 use switchyard_core::outcome::StreamCut;
 
 /// Metric names, without the `_total` suffix the exposition adds to counters.
@@ -46,24 +46,48 @@ pub const NONE_LABEL: &str = "none";
 /// label set bounded whatever names clients send.
 pub const OTHER_MODEL_LABEL: &str = "other";
 
-/// The `model` label of an upstream model: its name when the provider declares it,
-/// otherwise [`OTHER_MODEL_LABEL`].
-pub fn model_label<'a>(catalog: &Catalog, provider: &str, model: &'a str) -> &'a str {
-    let declared = catalog
-        .provider(provider)
-        .is_some_and(|p| p.models.iter().any(|m| m == model));
-    if declared {
-        model
-    } else {
-        OTHER_MODEL_LABEL
-    }
-}
+/// [`NONE_LABEL`] and [`OTHER_MODEL_LABEL`] as label values, made once.
+static NONE: LazyLock<Arc<String>> = LazyLock::new(|| Arc::new(NONE_LABEL.to_owned()));
+static OTHER: LazyLock<Arc<String>> = LazyLock::new(|| Arc::new(OTHER_MODEL_LABEL.to_owned()));
 
+/// A request's labels: status, provider, model. The names are shared with the
+/// configuration snapshot's metric handles, so counting a request copies none.
+/// (`Arc<String>`: prometheus-client encodes an `Arc` of a sized value only.)
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub status: u16,
-    pub provider: String,
-    pub model: String,
+    pub provider: Arc<String>,
+    pub model: Arc<String>,
+}
+
+impl RequestLabels {
+    /// The labels of a request with `status` that no provider answered.
+    pub fn unrouted(status: u16) -> Self {
+        Self {
+            status,
+            provider: Arc::clone(&NONE),
+            model: Arc::clone(&NONE),
+        }
+    }
+}
+
+/// The provider and model labels of the requests an attempt answers (see
+/// [`ProviderMetrics::answering`]); the status is known at the end.
+#[derive(Debug, Clone)]
+pub struct Answering {
+    provider: Arc<String>,
+    model: Arc<String>,
+}
+
+impl Answering {
+    /// The labels of the request, ended with `status`.
+    pub fn with_status(self, status: u16) -> RequestLabels {
+        RequestLabels {
+            status,
+            provider: self.provider,
+            model: self.model,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -258,11 +282,29 @@ pub struct ProviderMetrics {
     pub latency: Histogram,
     pub success: Counter,
     provider: String,
+    /// The provider's name and its declared models' as request labels.
+    label: Arc<String>,
+    models: Vec<Arc<String>>,
     attempts: Family<AttemptLabels, Counter>,
     cuts: Family<CutLabels, Counter>,
 }
 
 impl ProviderMetrics {
+    /// The labels of a request this provider answers with `model`: the model's name
+    /// when the provider declares it, otherwise [`OTHER_MODEL_LABEL`] (a provider may
+    /// pass any name through; the label set stays bounded).
+    pub fn answering(&self, model: &str) -> Answering {
+        let model = self
+            .models
+            .iter()
+            .find(|m| m.as_str() == model)
+            .unwrap_or(&OTHER);
+        Answering {
+            provider: Arc::clone(&self.label),
+            model: Arc::clone(model),
+        }
+    }
+
     /// Counts a failed attempt by its outcome label (successes count in `success`).
     pub fn count_attempt(&self, outcome: &'static str) {
         self.attempts
@@ -462,9 +504,10 @@ impl Metrics {
         }
     }
 
-    /// Handles for one provider's per-attempt metrics, resolved once per configuration
-    /// snapshot so the request path does not look labels up.
-    pub fn for_provider(&self, provider: &str) -> ProviderMetrics {
+    /// Handles for one provider's per-attempt metrics, and the labels of its requests
+    /// (`models`: those it declares), resolved once per configuration snapshot so the
+    /// request path neither looks labels up nor copies them.
+    pub fn for_provider(&self, provider: &str, models: &[String]) -> ProviderMetrics {
         let provider_label = ProviderLabels {
             provider: provider.to_owned(),
         };
@@ -478,6 +521,8 @@ impl Metrics {
                 })
                 .clone(),
             provider: provider.to_owned(),
+            label: Arc::new(provider.to_owned()),
+            models: models.iter().map(|m| Arc::new(m.clone())).collect(),
             attempts: self.upstream_attempts.clone(),
             cuts: self.stream_cuts.clone(),
         }
