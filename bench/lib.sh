@@ -13,7 +13,8 @@ setup_work() {
 
 cleanup_work() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
+  # The pid file may go between the test and the read: nginx removes it as it exits.
+  [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid" 2>/dev/null)" 2>/dev/null || true
   wait 2>/dev/null || true
   [ "${KEEP_WORK:-0}" = 1 ] || rm -rf "$work"
 }
