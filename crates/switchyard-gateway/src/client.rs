@@ -274,6 +274,37 @@ impl std::fmt::Debug for Target {
     }
 }
 
+/// The fields every request to an upstream carries (`Host`, the credential …), built
+/// once with the configuration: as pairs, for HTTP/2, and as an HTTP/1.1 head writes
+/// them after its request line, so a request copies them in one piece. The framing
+/// fields are the connection's and never among them. `Debug` shows the names only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct FixedFields {
+    pairs: Vec<(HeaderName, HeaderValue)>,
+    written: Vec<u8>,
+}
+
+impl FixedFields {
+    pub fn new(pairs: Vec<(HeaderName, HeaderValue)>) -> Self {
+        let mut written = Vec::new();
+        for (name, value) in &pairs {
+            if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
+                continue;
+            }
+            push_field(&mut written, name.as_str(), value.as_bytes());
+        }
+        Self { pairs, written }
+    }
+}
+
+impl std::fmt::Debug for FixedFields {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.pairs.iter().map(|(name, _)| name))
+            .finish()
+    }
+}
+
 /// A request to send: the fields every request to its upstream carries (`fixed`, built
 /// once with the configuration: `Host`, the credential), then this request's own: its
 /// `Accept`, and the few others of its call (protocol headers, the slow lane's), under
@@ -283,7 +314,7 @@ impl std::fmt::Debug for Target {
 pub struct Outgoing<'a> {
     pub method: Method,
     pub target: &'a Target,
-    pub fixed: &'a [(HeaderName, HeaderValue)],
+    pub fixed: &'a FixedFields,
     pub accept: &'static str,
     pub headers: Vec<(&'static str, HeaderValue)>,
     pub body: Bytes,
@@ -299,7 +330,7 @@ impl Outgoing<'_> {
         *request.method_mut() = self.method;
         *request.uri_mut() = self.target.uri.clone();
         let headers = request.headers_mut();
-        for (name, value) in self.fixed {
+        for (name, value) in &self.fixed.pairs {
             headers.insert(name.clone(), value.clone());
         }
         headers.insert(ACCEPT, HeaderValue::from_static(self.accept));
@@ -454,12 +485,7 @@ impl Lease {
         out.push(b' ');
         out.extend_from_slice(request.target.origin.as_str().as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\n");
-        for (name, value) in request.fixed {
-            if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
-                continue;
-            }
-            push_field(out, name.as_str(), value.as_bytes());
-        }
+        out.extend_from_slice(&request.fixed.written);
         push_field(out, ACCEPT.as_str(), request.accept.as_bytes());
         for (name, value) in &request.headers {
             push_field(out, name, value.as_bytes());
@@ -853,6 +879,27 @@ mod tests {
     use super::*;
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls");
+
+    #[test]
+    fn fixed_fields_are_written_once_without_framing_and_shown_without_values() {
+        let mut secret = HeaderValue::from_static("Bearer sk-secret");
+        secret.set_sensitive(true);
+        let fixed = FixedFields::new(vec![
+            (http::header::HOST, HeaderValue::from_static("up:1")),
+            (CONTENT_LENGTH, HeaderValue::from_static("9")),
+            (http::header::AUTHORIZATION, secret),
+            (CONNECTION, HeaderValue::from_static("close")),
+        ]);
+        assert_eq!(
+            fixed.written,
+            b"host: up:1\r\nauthorization: Bearer sk-secret\r\n".to_vec()
+        );
+        let shown = format!("{fixed:?}");
+        assert_eq!(
+            shown,
+            r#"["host", "content-length", "authorization", "connection"]"#
+        );
+    }
 
     #[test]
     fn a_ca_file_is_read_whole_and_a_file_without_certificates_is_refused() {

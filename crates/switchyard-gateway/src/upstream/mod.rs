@@ -11,7 +11,7 @@ mod responses;
 
 pub(crate) use responses::is_codex_backend;
 
-use crate::client::{self, Outgoing, SendError, Target, UpstreamBody};
+use crate::client::{self, FixedFields, Outgoing, SendError, Target, UpstreamBody};
 use crate::heads::Reads;
 use crate::telemetry::metrics::ProviderMetrics;
 use axum::http::header::InvalidHeaderValue;
@@ -123,7 +123,7 @@ pub struct Upstream {
     /// per request: `Host`, `Content-Type`, `User-Agent` and the authentication headers
     /// from the decrypted credential and the account's data, the secret ones marked
     /// sensitive so they are never logged; left out of `Debug`.
-    pub fields: Vec<(HeaderName, HeaderValue)>,
+    pub fields: FixedFields,
     /// What upstream text relayed back must not show: the credential, and the values of
     /// the sensitive authentication headers (a bearer token without its scheme).
     pub secrets: Secrets,
@@ -195,10 +195,7 @@ impl EgressMemo {
 impl Upstream {
     /// The fields every request to `url` carries: `Host`, `Content-Type`, `User-Agent`,
     /// then `auth` (the authentication headers); `None` when the URL has no host.
-    pub fn fields(
-        url: &Uri,
-        auth: &[(&'static str, HeaderValue)],
-    ) -> Option<Vec<(HeaderName, HeaderValue)>> {
+    pub fn fields(url: &Uri, auth: &[(&'static str, HeaderValue)]) -> Option<FixedFields> {
         let host = HeaderValue::try_from(url.authority()?.as_str()).ok()?;
         let mut fields = vec![
             (header::HOST, host),
@@ -212,7 +209,7 @@ impl Upstream {
             auth.iter()
                 .map(|(name, value)| (HeaderName::from_static(name), value.clone())),
         );
-        Some(fields)
+        Some(FixedFields::new(fields))
     }
 
     /// The request body as this endpoint takes it: a Codex subscription backend refuses
