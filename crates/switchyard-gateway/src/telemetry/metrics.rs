@@ -281,9 +281,8 @@ impl GateMetrics {
 pub struct ProviderMetrics {
     pub latency: Histogram,
     pub success: Counter,
-    provider: String,
-    /// The provider's name and its declared models' as request labels.
-    label: Arc<String>,
+    /// The provider's name and its declared models' as label values.
+    provider: Arc<String>,
     models: Vec<Arc<String>>,
     attempts: Family<AttemptLabels, Counter>,
     cuts: Family<CutLabels, Counter>,
@@ -300,7 +299,7 @@ impl ProviderMetrics {
             .find(|m| m.as_str() == model)
             .unwrap_or(&OTHER);
         Answering {
-            provider: Arc::clone(&self.label),
+            provider: Arc::clone(&self.provider),
             model: Arc::clone(model),
         }
     }
@@ -309,7 +308,7 @@ impl ProviderMetrics {
     pub fn count_attempt(&self, outcome: &'static str) {
         self.attempts
             .get_or_create(&AttemptLabels {
-                provider: self.provider.clone(),
+                provider: String::clone(&self.provider),
                 outcome,
             })
             .inc();
@@ -319,7 +318,7 @@ impl ProviderMetrics {
     pub fn count_cut(&self, cut: StreamCut, committed: bool) {
         self.cuts
             .get_or_create(&CutLabels {
-                provider: self.provider.clone(),
+                provider: String::clone(&self.provider),
                 cut: cut.label(),
                 phase: if committed {
                     "after_commit"
@@ -520,8 +519,7 @@ impl Metrics {
                     outcome: "success",
                 })
                 .clone(),
-            provider: provider.to_owned(),
-            label: Arc::new(provider.to_owned()),
+            provider: Arc::new(provider.to_owned()),
             models: models.iter().map(|m| Arc::new(m.clone())).collect(),
             attempts: self.upstream_attempts.clone(),
             cuts: self.stream_cuts.clone(),
@@ -535,5 +533,32 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requests_labels_name_a_declared_model_and_other_for_the_rest() {
+        let metrics = Metrics::new();
+        let alpha = metrics.for_provider("alpha", &["mock-small".to_owned()]);
+        let label = |l: RequestLabels| (l.status, l.provider.to_string(), l.model.to_string());
+        assert_eq!(
+            label(alpha.answering("mock-small").with_status(200)),
+            (200, "alpha".into(), "mock-small".into())
+        );
+        assert_eq!(
+            label(alpha.answering("anything/else").with_status(502)),
+            (502, "alpha".into(), OTHER_MODEL_LABEL.into())
+        );
+        assert_eq!(
+            label(RequestLabels::unrouted(401)),
+            (401, NONE_LABEL.into(), NONE_LABEL.into())
+        );
+        // A request's labels share the snapshot's names: no copy per request.
+        let (a, b) = (alpha.answering("mock-small"), alpha.answering("mock-small"));
+        assert!(Arc::ptr_eq(&a.provider, &b.provider) && Arc::ptr_eq(&a.model, &b.model));
     }
 }
