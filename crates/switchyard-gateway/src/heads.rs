@@ -119,19 +119,8 @@ impl Fields {
     pub(crate) fn of_head(read: &Bytes, spans: &[(Span, Span)], numbers: Numbers) -> Self {
         let mut at = [ABSENT; MAX_READ];
         for &(name, value) in spans {
-            let Some(slot) = read
-                .get(name.range())
-                .and_then(numbers)
-                .and_then(|i| at.get_mut(i))
-            else {
-                continue;
-            };
-            if let (true, Ok(start), Ok(end)) = (
-                *slot == ABSENT,
-                u32::try_from(value.start),
-                u32::try_from(value.end),
-            ) {
-                *slot = (start, end);
+            if let Some(i) = read.get(name.range()).and_then(numbers) {
+                keep(&mut at, i, value.range());
             }
         }
         Self {
@@ -146,16 +135,12 @@ impl Fields {
         let mut buf = Vec::new();
         let mut at = [ABSENT; MAX_READ];
         for (name, value) in headers {
-            let Some(slot) = numbers(name.as_str().as_bytes()).and_then(|i| at.get_mut(i)) else {
+            let Some(i) = numbers(name.as_str().as_bytes()) else {
                 continue;
             };
-            if let (true, Ok(start), Ok(end)) = (
-                *slot == ABSENT,
-                u32::try_from(buf.len()),
-                u32::try_from(buf.len() + value.len()),
-            ) {
+            let range = buf.len()..buf.len().saturating_add(value.len());
+            if keep(&mut at, i, range) {
                 buf.extend_from_slice(value.as_bytes());
-                *slot = (start, end);
             }
         }
         Self {
@@ -164,16 +149,10 @@ impl Fields {
         }
     }
 
-    /// Where field `i` is in the buffer, when it was sent.
-    fn range(&self, i: usize) -> Option<std::ops::Range<usize>> {
-        let &(start, end) = self.at.get(i)?;
-        let range = start as usize..end as usize;
-        self.buf.get(range.clone()).map(|_| range)
-    }
-
     /// The value of field `i`, as sent.
     pub fn get(&self, i: usize) -> Option<&[u8]> {
-        self.range(i).and_then(|r| self.buf.get(r))
+        let &(start, end) = self.at.get(i)?;
+        self.buf.get(start as usize..end as usize)
     }
 
     /// The value of field `i` as text, when it is visible ASCII (http's rule for a
@@ -184,8 +163,24 @@ impl Fields {
 
     /// The value of field `i` to send on (no copy).
     pub fn value(&self, i: usize) -> Option<HeaderValue> {
-        let range = self.range(i)?;
-        HeaderValue::from_maybe_shared(self.buf.slice(range)).ok()
+        let value = self.get(i)?;
+        HeaderValue::from_maybe_shared(self.buf.slice_ref(value)).ok()
+    }
+}
+
+/// Keeps `range` as field `i`'s value unless it has one already (the first value of a
+/// repeated field counts): whether it was kept.
+fn keep(at: &mut [At; MAX_READ], i: usize, range: std::ops::Range<usize>) -> bool {
+    match (
+        at.get_mut(i),
+        u32::try_from(range.start),
+        u32::try_from(range.end),
+    ) {
+        (Some(slot), Ok(start), Ok(end)) if *slot == ABSENT => {
+            *slot = (start, end);
+            true
+        }
+        _ => false,
     }
 }
 
