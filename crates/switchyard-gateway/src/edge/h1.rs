@@ -276,13 +276,36 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         self.searched = 0;
         // The target and the field values are slices of what was read, not copies.
         let read = self.buf.split_to(len).freeze();
+        let head_request = method == Method::HEAD;
+        // A direct route's request is taken by its path as sent (origin form, without
+        // a query): no URI is parsed and no request built, and only the fields its
+        // route reads are kept, outside any header map. The router's request gets
+        // every field, and the client's address.
+        let path =
+            Some(&read[target.range()]).filter(|t| t.first() == Some(&b'/') && !t.contains(&b'?'));
+        if let Some(taken) = path.and_then(|p| self.app.direct.take(&method, p)) {
+            let fields = Fields::of_head(&read, &self.spans, taken.reads);
+            let (body, exchange) = self.body(framing, expect_continue);
+            return Ok(Some(Incoming {
+                call: Call::Direct {
+                    route: taken.route,
+                    body,
+                    fields,
+                },
+                exchange,
+                keep_alive,
+                head_request,
+                http11,
+            }));
+        }
         let uri =
             Uri::from_maybe_shared(read.slice(target.range())).map_err(|_| HeadError::Target)?;
-        // A direct route's request keeps only the fields its route reads, outside any
-        // header map; the router's gets every field, and the client's address.
-        let (fields, headers) = match self.app.direct.reads(&method, uri.path()) {
-            Some(numbers) => (
-                Some(Fields::of_head(&read, &self.spans, numbers)),
+        let (fields, headers) = match self.app.direct.take(&method, uri.path().as_bytes()) {
+            Some(taken) => (
+                Some((
+                    taken.route,
+                    Fields::of_head(&read, &self.spans, taken.reads),
+                )),
                 HeaderMap::new(),
             ),
             None => (
@@ -291,24 +314,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             ),
         };
         let (body, exchange) = self.body(framing, expect_continue);
-        let mut request = Request::new(body);
-        *request.method_mut() = method;
-        *request.uri_mut() = uri;
-        *request.version_mut() = if http11 {
-            http::Version::HTTP_11
-        } else {
-            http::Version::HTTP_10
+        let call = match fields {
+            Some((route, fields)) => Call::Direct {
+                route,
+                body,
+                fields,
+            },
+            None => {
+                let mut request = Request::new(body);
+                *request.method_mut() = method;
+                *request.uri_mut() = uri;
+                *request.version_mut() = if http11 {
+                    http::Version::HTTP_11
+                } else {
+                    http::Version::HTTP_10
+                };
+                *request.headers_mut() = headers;
+                if let Some(peer) = self.peer {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                }
+                Call::Routed(request)
+            }
         };
-        *request.headers_mut() = headers;
-        if let (Some(peer), None) = (self.peer, &fields) {
-            request.extensions_mut().insert(ConnectInfo(peer));
-        }
         Ok(Some(Incoming {
-            head_request: request.method() == Method::HEAD,
-            request,
-            fields,
+            call,
             exchange,
             keep_alive,
+            head_request,
             http11,
         }))
     }
@@ -357,8 +389,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// Runs one request and writes its answer: whether the connection goes on.
     async fn exchange(&mut self, incoming: Incoming) -> bool {
         let Incoming {
-            request,
-            fields,
+            call,
             mut exchange,
             keep_alive,
             head_request,
@@ -375,7 +406,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             // stream) does not hold it; the next head gets a new one.
             self.buf = BytesMut::new();
         }
-        let mut call = self.answer(request, fields);
+        let mut call = self.answer(call);
         let answered = poll_fn(|cx| loop {
             if let Poll::Ready(answer) = call.as_mut().poll(cx) {
                 return Poll::Ready(Some(answer));
@@ -442,12 +473,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         true
     }
 
-    /// The answer to `request`: from its direct route, when it has `fields` (the
-    /// route took it), or the router.
-    fn answer(&self, request: Request<Body>, fields: Option<Fields>) -> Answer {
-        if let Some(fields) = fields {
-            return self.app.direct.call(request, fields);
-        }
+    /// The answer to a request: from its direct route, or the router.
+    fn answer(&self, call: Call) -> Answer {
+        let request = match call {
+            Call::Direct {
+                route,
+                body,
+                fields,
+            } => return self.app.direct.call(route, body, fields),
+            Call::Routed(request) => request,
+        };
         let routed = self.app.router.clone().oneshot(request);
         Box::pin(async move {
             match routed.await {
@@ -714,13 +749,24 @@ enum Ending {
 
 /// A request read, with what its exchange needs.
 struct Incoming {
-    request: Request<Body>,
-    /// The fields its direct route reads; `None` for the router's.
-    fields: Option<Fields>,
+    call: Call,
     exchange: Exchange,
     keep_alive: bool,
     head_request: bool,
     http11: bool,
+}
+
+/// Who answers a request, and what it is given.
+enum Call {
+    /// A direct route (by the number its `take` gave): the body, and the fields the
+    /// route reads.
+    Direct {
+        route: usize,
+        body: Body,
+        fields: Fields,
+    },
+    /// The router: the whole request.
+    Routed(Request<Body>),
 }
 
 /// What one body-less poll of the connection did.

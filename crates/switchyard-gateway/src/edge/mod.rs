@@ -72,16 +72,24 @@ pub type Answer = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 /// `frontends::Inference`): its matching and boxing are a measurable share of a
 /// request's work there.
 pub trait Direct: Send + Sync + std::fmt::Debug {
-    /// For a request to `method` `path` that [`call`](Self::call) takes, which header
-    /// fields its route reads, by their numbers; `None` for a request it does not take
-    /// (the router gets every field, and the client's address). The HTTP/1 connection
-    /// keeps only those fields, without a header map: clients send many the inference
-    /// routes never read.
-    fn reads(&self, method: &Method, path: &str) -> Option<Numbers>;
+    /// For a request to `method` `path` (the path as sent, without a query), the route
+    /// that takes it; `None` for a request none takes (the router gets every field, and
+    /// the client's address). The HTTP/1 connection then builds no `http` request for
+    /// it: it keeps only the fields the route reads, without a header map (clients send
+    /// many the inference routes never read), and parses no URI.
+    fn take(&self, method: &Method, path: &[u8]) -> Option<Taken>;
 
-    /// The answer to `request`, one that [`reads`](Self::reads) took: its header map is
-    /// empty, the fields its route reads are `fields`.
-    fn call(&self, request: Request<Body>, fields: Fields) -> Answer;
+    /// The answer to a request [`take`](Self::take) took for `route`: its body, and the
+    /// fields its route reads.
+    fn call(&self, route: usize, body: Body, fields: Fields) -> Answer;
+}
+
+/// A request a [`Direct`] route takes: the route's number, its own to give, and which
+/// header fields it reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Taken {
+    pub route: usize,
+    pub reads: Numbers,
 }
 
 /// What the edge serves: the routes it answers directly, and the router for the rest.

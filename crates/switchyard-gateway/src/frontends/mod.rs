@@ -15,11 +15,10 @@ pub mod models;
 mod openai_chat;
 mod responses;
 
-use crate::edge::{Answer, Direct, Fields, Numbers};
+use crate::edge::{Answer, Direct, Fields, Taken};
 use crate::pipeline;
 use crate::state::AppState;
 use axum::body::Body;
-use axum::extract::Request;
 use axum::response::IntoResponse;
 use http::{Method, StatusCode};
 use std::sync::Arc;
@@ -48,8 +47,8 @@ impl std::fmt::Debug for Inference {
     }
 }
 
-/// An inference route.
-#[derive(Debug, Clone, Copy)]
+/// An inference route, numbered as [`Direct::take`] gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
     Chat,
     Messages,
@@ -58,32 +57,41 @@ enum Route {
 }
 
 impl Route {
-    fn of(method: &Method, path: &str) -> Option<Self> {
+    const ALL: [Self; 4] = [
+        Self::Chat,
+        Self::Messages,
+        Self::CountTokens,
+        Self::Responses,
+    ];
+
+    fn of(method: &Method, path: &[u8]) -> Option<Self> {
         if method != Method::POST {
             return None;
         }
         match path {
-            "/v1/chat/completions" => Some(Self::Chat),
-            "/v1/messages" => Some(Self::Messages),
-            "/v1/messages/count_tokens" => Some(Self::CountTokens),
-            "/v1/responses" => Some(Self::Responses),
+            b"/v1/chat/completions" => Some(Self::Chat),
+            b"/v1/messages" => Some(Self::Messages),
+            b"/v1/messages/count_tokens" => Some(Self::CountTokens),
+            b"/v1/responses" => Some(Self::Responses),
             _ => None,
         }
     }
 }
 
 impl Direct for Inference {
-    fn reads(&self, method: &Method, path: &str) -> Option<Numbers> {
-        Route::of(method, path).map(|_| pipeline::headers::read_name as Numbers)
+    fn take(&self, method: &Method, path: &[u8]) -> Option<Taken> {
+        Route::of(method, path).map(|route| Taken {
+            route: route as usize,
+            reads: pipeline::headers::read_name,
+        })
     }
 
-    fn call(&self, request: Request<Body>, fields: Fields) -> Answer {
+    fn call(&self, route: usize, body: Body, fields: Fields) -> Answer {
         let state = Arc::clone(&self.0);
-        let Some(route) = Route::of(request.method(), request.uri().path()) else {
-            // Not a request `reads` took: the edge never asks for one.
+        let Some(&route) = Route::ALL.get(route) else {
+            // Not a number `take` gave: the edge never passes one.
             return Box::pin(async { StatusCode::NOT_FOUND.into_response() });
         };
-        let body = request.into_body();
         match route {
             Route::Chat => {
                 Box::pin(
@@ -101,6 +109,40 @@ impl Direct for Inference {
                     async move { pipeline::serve(&state, Format::Responses, body, fields).await },
                 )
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_inference_route_is_taken_by_method_and_path_as_sent() {
+        let taken = |method: &Method, path: &str| {
+            Route::of(method, path.as_bytes()).map(|route| Route::ALL[route as usize])
+        };
+        assert_eq!(
+            taken(&Method::POST, "/v1/chat/completions"),
+            Some(Route::Chat)
+        );
+        assert_eq!(taken(&Method::POST, "/v1/messages"), Some(Route::Messages));
+        assert_eq!(
+            taken(&Method::POST, "/v1/messages/count_tokens"),
+            Some(Route::CountTokens)
+        );
+        assert_eq!(
+            taken(&Method::POST, "/v1/responses"),
+            Some(Route::Responses)
+        );
+        for (method, path) in [
+            (Method::GET, "/v1/chat/completions"),
+            (Method::POST, "/v1/chat/completions/"),
+            (Method::POST, "/V1/messages"),
+            (Method::POST, "/v1/models"),
+            (Method::POST, "/api/keys"),
+        ] {
+            assert_eq!(taken(&method, path), None, "{method} {path}");
         }
     }
 }

@@ -9,7 +9,7 @@
 use super::auth::API_KEY_HEADER;
 use crate::heads::Fields;
 use crate::upstream::ProtocolHeaders;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use std::sync::LazyLock;
 use switchyard_core::format::Format;
 use switchyard_core::routing::affinity::{SessionHeader, SESSION_HEADERS};
@@ -19,8 +19,10 @@ use switchyard_core::routing::lease;
 /// [`ROUTE_HEADER`]; any value but `0` or `false` asks.
 pub const TRACE_HEADER: &str = "x-switchyard-trace";
 
-/// Response header carrying the request's routing decision when it asked for it.
-pub const ROUTE_HEADER: &str = "x-switchyard-route";
+/// Response header carrying the request's routing decision when it asked for it. A
+/// `HeaderName` made once: a name given as text is parsed, and a name `http` does not
+/// know is allocated, at every insert.
+pub static ROUTE_HEADER: HeaderName = HeaderName::from_static("x-switchyard-route");
 
 /// The request headers the pipeline reads, by their number in the request's `Fields`;
 /// the R15 session headers follow them, in SPEC order, from [`Field::FIRST_SESSION`].

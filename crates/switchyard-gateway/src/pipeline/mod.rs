@@ -41,7 +41,7 @@ use crate::error::{render, ApiError};
 use crate::heads::Fields;
 use crate::state::AppState;
 use axum::body::Body;
-use axum::http::HeaderValue;
+use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;
 use bytes::Bytes;
 use finish::Finisher;
@@ -58,8 +58,9 @@ use switchyard_core::routing::{Candidate, Reason};
 
 pub use count::count_tokens;
 
-/// Header carrying the request id on every response.
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// Header carrying the request id on every response (made once, as
+/// [`headers::ROUTE_HEADER`] is).
+pub static REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Serves a client request in `format` whose header fields the pipeline reads are
 /// `fields` (see [`headers::Field`]): the request id, `now` read once, the finisher
@@ -85,10 +86,12 @@ pub async fn serve(state: &Arc<AppState>, format: Format, body: Body, fields: Fi
     };
     finisher.finish_response(&response);
     if let Some(id) = request_id {
-        response.headers_mut().insert(REQUEST_ID_HEADER, id);
+        response.headers_mut().insert(REQUEST_ID_HEADER.clone(), id);
     }
     if let Some(route) = route {
-        response.headers_mut().insert(headers::ROUTE_HEADER, route);
+        response
+            .headers_mut()
+            .insert(headers::ROUTE_HEADER.clone(), route);
     }
     response
 }

@@ -477,3 +477,43 @@ async fn an_inference_route_reads_its_fields_in_any_case_and_no_other_reaches_up
     assert_eq!(pins.len(), 1, "{pins:?}");
     assert_eq!(pins[0]["key_id"], "k1");
 }
+
+#[tokio::test]
+async fn an_inference_route_is_taken_with_a_query_or_in_absolute_form_too() {
+    // Claude Code asks for `/v1/messages?beta=true`; a proxy-style client may send the
+    // absolute form. Both reach the route, which reads its fields as ever.
+    let h = Harness::start().await;
+    let body = chat_json();
+    for target in [
+        "/v1/chat/completions",
+        "/v1/chat/completions?beta=true",
+        "http://gw/v1/chat/completions",
+    ] {
+        let request = format!(
+            "POST {target} HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {KEY}\r\n\
+             x-switchyard-trace: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let answer = send_raw(&h, request.as_bytes()).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 200 OK\r\n"),
+            "{target}: {answer}"
+        );
+        let head = head_without_date(&answer);
+        assert!(head.contains("\nx-switchyard-route: "), "{target}: {head}");
+        assert_eq!(body_json(&answer)["object"], "chat.completion", "{target}");
+    }
+    // A target no route takes, with or without a query, is the router's: not found.
+    for target in ["/v1/chat/completion", "/v1/chat/completion?x=1"] {
+        let request = format!(
+            "POST {target} HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {KEY}\r\n\
+             content-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        let answer = send_raw(&h, request.as_bytes()).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 404 Not Found\r\n"),
+            "{target}: {answer}"
+        );
+    }
+    assert_eq!(h.mock_requests().await.len(), 3);
+}

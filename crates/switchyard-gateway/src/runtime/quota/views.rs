@@ -125,6 +125,10 @@ pub fn decision_record(
     }
 }
 
+/// `x-quota-pool`: the pool that admitted the request. Made once: a name given as text
+/// is parsed at every use.
+static QUOTA_POOL_HEADER: HeaderName = HeaderName::from_static("x-quota-pool");
+
 /// `x-ratelimit-limit-<unit>-<window>` (the key's fair share) and
 /// `x-ratelimit-remaining-<unit>-<window>` (what is left of it after this request).
 pub fn remaining_headers(
@@ -134,10 +138,7 @@ pub fn remaining_headers(
     costs: &[f64],
 ) -> Vec<(HeaderName, HeaderValue)> {
     let mut out = Vec::with_capacity(1 + 2 * pool.dims.len());
-    out.push((
-        HeaderName::from_static("x-quota-pool"),
-        pool.id_header.clone(),
-    ));
+    out.push((QUOTA_POOL_HEADER.clone(), pool.id_header.clone()));
     for (i, (dim, (limit_name, remaining_name))) in
         pool.dims.iter().zip(&pool.header_names).enumerate()
     {
