@@ -425,18 +425,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         };
         let (parts, body) = response.into_parts();
         let body_read = exchange.body_read();
-        let said_length = parts
-            .headers
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        let framing = wire::framing(
-            parts.status,
-            head_request,
-            body.size_hint().exact(),
-            said_length,
-            http11,
-        );
+        let exact = body.size_hint().exact();
+        // The handler's own length is looked up only for a body that does not know
+        // its size (a `HEAD` answer's): a lookup hashes the name.
+        let said_length = match exact {
+            Some(_) => None,
+            None => parts
+                .headers
+                .get(CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok()),
+        };
+        let framing = wire::framing(parts.status, head_request, exact, said_length, http11);
         let close = !keep_alive
             || !body_read
             || framing == wire::BodyFraming::UntilClose

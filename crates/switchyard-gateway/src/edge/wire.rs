@@ -69,13 +69,16 @@ pub(super) fn head(
     second: u64,
 ) {
     status_line(out, status);
+    // Names are compared as they are walked, not looked up: a lookup hashes the name.
+    let mut dated = false;
     for (name, value) in headers {
         if name == CONNECTION || name == TRANSFER_ENCODING || name == CONTENT_LENGTH {
             continue;
         }
+        dated |= name == DATE;
         field(out, name.as_str().as_bytes(), value.as_bytes());
     }
-    if !headers.contains_key(DATE) {
+    if !dated {
         with_date(second, |date| field(out, b"date", date));
     }
     match framing {

@@ -179,9 +179,9 @@ pub(super) async fn judge(
     if !parts.status.is_success() {
         return Err(refused(parts, body, &expect).await);
     }
-    let content_type = parts.headers.get(header::CONTENT_TYPE);
     match expect.watch {
         Some((limits, origin)) => {
+            let content_type = parts.headers.get(header::CONTENT_TYPE);
             // A Codex subscription backend streams without a Content-Type: only one
             // that says something else is refused. Nothing has reached the client:
             // another candidate may answer properly.
@@ -285,12 +285,17 @@ async fn whole(
         finisher.observe_output(switchyard_core::usage::generated_chars(text));
     }
     finisher.finish(StatusCode::OK.as_u16(), None, usage);
-    let content_type = match headers.get(header::CONTENT_TYPE) {
-        Some(ct) if client == upstream_format => ct.clone(),
-        _ => HeaderValue::from_static("application/json"),
-    };
-    headers.clear();
-    headers.insert(header::CONTENT_TYPE, content_type);
+    // Most often the map holds the upstream's one content type alone, which the client's
+    // answer carries as it is: walked, not looked up (a lookup hashes the name).
+    let only_type = headers.len() == 1 && headers.keys().all(|n| n == header::CONTENT_TYPE);
+    if client != upstream_format || !only_type {
+        let content_type = match headers.get(header::CONTENT_TYPE) {
+            Some(ct) if client == upstream_format => ct.clone(),
+            _ => HeaderValue::from_static("application/json"),
+        };
+        headers.clear();
+        headers.insert(header::CONTENT_TYPE, content_type);
+    }
     let mut out = Response::new(Body::from(bytes));
     *out.headers_mut() = headers;
     Ok(out)
