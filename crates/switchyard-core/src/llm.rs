@@ -274,7 +274,16 @@ impl RawObject {
     }
 }
 
+/// Appends `s` as a JSON string. Names and model names seldom need an escape: those
+/// that do not are copied between quotes, as `serde_json` writes them, without its
+/// per-string set-up.
 fn write_json_string(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        return;
+    }
     // Serialising a &str into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, s);
 }
@@ -321,6 +330,24 @@ mod tests {
             String::from_utf8(out).unwrap(),
             r#"{"model":"b","stream":true,"keep":{"x":[1,2]},"extra":"e"}"#
         );
+    }
+
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them() {
+        for s in [
+            "",
+            "plain/model-1",
+            "été ☃",
+            "quote\"d",
+            "back\\slash",
+            "tab\tnew\nline\u{1}\u{1f}",
+            "\u{7f} del",
+            "</script>",
+        ] {
+            let mut out = Vec::new();
+            write_json_string(&mut out, s);
+            assert_eq!(out, serde_json::to_vec(s).unwrap(), "{s:?}");
+        }
     }
 
     #[test]

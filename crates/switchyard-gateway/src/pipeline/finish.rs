@@ -36,8 +36,11 @@ pub const CLIENT_CLOSED: u16 = 499;
 const MAX_LOGGED_MODEL_CHARS: usize = 200;
 
 /// A model name as logged: at most [`MAX_LOGGED_MODEL_CHARS`] characters. Names within
-/// the limit (all real ones) are copied without a per-character pass.
+/// the limit in bytes (all real ones) are copied without a per-character pass.
 fn logged_model(model: &str) -> String {
+    if model.len() <= MAX_LOGGED_MODEL_CHARS {
+        return model.to_owned();
+    }
     match model.char_indices().nth(MAX_LOGGED_MODEL_CHARS) {
         Some((end, _)) => model[..end].to_owned(),
         None => model.to_owned(),
@@ -392,5 +395,10 @@ mod tests {
         assert_eq!(logged_model("alpha/mock-small"), "alpha/mock-small");
         let long = "é".repeat(MAX_LOGGED_MODEL_CHARS + 5);
         assert_eq!(logged_model(&long), "é".repeat(MAX_LOGGED_MODEL_CHARS));
+        // Over the limit in bytes, within it in characters: kept whole.
+        let wide = "é".repeat(MAX_LOGGED_MODEL_CHARS);
+        assert_eq!(logged_model(&wide), wide);
+        let ascii = "m".repeat(MAX_LOGGED_MODEL_CHARS);
+        assert_eq!(logged_model(&format!("{ascii}x")), ascii);
     }
 }
