@@ -21,6 +21,23 @@ const CLAUDE_CODE_BODY: &[u8] = br#"{"model":"claude-sonnet-4-5","messages":[{"r
 
 const BODY: &[u8] = br#"{"model":"fast","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello to the benchmark."}],"temperature":0.2,"max_tokens":64}"#;
 
+/// A chat body of 200 turns of about 1 KiB of text each, some with escapes, as an agent's
+/// long session sends.
+fn long_conversation() -> Vec<u8> {
+    let text = "Read the file, then run the tests again. ".repeat(24);
+    let turns: Vec<String> = (0..200)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            format!(r#"{{"role":"{role}","content":"{text}\n\"step {i}\" d\u00e9j\u00e0 vu"}}"#)
+        })
+        .collect();
+    format!(
+        r#"{{"model":"claude-sonnet-4-5","messages":[{}],"max_tokens":8192,"stream":true}}"#,
+        turns.join(",")
+    )
+    .into_bytes()
+}
+
 fn key(id: &str) -> ApiKey {
     ApiKey {
         id: id.into(),
@@ -90,14 +107,26 @@ fn benches(c: &mut Criterion) {
     c.bench_function("parse chat request", |b| {
         b.iter(|| openai_chat::decode(black_box(BODY)).map(|r| r.stream))
     });
-    c.bench_function(
-        "read the members of a Claude Code-shaped body (10 members)",
-        |b| {
-            b.iter(|| {
-                RawObject::parse(black_box(CLAUDE_CODE_BODY)).map(|o| o.member("stream").is_some())
-            })
-        },
-    );
+    // The quick reading (switchyard_core::rawscan) and serde_json's alone, side by side
+    // in one run: a small body, and a long conversation whose time is in its strings.
+    let long = long_conversation();
+    for (what, body) in [
+        ("a Claude Code-shaped body (10 members)", CLAUDE_CODE_BODY),
+        ("a 200-turn conversation (about 190 KiB)", long.as_slice()),
+    ] {
+        c.bench_function(&format!("read the members of {what}"), |b| {
+            b.iter(|| RawObject::parse(black_box(body)).map(|o| o.member("stream").is_some()))
+        });
+        c.bench_function(
+            &format!("read the members of {what}, serde_json alone"),
+            |b| {
+                b.iter(|| {
+                    RawObject::parse_with_serde_json(black_box(body))
+                        .map(|o| o.member("stream").is_some())
+                })
+            },
+        );
+    }
     let req = openai_chat::decode(BODY).unwrap_or_else(|_| unreachable!());
     c.bench_function("serialize upstream body", |b| {
         b.iter(|| {

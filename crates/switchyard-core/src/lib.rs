@@ -19,6 +19,7 @@ pub mod llm;
 pub mod oauth;
 pub mod outcome;
 pub mod quota;
+pub mod rawscan;
 pub mod redact;
 pub mod resilience;
 pub mod routing;

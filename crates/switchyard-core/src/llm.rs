@@ -181,6 +181,15 @@ impl Visitor<'_> for NameInto<'_> {
 
 impl RawObject {
     pub fn parse(bytes: &[u8]) -> Result<Self, RawObjectError> {
+        match crate::rawscan::members(bytes) {
+            Some((text, members)) => Ok(Self { text, members }),
+            None => Self::parse_with_serde_json(bytes),
+        }
+    }
+
+    /// [`Self::parse`] by `serde_json` alone: the reference the quick reading
+    /// ([`crate::rawscan`]) agrees with, and the reading of every text it leaves.
+    pub fn parse_with_serde_json(bytes: &[u8]) -> Result<Self, RawObjectError> {
         let mut de = serde_json::Deserializer::from_slice(bytes);
         let read = Members(bytes.len())
             .deserialize(&mut de)

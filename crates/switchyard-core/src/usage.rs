@@ -30,7 +30,8 @@ struct MessageEnvelope {
     usage: Option<RawUsage>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct RawUsage {
     prompt_tokens: Option<u64>,
     input_tokens: Option<u64>,
@@ -68,11 +69,50 @@ impl RawUsage {
     }
 }
 
-/// Reads `: {usage object}` at the start of `rest`.
+/// Reads `: {usage object}` at the start of `rest`: quickly when it can
+/// ([`quick_usage`]), else by `serde_json`.
 fn usage_at(rest: &[u8]) -> Option<Usage> {
     let rest = rest.trim_ascii_start().strip_prefix(b":")?;
+    if let Some(read) = quick_usage(rest) {
+        return read.into_usage();
+    }
     let mut de = serde_json::Deserializer::from_slice(rest);
     RawUsage::deserialize(&mut de).ok()?.into_usage()
+}
+
+/// The usage object at the start of `rest`, read as `serde_json` reads it into a
+/// [`RawUsage`] but without its per-field set-up, when it is the usual kind: each count
+/// at most once, as a whole number that fits, the other members any JSON, the object
+/// valid UTF-8. `None` for any other, which `serde_json` then reads (and may refuse).
+fn quick_usage(rest: &[u8]) -> Option<RawUsage> {
+    let mut raw = RawUsage::default();
+    let end = crate::rawscan::object_at(rest, |name, value| {
+        let slot = match rest.get(name)? {
+            b"prompt_tokens" => &mut raw.prompt_tokens,
+            b"input_tokens" => &mut raw.input_tokens,
+            b"cache_read_input_tokens" => &mut raw.cache_read_input_tokens,
+            b"cache_creation_input_tokens" => &mut raw.cache_creation_input_tokens,
+            b"completion_tokens" => &mut raw.completion_tokens,
+            b"output_tokens" => &mut raw.output_tokens,
+            _ => return Some(()),
+        };
+        if slot.is_some() {
+            return None;
+        }
+        *slot = Some(whole_number(rest.get(value)?)?);
+        Some(())
+    })?;
+    std::str::from_utf8(rest.get(..end)?).ok()?;
+    Some(raw)
+}
+
+/// A JSON number (known to be one) that is a whole number of at most `u64::MAX`, as
+/// digits; `None` for a sign, a fraction, an exponent, or one too large.
+fn whole_number(raw: &[u8]) -> Option<u64> {
+    raw.iter().try_fold(0u64, |n, &c| {
+        let digit = c.checked_sub(b'0').filter(|d| *d <= 9)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 /// The quoted member name searched for, last first.
@@ -146,6 +186,90 @@ pub fn generated_chars(data: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn by_serde_json(text: &str) -> Option<RawUsage> {
+        let mut de = serde_json::Deserializer::from_slice(text.as_bytes());
+        RawUsage::deserialize(&mut de).ok()
+    }
+
+    #[test]
+    fn the_usual_usage_objects_are_read_quickly() {
+        let openai = r#"{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":0}} ,"x":1}"#;
+        let quick = quick_usage(openai.as_bytes()).unwrap();
+        assert_eq!(quick.prompt_tokens, Some(12));
+        assert_eq!(quick.completion_tokens, Some(3));
+        assert_eq!(Some(quick), by_serde_json(openai));
+        let anthropic = r#" { "input_tokens" : 18446744073709551615, "cache_read_input_tokens": 0,
+            "output_tokens": 7, "service_tier": "standard" }"#;
+        let quick = quick_usage(anthropic.as_bytes()).unwrap();
+        assert_eq!(quick.input_tokens, Some(u64::MAX));
+        assert_eq!(Some(quick), by_serde_json(anthropic));
+        // What serde_json must judge: null, a fraction, a sign, too large, a string,
+        // a field twice, an escaped name, not an object.
+        for text in [
+            r#"{"prompt_tokens":null}"#,
+            r#"{"prompt_tokens":1.0}"#,
+            r#"{"prompt_tokens":-1}"#,
+            r#"{"prompt_tokens":1e2}"#,
+            r#"{"prompt_tokens":18446744073709551616}"#,
+            r#"{"prompt_tokens":"1"}"#,
+            r#"{"prompt_tokens":1,"prompt_tokens":2}"#,
+            r#"{"prompt\u005ftokens":1}"#,
+            "[1]",
+        ] {
+            assert_eq!(quick_usage(text.as_bytes()), None, "{text}");
+        }
+        assert_eq!(quick_usage(b"{\"x\":\"\xff\"}"), None);
+    }
+
+    fn member_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("prompt_tokens".to_owned()),
+            Just("input_tokens".to_owned()),
+            Just("cache_read_input_tokens".to_owned()),
+            Just("cache_creation_input_tokens".to_owned()),
+            Just("completion_tokens".to_owned()),
+            Just("output_tokens".to_owned()),
+            Just("prompt\\u005ftokens".to_owned()),
+            "[a-z_]{1,12}",
+        ]
+    }
+
+    fn member_value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<u64>().prop_map(|n| n.to_string()),
+            (0u64..1000).prop_map(|n| n.to_string()),
+            Just("null".to_owned()),
+            Just("-1".to_owned()),
+            Just("0.5".to_owned()),
+            Just("2E3".to_owned()),
+            Just("18446744073709551616".to_owned()),
+            Just("\"9\"".to_owned()),
+            Just("{\"a\":[1,{\"b\":null}]}".to_owned()),
+            Just("[]".to_owned()),
+            Just("true".to_owned()),
+        ]
+    }
+
+    proptest! {
+        /// What the quick reading reads, serde_json reads the same.
+        #[test]
+        fn the_quick_reading_agrees_with_serde_json(
+            members in prop::collection::vec((member_name(), member_value()), 0..7),
+            ws in "[ \t\n\r]{0,2}",
+            tail in prop_oneof![Just(""), Just(",\"more\":1}"), Just("]")],
+        ) {
+            let inner: Vec<String> = members
+                .iter()
+                .map(|(n, v)| format!("{ws}\"{n}\"{ws}:{ws}{v}{ws}"))
+                .collect();
+            let text = format!("{ws}{{{}}}{tail}", inner.join(","));
+            if let Some(quick) = quick_usage(text.as_bytes()) {
+                prop_assert_eq!(Some(quick), by_serde_json(&text), "{}", text);
+            }
+        }
+    }
 
     #[test]
     fn generated_chars_counts_content_strings() {

@@ -6,6 +6,7 @@ use crate::input::{self, Input, CREDENTIAL};
 use crate::json::{assert_hidden, assert_usage_counts, strings_contain};
 use serde_json::Value;
 use switchyard_core::format::{translate, Format, MAX_COMPLETION_TOKENS};
+use switchyard_core::llm::RawObject;
 use switchyard_core::redact::{self, Scrubbed, Secrets, StreamScrubber};
 use switchyard_gateway::error::{render, StreamError};
 
@@ -23,12 +24,19 @@ fn context(what: &str, client: Format, upstream: Format) -> String {
     format!("{what} {client:?} client over {upstream:?} upstream")
 }
 
-/// Input: format, body. A decoded request has a model and a bounded `max_tokens`, and its
-/// body passes through to the same format as a JSON object naming the new model.
+/// Input: format, body. The body's members read the same way quickly
+/// (`switchyard_core::rawscan`) and by `serde_json` alone, to the error. A decoded
+/// request has a model and a bounded `max_tokens`, and its body passes through to the
+/// same format as a JSON object naming the new model.
 pub fn decode(data: &[u8]) {
     let mut input = Input::new(data);
     let format = input::format(input.byte());
     let input_body = input.rest();
+    assert_eq!(
+        RawObject::parse(input_body),
+        RawObject::parse_with_serde_json(input_body),
+        "the quick reading of the members differs from serde_json's"
+    );
     let Ok(request) = format.decode(input_body) else {
         return;
     };

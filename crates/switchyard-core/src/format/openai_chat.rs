@@ -41,9 +41,20 @@ pub fn decode(bytes: &[u8]) -> Result<Request, DecodeError> {
 /// The body's `model`: a non-empty string.
 pub(super) fn model_of(body: &RawObject) -> Result<String, DecodeError> {
     body.member("model")
-        .and_then(|raw| serde_json::from_str::<String>(raw).ok())
+        .and_then(|raw| match plain_string(raw) {
+            Some(text) => Some(text.to_owned()),
+            None => serde_json::from_str::<String>(raw).ok(),
+        })
         .filter(|m| !m.is_empty())
         .ok_or(DecodeError::MissingModel)
+}
+
+/// The text of a raw JSON value (known to be valid) that is a string without escapes:
+/// what is between its quotes. `None` for any other value.
+fn plain_string(raw: &str) -> Option<&str> {
+    raw.strip_prefix('"')?
+        .strip_suffix('"')
+        .filter(|text| !text.contains('\\'))
 }
 
 /// Whether raw JSON text (known to be valid) is a non-empty array: something other than
@@ -57,7 +68,8 @@ pub(super) fn is_non_empty_array(raw: &str) -> bool {
 /// The body's `stream`: a boolean, `null` or absent (false).
 pub(super) fn stream_of(body: &RawObject) -> Result<bool, DecodeError> {
     match body.member("stream") {
-        None => Ok(false),
+        None | Some("false" | "null") => Ok(false),
+        Some("true") => Ok(true),
         Some(raw) => serde_json::from_str::<Option<bool>>(raw)
             .map(Option::unwrap_or_default)
             .map_err(|_| DecodeError::InvalidStream),
@@ -281,6 +293,27 @@ mod tests {
         assert_eq!(r.model, "a/b");
         assert!(r.stream);
         assert_eq!(r.max_tokens, Some(7));
+    }
+
+    #[test]
+    fn model_and_stream_are_read_as_json_whether_plain_or_escaped() {
+        let read = |model: &str, stream: &str| {
+            let body = format!(
+                r#"{{"model":{model},"messages":[{{"role":"user","content":"hi"}}],"stream":{stream}}}"#
+            );
+            decode(body.as_bytes()).map(|r| (r.model, r.stream))
+        };
+        assert_eq!(read(r#""a/b""#, "true"), Ok(("a/b".to_owned(), true)));
+        assert_eq!(read(r#""a\/b""#, "false"), Ok(("a/b".to_owned(), false)));
+        assert_eq!(
+            read(r#""\u00e9\"q""#, "null"),
+            Ok(("é\"q".to_owned(), false))
+        );
+        assert_eq!(read(r#""""#, "true"), Err(DecodeError::MissingModel));
+        assert_eq!(read(r#""\u0000""#, "true"), Ok(("\0".to_owned(), true)));
+        assert_eq!(read("7", "true"), Err(DecodeError::MissingModel));
+        assert_eq!(read(r#""m""#, "1"), Err(DecodeError::InvalidStream));
+        assert_eq!(read(r#""m""#, r#""true""#), Err(DecodeError::InvalidStream));
     }
 
     #[test]
