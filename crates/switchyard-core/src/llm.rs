@@ -108,13 +108,15 @@ pub enum RawObjectError {
 
 /// A JSON object's top-level members in the client's order, values as raw JSON text.
 /// The names (unescaped) and the values are kept in one buffer: an object costs two
-/// allocations, whatever its number of members.
+/// allocations, whatever its number of members. Read quickly ([`crate::rawscan`]), the
+/// buffer is the body's text itself; read by `serde_json`, the names and values one
+/// after another.
 #[derive(Debug, Clone)]
 pub struct RawObject {
     text: String,
-    /// Per member: where its name starts in `text`, where its value starts (the name's
-    /// end), and where the value ends.
-    members: Vec<[usize; 3]>,
+    /// Per member: where its name starts and ends in `text`, and where its value starts
+    /// and ends.
+    members: Vec<[usize; 4]>,
 }
 
 impl PartialEq for RawObject {
@@ -153,7 +155,7 @@ impl<'de> Visitor<'de> for Members {
             // Borrowed from the input: the value's text is copied once, into the buffer.
             let raw: &RawValue = map.next_value()?;
             object.text.push_str(raw.get());
-            object.members.push([name, value, object.text.len()]);
+            object.members.push([name, value, value, object.text.len()]);
         }
     }
 }
@@ -203,9 +205,9 @@ impl RawObject {
 
     /// The members, as (name, raw value text), in the client's order.
     fn entries(&self) -> impl DoubleEndedIterator<Item = (&str, &str)> + '_ {
-        self.members.iter().map(|&[name, value, end]| {
+        self.members.iter().map(|&[name, name_end, value, end]| {
             (
-                self.text.get(name..value).unwrap_or_default(),
+                self.text.get(name..name_end).unwrap_or_default(),
                 self.text.get(value..end).unwrap_or_default(),
             )
         })
@@ -217,11 +219,11 @@ impl RawObject {
         // Names are compared as bytes (length first); only the value found is cut out
         // as text.
         let bytes = self.text.as_bytes();
-        let &[_, value, end] = self
+        let &[_, _, value, end] = self
             .members
             .iter()
             .rev()
-            .find(|&&[n, v, _]| bytes.get(n..v) == Some(name.as_bytes()))?;
+            .find(|&&[n, n_end, _, _]| bytes.get(n..n_end) == Some(name.as_bytes()))?;
         self.text.get(value..end)
     }
 

@@ -1,17 +1,18 @@
 //! The quick reading of a request body's top-level members (issue 29): one pass over the
-//! bytes that checks the JSON grammar and finds each member's name and value, without
-//! serde_json's per-value set-up (about 2 900 instructions for a small chat request,
-//! against some 600 here).
+//! bytes that checks the JSON grammar and finds where each member's name and value are,
+//! strings searched eight bytes at a time, without `serde_json`'s per-value set-up and
+//! copies. Counted under callgrind, a Claude Code-shaped body of ten members (930
+//! bytes) takes 9.3 k instructions here against 14.6 k by `serde_json`.
 //!
 //! It reads a subset of what `serde_json` reads into a [`crate::llm::RawObject`], and
 //! says `None` for everything else, which then goes to `serde_json` (the reference): a
 //! text that is not an object, or not valid JSON (so every error message is
 //! `serde_json`'s), a member name with an escape (names are kept unescaped), and nesting
 //! deeper than [`MAX_DEPTH`]. What it accepts, `serde_json` accepts with the same members
-//! (the `raw_object` fuzz target checks it): values are checked as `serde_json` checks a
-//! raw value (escapes well formed, `\u` followed by four hex digits, no control
-//! character in a string, numbers by the JSON grammar), and the whole text is valid
-//! UTF-8.
+//! (the `decode` fuzz target checks it on every input): values are checked as
+//! `serde_json` checks a raw value (escapes well formed, `\u` followed by four hex
+//! digits, no control character in a string, numbers by the JSON grammar), and the
+//! whole text is valid UTF-8.
 
 use std::ops::Range;
 
@@ -19,25 +20,20 @@ use std::ops::Range;
 /// up to its own limit.
 pub const MAX_DEPTH: usize = 64;
 
-/// The members of the JSON object `bytes`: their unescaped names and raw values in one
-/// buffer, and per member where its name starts, where its value starts and where it
-/// ends; `None` for a text left to `serde_json` (see the module docs).
-pub fn members(bytes: &[u8]) -> Option<(String, Vec<[usize; 3]>)> {
+/// The members of the JSON object `bytes`: its text, and per member where its name
+/// (between its quotes) starts and ends and where its value starts and ends; `None` for
+/// a text left to `serde_json` (see the module docs).
+pub fn members(bytes: &[u8]) -> Option<(String, Vec<[usize; 4]>)> {
     let text = std::str::from_utf8(bytes).ok()?;
-    let mut buf = String::with_capacity(bytes.len());
     let mut members = Vec::with_capacity(8);
     let end = object_at(bytes, |name, value| {
-        let start = buf.len();
-        buf.push_str(text.get(name)?);
-        let value_start = buf.len();
-        buf.push_str(text.get(value)?);
-        members.push([start, value_start, buf.len()]);
+        members.push([name.start, name.end, value.start, value.end]);
         Some(())
     })?;
     let rest = bytes.get(end..)?;
     rest.iter()
         .all(|c| matches!(c, b' ' | b'\n' | b'\t' | b'\r'))
-        .then_some((buf, members))
+        .then(|| (text.to_owned(), members))
 }
 
 /// Reads the JSON object at the start of `bytes` (after whitespace), giving each
@@ -68,16 +64,31 @@ struct Scan<'a> {
 const ONES: u64 = u64::from_ne_bytes([1; 8]);
 const HIGHS: u64 = ONES << 7;
 
-/// Whether any of the eight bytes of `word` is `"`, `\` or a control character.
-fn special_in(word: u64) -> bool {
+/// The eight bytes of `word` (read little-endian) that are `"`, `\` or a control
+/// character, as their high bits; its lowest set bit is in the first of them (a
+/// borrow in the subtractions only reaches the bytes after a flagged one).
+fn specials_in(word: u64) -> u64 {
     let control = word.wrapping_sub(ONES * 0x20);
     let quote = (word ^ (ONES * u64::from(b'"'))).wrapping_sub(ONES);
     let backslash = (word ^ (ONES * u64::from(b'\\'))).wrapping_sub(ONES);
-    (control | quote | backslash) & !word & HIGHS != 0
+    (control | quote | backslash) & !word & HIGHS
 }
 
-fn is_special(c: u8) -> bool {
-    c == b'"' || c == b'\\' || c < 0x20
+/// Where the first `"`, `\` or control character of `bytes` is.
+fn first_special(bytes: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    while let Some(word) = bytes.get(at..at + 8) {
+        let found = specials_in(u64::from_le_bytes(word.try_into().ok()?));
+        if found != 0 {
+            return Some(at + found.trailing_zeros() as usize / 8);
+        }
+        at += 8;
+    }
+    let tail = bytes.get(at..)?;
+    let last = tail
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+    Some(at + last)
 }
 
 impl Scan<'_> {
@@ -95,22 +106,10 @@ impl Scan<'_> {
         }
     }
 
-    /// Moves to the next `"`, `\` or control character of a string: sixteen bytes at
-    /// a time while none is among them.
+    /// Moves to the next `"`, `\` or control character of a string, eight bytes at a
+    /// time.
     fn skip_to_special(&mut self) -> Option<u8> {
-        let rest = self.b.get(self.i..)?;
-        let mut skipped = 0;
-        for pair in rest.chunks_exact(16) {
-            let (a, b) = pair.split_at(8);
-            let a = u64::from_le_bytes(a.try_into().ok()?);
-            let b = u64::from_le_bytes(b.try_into().ok()?);
-            if special_in(a) || special_in(b) {
-                break;
-            }
-            skipped += 16;
-        }
-        let at = rest.get(skipped..)?.iter().position(|&c| is_special(c))?;
-        self.i += skipped + at;
+        self.i += first_special(self.b.get(self.i..)?)?;
         self.peek()
     }
 
@@ -276,7 +275,7 @@ mod tests {
         Some(
             members
                 .iter()
-                .map(|&[n, v, e]| (buf[n..v].to_owned(), buf[v..e].to_owned()))
+                .map(|&[n, n_end, v, e]| (buf[n..n_end].to_owned(), buf[v..e].to_owned()))
                 .collect(),
         )
     }
@@ -373,17 +372,21 @@ mod tests {
     }
 
     #[test]
-    fn the_word_test_finds_each_special_byte_anywhere_in_a_word() {
-        for at in 0..8 {
+    fn the_first_special_byte_is_found_wherever_it_is() {
+        for len in 0..20 {
             for special in [b'"', b'\\', 0x00, 0x1f] {
-                let mut word = [b'a'; 8];
-                word[at] = special;
-                assert!(special_in(u64::from_le_bytes(word)), "{special} at {at}");
-            }
-            for plain in [b' ', b'!', b'#', b'[', b']', 0x7f, 0x80, 0xff] {
-                let mut word = [b'a'; 8];
-                word[at] = plain;
-                assert!(!special_in(u64::from_le_bytes(word)), "{plain} at {at}");
+                // Plain bytes that a word test could take for special ones.
+                let mut bytes: Vec<u8> = b" !#[]\x7f\x80\xff~a0 !#[]\x7f\x80\xff~a"
+                    .iter()
+                    .copied()
+                    .cycle()
+                    .take(len)
+                    .collect();
+                assert_eq!(first_special(&bytes), None, "{bytes:?}");
+                bytes.push(special);
+                // Special bytes after the first do not move it.
+                bytes.extend_from_slice(b"\"\x01\\");
+                assert_eq!(first_special(&bytes), Some(len), "{bytes:?}");
             }
         }
     }
