@@ -269,6 +269,76 @@ impl Scan<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::RawObject;
+    use proptest::prelude::*;
+
+    /// JSON values with every kind of token, odd whitespace and escapes.
+    fn json_value() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+            "-?(0|[1-9][0-9]{0,3})(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,2})?",
+            "\"([a-z é☃/<]|\\\\[\"\\\\/bfnrt]|\\\\u[0-9a-fA-F]{4}){0,24}\"",
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            let ws = "[ \t\r\n]{0,2}";
+            prop_oneof![
+                (prop::collection::vec(inner.clone(), 0..4), ws)
+                    .prop_map(|(items, ws)| format!("[{ws}{}{ws}]", items.join(&format!("{ws},")))),
+                (prop::collection::vec(("[a-z_]{0,6}", inner), 0..4), ws).prop_map(
+                    |(members, ws)| {
+                        let members: Vec<String> = members
+                            .iter()
+                            .map(|(n, v)| format!("\"{n}\"{ws}:{ws}{v}"))
+                            .collect();
+                        format!("{{{ws}{}{ws}}}", members.join(","))
+                    }
+                ),
+            ]
+        })
+    }
+
+    /// A top-level object, as is or with one byte changed, inserted or removed.
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        let names = "([a-z_]{1,8}|m\\\\u006fdel)";
+        let object = prop::collection::vec((names, json_value()), 0..5).prop_map(|members| {
+            let members: Vec<String> = members
+                .iter()
+                .map(|(n, v)| format!("\"{n}\":{v}"))
+                .collect();
+            format!("{{{}}}", members.join(","))
+        });
+        let byte = prop::sample::select(b"{}[]\":,\\ 0-.eEtfnu\x01\xff".to_vec());
+        (object, 0usize..3, any::<prop::sample::Index>(), byte).prop_map(
+            |(text, edit, at, byte)| {
+                let mut bytes = text.into_bytes();
+                let at = at.index(bytes.len() + 1);
+                match edit {
+                    0 => {}
+                    1 => bytes.insert(at, byte),
+                    _ if at < bytes.len() => bytes[at] = byte,
+                    _ => {}
+                }
+                bytes
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// The quick reading and serde_json's give the same members, or the same error.
+        #[test]
+        fn the_quick_reading_equals_serde_jsons(bytes in body()) {
+            prop_assert_eq!(
+                RawObject::parse(&bytes),
+                RawObject::parse_with_serde_json(&bytes),
+                "{}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+    }
 
     fn read(text: &str) -> Option<Vec<(String, String)>> {
         let (buf, members) = members(text.as_bytes())?;
