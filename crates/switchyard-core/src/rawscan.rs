@@ -166,12 +166,7 @@ impl Scan<'_> {
         escaped_names: bool,
         mut each: impl FnMut(Range<usize>, Range<usize>) -> Option<()>,
     ) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        self.i += 1;
-        self.ws();
-        if self.eat(b'}').is_some() {
+        if self.open(depth, b'}')? {
             return Some(());
         }
         loop {
@@ -185,44 +180,50 @@ impl Scan<'_> {
             let value = self.i;
             self.value(depth + 1)?;
             each(name, value..self.i)?;
-            self.ws();
-            match self.peek()? {
-                b',' => {
-                    self.i += 1;
-                    self.ws();
-                }
-                b'}' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
+            if self.next_or_close(b'}')? {
+                return Some(());
             }
         }
     }
 
     fn array(&mut self, depth: usize) -> Option<()> {
+        if self.open(depth, b']')? {
+            return Some(());
+        }
+        loop {
+            self.value(depth + 1)?;
+            if self.next_or_close(b']')? {
+                return Some(());
+            }
+        }
+    }
+
+    /// Opens the container whose first byte is next, at nesting `depth`: whether it is
+    /// empty (closed at once by `close`).
+    fn open(&mut self, depth: usize, close: u8) -> Option<bool> {
         if depth > MAX_DEPTH {
             return None;
         }
         self.i += 1;
         self.ws();
-        if self.eat(b']').is_some() {
-            return Some(());
-        }
-        loop {
-            self.value(depth + 1)?;
-            self.ws();
-            match self.peek()? {
-                b',' => {
-                    self.i += 1;
-                    self.ws();
-                }
-                b']' => {
-                    self.i += 1;
-                    return Some(());
-                }
-                _ => return None,
+        Some(self.eat(close).is_some())
+    }
+
+    /// After a container's item: whether it closes (by `close`) or, after a comma,
+    /// another item follows.
+    fn next_or_close(&mut self, close: u8) -> Option<bool> {
+        self.ws();
+        match self.peek()? {
+            b',' => {
+                self.i += 1;
+                self.ws();
+                Some(false)
             }
+            c if c == close => {
+                self.i += 1;
+                Some(true)
+            }
+            _ => None,
         }
     }
 
