@@ -30,10 +30,9 @@ pub fn members(bytes: &[u8]) -> Option<(String, Vec<[usize; 4]>)> {
         members.push([name.start, name.end, value.start, value.end]);
         Some(())
     })?;
-    let rest = bytes.get(end..)?;
-    rest.iter()
-        .all(|c| matches!(c, b' ' | b'\n' | b'\t' | b'\r'))
-        .then(|| (text.to_owned(), members))
+    let mut after = Scan { b: bytes, i: end };
+    after.ws();
+    (after.i == bytes.len()).then(|| (text.to_owned(), members))
 }
 
 /// Reads the JSON object at the start of `bytes` (after whitespace), giving each
