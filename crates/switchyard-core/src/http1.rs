@@ -298,6 +298,59 @@ pub fn parse_response<'b, 'h>(
     }))
 }
 
+/// Whether the field name `sent` is `lower` (a name in lower case) in any case: the
+/// one comparison every reader of field names makes. Compared eight bytes at a time:
+/// a byte-wise `eq_ignore_ascii_case` costs about five instructions a byte, and a head
+/// holds a dozen names, each compared with a few.
+pub fn name_is(sent: &[u8], lower: &[u8]) -> bool {
+    sent.len() == lower.len() && starts_with_name(sent, lower)
+}
+
+/// Whether the field name `sent` begins with `lower` (in lower case), in any case.
+pub fn starts_with_name(sent: &[u8], lower: &[u8]) -> bool {
+    let n = lower.len();
+    let Some(sent) = sent.get(..n) else {
+        return false;
+    };
+    if n < 8 {
+        return fits(short_word(sent), short_word(lower));
+    }
+    let whole = sent
+        .chunks_exact(8)
+        .zip(lower.chunks_exact(8))
+        .all(|(s, l)| fits(word(s), word(l)));
+    // The last eight bytes, overlapping the words above when `n` is not a multiple of 8.
+    whole && fits(word(&sent[n - 8..]), word(&lower[n - 8..]))
+}
+
+/// Whether the word `sent` is the word `lower` (ASCII, letters in lower case) in any
+/// case: an upper case letter of `sent` differs from its lower case only in bit 5,
+/// which is set in `sent` where `lower` has a letter.
+fn fits(sent: u64, lower: u64) -> bool {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    // Per byte of `lower` (each below 0x80, so no carry crosses a byte): the top bit set
+    // when it is at least `a`, and when it is past `z`.
+    let from_a = lower.wrapping_add(ONES * (0x80 - u64::from(b'a')));
+    let past_z = lower.wrapping_add(ONES * (0x80 - u64::from(b'z' + 1)));
+    let letters = from_a & !past_z & (ONES * 0x80);
+    sent | (letters >> 2) == lower
+}
+
+/// Eight bytes as a word.
+fn word(bytes: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[..8]);
+    u64::from_le_bytes(w)
+}
+
+/// Fewer than eight bytes as a word, zero above them.
+fn short_word(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .rev()
+        .fold(0u64, |w, &b| (w << 8) | u64::from(b))
+}
+
 /// What the framing and connection fields of a head say.
 #[derive(Debug, Default)]
 struct Fields {
@@ -315,34 +368,40 @@ impl Fields {
         let mut codings = 0usize;
         for h in headers {
             let name = h.name.as_bytes();
-            if name.eq_ignore_ascii_case(b"host") {
-                f.hosts += 1;
-            } else if name.eq_ignore_ascii_case(b"content-length") {
-                if f.length.is_some() {
-                    return Err(HeadError::ContentLength);
+            // By length first: one comparison per field at most.
+            match name.len() {
+                4 if name_is(name, b"host") => f.hosts += 1,
+                14 if name_is(name, b"content-length") => {
+                    if f.length.is_some() {
+                        return Err(HeadError::ContentLength);
+                    }
+                    f.length = Some(decimal(h.value).ok_or(HeadError::ContentLength)?);
                 }
-                f.length = Some(decimal(h.value).ok_or(HeadError::ContentLength)?);
-            } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-                // Every line names a coding; all of them together, one `chunked`.
-                let mut here = 0usize;
-                for coding in list(h.value) {
-                    here += 1;
-                    codings += 1;
-                    if codings > 1 || !coding.eq_ignore_ascii_case(b"chunked") {
+                17 if name_is(name, b"transfer-encoding") => {
+                    // Every line names a coding; all of them together, one `chunked`.
+                    let mut here = 0usize;
+                    for coding in list(h.value) {
+                        here += 1;
+                        codings += 1;
+                        if codings > 1 || !coding.eq_ignore_ascii_case(b"chunked") {
+                            return Err(HeadError::UnsupportedCoding);
+                        }
+                        f.chunked = true;
+                    }
+                    if here == 0 {
                         return Err(HeadError::UnsupportedCoding);
                     }
-                    f.chunked = true;
                 }
-                if here == 0 {
-                    return Err(HeadError::UnsupportedCoding);
+                10 if name_is(name, b"connection") => {
+                    for option in list(h.value) {
+                        f.close |= option.eq_ignore_ascii_case(b"close");
+                        f.keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
+                    }
                 }
-            } else if name.eq_ignore_ascii_case(b"connection") {
-                for option in list(h.value) {
-                    f.close |= option.eq_ignore_ascii_case(b"close");
-                    f.keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
+                6 if name_is(name, b"expect") => {
+                    f.continue_expected |= h.value.eq_ignore_ascii_case(b"100-continue");
                 }
-            } else if name.eq_ignore_ascii_case(b"expect") {
-                f.continue_expected |= h.value.eq_ignore_ascii_case(b"100-continue");
+                _ => {}
             }
         }
         Ok(f)
@@ -1078,5 +1137,52 @@ mod tests {
             body.extend_from_slice(b"0\r\n\r\n");
             prop_assert_eq!(dechunk(&body, piece), Ok((data.clone(), body.len(), true)));
         }
+
+        #[test]
+        fn field_names_compare_as_eq_ignore_ascii_case_does(
+            lower in "[ -~]{0,40}",
+            flips in proptest::collection::vec(any::<bool>(), 40),
+            sent in proptest::collection::vec(any::<u8>(), 0..40),
+            replaced in (0usize..40, any::<u8>()),
+        ) {
+            let lower = lower.to_ascii_lowercase();
+            let lower = lower.as_bytes();
+            // The name in a mixed case, then with one byte replaced.
+            let cased: Vec<u8> = lower
+                .iter()
+                .zip(&flips)
+                .map(|(b, up)| if *up { b.to_ascii_uppercase() } else { *b })
+                .collect();
+            let mut changed = cased.clone();
+            if let Some(b) = changed.get_mut(replaced.0) {
+                *b = replaced.1;
+            }
+            for candidate in [&cased, &changed, &sent] {
+                prop_assert_eq!(name_is(candidate, lower), candidate.eq_ignore_ascii_case(lower));
+                let starts = candidate
+                    .get(..lower.len())
+                    .is_some_and(|s| s.eq_ignore_ascii_case(lower));
+                prop_assert_eq!(starts_with_name(candidate, lower), starts);
+            }
+        }
+    }
+
+    #[test]
+    fn field_names_are_compared_in_any_case_and_nothing_else() {
+        assert!(name_is(b"Content-Length", b"content-length"));
+        assert!(name_is(b"SESSION_ID", b"session_id"));
+        assert!(name_is(b"x-Codex-Session-Id", b"x-codex-session-id"));
+        assert!(name_is(b"", b""));
+        // Bit 5 makes a letter's case only: `_` is not DEL, `-` not CR, `@` not a back-tick.
+        assert!(!name_is(b"session\x7fid", b"session_id"));
+        assert!(!name_is(b"content\rlength", b"content-length"));
+        assert!(!name_is(b"@", b"`"));
+        assert!(!name_is(b"Host", b"hosts"));
+        assert!(starts_with_name(
+            b"X-RateLimit-Remaining-Tokens",
+            b"x-ratelimit-"
+        ));
+        assert!(!starts_with_name(b"x-ratelimit", b"x-ratelimit-"));
+        assert!(!starts_with_name(b"x-ratelimiT_", b"x-ratelimit-"));
     }
 }

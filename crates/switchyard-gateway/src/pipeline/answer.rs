@@ -23,6 +23,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use std::time::Duration;
 use switchyard_core::format::{translate, Format};
+use switchyard_core::http1;
 use switchyard_core::outcome::{is_retryable_status, AttemptFailure};
 use switchyard_core::redact::{self, Secrets, StreamScrubber};
 use switchyard_core::resilience::rules::Rules;
@@ -65,7 +66,7 @@ impl From<AttemptFailure> for Failed {
 /// the provider's saturation headers (SPEC Q6). Any other answer is read whole: provider
 /// error rules may match any field.
 pub(super) fn success_read_name(name: &[u8]) -> Option<HeaderName> {
-    if name.eq_ignore_ascii_case(b"content-type") {
+    if http1::name_is(name, b"content-type") {
         return Some(header::CONTENT_TYPE);
     }
     if is_signal(name) {

@@ -12,6 +12,7 @@ use crate::upstream::ProtocolHeaders;
 use axum::http::{HeaderMap, HeaderName};
 use std::sync::LazyLock;
 use switchyard_core::format::Format;
+use switchyard_core::http1;
 use switchyard_core::routing::affinity::{SessionHeader, SESSION_HEADERS};
 use switchyard_core::routing::lease;
 
@@ -101,16 +102,12 @@ static BY_LENGTH: LazyLock<Vec<Vec<(&'static str, usize)>>> = LazyLock::new(|| {
 });
 
 /// The pipeline's number for the request header sent as `name` (in any case), when
-/// the pipeline reads it. A name of a read one's length is passed over at its first
-/// byte when that differs (`user-agent` against `session-id`).
+/// the pipeline reads it. A name is compared with the read ones of its length only.
 pub fn read_name(name: &[u8]) -> Option<usize> {
-    let first = name.first()?.to_ascii_lowercase();
     BY_LENGTH
         .get(name.len())?
         .iter()
-        .find(|(read, _)| {
-            read.as_bytes().first() == Some(&first) && read.as_bytes().eq_ignore_ascii_case(name)
-        })
+        .find(|(read, _)| http1::name_is(name, read.as_bytes()))
         .map(|&(_, i)| i)
 }
 

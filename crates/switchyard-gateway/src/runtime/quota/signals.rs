@@ -10,6 +10,7 @@ use crate::sync::lock;
 use axum::http::HeaderMap;
 
 use std::sync::Mutex;
+use switchyard_core::http1;
 use switchyard_core::quota::decide::Unit;
 use switchyard_core::quota::signals::{self, Signal};
 use switchyard_core::quota::window::Window;
@@ -29,10 +30,9 @@ const SIGNAL_PREFIXES: [&[u8]; 3] = [
 
 /// Whether the header `name` (in any case) is one of the saturation headers read.
 pub fn is_signal(name: &[u8]) -> bool {
-    SIGNAL_PREFIXES.iter().any(|prefix| {
-        name.get(..prefix.len())
-            .is_some_and(|start| start.eq_ignore_ascii_case(prefix))
-    })
+    SIGNAL_PREFIXES
+        .iter()
+        .any(|prefix| http1::starts_with_name(name, prefix))
 }
 
 /// Per dimension of a pool: the used fraction providers reported, and the reset they
