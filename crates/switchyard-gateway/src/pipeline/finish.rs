@@ -307,11 +307,14 @@ impl Finisher {
         }
         let m = &i.parts.telemetry.metrics;
         m.in_flight.dec();
-        let labels = match i.labels.take() {
-            Some(labels) => labels.with_status(status),
-            None => RequestLabels::unrouted(status),
-        };
-        m.requests.get_or_create(&labels).inc();
+        match i.labels.take() {
+            Some(labels) => labels.count(status),
+            None => {
+                m.requests
+                    .get_or_create(&RequestLabels::unrouted(status))
+                    .inc();
+            }
+        }
         if let Some(code) = error_code {
             tracing::info!(
                 request_id = %i.row.request_id,

@@ -13,7 +13,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use switchyard_core::outcome::StreamCut;
 
 /// Metric names, without the `_total` suffix the exposition adds to counters.
@@ -74,18 +74,38 @@ impl RequestLabels {
 /// The provider and model labels of the requests an attempt answers (see
 /// [`ProviderMetrics::answering`]); the status is known at the end.
 #[derive(Debug, Clone)]
-pub struct Answering {
+pub struct Answering(Arc<Answered>);
+
+/// The requests of one provider and model label: most end with `200`, whose counter is
+/// kept once found, so counting one is an atomic add, not a lookup in the family (a
+/// lock and a hash of the labels).
+#[derive(Debug)]
+struct Answered {
     provider: Arc<String>,
     model: Arc<String>,
+    requests: Family<RequestLabels, Counter>,
+    ok: OnceLock<Counter>,
 }
 
 impl Answering {
     /// The labels of the request, ended with `status`.
-    pub fn with_status(self, status: u16) -> RequestLabels {
+    pub fn with_status(&self, status: u16) -> RequestLabels {
         RequestLabels {
             status,
-            provider: self.provider,
-            model: self.model,
+            provider: Arc::clone(&self.0.provider),
+            model: Arc::clone(&self.0.model),
+        }
+    }
+
+    /// Counts the request, ended with `status`.
+    pub fn count(&self, status: u16) {
+        let a = &self.0;
+        if status == 200 {
+            let ok =
+                a.ok.get_or_init(|| a.requests.get_or_create(&self.with_status(200)).clone());
+            ok.inc();
+        } else {
+            a.requests.get_or_create(&self.with_status(status)).inc();
         }
     }
 }
@@ -281,9 +301,11 @@ impl GateMetrics {
 pub struct ProviderMetrics {
     pub latency: Histogram,
     pub success: Counter,
-    /// The provider's name and its declared models' as label values.
+    /// The provider's name, its declared models' request labels, and the labels of the
+    /// models it does not declare ([`OTHER_MODEL_LABEL`]).
     provider: Arc<String>,
-    models: Vec<Arc<String>>,
+    models: Vec<Answering>,
+    other: Answering,
     attempts: Family<AttemptLabels, Counter>,
     cuts: Family<CutLabels, Counter>,
 }
@@ -293,15 +315,11 @@ impl ProviderMetrics {
     /// when the provider declares it, otherwise [`OTHER_MODEL_LABEL`] (a provider may
     /// pass any name through; the label set stays bounded).
     pub fn answering(&self, model: &str) -> Answering {
-        let model = self
-            .models
+        self.models
             .iter()
-            .find(|m| m.as_str() == model)
-            .unwrap_or(&OTHER);
-        Answering {
-            provider: Arc::clone(&self.provider),
-            model: Arc::clone(model),
-        }
+            .find(|m| m.0.model.as_str() == model)
+            .unwrap_or(&self.other)
+            .clone()
     }
 
     /// Counts a failed attempt by its outcome label (successes count in `success`).
@@ -510,6 +528,15 @@ impl Metrics {
         let provider_label = ProviderLabels {
             provider: provider.to_owned(),
         };
+        let provider_name = Arc::new(provider.to_owned());
+        let answering = |model| {
+            Answering(Arc::new(Answered {
+                provider: Arc::clone(&provider_name),
+                model,
+                requests: self.requests.clone(),
+                ok: OnceLock::new(),
+            }))
+        };
         ProviderMetrics {
             latency: self.upstream_latency.get_or_create(&provider_label).clone(),
             success: self
@@ -519,8 +546,12 @@ impl Metrics {
                     outcome: "success",
                 })
                 .clone(),
-            provider: Arc::new(provider.to_owned()),
-            models: models.iter().map(|m| Arc::new(m.clone())).collect(),
+            provider: Arc::clone(&provider_name),
+            models: models
+                .iter()
+                .map(|m| answering(Arc::new(m.clone())))
+                .collect(),
+            other: answering(Arc::clone(&OTHER)),
             attempts: self.upstream_attempts.clone(),
             cuts: self.stream_cuts.clone(),
         }
@@ -559,6 +590,29 @@ mod tests {
         );
         // A request's labels share the snapshot's names: no copy per request.
         let (a, b) = (alpha.answering("mock-small"), alpha.answering("mock-small"));
-        assert!(Arc::ptr_eq(&a.provider, &b.provider) && Arc::ptr_eq(&a.model, &b.model));
+        assert!(Arc::ptr_eq(&a.0, &b.0));
+    }
+
+    #[test]
+    fn a_request_is_counted_under_its_labels_and_status() {
+        let metrics = Metrics::new();
+        let alpha = metrics.for_provider("alpha", &["mock-small".to_owned()]);
+        let count = |status, model: &str| {
+            metrics
+                .requests
+                .get_or_create(&alpha.answering(model).with_status(status))
+                .get()
+        };
+        alpha.answering("mock-small").count(200);
+        alpha.answering("mock-small").count(200);
+        alpha.answering("mock-small").count(502);
+        alpha.answering("other/model").count(200);
+        assert_eq!(count(200, "mock-small"), 2);
+        assert_eq!(count(502, "mock-small"), 1);
+        assert_eq!(count(200, "other/model"), 1);
+        // A snapshot built again (a configuration change) counts into the same series.
+        let again = metrics.for_provider("alpha", &["mock-small".to_owned()]);
+        again.answering("mock-small").count(200);
+        assert_eq!(count(200, "mock-small"), 3);
     }
 }
