@@ -83,13 +83,33 @@ impl Stopwatch {
     }
 
     pub fn elapsed_ms(&self) -> u64 {
-        u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX)
+        whole_ms(self.0.elapsed())
+    }
+
+    /// Started at `at`, an instant already read.
+    pub fn started_at(at: tokio::time::Instant) -> Self {
+        Self(at)
+    }
+
+    /// The time from the start to `at`, an instant read since (zero for one before).
+    pub fn until(&self, at: tokio::time::Instant) -> Duration {
+        at.saturating_duration_since(self.0)
+    }
+
+    /// [`Self::until`] in whole milliseconds.
+    pub fn until_ms(&self, at: tokio::time::Instant) -> u64 {
+        whole_ms(self.until(at))
     }
 
     /// The instant `ms` milliseconds after the start.
     pub fn at_ms(&self, ms: u64) -> tokio::time::Instant {
         self.0 + Duration::from_millis(ms)
     }
+}
+
+/// `d` in whole milliseconds.
+fn whole_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// One request's time: the wall clock read once, at the edge, advanced by the elapsed
@@ -130,6 +150,16 @@ impl RequestClock {
             self.at
         }
     }
+
+    /// The request's time at `at`, an instant read since it arrived: [`Self::now_ms`]
+    /// for a step that reads the monotonic clock for its own timing too.
+    pub fn ms_at(&self, at: tokio::time::Instant) -> UnixMillis {
+        if self.flows {
+            self.at.saturating_add(self.started.until_ms(at))
+        } else {
+            self.at
+        }
+    }
 }
 
 #[cfg(test)]
@@ -155,6 +185,17 @@ mod tests {
         // Its latency still follows the monotonic clock.
         assert_eq!(frozen.elapsed_ms(), 250);
         assert_eq!(RequestClock::start(&manual).now_ms(), 6_000);
+        // An instant read once serves the request's time and a step's timing alike.
+        let watch = Stopwatch::start();
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let at = tokio::time::Instant::now();
+        assert_eq!(flowing.ms_at(at), 1_290);
+        assert_eq!(frozen.ms_at(at), 1_000);
+        assert_eq!(watch.until_ms(at), 40);
+        assert_eq!(
+            Stopwatch::started_at(at).until_ms(at - Duration::from_millis(5)),
+            0
+        );
         assert!(SystemClock.flows());
         assert!(!manual.flows());
     }

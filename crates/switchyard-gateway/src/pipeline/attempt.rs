@@ -288,11 +288,11 @@ async fn attempt(
         candidate,
         target.metrics.answering(&candidate.upstream_model),
     );
-    let watch = Stopwatch::start();
     // One budget per attempt for the headers and, when not streaming, the whole body; a
     // stream is bounded by the execution limit (SPEC R10), never shorter than that, and
     // watched (R11, R12): its headers are due within its first-output budget too.
     let dispatched = tokio::time::Instant::now();
+    let watch = Stopwatch::started_at(dispatched);
     let mut deadline = dispatched + Duration::from_millis(snap.settings.first_byte_timeout_ms);
     let limits = request.stream.then(|| {
         let total_ms = admission::execution_bound_ms(
@@ -356,7 +356,8 @@ async fn attempt(
     };
     // The upstream's answer (or failure) is judged at the time it came; the outcome is
     // recorded once it is read.
-    let answered = clock.now_ms();
+    let answered_at = tokio::time::Instant::now();
+    let answered = clock.ms_at(answered_at);
     let outcome = match sent {
         Ok(response) => {
             if let Some(local) = client::local_addr(&response) {
@@ -374,7 +375,7 @@ async fn attempt(
             target
                 .metrics
                 .latency
-                .observe(watch.elapsed().as_secs_f64());
+                .observe(watch.until(answered_at).as_secs_f64());
             let expect = answer::Expect {
                 watch: limits.map(|l| (l, dispatched)),
                 deadline,
@@ -391,7 +392,8 @@ async fn attempt(
         ),
         Err(failure) => Err(answer::Failed::from(failure)),
     };
-    let read = clock.now_ms();
+    let read_at = tokio::time::Instant::now();
+    let read = clock.ms_at(read_at);
     let mut failed = match outcome {
         Ok(mut response) => {
             // A stream's outcome is known when it ends (the finisher records it).
@@ -406,7 +408,7 @@ async fn attempt(
             if snap.stats_read {
                 let served = Observation {
                     ok: true,
-                    header_ms: Some(watch.elapsed_ms()),
+                    header_ms: Some(watch.until_ms(read_at)),
                     stream: request.stream,
                 };
                 runtime
