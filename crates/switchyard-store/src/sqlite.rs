@@ -185,9 +185,22 @@ impl Sql for Lite<'_> {
     /// hashed for the statement cache, bound) cost more than the rows it carried: at a
     /// low rate a batch holds a few rows.
     fn append(&self, table: &Table, args: &[Arg<'_>]) -> Result<()> {
-        let mut insert = self.0.prepare_cached(&table.insert())?;
-        for row in args.chunks_exact(table.columns.len()) {
-            insert.execute(rusqlite::params_from_iter(row))?;
+        // Several rows per statement (see `ROWS_PER_INSERT`), each statement's text made
+        // once and kept prepared in the statement cache.
+        let width = table.columns.len();
+        let mut rest = args;
+        for (rows, sql) in table.inserts() {
+            let mut prepared = None;
+            while rest.len() >= rows * width {
+                let (these, after) = rest.split_at(rows * width);
+                if prepared.is_none() {
+                    prepared = Some(self.0.prepare_cached(sql)?);
+                }
+                if let Some(insert) = &mut prepared {
+                    insert.execute(rusqlite::params_from_iter(these))?;
+                }
+                rest = after;
+            }
         }
         Ok(())
     }
