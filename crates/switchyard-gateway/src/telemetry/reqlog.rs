@@ -192,12 +192,7 @@ impl Writer {
                 row
             })
             .collect();
-        {
-            let mut s = lock(&self.series);
-            for row in &rows {
-                s.add(row);
-            }
-        }
+        lock(&self.series).add_all(&rows);
         let lost = self.backlog.push(rows);
         self.count_lost(lost);
         if self

@@ -29,6 +29,32 @@ struct Counts {
     completion_tokens: u64,
 }
 
+impl Counts {
+    /// One row's.
+    fn of(row: &LogRow) -> Self {
+        Self {
+            requests: 1,
+            errors: u64::from(row.status >= 400),
+            prompt_tokens: row.prompt_tokens.unwrap_or(0),
+            completion_tokens: row.completion_tokens.unwrap_or(0),
+        }
+    }
+
+    fn add(&mut self, other: Self) {
+        self.requests = self.requests.saturating_add(other.requests);
+        self.errors = self.errors.saturating_add(other.errors);
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
+    }
+}
+
+/// Whether two rows are counted under the same combination.
+fn same_labels(a: &LogRow, b: &LogRow) -> bool {
+    a.provider == b.provider && a.connection_id == b.connection_id && a.key_id == b.key_id
+}
+
 /// The counters, by minute (its number since the epoch) and combination.
 #[derive(Debug, Default)]
 pub struct MinuteSeries {
@@ -40,7 +66,35 @@ impl MinuteSeries {
     /// Counts `row`; a row of a newer minute forgets the minutes more than
     /// [`MINUTES_KEPT`] before it, and a row of a forgotten minute is left out.
     pub fn add(&mut self, row: &LogRow) {
-        let minute = row.ts / MINUTE_MS;
+        self.add_all(std::slice::from_ref(row));
+    }
+
+    /// Counts `rows`, in order, as [`Self::add`] does each. A run of rows of one minute
+    /// and combination (most of a batch, on a gateway with few keys) is counted at once:
+    /// one lookup, and its labels copied once.
+    pub fn add_all(&mut self, rows: &[LogRow]) {
+        let mut run: Option<(&LogRow, u64, Counts)> = None;
+        for row in rows {
+            let minute = row.ts / MINUTE_MS;
+            let counts = Counts::of(row);
+            match &mut run {
+                Some((first, m, sum)) if *m == minute && same_labels(first, row) => {
+                    sum.add(counts);
+                }
+                _ => {
+                    if let Some((first, m, sum)) = run.replace((row, minute, counts)) {
+                        self.add_run(first, m, sum);
+                    }
+                }
+            }
+        }
+        if let Some((first, m, sum)) = run {
+            self.add_run(first, m, sum);
+        }
+    }
+
+    /// Adds `counts` of rows of `minute` with the labels of `row`.
+    fn add_run(&mut self, row: &LogRow, minute: u64, counts: Counts) {
         let newest = self.minutes.keys().next_back().copied().unwrap_or(minute);
         if minute.saturating_add(MINUTES_KEPT) <= newest {
             return;
@@ -50,14 +104,8 @@ impl MinuteSeries {
             row.connection_id.clone(),
             row.key_id.clone(),
         );
-        let counts = Counts {
-            requests: 1,
-            errors: u64::from(row.status >= 400),
-            prompt_tokens: row.prompt_tokens.unwrap_or(0),
-            completion_tokens: row.completion_tokens.unwrap_or(0),
-        };
         if !self.count(minute, labels, counts) {
-            self.dropped = self.dropped.saturating_add(1);
+            self.dropped = self.dropped.saturating_add(counts.requests);
         }
         if minute > newest {
             let keep_from = minute.saturating_sub(MINUTES_KEPT - 1);
@@ -98,11 +146,7 @@ impl MinuteSeries {
         if !per.contains_key(&labels) && per.len() >= MAX_PER_MINUTE {
             return false;
         }
-        let c = per.entry(labels).or_default();
-        c.requests = c.requests.saturating_add(counts.requests);
-        c.errors = c.errors.saturating_add(counts.errors);
-        c.prompt_tokens = c.prompt_tokens.saturating_add(counts.prompt_tokens);
-        c.completion_tokens = c.completion_tokens.saturating_add(counts.completion_tokens);
+        per.entry(labels).or_default().add(counts);
         true
     }
 
@@ -210,6 +254,43 @@ pub(crate) mod tests {
             vec![series(2, "alpha", "k2", [1, 1, 10, 125_000 % 7])]
         );
         assert_eq!(s.rows(180_000), vec![]);
+    }
+
+    #[test]
+    fn a_batch_counts_as_its_rows_one_by_one() {
+        let batch: Vec<LogRow> = [
+            (60_000, "alpha", "k1", 200),
+            (61_000, "alpha", "k1", 500),
+            (62_000, "alpha", "k2", 200),
+            (63_000, "alpha", "k1", 200),
+            (125_000, "alpha", "k1", 429),
+            (126_000, "alpha", "k1", 200),
+            (60 * MINUTE_MS + 1, "beta", "k1", 200),
+            (61 * MINUTE_MS, "beta", "k1", 200),
+            // Of a minute the row before them forgot: left out; the next one counts.
+            (0, "alpha", "k1", 200),
+            (0, "alpha", "k1", 200),
+            (61 * MINUTE_MS + 5, "alpha", "k2", 200),
+        ]
+        .iter()
+        .map(|&(ts, p, k, status)| row(ts, p, k, status))
+        .collect();
+        let mut one_by_one = MinuteSeries::default();
+        for r in &batch {
+            one_by_one.add(r);
+        }
+        let mut at_once = MinuteSeries::default();
+        at_once.add_all(&batch);
+        assert_eq!(at_once.rows(0), one_by_one.rows(0));
+        assert_eq!(at_once.rows(0).len(), 6);
+        assert_eq!(at_once.dropped(), 0);
+        // Rows of a combination past a full minute are dropped, a run at a time.
+        let mut full = MinuteSeries::default();
+        for i in 0..MAX_PER_MINUTE {
+            full.add(&row(0, "p", &format!("k{i}"), 200));
+        }
+        full.add_all(&[row(1, "p", "new", 200), row(2, "p", "new", 200)]);
+        assert_eq!(full.dropped(), 2);
     }
 
     #[test]
