@@ -177,6 +177,13 @@ impl<T: Copy> ByModel<T> {
 }
 
 impl Snapshot {
+    /// Whether the saturation headers of the answers of the connection at `index` are
+    /// read (SPEC Q6): it is in a quota pool, or some combo's strategy reads the
+    /// providers' quota readings.
+    pub fn reads_signals(&self, index: usize) -> bool {
+        self.quota_read || self.quota.pool_of(index).is_some()
+    }
+
     /// Connection `id`'s upstream, when the configuration has the connection.
     pub fn upstream_of(&self, id: &str) -> Option<&Upstream> {
         self.catalog

@@ -257,7 +257,6 @@ async fn attempt(
         permit,
         quota: None,
     };
-    let pooled = snap.quota.pool_of(conn.index);
     let (quota, quota_headers) = quota::admit(ctx, candidate, output_limit, finisher.request_id())
         .await
         .map_err(|refusal| match refusal {
@@ -367,7 +366,7 @@ async fn attempt(
                 }
                 finisher.egress(egress);
             }
-            if pooled.is_some() || snap.quota_read {
+            if snap.reads_signals(conn.index) {
                 runtime
                     .quota
                     .record_signals(&conn.id, response.headers(), answered);

@@ -9,6 +9,7 @@ use super::answer;
 use super::attempt::Ctx;
 use super::finish::Finisher;
 use crate::client::UpstreamBody;
+use crate::heads::Reads;
 use crate::upstream::{self, Call, Upstream, WallConfig};
 use axum::http::{HeaderValue, Method, Response};
 use bytes::Bytes;
@@ -49,9 +50,15 @@ pub async fn send(
         success_reads: None,
     };
     let Some(wall) = &target.wall else {
-        // Without the wall, the pipeline alone reads the answer.
+        // Without the wall, the pipeline alone reads the answer: its saturation headers
+        // only when they are recorded.
+        let reads: Reads = if ctx.snap.reads_signals(conn.index) {
+            answer::success_read_name
+        } else {
+            answer::content_type_name
+        };
         let call = Call {
-            success_reads: Some(answer::success_read_name),
+            success_reads: Some(reads),
             ..call(body, &[])
         };
         return upstream::send(timeout, target, call, deadline).await;
