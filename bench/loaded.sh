@@ -60,5 +60,5 @@ echo "Instructions per request under load (callgrind, $REQUESTS requests on $CON
 printf '%-40s %10s\n' "gateway, I/O threads (request path)" \
   "$(per "$(first '(switchyard-gateway/src/server.rs|runtime/scheduler/current_thread/mod.rs):std::sys::backtrace::__rust_begin_short_backtrace')")"
 printf '%-40s %10s\n' "gateway, whole process" "$(per "$(first 'PROGRAM TOTALS')")"
-printf '%-40s %10s\n' "request log's SQLite writes (per row)" "$(per "$(first 'insert_log_batch \[')")"
+printf '%-40s %10s\n' "request log's SQLite writes (per row)" "$(per "$(first 'insert_log_batch [[]')")"
 echo "callgrind file: $work/gateway.cg.1"
