@@ -36,6 +36,7 @@ gateway_config $GW_PORT "$work/data" > "$work/switchyard.toml"
 pool_gateway_config $POOL_PORT "$work/data-pool" > "$work/switchyard-pool.toml"
 
 "$BIN" mock --listen 127.0.0.1:$MOCK_PORT > "$work/mock.log" 2>&1 & pids+=($!)
+mock_provider_fields
 valgrind --tool=callgrind --callgrind-out-file="$work/nginx.cg" \
   nginx -c "$work/nginx.conf" -p "$work" > "$work/nginx-vg.log" 2>&1 & pids+=($!)
 nginx_pid=$!
@@ -94,7 +95,7 @@ nginx_ir=$(total "$work/nginx.cg.1")
 gw_ir=$(total "$work/gateway.cg.1")
 gw_io=$(io_threads "$work/gateway.cg.1")
 echo
-echo "Instructions per request (callgrind, $REQUESTS requests at 100 req/s on 4 connections, $(date -u +%Y-%m-%dT%H:%MZ)):"
+echo "Instructions per request (callgrind, $REQUESTS requests at 100 req/s on 4 connections, $MOCK_HEADS, $(date -u +%Y-%m-%dT%H:%MZ)):"
 printf '%-40s %10s\n' "nginx (proxy_pass, one worker)" "$(per "$nginx_ir")"
 for f in $FLOORS; do
   printf '%-40s %10s\n' "$(floor_label "$f")" "$(per "$(total "$work/floor-$f.cg.1")")"

@@ -69,6 +69,21 @@ wait_port() { # port
   echo "port $1 did not open" >&2; exit 1
 }
 
+# Makes the mock send, on every answer, the six rate-limit fields OpenAI's API sends on
+# every answer, so each target reads and relays a real provider's head (the gateway
+# records them for a connection in a quota pool). Waits for the mock's port.
+# PROVIDER_FIELDS=0 leaves the mock's bare heads (the figures before 2026-12-07 20:00).
+mock_provider_fields() {
+  wait_port $MOCK_PORT
+  MOCK_HEADS="the mock's heads: $([ "${PROVIDER_FIELDS:-1}" = 0 ] && echo bare || echo "OpenAI's six rate-limit fields")"
+  [ "${PROVIDER_FIELDS:-1}" = 0 ] && return 0
+  curl -sf -o /dev/null -X POST "http://127.0.0.1:$MOCK_PORT/_mock/rules" \
+    -H 'content-type: application/json' \
+    -d '{"headers": {"x-ratelimit-limit-requests": "10000", "x-ratelimit-limit-tokens": "30000000",
+      "x-ratelimit-remaining-requests": "9999", "x-ratelimit-remaining-tokens": "29999000",
+      "x-ratelimit-reset-requests": "6ms", "x-ratelimit-reset-tokens": "2ms"}}'
+}
+
 nginx_config() { # port work-dir head-lines (worker and process settings)
   cat <<NGINX
 $3

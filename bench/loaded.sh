@@ -30,6 +30,7 @@ setup_work
 gateway_config $GW_PORT "$work/data" > "$work/switchyard.toml"
 
 "$BIN" mock --listen 127.0.0.1:$MOCK_PORT > "$work/mock.log" 2>&1 & pids+=($!)
+mock_provider_fields
 SWITCHYARD_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/gateway.cg" \
   "$BIN" serve --config "$work/switchyard.toml" > "$work/gateway-vg.log" 2>&1 & pids+=($!)
 gateway_pid=$!
@@ -56,7 +57,7 @@ first() { # pattern: the inclusive count of the first line matching it
 }
 per() { python3 -c "print(round(${1:-0} / $REQUESTS))"; }
 echo
-echo "Instructions per request under load (callgrind, $REQUESTS requests on $CONNS connections, $(date -u +%Y-%m-%dT%H:%MZ)):"
+echo "Instructions per request under load (callgrind, $REQUESTS requests on $CONNS connections, $MOCK_HEADS, $(date -u +%Y-%m-%dT%H:%MZ)):"
 printf '%-40s %10s\n' "gateway, I/O threads (request path)" \
   "$(per "$(first '(switchyard-gateway/src/server.rs|runtime/scheduler/current_thread/mod.rs):std::sys::backtrace::__rust_begin_short_backtrace')")"
 printf '%-40s %10s\n' "gateway, whole process" "$(per "$(first 'PROGRAM TOTALS')")"

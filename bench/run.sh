@@ -29,6 +29,7 @@ build_targets
 setup_work
 
 "$BIN" mock --listen 127.0.0.1:$MOCK_PORT > "$work/mock.log" 2>&1 & pids+=($!)
+mock_provider_fields
 
 nginx_config $NGINX_PORT "$work" "worker_processes auto;" > "$work/nginx.conf"
 nginx -c "$work/nginx.conf" -p "$work"
@@ -106,7 +107,7 @@ done
 
 echo
 echo "Switchyard load benchmark — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, oha $("$OHA" --version | awk '{print $2}'), nginx $(nginx -v 2>&1 | sed 's/.*\///')"
-echo "medians of $ROUNDS interleaved rounds (target order rotated each round); non-streaming: $CONNS connections for $DURATION; fixed rate: $RATE req/s on 4 connections for $DURATION; streaming TTFB: $TTFB_COUNT sequential requests (success: worst round)"
+echo "medians of $ROUNDS interleaved rounds (target order rotated each round); non-streaming: $CONNS connections for $DURATION; fixed rate: $RATE req/s on 4 connections for $DURATION; streaming TTFB: $TTFB_COUNT sequential requests (success: worst round); $MOCK_HEADS"
 label() { case $1 in mock) echo "mock (direct)" ;; nginx) echo "nginx proxy_pass" ;; gateway) echo "gateway" ;; gateway-1) echo "gateway, one I/O thread" ;; pool) echo "gateway + quota pool" ;; *) floor_label "$1" ;; esac; }
 printf '%-42s %8s %7s %7s %8s %11s %8s %7s %8s %8s\n' target "req/s" "p50 ms" "p99 ms" success "p50@${RATE}/s" "TTFB ms" "÷ nginx" "+p50 ms" "+TTFB ms"
 for t in $TARGETS; do
