@@ -4,6 +4,7 @@
 //! busy the gateway is. Seeded from the stored log at start, so a restart keeps the
 //! hour's history.
 
+use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 use switchyard_core::FastMap;
 use switchyard_model::{LogRow, SeriesRow};
@@ -143,10 +144,12 @@ impl MinuteSeries {
     /// already counts [`MAX_PER_MINUTE`] other combinations.
     fn count(&mut self, minute: u64, labels: Labels, counts: Counts) -> bool {
         let per = self.minutes.entry(minute).or_default();
-        if !per.contains_key(&labels) && per.len() >= MAX_PER_MINUTE {
-            return false;
+        let full = per.len() >= MAX_PER_MINUTE;
+        match per.entry(labels) {
+            Entry::Occupied(mut kept) => kept.get_mut().add(counts),
+            Entry::Vacant(_) if full => return false,
+            Entry::Vacant(new) => new.insert(Counts::default()).add(counts),
         }
-        per.entry(labels).or_default().add(counts);
         true
     }
 
