@@ -30,7 +30,7 @@
 //! are `crate::upstream`'s, and it imports nothing from the rest of the crate but the
 //! HTTP/1 head helpers it shares with the server (`crate::heads`).
 
-use crate::heads::{self, push_decimal, Reads, Span};
+use crate::heads::{self, push_decimal, Kept, Reads, Span};
 use bytes::{Bytes, BytesMut};
 use http::header::{ACCEPT, CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::uri::{Authority, PathAndQuery, Scheme};
@@ -372,11 +372,11 @@ pub async fn send(
             }
             return Err(SendError::Reset(e.to_string()));
         }
-        let (head, framing, keep_alive) = lease
+        let (head, kept, framing, keep_alive) = lease
             .read_head(to_head, out.success_reads)
             .await
             .map_err(SendError::Reset)?;
-        let body = Driven::new(key.clone(), lease, framing, keep_alive);
+        let body = Driven::new(key.clone(), lease, framing, keep_alive, kept);
         return Ok(Response::from_parts(head, UpstreamBody::Driven(body)));
     }
 }
@@ -519,7 +519,7 @@ impl Lease {
         &mut self,
         to_head: bool,
         success_reads: Option<Reads>,
-    ) -> Result<(http::response::Parts, AnswerFraming, bool), String> {
+    ) -> Result<Head, String> {
         loop {
             if !self.buf.is_empty() {
                 if let Some(answer) = self.take_head(to_head, success_reads)? {
@@ -541,7 +541,7 @@ impl Lease {
         &mut self,
         to_head: bool,
         success_reads: Option<Reads>,
-    ) -> Result<Option<(http::response::Parts, AnswerFraming, bool)>, String> {
+    ) -> Result<Option<Head>, String> {
         loop {
             let mut storage = http1::header_storage();
             let base = self.buf.as_ptr() as usize;
@@ -575,15 +575,16 @@ impl Lease {
                 http1::Version::Http11 => http::Version::HTTP_11,
                 http1::Version::Http10 => http::Version::HTTP_10,
             };
-            let headers = match success_reads {
+            let read_as = match success_reads {
                 Some(reads) if head.status.is_success() => {
                     heads::header_map_of(&read, &self.spans, reads)
                 }
-                _ => heads::header_map(&read, &self.spans),
+                _ => heads::header_map(&read, &self.spans).map(|map| (map, None)),
             };
-            head.headers =
-                headers.ok_or("the upstream's answer head has a field http does not take")?;
-            return Ok(Some((head, framing, keep_alive)));
+            let (headers, kept) =
+                read_as.ok_or("the upstream's answer head has a field http does not take")?;
+            head.headers = headers;
+            return Ok(Some((head, kept, framing, keep_alive)));
         }
     }
 
@@ -686,6 +687,15 @@ async fn connect(connect_timeout_ms: u64, key: &Key) -> Result<Box<Lease>, SendE
     }))
 }
 
+/// An answer's head as read: its parts, the fields its reader kept unconverted, how its
+/// body is delimited, and whether the connection may be used again after it.
+type Head = (
+    http::response::Parts,
+    Option<Box<Kept>>,
+    AnswerFraming,
+    bool,
+);
+
 /// An upstream answer's body.
 #[derive(Debug)]
 pub enum UpstreamBody {
@@ -706,6 +716,16 @@ pub fn local_addr(response: &Response<UpstreamBody>) -> Option<SocketAddr> {
             .get::<HttpInfo>()
             .map(HttpInfo::local_addr),
     }
+}
+
+/// The fields of `response`'s head its reader kept unconverted ([`heads::Read::Keep`]):
+/// none over HTTP/2, whose client reads every field into the header map.
+pub fn kept_fields(response: &Response<UpstreamBody>) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let kept = match response.body() {
+        UpstreamBody::Driven(body) => body.kept.as_deref(),
+        UpstreamBody::Pooled(_) => None,
+    };
+    kept.into_iter().flat_map(Kept::fields)
 }
 
 impl Body for UpstreamBody {
@@ -774,10 +794,18 @@ pub struct Driven {
     keep_alive: bool,
     /// The connection's own address (kept past the connection's return to the pool).
     local: SocketAddr,
+    /// The fields of the answer's head its reader kept unconverted.
+    kept: Option<Box<Kept>>,
 }
 
 impl Driven {
-    fn new(key: Key, lease: Box<Lease>, framing: AnswerFraming, keep_alive: bool) -> Self {
+    fn new(
+        key: Key,
+        lease: Box<Lease>,
+        framing: AnswerFraming,
+        keep_alive: bool,
+        kept: Option<Box<Kept>>,
+    ) -> Self {
         let decoder = match framing {
             AnswerFraming::None | AnswerFraming::Length(0) => Decoder::Done,
             AnswerFraming::Length(n) => Decoder::Length(n),
@@ -790,6 +818,7 @@ impl Driven {
             decoder,
             keep_alive,
             local,
+            kept,
         };
         if matches!(body.decoder, Decoder::Done) {
             body.finish();

@@ -58,11 +58,40 @@ pub(crate) fn header_map(read: &Bytes, spans: &[(Span, Span)]) -> Option<HeaderM
     Some(headers)
 }
 
-/// Which fields of an answer head a reader reads: its name for the field sent as the
-/// given name (in any case), or `None` for a field it does not read.
-pub type Reads = fn(&[u8]) -> Option<HeaderName>;
+/// What the reader of an answer head does with one of its fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Read {
+    /// Passes over it.
+    Skip,
+    /// Reads it from the header map, under this name.
+    Map(HeaderName),
+    /// Reads it where it is in the head ([`Kept`]), unconverted.
+    Keep,
+}
 
-/// The fields at `spans` of `read` that `reads` names, under its name for them; the
+/// Which fields of an answer head a reader reads, by the name they were sent as (in any
+/// case), and how.
+pub type Reads = fn(&[u8]) -> Read;
+
+/// Fields of an answer head kept where they are in it ([`Read::Keep`]): a field read
+/// as text needs no copy into http's types.
+#[derive(Debug)]
+pub struct Kept {
+    head: Bytes,
+    at: Vec<(Span, Span)>,
+}
+
+impl Kept {
+    /// Each kept field's name and value, in the order sent.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.at.iter().filter_map(|&(name, value)| {
+            Some((self.head.get(name.range())?, self.head.get(value.range())?))
+        })
+    }
+}
+
+/// The fields at `spans` of `read` that `reads` maps, under its name for them, and those
+/// it keeps (boxed, as the answer's body carries them: most answers keep none); the
 /// others are passed over unconverted (httparse has checked every name and value
 /// already): converting a field into http's types costs about 550 instructions, and a
 /// head carries many fields its reader never reads. `None` when a value is not one http
@@ -71,14 +100,25 @@ pub(crate) fn header_map_of(
     read: &Bytes,
     spans: &[(Span, Span)],
     reads: Reads,
-) -> Option<HeaderMap> {
+) -> Option<(HeaderMap, Option<Box<Kept>>)> {
     let mut headers = HeaderMap::new();
+    let mut at = Vec::new();
     for &(name, value) in spans {
-        if let Some(name) = reads(read.get(name.range())?) {
-            headers.append(name, value_at(read, value)?);
+        match reads(read.get(name.range())?) {
+            Read::Skip => {}
+            Read::Map(name) => {
+                headers.append(name, value_at(read, value)?);
+            }
+            Read::Keep => at.push((name, value)),
         }
     }
-    Some(headers)
+    let kept = (!at.is_empty()).then(|| {
+        Box::new(Kept {
+            head: read.clone(),
+            at,
+        })
+    });
+    Some((headers, kept))
 }
 
 /// Which fields of a request head a route reads: its number for the field sent as the
@@ -243,24 +283,41 @@ mod tests {
     }
 
     #[test]
-    fn only_the_fields_read_are_converted_under_the_readers_names() {
-        fn reads(name: &[u8]) -> Option<HeaderName> {
-            name.eq_ignore_ascii_case(b"x-two")
-                .then(|| HeaderName::from_static("x-two"))
+    fn only_the_fields_read_are_converted_under_the_readers_names_or_kept() {
+        fn reads(name: &[u8]) -> Read {
+            if name.eq_ignore_ascii_case(b"x-two") {
+                Read::Map(HeaderName::from_static("x-two"))
+            } else if name.eq_ignore_ascii_case(b"x-kept") {
+                Read::Keep
+            } else {
+                Read::Skip
+            }
         }
-        let read =
-            Bytes::from_static(b"GET / HTTP/1.1\r\nHost: a\r\nX-Two: b c\r\nx-two: d\r\n\r\n");
+        let read = Bytes::from_static(
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Two: b c\r\nx-two: d\r\nX-Kept: 7\r\nx-kept: e f\r\n\r\n",
+        );
         let base = read.as_ptr() as usize;
+        let at = |from: usize, to: usize| Span::of(&read[from..to], base);
         let spans = [
-            (Span::of(&read[16..20], base), Span::of(&read[22..23], base)),
-            (Span::of(&read[25..30], base), Span::of(&read[32..35], base)),
-            (Span::of(&read[37..42], base), Span::of(&read[44..45], base)),
+            (at(16, 20), at(22, 23)),
+            (at(25, 30), at(32, 35)),
+            (at(37, 42), at(44, 45)),
+            (at(47, 53), at(55, 56)),
+            (at(58, 64), at(66, 69)),
         ];
-        let headers = header_map_of(&read, &spans, reads).unwrap();
+        let (headers, kept) = header_map_of(&read, &spans, reads).unwrap();
         assert_eq!(headers.len(), 2);
         let values: Vec<_> = headers.get_all("x-two").iter().collect();
         assert_eq!(values, ["b c", "d"]);
         assert!(headers.get("host").is_none());
+        assert!(headers.get("x-kept").is_none());
+        let kept = kept.unwrap();
+        let fields: Vec<_> = kept.fields().collect();
+        assert_eq!(fields, [(&b"X-Kept"[..], &b"7"[..]), (b"x-kept", b"e f")]);
+        // A head with nothing to keep allocates no keeping.
+        let (headers, kept) = header_map_of(&read, &spans[..3], reads).unwrap();
+        assert_eq!(headers.len(), 2);
+        assert!(kept.is_none());
     }
 
     /// Numbers `authorization` 0 and `x-two` 3.

@@ -17,7 +17,7 @@
 
 use super::decide::Unit;
 use super::window::Window;
-use crate::UnixMillis;
+use crate::{http1, UnixMillis};
 
 /// One reading.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -31,19 +31,78 @@ pub struct Signal {
     pub reset_at: Option<UnixMillis>,
 }
 
-fn num(headers: &[(&str, &str)], name: &str) -> Option<f64> {
-    headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
-        .and_then(|(_, v)| v.trim().parse::<f64>().ok())
-        .filter(|v| v.is_finite() && *v >= 0.0)
-}
+/// A Codex tier's fields (used percent, window minutes, reset after seconds, reset at),
+/// and the window the tier is when its minutes are not sent.
+const CODEX_TIERS: [([&str; 4], Window); 2] = [
+    (
+        [
+            "x-codex-primary-used-percent",
+            "x-codex-primary-window-minutes",
+            "x-codex-primary-reset-after-seconds",
+            "x-codex-primary-reset-at",
+        ],
+        Window::FiveHours,
+    ),
+    (
+        [
+            "x-codex-secondary-used-percent",
+            "x-codex-secondary-window-minutes",
+            "x-codex-secondary-reset-after-seconds",
+            "x-codex-secondary-reset-at",
+        ],
+        Window::Weekly,
+    ),
+];
 
+const ANTHROPIC_STATUS: &str = "anthropic-ratelimit-unified-status";
+const ANTHROPIC_RESET: &str = "anthropic-ratelimit-unified-reset";
+
+/// Anthropic's utilization field of each window.
+const ANTHROPIC_WINDOWS: [(&str, Window); 2] = [
+    (
+        "anthropic-ratelimit-unified-5h-utilization",
+        Window::FiveHours,
+    ),
+    ("anthropic-ratelimit-unified-7d-utilization", Window::Weekly),
+];
+
+/// OpenAI's fields of each unit: limit, remaining, reset.
+const OPENAI_UNITS: [([&str; 3], Unit); 2] = [
+    (
+        [
+            "x-ratelimit-limit-requests",
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-reset-requests",
+        ],
+        Unit::Requests,
+    ),
+    (
+        [
+            "x-ratelimit-limit-tokens",
+            "x-ratelimit-remaining-tokens",
+            "x-ratelimit-reset-tokens",
+        ],
+        Unit::Tokens,
+    ),
+];
+
+/// The trimmed value of the field `name` (in lower case), sent in any case.
 fn text<'a>(headers: &[(&'a str, &'a str)], name: &str) -> Option<&'a str> {
     headers
         .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .find(|(n, _)| http1::name_is(n.as_bytes(), name.as_bytes()))
         .map(|(_, v)| v.trim())
+}
+
+/// The number the field `name` holds: not negative, finite. Counts are whole numbers,
+/// read without the float parser (several times the integer one's cost).
+fn num(headers: &[(&str, &str)], name: &str) -> Option<f64> {
+    let text = text(headers, name)?;
+    let v = match text.parse::<u64>() {
+        Ok(whole) => whole as f64,
+        Err(_) => text.parse::<f64>().ok()?,
+    };
+    (v.is_finite() && v >= 0.0).then_some(v)
 }
 
 fn secs_to_ms(s: f64) -> UnixMillis {
@@ -53,6 +112,11 @@ fn secs_to_ms(s: f64) -> UnixMillis {
 /// Parses a Go-style duration (`1h2m3.5s`, `20ms`, `6m0s`) into milliseconds.
 pub fn parse_duration_ms(s: &str) -> Option<u64> {
     let s = s.trim();
+    whole_duration_ms(s).or_else(|| summed_duration_ms(s))
+}
+
+/// [`parse_duration_ms`] of a trimmed text: the sum of its parts.
+fn summed_duration_ms(s: &str) -> Option<u64> {
     if s.is_empty() {
         return None;
     }
@@ -80,6 +144,22 @@ pub fn parse_duration_ms(s: &str) -> Option<u64> {
     Some(total as u64)
 }
 
+/// The form OpenAI sends most (`20ms`, `7s`, `7`: one whole number, in milliseconds or
+/// seconds), read without the float parser; `None` for any other. At most 12 digits, so
+/// the milliseconds are exact as [`summed_duration_ms`] gives them.
+fn whole_duration_ms(s: &str) -> Option<u64> {
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || digits > 12 {
+        return None;
+    }
+    let n: u64 = s[..digits].parse().ok()?;
+    match &s[digits..] {
+        "ms" => Some(n),
+        "s" | "" => Some(n * 1000),
+        _ => None,
+    }
+}
+
 fn window_of_minutes(minutes: f64) -> Option<Window> {
     Window::ALL
         .into_iter()
@@ -89,19 +169,35 @@ fn window_of_minutes(minutes: f64) -> Option<Window> {
 /// Every signal in a response's headers.
 pub fn parse(headers: &[(&str, &str)], now: UnixMillis) -> Vec<Signal> {
     let mut out = Vec::new();
-    for (tier, default_window) in [
-        ("primary", Window::FiveHours),
-        ("secondary", Window::Weekly),
-    ] {
-        let Some(pct) = num(headers, &format!("x-codex-{tier}-used-percent")) else {
+    // A provider sends one family of fields: the others' names are not looked up.
+    let sent = |prefix: &[u8]| {
+        headers
+            .iter()
+            .any(|(name, _)| http1::starts_with_name(name.as_bytes(), prefix))
+    };
+    if sent(b"x-codex-") {
+        codex(headers, now, &mut out);
+    }
+    if sent(b"anthropic-ratelimit-unified-") {
+        anthropic(headers, &mut out);
+    }
+    if sent(b"x-ratelimit-") {
+        openai(headers, now, &mut out);
+    }
+    out
+}
+
+fn codex(headers: &[(&str, &str)], now: UnixMillis, out: &mut Vec<Signal>) {
+    for ([used, minutes, reset_after, reset_at], default_window) in CODEX_TIERS {
+        let Some(pct) = num(headers, used) else {
             continue;
         };
-        let window = num(headers, &format!("x-codex-{tier}-window-minutes"))
+        let window = num(headers, minutes)
             .and_then(window_of_minutes)
             .unwrap_or(default_window);
-        let reset_at = num(headers, &format!("x-codex-{tier}-reset-after-seconds"))
+        let reset_at = num(headers, reset_after)
             .map(|s| now.saturating_add(secs_to_ms(s)))
-            .or_else(|| num(headers, &format!("x-codex-{tier}-reset-at")).map(secs_to_ms));
+            .or_else(|| num(headers, reset_at).map(secs_to_ms));
         out.push(Signal {
             unit: Unit::Percent,
             window: Some(window),
@@ -109,14 +205,13 @@ pub fn parse(headers: &[(&str, &str)], now: UnixMillis) -> Vec<Signal> {
             reset_at,
         });
     }
-    let anthropic_reset = num(headers, "anthropic-ratelimit-unified-reset").map(secs_to_ms);
-    let rejected = text(headers, "anthropic-ratelimit-unified-status") == Some("rejected");
-    for (suffix, window) in [("5h", Window::FiveHours), ("7d", Window::Weekly)] {
-        let util = num(
-            headers,
-            &format!("anthropic-ratelimit-unified-{suffix}-utilization"),
-        );
-        let used = match (util, rejected) {
+}
+
+fn anthropic(headers: &[(&str, &str)], out: &mut Vec<Signal>) {
+    let anthropic_reset = num(headers, ANTHROPIC_RESET).map(secs_to_ms);
+    let rejected = text(headers, ANTHROPIC_STATUS) == Some("rejected");
+    for (utilization, window) in ANTHROPIC_WINDOWS {
+        let used = match (num(headers, utilization), rejected) {
             (_, true) => 1.0,
             (Some(u), false) if u > 1.0 => (u / 100.0).min(1.0),
             (Some(u), false) => u,
@@ -129,17 +224,17 @@ pub fn parse(headers: &[(&str, &str)], now: UnixMillis) -> Vec<Signal> {
             reset_at: anthropic_reset,
         });
     }
-    for (kind, unit) in [("requests", Unit::Requests), ("tokens", Unit::Tokens)] {
-        let (Some(limit), Some(remaining)) = (
-            num(headers, &format!("x-ratelimit-limit-{kind}")),
-            num(headers, &format!("x-ratelimit-remaining-{kind}")),
-        ) else {
+}
+
+fn openai(headers: &[(&str, &str)], now: UnixMillis, out: &mut Vec<Signal>) {
+    for ([limit, remaining, reset], unit) in OPENAI_UNITS {
+        let (Some(limit), Some(remaining)) = (num(headers, limit), num(headers, remaining)) else {
             continue;
         };
         if limit <= 0.0 {
             continue;
         }
-        let reset_at = text(headers, &format!("x-ratelimit-reset-{kind}"))
+        let reset_at = text(headers, reset)
             .and_then(parse_duration_ms)
             .map(|ms| now.saturating_add(ms));
         out.push(Signal {
@@ -149,12 +244,23 @@ pub fn parse(headers: &[(&str, &str)], now: UnixMillis) -> Vec<Signal> {
             reset_at,
         });
     }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn whole_durations_read_as_their_sum(
+            n in 0u64..1_000_000_000_000,
+            unit in prop::sample::select(vec!["ms", "s", ""]),
+        ) {
+            let text = format!("{n}{unit}");
+            prop_assert_eq!(whole_duration_ms(&text), summed_duration_ms(&text));
+        }
+    }
 
     const NOW: u64 = 1_800_000_000_000;
 
@@ -235,12 +341,121 @@ mod tests {
     }
 
     #[test]
+    fn every_name_read_is_in_lower_case() {
+        let names: Vec<&str> = CODEX_TIERS
+            .iter()
+            .flat_map(|(names, _)| names.iter().copied())
+            .chain([ANTHROPIC_STATUS, ANTHROPIC_RESET])
+            .chain(ANTHROPIC_WINDOWS.iter().map(|(name, _)| *name))
+            .chain(
+                OPENAI_UNITS
+                    .iter()
+                    .flat_map(|(names, _)| names.iter().copied()),
+            )
+            .collect();
+        assert_eq!(names.len(), 18);
+        for name in names {
+            assert_eq!(name, name.to_ascii_lowercase());
+        }
+    }
+
+    #[test]
+    fn names_are_read_in_any_case() {
+        let h = [
+            ("X-RateLimit-Limit-Tokens", "1000"),
+            ("x-ratelimit-remaining-TOKENS", "900"),
+            ("X-RATELIMIT-RESET-TOKENS", "20ms"),
+            ("Anthropic-Ratelimit-Unified-Status", "rejected"),
+            ("anthropic-ratelimit-unified-7D-utilization", "0.3"),
+        ];
+        assert_eq!(
+            parse(&h, NOW),
+            vec![
+                Signal {
+                    unit: Unit::Percent,
+                    window: Some(Window::FiveHours),
+                    used: 1.0,
+                    reset_at: None
+                },
+                Signal {
+                    unit: Unit::Percent,
+                    window: Some(Window::Weekly),
+                    used: 1.0,
+                    reset_at: None
+                },
+                Signal {
+                    unit: Unit::Tokens,
+                    window: None,
+                    used: 0.09999999999999998,
+                    reset_at: Some(NOW + 20)
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn numbers_are_read_whole_or_as_decimals() {
+        for (limit, remaining, used) in [
+            ("1e2", " 25 ", 0.75),
+            ("100", "25.0", 0.75),
+            ("+100", "50", 0.5),
+            ("18446744073709551616", "0", 1.0),
+            ("100", "-1", -1.0),
+            ("100", "NaN", -1.0),
+        ] {
+            let h = [
+                ("x-ratelimit-limit-requests", limit),
+                ("x-ratelimit-remaining-requests", remaining),
+            ];
+            let read: Vec<f64> = parse(&h, NOW).iter().map(|s| s.used).collect();
+            let expected: Vec<f64> = (used >= 0.0).then_some(used).into_iter().collect();
+            assert_eq!(read, expected, "{limit} {remaining}");
+        }
+    }
+
+    #[test]
+    fn each_family_sent_is_read_in_one_head() {
+        let h = [
+            ("x-ratelimit-limit-requests", "10"),
+            ("x-ratelimit-remaining-requests", "5"),
+            ("anthropic-ratelimit-unified-status", "rejected"),
+            ("x-codex-secondary-used-percent", "20"),
+        ];
+        let read: Vec<(Unit, Option<Window>, f64)> = parse(&h, NOW)
+            .iter()
+            .map(|s| (s.unit, s.window, s.used))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (Unit::Percent, Some(Window::Weekly), 0.2),
+                (Unit::Percent, Some(Window::FiveHours), 1.0),
+                (Unit::Percent, Some(Window::Weekly), 1.0),
+                (Unit::Requests, None, 0.5),
+            ]
+        );
+        assert!(parse(&[("x-other", "1")], NOW).is_empty());
+    }
+
+    #[test]
     fn durations_parse_like_go() {
         assert_eq!(parse_duration_ms("20ms"), Some(20));
         assert_eq!(parse_duration_ms("1s"), Some(1_000));
         assert_eq!(parse_duration_ms("6m0s"), Some(360_000));
         assert_eq!(parse_duration_ms("1h2m3.5s"), Some(3_723_500));
         assert_eq!(parse_duration_ms("7"), Some(7_000));
+        assert_eq!(parse_duration_ms(" 999999999999ms "), Some(999_999_999_999));
+        assert_eq!(
+            parse_duration_ms("999999999999s"),
+            Some(999_999_999_999_000)
+        );
+        assert_eq!(
+            parse_duration_ms("1000000000000ms"),
+            Some(1_000_000_000_000)
+        );
+        assert_eq!(parse_duration_ms("2.5s"), Some(2_500));
+        assert_eq!(parse_duration_ms("0ms"), Some(0));
+        assert_eq!(parse_duration_ms("7d"), None);
         assert_eq!(parse_duration_ms("soon"), None);
         assert_eq!(parse_duration_ms(""), None);
     }

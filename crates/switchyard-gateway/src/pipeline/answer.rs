@@ -13,11 +13,12 @@ use crate::body::scrub::ScrubBody;
 use crate::body::translate::TranslateBody;
 use crate::body::watch::{self, Judged, Watched};
 use crate::body::whole;
-use crate::client::UpstreamBody;
+use crate::client::{self, UpstreamBody};
+use crate::heads::Read;
 use crate::runtime::quota::signals::is_signal;
 use crate::upstream::{self, Upstream};
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -63,11 +64,12 @@ impl From<AttemptFailure> for Failed {
 }
 
 /// The fields of a successful upstream answer the pipeline reads when it records the
-/// provider's saturation headers (SPEC Q6): those and its content type. Any other answer
-/// is read whole: provider error rules may match any field.
-pub(super) fn success_read_name(name: &[u8]) -> Option<HeaderName> {
+/// provider's saturation headers (SPEC Q6): those, kept where they are in the head (they
+/// are read as text), and its content type. Any other answer is read whole: provider
+/// error rules may match any field.
+pub(super) fn success_read_name(name: &[u8]) -> Read {
     if is_signal(name) {
-        return HeaderName::from_bytes(name).ok();
+        return Read::Keep;
     }
     content_type_name(name)
 }
@@ -76,8 +78,30 @@ pub(super) fn success_read_name(name: &[u8]) -> Option<HeaderName> {
 /// the saturation headers: its content type. A provider sends its rate-limit headers
 /// on every answer (OpenAI six `x-ratelimit-*`, Anthropic a dozen), and converting a
 /// field into http's types costs about 550 instructions.
-pub(super) fn content_type_name(name: &[u8]) -> Option<HeaderName> {
-    http1::name_is(name, b"content-type").then_some(header::CONTENT_TYPE)
+pub(super) fn content_type_name(name: &[u8]) -> Read {
+    if http1::name_is(name, b"content-type") {
+        Read::Map(header::CONTENT_TYPE)
+    } else {
+        Read::Skip
+    }
+}
+
+/// The provider's saturation fields of an answer (SPEC Q6), as text: those its head kept
+/// ([`success_read_name`]), and those in its header map (an answer read whole, or one
+/// over HTTP/2). A field whose value is not text is passed over.
+pub(super) fn signal_fields(response: &Response<UpstreamBody>) -> Vec<(&str, &str)> {
+    let kept = client::kept_fields(response).filter_map(|(name, value)| {
+        Some((
+            std::str::from_utf8(name).ok()?,
+            std::str::from_utf8(value).ok()?,
+        ))
+    });
+    let mapped = response
+        .headers()
+        .iter()
+        .filter(|(name, _)| is_signal(name.as_str().as_bytes()))
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)));
+    kept.chain(mapped).collect()
 }
 
 /// An upstream error answer: its headers and its redacted body (at most
@@ -425,39 +449,38 @@ mod tests {
 
     #[test]
     fn a_successful_answer_is_read_for_its_content_type_and_saturation_headers_only() {
-        let read = [
-            ("Content-Type", "content-type"),
-            (
-                "X-RateLimit-Remaining-Tokens",
-                "x-ratelimit-remaining-tokens",
-            ),
-            (
-                "anthropic-ratelimit-unified-5h-utilization",
-                "anthropic-ratelimit-unified-5h-utilization",
-            ),
-            (
-                "x-codex-primary-used-percent",
-                "x-codex-primary-used-percent",
-            ),
-        ];
-        for (sent, name) in read {
-            assert_eq!(success_read_name(sent.as_bytes()).unwrap().as_str(), name);
+        for sent in ["Content-Type", "content-type", "CONTENT-TYPE"] {
+            let mapped = Read::Map(header::CONTENT_TYPE);
+            assert_eq!(success_read_name(sent.as_bytes()), mapped, "{sent}");
+            assert_eq!(content_type_name(sent.as_bytes()), mapped, "{sent}");
         }
-        for (sent, name) in &read[..1] {
-            assert_eq!(content_type_name(sent.as_bytes()).unwrap().as_str(), *name);
-        }
-        for (sent, _) in &read[1..] {
-            assert!(content_type_name(sent.as_bytes()).is_none(), "{sent}");
+        for sent in [
+            "X-RateLimit-Remaining-Tokens",
+            "anthropic-ratelimit-unified-5h-utilization",
+            "Anthropic-RateLimit-Unified-Status",
+            "x-codex-primary-used-percent",
+            "X-CODEX-SECONDARY-RESET-AT",
+        ] {
+            assert_eq!(success_read_name(sent.as_bytes()), Read::Keep, "{sent}");
+            assert_eq!(content_type_name(sent.as_bytes()), Read::Skip, "{sent}");
         }
         for skipped in [
             "date",
             "content-length",
             "cf-ray",
             "x-ratelimit",
+            "x-codex",
+            "y-ratelimit-limit-tokens",
             "anthropic-ratelimit-unified",
+            "anthropic-ratelimit-tokens-limit",
             "retry-after",
+            "",
         ] {
-            assert!(success_read_name(skipped.as_bytes()).is_none(), "{skipped}");
+            assert_eq!(
+                success_read_name(skipped.as_bytes()),
+                Read::Skip,
+                "{skipped}"
+            );
         }
     }
 }

@@ -367,9 +367,8 @@ async fn attempt(
                 finisher.egress(egress);
             }
             if snap.reads_signals(conn.index) {
-                runtime
-                    .quota
-                    .record_signals(&conn.id, response.headers(), answered);
+                let fields = answer::signal_fields(&response);
+                runtime.quota.record_signals(&conn.id, &fields, answered);
             }
             target
                 .metrics

@@ -300,14 +300,10 @@ impl QuotaEngine {
         e.reason
     }
 
-    /// Records the saturation headers of a response from `connection_id`.
-    pub fn record_signals(
-        &self,
-        connection_id: &str,
-        headers: &axum::http::HeaderMap,
-        now: UnixMillis,
-    ) {
-        self.signals.record(connection_id, headers, now);
+    /// Records the saturation fields (`name`, `value`) of a response from
+    /// `connection_id`.
+    pub fn record_signals(&self, connection_id: &str, fields: &[(&str, &str)], now: UnixMillis) {
+        self.signals.record(connection_id, fields, now);
     }
 
     /// The provider's readings of `connection_id` by window (SPEC Q6), for routing.
@@ -942,14 +938,11 @@ mod tests {
             1,
         );
         let pool = index.pool("pool").unwrap();
-        let mut headers = axum::http::HeaderMap::new();
-        headers.insert("x-codex-primary-used-percent", "10".parse().unwrap());
-        engine.record_signals("c", &headers, T0);
+        engine.record_signals("c", &[("x-codex-primary-used-percent", "10")], T0);
         let base = engine.signals.percent_readings(pool, "c", T0);
         assert_eq!(base, vec![Some(10.0)]);
         // Two requests started at 10 %; the provider now says 16 %.
-        headers.insert("x-codex-primary-used-percent", "16".parse().unwrap());
-        engine.record_signals("c", &headers, T0 + 1);
+        engine.record_signals("c", &[("X-Codex-Primary-Used-Percent", "16")], T0 + 1);
         let first = engine.signals.claim_rise(pool, "c", &base, T0 + 2);
         let second = engine.signals.claim_rise(pool, "c", &base, T0 + 2);
         assert_eq!((first, second), (vec![Some(6.0)], vec![Some(0.0)]));

@@ -7,7 +7,6 @@
 
 use super::index::PoolRuntime;
 use crate::sync::lock;
-use axum::http::HeaderMap;
 
 use std::sync::Mutex;
 use switchyard_core::http1;
@@ -21,18 +20,18 @@ use switchyard_core::{FastMap, UnixMillis};
 /// gaps between responses, short enough that a stale reading cannot block for long.
 pub const SIGNAL_TTL_MS: u64 = 30_000;
 
-/// The beginnings of the names of the saturation headers read, in lower case.
-const SIGNAL_PREFIXES: [&[u8]; 3] = [
-    b"x-codex-",
-    b"anthropic-ratelimit-unified-",
-    b"x-ratelimit-",
-];
-
-/// Whether the header `name` (in any case) is one of the saturation headers read.
+/// Whether the header `name` (in any case) is one of the saturation headers read:
+/// `x-codex-*`, `x-ratelimit-*` or `anthropic-ratelimit-unified-*`. Every field of a
+/// pooled connection's answer is asked, so the first letter picks the prefixes compared.
 pub fn is_signal(name: &[u8]) -> bool {
-    SIGNAL_PREFIXES
-        .iter()
-        .any(|prefix| http1::starts_with_name(name, prefix))
+    match name.first() {
+        Some(b'x' | b'X') => {
+            http1::starts_with_name(name, b"x-ratelimit-")
+                || http1::starts_with_name(name, b"x-codex-")
+        }
+        Some(b'a' | b'A') => http1::starts_with_name(name, b"anthropic-ratelimit-unified-"),
+        _ => false,
+    }
 }
 
 /// Per dimension of a pool: the used fraction providers reported, and the reset they
@@ -51,24 +50,26 @@ pub struct SignalBoard {
 }
 
 impl SignalBoard {
-    /// Records the saturation headers of a response from `connection_id`.
-    pub fn record(&self, connection_id: &str, headers: &HeaderMap, now: UnixMillis) {
-        let pairs: Vec<(&str, &str)> = headers
-            .iter()
-            .filter(|(n, _)| is_signal(n.as_str().as_bytes()))
-            .filter_map(|(n, v)| v.to_str().ok().map(|v| (n.as_str(), v)))
-            .collect();
-        if pairs.is_empty() {
+    /// Records the saturation fields (`name`, `value`) of a response from
+    /// `connection_id`.
+    pub fn record(&self, connection_id: &str, fields: &[(&str, &str)], now: UnixMillis) {
+        if fields.is_empty() {
             return;
         }
-        let readings = signals::parse(&pairs, now);
+        let readings = signals::parse(fields, now);
         if readings.is_empty() {
             return;
         }
         let mut board = lock(&self.board);
         board.retain(|_, v| v.iter().any(|(_, exp)| *exp > now));
         lock(&self.charged).retain(|(c, _), _| board.contains_key(c) || c == connection_id);
-        let entry = board.entry(connection_id.to_owned()).or_default();
+        // The connection's name is copied only for its first reading.
+        if !board.contains_key(connection_id) {
+            board.insert(connection_id.to_owned(), Vec::new());
+        }
+        let Some(entry) = board.get_mut(connection_id) else {
+            return;
+        };
         entry.retain(|(s, exp)| {
             *exp > now
                 && !readings
