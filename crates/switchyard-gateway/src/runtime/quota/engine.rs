@@ -930,6 +930,34 @@ mod tests {
     }
 
     #[test]
+    fn a_pools_provider_readings_per_dimension_carry_their_reset_and_expire() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+        let engine = QuotaEngine::new(clock, QuotaMetrics::default());
+        let index = index_with(
+            serde_json::json!([
+                {"unit": "requests", "window": "hourly", "limit": 100},
+                {"unit": "tokens", "window": "daily", "limit": 1000}
+            ]),
+            1,
+        );
+        let pool = index.pool("pool").unwrap();
+        let none = vec![(None, None), (None, None)];
+        assert_eq!(engine.signals.for_pool(pool, T0), none);
+        let fields = [
+            ("x-ratelimit-limit-requests", "100"),
+            ("x-ratelimit-remaining-requests", "25"),
+            ("x-ratelimit-reset-requests", "20ms"),
+        ];
+        engine.record_signals("c", &fields, T0);
+        assert_eq!(
+            engine.signals.for_pool(pool, T0 + 1),
+            vec![(Some(0.75), Some(T0 + 20)), (None, None)]
+        );
+        let ttl = super::super::signals::SIGNAL_TTL_MS;
+        assert_eq!(engine.signals.for_pool(pool, T0 + ttl), none);
+    }
+
+    #[test]
     fn a_rise_in_reported_use_is_charged_once_across_overlapping_requests() {
         let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
         let engine = QuotaEngine::new(clock, QuotaMetrics::default());

@@ -111,18 +111,19 @@ impl SignalBoard {
         let board = lock(&self.board);
         (0..pool.dims.len())
             .map(|dim| {
-                let readings: Vec<Signal> = pool
-                    .pool
-                    .connection_ids
-                    .iter()
-                    .filter_map(|c| Self::reading(&board, c, pool, dim, now))
-                    .collect();
-                if readings.is_empty() {
+                // Summed as read: each admission asks, so no list of readings is made.
+                let (mut sum, mut count, mut reset) = (0.0, 0_u32, None);
+                for c in &pool.pool.connection_ids {
+                    if let Some(s) = Self::reading(&board, c, pool, dim, now) {
+                        sum += s.used;
+                        count += 1;
+                        reset = reset.max(s.reset_at);
+                    }
+                }
+                if count == 0 {
                     return (None, None);
                 }
-                let mean = readings.iter().map(|s| s.used).sum::<f64>() / readings.len() as f64;
-                let reset = readings.iter().filter_map(|s| s.reset_at).max();
-                (Some(mean), reset)
+                (Some(sum / f64::from(count)), reset)
             })
             .collect()
     }
