@@ -368,27 +368,16 @@ mod tests {
             ("Anthropic-Ratelimit-Unified-Status", "rejected"),
             ("anthropic-ratelimit-unified-7D-utilization", "0.3"),
         ];
+        let read: Vec<(Unit, Option<Window>, f64, Option<u64>)> = parse(&h, NOW)
+            .iter()
+            .map(|s| (s.unit, s.window, s.used, s.reset_at))
+            .collect();
         assert_eq!(
-            parse(&h, NOW),
-            vec![
-                Signal {
-                    unit: Unit::Percent,
-                    window: Some(Window::FiveHours),
-                    used: 1.0,
-                    reset_at: None
-                },
-                Signal {
-                    unit: Unit::Percent,
-                    window: Some(Window::Weekly),
-                    used: 1.0,
-                    reset_at: None
-                },
-                Signal {
-                    unit: Unit::Tokens,
-                    window: None,
-                    used: 0.09999999999999998,
-                    reset_at: Some(NOW + 20)
-                },
+            read,
+            [
+                (Unit::Percent, Some(Window::FiveHours), 1.0, None),
+                (Unit::Percent, Some(Window::Weekly), 1.0, None),
+                (Unit::Tokens, None, 0.09999999999999998, Some(NOW + 20)),
             ]
         );
     }
