@@ -190,17 +190,16 @@ impl Sql for Lite<'_> {
         let width = table.columns.len();
         let mut rest = args;
         for (rows, sql) in table.inserts() {
-            let mut prepared = None;
-            while rest.len() >= rows * width {
-                let (these, after) = rest.split_at(rows * width);
-                if prepared.is_none() {
-                    prepared = Some(self.0.prepare_cached(sql)?);
-                }
-                if let Some(insert) = &mut prepared {
-                    insert.execute(rusqlite::params_from_iter(these))?;
-                }
-                rest = after;
+            let statement = rows * width;
+            let (these, after) = rest.split_at(rest.len() / statement * statement);
+            if these.is_empty() {
+                continue;
             }
+            let mut insert = self.0.prepare_cached(sql)?;
+            for row in these.chunks_exact(statement) {
+                insert.execute(rusqlite::params_from_iter(row))?;
+            }
+            rest = after;
         }
         Ok(())
     }

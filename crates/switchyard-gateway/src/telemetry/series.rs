@@ -64,15 +64,10 @@ pub struct MinuteSeries {
 }
 
 impl MinuteSeries {
-    /// Counts `row`; a row of a newer minute forgets the minutes more than
-    /// [`MINUTES_KEPT`] before it, and a row of a forgotten minute is left out.
-    pub fn add(&mut self, row: &LogRow) {
-        self.add_all(std::slice::from_ref(row));
-    }
-
-    /// Counts `rows`, in order, as [`Self::add`] does each. A run of rows of one minute
-    /// and combination (most of a batch, on a gateway with few keys) is counted at once:
-    /// one lookup, and its labels copied once.
+    /// Counts `rows`, in order: a row of a newer minute forgets the minutes more than
+    /// [`MINUTES_KEPT`] before it, and a row of a forgotten minute is left out. A run of
+    /// rows of one minute and combination (most of a batch, on a gateway with few keys)
+    /// is counted at once: one lookup, and its labels copied once.
     pub fn add_all(&mut self, rows: &[LogRow]) {
         let mut run: Option<(&LogRow, u64, Counts)> = None;
         for row in rows {
@@ -194,6 +189,13 @@ impl MinuteSeries {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    impl MinuteSeries {
+        /// Counts one row, as the writer counts a batch of one.
+        fn add(&mut self, row: &LogRow) {
+            self.add_all(std::slice::from_ref(row));
+        }
+    }
 
     /// A row of `provider`'s connection and `key` at `ts` (id `r<ts>`).
     pub(crate) fn row(ts: u64, provider: &str, key: &str, status: u16) -> LogRow {

@@ -63,20 +63,22 @@ impl SignalBoard {
         let mut board = lock(&self.board);
         board.retain(|_, v| v.iter().any(|(_, exp)| *exp > now));
         lock(&self.charged).retain(|(c, _), _| board.contains_key(c) || c == connection_id);
+        let fresh = readings.iter().map(|s| (*s, now + SIGNAL_TTL_MS));
         // The connection's name is copied only for its first reading.
-        if !board.contains_key(connection_id) {
-            board.insert(connection_id.to_owned(), Vec::new());
+        match board.get_mut(connection_id) {
+            Some(entry) => {
+                entry.retain(|(s, exp)| {
+                    *exp > now
+                        && !readings
+                            .iter()
+                            .any(|r| r.unit == s.unit && r.window == s.window)
+                });
+                entry.extend(fresh);
+            }
+            None => {
+                board.insert(connection_id.to_owned(), fresh.collect());
+            }
         }
-        let Some(entry) = board.get_mut(connection_id) else {
-            return;
-        };
-        entry.retain(|(s, exp)| {
-            *exp > now
-                && !readings
-                    .iter()
-                    .any(|r| r.unit == s.unit && r.window == s.window)
-        });
-        entry.extend(readings.into_iter().map(|s| (s, now + SIGNAL_TTL_MS)));
     }
 
     /// The reading of one connection for dimension `dim` of `pool`. A reading without
