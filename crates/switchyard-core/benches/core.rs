@@ -213,7 +213,7 @@ fn quota_benches(c: &mut Criterion) {
                 saturation_threshold: 0.5,
                 growth: false,
             };
-            if let (_, Some(mut r)) = ledger.reserve(now - (i as u64 + j) * 60_000, ask) {
+            if let (_, Some(mut r), _) = ledger.reserve(now - (i as u64 + j) * 60_000, ask) {
                 ledger.settle(now, &mut r, &[1.0, 420.0, 0.0]);
             }
         }
@@ -233,7 +233,7 @@ fn quota_benches(c: &mut Criterion) {
                     saturation_threshold: 0.5,
                     growth: false,
                 };
-                if let (_, Some(mut r)) = ledger.reserve(black_box(now), ask) {
+                if let (_, Some(mut r), _) = ledger.reserve(black_box(now), ask) {
                     ledger.settle(now, &mut r, &[1.0, 420.0, 0.0]);
                 }
             })

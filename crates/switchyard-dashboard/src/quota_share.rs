@@ -609,15 +609,15 @@ fn decisions_table(decisions: &[DecisionRecord], kept: usize) -> Markup {
             } else {
                 "admitted"
             };
-            let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "—".to_owned());
+            let or_dash = |v: Option<&str>| v.unwrap_or("—").to_owned();
             [
                 crate::html::utc(d.at),
                 d.api_key_id.clone(),
                 outcome.to_owned(),
-                or_dash(&d.dimension),
-                or_dash(&d.reason),
-                or_dash(&d.mode),
-                d.policy.clone(),
+                or_dash(d.dimension.as_deref()),
+                or_dash(d.reason),
+                or_dash(d.mode),
+                d.policy.to_owned(),
                 d.retry_after_ms.map_or_else(|| "—".to_owned(), duration),
             ]
             .into_iter()
@@ -937,7 +937,7 @@ mod tests {
             dimension: None,
             reason: None,
             mode: None,
-            policy: "hard".into(),
+            policy: "hard",
             retry_after_ms: None,
         };
         let many: Vec<DecisionRecord> = (0..31).map(decision).collect();
@@ -1105,9 +1105,9 @@ mod tests {
                 admitted: false,
                 deprioritized: false,
                 dimension: Some("requests:hourly".into()),
-                reason: Some("fair_share".into()),
-                mode: Some("strict".into()),
-                policy: "hard".into(),
+                reason: Some("fair_share"),
+                mode: Some("strict"),
+                policy: "hard",
                 retry_after_ms: Some(61_000),
             }],
             decisions_kept: 1,

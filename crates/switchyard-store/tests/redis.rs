@@ -251,7 +251,7 @@ async fn redis_and_the_in_memory_ledger_make_identical_decisions() {
             .map(|((d, c), cap)| args(d, c, st.weight, st.policy, cap))
             .collect();
         let r = s.reserve("pool", st.key, &id(), 0.5, &a).await.unwrap();
-        let (decision, booked) = ledger.reserve(
+        let (decision, booked, _) = ledger.reserve(
             r.now,
             Ask {
                 key_id: st.key,

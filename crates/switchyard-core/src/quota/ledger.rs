@@ -79,31 +79,39 @@ impl PoolLedger {
         &self.dims
     }
 
-    fn key_state(&mut self, key_id: &str) -> &mut KeyState {
-        // A known key's entry is taken out and put back with its own id, so the owned id
-        // is made only for a new key, not on every call.
-        let (key, state) = self.keys.remove_entry(key_id).unwrap_or_else(|| {
-            let state = KeyState {
-                counters: self
-                    .dims
-                    .iter()
-                    .map(|d| SlidingCounter::new(d.window))
-                    .collect(),
-                burn: vec![BurnRate::default(); self.dims.len()],
-            };
-            (key_id.to_owned(), state)
-        });
-        self.keys.entry(key).or_insert(state)
+    /// Runs `f` on the key's state, made for a key not seen before: a known key's is
+    /// found with one lookup, and its owned id is made only when it is new.
+    fn with_key<R>(
+        keys: &mut FastMap<String, KeyState>,
+        dims: &[Dimension],
+        key_id: &str,
+        f: impl FnOnce(&mut KeyState) -> R,
+    ) -> R {
+        if let Some(state) = keys.get_mut(key_id) {
+            return f(state);
+        }
+        let mut state = KeyState {
+            counters: dims.iter().map(|d| SlidingCounter::new(d.window)).collect(),
+            burn: vec![BurnRate::default(); dims.len()],
+        };
+        let out = f(&mut state);
+        keys.insert(key_id.to_owned(), state);
+        out
     }
 
-    /// Marks the key's slot of dimension `dim` for writing.
-    fn mark(&mut self, key_id: &str, dim: usize, slot: u64) {
-        match self.dirty.get_mut(key_id) {
-            Some(marked) if marked.contains(&(dim, slot)) => {}
-            Some(marked) => marked.push((dim, slot)),
-            None => {
-                self.dirty.insert(key_id.to_owned(), vec![(dim, slot)]);
+    /// Marks the key's `(dimension, slot)` pairs for writing, with one lookup.
+    fn mark(&mut self, key_id: &str, marks: impl IntoIterator<Item = (usize, u64)>) {
+        if let Some(marked) = self.dirty.get_mut(key_id) {
+            for m in marks {
+                if !marked.contains(&m) {
+                    marked.push(m);
+                }
             }
+            return;
+        }
+        let fresh: Vec<(usize, u64)> = marks.into_iter().collect();
+        if !fresh.is_empty() {
+            self.dirty.insert(key_id.to_owned(), fresh);
         }
     }
 
@@ -120,13 +128,18 @@ impl PoolLedger {
             .collect()
     }
 
-    /// Decides, and books the estimated cost when admitted.
-    pub fn reserve(&mut self, now: UnixMillis, ask: Ask<'_>) -> (Decision, Option<Reservation>) {
-        let inputs: Vec<DimensionInput> = self
-            .peek(now, ask.key_id)
-            .into_iter()
+    /// Decides, and books the estimated cost when admitted; with the counters it
+    /// decided on, as [`PoolLedger::peek`] gives them.
+    pub fn reserve(
+        &mut self,
+        now: UnixMillis,
+        ask: Ask<'_>,
+    ) -> (Decision, Option<Reservation>, Vec<(f64, f64)>) {
+        let peeked = self.peek(now, ask.key_id);
+        let inputs: Vec<DimensionInput> = peeked
+            .iter()
             .enumerate()
-            .map(|(i, (consumed, total))| DimensionInput {
+            .map(|(i, &(consumed, total))| DimensionInput {
                 limit: self.dims[i].limit,
                 consumed,
                 total,
@@ -138,26 +151,25 @@ impl PoolLedger {
             .collect();
         let decision = decide(&inputs, ask.share, ask.saturation_threshold);
         if !decision.admitted() {
-            return (decision, None);
+            return (decision, None, peeked);
         }
         let slots: Vec<u64> = self.dims.iter().map(|d| d.window.slot_of(now)).collect();
         let booked: Vec<f64> = inputs.iter().map(|d| d.cost).collect();
-        let key = self.key_state(ask.key_id);
-        for (i, c) in key.counters.iter_mut().enumerate() {
-            c.add_to_slot(now, slots[i], booked[i]);
+        Self::with_key(&mut self.keys, &self.dims, ask.key_id, |key| {
+            for ((c, slot), amount) in key.counters.iter_mut().zip(&slots).zip(&booked) {
+                c.add_to_slot(now, *slot, *amount);
+            }
+        });
+        for ((t, slot), amount) in self.totals.iter_mut().zip(&slots).zip(&booked) {
+            t.add_to_slot(now, *slot, *amount);
         }
-        for (i, t) in self.totals.iter_mut().enumerate() {
-            t.add_to_slot(now, slots[i], booked[i]);
-        }
-        for (i, s) in slots.iter().enumerate() {
-            self.mark(ask.key_id, i, *s);
-        }
+        self.mark(ask.key_id, slots.iter().copied().enumerate());
         let reservation = Reservation {
             key_id: ask.key_id.to_owned(),
             slots,
             booked,
         };
-        (decision, Some(reservation))
+        (decision, Some(reservation), peeked)
     }
 
     /// Moves the reservation to `actual` per dimension. Called with the running total as
@@ -168,32 +180,41 @@ impl PoolLedger {
             // counters that no longer exist.
             return;
         }
-        let mut deltas = Vec::with_capacity(self.dims.len());
-        for (i, booked) in reservation.booked.iter_mut().enumerate() {
-            let target = actual.get(i).copied().unwrap_or(0.0).max(0.0);
-            deltas.push(target - *booked);
-            *booked = target;
-        }
-        let key = self.key_state(&reservation.key_id);
-        for (i, d) in deltas.iter().enumerate() {
-            if *d != 0.0 {
-                key.counters[i].add_to_slot(now, reservation.slots[i], *d);
+        let target = |i: usize| actual.get(i).copied().unwrap_or(0.0).max(0.0);
+        // The slots whose amount moves are marked before the amounts move.
+        let moved = reservation
+            .booked
+            .iter()
+            .zip(&reservation.slots)
+            .enumerate()
+            .filter(|&(i, (booked, _))| target(i) != *booked)
+            .map(|(i, (_, slot))| (i, *slot));
+        self.mark(&reservation.key_id, moved);
+        let Reservation {
+            key_id,
+            slots,
+            booked,
+        } = reservation;
+        let totals = &mut self.totals;
+        Self::with_key(&mut self.keys, &self.dims, key_id, |key| {
+            for (i, (booked, slot)) in booked.iter_mut().zip(slots.iter()).enumerate() {
+                let delta = target(i) - *booked;
+                *booked = target(i);
+                if delta != 0.0 {
+                    key.counters[i].add_to_slot(now, *slot, delta);
+                    totals[i].add_to_slot(now, *slot, delta);
+                }
             }
-        }
-        for (i, d) in deltas.iter().enumerate() {
-            if *d != 0.0 {
-                self.totals[i].add_to_slot(now, reservation.slots[i], *d);
-                self.mark(&reservation.key_id, i, reservation.slots[i]);
-            }
-        }
+        });
     }
 
     /// Feeds a finished request's actual cost into the key's burn rates.
     pub fn observe_burn(&mut self, now: UnixMillis, key_id: &str, actual: &[f64]) {
-        let key = self.key_state(key_id);
-        for (burn, amount) in key.burn.iter_mut().zip(actual) {
-            burn.observe(now, *amount);
-        }
+        Self::with_key(&mut self.keys, &self.dims, key_id, |key| {
+            for (burn, amount) in key.burn.iter_mut().zip(actual) {
+                burn.observe(now, *amount);
+            }
+        });
     }
 
     /// Takes the reservation back entirely (failed request, client gone before usage).
@@ -232,7 +253,7 @@ impl PoolLedger {
     /// Lists `key_id` among the keys that consumed, without recording an amount (the
     /// Redis driver keeps amounts in Redis and the list of keys here).
     pub fn note_key(&mut self, key_id: &str) {
-        self.key_state(key_id);
+        Self::with_key(&mut self.keys, &self.dims, key_id, |_| ());
     }
 
     /// Keys with recorded consumption.
@@ -270,7 +291,9 @@ impl PoolLedger {
         if dim >= self.dims.len() {
             return;
         }
-        self.key_state(key_id).counters[dim].add_to_slot(now, slot, amount);
+        Self::with_key(&mut self.keys, &self.dims, key_id, |key| {
+            key.counters[dim].add_to_slot(now, slot, amount);
+        });
         self.totals[dim].add_to_slot(now, slot, amount);
     }
 
@@ -286,7 +309,7 @@ impl PoolLedger {
     ) {
         self.load_slot(now, key_id, dim, slot, amount);
         if dim < self.dims.len() {
-            self.mark(key_id, dim, slot);
+            self.mark(key_id, [(dim, slot)]);
         }
     }
 
@@ -304,7 +327,7 @@ impl PoolLedger {
     /// Marks a slot for writing again (its last write failed).
     pub fn mark_dirty(&mut self, key_id: &str, dim: usize, slot: u64) {
         if dim < self.dims.len() {
-            self.mark(key_id, dim, slot);
+            self.mark(key_id, [(dim, slot)]);
         }
     }
 
@@ -381,9 +404,16 @@ mod tests {
         }
         assert_eq!(admitted, 10);
         assert_eq!(l.peek(T0, "a"), vec![(10.0, 10.0)]);
-        let (d, r) = l.reserve(T0, ask("b", Policy::Burst));
+        let (d, r, peeked) = l.reserve(T0, ask("b", Policy::Burst));
         assert!(r.is_none());
         assert_eq!(d.dimensions[0].blocked, Some(BlockReason::GlobalLimit));
+        // Decided on b's nothing of the pool's ten.
+        assert_eq!(peeked, vec![(0.0, 10.0)]);
+        // An admission gives the counters from before its booking.
+        let mut l = ledger();
+        l.reserve(T0, ask("a", Policy::Burst));
+        let (_, r, peeked) = l.reserve(T0, ask("a", Policy::Burst));
+        assert_eq!((r.unwrap().booked, peeked), (vec![1.0], vec![(1.0, 1.0)]));
     }
 
     #[test]
@@ -393,7 +423,7 @@ mod tests {
         for _ in 0..5 {
             assert!(l.reserve(T0, ask("a", Policy::Hard)).1.is_some());
         }
-        let (d, r) = l.reserve(T0, ask("a", Policy::Hard));
+        let (d, r, _) = l.reserve(T0, ask("a", Policy::Hard));
         assert!(r.is_none());
         assert_eq!(d.dimensions[0].blocked, Some(BlockReason::FairShare));
         // b still gets its share.
@@ -427,7 +457,7 @@ mod tests {
             .1
             .is_some());
         // The request limit is reached: a new request is refused on it...
-        let (d, r) = l.reserve(T0, first);
+        let (d, r, _) = l.reserve(T0, first);
         assert_eq!((d.blocked_by, r), (Some(0), None));
         // ...but a running stream's next 150 tokens are judged on tokens alone.
         let grow = Ask {
@@ -435,12 +465,12 @@ mod tests {
             growth: true,
             ..first
         };
-        let (d, r) = l.reserve(T0, grow);
+        let (d, r, _) = l.reserve(T0, grow);
         assert_eq!(d.blocked_by, None);
         assert_eq!(r.unwrap().booked, vec![0.0, 150.0]);
         assert_eq!(l.peek(T0, "a"), vec![(1.0, 2.0), (550.0, 950.0)]);
         // The global ceiling holds for growth as for admission.
-        let (d, r) = l.reserve(T0, grow);
+        let (d, r, _) = l.reserve(T0, grow);
         assert_eq!(
             (d.blocked_by, d.dimensions[1].blocked, r),
             (Some(1), Some(BlockReason::GlobalLimit), None)
@@ -518,7 +548,7 @@ mod tests {
         for _ in 0..5 {
             l.reserve(T0, ask("a", Policy::Hard));
         }
-        let (d, _) = l.reserve(T0, ask("a", Policy::Hard));
+        let (d, _, _) = l.reserve(T0, ask("a", Policy::Hard));
         let fits_at = d.dimensions[0].fits_at.unwrap();
         assert_eq!(fits_at, 4.0);
         let start = w.slot_of(T0) * w.slot_ms();

@@ -31,78 +31,103 @@ pub struct Signal {
     pub reset_at: Option<UnixMillis>,
 }
 
+/// Every name read, each once, in lower case; a field is numbered by its place here.
+const NAMES: [&str; 18] = [
+    "x-codex-primary-used-percent",
+    "x-codex-primary-window-minutes",
+    "x-codex-primary-reset-after-seconds",
+    "x-codex-primary-reset-at",
+    "x-codex-secondary-used-percent",
+    "x-codex-secondary-window-minutes",
+    "x-codex-secondary-reset-after-seconds",
+    "x-codex-secondary-reset-at",
+    "anthropic-ratelimit-unified-status",
+    "anthropic-ratelimit-unified-reset",
+    "anthropic-ratelimit-unified-5h-utilization",
+    "anthropic-ratelimit-unified-7d-utilization",
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-reset-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-tokens",
+    "x-ratelimit-reset-tokens",
+];
+
+/// Where each family's names are in [`NAMES`].
+const CODEX: std::ops::Range<usize> = 0..8;
+const ANTHROPIC: std::ops::Range<usize> = 8..12;
+const OPENAI: std::ops::Range<usize> = 12..18;
+
 /// A Codex tier's fields (used percent, window minutes, reset after seconds, reset at),
 /// and the window the tier is when its minutes are not sent.
-const CODEX_TIERS: [([&str; 4], Window); 2] = [
-    (
-        [
-            "x-codex-primary-used-percent",
-            "x-codex-primary-window-minutes",
-            "x-codex-primary-reset-after-seconds",
-            "x-codex-primary-reset-at",
-        ],
-        Window::FiveHours,
-    ),
-    (
-        [
-            "x-codex-secondary-used-percent",
-            "x-codex-secondary-window-minutes",
-            "x-codex-secondary-reset-after-seconds",
-            "x-codex-secondary-reset-at",
-        ],
-        Window::Weekly,
-    ),
+const CODEX_TIERS: [([usize; 4], Window); 2] = [
+    ([0, 1, 2, 3], Window::FiveHours),
+    ([4, 5, 6, 7], Window::Weekly),
 ];
 
-const ANTHROPIC_STATUS: &str = "anthropic-ratelimit-unified-status";
-const ANTHROPIC_RESET: &str = "anthropic-ratelimit-unified-reset";
+const ANTHROPIC_STATUS: usize = 8;
+const ANTHROPIC_RESET: usize = 9;
 
 /// Anthropic's utilization field of each window.
-const ANTHROPIC_WINDOWS: [(&str, Window); 2] = [
-    (
-        "anthropic-ratelimit-unified-5h-utilization",
-        Window::FiveHours,
-    ),
-    ("anthropic-ratelimit-unified-7d-utilization", Window::Weekly),
-];
+const ANTHROPIC_WINDOWS: [(usize, Window); 2] = [(10, Window::FiveHours), (11, Window::Weekly)];
 
 /// OpenAI's fields of each unit: limit, remaining, reset.
-const OPENAI_UNITS: [([&str; 3], Unit); 2] = [
-    (
-        [
-            "x-ratelimit-limit-requests",
-            "x-ratelimit-remaining-requests",
-            "x-ratelimit-reset-requests",
-        ],
-        Unit::Requests,
-    ),
-    (
-        [
-            "x-ratelimit-limit-tokens",
-            "x-ratelimit-remaining-tokens",
-            "x-ratelimit-reset-tokens",
-        ],
-        Unit::Tokens,
-    ),
-];
+const OPENAI_UNITS: [([usize; 3], Unit); 2] =
+    [([12, 13, 14], Unit::Requests), ([15, 16, 17], Unit::Tokens)];
 
-/// The trimmed value of the field `name` (in lower case), sent in any case.
-fn text<'a>(headers: &[(&'a str, &'a str)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(n, _)| http1::name_is(n.as_bytes(), name.as_bytes()))
-        .map(|(_, v)| v.trim())
+/// The trimmed first value of each field of [`NAMES`] a head sent, by place. The head
+/// is walked once: each field's name is compared with the names of its length only.
+struct Sent<'a>([Option<&'a [u8]>; NAMES.len()]);
+
+impl<'a> Sent<'a> {
+    fn of<N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &'a [(N, V)]) -> Self {
+        let mut sent = [None; NAMES.len()];
+        for (name, value) in headers {
+            let name = name.as_ref();
+            let place = NAMES
+                .iter()
+                .position(|n| n.len() == name.len() && http1::name_is(name, n.as_bytes()));
+            if let Some(slot) = place.and_then(|i| sent.get_mut(i)) {
+                if slot.is_none() {
+                    *slot = Some(value.as_ref().trim_ascii());
+                }
+            }
+        }
+        Self(sent)
+    }
+
+    /// The value of the field at `place` in [`NAMES`].
+    fn text(&self, place: usize) -> Option<&'a [u8]> {
+        self.0.get(place).copied().flatten()
+    }
+
+    /// The number the field at `place` holds: not negative, finite. Counts are whole
+    /// numbers, read without the float parser (several times the integer one's cost).
+    fn num(&self, place: usize) -> Option<f64> {
+        let text = self.text(place)?;
+        let v = match whole(text) {
+            Some(n) => n as f64,
+            None => std::str::from_utf8(text).ok()?.parse::<f64>().ok()?,
+        };
+        (v.is_finite() && v >= 0.0).then_some(v)
+    }
+
+    /// Whether any field of `names` was sent.
+    fn any(&self, names: std::ops::Range<usize>) -> bool {
+        self.0
+            .get(names)
+            .is_some_and(|v| v.iter().any(Option::is_some))
+    }
 }
 
-/// The number the field `name` holds: not negative, finite. Counts are whole numbers,
-/// read without the float parser (several times the integer one's cost).
-fn num(headers: &[(&str, &str)], name: &str) -> Option<f64> {
-    let text = text(headers, name)?;
-    let v = match text.parse::<u64>() {
-        Ok(whole) => whole as f64,
-        Err(_) => text.parse::<f64>().ok()?,
-    };
-    (v.is_finite() && v >= 0.0).then_some(v)
+/// A number of only digits, at most 19 of them (below 10^19, so within `u64`).
+fn whole(text: &[u8]) -> Option<u64> {
+    if text.is_empty() || text.len() > 19 {
+        return None;
+    }
+    text.iter().try_fold(0_u64, |n, &c| {
+        c.is_ascii_digit().then(|| n * 10 + u64::from(c - b'0'))
+    })
 }
 
 fn secs_to_ms(s: f64) -> UnixMillis {
@@ -112,7 +137,12 @@ fn secs_to_ms(s: f64) -> UnixMillis {
 /// Parses a Go-style duration (`1h2m3.5s`, `20ms`, `6m0s`) into milliseconds.
 pub fn parse_duration_ms(s: &str) -> Option<u64> {
     let s = s.trim();
-    whole_duration_ms(s).or_else(|| summed_duration_ms(s))
+    whole_duration_ms(s.as_bytes()).or_else(|| summed_duration_ms(s))
+}
+
+/// [`parse_duration_ms`] of a trimmed value as sent.
+fn duration_ms_of(value: &[u8]) -> Option<u64> {
+    whole_duration_ms(value).or_else(|| summed_duration_ms(std::str::from_utf8(value).ok()?))
 }
 
 /// [`parse_duration_ms`] of a trimmed text: the sum of its parts.
@@ -147,15 +177,15 @@ fn summed_duration_ms(s: &str) -> Option<u64> {
 /// The form OpenAI sends most (`20ms`, `7s`, `7`: one whole number, in milliseconds or
 /// seconds), read without the float parser; `None` for any other. At most 12 digits, so
 /// the milliseconds are exact as [`summed_duration_ms`] gives them.
-fn whole_duration_ms(s: &str) -> Option<u64> {
-    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+fn whole_duration_ms(s: &[u8]) -> Option<u64> {
+    let digits = s.iter().take_while(|c| c.is_ascii_digit()).count();
     if digits == 0 || digits > 12 {
         return None;
     }
-    let n: u64 = s[..digits].parse().ok()?;
+    let n = whole(&s[..digits])?;
     match &s[digits..] {
-        "ms" => Some(n),
-        "s" | "" => Some(n * 1000),
+        b"ms" => Some(n),
+        b"s" | b"" => Some(n * 1000),
         _ => None,
     }
 }
@@ -166,38 +196,36 @@ fn window_of_minutes(minutes: f64) -> Option<Window> {
         .find(|w| (w.length_ms() as f64 - minutes * 60_000.0).abs() < 60_000.0)
 }
 
-/// Every signal in a response's headers.
-pub fn parse(headers: &[(&str, &str)], now: UnixMillis) -> Vec<Signal> {
+/// Every signal in a response's headers, as `(name, value)` pairs.
+pub fn parse<N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &[(N, V)], now: UnixMillis) -> Vec<Signal> {
+    let sent = Sent::of(headers);
     let mut out = Vec::new();
-    // A provider sends one family of fields: the others' names are not looked up.
-    let sent = |prefix: &[u8]| {
-        headers
-            .iter()
-            .any(|(name, _)| http1::starts_with_name(name.as_bytes(), prefix))
-    };
-    if sent(b"x-codex-") {
-        codex(headers, now, &mut out);
+    // A provider sends one family of fields: the others are not read.
+    if sent.any(CODEX) {
+        codex(&sent, now, &mut out);
     }
-    if sent(b"anthropic-ratelimit-unified-") {
-        anthropic(headers, &mut out);
+    if sent.any(ANTHROPIC) {
+        anthropic(&sent, &mut out);
     }
-    if sent(b"x-ratelimit-") {
-        openai(headers, now, &mut out);
+    if sent.any(OPENAI) {
+        openai(&sent, now, &mut out);
     }
     out
 }
 
-fn codex(headers: &[(&str, &str)], now: UnixMillis, out: &mut Vec<Signal>) {
+fn codex(sent: &Sent<'_>, now: UnixMillis, out: &mut Vec<Signal>) {
     for ([used, minutes, reset_after, reset_at], default_window) in CODEX_TIERS {
-        let Some(pct) = num(headers, used) else {
+        let Some(pct) = sent.num(used) else {
             continue;
         };
-        let window = num(headers, minutes)
+        let window = sent
+            .num(minutes)
             .and_then(window_of_minutes)
             .unwrap_or(default_window);
-        let reset_at = num(headers, reset_after)
+        let reset_at = sent
+            .num(reset_after)
             .map(|s| now.saturating_add(secs_to_ms(s)))
-            .or_else(|| num(headers, reset_at).map(secs_to_ms));
+            .or_else(|| sent.num(reset_at).map(secs_to_ms));
         out.push(Signal {
             unit: Unit::Percent,
             window: Some(window),
@@ -207,11 +235,11 @@ fn codex(headers: &[(&str, &str)], now: UnixMillis, out: &mut Vec<Signal>) {
     }
 }
 
-fn anthropic(headers: &[(&str, &str)], out: &mut Vec<Signal>) {
-    let anthropic_reset = num(headers, ANTHROPIC_RESET).map(secs_to_ms);
-    let rejected = text(headers, ANTHROPIC_STATUS) == Some("rejected");
+fn anthropic(sent: &Sent<'_>, out: &mut Vec<Signal>) {
+    let anthropic_reset = sent.num(ANTHROPIC_RESET).map(secs_to_ms);
+    let rejected = sent.text(ANTHROPIC_STATUS) == Some(&b"rejected"[..]);
     for (utilization, window) in ANTHROPIC_WINDOWS {
-        let used = match (num(headers, utilization), rejected) {
+        let used = match (sent.num(utilization), rejected) {
             (_, true) => 1.0,
             (Some(u), false) if u > 1.0 => (u / 100.0).min(1.0),
             (Some(u), false) => u,
@@ -226,16 +254,17 @@ fn anthropic(headers: &[(&str, &str)], out: &mut Vec<Signal>) {
     }
 }
 
-fn openai(headers: &[(&str, &str)], now: UnixMillis, out: &mut Vec<Signal>) {
+fn openai(sent: &Sent<'_>, now: UnixMillis, out: &mut Vec<Signal>) {
     for ([limit, remaining, reset], unit) in OPENAI_UNITS {
-        let (Some(limit), Some(remaining)) = (num(headers, limit), num(headers, remaining)) else {
+        let (Some(limit), Some(remaining)) = (sent.num(limit), sent.num(remaining)) else {
             continue;
         };
         if limit <= 0.0 {
             continue;
         }
-        let reset_at = text(headers, reset)
-            .and_then(parse_duration_ms)
+        let reset_at = sent
+            .text(reset)
+            .and_then(duration_ms_of)
             .map(|ms| now.saturating_add(ms));
         out.push(Signal {
             unit,
@@ -258,7 +287,7 @@ mod tests {
             unit in prop::sample::select(vec!["ms", "s", ""]),
         ) {
             let text = format!("{n}{unit}");
-            prop_assert_eq!(whole_duration_ms(&text), summed_duration_ms(&text));
+            prop_assert_eq!(whole_duration_ms(text.as_bytes()), summed_duration_ms(&text));
         }
     }
 
@@ -341,21 +370,47 @@ mod tests {
     }
 
     #[test]
-    fn every_name_read_is_in_lower_case() {
-        let names: Vec<&str> = CODEX_TIERS
-            .iter()
-            .flat_map(|(names, _)| names.iter().copied())
-            .chain([ANTHROPIC_STATUS, ANTHROPIC_RESET])
-            .chain(ANTHROPIC_WINDOWS.iter().map(|(name, _)| *name))
-            .chain(
-                OPENAI_UNITS
-                    .iter()
-                    .flat_map(|(names, _)| names.iter().copied()),
-            )
-            .collect();
-        assert_eq!(names.len(), 18);
-        for name in names {
+    fn every_name_read_is_in_lower_case_and_in_its_family() {
+        for name in NAMES {
             assert_eq!(name, name.to_ascii_lowercase());
+        }
+        let prefixes = [
+            (CODEX, "x-codex-"),
+            (ANTHROPIC, "anthropic-ratelimit-unified-"),
+            (OPENAI, "x-ratelimit-"),
+        ];
+        let mut places = Vec::new();
+        for (range, prefix) in prefixes {
+            for i in range {
+                assert!(NAMES[i].starts_with(prefix), "{}", NAMES[i]);
+                places.push(i);
+            }
+        }
+        assert_eq!(places, (0..18).collect::<Vec<_>>());
+        // Each table's places name the field it reads.
+        let tiers: Vec<&str> = CODEX_TIERS
+            .iter()
+            .flat_map(|(p, _)| p.map(|i| NAMES[i]))
+            .collect();
+        assert_eq!(
+            tiers[..4].iter().filter(|n| n.contains("primary")).count(),
+            4
+        );
+        assert_eq!(
+            tiers[4..]
+                .iter()
+                .filter(|n| n.contains("secondary"))
+                .count(),
+            4
+        );
+        assert!(NAMES[ANTHROPIC_STATUS].ends_with("status"));
+        assert!(NAMES[ANTHROPIC_RESET].ends_with("reset"));
+        assert!(NAMES[ANTHROPIC_WINDOWS[0].0].contains("5h"));
+        assert!(NAMES[ANTHROPIC_WINDOWS[1].0].contains("7d"));
+        for (places, unit) in OPENAI_UNITS {
+            for (i, kind) in places.into_iter().zip(["limit", "remaining", "reset"]) {
+                assert_eq!(NAMES[i], format!("x-ratelimit-{kind}-{}", unit.as_str()));
+            }
         }
     }
 
@@ -447,6 +502,29 @@ mod tests {
         assert_eq!(parse_duration_ms("7d"), None);
         assert_eq!(parse_duration_ms("soon"), None);
         assert_eq!(parse_duration_ms(""), None);
+    }
+
+    #[test]
+    fn a_field_sent_twice_is_read_once_its_first_value() {
+        let h = [
+            ("x-ratelimit-limit-requests", "100"),
+            ("x-ratelimit-remaining-requests", "25"),
+            ("X-Ratelimit-Limit-Requests", "50"),
+            ("x-ratelimit-remaining-requests", "0"),
+        ];
+        assert_eq!(parse(&h, NOW)[0].used, 0.75);
+        let bytes: [(&[u8], &[u8]); 2] = [
+            (b"x-ratelimit-limit-requests", b" 10\t"),
+            (b"x-ratelimit-remaining-requests", b"\xff"),
+        ];
+        assert!(parse(&bytes, NOW).is_empty());
+        assert_eq!(whole(b"18446744073709551615"), None);
+        assert_eq!(
+            whole(b"9999999999999999999"),
+            Some(9_999_999_999_999_999_999)
+        );
+        assert_eq!(whole(b""), None);
+        assert_eq!(whole(b"1 "), None);
     }
 
     #[test]

@@ -35,7 +35,7 @@
 
 use super::{wire, Answer, App, InFlight, Limits, Shared, TimedBody};
 use crate::clock::{Clock, SystemClock};
-use crate::heads::{self, Fields, Span};
+use crate::heads::{self, Fields, LateFields, Span};
 use crate::sync::lock;
 use crate::telemetry::metrics::EdgeMetrics;
 use axum::body::Body;
@@ -447,10 +447,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             (false, false) => wire::Persistence::KeepAlive,
         };
         self.out.clear();
+        let late = parts.extensions.get::<LateFields>();
         wire::head(
             &mut self.out,
             parts.status,
-            &parts.headers,
+            (&parts.headers, late.map(|l| l.0.as_ref())),
             framing,
             persistence,
             now_second(),

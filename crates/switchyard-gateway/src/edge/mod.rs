@@ -378,7 +378,8 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         }
         let response = self.app.clone().oneshot(request);
         Box::pin(async move {
-            let response = response.await?;
+            let mut response = response.await?;
+            crate::heads::into_map(&mut response);
             Ok(response.map(|body| Finished {
                 body,
                 _in_flight: in_flight,

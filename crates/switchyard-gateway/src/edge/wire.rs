@@ -2,7 +2,7 @@
 //! field, encoded into the connection's output buffer. No I/O and no clock reads: the
 //! caller passes the second the `Date` is for.
 
-use crate::heads::push_decimal;
+use crate::heads::{push_decimal, push_number, Late, LateValue};
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{HeaderMap, StatusCode};
 use std::cell::RefCell;
@@ -58,12 +58,12 @@ pub(super) enum Persistence {
 }
 
 /// Appends a response head: the status line, the handler's fields (less the ones that
-/// frame the message, which are the connection's to write), `date` unless given, the
-/// framing and the connection field.
+/// frame the message, which are the connection's to write) and its late ones, `date`
+/// unless given, the framing and the connection field.
 pub(super) fn head(
     out: &mut Vec<u8>,
     status: StatusCode,
-    headers: &HeaderMap,
+    (headers, late): (&HeaderMap, Option<&dyn Late>),
     framing: BodyFraming,
     persistence: Persistence,
     second: u64,
@@ -77,6 +77,17 @@ pub(super) fn head(
         }
         dated |= name == DATE;
         field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if let Some(late) = late {
+        late.each(&mut |name, value| match value {
+            LateValue::Made(v) => field(out, name.as_str().as_bytes(), v.as_bytes()),
+            LateValue::Number(n) => {
+                out.extend_from_slice(name.as_str().as_bytes());
+                out.extend_from_slice(b": ");
+                push_number(out, n);
+                out.extend_from_slice(b"\r\n");
+            }
+        });
     }
     if !dated {
         with_date(second, |date| field(out, b"date", date));
@@ -104,7 +115,7 @@ pub(super) fn refusal(out: &mut Vec<u8>, status: StatusCode, second: u64) {
     head(
         out,
         status,
-        &HeaderMap::new(),
+        (&HeaderMap::new(), None),
         BodyFraming::Length(0),
         Persistence::Close,
         second,
@@ -185,6 +196,32 @@ mod tests {
         String::from_utf8(out.to_vec()).unwrap()
     }
 
+    /// Late fields: one made, three numbers.
+    #[derive(Debug)]
+    struct Share;
+
+    impl Late for Share {
+        fn each(&self, field: &mut dyn FnMut(&http::HeaderName, LateValue<'_>)) {
+            let pool = HeaderValue::from_static("p1");
+            field(
+                &http::HeaderName::from_static("x-pool"),
+                LateValue::Made(&pool),
+            );
+            field(
+                &http::HeaderName::from_static("x-whole"),
+                LateValue::Number(1200.0),
+            );
+            field(
+                &http::HeaderName::from_static("x-part"),
+                LateValue::Number(0.25),
+            );
+            field(
+                &http::HeaderName::from_static("x-none"),
+                LateValue::Number(-0.0),
+            );
+        }
+    }
+
     #[test]
     fn a_head_says_status_fields_date_length_and_close() {
         let mut headers = HeaderMap::new();
@@ -199,7 +236,7 @@ mod tests {
         head(
             &mut out,
             StatusCode::OK,
-            &headers,
+            (&headers, Some(&Share)),
             BodyFraming::Length(1234),
             Persistence::Close,
             784_111_777,
@@ -207,6 +244,7 @@ mod tests {
         assert_eq!(
             text(&out),
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-two: a\r\nx-two: b\r\n\
+             x-pool: p1\r\nx-whole: 1200\r\nx-part: 0.2500\r\nx-none: 0\r\n\
              date: Sun, 06 Nov 1994 08:49:37 GMT\r\ncontent-length: 1234\r\n\
              connection: close\r\n\r\n"
         );
@@ -223,7 +261,7 @@ mod tests {
         head(
             &mut out,
             StatusCode::from_u16(299).unwrap(),
-            &headers,
+            (&headers, None),
             BodyFraming::Chunked,
             Persistence::KeepAlive,
             0,

@@ -86,22 +86,18 @@ pub(super) fn content_type_name(name: &[u8]) -> Read {
     }
 }
 
-/// The provider's saturation fields of an answer (SPEC Q6), as text: those its head kept
+/// The provider's saturation fields of an answer (SPEC Q6): those its head kept
 /// ([`success_read_name`]), and those in its header map (an answer read whole, or one
-/// over HTTP/2). A field whose value is not text is passed over.
-pub(super) fn signal_fields(response: &Response<UpstreamBody>) -> Vec<(&str, &str)> {
-    let kept = client::kept_fields(response).filter_map(|(name, value)| {
-        Some((
-            std::str::from_utf8(name).ok()?,
-            std::str::from_utf8(value).ok()?,
-        ))
-    });
+/// over HTTP/2). As bytes: the reading compares names and parses numbers without text.
+pub(super) fn signal_fields(response: &Response<UpstreamBody>) -> Vec<(&[u8], &[u8])> {
     let mapped = response
         .headers()
         .iter()
         .filter(|(name, _)| is_signal(name.as_str().as_bytes()))
-        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)));
-    kept.chain(mapped).collect()
+        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
+    let mut fields = Vec::with_capacity(8);
+    fields.extend(client::kept_fields(response).chain(mapped));
+    fields
 }
 
 /// An upstream error answer: its headers and its redacted body (at most

@@ -6,13 +6,14 @@
 //! `AppState`; the admission itself is the engine's decision.
 
 use super::attempt::Ctx;
+use crate::heads::LateFields;
 use crate::runtime::quota::{Admission, QuotaBlock, QuotaGuard};
-use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;
+use std::sync::Arc;
 use switchyard_core::routing::Candidate;
 
-/// Quota headers for a successful response.
-pub type Headers = Vec<(HeaderName, HeaderValue)>;
+/// Quota fields for a successful response (none when the candidate is in no pool).
+pub type Headers = Option<LateFields>;
 
 /// Why the pool refused a candidate.
 #[derive(Debug)]
@@ -37,7 +38,7 @@ pub async fn admit(
     let (runtime, snap, key, mut estimate) = (ctx.runtime, ctx.snap, ctx.key, ctx.estimate);
     let conn = &candidate.connection;
     let Some(pool) = snap.quota.pool_of(conn.index) else {
-        return Ok((None, Vec::new()));
+        return Ok((None, None));
     };
     // The request is clamped to the model's output limit: book no more than it allows.
     if let Some(limit) = output_limit {
@@ -55,8 +56,10 @@ pub async fn admit(
         )
         .await
     {
-        Admission::Admitted { guard, headers } => Ok((Some(guard), headers)),
-        Admission::Unenforced(_) => Ok((None, Vec::new())),
+        Admission::Admitted { guard, fields } => {
+            Ok((Some(guard), Some(LateFields(Arc::new(fields)))))
+        }
+        Admission::Unenforced(_) => Ok((None, None)),
         Admission::Unpriced => {
             let message = format!(
                 "quota pool `{}` meters `usd`, but model `{}/{}` has no price: set its price on provider `{}` (`price`), or use another model",
@@ -81,10 +84,9 @@ pub async fn admit(
     }
 }
 
-/// Adds the quota headers of the admitted attempt to the response.
-pub fn add_headers(response: &mut Response, headers: Vec<(HeaderName, HeaderValue)>) {
-    let h = response.headers_mut();
-    for (name, value) in headers {
-        h.insert(name, value);
+/// Adds the quota fields of the admitted attempt to the response, written with its head.
+pub fn add_headers(response: &mut Response, headers: Headers) {
+    if let Some(fields) = headers {
+        response.extensions_mut().insert(fields);
     }
 }

@@ -366,8 +366,7 @@ impl CounterStore for Ledgers {
             .ledger(req.pool, now)
             .ok_or(Unmetered::because(UnmeteredReason::ConfigChanged))?;
         let mut l = lock(&ledger);
-        let peeked = l.peek(now, req.key_id);
-        let (decision, reservation) = l.reserve(
+        let (decision, reservation, peeked) = l.reserve(
             now,
             Ask {
                 key_id: req.key_id,

@@ -21,8 +21,8 @@ use super::guard::QuotaGuard;
 use super::index::{PoolRuntime, QuotaIndex};
 use super::signals::SignalBoard;
 use super::views::{
-    decision_record, remaining_headers, DecisionRecord, DimensionUsage, KeyUsage, PoolUsage,
-    QuotaBlock, StoreStatus,
+    decision_record, DecisionRecord, DimensionUsage, KeyUsage, PoolUsage, QuotaBlock, ShareFields,
+    StoreStatus,
 };
 use crate::clock::Clock;
 use crate::sync::lock;
@@ -85,8 +85,8 @@ pub enum BookedIn {
 pub enum Admission {
     Admitted {
         guard: QuotaGuard,
-        /// `x-ratelimit-*` style headers with the key's remaining share.
-        headers: Vec<(http::HeaderName, http::HeaderValue)>,
+        /// The answer's `x-ratelimit-*` style fields with the key's remaining share.
+        fields: ShareFields,
     },
     Blocked(QuotaBlock),
     /// The pool meters `usd` and the model has no price: the request is refused on
@@ -302,7 +302,12 @@ impl QuotaEngine {
 
     /// Records the saturation fields (`name`, `value`) of a response from
     /// `connection_id`.
-    pub fn record_signals(&self, connection_id: &str, fields: &[(&str, &str)], now: UnixMillis) {
+    pub fn record_signals<N: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        connection_id: &str,
+        fields: &[(N, V)],
+        now: UnixMillis,
+    ) {
         self.signals.record(connection_id, fields, now);
     }
 
@@ -466,7 +471,7 @@ impl QuotaEngine {
                     lock(&l).note_key(key_id);
                 }
             }
-            let headers = remaining_headers(pool, &outcome.decision, &outcome.peeked, &costs);
+            let fields = ShareFields::new(pool, &outcome.decision, &outcome.peeked, &costs);
             let base = self
                 .signals
                 .percent_readings(pool, connection_id, outcome.now);
@@ -479,7 +484,7 @@ impl QuotaEngine {
                     (estimate, price, threshold),
                     base,
                 ),
-                headers,
+                fields,
             };
         }
         Admission::Blocked(blocked(pool, key_id, &outcome, retry))
@@ -581,8 +586,8 @@ impl QuotaEngine {
         pool: &PoolRuntime,
         (booked_in, reservation): (&BookedIn, &mut Reservation),
         actual: &[f64],
+        now: UnixMillis,
     ) {
-        let now = self.now();
         match booked_in {
             BookedIn::Redis(r, id) => r.settle(pool, (Some(id), reservation), actual, now),
             BookedIn::Memory => self.ledgers.settle(pool, (None, reservation), actual, now),
@@ -592,9 +597,15 @@ impl QuotaEngine {
     /// Feeds a finished request's actual cost into the key's burn rates (with Redis the
     /// in-memory ledger holds only these and the list of keys, so it is created here if
     /// the usage view has not yet).
-    pub(super) fn observe_burn(&self, pool: &PoolRuntime, key_id: &str, actual: &[f64]) {
-        if let Some(l) = self.ledgers.ledger(pool, self.now()) {
-            lock(&l).observe_burn(self.now(), key_id, actual);
+    pub(super) fn observe_burn(
+        &self,
+        pool: &PoolRuntime,
+        key_id: &str,
+        actual: &[f64],
+        now: UnixMillis,
+    ) {
+        if let Some(l) = self.ledgers.ledger(pool, now) {
+            lock(&l).observe_burn(now, key_id, actual);
         }
     }
 
@@ -974,6 +985,18 @@ mod tests {
         let first = engine.signals.claim_rise(pool, "c", &base, T0 + 2);
         let second = engine.signals.claim_rise(pool, "c", &base, T0 + 2);
         assert_eq!((first, second), (vec![Some(6.0)], vec![Some(0.0)]));
+        // A pool that meters no percent dimension reads nothing of the board.
+        let plain = index_with(
+            serde_json::json!([{"unit": "requests", "window": "hourly", "limit": 100}]),
+            1,
+        );
+        let plain = plain.pool("pool").unwrap();
+        let none: Vec<Option<f64>> = Vec::new();
+        assert_eq!(engine.signals.percent_readings(plain, "c", T0 + 3), none);
+        assert_eq!(
+            engine.signals.claim_rise(plain, "c", &[Some(1.0)], T0 + 3),
+            none
+        );
     }
 
     #[test]
@@ -1012,10 +1035,12 @@ mod tests {
             completion_tokens: 1_000,
         };
         let remaining = |a: &Admission| match a {
-            Admission::Admitted { headers, .. } => headers
-                .iter()
-                .find(|(n, _)| n.as_str() == "x-ratelimit-remaining-tokens-hourly")
-                .map(|(_, v)| v.to_str().unwrap().to_owned()),
+            Admission::Admitted { fields, .. } => {
+                let mut map = http::HeaderMap::new();
+                crate::heads::insert_late(fields, &mut map);
+                map.get("x-ratelimit-remaining-tokens-hourly")
+                    .map(|v| v.to_str().unwrap().to_owned())
+            }
             other => panic!("not admitted: {other:?}"),
         };
         let first = engine

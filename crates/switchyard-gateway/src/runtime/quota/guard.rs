@@ -12,6 +12,7 @@ use switchyard_core::quota::cost::{self, Estimate, Price, STREAM_STEP_TOKENS};
 use switchyard_core::quota::decide::Unit;
 use switchyard_core::quota::ledger::Reservation;
 use switchyard_core::usage::Usage;
+use switchyard_core::UnixMillis;
 
 /// Characters of streamed text per estimated token.
 const CHARS_PER_TOKEN: u64 = 4;
@@ -184,9 +185,9 @@ impl QuotaGuard {
                 cost::actual(d.unit, usage, fallback, self.price, rise)
             })
             .collect();
-        self.move_to(&actual);
+        self.move_to(&actual, now);
         self.engine
-            .observe_burn(&self.pool, &self.bookings[0].1.key_id, &actual);
+            .observe_burn(&self.pool, &self.bookings[0].1.key_id, &actual, now);
         self.done = true;
     }
 
@@ -199,18 +200,28 @@ impl QuotaGuard {
         if !self.done {
             self.done = true;
             let zeros = vec![0.0; self.pool.dims.len()];
-            self.move_to(&zeros);
+            self.move_to(&zeros, self.engine.now());
         }
     }
 
     /// Moves the bookings to `total` per dimension: the earlier bookings keep what they
     /// hold as far as the total reaches, the newest takes the rest.
-    fn move_to(&mut self, total: &[f64]) {
+    fn move_to(&mut self, total: &[f64], now: UnixMillis) {
+        if let [(booked_in, booking)] = self.bookings.as_mut_slice() {
+            // One booking (no stream grew it) takes the whole total: nothing to split.
+            let target: Vec<f64> = total.iter().map(|t| t.max(0.0)).collect();
+            if booking.booked != target || matches!(booked_in, BookedIn::Redis(..)) {
+                self.engine
+                    .settle(&self.pool, (booked_in, booking), &target, now);
+            }
+            return;
+        }
         let targets = split(self.bookings.iter().map(|(_, r)| r), total);
         for ((booked_in, booking), target) in self.bookings.iter_mut().zip(&targets) {
             // A Redis booking always settles: its settlement also ends its record.
             if booking.booked != *target || matches!(booked_in, BookedIn::Redis(..)) {
-                self.engine.settle(&self.pool, (booked_in, booking), target);
+                self.engine
+                    .settle(&self.pool, (booked_in, booking), target, now);
             }
         }
     }

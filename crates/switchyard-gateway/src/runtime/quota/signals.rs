@@ -52,7 +52,12 @@ pub struct SignalBoard {
 impl SignalBoard {
     /// Records the saturation fields (`name`, `value`) of a response from
     /// `connection_id`.
-    pub fn record(&self, connection_id: &str, fields: &[(&str, &str)], now: UnixMillis) {
+    pub fn record<N: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        connection_id: &str,
+        fields: &[(N, V)],
+        now: UnixMillis,
+    ) {
         if fields.is_empty() {
             return;
         }
@@ -170,7 +175,8 @@ impl SignalBoard {
     /// Per dimension of `pool`: the rise in the used percentage `connection_id` reported
     /// that this request is charged — from where the previous charge stopped (or from
     /// `base`, the reading when this request started, if nothing was charged yet) to the
-    /// current reading. Each rise is charged once.
+    /// current reading. Each rise is charged once. Empty for a pool with no percent
+    /// dimension.
     pub fn claim_rise(
         &self,
         pool: &PoolRuntime,
@@ -178,6 +184,9 @@ impl SignalBoard {
         base: &[Option<f64>],
         now: UnixMillis,
     ) -> Vec<Option<f64>> {
+        if !has_percent(pool) {
+            return Vec::new();
+        }
         let readings = self.percent_readings(pool, connection_id, now);
         let mut charged = lock(&self.charged);
         readings
@@ -197,13 +206,17 @@ impl SignalBoard {
     }
 
     /// Per dimension of `pool`: the used percentage `connection_id` reported for
-    /// percent dimensions (the base a request's percent cost is measured from).
+    /// percent dimensions (the base a request's percent cost is measured from). Empty
+    /// for a pool with no percent dimension: most pools, asked on every request.
     pub fn percent_readings(
         &self,
         pool: &PoolRuntime,
         connection_id: &str,
         now: UnixMillis,
     ) -> Vec<Option<f64>> {
+        if !has_percent(pool) {
+            return Vec::new();
+        }
         let board = lock(&self.board);
         (0..pool.dims.len())
             .map(|dim| {
@@ -214,4 +227,9 @@ impl SignalBoard {
             })
             .collect()
     }
+}
+
+/// Whether `pool` meters a percent dimension.
+fn has_percent(pool: &PoolRuntime) -> bool {
+    pool.dims.iter().any(|d| d.unit == Unit::Percent)
 }

@@ -6,7 +6,9 @@
 //! rendered in `crate::error`.
 
 use super::index::PoolRuntime;
-use http::{HeaderName, HeaderValue};
+use crate::heads::{Late, LateValue};
+use http::HeaderName;
+use std::sync::Arc;
 use switchyard_core::quota::decide::{BlockReason, Decision, DimensionVerdict, Mode, Policy, Unit};
 use switchyard_core::quota::plan::Dimension;
 use switchyard_core::UnixMillis;
@@ -23,9 +25,9 @@ pub struct DecisionRecord {
     /// rule (`cap`, `global_limit`, `fair_share`, or `soft_share` for a soft penalty),
     /// and the mode it was in.
     pub dimension: Option<String>,
-    pub reason: Option<String>,
-    pub mode: Option<String>,
-    pub policy: String,
+    pub reason: Option<&'static str>,
+    pub mode: Option<&'static str>,
+    pub policy: &'static str,
     pub retry_after_ms: Option<u64>,
 }
 
@@ -118,9 +120,9 @@ pub fn decision_record(
         admitted: d.admitted(),
         deprioritized: d.deprioritized,
         dimension: deciding.map(|i| pool.dims[i].key()),
-        reason: reason.map(str::to_owned),
-        mode: deciding.map(|i| d.dimensions[i].mode.as_str().to_owned()),
-        policy: policy.as_str().to_owned(),
+        reason,
+        mode: deciding.map(|i| d.dimensions[i].mode.as_str()),
+        policy: policy.as_str(),
         retry_after_ms,
     }
 }
@@ -129,37 +131,51 @@ pub fn decision_record(
 /// is parsed at every use.
 static QUOTA_POOL_HEADER: HeaderName = HeaderName::from_static("x-quota-pool");
 
+/// An admitted answer's quota fields: `x-quota-pool`, and per dimension with a limit
 /// `x-ratelimit-limit-<unit>-<window>` (the key's fair share) and
-/// `x-ratelimit-remaining-<unit>-<window>` (what is left of it after this request).
-pub fn remaining_headers(
-    pool: &PoolRuntime,
-    d: &Decision,
-    peeked: &[(f64, f64)],
-    costs: &[f64],
-) -> Vec<(HeaderName, HeaderValue)> {
-    let mut out = Vec::with_capacity(1 + 2 * pool.dims.len());
-    out.push((QUOTA_POOL_HEADER.clone(), pool.id_header.clone()));
-    for (i, (dim, (limit_name, remaining_name))) in
-        pool.dims.iter().zip(&pool.header_names).enumerate()
-    {
-        if dim.limit <= 0.0 {
-            continue;
-        }
-        let share = d.dimensions[i].fair_share;
-        let used = peeked.get(i).map_or(0.0, |p| p.0) + costs.get(i).copied().unwrap_or(0.0);
-        out.push((limit_name.clone(), header_num(share)));
-        out.push((remaining_name.clone(), header_num((share - used).max(0.0))));
-    }
-    out
+/// `x-ratelimit-remaining-<unit>-<window>` (what is left of it after this request),
+/// kept as numbers until the head is written.
+#[derive(Debug)]
+pub struct ShareFields {
+    pool: Arc<PoolRuntime>,
+    /// Per dimension: the key's fair share and what is left of it.
+    shares: Vec<(f64, f64)>,
 }
 
-/// [`fmt_num`] as a header value; whole numbers skip the float formatter.
-fn header_num(v: f64) -> HeaderValue {
-    let whole = v.round();
-    if (v - whole).abs() < 1e-9 && whole.abs() < 9.0e15 {
-        HeaderValue::from(whole as i64)
-    } else {
-        HeaderValue::try_from(fmt_num(v)).unwrap_or(HeaderValue::from_static("0"))
+impl ShareFields {
+    pub fn new(
+        pool: &Arc<PoolRuntime>,
+        d: &Decision,
+        peeked: &[(f64, f64)],
+        costs: &[f64],
+    ) -> Self {
+        let shares = d
+            .dimensions
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let used =
+                    peeked.get(i).map_or(0.0, |p| p.0) + costs.get(i).copied().unwrap_or(0.0);
+                (v.fair_share, (v.fair_share - used).max(0.0))
+            })
+            .collect();
+        Self {
+            pool: Arc::clone(pool),
+            shares,
+        }
+    }
+}
+
+impl Late for ShareFields {
+    fn each(&self, field: &mut dyn FnMut(&HeaderName, LateValue<'_>)) {
+        field(&QUOTA_POOL_HEADER, LateValue::Made(&self.pool.id_header));
+        let dims = self.pool.dims.iter().zip(&self.pool.header_names);
+        for ((dim, (limit_name, remaining_name)), &(share, left)) in dims.zip(&self.shares) {
+            if dim.limit > 0.0 {
+                field(limit_name, LateValue::Number(share));
+                field(remaining_name, LateValue::Number(left));
+            }
+        }
     }
 }
 
