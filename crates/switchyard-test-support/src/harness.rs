@@ -233,6 +233,21 @@ impl Harness {
         self.chat_request(key, &body).send().await.unwrap()
     }
 
+    /// Sends a chat request with the standard client key over HTTP/2 (prior knowledge,
+    /// on a client of its own).
+    pub async fn chat_http2(&self, body: Value) -> reqwest::Response {
+        let h2 = reqwest::Client::builder()
+            .http2_prior_knowledge()
+            .build()
+            .unwrap();
+        h2.post(self.url("/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// Sends a chat request as `key` in a task of its own; the task answers the response.
     pub fn spawn_chat(&self, key: &str, body: Value) -> JoinHandle<reqwest::Response> {
         let request = self.chat_request(key, &body);

@@ -336,17 +336,7 @@ async fn metrics_count_requests_by_status_provider_and_model() {
 #[tokio::test]
 async fn http2_is_spoken_to_clients_and_to_h2c_upstreams() {
     let h = Harness::start().await;
-    let h2 = reqwest::Client::builder()
-        .http2_prior_knowledge()
-        .build()
-        .unwrap();
-    let r = h2
-        .post(h.url("/v1/chat/completions"))
-        .bearer_auth(KEY)
-        .json(&chat_body("alpha/mock-small", true))
-        .send()
-        .await
-        .unwrap();
+    let r = h.chat_http2(chat_body("alpha/mock-small", true)).await;
     assert_eq!(r.version(), reqwest::Version::HTTP_2);
     assert_eq!(
         r.text().await.unwrap(),

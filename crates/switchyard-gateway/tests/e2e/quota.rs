@@ -109,17 +109,7 @@ async fn a_quota_429_says_when_to_come_back_and_admitted_answers_carry_the_remai
     assert_eq!(hdr("x-ratelimit-remaining-requests-hourly"), "9");
     // Over HTTP/2 (hyper's connection, which writes only the header map) the same
     // fields come.
-    let h2 = reqwest::Client::builder()
-        .http2_prior_knowledge()
-        .build()
-        .unwrap();
-    let r = h2
-        .post(h.url("/v1/chat/completions"))
-        .bearer_auth(KEY)
-        .json(&chat_body("alpha/mock-small", false))
-        .send()
-        .await
-        .unwrap();
+    let r = h.chat_http2(chat_body("alpha/mock-small", false)).await;
     assert_eq!(
         (r.status().as_u16(), r.version()),
         (200, reqwest::Version::HTTP_2)
