@@ -207,15 +207,6 @@ impl QuotaGuard {
     /// Moves the bookings to `total` per dimension: the earlier bookings keep what they
     /// hold as far as the total reaches, the newest takes the rest.
     fn move_to(&mut self, total: &[f64], now: UnixMillis) {
-        if let [(booked_in, booking)] = self.bookings.as_mut_slice() {
-            // One booking (no stream grew it) takes the whole total: nothing to split.
-            let target: Vec<f64> = total.iter().map(|t| t.max(0.0)).collect();
-            if booking.booked != target || matches!(booked_in, BookedIn::Redis(..)) {
-                self.engine
-                    .settle(&self.pool, (booked_in, booking), &target, now);
-            }
-            return;
-        }
         let targets = split(self.bookings.iter().map(|(_, r)| r), total);
         for ((booked_in, booking), target) in self.bookings.iter_mut().zip(&targets) {
             // A Redis booking always settles: its settlement also ends its record.
@@ -239,14 +230,14 @@ fn split<'a>(
     bookings
         .enumerate()
         .map(|(j, b)| {
+            if j + 1 == n {
+                // The newest takes what is left: the list itself, not a copy of it.
+                return std::mem::take(&mut left);
+            }
             left.iter_mut()
                 .enumerate()
                 .map(|(i, rest)| {
-                    let take = if j + 1 == n {
-                        *rest
-                    } else {
-                        b.booked.get(i).copied().unwrap_or(0.0).min(*rest)
-                    };
+                    let take = b.booked.get(i).copied().unwrap_or(0.0).min(*rest);
                     *rest -= take;
                     take
                 })

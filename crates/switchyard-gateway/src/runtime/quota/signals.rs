@@ -184,10 +184,10 @@ impl SignalBoard {
         base: &[Option<f64>],
         now: UnixMillis,
     ) -> Vec<Option<f64>> {
-        if !has_percent(pool) {
-            return Vec::new();
-        }
         let readings = self.percent_readings(pool, connection_id, now);
+        if readings.is_empty() {
+            return readings;
+        }
         let mut charged = lock(&self.charged);
         readings
             .iter()
@@ -214,7 +214,7 @@ impl SignalBoard {
         connection_id: &str,
         now: UnixMillis,
     ) -> Vec<Option<f64>> {
-        if !has_percent(pool) {
+        if !pool.dims.iter().any(|d| d.unit == Unit::Percent) {
             return Vec::new();
         }
         let board = lock(&self.board);
@@ -227,9 +227,4 @@ impl SignalBoard {
             })
             .collect()
     }
-}
-
-/// Whether `pool` meters a percent dimension.
-fn has_percent(pool: &PoolRuntime) -> bool {
-    pool.dims.iter().any(|d| d.unit == Unit::Percent)
 }

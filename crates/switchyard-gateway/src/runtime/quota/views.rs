@@ -87,11 +87,9 @@ impl QuotaBlock {
 
 /// Numbers without float noise: integers as integers, others to 4 decimals.
 pub fn fmt_num(v: f64) -> String {
-    if (v - v.round()).abs() < 1e-9 {
-        format!("{}", v.round())
-    } else {
-        format!("{v:.4}")
-    }
+    let mut out = Vec::new();
+    crate::heads::push_number(&mut out, v);
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The record of one decision for the decisions endpoint.
