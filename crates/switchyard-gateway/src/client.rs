@@ -718,9 +718,10 @@ pub fn local_addr(response: &Response<UpstreamBody>) -> Option<SocketAddr> {
     }
 }
 
-/// The fields of `response`'s head its reader kept unconverted ([`heads::Read::Keep`]):
-/// none over HTTP/2, whose client reads every field into the header map.
-pub fn kept_fields(response: &Response<UpstreamBody>) -> impl Iterator<Item = (&[u8], &[u8])> {
+/// The fields of `response`'s head its reader kept unconverted, with its number for each
+/// ([`heads::Read::Keep`]): none over HTTP/2, whose client reads every field into the
+/// header map.
+pub fn kept_fields(response: &Response<UpstreamBody>) -> impl Iterator<Item = (u8, &[u8])> {
     let kept = match response.body() {
         UpstreamBody::Driven(body) => body.kept.as_deref(),
         UpstreamBody::Pooled(_) => None,

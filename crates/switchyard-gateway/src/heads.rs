@@ -7,7 +7,6 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use std::sync::Arc;
 use switchyard_core::http1;
 
 /// Where a part of a head (a field's name or value, a request's target) is in the bytes
@@ -67,8 +66,9 @@ pub enum Read {
     Skip,
     /// Reads it from the header map, under this name.
     Map(HeaderName),
-    /// Reads it where it is in the head ([`Kept`]), unconverted.
-    Keep,
+    /// Reads it where it is in the head ([`Kept`]), unconverted, under the reader's
+    /// number for it (so the name is compared only here).
+    Keep(u8),
 }
 
 /// Which fields of an answer head a reader reads, by the name they were sent as (in any
@@ -80,15 +80,16 @@ pub type Reads = fn(&[u8]) -> Read;
 #[derive(Debug)]
 pub struct Kept {
     head: Bytes,
-    at: Vec<(Span, Span)>,
+    /// Each kept field's number and where its value is.
+    at: Vec<(u8, Span)>,
 }
 
 impl Kept {
-    /// Each kept field's name and value, in the order sent.
-    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.at.iter().filter_map(|&(name, value)| {
-            Some((self.head.get(name.range())?, self.head.get(value.range())?))
-        })
+    /// Each kept field's number and value, in the order sent.
+    pub fn fields(&self) -> impl Iterator<Item = (u8, &[u8])> {
+        self.at
+            .iter()
+            .filter_map(|&(number, value)| Some((number, self.head.get(value.range())?)))
     }
 }
 
@@ -111,12 +112,12 @@ pub(crate) fn header_map_of(
             Read::Map(name) => {
                 headers.append(name, value_at(read, value)?);
             }
-            Read::Keep => {
+            Read::Keep(number) => {
                 // Room for every field left at the first kept: one allocation.
                 if at.capacity() == 0 {
                     at.reserve_exact(spans.len() - i);
                 }
-                at.push((name, value));
+                at.push((number, value));
             }
         }
     }
@@ -260,42 +261,36 @@ pub enum LateValue<'a> {
 /// Fields an answer carries beside its header map, with numbers for values: the
 /// gateway's HTTP/1 connection writes them into the head as it writes
 /// `content-length`, with no `HeaderValue` made and no map insert (through the map, the
-/// quota stage's five fields cost 3.6 k instructions a request); any other server
-/// moves them into the map first ([`into_map`]). An answer carries them as its
-/// extension [`LateFields`]; they are written after its map's fields, whose names they
-/// do not repeat.
+/// quota stage's five fields cost 3.6 k instructions a request); for any other server
+/// they go into the map first ([`insert_late`]). They travel beside the answer, not in
+/// its extensions (whose map costs two allocations), as [`LateFields`], and are written
+/// after its map's fields, whose names they do not repeat.
 pub trait Late: Send + Sync + std::fmt::Debug {
     /// Calls `field` with each field's name and value, in order.
     fn each(&self, field: &mut dyn FnMut(&HeaderName, LateValue<'_>));
 }
 
-/// The extension an answer carries its [`Late`] fields in.
-#[derive(Debug, Clone)]
-pub struct LateFields(pub Arc<dyn Late>);
+/// An answer's [`Late`] fields.
+#[derive(Debug)]
+pub struct LateFields(pub Box<dyn Late>);
 
 /// Inserts `late`'s fields into `map`.
 pub fn insert_late(late: &dyn Late, map: &mut HeaderMap) {
-    let mut text = Vec::new();
     late.each(&mut |name, value| {
         let value = match value {
             LateValue::Made(v) => v.clone(),
-            LateValue::Number(n) => {
-                text.clear();
-                push_number(&mut text, n);
-                // Digits, a sign, a point, `inf` or `NaN`: always a valid value.
-                HeaderValue::from_bytes(&text).unwrap_or(HeaderValue::from_static("0"))
-            }
+            LateValue::Number(n) => number_value(n),
         };
         map.insert(name.clone(), value);
     });
 }
 
-/// Moves an answer's [`LateFields`] into its header map, for a server that writes only
-/// the map.
-pub fn into_map<B>(response: &mut http::Response<B>) {
-    if let Some(LateFields(late)) = response.extensions_mut().remove::<LateFields>() {
-        insert_late(late.as_ref(), response.headers_mut());
-    }
+/// The field value of the number `n`, written as [`push_number`] writes it.
+pub fn number_value(n: f64) -> HeaderValue {
+    let mut text = Vec::new();
+    push_number(&mut text, n);
+    // Digits, a sign, a point, `inf` or `NaN`: always a valid value.
+    HeaderValue::from_maybe_shared(Bytes::from(text)).unwrap_or(HeaderValue::from_static("0"))
 }
 
 /// Appends `v` as a head writes a number: a whole one without a fraction, any other to
@@ -378,7 +373,7 @@ mod tests {
             if name.eq_ignore_ascii_case(b"x-two") {
                 Read::Map(HeaderName::from_static("x-two"))
             } else if name.eq_ignore_ascii_case(b"x-kept") {
-                Read::Keep
+                Read::Keep(u8::from(name[0] == b'X'))
             } else {
                 Read::Skip
             }
@@ -403,7 +398,7 @@ mod tests {
         assert!(headers.get("x-kept").is_none());
         let kept = kept.unwrap();
         let fields: Vec<_> = kept.fields().collect();
-        assert_eq!(fields, [(&b"X-Kept"[..], &b"7"[..]), (b"x-kept", b"e f")]);
+        assert_eq!(fields, [(1, &b"7"[..]), (0, b"e f")]);
         // A head with nothing to keep allocates no keeping.
         let (headers, kept) = header_map_of(&read, &spans[..3], reads).unwrap();
         assert_eq!(headers.len(), 2);
@@ -512,22 +507,14 @@ mod tests {
     }
 
     #[test]
-    fn late_fields_move_into_the_map_once() {
-        let mut response = http::Response::new(());
-        response
-            .headers_mut()
-            .insert("x-c", HeaderValue::from_static("old"));
-        response.extensions_mut().insert(LateFields(Arc::new(Two)));
-        into_map(&mut response);
-        let fields: Vec<(&str, &str)> = response
-            .headers()
+    fn late_fields_go_into_a_map_replacing_its_fields_of_their_names() {
+        let mut map = HeaderMap::new();
+        map.insert("x-c", HeaderValue::from_static("old"));
+        insert_late(&Two, &mut map);
+        let fields: Vec<(&str, &str)> = map
             .iter()
             .map(|(n, v)| (n.as_str(), v.to_str().unwrap()))
             .collect();
         assert_eq!(fields, [("x-c", "12"), ("x-a", "p"), ("x-b", "7.5000")]);
-        assert!(response.extensions().get::<LateFields>().is_none());
-        // A second pass finds nothing left to move.
-        into_map(&mut response);
-        assert_eq!(response.headers().len(), 3);
     }
 }

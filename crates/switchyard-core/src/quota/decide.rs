@@ -20,6 +20,7 @@
 //! are skipped for that dimension; an explicit cap still applies. The request is blocked
 //! if any dimension blocks, deprioritized if any dimension deprioritizes it.
 
+use super::pool::PerDimension;
 use serde::{Deserialize, Serialize};
 
 /// What a dimension counts.
@@ -181,7 +182,7 @@ pub struct DimensionVerdict {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Decision {
-    pub dimensions: Vec<DimensionVerdict>,
+    pub dimensions: PerDimension<DimensionVerdict>,
     /// The first dimension that blocks, if any.
     pub blocked_by: Option<usize>,
     pub deprioritized: bool,
@@ -267,7 +268,7 @@ pub fn judge(d: &DimensionInput, share: Share, saturation_threshold: f64) -> Dim
 
 /// Judges every dimension; the request is blocked if any dimension blocks.
 pub fn decide(dims: &[DimensionInput], share: Share, saturation_threshold: f64) -> Decision {
-    let dimensions: Vec<DimensionVerdict> = dims
+    let dimensions: PerDimension<DimensionVerdict> = dims
         .iter()
         .map(|d| judge(d, share, saturation_threshold))
         .collect();

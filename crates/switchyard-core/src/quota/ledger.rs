@@ -14,6 +14,7 @@
 use super::burn::{BurnRate, BurnReport};
 use super::decide::{decide, Decision, DimensionInput, Share};
 use super::plan::Dimension;
+use super::pool::PerDimension;
 use super::window::SlidingCounter;
 use crate::{FastMap, UnixMillis};
 
@@ -22,8 +23,8 @@ use crate::{FastMap, UnixMillis};
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reservation {
     pub key_id: String,
-    pub slots: Vec<u64>,
-    pub booked: Vec<f64>,
+    pub slots: PerDimension<u64>,
+    pub booked: PerDimension<f64>,
 }
 
 /// One key's counters, one per pool dimension.
@@ -116,7 +117,7 @@ impl PoolLedger {
     }
 
     /// Per dimension: `(key's consumption, pool's consumption)` at `now`.
-    pub fn peek(&self, now: UnixMillis, key_id: &str) -> Vec<(f64, f64)> {
+    pub fn peek(&self, now: UnixMillis, key_id: &str) -> PerDimension<(f64, f64)> {
         let key = self.keys.get(key_id);
         self.totals
             .iter()
@@ -134,9 +135,9 @@ impl PoolLedger {
         &mut self,
         now: UnixMillis,
         ask: Ask<'_>,
-    ) -> (Decision, Option<Reservation>, Vec<(f64, f64)>) {
+    ) -> (Decision, Option<Reservation>, PerDimension<(f64, f64)>) {
         let peeked = self.peek(now, ask.key_id);
-        let inputs: Vec<DimensionInput> = peeked
+        let inputs: PerDimension<DimensionInput> = peeked
             .iter()
             .enumerate()
             .map(|(i, &(consumed, total))| DimensionInput {
@@ -153,8 +154,8 @@ impl PoolLedger {
         if !decision.admitted() {
             return (decision, None, peeked);
         }
-        let slots: Vec<u64> = self.dims.iter().map(|d| d.window.slot_of(now)).collect();
-        let booked: Vec<f64> = inputs.iter().map(|d| d.cost).collect();
+        let slots: PerDimension<u64> = self.dims.iter().map(|d| d.window.slot_of(now)).collect();
+        let booked: PerDimension<f64> = inputs.iter().map(|d| d.cost).collect();
         Self::with_key(&mut self.keys, &self.dims, ask.key_id, |key| {
             for ((c, slot), amount) in key.counters.iter_mut().zip(&slots).zip(&booked) {
                 c.add_to_slot(now, *slot, *amount);
@@ -219,7 +220,7 @@ impl PoolLedger {
 
     /// Takes the reservation back entirely (failed request, client gone before usage).
     pub fn release(&mut self, now: UnixMillis, reservation: &mut Reservation) {
-        let zeros = vec![0.0; reservation.booked.len()];
+        let zeros: PerDimension<f64> = smallvec::smallvec![0.0; reservation.booked.len()];
         self.settle(now, reservation, &zeros);
     }
 
@@ -366,7 +367,7 @@ mod tests {
                 ("b".to_owned(), 0, slot, 2.0)
             ]
         );
-        assert_eq!(l.peek(T0, "a"), vec![(0.0, 0.0)]);
+        assert_eq!(l.peek(T0, "a")[..], [(0.0, 0.0)]);
         let mut written = l.take_dirty();
         written.sort_by(|x, y| x.0.cmp(&y.0));
         assert_eq!(
@@ -403,17 +404,20 @@ mod tests {
             }
         }
         assert_eq!(admitted, 10);
-        assert_eq!(l.peek(T0, "a"), vec![(10.0, 10.0)]);
+        assert_eq!(l.peek(T0, "a")[..], [(10.0, 10.0)]);
         let (d, r, peeked) = l.reserve(T0, ask("b", Policy::Burst));
         assert!(r.is_none());
         assert_eq!(d.dimensions[0].blocked, Some(BlockReason::GlobalLimit));
         // Decided on b's nothing of the pool's ten.
-        assert_eq!(peeked, vec![(0.0, 10.0)]);
+        assert_eq!(peeked[..], [(0.0, 10.0)]);
         // An admission gives the counters from before its booking.
         let mut l = ledger();
         l.reserve(T0, ask("a", Policy::Burst));
         let (_, r, peeked) = l.reserve(T0, ask("a", Policy::Burst));
-        assert_eq!((r.unwrap().booked, peeked), (vec![1.0], vec![(1.0, 1.0)]));
+        assert_eq!(
+            (&r.unwrap().booked[..], &peeked[..]),
+            (&[1.0][..], &[(1.0, 1.0)][..])
+        );
     }
 
     #[test]
@@ -467,8 +471,8 @@ mod tests {
         };
         let (d, r, _) = l.reserve(T0, grow);
         assert_eq!(d.blocked_by, None);
-        assert_eq!(r.unwrap().booked, vec![0.0, 150.0]);
-        assert_eq!(l.peek(T0, "a"), vec![(1.0, 2.0), (550.0, 950.0)]);
+        assert_eq!(r.unwrap().booked[..], [0.0, 150.0]);
+        assert_eq!(l.peek(T0, "a")[..], [(1.0, 2.0), (550.0, 950.0)]);
         // The global ceiling holds for growth as for admission.
         let (d, r, _) = l.reserve(T0, grow);
         assert_eq!(
@@ -485,18 +489,18 @@ mod tests {
             ..ask("a", Policy::Hard)
         };
         let mut r = l.reserve(T0, a).1.unwrap();
-        assert_eq!(l.peek(T0, "a"), vec![(1_000.0, 1_000.0)]);
+        assert_eq!(l.peek(T0, "a")[..], [(1_000.0, 1_000.0)]);
         // Usage arrives in parts during a stream.
         l.settle(T0 + 10, &mut r, &[300.0]);
-        assert_eq!(l.peek(T0 + 10, "a"), vec![(300.0, 300.0)]);
+        assert_eq!(l.peek(T0 + 10, "a")[..], [(300.0, 300.0)]);
         l.settle(T0 + 20, &mut r, &[1_250.0]);
-        assert_eq!(l.peek(T0 + 20, "a"), vec![(1_250.0, 1_250.0)]);
+        assert_eq!(l.peek(T0 + 20, "a")[..], [(1_250.0, 1_250.0)]);
         let mut r2 = l.reserve(T0 + 30, a).1.unwrap();
         l.release(T0 + 40, &mut r2);
-        assert_eq!(l.peek(T0 + 40, "a"), vec![(1_250.0, 1_250.0)]);
+        assert_eq!(l.peek(T0 + 40, "a")[..], [(1_250.0, 1_250.0)]);
         // Settling again with the same value changes nothing.
         l.settle(T0 + 50, &mut r, &[1_250.0]);
-        assert_eq!(l.peek(T0 + 50, "a"), vec![(1_250.0, 1_250.0)]);
+        assert_eq!(l.peek(T0 + 50, "a")[..], [(1_250.0, 1_250.0)]);
     }
 
     #[test]
@@ -508,7 +512,7 @@ mod tests {
         // so the late usage does not count as fresh consumption.
         let late = T0 + w.length_ms() + 2 * w.slot_ms();
         l.settle(late, &mut r, &[3.0]);
-        assert_eq!(l.peek(late, "a"), vec![(0.0, 0.0)]);
+        assert_eq!(l.peek(late, "a")[..], [(0.0, 0.0)]);
     }
 
     #[test]
@@ -522,8 +526,8 @@ mod tests {
         for (k, d, s, v) in &rows {
             restored.load_slot(T0, k, *d, *s, *v);
         }
-        assert_eq!(restored.peek(T0, "a"), vec![(2.0, 3.0)]);
-        assert_eq!(restored.peek(T0, "b"), vec![(1.0, 3.0)]);
+        assert_eq!(restored.peek(T0, "a")[..], [(2.0, 3.0)]);
+        assert_eq!(restored.peek(T0, "b")[..], [(1.0, 3.0)]);
         // Loading is not a change; reserving and settling are.
         assert!(restored.take_dirty().is_empty());
         let mut dirty = l.take_dirty();
@@ -538,7 +542,7 @@ mod tests {
         );
         assert!(l.take_dirty().is_empty());
         restored.load_slot(T0, "a", 7, 0, 1.0);
-        assert_eq!(restored.peek(T0, "a"), vec![(2.0, 3.0)]);
+        assert_eq!(restored.peek(T0, "a")[..], [(2.0, 3.0)]);
     }
 
     #[test]
@@ -572,6 +576,6 @@ mod tests {
         l.reserve(T0, ask("b", Policy::Burst));
         l.retain_keys(|k| k == "b");
         assert_eq!(l.key_ids().collect::<Vec<_>>(), vec!["b"]);
-        assert_eq!(l.peek(T0, "a"), vec![(0.0, 2.0)]);
+        assert_eq!(l.peek(T0, "a")[..], [(0.0, 2.0)]);
     }
 }

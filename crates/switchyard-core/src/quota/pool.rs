@@ -22,6 +22,10 @@ use std::collections::HashSet;
 /// Most dimensions a pool may have: every unit over every window.
 pub const MAX_DIMENSIONS: usize = Unit::ALL.len() * Window::ALL.len();
 
+/// A request's list of one value per dimension of its pool: inline up to four (a pool
+/// has one to three dimensions as a rule), so a reservation's lists cost no allocation.
+pub type PerDimension<T> = smallvec::SmallVec<[T; 4]>;
+
 /// Most connections per pool; a pool is a handful of accounts, and the bound keeps
 /// per-request work small.
 pub const MAX_CONNECTIONS: usize = 64;

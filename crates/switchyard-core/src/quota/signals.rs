@@ -58,6 +58,78 @@ const CODEX: std::ops::Range<usize> = 0..8;
 const ANTHROPIC: std::ops::Range<usize> = 8..12;
 const OPENAI: std::ops::Range<usize> = 12..18;
 
+/// Bits of a slot in [`SLOTS`].
+const SLOT_BITS: u32 = 7;
+
+/// The multiplier of [`slot`], chosen so that no two of [`NAMES`] share a slot (which
+/// building [`SLOTS`] checks, at compile time).
+const FOLD: u64 = 0x63ca_828d_d5f4_b3b3;
+
+/// A slot no name has.
+const EMPTY: u8 = u8::MAX;
+
+/// Per slot, the place in [`NAMES`] of the name in it.
+const SLOTS: [u8; 1 << SLOT_BITS] = {
+    let mut slots = [EMPTY; 1 << SLOT_BITS];
+    let mut i = 0;
+    while i < NAMES.len() {
+        let at = slot(NAMES[i].as_bytes());
+        assert!(
+            slots[at] == EMPTY,
+            "two names share a slot: choose another FOLD"
+        );
+        slots[at] = i as u8;
+        i += 1;
+    }
+    slots
+};
+
+/// The slot of a field name of at least eight bytes, the same in any case: its bytes
+/// read eight at a time (the last eight overlapping the others), each with bit 5 set
+/// (an upper case letter reads as its lower case; the names' other bytes, `-` and
+/// digits, have it set already), mixed by multiplication.
+#[inline]
+const fn slot(name: &[u8]) -> usize {
+    let n = name.len();
+    let mut h = n as u64;
+    let mut at = 0;
+    while at + 8 <= n {
+        h = (h ^ lowered_word(name, at)).wrapping_mul(FOLD);
+        at += 8;
+    }
+    if !n.is_multiple_of(8) {
+        h = (h ^ lowered_word(name, n - 8)).wrapping_mul(FOLD);
+    }
+    (h >> (64 - SLOT_BITS)) as usize
+}
+
+/// The eight bytes of `name` from `at` (zero past its end, which [`slot`] never
+/// reads), each with bit 5 set: one load.
+#[inline(always)]
+const fn lowered_word(name: &[u8], at: usize) -> u64 {
+    let word = match name.split_at_checked(at) {
+        Some((_, rest)) => match rest.first_chunk::<8>() {
+            Some(chunk) => u64::from_le_bytes(*chunk),
+            None => 0,
+        },
+        None => 0,
+    };
+    word | 0x2020_2020_2020_2020
+}
+
+/// The place in [`NAMES`] of the field name `name` (sent in any case): the number a
+/// head's reader keeps a saturation field under, so the name is compared once, where
+/// the head is read. `None` for any other field. One table look-up and one comparison:
+/// every field of a pooled connection's answer is asked.
+pub fn place(name: &[u8]) -> Option<u8> {
+    if name.len() < 8 {
+        return None;
+    }
+    let at = *SLOTS.get(slot(name))?;
+    let known = NAMES.get(usize::from(at))?;
+    http1::name_is(name, known.as_bytes()).then_some(at)
+}
+
 /// A Codex tier's fields (used percent, window minutes, reset after seconds, reset at),
 /// and the window the tier is when its minutes are not sent.
 const CODEX_TIERS: [([usize; 4], Window); 2] = [
@@ -75,21 +147,18 @@ const ANTHROPIC_WINDOWS: [(usize, Window); 2] = [(10, Window::FiveHours), (11, W
 const OPENAI_UNITS: [([usize; 3], Unit); 2] =
     [([12, 13, 14], Unit::Requests), ([15, 16, 17], Unit::Tokens)];
 
-/// The trimmed first value of each field of [`NAMES`] a head sent, by place. The head
-/// is walked once: each field's name is compared with the names of its length only.
+/// The trimmed first value of each field of [`NAMES`] a head sent, by place.
 struct Sent<'a>([Option<&'a [u8]>; NAMES.len()]);
 
 impl<'a> Sent<'a> {
-    fn of<N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &'a [(N, V)]) -> Self {
+    /// The fields of `placed` (each with its place in [`NAMES`]), the first value of
+    /// each kept.
+    fn of(placed: impl IntoIterator<Item = (u8, &'a [u8])>) -> Self {
         let mut sent = [None; NAMES.len()];
-        for (name, value) in headers {
-            let name = name.as_ref();
-            let place = NAMES
-                .iter()
-                .position(|n| n.len() == name.len() && http1::name_is(name, n.as_bytes()));
-            if let Some(slot) = place.and_then(|i| sent.get_mut(i)) {
+        for (place, value) in placed {
+            if let Some(slot) = sent.get_mut(usize::from(place)) {
                 if slot.is_none() {
-                    *slot = Some(value.as_ref().trim_ascii());
+                    *slot = Some(value.trim_ascii());
                 }
             }
         }
@@ -198,7 +267,21 @@ fn window_of_minutes(minutes: f64) -> Option<Window> {
 
 /// Every signal in a response's headers, as `(name, value)` pairs.
 pub fn parse<N: AsRef<[u8]>, V: AsRef<[u8]>>(headers: &[(N, V)], now: UnixMillis) -> Vec<Signal> {
-    let sent = Sent::of(headers);
+    parse_placed(
+        headers
+            .iter()
+            .filter_map(|(name, value)| Some((place(name.as_ref())?, value.as_ref()))),
+        now,
+    )
+}
+
+/// Every signal in a response's saturation fields, each given by its [`place`] and
+/// its value.
+pub fn parse_placed<'a>(
+    placed: impl IntoIterator<Item = (u8, &'a [u8])>,
+    now: UnixMillis,
+) -> Vec<Signal> {
+    let sent = Sent::of(placed);
     let mut out = Vec::new();
     // A provider sends one family of fields: the others are not read.
     if sent.any(CODEX) {
@@ -535,5 +618,43 @@ mod tests {
             ("x-ratelimit-remaining-requests", "5"),
         ];
         assert!(parse(&h, NOW).is_empty());
+    }
+
+    #[test]
+    fn every_name_read_has_its_place_in_any_case_and_no_other_field_has_one() {
+        for (i, name) in NAMES.iter().enumerate() {
+            assert_eq!(place(name.as_bytes()), Some(i as u8), "{name}");
+            assert_eq!(place(name.to_ascii_uppercase().as_bytes()), Some(i as u8));
+        }
+        for other in [
+            "",
+            "x",
+            "x-ratelimit-",
+            "x-codex-",
+            "anthropic-ratelimit-unified-",
+            "x-ratelimit-limit-request",
+            "x-ratelimit-limit-requestss",
+            "x-ratelimit-limit-tokens-usage-based",
+            "x-codex-primary-used-percen",
+            "x-request-id",
+            "anthropic-ratelimit-unified-fallback",
+            "anthropic-ratelimit-requests-limit",
+            "content-type",
+            // The same slot as `x-ratelimit-limit-requests` (bit 5 set, `\r` reads as
+            // `-`), but not the name.
+            "x\rratelimit-limit-requests",
+        ] {
+            assert_eq!(place(other.as_bytes()), None, "{other}");
+        }
+        let placed = [(15, &b"100"[..]), (16, &b"40"[..]), (15, &b"7"[..])];
+        assert_eq!(
+            parse_placed(placed, NOW),
+            vec![Signal {
+                unit: Unit::Tokens,
+                window: None,
+                used: 0.6,
+                reset_at: None
+            }]
+        );
     }
 }

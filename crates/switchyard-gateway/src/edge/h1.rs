@@ -35,7 +35,7 @@
 
 use super::{wire, Answer, App, InFlight, Limits, Shared, TimedBody};
 use crate::clock::{Clock, SystemClock};
-use crate::heads::{self, Fields, LateFields, Span};
+use crate::heads::{self, Fields, Span};
 use crate::sync::lock;
 use crate::telemetry::metrics::EdgeMetrics;
 use axum::body::Body;
@@ -420,7 +420,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         // The handler's future is done: its box (the pipeline's whole state, many KiB)
         // goes now, not when a long answer (a stream) has been written.
         drop(call);
-        let Some(response) = answered else {
+        let Some((response, late)) = answered else {
             return false;
         };
         let (parts, body) = response.into_parts();
@@ -447,11 +447,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
             (false, false) => wire::Persistence::KeepAlive,
         };
         self.out.clear();
-        let late = parts.extensions.get::<LateFields>();
         wire::head(
             &mut self.out,
             parts.status,
-            (&parts.headers, late.map(|l| l.0.as_ref())),
+            (&parts.headers, late.as_ref().map(|l| l.0.as_ref())),
             framing,
             persistence,
             now_second(),
@@ -487,7 +486,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         let routed = self.app.router.clone().oneshot(request);
         Box::pin(async move {
             match routed.await {
-                Ok(response) => response,
+                Ok(response) => (response, None),
                 Err(never) => match never {},
             }
         })

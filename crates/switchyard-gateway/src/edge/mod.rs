@@ -31,6 +31,7 @@ mod h1;
 mod wire;
 
 use crate::clock::Stopwatch;
+use crate::heads::LateFields;
 pub use crate::heads::{Fields, Numbers};
 use crate::sync::lock;
 use crate::telemetry::metrics::EdgeMetrics;
@@ -65,8 +66,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// client that does not read cannot hold a connection longer than that.
 const DRAIN_LINGER_MS: u64 = 1_000;
 
-/// An answer on its way.
-pub type Answer = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
+/// An answer on its way, with the fields it adds to its head as numbers (see
+/// [`LateFields`]).
+pub type Answer = Pin<Box<dyn Future<Output = (Response<Body>, Option<LateFields>)> + Send>>;
 
 /// Routes the edge answers without the router (the inference routes, see
 /// `frontends::Inference`): its matching and boxing are a measurable share of a
@@ -378,8 +380,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         }
         let response = self.app.clone().oneshot(request);
         Box::pin(async move {
-            let mut response = response.await?;
-            crate::heads::into_map(&mut response);
+            let response = response.await?;
             Ok(response.map(|body| Finished {
                 body,
                 _in_flight: in_flight,

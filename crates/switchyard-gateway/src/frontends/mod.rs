@@ -90,25 +90,23 @@ impl Direct for Inference {
         let state = Arc::clone(&self.0);
         let Some(&route) = Route::ALL.get(route) else {
             // Not a number `take` gave: the edge never passes one.
-            return Box::pin(async { StatusCode::NOT_FOUND.into_response() });
+            return Box::pin(async { (StatusCode::NOT_FOUND.into_response(), None) });
         };
         match route {
-            Route::Chat => {
-                Box::pin(
-                    async move { pipeline::serve(&state, Format::OpenAiChat, body, fields).await },
-                )
-            }
+            Route::Chat => Box::pin(async move {
+                pipeline::serve_direct(&state, Format::OpenAiChat, body, fields).await
+            }),
             Route::Messages => Box::pin(async move {
-                pipeline::serve(&state, Format::AnthropicMessages, body, fields).await
+                pipeline::serve_direct(&state, Format::AnthropicMessages, body, fields).await
             }),
             Route::CountTokens => Box::pin(async move {
-                pipeline::count_tokens(&state, Format::AnthropicMessages, body, fields).await
+                let answer =
+                    pipeline::count_tokens(&state, Format::AnthropicMessages, body, fields).await;
+                (answer, None)
             }),
-            Route::Responses => {
-                Box::pin(
-                    async move { pipeline::serve(&state, Format::Responses, body, fields).await },
-                )
-            }
+            Route::Responses => Box::pin(async move {
+                pipeline::serve_direct(&state, Format::Responses, body, fields).await
+            }),
         }
     }
 }

@@ -15,7 +15,6 @@ use crate::body::watch::{self, Judged, Watched};
 use crate::body::whole;
 use crate::client::{self, UpstreamBody};
 use crate::heads::Read;
-use crate::runtime::quota::signals::is_signal;
 use crate::upstream::{self, Upstream};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -26,6 +25,7 @@ use std::time::Duration;
 use switchyard_core::format::{translate, Format};
 use switchyard_core::http1;
 use switchyard_core::outcome::{is_retryable_status, AttemptFailure};
+use switchyard_core::quota::signals::{self, Signal};
 use switchyard_core::redact::{self, Secrets, StreamScrubber};
 use switchyard_core::resilience::rules::Rules;
 use switchyard_core::resilience::verdict::{self, Answer, Subject, Verdict};
@@ -64,14 +64,14 @@ impl From<AttemptFailure> for Failed {
 }
 
 /// The fields of a successful upstream answer the pipeline reads when it records the
-/// provider's saturation headers (SPEC Q6): those, kept where they are in the head (they
-/// are read as text), and its content type. Any other answer is read whole: provider
+/// provider's saturation headers (SPEC Q6): those, kept where they are in the head under
+/// their place among the names read (they are read as text), and its content type. Any other answer is read whole: provider
 /// error rules may match any field.
 pub(super) fn success_read_name(name: &[u8]) -> Read {
-    if is_signal(name) {
-        return Read::Keep;
+    match signals::place(name) {
+        Some(place) => Read::Keep(place),
+        None => content_type_name(name),
     }
-    content_type_name(name)
 }
 
 /// The field of a successful upstream answer the pipeline reads when it does not record
@@ -86,18 +86,14 @@ pub(super) fn content_type_name(name: &[u8]) -> Read {
     }
 }
 
-/// The provider's saturation fields of an answer (SPEC Q6): those its head kept
-/// ([`success_read_name`]), and those in its header map (an answer read whole, or one
-/// over HTTP/2). As bytes: the reading compares names and parses numbers without text.
-pub(super) fn signal_fields(response: &Response<UpstreamBody>) -> Vec<(&[u8], &[u8])> {
-    let mapped = response
-        .headers()
-        .iter()
-        .filter(|(name, _)| is_signal(name.as_str().as_bytes()))
-        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()));
-    let mut fields = Vec::with_capacity(8);
-    fields.extend(client::kept_fields(response).chain(mapped));
-    fields
+/// The provider's saturation readings of an answer (SPEC Q6), from the fields its head
+/// kept, numbered as they were read ([`success_read_name`]), and those in its header
+/// map (an answer over HTTP/2). As bytes: numbers are parsed without text.
+pub(super) fn saturation(response: &Response<UpstreamBody>, now: u64) -> Vec<Signal> {
+    let mapped = response.headers().iter().filter_map(|(name, value)| {
+        Some((signals::place(name.as_str().as_bytes())?, value.as_bytes()))
+    });
+    signals::parse_placed(client::kept_fields(response).chain(mapped), now)
 }
 
 /// An upstream error answer: its headers and its redacted body (at most
@@ -450,14 +446,18 @@ mod tests {
             assert_eq!(success_read_name(sent.as_bytes()), mapped, "{sent}");
             assert_eq!(content_type_name(sent.as_bytes()), mapped, "{sent}");
         }
-        for sent in [
-            "X-RateLimit-Remaining-Tokens",
-            "anthropic-ratelimit-unified-5h-utilization",
-            "Anthropic-RateLimit-Unified-Status",
-            "x-codex-primary-used-percent",
-            "X-CODEX-SECONDARY-RESET-AT",
+        for (sent, place) in [
+            ("X-RateLimit-Remaining-Tokens", 16),
+            ("anthropic-ratelimit-unified-5h-utilization", 10),
+            ("Anthropic-RateLimit-Unified-Status", 8),
+            ("x-codex-primary-used-percent", 0),
+            ("X-CODEX-SECONDARY-RESET-AT", 7),
         ] {
-            assert_eq!(success_read_name(sent.as_bytes()), Read::Keep, "{sent}");
+            assert_eq!(
+                success_read_name(sent.as_bytes()),
+                Read::Keep(place),
+                "{sent}"
+            );
             assert_eq!(content_type_name(sent.as_bytes()), Read::Skip, "{sent}");
         }
         for skipped in [
@@ -467,6 +467,7 @@ mod tests {
             "x-ratelimit",
             "x-codex",
             "y-ratelimit-limit-tokens",
+            "x-ratelimit-limit-tokens-usage-based",
             "anthropic-ratelimit-unified",
             "anthropic-ratelimit-tokens-limit",
             "retry-after",

@@ -367,8 +367,8 @@ async fn attempt(
                 finisher.egress(egress);
             }
             if snap.reads_signals(conn.index) {
-                let fields = answer::signal_fields(&response);
-                runtime.quota.record_signals(&conn.id, &fields, answered);
+                let readings = answer::saturation(&response, answered);
+                runtime.quota.record_signals(&conn.id, &readings, answered);
             }
             target
                 .metrics
@@ -393,7 +393,7 @@ async fn attempt(
     let read_at = tokio::time::Instant::now();
     let read = clock.ms_at(read_at);
     let mut failed = match outcome {
-        Ok(mut response) => {
+        Ok(response) => {
             // A stream's outcome is known when it ends (the finisher records it).
             let outcome = if request.stream {
                 Outcome::Answered
@@ -414,7 +414,7 @@ async fn attempt(
                     .observe(&conn.id, &candidate.upstream_model, served);
             }
             target.metrics.success.inc();
-            quota::add_headers(&mut response, quota_headers);
+            finisher.add_fields(quota_headers);
             return Ok(response);
         }
         Err(failed) => failed,

@@ -8,6 +8,7 @@
 
 use crate::clock::RequestClock;
 use crate::error::ErrorCode;
+use crate::heads::LateFields;
 use crate::runtime::gate::Permit;
 use crate::runtime::quota::engine::Growth;
 use crate::runtime::quota::guard::GrowthRequest;
@@ -106,12 +107,31 @@ struct Inner {
 
 /// The per-request bookkeeping; see the module docs.
 #[derive(Debug)]
-pub struct Finisher(Option<Inner>);
+pub struct Finisher {
+    inner: Option<Inner>,
+    /// The fields the answering attempt adds to the answer's head, kept apart from the
+    /// bookkeeping (which a stream's body takes along) until the answer leaves.
+    late: Option<LateFields>,
+}
 
 impl Finisher {
+    fn of(inner: Option<Inner>) -> Self {
+        Self { inner, late: None }
+    }
+
+    /// Keeps the fields the answering attempt adds to the answer's head.
+    pub fn add_fields(&mut self, late: Option<LateFields>) {
+        self.late = late;
+    }
+
+    /// The fields the answering attempt added to the answer's head.
+    pub fn take_fields(&mut self) -> Option<LateFields> {
+        self.late.take()
+    }
+
     pub fn start(parts: Parts, request_id: String, clock: RequestClock, client: Format) -> Self {
         parts.telemetry.metrics.in_flight.inc();
-        Self(Some(Inner {
+        Self::of(Some(Inner {
             parts,
             labels: None,
             clock,
@@ -143,17 +163,19 @@ impl Finisher {
     }
 
     pub fn request_id(&self) -> &str {
-        self.0.as_ref().map_or("", |i| i.row.request_id.as_str())
+        self.inner
+            .as_ref()
+            .map_or("", |i| i.row.request_id.as_str())
     }
 
     pub fn set_key(&mut self, key_id: &str) {
-        if let Some(i) = &mut self.0 {
+        if let Some(i) = &mut self.inner {
             i.row.key_id = Some(key_id.to_owned());
         }
     }
 
     pub fn set_request(&mut self, model: &str, stream: bool) {
-        if let Some(i) = &mut self.0 {
+        if let Some(i) = &mut self.inner {
             i.row.requested_model = logged_model(model);
             i.row.stream = stream;
         }
@@ -161,14 +183,14 @@ impl Finisher {
 
     /// Keeps the request's routing decision for its log row.
     pub fn route(&mut self, decision: Decision) {
-        if let Some(i) = &mut self.0 {
+        if let Some(i) = &mut self.inner {
             i.route = Some(decision);
         }
     }
 
     /// Notes the start of an attempt on `candidate`; `labels` are its metric labels.
     pub fn attempt(&mut self, candidate: &Candidate, labels: Answering) {
-        if let Some(i) = &mut self.0 {
+        if let Some(i) = &mut self.inner {
             i.row.attempts += 1;
             i.labels = Some(labels);
             // The attempt's own egress, once it is known.
@@ -181,7 +203,7 @@ impl Finisher {
 
     /// The attempt last begun went out from `egress` (SPEC R14).
     pub fn egress(&mut self, egress: String) {
-        if let Some(i) = &mut self.0 {
+        if let Some(i) = &mut self.inner {
             i.row.egress_ip = Some(egress);
         }
     }
@@ -189,7 +211,7 @@ impl Finisher {
     /// The attempt last begun did not answer (or answered with an error the client
     /// sees); the log row keeps its verdict.
     pub fn attempt_failed(&mut self, verdict: &Verdict) {
-        if let Some(i) = &mut self.0 {
+        if let Some(i) = &mut self.inner {
             push_failed(&mut i.row, verdict, false);
         }
     }
@@ -197,7 +219,7 @@ impl Finisher {
     /// Takes over the slot permit and quota reservation of the attempt whose answer goes
     /// to the client: the slot is held and the quota settled when the request finishes.
     pub fn hold(&mut self, permit: Option<Permit>, quota: Option<QuotaGuard>) {
-        if let Some(i) = &mut self.0 {
+        if let Some(i) = &mut self.inner {
             i.permit = permit;
             i.quota = quota;
         }
@@ -206,7 +228,7 @@ impl Finisher {
     /// Notes generated text sent to the client (what the quota settles on when the
     /// upstream reports no usage, and what a stream's reservation must cover).
     pub fn observe_output(&mut self, chars: usize) {
-        if let Some(g) = self.0.as_mut().and_then(|i| i.quota.as_mut()) {
+        if let Some(g) = self.inner.as_mut().and_then(|i| i.quota.as_mut()) {
             g.observe_output(chars);
         }
     }
@@ -214,7 +236,7 @@ impl Finisher {
     /// When a stream's text has passed its quota reservation: the request for the next
     /// increment, to be decided before more of the stream is relayed.
     pub fn quota_growth(&self) -> Option<GrowthRequest> {
-        self.0
+        self.inner
             .as_ref()
             .and_then(|i| i.quota.as_ref())
             .and_then(QuotaGuard::growth_request)
@@ -222,7 +244,7 @@ impl Finisher {
 
     /// Applies a decided increment; a refusal is returned (the stream must end).
     pub fn apply_quota_growth(&mut self, decided: (Growth, u64)) -> Option<Box<QuotaBlock>> {
-        self.0
+        self.inner
             .as_mut()
             .and_then(|i| i.quota.as_mut())
             .and_then(|g| g.apply_growth(decided))
@@ -232,7 +254,7 @@ impl Finisher {
     /// (and the upstream's error `event`, when it sent one): its verdict is recorded
     /// against the answering connection (SPEC R11, R13).
     pub fn stream_ended(&mut self, cut: Option<StreamCut>, event: Option<&str>) {
-        let Some(i) = &mut self.0 else {
+        let Some(i) = &mut self.inner else {
             return;
         };
         let (Some(conn_id), Some(model)) = (&i.row.connection_id, &i.row.model) else {
@@ -271,7 +293,7 @@ impl Finisher {
 
     /// Records the time to the first response byte.
     pub fn first_byte(&mut self) {
-        if let Some(i) = &mut self.0 {
+        if let Some(i) = &mut self.inner {
             if i.row.ttfb_ms.is_none() {
                 i.row.ttfb_ms = Some(i.clock.elapsed_ms());
             }
@@ -280,12 +302,12 @@ impl Finisher {
 
     /// Moves the bookkeeping out (into a response body); `self` becomes inert.
     pub fn detach(&mut self) -> Finisher {
-        Finisher(self.0.take())
+        Finisher::of(self.inner.take())
     }
 
     /// Finishes with the given status, error code and usage.
     pub fn finish(&mut self, status: u16, error_code: Option<&str>, usage: Option<Usage>) {
-        let Some(mut i) = self.0.take() else {
+        let Some(mut i) = self.inner.take() else {
             return;
         };
         i.row.status = status;
@@ -378,7 +400,7 @@ impl crate::body::metered::Meter for Finisher {
 impl Drop for Finisher {
     fn drop(&mut self) {
         let cut = self
-            .0
+            .inner
             .as_ref()
             .map(|i| i.parts.cutting.load(Ordering::Relaxed));
         match cut {

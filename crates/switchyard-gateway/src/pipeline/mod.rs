@@ -38,7 +38,7 @@ mod wall;
 use crate::body::whole::{self, WholeError};
 use crate::clock::RequestClock;
 use crate::error::{render, ApiError};
-use crate::heads::Fields;
+use crate::heads::{Fields, LateFields};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue};
@@ -63,9 +63,27 @@ pub use count::count_tokens;
 pub static REQUEST_ID_HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Serves a client request in `format` whose header fields the pipeline reads are
-/// `fields` (see [`headers::Field`]): the request id, `now` read once, the finisher
-/// that records the request however it ends, and errors rendered in `format`.
+/// `fields` (see [`headers::Field`]): [`serve_direct`], with the answer's late fields
+/// put into its header map (for a server that writes only the map).
 pub async fn serve(state: &Arc<AppState>, format: Format, body: Body, fields: Fields) -> Response {
+    let (mut response, late) = serve_direct(state, format, body, fields).await;
+    if let Some(LateFields(late)) = late {
+        crate::heads::insert_late(late.as_ref(), response.headers_mut());
+    }
+    response
+}
+
+/// Serves a client request in `format` whose header fields the pipeline reads are
+/// `fields` (see [`headers::Field`]): the request id, `now` read once, the finisher
+/// that records the request however it ends, and errors rendered in `format`. With the
+/// fields the answering attempt adds to the head as numbers ([`LateFields`]), which the
+/// gateway's HTTP/1 connection writes without a map.
+pub async fn serve_direct(
+    state: &Arc<AppState>,
+    format: Format,
+    body: Body,
+    fields: Fields,
+) -> (Response, Option<LateFields>) {
     let clock = RequestClock::start(state.clock.as_ref());
     let mut finisher = Finisher::start(finishing(state), state.next_request_id(), clock, format);
     let request_id = HeaderValue::try_from(finisher.request_id()).ok();
@@ -80,9 +98,9 @@ pub async fn serve(state: &Arc<AppState>, format: Format, body: Body, fields: Fi
         &mut route,
     )
     .await;
-    let mut response = match ran {
-        Ok(r) => r,
-        Err(e) => render::response(&e, format),
+    let (mut response, late) = match ran {
+        Ok(r) => (r, finisher.take_fields()),
+        Err(e) => (render::response(&e, format), None),
     };
     finisher.finish_response(&response);
     if let Some(id) = request_id {
@@ -93,7 +111,7 @@ pub async fn serve(state: &Arc<AppState>, format: Format, body: Body, fields: Fi
             .headers_mut()
             .insert(headers::ROUTE_HEADER.clone(), route);
     }
-    response
+    (response, late)
 }
 
 /// What a finisher records into.

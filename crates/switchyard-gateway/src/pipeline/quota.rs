@@ -8,8 +8,6 @@
 use super::attempt::Ctx;
 use crate::heads::LateFields;
 use crate::runtime::quota::{Admission, QuotaBlock, QuotaGuard};
-use axum::response::Response;
-use std::sync::Arc;
 use switchyard_core::routing::Candidate;
 
 /// Quota fields for a successful response (none when the candidate is in no pool).
@@ -57,7 +55,7 @@ pub async fn admit(
         .await
     {
         Admission::Admitted { guard, fields } => {
-            Ok((Some(guard), Some(LateFields(Arc::new(fields)))))
+            Ok((Some(guard), Some(LateFields(Box::new(fields)))))
         }
         Admission::Unenforced(_) => Ok((None, None)),
         Admission::Unpriced => {
@@ -81,12 +79,5 @@ pub async fn admit(
             );
             Err(Refusal::Blocked(Box::new(block)))
         }
-    }
-}
-
-/// Adds the quota fields of the admitted attempt to the response, written with its head.
-pub fn add_headers(response: &mut Response, headers: Headers) {
-    if let Some(fields) = headers {
-        response.extensions_mut().insert(fields);
     }
 }

@@ -24,13 +24,14 @@ use crate::clock::Clock;
 use crate::sync::lock;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_core::quota::decide::{
     decide, fair_share, BlockReason, Decision, DimensionInput, Policy,
 };
 use switchyard_core::quota::ledger::{Ask, PoolLedger, Reservation};
+use switchyard_core::quota::pool::PerDimension;
 use switchyard_core::quota::window::SlidingCounter;
 use switchyard_core::resilience::store_breaker::{self, Change, StoreBreaker, Verdict};
 use switchyard_core::{FastMap, UnixMillis};
@@ -68,7 +69,7 @@ pub struct Outcome {
     /// The booking, when admitted.
     pub reservation: Option<Reservation>,
     /// Per dimension: the key's and the pool's values before booking.
-    pub peeked: Vec<(f64, f64)>,
+    pub peeked: PerDimension<(f64, f64)>,
     /// When the blocking counter falls far enough for the request to fit.
     pub by_counter: Option<u64>,
     /// The id the booking is recorded under, for stores that settle by id (Redis).
@@ -157,7 +158,7 @@ pub trait CounterStore {
         pool: &PoolRuntime,
         key_id: &str,
         now: UnixMillis,
-    ) -> impl Future<Output = Result<(UnixMillis, Vec<(f64, f64)>), Unmetered>> + Send;
+    ) -> impl Future<Output = Result<(UnixMillis, PerDimension<(f64, f64)>), Unmetered>> + Send;
 
     /// Decides every dimension and, when all admit, books the estimated cost on each —
     /// in one atomic step.
@@ -165,16 +166,6 @@ pub trait CounterStore {
         &self,
         req: ReserveRequest<'_>,
     ) -> impl Future<Output = Result<Outcome, Unmetered>> + Send;
-
-    /// Moves a booking (recorded under `booking_id`, for stores that settle by id) to its
-    /// final `actual` cost, ending it.
-    fn settle(
-        &self,
-        pool: &PoolRuntime,
-        booking: (Option<&str>, &mut Reservation),
-        actual: &[f64],
-        now: UnixMillis,
-    );
 }
 
 /// The decision inputs of every dimension from peeked counters.
@@ -185,7 +176,7 @@ pub fn inputs(
     costs: &[f64],
     sig: &PoolSignals,
     growth: bool,
-) -> Vec<DimensionInput> {
+) -> PerDimension<DimensionInput> {
     pool.dims
         .iter()
         .enumerate()
@@ -210,13 +201,65 @@ struct PoolSlot {
     /// The newest configuration version that used this layout.
     generation: i64,
     ledger: Arc<Mutex<PoolLedger>>,
+    /// Whether this is still the pool's slot: cleared when the slot goes (the pool was
+    /// removed, or its ledger re-laid-out), which ends the pool runtimes' hold on it.
+    live: Arc<AtomicBool>,
 }
+
+impl Drop for PoolSlot {
+    fn drop(&mut self) {
+        self.live.store(false, Ordering::Release);
+    }
+}
+
+/// A pool's ledger as the pool runtimes of one layout hold it
+/// ([`PoolRuntime::ledger_hold`]), so a request finds it without a lock or a hash of the
+/// pool id: the ledger, while it is still the pool's in the [`Ledgers`] it is from.
+#[derive(Debug)]
+pub struct HeldLedger {
+    /// The [`Ledgers`] it is from (a runtime could be shown to two: a test's engines).
+    owner: u64,
+    ledger: Arc<Mutex<PoolLedger>>,
+    live: Arc<AtomicBool>,
+}
+
+impl HeldLedger {
+    fn of(owner: u64, slot: &PoolSlot) -> Self {
+        Self {
+            owner,
+            ledger: Arc::clone(&slot.ledger),
+            live: Arc::clone(&slot.live),
+        }
+    }
+
+    /// The ledger `pool` holds from `owner`, while it is still the pool's.
+    fn live(pool: &PoolRuntime, owner: u64) -> Option<Arc<Mutex<PoolLedger>>> {
+        pool.ledger_hold
+            .get()
+            .filter(|held| held.owner == owner && held.live.load(Ordering::Acquire))
+            .map(|held| Arc::clone(&held.ledger))
+    }
+}
+
+/// Numbers each [`Ledgers`].
+static LEDGERS_MADE: AtomicU64 = AtomicU64::new(0);
 
 /// The in-memory ledgers of every pool (the `sqlite` store; with Redis they keep only
 /// burn rates). Bounded by the configured pools.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Ledgers {
     pools: Mutex<FastMap<String, PoolSlot>>,
+    /// Tells the ledgers its pool runtimes hold from another's.
+    id: u64,
+}
+
+impl Default for Ledgers {
+    fn default() -> Self {
+        Self {
+            pools: Mutex::default(),
+            id: LEDGERS_MADE.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 impl Ledgers {
@@ -224,11 +267,20 @@ impl Ledgers {
     /// the counters of dimensions that stayed) as needed. `None` for a request that
     /// still holds the configuration from before a dimension change: the ledger only
     /// ever moves forward.
+    /// The first call of a pool runtime leaves it holding the ledger (the generation is
+    /// noted then), so its later calls neither lock nor hash while the ledger stays
+    /// the pool's.
     pub fn ledger(&self, pool: &PoolRuntime, now: UnixMillis) -> Option<Arc<Mutex<PoolLedger>>> {
+        if let Some(held) = HeldLedger::live(pool, self.id) {
+            return Some(held);
+        }
         let mut pools = lock(&self.pools);
         if let Some(slot) = pools.get_mut(&pool.pool.id) {
             if slot.layout == pool.layout {
                 slot.generation = slot.generation.max(pool.generation);
+                // A runtime already holding a ledger (one no longer the pool's) keeps
+                // coming here.
+                let _ = pool.ledger_hold.set(HeldLedger::of(self.id, slot));
                 return Some(Arc::clone(&slot.ledger));
             }
             if slot.generation > pool.generation {
@@ -245,15 +297,15 @@ impl Ledgers {
                 }
             }
         }
-        let ledger = Arc::new(Mutex::new(fresh));
-        pools.insert(
-            pool.pool.id.clone(),
-            PoolSlot {
-                layout: pool.layout.clone(),
-                generation: pool.generation,
-                ledger: Arc::clone(&ledger),
-            },
-        );
+        let slot = PoolSlot {
+            layout: pool.layout.clone(),
+            generation: pool.generation,
+            ledger: Arc::new(Mutex::new(fresh)),
+            live: Arc::new(AtomicBool::new(true)),
+        };
+        let ledger = Arc::clone(&slot.ledger);
+        let _ = pool.ledger_hold.set(HeldLedger::of(self.id, &slot));
+        pools.insert(pool.pool.id.clone(), slot);
         Some(ledger)
     }
 
@@ -261,6 +313,9 @@ impl Ledgers {
     /// never creates or re-lays-out a ledger: after a dimension change or the pool's
     /// deletion, an in-flight reservation simply stays booked at its estimate).
     pub fn live_ledger(&self, pool: &PoolRuntime) -> Option<Arc<Mutex<PoolLedger>>> {
+        if let Some(held) = HeldLedger::live(pool, self.id) {
+            return Some(held);
+        }
         lock(&self.pools)
             .get(&pool.pool.id)
             .filter(|s| s.layout == pool.layout)
@@ -351,7 +406,7 @@ impl CounterStore for Ledgers {
         pool: &PoolRuntime,
         key_id: &str,
         now: UnixMillis,
-    ) -> Result<(UnixMillis, Vec<(f64, f64)>), Unmetered> {
+    ) -> Result<(UnixMillis, PerDimension<(f64, f64)>), Unmetered> {
         let ledger = self
             .ledger(pool, now)
             .ok_or(Unmetered::because(UnmeteredReason::ConfigChanged))?;
@@ -361,7 +416,7 @@ impl CounterStore for Ledgers {
 
     async fn reserve(&self, req: ReserveRequest<'_>) -> Result<Outcome, Unmetered> {
         let now = req.now;
-        let signal_values: Vec<Option<f64>> = req.signals.iter().map(|s| s.0).collect();
+        let signal_values: PerDimension<Option<f64>> = req.signals.iter().map(|s| s.0).collect();
         let ledger = self
             .ledger(req.pool, now)
             .ok_or(Unmetered::because(UnmeteredReason::ConfigChanged))?;
@@ -395,18 +450,6 @@ impl CounterStore for Ledgers {
             by_counter,
             booking_id: None,
         })
-    }
-
-    fn settle(
-        &self,
-        pool: &PoolRuntime,
-        (_, reservation): (Option<&str>, &mut Reservation),
-        actual: &[f64],
-        now: UnixMillis,
-    ) {
-        if let Some(l) = self.live_ledger(pool) {
-            lock(&l).settle(now, reservation, actual);
-        }
     }
 }
 
@@ -866,7 +909,7 @@ impl CounterStore for RedisStore {
         pool: &PoolRuntime,
         key_id: &str,
         _now: UnixMillis,
-    ) -> Result<(UnixMillis, Vec<(f64, f64)>), Unmetered> {
+    ) -> Result<(UnixMillis, PerDimension<(f64, f64)>), Unmetered> {
         let dims: Vec<(String, u64)> = pool
             .dims
             .iter()
@@ -874,7 +917,8 @@ impl CounterStore for RedisStore {
             .collect();
         let call = self.redis.counters.peek(&pool.pool.id, key_id, &dims);
         self.redis.pending.settled(&pool.pool.id, key_id).await;
-        self.redis.call(REQUEST_CALL_TIMEOUT, call).await
+        let (now, values) = self.redis.call(REQUEST_CALL_TIMEOUT, call).await?;
+        Ok((now, values.into()))
     }
 
     async fn reserve(&self, req: ReserveRequest<'_>) -> Result<Outcome, Unmetered> {
@@ -929,7 +973,7 @@ impl CounterStore for RedisStore {
                 return Err(e);
             }
         };
-        let peeked: Vec<(f64, f64)> = reply.dims.iter().map(|d| (d.0, d.1)).collect();
+        let peeked: PerDimension<(f64, f64)> = reply.dims.iter().map(|d| (d.0, d.1)).collect();
         // The script decided; the core decision over the same numbers explains it.
         let decision = decide(
             &inputs(pool, share, &peeked, req.costs, req.signals, req.growth),
@@ -942,7 +986,7 @@ impl CounterStore for RedisStore {
         let reservation = reply.admitted.then(|| Reservation {
             key_id: req.key_id.to_owned(),
             slots: reply.dims.iter().map(|d| d.2).collect(),
-            booked: req.costs.to_vec(),
+            booked: req.costs.iter().copied().collect(),
         });
         let by_counter = match decision.blocked_by {
             Some(i) if !reply.admitted => self.time_until(pool, req.key_id, &decision, i).await,
@@ -957,18 +1001,18 @@ impl CounterStore for RedisStore {
             booking_id: Some(booking_id),
         })
     }
+}
 
-    fn settle(
+impl RedisStore {
+    /// Moves the booking recorded under `booking_id` to its final `actual` cost, ending
+    /// it: queued for the worker, so it never waits.
+    pub fn settle(
         &self,
         pool: &PoolRuntime,
-        (booking_id, reservation): (Option<&str>, &mut Reservation),
+        (booking_id, reservation): (&str, &mut Reservation),
         actual: &[f64],
-        _now: UnixMillis,
     ) {
-        let Some(booking_id) = booking_id else {
-            return;
-        };
-        let targets: Vec<f64> = (0..reservation.booked.len())
+        let targets: PerDimension<f64> = (0..reservation.booked.len())
             .map(|i| actual.get(i).copied().unwrap_or(0.0).max(0.0))
             .collect();
         // Counted before the worker can apply it (and count it done).

@@ -18,7 +18,7 @@ use super::counters::{
     WarnThrottle,
 };
 use super::guard::QuotaGuard;
-use super::index::{PoolRuntime, QuotaIndex};
+use super::index::{KeyShare, PoolRuntime, QuotaIndex};
 use super::signals::SignalBoard;
 use super::views::{
     decision_record, DecisionRecord, DimensionUsage, KeyUsage, PoolUsage, QuotaBlock, ShareFields,
@@ -35,6 +35,8 @@ use switchyard_core::quota::burn::BurnRate;
 use switchyard_core::quota::cost::{self, Estimate, Price};
 use switchyard_core::quota::decide::{decide, fair_share, BlockReason, Mode};
 use switchyard_core::quota::ledger::Reservation;
+use switchyard_core::quota::pool::PerDimension;
+use switchyard_core::quota::signals::Signal;
 use switchyard_core::settings::QuotaSettings;
 use switchyard_core::{FastMap, UnixMillis};
 use switchyard_store::redis_counters::{RedisCounters, SlotDelta};
@@ -300,15 +302,9 @@ impl QuotaEngine {
         e.reason
     }
 
-    /// Records the saturation fields (`name`, `value`) of a response from
-    /// `connection_id`.
-    pub fn record_signals<N: AsRef<[u8]>, V: AsRef<[u8]>>(
-        &self,
-        connection_id: &str,
-        fields: &[(N, V)],
-        now: UnixMillis,
-    ) {
-        self.signals.record(connection_id, fields, now);
+    /// Records the saturation readings of a response from `connection_id`.
+    pub fn record_signals(&self, connection_id: &str, readings: &[Signal], now: UnixMillis) {
+        self.signals.record(connection_id, readings, now);
     }
 
     /// The provider's readings of `connection_id` by window (SPEC Q6), for routing.
@@ -370,7 +366,7 @@ impl QuotaEngine {
         &self,
         pool: &PoolRuntime,
         key_id: &str,
-    ) -> Result<(UnixMillis, Vec<(f64, f64)>), Unmetered> {
+    ) -> Result<(UnixMillis, PerDimension<(f64, f64)>), Unmetered> {
         let now = self.now();
         match self.redis.load_full() {
             Some(r) => r.peek(pool, key_id, now).await,
@@ -380,7 +376,11 @@ impl QuotaEngine {
 
     fn record_decision(&self, pool_id: &str, rec: DecisionRecord) {
         let mut all = lock(&self.decisions);
-        let q = all.entry(pool_id.to_owned()).or_default();
+        // The pool's id is copied only for its first decision.
+        let q = match all.get_mut(pool_id) {
+            Some(q) => q,
+            None => all.entry(pool_id.to_owned()).or_default(),
+        };
         if q.len() == DECISIONS_PER_POOL {
             q.pop_front();
         }
@@ -457,12 +457,15 @@ impl QuotaEngine {
         }
         let costs = costs(pool, &estimate, price);
         let threshold = settings.saturation_threshold;
-        let (outcome, retry, booked_in) =
-            match self.book(pool, key_id, &costs, threshold, false).await {
-                Ok(b) => b,
-                Err(e) => return Admission::Unenforced(self.unmetered(&pool.pool.id, e)),
-            };
-        self.record_outcome(pool, key_id, &outcome, retry);
+        let share = pool.share_of(key_id);
+        let (outcome, retry, booked_in) = match self
+            .book(pool, (key_id, share), &costs, threshold, false)
+            .await
+        {
+            Ok(b) => b,
+            Err(e) => return Admission::Unenforced(self.unmetered(&pool.pool.id, e)),
+        };
+        self.record_outcome(pool, (key_id, share), &outcome, retry);
         if let Some(reservation) = outcome.reservation {
             if let BookedIn::Redis(..) = booked_in {
                 // The in-memory ledger lists the keys that consumed (and keeps their
@@ -471,7 +474,8 @@ impl QuotaEngine {
                     lock(&l).note_key(key_id);
                 }
             }
-            let fields = ShareFields::new(pool, &outcome.decision, &outcome.peeked, &costs);
+            let fields =
+                ShareFields::new(pool, share, (&outcome.decision, &outcome.peeked, &costs));
             let base = self
                 .signals
                 .percent_readings(pool, connection_id, outcome.now);
@@ -487,7 +491,7 @@ impl QuotaEngine {
                 fields,
             };
         }
-        Admission::Blocked(blocked(pool, key_id, &outcome, retry))
+        Admission::Blocked(blocked(pool, (key_id, share), &outcome, retry))
     }
 
     /// Books a running stream's next increment (`costs` per dimension) with the same
@@ -501,29 +505,32 @@ impl QuotaEngine {
         costs: &[f64],
         threshold: f64,
     ) -> Growth {
-        let (outcome, retry, booked_in) =
-            match self.book(pool, key_id, costs, threshold, true).await {
-                Ok(b) => b,
-                Err(e) => {
-                    self.unmetered(&pool.pool.id, e);
-                    return Growth::Unenforced;
-                }
-            };
+        let share = pool.share_of(key_id);
+        let (outcome, retry, booked_in) = match self
+            .book(pool, (key_id, share), costs, threshold, true)
+            .await
+        {
+            Ok(b) => b,
+            Err(e) => {
+                self.unmetered(&pool.pool.id, e);
+                return Growth::Unenforced;
+            }
+        };
         if let Some(reservation) = outcome.reservation {
             return Growth::Booked(booked_in, reservation);
         }
-        self.record_outcome(pool, key_id, &outcome, retry);
-        Growth::Blocked(Box::new(blocked(pool, key_id, &outcome, retry)))
+        self.record_outcome(pool, (key_id, share), &outcome, retry);
+        Growth::Blocked(Box::new(blocked(pool, (key_id, share), &outcome, retry)))
     }
 
     fn record_outcome(
         &self,
         pool: &PoolRuntime,
-        key_id: &str,
+        (key_id, share): (&str, &KeyShare),
         outcome: &Outcome,
         retry: Option<u64>,
     ) {
-        let policy = pool.share_of(key_id).share.policy;
+        let policy = share.share.policy;
         let record = decision_record(outcome.now, key_id, policy, &outcome.decision, pool, retry);
         self.record_decision(&pool.pool.id, record);
     }
@@ -534,12 +541,11 @@ impl QuotaEngine {
     async fn book(
         &self,
         pool: &PoolRuntime,
-        key_id: &str,
+        (key_id, share): (&str, &KeyShare),
         costs: &[f64],
         threshold: f64,
         growth: bool,
     ) -> Result<(Outcome, Option<u64>, BookedIn), Unmetered> {
-        let share = pool.share_of(key_id);
         let now = self.now();
         let sig = self.signals.for_pool(pool, now);
         let req = ReserveRequest {
@@ -580,32 +586,45 @@ impl QuotaEngine {
         Ok((outcome, retry, booked_in))
     }
 
-    /// Moves a booking, in the store it was booked in, to its final `actual` cost.
+    /// Moves each of a request's bookings, in the store it was booked in, to its target
+    /// cost (a booking in memory only when its amount changes: a Redis booking always
+    /// settles, which also ends its record), and feeds a finished request's actual cost
+    /// into its key's burn rates (`burn`). The in-memory ledger is found once for both. A booking in memory
+    /// settles only into the ledger it was booked in: after a dimension change or the
+    /// pool's deletion it stays booked at its estimate. With Redis the in-memory ledger
+    /// holds only the burn rates and the list of keys, so it is created for the burn if
+    /// the usage view has not yet.
     pub(super) fn settle(
         &self,
         pool: &PoolRuntime,
-        (booked_in, reservation): (&BookedIn, &mut Reservation),
-        actual: &[f64],
+        (bookings, targets): (&mut [(BookedIn, Reservation)], &[PerDimension<f64>]),
+        burn: Option<&[f64]>,
         now: UnixMillis,
     ) {
-        match booked_in {
-            BookedIn::Redis(r, id) => r.settle(pool, (Some(id), reservation), actual, now),
-            BookedIn::Memory => self.ledgers.settle(pool, (None, reservation), actual, now),
+        let live = self.ledgers.live_ledger(pool);
+        let mut ledger = live.as_deref().map(lock);
+        for ((booked_in, booking), target) in bookings.iter_mut().zip(targets) {
+            match booked_in {
+                BookedIn::Redis(r, id) => r.settle(pool, (id, booking), target),
+                BookedIn::Memory if booking.booked != *target => {
+                    if let Some(l) = ledger.as_mut() {
+                        l.settle(now, booking, target);
+                    }
+                }
+                BookedIn::Memory => {}
+            }
         }
-    }
-
-    /// Feeds a finished request's actual cost into the key's burn rates (with Redis the
-    /// in-memory ledger holds only these and the list of keys, so it is created here if
-    /// the usage view has not yet).
-    pub(super) fn observe_burn(
-        &self,
-        pool: &PoolRuntime,
-        key_id: &str,
-        actual: &[f64],
-        now: UnixMillis,
-    ) {
-        if let Some(l) = self.ledgers.ledger(pool, now) {
-            lock(&l).observe_burn(now, key_id, actual);
+        let (Some(actual), Some((_, first))) = (burn, bookings.first()) else {
+            return;
+        };
+        let key_id = first.key_id.as_str();
+        match ledger.as_mut() {
+            Some(l) => l.observe_burn(now, key_id, actual),
+            None => {
+                if let Some(l) = self.ledgers.ledger(pool, now) {
+                    lock(&l).observe_burn(now, key_id, actual);
+                }
+            }
         }
     }
 
@@ -710,8 +729,12 @@ impl QuotaEngine {
 }
 
 /// The refusal of a request (or of a stream's increment) that `outcome` did not admit.
-fn blocked(pool: &PoolRuntime, key_id: &str, outcome: &Outcome, retry: Option<u64>) -> QuotaBlock {
-    let share = pool.share_of(key_id);
+fn blocked(
+    pool: &PoolRuntime,
+    (key_id, share): (&str, &KeyShare),
+    outcome: &Outcome,
+    retry: Option<u64>,
+) -> QuotaBlock {
     let i = outcome.decision.blocked_by.unwrap_or(0);
     let v = outcome.decision.dimensions[i];
     let (consumed, total) = outcome.peeked.get(i).copied().unwrap_or((0.0, 0.0));
@@ -750,7 +773,7 @@ pub enum Growth {
 }
 
 /// The estimated cost in every dimension of `pool`.
-fn costs(pool: &PoolRuntime, estimate: &Estimate, price: Option<Price>) -> Vec<f64> {
+fn costs(pool: &PoolRuntime, estimate: &Estimate, price: Option<Price>) -> PerDimension<f64> {
     pool.dims
         .iter()
         .map(|d| estimate.cost(d.unit, price))
@@ -765,6 +788,7 @@ mod tests {
     use switchyard_core::catalog::{ApiKey, Catalog, ConnectionDef, Provider};
     use switchyard_core::domain::{AuthClass, UpstreamFormat};
     use switchyard_core::quota::pool::PoolInput;
+    use switchyard_core::quota::signals;
     use switchyard_core::settings::{resolve, Layers};
     use switchyard_core::usage::Usage;
     use switchyard_store::Store;
@@ -872,14 +896,14 @@ mod tests {
         }
         let pool = index.pool("pool").unwrap();
         let expect = vec![(200.0, 1000.0), (200.0 * 37.0, 1000.0 * 37.0)];
-        assert_eq!(engine.peek(pool, "k0").await.unwrap().1, expect);
+        assert_eq!(engine.peek(pool, "k0").await.unwrap().1.to_vec(), expect);
         // Written behind and read back by a fresh engine, the counts are the same.
         let store = Store::open_in_memory().unwrap();
         store.save_consumption(&engine.take_dirty(&index)).unwrap();
         assert!(engine.take_dirty(&index).is_empty());
         let reloaded = QuotaEngine::new(Arc::clone(&clock), QuotaMetrics::default());
         reloaded.load(store.load_consumption(T0).unwrap(), &index, T0);
-        assert_eq!(reloaded.peek(pool, "k0").await.unwrap().1, expect);
+        assert_eq!(reloaded.peek(pool, "k0").await.unwrap().1.to_vec(), expect);
     }
 
     #[tokio::test]
@@ -916,7 +940,7 @@ mod tests {
             panic!("not admitted")
         };
         assert_eq!(
-            engine.peek(new_pool, "k1").await.unwrap().1,
+            engine.peek(new_pool, "k1").await.unwrap().1.to_vec(),
             vec![(2.0, 2.0), (20.0, 20.0)]
         );
         // The old reservation settles without dragging the ledger back; it stays
@@ -927,7 +951,7 @@ mod tests {
             completion_tokens: 4,
         }));
         assert_eq!(
-            engine.peek(new_pool, "k1").await.unwrap().1,
+            engine.peek(new_pool, "k1").await.unwrap().1.to_vec(),
             vec![(2.0, 2.0), (7.0, 7.0)]
         );
         // A request still holding the old configuration is let through unmetered.
@@ -938,6 +962,39 @@ mod tests {
             Admission::Unenforced(UnmeteredReason::ConfigChanged)
         ));
         assert_eq!(engine.peek(new_pool, "k1").await.unwrap().1[0], (2.0, 2.0));
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_pool_counts_from_zero_for_a_runtime_that_held_its_ledger() {
+        let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+        let engine = Arc::new(QuotaEngine::new(clock, QuotaMetrics::default()));
+        let settings = resolve(&Layers::default()).unwrap().settings.quota;
+        let index = index_with(
+            serde_json::json!([{"unit": "requests", "window": "daily", "limit": 100}]),
+            1,
+        );
+        let pool = index.pool("pool").unwrap();
+        let estimate = (
+            Estimate {
+                prompt_tokens: 1,
+                completion_tokens: 1,
+            },
+            None,
+        );
+        let admit = || async {
+            match engine.reserve(pool, "c", "k1", estimate, &settings).await {
+                Admission::Admitted { guard, .. } => guard.settle(None),
+                _ => panic!("not admitted"),
+            }
+        };
+        admit().await;
+        admit().await;
+        assert!(pool.ledger_hold.get().is_some());
+        assert_eq!(engine.peek(pool, "k1").await.unwrap().1[..], [(2.0, 2.0)]);
+        engine.forget_pool("pool").await;
+        assert_eq!(engine.peek(pool, "k1").await.unwrap().1[..], [(0.0, 0.0)]);
+        admit().await;
+        assert_eq!(engine.peek(pool, "k1").await.unwrap().1[..], [(1.0, 1.0)]);
     }
 
     #[test]
@@ -953,19 +1010,19 @@ mod tests {
         );
         let pool = index.pool("pool").unwrap();
         let none = vec![(None, None), (None, None)];
-        assert_eq!(engine.signals.for_pool(pool, T0), none);
+        assert_eq!(engine.signals.for_pool(pool, T0).to_vec(), none);
         let fields = [
             ("x-ratelimit-limit-requests", "100"),
             ("x-ratelimit-remaining-requests", "25"),
             ("x-ratelimit-reset-requests", "20ms"),
         ];
-        engine.record_signals("c", &fields, T0);
+        engine.record_signals("c", &signals::parse(&fields, T0), T0);
         assert_eq!(
-            engine.signals.for_pool(pool, T0 + 1),
+            engine.signals.for_pool(pool, T0 + 1).to_vec(),
             vec![(Some(0.75), Some(T0 + 20)), (None, None)]
         );
         let ttl = super::super::signals::SIGNAL_TTL_MS;
-        assert_eq!(engine.signals.for_pool(pool, T0 + ttl), none);
+        assert_eq!(engine.signals.for_pool(pool, T0 + ttl).to_vec(), none);
     }
 
     #[test]
@@ -977,11 +1034,12 @@ mod tests {
             1,
         );
         let pool = index.pool("pool").unwrap();
-        engine.record_signals("c", &[("x-codex-primary-used-percent", "10")], T0);
+        let codex = |percent| signals::parse(&[("x-codex-primary-used-percent", percent)], T0);
+        engine.record_signals("c", &codex("10"), T0);
         let base = engine.signals.percent_readings(pool, "c", T0);
         assert_eq!(base, vec![Some(10.0)]);
         // Two requests started at 10 %; the provider now says 16 %.
-        engine.record_signals("c", &[("X-Codex-Primary-Used-Percent", "16")], T0 + 1);
+        engine.record_signals("c", &codex("16"), T0 + 1);
         let first = engine.signals.claim_rise(pool, "c", &base, T0 + 2);
         let second = engine.signals.claim_rise(pool, "c", &base, T0 + 2);
         assert_eq!((first, second), (vec![Some(6.0)], vec![Some(0.0)]));
@@ -1078,12 +1136,12 @@ mod tests {
             .reserve(pool, "c", "k1", (estimate, None), &settings)
             .await;
         assert_eq!(
-            engine.peek(pool, "k1").await.unwrap().1,
+            engine.peek(pool, "k1").await.unwrap().1.to_vec(),
             vec![(1.0, 1.0), (20.0, 20.0)]
         );
         drop(admission);
         assert_eq!(
-            engine.peek(pool, "k1").await.unwrap().1,
+            engine.peek(pool, "k1").await.unwrap().1.to_vec(),
             vec![(0.0, 0.0), (0.0, 0.0)]
         );
     }

@@ -7,10 +7,12 @@
 use super::engine::{BookedIn, Growth, QuotaEngine};
 use super::index::PoolRuntime;
 use super::views::QuotaBlock;
+use smallvec::{smallvec, SmallVec};
 use std::sync::Arc;
 use switchyard_core::quota::cost::{self, Estimate, Price, STREAM_STEP_TOKENS};
 use switchyard_core::quota::decide::Unit;
 use switchyard_core::quota::ledger::Reservation;
+use switchyard_core::quota::pool::PerDimension;
 use switchyard_core::usage::Usage;
 use switchyard_core::UnixMillis;
 
@@ -175,7 +177,7 @@ impl QuotaGuard {
             prompt_tokens: self.estimate.prompt_tokens,
             completion_tokens: self.streamed_chars.div_ceil(CHARS_PER_TOKEN),
         };
-        let actual: Vec<f64> = self
+        let actual: PerDimension<f64> = self
             .pool
             .dims
             .iter()
@@ -185,9 +187,7 @@ impl QuotaGuard {
                 cost::actual(d.unit, usage, fallback, self.price, rise)
             })
             .collect();
-        self.move_to(&actual, now);
-        self.engine
-            .observe_burn(&self.pool, &self.bookings[0].1.key_id, &actual, now);
+        self.move_to(&actual, Some(&actual), now);
         self.done = true;
     }
 
@@ -199,33 +199,30 @@ impl QuotaGuard {
     fn release_inner(&mut self) {
         if !self.done {
             self.done = true;
-            let zeros = vec![0.0; self.pool.dims.len()];
-            self.move_to(&zeros, self.engine.now());
+            let zeros: PerDimension<f64> = smallvec![0.0; self.pool.dims.len()];
+            self.move_to(&zeros, None, self.engine.now());
         }
     }
 
     /// Moves the bookings to `total` per dimension: the earlier bookings keep what they
-    /// hold as far as the total reaches, the newest takes the rest.
-    fn move_to(&mut self, total: &[f64], now: UnixMillis) {
+    /// hold as far as the total reaches, the newest takes the rest. A finished request's
+    /// actual cost (`burn`) also feeds its key's burn rates.
+    fn move_to(&mut self, total: &[f64], burn: Option<&[f64]>, now: UnixMillis) {
         let targets = split(self.bookings.iter().map(|(_, r)| r), total);
-        for ((booked_in, booking), target) in self.bookings.iter_mut().zip(&targets) {
-            // A Redis booking always settles: its settlement also ends its record.
-            if booking.booked != *target || matches!(booked_in, BookedIn::Redis(..)) {
-                self.engine
-                    .settle(&self.pool, (booked_in, booking), target, now);
-            }
-        }
+        self.engine
+            .settle(&self.pool, (&mut self.bookings, &targets), burn, now);
     }
 }
 
 /// Per booking, its share of `total` per dimension: in booking order, each keeps at most
 /// what it holds until the total is used up; the last takes whatever remains (more than
-/// it holds when the answer ran past every booking).
+/// it holds when the answer ran past every booking). Inline for one booking (a request
+/// or a stream that did not grow).
 fn split<'a>(
     bookings: impl ExactSizeIterator<Item = &'a Reservation>,
     total: &[f64],
-) -> Vec<Vec<f64>> {
-    let mut left: Vec<f64> = total.iter().map(|t| t.max(0.0)).collect();
+) -> SmallVec<[PerDimension<f64>; 1]> {
+    let mut left: PerDimension<f64> = total.iter().map(|t| t.max(0.0)).collect();
     let n = bookings.len();
     bookings
         .enumerate()
@@ -260,9 +257,17 @@ mod tests {
     fn booking(booked: &[f64]) -> Reservation {
         Reservation {
             key_id: "k".into(),
-            slots: vec![1; booked.len()],
-            booked: booked.to_vec(),
+            slots: smallvec![1; booked.len()],
+            booked: booked.iter().copied().collect(),
         }
+    }
+
+    /// [`split`]'s answer as plain lists.
+    fn split_of(bookings: &[Reservation], total: &[f64]) -> Vec<Vec<f64>> {
+        split(bookings.iter(), total)
+            .iter()
+            .map(|part| part.to_vec())
+            .collect()
     }
 
     #[test]
@@ -274,19 +279,19 @@ mod tests {
         ];
         // Less than the first booking: the later ones go to zero.
         assert_eq!(
-            split(b.iter(), &[1.0, 200.0]),
+            split_of(&b, &[1.0, 200.0]),
             vec![vec![1.0, 200.0], vec![0.0, 0.0], vec![0.0, 0.0]]
         );
         // Between: the first keeps its own, the second what is left.
         assert_eq!(
-            split(b.iter(), &[1.0, 400.0]),
+            split_of(&b, &[1.0, 400.0]),
             vec![vec![1.0, 300.0], vec![0.0, 100.0], vec![0.0, 0.0]]
         );
         // More than all: the newest takes the rest.
         assert_eq!(
-            split(b.iter(), &[1.0, 1_000.0]),
+            split_of(&b, &[1.0, 1_000.0]),
             vec![vec![1.0, 300.0], vec![0.0, 256.0], vec![0.0, 444.0]]
         );
-        assert_eq!(split(b[..1].iter(), &[0.0, 0.0]), vec![vec![0.0, 0.0]]);
+        assert_eq!(split_of(&b[..1], &[0.0, 0.0]), vec![vec![0.0, 0.0]]);
     }
 }

@@ -2,14 +2,18 @@
 //! pool, and every key's share, resolved once per configuration change so the request
 //! path only looks things up.
 //!
-//! It is immutable once built and holds no counters (those are the engine's); building
-//! reads only the catalog, the pool inputs and the manual plans it is given.
+//! It is immutable once built but for where a pool's counters are (a pool runtime holds
+//! its in-memory ledger once found, see `counters::HeldLedger`); the counters are the
+//! engine's. Building reads only the catalog, the pool inputs and the manual plans it is
+//! given.
 
+use super::counters::HeldLedger;
+use crate::heads::number_value;
 use http::{HeaderName, HeaderValue};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use switchyard_core::catalog::Catalog;
-use switchyard_core::quota::decide::{effective_weights, Policy, Share};
+use switchyard_core::quota::decide::{effective_weights, fair_share, Policy, Share};
 use switchyard_core::quota::plan::{self, Dimension, PlanSource};
 use switchyard_core::quota::pool::{Pool, PoolError, PoolInput};
 use switchyard_core::FastMap;
@@ -21,6 +25,24 @@ pub struct KeyShare {
     pub share: Share,
     /// Per dimension: the key's cap, when its cap unit is that dimension's unit.
     pub caps: Vec<Option<f64>>,
+    /// Per dimension: the key's fair share as the value of its
+    /// `x-ratelimit-limit-<unit>-<window>` field (constant until the configuration
+    /// changes, so made once), `None` for a dimension without a limit.
+    pub fair_fields: Vec<Option<HeaderValue>>,
+}
+
+impl KeyShare {
+    fn new(share: Share, caps: Vec<Option<f64>>, dims: &[Dimension]) -> Self {
+        let fair_fields = dims
+            .iter()
+            .map(|d| (d.limit > 0.0).then(|| number_value(fair_share(d.limit, share.weight))))
+            .collect();
+        Self {
+            share,
+            caps,
+            fair_fields,
+        }
+    }
 }
 
 /// One pool, ready for the request path.
@@ -29,10 +51,10 @@ pub struct PoolRuntime {
     pub pool: Pool,
     /// The enforced dimensions (declared, or the plan times the connection count).
     pub dims: Vec<Dimension>,
-    pub shares: FastMap<String, KeyShare>,
+    pub shares: FastMap<String, Arc<KeyShare>>,
     /// The share of a key without an allocation: weight 0, hard. Such a key may borrow
     /// while the pool is lenient and is stopped once it is strict.
-    pub unallocated: KeyShare,
+    pub unallocated: Arc<KeyShare>,
     /// Identifies the dimension list; counters are kept only while it is unchanged.
     pub layout: String,
     /// The configuration version this runtime was built from.
@@ -42,6 +64,14 @@ pub struct PoolRuntime {
     pub header_names: Vec<(HeaderName, HeaderName)>,
     /// The pool id as the `x-quota-pool` header value.
     pub id_header: HeaderValue,
+    /// Per dimension: whether its window is the shortest of its unit's in this pool (a
+    /// provider reading without a window, such as OpenAI's per-minute limits, applies
+    /// there).
+    pub shortest: Vec<bool>,
+    /// The pool's in-memory ledger, held from the first request that found it (the
+    /// engine's, see [`HeldLedger`]): the only state here, a cache of where the counters
+    /// are.
+    pub ledger_hold: OnceLock<HeldLedger>,
 }
 
 /// The remaining-share header names of a dimension.
@@ -54,7 +84,7 @@ fn header_names(dim: &Dimension) -> Result<(HeaderName, HeaderName), http::Error
 }
 
 impl PoolRuntime {
-    pub fn share_of(&self, key_id: &str) -> &KeyShare {
+    pub fn share_of(&self, key_id: &str) -> &Arc<KeyShare> {
         self.shares.get(key_id).unwrap_or(&self.unallocated)
     }
 }
@@ -152,7 +182,8 @@ impl QuotaIndex {
                         weight,
                         policy: a.policy,
                     };
-                    (a.api_key_id.clone(), KeyShare { share, caps })
+                    let share = KeyShare::new(share, caps, &dims);
+                    (a.api_key_id.clone(), Arc::new(share))
                 })
                 .collect();
             let pos = index.pools.len();
@@ -186,16 +217,26 @@ impl QuotaIndex {
                     pool: pool.id.clone(),
                     message: e.to_string(),
                 })?;
+            let shortest = dims
+                .iter()
+                .map(|d| {
+                    let of_unit = dims.iter().filter(|x| x.unit == d.unit);
+                    of_unit.map(|x| x.window.length_ms()).min() == Some(d.window.length_ms())
+                })
+                .collect();
             index.pools.push(Arc::new(PoolRuntime {
+                ledger_hold: OnceLock::new(),
+                shortest,
                 header_names,
                 id_header,
-                unallocated: KeyShare {
-                    share: Share {
+                unallocated: Arc::new(KeyShare::new(
+                    Share {
                         weight: 0.0,
                         policy: Policy::Hard,
                     },
-                    caps: vec![None; dims.len()],
-                },
+                    vec![None; dims.len()],
+                    &dims,
+                )),
                 pool,
                 dims,
                 shares,

@@ -3,15 +3,16 @@
 //!
 //! The board is synchronous: its mutexes are held only within a call, never across an
 //! `.await`, and every call takes `now`. Header parsing is done by
-//! `switchyard_core::quota::signals`.
+//! `switchyard_core::quota::signals`, where the answer is read.
 
 use super::index::PoolRuntime;
 use crate::sync::lock;
 
+use smallvec::smallvec;
 use std::sync::Mutex;
-use switchyard_core::http1;
 use switchyard_core::quota::decide::Unit;
-use switchyard_core::quota::signals::{self, Signal};
+use switchyard_core::quota::pool::PerDimension;
+use switchyard_core::quota::signals::Signal;
 use switchyard_core::quota::window::Window;
 use switchyard_core::routing::view::{QuotaWindows, Reading};
 use switchyard_core::{FastMap, UnixMillis};
@@ -20,23 +21,9 @@ use switchyard_core::{FastMap, UnixMillis};
 /// gaps between responses, short enough that a stale reading cannot block for long.
 pub const SIGNAL_TTL_MS: u64 = 30_000;
 
-/// Whether the header `name` (in any case) is one of the saturation headers read:
-/// `x-codex-*`, `x-ratelimit-*` or `anthropic-ratelimit-unified-*`. Every field of a
-/// pooled connection's answer is asked, so the first letter picks the prefixes compared.
-pub fn is_signal(name: &[u8]) -> bool {
-    match name.first() {
-        Some(b'x' | b'X') => {
-            http1::starts_with_name(name, b"x-ratelimit-")
-                || http1::starts_with_name(name, b"x-codex-")
-        }
-        Some(b'a' | b'A') => http1::starts_with_name(name, b"anthropic-ratelimit-unified-"),
-        _ => false,
-    }
-}
-
 /// Per dimension of a pool: the used fraction providers reported, and the reset they
 /// announced.
-pub type PoolSignals = Vec<(Option<f64>, Option<u64>)>;
+pub type PoolSignals = PerDimension<(Option<f64>, Option<u64>)>;
 
 /// See the module docs. Bounded by the number of connections: expired entries are
 /// dropped whenever a new reading arrives.
@@ -50,18 +37,8 @@ pub struct SignalBoard {
 }
 
 impl SignalBoard {
-    /// Records the saturation fields (`name`, `value`) of a response from
-    /// `connection_id`.
-    pub fn record<N: AsRef<[u8]>, V: AsRef<[u8]>>(
-        &self,
-        connection_id: &str,
-        fields: &[(N, V)],
-        now: UnixMillis,
-    ) {
-        if fields.is_empty() {
-            return;
-        }
-        let readings = signals::parse(fields, now);
+    /// Records the saturation readings of a response from `connection_id`.
+    pub fn record(&self, connection_id: &str, readings: &[Signal], now: UnixMillis) {
         if readings.is_empty() {
             return;
         }
@@ -96,17 +73,21 @@ impl SignalBoard {
         dim: usize,
         now: UnixMillis,
     ) -> Option<Signal> {
+        Self::applying(board.get(connection_id)?, pool, dim, now)
+    }
+
+    /// Among one connection's `readings`, the one for dimension `dim` of `pool`.
+    fn applying(
+        readings: &[(Signal, UnixMillis)],
+        pool: &PoolRuntime,
+        dim: usize,
+        now: UnixMillis,
+    ) -> Option<Signal> {
         let d = pool.dims[dim];
-        let shortest = pool
-            .dims
-            .iter()
-            .filter(|x| x.unit == d.unit)
-            .map(|x| x.window.length_ms())
-            .min();
-        board.get(connection_id)?.iter().find_map(|(s, exp)| {
+        readings.iter().find_map(|(s, exp)| {
             let applies = match s.window {
                 Some(w) => w == d.window,
-                None => Some(d.window.length_ms()) == shortest,
+                None => pool.shortest[dim],
             };
             (applies && s.unit == d.unit && *exp > now).then_some(*s)
         })
@@ -115,22 +96,28 @@ impl SignalBoard {
     /// Per dimension: the pool's used fraction from provider readings (the mean over
     /// its connections that reported one), and the latest reset they announced.
     pub fn for_pool(&self, pool: &PoolRuntime, now: UnixMillis) -> PoolSignals {
+        let n = pool.dims.len();
+        // Per dimension, summed as read (each admission asks, so no list of readings is
+        // made): the used fractions, how many connections reported, the latest reset.
+        let mut sums: PerDimension<(f64, u32, Option<UnixMillis>)> = smallvec![(0.0, 0, None); n];
         let board = lock(&self.board);
-        (0..pool.dims.len())
-            .map(|dim| {
-                // Summed as read: each admission asks, so no list of readings is made.
-                let (mut sum, mut count, mut reset) = (0.0, 0_u32, None);
-                for c in &pool.pool.connection_ids {
-                    if let Some(s) = Self::reading(&board, c, pool, dim, now) {
-                        sum += s.used;
-                        count += 1;
-                        reset = reset.max(s.reset_at);
-                    }
+        for c in &pool.pool.connection_ids {
+            let Some(readings) = board.get(c.as_str()) else {
+                continue;
+            };
+            for (dim, (sum, count, reset)) in sums.iter_mut().enumerate() {
+                if let Some(s) = Self::applying(readings, pool, dim, now) {
+                    *sum += s.used;
+                    *count += 1;
+                    *reset = (*reset).max(s.reset_at);
                 }
-                if count == 0 {
-                    return (None, None);
-                }
-                (Some(sum / f64::from(count)), reset)
+            }
+        }
+        drop(board);
+        sums.into_iter()
+            .map(|(sum, count, reset)| match count {
+                0 => (None, None),
+                _ => (Some(sum / f64::from(count)), reset),
             })
             .collect()
     }

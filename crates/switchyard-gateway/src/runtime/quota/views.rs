@@ -5,12 +5,13 @@
 //! costs), so nothing here locks, reads a store or decides; the 429 body itself is
 //! rendered in `crate::error`.
 
-use super::index::PoolRuntime;
+use super::index::{KeyShare, PoolRuntime};
 use crate::heads::{Late, LateValue};
 use http::HeaderName;
 use std::sync::Arc;
 use switchyard_core::quota::decide::{BlockReason, Decision, DimensionVerdict, Mode, Policy, Unit};
 use switchyard_core::quota::plan::Dimension;
+use switchyard_core::quota::pool::PerDimension;
 use switchyard_core::UnixMillis;
 
 /// One recorded decision, as `GET /api/quota/pools/{id}/decisions` shows it.
@@ -130,36 +131,37 @@ pub fn decision_record(
 static QUOTA_POOL_HEADER: HeaderName = HeaderName::from_static("x-quota-pool");
 
 /// An admitted answer's quota fields: `x-quota-pool`, and per dimension with a limit
-/// `x-ratelimit-limit-<unit>-<window>` (the key's fair share) and
-/// `x-ratelimit-remaining-<unit>-<window>` (what is left of it after this request),
-/// kept as numbers until the head is written.
+/// `x-ratelimit-limit-<unit>-<window>` (the key's fair share, made with the
+/// configuration) and `x-ratelimit-remaining-<unit>-<window>` (what is left of it after
+/// this request, kept as a number until the head is written).
 #[derive(Debug)]
 pub struct ShareFields {
     pool: Arc<PoolRuntime>,
-    /// Per dimension: the key's fair share and what is left of it.
-    shares: Vec<(f64, f64)>,
+    share: Arc<KeyShare>,
+    /// Per dimension: what is left of the key's fair share.
+    left: PerDimension<f64>,
 }
 
 impl ShareFields {
     pub fn new(
         pool: &Arc<PoolRuntime>,
-        d: &Decision,
-        peeked: &[(f64, f64)],
-        costs: &[f64],
+        share: &Arc<KeyShare>,
+        (d, peeked, costs): (&Decision, &[(f64, f64)], &[f64]),
     ) -> Self {
-        let shares = d
+        let left = d
             .dimensions
             .iter()
             .enumerate()
             .map(|(i, v)| {
                 let used =
                     peeked.get(i).map_or(0.0, |p| p.0) + costs.get(i).copied().unwrap_or(0.0);
-                (v.fair_share, (v.fair_share - used).max(0.0))
+                (v.fair_share - used).max(0.0)
             })
             .collect();
         Self {
             pool: Arc::clone(pool),
-            shares,
+            share: Arc::clone(share),
+            left,
         }
     }
 }
@@ -167,10 +169,12 @@ impl ShareFields {
 impl Late for ShareFields {
     fn each(&self, field: &mut dyn FnMut(&HeaderName, LateValue<'_>)) {
         field(&QUOTA_POOL_HEADER, LateValue::Made(&self.pool.id_header));
-        let dims = self.pool.dims.iter().zip(&self.pool.header_names);
-        for ((dim, (limit_name, remaining_name)), &(share, left)) in dims.zip(&self.shares) {
-            if dim.limit > 0.0 {
-                field(limit_name, LateValue::Number(share));
+        let names = self.pool.header_names.iter();
+        let dims = names.zip(&self.share.fair_fields).zip(&self.left);
+        for (((limit_name, remaining_name), fair), &left) in dims {
+            // A dimension without a limit has no fair share.
+            if let Some(fair) = fair {
+                field(limit_name, LateValue::Made(fair));
                 field(remaining_name, LateValue::Number(left));
             }
         }
